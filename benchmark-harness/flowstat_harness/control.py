@@ -1,0 +1,125 @@
+"""The control channel: JSON requests and replies over a ZeroMQ ROUTER socket per node.
+
+In the role of the thesis's DDS custom commands (section 3.2.2). See docs/control-protocol.md.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import OrderedDict
+from typing import Any, Callable
+
+import zmq
+
+MAX_REQUEST_BYTES = 64 * 1024
+COMMANDS = ("check-state", "get-metrics", "start", "stop")
+
+# The thesis's check-state fields (section 3.2.2), in its order, plus PID.
+STATE_FIELDS = ("command", "node_id", "node_state", "PID", "request_timestamp", "response_timestamp",
+                "receive_buffer_size", "receive_buffer_overloaded", "send_buffer_size",
+                "send_buffer_overloaded")
+# get-metrics answers these too: the thesis's four metrics, then the counters a monitor needs.
+METRIC_FIELDS = ("average_merge_time", "VmRSS", "cpu_clock", "merged_objects_per_second")
+
+
+class ControlError(RuntimeError):
+    """A control request failed: timeout, or an error reply."""
+
+
+def parse_request(payload: bytes) -> tuple[str | None, dict | None, str | None]:
+    """(command, request, error). Bad requests give an error text, never an exception."""
+    if len(payload) > MAX_REQUEST_BYTES:
+        return None, None, f"request of {len(payload)} bytes exceeds {MAX_REQUEST_BYTES}"
+    try:
+        request = json.loads(payload)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return None, None, f"malformed request: not JSON ({exc})"
+    if not isinstance(request, dict):
+        return None, None, "malformed request: expected a JSON object"
+    command = request.get("command")
+    if not isinstance(command, str):
+        return None, request, 'malformed request: missing "command" string'
+    if command not in COMMANDS:
+        return command, request, f"unknown command {command!r} (known: {', '.join(COMMANDS)})"
+    return command, request, None
+
+
+class RateTracker:
+    """Per-client baselines for the thesis's per-request rates (formulas (1) and (2)).
+
+    The thesis resets its counters at each get-metrics; with several monitors that would make each
+    see a fraction. Keeping one baseline per client identity gives each the rate since its own last
+    request, as the thesis defines it.
+    """
+
+    def __init__(self, max_clients: int = 256):
+        self._last: OrderedDict[bytes, tuple[float, float, int]] = OrderedDict()
+        self._max = max_clients
+        self._start = (time.monotonic(), time.process_time(), 0)
+
+    def rates(self, client: bytes, merged_total: int) -> tuple[float, float]:
+        """(cpu_clock Hz where 10^6 is one full core, merged objects per second)."""
+        now = (time.monotonic(), time.process_time(), merged_total)
+        wall0, cpu0, merged0 = self._last.pop(client, self._start)
+        self._last[client] = now
+        while len(self._last) > self._max:
+            self._last.popitem(last=False)
+        elapsed = now[0] - wall0
+        if elapsed <= 0:
+            return 0.0, 0.0
+        return (now[1] - cpu0) * 1e6 / elapsed, (now[2] - merged0) / elapsed
+
+
+class ControlClient:
+    """A request/reply client for one node's control endpoint, with a timeout.
+
+    A REQ socket cannot be reused after a lost reply, so it is rebuilt after a timeout.
+    """
+
+    def __init__(self, endpoint: str, ctx: zmq.Context | None = None, timeout_s: float = 2.0):
+        self.endpoint, self.timeout_ms = endpoint, int(timeout_s * 1000)
+        self._ctx = ctx or zmq.Context.instance()
+        self._sock: zmq.Socket | None = None
+
+    def _socket(self) -> zmq.Socket:
+        if self._sock is None:
+            self._sock = self._ctx.socket(zmq.REQ)
+            self._sock.setsockopt(zmq.LINGER, 0)
+            self._sock.connect(self.endpoint)
+        return self._sock
+
+    def request_raw(self, payload: bytes) -> bytes:
+        sock = self._socket()
+        sock.send(payload)
+        if sock.poll(self.timeout_ms, zmq.POLLIN):
+            return sock.recv()
+        self.close()
+        raise ControlError(f"{self.endpoint}: no reply within {self.timeout_ms} ms")
+
+    def request(self, command: str, **fields: Any) -> dict:
+        reply = json.loads(self.request_raw(json.dumps({"command": command, **fields}).encode()))
+        if "error" in reply:
+            raise ControlError(f"{self.endpoint}: {reply['error']}")
+        return reply
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close(0)
+            self._sock = None
+
+
+def serve_requests(sock: zmq.Socket, handle: Callable[[bytes, str | None, dict | None, str | None], dict],
+                   limit: int = 64) -> int:
+    """Answer the control requests waiting on a ROUTER socket; returns how many were answered."""
+    answered = 0
+    while answered < limit:
+        try:
+            frames = sock.recv_multipart(zmq.NOBLOCK)
+        except zmq.Again:
+            break
+        envelope, payload = frames[:-1], frames[-1]
+        reply = handle(envelope[0], *parse_request(payload))
+        sock.send_multipart(envelope + [json.dumps(reply).encode()])
+        answered += 1
+    return answered

@@ -1,0 +1,1 @@
+"""The harness's devices; each runs as its own OS process (``flowstat device ROLE``)."""

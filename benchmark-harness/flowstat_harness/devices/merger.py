@@ -1,0 +1,303 @@
+"""Merger process (thesis section 3.1.2).
+
+It holds received objects per name and merges them when it holds as many as it has producers,
+whatever cycle they come from. It checks every producer's sequence (gaps, reorderings), times each
+merge, and pushes the result to the viewer with the same no-loss rule as the producers.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from typing import Any
+
+import numpy as np
+import zmq
+
+from .. import wire
+from ..qcobjects import DTYPE, merge
+from .node import Node
+
+log = logging.getLogger("flowstat.merger")
+
+RECV_BATCH = 4096  # objects read per turn before looking at the control socket again
+MERGE_TIME_WINDOW = 10  # average_merge_time covers the last 10 merges (thesis section 4.2.3)
+
+
+class Slot:
+    """Objects of one name (one descriptor) waiting to be merged."""
+
+    __slots__ = ("desc", "arrays", "sources", "entries", "n_inputs")
+
+    def __init__(self, desc):
+        self.desc = desc
+        self.reset()
+
+    def reset(self) -> None:
+        self.arrays: list[np.ndarray] = []
+        self.sources: list[int] = []
+        self.entries = 0.0
+        self.n_inputs = 0
+
+
+class Merger(Node):
+    role = "merger"
+
+    def __init__(self, config: dict[str, Any]):
+        super().__init__(config)
+        self.index: int = config["index"]
+        self.producers: list[int] = list(config["producers"])
+        self.local = {p: i for i, p in enumerate(self.producers)}
+        n = len(self.producers)
+        self.required = n  # merge when holding as many objects as producers
+        self.receive_buffer_size = config["buffer_size"]
+        self.send_buffer_size = config["send_buffer"]
+        self.data = self.ctx.socket(zmq.PULL)
+        self.data.setsockopt(zmq.RCVHWM, self.receive_buffer_size)
+        self.data_endpoint = self.bind(self.data, config.get("data_port", 0))
+        self.out = self.ctx.socket(zmq.PUSH)
+        self.out.setsockopt(zmq.SNDHWM, self.send_buffer_size)
+        self.out.connect(config["viewer_endpoint"])
+        self.slots: dict[bytes, Slot] = {}
+        self.expected = [0] * n  # next sequence number per producer
+        self.received = [0] * n
+        self.merged_in = [0] * n
+        self.eos_count: list[int | None] = [None] * n
+        self.eos_seen = 0
+        self.gaps = 0  # objects missing from sequences
+        self.gap_events = 0
+        self.reordered = 0
+        self.malformed = 0
+        self.unexpected = 0  # objects from producers not assigned here
+        self.incompatible = 0  # objects whose binning differs from others of the same name
+        self.objects_received = 0
+        self.bytes_received = 0
+        self.objects_merged = 0
+        self.merges = 0
+        self.merge_times = collections.deque(maxlen=MERGE_TIME_WINDOW)
+        self.merge_time_total_ms = 0.0
+        self.entries_merged = 0.0
+        self.send_overload_events = 0
+        self.send_is_overloaded = False
+        self.recv_is_overloaded = False
+        self.receive_overload_events = 0
+        self.first_receive: float | None = None
+        self.last_merge: float | None = None
+        self.names_by_key: dict[bytes, bytes] = {}
+
+    # -- metrics --------------------------------------------------------------------------------
+    def merged_total(self) -> int:
+        return self.objects_merged
+
+    def average_merge_time(self) -> float | None:
+        if not self.merge_times:
+            return 0.0
+        return round(sum(self.merge_times) / len(self.merge_times), 6)
+
+    def send_overloaded(self) -> bool:
+        return self.send_is_overloaded
+
+    def receive_overloaded(self) -> bool:
+        return self.recv_is_overloaded
+
+    def backlog(self) -> int:
+        return sum(len(s.arrays) for s in self.slots.values())
+
+    def counters(self) -> dict[str, Any]:
+        return {
+            "producers": len(self.producers),
+            "objects_received": self.objects_received,
+            "bytes_received": self.bytes_received,
+            "objects_merged": self.objects_merged,
+            "merges": self.merges,
+            "objects_sent": self.merges,
+            "backlog": self.backlog(),
+            "sequence_gaps": self.gaps,
+            "gap_events": self.gap_events,
+            "reordered_objects": self.reordered,
+            "malformed_messages": self.malformed,
+            "unexpected_objects": self.unexpected,
+            "incompatible_objects": self.incompatible,
+            "send_overload_events": self.send_overload_events,
+            "receive_overload_events": self.receive_overload_events,
+            "eos_received": self.eos_seen,
+        }
+
+    # -- receiving ------------------------------------------------------------------------------
+    def drain_input(self) -> None:
+        """Read what is queued, up to a batch; a full batch means the merger is behind."""
+        recv = self.data.recv
+        for _ in range(RECV_BATCH):
+            try:
+                buf = recv(zmq.NOBLOCK)
+            except zmq.Again:
+                self.recv_is_overloaded = False
+                return
+            self.on_message(buf)
+        if not self.recv_is_overloaded:
+            self.recv_is_overloaded = True
+            self.receive_overload_events += 1
+
+    def on_message(self, buf: bytes) -> None:
+        frames = [buf]
+        if self.data.getsockopt(zmq.RCVMORE):
+            frames.extend(self.data.recv_multipart(copy=False))
+        try:
+            h = wire.decode_header(buf)
+        except wire.WireError as exc:
+            self.bad_message(f"bad header: {exc}")
+            return
+        local = self.local.get(h.source)
+        if local is None:
+            self.unexpected += 1
+            if self.unexpected == 1:
+                log.error("%s: object from producer %d, which is not assigned here", self.node_id, h.source)
+            return
+        if h.flags & wire.FLAG_EOS:
+            self.on_eos(local, h.seq)
+            return
+        slot = self.slots.get(h.desc_key)
+        try:
+            if slot is None:
+                slot = self.new_slot(h.desc_key)
+            data = wire.payload_array(slot.desc, h, [f.buffer if isinstance(f, zmq.Frame) else f for f in frames])
+        except (wire.WireError, ValueError) as exc:
+            self.bad_message(str(exc))
+            return
+        if slot is None:
+            return
+        now = time.monotonic()
+        if self.first_receive is None:
+            self.first_receive = now
+        self.check_sequence(local, h.seq)
+        self.received[local] += 1
+        self.objects_received += 1
+        self.bytes_received += len(buf) + (data.nbytes if len(frames) > 1 else 0)
+        slot.arrays.append(data)
+        slot.sources.append(local)
+        slot.entries += h.entries
+        slot.n_inputs += h.n_inputs
+        if len(slot.arrays) >= self.required:
+            self.merge_slot(slot)
+
+    def new_slot(self, key: bytes) -> Slot | None:
+        desc = wire.parse_descriptor(key)
+        name = desc.name.encode()
+        other = self.names_by_key.get(name)
+        if other is not None and other != key:
+            self.incompatible += 1
+            log.error("%s: object %r arrives with another binning; it cannot be merged", self.node_id, desc.name)
+            return None
+        self.names_by_key[name] = key
+        slot = self.slots[key] = Slot(desc)
+        return slot
+
+    def bad_message(self, why: str) -> None:
+        self.malformed += 1
+        if self.malformed <= 10 or self.malformed % 1000 == 0:
+            log.error("%s: dropped malformed message #%d on %s: %s", self.node_id, self.malformed,
+                      self.data_endpoint, why)
+
+    def check_sequence(self, local: int, seq: int) -> None:
+        expected = self.expected[local]
+        if seq == expected:
+            self.expected[local] = seq + 1
+        elif seq > expected:
+            self.gaps += seq - expected
+            self.gap_events += 1
+            self.expected[local] = seq + 1
+            log.error("%s: producer %d skipped from seq %d to %d", self.node_id, self.producers[local], expected, seq)
+        else:
+            self.reordered += 1
+            log.error("%s: producer %d sent seq %d after %d", self.node_id, self.producers[local], seq, expected - 1)
+
+    def on_eos(self, local: int, count: int) -> None:
+        if self.eos_count[local] is None:
+            self.eos_seen += 1
+        self.eos_count[local] = count
+        if count != self.expected[local]:
+            missing = count - self.expected[local]
+            self.gaps += max(0, missing)
+            log.error("%s: producer %d ended at %d objects, %d received", self.node_id,
+                      self.producers[local], count, self.received[local])
+
+    # -- merging and sending --------------------------------------------------------------------
+    def merge_slot(self, slot: Slot) -> None:
+        t0 = time.perf_counter_ns()
+        result = merge(slot.desc, slot.arrays)
+        elapsed_ms = (time.perf_counter_ns() - t0) / 1e6
+        self.merge_times.append(elapsed_ms)
+        self.merge_time_total_ms += elapsed_ms
+        merged_in = self.merged_in
+        for s in slot.sources:
+            merged_in[s] += 1
+        self.objects_merged += len(slot.arrays)
+        self.entries_merged += slot.entries
+        frames = wire.encode(slot.desc, result, source=self.index, seq=self.merges, entries=slot.entries,
+                             n_inputs=slot.n_inputs, flags=wire.FLAG_MERGED, t_sent=time.time())
+        self.merges += 1
+        self.last_merge = time.monotonic()
+        slot.reset()
+        self.send_downstream(frames)
+
+    def send_downstream(self, frames: list) -> None:
+        """Send without blocking; when the buffer is full, record it and retry until it goes."""
+        while True:
+            try:
+                self.out.send_multipart(frames, zmq.NOBLOCK, copy=len(frames) == 1)
+                self.send_is_overloaded = False
+                return
+            except zmq.Again:
+                if not self.send_is_overloaded:
+                    self.send_is_overloaded = True
+                    self.send_overload_events += 1
+            poller = zmq.Poller()
+            poller.register(self.out, zmq.POLLOUT)
+            poller.register(self.control, zmq.POLLIN)
+            poller.poll(1000)
+            self.serve_control()
+
+    def flush(self) -> None:
+        """Merge what is held, complete or not: at the end of a run nothing stays behind."""
+        for slot in list(self.slots.values()):
+            if slot.arrays:
+                self.merge_slot(slot)
+
+    # -- main loop ------------------------------------------------------------------------------
+    def all_ended(self) -> bool:
+        return self.eos_seen == len(self.producers)
+
+    def run(self) -> int:
+        self.state = "RUNNING"
+        self.emit("ready", control=self.control_endpoint, data=self.data_endpoint)
+        poller = zmq.Poller()
+        poller.register(self.data, zmq.POLLIN)
+        poller.register(self.control, zmq.POLLIN)
+        while not self.all_ended() and not self.stop_requested:
+            events = dict(poller.poll(500))
+            if self.control in events:
+                self.serve_control()
+            if self.data in events:
+                self.drain_input()
+        if self.stop_requested:  # asked to stop early: keep what already arrived
+            self.recv_is_overloaded = False
+            self.drain_input()
+        self.state = "DRAINING"
+        self.flush()
+        eos = wire.encode_eos(self.index, self.merges)
+        self.send_downstream([eos])
+        self.state = "STOPPED"
+        active = (self.last_merge or 0) - (self.first_receive or 0)
+        self.emit("final", role=self.role, **self.counters(), average_merge_time=self.average_merge_time(),
+                  merge_time_total_ms=round(self.merge_time_total_ms, 3),
+                  mean_merge_time=round(self.merge_time_total_ms / self.merges, 6) if self.merges else 0.0,
+                  active_seconds=round(active, 6),
+                  merged_objects_per_second=round(self.objects_merged / active, 3) if active > 0 else 0.0,
+                  entries_merged=self.entries_merged,
+                  per_producer={"producer": self.producers, "received": self.received,
+                                "merged_in": self.merged_in, "declared_sent": self.eos_count})
+        self.out.close()
+        self.data.close(0)
+        self.close()
+        return 0

@@ -1,0 +1,196 @@
+"""Producer process: hosts many logical producers, each with its own PUSH socket, id and sequence.
+
+Sends are non-blocking. When a socket's buffer (its high-water mark, the topology's buffer_size) is
+full, the producer records an overload event, sets send_buffer_overloaded and retries that object
+until it goes, before sending anything newer from that producer (the thesis's no-loss rule).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import zmq
+
+from .. import wire
+from ..pool import PooledObject, build_pool
+from ..qcobjects import Kind, make_desc
+from .node import Node
+
+log = logging.getLogger("flowstat.producer")
+
+UNLIMITED_BATCH = 64  # objects per logical producer per loop turn when the rate is unlimited
+
+
+class Channel:
+    """One logical producer: its socket, sequence and overload state."""
+
+    __slots__ = ("producer_id", "sock", "seq", "pending", "overloaded", "overload_events", "phase")
+
+    def __init__(self, producer_id: int, sock: zmq.Socket, phase: float):
+        self.producer_id = producer_id
+        self.sock = sock
+        self.seq = 0
+        self.pending: list | None = None  # frames of an object the buffer refused
+        self.overloaded = False
+        self.overload_events = 0
+        self.phase = phase
+
+
+class Producer(Node):
+    role = "producer"
+
+    def __init__(self, config: dict[str, Any]):
+        super().__init__(config)
+        obj = config["object"]
+        kind = Kind[obj["type"]]
+        self.descs = [make_desc(f"{kind.name}_{i}", kind, tuple(obj["shape"])) for i in range(obj["names"])]
+        self.pool = build_pool(self.descs, obj["entries"], seed=config.get("seed", 0))
+        self.rate: float = config["rate"]
+        self.send_buffer_size = config["buffer_size"]
+        self.channels: list[Channel] = []
+        ids, endpoints = config["producers"], config["endpoints"]
+        for i, (pid, endpoint) in enumerate(zip(ids, endpoints)):
+            sock = self.ctx.socket(zmq.PUSH)
+            sock.setsockopt(zmq.SNDHWM, self.send_buffer_size)
+            sock.connect(endpoint)
+            # Stagger the producers over one period so that they do not all send at once.
+            self.channels.append(Channel(pid, sock, (i / len(ids)) / self.rate if self.rate else 0.0))
+        self.t0 = 0.0
+        self.message_bytes = self.pool[0][0].nbytes
+        self.entries_per_object = self.pool[0][0].entries
+
+    # -- metrics --------------------------------------------------------------------------------
+    def counters(self) -> dict[str, Any]:
+        sent = sum(c.seq for c in self.channels)
+        return {
+            "producers": len(self.channels),
+            "objects_sent": sent,
+            "bytes_sent": sent * self.message_bytes,
+            "send_overload_events": sum(c.overload_events for c in self.channels),
+            "pending_objects": sum(1 for c in self.channels if c.pending is not None),
+        }
+
+    def send_overloaded(self) -> bool:
+        return any(c.overloaded for c in self.channels)
+
+    def on_start(self) -> dict:
+        if self.state == "READY":
+            self.t0 = time.monotonic()
+            self.state = "RUNNING"
+        return self.state_fields()
+
+    # -- sending --------------------------------------------------------------------------------
+    def object_frames(self, ch: Channel) -> list:
+        names = len(self.pool)
+        variants = self.pool[ch.seq % names]
+        obj: PooledObject = variants[(ch.seq // names + ch.producer_id) % len(variants)]
+        wire.SOURCE_SEQ.pack_into(obj.header, wire.OFF_SOURCE, ch.producer_id, ch.seq)
+        wire.T_SENT.pack_into(obj.header, wire.OFF_T_SENT, time.time())
+        if obj.payload is None:
+            return [obj.header]
+        return [bytes(obj.header), obj.payload]
+
+    @staticmethod
+    def try_send(ch: Channel, frames: list) -> bool:
+        try:
+            if len(frames) == 1:
+                ch.sock.send(frames[0], zmq.NOBLOCK, copy=True)
+            else:
+                ch.sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
+            return True
+        except zmq.Again:
+            return False
+
+    def refused(self, ch: Channel, frames: list) -> None:
+        # The pooled header is reused for the next send: keep a private copy of the refused one.
+        ch.pending = [bytes(frames[0])] + frames[1:]
+        if not ch.overloaded:
+            ch.overloaded = True
+            ch.overload_events += 1
+
+    def retry_pending(self, ch: Channel) -> bool:
+        """Try the refused object again; True when the channel is free."""
+        if ch.pending is None:
+            return True
+        if not self.try_send(ch, ch.pending):
+            return False
+        ch.pending = None
+        ch.overloaded = False
+        return True
+
+    def send_due(self, now: float) -> float:
+        """Send every object due by ``now``; return when the next one is due (monotonic s)."""
+        next_due = now + 0.1
+        for ch in self.channels:
+            if not self.retry_pending(ch):
+                continue
+            if self.rate:
+                owed = int((now - self.t0 - ch.phase) * self.rate) + 1
+            else:
+                owed = ch.seq + UNLIMITED_BATCH
+            while ch.seq < owed:
+                frames = self.object_frames(ch)
+                ch.seq += 1
+                if not self.try_send(ch, frames):
+                    self.refused(ch, frames)
+                    break
+            if self.rate and ch.pending is None:
+                next_due = min(next_due, self.t0 + ch.phase + ch.seq / self.rate)
+        return next_due if self.rate else now
+
+    def wait(self, until: float) -> None:
+        """Sleep until ``until`` or a control request or a refused object can go, whichever first."""
+        poller = zmq.Poller()
+        poller.register(self.control, zmq.POLLIN)
+        for ch in self.channels:
+            if ch.pending is not None:
+                poller.register(ch.sock, zmq.POLLOUT)
+        timeout_ms = max(0.0, (until - time.monotonic()) * 1000)
+        poller.poll(timeout_ms)
+
+    def drain(self) -> None:
+        """Send what the buffers refused, then an end-of-stream marker on every channel."""
+        self.state = "DRAINING"
+        eos_queued = [False] * len(self.channels)
+        while True:
+            waiting = False
+            for i, ch in enumerate(self.channels):
+                if not self.retry_pending(ch):
+                    waiting = True
+                    continue
+                if not eos_queued[i]:
+                    eos_queued[i] = True
+                    eos = [wire.encode_eos(ch.producer_id, ch.seq)]
+                    if not self.try_send(ch, eos):
+                        ch.pending = eos
+                        waiting = True
+            if not waiting:
+                return
+            self.serve_control()
+            self.wait(time.monotonic() + 0.1)
+
+    def run(self) -> int:
+        self.state = "READY"
+        self.emit("ready", control=self.control_endpoint, pid_count=len(self.channels))
+        autostart = self.config.get("autostart", False)
+        if autostart:
+            self.on_start()
+        while not self.stop_requested:
+            self.serve_control()
+            if self.state == "RUNNING":
+                until = self.send_due(time.monotonic())
+            else:
+                until = time.monotonic() + 0.1
+            self.wait(until)
+        self.drain()
+        self.state = "STOPPED"
+        self.emit("final", role=self.role, entries_per_object=self.entries_per_object,
+                  message_bytes=self.message_bytes, **self.counters(),
+                  per_producer=[{"producer": c.producer_id, "sent": c.seq, "overload_events": c.overload_events}
+                                for c in self.channels])
+        for ch in self.channels:
+            ch.sock.close()  # context linger: queued objects still go
+        self.close()
+        return 0

@@ -1,0 +1,136 @@
+"""Viewer process (thesis section 3.1.3): receives merged objects and shows what was merged.
+
+It keeps the latest object of each name from each merger and writes, every few seconds and at the
+end, their sum over mergers (the whole picture of one cycle) to a ROOT file. It also checks every
+object it receives: its cells must add up to the entries its inputs declared.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import numpy as np
+import zmq
+
+from .. import wire
+from ..qcobjects import ObjectDesc, entries_of, merge
+from ..rootio import write_objects
+from .node import Node
+
+log = logging.getLogger("flowstat.viewer")
+
+
+class Viewer(Node):
+    role = "viewer"
+
+    def __init__(self, config: dict[str, Any]):
+        super().__init__(config)
+        self.n_mergers: int = config["mergers"]
+        self.receive_buffer_size = config.get("buffer_size", 1000)
+        self.data = self.ctx.socket(zmq.PULL)
+        self.data.setsockopt(zmq.RCVHWM, self.receive_buffer_size)
+        self.data_endpoint = self.bind(self.data, config.get("data_port", 0))
+        self.output = config.get("output")
+        self.write_interval: float = config.get("write_interval", 5.0)
+        self.latest: dict[tuple[bytes, int], tuple[ObjectDesc, np.ndarray, float]] = {}
+        self.descs: dict[bytes, ObjectDesc] = {}
+        self.expected = [0] * self.n_mergers
+        self.eos = [False] * self.n_mergers
+        self.objects_received = 0
+        self.bytes_received = 0
+        self.inputs_received = 0  # raw producer objects inside the merged ones
+        self.entries_received = 0.0
+        self.content_mismatches = 0
+        self.sequence_gaps = 0
+        self.malformed = 0
+        self.files_written = 0
+        self.write_errors = 0
+
+    def counters(self) -> dict[str, Any]:
+        return {
+            "objects_received": self.objects_received,
+            "bytes_received": self.bytes_received,
+            "inputs_received": self.inputs_received,
+            "entries_received": self.entries_received,
+            "content_mismatches": self.content_mismatches,
+            "sequence_gaps": self.sequence_gaps,
+            "malformed_messages": self.malformed,
+            "files_written": self.files_written,
+            "eos_received": sum(self.eos),
+        }
+
+    def on_message(self, frames: list) -> None:
+        try:
+            h = wire.decode_header(frames[0].buffer)
+            if not 0 <= h.source < self.n_mergers:
+                raise wire.WireError(f"unknown merger index {h.source}")
+            if h.flags & wire.FLAG_EOS:
+                self.eos[h.source] = True
+                return
+            desc = self.descs.get(h.desc_key) or self.descs.setdefault(h.desc_key, wire.parse_descriptor(h.desc_key))
+            data = wire.payload_array(desc, h, [f.buffer for f in frames])
+        except (wire.WireError, ValueError) as exc:
+            self.malformed += 1
+            log.error("%s: dropped malformed message: %s", self.node_id, exc)
+            return
+        if h.seq != self.expected[h.source]:
+            self.sequence_gaps += abs(h.seq - self.expected[h.source])
+        self.expected[h.source] = h.seq + 1
+        self.objects_received += 1
+        self.bytes_received += sum(len(f.buffer) for f in frames)
+        self.inputs_received += h.n_inputs
+        self.entries_received += h.entries
+        if entries_of(desc, data) != h.entries:
+            self.content_mismatches += 1
+            log.error("%s: %s from merger %d holds %s entries, its inputs declared %s", self.node_id,
+                      desc.name, h.source, entries_of(desc, data), h.entries)
+        self.latest[(h.desc_key, h.source)] = (desc, data, h.entries)
+
+    def snapshot(self) -> list[tuple[ObjectDesc, np.ndarray, float]]:
+        by_key: dict[bytes, list[tuple[ObjectDesc, np.ndarray, float]]] = {}
+        for (key, _), item in sorted(self.latest.items(), key=lambda kv: kv[0][1]):
+            by_key.setdefault(key, []).append(item)
+        return [(items[0][0], merge(items[0][0], [i[1] for i in items]), sum(i[2] for i in items))
+                for items in by_key.values()]
+
+    def write(self) -> None:
+        if not self.output or not self.latest:
+            return
+        try:
+            write_objects(self.output, self.snapshot())
+            self.files_written += 1
+        except OSError as exc:
+            self.write_errors += 1
+            log.error("%s: cannot write %s: %s", self.node_id, self.output, exc)
+
+    def run(self) -> int:
+        self.state = "RUNNING"
+        self.emit("ready", control=self.control_endpoint, data=self.data_endpoint)
+        poller = zmq.Poller()
+        poller.register(self.data, zmq.POLLIN)
+        poller.register(self.control, zmq.POLLIN)
+        next_write = time.monotonic() + self.write_interval
+        while not all(self.eos) and not self.stop_requested:
+            events = dict(poller.poll(200))
+            if self.control in events:
+                self.serve_control()
+            if self.data in events:
+                for _ in range(256):
+                    try:
+                        frames = self.data.recv_multipart(zmq.NOBLOCK, copy=False)
+                    except zmq.Again:
+                        break
+                    self.on_message(frames)
+            if time.monotonic() >= next_write:
+                self.write()
+                next_write = time.monotonic() + self.write_interval
+        self.state = "DRAINING"
+        self.write()
+        self.state = "STOPPED"
+        self.emit("final", role=self.role, **self.counters(), output=self.output if self.files_written else None,
+                  write_errors=self.write_errors, missing_eos=[i for i, e in enumerate(self.eos) if not e])
+        self.data.close(0)
+        self.close()
+        return 0

@@ -1,0 +1,294 @@
+"""``flowstat run``: start every device of a topology, run, stop cleanly, and summarise.
+
+Devices are started downstream first (viewer, mergers, producers) so that every connect finds its
+peer bound; each binds an ephemeral loopback port and reports it on its stdout. The producers start
+sending together on a ``start`` command. Stopping goes upstream first: producers get SIGTERM, send
+what their buffers still hold and an end-of-stream marker; each merger ends when all its producers
+have ended, the viewer when all mergers have. A stage that lost a member is told to stop instead of
+waiting for markers that will never come. Devices run in their own session (Ctrl-C reaches only
+the orchestrator) and get SIGTERM from the kernel if the orchestrator dies, so nothing is orphaned.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from flowstat.timeutil import compact_utc
+
+from .control import ControlClient, ControlError
+from .topology import Topology
+
+READY_TIMEOUT_S = 60.0  # building a producer's pool of 50 MB objects takes a while
+STAGE_TIMEOUT_S = 60.0
+
+
+class RunError(RuntimeError):
+    """The run could not start or was broken; the message says which node and where its log is."""
+
+
+@dataclass
+class Device:
+    name: str
+    role: str
+    config: dict[str, Any]
+    log_path: Path
+    proc: subprocess.Popen | None = None
+    ready: dict[str, Any] | None = None
+    final: dict[str, Any] | None = None
+    events: "queue.Queue[dict]" = field(default_factory=queue.Queue)
+    signalled: bool = False
+
+    @property
+    def exit_code(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def log_tail(self, lines: int = 12) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+class Orchestrator:
+    def __init__(self, topo: Topology, run_id: str, run_dir: Path,
+                 on_progress: Callable[[float, float, list[dict]], None] | None = None):
+        self.topo, self.run_id, self.run_dir = topo, run_id, run_dir
+        self.on_progress = on_progress
+        self.devices: list[Device] = []
+        self.wakeup = threading.Event()  # set by a device's exit or by Ctrl-C
+        self.interrupts = 0
+        self.failures: list[str] = []
+        self.started_at = self.stopped_at = 0.0
+        self.clients: dict[str, ControlClient] = {}
+
+    # -- processes ------------------------------------------------------------------------------
+    def spawn(self, name: str, role: str, config: dict[str, Any]) -> Device:
+        dev = Device(name, role, {"node_id": name, "run_id": self.run_id, "host": self.topo.host, **config},
+                     self.run_dir / "logs" / f"{name}.log")
+        cmd = [sys.executable, "-m", "flowstat.cli", "device", role, "--config", json.dumps(dev.config)]
+        with open(dev.log_path, "ab") as log:
+            dev.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
+                                        start_new_session=True, close_fds=True)
+        threading.Thread(target=self._read_events, args=(dev,), daemon=True, name=f"read-{name}").start()
+        self.devices.append(dev)
+        return dev
+
+    def _read_events(self, dev: Device) -> None:
+        assert dev.proc is not None and dev.proc.stdout is not None
+        for line in dev.proc.stdout:
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if event.get("event") == "final":
+                dev.final = event
+            dev.events.put(event)
+        dev.proc.wait()
+        dev.events.put({"event": "exit", "code": dev.proc.returncode})
+        self.wakeup.set()
+
+    def wait_ready(self, dev: Device) -> dict[str, Any]:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            if self.interrupts:
+                raise RunError("interrupted while starting")
+            try:
+                event = dev.events.get(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
+            except queue.Empty:
+                if time.monotonic() >= deadline:
+                    raise RunError(f"{dev.name} did not become ready in {READY_TIMEOUT_S:.0f} s; log: {dev.log_path}")
+                continue
+            if event.get("event") == "ready":
+                dev.ready = event
+                return event
+            if event.get("event") == "exit":
+                raise RunError(f"{dev.name} exited with code {event['code']} while starting; log: "
+                               f"{dev.log_path}\n{dev.log_tail()}")
+
+    def signal(self, dev: Device, sig: int) -> None:
+        if dev.proc is not None and dev.proc.poll() is None:
+            try:
+                os.kill(dev.proc.pid, sig)
+                dev.signalled = True
+            except ProcessLookupError:
+                pass
+
+    def kill_all(self) -> None:
+        for dev in self.devices:
+            self.signal(dev, signal.SIGKILL)
+        for dev in self.devices:
+            if dev.proc is not None:
+                dev.proc.wait()
+
+    # -- phases ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        topo = self.topo
+        (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        viewer = self.spawn("viewer", "viewer", {
+            "mergers": len(topo.mergers), "buffer_size": topo.merger_send_buffer,
+            "output": str(self.run_dir / "viewer.root"), "write_interval": topo.viewer_write_interval})
+        viewer_endpoint = self.wait_ready(viewer)["data"]
+        merger_endpoints: dict[int, str] = {}
+        for mi, spec in enumerate(topo.mergers):
+            dev = self.spawn(spec.node_id, "merger", {
+                "index": mi, "producers": list(spec.producers), "buffer_size": topo.buffer_size,
+                "send_buffer": topo.merger_send_buffer, "viewer_endpoint": viewer_endpoint})
+            merger_endpoints[mi] = self.wait_ready(dev)["data"]
+        owner = topo.merger_of()
+        obj = {"type": topo.obj.kind.name, "shape": list(topo.obj.shape), "entries": topo.obj.entries,
+               "names": topo.obj.names}
+        producers = []
+        for gi, ids in enumerate(topo.producer_groups()):
+            producers.append(self.spawn(f"producers-{gi}", "producer", {
+                "producers": ids, "endpoints": [merger_endpoints[owner[p]] for p in ids],
+                "rate": topo.rate, "buffer_size": topo.buffer_size, "object": obj, "seed": gi}))
+        for dev in producers:
+            self.wait_ready(dev)
+        for dev in self.devices:
+            self.clients[dev.name] = ControlClient(dev.ready["control"], timeout_s=2.0)
+        self.write_endpoints()
+        self.started_at = time.monotonic()
+        for dev in producers:
+            self.clients[dev.name].request("start")
+
+    def write_endpoints(self) -> None:
+        """Where each node's control socket is, for monitors (the agents) to find them."""
+        nodes = [{"node_id": d.name, "role": d.role, "pid": d.proc.pid, "control": d.ready["control"],
+                  "data": d.ready.get("data")} for d in self.devices]
+        (self.run_dir / "endpoints.json").write_text(json.dumps({"run_id": self.run_id, "nodes": nodes}, indent=1))
+
+    def crashed(self) -> list[Device]:
+        return [d for d in self.devices if d.exit_code is not None and (d.exit_code != 0 or d.final is None)
+                and not d.signalled]
+
+    def poll_metrics(self) -> list[dict]:
+        replies = []
+        for dev in self.devices:
+            if dev.exit_code is not None:
+                continue
+            try:
+                replies.append(self.clients[dev.name].request("get-metrics"))
+            except (ControlError, ValueError):
+                pass
+        return replies
+
+    def run_for(self, duration: float) -> None:
+        deadline = self.started_at + duration
+        next_progress = time.monotonic()
+        while not self.interrupts:
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            broken = self.crashed()
+            if broken:
+                for dev in broken:
+                    self.failures.append(f"{dev.name} ({dev.role}) exited with code {dev.exit_code} during the "
+                                         f"run; log: {dev.log_path}\n{dev.log_tail()}")
+                break
+            if self.on_progress is not None and now >= next_progress:
+                self.on_progress(now - self.started_at, duration, self.poll_metrics())
+                next_progress = now + 1.0
+            self.wakeup.wait(max(0.0, min(next_progress, deadline) - time.monotonic()))
+            self.wakeup.clear()
+        self.stopped_at = time.monotonic()
+
+    def stop(self, force: bool = False) -> None:
+        """Stop upstream first and wait for each stage to drain; escalate on time-outs.
+
+        ``force`` tells every stage to stop at once (the run never started properly).
+        """
+        stages = [[d for d in self.devices if d.role == role] for role in ("producer", "merger", "viewer")]
+        broken_upstream = force
+        for i, stage in enumerate(stages):
+            if i == 0 or broken_upstream:
+                for dev in stage:
+                    self.signal(dev, signal.SIGTERM)
+            if not self.wait_exit(stage, STAGE_TIMEOUT_S):
+                for dev in stage:
+                    if dev.exit_code is None:
+                        self.failures.append(f"{dev.name} did not finish within {STAGE_TIMEOUT_S:.0f} s; stopping it")
+                        self.signal(dev, signal.SIGTERM)
+                if not self.wait_exit(stage, 10.0):
+                    for dev in stage:
+                        self.signal(dev, signal.SIGKILL)
+                    self.wait_exit(stage, 10.0)
+            for dev in stage:
+                if dev.exit_code != 0 or dev.final is None:
+                    broken_upstream = True
+                    msg = f"{dev.name} ({dev.role}) ended with code {dev.exit_code} without its final report"
+                    if dev.final is None and not any(f.startswith(dev.name) for f in self.failures):
+                        self.failures.append(f"{msg}; log: {dev.log_path}")
+
+    def wait_exit(self, stage: list[Device], timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while any(d.exit_code is None for d in stage):
+            if self.interrupts > 1:
+                self.kill_all()
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self.wakeup.wait(min(remaining, 0.5))
+            self.wakeup.clear()
+        for dev in stage:  # the reader thread may still be handing over the final line
+            if dev.proc is not None:
+                dev.proc.wait()
+        return True
+
+    def close(self) -> None:
+        for client in self.clients.values():
+            client.close()
+
+
+def run_topology(topo: Topology, *, duration: float | None = None, run_id: str | None = None,
+                 runs_dir: Path = Path("runs"),
+                 on_progress: Callable[[float, float, list[dict]], None] | None = None) -> dict[str, Any]:
+    """Run a topology to completion and return its summary (see summary.build_summary)."""
+    from .summary import build_summary
+
+    run_id = run_id or f"{topo.run_id}-{compact_utc()}"
+    run_dir = runs_dir / run_id
+    if run_dir.exists():
+        raise RunError(f"run directory {run_dir} already exists; choose another --run-id")
+    run_dir.mkdir(parents=True)
+    orch = Orchestrator(topo, run_id, run_dir, on_progress)
+
+    def on_signal(signum, _frame):
+        orch.interrupts += 1
+        orch.wakeup.set()
+        if orch.interrupts > 1:
+            print("\nflowstat: second interrupt, killing every device", file=sys.stderr)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    started = time.time()
+    try:
+        try:
+            orch.start()
+        except RunError as exc:
+            orch.failures.append(str(exc))
+        except ControlError as exc:
+            orch.failures.append(f"cannot start the producers: {exc}")
+        if not orch.failures:
+            orch.run_for(duration if duration is not None else topo.duration)
+        else:
+            orch.stopped_at = orch.started_at = time.monotonic()
+        orch.stop(force=bool(orch.failures))
+    finally:
+        orch.kill_all()  # no-op when everything ended; never leave a device behind
+        orch.close()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    summary = build_summary(topo, orch, started_epoch=started)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary
+

@@ -1,0 +1,79 @@
+"""Reading a process's memory and CPU from /proc.
+
+/proc/PID/status is parsed by key, never by line number: the set and order of its lines
+changes between kernels.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+class ProcessGone(Exception):
+    """The process no longer exists (its /proc entry vanished)."""
+
+
+def status_fields(pid: int | str = "self") -> dict[str, str]:
+    """All ``Key: value`` pairs of /proc/PID/status, values stripped."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+            text = f.read()
+    except (FileNotFoundError, ProcessLookupError) as exc:
+        raise ProcessGone(f"/proc/{pid}/status: process {pid} is gone") from exc
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields[key] = value.strip()
+    return fields
+
+
+def vmrss_kb(pid: int | str = "self") -> int:
+    """Resident set size in kB, from the VmRSS line of /proc/PID/status.
+
+    Kernel threads and zombies have no VmRSS line: they hold no user memory, so 0.
+    """
+    value = status_fields(pid).get("VmRSS")
+    if value is None:
+        return 0
+    number, _, unit = value.partition(" ")
+    if unit.strip() not in ("kB", ""):
+        raise ValueError(f"/proc/{pid}/status: unexpected VmRSS unit in {value!r}")
+    return int(number)
+
+
+def raise_fd_limit() -> int:
+    """Raise the soft open-files limit to the hard limit; return the new soft limit.
+
+    A process hosting hundreds of ZeroMQ sockets needs several descriptors per socket.
+    """
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
+def die_with_parent(signum: int) -> None:
+    """Ask Linux to send ``signum`` to this process when its parent dies (no orphans).
+
+    A no-op where prctl is unavailable.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+
+
+def cpu_count() -> int:
+    return os.cpu_count() or 1
