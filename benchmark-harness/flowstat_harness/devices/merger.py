@@ -8,7 +8,9 @@ merge, and pushes the result to the viewer with the same no-loss rule as the pro
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
+import struct
 import time
 from typing import Any
 
@@ -16,22 +18,24 @@ import numpy as np
 import zmq
 
 from .. import wire
-from ..qcobjects import DTYPE, merge
+from ..qcobjects import DTYPE, Kind, merge
 from .node import Node
 
 log = logging.getLogger("flowstat.merger")
 
 RECV_BATCH = 4096  # objects read per turn before looking at the control socket again
 MERGE_TIME_WINDOW = 10  # average_merge_time covers the last 10 merges (thesis section 4.2.3)
+TTREE = int(Kind.TTree)
 
 
 class Slot:
     """Objects of one name (one descriptor) waiting to be merged."""
 
-    __slots__ = ("desc", "arrays", "sources", "entries", "n_inputs")
+    __slots__ = ("desc", "kind", "ndim", "nbytes", "arrays", "sources", "entries", "n_inputs")
 
     def __init__(self, desc):
         self.desc = desc
+        self.kind, self.ndim, self.nbytes = int(desc.kind), len(desc.shape), desc.nbytes
         self.reset()
 
     def reset(self) -> None:
@@ -128,6 +132,8 @@ class Merger(Node):
     def drain_input(self) -> None:
         """Read what is queued, up to a batch; a full batch means the merger is behind."""
         recv = self.data.recv
+        if self.first_receive is None:
+            self.first_receive = time.monotonic()
         for _ in range(RECV_BATCH):
             try:
                 buf = recv(zmq.NOBLOCK)
@@ -140,9 +146,46 @@ class Merger(Node):
             self.receive_overload_events += 1
 
     def on_message(self, buf: bytes) -> None:
+        """Take one object. The common case (an inline object of a known name from a known producer)
+        is kept short: this runs 100,000 times a second."""
+        try:
+            magic, kind, ndim, flags, source, seq, entries, _, n_inputs, name_len, _ = wire.FIXED.unpack_from(buf)
+        except struct.error:
+            self.bad_message(f"message of {len(buf)} bytes is shorter than a header")
+            return
+        local = self.local.get(source)
+        if magic != wire.MAGIC or local is None or flags & (wire.FLAG_EOS | wire.FLAG_PAYLOAD_FRAME):
+            self.on_unusual_message(buf)
+            return
+        offset = (wire.FIXED.size + ndim * (4 if kind == TTREE else 20) + name_len + 7) & ~7
+        slot = self.slots.get(buf[wire.FIXED.size:offset])
+        if slot is None or slot.kind != kind or slot.ndim != ndim or len(buf) - offset != slot.nbytes:
+            self.on_unusual_message(buf)
+            return
+        self.take(slot, local, seq, entries, n_inputs, np.frombuffer(buf, DTYPE, offset=offset), len(buf))
+
+    def take(self, slot: Slot, local: int, seq: int, entries: float, n_inputs: int, data: np.ndarray,
+             nbytes: int) -> None:
+        if self.expected[local] == seq:
+            self.expected[local] = seq + 1
+        else:
+            self.check_sequence(local, seq)
+        self.received[local] += 1
+        self.objects_received += 1
+        self.bytes_received += nbytes
+        arrays = slot.arrays
+        arrays.append(data)
+        slot.sources.append(local)
+        slot.entries += entries
+        slot.n_inputs += n_inputs
+        if len(arrays) >= self.required:
+            self.merge_slot(slot)
+
+    def on_unusual_message(self, buf: bytes) -> None:
+        """End-of-stream markers, separate payload frames, new names, and anything malformed."""
         frames = [buf]
         if self.data.getsockopt(zmq.RCVMORE):
-            frames.extend(self.data.recv_multipart(copy=False))
+            frames.extend(f.buffer for f in self.data.recv_multipart(copy=False))
         try:
             h = wire.decode_header(buf)
         except wire.WireError as exc:
@@ -157,29 +200,15 @@ class Merger(Node):
         if h.flags & wire.FLAG_EOS:
             self.on_eos(local, h.seq)
             return
-        slot = self.slots.get(h.desc_key)
         try:
+            slot = self.slots.get(h.desc_key[2:]) or self.new_slot(h.desc_key)
             if slot is None:
-                slot = self.new_slot(h.desc_key)
-            data = wire.payload_array(slot.desc, h, [f.buffer if isinstance(f, zmq.Frame) else f for f in frames])
+                return
+            data = wire.payload_array(slot.desc, h, frames).reshape(-1)
         except (wire.WireError, ValueError) as exc:
             self.bad_message(str(exc))
             return
-        if slot is None:
-            return
-        now = time.monotonic()
-        if self.first_receive is None:
-            self.first_receive = now
-        self.check_sequence(local, h.seq)
-        self.received[local] += 1
-        self.objects_received += 1
-        self.bytes_received += len(buf) + (data.nbytes if len(frames) > 1 else 0)
-        slot.arrays.append(data)
-        slot.sources.append(local)
-        slot.entries += h.entries
-        slot.n_inputs += h.n_inputs
-        if len(slot.arrays) >= self.required:
-            self.merge_slot(slot)
+        self.take(slot, local, h.seq, h.entries, h.n_inputs, data, sum(len(f) for f in frames))
 
     def new_slot(self, key: bytes) -> Slot | None:
         desc = wire.parse_descriptor(key)
@@ -190,7 +219,7 @@ class Merger(Node):
             log.error("%s: object %r arrives with another binning; it cannot be merged", self.node_id, desc.name)
             return None
         self.names_by_key[name] = key
-        slot = self.slots[key] = Slot(desc)
+        slot = self.slots[key[2:]] = Slot(desc)
         return slot
 
     def bad_message(self, why: str) -> None:
@@ -224,9 +253,14 @@ class Merger(Node):
 
     # -- merging and sending --------------------------------------------------------------------
     def merge_slot(self, slot: Slot) -> None:
+        desc = slot.desc
+        is_tree = desc.kind is Kind.TTree
+        arrays = [a.reshape(desc.shape) for a in slot.arrays] if is_tree else slot.arrays
         t0 = time.perf_counter_ns()
-        result = merge(slot.desc, slot.arrays)
+        result = merge(desc, arrays)
         elapsed_ms = (time.perf_counter_ns() - t0) / 1e6
+        # Histograms keep their shape; a merged tree holds the entries of all its inputs.
+        out_desc = dataclasses.replace(desc, shape=result.shape) if is_tree else desc
         self.merge_times.append(elapsed_ms)
         self.merge_time_total_ms += elapsed_ms
         merged_in = self.merged_in
@@ -234,7 +268,7 @@ class Merger(Node):
             merged_in[s] += 1
         self.objects_merged += len(slot.arrays)
         self.entries_merged += slot.entries
-        frames = wire.encode(slot.desc, result, source=self.index, seq=self.merges, entries=slot.entries,
+        frames = wire.encode(out_desc, result.reshape(out_desc.shape), source=self.index, seq=self.merges, entries=slot.entries,
                              n_inputs=slot.n_inputs, flags=wire.FLAG_MERGED, t_sent=time.time())
         self.merges += 1
         self.last_merge = time.monotonic()

@@ -59,6 +59,7 @@ class Producer(Node):
             self.channels.append(Channel(pid, sock, (i / len(ids)) / self.rate if self.rate else 0.0))
         self.t0 = 0.0
         self.message_bytes = self.pool[0][0].nbytes
+        self.inline = self.pool[0][0].payload is None
         self.entries_per_object = self.pool[0][0].entries
 
     # -- metrics --------------------------------------------------------------------------------
@@ -87,7 +88,6 @@ class Producer(Node):
         variants = self.pool[ch.seq % names]
         obj: PooledObject = variants[(ch.seq // names + ch.producer_id) % len(variants)]
         wire.SOURCE_SEQ.pack_into(obj.header, wire.OFF_SOURCE, ch.producer_id, ch.seq)
-        wire.T_SENT.pack_into(obj.header, wire.OFF_T_SENT, time.time())
         if obj.payload is None:
             return [obj.header]
         return [bytes(obj.header), obj.payload]
@@ -123,22 +123,41 @@ class Producer(Node):
     def send_due(self, now: float) -> float:
         """Send every object due by ``now``; return when the next one is due (monotonic s)."""
         next_due = now + 0.1
+        rate, t0 = self.rate, self.t0
         for ch in self.channels:
-            if not self.retry_pending(ch):
+            if ch.pending is not None and not self.retry_pending(ch):
                 continue
-            if self.rate:
-                owed = int((now - self.t0 - ch.phase) * self.rate) + 1
-            else:
-                owed = ch.seq + UNLIMITED_BATCH
-            while ch.seq < owed:
-                frames = self.object_frames(ch)
-                ch.seq += 1
-                if not self.try_send(ch, frames):
-                    self.refused(ch, frames)
-                    break
-            if self.rate and ch.pending is None:
-                next_due = min(next_due, self.t0 + ch.phase + ch.seq / self.rate)
-        return next_due if self.rate else now
+            owed = int((now - t0 - ch.phase) * rate) + 1 if rate else ch.seq + UNLIMITED_BATCH
+            if ch.seq < owed:
+                self.send_owed(ch, owed)
+            if rate and ch.pending is None:
+                next_due = min(next_due, t0 + ch.phase + ch.seq / rate)
+        return next_due if rate else now
+
+    def send_owed(self, ch: Channel, owed: int) -> None:
+        """Send ``ch``'s objects up to sequence ``owed``, stopping at the first refusal."""
+        if self.inline:
+            # The common case, kept lean: patch the pooled message and let ZeroMQ copy it.
+            variants, pack_into, send, pid = self.pool[0], wire.SOURCE_SEQ.pack_into, ch.sock.send, ch.producer_id
+            nvar, names = len(variants), len(self.pool)
+            if names == 1:
+                while ch.seq < owed:
+                    header = variants[(ch.seq + pid) % nvar].header
+                    pack_into(header, wire.OFF_SOURCE, pid, ch.seq)
+                    try:
+                        send(header, zmq.NOBLOCK, copy=True)
+                    except zmq.Again:
+                        self.refused(ch, [header])
+                        ch.seq += 1
+                        return
+                    ch.seq += 1
+                return
+        while ch.seq < owed:
+            frames = self.object_frames(ch)
+            ch.seq += 1
+            if not self.try_send(ch, frames):
+                self.refused(ch, frames)
+                return
 
     def wait(self, until: float) -> None:
         """Sleep until ``until`` or a control request or a refused object can go, whichever first."""
