@@ -38,6 +38,7 @@ OFF_SOURCE = 8
 FLAG_EOS = 1  # end of stream: no more objects from this source
 FLAG_PAYLOAD_FRAME = 2  # the payload is frame 1, not inline
 FLAG_MERGED = 4  # a merger's output
+KNOWN_FLAGS = FLAG_EOS | FLAG_PAYLOAD_FRAME | FLAG_MERGED
 INLINE_LIMIT = 64 * 1024  # payloads above this travel as their own zero-copy frame
 MAX_NDIM = 8
 MAX_NAME = 256
@@ -112,7 +113,11 @@ def decode_header(buf) -> Header:
     magic, kind, ndim, flags, source, seq, entries, t_sent, n_inputs, name_len, _ = FIXED.unpack_from(buf)
     if magic != MAGIC:
         raise WireError(f"bad magic {bytes(magic)!r} (expected {MAGIC!r})")
+    if flags & ~KNOWN_FLAGS:
+        raise WireError(f"unknown flags {flags:#x}")
     if flags & FLAG_EOS:
+        if kind or ndim or name_len:
+            raise WireError("end-of-stream marker with an object descriptor")
         return Header(0, flags, source, seq, 0.0, t_sent, 0, b"", FIXED.size)
     if kind not in Kind._value2member_map_ or not 1 <= ndim <= MAX_NDIM or name_len > MAX_NAME:
         raise WireError(f"bad kind {kind}, rank {ndim} or name length {name_len}")

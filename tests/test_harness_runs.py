@@ -1,0 +1,241 @@
+"""Real topologies: separate processes, real ZeroMQ sockets on loopback, a few seconds each."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import uproot
+
+from conftest import TOPOLOGIES, pid_alive, topology_dict
+from flowstat_harness.control import ControlClient
+from flowstat_harness.orchestrator import Orchestrator, run_topology
+from flowstat_harness.topology import from_dict
+
+pytestmark = pytest.mark.integration
+
+
+def assert_no_loss(summary):
+    c = summary["conservation"]
+    assert c["ok"], (c, summary["failures"])
+    assert summary["ok"] and not summary["failures"]
+    assert c["objects_sent"] == c["objects_received"] == c["objects_merged_in"] > 0
+    assert c["sequence_gaps"] == 0 and c["reordered_objects"] == 0
+    assert c["entries_sent"] == c["entries_at_viewer"]
+
+
+def test_small_run_loses_nothing_and_writes_root(runs_dir):
+    topo = from_dict(topology_dict(duration=3, object={"type": "TH1F", "size": "1kB"},
+                                   producers={"count": 4, "rate": 200}))
+    s = run_topology(topo, runs_dir=runs_dir)
+    assert_no_loss(s)
+    # about 4 x 200 x 3 objects: the pacing holds the rate
+    assert 0.8 * 2400 <= s["conservation"]["objects_sent"] <= 1.1 * 2400
+    merger = next(n for n in s["nodes"] if n["role"] == "merger")
+    assert merger["merges"] * 4 >= merger["objects_merged"] - 3
+    with uproot.open(s["viewer_output"]) as f:
+        h = f["TH1F_0"]
+        assert f.classnames()["TH1F_0;1"] == "TH1F"
+        values = h.values(flow=True)
+        # the latest merged object: 4 producers x 1000 Gaussian entries, peaked at 0
+        assert values.sum() == pytest.approx(4000)
+        assert values[len(values) // 2] > values[5]
+    assert json.loads((runs_dir / s["run_id"] / "summary.json").read_text())["ok"]
+
+
+def test_buffer_of_one_overloads_and_still_loses_nothing(runs_dir):
+    topo = from_dict(topology_dict(duration=3, buffer_size=1, producers={"count": 4, "rate": 3000}))
+    s = run_topology(topo, runs_dir=runs_dir)
+    assert_no_loss(s)
+    producers = [n for n in s["nodes"] if n["role"] == "producer"]
+    assert sum(p["send_overload_events"] for p in producers) > 0
+
+
+@pytest.mark.parametrize("kind", ["TH2F", "TH3F", "THnF", "TTree"])
+def test_every_object_type_runs_without_loss(runs_dir, kind):
+    topo = from_dict(topology_dict(duration=2, object={"type": kind, "size": "20kB"},
+                                   producers={"count": 3, "rate": 50}))
+    s = run_topology(topo, runs_dir=runs_dir)
+    assert_no_loss(s)
+    with uproot.open(s["viewer_output"]) as f:
+        obj = f[f"{kind}_0"]
+        if kind == "TTree":
+            assert obj.num_entries > 0 and len(obj.keys()) == 11
+        else:
+            assert obj.values(flow=True).sum() > 0
+
+
+def test_large_objects_take_the_zero_copy_path(runs_dir):
+    topo = from_dict(topology_dict(duration=2, object={"type": "TH1F", "size": "500kB"},
+                                   producers={"count": 2, "rate": 20}))
+    s = run_topology(topo, runs_dir=runs_dir)
+    assert_no_loss(s)
+    merger = next(n for n in s["nodes"] if n["role"] == "merger")
+    assert merger["bytes_received"] >= 500_000 * merger["objects_received"]
+
+
+def test_producers_split_over_explicit_mergers(runs_dir):
+    topo = from_dict(topology_dict(duration=2, producers={"count": 6, "rate": 100, "processes": 2},
+                                   mergers=[{"id": "left", "producers": "0-3"}, {"id": "right", "producers": "4-5"}]))
+    s = run_topology(topo, runs_dir=runs_dir)
+    assert_no_loss(s)
+    mergers = {n["node_id"]: n for n in s["nodes"] if n["role"] == "merger"}
+    assert set(mergers) == {"left", "right"}
+    # each merger merges groups as large as its own producer count
+    assert mergers["left"]["objects_merged"] / mergers["left"]["merges"] == pytest.approx(4, rel=0.05)
+
+
+def test_five_hundred_producers_at_100_per_second_on_one_merger(runs_dir):
+    topo = from_dict(topology_dict(duration=5, buffer_size=100000, producers={"count": 500, "rate": 100}))
+    s = run_topology(topo, runs_dir=runs_dir)
+    assert_no_loss(s)
+    assert s["conservation"]["objects_sent"] >= 0.9 * 500 * 100 * 5
+
+
+class TestControlChannel:
+    @pytest.fixture
+    def running(self, runs_dir):
+        topo = from_dict(topology_dict(duration=30, producers={"count": 2, "rate": 100}))
+        orch = Orchestrator(topo, "ctl-test", runs_dir / "ctl-test")
+        orch.start()
+        yield orch
+        orch.stop()
+        orch.kill_all()
+        orch.close()
+
+    def merger_client(self, orch):
+        return ControlClient(next(d for d in orch.devices if d.role == "merger").ready["control"])
+
+    def test_check_state_and_get_metrics_fields(self, running):
+        client = self.merger_client(running)
+        state = client.request("check-state")
+        for key in ("command", "node_id", "node_state", "PID", "request_timestamp", "response_timestamp",
+                    "receive_buffer_size", "receive_buffer_overloaded", "send_buffer_size", "send_buffer_overloaded"):
+            assert key in state
+        assert state["command"] == "check-state" and state["node_state"] == "RUNNING"
+        assert isinstance(state["PID"], int) and isinstance(state["receive_buffer_overloaded"], bool)
+        assert state["receive_buffer_size"] == 100
+        assert state["request_timestamp"].endswith("Z") and len(state["request_timestamp"]) == 24
+        client.request("get-metrics")
+        # wait for real merges rather than for a fixed time
+        deadline = time.monotonic() + 10
+        while (m := client.request("get-metrics"))["objects_merged"] < 100 and time.monotonic() < deadline:
+            running.wakeup.wait(0.2)
+        assert m["objects_merged"] >= 100
+        assert m["VmRSS"] > 1000 and isinstance(m["VmRSS"], int)
+        assert m["cpu_clock"] > 0 and m["merged_objects_per_second"] > 0
+        assert isinstance(m["average_merge_time"], float) and m["average_merge_time"] > 0
+        assert m["PID"] == next(d for d in running.devices if d.role == "merger").proc.pid
+        for key in ("objects_received", "objects_merged", "bytes_received", "backlog", "sequence_gaps",
+                    "send_overload_events", "merges"):
+            assert isinstance(m[key], int)
+        client.close()
+
+    def test_bad_requests_get_json_errors_and_the_node_keeps_running(self, running):
+        client = self.merger_client(running)
+        for raw in (b"not json", b"[]", b'{"command": 5}', b'{"command": "self-destruct"}', b"\xff" * 100):
+            reply = json.loads(client.request_raw(raw))
+            assert "error" in reply and reply["node_id"]
+        assert client.request("check-state")["node_state"] == "RUNNING"
+        assert client.request("get-metrics")["control_errors"] == 5
+        client.close()
+
+    def test_garbage_on_the_data_socket_is_counted(self, running):
+        import zmq
+        merger = next(d for d in running.devices if d.role == "merger")
+        ctx = zmq.Context.instance()
+        push = ctx.socket(zmq.PUSH)
+        push.setsockopt(zmq.LINGER, 1000)
+        push.connect(merger.ready["data"])
+        for blob in (b"junk", os.urandom(300), b"FSQ1" + bytes(40)):
+            push.send(blob)
+        push.close()
+        client = self.merger_client(running)
+        deadline = time.monotonic() + 10
+        while (m := client.request("get-metrics"))["malformed_messages"] < 3 and time.monotonic() < deadline:
+            running.wakeup.wait(0.1)
+        assert m["malformed_messages"] == 3 and m["node_state"] == "RUNNING"
+        client.close()
+
+
+def run_cli(args, **kw):
+    return subprocess.run([sys.executable, "-m", "flowstat.cli", *args], capture_output=True, text=True, **kw)
+
+
+def test_malformed_topology_is_refused_before_anything_starts(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("run_id: x\nobject: {type: TH1F, size: 1kB}\nproducers: {count: 2}\nmergers: 5\n")
+    result = run_cli(["run", str(bad), "--runs-dir", str(tmp_path / "runs")], timeout=60)
+    assert result.returncode == 2
+    assert "mergers: expected 1 to 2 mergers" in result.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_cli_json_summary(tmp_path):
+    result = run_cli(["run", str(TOPOLOGIES / "smoke.yaml"), "--duration", "2", "--json",
+                      "--runs-dir", str(tmp_path)], timeout=120)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert_no_loss(summary)
+
+
+def wait_for_file(path, proc, timeout=60):
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)  # polling for a file that a real process writes
+
+
+def test_ctrl_c_stops_everything_cleanly(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "flowstat.cli", "run", str(TOPOLOGIES / "smoke.yaml"),
+                             "--duration", "60", "--run-id", "int", "--runs-dir", str(tmp_path), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    endpoints = tmp_path / "int" / "endpoints.json"
+    wait_for_file(endpoints, proc)
+    pids = [n["pid"] for n in json.loads(endpoints.read_text())["nodes"]]
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1  # interrupted runs are not clean runs
+    summary = json.loads(out)
+    assert "interrupted by the user" in summary["failures"]
+    # the graceful stop still drained everything: nothing lost
+    assert summary["conservation"]["ok"], summary["conservation"]
+    assert not any(pid_alive(p) for p in pids)
+
+
+def test_a_crashed_device_stops_the_run_and_leaves_no_orphans(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "flowstat.cli", "run", str(TOPOLOGIES / "smoke.yaml"),
+                             "--duration", "60", "--run-id", "crash", "--runs-dir", str(tmp_path), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    endpoints = tmp_path / "crash" / "endpoints.json"
+    wait_for_file(endpoints, proc)
+    nodes = json.loads(endpoints.read_text())["nodes"]
+    merger = next(n for n in nodes if n["role"] == "merger")
+    os.kill(merger["pid"], signal.SIGKILL)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    summary = json.loads(out)
+    assert any("merger-0" in f and "code -9" in f for f in summary["failures"]), summary["failures"]
+    assert not any(pid_alive(n["pid"]) for n in nodes)
+
+
+def test_killing_the_orchestrator_leaves_no_orphans(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "flowstat.cli", "run", str(TOPOLOGIES / "smoke.yaml"),
+                             "--duration", "60", "--run-id", "orphan", "--runs-dir", str(tmp_path), "--quiet"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    endpoints = tmp_path / "orphan" / "endpoints.json"
+    wait_for_file(endpoints, proc)
+    pids = [n["pid"] for n in json.loads(endpoints.read_text())["nodes"]]
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 30
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)  # waiting on the kernel to deliver SIGTERM and the devices to drain
+    assert not any(pid_alive(p) for p in pids)

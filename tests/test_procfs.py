@@ -1,0 +1,41 @@
+import os
+import subprocess
+import sys
+
+import pytest
+
+from flowstat.procfs import ProcessGone, status_fields, vmrss_kb
+from flowstat.units import parse_size
+
+
+def test_vmrss_of_self_grows_with_allocation():
+    before = vmrss_kb()
+    block = bytearray(64 * 1024 * 1024)
+    block[::4096] = b"x" * len(block[::4096])  # touch every page
+    after = vmrss_kb(os.getpid())
+    assert after - before > 50_000
+    del block
+
+
+def test_status_is_parsed_by_key():
+    fields = status_fields()
+    assert fields["Pid"] == str(os.getpid()) and "VmRSS" in fields
+
+
+def test_dead_process_is_reported():
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    with pytest.raises(ProcessGone, match=str(proc.pid)):
+        vmrss_kb(proc.pid)
+
+
+@pytest.mark.parametrize("text,value", [("1kB", 1000), ("500 kB", 500_000), ("5MB", 5_000_000),
+                                        ("64KiB", 65536), (1234, 1234), ("2.5MB", 2_500_000)])
+def test_parse_size(text, value):
+    assert parse_size(text) == value
+
+
+@pytest.mark.parametrize("bad", ["", "1 parsec", "-5kB", 0, True, None])
+def test_parse_size_rejects(bad):
+    with pytest.raises(ValueError):
+        parse_size(bad)

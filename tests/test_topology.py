@@ -1,0 +1,82 @@
+import pytest
+
+from conftest import TOPOLOGIES, topology_dict
+from flowstat_harness.topology import TopologyError, from_dict, load
+
+
+def test_shipped_topologies_are_valid():
+    paths = sorted(TOPOLOGIES.glob("*.yaml"))
+    assert len(paths) >= 6
+    for path in paths:
+        load(path)
+
+
+def test_thesis_scenarios_are_there():
+    t = load(TOPOLOGIES / "thesis-5.1-buffer-1.yaml")
+    assert (t.n_producers, t.buffer_size, t.obj.kind.name, t.obj.nbytes) == (4, 1, "TH1F", 1000)
+    t = load(TOPOLOGIES / "thesis-5.3-500kB-TH1F.yaml")
+    assert t.n_producers == 20 and abs(t.obj.nbytes - 500_000) < 10
+    for m in (1, 2, 4):
+        t = load(next(TOPOLOGIES.glob(f"thesis-5.5-500-producers-{m}-merger*.yaml")))
+        assert t.n_producers == 500 and len(t.mergers) == m and t.rate == 100
+        assert sorted(p for spec in t.mergers for p in spec.producers) == list(range(500))
+
+
+def test_even_split_and_explicit_assignment():
+    t = from_dict(topology_dict(producers={"count": 10}, mergers=3))
+    assert [len(m.producers) for m in t.mergers] == [3, 4, 3]
+    t = from_dict(topology_dict(producers={"count": 6}, mergers=[
+        {"id": "a", "producers": "0-1,5"}, {"id": "b", "producers": [2, 3, "4"]}]))
+    assert t.mergers[0].producers == (0, 1, 5) and t.merger_of()[4] == 1
+
+
+@pytest.mark.parametrize("change,field", [
+    ({"object": {"type": "TH5F", "size": "1kB"}}, "object.type"),
+    ({"object": {"type": "TH1F", "size": "big"}}, "object.size"),
+    ({"object": {"type": "TH1F"}}, "object"),
+    ({"object": {"type": "TH2F", "bins": [10]}}, "object.bins"),
+    ({"buffer_size": 0}, "buffer_size"),
+    ({"buffer_size": "1"}, "buffer_size"),
+    ({"duration": -1}, "duration"),
+    ({"producers": {"count": 0}}, "producers.count"),
+    ({"producers": {"count": 2, "rate": -5}}, "producers.rate"),
+    ({"producers": {"count": 2, "colour": 1}}, "producers.colour"),
+    ({"mergers": 9}, "mergers"),
+    ({"mergers": [{"producers": "0-1"}, {"producers": "1-3"}]}, "mergers[1].producers"),
+    ({"mergers": [{"producers": "0-2"}]}, "mergers"),
+    ({"mergers": [{"producers": "0-9"}]}, "mergers[0].producers"),
+    ({"run_id": "no spaces please"}, "run_id"),
+    ({"typo_field": 1}, "typo_field"),
+])
+def test_errors_name_the_field(change, field):
+    with pytest.raises(TopologyError) as err:
+        from_dict(topology_dict(**change), "t.yaml")
+    assert f"t.yaml: {field}:" in str(err.value)
+
+
+def test_missing_required_fields():
+    data = topology_dict()
+    del data["producers"]
+    with pytest.raises(TopologyError, match="producers: required"):
+        from_dict(data)
+
+
+def test_bad_yaml_names_line(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("run_id: x\nobject: {type: TH1F\n")
+    with pytest.raises(TopologyError, match=r"bad.yaml: line \d+"):
+        load(p)
+
+
+def test_not_a_mapping(tmp_path):
+    p = tmp_path / "list.yaml"
+    p.write_text("- 1\n- 2\n")
+    with pytest.raises(TopologyError, match="expected a mapping"):
+        load(p)
+
+
+def test_producer_processes_split_evenly():
+    t = from_dict(topology_dict(producers={"count": 500, "rate": 100}))
+    groups = t.producer_groups()
+    assert len(groups) == 2 and sum(map(len, groups)) == 500
+    assert sorted(p for g in groups for p in g) == list(range(500))
