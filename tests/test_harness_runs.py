@@ -185,6 +185,16 @@ def test_cli_json_summary(tmp_path):
     assert_no_loss(summary)
 
 
+def start_background_run(tmp_path, run_id, *extra):
+    """A `flowstat run` of the smoke topology in the background; returns it and its nodes once running."""
+    proc = subprocess.Popen([sys.executable, "-m", "flowstat.cli", "run", str(TOPOLOGIES / "smoke.yaml"),
+                             "--duration", "60", "--run-id", run_id, "--runs-dir", str(tmp_path), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    endpoints = tmp_path / run_id / "endpoints.json"
+    wait_for_file(endpoints, proc)
+    return proc, json.loads(endpoints.read_text())["nodes"]
+
+
 def wait_for_file(path, proc, timeout=60):
     deadline = time.monotonic() + timeout
     while not path.exists():
@@ -194,12 +204,8 @@ def wait_for_file(path, proc, timeout=60):
 
 
 def test_ctrl_c_stops_everything_cleanly(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "flowstat.cli", "run", str(TOPOLOGIES / "smoke.yaml"),
-                             "--duration", "60", "--run-id", "int", "--runs-dir", str(tmp_path), "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    endpoints = tmp_path / "int" / "endpoints.json"
-    wait_for_file(endpoints, proc)
-    pids = [n["pid"] for n in json.loads(endpoints.read_text())["nodes"]]
+    proc, nodes = start_background_run(tmp_path, "int", "--json")
+    pids = [n["pid"] for n in nodes]
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1  # interrupted runs are not clean runs
@@ -211,12 +217,7 @@ def test_ctrl_c_stops_everything_cleanly(tmp_path):
 
 
 def test_a_crashed_device_stops_the_run_and_leaves_no_orphans(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "flowstat.cli", "run", str(TOPOLOGIES / "smoke.yaml"),
-                             "--duration", "60", "--run-id", "crash", "--runs-dir", str(tmp_path), "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    endpoints = tmp_path / "crash" / "endpoints.json"
-    wait_for_file(endpoints, proc)
-    nodes = json.loads(endpoints.read_text())["nodes"]
+    proc, nodes = start_background_run(tmp_path, "crash", "--json")
     merger = next(n for n in nodes if n["role"] == "merger")
     os.kill(merger["pid"], signal.SIGKILL)
     out, _ = proc.communicate(timeout=120)
@@ -227,12 +228,8 @@ def test_a_crashed_device_stops_the_run_and_leaves_no_orphans(tmp_path):
 
 
 def test_killing_the_orchestrator_leaves_no_orphans(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "flowstat.cli", "run", str(TOPOLOGIES / "smoke.yaml"),
-                             "--duration", "60", "--run-id", "orphan", "--runs-dir", str(tmp_path), "--quiet"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    endpoints = tmp_path / "orphan" / "endpoints.json"
-    wait_for_file(endpoints, proc)
-    pids = [n["pid"] for n in json.loads(endpoints.read_text())["nodes"]]
+    proc, nodes = start_background_run(tmp_path, "orphan", "--quiet")
+    pids = [n["pid"] for n in nodes]
     proc.kill()
     proc.wait()
     deadline = time.monotonic() + 30

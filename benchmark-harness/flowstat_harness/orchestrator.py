@@ -209,10 +209,14 @@ class Orchestrator:
         """
         stages = [[d for d in self.devices if d.role == role] for role in ("producer", "merger", "viewer")]
         broken_upstream = force
+        # With a device already dead, producers cannot deliver everything: a second SIGTERM tells
+        # them to stop retrying and report what they could not send.
+        patience = 1 if not (force or self.crashed()) else 2
         for i, stage in enumerate(stages):
             if i == 0 or broken_upstream:
                 for dev in stage:
-                    self.signal(dev, signal.SIGTERM)
+                    for _ in range(patience):
+                        self.signal(dev, signal.SIGTERM)
             if not self.wait_exit(stage, STAGE_TIMEOUT_S):
                 for dev in stage:
                     if dev.exit_code is None:

@@ -303,17 +303,7 @@ class Merger(Node):
         return self.eos_seen == len(self.producers)
 
     def run(self) -> int:
-        self.state = "RUNNING"
-        self.emit("ready", control=self.control_endpoint, data=self.data_endpoint)
-        poller = zmq.Poller()
-        poller.register(self.data, zmq.POLLIN)
-        poller.register(self.control, zmq.POLLIN)
-        while not self.all_ended() and not self.stop_requested:
-            events = dict(poller.poll(500))
-            if self.control in events:
-                self.serve_control()
-            if self.data in events:
-                self.drain_input()
+        self.receive_until(self.data, self.drain_input, self.all_ended)
         if self.stop_requested:  # asked to stop early: keep what already arrived
             self.recv_is_overloaded = False
             self.drain_input()

@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 import zmq
 
@@ -36,6 +36,7 @@ class Node:
         self.host: str = config.get("host", "127.0.0.1")
         self.state = "STARTING"
         self.stop_requested = False
+        self.stop_signals = 0  # a second stop request means: do not wait for downstream any more
         self.ctx = zmq.Context()
         self.ctx.setsockopt(zmq.LINGER, 60_000)  # let queued objects go at exit, but never hang forever
         self.ctx.set(zmq.MAX_SOCKETS, 65536)
@@ -47,6 +48,7 @@ class Node:
         self.receive_buffer_size: int | None = None
         self.send_buffer_size: int | None = None
         self.control_errors = 0
+        self.data_endpoint: str | None = None
 
     # -- set-up ---------------------------------------------------------------------------------
     def bind(self, sock: zmq.Socket, port: int = 0) -> str:
@@ -74,6 +76,7 @@ class Node:
 
     def request_stop(self) -> None:
         self.stop_requested = True
+        self.stop_signals += 1
 
     # -- control channel ------------------------------------------------------------------------
     def serve_control(self) -> None:
@@ -101,6 +104,23 @@ class Node:
         reply["request_timestamp"] = received
         reply["response_timestamp"] = iso_utc_ms()
         return reply
+
+    def receive_until(self, data: zmq.Socket, read: Callable[[], None], done: Callable[[], bool],
+                      every_turn: Callable[[], None] | None = None, poll_ms: int = 200) -> None:
+        """Report ready, then answer control requests and read ``data`` until ``done()`` or a stop."""
+        self.state = "RUNNING"
+        self.emit("ready", control=self.control_endpoint, data=self.data_endpoint)
+        poller = zmq.Poller()
+        poller.register(data, zmq.POLLIN)
+        poller.register(self.control, zmq.POLLIN)
+        while not done() and not self.stop_requested:
+            events = dict(poller.poll(poll_ms))
+            if self.control in events:
+                self.serve_control()
+            if data in events:
+                read()
+            if every_turn is not None:
+                every_turn()
 
     def on_start(self) -> dict:
         return self.state_fields()

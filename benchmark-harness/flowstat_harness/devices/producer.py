@@ -58,6 +58,7 @@ class Producer(Node):
             # Stagger the producers over one period so that they do not all send at once.
             self.channels.append(Channel(pid, sock, (i / len(ids)) / self.rate if self.rate else 0.0))
         self.t0 = 0.0
+        self.undelivered = 0
         self.message_bytes = self.pool[0][0].nbytes
         self.inline = self.pool[0][0].payload is None
         self.entries_per_object = self.pool[0][0].entries
@@ -71,6 +72,7 @@ class Producer(Node):
             "bytes_sent": sent * self.message_bytes,
             "send_overload_events": sum(c.overload_events for c in self.channels),
             "pending_objects": sum(1 for c in self.channels if c.pending is not None),
+            "undelivered_objects": self.undelivered,
         }
 
     def send_overloaded(self) -> bool:
@@ -170,10 +172,14 @@ class Producer(Node):
         poller.poll(timeout_ms)
 
     def drain(self) -> None:
-        """Send what the buffers refused, then an end-of-stream marker on every channel."""
+        """Send what the buffers refused, then an end-of-stream marker on every channel.
+
+        A second stop request abandons what is still refused (its merger is gone): those objects
+        are reported as undelivered rather than waited for.
+        """
         self.state = "DRAINING"
         eos_queued = [False] * len(self.channels)
-        while True:
+        while self.stop_signals < 2:
             waiting = False
             for i, ch in enumerate(self.channels):
                 if not self.retry_pending(ch):
@@ -189,6 +195,8 @@ class Producer(Node):
                 return
             self.serve_control()
             self.wait(time.monotonic() + 0.1)
+        self.undelivered = sum(1 for ch in self.channels if ch.pending is not None)
+        log.error("%s: stopped while %d objects were still refused by their mergers", self.node_id, self.undelivered)
 
     def run(self) -> int:
         self.state = "READY"
@@ -210,6 +218,6 @@ class Producer(Node):
                   per_producer=[{"producer": c.producer_id, "sent": c.seq, "overload_events": c.overload_events}
                                 for c in self.channels])
         for ch in self.channels:
-            ch.sock.close()  # context linger: queued objects still go
+            ch.sock.close(0 if self.undelivered else None)  # linger: queued objects still go
         self.close()
         return 0

@@ -105,27 +105,22 @@ class Viewer(Node):
             self.write_errors += 1
             log.error("%s: cannot write %s: %s", self.node_id, self.output, exc)
 
+    def read_batch(self) -> None:
+        for _ in range(256):
+            try:
+                frames = self.data.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            self.on_message(frames)
+
+    def write_when_due(self) -> None:
+        if time.monotonic() >= self.next_write:
+            self.write()
+            self.next_write = time.monotonic() + self.write_interval
+
     def run(self) -> int:
-        self.state = "RUNNING"
-        self.emit("ready", control=self.control_endpoint, data=self.data_endpoint)
-        poller = zmq.Poller()
-        poller.register(self.data, zmq.POLLIN)
-        poller.register(self.control, zmq.POLLIN)
-        next_write = time.monotonic() + self.write_interval
-        while not all(self.eos) and not self.stop_requested:
-            events = dict(poller.poll(200))
-            if self.control in events:
-                self.serve_control()
-            if self.data in events:
-                for _ in range(256):
-                    try:
-                        frames = self.data.recv_multipart(zmq.NOBLOCK, copy=False)
-                    except zmq.Again:
-                        break
-                    self.on_message(frames)
-            if time.monotonic() >= next_write:
-                self.write()
-                next_write = time.monotonic() + self.write_interval
+        self.next_write = time.monotonic() + self.write_interval
+        self.receive_until(self.data, self.read_batch, lambda: all(self.eos), self.write_when_due)
         self.state = "DRAINING"
         self.write()
         self.state = "STOPPED"
