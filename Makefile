@@ -6,7 +6,6 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-SOURCES := $(shell find src benchmark-harness -name '*.py' -o -name '*.yaml' 2>/dev/null)
 
 .PHONY: help demo test bench install clean
 
@@ -35,7 +34,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -ra
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/run_benchmarks.py
+	$(BIN)/python benchmarks/run_benchmarks.py --full
 
 clean:
 	rm -rf $(VENV) .cache runs .pytest_cache

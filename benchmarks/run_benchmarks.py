@@ -174,6 +174,7 @@ def bench_scale(runs_dir: Path, seconds: float, mergers: int) -> dict:
             "backlog_first_half_max": max(backlog[:half]) if half else None,
             "backlog_second_half_max": max(backlog[half:]) if backlog else None,
             "merger_vmrss_kb_first": rss[0] if rss else None, "merger_vmrss_kb_last": rss[-1] if rss else None,
+            "merger_vmrss_kb_max": max(rss) if rss else None,
             "thesis_merged_per_s": THESIS["merged_per_s_500_producers_1_merger"] if mergers == 1 else None,
             "online": s["conservation"]["ok"] and merged_rate >= 0.97 * 50_000}
 

@@ -184,7 +184,7 @@ class Orchestrator:
 
     def run_for(self, duration: float) -> None:
         deadline = self.started_at + duration
-        next_progress = time.monotonic()
+        next_progress = self.started_at + 1.0  # a first sample would measure start-up, not the run
         while not self.interrupts:
             now = time.monotonic()
             if now >= deadline:
