@@ -59,11 +59,23 @@ class Device:
             return "(no log)"
 
 
+@dataclass
+class AgentOptions:
+    """The Python agent that watches every run (``flowstat run`` starts it unless told not to)."""
+
+    enabled: bool = True
+    interval_s: float = 1.0
+    sinks: list[str] = field(default_factory=list)
+
+
 class Orchestrator:
     def __init__(self, topo: Topology, run_id: str, run_dir: Path,
-                 on_progress: Callable[[float, float, list[dict]], None] | None = None):
+                 on_progress: Callable[[float, float, list[dict]], None] | None = None,
+                 agent: AgentOptions | None = None):
         self.topo, self.run_id, self.run_dir = topo, run_id, run_dir
         self.on_progress = on_progress
+        self.agent_options = agent or AgentOptions(enabled=False)
+        self.agent_proc: subprocess.Popen | None = None
         self.devices: list[Device] = []
         self.wakeup = threading.Event()  # set by a device's exit or by Ctrl-C
         self.interrupts = 0
@@ -124,6 +136,9 @@ class Orchestrator:
                 pass
 
     def kill_all(self) -> None:
+        if self.agent_proc is not None and self.agent_proc.poll() is None:
+            self.agent_proc.kill()
+            self.agent_proc.wait()
         for dev in self.devices:
             self.signal(dev, signal.SIGKILL)
         for dev in self.devices:
@@ -157,6 +172,7 @@ class Orchestrator:
         for dev in self.devices:
             self.clients[dev.name] = ControlClient(dev.ready["control"], timeout_s=2.0)
         self.write_endpoints()
+        self.start_agent()
         self.started_at = time.monotonic()
         for dev in producers:
             self.clients[dev.name].request("start")
@@ -166,6 +182,55 @@ class Orchestrator:
         nodes = [{"node_id": d.name, "role": d.role, "pid": d.proc.pid, "control": d.ready["control"],
                   "data": d.ready.get("data")} for d in self.devices]
         (self.run_dir / "endpoints.json").write_text(json.dumps({"run_id": self.run_id, "nodes": nodes}, indent=1))
+
+    def run_parameters(self) -> dict[str, Any]:
+        t = self.topo
+        return {"run_id": self.run_id, "topology": t.source, "object_type": t.obj.kind.name,
+                "object_bytes": t.obj.nbytes, "object_shape": list(t.obj.shape), "producers": t.n_producers,
+                "rate_per_producer": t.rate, "buffer_size": t.buffer_size, "mergers": len(t.mergers),
+                "producer_processes": t.producer_processes, "duration_s": t.duration}
+
+    def start_agent(self) -> None:
+        """Every run is monitored and recorded: the agent samples each node into the run file."""
+        opts = self.agent_options
+        if not opts.enabled:
+            return
+        (self.run_dir / "run.json").write_text(json.dumps(self.run_parameters(), indent=1))
+        cmd = [sys.executable, "-m", "flowstat.cli", "agent", "--run-id", self.run_id,
+               "--endpoints", str(self.run_dir / "endpoints.json"),
+               "--run-file", str(self.run_dir / "samples.ndjson"), "--run-params", str(self.run_dir / "run.json"),
+               "--interval", str(opts.interval_s), "--rescan", str(max(opts.interval_s, 1.0)),
+               "--stats", str(self.run_dir / "agent-stats.json"), "--spool-dir", str(self.run_dir / "spool"),
+               "--quiet"]
+        for url in opts.sinks:
+            cmd += ["--sink", url]
+        if not opts.sinks:
+            cmd += ["--sink", f"file://{self.run_dir / 'samples.lp'}"]  # line protocol, ready to load
+        env = dict(os.environ, FLOWSTAT_DIE_WITH_PARENT="1")
+        with open(self.run_dir / "logs" / "agent.log", "ab") as log:
+            self.agent_proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                               stderr=log, start_new_session=True, env=env)
+
+    def stop_agent(self) -> dict | None:
+        """Let the agent take its last samples (nodes reported DOWN) and deliver what it holds."""
+        if self.agent_proc is None:
+            return None
+        if self.agent_proc.poll() is None:
+            self.agent_proc.send_signal(signal.SIGTERM)
+            try:
+                self.agent_proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.agent_proc.kill()
+                self.agent_proc.wait()
+                self.failures.append(f"the agent did not stop within 60 s; log: {self.run_dir / 'logs' / 'agent.log'}")
+        try:
+            stats = json.loads((self.run_dir / "agent-stats.json").read_text())
+        except (OSError, ValueError):
+            self.failures.append(f"the agent ended with code {self.agent_proc.returncode} and no statistics; "
+                                 f"log: {self.run_dir / 'logs' / 'agent.log'}")
+            return None
+        stats["run_file"] = str(self.run_dir / "samples.ndjson")
+        return stats
 
     def crashed(self) -> list[Device]:
         return [d for d in self.devices if d.exit_code is not None and (d.exit_code != 0 or d.final is None)
@@ -256,7 +321,8 @@ class Orchestrator:
 
 def run_topology(topo: Topology, *, duration: float | None = None, run_id: str | None = None,
                  runs_dir: Path = Path("runs"),
-                 on_progress: Callable[[float, float, list[dict]], None] | None = None) -> dict[str, Any]:
+                 on_progress: Callable[[float, float, list[dict]], None] | None = None,
+                 agent: AgentOptions | None = None) -> dict[str, Any]:
     """Run a topology to completion and return its summary (see summary.build_summary)."""
     from .summary import build_summary
 
@@ -265,7 +331,7 @@ def run_topology(topo: Topology, *, duration: float | None = None, run_id: str |
     if run_dir.exists():
         raise RunError(f"run directory {run_dir} already exists; choose another --run-id")
     run_dir.mkdir(parents=True)
-    orch = Orchestrator(topo, run_id, run_dir, on_progress)
+    orch = Orchestrator(topo, run_id, run_dir, on_progress, agent if agent is not None else AgentOptions())
 
     def on_signal(signum, _frame):
         orch.interrupts += 1
@@ -275,6 +341,7 @@ def run_topology(topo: Topology, *, duration: float | None = None, run_id: str |
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     started = time.time()
+    agent_stats = None
     try:
         try:
             orch.start()
@@ -287,12 +354,14 @@ def run_topology(topo: Topology, *, duration: float | None = None, run_id: str |
         else:
             orch.stopped_at = orch.started_at = time.monotonic()
         orch.stop(force=bool(orch.failures))
+        agent_stats = orch.stop_agent()
     finally:
         orch.kill_all()  # no-op when everything ended; never leave a device behind
         orch.close()
         for s, handler in previous.items():
             signal.signal(s, handler)
     summary = build_summary(topo, orch, started_epoch=started)
+    summary["agent"] = agent_stats
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
 

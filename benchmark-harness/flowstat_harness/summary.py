@@ -146,6 +146,11 @@ def format_summary(s: dict[str, Any]) -> str:
             lines.append(f"  producers not conserved (first 20): {c['producers_not_conserved']}")
     for failure in s["failures"]:
         lines.append(f"error: {failure}")
+    agent = s.get("agent")
+    if agent:
+        sinks = ", ".join(f"{url}: {v['delivered']:,} delivered" + (f", {v['spooled']} batches spooled" if v["spooled"] else "")
+                          for url, v in agent["sinks"].items())
+        lines.append(f"agent samples:  {agent['samples']:,} ({sinks})")
     if s.get("viewer_output"):
         lines.append(f"merged objects: {s['viewer_output']}")
     lines.append(f"run directory:  {s['run_dir']} (summary.json, logs/)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -40,7 +41,7 @@ def _progress_printer(stream=sys.stderr):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from flowstat_harness.orchestrator import RunError, run_topology
+    from flowstat_harness.orchestrator import AgentOptions, RunError, run_topology
     from flowstat_harness.summary import format_summary
     from flowstat_harness.topology import TopologyError, load
 
@@ -55,7 +56,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     progress = None if args.json or args.quiet else _progress_printer()
     try:
         summary = run_topology(topo, duration=args.duration, run_id=args.run_id, runs_dir=Path(args.runs_dir),
-                               on_progress=progress)
+                               on_progress=progress,
+                               agent=AgentOptions(not args.no_agent, args.agent_interval, args.sink or []))
     except RunError as exc:
         print(f"flowstat run: {exc}", file=sys.stderr)
         return 1
@@ -102,6 +104,51 @@ def cmd_ctl(args: argparse.Namespace) -> int:
     return 1 if "error" in reply else 0
 
 
+def cmd_agent(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+
+    from flowstat_agent.agent import Agent, AgentConfig
+    from flowstat_agent.sinks import SinkURLError
+    from flowstat_agent.targets import TargetSpec
+
+    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s flowstat-agent %(levelname)s %(message)s")
+    if os.environ.get("FLOWSTAT_DIE_WITH_PARENT"):  # started by flowstat run: never outlive it
+        from flowstat.procfs import die_with_parent
+        die_with_parent(signal.SIGTERM)
+    spec = TargetSpec(args.pid or [], args.pidfile or [], args.pattern or [], args.endpoints or [], args.run_id or "")
+    if spec.empty():
+        print("flowstat agent: give at least one target: --pid, --pidfile, --pattern or --endpoints", file=sys.stderr)
+        return 2
+    if not 0.01 <= args.interval <= 3600:
+        print("flowstat agent: --interval must be between 0.01 and 3600 s", file=sys.stderr)
+        return 2
+    params = None
+    if args.run_params:
+        try:
+            params = json.loads(Path(args.run_params).read_text())
+        except (OSError, ValueError) as exc:
+            print(f"flowstat agent: --run-params {args.run_params}: {exc}", file=sys.stderr)
+            return 2
+    cfg = AgentConfig(spec, args.sink or ["stdout://"], args.interval, args.rescan, args.control_timeout,
+                      args.spool_dir, int(args.spool_max_mb * 1024 * 1024), args.run_file, params, args.name or "",
+                      args.duration, args.count, args.exit_when_all_down)
+    try:
+        agent = Agent(cfg)
+    except (SinkURLError, OSError) as exc:
+        print(f"flowstat agent: {exc}", file=sys.stderr)
+        return 2
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: agent.stop_event.set())
+    agent.run()
+    stats = agent.stats()
+    if args.stats:
+        Path(args.stats).write_text(json.dumps(stats, indent=1))
+    lost = sum(s["lost"] + s["spool_dropped"] for s in stats["sinks"].values())
+    return 1 if lost else 0
+
+
 def cmd_device(args: argparse.Namespace) -> int:
     from flowstat_harness.devices.main import run_device
 
@@ -126,6 +173,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no live progress line")
     p.add_argument("--run-id", help="run id (default: the topology's run_id plus a UTC timestamp)")
     p.add_argument("--runs-dir", default="runs", metavar="DIR", help="where run directories go (default: runs)")
+    p.add_argument("--no-agent", action="store_true", help="do not monitor the run with the agent")
+    p.add_argument("--agent-interval", type=float, default=1.0, metavar="S", help="agent sampling interval (default 1)")
+    p.add_argument("--sink", action="append", metavar="URL",
+                   help="also ship the agent's samples here (see flowstat agent --help; default: RUN_DIR/samples.lp)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("validate", help="check topology files without running them")
@@ -141,6 +192,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--raw", metavar="TEXT", help="send TEXT as the request body instead")
     p.add_argument("--timeout", type=float, default=2.0, metavar="S", help="reply time-out (default 2 s)")
     p.set_defaults(func=cmd_ctl)
+
+    p = sub.add_parser("agent", help="sample running pipeline nodes and ship the samples",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Sample processes (VmRSS, CPU clock, threads from /proc) and, for nodes with a "
+                                   "control channel, their own metrics; send the samples to sinks.",
+                       epilog="sinks (repeat --sink for several):\n"
+                              "  stdout://[?format=json]         file:///PATH[?format=json]\n"
+                              "  udp://HOST:PORT                 tcp://HOST:PORT[?format=json]  (json: Logstash json_lines)\n"
+                              "  http://HOST:PORT/write          (Telegraf influxdb_listener)\n"
+                              "  influxdb://HOST:PORT/DATABASE   elasticsearch://HOST:PORT/INDEX\n"
+                              "Samples follow collectors/schema/sample.schema.json.")
+    t = p.add_argument_group("targets (at least one)")
+    t.add_argument("--pid", type=int, action="append", metavar="PID", help="a process id")
+    t.add_argument("--pidfile", action="append", metavar="FILE", help="a file holding a process id (re-read)")
+    t.add_argument("--pattern", action="append", metavar="REGEX", help="processes whose command line matches")
+    t.add_argument("--endpoints", action="append", metavar="FILE",
+                   help="a harness run's endpoints.json: its nodes and their control sockets")
+    p.add_argument("--sink", action="append", metavar="URL", help="where samples go (default stdout://)")
+    p.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds between samples (default 1, min 0.01)")
+    p.add_argument("--rescan", type=float, default=5.0, metavar="S", help="seconds between target searches (default 5)")
+    p.add_argument("--control-timeout", type=float, default=0.25, metavar="S", help="control reply time-out (default 0.25)")
+    p.add_argument("--spool-dir", metavar="DIR", help="keep batches here while a sink is down (default: none)")
+    p.add_argument("--spool-max-mb", type=float, default=64, metavar="MB", help="spool bound per sink (default 64)")
+    p.add_argument("--run-id", help="run id to put in samples (default: from --endpoints)")
+    p.add_argument("--run-file", metavar="FILE", help="also record every sample in this NDJSON run file")
+    p.add_argument("--run-params", metavar="FILE", help="JSON of run parameters for the run file's header")
+    p.add_argument("--name", help="instance name, appended to the agent tag")
+    p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
+    p.add_argument("--count", type=int, metavar="N", help="stop after N samples per target")
+    p.add_argument("--exit-when-all-down", action="store_true", help="stop once every target has exited")
+    p.add_argument("--stats", metavar="FILE", help="write delivery statistics here at exit")
+    p.add_argument("--quiet", action="store_true", help="log warnings and errors only")
+    p.set_defaults(func=cmd_agent)
 
     p = sub.add_parser("device", help=argparse.SUPPRESS)
     p.add_argument("role", choices=["producer", "merger", "viewer"])

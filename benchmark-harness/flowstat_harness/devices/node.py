@@ -101,6 +101,8 @@ class Node:
             self.control_errors += 1
             log.warning("%s: control request refused: %s", self.node_id, error)
             reply = {"command": command, "node_id": self.node_id, "error": error}
+        if request is not None and isinstance(request.get("id"), (int, str)):
+            reply["id"] = request["id"]  # lets an asynchronous client match replies to requests
         reply["request_timestamp"] = received
         reply["response_timestamp"] = iso_utc_ms()
         return reply
