@@ -49,6 +49,29 @@ def test_small_run_loses_nothing_and_writes_root(runs_dir):
     assert json.loads((runs_dir / s["run_id"] / "summary.json").read_text())["ok"]
 
 
+def test_every_run_is_monitored_and_recorded(runs_dir):
+    from flowstat_agent import schema
+
+    topo = from_dict(topology_dict(duration=3, producers={"count": 2, "rate": 100}, mergers=1))
+    s = run_topology(topo, runs_dir=runs_dir)
+    assert_no_loss(s)
+    lines = (runs_dir / s["run_id"] / "samples.ndjson").read_text().splitlines()
+    header = json.loads(lines[0])["flowstat_run"]
+    assert header["run_id"] == s["run_id"] and header["parameters"]["producers"] == 2
+    samples = [json.loads(line) for line in lines[1:]]
+    assert s["agent"]["samples"] == len(samples)
+    for sample in samples:
+        assert schema.validate(sample) == [], sample
+    nodes = {n["node_id"] for n in s["nodes"]}
+    for node in nodes:
+        mine = [x for x in samples if x["node_id"] == node]
+        assert [x["seq"] for x in mine] == list(range(len(mine))) and len(mine) >= 3
+        assert [x["node_state"] for x in mine].count("DOWN") == 1 and mine[-1]["node_state"] == "DOWN"
+    merger = [x for x in samples if x["node_id"] == "merger-0" and x["node_state"] == "RUNNING"]
+    assert merger and all("average_merge_time_ms" in x and x["vmrss_kb"] > 0 for x in merger)
+    assert max(x["objects_merged"] for x in merger) > 0
+
+
 def test_buffer_of_one_overloads_and_still_loses_nothing(runs_dir):
     topo = from_dict(topology_dict(duration=3, buffer_size=1, producers={"count": 4, "rate": 3000}))
     s = run_topology(topo, runs_dir=runs_dir)

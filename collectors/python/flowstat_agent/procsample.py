@@ -17,7 +17,7 @@ PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 
 class ProcessGone(Exception):
-    pass
+    """The process has exited."""
 
 
 class ProcFormatError(ValueError):
@@ -33,7 +33,10 @@ class ProcReading:
 
 
 def parse_stat(text: bytes, where: str = "stat") -> tuple[int, int, int]:
-    """(utime, stime, num_threads) from the content of /proc/PID/stat."""
+    """(utime, stime, num_threads) from the content of /proc/PID/stat.
+
+    Raises ProcessGone for a zombie (state Z or X): it has exited, only its entry is left.
+    """
     close = text.rfind(b")")
     if close < 0:
         raise ProcFormatError(f"{where}: no ')' after the command name")
@@ -41,6 +44,8 @@ def parse_stat(text: bytes, where: str = "stat") -> tuple[int, int, int]:
     # rest[0] is field 3 (state): utime is field 14, stime 15, num_threads 20.
     if len(rest) < 18:
         raise ProcFormatError(f"{where}: {len(rest) + 2} fields, expected at least 20")
+    if rest[0] in (b"Z", b"X"):
+        raise ProcessGone(f"{where}: the process has exited (state {rest[0].decode()})")
     try:
         return int(rest[11]), int(rest[12]), int(rest[17])
     except ValueError as exc:

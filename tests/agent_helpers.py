@@ -1,0 +1,104 @@
+"""Real peers for agent tests: an HTTP receiver and a TCP line receiver on loopback, and a
+stand-in node whose control socket can be made to hang or answer garbage."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import zmq
+
+
+class HttpReceiver:
+    """Accepts POSTs (204) and keeps their bodies; can be stopped and restarted on the same port."""
+
+    def __init__(self, port: int = 0):
+        self.bodies: list[bytes] = []
+        self.lock = threading.Lock()
+        self.port = port
+        self.server = None
+        self.start()
+
+    def start(self) -> None:
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                with owner.lock:
+                    owner.bodies.append(body)
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        ThreadingHTTPServer.allow_reuse_address = True
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def lines(self) -> list[str]:
+        with self.lock:
+            return [line for body in self.bodies for line in body.decode().splitlines() if line]
+
+
+class StubNode:
+    """A control socket that answers like a node, hangs, or answers garbage (mode)."""
+
+    def __init__(self, mode: str = "ok"):
+        self.mode = mode
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.port = self.sock.bind_to_random_port("tcp://127.0.0.1")
+        self.endpoint = f"tcp://127.0.0.1:{self.port}"
+        self.requests = 0
+        self.running = True
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self) -> None:
+        while self.running:
+            if not self.sock.poll(100):
+                continue
+            frames = self.sock.recv_multipart()
+            self.requests += 1
+            request = json.loads(frames[-1])
+            if self.mode == "hang":
+                continue
+            if self.mode == "garbage":
+                reply = b"\xff\x00 not json"
+            else:
+                reply = json.dumps({"command": "get-metrics", "id": request.get("id"), "node_id": "stub",
+                                    "node_state": "RUNNING", "role": "merger", "average_merge_time": 0.25,
+                                    "objects_received": 10, "send_buffer_overloaded": True,
+                                    "backlog": "not a number"}).encode()
+            self.sock.send_multipart(frames[:-1] + [reply])
+
+    def close(self) -> None:
+        self.running = False
+        self.thread.join()
+        self.sock.close(0)
+        self.ctx.term()
+
+
+def sleeper(seconds: float = 120) -> subprocess.Popen:
+    """A process that idles; returned once it has started (it says so), so its memory is settled."""
+    proc = subprocess.Popen([sys.executable, "-c", f"import time; print('ready', flush=True); time.sleep({seconds})"],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

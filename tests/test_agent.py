@@ -1,0 +1,165 @@
+"""The Python agent against real processes, real sockets and real receivers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from agent_helpers import HttpReceiver, StubNode, free_port, sleeper
+from flowstat_agent import schema
+from flowstat_agent.agent import Agent, AgentConfig
+from flowstat_agent.procsample import ProcessGone, ProcFormatError, ProcReader, parse_stat, parse_statm
+from flowstat_agent.sinks import SinkURLError, open_sink
+from flowstat_agent.spool import Spool
+from flowstat_agent.targets import TargetSpec
+
+
+def test_parse_stat_counts_fields_after_the_last_parenthesis():
+    text = b"123 (we ird) (name)) S 1 2 3 4 5 6 7 8 9 10 111 222 13 14 15 16 9 0 19 20\n"
+    assert parse_stat(text) == (111, 222, 9)
+
+
+@pytest.mark.parametrize("bad", [b"", b"123 no paren", b"1 (x) S 1 2", b"1 (x) S " + b"a " * 30])
+def test_parse_stat_rejects_garbage(bad):
+    with pytest.raises(ProcFormatError):
+        parse_stat(bad)
+
+
+def test_parse_statm():
+    assert parse_statm(b"1000 250 30 1 0 100 0\n") == 250 * os.sysconf("SC_PAGE_SIZE") // 1024
+    with pytest.raises(ProcFormatError):
+        parse_statm(b"17")
+
+
+def test_reader_agrees_with_status_and_notices_exit():
+    proc = sleeper()
+    reader = ProcReader(proc.pid)
+    r = reader.read()
+    status = dict(line.split(":", 1) for line in open(f"/proc/{proc.pid}/status").read().splitlines())
+    assert abs(r.rss_kb - int(status["VmRSS"].split()[0])) <= 8 and r.threads == 1
+    proc.kill()
+    proc.wait()
+    with pytest.raises(ProcessGone):
+        reader.read()
+    reader.close()
+
+
+def test_spool_is_fifo_bounded_and_persistent(tmp_path):
+    sp = Spool(tmp_path, max_bytes=250)
+    for i in range(3):
+        sp.push(bytes([i]) * 100, count=10)
+    assert sp.dropped_samples == 10 and len(sp) == 2  # the oldest went to keep under the bound
+    again = Spool(tmp_path, max_bytes=250)  # a restarted agent finds what is left, in order
+    assert again.peek() == (b"\x01" * 100, 10)
+    again.pop()
+    assert again.peek() == (b"\x02" * 100, 10) and again.samples == 10
+
+
+@pytest.mark.parametrize("url", ["udp://127.0.0.1", "tcp://:80", "influxdb://127.0.0.1:8086/", "ftp://x:1",
+                                 "stdout://?format=xml", "udp://127.0.0.1:9?format=json", "file://"])
+def test_bad_sink_urls(url):
+    with pytest.raises(SinkURLError):
+        open_sink(url)
+
+
+def run_agent(tmp_path, sinks, count=None, duration=None, interval=0.05, **spec):
+    cfg = AgentConfig(TargetSpec(**spec), sinks, interval_s=interval, rescan_s=0.2, spool_dir=str(tmp_path / "spool"),
+                      duration_s=duration, count=count)
+    agent = Agent(cfg)
+    return agent, agent.run()
+
+
+def test_samples_conform_to_the_schema(tmp_path):
+    proc = sleeper()
+    try:
+        agent, _ = run_agent(tmp_path, [f"file://{tmp_path}/s.json?format=json", f"file://{tmp_path}/s.lp"],
+                             count=5, pids=[proc.pid], run_id="r")
+    finally:
+        proc.kill()
+    docs = [json.loads(line) for line in open(tmp_path / "s.json")]
+    assert [d["seq"] for d in docs] == [0, 1, 2, 3, 4]
+    for d in docs:
+        assert schema.validate(d) == [], d
+        assert d["pid"] == proc.pid and d["node_state"] == "UP" and d["vmrss_kb"] > 0
+    lines = open(tmp_path / "s.lp").read().splitlines()
+    assert lines == [schema.to_line_protocol(d) for d in docs]
+
+
+def test_a_target_that_exits_is_reported_down_once(tmp_path):
+    proc = sleeper(1.0)
+    agent, _ = run_agent(tmp_path, [f"file://{tmp_path}/s.json?format=json"], duration=2.5, pids=[proc.pid])
+    proc.wait()
+    docs = [json.loads(line) for line in open(tmp_path / "s.json")]
+    states = [d["node_state"] for d in docs]
+    assert states.count("DOWN") == 1 and states[-1] == "DOWN" and len(states) > 5
+    assert agent.stats()["gone"] == 1
+
+
+def test_hung_and_garbage_control_sockets_cost_a_timeout_not_a_crash(tmp_path):
+    hung, garbage, ok = StubNode("hang"), StubNode("garbage"), StubNode("ok")
+    procs = [sleeper(), sleeper(), sleeper()]
+    endpoints = tmp_path / "endpoints.json"
+    endpoints.write_text(json.dumps({"run_id": "r", "nodes": [
+        {"node_id": f"n{i}", "role": "merger", "pid": p.pid, "control": node.endpoint}
+        for i, (p, node) in enumerate(zip(procs, (hung, garbage, ok)))]}))
+    try:
+        t0 = time.monotonic()
+        agent, _ = run_agent(tmp_path, [f"file://{tmp_path}/s.json?format=json"], count=4, interval=0.3,
+                             endpoints_files=[str(endpoints)])
+        elapsed = time.monotonic() - t0
+    finally:
+        for p in procs:
+            p.kill()
+        for n in (hung, garbage, ok):
+            n.close()
+    docs = [json.loads(line) for line in open(tmp_path / "s.json")]
+    by_node = {n: [d for d in docs if d["node_id"] == n] for n in ("n0", "n1", "n2")}
+    assert all(len(v) == 4 for v in by_node.values())
+    assert "average_merge_time_ms" not in by_node["n0"][0] and by_node["n0"][0]["vmrss_kb"] > 0
+    assert "average_merge_time_ms" not in by_node["n1"][0]
+    good = by_node["n2"][-1]
+    assert good["average_merge_time_ms"] == 0.25 and good["send_buffer_overloaded"] is True
+    assert "backlog" not in good  # the stub sends a string there: left out, not passed on
+    assert agent.control.errors >= 8  # 4 time-outs + 4 garbage replies
+    assert elapsed < 4 * 0.3 + 2.0  # the hung node cost its time-out per tick, no more
+
+
+def test_receiver_down_for_seconds_loses_and_duplicates_nothing(tmp_path):
+    receiver = HttpReceiver()
+    proc = sleeper()
+    url = f"http://127.0.0.1:{receiver.port}/write"
+    agent = Agent(AgentConfig(TargetSpec(pids=[proc.pid], run_id="r"), [url], interval_s=0.05, rescan_s=0.2,
+                              spool_dir=str(tmp_path / "spool"), duration_s=6.0))
+    import threading
+    runner = threading.Thread(target=agent.run)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 10
+        while len(receiver.lines()) < 10 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        receiver.stop()  # the receiver is down...
+        time.sleep(3.0)  # ...for three seconds of sampling (what the test is about, not a synchronisation)
+        spooled = agent.runners[0].spool.samples
+        receiver.start()  # back on the same port
+        runner.join(30)
+    finally:
+        proc.kill()
+    assert spooled > 20  # samples taken while it was down waited on disk
+    seqs = [int(line.split("seq=")[1].split("i")[0]) for line in receiver.lines()]
+    assert sorted(seqs) == list(range(len(seqs))) and len(seqs) >= 80
+    assert seqs == sorted(seqs)  # resent in order
+    stats = agent.stats()["sinks"][url]
+    assert stats["delivered"] == len(seqs) and stats["spooled"] == 0
+
+
+def test_cli_refuses_no_targets_and_bad_sinks():
+    run = lambda *a: subprocess.run([sys.executable, "-m", "flowstat.cli", "agent", *a], capture_output=True, text=True)
+    r = run("--sink", "stdout://")
+    assert r.returncode == 2 and "give at least one target" in r.stderr
+    r = run("--pid", "1", "--sink", "gopher://x:1")
+    assert r.returncode == 2 and "unknown sink" in r.stderr

@@ -1,0 +1,59 @@
+import json
+
+import pytest
+
+from flowstat_agent import schema
+
+
+def sample(**kw):
+    s = {"time": "2026-11-22T10:51:14.123Z", "run_id": "r1", "host": "h", "node_id": "merger-0",
+         "role": "merger", "agent": "flowstat-agent-py", "seq": 7, "pid": 42, "node_state": "RUNNING",
+         "vmrss_kb": 1000, "cpu_clock_hz": 12.5, "send_buffer_overloaded": False}
+    s.update(kw)
+    return s
+
+
+def test_schema_file_is_the_definition():
+    names = [f.name for f in schema.fields()]
+    assert names[:3] == ["time", "run_id", "host"]
+    assert {f.name for f in schema.fields() if f.influx == "tag"} == {"run_id", "host", "node_id", "role", "agent"}
+    assert all(f.unit for f in schema.fields() if f.name.endswith(("_kb", "_hz", "_ms")))
+
+
+def test_valid_sample_has_no_errors():
+    assert schema.validate(sample()) == []
+
+
+@pytest.mark.parametrize("change,error", [
+    ({"seq": -1}, "seq: must be >= 0"), ({"seq": 1.5}, "seq: expected integer"),
+    ({"role": "boss"}, "role:"), ({"extra": 1}, "extra: not in the schema"),
+    ({"send_buffer_overloaded": "false"}, "expected boolean"), ({"cpu_clock_hz": float("nan")}, "expected number"),
+])
+def test_invalid_samples_name_the_field(change, error):
+    assert any(error in e for e in schema.validate(sample(**change)))
+
+
+def test_missing_required_field():
+    s = sample()
+    del s["pid"]
+    assert schema.validate(s) == ["pid: required field is missing"]
+
+
+def test_line_protocol():
+    line = schema.to_line_protocol(sample(node_id="a b,c=d", node_state='say "hi"'))
+    head, fields, stamp = line.rsplit(" ", 2)[0].split(" ", 1)[0], None, line.rsplit(" ", 1)[1]
+    assert line.startswith("flowstat_node,agent=flowstat-agent-py,host=h,node_id=a\\ b\\,c\\=d,role=merger,run_id=r1 ")
+    assert 'seq=7i,pid=42i,node_state="say \\"hi\\"",vmrss_kb=1000i,cpu_clock_hz=12.5,send_buffer_overloaded=false' in line
+    assert stamp == "1795344674123000000"
+
+
+def test_json_document_keeps_schema_order_and_types():
+    doc = json.loads(schema.to_json(sample()))
+    assert list(doc)[:4] == ["time", "run_id", "host", "node_id"] and doc["seq"] == 7
+    assert schema.document_id(sample()) == "r1/flowstat-agent-py/merger-0/7"
+
+
+def test_control_reply_mapping_drops_wrong_types():
+    got = schema.from_control_reply({"average_merge_time": 1, "backlog": "x", "send_buffer_overloaded": True,
+                                     "merged_objects_per_second": None, "objects_sent": -3, "node_state": "RUNNING"})
+    assert got == {"average_merge_time_ms": 1.0, "send_buffer_overloaded": True, "node_state": "RUNNING"}
