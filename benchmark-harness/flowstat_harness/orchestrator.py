@@ -274,19 +274,18 @@ class Orchestrator:
         """
         stages = [[d for d in self.devices if d.role == role] for role in ("producer", "merger", "viewer")]
         broken_upstream = force
-        # With a device already dead, producers cannot deliver everything: a second SIGTERM tells
-        # them to stop retrying and report what they could not send.
-        patience = 1 if not (force or self.crashed()) else 2
+        # With a device already dead, producers cannot deliver everything: SIGUSR1 tells them to
+        # stop retrying and report what they could not send.
+        stop_signal = signal.SIGUSR1 if (force or self.crashed()) else signal.SIGTERM
         for i, stage in enumerate(stages):
             if i == 0 or broken_upstream:
                 for dev in stage:
-                    for _ in range(patience):
-                        self.signal(dev, signal.SIGTERM)
+                    self.signal(dev, stop_signal)
             if not self.wait_exit(stage, STAGE_TIMEOUT_S):
                 for dev in stage:
                     if dev.exit_code is None:
                         self.failures.append(f"{dev.name} did not finish within {STAGE_TIMEOUT_S:.0f} s; stopping it")
-                        self.signal(dev, signal.SIGTERM)
+                        self.signal(dev, signal.SIGUSR1)
                 if not self.wait_exit(stage, 10.0):
                     for dev in stage:
                         self.signal(dev, signal.SIGKILL)

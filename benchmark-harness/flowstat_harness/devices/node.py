@@ -36,7 +36,7 @@ class Node:
         self.host: str = config.get("host", "127.0.0.1")
         self.state = "STARTING"
         self.stop_requested = False
-        self.stop_signals = 0  # a second stop request means: do not wait for downstream any more
+        self.abandon = False  # stop without waiting for downstream (it is gone): SIGUSR1
         self.ctx = zmq.Context()
         self.ctx.setsockopt(zmq.LINGER, 60_000)  # let queued objects go at exit, but never hang forever
         self.ctx.set(zmq.MAX_SOCKETS, 65536)
@@ -71,12 +71,14 @@ class Node:
         # SIGTERM (from the orchestrator, or from the kernel when the orchestrator dies) stops
         # gracefully; Ctrl-C is the orchestrator's to handle, the devices are in their own session.
         signal.signal(signal.SIGTERM, lambda *_: self.request_stop())
+        # Standard signals do not queue, so "give up on downstream" needs a signal of its own.
+        signal.signal(signal.SIGUSR1, lambda *_: self.request_stop(abandon=True))
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         die_with_parent(signal.SIGTERM)
 
-    def request_stop(self) -> None:
+    def request_stop(self, abandon: bool = False) -> None:
         self.stop_requested = True
-        self.stop_signals += 1
+        self.abandon = self.abandon or abandon
 
     # -- control channel ------------------------------------------------------------------------
     def serve_control(self) -> None:

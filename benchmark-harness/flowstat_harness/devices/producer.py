@@ -174,12 +174,12 @@ class Producer(Node):
     def drain(self) -> None:
         """Send what the buffers refused, then an end-of-stream marker on every channel.
 
-        A second stop request abandons what is still refused (its merger is gone): those objects
-        are reported as undelivered rather than waited for.
+        SIGUSR1 abandons what is still refused (its merger is gone): those objects are reported as
+        undelivered rather than waited for.
         """
         self.state = "DRAINING"
         eos_queued = [False] * len(self.channels)
-        while self.stop_signals < 2:
+        while not self.abandon:
             waiting = False
             for i, ch in enumerate(self.channels):
                 if not self.retry_pending(ch):
@@ -218,6 +218,7 @@ class Producer(Node):
                   per_producer=[{"producer": c.producer_id, "sent": c.seq, "overload_events": c.overload_events}
                                 for c in self.channels])
         for ch in self.channels:
-            ch.sock.close(0 if self.undelivered else None)  # linger: queued objects still go
+            # Queued objects still go (context linger), unless their merger is gone.
+            ch.sock.close(0 if self.abandon else None)
         self.close()
         return 0
