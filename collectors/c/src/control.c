@@ -1,0 +1,189 @@
+#include "control.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+int control_pool_init(struct control_pool *p, double timeout_s)
+{
+    memset(p, 0, sizeof *p);
+    p->timeout_s = timeout_s;
+    p->ctx = zmq_ctx_new();
+    return p->ctx ? 0 : -1;
+}
+
+static struct control_conn *find_conn(struct control_pool *p, const char *endpoint)
+{
+    for (size_t i = 0; i < p->n; i++)
+        if (strcmp(p->conns[i].endpoint, endpoint) == 0)
+            return &p->conns[i];
+    return NULL;
+}
+
+static struct control_conn *get_conn(struct control_pool *p, const char *endpoint)
+{
+    struct control_conn *c = find_conn(p, endpoint);
+    if (c)
+        return c;
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? p->cap * 2 : 16;
+        struct control_conn *grown = realloc(p->conns, cap * sizeof *grown);
+        if (!grown)
+            return NULL;
+        p->conns = grown;
+        p->cap = cap;
+    }
+    void *sock = zmq_socket(p->ctx, ZMQ_DEALER);
+    if (!sock)
+        return NULL;
+    int zero = 0, hwm = 4;
+    int64_t maxsize = CONTROL_MAX_REPLY;
+    zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxsize, sizeof maxsize);
+    if (zmq_connect(sock, endpoint) != 0) {
+        LOG_ERR("control endpoint %s: %s", endpoint, zmq_strerror(errno));
+        zmq_close(sock);
+        return NULL;
+    }
+    c = &p->conns[p->n++];
+    fs_strlcpy(c->endpoint, endpoint, sizeof c->endpoint);
+    c->sock = sock;
+    return c;
+}
+
+cJSON *control_parse_reply(const char *data, size_t len, unsigned long long rid)
+{
+    cJSON *reply = cJSON_ParseWithLength(data, len);
+    if (!reply)
+        return NULL;
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(reply, "id");
+    if (!cJSON_IsObject(reply) || cJSON_GetObjectItemCaseSensitive(reply, "error") || !cJSON_IsNumber(id) ||
+        id->valuedouble != (double)rid) {
+        cJSON_Delete(reply);
+        return NULL;
+    }
+    return reply;
+}
+
+/* Read what is queued on one socket; keep the reply to rid (older, late replies may come first). */
+static cJSON *receive_reply(void *sock, unsigned long long rid, unsigned long long *errors)
+{
+    for (int tries = 0; tries < 16; tries++) {
+        zmq_msg_t part;
+        cJSON *reply = NULL;
+        int more = 1, got = 0;
+        while (more) {
+            zmq_msg_init(&part);
+            if (zmq_msg_recv(&part, sock, ZMQ_DONTWAIT) < 0) {
+                zmq_msg_close(&part);
+                return NULL;
+            }
+            got = 1;
+            more = zmq_msg_more(&part);
+            if (!more) /* the last frame is the JSON; the empty delimiter comes first */
+                reply = control_parse_reply(zmq_msg_data(&part), zmq_msg_size(&part), rid);
+            zmq_msg_close(&part);
+        }
+        if (reply)
+            return reply;
+        if (got)
+            (*errors)++;
+    }
+    return NULL;
+}
+
+void control_query(struct control_pool *p, const char *const *endpoints, size_t n, cJSON **replies)
+{
+    unsigned long long rid = ++p->request_id;
+    char body[96];
+    int body_len = snprintf(body, sizeof body, "{\"command\": \"get-metrics\", \"id\": %llu}", rid);
+    zmq_pollitem_t *items = calloc(n ? n : 1, sizeof *items);
+    size_t *index = calloc(n ? n : 1, sizeof *index);
+    size_t waiting = 0;
+    for (size_t i = 0; i < n; i++) {
+        replies[i] = NULL;
+        struct control_conn *c = items ? get_conn(p, endpoints[i]) : NULL;
+        if (!c || zmq_send(c->sock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+            zmq_send(c->sock, body, (size_t)body_len, ZMQ_DONTWAIT) < 0) {
+            p->errors++;
+            continue;
+        }
+        items[waiting] = (zmq_pollitem_t){.socket = c->sock, .events = ZMQ_POLLIN};
+        index[waiting++] = i;
+    }
+    double deadline = fs_monotonic() + p->timeout_s;
+    size_t answered = 0;
+    while (answered < waiting) {
+        double left = deadline - fs_monotonic();
+        if (left <= 0)
+            break;
+        if (zmq_poll(items, (int)waiting, (long)ceil(left * 1000)) < 0 && errno != EINTR)
+            break;
+        for (size_t w = 0; w < waiting; w++) {
+            if (!(items[w].revents & ZMQ_POLLIN) || replies[index[w]])
+                continue;
+            replies[index[w]] = receive_reply(items[w].socket, rid, &p->errors);
+            if (replies[index[w]]) {
+                answered++;
+                items[w].events = 0;
+            }
+        }
+    }
+    p->errors += waiting - answered;
+    free(items);
+    free(index);
+}
+
+void control_fill_sample(const cJSON *reply, struct fs_sample *s)
+{
+    for (int f = 0; f < FS_NFIELDS; f++) {
+        const struct fs_field_def *def = &FS_FIELDS[f];
+        if (!def->control)
+            continue;
+        const cJSON *item = cJSON_GetObjectItemCaseSensitive(reply, def->control);
+        if (!item)
+            continue;
+        switch (def->type) {
+        case FS_T_NUMBER:
+            if (cJSON_IsNumber(item) && isfinite(item->valuedouble))
+                sample_set_num(s, (enum fs_field)f, item->valuedouble);
+            break;
+        case FS_T_INTEGER:
+            if (cJSON_IsNumber(item) && item->valuedouble >= 0 && item->valuedouble <= 9.007199254740992e15 &&
+                item->valuedouble == floor(item->valuedouble))
+                sample_set_int(s, (enum fs_field)f, (long long)item->valuedouble);
+            break;
+        case FS_T_BOOLEAN:
+            if (cJSON_IsBool(item))
+                sample_set_bool(s, (enum fs_field)f, cJSON_IsTrue(item));
+            break;
+        case FS_T_STRING:
+            if (cJSON_IsString(item) && item->valuestring)
+                sample_set_str(s, (enum fs_field)f, item->valuestring);
+            break;
+        }
+    }
+}
+
+void control_forget(struct control_pool *p, const char *endpoint)
+{
+    struct control_conn *c = find_conn(p, endpoint);
+    if (!c)
+        return;
+    zmq_close(c->sock);
+    *c = p->conns[--p->n];
+}
+
+void control_pool_close(struct control_pool *p)
+{
+    for (size_t i = 0; i < p->n; i++)
+        zmq_close(p->conns[i].sock);
+    free(p->conns);
+    if (p->ctx)
+        zmq_ctx_term(p->ctx);
+    memset(p, 0, sizeof *p);
+}

@@ -1,0 +1,516 @@
+/* flowstat-agent: samples pipeline nodes (/proc and their control channels) and ships samples.
+ * The same targets, schema, sinks and spool as `flowstat agent`, for a fraction of the CPU. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+
+#include "control.h"
+#include "sinks.h"
+#include "targets.h"
+
+#define AGENT_NAME "flowstat-agent-c"
+#define MAX_LIST 4096
+
+static volatile sig_atomic_t stop_flag = 0;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop_flag = 1;
+}
+
+struct options {
+    struct target_spec spec;
+    const char *sinks[64];
+    size_t nsinks;
+    double interval, rescan, control_timeout, duration;
+    long long count;
+    const char *spool_dir, *name, *stats_path;
+    long long spool_max;
+    int exit_when_all_down;
+};
+
+struct retired { /* nodes that were dropped: their seq continues if they are found again */
+    char node_id[128];
+    pid_t pid;
+    long long seq;
+};
+
+struct agent {
+    struct options opt;
+    char host[256], agent_name[192];
+    struct target *targets;
+    size_t ntargets, cap;
+    struct retired *gone;
+    size_t ngone, gone_cap;
+    struct control_pool control;
+    struct sink *sinks;
+    long long samples_taken, proc_errors;
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: flowstat-agent TARGETS [options]\n"
+            "Samples processes (VmRSS, CPU clock, threads from /proc) and, for nodes with a control channel,\n"
+            "their own metrics; sends the samples (collectors/schema/sample.schema.json) to sinks.\n\n"
+            "targets (at least one, each may repeat):\n"
+            "  --pid PID              a process id\n"
+            "  --pidfile FILE         a file holding a process id (re-read at each rescan)\n"
+            "  --pattern REGEX        processes whose command line matches (POSIX extended regex)\n"
+            "  --endpoints FILE       a harness run's endpoints.json: its nodes and control sockets\n"
+            "options:\n"
+            "  --sink URL             where samples go (default stdout://; repeat for several):\n"
+            "                         stdout://[?format=json]  file:///PATH[?format=json]  udp://HOST:PORT\n"
+            "                         tcp://HOST:PORT[?format=json]  http://HOST:PORT/write\n"
+            "                         influxdb://HOST:PORT/DB  elasticsearch://HOST:PORT/INDEX\n"
+            "  --interval S           seconds between samples (default 1, min 0.01)\n"
+            "  --rescan S             seconds between target searches (default 5)\n"
+            "  --control-timeout S    control reply time-out (default 0.25)\n"
+            "  --spool-dir DIR        keep batches here while a sink is down (default: none)\n"
+            "  --spool-max-mb MB      spool bound per sink (default 64)\n"
+            "  --run-id ID            run id to put in samples (default: from --endpoints)\n"
+            "  --name NAME            instance name, appended to the agent tag\n"
+            "  --duration S           stop after S seconds\n"
+            "  --count N              stop after N sampling rounds\n"
+            "  --exit-when-all-down   stop once every target has exited\n"
+            "  --stats FILE           write delivery statistics (JSON) here at exit\n"
+            "  --quiet                log warnings and errors only\n"
+            "  --help                 this text\n");
+}
+
+static int parse_seconds(const char *arg, const char *name, double lo, double *out)
+{
+    char *end = NULL;
+    double v = strtod(arg, &end);
+    if (!*arg || *end || !isfinite(v) || v < lo) {
+        fprintf(stderr, "flowstat-agent: %s: expected seconds >= %g, got '%s'\n", name, lo, arg);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_options(int argc, char **argv, struct options *o)
+{
+    static pid_t pids[MAX_LIST];
+    static const char *pidfiles[MAX_LIST], *endpoints[MAX_LIST];
+    static regex_t patterns[256];
+    enum { O_PID = 1, O_PIDFILE, O_PATTERN, O_ENDPOINTS, O_SINK, O_INTERVAL, O_RESCAN, O_CTIMEOUT, O_SPOOL,
+           O_SPOOLMAX, O_RUNID, O_NAME, O_DURATION, O_COUNT, O_EXITDOWN, O_STATS, O_QUIET, O_HELP };
+    static const struct option longopts[] = {
+        {"pid", 1, 0, O_PID}, {"pidfile", 1, 0, O_PIDFILE}, {"pattern", 1, 0, O_PATTERN},
+        {"endpoints", 1, 0, O_ENDPOINTS}, {"sink", 1, 0, O_SINK}, {"interval", 1, 0, O_INTERVAL},
+        {"rescan", 1, 0, O_RESCAN}, {"control-timeout", 1, 0, O_CTIMEOUT}, {"spool-dir", 1, 0, O_SPOOL},
+        {"spool-max-mb", 1, 0, O_SPOOLMAX}, {"run-id", 1, 0, O_RUNID}, {"name", 1, 0, O_NAME},
+        {"duration", 1, 0, O_DURATION}, {"count", 1, 0, O_COUNT}, {"exit-when-all-down", 0, 0, O_EXITDOWN},
+        {"stats", 1, 0, O_STATS}, {"quiet", 0, 0, O_QUIET}, {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
+    memset(o, 0, sizeof *o);
+    o->spec.pids = pids;
+    o->spec.pidfiles = pidfiles;
+    o->spec.patterns = patterns;
+    o->spec.endpoints = endpoints;
+    o->spec.run_id = "";
+    o->interval = 1.0;
+    o->rescan = 5.0;
+    o->control_timeout = 0.25;
+    o->duration = -1;
+    o->count = -1;
+    o->spool_max = 64LL << 20;
+    o->name = "";
+    int c;
+    double v;
+    char *end;
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (c) {
+        case O_PID: {
+            long pid = strtol(optarg, &end, 10);
+            if (*end || pid < 1 || o->spec.npids >= MAX_LIST) {
+                fprintf(stderr, "flowstat-agent: --pid: bad process id '%s'\n", optarg);
+                return -1;
+            }
+            pids[o->spec.npids++] = (pid_t)pid;
+            break;
+        }
+        case O_PIDFILE:
+            if (o->spec.npidfiles < MAX_LIST)
+                pidfiles[o->spec.npidfiles++] = optarg;
+            break;
+        case O_PATTERN: {
+            if (o->spec.npatterns >= 256)
+                return -1;
+            int rc = regcomp(&patterns[o->spec.npatterns], optarg, REG_EXTENDED | REG_NOSUB);
+            if (rc != 0) {
+                char msg[128];
+                regerror(rc, &patterns[o->spec.npatterns], msg, sizeof msg);
+                fprintf(stderr, "flowstat-agent: --pattern '%s': %s\n", optarg, msg);
+                return -1;
+            }
+            o->spec.npatterns++;
+            break;
+        }
+        case O_ENDPOINTS:
+            if (o->spec.nendpoints < MAX_LIST)
+                endpoints[o->spec.nendpoints++] = optarg;
+            break;
+        case O_SINK:
+            if (o->nsinks < 64)
+                o->sinks[o->nsinks++] = optarg;
+            break;
+        case O_INTERVAL:
+            if (parse_seconds(optarg, "--interval", 0.01, &o->interval) != 0)
+                return -1;
+            break;
+        case O_RESCAN:
+            if (parse_seconds(optarg, "--rescan", 0.01, &o->rescan) != 0)
+                return -1;
+            break;
+        case O_CTIMEOUT:
+            if (parse_seconds(optarg, "--control-timeout", 0.001, &o->control_timeout) != 0)
+                return -1;
+            break;
+        case O_SPOOL:
+            o->spool_dir = optarg;
+            break;
+        case O_SPOOLMAX:
+            if (parse_seconds(optarg, "--spool-max-mb", 0.001, &v) != 0)
+                return -1;
+            o->spool_max = (long long)(v * 1024 * 1024);
+            break;
+        case O_RUNID:
+            o->spec.run_id = optarg;
+            break;
+        case O_NAME:
+            o->name = optarg;
+            break;
+        case O_DURATION:
+            if (parse_seconds(optarg, "--duration", 0, &o->duration) != 0)
+                return -1;
+            break;
+        case O_COUNT:
+            o->count = strtoll(optarg, &end, 10);
+            if (*end || o->count < 0) {
+                fprintf(stderr, "flowstat-agent: --count: expected a number, got '%s'\n", optarg);
+                return -1;
+            }
+            break;
+        case O_EXITDOWN:
+            o->exit_when_all_down = 1;
+            break;
+        case O_STATS:
+            o->stats_path = optarg;
+            break;
+        case O_QUIET:
+            fs_quiet = 1;
+            break;
+        case O_HELP:
+            usage(stdout);
+            exit(0);
+        default:
+            usage(stderr);
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "flowstat-agent: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (!o->spec.npids && !o->spec.npidfiles && !o->spec.npatterns && !o->spec.nendpoints) {
+        fprintf(stderr, "flowstat-agent: give at least one target: --pid, --pidfile, --pattern or --endpoints\n");
+        return -1;
+    }
+    if (!o->nsinks)
+        o->sinks[o->nsinks++] = "stdout://";
+    return 0;
+}
+
+/* -- targets ----------------------------------------------------------------------------------- */
+
+static struct target *find_target(struct agent *a, pid_t pid, const char *node_id)
+{
+    for (size_t i = 0; i < a->ntargets; i++)
+        if (a->targets[i].pid == pid && strcmp(a->targets[i].node_id, node_id) == 0)
+            return &a->targets[i];
+    return NULL;
+}
+
+static struct retired *find_gone(struct agent *a, const char *node_id, pid_t pid, int any_pid)
+{
+    for (size_t i = 0; i < a->ngone; i++)
+        if (strcmp(a->gone[i].node_id, node_id) == 0 && (any_pid || a->gone[i].pid == pid))
+            return &a->gone[i];
+    return NULL;
+}
+
+static void on_found(void *ctx, const struct target *cand)
+{
+    struct agent *a = ctx;
+    if (find_target(a, cand->pid, cand->node_id) || find_gone(a, cand->node_id, cand->pid, 0))
+        return;
+    struct target t = *cand;
+    if (proc_reader_open(&t.reader, t.pid) != PROC_OK)
+        return;
+    if (proc_reader_read(&t.reader, &t.prev) != PROC_OK) {
+        proc_reader_close(&t.reader);
+        return;
+    }
+    t.prev_t = fs_monotonic();
+    struct retired *before = find_gone(a, t.node_id, 0, 1);
+    t.seq = before ? before->seq : 0;
+    if (a->ntargets == a->cap) {
+        size_t cap = a->cap ? a->cap * 2 : 64;
+        struct target *grown = realloc(a->targets, cap * sizeof *grown);
+        if (!grown) {
+            proc_reader_close(&t.reader);
+            return;
+        }
+        a->targets = grown;
+        a->cap = cap;
+    }
+    a->targets[a->ntargets++] = t;
+    LOG_INFO("watching %s (pid %d)", t.node_id, (int)t.pid);
+}
+
+static void retire(struct agent *a, size_t i)
+{
+    struct target *t = &a->targets[i];
+    if (a->ngone == a->gone_cap) {
+        size_t cap = a->gone_cap ? a->gone_cap * 2 : 64;
+        struct retired *grown = realloc(a->gone, cap * sizeof *grown);
+        if (grown) {
+            a->gone = grown;
+            a->gone_cap = cap;
+        }
+    }
+    if (a->ngone < a->gone_cap) {
+        struct retired *r = &a->gone[a->ngone++];
+        fs_strlcpy(r->node_id, t->node_id, sizeof r->node_id);
+        r->pid = t->pid;
+        r->seq = t->seq;
+    }
+    proc_reader_close(&t->reader);
+    if (t->control[0])
+        control_forget(&a->control, t->control);
+    a->targets[i] = a->targets[--a->ntargets];
+}
+
+/* -- sampling ---------------------------------------------------------------------------------- */
+
+static const char *role_of(const char *role)
+{
+    return strcmp(role, "producer") == 0 || strcmp(role, "merger") == 0 || strcmp(role, "viewer") == 0 ? role
+                                                                                                       : "other";
+}
+
+static void base_sample(struct agent *a, struct target *t, const char *stamp, int64_t ms, const char *role,
+                        const char *state, struct fs_sample *s)
+{
+    sample_clear(s);
+    s->time_ms = ms;
+    sample_set_str(s, FS_F_TIME, stamp);
+    sample_set_str(s, FS_F_RUN_ID, t->run_id);
+    sample_set_str(s, FS_F_HOST, a->host);
+    sample_set_str(s, FS_F_NODE_ID, t->node_id);
+    sample_set_str(s, FS_F_ROLE, role_of(role));
+    sample_set_str(s, FS_F_AGENT, a->agent_name);
+    sample_set_int(s, FS_F_SEQ, t->seq++);
+    sample_set_int(s, FS_F_PID, t->pid);
+    sample_set_str(s, FS_F_NODE_STATE, state);
+}
+
+static size_t sample_all(struct agent *a, struct fs_sample **out, size_t *out_cap)
+{
+    char stamp[32];
+    int64_t ms;
+    fs_iso_now(stamp, sizeof stamp, &ms);
+    double now = fs_monotonic();
+    size_t n = a->ntargets, nctl = 0;
+    if (n > *out_cap) {
+        struct fs_sample *grown = realloc(*out, n * sizeof *grown);
+        if (!grown)
+            return 0;
+        *out = grown;
+        *out_cap = n;
+    }
+    const char **endpoints = calloc(n ? n : 1, sizeof *endpoints);
+    size_t *owner = calloc(n ? n : 1, sizeof *owner);
+    cJSON **replies = calloc(n ? n : 1, sizeof *replies);
+    cJSON **by_target = calloc(n ? n : 1, sizeof *by_target);
+    if (!endpoints || !owner || !replies || !by_target) {
+        free(endpoints), free(owner), free(replies), free(by_target);
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (a->targets[i].control[0]) {
+            endpoints[nctl] = a->targets[i].control;
+            owner[nctl++] = i;
+        }
+    if (nctl)
+        control_query(&a->control, endpoints, nctl, replies);
+    for (size_t k = 0; k < nctl; k++)
+        by_target[owner[k]] = replies[k];
+    size_t count = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct target *t = &a->targets[i];
+        struct proc_reading cur;
+        enum proc_status st = proc_reader_read(&t->reader, &cur);
+        if (st != PROC_OK) {
+            if (st != PROC_GONE) {
+                a->proc_errors++;
+                LOG_ERR("%s (pid %d): cannot read /proc (%s)", t->node_id, (int)t->pid,
+                        st == PROC_BAD_FORMAT ? "unexpected format" : strerror(errno));
+            }
+            base_sample(a, t, stamp, ms, t->role, "DOWN", &(*out)[count++]); /* reported once, then dropped */
+            LOG_WARN("%s (pid %d) is gone", t->node_id, (int)t->pid);
+            continue;
+        }
+        const cJSON *reply = by_target[i];
+        const cJSON *reply_role = reply ? cJSON_GetObjectItemCaseSensitive(reply, "role") : NULL;
+        const char *role = strcmp(t->role, "other") != 0 || !cJSON_IsString(reply_role) ? t->role
+                                                                                        : reply_role->valuestring;
+        const cJSON *state = reply ? cJSON_GetObjectItemCaseSensitive(reply, "node_state") : NULL;
+        struct fs_sample *s = &(*out)[count++];
+        base_sample(a, t, stamp, ms, role, cJSON_IsString(state) ? state->valuestring : "UP", s);
+        double total, user, sys;
+        proc_cpu_rates(&t->prev, &cur, now - t->prev_t, &total, &user, &sys);
+        sample_set_int(s, FS_F_VMRSS_KB, cur.rss_kb);
+        sample_set_num(s, FS_F_CPU_CLOCK_HZ, total);
+        sample_set_num(s, FS_F_CPU_USER_HZ, user);
+        sample_set_num(s, FS_F_CPU_SYSTEM_HZ, sys);
+        sample_set_int(s, FS_F_THREADS, cur.threads);
+        if (reply)
+            control_fill_sample(reply, s);
+        t->prev = cur;
+        t->prev_t = now;
+    }
+    for (size_t k = 0; k < nctl; k++)
+        cJSON_Delete(replies[k]);
+    free(endpoints), free(owner), free(replies), free(by_target);
+    /* drop the targets reported DOWN (after the loop: retire() reorders the array) */
+    for (size_t c = 0; c < count; c++)
+        if (strcmp((*out)[c].v[FS_F_NODE_STATE].s, "DOWN") == 0) {
+            struct target *t = find_target(a, (pid_t)(*out)[c].v[FS_F_PID].i, (*out)[c].v[FS_F_NODE_ID].s);
+            if (t)
+                retire(a, (size_t)(t - a->targets));
+        }
+    a->samples_taken += (long long)count;
+    return count;
+}
+
+static void write_stats(struct agent *a)
+{
+    FILE *f = fopen(a->opt.stats_path, "w");
+    if (!f) {
+        LOG_ERR("--stats %s: %s", a->opt.stats_path, strerror(errno));
+        return;
+    }
+    fprintf(f, "{\"samples\": %lld, \"targets\": %zu, \"gone\": %zu, \"control_errors\": %llu, \"proc_errors\": %lld, \"sinks\": {",
+            a->samples_taken, a->ntargets, a->ngone, a->control.errors, a->proc_errors);
+    for (size_t i = 0; i < a->opt.nsinks; i++) {
+        struct sink *s = &a->sinks[i];
+        fprintf(f, "%s\"%s\": {\"delivered\": %lld, \"rejected\": %lld, \"lost\": %lld, \"spooled\": %llu, "
+                   "\"spool_dropped\": %lld}", i ? ", " : "", s->url, s->delivered, s->rejected, s->lost,
+                s->has_spool ? s->spool.next - s->spool.first : 0ULL, s->has_spool ? s->spool.dropped_samples : 0LL);
+    }
+    fprintf(f, "}}\n");
+    fclose(f);
+}
+
+static void submit_all(struct agent *a, const struct fs_sample *samples, size_t n)
+{
+    for (size_t i = 0; i < a->opt.nsinks; i++) {
+        if (n)
+            sink_submit(&a->sinks[i], samples, n);
+        else
+            sink_retry(&a->sinks[i]);
+    }
+}
+
+static void sleep_until(double deadline)
+{
+    double left = deadline - fs_monotonic();
+    if (left <= 0)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double target = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 + left;
+    ts.tv_sec = (time_t)target;
+    ts.tv_nsec = (long)((target - (double)ts.tv_sec) * 1e9);
+    while (!stop_flag && clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        ;
+}
+
+int main(int argc, char **argv)
+{
+    struct agent a;
+    memset(&a, 0, sizeof a);
+    if (parse_options(argc, argv, &a.opt) != 0)
+        return 2;
+    gethostname(a.host, sizeof a.host - 1);
+    snprintf(a.agent_name, sizeof a.agent_name, "%s%s%s", AGENT_NAME, a.opt.name[0] ? "/" : "", a.opt.name);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    a.sinks = calloc(a.opt.nsinks, sizeof *a.sinks);
+    for (size_t i = 0; i < a.opt.nsinks; i++) {
+        char err[640];
+        if (sink_parse_url(a.opt.sinks[i], &a.sinks[i], err, sizeof err) != 0 ||
+            sink_open(&a.sinks[i], a.opt.spool_dir, a.opt.spool_max) != 0) {
+            fprintf(stderr, "flowstat-agent: %s\n", err[0] ? err : a.opt.sinks[i]);
+            return 2;
+        }
+    }
+    if (control_pool_init(&a.control, a.opt.control_timeout) != 0)
+        return 1;
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    struct fs_sample *samples = NULL;
+    size_t samples_cap = 0;
+    double start = fs_monotonic(), next_rescan = start;
+    long long tick = 0;
+    while (!stop_flag) {
+        double now = fs_monotonic();
+        if (now >= next_rescan) {
+            targets_discover(&a.opt.spec, on_found, &a);
+            next_rescan = now + a.opt.rescan;
+        }
+        if (tick > 0)
+            submit_all(&a, samples, sample_all(&a, &samples, &samples_cap));
+        if ((a.opt.count >= 0 && tick >= a.opt.count) || (a.opt.duration >= 0 && now - start >= a.opt.duration) ||
+            (a.opt.exit_when_all_down && tick > 0 && a.ntargets == 0 && a.ngone > 0))
+            break;
+        /* tick k is due at start + k x interval: no drift; an overrun skips to the next one due */
+        long long due = (long long)floor((fs_monotonic() - start) / a.opt.interval) + 1;
+        tick = due > tick + 1 ? due : tick + 1;
+        sleep_until(start + (double)tick * a.opt.interval);
+    }
+    if (stop_flag && a.ntargets) /* stopped from outside: one last pass reports nodes that ended */
+        submit_all(&a, samples, sample_all(&a, &samples, &samples_cap));
+    long long lost = 0;
+    for (size_t i = 0; i < a.opt.nsinks; i++) {
+        lost += a.sinks[i].lost + (a.sinks[i].has_spool ? a.sinks[i].spool.dropped_samples : 0);
+        sink_close(&a.sinks[i]);
+    }
+    if (a.opt.stats_path)
+        write_stats(&a);
+    while (a.ntargets)
+        retire(&a, a.ntargets - 1);
+    control_pool_close(&a.control);
+    free(samples);
+    free(a.targets);
+    free(a.gone);
+    free(a.sinks);
+    for (size_t i = 0; i < a.opt.spec.npatterns; i++)
+        regfree(&a.opt.spec.patterns[i]);
+    curl_global_cleanup();
+    return lost ? 1 : 0;
+}

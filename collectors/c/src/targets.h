@@ -1,0 +1,42 @@
+/* What the agent watches: PIDs, pid files, command-line patterns, a harness run's endpoints.json. */
+#ifndef FLOWSTAT_TARGETS_H
+#define FLOWSTAT_TARGETS_H
+
+#include <regex.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "procread.h"
+
+struct target {
+    pid_t pid;
+    char node_id[128];
+    char role[16];
+    char run_id[128];
+    char control[256]; /* control endpoint, or "" */
+    struct proc_reader reader;
+    struct proc_reading prev;
+    double prev_t;
+    long long seq;
+};
+
+struct target_spec {
+    pid_t *pids;
+    size_t npids;
+    const char **pidfiles;
+    size_t npidfiles;
+    regex_t *patterns;
+    size_t npatterns;
+    const char **endpoints;
+    size_t nendpoints;
+    const char *run_id;
+};
+
+typedef void (*target_found_fn)(void *ctx, const struct target *candidate);
+
+/* Call fn for every target the spec describes now. Problems are logged, never fatal. */
+void targets_discover(const struct target_spec *spec, target_found_fn fn, void *ctx);
+/* Parse an endpoints.json document; returns the number of nodes found, -1 if malformed. */
+int targets_parse_endpoints(const char *text, size_t len, const char *run_id, target_found_fn fn, void *ctx);
+
+#endif

@@ -1,0 +1,125 @@
+#include "util.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int fs_quiet = 0;
+
+void fs_log(const char *level, const char *fmt, ...)
+{
+    char stamp[32];
+    fs_iso_now(stamp, sizeof stamp, NULL);
+    fprintf(stderr, "%s flowstat-agent %s ", stamp, level);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+double fs_monotonic(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void fs_iso_now(char *out, size_t n, int64_t *epoch_ms)
+{
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    time_t secs = (time_t)(ms / 1000);
+    gmtime_r(&secs, &tm);
+    snprintf(out, n, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+             tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+    if (epoch_ms)
+        *epoch_ms = ms;
+}
+
+void fs_strlcpy(char *dst, const char *src, size_t n)
+{
+    if (n == 0)
+        return;
+    size_t len = strnlen(src, n - 1);
+    memcpy(dst, src, len);
+    dst[len] = '\0';
+}
+
+void fs_format_double(char *out, size_t n, double v)
+{
+    if (!isfinite(v)) {
+        snprintf(out, n, "0.0");
+        return;
+    }
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(out, n, "%.*g", prec, v);
+        if (strtod(out, NULL) == v)
+            break;
+    }
+    /* keep it a float to every reader: "5" would read back as an integer */
+    if (!strpbrk(out, ".eEn") && strlen(out) + 2 < n)
+        strcat(out, ".0");
+}
+
+void fs_buf_append(struct fs_buf *b, const char *s, size_t n)
+{
+    if (b->failed)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *p = realloc(b->data, cap);
+        if (!p) {
+            b->failed = 1;
+            return;
+        }
+        b->data = p;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+}
+
+void fs_buf_puts(struct fs_buf *b, const char *s)
+{
+    fs_buf_append(b, s, strlen(s));
+}
+
+void fs_buf_printf(struct fs_buf *b, const char *fmt, ...)
+{
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    if ((size_t)n < sizeof tmp) {
+        fs_buf_append(b, tmp, (size_t)n);
+        return;
+    }
+    char *big = malloc((size_t)n + 1);
+    if (!big) {
+        b->failed = 1;
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    fs_buf_append(b, big, (size_t)n);
+    free(big);
+}
+
+void fs_buf_free(struct fs_buf *b)
+{
+    free(b->data);
+    memset(b, 0, sizeof *b);
+}

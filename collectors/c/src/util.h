@@ -1,0 +1,34 @@
+/* Small helpers shared by the agent's modules: time, bounded strings, numbers, logging. */
+#ifndef FLOWSTAT_UTIL_H
+#define FLOWSTAT_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+extern int fs_quiet;
+
+void fs_log(const char *level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define LOG_INFO(...) do { if (!fs_quiet) fs_log("INFO", __VA_ARGS__); } while (0)
+#define LOG_WARN(...) fs_log("WARNING", __VA_ARGS__)
+#define LOG_ERR(...) fs_log("ERROR", __VA_ARGS__)
+
+double fs_monotonic(void);
+/* ISO-8601 UTC with milliseconds ("2026-11-22T10:51:14.123Z") of the current wall time. */
+void fs_iso_now(char *out, size_t n, int64_t *epoch_ms);
+/* Copy with truncation; always NUL-terminates. */
+void fs_strlcpy(char *dst, const char *src, size_t n);
+/* Shortest text that reads back as the same double (as Python's repr). */
+void fs_format_double(char *out, size_t n, double v);
+
+/* A growable byte buffer; on allocation failure it marks itself failed and ignores writes. */
+struct fs_buf {
+    char *data;
+    size_t len, cap;
+    int failed;
+};
+void fs_buf_append(struct fs_buf *b, const char *s, size_t n);
+void fs_buf_puts(struct fs_buf *b, const char *s);
+void fs_buf_printf(struct fs_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void fs_buf_free(struct fs_buf *b);
+
+#endif
