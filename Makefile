@@ -7,7 +7,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help demo test bench install clean
+C_AGENT := collectors/c/build/flowstat-agent
+C_DEPS := libzmq3-dev libcjson-dev libcurl4-openssl-dev pkg-config clang libclang-rt-14-dev valgrind
+C_STAMP := .cache/c-deps.installed
+
+.PHONY: help demo test bench install clean c-agent
 
 help:
 	@echo "make demo   run the demo (installs what it needs first)"
@@ -25,16 +29,30 @@ $(STAMP): $(BIN)/python pyproject.toml requirements.lock
 	$(BIN)/python -m pip install -q -c requirements.lock -e '.[test]'
 	touch $@
 
-install: $(STAMP)
+# The C agent's build dependencies come from Debian; installed once (root, or sudo if present).
+$(C_STAMP):
+	@mkdir -p .cache
+	@if ! dpkg -s $(C_DEPS) >/dev/null 2>&1; then \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		echo "installing $(C_DEPS)"; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(C_DEPS); \
+	fi
+	touch $@
 
-demo: $(STAMP)
+c-agent: $(C_STAMP)
+	$(MAKE) -C collectors/c all asan fuzz
+
+install: $(STAMP) c-agent
+
+demo: $(STAMP) c-agent
 	$(BIN)/flowstat run benchmark-harness/topologies/demo.yaml
 
-test: $(STAMP)
+test: $(STAMP) c-agent
 	$(BIN)/python -m pytest -q -ra
 
-bench: $(STAMP)
+bench: $(STAMP) c-agent
 	$(BIN)/python benchmarks/run_benchmarks.py --full
 
 clean:
 	rm -rf $(VENV) .cache runs .pytest_cache
+	$(MAKE) -C collectors/c clean

@@ -13,6 +13,7 @@
 #include <curl/curl.h>
 
 #include "control.h"
+#include "sample_json.h"
 #include "sinks.h"
 #include "targets.h"
 
@@ -84,6 +85,7 @@ static void usage(FILE *out)
             "  --exit-when-all-down   stop once every target has exited\n"
             "  --stats FILE           write delivery statistics (JSON) here at exit\n"
             "  --quiet                log warnings and errors only\n"
+            "  --encode line|json     read JSON samples (one a line) on stdin, write them encoded on stdout\n"
             "  --help                 this text\n");
 }
 
@@ -448,8 +450,39 @@ static void sleep_until(double deadline)
         ;
 }
 
+/* --encode: JSON samples in, encoded samples out; a bad line is reported by number and skipped. */
+static int encode_stdin(int json)
+{
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    long lineno = 0;
+    int bad = 0;
+    while ((len = getline(&line, &cap, stdin)) >= 0) {
+        lineno++;
+        struct fs_sample s;
+        char err[256];
+        if (sample_from_json(line, (size_t)len, &s, err, sizeof err) != 0) {
+            fprintf(stderr, "flowstat-agent: stdin line %ld: %s\n", lineno, err);
+            bad = 1;
+            continue;
+        }
+        struct fs_buf out = {0};
+        if (json)
+            sample_json(&s, &out);
+        else
+            sample_line_protocol(&s, &out);
+        fwrite(out.data, 1, out.len, stdout);
+        fs_buf_free(&out);
+    }
+    free(line);
+    return bad;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "--encode") == 0 && (!strcmp(argv[2], "line") || !strcmp(argv[2], "json")))
+        return encode_stdin(strcmp(argv[2], "json") == 0);
     struct agent a;
     memset(&a, 0, sizeof a);
     if (parse_options(argc, argv, &a.opt) != 0)

@@ -53,17 +53,28 @@ void fs_strlcpy(char *dst, const char *src, size_t n)
 
 void fs_format_double(char *out, size_t n, double v)
 {
+    /* Python's repr: the shortest digits that read back as v, in fixed notation when the decimal
+     * exponent is in [-4, 16), else as d.ddde+XX; always with a '.' or an exponent. Both agents
+     * must write the same bytes. */
+    char sci[40];
     if (!isfinite(v)) {
         snprintf(out, n, "0.0");
         return;
     }
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(out, n, "%.*g", prec, v);
-        if (strtod(out, NULL) == v)
+    int prec = 1;
+    for (; prec <= 17; prec++) {
+        snprintf(sci, sizeof sci, "%.*e", prec - 1, v);
+        if (strtod(sci, NULL) == v)
             break;
     }
-    /* keep it a float to every reader: "5" would read back as an integer */
-    if (!strpbrk(out, ".eEn") && strlen(out) + 2 < n)
+    int exp10 = atoi(strchr(sci, 'e') + 1);
+    if (exp10 < -4 || exp10 >= 16) {
+        snprintf(out, n, "%s", sci);
+        return;
+    }
+    int decimals = prec - 1 - exp10;
+    snprintf(out, n, "%.*f", decimals > 0 ? decimals : 0, v);
+    if (decimals <= 0 && strlen(out) + 2 < n)
         strcat(out, ".0");
 }
 
