@@ -73,16 +73,7 @@ static void put_value(struct fs_buf *out, const struct fs_value *v, enum fs_type
             put_lp_string(out, v->s);
             break;
         }
-        fs_buf_append(out, "\"", 1);
-        for (const unsigned char *c = (const unsigned char *)v->s; *c; c++) {
-            if (*c == '"' || *c == '\\')
-                fs_buf_printf(out, "\\%c", *c);
-            else if (*c < 0x20)
-                fs_buf_printf(out, "\\u%04x", *c);
-            else
-                fs_buf_append(out, (const char *)c, 1);
-        }
-        fs_buf_append(out, "\"", 1);
+        fs_buf_json_string(out, v->s);
         break;
     }
 }

@@ -262,20 +262,6 @@ static enum send_result send_payload(struct sink *s, const char *data, size_t le
     }
 }
 
-static void json_string(struct fs_buf *b, const char *text)
-{
-    fs_buf_append(b, "\"", 1);
-    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
-        if (*c == '"' || *c == '\\')
-            fs_buf_printf(b, "\\%c", *c);
-        else if (*c < 0x20)
-            fs_buf_printf(b, "\\u%04x", *c);
-        else
-            fs_buf_append(b, (const char *)c, 1);
-    }
-    fs_buf_append(b, "\"", 1);
-}
-
 static void encode(const struct sink *s, const struct fs_sample *samples, size_t n, struct fs_buf *out)
 {
     for (size_t i = 0; i < n; i++) {
@@ -283,9 +269,9 @@ static void encode(const struct sink *s, const struct fs_sample *samples, size_t
             char id[600];
             sample_document_id(&samples[i], id, sizeof id);
             fs_buf_puts(out, "{\"index\":{\"_index\":");
-            json_string(out, s->path);
+            fs_buf_json_string(out, s->path);
             fs_buf_puts(out, ",\"_id\":");
-            json_string(out, id);
+            fs_buf_json_string(out, id);
             fs_buf_puts(out, "}}\n");
         }
         if (s->json)

@@ -134,3 +134,20 @@ void fs_buf_free(struct fs_buf *b)
     free(b->data);
     memset(b, 0, sizeof *b);
 }
+
+void fs_buf_json_string(struct fs_buf *b, const char *text)
+{
+    static const char short_escapes[] = {['\b'] = 'b', ['\f'] = 'f', ['\n'] = 'n', ['\r'] = 'r', ['\t'] = 't'};
+    fs_buf_append(b, "\"", 1);
+    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
+        if (*c == '"' || *c == '\\')
+            fs_buf_printf(b, "\\%c", *c);
+        else if (*c < 0x20 && *c < sizeof short_escapes && short_escapes[*c])
+            fs_buf_printf(b, "\\%c", short_escapes[*c]);
+        else if (*c < 0x20)
+            fs_buf_printf(b, "\\u%04x", *c);
+        else
+            fs_buf_append(b, (const char *)c, 1);
+    }
+    fs_buf_append(b, "\"", 1);
+}

@@ -30,5 +30,7 @@ void fs_buf_append(struct fs_buf *b, const char *s, size_t n);
 void fs_buf_puts(struct fs_buf *b, const char *s);
 void fs_buf_printf(struct fs_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void fs_buf_free(struct fs_buf *b);
+/* A JSON string literal, escaped as Python's json.dumps(ensure_ascii=False) does. */
+void fs_buf_json_string(struct fs_buf *b, const char *text);
 
 #endif

@@ -132,7 +132,8 @@ def to_line_protocol(sample: dict) -> str:
 
 def to_json(sample: dict) -> str:
     """The JSON document (what Elasticsearch stores): the sample's fields in schema order."""
-    return json.dumps({f.name: sample[f.name] for f in fields() if f.name in sample}, separators=(",", ":"))
+    return json.dumps({f.name: sample[f.name] for f in fields() if f.name in sample}, separators=(",", ":"),
+                      ensure_ascii=False)
 
 
 def document_id(sample: dict) -> str:

@@ -1,0 +1,225 @@
+"""The C agent (collectors/c/build/flowstat-agent, built by make) against real processes, sockets
+and receivers; its conformance with the Python agent; valgrind, ASan and the fuzzers."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from agent_helpers import HttpReceiver, StubNode, sleeper
+from conftest import ROOT
+from flowstat_agent import schema
+from flowstat_agent.agent import Agent, AgentConfig
+from flowstat_agent.targets import TargetSpec
+
+BUILD = ROOT / "collectors" / "c" / "build"
+AGENT = BUILD / "flowstat-agent"
+ASAN = BUILD / "flowstat-agent-asan"
+FUZZ_SECONDS = int(os.environ.get("FLOWSTAT_FUZZ_SECONDS", "8"))
+
+pytestmark = pytest.mark.skipif(not AGENT.exists(), reason="run `make c-agent` (make test does)")
+
+
+def c_agent(*args, binary=AGENT, timeout=60, **kw):
+    return subprocess.run([str(binary), *map(str, args)], capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def random_sample(rng: random.Random) -> dict:
+    s = {}
+    texts = ["merger-0", "a b,c=d", 'q"uote', "back\\slash", "ünïcode", "tab\there", "x" * 100]
+    for f in schema.fields():
+        if not f.required and rng.random() < 0.3:
+            continue
+        if f.influx == "time":
+            s[f.name] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(rng.randrange(0, 2**31))) + f".{rng.randrange(1000):03d}Z"
+        elif f.enum:
+            s[f.name] = rng.choice(f.enum)
+        elif f.type == "string":
+            s[f.name] = rng.choice(texts)
+        elif f.type == "integer":
+            s[f.name] = rng.choice([0, 1, 42, 2**31, 2**53, rng.randrange(10**12)])
+        elif f.type == "number":
+            s[f.name] = rng.choice([0.0, 0.1, 100.0, 1e-05, 1.5e20, 123456.789, rng.random() * 10**rng.randrange(-8, 20),
+                                    round(rng.random() * 2e6, 1)])
+        else:
+            s[f.name] = rng.random() < 0.5
+    return s
+
+
+def test_both_agents_encode_every_sample_byte_for_byte_alike():
+    rng = random.Random(7)
+    samples = [random_sample(rng) for _ in range(2000)]
+    assert all(schema.validate(s) == [] for s in samples)
+    stdin = "".join(json.dumps(s) + "\n" for s in samples)
+    line = c_agent("--encode", "line", input=stdin)
+    assert line.returncode == 0, line.stderr
+    assert line.stdout.splitlines() == [schema.to_line_protocol(s) for s in samples]
+    js = c_agent("--encode", "json", input=stdin)
+    assert js.stdout.splitlines() == [schema.to_json(s) for s in samples]
+
+
+def test_encode_reports_bad_lines_by_number_and_keeps_the_good_ones():
+    good = json.dumps(random_sample(random.Random(1)))
+    bad = json.dumps({**json.loads(good), "seq": -1})
+    out = c_agent("--encode", "line", input=f"{good}\nnot json\n{bad}\n{good}\n")
+    assert out.returncode == 1 and len(out.stdout.splitlines()) == 2
+    assert "stdin line 2: sample: not a JSON object" in out.stderr and "stdin line 3: seq: wrong type" in out.stderr
+
+
+def test_both_agents_take_identical_samples_of_the_same_node(tmp_path):
+    """A stopped process holds still: both agents must then see exactly the same thing."""
+    proc = sleeper()
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        out = c_agent("--pid", proc.pid, "--count", 3, "--interval", 0.05, "--run-id", "conf",
+                      "--sink", f"file://{tmp_path}/c.json?format=json", "--quiet")
+        assert out.returncode == 0, out.stderr
+        Agent(AgentConfig(TargetSpec(pids=[proc.pid], run_id="conf"), [f"file://{tmp_path}/py.json?format=json"],
+                          interval_s=0.05, count=3)).run()
+    finally:
+        proc.kill()
+    c = [json.loads(x) for x in open(tmp_path / "c.json")]
+    py = [json.loads(x) for x in open(tmp_path / "py.json")]
+    assert len(c) == len(py) == 3
+    for a, b in zip(c, py):
+        assert schema.validate(a) == []
+        assert a["agent"] == "flowstat-agent-c" and b["agent"] == "flowstat-agent-py"
+        strip = lambda d: {k: v for k, v in d.items() if k not in ("time", "agent")}
+        assert strip(a) == strip(b)
+
+
+def test_both_agents_agree_on_live_harness_nodes(tmp_path):
+    from conftest import topology_dict
+    from flowstat_harness.orchestrator import Orchestrator
+    from flowstat_harness.topology import from_dict
+
+    orch = Orchestrator(from_dict(topology_dict(duration=30)), "live", tmp_path / "live")
+    orch.start()
+    try:
+        endpoints = tmp_path / "live" / "endpoints.json"
+        c = subprocess.Popen([str(AGENT), "--endpoints", str(endpoints), "--count", "6", "--interval", "0.2",
+                              "--sink", f"file://{tmp_path}/c.json?format=json", "--quiet"])
+        Agent(AgentConfig(TargetSpec(endpoints_files=[str(endpoints)]), [f"file://{tmp_path}/py.json?format=json"],
+                          interval_s=0.2, count=6)).run()
+        assert c.wait(30) == 0
+    finally:
+        orch.stop()
+        orch.kill_all()
+        orch.close()
+    c = [json.loads(x) for x in open(tmp_path / "c.json")]
+    py = [json.loads(x) for x in open(tmp_path / "py.json")]
+    for node in ("merger-0", "viewer", "producers-0"):
+        cs = [x for x in c if x["node_id"] == node]
+        ps = [x for x in py if x["node_id"] == node]
+        assert len(cs) == len(ps) == 6
+        for a, b in zip(cs, ps):
+            assert schema.validate(a) == [], a
+            assert set(a) == set(b)  # the same fields, from the same control reply fields
+            for key in ("run_id", "host", "node_id", "role", "pid", "seq", "node_state", "receive_buffer_size",
+                        "send_buffer_size", "threads"):
+                assert a.get(key) == b.get(key), (node, key)
+            assert abs(a["vmrss_kb"] - b["vmrss_kb"]) <= 0.05 * b["vmrss_kb"]
+
+
+def test_receiver_down_for_seconds_loses_and_duplicates_nothing(tmp_path):
+    receiver = HttpReceiver()
+    proc = sleeper()
+    url = f"http://127.0.0.1:{receiver.port}/write"
+    agent = subprocess.Popen([str(AGENT), "--pid", str(proc.pid), "--interval", "0.05", "--duration", "6",
+                              "--sink", url, "--spool-dir", str(tmp_path / "spool"), "--stats",
+                              str(tmp_path / "stats.json"), "--quiet"], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 10
+        while len(receiver.lines()) < 10 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        receiver.stop()
+        time.sleep(3.0)  # the receiver stays down for three seconds of sampling
+        spooled = len(list((tmp_path / "spool").rglob("*.batch")))
+        receiver.start()
+        assert agent.wait(30) == 0, agent.stderr.read()
+    finally:
+        proc.kill()
+    assert spooled > 20
+    seqs = [int(line.split("seq=")[1].split("i")[0]) for line in receiver.lines()]
+    assert seqs == list(range(len(seqs))) and len(seqs) >= 80
+    stats = json.loads((tmp_path / "stats.json").read_text())["sinks"][url]
+    assert stats["delivered"] == len(seqs) and stats["spooled"] == 0 and stats["lost"] == 0
+
+
+def run_scenario(binary, tmp_path, wrap=()):
+    """A vanishing target, a hung and a garbage control socket, a good one: what must not crash it."""
+    hung, garbage, ok = StubNode("hang"), StubNode("garbage"), StubNode("ok")
+    procs = [sleeper(), sleeper(), sleeper(), sleeper(1.0)]
+    endpoints = tmp_path / "endpoints.json"
+    endpoints.write_text(json.dumps({"run_id": "r", "nodes": [
+        {"node_id": f"n{i}", "role": "merger", "pid": p.pid, "control": n.endpoint}
+        for i, (p, n) in enumerate(zip(procs, (hung, garbage, ok)))] + [
+        {"node_id": "short", "role": "producer", "pid": procs[3].pid}]}))
+    try:
+        out = subprocess.run([*wrap, str(binary), "--endpoints", str(endpoints), "--count", "12", "--interval", "0.2",
+                              "--control-timeout", "0.1", "--sink", f"file://{tmp_path}/s.json?format=json",
+                              "--stats", str(tmp_path / "stats.json")], capture_output=True, text=True, timeout=300)
+    finally:
+        for p in procs:
+            p.kill()
+        for n in (hung, garbage, ok):
+            n.close()
+    return out, [json.loads(x) for x in open(tmp_path / "s.json")]
+
+
+def test_vanished_target_hung_and_garbage_control(tmp_path):
+    out, docs = run_scenario(AGENT, tmp_path)
+    assert out.returncode == 0, out.stderr
+    short = [d["node_state"] for d in docs if d["node_id"] == "short"]
+    assert short.count("DOWN") == 1 and short[-1] == "DOWN"
+    good = [d for d in docs if d["node_id"] == "n2"]
+    assert len(good) == 12 and good[-1]["average_merge_time_ms"] == 0.25 and "backlog" not in good[-1]
+    assert all("average_merge_time_ms" not in d for d in docs if d["node_id"] in ("n0", "n1"))
+    assert json.loads((tmp_path / "stats.json").read_text())["control_errors"] >= 20
+    assert "is gone" in out.stderr
+
+
+@pytest.mark.skipif(subprocess.run(["which", "valgrind"], capture_output=True).returncode != 0, reason="no valgrind")
+def test_clean_under_valgrind(tmp_path):
+    out, docs = run_scenario(AGENT, tmp_path, wrap=("valgrind", "--leak-check=full", "--errors-for-leak-kinds=definite",
+                                                     "--error-exitcode=99", "--quiet"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert len(docs) >= 30
+
+
+def test_clean_under_address_sanitizer(tmp_path):
+    out, docs = run_scenario(ASAN, tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "ERROR: AddressSanitizer" not in out.stderr and "runtime error" not in out.stderr
+    assert len(docs) >= 30
+
+
+@pytest.mark.parametrize("target", ["stat", "reply", "endpoints", "sink_url"])
+def test_fuzz_parsers_briefly(tmp_path, target):
+    fuzzer = BUILD / f"fuzz_{target}"
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for seed in (ROOT / "collectors" / "c" / "fuzz" / "corpus" / target).iterdir():
+        (corpus / seed.name).write_bytes(seed.read_bytes())
+    out = subprocess.run([str(fuzzer), f"-max_total_time={FUZZ_SECONDS}", "-timeout=5", "-rss_limit_mb=1024",
+                          str(corpus)], capture_output=True, text=True, timeout=FUZZ_SECONDS + 120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "Done" in out.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    ([], "give at least one target"), (["--pid", "x"], "--pid: bad process id"),
+    (["--pid", "1", "--interval", "0"], "--interval: expected seconds >= 0.01"),
+    (["--pid", "1", "--sink", "gopher://x:1"], "unknown sink"), (["--pid", "1", "--pattern", "("], "--pattern"),
+    (["--pid", "1", "--sink", "udp://127.0.0.1:9?format=json"], "UDP carries line protocol only"),
+])
+def test_bad_arguments_are_refused_clearly(args, message):
+    out = c_agent(*args)
+    assert out.returncode == 2 and message in out.stderr
