@@ -60,7 +60,9 @@ def test_every_run_is_monitored_and_recorded(runs_dir):
     header = json.loads(lines[0])["flowstat_run"]
     assert header["run_id"] == s["run_id"] and header["parameters"]["producers"] == 2
     samples = [json.loads(line) for line in lines[1:]]
-    assert s["agent"]["samples"] == len(samples)
+    assert s["agent"]["agent-py"]["samples"] == len(samples)
+    c_lines = (runs_dir / s["run_id"] / "samples-agent-c.lp").read_text().splitlines()
+    assert s["agent"]["agent-c"]["samples"] == len(c_lines) > 0  # the C agent watched the run too
     for sample in samples:
         assert schema.validate(sample) == [], sample
     nodes = {n["node_id"] for n in s["nodes"]}

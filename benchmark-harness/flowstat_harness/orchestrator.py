@@ -66,6 +66,18 @@ class AgentOptions:
     enabled: bool = True
     interval_s: float = 1.0
     sinks: list[str] = field(default_factory=list)
+    c_agent: bool = True  # also start the C agent, when it is built
+
+
+def find_c_agent() -> Path | None:
+    """The C agent: built in the source tree (make c-agent), or installed on the PATH."""
+    import shutil
+
+    built = Path(__file__).resolve().parents[2] / "collectors" / "c" / "build" / "flowstat-agent"
+    if built.exists():
+        return built
+    found = shutil.which("flowstat-agent")
+    return Path(found) if found else None
 
 
 class Orchestrator:
@@ -75,7 +87,7 @@ class Orchestrator:
         self.topo, self.run_id, self.run_dir = topo, run_id, run_dir
         self.on_progress = on_progress
         self.agent_options = agent or AgentOptions(enabled=False)
-        self.agent_proc: subprocess.Popen | None = None
+        self.agent_procs: dict[str, subprocess.Popen] = {}
         self.devices: list[Device] = []
         self.wakeup = threading.Event()  # set by a device's exit or by Ctrl-C
         self.interrupts = 0
@@ -136,9 +148,10 @@ class Orchestrator:
                 pass
 
     def kill_all(self) -> None:
-        if self.agent_proc is not None and self.agent_proc.poll() is None:
-            self.agent_proc.kill()
-            self.agent_proc.wait()
+        for proc in self.agent_procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
         for dev in self.devices:
             self.signal(dev, signal.SIGKILL)
         for dev in self.devices:
@@ -190,47 +203,56 @@ class Orchestrator:
                 "rate_per_producer": t.rate, "buffer_size": t.buffer_size, "mergers": len(t.mergers),
                 "producer_processes": t.producer_processes, "duration_s": t.duration}
 
+    def agent_commands(self) -> list[tuple[str, list[str]]]:
+        """The agents to start: the Python agent (it also records the run file), and the C agent
+        when it is built. Each ships to the user's sinks, or to a line-protocol file in the run."""
+        opts, rd = self.agent_options, self.run_dir
+        common = ["--run-id", self.run_id, "--endpoints", str(rd / "endpoints.json"), "--interval", str(opts.interval_s),
+                  "--rescan", str(max(opts.interval_s, 1.0)), "--quiet"]
+        agents = [("agent-py", [sys.executable, "-m", "flowstat.cli", "agent", *common,
+                                "--run-file", str(rd / "samples.ndjson"), "--run-params", str(rd / "run.json")])]
+        c_agent = find_c_agent()
+        if c_agent is not None and opts.c_agent:
+            agents.append(("agent-c", [str(c_agent), *common]))
+        for name, cmd in agents:
+            cmd += ["--stats", str(rd / f"{name}-stats.json"), "--spool-dir", str(rd / "spool" / name)]
+            for url in opts.sinks or [f"file://{rd / f'samples-{name}.lp'}"]:
+                cmd += ["--sink", url]
+        return agents
+
     def start_agent(self) -> None:
-        """Every run is monitored and recorded: the agent samples each node into the run file."""
-        opts = self.agent_options
-        if not opts.enabled:
+        """Every run is monitored and recorded: the agents sample each node from the start."""
+        if not self.agent_options.enabled:
             return
         (self.run_dir / "run.json").write_text(json.dumps(self.run_parameters(), indent=1))
-        cmd = [sys.executable, "-m", "flowstat.cli", "agent", "--run-id", self.run_id,
-               "--endpoints", str(self.run_dir / "endpoints.json"),
-               "--run-file", str(self.run_dir / "samples.ndjson"), "--run-params", str(self.run_dir / "run.json"),
-               "--interval", str(opts.interval_s), "--rescan", str(max(opts.interval_s, 1.0)),
-               "--stats", str(self.run_dir / "agent-stats.json"), "--spool-dir", str(self.run_dir / "spool"),
-               "--quiet"]
-        for url in opts.sinks:
-            cmd += ["--sink", url]
-        if not opts.sinks:
-            cmd += ["--sink", f"file://{self.run_dir / 'samples.lp'}"]  # line protocol, ready to load
         env = dict(os.environ, FLOWSTAT_DIE_WITH_PARENT="1")
-        with open(self.run_dir / "logs" / "agent.log", "ab") as log:
-            self.agent_proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                               stderr=log, start_new_session=True, env=env)
+        for name, cmd in self.agent_commands():
+            with open(self.run_dir / "logs" / f"{name}.log", "ab") as log:
+                proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                                        start_new_session=True, env=env)
+            self.agent_procs[name] = proc
 
     def stop_agent(self) -> dict | None:
-        """Let the agent take its last samples (nodes reported DOWN) and deliver what it holds."""
-        if self.agent_proc is None:
+        """Let the agents take their last samples (nodes reported DOWN) and deliver what they hold."""
+        if not self.agent_procs:
             return None
-        if self.agent_proc.poll() is None:
-            self.agent_proc.send_signal(signal.SIGTERM)
+        result = {}
+        for name, proc in self.agent_procs.items():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
             try:
-                self.agent_proc.wait(60)
+                proc.wait(60)
             except subprocess.TimeoutExpired:
-                self.agent_proc.kill()
-                self.agent_proc.wait()
-                self.failures.append(f"the agent did not stop within 60 s; log: {self.run_dir / 'logs' / 'agent.log'}")
-        try:
-            stats = json.loads((self.run_dir / "agent-stats.json").read_text())
-        except (OSError, ValueError):
-            self.failures.append(f"the agent ended with code {self.agent_proc.returncode} and no statistics; "
-                                 f"log: {self.run_dir / 'logs' / 'agent.log'}")
-            return None
-        stats["run_file"] = str(self.run_dir / "samples.ndjson")
-        return stats
+                proc.kill()
+                proc.wait()
+                self.failures.append(f"{name} did not stop within 60 s; log: {self.run_dir / 'logs' / f'{name}.log'}")
+            try:
+                result[name] = json.loads((self.run_dir / f"{name}-stats.json").read_text())
+            except (OSError, ValueError):
+                self.failures.append(f"{name} ended with code {proc.returncode} and no statistics; "
+                                     f"log: {self.run_dir / 'logs' / f'{name}.log'}")
+        result["run_file"] = str(self.run_dir / "samples.ndjson")
+        return result
 
     def crashed(self) -> list[Device]:
         return [d for d in self.devices if d.exit_code is not None and (d.exit_code != 0 or d.final is None)

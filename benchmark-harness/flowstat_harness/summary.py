@@ -146,11 +146,14 @@ def format_summary(s: dict[str, Any]) -> str:
             lines.append(f"  producers not conserved (first 20): {c['producers_not_conserved']}")
     for failure in s["failures"]:
         lines.append(f"error: {failure}")
-    agent = s.get("agent")
-    if agent:
+    for name, agent in (s.get("agent") or {}).items():
+        if not isinstance(agent, dict):
+            continue
         sinks = ", ".join(f"{url}: {v['delivered']:,} delivered" + (f", {v['spooled']} batches spooled" if v["spooled"] else "")
                           for url, v in agent["sinks"].items())
-        lines.append(f"agent samples:  {agent['samples']:,} ({sinks})")
+        lines.append(f"{name + ':':<15} {agent['samples']:,} samples ({sinks})")
+    if s.get("agent"):
+        lines.append(f"run file:       {s['agent']['run_file']}")
     if s.get("viewer_output"):
         lines.append(f"merged objects: {s['viewer_output']}")
     lines.append(f"run directory:  {s['run_dir']} (summary.json, logs/)")

@@ -57,7 +57,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         summary = run_topology(topo, duration=args.duration, run_id=args.run_id, runs_dir=Path(args.runs_dir),
                                on_progress=progress,
-                               agent=AgentOptions(not args.no_agent, args.agent_interval, args.sink or []))
+                               agent=AgentOptions(not args.no_agent, args.agent_interval, args.sink or [],
+                                                  not args.no_c_agent))
     except RunError as exc:
         print(f"flowstat run: {exc}", file=sys.stderr)
         return 1
@@ -173,7 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no live progress line")
     p.add_argument("--run-id", help="run id (default: the topology's run_id plus a UTC timestamp)")
     p.add_argument("--runs-dir", default="runs", metavar="DIR", help="where run directories go (default: runs)")
-    p.add_argument("--no-agent", action="store_true", help="do not monitor the run with the agent")
+    p.add_argument("--no-agent", action="store_true", help="do not monitor the run with the agents")
+    p.add_argument("--no-c-agent", action="store_true", help="monitor with the Python agent only")
     p.add_argument("--agent-interval", type=float, default=1.0, metavar="S", help="agent sampling interval (default 1)")
     p.add_argument("--sink", action="append", metavar="URL",
                    help="also ship the agent's samples here (see flowstat agent --help; default: RUN_DIR/samples.lp)")
