@@ -57,3 +57,24 @@ def test_control_reply_mapping_drops_wrong_types():
     got = schema.from_control_reply({"average_merge_time": 1, "backlog": "x", "send_buffer_overloaded": True,
                                      "merged_objects_per_second": None, "objects_sent": -3, "node_state": "RUNNING"})
     assert got == {"average_merge_time_ms": 1.0, "send_buffer_overloaded": True, "node_state": "RUNNING"}
+
+
+def test_schema_readme_is_generated_from_the_schema():
+    from conftest import ROOT
+
+    readme = (ROOT / "collectors" / "schema" / "README.md").read_text()
+    assert readme.endswith(schema.markdown_table())
+
+
+def test_c_field_table_is_generated_from_the_schema(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    out = tmp_path / "fields.h"
+    subprocess.run([sys.executable, str(ROOT / "collectors" / "c" / "gen_schema_header.py"), str(schema.SCHEMA_PATH),
+                    str(out)], check=True)
+    text = out.read_text()
+    for f in schema.fields():
+        assert f'{{"{f.name}", FS_T_{f.type.upper()}, FS_I_{f.influx.upper()}' in text

@@ -513,7 +513,7 @@ int main(int argc, char **argv)
     while (!stop_flag) {
         double now = fs_monotonic();
         if (now >= next_rescan) {
-            targets_discover(&a.opt.spec, on_found, &a);
+            targets_discover(&a.opt.spec, tick == 0, on_found, &a);
             next_rescan = now + a.opt.rescan;
         }
         if (tick > 0)

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,10 +135,14 @@ int targets_parse_endpoints(const char *text, size_t len, const char *run_id, ta
     return found;
 }
 
-void targets_discover(const struct target_spec *spec, target_found_fn fn, void *ctx)
+void targets_discover(const struct target_spec *spec, int first, target_found_fn fn, void *ctx)
 {
-    for (size_t i = 0; i < spec->npids; i++)
-        found_pid(spec, spec->pids[i], fn, ctx);
+    for (size_t i = 0; first && i < spec->npids; i++) {
+        if (kill(spec->pids[i], 0) != 0 && errno == ESRCH)
+            LOG_WARN("--pid %d: no such process", (int)spec->pids[i]);
+        else
+            found_pid(spec, spec->pids[i], fn, ctx);
+    }
     for (size_t i = 0; i < spec->npidfiles; i++) {
         size_t len = 0;
         char *text = read_file(spec->pidfiles[i], 64, &len);

@@ -34,8 +34,9 @@ struct target_spec {
 
 typedef void (*target_found_fn)(void *ctx, const struct target *candidate);
 
-/* Call fn for every target the spec describes now. Problems are logged, never fatal. */
-void targets_discover(const struct target_spec *spec, target_found_fn fn, void *ctx);
+/* Call fn for every target the spec describes now. Problems are logged, never fatal. Explicit
+ * PIDs are looked at only when first is set: a PID cannot become another process we were asked for. */
+void targets_discover(const struct target_spec *spec, int first, target_found_fn fn, void *ctx);
 /* Parse an endpoints.json document; returns the number of nodes found, -1 if malformed. */
 int targets_parse_endpoints(const char *text, size_t len, const char *run_id, target_found_fn fn, void *ctx);
 

@@ -75,8 +75,8 @@ class Agent:
                                  "schema": schema.schema()["$id"], "parameters": self.cfg.run_params or {}}}
 
     # -- targets --------------------------------------------------------------------------------
-    def rescan(self) -> None:
-        for t in discover(self.cfg.spec):
+    def rescan(self, first: bool = False) -> None:
+        for t in discover(self.cfg.spec, first):
             if t.key in self.targets or t.key in self.gone:
                 continue
             if open_reader(t):
@@ -138,7 +138,8 @@ class Agent:
         for r in self.runners:
             r.start()
         start = time.monotonic()
-        next_rescan = start
+        self.rescan(first=True)
+        next_rescan = start + self.cfg.rescan_s
         tick = 0
         try:
             while not self.stop_event.is_set():

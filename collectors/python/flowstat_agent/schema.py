@@ -139,3 +139,18 @@ def to_json(sample: dict) -> str:
 def document_id(sample: dict) -> str:
     """Deterministic Elasticsearch _id: re-sending a sample overwrites it instead of duplicating it."""
     return f"{sample['run_id']}/{sample['agent']}/{sample['node_id']}/{sample['seq']}"
+
+
+def markdown_table() -> str:
+    """The field-by-field documentation of the schema (collectors/schema/README.md embeds it)."""
+    rows = ["| field | type | Influx | unit | required | from control reply | meaning |",
+            "|---|---|---|---|---|---|---|"]
+    props = schema()["properties"]
+    for f in fields():
+        rows.append(f"| `{f.name}` | {f.type} | {f.influx} | {f.unit or ''} | {'yes' if f.required else ''} | "
+                    f"{'`' + f.control + '`' if f.control else ''} | {props[f.name]['description']} |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown_table(), end="")

@@ -61,14 +61,21 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def discover(spec: TargetSpec) -> list[Target]:
-    """Targets as the spec describes them now. Problems are logged, never raised."""
+def discover(spec: TargetSpec, first: bool = True) -> list[Target]:
+    """Targets as the spec describes them now. Problems are logged, never raised.
+
+    Explicit PIDs are looked at only the first time: a PID cannot become another process we
+    were asked for, and re-reading 1,000 comm files every rescan is not free.
+    """
     found: dict[tuple[int, str], Target] = {}
 
     def add(t: Target) -> None:
         found.setdefault(t.key, t)
 
-    for pid in spec.pids:
+    for pid in spec.pids if first else ():
+        if not Path(f"/proc/{pid}").exists():
+            log.warning("--pid %d: no such process", pid)
+            continue
         add(Target(pid, f"{process_name(pid)}-{pid}", run_id=spec.run_id, source=f"--pid {pid}"))
     for path in spec.pidfiles:
         try:
