@@ -45,10 +45,7 @@ static const char *skip_token(const char *s, const char *end)
 enum proc_status parse_stat(const char *buf, size_t len, struct proc_reading *out)
 {
     /* The command name (field 2) may hold spaces and ')': fields are counted after the last ')'. */
-    const char *end = buf + len, *close = NULL;
-    for (const char *s = buf; s < end; s++)
-        if (*s == ')')
-            close = s;
+    const char *end = buf + len, *close = memrchr(buf, ')', len);
     if (!close)
         return PROC_BAD_FORMAT;
     const char *s = skip_spaces(close + 1, end);

@@ -78,7 +78,7 @@ void fs_format_double(char *out, size_t n, double v)
         strcat(out, ".0");
 }
 
-void fs_buf_append(struct fs_buf *b, const char *s, size_t n)
+void fs_buf_grow_append(struct fs_buf *b, const char *s, size_t n)
 {
     if (b->failed)
         return;
@@ -102,6 +102,53 @@ void fs_buf_append(struct fs_buf *b, const char *s, size_t n)
 void fs_buf_puts(struct fs_buf *b, const char *s)
 {
     fs_buf_append(b, s, strlen(s));
+}
+
+void fs_buf_escaped(struct fs_buf *b, const char *s, const char *escape)
+{
+    for (;;) { /* whole runs of plain characters at a time: this is on every sample's path */
+        size_t run = strcspn(s, escape);
+        fs_buf_append(b, s, run);
+        if (!s[run])
+            return;
+        char pair[2] = {'\\', s[run]};
+        fs_buf_append(b, pair, 2);
+        s += run + 1;
+    }
+}
+
+void fs_buf_int(struct fs_buf *b, long long v)
+{
+    char tmp[24], *p = tmp + sizeof tmp;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        *--p = '-';
+    fs_buf_append(b, p, (size_t)(tmp + sizeof tmp - p));
+}
+
+void fs_buf_double(struct fs_buf *b, double v)
+{
+    /* Most numbers in samples are rates rounded to 0.1 (or whole): when v is exactly the double
+     * nearest k/10, its shortest text is "I.D", as Python writes it, with no search. */
+    if (isfinite(v) && fabs(v) < 1e15 && !(v == 0 && signbit(v))) {
+        long long k = llround(v * 10.0);
+        if ((double)k / 10.0 == v) {
+            unsigned long long a = k < 0 ? 0ULL - (unsigned long long)k : (unsigned long long)k;
+            if (k < 0)
+                fs_buf_append(b, "-", 1);
+            fs_buf_int(b, (long long)(a / 10));
+            char frac[2] = {'.', (char)('0' + a % 10)};
+            fs_buf_append(b, frac, 2);
+            return;
+        }
+    }
+    char num[40];
+    fs_format_double(num, sizeof num, v);
+    fs_buf_puts(b, num);
 }
 
 void fs_buf_printf(struct fs_buf *b, const char *fmt, ...)

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 extern int fs_quiet;
 
@@ -26,8 +27,23 @@ struct fs_buf {
     size_t len, cap;
     int failed;
 };
-void fs_buf_append(struct fs_buf *b, const char *s, size_t n);
+void fs_buf_grow_append(struct fs_buf *b, const char *s, size_t n);
+/* The common case inline (room left): appends happen dozens of times per sample. */
+static inline void fs_buf_append(struct fs_buf *b, const char *s, size_t n)
+{
+    if (b->len + n < b->cap) {
+        memcpy(b->data + b->len, s, n);
+        b->len += n;
+        b->data[b->len] = '\0';
+    } else {
+        fs_buf_grow_append(b, s, n);
+    }
+}
 void fs_buf_puts(struct fs_buf *b, const char *s);
+/* Append s, putting a backslash before every character of `escape` it contains. */
+void fs_buf_escaped(struct fs_buf *b, const char *s, const char *escape);
+void fs_buf_int(struct fs_buf *b, long long v);
+void fs_buf_double(struct fs_buf *b, double v);
 void fs_buf_printf(struct fs_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void fs_buf_free(struct fs_buf *b);
 /* A JSON string literal, escaped as Python's json.dumps(ensure_ascii=False) does. */
