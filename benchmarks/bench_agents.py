@@ -186,7 +186,7 @@ def main() -> int:
     if not args.no_telegraf:
         telegraf = subprocess.run([str(ROOT / "scripts" / "build-telegraf")], check=True, capture_output=True,
                                   text=True).stdout.strip().splitlines()[-1]
-    from run_benchmarks import machine  # same machine description as the harness benchmarks
+    from run_benchmarks import machine, save_results  # shared with the harness benchmarks
     from flowstat.timeutil import compact_utc, iso_utc_ms
 
     results = {"started": iso_utc_ms(), "machine": machine(), "command": " ".join(sys.argv), "benchmarks": {}}
@@ -199,11 +199,7 @@ def main() -> int:
         results["benchmarks"]["cpu_per_process_sample_50"] = bench_cpu(Path(tmp), 50, args.seconds, telegraf)
         print(f"agent RSS: 1000 processes, 10 Hz, {args.soak:g} s ...", flush=True)
         results["benchmarks"]["rss_soak"] = bench_rss(Path(tmp), 1000, args.soak)
-    results["finished"] = iso_utc_ms()
-    out = args.out or ROOT / "benchmarks" / "results" / f"agents-{compact_utc()}.json"
-    out.write_text(json.dumps(results, indent=1))
-    print(json.dumps(results, indent=1))
-    print(f"\nwritten: {out}")
+    save_results(results, args.out or ROOT / "benchmarks" / "results" / f"agents-{compact_utc()}.json")
     return 0
 
 

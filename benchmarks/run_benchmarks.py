@@ -48,6 +48,15 @@ def machine() -> dict:
             "numpy": np.__version__, "kernel": platform.release()}
 
 
+def save_results(results: dict, out: Path) -> None:
+    """Stamp, write and print a benchmark's results (every benchmark script ends this way)."""
+    results["finished"] = iso_utc_ms()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1))
+    print(json.dumps(results, indent=1))
+    print(f"\nwritten: {out}")
+
+
 def bench_merge_time(reps: int) -> dict:
     desc = make_desc("TH1F_0", Kind.TH1F, shape_for_size(Kind.TH1F, 500_000))
     rng = np.random.default_rng(0)
@@ -199,11 +208,7 @@ def main() -> int:
         for m in ((1, 2, 4) if args.full else (1,)):
             print(f"500 producers x 100 obj/s, {m} merger(s) ...", flush=True)
             b[f"scale_500_producers_{m}_merger"] = bench_scale(runs, secs, m)
-    results["finished"] = iso_utc_ms()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=1))
-    print(json.dumps(results, indent=1))
-    print(f"\nwritten: {out}")
+    save_results(results, out)
     return 0
 
 
