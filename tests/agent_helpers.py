@@ -102,3 +102,54 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class SocketReceiver:
+    """A UDP or TCP listener on loopback that keeps every line it receives."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self.data = bytearray()
+        self.lock = threading.Lock()
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM if kind == "udp" else socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        if kind == "tcp":
+            self.sock.listen(4)
+        self.sock.settimeout(0.2)
+        self.running = True
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def _keep(self, chunk: bytes) -> None:
+        with self.lock:
+            self.data += chunk
+
+    def serve(self) -> None:
+        while self.running:
+            try:
+                if self.kind == "udp":
+                    self._keep(self.sock.recv(65536))
+                    continue
+                conn, _ = self.sock.accept()
+            except (socket.timeout, OSError):
+                continue
+            conn.settimeout(0.2)
+            with conn:
+                while self.running:
+                    try:
+                        chunk = conn.recv(65536)
+                    except socket.timeout:
+                        continue
+                    if not chunk:
+                        break
+                    self._keep(chunk)
+
+    def lines(self) -> list[str]:
+        with self.lock:
+            return [x for x in self.data.decode().splitlines() if x]
+
+    def close(self) -> None:
+        self.running = False
+        self.thread.join()
+        self.sock.close()
