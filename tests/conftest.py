@@ -41,3 +41,32 @@ def pid_alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def stack():
+    """Real InfluxDB and Elasticsearch on loopback, started by the project's own stack code.
+
+    Installs are cached in .cache/test-stack (a server's download happens once); data is wiped
+    at the end so each session starts clean.
+    """
+    import shutil
+
+    from flowstat.stack import Stack
+
+    cache = ROOT / ".cache" / "test-stack"
+    ports = {"influxdb": _free_port(), "elasticsearch": _free_port()}
+    s = Stack(cache, ports)
+    s.up(report=lambda msg: None)
+    yield s
+    s.down(report=lambda msg: None)
+    for sub in ("influxdb/data", "influxdb/meta", "influxdb/wal", "elasticsearch/data"):
+        shutil.rmtree(cache / sub, ignore_errors=True)

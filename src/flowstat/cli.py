@@ -150,6 +150,35 @@ def cmd_agent(args: argparse.Namespace) -> int:
     return 1 if lost else 0
 
 
+def cmd_stack(args: argparse.Namespace) -> int:
+    from flowstat.stack import Stack, StackError
+
+    ports = {k: v for k, v in (("influxdb", args.influx_port), ("elasticsearch", args.es_port)) if v}
+    services = tuple(x.strip() for x in args.only.split(",")) if args.only else ("influxdb", "elasticsearch")
+    unknown = set(services) - {"influxdb", "elasticsearch"}
+    if unknown:
+        print(f"flowstat stack: --only: unknown service {sorted(unknown)[0]!r} (influxdb, elasticsearch)", file=sys.stderr)
+        return 2
+    stack = Stack(Path(args.cache) if args.cache else None, ports, services)
+    try:
+        if args.action == "up":
+            stack.up()
+        elif args.action == "down":
+            stack.down()
+        else:
+            rows = stack.status()
+            if args.json:
+                print(json.dumps(rows, indent=1))
+            for r in rows if not args.json else ():
+                state = "healthy" if r["healthy"] else "running, not answering" if r["running"] else "stopped"
+                print(f"{r['service']:<14} {state:<24} {r['url']:<24} log: {r['log']}")
+            return 0 if all(r["healthy"] for r in rows) else 1
+    except StackError as exc:
+        print(f"flowstat stack: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_device(args: argparse.Namespace) -> int:
     from flowstat_harness.devices.main import run_device
 
@@ -222,11 +251,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-params", metavar="FILE", help="JSON of run parameters for the run file's header")
     p.add_argument("--name", help="instance name, appended to the agent tag")
     p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
-    p.add_argument("--count", type=int, metavar="N", help="stop after N samples per target")
+    p.add_argument("--count", type=int, metavar="N",
+                   help="stop after N sampling rounds (rounds skipped by an overrun do not count)")
     p.add_argument("--exit-when-all-down", action="store_true", help="stop once every target has exited")
     p.add_argument("--stats", metavar="FILE", help="write delivery statistics here at exit")
     p.add_argument("--quiet", action="store_true", help="log warnings and errors only")
     p.set_defaults(func=cmd_agent)
+
+    p = sub.add_parser("stack", help="start, stop or check the local servers (InfluxDB, Elasticsearch)",
+                       description="Real servers on 127.0.0.1 without Docker: InfluxDB 1.x from Debian, Elasticsearch "
+                                   "from Maven Central, run as an unprivileged user, cached under --cache. `up` is "
+                                   "idempotent; `status` exits 1 unless every server answers.")
+    p.add_argument("action", choices=["up", "down", "status"])
+    p.add_argument("--cache", metavar="DIR", help="where servers, data and logs live "
+                                                   "(default: $FLOWSTAT_CACHE/stack or ~/.cache/flowstat/stack)")
+    p.add_argument("--influx-port", type=int, metavar="P", help="InfluxDB HTTP port (default 8086)")
+    p.add_argument("--es-port", type=int, metavar="P", help="Elasticsearch HTTP port (default 9200)")
+    p.add_argument("--only", metavar="LIST", help="comma-separated services (default: all)")
+    p.add_argument("--json", action="store_true", help="status as JSON")
+    p.set_defaults(func=cmd_stack)
 
     p = sub.add_parser("device", help=argparse.SUPPRESS)
     p.add_argument("role", choices=["producer", "merger", "viewer"])

@@ -55,6 +55,7 @@ struct agent {
     struct control_pool control;
     struct sink *sinks;
     long long samples_taken, proc_errors;
+    long long rounds, skipped_rounds; /* a round overran its interval: the rounds it ran into are skipped */
 };
 
 static void usage(FILE *out)
@@ -81,7 +82,7 @@ static void usage(FILE *out)
             "  --run-id ID            run id to put in samples (default: from --endpoints)\n"
             "  --name NAME            instance name, appended to the agent tag\n"
             "  --duration S           stop after S seconds\n"
-            "  --count N              stop after N sampling rounds\n"
+            "  --count N              stop after N sampling rounds (rounds skipped by an overrun do not count)\n"
             "  --exit-when-all-down   stop once every target has exited\n"
             "  --stats FILE           write delivery statistics (JSON) here at exit\n"
             "  --quiet                log warnings and errors only\n"
@@ -414,8 +415,9 @@ static void write_stats(struct agent *a)
         LOG_ERR("--stats %s: %s", a->opt.stats_path, strerror(errno));
         return;
     }
-    fprintf(f, "{\"samples\": %lld, \"targets\": %zu, \"gone\": %zu, \"control_errors\": %llu, \"proc_errors\": %lld, \"sinks\": {",
-            a->samples_taken, a->ntargets, a->ngone, a->control.errors, a->proc_errors);
+    fprintf(f, "{\"samples\": %lld, \"rounds\": %lld, \"skipped_rounds\": %lld, \"targets\": %zu, \"gone\": %zu, "
+               "\"control_errors\": %llu, \"proc_errors\": %lld, \"sinks\": {",
+            a->samples_taken, a->rounds, a->skipped_rounds, a->ntargets, a->ngone, a->control.errors, a->proc_errors);
     for (size_t i = 0; i < a->opt.nsinks; i++) {
         struct sink *s = &a->sinks[i];
         fprintf(f, "%s\"%s\": {\"delivered\": %lld, \"rejected\": %lld, \"lost\": %lld, \"spooled\": %llu, "
@@ -516,13 +518,17 @@ int main(int argc, char **argv)
             targets_discover(&a.opt.spec, tick == 0, on_found, &a);
             next_rescan = now + a.opt.rescan;
         }
-        if (tick > 0)
+        if (tick > 0) {
             submit_all(&a, samples, sample_all(&a, &samples, &samples_cap));
-        if ((a.opt.count >= 0 && tick >= a.opt.count) || (a.opt.duration >= 0 && now - start >= a.opt.duration) ||
+            a.rounds++;
+        }
+        if ((a.opt.count >= 0 && a.rounds >= a.opt.count) || (a.opt.duration >= 0 && now - start >= a.opt.duration) ||
             (a.opt.exit_when_all_down && tick > 0 && a.ntargets == 0 && a.ngone > 0))
             break;
         /* tick k is due at start + k x interval: no drift; an overrun skips to the next one due */
         long long due = (long long)floor((fs_monotonic() - start) / a.opt.interval) + 1;
+        if (due > tick + 1)
+            a.skipped_rounds += due - tick - 1;
         tick = due > tick + 1 ? due : tick + 1;
         sleep_until(start + (double)tick * a.opt.interval);
     }

@@ -59,6 +59,8 @@ class Agent:
         self.stop_event = threading.Event()
         self.samples_taken = 0
         self.proc_errors = 0
+        self.rounds = 0
+        self.skipped_rounds = 0  # a round overran its interval: the rounds it ran into are skipped
         self.runners: list[SinkRunner] = []
         for url in cfg.sinks:
             sink = open_sink(url)
@@ -151,13 +153,16 @@ class Agent:
                     samples = self.sample_all()
                     for r in self.runners:
                         r.submit(samples)
-                if self.cfg.count is not None and tick >= self.cfg.count:
+                    self.rounds += 1
+                if self.cfg.count is not None and self.rounds >= self.cfg.count:
                     break
                 if self.cfg.duration_s is not None and now - start >= self.cfg.duration_s:
                     break
                 if self.cfg.exit_when_all_down and tick > 0 and not self.targets and self.gone:
                     break
-                tick = max(tick + 1, math.floor((time.monotonic() - start) / self.cfg.interval_s) + 1)
+                due = math.floor((time.monotonic() - start) / self.cfg.interval_s) + 1
+                self.skipped_rounds += max(0, due - tick - 1)
+                tick = max(tick + 1, due)
                 self.stop_event.wait(max(0.0, start + tick * self.cfg.interval_s - time.monotonic()))
             if self.stop_event.is_set() and self.targets:
                 # Stopped from outside: one last pass, so that nodes which ended are reported DOWN.
@@ -179,7 +184,8 @@ class Agent:
             t.reader.close()
 
     def stats(self) -> dict:
-        return {"samples": self.samples_taken, "targets": len(self.targets), "gone": len(self.gone),
+        return {"samples": self.samples_taken, "rounds": self.rounds, "skipped_rounds": self.skipped_rounds,
+                "targets": len(self.targets), "gone": len(self.gone),
                 "control_errors": self.control.errors, "proc_errors": self.proc_errors,
                 "sinks": {r.sink.url: {"delivered": r.delivered, "rejected": r.rejected, "lost": r.lost,
                                        "spooled": len(r.spool) if r.spool else 0,

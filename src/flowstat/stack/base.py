@@ -1,0 +1,202 @@
+"""What every local server of the stack shares: where it lives, how it starts, stops and is
+checked, and the errors a person can act on (which port, which download, which log)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+
+SERVICE_USER = "flowstat"  # servers never run as root
+
+
+class StackError(RuntimeError):
+    """Something a person must fix: the message says what and where to look."""
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+            return True
+        except OSError:
+            return False
+
+
+def run_as_prefix() -> list[str]:
+    """Root starts servers as the unprivileged service user (created when missing)."""
+    if os.geteuid() != 0:
+        return []
+    try:
+        pwd.getpwnam(SERVICE_USER)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SERVICE_USER],
+                       check=True, capture_output=True)
+    return ["runuser", "-u", SERVICE_USER, "--"]
+
+
+def give_to_service_user(*paths: Path) -> None:
+    if os.geteuid() != 0:
+        return
+    pw = pwd.getpwnam(SERVICE_USER)
+    for top in paths:
+        for root, dirs, files in os.walk(top):
+            os.chown(root, pw.pw_uid, pw.pw_gid)
+            for name in dirs + files:
+                os.lchown(os.path.join(root, name), pw.pw_uid, pw.pw_gid)
+
+
+def apt_install(*packages: str) -> None:
+    sudo = [] if os.geteuid() == 0 else ["sudo"]
+    if sudo and not shutil.which("sudo"):
+        raise StackError(f"need root or sudo to install {' '.join(packages)} with apt-get")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *packages]):
+        r = subprocess.run(sudo + cmd, capture_output=True, text=True, env=env)
+        if r.returncode != 0:
+            raise StackError(f"`{' '.join(cmd)}` failed: {r.stderr.strip()[-500:]}")
+
+
+@dataclass
+class Service:
+    """One server. Subclasses fill in install(), command(), health_url and ports."""
+
+    name: str
+    cache: Path
+    port: int
+    extra: dict = field(default_factory=dict)
+
+    health_timeout_s = 60.0
+
+    @property
+    def home(self) -> Path:
+        return self.cache / self.name
+
+    @property
+    def log_path(self) -> Path:
+        return self.home / "server.log"
+
+    @property
+    def pid_path(self) -> Path:
+        return self.home / "server.pid"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def ports(self) -> list[int]:
+        return [self.port]
+
+    # -- to implement ---------------------------------------------------------------------------
+    def install(self) -> None:
+        raise NotImplementedError
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        raise NotImplementedError
+
+    def healthy(self) -> bool:
+        raise NotImplementedError
+
+    def owned_paths(self) -> list[Path]:
+        """Folders the server writes (handed to the service user)."""
+        return [self.home]
+
+    # -- shared ---------------------------------------------------------------------------------
+    def pid(self) -> int | None:
+        """The server's pid if it is alive; an exited server started by this process is reaped."""
+        try:
+            pid = int(self.pid_path.read_text())
+        except (OSError, ValueError):
+            return None
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return None
+        except ChildProcessError:
+            pass  # started by another flowstat process
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return None
+        return None if state in ("Z", "X") else pid
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def up(self) -> str:
+        """Start the server unless it already runs and answers; return what was done."""
+        if self.pid() is not None and self.healthy():
+            return "already running"
+        self.down()
+        for p in self.ports():
+            if not port_free(p):
+                raise StackError(f"{self.name}: port {p} on 127.0.0.1 is taken by another program; "
+                                 f"choose another port (see flowstat stack up --help)")
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.install()
+        prefix = run_as_prefix()
+        give_to_service_user(*self.owned_paths())
+        cmd, env = self.command()
+        with open(self.log_path, "ab") as log:
+            proc = subprocess.Popen(prefix + cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    env={**os.environ, **env}, start_new_session=True, cwd=self.home)
+        self.pid_path.write_text(str(proc.pid))
+        deadline = time.monotonic() + self.health_timeout_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise StackError(f"{self.name} died while starting (exit code {proc.returncode}); "
+                                 f"log: {self.log_path}\n{self.log_tail()}")
+            if self.healthy():
+                return f"started on 127.0.0.1:{self.port} (pid {proc.pid})"
+            time.sleep(0.25)  # polling a server's health endpoint until it answers
+        self.down()
+        raise StackError(f"{self.name} did not answer at {self.url} within {self.health_timeout_s:.0f} s; "
+                         f"log: {self.log_path}\n{self.log_tail()}")
+
+    def down(self) -> str:
+        pid = self.pid()
+        if pid is None:
+            self.pid_path.unlink(missing_ok=True)
+            return "not running"
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + 30
+        while self.pid() is not None and time.monotonic() < deadline:
+            time.sleep(0.1)  # waiting for the server to exit after SIGTERM
+        if self.pid() is not None:
+            os.killpg(pid, signal.SIGKILL)
+        self.pid_path.unlink(missing_ok=True)
+        return f"stopped (pid {pid})"
+
+    def status(self) -> dict:
+        pid = self.pid()
+        return {"service": self.name, "url": self.url, "pid": pid, "running": pid is not None,
+                "healthy": pid is not None and self.healthy(), "log": str(self.log_path)}
+
+    def get(self, path: str, **kw) -> requests.Response:
+        return requests.get(self.url + path, timeout=kw.pop("timeout", 2.0), **kw)
+
+
+def save_state(cache: Path, services: list[Service]) -> None:
+    (cache / "stack.json").write_text(json.dumps({s.name: {"port": s.port, **s.extra} for s in services}, indent=1))
+
+
+def load_state(cache: Path) -> dict:
+    try:
+        return json.loads((cache / "stack.json").read_text())
+    except (OSError, ValueError):
+        return {}

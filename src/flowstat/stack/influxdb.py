@@ -1,0 +1,64 @@
+"""InfluxDB 1.x from Debian's packages (the v1 API: /write, /query, /ping)."""
+
+from __future__ import annotations
+
+import shutil
+
+import requests
+
+from .base import Service, StackError, apt_install
+
+
+class InfluxDB(Service):
+    health_timeout_s = 60.0
+
+    @property
+    def rpc_port(self) -> int:
+        return self.extra.get("rpc_port", self.port + 2)
+
+    def ports(self) -> list[int]:
+        return [self.port, self.rpc_port]
+
+    def install(self) -> None:
+        if not shutil.which("influxd"):
+            apt_install("influxdb", "influxdb-client")
+        if not shutil.which("influxd"):
+            raise StackError("influxdb: `influxd` is not on the PATH after installing Debian's influxdb package")
+        (self.home / "influxdb.conf").write_text(f"""
+reporting-disabled = true
+bind-address = "127.0.0.1:{self.rpc_port}"
+[meta]
+  dir = "{self.home}/meta"
+[data]
+  dir = "{self.home}/data"
+  wal-dir = "{self.home}/wal"
+  query-log-enabled = false
+[http]
+  enabled = true
+  bind-address = "127.0.0.1:{self.port}"
+  log-enabled = false
+[continuous_queries]
+  enabled = true
+  run-interval = "1s"
+""")
+
+    def command(self):
+        return ["influxd", "run", "-config", str(self.home / "influxdb.conf")], {}
+
+    def healthy(self) -> bool:
+        try:
+            return self.get("/ping").status_code == 204
+        except requests.RequestException:
+            return False
+
+    def query(self, q: str, db: str | None = None) -> dict:
+        params = {"q": q, "epoch": "ns"}
+        if db:
+            params["db"] = db
+        resp = requests.post(self.url + "/query", params=params, timeout=10)
+        resp.raise_for_status()
+        body = resp.json()
+        errors = [r["error"] for r in body.get("results", []) if "error" in r]
+        if errors:
+            raise StackError(f"influxdb: {q!r}: {errors[0]}")
+        return body

@@ -1,0 +1,53 @@
+"""flowstat stack: the real servers the other tests use, and its errors."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from flowstat.stack import Stack, StackError
+
+
+def test_up_is_idempotent_and_status_says_healthy(stack):
+    before = {s["service"]: s["pid"] for s in stack.status()}
+    messages = []
+    stack.up(report=messages.append)
+    assert all("already running" in m for m in messages)
+    after = stack.status()
+    assert all(s["healthy"] for s in after) and {s["service"]: s["pid"] for s in after} == before
+
+
+def test_servers_do_not_run_as_root(stack):
+    import os
+
+    for s in stack.status():
+        server_pids = [p for p in (s["pid"],) if p]
+        for pid in server_pids:
+            children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+            for child in children or [pid]:
+                uid = int(open(f"/proc/{child}/status").read().split("Uid:")[1].split()[0])
+                assert uid != 0 or os.geteuid() != 0
+
+
+def test_a_taken_port_is_named(tmp_path):
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen(1)
+        port = blocker.getsockname()[1]
+        with pytest.raises(StackError, match=f"port {port} on 127.0.0.1 is taken"):
+            Stack(tmp_path, {"influxdb": port}, services=("influxdb",)).up(report=lambda m: None)
+
+
+def test_cli_status_of_a_stack_that_is_not_running(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "flowstat.cli", "stack", "status", "--cache", str(tmp_path)],
+                         capture_output=True, text=True)
+    assert out.returncode == 1 and "stopped" in out.stdout
+
+
+def test_cli_rejects_unknown_services(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "flowstat.cli", "stack", "up", "--only", "mongodb", "--cache",
+                          str(tmp_path)], capture_output=True, text=True)
+    assert out.returncode == 2 and "unknown service 'mongodb'" in out.stderr
