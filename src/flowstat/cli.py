@@ -153,11 +153,14 @@ def cmd_agent(args: argparse.Namespace) -> int:
 def cmd_stack(args: argparse.Namespace) -> int:
     from flowstat.stack import Stack, StackError
 
-    ports = {k: v for k, v in (("influxdb", args.influx_port), ("elasticsearch", args.es_port)) if v}
-    services = tuple(x.strip() for x in args.only.split(",")) if args.only else ("influxdb", "elasticsearch")
-    unknown = set(services) - {"influxdb", "elasticsearch"}
+    from flowstat.stack import SERVICES
+
+    ports = {k: v for k, v in (("influxdb", args.influx_port), ("elasticsearch", args.es_port),
+                               ("telegraf", args.telegraf_port)) if v}
+    services = tuple(x.strip() for x in args.only.split(",")) if args.only else SERVICES
+    unknown = set(services) - set(SERVICES)
     if unknown:
-        print(f"flowstat stack: --only: unknown service {sorted(unknown)[0]!r} (influxdb, elasticsearch)", file=sys.stderr)
+        print(f"flowstat stack: --only: unknown service {sorted(unknown)[0]!r} ({', '.join(SERVICES)})", file=sys.stderr)
         return 2
     stack = Stack(Path(args.cache) if args.cache else None, ports, services)
     try:
@@ -258,15 +261,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="log warnings and errors only")
     p.set_defaults(func=cmd_agent)
 
-    p = sub.add_parser("stack", help="start, stop or check the local servers (InfluxDB, Elasticsearch)",
+    p = sub.add_parser("stack", help="start, stop or check the local servers (InfluxDB, Elasticsearch, Telegraf)",
                        description="Real servers on 127.0.0.1 without Docker: InfluxDB 1.x from Debian, Elasticsearch "
-                                   "from Maven Central, run as an unprivileged user, cached under --cache. `up` is "
-                                   "idempotent; `status` exits 1 unless every server answers.")
+                                   "from Maven Central, Telegraf built pinned from the Go module proxy, run as an "
+                                   "unprivileged user, cached under --cache. `up` is idempotent and installs the "
+                                   "index templates, database, retention policies and continuous queries; `status` "
+                                   "exits 1 unless every server answers.")
     p.add_argument("action", choices=["up", "down", "status"])
     p.add_argument("--cache", metavar="DIR", help="where servers, data and logs live "
                                                    "(default: $FLOWSTAT_CACHE/stack or ~/.cache/flowstat/stack)")
     p.add_argument("--influx-port", type=int, metavar="P", help="InfluxDB HTTP port (default 8086)")
     p.add_argument("--es-port", type=int, metavar="P", help="Elasticsearch HTTP port (default 9200)")
+    p.add_argument("--telegraf-port", type=int, metavar="P",
+                   help="Telegraf's HTTP listener port (default 8186; UDP/TCP listeners on P+1)")
     p.add_argument("--only", metavar="LIST", help="comma-separated services (default: all)")
     p.add_argument("--json", action="store_true", help="status as JSON")
     p.set_defaults(func=cmd_stack)

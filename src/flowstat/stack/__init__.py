@@ -9,10 +9,12 @@ from pathlib import Path
 from .base import Service, StackError, load_state, save_state
 from .elasticsearch import Elasticsearch
 from .influxdb import InfluxDB
+from .telegraf import Telegraf
 
-__all__ = ["Stack", "StackError", "default_cache"]
+__all__ = ["Stack", "StackError", "default_cache", "SERVICES"]
 
-DEFAULT_PORTS = {"influxdb": 8086, "elasticsearch": 9200}
+SERVICES = ("influxdb", "elasticsearch", "telegraf")
+DEFAULT_PORTS = {"influxdb": 8086, "elasticsearch": 9200, "telegraf": 8186}
 
 
 def default_cache() -> Path:
@@ -23,21 +25,39 @@ def default_cache() -> Path:
 
 class Stack:
     def __init__(self, cache: Path | None = None, ports: dict[str, int] | None = None,
-                 services: tuple[str, ...] = ("influxdb", "elasticsearch")):
+                 services: tuple[str, ...] = SERVICES):
         self.cache = (cache or default_cache()).resolve()
         self.cache.mkdir(parents=True, exist_ok=True)
         known = load_state(self.cache)
         chosen = {**DEFAULT_PORTS, **{k: v["port"] for k, v in known.items()}, **(ports or {})}
-        classes = {"influxdb": InfluxDB, "elasticsearch": Elasticsearch}
-        self.services: list[Service] = [classes[name](name, self.cache, chosen[name]) for name in services]
+        classes = {"influxdb": InfluxDB, "elasticsearch": Elasticsearch, "telegraf": Telegraf}
+        self.services: list[Service] = [classes[name](name, self.cache, chosen[name]) for name in SERVICES
+                                        if name in services]
+        if "telegraf" in services:
+            self["telegraf"].extra["influx_url"] = f"http://127.0.0.1:{chosen['influxdb']}"
 
     def __getitem__(self, name: str) -> Service:
         return next(s for s in self.services if s.name == name)
 
+    def names(self) -> set[str]:
+        return {s.name for s in self.services}
+
     def up(self, report=print) -> None:
+        """Start each server, then install what the stores need (templates, database, rollups)."""
+        from flowstat.templates import install_elasticsearch, install_influxdb
+
         save_state(self.cache, self.services)
         for s in self.services:
             report(f"{s.name}: {s.up()}; log: {s.log_path}")
+            try:
+                if s.name == "influxdb":
+                    install_influxdb(s.url)
+                    report("influxdb: database flowstat, retention policies raw and rollup, continuous queries ready")
+                elif s.name == "elasticsearch":
+                    install_elasticsearch(s.url)
+                    report("elasticsearch: component and index templates flowstat-samples, flowstat-runs ready")
+            except (RuntimeError, OSError) as exc:
+                raise StackError(f"{s.name}: set-up failed: {exc}") from exc
 
     def down(self, report=print) -> None:
         for s in reversed(self.services):
