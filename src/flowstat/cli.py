@@ -182,6 +182,43 @@ def cmd_stack(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    from flowstat.progress import Progress
+    from flowstat.replay import ReplayError, count_lines, replay
+
+    if not args.influx and not args.es:
+        print("flowstat replay: say where to load: --influx URL and/or --es URL", file=sys.stderr)
+        return 2
+    paths = []
+    for name in args.runfile:
+        p = Path(name)
+        if p.is_dir():
+            p = p / "samples.ndjson"
+        if not p.is_file():
+            print(f"flowstat replay: {name}: no such run file", file=sys.stderr)
+            return 2
+        paths.append(p)
+    bar = Progress(count_lines(paths), "replayed", "lines", enabled=not args.quiet)
+    try:
+        reports = replay(paths, args.influx, args.es, db=args.db, index=args.index, rebase=args.rebase_time,
+                         batch=args.batch, progress=bar.update)
+    except ReplayError as exc:
+        bar.close()
+        print(f"flowstat replay: {exc}; nothing is lost: replaying again is safe (idempotent)", file=sys.stderr)
+        return 2
+    bar.close()
+    status = 0
+    for r in reports:
+        print(f"{r.path}: {r.good:,} samples loaded (run {r.run_id}), {len(r.bad)} bad lines skipped")
+        for lineno, why in r.bad[:20]:
+            print(f"  {r.path}:{lineno}: {why}", file=sys.stderr)
+        if len(r.bad) > 20:
+            print(f"  ... and {len(r.bad) - 20} more", file=sys.stderr)
+        if r.bad:
+            status = 1
+    return status
+
+
 def cmd_device(args: argparse.Namespace) -> int:
     from flowstat_harness.devices.main import run_device
 
@@ -277,6 +314,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", metavar="LIST", help="comma-separated services (default: all)")
     p.add_argument("--json", action="store_true", help="status as JSON")
     p.set_defaults(func=cmd_stack)
+
+    p = sub.add_parser("replay", help="load recorded run files into InfluxDB and Elasticsearch",
+                       description="Load run files (runs/RUN/samples.ndjson, or the run directory) into the stores in "
+                                   "large batches. Idempotent: replaying twice leaves the same data. A malformed or "
+                                   "truncated line is reported with its file and line number and skipped; every good "
+                                   "line is still loaded. A run document goes to the flowstat-runs index. Exit status: "
+                                   "0 all loaded, 1 some lines skipped, 2 nothing could be done (bad arguments, a "
+                                   "store down).")
+    p.add_argument("runfile", nargs="+", help="run files or run directories")
+    p.add_argument("--influx", metavar="URL", help="InfluxDB, e.g. http://127.0.0.1:8086")
+    p.add_argument("--es", metavar="URL", help="Elasticsearch, e.g. http://127.0.0.1:9200")
+    p.add_argument("--db", default="flowstat", help="InfluxDB database (default flowstat)")
+    p.add_argument("--index", default="flowstat-samples", help="Elasticsearch index (default flowstat-samples)")
+    p.add_argument("--rebase-time", action="store_true",
+                   help="shift each run to start now (a new copy in InfluxDB each time: not idempotent)")
+    p.add_argument("--batch", type=int, default=5000, metavar="N", help="samples per request (default 5000)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("device", help=argparse.SUPPRESS)
     p.add_argument("role", choices=["producer", "merger", "viewer"])
