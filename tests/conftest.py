@@ -63,10 +63,14 @@ def stack():
     from flowstat.stack import Stack
 
     cache = ROOT / ".cache" / "test-stack"
-    ports = {"influxdb": _free_port(), "elasticsearch": _free_port()}
+    ports = {"influxdb": _free_port(), "elasticsearch": _free_port(), "telegraf": _free_port()}
     s = Stack(cache, ports)
     s.up(report=lambda msg: None)
     yield s
     s.down(report=lambda msg: None)
-    for sub in ("influxdb/data", "influxdb/meta", "influxdb/wal", "elasticsearch/data"):
-        shutil.rmtree(cache / sub, ignore_errors=True)
+    for sub in ("influxdb/data", "influxdb/meta", "influxdb/wal", "elasticsearch/data", "stack.json"):
+        target = cache / sub
+        if target.is_dir():
+            shutil.rmtree(target, ignore_errors=True)
+        else:
+            target.unlink(missing_ok=True)

@@ -1,0 +1,211 @@
+"""Issue 4: harness runs -> agents -> Telegraf -> InfluxDB, and agents -> Elasticsearch, on real
+servers; with stores going down mid-run; and replay of run files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from conftest import TOPOLOGIES
+
+pytestmark = pytest.mark.integration
+
+
+def start_run(runs_dir: Path, run_id: str, stack, duration: float) -> subprocess.Popen:
+    sinks = [f"{stack['telegraf'].write_url}", f"elasticsearch://127.0.0.1:{stack['elasticsearch'].port}/flowstat-samples"]
+    return subprocess.Popen([sys.executable, "-m", "flowstat.cli", "run", str(TOPOLOGIES / "smoke.yaml"),
+                             "--duration", str(duration), "--run-id", run_id, "--runs-dir", str(runs_dir), "--json",
+                             "--agent-interval", "0.5", *[a for s in sinks for a in ("--sink", s)]],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def recorded(runs_dir: Path, run_id: str) -> dict[tuple[str, str, int], dict]:
+    """The run file's samples (the Python agent's) by (agent, node, seq)."""
+    lines = (runs_dir / run_id / "samples.ndjson").read_text().splitlines()[1:]
+    docs = [json.loads(x) for x in lines]
+    return {(d["agent"], d["node_id"], d["seq"]): d for d in docs}
+
+
+def influx_samples(stack, run_id: str) -> list[tuple]:
+    body = stack["influxdb"].query(f"SELECT \"seq\", \"vmrss_kb\" FROM \"flowstat_node\" WHERE \"run_id\" = '{run_id}' "
+                                   f"GROUP BY \"agent\", \"node_id\"", "flowstat")
+    out = []
+    for s in body["results"][0].get("series", []):
+        for _, seq, rss in s["values"]:
+            out.append((s["tags"]["agent"], s["tags"]["node_id"], seq, rss))
+    return out
+
+
+def es_samples(stack, run_id: str) -> list[tuple]:
+    es = stack["elasticsearch"]
+    requests.post(f"{es.url}/flowstat-samples/_refresh", timeout=30)
+    body = requests.post(f"{es.url}/flowstat-samples/_search", json={
+        "size": 10000, "query": {"term": {"run_id": run_id}}, "_source": ["agent", "node_id", "seq", "vmrss_kb"]},
+        timeout=30).json()
+    return [(h["_source"]["agent"], h["_source"]["node_id"], h["_source"]["seq"], h["_source"].get("vmrss_kb"))
+            for h in body["hits"]["hits"]]
+
+
+def wait_until(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)  # polling the stores until the data has landed
+
+
+def agents_seqs(samples: list[tuple]) -> dict[tuple[str, str], list[int]]:
+    out: dict[tuple[str, str], list[int]] = {}
+    for agent, node, seq, _ in samples:
+        out.setdefault((agent, node), []).append(seq)
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def expected_seqs(summary: dict) -> dict[tuple[str, str], list[int]]:
+    """What each agent says it produced: every node, seq 0..n-1 (n from the agents' own counts)."""
+    return summary  # filled by check_complete
+
+
+def check_complete(stack, runs_dir: Path, run_id: str, summary: dict) -> None:
+    rec = recorded(runs_dir, run_id)
+    py_total = summary["agent"]["agent-py"]["samples"]
+    c_total = summary["agent"]["agent-c"]["samples"]
+    total = py_total + c_total
+    wait_until(lambda: len(influx_samples(stack, run_id)) >= total, 60, "InfluxDB to hold every sample")
+    wait_until(lambda: len(es_samples(stack, run_id)) >= total, 60, "Elasticsearch to hold every sample")
+    for store in (influx_samples(stack, run_id), es_samples(stack, run_id)):
+        assert len(store) == total  # nothing lost, nothing twice
+        for (agent, node), seqs in agents_seqs(store).items():
+            assert seqs == list(range(len(seqs))), (agent, node)  # every seq exactly once
+        for agent, node, seq, rss in store:
+            if agent == "flowstat-agent-py":
+                assert rec[(agent, node, seq)].get("vmrss_kb") == rss  # the values the run file recorded
+    assert sum(1 for k in rec) == py_total
+
+
+def finish(proc: subprocess.Popen) -> dict:
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err[-3000:]
+    return json.loads(out)
+
+
+def test_live_run_lands_once_in_both_stores(stack, runs_dir):
+    proc = start_run(runs_dir, "live", stack, 4)
+    summary = finish(proc)
+    check_complete(stack, runs_dir, "live", summary)
+
+
+@pytest.mark.parametrize("victim", ["influxdb", "elasticsearch", "telegraf"])
+def test_a_store_down_for_ten_seconds_loses_and_duplicates_nothing(stack, runs_dir, victim):
+    run_id = f"fault-{victim}"
+    proc = start_run(runs_dir, run_id, stack, 30)
+    wait_until(lambda: (runs_dir / run_id / "endpoints.json").exists(), 60, "the run to start")
+    time.sleep(3)  # let some samples through before the outage
+    stack[victim].down()
+    time.sleep(10)  # the outage the test is about
+    stack[victim].up()
+    summary = finish(proc)
+    if victim == "elasticsearch":
+        spooled = sum(v["spooled"] for a in ("agent-py", "agent-c")
+                      for u, v in summary["agent"][a]["sinks"].items() if "elasticsearch" in u)
+        assert spooled == 0  # what waited on disk has been delivered
+    check_complete(stack, runs_dir, run_id, summary)
+
+
+def make_run_file(path: Path, run_id: str, n: int, nodes: int = 10) -> None:
+    from flowstat.timeutil import iso_utc_ms
+
+    t0 = 1_795_000_000.0
+    with open(path, "w") as f:
+        f.write(json.dumps({"flowstat_run": {"run_id": run_id, "parameters": {"producers": 3, "mergers": 1}}}) + "\n")
+        for i in range(n):
+            node = i % nodes
+            f.write(json.dumps({"time": iso_utc_ms(t0 + (i // nodes) * 0.1), "run_id": run_id, "host": "h",
+                                "node_id": f"node-{node}", "role": "merger", "agent": "flowstat-agent-py",
+                                "seq": i // nodes, "pid": 1000 + node, "node_state": "RUNNING",
+                                "vmrss_kb": 1000 + i, "cpu_clock_hz": 0.5 * i}) + "\n")
+
+
+def replay(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "flowstat.cli", "replay", *map(str, args), "--quiet"],
+                          capture_output=True, text=True, timeout=600)
+
+
+def counts(stack, run_id: str) -> tuple[int, int]:
+    es = stack["elasticsearch"]
+    requests.post(f"{es.url}/flowstat-samples/_refresh", timeout=30)
+    n_es = requests.post(f"{es.url}/flowstat-samples/_count", json={"query": {"term": {"run_id": run_id}}},
+                         timeout=30).json()["count"]
+    body = stack["influxdb"].query(f"SELECT count(\"seq\") FROM \"flowstat_node\" WHERE \"run_id\" = '{run_id}'", "flowstat")
+    series = body["results"][0].get("series")
+    return (series[0]["values"][0][1] if series else 0), n_es
+
+
+def test_replay_skips_bad_lines_loads_the_rest_and_is_idempotent(stack, tmp_path):
+    path = tmp_path / "samples.ndjson"
+    make_run_file(path, "replay-bad", 200)
+    lines = path.read_text().splitlines(keepends=True)
+    lines[10] = '{"broken": json\n'
+    lines[20] = json.dumps({**json.loads(lines[20]), "seq": -3}) + "\n"
+    lines.append('{"time": "2026-11-22T10:00:00.000Z", "run_id": "replay-b')  # truncated last line
+    path.write_text("".join(lines))
+    urls = ("--influx", stack["influxdb"].url, "--es", stack["elasticsearch"].url)
+    out = replay(path, *urls)
+    assert out.returncode == 1
+    assert f"{path}:11: not JSON" in out.stderr and f"{path}:21: field 'seq'" in out.stderr
+    assert f"{path}:202: truncated line" in out.stderr
+    assert counts(stack, "replay-bad") == (198, 198)
+    assert replay(path, *urls).returncode == 1
+    assert counts(stack, "replay-bad") == (198, 198)  # twice: the same data
+    run = requests.get(f"{stack['elasticsearch'].url}/flowstat-runs/_doc/replay-bad", timeout=10).json()["_source"]
+    assert run["samples"] == 198 and run["parameters"]["producers"] == 3 and len(run["nodes"]) == 10
+
+
+def test_replay_of_a_large_run(stack, tmp_path):
+    path = tmp_path / "samples.ndjson"
+    make_run_file(path, "replay-large", 100_000, nodes=50)
+    out = replay(path, "--influx", stack["influxdb"].url, "--es", stack["elasticsearch"].url)
+    assert out.returncode == 0, out.stderr
+    assert counts(stack, "replay-large") == (100_000, 100_000)
+
+
+def test_replay_refuses_a_store_that_is_down(tmp_path):
+    path = tmp_path / "samples.ndjson"
+    make_run_file(path, "replay-down", 10)
+    out = replay(path, "--influx", "http://127.0.0.1:9")
+    assert out.returncode == 2 and "InfluxDB at http://127.0.0.1:9 cannot be reached" in out.stderr
+
+
+def test_continuous_queries_roll_up_per_node_and_sum_over_nodes(stack):
+    from flowstat.templates import influx_statements
+
+    influx = stack["influxdb"]
+    cqs = {row[0] for s in influx.query("SHOW CONTINUOUS QUERIES")["results"][0]["series"] if s["name"] == "flowstat"
+           for row in s.get("values", [])}
+    assert cqs == {"flowstat_node_10s", "flowstat_total_10s", "flowstat_node_1m", "flowstat_total_1m"}
+    # Run the rollups' own SELECT ... INTO over a fixed past window: 2 nodes x 10 samples.
+    base = (int(time.time()) // 10 * 10 - 3600) * 10**9  # an hour ago, on a 10 s boundary (inside retention)
+    lines = []
+    for node, rate in (("a", 100.0), ("b", 300.0)):
+        for i in range(10):
+            lines.append(f"flowstat_node,run_id=cq,role=merger,node_id={node},agent=x,host=h "
+                         f"merged_objects_per_second={rate + i},seq={i}i {base + i * 10**9}")
+    requests.post(f"{influx.url}/write", params={"db": "flowstat"}, data="\n".join(lines), timeout=10).raise_for_status()
+    window = f" WHERE time >= {base} AND time < {base + 10 * 10**9}"
+    for stmt in influx_statements():
+        if "flowstat_node_10s" in stmt.split(" BEGIN ")[0] or "flowstat_total_10s" in stmt.split(" BEGIN ")[0]:
+            select = stmt.split(" BEGIN ")[1].rsplit(" END", 1)[0]
+            head, group = select.split(" GROUP BY ")
+            influx.query(f"{head}{window} GROUP BY {group}", "flowstat")
+    node = influx.query('SELECT "mean_merged_objects_per_second" FROM "rollup"."flowstat_node_10s" '
+                        "WHERE run_id = 'cq' GROUP BY node_id", "flowstat")["results"][0]["series"]
+    assert {s["tags"]["node_id"]: s["values"][0][1] for s in node} == {"a": 104.5, "b": 304.5}
+    total = influx.query('SELECT "merged_objects_per_second" FROM "rollup"."flowstat_total_10s" WHERE run_id = \'cq\'',
+                         "flowstat")["results"][0]["series"][0]["values"]
+    assert total[0][1] == 409.0  # the sum over nodes of their means, as dateStat aggregated
