@@ -14,7 +14,7 @@ C_STAMP := .cache/c-deps.installed
 .PHONY: help demo test bench install clean c-agent
 
 help:
-	@echo "make demo   run the demo (installs what it needs first)"
+	@echo "make demo   local InfluxDB/Elasticsearch/Telegraf + a harness run shipping into them"
 	@echo "make test   run the tests"
 	@echo "make bench  run the benchmarks (about 35 minutes; JSON in benchmarks/results/)"
 	@echo "make clean  remove the venv, caches and runs"
@@ -45,7 +45,7 @@ c-agent: $(C_STAMP)
 install: $(STAMP) c-agent
 
 demo: $(STAMP) c-agent
-	$(BIN)/flowstat run benchmark-harness/topologies/demo.yaml
+	scripts/demo
 
 test: $(STAMP) c-agent
 	$(BIN)/python -m pytest -q -ra

@@ -262,3 +262,11 @@ def test_killing_the_orchestrator_leaves_no_orphans(tmp_path):
     while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)  # waiting on the kernel to deliver SIGTERM and the devices to drain
     assert not any(pid_alive(p) for p in pids)
+
+
+def test_default_relative_runs_directory(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "flowstat.cli", "run", str(TOPOLOGIES / "smoke.yaml"), "--duration",
+                             "2", "--run-id", "rel", "--quiet"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    run = tmp_path / "runs" / "rel"
+    assert (run / "samples.ndjson").exists() and (run / "samples-agent-py.lp").stat().st_size > 0

@@ -206,7 +206,7 @@ class Orchestrator:
     def agent_commands(self) -> list[tuple[str, list[str]]]:
         """The agents to start: the Python agent (it also records the run file), and the C agent
         when it is built. Each ships to the user's sinks, or to a line-protocol file in the run."""
-        opts, rd = self.agent_options, self.run_dir
+        opts, rd = self.agent_options, self.run_dir.resolve()  # file:// URLs need absolute paths
         common = ["--run-id", self.run_id, "--endpoints", str(rd / "endpoints.json"), "--interval", str(opts.interval_s),
                   "--rescan", str(max(opts.interval_s, 1.0)), "--quiet"]
         agents = [("agent-py", [sys.executable, "-m", "flowstat.cli", "agent", *common,
