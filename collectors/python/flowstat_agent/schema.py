@@ -92,42 +92,75 @@ def validate(sample: dict) -> list[str]:
     return errors
 
 
+_TIME_CACHE: dict[str, int] = {}
+
+
 def time_ns(iso: str) -> int:
-    """Nanoseconds since the epoch of an ISO-8601 UTC time with milliseconds ('...T10:51:14.123Z')."""
-    dt = datetime.fromisoformat(iso.replace("Z", "+00:00"))
-    return (int(dt.timestamp()) * 1000 + dt.microsecond // 1000) * 1_000_000
+    """Nanoseconds since the epoch of an ISO-8601 UTC time with milliseconds ('...T10:51:14.123Z').
+
+    Cached: every node sampled in one tick shares the time string.
+    """
+    ns = _TIME_CACHE.get(iso)
+    if ns is None:
+        dt = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+        ns = (int(dt.timestamp()) * 1000 + dt.microsecond // 1000) * 1_000_000
+        if len(_TIME_CACHE) > 4096:
+            _TIME_CACHE.clear()
+        _TIME_CACHE[iso] = ns
+    return ns
 
 
 def _escape_key(text: str) -> str:
     return text.replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=").replace(" ", "\\ ")
 
 
-def _field_value(value: Any, typ: str) -> str:
-    if typ == "boolean":
-        return "true" if value else "false"
-    if typ == "integer":
-        return f"{value}i"
-    if typ == "number":
-        return repr(float(value))
-    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+def _escape_string(text: str) -> str:
+    if '"' in text or "\\" in text:
+        text = text.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{text}"'
+
+
+@lru_cache(maxsize=1)
+def _line_plan() -> tuple[str, tuple[str, ...], tuple[tuple[str, str, str], ...]]:
+    """What to_line_protocol needs, worked out once: the measurement, the tag names sorted (as
+    Influx prefers), and each field's name, escaped key and type, in schema order."""
+    tags = tuple(sorted(f.name for f in fields() if f.influx == "tag"))
+    plan = tuple((f.name, _escape_key(f.name), f.type) for f in fields() if f.influx == "field")
+    return _escape_key(measurement()), tags, plan
+
+
+_SERIES_CACHE: dict[tuple, str] = {}
 
 
 def to_line_protocol(sample: dict) -> str:
-    """InfluxDB line protocol: tags sorted by key (as Influx prefers), fields in schema order, ns time."""
-    tags, values, stamp = [], [], ""
-    for f in fields():
-        if f.name not in sample:
+    """InfluxDB line protocol: tags sorted by key, fields in schema order, ns time.
+
+    On every sample's path (agents, replay of millions): the series prefix is cached per tag values.
+    """
+    measurement_key, tags, plan = _line_plan()
+    tag_values = tuple(sample.get(t) for t in tags)
+    head = _SERIES_CACHE.get(tag_values)
+    if head is None:
+        head = ",".join([measurement_key] + [f"{_escape_key(t)}={_escape_key(str(v))}"
+                                             for t, v in zip(tags, tag_values) if v not in (None, "")])
+        if len(_SERIES_CACHE) > 65536:
+            _SERIES_CACHE.clear()
+        _SERIES_CACHE[tag_values] = head
+    parts = []
+    get = sample.get
+    for name, key, typ in plan:
+        value = get(name)
+        if value is None:
             continue
-        value = sample[f.name]
-        if f.influx == "tag":
-            if value != "":
-                tags.append(f"{_escape_key(f.name)}={_escape_key(str(value))}")
-        elif f.influx == "time":
-            stamp = str(time_ns(value))
+        if typ == "integer":
+            parts.append(f"{key}={value}i")
+        elif typ == "number":
+            parts.append(f"{key}={float(value)!r}")
+        elif typ == "boolean":
+            parts.append(f"{key}=true" if value else f"{key}=false")
         else:
-            values.append(f"{_escape_key(f.name)}={_field_value(value, f.type)}")
-    head = ",".join([_escape_key(measurement()), *sorted(tags)])
-    return f"{head} {','.join(values)} {stamp}"
+            parts.append(f"{key}={_escape_string(value)}")
+    return f"{head} {','.join(parts)} {time_ns(sample['time'])}"
 
 
 def to_json(sample: dict) -> str:
