@@ -16,7 +16,7 @@ C_STAMP := .cache/c-deps.installed
 help:
 	@echo "make demo   local InfluxDB/Elasticsearch/Telegraf + a harness run shipping into them"
 	@echo "make test   run the tests"
-	@echo "make bench  run the benchmarks (about 35 minutes; JSON in benchmarks/results/)"
+	@echo "make bench  run the benchmarks (about 40 minutes; JSON in benchmarks/results/)"
 	@echo "make clean  remove the venv, caches and runs"
 
 $(BIN)/python:
@@ -53,6 +53,7 @@ test: $(STAMP) c-agent
 bench: $(STAMP) c-agent
 	$(BIN)/python benchmarks/run_benchmarks.py --full
 	cd benchmarks && ../$(BIN)/python bench_agents.py
+	cd benchmarks && ../$(BIN)/python bench_ingest.py
 	@echo "long fuzzing of the C agent's parsers (5 minutes each):"
 	for f in stat reply endpoints sink_url; do mkdir -p .cache/fuzz/$$f && cp collectors/c/fuzz/corpus/$$f/* .cache/fuzz/$$f/ && \
 		collectors/c/build/fuzz_$$f -max_total_time=300 -timeout=5 .cache/fuzz/$$f || exit 1; done

@@ -44,35 +44,33 @@ class FileReport:
     host: str | None = None
 
 
-def _field_types() -> tuple[dict[str, str], list[str]]:
-    return {f.name: f.type for f in schema.fields()}, [f.name for f in schema.fields() if f.required]
+_PY_TYPES = {"string": (str,), "integer": (int,), "number": (float, int), "boolean": (bool,)}
 
 
-def _bad_field(doc: dict, types: dict[str, str], required: list[str]) -> str | None:
+def _field_types() -> tuple[dict[str, tuple], list[str]]:
+    return {f.name: _PY_TYPES[f.type] for f in schema.fields()}, [f.name for f in schema.fields() if f.required]
+
+
+_NON_NEGATIVE = frozenset(f.name for f in schema.fields() if f.type == "integer")
+
+
+def _bad_field(doc: dict, types: dict[str, tuple], required: list[str]) -> str | None:
     """What is wrong with a sample, cheaply (schema.validate() explains more, for humans)."""
     for key, value in doc.items():
-        typ = types.get(key)
-        vt = type(value)
-        if typ is None:
+        allowed = types.get(key)
+        if allowed is None:
             return f"field {key!r}: not in the schema"
-        if typ == "string":
-            ok = vt is str
-        elif typ == "integer":
-            ok = vt is int and value >= 0
-        elif typ == "number":
-            ok = (vt is float and value == value and value not in (float("inf"), float("-inf"))) or vt is int
-        else:
-            ok = vt is bool
-        if not ok:
-            return f"field {key!r}: expected {typ}, got {value!r}"[:120]
+        if type(value) not in allowed or (key in _NON_NEGATIVE and value < 0) or value != value:
+            return f"field {key!r}: wrong type or value {value!r}"[:120]
     for key in required:
         if key not in doc:
             return f"field {key!r}: missing"
     return None
 
 
-def parse_run_file(path: Path, report: FileReport, rebase_ms: int | None = None) -> Iterator[dict]:
-    """The good samples of a run file, in order; bad lines go to the report."""
+def parse_run_file(path: Path, report: FileReport, rebase_ms: int | None = None) -> Iterator[tuple[dict, bytes | None]]:
+    """The good samples of a run file, in order, each with its line when that line is still the
+    sample's exact document (None once the time was rebased); bad lines go to the report."""
     types, required = _field_types()
     shift_ms = None
     with open(path, "rb") as f:
@@ -101,17 +99,19 @@ def parse_run_file(path: Path, report: FileReport, rebase_ms: int | None = None)
             except ValueError:
                 report.bad.append((lineno, f"field 'time': not ISO-8601 ({doc['time'][:40]!r})"))
                 continue
+            line: bytes | None = raw.rstrip(b"\r\n")
             if rebase_ms is not None:
                 if shift_ms is None:
                     shift_ms = rebase_ms - stamp_ms
                 doc["time"] = iso_utc_ms((stamp_ms + shift_ms) / 1000)
+                line = None
             report.good += 1
             report.first_time = report.first_time or doc["time"]
             report.last_time = doc["time"]
             report.run_id = report.run_id or doc["run_id"]
             report.host = report.host or doc["host"]
             report.nodes.add(doc["node_id"])
-            yield doc
+            yield doc, line
 
 
 class Poster(threading.Thread):
@@ -233,12 +233,15 @@ def replay(paths: list[Path], influx: str | None, es: str | None, *, db: str = I
             lp: list[str] = []
             bulk: list[str] = []
             n = 0
-            for doc in parse_run_file(path, report, rebase_ms):
+            action = '{"index":{"_index":%s,"_id":%s}}\n'
+            index_json = json.dumps(index)
+            for doc, line in parse_run_file(path, report, rebase_ms):
                 if influx:
                     lp.append(schema.to_line_protocol(doc) + "\n")
                 if es:
-                    bulk.append(f'{{"index":{{"_index":"{index}","_id":{json.dumps(schema.document_id(doc))}}}}}\n'
-                                + schema.to_json(doc) + "\n")
+                    # A validated line is already the document: it is sent as read, not rebuilt.
+                    body = line.decode() if line is not None else schema.to_json(doc)
+                    bulk.append(action % (index_json, orjson.dumps(schema.document_id(doc)).decode()) + body + "\n")
                 n += 1
                 if n == batch:
                     flush(lp, bulk, n)
@@ -252,8 +255,11 @@ def replay(paths: list[Path], influx: str | None, es: str | None, *, db: str = I
             if report.good and report.run_id:
                 run = run_document(report)
                 if es:
-                    resp = requests.put(f"{es.rstrip('/')}/{RUNS_INDEX}/_doc/{requests.utils.quote(run['run_id'], safe='')}",
-                                        json=run, timeout=30)
+                    try:
+                        resp = requests.put(f"{es.rstrip('/')}/{RUNS_INDEX}/_doc/"
+                                            f"{requests.utils.quote(run['run_id'], safe='')}", json=run, timeout=30)
+                    except requests.RequestException as exc:
+                        raise ReplayError(f"Elasticsearch at {es} cannot be reached ({exc.__class__.__name__})") from exc
                     _check(resp, f"Elasticsearch {es} run document")
                 if influx:
                     posters[0].queue.put((run_point(run).encode(), 0))

@@ -31,12 +31,19 @@ int sample_from_json(const char *text, size_t len, struct fs_sample *s, char *er
         cJSON_Delete(doc);
         return fail(err, errlen, "sample", "not a JSON object");
     }
-    int rc = 0;
+    int rc = 0, hint = 0;
     const cJSON *item;
     cJSON_ArrayForEach(item, doc) {
-        int f;
-        for (f = 0; f < FS_NFIELDS && strcmp(FS_FIELDS[f].name, item->string) != 0; f++)
-            ;
+        /* Keys usually come in schema order: look from just after the previous match. */
+        int f = FS_NFIELDS;
+        for (int k = 0; k < FS_NFIELDS; k++) {
+            int candidate = (hint + k) % FS_NFIELDS;
+            if (strcmp(FS_FIELDS[candidate].name, item->string) == 0) {
+                f = candidate;
+                hint = candidate + 1;
+                break;
+            }
+        }
         if (f == FS_NFIELDS) {
             rc = fail(err, errlen, item->string, "not in the schema");
             break;
