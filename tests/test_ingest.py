@@ -209,3 +209,11 @@ def test_continuous_queries_roll_up_per_node_and_sum_over_nodes(stack):
     total = influx.query('SELECT "merged_objects_per_second" FROM "rollup"."flowstat_total_10s" WHERE run_id = \'cq\'',
                          "flowstat")["results"][0]["series"][0]["values"]
     assert total[0][1] == 409.0  # the sum over nodes of their means, as dateStat aggregated
+
+
+def test_replay_names_an_elasticsearch_that_is_down(tmp_path):
+    path = tmp_path / "samples.ndjson"
+    make_run_file(path, "replay-es-down", 10)
+    out = replay(path, "--es", "http://127.0.0.1:9")
+    assert out.returncode == 2 and "Elasticsearch at http://127.0.0.1:9 cannot be reached" in out.stderr
+    assert "Traceback" not in out.stderr
