@@ -51,3 +51,15 @@ def test_cli_rejects_unknown_services(tmp_path):
     out = subprocess.run([sys.executable, "-m", "flowstat.cli", "stack", "up", "--only", "mongodb", "--cache",
                           str(tmp_path)], capture_output=True, text=True)
     assert out.returncode == 2 and "unknown service 'mongodb'" in out.stderr
+
+
+def test_a_server_that_dies_while_starting_is_named_with_its_log(tmp_path):
+    from flowstat.stack.elasticsearch import Elasticsearch
+
+    es = Elasticsearch("elasticsearch", tmp_path, 0, {"java_opts": "-Xmx1k", "transport_port": 0})
+    es.port = __import__("conftest")._free_port()
+    es.extra["transport_port"] = __import__("conftest")._free_port()
+    with pytest.raises(StackError) as err:
+        es.up()
+    assert "elasticsearch died while starting" in str(err.value) and str(es.log_path) in str(err.value)
+    assert es.pid() is None
