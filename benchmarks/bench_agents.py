@@ -15,9 +15,7 @@ Usage: benchmarks/bench_agents.py [--quick] [--targets N] [--seconds D] [--soak 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from agent_helpers import HttpReceiver, StubNode, free_port, sleeper
+from agent_helpers import HttpReceiver, StubNode, sleeper
 from flowstat_agent import schema
 from flowstat_agent.agent import Agent, AgentConfig
 from flowstat_agent.procsample import ProcessGone, ProcFormatError, ProcReader, parse_stat, parse_statm

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from datetime import datetime
 
 import pytest
@@ -32,9 +33,9 @@ def test_socket_sinks_deliver_every_sample(agent, kind, fmt):
         out = run(agent, "--pid", procs[0].pid, "--pid", procs[1].pid, "--interval", 0.05, "--count", 20, "--quiet",
                   "--sink", f"{kind}://127.0.0.1:{receiver.port}" + ("?format=json" if fmt == "json" else ""))
         assert out.returncode == 0, out.stderr
-        deadline = __import__("time").monotonic() + 5
-        while len(receiver.lines()) < 40 and __import__("time").monotonic() < deadline:
-            __import__("time").sleep(0.05)  # the last datagrams may still be in flight on loopback
+        deadline = time.monotonic() + 5
+        while len(receiver.lines()) < 40 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the last datagrams may still be in flight on loopback
     finally:
         receiver.close()
         for p in procs:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -65,11 +64,6 @@ def agents_seqs(samples: list[tuple]) -> dict[tuple[str, str], list[int]]:
     for agent, node, seq, _ in samples:
         out.setdefault((agent, node), []).append(seq)
     return {k: sorted(v) for k, v in out.items()}
-
-
-def expected_seqs(summary: dict) -> dict[tuple[str, str], list[int]]:
-    """What each agent says it produced: every node, seq 0..n-1 (n from the agents' own counts)."""
-    return summary  # filled by check_complete
 
 
 def check_complete(stack, runs_dir: Path, run_id: str, summary: dict) -> None:

@@ -41,7 +41,7 @@ def test_missing_required_field():
 
 def test_line_protocol():
     line = schema.to_line_protocol(sample(node_id="a b,c=d", node_state='say "hi"'))
-    head, fields, stamp = line.rsplit(" ", 2)[0].split(" ", 1)[0], None, line.rsplit(" ", 1)[1]
+    stamp = line.rsplit(" ", 1)[1]
     assert line.startswith("flowstat_node,agent=flowstat-agent-py,host=h,node_id=a\\ b\\,c\\=d,role=merger,run_id=r1 ")
     assert 'seq=7i,pid=42i,node_state="say \\"hi\\"",vmrss_kb=1000i,cpu_clock_hz=12.5,send_buffer_overloaded=false' in line
     assert stamp == "1795344674123000000"

@@ -57,9 +57,10 @@ def test_cli_rejects_unknown_services(tmp_path):
 def test_a_server_that_dies_while_starting_is_named_with_its_log(tmp_path):
     from flowstat.stack.elasticsearch import Elasticsearch
 
-    es = Elasticsearch("elasticsearch", tmp_path, 0, {"java_opts": "-Xmx1k", "transport_port": 0})
-    es.port = __import__("conftest")._free_port()
-    es.extra["transport_port"] = __import__("conftest")._free_port()
+    from conftest import _free_port
+
+    # A heap of 1 kB: the JVM refuses to start, as a broken server would.
+    es = Elasticsearch("elasticsearch", tmp_path, _free_port(), {"java_opts": "-Xmx1k", "transport_port": _free_port()})
     with pytest.raises(StackError) as err:
         es.up()
     assert "elasticsearch died while starting" in str(err.value) and str(es.log_path) in str(err.value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 from typing import TYPE_CHECKING, Any
 
@@ -96,7 +97,7 @@ def build_summary(topo: "Topology", orch: "Orchestrator", started_epoch: float) 
             "producers": topo.n_producers, "rate_per_producer": topo.rate, "buffer_size": topo.buffer_size,
             "mergers": len(topo.mergers), "producer_processes": topo.producer_processes,
         },
-        "machine": {"host": platform.node(), "cpus": __import__("os").cpu_count(), "python": platform.python_version()},
+        "machine": {"host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version()},
         "nodes": [_node_row(f, seconds) for f in finals.values()],
         "conservation": conservation,
         "viewer_output": (viewer or {}).get("output"),

@@ -12,12 +12,10 @@ import errno
 import os
 from dataclasses import dataclass
 
+from flowstat.procfs import ProcessGone  # one notion of "the process has exited" for the whole project
+
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
-
-
-class ProcessGone(Exception):
-    """The process has exited."""
 
 
 class ProcFormatError(ValueError):
