@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 C_AGENT := collectors/c/build/flowstat-agent
-C_DEPS := libzmq3-dev libcjson-dev libcurl4-openssl-dev pkg-config clang libclang-rt-14-dev valgrind
+C_DEPS := libzmq3-dev libcjson-dev libcurl4-openssl-dev pkg-config clang libclang-rt-14-dev valgrind docker-compose
 C_STAMP := .cache/c-deps.installed
 
 .PHONY: help demo test bench install clean c-agent
@@ -29,7 +29,8 @@ $(STAMP): $(BIN)/python pyproject.toml requirements.lock
 	$(BIN)/python -m pip install -q -c requirements.lock -e '.[test]'
 	touch $@
 
-# The C agent's build dependencies come from Debian; installed once (root, or sudo if present).
+# Debian packages: the C agent's build dependencies, and docker-compose to validate docker-compose.yml
+# offline. Installed once (root, or sudo if present).
 $(C_STAMP):
 	@mkdir -p .cache
 	@if ! dpkg -s $(C_DEPS) >/dev/null 2>&1; then \

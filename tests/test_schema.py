@@ -78,3 +78,14 @@ def test_c_field_table_is_generated_from_the_schema(tmp_path):
     text = out.read_text()
     for f in schema.fields():
         assert f'{{"{f.name}", FS_T_{f.type.upper()}, FS_I_{f.influx.upper()}' in text
+
+
+def test_index_templates_are_generated_from_the_schema():
+    from flowstat.templates import render_files
+
+    for path, text in render_files().items():
+        assert path.read_text() == text, f"{path} is stale: run python -m flowstat.templates --write"
+    from conftest import ROOT
+
+    mapping = json.loads((ROOT / "index-templates" / "elasticsearch" / "component-flowstat-sample-mappings.json").read_text())
+    assert set(mapping["template"]["mappings"]["properties"]) == {f.name for f in schema.fields()}

@@ -1,0 +1,26 @@
+#!/bin/sh
+# Install flowstat's Elasticsearch templates (the JSON files beside this script) into ES_URL.
+# Used by the compose stack's one-shot `elasticsearch-setup` service; idempotent. The lifecycle
+# policy goes in only where the server has ILM. Needs curl.
+set -eu
+ES_URL="${ES_URL:-http://127.0.0.1:9200}"
+DIR="$(cd "$(dirname "$0")" && pwd)"
+put() {
+  code=$(curl -s -o /tmp/flowstat-es-put.out -w '%{http_code}' -X PUT "$ES_URL/$1" \
+         -H 'Content-Type: application/json' --data-binary "@$DIR/$2")
+  case "$code" in
+    2??) echo "installed $1" ;;
+    *) echo "install.sh: PUT $ES_URL/$1 failed with HTTP $code: $(cat /tmp/flowstat-es-put.out)" >&2; exit 1 ;;
+  esac
+}
+for c in flowstat-settings flowstat-sample-mappings flowstat-run-mappings; do
+  put "_component_template/$c" "component-$c.json"
+done
+samples="index-template-flowstat-samples.json"
+if [ "$(curl -s -o /dev/null -w '%{http_code}' "$ES_URL/_ilm/status")" = 200 ]; then
+  put "_ilm/policy/flowstat" ilm-policy-flowstat.json
+  put "_component_template/flowstat-lifecycle" component-flowstat-lifecycle.json
+  samples="index-template-flowstat-samples-ilm.json"
+fi
+put "_index_template/flowstat-samples" "$samples"
+put "_index_template/flowstat-runs" index-template-flowstat-runs.json
