@@ -186,9 +186,9 @@ def test_continuous_queries_roll_up_per_node_and_sum_over_nodes(stack):
     # Run the rollups' own SELECT ... INTO over a fixed past window: 2 nodes x 10 samples.
     base = (int(time.time()) // 10 * 10 - 3600) * 10**9  # an hour ago, on a 10 s boundary (inside retention)
     lines = []
-    for node, rate in (("a", 100.0), ("b", 300.0)):
+    for agent, node, rate in (("x", "a", 100.0), ("x", "b", 300.0), ("y", "a", 100.0)):  # agent y watches a too
         for i in range(10):
-            lines.append(f"flowstat_node,run_id=cq,role=merger,node_id={node},agent=x,host=h "
+            lines.append(f"flowstat_node,run_id=cq,role=merger,node_id={node},agent={agent},host=h "
                          f"merged_objects_per_second={rate + i},seq={i}i {base + i * 10**9}")
     requests.post(f"{influx.url}/write", params={"db": "flowstat"}, data="\n".join(lines), timeout=10).raise_for_status()
     window = f" WHERE time >= {base} AND time < {base + 10 * 10**9}"
@@ -198,11 +198,12 @@ def test_continuous_queries_roll_up_per_node_and_sum_over_nodes(stack):
             head, group = select.split(" GROUP BY ")
             influx.query(f"{head}{window} GROUP BY {group}", "flowstat")
     node = influx.query('SELECT "mean_merged_objects_per_second" FROM "rollup"."flowstat_node_10s" '
-                        "WHERE run_id = 'cq' GROUP BY node_id", "flowstat")["results"][0]["series"]
+                        "WHERE run_id = 'cq' AND agent = 'x' GROUP BY node_id", "flowstat")["results"][0]["series"]
     assert {s["tags"]["node_id"]: s["values"][0][1] for s in node} == {"a": 104.5, "b": 304.5}
-    total = influx.query('SELECT "merged_objects_per_second" FROM "rollup"."flowstat_total_10s" WHERE run_id = \'cq\'',
-                         "flowstat")["results"][0]["series"][0]["values"]
-    assert total[0][1] == 409.0  # the sum over nodes of their means, as dateStat aggregated
+    total = influx.query('SELECT "merged_objects_per_second" FROM "rollup"."flowstat_total_10s" WHERE run_id = \'cq\' '
+                         "GROUP BY agent", "flowstat")["results"][0]["series"]
+    # the sum over nodes of their means, as dateStat aggregated; each agent's view on its own
+    assert {s["tags"]["agent"]: s["values"][0][1] for s in total} == {"x": 409.0, "y": 104.5}
 
 
 def test_replay_names_an_elasticsearch_that_is_down(tmp_path):

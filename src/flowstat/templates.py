@@ -92,9 +92,10 @@ def influx_statements(db: str = INFLUX_DB) -> list[str]:
     """Database, retention policies and continuous queries, in order.
 
     Rollups happen in two steps, as dateStat aggregated: per node, the mean of each bucket
-    (flowstat_node_10s, _1m); then per run and role, the sum over nodes of those means
-    (flowstat_total_10s, _1m) — the aggregate rate at one time. The second step resamples the
-    last buckets so that it sees the first step's late results.
+    (flowstat_node_10s, _1m); then per run, role and agent, the sum over nodes of those means
+    (flowstat_total_10s, _1m) — the aggregate rate at one time. Per agent, because two agents
+    watching the same nodes must not add up to twice the rate. The second step resamples the last
+    buckets so that it sees the first step's late results.
     """
     totals = ", ".join(f'sum("mean_{f}") AS "{f}"' for f in ROLLUP_FIELDS)
     out = [f'CREATE DATABASE "{db}"',
@@ -106,7 +107,7 @@ def influx_statements(db: str = INFLUX_DB) -> list[str]:
                    f'GROUP BY time({every}), * END')
         out.append(f'CREATE CONTINUOUS QUERY "flowstat_total_{every}" ON "{db}" RESAMPLE EVERY {every} FOR {resample} '
                    f'BEGIN SELECT {totals} INTO "{db}"."rollup"."flowstat_total_{every}" '
-                   f'FROM "{db}"."rollup"."flowstat_node_{every}" GROUP BY time({every}), "run_id", "role" END')
+                   f'FROM "{db}"."rollup"."flowstat_node_{every}" GROUP BY time({every}), "run_id", "role", "agent" END')
     return out
 
 
