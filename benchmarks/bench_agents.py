@@ -15,16 +15,16 @@ Usage: benchmarks/bench_agents.py [--quick] [--targets N] [--seconds D] [--soak 
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from flowstat.procfs import vmrss_kb
+
 ROOT = Path(__file__).resolve().parents[1]
 C_AGENT = ROOT / "collectors" / "c" / "build" / "flowstat-agent"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 TARGET_ARG = "86399.5"  # the idle targets are `sleep 86399.5`: easy to find, nothing else looks like them
 
 
@@ -37,13 +37,6 @@ def cpu_seconds(pid: int) -> float:
         except (OSError, ValueError, IndexError):
             pass  # a thread that ended between listing and reading
     return total / 1e9
-
-
-def vmrss_kb(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
 
 
 def spawn_targets(n: int) -> list[subprocess.Popen]:

@@ -15,14 +15,6 @@ import zmq
 MAX_REQUEST_BYTES = 64 * 1024
 COMMANDS = ("check-state", "get-metrics", "start", "stop")
 
-# The thesis's check-state fields (section 3.2.2), in its order, plus PID.
-STATE_FIELDS = ("command", "node_id", "node_state", "PID", "request_timestamp", "response_timestamp",
-                "receive_buffer_size", "receive_buffer_overloaded", "send_buffer_size",
-                "send_buffer_overloaded")
-# get-metrics answers these too: the thesis's four metrics, then the counters a monitor needs.
-METRIC_FIELDS = ("average_merge_time", "VmRSS", "cpu_clock", "merged_objects_per_second")
-
-
 class ControlError(RuntimeError):
     """A control request failed: timeout, or an error reply."""
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from flowstat.procfs import log_tail
 from flowstat.timeutil import compact_utc
 
 from .control import ControlClient, ControlError
@@ -53,10 +54,7 @@ class Device:
         return None if self.proc is None else self.proc.poll()
 
     def log_tail(self, lines: int = 12) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
+        return log_tail(self.log_path, lines)
 
 
 @dataclass

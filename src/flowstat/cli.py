@@ -184,7 +184,7 @@ def cmd_stack(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from flowstat.progress import Progress
-    from flowstat.replay import ReplayError, count_lines, replay
+    from flowstat.replay import ReplayError, replay
 
     if not args.influx and not args.es:
         print("flowstat replay: say where to load: --influx URL and/or --es URL", file=sys.stderr)
@@ -198,7 +198,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             print(f"flowstat replay: {name}: no such run file", file=sys.stderr)
             return 2
         paths.append(p)
-    bar = Progress(count_lines(paths), "replayed", "lines", enabled=not args.quiet)
+    bar = Progress(sum(p.stat().st_size for p in paths), "replayed", "bytes", enabled=not args.quiet)
     try:
         reports = replay(paths, args.influx, args.es, db=args.db, index=args.index, rebase=args.rebase_time,
                          batch=args.batch, progress=bar.update)

@@ -6,7 +6,6 @@ changes between kernels.
 
 from __future__ import annotations
 
-import os
 
 
 class ProcessGone(Exception):
@@ -42,6 +41,24 @@ def vmrss_kb(pid: int | str = "self") -> int:
     return int(number)
 
 
+def is_alive(pid: int) -> bool:
+    """The process exists and has not exited (a zombie, exited but not yet reaped, counts as gone)."""
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def log_tail(path, lines: int = 15) -> str:
+    """The last lines of a log file, for error messages that say what went wrong."""
+    try:
+        with open(path, errors="replace") as f:
+            return "\n".join(f.read().splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
 def raise_fd_limit() -> int:
     """Raise the soft open-files limit to the hard limit; return the new soft limit.
 
@@ -74,6 +91,3 @@ def die_with_parent(signum: int) -> None:
     except (OSError, AttributeError):
         return
 
-
-def cpu_count() -> int:
-    return os.cpu_count() or 1

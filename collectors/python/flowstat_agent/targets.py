@@ -26,9 +26,7 @@ class Target:
     prev: ProcReading | None = None
     prev_t: float = 0.0
     seq: int = 0
-    down: bool = False
     source: str = ""
-    extra: dict = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[int, str]:

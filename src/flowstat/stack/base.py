@@ -16,6 +16,8 @@ from pathlib import Path
 
 import requests
 
+from flowstat.procfs import is_alive, log_tail
+
 SERVICE_USER = "flowstat"  # servers never run as root
 
 
@@ -123,17 +125,10 @@ class Service:
                 return None
         except ChildProcessError:
             pass  # started by another flowstat process
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            return None
-        return None if state in ("Z", "X") else pid
+        return pid if is_alive(pid) else None
 
     def log_tail(self, lines: int = 15) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
+        return log_tail(self.log_path, lines)
 
     def up(self) -> str:
         """Start the server unless it already runs and answers; return what was done."""
