@@ -25,7 +25,8 @@ def test_valid_sample_has_no_errors():
 
 
 @pytest.mark.parametrize("change,error", [
-    ({"seq": -1}, "seq: must be >= 0"), ({"seq": 1.5}, "seq: expected integer"),
+    ({"seq": -1}, "seq: must be between 0 and"), ({"seq": 2**64 - 1}, "seq: must be between 0 and"),
+    ({"seq": 1.5}, "seq: expected integer"),
     ({"role": "boss"}, "role:"), ({"extra": 1}, "extra: not in the schema"),
     ({"send_buffer_overloaded": "false"}, "expected boolean"), ({"cpu_clock_hz": float("nan")}, "expected number"),
 ])

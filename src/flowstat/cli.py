@@ -206,6 +206,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
         bar.close()
         print(f"flowstat replay: {exc}; nothing is lost: replaying again is safe (idempotent)", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        bar.close()
+        print("\nflowstat replay: interrupted; what was sent is stored, replaying again is safe (idempotent)",
+              file=sys.stderr)
+        return 130
     bar.close()
     status = 0
     for r in reports:

@@ -6,15 +6,18 @@ come from the schema file, so the agents, the ES mapping and the dashboards cann
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
+from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schema" / "sample.schema.json"
+INT64_MAX = 2**63 - 1  # integers are InfluxDB int64 and Elasticsearch long: a larger one fails the whole batch
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,7 @@ def from_control_reply(reply: dict) -> dict:
         value = reply[f.control]
         if f.type == "number" and _type_ok(value, "number"):
             out[f.name] = float(value)
-        elif _type_ok(value, f.type) and not (f.type == "integer" and value < 0):
+        elif _type_ok(value, f.type) and not (f.type == "integer" and not 0 <= value <= INT64_MAX):
             out[f.name] = value
     return out
 
@@ -87,8 +90,8 @@ def validate(sample: dict) -> list[str]:
             errors.append(f"{name}: expected {f.type}, got {type(value).__name__} {value!r}")
         elif f.enum and value not in f.enum:
             errors.append(f"{name}: {value!r} is not one of {', '.join(f.enum)}")
-        elif f.type == "integer" and value < 0:
-            errors.append(f"{name}: must be >= 0, got {value}")
+        elif f.type == "integer" and not 0 <= value <= INT64_MAX:
+            errors.append(f"{name}: must be between 0 and {INT64_MAX}, got {value}")
     return errors
 
 
@@ -132,20 +135,25 @@ def _line_plan() -> tuple[str, tuple[str, ...], tuple[tuple[str, str, str], ...]
 _SERIES_CACHE: dict[tuple, str] = {}
 
 
+def _series(tag_values: tuple) -> str:
+    """The line's series prefix ('measurement,tag=value,...') for tag values in sorted tag order; cached."""
+    measurement_key, tags, _ = _line_plan()
+    head = ",".join([measurement_key] + [f"{_escape_key(t)}={_escape_key(str(v))}"
+                                         for t, v in zip(tags, tag_values) if v not in (None, "")])
+    if len(_SERIES_CACHE) > 65536:
+        _SERIES_CACHE.clear()
+    _SERIES_CACHE[tag_values] = head
+    return head
+
+
 def to_line_protocol(sample: dict) -> str:
     """InfluxDB line protocol: tags sorted by key, fields in schema order, ns time.
 
     On every sample's path (agents, replay of millions): the series prefix is cached per tag values.
     """
-    measurement_key, tags, plan = _line_plan()
+    _, tags, plan = _line_plan()
     tag_values = tuple(sample.get(t) for t in tags)
-    head = _SERIES_CACHE.get(tag_values)
-    if head is None:
-        head = ",".join([measurement_key] + [f"{_escape_key(t)}={_escape_key(str(v))}"
-                                             for t, v in zip(tags, tag_values) if v not in (None, "")])
-        if len(_SERIES_CACHE) > 65536:
-            _SERIES_CACHE.clear()
-        _SERIES_CACHE[tag_values] = head
+    head = _SERIES_CACHE.get(tag_values) or _series(tag_values)
     parts = []
     get = sample.get
     for name, key, typ in plan:
@@ -161,6 +169,81 @@ def to_line_protocol(sample: dict) -> str:
         else:
             parts.append(f"{key}={_escape_string(value)}")
     return f"{head} {','.join(parts)} {time_ns(sample['time'])}"
+
+
+def _getter(positions: list[int]) -> Callable[[tuple], tuple]:
+    """itemgetter that always returns a tuple (itemgetter(i) alone returns the item)."""
+    if len(positions) == 1:
+        (i,) = positions
+        return lambda values: (values[i],)
+    return itemgetter(*positions)
+
+
+_FIELD_FORMAT = {int: "%di", float: "%r", str: '"%s"'}  # how to_line_protocol writes each field type
+_PY_TYPE = {"string": str, "integer": int, "number": float, "boolean": bool}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Every sample whose keys come in one order with one Python type per value, checked and
+    encoded by what is worked out here once. A run file holds a handful of layouts and millions of
+    samples: a sample then costs a few C-level calls instead of a Python loop over its fields.
+
+    ``conforms``: the keys are schema fields, the required ones are there, every value has its
+    field's type; the integers (``integers()``) must still be in 0..INT64_MAX. ``fast``: the
+    line protocol can come from ``line()``, byte for byte what to_line_protocol writes, for a
+    sample none of whose strings holds a quote or a backslash (the caller checks that: in a JSON
+    line, both need a backslash). Layouts that do not conform, or are not fast, are left to
+    validate() and to_line_protocol().
+    """
+
+    keys: tuple[str, ...]
+    conforms: bool
+    fast: bool
+    integers: Callable[[tuple], tuple] = lambda values: (0,)
+    tags: Callable[[tuple], tuple] | None = None
+    fields: Callable[[tuple], tuple] | None = None
+    booleans: Callable[[tuple], tuple] | None = None
+    formats: dict[tuple, str] | None = None  # the fields' format, by the booleans' values
+
+    def line(self, values: tuple, time_ns_: int) -> str:
+        """The sample's line protocol (no newline); only for a fast layout (see the class)."""
+        tag_values = self.tags(values)
+        head = _SERIES_CACHE.get(tag_values) or _series(tag_values)
+        fmt = self.formats[self.booleans(values) if self.booleans else ()]
+        return f"{head} {fmt % self.fields(values)} {time_ns_}"
+
+
+@lru_cache(maxsize=256)
+def layout(keys: tuple[str, ...], types: tuple[type, ...]) -> Layout:
+    """The Layout of samples with these keys, in this order, and these value types."""
+    by_name = {f.name: f for f in fields()}
+    required = {f.name for f in fields() if f.required}
+    position = {k: i for i, k in enumerate(keys)}
+    conforms = (len(position) == len(keys) and all(k in by_name for k in keys) and required <= position.keys()
+                and all(t is _PY_TYPE[by_name[k].type] or (by_name[k].type == "number" and t is int)
+                        for k, t in zip(keys, types)))
+    if not conforms:
+        return Layout(keys, False, False)
+    ints = [i for i, k in enumerate(keys) if by_name[k].type == "integer"]
+    integers = _getter(ints) if ints else Layout.integers
+    _, tag_names, plan = _line_plan()
+    # Not fast: a tag left out (its series differs), or an integer in a number field (it must be
+    # written as a float: repr(float(v)) is not a format a %-spec gives).
+    fast = all(t in position for t in tag_names) and all(
+        types[position[name]] is float for name, _, typ in plan if typ == "number" and name in position)
+    if not fast:
+        return Layout(keys, True, False, integers)
+    present = [(name, key, typ) for name, key, typ in plan if name in position]
+    bools = [name for name, _, typ in present if typ == "boolean"]
+    formats = {}
+    for values in itertools.product((False, True), repeat=len(bools)):
+        given = dict(zip(bools, values))
+        formats[values] = ",".join(f"{key}={'true' if given[name] else 'false'}" if typ == "boolean"
+                                   else f"{key}={_FIELD_FORMAT[_PY_TYPE[typ]]}" for name, key, typ in present)
+    return Layout(keys, True, True, integers, _getter([position[t] for t in tag_names]),
+                  _getter([position[name] for name, _, typ in present if typ != "boolean"]),
+                  _getter([position[b] for b in bools]) if bools else None, formats)
 
 
 def to_json(sample: dict) -> str:

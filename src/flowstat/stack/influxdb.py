@@ -20,10 +20,11 @@ class InfluxDB(Service):
         return [self.port, self.rpc_port]
 
     def install(self) -> None:
-        if not shutil.which("influxd"):
+        if not shutil.which("influxd") or not shutil.which("influx"):  # the server, and its CLI for people
             apt_install("influxdb", "influxdb-client")
-        if not shutil.which("influxd"):
-            raise StackError("influxdb: `influxd` is not on the PATH after installing Debian's influxdb package")
+        for program, package in (("influxd", "influxdb"), ("influx", "influxdb-client")):
+            if not shutil.which(program):
+                raise StackError(f"influxdb: `{program}` is not on the PATH after installing Debian's {package} package")
         (self.home / "influxdb.conf").write_text(f"""
 reporting-disabled = true
 bind-address = "127.0.0.1:{self.rpc_port}"

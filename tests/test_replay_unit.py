@@ -1,0 +1,164 @@
+"""Replay's reading of run files, without servers: the fast path (schema.Layout) and the
+field-by-field path must agree on every sample, valid or not, and encode it byte for byte alike."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import orjson
+import pytest
+
+from flowstat import replay as R
+from flowstat_agent import schema
+
+STRINGS = ["a", "b c", "x,y=z", "", "é", "RUNNING", 'say "hi"', "back\\slash", "tab\there"]
+INTS = [0, 1, 7, 2**63 - 1, 2**63, 2**64 - 1, -1]
+NUMBERS = [0.0, -0.0, 1e-7, 1e22, 123.456, 5e-324, 1.7976931348623157e308, 3.0, 12, -4]
+
+
+def random_sample(rnd: random.Random, valid: bool) -> dict:
+    """A sample in a random key order; when not ``valid``, some of it may be wrong. Half of them
+    are plain (no quote or backslash in a string, floats in number fields): the fast path's own."""
+    plain = rnd.random() < 0.5
+    s = {}
+    for f in schema.fields():
+        if not f.required and rnd.random() < 0.3:
+            continue
+        if f.type == "string":
+            s[f.name] = rnd.choice(STRINGS[:6] if plain else STRINGS)
+        elif f.type == "integer":
+            s[f.name] = rnd.choice(INTS[:4] if valid else INTS)
+        elif f.type == "number":
+            s[f.name] = rnd.choice(NUMBERS[:8] if plain else NUMBERS)
+        else:
+            s[f.name] = rnd.random() < 0.5
+    s["time"] = rnd.choice(["2026-11-22T10:51:14.123Z", "2026-11-22T10:51:15.000Z"])
+    if not valid:
+        mistake = rnd.randrange(4)
+        if mistake == 0:
+            s[rnd.choice(list(s))] = rnd.choice(["1", 1.5, True, None, [1]])
+        elif mistake == 1:
+            s.pop(rnd.choice([f.name for f in schema.fields() if f.required]))
+        elif mistake == 2:
+            s["unknown_field"] = 1
+    keys = list(s)
+    rnd.shuffle(keys)
+    return {k: s[k] for k in keys}
+
+
+def fast_path(doc: dict, raw: bytes) -> bool:
+    """Whether read_batches takes its fast path for this line (the same condition)."""
+    values = tuple(doc.values())
+    layout = schema.layout(tuple(doc), tuple(map(type, values)))
+    if not (layout.fast and b"\\" not in raw):
+        return False
+    ints = layout.integers(values)
+    return min(ints) >= 0 and max(ints) <= schema.INT64_MAX
+
+
+def test_fast_and_careful_checks_agree_and_encode_alike():
+    rnd = random.Random(4)
+    types, required = R._field_types()
+    seen = {"fast": 0, "careful good": 0, "bad": 0}
+    for i in range(6000):
+        doc = random_sample(rnd, valid=i % 2 == 0)
+        raw = orjson.dumps(doc) + b"\n"
+        doc = orjson.loads(raw)
+        careful = R._bad_field(doc, types, required)
+        values = tuple(doc.values())
+        layout = schema.layout(tuple(doc), tuple(map(type, values)))
+        if fast_path(doc, raw):
+            assert careful is None, doc
+            assert layout.line(values, schema.time_ns(doc["time"])) == schema.to_line_protocol(doc)
+            seen["fast"] += 1
+        elif careful is None:
+            assert layout.conforms  # valid, but a quote, a backslash or an integer in a number field
+            seen["careful good"] += 1
+        else:
+            assert not layout.conforms or not all(0 <= v <= schema.INT64_MAX for v in layout.integers(values))
+            seen["bad"] += 1
+    assert min(seen.values()) > 300, seen  # every path was exercised
+
+
+def write_lines(path: Path, lines: list[str]) -> None:
+    path.write_text("".join(lines))
+
+
+def good(seq: int, **kw) -> dict:
+    d = {"time": f"2026-11-22T10:51:{seq % 60:02d}.{seq % 1000:03d}Z", "run_id": "r", "host": "h", "node_id": "n-1",
+         "role": "merger", "agent": "flowstat-agent-py", "seq": seq, "pid": 42, "node_state": "RUNNING",
+         "vmrss_kb": 1000 + seq, "cpu_clock_hz": 2.5 * seq, "send_buffer_overloaded": seq % 2 == 0}
+    d.update(kw)
+    return d
+
+
+def test_read_batches_encodes_every_good_line_and_names_every_bad_one(tmp_path):
+    header = json.dumps({"flowstat_run": {"run_id": "r", "parameters": {"producers": 2}}}) + "\n"
+    docs = {i: good(i) for i in range(1, 30)}
+    docs[5] = good(5, node_state='say "hi"')  # valid, escaped: careful path
+    docs[6] = good(6, cpu_clock_hz=12)  # valid, integer in a number field: careful path
+    docs[7] = good(7, node_id="a b,c")  # tag to escape: fast path, escaped series
+    lines = [header] + [json.dumps(docs[i]) + "\n" for i in sorted(docs)]
+    bad = {10: ("{not json\n", "not JSON"), 11: ("[1, 2]\n", "not a JSON object"),
+           12: (json.dumps(good(99, vmrss_kb=2**64 - 1)) + "\n", "field 'vmrss_kb'"),
+           13: (json.dumps(good(98, time="yesterday")) + "\n", "field 'time': not ISO-8601"),
+           14: (header, "a run header that is not on the first line"),
+           15: (json.dumps(good(97, extra=1)) + "\n", "field 'extra': not in the schema")}
+    for lineno in sorted(bad):
+        lines.insert(lineno - 1, bad[lineno][0])
+    lines.append(json.dumps(good(96))[:40])  # truncated last line
+    path = tmp_path / "samples.ndjson"
+    write_lines(path, lines)
+
+    report = R.FileReport(str(path))
+    batches = list(R.read_batches(path, report, influx=True, es_index="idx", batch=7))
+    assert [c for _, _, c in batches] == [7, 7, 7, 7, 1]  # 29 good samples, batches of 7
+    assert report.good == 29 and report.header == {"run_id": "r", "parameters": {"producers": 2}}
+    got_bad = dict(report.bad)
+    assert set(got_bad) == set(bad) | {len(lines)}
+    for lineno, (_, why) in bad.items():
+        assert got_bad[lineno].startswith(why), (lineno, got_bad[lineno])
+    assert got_bad[len(lines)] == "truncated line"
+    lp = b"".join(b for b, _, _ in batches).decode().splitlines()
+    assert lp == [schema.to_line_protocol(docs[i]) for i in sorted(docs)]
+    bulk = b"".join(b for _, b, _ in batches).decode().splitlines()
+    assert [json.loads(x) for x in bulk[0::2]] == [{"index": {"_index": "idx", "_id": schema.document_id(docs[i])}}
+                                                  for i in sorted(docs)]
+    assert [json.loads(x) for x in bulk[1::2]] == [docs[i] for i in sorted(docs)]
+    assert (report.first_time, report.last_time) == (docs[1]["time"], docs[29]["time"])
+    assert report.nodes == {"n-1", "a b,c"} and report.bytes_read == path.stat().st_size
+
+
+def test_read_batches_rebases_time_for_both_stores(tmp_path):
+    path = tmp_path / "samples.ndjson"
+    write_lines(path, [json.dumps(good(i)) + "\n" for i in (1, 2, 3)])
+    report = R.FileReport(str(path))
+    start_ms = 1_900_000_000_000
+    (lp, bulk, n), = R.read_batches(path, report, influx=True, es_index="idx", rebase_ms=start_ms)
+    stamps = [int(x.rsplit(" ", 1)[1]) for x in lp.decode().splitlines()]
+    first = schema.time_ns(good(1)["time"])
+    assert stamps == [start_ms * 10**6 + schema.time_ns(good(i)["time"]) - first for i in (1, 2, 3)]
+    docs = [json.loads(x) for x in bulk.decode().splitlines()[1::2]]
+    assert [schema.time_ns(d["time"]) for d in docs] == stamps
+    assert (report.first_time, report.last_time) == (docs[0]["time"], docs[-1]["time"])
+
+
+@pytest.mark.parametrize("store", ["influxdb", "elasticsearch"])
+def test_poster_names_a_store_that_cannot_be_reached(store):
+    poster = R.Poster(store, "http://127.0.0.1:9", "flowstat")
+    poster.put(b"flowstat_node,run_id=r seq=1i 1\n")
+    error = poster.close()
+    name = "InfluxDB" if store == "influxdb" else "Elasticsearch"
+    assert error == f"{name} at http://127.0.0.1:9 cannot be reached (ConnectionError)"
+
+
+def test_poster_that_died_is_a_clear_error():
+    poster = R.Poster("influxdb", "http://127.0.0.1:9", "flowstat")
+    poster.proc.kill()
+    poster.proc.wait()
+    with pytest.raises(R.ReplayError, match="the process posting to InfluxDB ended"):
+        for _ in range(100):  # the pipe's buffer takes the first batches
+            poster.put(b"x" * 100_000)
+    assert poster.close(abort=True)
