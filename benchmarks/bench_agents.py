@@ -21,22 +21,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from flowstat.procfs import vmrss_kb
+from flowstat.procfs import cpu_seconds, vmrss_kb
 
 ROOT = Path(__file__).resolve().parents[1]
 C_AGENT = ROOT / "collectors" / "c" / "build" / "flowstat-agent"
 TARGET_ARG = "86399.5"  # the idle targets are `sleep 86399.5`: easy to find, nothing else looks like them
-
-
-def cpu_seconds(pid: int) -> float:
-    """CPU time of all the process's threads, in ns resolution (schedstat), not 10 ms ticks."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            total += int((task / "schedstat").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass  # a thread that ended between listing and reading
-    return total / 1e9
 
 
 def spawn_targets(n: int) -> list[subprocess.Popen]:

@@ -5,19 +5,25 @@ replay      1,000,000 samples (a generated run file: 100 nodes x 10,000 samples)
             InfluxDB and, separately, into Elasticsearch by `flowstat replay`'s code; each compared
             with a baseline measured in the same run that posts the same data pre-serialised with
             plain HTTP in the same batch size (so the baseline is the store's own ingestion speed).
-            Each store is first warmed up with 200,000 samples into a target thrown away.
+            Each store is first warmed up with 200,000 samples into a target thrown away; then
+            --rounds pairs (baseline, replay), interleaved and alternating which goes first, each
+            into a fresh target that is counted and dropped; the target is judged on the median ratio.
+contention  the same pre-encoded batches posted to InfluxDB alone, beside replay's parsing in a
+            thread of the posting process, and beside it in another process (why replay posts
+            from processes of its own).
 latency     live: the C agent samples 20 processes at 10 Hz for S seconds into Telegraf -> InfluxDB
             and directly into Elasticsearch; a poller asks each store every 100 ms for what is
             new; a sample's latency = when it was first seen queryable - its timestamp (so the
             figures include up to 100 ms of polling granularity).
 
-Usage: benchmarks/bench_ingest.py [--quick] [--samples N] [--latency-seconds S] [--out FILE]
+Usage: benchmarks/bench_ingest.py [--quick] [--samples N] [--rounds R] [--latency-seconds S] [--out FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import socket
 import subprocess
 import sys
@@ -27,6 +33,8 @@ import time
 from pathlib import Path
 
 import requests
+
+from flowstat.procfs import tree_cpu_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
 C_AGENT = ROOT / "collectors" / "c" / "build" / "flowstat-agent"
@@ -78,9 +86,29 @@ def serialise(path: Path, store: str, target: str) -> list[bytes]:
     return batches
 
 
-def baseline(store: str, url: str, target: str, batches: list[bytes], n: int) -> dict:
-    session = requests.Session()
+def measured(n: int, server_pid: int, work, beside=None) -> dict:
+    """Run work(); its wall time and rate, and the CPU it cost: this process (the client's
+    reader), its reaped children (replay's posting processes) and the server (all its threads).
+    beside(), if given, starts other work once the first readings are taken (a thread started
+    before them slows the reading of /proc itself) and returns what waits for it to end."""
+    server0, own0 = tree_cpu_seconds(server_pid), time.process_time()
+    kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wait = beside() if beside else None
     t0 = time.perf_counter()
+    work()
+    elapsed = time.perf_counter() - t0
+    if wait:
+        wait()
+    kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"samples": n, "seconds": round(elapsed, 3), "samples_per_second": round(n / elapsed, 1),
+            "client_cpu_us_per_sample": round((time.process_time() - own0) / n * 1e6, 2),
+            "client_children_cpu_us_per_sample": round((kids1.ru_utime + kids1.ru_stime - kids0.ru_utime
+                                                        - kids0.ru_stime) / n * 1e6, 2),
+            "server_cpu_s": round(tree_cpu_seconds(server_pid) - server0, 2)}
+
+
+def post_batches(store: str, url: str, target: str, batches: list[bytes]) -> None:
+    session = requests.Session()
     for body in batches:
         if store == "influxdb":
             r = session.post(f"{url}/write", params={"db": target, "precision": "ns"}, data=body, timeout=300)
@@ -88,19 +116,20 @@ def baseline(store: str, url: str, target: str, batches: list[bytes], n: int) ->
             r = session.post(f"{url}/_bulk", data=body, headers={"Content-Type": "application/x-ndjson"}, timeout=300)
             assert not r.json().get("errors"), "baseline bulk had errors"
         r.raise_for_status()
-    elapsed = time.perf_counter() - t0
-    return {"samples": n, "seconds": round(elapsed, 3), "samples_per_second": round(n / elapsed, 1)}
 
 
-def replay_rate(store: str, url: str, target: str, path: Path, n: int) -> dict:
+def baseline(store: str, url: str, target: str, batches: list[bytes], n: int, server_pid: int) -> dict:
+    return measured(n, server_pid, lambda: post_batches(store, url, target, batches))
+
+
+def replay_rate(store: str, url: str, target: str, path: Path, n: int, server_pid: int) -> dict:
     from flowstat.replay import replay
 
-    t0 = time.perf_counter()
     kwargs = {"influx": url, "es": None, "db": target} if store == "influxdb" else {"influx": None, "es": url, "index": target}
-    reports = replay([path], **kwargs)
-    elapsed = time.perf_counter() - t0
+    reports = []
+    out = measured(n, server_pid, lambda: reports.extend(replay([path], **kwargs)))
     assert reports[0].good == n and not reports[0].bad
-    return {"samples": n, "seconds": round(elapsed, 3), "samples_per_second": round(n / elapsed, 1)}
+    return out
 
 
 def stored_count(store: str, stack, target: str, run_id: str) -> int:
@@ -112,38 +141,103 @@ def stored_count(store: str, stack, target: str, run_id: str) -> int:
     return requests.get(f"{es}/{target}/_count", timeout=60).json()["count"]
 
 
-def bench_replay(stack, tmp: Path, n: int) -> dict:
+def create_target(stack, store: str, name: str) -> None:
+    if store == "influxdb":
+        stack["influxdb"].query(f'CREATE DATABASE "{name}"')
+
+
+def drop_target(stack, store: str, name: str) -> None:
+    """Each measurement writes into a fresh target, dropped once counted: a store that keeps
+    growing would make whatever ran later look slower."""
+    if store == "influxdb":
+        stack["influxdb"].query(f'DROP DATABASE "{name}"')
+    else:
+        requests.delete(f"{stack['elasticsearch'].url}/{name}", timeout=120)
+
+
+def retarget(batches: list[bytes], store: str, old: str, new: str) -> list[bytes]:
+    """The baseline's batches aimed at another index (the _bulk action lines name it)."""
+    return [b.replace(f'"_index": "{old}"'.encode(), f'"_index": "{new}"'.encode()) for b in batches] \
+        if store == "elasticsearch" else batches
+
+
+def bench_replay(stack, tmp: Path, n: int, rounds: int) -> dict:
     path = tmp / "samples.ndjson"
     make_run_file(path, "bench-replay", n)
-    out = {"samples": n, "batch": BATCH}
+    out = {"samples": n, "batch": BATCH, "rounds": rounds}
     for store, url in (("influxdb", stack["influxdb"].url), ("elasticsearch", stack["elasticsearch"].url)):
-        base_target = "bench_base" if store == "influxdb" else "flowstat-samples-bench-base"
-        replay_target = "bench_replay" if store == "influxdb" else "flowstat-samples-bench-replay"
-        if store == "influxdb":
-            for db in (base_target, replay_target):
-                stack["influxdb"].query(f'CREATE DATABASE "{db}"')
+        name = (lambda kind, r: f"bench_{kind}_{r}") if store == "influxdb" else \
+            (lambda kind, r: f"flowstat-samples-bench-{kind}-{r}")
         print(f"  {store}: serialising the baseline ...", flush=True)
-        batches = serialise(path, store, base_target)
-        # Warm the store up first (JIT, caches, index creation), into a target thrown away: whichever
-        # of baseline and replay ran first on a cold store would otherwise look slower (ES: 1.19x).
-        warm_target = "bench_warmup" if store == "influxdb" else "flowstat-samples-bench-warmup"
-        if store == "influxdb":
-            stack["influxdb"].query(f'CREATE DATABASE "{warm_target}"')
-        warm = [b.replace(base_target.encode(), warm_target.encode()) if store == "elasticsearch" else b
-                for b in batches[:len(batches) // 5]]
+        batches = serialise(path, store, name("base", 0))
+        # Warm the store up first (JIT, caches), into a target thrown away: whichever of baseline
+        # and replay ran first on a cold store would otherwise look slower (ES: 1.19x once).
+        warm = retarget(batches[:len(batches) // 5], store, name("base", 0), name("warmup", 0))
+        create_target(stack, store, name("warmup", 0))
         print(f"  {store}: warm-up with {len(warm) * BATCH:,} samples ...", flush=True)
-        baseline(store, url, warm_target, warm, len(warm) * BATCH)
+        post_batches(store, url, name("warmup", 0), warm)
+        drop_target(stack, store, name("warmup", 0))
         del warm
-        print(f"  {store}: baseline ...", flush=True)
-        base = baseline(store, url, base_target, batches, n)
+        measured = []
+        for r in range(rounds):
+            # Interleaved, and each round in the other order: the machine's speed drifts (other
+            # tenants), and both sides of a ratio should see the same drift.
+            result = {}
+            for kind in ("baseline", "replay") if r % 2 == 0 else ("replay", "baseline"):
+                target = name(kind, r)
+                create_target(stack, store, target)
+                print(f"  {store}: round {r + 1}/{rounds}: {kind} ...", flush=True)
+                server = stack[store].pid()
+                if kind == "baseline":
+                    result[kind] = baseline(store, url, target, retarget(batches, store, name("base", 0), target), n,
+                                            server)
+                else:
+                    result[kind] = replay_rate(store, url, target, path, n, server)
+                result[kind]["stored"] = stored_count(store, stack, target, "bench-replay")
+                drop_target(stack, store, target)
+            result["ratio_to_baseline"] = round(result["replay"]["samples_per_second"]
+                                                / result["baseline"]["samples_per_second"], 3)
+            measured.append(result)
         del batches
-        print(f"  {store}: replay ...", flush=True)
-        rep = replay_rate(store, url, replay_target, path, n)
-        out[store] = {"baseline": base, "replay": rep,
-                      "ratio_to_baseline": round(rep["samples_per_second"] / base["samples_per_second"], 3),
-                      "stored_baseline": stored_count(store, stack, base_target, "bench-replay"),
-                      "stored_replay": stored_count(store, stack, replay_target, "bench-replay"),
-                      "target_met": rep["samples_per_second"] >= 0.8 * base["samples_per_second"]}
+        ratios = sorted(m["ratio_to_baseline"] for m in measured)
+        median = lambda xs: xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
+        out[store] = {"rounds": measured,
+                      "baseline_samples_per_second_median": median(sorted(m["baseline"]["samples_per_second"]
+                                                                          for m in measured)),
+                      "replay_samples_per_second_median": median(sorted(m["replay"]["samples_per_second"]
+                                                                        for m in measured)),
+                      "ratio_to_baseline_median": round(median(ratios), 3),
+                      "ratio_to_baseline_min_max": [ratios[0], ratios[-1]],
+                      "all_stored": all(m[k]["stored"] == n for m in measured for k in ("baseline", "replay")),
+                      "target_met": median(ratios) >= 0.8}
+    return out
+
+
+def bench_posting_contention(stack, tmp: Path, n: int) -> dict:
+    """Why replay posts from processes: the same pre-encoded batches posted to InfluxDB alone, with
+    replay's parsing running in a thread of the posting process, and with it in another process."""
+    path = tmp / "samples.ndjson"
+    url, server = stack["influxdb"].url, stack["influxdb"].pid()
+    batches = serialise(path, "influxdb", "bench_contention")
+    parse = ("from pathlib import Path; from flowstat.replay import FileReport, read_batches; "
+             f"p = Path({str(path)!r}); r = FileReport(str(p)); "
+             "[None for _ in read_batches(p, r, influx=True, es_index=None)]")
+
+    def in_a_thread():
+        t = threading.Thread(target=exec, args=(parse, {}))
+        t.start()
+        return t.join
+
+    def in_a_process():
+        return subprocess.Popen([sys.executable, "-c", parse]).wait
+
+    out = {"samples": n}
+    for case, beside in (("alone", None), ("parsing in a thread", in_a_thread),
+                         ("parsing in another process", in_a_process), ("alone again", None)):
+        create_target(stack, "influxdb", "bench_contention")
+        print(f"  posting {case} ...", flush=True)
+        out[case] = measured(n, server, lambda: post_batches("influxdb", url, "bench_contention", batches), beside)
+        drop_target(stack, "influxdb", "bench_contention")
     return out
 
 
@@ -215,10 +309,11 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--samples", type=int, default=1_000_000)
     ap.add_argument("--latency-seconds", type=float, default=30)
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved baseline/replay pairs per store (median)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     if args.quick:
-        args.samples, args.latency_seconds = 50_000, 10
+        args.samples, args.latency_seconds, args.rounds = 50_000, 10, 1
     from flowstat.stack import Stack
     from flowstat.timeutil import compact_utc, iso_utc_ms
     from run_benchmarks import machine, save_results
@@ -230,7 +325,9 @@ def main() -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="flowstat-ingest-") as tmp:
             print(f"replay of {args.samples:,} samples ...", flush=True)
-            results["benchmarks"]["replay"] = bench_replay(stack, Path(tmp), args.samples)
+            results["benchmarks"]["replay"] = bench_replay(stack, Path(tmp), args.samples, args.rounds)
+            print("posting to InfluxDB beside replay's parsing ...", flush=True)
+            results["benchmarks"]["posting_contention"] = bench_posting_contention(stack, Path(tmp), args.samples)
         print("end-to-end latency ...", flush=True)
         results["benchmarks"]["latency"] = bench_latency(stack, args.latency_seconds)
     finally:

@@ -71,7 +71,7 @@ def test_fast_and_careful_checks_agree_and_encode_alike():
         layout = schema.layout(tuple(doc), tuple(map(type, values)))
         if fast_path(doc, raw):
             assert careful is None, doc
-            assert layout.line(values, schema.time_ns(doc["time"])) == schema.to_line_protocol(doc)
+            assert layout.line(values, schema.time_ns(doc["time"])) == schema.to_line_protocol(doc) + "\n"
             seen["fast"] += 1
         elif careful is None:
             assert layout.conforms  # valid, but a quote, a backslash or an integer in a number field

@@ -6,6 +6,7 @@ changes between kernels.
 
 from __future__ import annotations
 
+from pathlib import Path
 
 
 class ProcessGone(Exception):
@@ -91,3 +92,43 @@ def die_with_parent(signum: int) -> None:
     except (OSError, AttributeError):
         return
 
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time of all the process's threads, in ns resolution (schedstat), not 10 ms ticks."""
+    total = 0
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError as exc:
+        raise ProcessGone(f"/proc/{pid}/task: process {pid} is gone") from exc
+    for task in tasks:
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass  # a thread that ended between listing and reading
+    return total / 1e9
+
+
+def descendants(pid: int) -> list[int]:
+    """The process's children, theirs, and so on (from /proc/PID/task/*/children)."""
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*/children"):
+            try:
+                kids = [int(k) for k in task.read_text().split()]
+            except (OSError, ValueError):
+                continue  # it ended meanwhile
+            found += kids
+            todo += kids
+    return found
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU time of a process and its living descendants (a server started through runuser)."""
+    total = 0.0
+    for p in [pid, *descendants(pid)]:
+        try:
+            total += cpu_seconds(p)
+        except ProcessGone:
+            pass
+    return total

@@ -207,11 +207,11 @@ class Layout:
     formats: dict[tuple, str] | None = None  # the fields' format, by the booleans' values
 
     def line(self, values: tuple, time_ns_: int) -> str:
-        """The sample's line protocol (no newline); only for a fast layout (see the class)."""
+        """The sample's line protocol with its newline; only for a fast layout (see the class)."""
         tag_values = self.tags(values)
         head = _SERIES_CACHE.get(tag_values) or _series(tag_values)
         fmt = self.formats[self.booleans(values) if self.booleans else ()]
-        return f"{head} {fmt % self.fields(values)} {time_ns_}"
+        return f"{head} {fmt % self.fields(values)} {time_ns_}\n"
 
 
 @lru_cache(maxsize=256)
