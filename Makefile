@@ -16,7 +16,7 @@ C_STAMP := .cache/c-deps.installed
 help:
 	@echo "make demo   local InfluxDB/Elasticsearch/Telegraf + a harness run shipping into them"
 	@echo "make test   run the tests"
-	@echo "make bench  run the benchmarks (about 40 minutes; JSON in benchmarks/results/)"
+	@echo "make bench  run the benchmarks (about 45 minutes; JSON in benchmarks/results/)"
 	@echo "make clean  remove the venv, caches and runs"
 
 $(BIN)/python:
