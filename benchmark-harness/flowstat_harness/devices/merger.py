@@ -276,7 +276,8 @@ class Merger(Node):
         self.send_downstream(frames)
 
     def send_downstream(self, frames: list) -> None:
-        """Send without blocking; when the buffer is full, record it and retry until it goes."""
+        """Send without blocking; when the buffer is full, record it and retry until it goes, or
+        until downstream is abandoned (SIGUSR1, or the orchestrator is gone)."""
         while True:
             try:
                 self.out.send_multipart(frames, zmq.NOBLOCK, copy=len(frames) == 1)
@@ -286,6 +287,9 @@ class Merger(Node):
                 if not self.send_is_overloaded:
                     self.send_is_overloaded = True
                     self.send_overload_events += 1
+            if self.downstream_abandoned():
+                log.error("%s: downstream is gone: a merged object or end-of-stream marker was not sent", self.node_id)
+                return
             poller = zmq.Poller()
             poller.register(self.out, zmq.POLLOUT)
             poller.register(self.control, zmq.POLLIN)
@@ -321,7 +325,7 @@ class Merger(Node):
                   entries_merged=self.entries_merged,
                   per_producer={"producer": self.producers, "received": self.received,
                                 "merged_in": self.merged_in, "declared_sent": self.eos_count})
-        self.out.close()
+        self.out.close(self.linger_ms())
         self.data.close(0)
         self.close()
         return 0

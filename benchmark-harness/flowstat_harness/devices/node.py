@@ -23,6 +23,11 @@ from ..control import RateTracker, serve_requests
 
 log = logging.getLogger("flowstat.device")
 
+# When the orchestrator dies, the kernel stops every device at once (PDEATHSIG): a merger may be
+# gone before its producers' last objects arrive, and nobody is left to send SIGUSR1. An orphaned
+# device keeps trying to reach its downstream this long, then gives up (no orphan lingers).
+ORPHAN_GRACE_S = 5.0
+
 
 class Node:
     """Base of producer, merger and viewer processes."""
@@ -37,6 +42,8 @@ class Node:
         self.state = "STARTING"
         self.stop_requested = False
         self.abandon = False  # stop without waiting for downstream (it is gone): SIGUSR1
+        self.parent_pid = os.getppid()  # the orchestrator: when it is gone, we are reparented
+        self.orphaned_since: float | None = None
         self.ctx = zmq.Context()
         self.ctx.setsockopt(zmq.LINGER, 60_000)  # let queued objects go at exit, but never hang forever
         self.ctx.set(zmq.MAX_SOCKETS, 65536)
@@ -75,6 +82,27 @@ class Node:
         signal.signal(signal.SIGUSR1, lambda *_: self.request_stop(abandon=True))
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         die_with_parent(signal.SIGTERM)
+
+    def downstream_abandoned(self) -> bool:
+        """Whether to stop waiting for downstream: SIGUSR1 said so, or the orchestrator is gone and
+        downstream has had ORPHAN_GRACE_S to take what we still hold."""
+        if self.abandon or os.getppid() == self.parent_pid:
+            return self.abandon
+        now = time.monotonic()
+        if self.orphaned_since is None:
+            self.orphaned_since = now
+        elif now - self.orphaned_since >= ORPHAN_GRACE_S:
+            log.error("%s: the orchestrator is gone and downstream has not taken our last data for %.0f s: "
+                      "giving up on it", self.node_id, ORPHAN_GRACE_S)
+            self.abandon = True
+        return self.abandon
+
+    def linger_ms(self) -> int | None:
+        """How long a data socket may hold unsent messages at close: none once downstream is
+        abandoned, the grace while orphaned, else the context's (60 s)."""
+        if self.abandon:
+            return 0
+        return int(ORPHAN_GRACE_S * 1000) if os.getppid() != self.parent_pid else None
 
     def request_stop(self, abandon: bool = False) -> None:
         self.stop_requested = True

@@ -174,12 +174,13 @@ class Producer(Node):
     def drain(self) -> None:
         """Send what the buffers refused, then an end-of-stream marker on every channel.
 
-        SIGUSR1 abandons what is still refused (its merger is gone): those objects are reported as
-        undelivered rather than waited for.
+        SIGUSR1 abandons what is still refused (its merger is gone), and so does an orchestrator
+        that died (see Node.downstream_abandoned): those objects are reported as undelivered rather
+        than waited for.
         """
         self.state = "DRAINING"
         eos_queued = [False] * len(self.channels)
-        while not self.abandon:
+        while not self.downstream_abandoned():
             waiting = False
             for i, ch in enumerate(self.channels):
                 if not self.retry_pending(ch):
@@ -218,7 +219,7 @@ class Producer(Node):
                   per_producer=[{"producer": c.producer_id, "sent": c.seq, "overload_events": c.overload_events}
                                 for c in self.channels])
         for ch in self.channels:
-            # Queued objects still go (context linger), unless their merger is gone.
-            ch.sock.close(0 if self.abandon else None)
+            # Queued objects still go (context linger), unless their merger is gone (see linger_ms).
+            ch.sock.close(self.linger_ms())
         self.close()
         return 0
