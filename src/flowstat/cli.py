@@ -326,7 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "truncated line is reported with its file and line number and skipped; every good "
                                    "line is still loaded. A run document goes to the flowstat-runs index. Exit status: "
                                    "0 all loaded, 1 some lines skipped, 2 nothing could be done (bad arguments, a "
-                                   "store down).")
+                                   "store down), 130 interrupted (what was sent is stored).")
     p.add_argument("runfile", nargs="+", help="run files or run directories")
     p.add_argument("--influx", metavar="URL", help="InfluxDB, e.g. http://127.0.0.1:8086")
     p.add_argument("--es", metavar="URL", help="Elasticsearch, e.g. http://127.0.0.1:9200")
