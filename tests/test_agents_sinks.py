@@ -10,16 +10,17 @@ from datetime import datetime
 
 import pytest
 
-from agent_helpers import SocketReceiver, sleeper
+from agent_helpers import HttpReceiver, SocketReceiver, sleeper
 from conftest import ROOT
 from flowstat_agent import schema
 
 C_AGENT = ROOT / "collectors" / "c" / "build" / "flowstat-agent"
-AGENTS = {"c": [str(C_AGENT)], "py": [sys.executable, "-m", "flowstat.cli", "agent"]}
+AGENTS = {"c": [str(C_AGENT)], "py": [sys.executable, "-m", "flowstat.cli", "agent"],
+          "c-asan": [str(C_AGENT) + "-asan"]}  # AddressSanitizer + leak check: exits non-zero on an error
 
 
 def run(agent: str, *args) -> subprocess.CompletedProcess:
-    if agent == "c" and not C_AGENT.exists():
+    if agent.startswith("c") and not C_AGENT.exists():
         pytest.skip("run `make c-agent` (make test does)")
     return subprocess.run([*AGENTS[agent], *map(str, args)], capture_output=True, text=True, timeout=60)
 
@@ -65,3 +66,54 @@ def test_ten_millisecond_interval_keeps_time(agent, tmp_path):
     span = (stamps[-1] - stamps[0]).total_seconds()
     # 299 intervals of 10 ms: scheduled from the start, the span does not stretch with the work done
     assert 2.9 <= span <= 3.1, span
+
+
+def spooled_samples(folder) -> int:
+    """Samples waiting in an agent's spool (both agents name a batch NNNNNNNNNNNN-COUNT.batch)."""
+    return sum(int(f.stem.split("-")[1]) for f in folder.rglob("*.batch"))
+
+
+@pytest.mark.parametrize("agent", ["c", "py"])
+def test_a_sink_down_at_exit_is_given_the_drain_timeout_to_come_back(agent, tmp_path):
+    """A store restarting just as a run ends: what the agent spooled goes out once it is back."""
+    if agent == "c" and not C_AGENT.exists():
+        pytest.skip("run `make c-agent` (make test does)")
+    receiver = HttpReceiver()
+    receiver.stop()  # down before the first sample
+    proc = sleeper()
+    url = f"http://127.0.0.1:{receiver.port}/write"
+    spool, stats = tmp_path / "spool", tmp_path / "stats.json"
+    agent_proc = subprocess.Popen([*AGENTS[agent], "--pid", str(proc.pid), "--interval", "0.05", "--count", "20",
+                                   "--quiet", "--sink", url, "--spool-dir", str(spool), "--stats", str(stats),
+                                   "--drain-timeout", "60"], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while spooled_samples(spool) < 20 and agent_proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # polling the spool: every round is taken and waits on disk
+        assert agent_proc.poll() is None, "the agent left without waiting for its sink"
+        receiver.start()  # back on the same port, while the agent is draining
+        assert agent_proc.wait(30) == 0, agent_proc.stderr.read()
+    finally:
+        proc.kill()
+        agent_proc.kill()
+    seqs = [int(line.split("seq=")[1].split("i")[0]) for line in receiver.lines()]
+    assert seqs == list(range(20))  # every sample, once, in order
+    sink = json.loads(stats.read_text())["sinks"][url]
+    assert sink["delivered"] == 20 and sink["spooled"] == 0 and sink["lost"] == 0
+
+
+@pytest.mark.parametrize("agent", ["c", "c-asan", "py"])
+def test_a_sink_still_down_after_the_drain_timeout_keeps_its_spool(agent, tmp_path):
+    receiver = HttpReceiver()
+    receiver.stop()  # never comes back
+    proc = sleeper()
+    url = f"http://127.0.0.1:{receiver.port}/write"
+    try:
+        out = run(agent, "--pid", proc.pid, "--interval", 0.05, "--count", 10, "--quiet", "--sink", url,
+                  "--spool-dir", tmp_path / "spool", "--stats", tmp_path / "stats.json", "--drain-timeout", 1)
+    finally:
+        proc.kill()
+    assert out.returncode == 0, out.stderr  # nothing lost: it waits on disk for the next start
+    sink = json.loads((tmp_path / "stats.json").read_text())["sinks"][url]
+    assert sink["delivered"] == 0 and sink["lost"] == 0 and sink["spooled"] > 0
+    assert spooled_samples(tmp_path / "spool") == 10

@@ -134,7 +134,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
             return 2
     cfg = AgentConfig(spec, args.sink or ["stdout://"], args.interval, args.rescan, args.control_timeout,
                       args.spool_dir, int(args.spool_max_mb * 1024 * 1024), args.run_file, params, args.name or "",
-                      args.duration, args.count, args.exit_when_all_down)
+                      args.duration, args.count, args.exit_when_all_down, max(0.0, args.drain_timeout))
     try:
         agent = Agent(cfg)
     except (SinkURLError, OSError) as exc:
@@ -299,6 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--count", type=int, metavar="N",
                    help="stop after N sampling rounds (rounds skipped by an overrun do not count)")
     p.add_argument("--exit-when-all-down", action="store_true", help="stop once every target has exited")
+    p.add_argument("--drain-timeout", type=float, default=5.0, metavar="S",
+                   help="at exit, keep resending what is spooled for a sink that is down, up to S seconds (default 5)")
     p.add_argument("--stats", metavar="FILE", help="write delivery statistics here at exit")
     p.add_argument("--quiet", action="store_true", help="log warnings and errors only")
     p.set_defaults(func=cmd_agent)

@@ -32,7 +32,7 @@ struct options {
     struct target_spec spec;
     const char *sinks[64];
     size_t nsinks;
-    double interval, rescan, control_timeout, duration;
+    double interval, rescan, control_timeout, duration, drain_timeout;
     long long count;
     const char *spool_dir, *name, *stats_path;
     long long spool_max;
@@ -84,6 +84,8 @@ static void usage(FILE *out)
             "  --duration S           stop after S seconds\n"
             "  --count N              stop after N sampling rounds (rounds skipped by an overrun do not count)\n"
             "  --exit-when-all-down   stop once every target has exited\n"
+            "  --drain-timeout S      at exit, keep resending what is spooled for a sink that is down,\n"
+            "                         up to S seconds (default 5)\n"
             "  --stats FILE           write delivery statistics (JSON) here at exit\n"
             "  --quiet                log warnings and errors only\n"
             "  --encode line|json     read JSON samples (one a line) on stdin, write them encoded on stdout\n"
@@ -108,14 +110,14 @@ static int parse_options(int argc, char **argv, struct options *o)
     static const char *pidfiles[MAX_LIST], *endpoints[MAX_LIST];
     static regex_t patterns[256];
     enum { O_PID = 1, O_PIDFILE, O_PATTERN, O_ENDPOINTS, O_SINK, O_INTERVAL, O_RESCAN, O_CTIMEOUT, O_SPOOL,
-           O_SPOOLMAX, O_RUNID, O_NAME, O_DURATION, O_COUNT, O_EXITDOWN, O_STATS, O_QUIET, O_HELP };
+           O_SPOOLMAX, O_RUNID, O_NAME, O_DURATION, O_COUNT, O_EXITDOWN, O_DRAIN, O_STATS, O_QUIET, O_HELP };
     static const struct option longopts[] = {
         {"pid", 1, 0, O_PID}, {"pidfile", 1, 0, O_PIDFILE}, {"pattern", 1, 0, O_PATTERN},
         {"endpoints", 1, 0, O_ENDPOINTS}, {"sink", 1, 0, O_SINK}, {"interval", 1, 0, O_INTERVAL},
         {"rescan", 1, 0, O_RESCAN}, {"control-timeout", 1, 0, O_CTIMEOUT}, {"spool-dir", 1, 0, O_SPOOL},
         {"spool-max-mb", 1, 0, O_SPOOLMAX}, {"run-id", 1, 0, O_RUNID}, {"name", 1, 0, O_NAME},
         {"duration", 1, 0, O_DURATION}, {"count", 1, 0, O_COUNT}, {"exit-when-all-down", 0, 0, O_EXITDOWN},
-        {"stats", 1, 0, O_STATS}, {"quiet", 0, 0, O_QUIET}, {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
+        {"drain-timeout", 1, 0, O_DRAIN}, {"stats", 1, 0, O_STATS}, {"quiet", 0, 0, O_QUIET}, {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->spec.pids = pids;
     o->spec.pidfiles = pidfiles;
@@ -127,6 +129,7 @@ static int parse_options(int argc, char **argv, struct options *o)
     o->control_timeout = 0.25;
     o->duration = -1;
     o->count = -1;
+    o->drain_timeout = 5.0;
     o->spool_max = 64LL << 20;
     o->name = "";
     int c;
@@ -207,6 +210,10 @@ static int parse_options(int argc, char **argv, struct options *o)
             break;
         case O_EXITDOWN:
             o->exit_when_all_down = 1;
+            break;
+        case O_DRAIN:
+            if (parse_seconds(optarg, "--drain-timeout", 0, &o->drain_timeout) != 0)
+                return -1;
             break;
         case O_STATS:
             o->stats_path = optarg;
@@ -428,6 +435,24 @@ static void write_stats(struct agent *a)
     fclose(f);
 }
 
+/* A sink that is down at exit gets drain_timeout more to come back (a store restarting as a run
+ * ends); what it still has not taken stays in the spool for the next start. */
+static void drain_sinks(struct agent *a)
+{
+    double deadline = fs_monotonic() + a->opt.drain_timeout;
+    for (;;) {
+        int pending = 0;
+        for (size_t i = 0; i < a->opt.nsinks; i++) {
+            sink_retry(&a->sinks[i]);
+            pending |= sink_pending(&a->sinks[i]);
+        }
+        if (!pending || fs_monotonic() >= deadline)
+            return;
+        struct timespec ts = {0, 100 * 1000 * 1000}; /* sink_retry itself waits out each sink's retry time */
+        nanosleep(&ts, NULL);
+    }
+}
+
 static void submit_all(struct agent *a, const struct fs_sample *samples, size_t n)
 {
     for (size_t i = 0; i < a->opt.nsinks; i++) {
@@ -534,6 +559,7 @@ int main(int argc, char **argv)
     }
     if (stop_flag && a.ntargets) /* stopped from outside: one last pass reports nodes that ended */
         submit_all(&a, samples, sample_all(&a, &samples, &samples_cap));
+    drain_sinks(&a);
     long long lost = 0;
     for (size_t i = 0; i < a.opt.nsinks; i++) {
         lost += a.sinks[i].lost + (a.sinks[i].has_spool ? a.sinks[i].spool.dropped_samples : 0);

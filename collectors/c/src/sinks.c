@@ -334,6 +334,11 @@ void sink_retry(struct sink *s)
         drain_spool(s);
 }
 
+int sink_pending(const struct sink *s)
+{
+    return s->has_spool && !spool_empty(&s->spool);
+}
+
 void sink_submit(struct sink *s, const struct fs_sample *samples, size_t n)
 {
     if (n == 0)

@@ -36,6 +36,8 @@ int sink_open(struct sink *s, const char *spool_dir, long long spool_max_bytes);
 void sink_submit(struct sink *s, const struct fs_sample *samples, size_t n);
 /* Retry what is spooled, if the retry time has come. */
 void sink_retry(struct sink *s);
+/* Whether batches still wait in the spool. */
+int sink_pending(const struct sink *s);
 void sink_close(struct sink *s);
 
 #endif

@@ -41,6 +41,7 @@ class AgentConfig:
     duration_s: float | None = None
     count: int | None = None
     exit_when_all_down: bool = False
+    drain_s: float = 5.0  # at exit, how long to keep resending what a down sink left in the spool
 
 
 def _slug(url: str) -> str:
@@ -67,7 +68,7 @@ class Agent:
             spool = None
             if sink.reliable and sink.scheme not in ("stdout",) and cfg.spool_dir:
                 spool = Spool(Path(cfg.spool_dir) / _slug(url), cfg.spool_max_bytes)
-            self.runners.append(SinkRunner(sink, spool))
+            self.runners.append(SinkRunner(sink, spool, drain_s=cfg.drain_s))
         if cfg.run_file:
             self.runners.append(SinkRunner(RunFileSink(cfg.run_file, self._run_header()), None))
 
@@ -178,7 +179,7 @@ class Agent:
             if r.is_alive():
                 r.stop()
         for r in self.runners:
-            r.done.wait(30)
+            r.done.wait(30 + self.cfg.drain_s)
         self.control.close()
         for t in self.targets.values():
             t.reader.close()

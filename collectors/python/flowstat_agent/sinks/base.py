@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from typing import Iterable
 
 from .. import schema
@@ -45,9 +46,9 @@ class Sink:
 class SinkRunner(threading.Thread):
     """Delivers batches to one sink in order, spooling them on disk while it is down."""
 
-    def __init__(self, sink: Sink, spool: Spool | None, retry_s: float = 1.0):
+    def __init__(self, sink: Sink, spool: Spool | None, retry_s: float = 1.0, drain_s: float = 0.0):
         super().__init__(daemon=True, name=f"sink-{sink.scheme}")
-        self.sink, self.spool, self.retry_s = sink, spool, retry_s
+        self.sink, self.spool, self.retry_s, self.drain_s = sink, spool, retry_s, drain_s
         self.queue: "queue.Queue[tuple[bytes, int] | None]" = queue.Queue()
         self.delivered = self.rejected = self.lost = 0
         self.down = False
@@ -105,7 +106,11 @@ class SinkRunner(threading.Thread):
             elif not self._drain_spool() or not self._send(*item):
                 self._keep(*item)
             if stopping:
-                self._drain_spool()
+                # A sink that is down at exit gets drain_s more to come back (a store restarting as
+                # a run ends); what it still has not taken stays in the spool for the next start.
+                deadline = time.monotonic() + self.drain_s
+                while not self._drain_spool() and time.monotonic() < deadline:
+                    time.sleep(min(self.retry_s, max(0.0, deadline - time.monotonic())))
                 while not self.queue.empty():  # anything submitted after stop: keep it for next time
                     extra = self.queue.get_nowait()
                     if extra is not None and not self._send(*extra):
