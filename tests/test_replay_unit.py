@@ -162,3 +162,13 @@ def test_poster_that_died_is_a_clear_error():
         for _ in range(100):  # the pipe's buffer takes the first batches
             poster.put(b"x" * 100_000)
     assert poster.close(abort=True)
+
+
+def test_progress_counts_every_byte_of_the_file(tmp_path):
+    """Also when the file ends on a batch boundary, or with bad lines after the last batch."""
+    path = tmp_path / "samples.ndjson"
+    write_lines(path, [json.dumps(good(i)) + "\n" for i in range(1, 11)] + ["{bad\n", "{bad\n"])
+    counted = []
+    # no store: the posting processes are not needed to read and count
+    reports = R.replay([path], None, None, batch=5, progress=counted.append)
+    assert sum(counted) == path.stat().st_size and reports[0].good == 10 and len(reports[0].bad) == 2

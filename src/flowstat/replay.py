@@ -93,7 +93,7 @@ def read_batches(path: Path, report: FileReport, *, influx: bool, es_index: str 
     lp: list[str] = []
     bulk: list[bytes] = []
     add_line, add_doc, add_node = lp.append, bulk.append, report.nodes.add  # (locals: a hot loop)
-    first = doc = None
+    first = last = None
     n = 0  # good samples in this batch
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
@@ -328,6 +328,8 @@ def replay(paths: list[Path], influx: str | None, es: str | None, *, db: str = I
                 if progress:
                     progress(report.bytes_read - shown)
                     shown = report.bytes_read
+            if progress:  # what follows the last batch (bad lines, or a file that ends on a batch)
+                progress(report.bytes_read - shown)
             if report.good and report.run_id:
                 run = run_document(report)
                 if es:
