@@ -31,6 +31,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from statistics import median
 
 import requests
 
@@ -199,15 +200,13 @@ def bench_replay(stack, tmp: Path, n: int, rounds: int) -> dict:
                                                 / result["baseline"]["samples_per_second"], 3)
             measured.append(result)
         del batches
-        ratios = sorted(m["ratio_to_baseline"] for m in measured)
-        median = lambda xs: xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
+        ratios = [m["ratio_to_baseline"] for m in measured]
         out[store] = {"rounds": measured,
-                      "baseline_samples_per_second_median": median(sorted(m["baseline"]["samples_per_second"]
-                                                                          for m in measured)),
-                      "replay_samples_per_second_median": median(sorted(m["replay"]["samples_per_second"]
-                                                                        for m in measured)),
+                      "baseline_samples_per_second_median": median(m["baseline"]["samples_per_second"]
+                                                                   for m in measured),
+                      "replay_samples_per_second_median": median(m["replay"]["samples_per_second"] for m in measured),
                       "ratio_to_baseline_median": round(median(ratios), 3),
-                      "ratio_to_baseline_min_max": [ratios[0], ratios[-1]],
+                      "ratio_to_baseline_min_max": [min(ratios), max(ratios)],
                       "all_stored": all(m[k]["stored"] == n for m in measured for k in ("baseline", "replay")),
                       "target_met": median(ratios) >= 0.8}
     return out

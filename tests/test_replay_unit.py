@@ -48,38 +48,24 @@ def random_sample(rnd: random.Random, valid: bool) -> dict:
     return {k: s[k] for k in keys}
 
 
-def fast_path(doc: dict, raw: bytes) -> bool:
-    """Whether read_batches takes its fast path for this line (the same condition)."""
-    values = tuple(doc.values())
-    layout = schema.layout(tuple(doc), tuple(map(type, values)))
-    if not (layout.fast and b"\\" not in raw):
-        return False
-    ints = layout.integers(values)
-    return min(ints) >= 0 and max(ints) <= schema.INT64_MAX
-
-
-def test_fast_and_careful_checks_agree_and_encode_alike():
+def test_fast_and_careful_checks_agree_and_encode_alike(tmp_path):
+    """read_batches on random samples, valid or not: it must skip exactly what the field-by-field
+    check refuses, and write exactly to_line_protocol's lines for the rest, whichever path it took."""
     rnd = random.Random(4)
     types, required = R._field_types()
-    seen = {"fast": 0, "careful good": 0, "bad": 0}
-    for i in range(6000):
-        doc = random_sample(rnd, valid=i % 2 == 0)
-        raw = orjson.dumps(doc) + b"\n"
-        doc = orjson.loads(raw)
-        careful = R._bad_field(doc, types, required)
-        values = tuple(doc.values())
-        layout = schema.layout(tuple(doc), tuple(map(type, values)))
-        if fast_path(doc, raw):
-            assert careful is None, doc
-            assert layout.line(values, schema.time_ns(doc["time"])) == schema.to_line_protocol(doc) + "\n"
-            seen["fast"] += 1
-        elif careful is None:
-            assert layout.conforms  # valid, but a quote, a backslash or an integer in a number field
-            seen["careful good"] += 1
-        else:
-            assert not layout.conforms or not all(0 <= v <= schema.INT64_MAX for v in layout.integers(values))
-            seen["bad"] += 1
-    assert min(seen.values()) > 300, seen  # every path was exercised
+    docs = [orjson.loads(orjson.dumps(random_sample(rnd, valid=i % 2 == 0))) for i in range(6000)]
+    path = tmp_path / "samples.ndjson"
+    path.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in docs))
+    report = R.FileReport(str(path))
+    lp = b"".join(b for b, _, _ in R.read_batches(path, report, influx=True, es_index=None)).decode()
+    refused = {i + 1 for i, d in enumerate(docs) if R._bad_field(d, types, required)}
+    assert {lineno for lineno, _ in report.bad} == refused
+    assert lp.splitlines() == [schema.to_line_protocol(d) for i, d in enumerate(docs) if i + 1 not in refused]
+    # every path was exercised: the fast one, the careful one with good samples, and refusals
+    careful_good = sum(1 for i, d in enumerate(docs) if i + 1 not in refused and (
+        any(isinstance(v, str) and ('"' in v or "\\" in v) for v in d.values())
+        or any(type(d.get(f.name)) is int for f in schema.fields() if f.type == "number")))
+    assert min(len(refused), careful_good, len(docs) - len(refused) - careful_good) > 300
 
 
 def write_lines(path: Path, lines: list[str]) -> None:

@@ -48,11 +48,8 @@ class FileReport:
     bytes_read: int = 0  # for the progress bar: the file is read once, its size comes from stat()
 
 
-_PY_TYPES = {"string": (str,), "integer": (int,), "number": (float, int), "boolean": (bool,)}
-
-
 def _field_types() -> tuple[dict[str, tuple], list[str]]:
-    return {f.name: _PY_TYPES[f.type] for f in schema.fields()}, [f.name for f in schema.fields() if f.required]
+    return {f.name: schema.PY_TYPES[f.type] for f in schema.fields()}, [f.name for f in schema.fields() if f.required]
 
 
 _INTEGERS = frozenset(f.name for f in schema.fields() if f.type == "integer")
@@ -87,18 +84,15 @@ def read_batches(path: Path, report: FileReport, *, influx: bool, es_index: str 
     layouts: dict[tuple, schema.Layout] = {}
     stamps: dict[str, int] = {}  # time string -> ns: every node sampled in one tick shares it
     action = b'{"index":{"_index":' + orjson.dumps(es_index) + b',"_id":%s}}\n'
-    int_max, loads, to_line_protocol, document_id = schema.INT64_MAX, orjson.loads, schema.to_line_protocol, \
-        schema.document_id
     shift_ns = None
     lp: list[str] = []
     bulk: list[bytes] = []
-    add_line, add_doc, add_node = lp.append, bulk.append, report.nodes.add  # (locals: a hot loop)
     first = last = None
     n = 0  # good samples in this batch
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
             try:
-                doc = loads(raw)  # 3x faster than json on these lines, and strict (no NaN, no inf)
+                doc = orjson.loads(raw)  # 3x faster than json on these lines, and strict (no NaN, no inf)
             except (ValueError, UnicodeDecodeError) as exc:
                 why = "truncated line" if not raw.endswith(b"\n") else f"not JSON ({getattr(exc, 'msg', exc)})"
                 report.bad.append((lineno, why))
@@ -112,7 +106,7 @@ def read_batches(path: Path, report: FileReport, *, influx: bool, es_index: str 
             if layout is None:
                 layout = layouts[key] = schema.layout(*key)
             fast = (layout.fast and b"\\" not in raw  # in JSON, a quote or backslash in a string needs one
-                    and min(ints := layout.integers(values)) >= 0 and max(ints) <= int_max)
+                    and min(ints := layout.integers(values)) >= 0 and max(ints) <= schema.INT64_MAX)
             if not fast:
                 if "flowstat_run" in doc:
                     if lineno != 1:
@@ -144,20 +138,18 @@ def read_batches(path: Path, report: FileReport, *, influx: bool, es_index: str 
                 fast, line = False, None
             if first is None:
                 first = doc
-            add_node(doc["node_id"])
+            report.nodes.add(doc["node_id"])
             if influx:
-                add_line(layout.line(values, ns) if fast else to_line_protocol(doc) + "\n")
+                lp.append(layout.line(values, ns) if fast else schema.to_line_protocol(doc) + "\n")
             if es_index is not None:
                 # A validated line is already the document: it is sent as read, not rebuilt.
                 body = line.rstrip(b"\r\n") if line is not None else schema.to_json(doc).encode()
-                add_doc(action % orjson.dumps(document_id(doc)) + body + b"\n")
+                bulk.append(action % orjson.dumps(schema.document_id(doc)) + body + b"\n")
             n += 1
             if n == batch:
                 report.good, report.last_time, report.bytes_read = report.good + n, doc["time"], f.tell()
                 yield "".join(lp).encode(), b"".join(bulk), n
-                lp.clear()
-                bulk.clear()
-                n = 0
+                lp, bulk, n = [], [], 0
             last = doc
         report.bytes_read = f.tell()
     if first is not None:
@@ -198,8 +190,9 @@ def _post_in_order(store: str, url: str, db: str) -> int:
 
 class Poster:
     """Posts batches to one store from a process of its own. Parsing holds the GIL nearly all the
-    time, and a posting thread beside it waits for the GIL at every socket call: 1M samples took
-    14.8 s to post with the parsing in a thread, 9.9 s with it in another process (measured)."""
+    time, and a posting thread beside it waits for the GIL at every socket call: posting 1M points
+    took half as long again with the parsing in a thread as in another process (bench_ingest.py,
+    posting_contention; docs/benchmarks.md)."""
 
     def __init__(self, store: str, url: str, db: str = ""):
         self.store, self.name = store, "InfluxDB" if store == "influxdb" else "Elasticsearch"

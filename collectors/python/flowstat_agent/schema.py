@@ -180,7 +180,13 @@ def _getter(positions: list[int]) -> Callable[[tuple], tuple]:
 
 
 _FIELD_FORMAT = {int: "%di", float: "%r", str: '"%s"'}  # how to_line_protocol writes each field type
-_PY_TYPE = {"string": str, "integer": int, "number": float, "boolean": bool}
+# The exact Python types (as JSON decoding gives them) each schema type accepts; the first is the
+# type written to line protocol (an int in a number field is written as a float).
+PY_TYPES = {"string": (str,), "integer": (int,), "number": (float, int), "boolean": (bool,)}
+
+
+def _no_integers(values: tuple) -> tuple:
+    return (0,)
 
 
 @dataclass(frozen=True)
@@ -197,10 +203,9 @@ class Layout:
     validate() and to_line_protocol().
     """
 
-    keys: tuple[str, ...]
     conforms: bool
     fast: bool
-    integers: Callable[[tuple], tuple] = lambda values: (0,)
+    integers: Callable[[tuple], tuple] = _no_integers
     tags: Callable[[tuple], tuple] | None = None
     fields: Callable[[tuple], tuple] | None = None
     booleans: Callable[[tuple], tuple] | None = None
@@ -221,27 +226,26 @@ def layout(keys: tuple[str, ...], types: tuple[type, ...]) -> Layout:
     required = {f.name for f in fields() if f.required}
     position = {k: i for i, k in enumerate(keys)}
     conforms = (len(position) == len(keys) and all(k in by_name for k in keys) and required <= position.keys()
-                and all(t is _PY_TYPE[by_name[k].type] or (by_name[k].type == "number" and t is int)
-                        for k, t in zip(keys, types)))
+                and all(t in PY_TYPES[by_name[k].type] for k, t in zip(keys, types)))
     if not conforms:
-        return Layout(keys, False, False)
+        return Layout(False, False)
     ints = [i for i, k in enumerate(keys) if by_name[k].type == "integer"]
-    integers = _getter(ints) if ints else Layout.integers
+    integers = _getter(ints) if ints else _no_integers
     _, tag_names, plan = _line_plan()
     # Not fast: a tag left out (its series differs), or an integer in a number field (it must be
     # written as a float: repr(float(v)) is not a format a %-spec gives).
     fast = all(t in position for t in tag_names) and all(
         types[position[name]] is float for name, _, typ in plan if typ == "number" and name in position)
     if not fast:
-        return Layout(keys, True, False, integers)
+        return Layout(True, False, integers)
     present = [(name, key, typ) for name, key, typ in plan if name in position]
     bools = [name for name, _, typ in present if typ == "boolean"]
     formats = {}
     for values in itertools.product((False, True), repeat=len(bools)):
         given = dict(zip(bools, values))
         formats[values] = ",".join(f"{key}={'true' if given[name] else 'false'}" if typ == "boolean"
-                                   else f"{key}={_FIELD_FORMAT[_PY_TYPE[typ]]}" for name, key, typ in present)
-    return Layout(keys, True, True, integers, _getter([position[t] for t in tag_names]),
+                                   else f"{key}={_FIELD_FORMAT[PY_TYPES[typ][0]]}" for name, key, typ in present)
+    return Layout(True, True, integers, _getter([position[t] for t in tag_names]),
                   _getter([position[name] for name, _, typ in present if typ != "boolean"]),
                   _getter([position[b] for b in bools]) if bools else None, formats)
 
