@@ -2,7 +2,9 @@
  * The same targets, schema, sinks and spool as `flowstat agent`, for a fraction of the CPU. */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,12 +15,13 @@
 #include <curl/curl.h>
 
 #include "control.h"
+#include "delivery.h"
 #include "sample_json.h"
-#include "sinks.h"
 #include "targets.h"
 
 #define AGENT_NAME "flowstat-agent-c"
-#define MAX_LIST 4096
+#define NAME_MAX_LEN 160 /* --name, in agent_name after AGENT_NAME "/" */
+#define RUN_ID_MAX_LEN 127 /* --run-id, as a target's run_id holds */
 
 static volatile sig_atomic_t stop_flag = 0;
 
@@ -30,7 +33,7 @@ static void on_signal(int sig)
 
 struct options {
     struct target_spec spec;
-    const char *sinks[64];
+    const char **sinks;
     size_t nsinks;
     double interval, rescan, control_timeout, duration, drain_timeout;
     long long count;
@@ -53,7 +56,7 @@ struct agent {
     struct retired *gone;
     size_t ngone, gone_cap;
     struct control_pool control;
-    struct sink *sinks;
+    struct sink_runner *sinks; /* one delivery thread each */
     long long samples_taken, proc_errors;
     long long rounds, skipped_rounds; /* a round overran its interval: the rounds it ran into are skipped */
 };
@@ -104,11 +107,70 @@ static int parse_seconds(const char *arg, const char *name, double lo, double *o
     return 0;
 }
 
+static int check_length(const char *arg, const char *name, size_t max)
+{
+    if (strlen(arg) <= max)
+        return 0;
+    fprintf(stderr, "flowstat-agent: %s: longer than the limit of %zu characters\n", name, max);
+    return -1;
+}
+
+/* Every list gets argc entries: each of its options takes at least one argument of the command
+ * line, so no list can overflow, and none has a limit of its own. */
+static int allocate_lists(int argc, struct options *o)
+{
+    size_t n = (size_t)argc + 1; /* + the default sink */
+    o->spec.pids = calloc(n, sizeof *o->spec.pids);
+    o->spec.pidfiles = calloc(n, sizeof *o->spec.pidfiles);
+    o->spec.patterns = calloc(n, sizeof *o->spec.patterns);
+    o->spec.endpoints = calloc(n, sizeof *o->spec.endpoints);
+    o->sinks = calloc(n, sizeof *o->sinks);
+    if (o->spec.pids && o->spec.pidfiles && o->spec.patterns && o->spec.endpoints && o->sinks)
+        return 0;
+    fprintf(stderr, "flowstat-agent: out of memory\n");
+    return -1;
+}
+
+static void free_options(struct options *o)
+{
+    for (size_t i = 0; i < o->spec.npatterns; i++)
+        regfree(&o->spec.patterns[i]);
+    free(o->spec.pids);
+    free(o->spec.pidfiles);
+    free(o->spec.patterns);
+    free(o->spec.endpoints);
+    free(o->sinks);
+}
+
+static int add_pattern(struct options *o, const char *arg)
+{
+    regex_t *re = &o->spec.patterns[o->spec.npatterns];
+    int rc = regcomp(re, arg, REG_EXTENDED | REG_NOSUB);
+    if (rc != 0) {
+        char msg[128];
+        regerror(rc, re, msg, sizeof msg);
+        regfree(re);
+        fprintf(stderr, "flowstat-agent: --pattern '%s': %s\n", arg, msg);
+        return -1;
+    }
+    o->spec.npatterns++;
+    return 0;
+}
+
+/* The same URL twice would be one spool folder (and one file) for two delivery threads. */
+static int add_sink(struct options *o, const char *url)
+{
+    for (size_t i = 0; i < o->nsinks; i++)
+        if (strcmp(o->sinks[i], url) == 0) {
+            fprintf(stderr, "flowstat-agent: --sink %s: given twice\n", url);
+            return -1;
+        }
+    o->sinks[o->nsinks++] = url;
+    return 0;
+}
+
 static int parse_options(int argc, char **argv, struct options *o)
 {
-    static pid_t pids[MAX_LIST];
-    static const char *pidfiles[MAX_LIST], *endpoints[MAX_LIST];
-    static regex_t patterns[256];
     enum { O_PID = 1, O_PIDFILE, O_PATTERN, O_ENDPOINTS, O_SINK, O_INTERVAL, O_RESCAN, O_CTIMEOUT, O_SPOOL,
            O_SPOOLMAX, O_RUNID, O_NAME, O_DURATION, O_COUNT, O_EXITDOWN, O_DRAIN, O_STATS, O_QUIET, O_HELP };
     static const struct option longopts[] = {
@@ -119,10 +181,8 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"duration", 1, 0, O_DURATION}, {"count", 1, 0, O_COUNT}, {"exit-when-all-down", 0, 0, O_EXITDOWN},
         {"drain-timeout", 1, 0, O_DRAIN}, {"stats", 1, 0, O_STATS}, {"quiet", 0, 0, O_QUIET}, {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
-    o->spec.pids = pids;
-    o->spec.pidfiles = pidfiles;
-    o->spec.patterns = patterns;
-    o->spec.endpoints = endpoints;
+    if (allocate_lists(argc, o) != 0)
+        return -1;
     o->spec.run_id = "";
     o->interval = 1.0;
     o->rescan = 5.0;
@@ -139,37 +199,26 @@ static int parse_options(int argc, char **argv, struct options *o)
         switch (c) {
         case O_PID: {
             long pid = strtol(optarg, &end, 10);
-            if (*end || pid < 1 || o->spec.npids >= MAX_LIST) {
+            if (*end || pid < 1 || pid > INT_MAX) {
                 fprintf(stderr, "flowstat-agent: --pid: bad process id '%s'\n", optarg);
                 return -1;
             }
-            pids[o->spec.npids++] = (pid_t)pid;
+            o->spec.pids[o->spec.npids++] = (pid_t)pid;
             break;
         }
         case O_PIDFILE:
-            if (o->spec.npidfiles < MAX_LIST)
-                pidfiles[o->spec.npidfiles++] = optarg;
+            o->spec.pidfiles[o->spec.npidfiles++] = optarg;
             break;
-        case O_PATTERN: {
-            if (o->spec.npatterns >= 256)
+        case O_PATTERN:
+            if (add_pattern(o, optarg) != 0)
                 return -1;
-            int rc = regcomp(&patterns[o->spec.npatterns], optarg, REG_EXTENDED | REG_NOSUB);
-            if (rc != 0) {
-                char msg[128];
-                regerror(rc, &patterns[o->spec.npatterns], msg, sizeof msg);
-                fprintf(stderr, "flowstat-agent: --pattern '%s': %s\n", optarg, msg);
-                return -1;
-            }
-            o->spec.npatterns++;
             break;
-        }
         case O_ENDPOINTS:
-            if (o->spec.nendpoints < MAX_LIST)
-                endpoints[o->spec.nendpoints++] = optarg;
+            o->spec.endpoints[o->spec.nendpoints++] = optarg;
             break;
         case O_SINK:
-            if (o->nsinks < 64)
-                o->sinks[o->nsinks++] = optarg;
+            if (add_sink(o, optarg) != 0)
+                return -1;
             break;
         case O_INTERVAL:
             if (parse_seconds(optarg, "--interval", 0.01, &o->interval) != 0)
@@ -192,9 +241,13 @@ static int parse_options(int argc, char **argv, struct options *o)
             o->spool_max = (long long)(v * 1024 * 1024);
             break;
         case O_RUNID:
+            if (check_length(optarg, "--run-id", RUN_ID_MAX_LEN) != 0)
+                return -1;
             o->spec.run_id = optarg;
             break;
         case O_NAME:
+            if (check_length(optarg, "--name", NAME_MAX_LEN) != 0)
+                return -1;
             o->name = optarg;
             break;
         case O_DURATION:
@@ -415,6 +468,7 @@ static size_t sample_all(struct agent *a, struct fs_sample **out, size_t *out_ca
     return count;
 }
 
+/* After the sink threads are joined: their counters are theirs until then. */
 static void write_stats(struct agent *a)
 {
     FILE *f = fopen(a->opt.stats_path, "w");
@@ -426,41 +480,24 @@ static void write_stats(struct agent *a)
                "\"control_errors\": %llu, \"proc_errors\": %lld, \"sinks\": {",
             a->samples_taken, a->rounds, a->skipped_rounds, a->ntargets, a->ngone, a->control.errors, a->proc_errors);
     for (size_t i = 0; i < a->opt.nsinks; i++) {
-        struct sink *s = &a->sinks[i];
-        fprintf(f, "%s\"%s\": {\"delivered\": %lld, \"rejected\": %lld, \"lost\": %lld, \"spooled\": %llu, "
-                   "\"spool_dropped\": %lld}", i ? ", " : "", s->url, s->delivered, s->rejected, s->lost,
-                s->has_spool ? s->spool.next - s->spool.first : 0ULL, s->has_spool ? s->spool.dropped_samples : 0LL);
+        const struct sink_runner *r = &a->sinks[i];
+        struct fs_buf url = {0};
+        fs_buf_json_string(&url, r->sink.url);
+        fprintf(f, "%s%s: {\"delivered\": %lld, \"rejected\": %lld, \"lost\": %lld, \"spooled\": %llu, "
+                   "\"spooled_samples\": %lld, \"spool_dropped\": %lld}", i ? ", " : "", url.data ? url.data : "\"\"",
+                r->delivered, r->rejected, runner_lost(r), r->has_spool ? r->spool.next - r->spool.first : 0ULL,
+                r->has_spool ? r->spool.samples : 0LL, r->has_spool ? r->spool.dropped_samples : 0LL);
+        fs_buf_free(&url);
     }
     fprintf(f, "}}\n");
     fclose(f);
 }
 
-/* A sink that is down at exit gets drain_timeout more to come back (a store restarting as a run
- * ends); what it still has not taken stays in the spool for the next start. */
-static void drain_sinks(struct agent *a)
-{
-    double deadline = fs_monotonic() + a->opt.drain_timeout;
-    for (;;) {
-        int pending = 0;
-        for (size_t i = 0; i < a->opt.nsinks; i++) {
-            sink_retry(&a->sinks[i]);
-            pending |= sink_pending(&a->sinks[i]);
-        }
-        if (!pending || fs_monotonic() >= deadline)
-            return;
-        struct timespec ts = {0, 100 * 1000 * 1000}; /* sink_retry itself waits out each sink's retry time */
-        nanosleep(&ts, NULL);
-    }
-}
-
+/* Each sink's batch is encoded here and queued for its thread: a slow sink cannot hold sampling. */
 static void submit_all(struct agent *a, const struct fs_sample *samples, size_t n)
 {
-    for (size_t i = 0; i < a->opt.nsinks; i++) {
-        if (n)
-            sink_submit(&a->sinks[i], samples, n);
-        else
-            sink_retry(&a->sinks[i]);
-    }
+    for (size_t i = 0; i < a->opt.nsinks; i++)
+        runner_submit(&a->sinks[i], samples, n);
 }
 
 static void sleep_until(double deadline)
@@ -506,6 +543,99 @@ static int encode_stdin(int json)
     return bad;
 }
 
+static int open_sinks(struct agent *a)
+{
+    a->sinks = calloc(a->opt.nsinks, sizeof *a->sinks);
+    if (!a->sinks)
+        return -1;
+    for (size_t i = 0; i < a->opt.nsinks; i++) {
+        char err[900];
+        if (runner_open(&a->sinks[i], a->opt.sinks[i], a->opt.spool_dir, a->opt.spool_max, a->opt.drain_timeout, err,
+                        sizeof err) != 0) {
+            fprintf(stderr, "flowstat-agent: %s\n", err[0] ? err : a->opt.sinks[i]);
+            a->opt.nsinks = i + 1; /* what close_sinks has to close */
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The sink threads leave SIGINT and SIGTERM to the sampling thread, whose sleep they interrupt. */
+static int start_sinks(struct agent *a)
+{
+    sigset_t stop_signals, before;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, &before);
+    int rc = 0;
+    for (size_t i = 0; i < a->opt.nsinks && rc == 0; i++)
+        if (runner_start(&a->sinks[i]) != 0) {
+            LOG_ERR("sink %s: cannot start its thread", a->opt.sinks[i]);
+            rc = -1;
+        }
+    pthread_sigmask(SIG_SETMASK, &before, NULL);
+    return rc;
+}
+
+/* All threads are told at once, so that their drain timeouts run side by side; then joined. */
+static void stop_sinks(struct agent *a)
+{
+    for (size_t i = 0; i < a->opt.nsinks; i++)
+        runner_stop(&a->sinks[i]);
+    for (size_t i = 0; i < a->opt.nsinks; i++)
+        runner_join(&a->sinks[i]);
+}
+
+/* Lost for good: never delivered, refused or still spooled. After stop_sinks. */
+static long long lost_samples(const struct agent *a)
+{
+    long long lost = 0;
+    for (size_t i = 0; i < a->opt.nsinks; i++)
+        lost += runner_lost(&a->sinks[i]) + (a->sinks[i].has_spool ? a->sinks[i].spool.dropped_samples : 0);
+    return lost;
+}
+
+static void close_sinks(struct agent *a)
+{
+    for (size_t i = 0; a->sinks && i < a->opt.nsinks; i++)
+        runner_close(&a->sinks[i]);
+    free(a->sinks);
+    a->sinks = NULL;
+}
+
+static void sample_until_done(struct agent *a)
+{
+    struct fs_sample *samples = NULL;
+    size_t samples_cap = 0;
+    double start = fs_monotonic(), next_rescan = start;
+    long long tick = 0;
+    while (!stop_flag) {
+        double now = fs_monotonic();
+        if (now >= next_rescan) {
+            targets_discover(&a->opt.spec, tick == 0, on_found, a);
+            next_rescan = now + a->opt.rescan;
+        }
+        if (tick > 0) {
+            submit_all(a, samples, sample_all(a, &samples, &samples_cap));
+            a->rounds++;
+        }
+        if ((a->opt.count >= 0 && a->rounds >= a->opt.count) ||
+            (a->opt.duration >= 0 && now - start >= a->opt.duration) ||
+            (a->opt.exit_when_all_down && tick > 0 && a->ntargets == 0 && a->ngone > 0))
+            break;
+        /* tick k is due at start + k x interval: no drift; an overrun skips to the next one due */
+        long long due = (long long)floor((fs_monotonic() - start) / a->opt.interval) + 1;
+        if (due > tick + 1)
+            a->skipped_rounds += due - tick - 1;
+        tick = due > tick + 1 ? due : tick + 1;
+        sleep_until(start + (double)tick * a->opt.interval);
+    }
+    if (stop_flag && a->ntargets) /* stopped from outside: one last pass reports nodes that ended */
+        submit_all(a, samples, sample_all(a, &samples, &samples_cap));
+    free(samples);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--encode") == 0 && (!strcmp(argv[2], "line") || !strcmp(argv[2], "json")))
@@ -516,15 +646,10 @@ int main(int argc, char **argv)
         return 2;
     gethostname(a.host, sizeof a.host - 1);
     snprintf(a.agent_name, sizeof a.agent_name, "%s%s%s", AGENT_NAME, a.opt.name[0] ? "/" : "", a.opt.name);
-    curl_global_init(CURL_GLOBAL_DEFAULT);
-    a.sinks = calloc(a.opt.nsinks, sizeof *a.sinks);
-    for (size_t i = 0; i < a.opt.nsinks; i++) {
-        char err[640];
-        if (sink_parse_url(a.opt.sinks[i], &a.sinks[i], err, sizeof err) != 0 ||
-            sink_open(&a.sinks[i], a.opt.spool_dir, a.opt.spool_max) != 0) {
-            fprintf(stderr, "flowstat-agent: %s\n", err[0] ? err : a.opt.sinks[i]);
-            return 2;
-        }
+    curl_global_init(CURL_GLOBAL_DEFAULT); /* before any thread: it is not thread-safe */
+    if (open_sinks(&a) != 0) {
+        close_sinks(&a);
+        return 2;
     }
     if (control_pool_init(&a.control, a.opt.control_timeout) != 0)
         return 1;
@@ -532,50 +657,20 @@ int main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
-
-    struct fs_sample *samples = NULL;
-    size_t samples_cap = 0;
-    double start = fs_monotonic(), next_rescan = start;
-    long long tick = 0;
-    while (!stop_flag) {
-        double now = fs_monotonic();
-        if (now >= next_rescan) {
-            targets_discover(&a.opt.spec, tick == 0, on_found, &a);
-            next_rescan = now + a.opt.rescan;
-        }
-        if (tick > 0) {
-            submit_all(&a, samples, sample_all(&a, &samples, &samples_cap));
-            a.rounds++;
-        }
-        if ((a.opt.count >= 0 && a.rounds >= a.opt.count) || (a.opt.duration >= 0 && now - start >= a.opt.duration) ||
-            (a.opt.exit_when_all_down && tick > 0 && a.ntargets == 0 && a.ngone > 0))
-            break;
-        /* tick k is due at start + k x interval: no drift; an overrun skips to the next one due */
-        long long due = (long long)floor((fs_monotonic() - start) / a.opt.interval) + 1;
-        if (due > tick + 1)
-            a.skipped_rounds += due - tick - 1;
-        tick = due > tick + 1 ? due : tick + 1;
-        sleep_until(start + (double)tick * a.opt.interval);
-    }
-    if (stop_flag && a.ntargets) /* stopped from outside: one last pass reports nodes that ended */
-        submit_all(&a, samples, sample_all(&a, &samples, &samples_cap));
-    drain_sinks(&a);
-    long long lost = 0;
-    for (size_t i = 0; i < a.opt.nsinks; i++) {
-        lost += a.sinks[i].lost + (a.sinks[i].has_spool ? a.sinks[i].spool.dropped_samples : 0);
-        sink_close(&a.sinks[i]);
-    }
+    int started = start_sinks(&a) == 0;
+    if (started)
+        sample_until_done(&a);
+    stop_sinks(&a);
+    long long lost = lost_samples(&a);
     if (a.opt.stats_path)
         write_stats(&a);
+    close_sinks(&a);
     while (a.ntargets)
         retire(&a, a.ntargets - 1);
     control_pool_close(&a.control);
-    free(samples);
     free(a.targets);
     free(a.gone);
-    free(a.sinks);
-    for (size_t i = 0; i < a.opt.spec.npatterns; i++)
-        regfree(&a.opt.spec.patterns[i]);
+    free_options(&a.opt);
     curl_global_cleanup();
-    return lost ? 1 : 0;
+    return !started ? 1 : lost ? 1 : 0;
 }

@@ -2,17 +2,21 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cJSON.h>
 #include <curl/curl.h>
 
 #define UDP_MAX 60000
-#define RETRY_S 1.0
+#define TCP_SEND_TIMEOUT_S 3 /* a receiver that stops reading must not hold its sink thread for long */
+#define HTTP_TIMEOUT_MS 5000L
 
 static int set_err(char *err, size_t n, const char *url, const char *what)
 {
@@ -24,6 +28,8 @@ int sink_parse_url(const char *url, struct sink *s, char *err, size_t errlen)
 {
     memset(s, 0, sizeof *s);
     s->fd = -1;
+    if (strlen(url) > SINK_URL_MAX)
+        return set_err(err, errlen, "--sink", "URL longer than the limit of " FS_STR(SINK_URL_MAX) " characters");
     fs_strlcpy(s->url, url, sizeof s->url);
     const char *sep = strstr(url, "://");
     if (strcmp(url, "-") == 0) {
@@ -96,6 +102,14 @@ int sink_parse_url(const char *url, struct sink *s, char *err, size_t errlen)
     return 0;
 }
 
+static void set_why(struct sink_outcome *o, const char *what, const char *detail)
+{
+    o->down = 1;
+    snprintf(o->why, sizeof o->why, "%.80s%s%.70s", what, detail ? ": " : "", detail ? detail : "");
+}
+
+/* A stream socket gets a send time-out (Linux applies it to connect() too): a receiver that
+ * accepts and never reads fills the socket buffer, and send() would otherwise wait for ever. */
 static int connect_socket(struct sink *s, int type)
 {
     struct addrinfo hints = {.ai_socktype = type}, *res = NULL;
@@ -103,9 +117,12 @@ static int connect_socket(struct sink *s, int type)
     snprintf(port, sizeof port, "%d", s->port);
     if (getaddrinfo(s->host, port, &hints, &res) != 0)
         return -1;
+    struct timeval send_timeout = {.tv_sec = TCP_SEND_TIMEOUT_S};
     int fd = -1;
     for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
         fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
+        if (fd >= 0 && type == SOCK_STREAM)
+            setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof send_timeout);
         if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
             close(fd);
             fd = -1;
@@ -115,34 +132,137 @@ static int connect_socket(struct sink *s, int type)
     return fd;
 }
 
-int sink_open(struct sink *s, const char *spool_dir, long long spool_max_bytes)
+int sink_is_reliable(const struct sink *s)
 {
-    if (s->kind == SINK_HTTP || s->kind == SINK_INFLUX || s->kind == SINK_ES) {
-        s->curl = curl_easy_init();
-        if (!s->curl)
-            return -1;
-        if (s->kind == SINK_HTTP)
-            snprintf(s->endpoint, sizeof s->endpoint, "http://%s:%d/%s", s->host, s->port, s->path);
-        else if (s->kind == SINK_INFLUX)
-            snprintf(s->endpoint, sizeof s->endpoint, "http://%s:%d/write?db=%s&precision=ns", s->host, s->port, s->path);
-        else
-            snprintf(s->endpoint, sizeof s->endpoint, "http://%s:%d/_bulk", s->host, s->port);
-    }
-    int reliable = s->kind != SINK_STDOUT && s->kind != SINK_UDP;
-    if (reliable && spool_dir) {
-        char dir[900], *p;
-        snprintf(dir, sizeof dir, "%s/", spool_dir);
-        p = dir + strlen(dir);
-        for (const char *u = s->url; *u && p < dir + sizeof dir - 1 && p - dir < 80 + (long)strlen(spool_dir); u++)
-            *p++ = (char)((*u >= 'a' && *u <= 'z') || (*u >= 'A' && *u <= 'Z') || (*u >= '0' && *u <= '9') ? *u : '_');
-        *p = '\0';
-        if (spool_open(&s->spool, dir, spool_max_bytes) != 0) {
-            LOG_ERR("spool %s: %s", dir, strerror(errno));
-            return -1;
-        }
-        s->has_spool = 1;
-    }
+    return s->kind != SINK_STDOUT && s->kind != SINK_UDP;
+}
+
+int sink_open(struct sink *s)
+{
+    if (s->kind != SINK_HTTP && s->kind != SINK_INFLUX && s->kind != SINK_ES)
+        return 0;
+    s->curl = curl_easy_init();
+    if (!s->curl)
+        return -1;
+    if (s->kind == SINK_HTTP)
+        snprintf(s->endpoint, sizeof s->endpoint, "http://%s:%d/%s", s->host, s->port, s->path);
+    else if (s->kind == SINK_INFLUX)
+        snprintf(s->endpoint, sizeof s->endpoint, "http://%s:%d/write?db=%s&precision=ns", s->host, s->port, s->path);
+    else
+        snprintf(s->endpoint, sizeof s->endpoint, "http://%s:%d/_bulk", s->host, s->port);
     return 0;
+}
+
+/* -- HTTP: the store policy -------------------------------------------------------------------- */
+
+enum verdict { STORED, DOWN, REFUSED };
+
+static enum verdict judge_status(long status)
+{
+    if (status >= 200 && status < 300)
+        return STORED;
+    if (status >= 400 && status < 500 && status != 408 && status != 429)
+        return REFUSED;
+    return DOWN; /* 408, 429, 5xx; and a redirect or anything odd: nothing was stored */
+}
+
+/* The N of an InfluxDB partial write ("partial write: ... dropped=N"), or -1 if body is not one. */
+static int partial_write_dropped(const char *body)
+{
+    const char *dropped = body && strstr(body, "partial write") ? strstr(body, "dropped=") : NULL;
+    if (!dropped)
+        return -1;
+    char *end = NULL;
+    long n = strtol(dropped + 8, &end, 10);
+    if (end == dropped + 8 || n < 0)
+        return -1;
+    return n > INT_MAX ? INT_MAX : (int)n;
+}
+
+/* The action and document lines of the documents flagged in `again` (document i: lines 2i, 2i+1). */
+static void copy_documents(const char *data, size_t len, const char *again, int count, struct fs_buf *out)
+{
+    size_t pos = 0;
+    for (int line = 0; pos < len && line < 2 * count; line++) {
+        const char *nl = memchr(data + pos, '\n', len - pos);
+        size_t end = nl ? (size_t)(nl - data) + 1 : len;
+        if (again[line / 2])
+            fs_buf_append(out, data + pos, end - pos);
+        pos = end;
+    }
+}
+
+static void log_refused_document(const struct sink *s, int refused, int count, long status, const cJSON *error)
+{
+    char *text = error ? cJSON_PrintUnformatted(error) : NULL;
+    LOG_ERR("sink %s: %d of %d documents refused, the first with HTTP %ld: %.300s", s->url, refused, count, status,
+            text ? text : "(no error given)");
+    free(text);
+}
+
+/* _bulk answered 2xx: with "errors": true, item i tells what became of document i. A document
+ * with no item is sent again too (a resend is idempotent: its _id is deterministic). */
+static void judge_bulk_items(const struct sink *s, const struct fs_buf *body, const char *data, size_t len, int count,
+                             struct sink_outcome *o)
+{
+    cJSON *doc = body->data ? cJSON_ParseWithLength(body->data, body->len) : NULL;
+    char *again = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(doc, "errors")) ? calloc((size_t)count, 1) : NULL;
+    if (!again) {
+        cJSON_Delete(doc);
+        return;
+    }
+    const cJSON *item, *first_error = NULL;
+    long first_status = 0;
+    int i = 0;
+    cJSON_ArrayForEach(item, cJSON_GetObjectItemCaseSensitive(doc, "items")) {
+        if (i >= count)
+            break;
+        const cJSON *status = item->child ? cJSON_GetObjectItemCaseSensitive(item->child, "status") : NULL;
+        long st = cJSON_IsNumber(status) ? (long)status->valuedouble : 0;
+        enum verdict v = judge_status(st);
+        again[i++] = v == DOWN;
+        if (v == REFUSED && o->rejected++ == 0) {
+            first_error = cJSON_GetObjectItemCaseSensitive(item->child, "error");
+            first_status = st;
+        }
+    }
+    memset(again + i, 1, (size_t)(count - i));
+    for (int k = 0; k < count; k++)
+        o->again_count += again[k];
+    if (o->rejected)
+        log_refused_document(s, o->rejected, count, first_status, first_error);
+    if (o->again_count)
+        copy_documents(data, len, again, count, &o->again);
+    free(again);
+    cJSON_Delete(doc);
+}
+
+static void judge_answer(const struct sink *s, long status, const struct fs_buf *body, const char *data, size_t len,
+                         int count, struct sink_outcome *o)
+{
+    const char *text = body->data ? body->data : "";
+    int dropped = status == 400 && s->kind != SINK_ES ? partial_write_dropped(text) : -1;
+    if (dropped >= 0) {
+        o->rejected = dropped < count ? dropped : count;
+        LOG_ERR("sink %s: partial write, %d of %d samples refused: %.300s", s->url, o->rejected, count, text);
+        return;
+    }
+    switch (judge_status(status)) {
+    case DOWN: {
+        char what[32];
+        snprintf(what, sizeof what, "HTTP %ld", status);
+        set_why(o, what, NULL);
+        return;
+    }
+    case REFUSED:
+        o->rejected = count;
+        LOG_ERR("sink %s: HTTP %ld, %d samples refused: %.300s", s->url, status, count, text);
+        return;
+    case STORED:
+        if (s->kind == SINK_ES)
+            judge_bulk_items(s, body, data, len, count, o);
+        return;
+    }
 }
 
 static size_t collect_body(char *data, size_t size, size_t nmemb, void *user)
@@ -151,7 +271,7 @@ static size_t collect_body(char *data, size_t size, size_t nmemb, void *user)
     return size * nmemb;
 }
 
-static enum send_result send_http(struct sink *s, const char *data, size_t len)
+static void send_http(struct sink *s, const char *data, size_t len, int count, struct sink_outcome *o)
 {
     struct fs_buf body = {0};
     struct curl_slist *headers = curl_slist_append(NULL, s->kind == SINK_ES ? "Content-Type: application/x-ndjson"
@@ -161,7 +281,7 @@ static enum send_result send_http(struct sink *s, const char *data, size_t len)
     curl_easy_setopt(s->curl, CURLOPT_POSTFIELDS, data);
     curl_easy_setopt(s->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
     curl_easy_setopt(s->curl, CURLOPT_HTTPHEADER, headers);
-    curl_easy_setopt(s->curl, CURLOPT_TIMEOUT_MS, 5000L);
+    curl_easy_setopt(s->curl, CURLOPT_TIMEOUT_MS, HTTP_TIMEOUT_MS);
     curl_easy_setopt(s->curl, CURLOPT_CONNECTTIMEOUT_MS, 2000L);
     curl_easy_setopt(s->curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(s->curl, CURLOPT_WRITEFUNCTION, collect_body);
@@ -170,57 +290,65 @@ static enum send_result send_http(struct sink *s, const char *data, size_t len)
     long status = 0;
     curl_easy_getinfo(s->curl, CURLINFO_RESPONSE_CODE, &status);
     curl_slist_free_all(headers);
-    enum send_result result = SEND_OK;
-    if (rc != CURLE_OK || status >= 500 || status == 429) {
-        result = SEND_DOWN;
-    } else if (status >= 400) {
-        LOG_ERR("sink %s: HTTP %ld: %.300s", s->url, status, body.data ? body.data : "");
-        result = SEND_REJECTED;
-    } else if (s->kind == SINK_ES && body.data) {
-        cJSON *doc = cJSON_ParseWithLength(body.data, body.len);
-        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(doc, "errors"))) {
-            /* a resend is idempotent (deterministic _id): retry unless every failure is the data's fault */
-            result = SEND_REJECTED;
-            const cJSON *item;
-            cJSON_ArrayForEach(item, cJSON_GetObjectItemCaseSensitive(doc, "items")) {
-                const cJSON *st = cJSON_GetObjectItemCaseSensitive(item->child, "status");
-                if (cJSON_IsNumber(st) && (st->valuedouble >= 500 || st->valuedouble == 429))
-                    result = SEND_DOWN;
-            }
-        }
-        cJSON_Delete(doc);
-    }
+    if (rc != CURLE_OK) /* no connection, a time-out, an answer cut short: whatever the status said */
+        set_why(o, curl_easy_strerror(rc), NULL);
+    else
+        judge_answer(s, status, &body, data, len, count, o);
     fs_buf_free(&body);
-    return result;
 }
 
-static enum send_result send_stream(struct sink *s, const char *data, size_t len)
+/* -- sockets, files ---------------------------------------------------------------------------- */
+
+/* Wait until fd takes more bytes, or the deadline passes (0). */
+static int wait_writable(int fd, double deadline)
+{
+    for (;;) {
+        double left = deadline - fs_monotonic();
+        if (left <= 0)
+            return 0;
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        int rc = poll(&p, 1, (int)(left * 1000) + 1);
+        if (rc >= 0 || errno != EINTR)
+            return rc > 0;
+    }
+}
+
+/* The whole batch within TCP_SEND_TIMEOUT_S: SO_SNDTIMEO alone bounds each send() call, and a
+ * receiver that trickles a little room now and then would hold a batch far longer. */
+static void send_stream(struct sink *s, const char *data, size_t len, struct sink_outcome *o)
 {
     if (s->fd < 0)
         s->fd = connect_socket(s, SOCK_STREAM);
-    if (s->fd < 0)
-        return SEND_DOWN;
+    if (s->fd < 0) {
+        set_why(o, "cannot connect", strerror(errno));
+        return;
+    }
+    double deadline = fs_monotonic() + TCP_SEND_TIMEOUT_S;
     size_t off = 0;
     while (off < len) {
-        ssize_t w = send(s->fd, data + off, len - off, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR)
+        ssize_t w = send(s->fd, data + off, len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) {
+            off += (size_t)w;
             continue;
-        if (w <= 0) {
-            close(s->fd);
-            s->fd = -1;
-            return SEND_DOWN;
         }
-        off += (size_t)w;
+        int full = w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+        if ((w < 0 && errno == EINTR) || (full && wait_writable(s->fd, deadline)))
+            continue;
+        set_why(o, "send", full ? "timed out: the receiver does not read" : w == 0 ? "nothing sent" : strerror(errno));
+        close(s->fd);
+        s->fd = -1;
+        return;
     }
-    return SEND_OK;
 }
 
-static enum send_result send_datagrams(struct sink *s, const char *data, size_t len)
+static void send_datagrams(struct sink *s, const char *data, size_t len, struct sink_outcome *o)
 {
     if (s->fd < 0)
         s->fd = connect_socket(s, SOCK_DGRAM);
-    if (s->fd < 0)
-        return SEND_DOWN;
+    if (s->fd < 0) {
+        set_why(o, "cannot open a socket", strerror(errno));
+        return;
+    }
     size_t start = 0;
     while (start < len) { /* whole lines only: a datagram is parsed on its own */
         size_t end = len;
@@ -231,38 +359,50 @@ static enum send_result send_datagrams(struct sink *s, const char *data, size_t 
             if (end == start)
                 end = start + UDP_MAX;
         }
-        if (send(s->fd, data + start, end - start, MSG_NOSIGNAL) < 0 && errno != ECONNREFUSED)
-            return SEND_DOWN;
+        if (send(s->fd, data + start, end - start, MSG_NOSIGNAL) < 0 && errno != ECONNREFUSED) {
+            set_why(o, "send", strerror(errno));
+            return;
+        }
         start = end;
     }
-    return SEND_OK;
 }
 
-static enum send_result send_payload(struct sink *s, const char *data, size_t len)
+static void append_to_file(struct sink *s, const char *data, size_t len, struct sink_outcome *o)
 {
-    switch (s->kind) {
-    case SINK_STDOUT:
-        return fwrite(data, 1, len, stdout) == len && fflush(stdout) == 0 ? SEND_OK : SEND_DOWN;
-    case SINK_FILE:
-        if (!s->file)
-            s->file = fopen(s->path, "ab");
-        if (!s->file || fwrite(data, 1, len, s->file) != len || fflush(s->file) != 0) {
-            if (s->file)
-                fclose(s->file);
-            s->file = NULL;
-            return SEND_DOWN;
-        }
-        return SEND_OK;
-    case SINK_UDP:
-        return send_datagrams(s, data, len);
-    case SINK_TCP:
-        return send_stream(s, data, len);
-    default:
-        return send_http(s, data, len);
+    if (!s->file)
+        s->file = fopen(s->path, "ab");
+    if (!s->file || fwrite(data, 1, len, s->file) != len || fflush(s->file) != 0) {
+        set_why(o, s->path, strerror(errno));
+        if (s->file)
+            fclose(s->file);
+        s->file = NULL;
     }
 }
 
-static void encode(const struct sink *s, const struct fs_sample *samples, size_t n, struct fs_buf *out)
+void sink_send(struct sink *s, const char *data, size_t len, int count, struct sink_outcome *o)
+{
+    memset(o, 0, sizeof *o);
+    switch (s->kind) {
+    case SINK_STDOUT:
+        if (fwrite(data, 1, len, stdout) != len || fflush(stdout) != 0)
+            set_why(o, "stdout", strerror(errno));
+        return;
+    case SINK_FILE:
+        append_to_file(s, data, len, o);
+        return;
+    case SINK_UDP:
+        send_datagrams(s, data, len, o);
+        return;
+    case SINK_TCP:
+        send_stream(s, data, len, o);
+        return;
+    default:
+        send_http(s, data, len, count, o);
+        return;
+    }
+}
+
+void sink_encode(const struct sink *s, const struct fs_sample *samples, size_t n, struct fs_buf *out)
 {
     for (size_t i = 0; i < n; i++) {
         if (s->kind == SINK_ES) {
@@ -279,81 +419,6 @@ static void encode(const struct sink *s, const struct fs_sample *samples, size_t
         else
             sample_line_protocol(&samples[i], out);
     }
-}
-
-/* Send one batch; on failure the caller keeps it. */
-static int deliver(struct sink *s, const char *data, size_t len, int count)
-{
-    enum send_result r = send_payload(s, data, len);
-    if (r == SEND_DOWN) {
-        if (!s->down)
-            LOG_ERR("sink %s is down: %s", s->url, s->has_spool ? "spooling" : "samples are lost meanwhile");
-        s->down = 1;
-        s->next_retry = fs_monotonic() + RETRY_S;
-        return -1;
-    }
-    if (s->down)
-        LOG_WARN("sink %s is back", s->url);
-    s->down = 0;
-    if (r == SEND_REJECTED)
-        s->rejected += count;
-    else
-        s->delivered += count;
-    return 0;
-}
-
-static int drain_spool(struct sink *s)
-{
-    while (s->has_spool && !spool_empty(&s->spool)) {
-        size_t len = 0;
-        int count = 0;
-        char *data = spool_peek(&s->spool, &len, &count);
-        if (!data)
-            return spool_empty(&s->spool) ? 0 : -1;
-        int rc = deliver(s, data, len, count);
-        free(data);
-        if (rc != 0)
-            return -1;
-        spool_pop(&s->spool);
-    }
-    return 0;
-}
-
-static void keep(struct sink *s, const char *data, size_t len, int count)
-{
-    if (s->has_spool && spool_push(&s->spool, data, len, count) == 0)
-        return;
-    if (s->has_spool)
-        LOG_ERR("spool %s: cannot write: %s", s->spool.dir, strerror(errno));
-    s->lost += count;
-}
-
-void sink_retry(struct sink *s)
-{
-    if (s->has_spool && !spool_empty(&s->spool) && fs_monotonic() >= s->next_retry)
-        drain_spool(s);
-}
-
-int sink_pending(const struct sink *s)
-{
-    return s->has_spool && !spool_empty(&s->spool);
-}
-
-void sink_submit(struct sink *s, const struct fs_sample *samples, size_t n)
-{
-    if (n == 0)
-        return;
-    struct fs_buf out = {0};
-    encode(s, samples, n, &out);
-    if (out.failed) {
-        LOG_ERR("sink %s: out of memory encoding %zu samples", s->url, n);
-        s->lost += (long long)n;
-    } else if (s->down && fs_monotonic() < s->next_retry) {
-        keep(s, out.data, out.len, (int)n); /* do not hammer a sink that is down */
-    } else if (drain_spool(s) != 0 || deliver(s, out.data, out.len, (int)n) != 0) {
-        keep(s, out.data, out.len, (int)n);
-    }
-    fs_buf_free(&out);
 }
 
 void sink_close(struct sink *s)

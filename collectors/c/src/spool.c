@@ -1,8 +1,10 @@
 #include "spool.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,23 +13,37 @@
 
 #include "util.h"
 
-/* The file of batch number n, whatever its count suffix: found by prefix. */
+/* A batch file is named NNNNNNNNNNNN-COUNT.batch (order, then sample count); anything else in the
+ * folder (sink-url, a .tmp cut short, a file left by hand) is not a batch. */
+static int parse_batch_name(const char *name, unsigned long long *n, int *count)
+{
+    char *end = NULL;
+    if (!isdigit((unsigned char)name[0]))
+        return -1;
+    unsigned long long number = strtoull(name, &end, 10);
+    if (*end != '-' || !isdigit((unsigned char)end[1]))
+        return -1;
+    long samples = strtol(end + 1, &end, 10);
+    if (strcmp(end, ".batch") != 0 || samples < 0 || samples > INT_MAX)
+        return -1;
+    *n = number;
+    *count = (int)samples;
+    return 0;
+}
+
+/* The file of batch number n, whatever its count suffix. */
 static int batch_path(const struct spool *s, unsigned long long n, char *out, size_t len, int *count)
 {
-    char prefix[32];
-    snprintf(prefix, sizeof prefix, "%012llu-", n);
     DIR *dir = opendir(s->dir);
     if (!dir)
         return -1;
     struct dirent *e;
     int found = -1;
-    while ((e = readdir(dir)) != NULL) {
-        size_t nl = strlen(e->d_name);
-        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0 && nl > 6 && strcmp(e->d_name + nl - 6, ".batch") == 0) {
+    while (found != 0 && (e = readdir(dir)) != NULL) {
+        unsigned long long number;
+        if (parse_batch_name(e->d_name, &number, count) == 0 && number == n) {
             snprintf(out, len, "%s/%s", s->dir, e->d_name);
-            *count = atoi(e->d_name + strlen(prefix));
             found = 0;
-            break;
         }
     }
     closedir(dir);
@@ -70,12 +86,14 @@ int spool_open(struct spool *s, const char *dir, long long max_bytes)
             unlink(path);
             continue;
         }
-        if (nl < 7 || strcmp(e->d_name + nl - 6, ".batch") != 0)
+        unsigned long long n;
+        int count;
+        if (parse_batch_name(e->d_name, &n, &count) != 0)
             continue;
-        unsigned long long n = strtoull(e->d_name, NULL, 10);
         struct stat st;
         if (stat(path, &st) == 0)
             s->bytes += st.st_size;
+        s->samples += count;
         lo = any && lo < n ? lo : n;
         hi = any && hi > n ? hi : n;
         any = 1;
@@ -102,6 +120,7 @@ void spool_pop(struct spool *s)
         if (stat(path, &st) == 0)
             s->bytes -= st.st_size;
         unlink(path);
+        s->samples -= count;
     }
     s->first++;
 }
@@ -132,6 +151,7 @@ int spool_push(struct spool *s, const char *data, size_t len, int count)
     }
     s->next++;
     s->bytes += (long long)len;
+    s->samples += count;
     while (s->bytes > s->max_bytes && s->next - s->first > 1) {
         char old[1024];
         int lost = 0;
@@ -170,4 +190,50 @@ char *spool_peek(struct spool *s, size_t *len, int *count)
         return buf;
     }
     return NULL;
+}
+
+static char *read_small_file(const char *path, size_t max)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *text = calloc(1, max + 1);
+    if (text)
+        text[fread(text, 1, max, f)] = '\0';
+    fclose(f);
+    return text;
+}
+
+static int write_new_file(const char *path, const char *text)
+{
+    char tmp[1040];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -1;
+    size_t len = strlen(text);
+    int ok = write(fd, text, len) == (ssize_t)len && fsync(fd) == 0;
+    ok &= close(fd) == 0;
+    /* link, not rename: a file another agent wrote meanwhile is kept, never replaced */
+    ok = ok && (link(tmp, path) == 0 || errno == EEXIST);
+    unlink(tmp);
+    return ok ? 0 : -1;
+}
+
+int spool_claim(struct spool *s, const char *url, char *err, size_t errlen)
+{
+    char path[1024], want[600];
+    snprintf(path, sizeof path, "%s/%s", s->dir, SPOOL_URL_FILE);
+    snprintf(want, sizeof want, "%s\n", url);
+    if (write_new_file(path, want) != 0) {
+        snprintf(err, errlen, "spool %s: cannot write %s: %s", s->dir, SPOOL_URL_FILE, strerror(errno));
+        return -1;
+    }
+    char *have = read_small_file(path, sizeof want);
+    int same = have && strcmp(have, want) == 0;
+    if (!same)
+        snprintf(err, errlen, "spool %s holds the batches of another sink (%s names %.200s): give another --spool-dir",
+                 s->dir, SPOOL_URL_FILE, have ? have : "?");
+    free(have);
+    return same ? 0 : -1;
 }

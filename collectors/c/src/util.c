@@ -13,12 +13,14 @@ void fs_log(const char *level, const char *fmt, ...)
 {
     char stamp[32];
     fs_iso_now(stamp, sizeof stamp, NULL);
+    flockfile(stderr); /* the sink threads log too: one whole line at a time */
     fprintf(stderr, "%s flowstat-agent %s ", stamp, level);
     va_list ap;
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
+    funlockfile(stderr);
 }
 
 double fs_monotonic(void)

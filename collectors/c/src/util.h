@@ -13,6 +13,10 @@ void fs_log(const char *level, const char *fmt, ...) __attribute__((format(print
 #define LOG_WARN(...) fs_log("WARNING", __VA_ARGS__)
 #define LOG_ERR(...) fs_log("ERROR", __VA_ARGS__)
 
+/* A macro's value as a string literal (for messages naming a limit). */
+#define FS_STR_(x) #x
+#define FS_STR(x) FS_STR_(x)
+
 double fs_monotonic(void);
 /* ISO-8601 UTC with milliseconds ("2026-11-22T10:51:14.123Z") of the current wall time. */
 void fs_iso_now(char *out, size_t n, int64_t *epoch_ms);

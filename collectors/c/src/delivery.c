@@ -1,0 +1,356 @@
+#include "delivery.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define RETRY_S 1.0
+#define SPOOL_NAME_MAX 80 /* characters of the URL in its spool folder's name, as the Python agent */
+
+struct batch {
+    struct batch *next;
+    char *data;
+    size_t len;
+    int count;
+};
+
+static void free_batch(struct batch *b)
+{
+    free(b->data);
+    free(b);
+}
+
+static struct timespec monotonic_timespec(double t)
+{
+    struct timespec ts;
+    ts.tv_sec = (time_t)t;
+    ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
+/* -- the queue: the sampling thread puts, the sink thread takes -------------------------------- */
+
+/* Past the bound the oldest batch goes: the sink thread is stuck in a send (a sink that is down has
+ * its batches moved to the spool at once), so it cannot spool it now, and memory is not endless.
+ * Returns the samples dropped; the caller counts them as lost and says so. Under lock. */
+static long long trim_queue(struct sink_runner *r)
+{
+    long long dropped = 0;
+    while (r->queued_bytes > r->queue_max && r->head != r->tail) {
+        struct batch *old = r->head;
+        r->head = old->next;
+        r->queued_bytes -= (long long)old->len;
+        dropped += old->count;
+        free_batch(old);
+    }
+    r->queue_dropped += dropped;
+    return dropped;
+}
+
+static struct batch *new_batch(const struct sink *s, const struct fs_sample *samples, size_t n)
+{
+    struct fs_buf out = {0};
+    sink_encode(s, samples, n, &out);
+    struct batch *b = out.failed ? NULL : calloc(1, sizeof *b);
+    if (!b) {
+        fs_buf_free(&out);
+        return NULL;
+    }
+    b->data = out.data;
+    b->len = out.len;
+    b->count = (int)n;
+    return b;
+}
+
+void runner_submit(struct sink_runner *r, const struct fs_sample *samples, size_t n)
+{
+    if (n == 0)
+        return;
+    struct batch *b = new_batch(&r->sink, samples, n);
+    long long dropped = 0;
+    pthread_mutex_lock(&r->lock);
+    if (b) {
+        if (r->tail)
+            r->tail->next = b;
+        else
+            r->head = b;
+        r->tail = b;
+        r->queued_bytes += (long long)b->len;
+        dropped = trim_queue(r);
+        pthread_cond_signal(&r->wake);
+    } else {
+        r->queue_dropped += (long long)n;
+    }
+    pthread_mutex_unlock(&r->lock);
+    if (!b)
+        LOG_ERR("sink %s: out of memory encoding %zu samples: they are lost", r->sink.url, n);
+    if (dropped)
+        LOG_ERR("sink %s has not taken a batch for a while and its queue is over %lld bytes: dropped the oldest "
+                "queued batch (%lld samples)", r->sink.url, r->queue_max, dropped);
+}
+
+static int spool_pending(const struct sink_runner *r)
+{
+    return r->has_spool && !spool_empty(&r->spool);
+}
+
+/* The next queued batch; NULL when it is time to resend the spool, or, with *stop set, when the
+ * queue is empty and runner_stop was called. */
+static struct batch *next_batch(struct sink_runner *r, int *stop)
+{
+    pthread_mutex_lock(&r->lock);
+    while (!r->head && !r->stopping) {
+        if (!spool_pending(r)) {
+            pthread_cond_wait(&r->wake, &r->lock);
+            continue;
+        }
+        if (fs_monotonic() >= r->next_retry)
+            break;
+        struct timespec until = monotonic_timespec(r->next_retry);
+        pthread_cond_timedwait(&r->wake, &r->lock, &until);
+    }
+    struct batch *b = r->head;
+    if (b) {
+        r->head = b->next;
+        if (!r->head)
+            r->tail = NULL;
+        r->queued_bytes -= (long long)b->len;
+    }
+    *stop = !b && r->stopping;
+    pthread_mutex_unlock(&r->lock);
+    return b;
+}
+
+/* -- delivery: the sink thread ----------------------------------------------------------------- */
+
+static void mark_down(struct sink_runner *r, const char *why)
+{
+    if (!r->down)
+        LOG_ERR("sink %s is down (%s): %s", r->sink.url, why, r->has_spool ? "spooling" : "samples are lost meanwhile");
+    r->down = 1;
+    r->next_retry = fs_monotonic() + RETRY_S;
+}
+
+static void mark_up(struct sink_runner *r)
+{
+    if (r->down)
+        LOG_WARN("sink %s is back", r->sink.url);
+    r->down = 0;
+}
+
+/* A batch the sink did not take waits in the spool; with no spool (or a spool that cannot be
+ * written) it is lost, and counted. */
+static void keep(struct sink_runner *r, const char *data, size_t len, int count)
+{
+    if (r->has_spool && spool_push(&r->spool, data, len, count) == 0)
+        return;
+    if (r->has_spool)
+        LOG_ERR("spool %s: cannot write: %s", r->spool.dir, strerror(errno));
+    r->lost += count;
+}
+
+/* Documents the store could not take now (429, 5xx) go to the back of the spool, and the sink is
+ * given RETRY_S before it is sent anything again, as when it is down. */
+static void send_again_later(struct sink_runner *r, const struct sink_outcome *o)
+{
+    LOG_WARN("sink %s: %d documents not taken for now: %s", r->sink.url, o->again_count,
+             r->has_spool ? "spooled, to be sent again" : "lost (no --spool-dir)");
+    if (o->again.failed) {
+        LOG_ERR("sink %s: out of memory keeping %d documents: they are lost", r->sink.url, o->again_count);
+        r->lost += o->again_count;
+        return;
+    }
+    keep(r, o->again.data, o->again.len, o->again_count);
+    r->next_retry = fs_monotonic() + RETRY_S;
+}
+
+/* Send one batch; -1 when the sink is down (the caller keeps the batch). Otherwise the batch is
+ * settled: what the sink stored, refused for good, or wants again later is counted here. */
+static int deliver(struct sink_runner *r, const char *data, size_t len, int count)
+{
+    struct sink_outcome o;
+    sink_send(&r->sink, data, len, count, &o);
+    if (o.down) {
+        mark_down(r, o.why);
+        fs_buf_free(&o.again);
+        return -1;
+    }
+    mark_up(r);
+    r->rejected += o.rejected;
+    r->delivered += count - o.rejected - o.again_count;
+    if (o.again_count)
+        send_again_later(r, &o);
+    fs_buf_free(&o.again);
+    return 0;
+}
+
+/* Resend the spool, oldest first; 0 once it is empty, -1 when the sink must be left alone until
+ * next_retry (every way out with -1 sets it: the caller waits for it). */
+static int drain_spool(struct sink_runner *r)
+{
+    while (spool_pending(r)) {
+        size_t len = 0;
+        int count = 0;
+        char *data = spool_peek(&r->spool, &len, &count);
+        if (!data && spool_empty(&r->spool))
+            return 0;
+        if (!data) {
+            LOG_ERR("spool %s: cannot read its oldest batch: %s", r->spool.dir, strerror(errno));
+            r->next_retry = fs_monotonic() + RETRY_S;
+            return -1;
+        }
+        int rc = deliver(r, data, len, count);
+        free(data);
+        if (rc != 0)
+            return -1;
+        spool_pop(&r->spool);
+        if (fs_monotonic() < r->next_retry) /* part of it is to be sent again, after a pause */
+            return -1;
+    }
+    return 0;
+}
+
+/* In order: nothing goes past what waits in the spool, and a sink that is down is not sent
+ * anything before its retry time. */
+static void take_batch(struct sink_runner *r, const struct batch *b)
+{
+    int hold = (r->down || spool_pending(r)) && fs_monotonic() < r->next_retry;
+    if (hold || drain_spool(r) != 0 || deliver(r, b->data, b->len, b->count) != 0)
+        keep(r, b->data, b->len, b->count);
+}
+
+static void sleep_until_monotonic(double t)
+{
+    struct timespec ts = monotonic_timespec(t);
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        ;
+}
+
+/* A sink that is down at exit gets drain_timeout more to come back (a store restarting as a run
+ * ends); what it still has not taken stays in the spool for the next start. */
+static void drain_at_exit(struct sink_runner *r)
+{
+    double deadline = fs_monotonic() + r->drain_timeout;
+    while (spool_pending(r)) {
+        double now = fs_monotonic();
+        if (now >= r->next_retry) {
+            drain_spool(r);
+            continue;
+        }
+        if (now >= deadline)
+            return;
+        sleep_until_monotonic(r->next_retry < deadline ? r->next_retry : deadline);
+    }
+}
+
+static void *run_sink(void *arg)
+{
+    struct sink_runner *r = arg;
+    for (;;) {
+        int stop = 0;
+        struct batch *b = next_batch(r, &stop);
+        if (b) {
+            take_batch(r, b);
+            free_batch(b);
+        } else if (stop) {
+            break;
+        } else {
+            drain_spool(r);
+        }
+    }
+    drain_at_exit(r);
+    return NULL;
+}
+
+/* -- life cycle -------------------------------------------------------------------------------- */
+
+static int open_spool(struct sink_runner *r, const char *spool_dir, long long max_bytes, char *err, size_t errlen)
+{
+    _Static_assert(SPOOL_DIR_MAX + 1 + SPOOL_NAME_MAX < sizeof r->spool.dir, "room for the sink's folder name");
+    char dir[sizeof r->spool.dir];
+    if (strlen(spool_dir) > SPOOL_DIR_MAX) {
+        snprintf(err, errlen, "--spool-dir: a path longer than the limit of %d characters", SPOOL_DIR_MAX);
+        return -1;
+    }
+    size_t n = (size_t)snprintf(dir, sizeof dir, "%s/", spool_dir);
+    for (const char *u = r->sink.url; *u && u - r->sink.url < SPOOL_NAME_MAX; u++)
+        dir[n++] = (char)((*u >= 'a' && *u <= 'z') || (*u >= 'A' && *u <= 'Z') || (*u >= '0' && *u <= '9') ? *u : '_');
+    dir[n] = '\0';
+    if (spool_open(&r->spool, dir, max_bytes) != 0) {
+        snprintf(err, errlen, "spool %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    if (spool_claim(&r->spool, r->sink.url, err, errlen) != 0)
+        return -1;
+    r->has_spool = 1;
+    return 0;
+}
+
+int runner_open(struct sink_runner *r, const char *url, const char *spool_dir, long long max_bytes,
+                double drain_timeout, char *err, size_t errlen)
+{
+    memset(r, 0, sizeof *r);
+    r->sink.fd = -1;
+    r->queue_max = max_bytes;
+    r->drain_timeout = drain_timeout;
+    pthread_condattr_t attr; /* timed waits on the monotonic clock: the wall clock may jump */
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&r->wake, &attr);
+    pthread_condattr_destroy(&attr);
+    pthread_mutex_init(&r->lock, NULL);
+    err[0] = '\0';
+    if (sink_parse_url(url, &r->sink, err, errlen) != 0)
+        return -1;
+    if (sink_open(&r->sink) != 0) {
+        snprintf(err, errlen, "%s: cannot set up an HTTP client (libcurl)", url);
+        return -1;
+    }
+    return spool_dir && sink_is_reliable(&r->sink) ? open_spool(r, spool_dir, max_bytes, err, errlen) : 0;
+}
+
+int runner_start(struct sink_runner *r)
+{
+    if (pthread_create(&r->thread, NULL, run_sink, r) != 0)
+        return -1;
+    r->started = 1;
+    return 0;
+}
+
+void runner_stop(struct sink_runner *r)
+{
+    pthread_mutex_lock(&r->lock);
+    r->stopping = 1;
+    pthread_cond_signal(&r->wake);
+    pthread_mutex_unlock(&r->lock);
+}
+
+void runner_join(struct sink_runner *r)
+{
+    if (r->started)
+        pthread_join(r->thread, NULL);
+    r->started = 0;
+}
+
+long long runner_lost(const struct sink_runner *r)
+{
+    return r->lost + r->queue_dropped;
+}
+
+void runner_close(struct sink_runner *r)
+{
+    while (r->head) {
+        struct batch *b = r->head;
+        r->head = b->next;
+        free_batch(b);
+    }
+    r->tail = NULL;
+    sink_close(&r->sink);
+    pthread_cond_destroy(&r->wake);
+    pthread_mutex_destroy(&r->lock);
+}

@@ -1,0 +1,56 @@
+/* One delivery thread per sink, like the Python agent's SinkRunner: a sink that hangs (an HTTP
+ * store holding its answer up to the 5 s time-out, a TCP receiver that stops reading) must never
+ * delay sampling. The sampling thread only encodes each tick's batch for the sink and queues it;
+ * the sink's thread sends the batches in order, spools them on disk while the sink is down, and
+ * resends the spool every second. The sink, its spool and its counters are that thread's own. */
+#ifndef FLOWSTAT_DELIVERY_H
+#define FLOWSTAT_DELIVERY_H
+
+#include <pthread.h>
+
+#include "sinks.h"
+#include "spool.h"
+
+/* --spool-dir's longest path: each sink's folder in it is named by up to 80 characters more. */
+#define SPOOL_DIR_MAX 400
+
+struct batch;
+
+struct sink_runner {
+    struct sink sink;
+
+    /* the sink thread's own: read by others only after runner_join */
+    struct spool spool;
+    int has_spool, down;
+    double next_retry, drain_timeout;
+    long long delivered, rejected, lost;
+
+    /* shared with the sampling thread, under lock */
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    struct batch *head, *tail;
+    long long queued_bytes, queue_max;
+    int stopping;
+    long long queue_dropped; /* samples dropped from the front of a full queue */
+
+    pthread_t thread;
+    int started;
+};
+
+/* Parse url, open the sink and, when spool_dir is given and the sink is reliable, its spool
+ * (spool_dir/URL-with-only-alphanumerics, which gets a sink-url file). The in-memory queue is
+ * bounded by max_bytes too. -1 with a message in err on failure. */
+int runner_open(struct sink_runner *r, const char *url, const char *spool_dir, long long max_bytes,
+                double drain_timeout, char *err, size_t errlen);
+int runner_start(struct sink_runner *r);
+/* Sampling thread: encode n samples for the sink and queue them (never waits on the sink). */
+void runner_submit(struct sink_runner *r, const struct fs_sample *samples, size_t n);
+/* No more batches: the thread sends what is queued, gives a sink that is down drain_timeout to
+ * take what is spooled (what it does not take stays spooled), and ends. */
+void runner_stop(struct sink_runner *r);
+void runner_join(struct sink_runner *r);
+/* Samples lost for good (not delivered, not rejected, not spooled); after runner_join. */
+long long runner_lost(const struct sink_runner *r);
+void runner_close(struct sink_runner *r);
+
+#endif
