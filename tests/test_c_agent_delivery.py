@@ -225,6 +225,56 @@ def test_a_tcp_sink_that_never_reads_does_not_delay_sampling(tmp_path):
     assert sink["delivered"] + sink["spooled_samples"] == everything["samples"]
 
 
+def test_a_full_queue_drops_its_oldest_batch_and_says_so(tmp_path):
+    """The queue in front of a sink is bounded by --spool-max-mb too: past it the oldest batch goes,
+    counted as lost and logged, and the agent exits non-zero."""
+    server = ScriptedHttp(hold=True)
+    proc = sleeper()
+    url = f"http://127.0.0.1:{server.port}/write"
+    stats = tmp_path / "stats.json"
+    agent = subprocess.Popen(agent_cmd("--pid", proc.pid, "--interval", 0.02, "--duration", 4, "--quiet",
+                                       "--sink", url, "--spool-max-mb", 0.005, "--stats", stats),
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(2.0)
+        server.release.set()
+        assert agent.wait(30) == 1
+        log = agent.stderr.read()
+    finally:
+        proc.kill()
+        agent.kill()
+        server.close()
+    assert "queue is over 5242 bytes: dropped the oldest queued batch" in log
+    everything = json.loads(stats.read_text())
+    sink = everything["sinks"][url]
+    assert sink["lost"] > 0 and sink["delivered"] + sink["lost"] == everything["samples"]
+    assert len(server.lines()) == sink["delivered"]
+
+
+def test_a_slow_sink_cannot_hold_the_exit(tmp_path):
+    """A sink that answers each batch in 1 s: at exit, what is still queued gets 5 s (at least
+    --drain-timeout) to go out, and the rest waits in the spool."""
+    server = ScriptedHttp(lambda path, body, n: (time.sleep(1.0), (204, b""))[1])
+    proc = sleeper()
+    url = f"http://127.0.0.1:{server.port}/write"
+    stats = tmp_path / "stats.json"
+    started = time.monotonic()
+    try:
+        out = run_agent("--pid", proc.pid, "--interval", 0.05, "--duration", 2, "--sink", url, "--quiet",
+                        "--spool-dir", tmp_path / "spool", "--drain-timeout", 0, "--stats", stats)
+    finally:
+        proc.kill()
+        server.close()
+    took = time.monotonic() - started
+    assert out.returncode == 0, out.stderr
+    assert took < 2 + 5 + 1 + 1.5, took  # 40 batches at 1 s each would take 40 s
+    assert "too slow to take what was queued before the exit: the rest is spooled" in out.stderr
+    everything = json.loads(stats.read_text())
+    sink = everything["sinks"][url]
+    assert 3 <= sink["delivered"] <= 9 and sink["lost"] == 0
+    assert sink["delivered"] + sink["spooled_samples"] == everything["samples"]
+
+
 # -- the store policy ----------------------------------------------------------------------------
 
 def bulk_answer(seen: dict[str, int]):

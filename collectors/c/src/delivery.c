@@ -1,11 +1,13 @@
 #include "delivery.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #define RETRY_S 1.0
+#define EXIT_SEND_MIN_S 5.0 /* at exit, what is queued gets at least one HTTP time-out to go out */
 #define SPOOL_NAME_MAX 80 /* characters of the URL in its spool folder's name, as the Python agent */
 
 struct batch {
@@ -100,8 +102,9 @@ static int spool_pending(const struct sink_runner *r)
 }
 
 /* The next queued batch; NULL when it is time to resend the spool, or, with *stop set, when the
- * queue is empty and runner_stop was called. */
-static struct batch *next_batch(struct sink_runner *r, int *stop)
+ * queue is empty and runner_stop was called. *exit_deadline: when runner_stop was called, the time
+ * past which queued batches are no longer sent (0 before). */
+static struct batch *next_batch(struct sink_runner *r, int *stop, double *exit_deadline)
 {
     pthread_mutex_lock(&r->lock);
     while (!r->head && !r->stopping) {
@@ -122,6 +125,7 @@ static struct batch *next_batch(struct sink_runner *r, int *stop)
         r->queued_bytes -= (long long)b->len;
     }
     *stop = !b && r->stopping;
+    *exit_deadline = r->exit_deadline;
     pthread_mutex_unlock(&r->lock);
     return b;
 }
@@ -189,11 +193,13 @@ static int deliver(struct sink_runner *r, const char *data, size_t len, int coun
     return 0;
 }
 
-/* Resend the spool, oldest first; 0 once it is empty, -1 when the sink must be left alone until
- * next_retry (every way out with -1 sets it: the caller waits for it). */
-static int drain_spool(struct sink_runner *r)
+/* Resend the spool, oldest first, until it is empty (0) or `until` passes (-1); -1 too when the
+ * sink must be left alone until next_retry (then every way out sets it: the caller waits for it). */
+static int drain_spool(struct sink_runner *r, double until)
 {
     while (spool_pending(r)) {
+        if (fs_monotonic() >= until)
+            return -1;
         size_t len = 0;
         int count = 0;
         char *data = spool_peek(&r->spool, &len, &count);
@@ -217,11 +223,21 @@ static int drain_spool(struct sink_runner *r)
 
 /* In order: nothing goes past what waits in the spool, and a sink that is down is not sent
  * anything before its retry time. */
-static void take_batch(struct sink_runner *r, const struct batch *b)
+static void take_batch(struct sink_runner *r, const struct batch *b, double until)
 {
     int hold = (r->down || spool_pending(r)) && fs_monotonic() < r->next_retry;
-    if (hold || drain_spool(r) != 0 || deliver(r, b->data, b->len, b->count) != 0)
+    if (hold || drain_spool(r, until) != 0 || deliver(r, b->data, b->len, b->count) != 0)
         keep(r, b->data, b->len, b->count);
+}
+
+/* A sink that takes each batch just within its time-out must not hold the exit for as many
+ * time-outs as there are batches queued: past the exit deadline they go to the spool unsent. */
+static void put_aside(struct sink_runner *r, const struct batch *b)
+{
+    if (!r->put_aside++)
+        LOG_ERR("sink %s is too slow to take what was queued before the exit: %s", r->sink.url,
+                r->has_spool ? "the rest is spooled" : "the rest is lost (no --spool-dir)");
+    keep(r, b->data, b->len, b->count);
 }
 
 static void sleep_until_monotonic(double t)
@@ -232,19 +248,18 @@ static void sleep_until_monotonic(double t)
 }
 
 /* A sink that is down at exit gets drain_timeout more to come back (a store restarting as a run
- * ends); what it still has not taken stays in the spool for the next start. */
+ * ends); what it still has not taken then stays in the spool for the next start. */
 static void drain_at_exit(struct sink_runner *r)
 {
     double deadline = fs_monotonic() + r->drain_timeout;
-    while (spool_pending(r)) {
+    for (;;) {
         double now = fs_monotonic();
-        if (now >= r->next_retry) {
-            drain_spool(r);
-            continue;
-        }
-        if (now >= deadline)
+        if (!spool_pending(r) || now >= deadline)
             return;
-        sleep_until_monotonic(r->next_retry < deadline ? r->next_retry : deadline);
+        if (now >= r->next_retry)
+            drain_spool(r, deadline); /* empties it, or waits for next_retry, or stops at the deadline */
+        else
+            sleep_until_monotonic(r->next_retry < deadline ? r->next_retry : deadline);
     }
 }
 
@@ -253,14 +268,19 @@ static void *run_sink(void *arg)
     struct sink_runner *r = arg;
     for (;;) {
         int stop = 0;
-        struct batch *b = next_batch(r, &stop);
+        double exit_deadline = 0;
+        struct batch *b = next_batch(r, &stop, &exit_deadline);
+        double until = exit_deadline > 0 ? exit_deadline : INFINITY;
         if (b) {
-            take_batch(r, b);
+            if (fs_monotonic() >= until)
+                put_aside(r, b);
+            else
+                take_batch(r, b, until);
             free_batch(b);
         } else if (stop) {
             break;
         } else {
-            drain_spool(r);
+            drain_spool(r, until);
         }
     }
     drain_at_exit(r);
@@ -324,8 +344,10 @@ int runner_start(struct sink_runner *r)
 
 void runner_stop(struct sink_runner *r)
 {
+    double grace = r->drain_timeout > EXIT_SEND_MIN_S ? r->drain_timeout : EXIT_SEND_MIN_S;
     pthread_mutex_lock(&r->lock);
     r->stopping = 1;
+    r->exit_deadline = fs_monotonic() + grace;
     pthread_cond_signal(&r->wake);
     pthread_mutex_unlock(&r->lock);
 }

@@ -24,6 +24,7 @@ struct sink_runner {
     int has_spool, down;
     double next_retry, drain_timeout;
     long long delivered, rejected, lost;
+    int put_aside; /* batches spooled unsent at exit: the sink was too slow */
 
     /* shared with the sampling thread, under lock */
     pthread_mutex_t lock;
@@ -31,6 +32,7 @@ struct sink_runner {
     struct batch *head, *tail;
     long long queued_bytes, queue_max;
     int stopping;
+    double exit_deadline; /* set by runner_stop */
     long long queue_dropped; /* samples dropped from the front of a full queue */
 
     pthread_t thread;
@@ -45,8 +47,9 @@ int runner_open(struct sink_runner *r, const char *url, const char *spool_dir, l
 int runner_start(struct sink_runner *r);
 /* Sampling thread: encode n samples for the sink and queue them (never waits on the sink). */
 void runner_submit(struct sink_runner *r, const struct fs_sample *samples, size_t n);
-/* No more batches: the thread sends what is queued, gives a sink that is down drain_timeout to
- * take what is spooled (what it does not take stays spooled), and ends. */
+/* No more batches: the thread sends what is queued (for up to drain_timeout, at least 5 s; what
+ * is left then is spooled unsent), then gives a sink that is down drain_timeout to take what is
+ * spooled (what it does not take stays spooled), and ends. */
 void runner_stop(struct sink_runner *r);
 void runner_join(struct sink_runner *r);
 /* Samples lost for good (not delivered, not rejected, not spooled); after runner_join. */

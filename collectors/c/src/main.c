@@ -500,6 +500,14 @@ static void submit_all(struct agent *a, const struct fs_sample *samples, size_t 
         runner_submit(&a->sinks[i], samples, n);
 }
 
+/* Two statements: sample_all may move the array, and the order in which a call's arguments are
+ * evaluated is unspecified (clang read the old pointer first). */
+static void sample_and_submit(struct agent *a, struct fs_sample **samples, size_t *cap)
+{
+    size_t n = sample_all(a, samples, cap);
+    submit_all(a, *samples, n);
+}
+
 static void sleep_until(double deadline)
 {
     double left = deadline - fs_monotonic();
@@ -617,7 +625,7 @@ static void sample_until_done(struct agent *a)
             next_rescan = now + a->opt.rescan;
         }
         if (tick > 0) {
-            submit_all(a, samples, sample_all(a, &samples, &samples_cap));
+            sample_and_submit(a, &samples, &samples_cap);
             a->rounds++;
         }
         if ((a->opt.count >= 0 && a->rounds >= a->opt.count) ||
@@ -632,7 +640,7 @@ static void sample_until_done(struct agent *a)
         sleep_until(start + (double)tick * a->opt.interval);
     }
     if (stop_flag && a->ntargets) /* stopped from outside: one last pass reports nodes that ended */
-        submit_all(a, samples, sample_all(a, &samples, &samples_cap));
+        sample_and_submit(a, &samples, &samples_cap);
     free(samples);
 }
 
