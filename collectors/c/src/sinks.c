@@ -218,7 +218,8 @@ static void judge_bulk_items(const struct sink *s, const struct fs_buf *body, co
         if (i >= count)
             break;
         const cJSON *status = item->child ? cJSON_GetObjectItemCaseSensitive(item->child, "status") : NULL;
-        long st = cJSON_IsNumber(status) ? (long)status->valuedouble : 0;
+        long st = cJSON_IsNumber(status) && status->valuedouble >= 0 && status->valuedouble < 1000
+                      ? (long)status->valuedouble : 0; /* any number fits a double, not a long */
         enum verdict v = judge_status(st);
         again[i++] = v == DOWN;
         if (v == REFUSED && o->rejected++ == 0) {

@@ -41,8 +41,10 @@ static int batch_path(const struct spool *s, unsigned long long n, char *out, si
     int found = -1;
     while (found != 0 && (e = readdir(dir)) != NULL) {
         unsigned long long number;
-        if (parse_batch_name(e->d_name, &number, count) == 0 && number == n) {
+        int samples;
+        if (parse_batch_name(e->d_name, &number, &samples) == 0 && number == n) {
             snprintf(out, len, "%s/%s", s->dir, e->d_name);
+            *count = samples;
             found = 0;
         }
     }
@@ -216,8 +218,17 @@ static int write_new_file(const char *path, const char *text)
     ok &= close(fd) == 0;
     /* link, not rename: a file another agent wrote meanwhile is kept, never replaced */
     ok = ok && (link(tmp, path) == 0 || errno == EEXIST);
+    int saved = errno;
     unlink(tmp);
+    errno = saved;
     return ok ? 0 : -1;
+}
+
+static void trim_line_end(char *text)
+{
+    size_t n = strlen(text);
+    while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r'))
+        text[--n] = '\0';
 }
 
 int spool_claim(struct spool *s, const char *url, char *err, size_t errlen)
@@ -230,7 +241,9 @@ int spool_claim(struct spool *s, const char *url, char *err, size_t errlen)
         return -1;
     }
     char *have = read_small_file(path, sizeof want);
-    int same = have && strcmp(have, want) == 0;
+    if (have)
+        trim_line_end(have); /* written by hand, or by another program, the newline may differ */
+    int same = have && strcmp(have, url) == 0;
     if (!same)
         snprintf(err, errlen, "spool %s holds the batches of another sink (%s names %.200s): give another --spool-dir",
                  s->dir, SPOOL_URL_FILE, have ? have : "?");
