@@ -385,7 +385,7 @@ def test_http_statuses_follow_the_store_policy(tmp_path, status, down):
 def test_each_spool_folder_names_its_sink_and_is_resent_by_the_next_agent(tmp_path):
     port = free_port()  # nobody there yet
     proc = sleeper()
-    http_url, file_url = f"http://127.0.0.1:{port}/write", f"file://{tmp_path}/s.lp"
+    http_url, file_url = f"http://127.0.0.1:{port}/write", f"file://{tmp_path}/{'samples-' * 12}.lp"
     spool, stats = tmp_path / "spool", tmp_path / "stats.json"
     common = ("--pid", proc.pid, "--interval", 0.05, "--sink", http_url, "--sink", file_url, "--spool-dir", spool,
               "--stats", stats, "--quiet")
@@ -393,6 +393,8 @@ def test_each_spool_folder_names_its_sink_and_is_resent_by_the_next_agent(tmp_pa
         first = run_agent(*common, "--count", 3, "--drain-timeout", 0)
         assert first.returncode == 0, first.stderr
         folders = {d.name: d for d in spool.iterdir()}
+        # named as the Python agent names them: letters and digits kept, the rest "_", 80 at most
+        assert set(folders) == {"".join(c if c.isalnum() else "_" for c in url)[:80] for url in (http_url, file_url)}
         assert {(d / "sink-url").read_text() for d in folders.values()} == {http_url + "\n", file_url + "\n"}
         waiting = next(d for d in folders.values() if (d / "sink-url").read_text() == http_url + "\n")
         assert sorted(f.name.split("-")[1] for f in waiting.glob("*.batch")) == ["1.batch"] * 3
