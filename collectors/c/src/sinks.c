@@ -166,6 +166,17 @@ static enum verdict judge_status(long status)
     return DOWN; /* 408, 429, 5xx; and a redirect or anything odd: nothing was stored */
 }
 
+/* One _bulk item: 2xx stored; 429 and 5xx to be sent again; any other status refused. An item
+ * with no status is no answer: sent again (idempotent, as every resend to Elasticsearch). */
+static enum verdict judge_item(const cJSON *item, double *status)
+{
+    const cJSON *st = item && item->child ? cJSON_GetObjectItemCaseSensitive(item->child, "status") : NULL;
+    if (!cJSON_IsNumber(st))
+        return DOWN;
+    *status = st->valuedouble;
+    return *status >= 200 && *status < 300 ? STORED : *status == 429 || *status >= 500 ? DOWN : REFUSED;
+}
+
 /* The N of an InfluxDB partial write ("partial write: ... dropped=N"), or -1 if body is not one. */
 static int partial_write_dropped(const char *body)
 {
@@ -192,16 +203,16 @@ static void copy_documents(const char *data, size_t len, const char *again, int 
     }
 }
 
-static void log_refused_document(const struct sink *s, int refused, int count, long status, const cJSON *error)
+static void log_refused_document(const struct sink *s, int refused, int count, double status, const cJSON *error)
 {
     char *text = error ? cJSON_PrintUnformatted(error) : NULL;
-    LOG_ERR("sink %s: %d of %d documents refused, the first with HTTP %ld: %.300s", s->url, refused, count, status,
+    LOG_ERR("sink %s: %d of %d documents refused, the first with status %g: %.300s", s->url, refused, count, status,
             text ? text : "(no error given)");
     free(text);
 }
 
 /* _bulk answered 2xx: with "errors": true, item i tells what became of document i. A document
- * with no item is sent again too (a resend is idempotent: its _id is deterministic). */
+ * with no item is sent again, as one with no status. */
 static void judge_bulk_items(const struct sink *s, const struct fs_buf *body, const char *data, size_t len, int count,
                              struct sink_outcome *o)
 {
@@ -212,19 +223,17 @@ static void judge_bulk_items(const struct sink *s, const struct fs_buf *body, co
         return;
     }
     const cJSON *item, *first_error = NULL;
-    long first_status = 0;
+    double first_status = 0;
     int i = 0;
     cJSON_ArrayForEach(item, cJSON_GetObjectItemCaseSensitive(doc, "items")) {
         if (i >= count)
             break;
-        const cJSON *status = item->child ? cJSON_GetObjectItemCaseSensitive(item->child, "status") : NULL;
-        long st = cJSON_IsNumber(status) && status->valuedouble >= 0 && status->valuedouble < 1000
-                      ? (long)status->valuedouble : 0; /* any number fits a double, not a long */
-        enum verdict v = judge_status(st);
+        double status = 0;
+        enum verdict v = judge_item(item, &status);
         again[i++] = v == DOWN;
         if (v == REFUSED && o->rejected++ == 0) {
             first_error = cJSON_GetObjectItemCaseSensitive(item->child, "error");
-            first_status = st;
+            first_status = status;
         }
     }
     memset(again + i, 1, (size_t)(count - i));
