@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from flowstat.procfs import cpu_seconds, vmrss_kb
+from flowstat.proc.procfs import cpu_seconds, vmrss_kb
 
 ROOT = Path(__file__).resolve().parents[1]
 C_AGENT = ROOT / "collectors" / "c" / "build" / "flowstat-agent"
@@ -72,7 +72,7 @@ def bench_cpu(tmp: Path, n: int, seconds: float, telegraf: str | None) -> dict:
                                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         monitors["c_agent"] = subprocess.Popen([str(C_AGENT), *pid_args, "--interval", "1", "--duration", str(total),
                                                 "--sink", f"file://{outputs['c_agent']}", "--quiet"])
-        monitors["python_agent"] = subprocess.Popen([sys.executable, "-m", "flowstat.cli", "agent", *pid_args,
+        monitors["python_agent"] = subprocess.Popen([sys.executable, "-m", "flowstat.agent", *pid_args,
                                                      "--interval", "1", "--duration", str(total),
                                                      "--sink", f"file://{outputs['python_agent']}", "--quiet"])
         monitors["floor"] = subprocess.Popen([str(floor), "1", str(total), *pids], stdout=subprocess.PIPE, text=True)
@@ -113,13 +113,22 @@ def bench_cpu(tmp: Path, n: int, seconds: float, telegraf: str | None) -> dict:
     return res
 
 
+def count_lines(path: Path) -> int:
+    """Lines an agent wrote; 0 when it wrote none yet (it creates its file at its first write)."""
+    try:
+        with open(path, "rb") as f:
+            return sum(1 for _ in f)
+    except FileNotFoundError:
+        return 0
+
+
 def bench_rss(tmp: Path, n: int, seconds: float) -> dict:
     targets = spawn_targets(n)
     pid_args = [a for p in targets for a in ("--pid", str(p.pid))]
     agents = {
         "c_agent": subprocess.Popen([str(C_AGENT), *pid_args, "--interval", "0.1", "--duration", str(seconds + 5),
                                      "--sink", f"file://{tmp / 'soak-c.lp'}", "--quiet"]),
-        "python_agent": subprocess.Popen([sys.executable, "-m", "flowstat.cli", "agent", *pid_args, "--interval", "0.1",
+        "python_agent": subprocess.Popen([sys.executable, "-m", "flowstat.agent", *pid_args, "--interval", "0.1",
                                           "--duration", str(seconds + 5), "--sink", f"file://{tmp / 'soak-py.lp'}",
                                           "--quiet"]),
     }
@@ -130,7 +139,7 @@ def bench_rss(tmp: Path, n: int, seconds: float) -> dict:
             for k, p in agents.items():
                 series[k].append((round(elapsed, 1), vmrss_kb(p.pid)))
             time.sleep(min(10.0, max(0.0, seconds - elapsed)))  # sampling period of the soak
-        lines = {k: sum(1 for _ in open(tmp / f"soak-{'c' if k == 'c_agent' else 'py'}.lp")) for k in agents}
+        lines = {k: count_lines(tmp / f"soak-{'c' if k == 'c_agent' else 'py'}.lp") for k in agents}
     finally:
         for p in agents.values():
             p.terminate()
@@ -153,33 +162,42 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="short windows (a sanity check, not a measurement)")
     ap.add_argument("--targets", type=int, default=500)
     ap.add_argument("--seconds", type=float, default=60)
-    ap.add_argument("--soak", type=float, default=600)
+    ap.add_argument("--soak", type=float, default=600, help="seconds of the RSS soak (0: no soak)")
     ap.add_argument("--no-telegraf", action="store_true", help="skip Telegraf (it needs Go to build)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     if args.quick:
         args.seconds, args.soak = 10, 60
+    if args.seconds <= 0 or args.soak < 0:
+        ap.error("--seconds must be positive and --soak at least 0")
     if not C_AGENT.exists():
         print("bench_agents: build the C agent first (make c-agent)", file=sys.stderr)
         return 2
     telegraf = None
     if not args.no_telegraf:
-        telegraf = subprocess.run([str(ROOT / "scripts" / "build-telegraf")], check=True, capture_output=True,
-                                  text=True).stdout.strip().splitlines()[-1]
+        from flowstat.stack.telegraf import build
+
+        telegraf = str(build())
     from run_benchmarks import machine, save_results  # shared with the harness benchmarks
     from flowstat.timeutil import compact_utc, iso_utc_ms
 
     results = {"started": iso_utc_ms(), "machine": machine(), "command": " ".join(sys.argv), "benchmarks": {}}
+    out = args.out or ROOT / "benchmarks" / "results" / f"agents-{compact_utc()}.json"
+    steps = [(f"CPU per process-sample: {args.targets} processes, 1 Hz, {args.seconds:g} s", "cpu_per_process_sample",
+              lambda tmp: bench_cpu(tmp, args.targets, args.seconds, telegraf)),
+             # Telegraf's cost per process falls as it watches more (its per-gather overhead is
+             # shared): the 50-process case is where ~0.6 ms per process-sample was first measured.
+             (f"CPU per process-sample: 50 processes, 1 Hz, {args.seconds:g} s", "cpu_per_process_sample_50",
+              lambda tmp: bench_cpu(tmp, 50, args.seconds, telegraf))]
+    if args.soak:
+        steps.append((f"agent RSS: 1000 processes, 10 Hz, {args.soak:g} s", "rss_soak",
+                      lambda tmp: bench_rss(tmp, 1000, args.soak)))
     with tempfile.TemporaryDirectory(prefix="flowstat-agents-") as tmp:
-        print(f"CPU per process-sample: {args.targets} processes, 1 Hz, {args.seconds:g} s ...", flush=True)
-        results["benchmarks"]["cpu_per_process_sample"] = bench_cpu(Path(tmp), args.targets, args.seconds, telegraf)
-        # Telegraf's cost per process falls as it watches more (its per-gather overhead is shared):
-        # the 50-process case is where ~0.6 ms per process-sample was first measured.
-        print(f"CPU per process-sample: 50 processes, 1 Hz, {args.seconds:g} s ...", flush=True)
-        results["benchmarks"]["cpu_per_process_sample_50"] = bench_cpu(Path(tmp), 50, args.seconds, telegraf)
-        print(f"agent RSS: 1000 processes, 10 Hz, {args.soak:g} s ...", flush=True)
-        results["benchmarks"]["rss_soak"] = bench_rss(Path(tmp), 1000, args.soak)
-    save_results(results, args.out or ROOT / "benchmarks" / "results" / f"agents-{compact_utc()}.json")
+        for title, key, bench in steps:
+            print(f"{title} ...", flush=True)
+            results["benchmarks"][key] = bench(Path(tmp))
+            save_results(results, out, quiet=True)  # a later step that fails keeps what was measured
+    save_results(results, out)
     return 0
 
 

@@ -35,7 +35,8 @@ from statistics import median
 
 import requests
 
-from flowstat.procfs import tree_cpu_seconds
+from flowstat import stores
+from flowstat.proc.procfs import tree_cpu_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
 C_AGENT = ROOT / "collectors" / "c" / "build" / "flowstat-agent"
@@ -49,6 +50,7 @@ def free_port() -> int:
 
 
 def make_run_file(path: Path, run_id: str, n: int, nodes: int = 100) -> None:
+    """A run file as the Python agent writes it: a header, then n samples of ``nodes`` nodes."""
     from flowstat.timeutil import iso_utc_ms
 
     t0 = time.time() - 86400  # yesterday: inside the raw retention policy
@@ -65,25 +67,19 @@ def make_run_file(path: Path, run_id: str, n: int, nodes: int = 100) -> None:
                                 "send_buffer_overloaded": False}) + "\n")
 
 
-def serialise(path: Path, store: str, target: str) -> list[bytes]:
-    """The same samples, encoded ahead of time, in batches: what the baseline posts."""
-    from flowstat_agent import schema
-
+def serialise(path: Path, store: str, target: str) -> list[tuple[bytes, int]]:
+    """The same samples, encoded ahead of time by the store's writer, in batches: what the baseline posts."""
+    writer = stores.get(store)("http://unused", target)
     batches, cur = [], []
     with open(path) as f:
         next(f)
         for line in f:
-            doc = json.loads(line)
-            if store == "influxdb":
-                cur.append(schema.to_line_protocol(doc) + "\n")
-            else:
-                cur.append(json.dumps({"index": {"_index": target, "_id": schema.document_id(doc)}}) + "\n"
-                           + schema.to_json(doc) + "\n")
+            cur.append(json.loads(line))
             if len(cur) == BATCH:
-                batches.append("".join(cur).encode())
+                batches.append((writer.encode(cur), len(cur)))
                 cur = []
     if cur:
-        batches.append("".join(cur).encode())
+        batches.append((writer.encode(cur), len(cur)))
     return batches
 
 
@@ -108,15 +104,12 @@ def measured(n: int, server_pid: int, work, beside=None) -> dict:
             "server_cpu_s": round(tree_cpu_seconds(server_pid) - server0, 2)}
 
 
-def post_batches(store: str, url: str, target: str, batches: list[bytes]) -> None:
-    session = requests.Session()
-    for body in batches:
-        if store == "influxdb":
-            r = session.post(f"{url}/write", params={"db": target, "precision": "ns"}, data=body, timeout=300)
-        else:
-            r = session.post(f"{url}/_bulk", data=body, headers={"Content-Type": "application/x-ndjson"}, timeout=300)
-            assert not r.json().get("errors"), "baseline bulk had errors"
-        r.raise_for_status()
+def post_batches(store: str, url: str, target: str, batches: list[tuple[bytes, int]]) -> None:
+    """Post pre-encoded batches one after the other with the store's writer, once each."""
+    writer = stores.get(store)(url, target, timeout_s=300)
+    for body, count in batches:
+        done = writer.post(body, count)
+        assert done.accepted == count and done.retry is None, f"baseline batch not taken: {done.reasons[:1]}"
 
 
 def baseline(store: str, url: str, target: str, batches: list[bytes], n: int, server_pid: int) -> dict:
@@ -126,9 +119,8 @@ def baseline(store: str, url: str, target: str, batches: list[bytes], n: int, se
 def replay_rate(store: str, url: str, target: str, path: Path, n: int, server_pid: int) -> dict:
     from flowstat.replay import replay
 
-    kwargs = {"influx": url, "es": None, "db": target} if store == "influxdb" else {"influx": None, "es": url, "index": target}
     reports = []
-    out = measured(n, server_pid, lambda: reports.extend(replay([path], **kwargs)))
+    out = measured(n, server_pid, lambda: reports.extend(replay([path], {store: (url, target)})))
     assert reports[0].good == n and not reports[0].bad
     return out
 
@@ -156,9 +148,9 @@ def drop_target(stack, store: str, name: str) -> None:
         requests.delete(f"{stack['elasticsearch'].url}/{name}", timeout=120)
 
 
-def retarget(batches: list[bytes], store: str, old: str, new: str) -> list[bytes]:
+def retarget(batches: list[tuple[bytes, int]], store: str, old: str, new: str) -> list[tuple[bytes, int]]:
     """The baseline's batches aimed at another index (the _bulk action lines name it)."""
-    return [b.replace(f'"_index": "{old}"'.encode(), f'"_index": "{new}"'.encode()) for b in batches] \
+    return [(b.replace(f'"_index":"{old}"'.encode(), f'"_index":"{new}"'.encode()), c) for b, c in batches] \
         if store == "elasticsearch" else batches
 
 
@@ -219,8 +211,9 @@ def bench_posting_contention(stack, tmp: Path, n: int) -> dict:
     url, server = stack["influxdb"].url, stack["influxdb"].pid()
     batches = serialise(path, "influxdb", "bench_contention")
     parse = ("from pathlib import Path; from flowstat.replay import FileReport, read_batches; "
+             "from flowstat.stores.influxdb import InfluxDB; "
              f"p = Path({str(path)!r}); r = FileReport(str(p)); "
-             "[None for _ in read_batches(p, r, influx=True, es_index=None)]")
+             "[None for _ in read_batches(p, r, [InfluxDB('http://unused').encoder()])]")
 
     def in_a_thread():
         t = threading.Thread(target=exec, args=(parse, {}))

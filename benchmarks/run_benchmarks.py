@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 
 from flowstat.timeutil import compact_utc, iso_utc_ms
-from flowstat_harness.orchestrator import run_topology
-from flowstat_harness.qcobjects import Kind, fill_gaussian, make_desc, merge, shape_for_size
-from flowstat_harness.topology import from_dict
+from flowstat.harness.orchestrator import run_topology
+from flowstat.harness.qcobjects import Kind, fill_gaussian, make_desc, merge, shape_for_size
+from flowstat.harness.topology import from_dict
 
 THESIS = {"merge_time_500kB_ms": 1.478, "peak_merged_per_s_one_merger": 37307, "merged_per_s_500_producers_1_merger": 36341}
 
@@ -48,13 +48,15 @@ def machine() -> dict:
             "numpy": np.__version__, "kernel": platform.release()}
 
 
-def save_results(results: dict, out: Path) -> None:
-    """Stamp, write and print a benchmark's results (every benchmark script ends this way)."""
+def save_results(results: dict, out: Path, quiet: bool = False) -> None:
+    """Stamp, write and print a benchmark's results (every benchmark script ends this way; quiet:
+    only write, to keep what is measured so far)."""
     results["finished"] = iso_utc_ms()
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))
-    print(json.dumps(results, indent=1))
-    print(f"\nwritten: {out}")
+    if not quiet:
+        print(json.dumps(results, indent=1))
+        print(f"\nwritten: {out}")
 
 
 def bench_merge_time(reps: int) -> dict:
@@ -129,7 +131,7 @@ def bench_transport_floor(seconds: float, producers: int) -> dict:
     """The same producer process as the harness, pushing 1 kB TH1F to a PULL that only counts."""
     sink = subprocess.Popen([sys.executable, "-c", TRANSPORT_SINK], stdout=subprocess.PIPE, text=True)
     port = int(sink.stdout.readline())
-    from flowstat_harness.devices.producer import Producer
+    from flowstat.harness.devices.producer import Producer
     cfg = {"node_id": "floor", "producers": list(range(producers)), "rate": 0, "buffer_size": 1000,
            "endpoints": [f"tcp://127.0.0.1:{port}"] * producers, "seed": 0,
            "object": {"type": "TH1F", "shape": list(shape_for_size(Kind.TH1F, 1000)), "entries": 1000, "names": 1}}

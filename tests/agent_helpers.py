@@ -52,7 +52,8 @@ class HttpReceiver:
 
 
 class StubNode:
-    """A control socket that answers like a node, hangs, or answers garbage (mode)."""
+    """A control socket that answers like a node ("ok"), hangs ("hang"), answers garbage
+    ("garbage"), or answers with a role and state outside the schema ("unknown")."""
 
     def __init__(self, mode: str = "ok"):
         self.mode = mode
@@ -76,6 +77,9 @@ class StubNode:
                 continue
             if self.mode == "garbage":
                 reply = b"\xff\x00 not json"
+            elif self.mode == "unknown":  # a role and a state outside the schema's lists
+                reply = json.dumps({"command": "get-metrics", "id": request.get("id"), "node_id": "stub",
+                                    "node_state": "SLEEPING", "role": "boss", "objects_received": 10}).encode()
             else:
                 reply = json.dumps({"command": "get-metrics", "id": request.get("id"), "node_id": "stub",
                                     "node_state": "RUNNING", "role": "merger", "average_merge_time": 0.25,

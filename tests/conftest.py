@@ -17,6 +17,25 @@ def runs_dir(tmp_path: Path) -> Path:
     return d
 
 
+# The modules that start, stop or use the real servers (the session's stack, or a stack of their own).
+SERVER_MODULES = {"test_compose.py", "test_ingest.py", "test_sinks_real_servers.py", "test_stack.py",
+                  "test_stores.py", "test_wheel.py"}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """make test runs the tests on two workers (pytest-xdist): the server modules go to one of
+    them, in order, sharing one stack (they mostly wait for a server to restart), while the other
+    worker runs the rest, test by test."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ServersTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "servers" if nodeid.split("::")[0].rsplit("/", 1)[-1] in SERVER_MODULES else nodeid
+
+    return ServersTogether(config, log)
+
+
 def topology_dict(**overrides) -> dict:
     base = {
         "run_id": "test",
@@ -30,26 +49,44 @@ def topology_dict(**overrides) -> dict:
     return base
 
 
+@pytest.fixture
+def reachable_tmp() -> Path:
+    """A scratch folder the stack's service user can enter (pytest's tmp_path is private to root)."""
+    import shutil
+    import uuid
+
+    d = ROOT / ".cache" / "test-tmp" / uuid.uuid4().hex[:12]
+    d.mkdir(parents=True)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
 def pid_alive(pid: int) -> bool:
-    from flowstat.procfs import is_alive
+    from flowstat.proc.procfs import is_alive
 
     return is_alive(pid)
 
 
 def _free_port() -> int:
+    """A free port P whose neighbours a server also takes (P+1, P+2, P+100: see flowstat.stack) are free too."""
     import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    from flowstat.stack.base import port_free
+
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port + 100 < 65536 and all(port_free(port + d) for d in (1, 2, 100)):
+            return port
 
 
 @pytest.fixture(scope="session")
 def stack():
-    """Real InfluxDB and Elasticsearch on loopback, started by the project's own stack code.
+    """Real InfluxDB, Elasticsearch and Telegraf on loopback, started by the project's own stack code.
 
-    Installs are cached in .cache/test-stack (a server's download happens once); data is wiped
-    at the end so each session starts clean.
+    Installs are cached in .cache/test-stack (make test prepares it first: `flowstat stack
+    install`); data is wiped at the end so each session starts clean.
     """
     import shutil
 
@@ -58,7 +95,11 @@ def stack():
     cache = ROOT / ".cache" / "test-stack"
     ports = {"influxdb": _free_port(), "elasticsearch": _free_port(), "telegraf": _free_port()}
     s = Stack(cache, ports)
-    s.up(report=lambda msg: None)
+    try:
+        s.up(report=lambda msg: None)
+    except BaseException:
+        s.down(report=lambda msg: None)  # what did start must not outlive the session
+        raise
     yield s
     s.down(report=lambda msg: None)
     for sub in ("influxdb/data", "influxdb/meta", "influxdb/wal", "elasticsearch/data", "stack.json"):
@@ -67,3 +108,4 @@ def stack():
             shutil.rmtree(target, ignore_errors=True)
         else:
             target.unlink(missing_ok=True)
+

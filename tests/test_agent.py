@@ -11,12 +11,12 @@ import time
 import pytest
 
 from agent_helpers import HttpReceiver, StubNode, sleeper
-from flowstat_agent import schema
-from flowstat_agent.agent import Agent, AgentConfig
-from flowstat_agent.procsample import ProcessGone, ProcFormatError, ProcReader, parse_stat, parse_statm
-from flowstat_agent.sinks import SinkURLError, open_sink
-from flowstat_agent.spool import Spool
-from flowstat_agent.targets import TargetSpec
+from flowstat import schema
+from flowstat.agent.agent import Agent, AgentConfig
+from flowstat.proc.reader import ProcessGone, ProcFormatError, ProcReader, parse_stat, parse_statm
+from flowstat.agent.sinks import SinkURLError, open_sink
+from flowstat.agent.spool import Spool
+from flowstat.agent.targets import TargetSpec
 
 
 def test_parse_stat_counts_fields_after_the_last_parenthesis():
@@ -163,3 +163,70 @@ def test_cli_refuses_no_targets_and_bad_sinks():
     assert r.returncode == 2 and "give at least one target" in r.stderr
     r = run("--pid", "1", "--sink", "gopher://x:1")
     assert r.returncode == 2 and "unknown sink" in r.stderr
+    r = run("--pid", "1", "--sink", "stdout://", "--sink", "file:///tmp/x.lp", "--sink", "stdout://")
+    assert r.returncode == 2 and "stdout://: --sink given twice" in r.stderr
+
+
+def flowstat_agent(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "flowstat", "agent", *map(str, args)], capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.parametrize("agent", ["py", "c"])
+def test_a_spool_left_behind_is_flushed_later_and_nothing_is_stranded(tmp_path, agent):
+    from agent_helpers import free_port
+    from conftest import ROOT
+
+    c_agent = ROOT / "collectors" / "c" / "build" / "flowstat-agent"
+    if agent == "c" and not c_agent.exists():
+        pytest.skip("run `make c-agent` (make test does)")
+    command = [str(c_agent)] if agent == "c" else [sys.executable, "-m", "flowstat", "agent"]
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/write"
+    proc = sleeper()
+    try:  # the sink is down for the agent's whole life, and it gives up at once at exit
+        r = subprocess.run([*command, "--pid", str(proc.pid), "--count", "20", "--interval", "0.02", "--sink", url,
+                            "--spool-dir", str(tmp_path / "spool"), "--drain-timeout", "0", "--stats",
+                            str(tmp_path / "stats.json"), "--quiet"], capture_output=True, text=True, timeout=120)
+    finally:
+        proc.kill()
+    assert r.returncode == 0, r.stderr  # nothing lost: it waits in the spool
+    assert json.loads((tmp_path / "stats.json").read_text())["sinks"][url]["spooled_samples"] == 20
+    folder, = [p.parent for p in (tmp_path / "spool").rglob("sink-url")]
+    assert (folder / "sink-url").read_text() == url + "\n"
+
+    still_down = flowstat_agent("--flush-spool", tmp_path / "spool", "--drain-timeout", 0.5)
+    assert still_down.returncode == 1 and "20 batches (20 samples) still spooled" in still_down.stdout
+    nowhere = tmp_path / "nowhere"
+    nowhere.mkdir()
+    (nowhere / "000000000000-1.batch").write_text("x\n")
+    r = flowstat_agent("--flush-spool", nowhere)
+    assert r.returncode == 2 and "no sink-url file says where these batches go; give --sink URL" in r.stderr
+
+    receiver = HttpReceiver(port)
+    try:
+        r = flowstat_agent("--flush-spool", tmp_path / "spool")
+    finally:
+        receiver.stop()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"20 samples sent to {url}, 0 refused; spool empty" in r.stdout
+    seqs = [int(line.split("seq=")[1].split("i")[0]) for line in receiver.lines()]
+    assert seqs == list(range(20))  # every sample, once, in order
+    assert not list(folder.glob("*.batch"))
+
+
+def test_spool_folders_keep_sinks_apart_and_are_named_as_the_c_agent_names_them():
+    from flowstat.agent.spool import folder_name
+
+    long = "file:///tmp/" + "x" * 100
+    assert folder_name(long + "/a.lp") != folder_name(long + "/b.lp")  # the same first 64 bytes
+    assert folder_name("http://127.0.0.1:8186/write") == "http___127_0_0_1_8186_write-" + "%08x" % fnv1a(
+        b"http://127.0.0.1:8186/write")
+    assert folder_name("file:///tmp/é") == "file____tmp___-" + "%08x" % fnv1a("file:///tmp/é".encode())
+
+
+def fnv1a(data: bytes) -> int:
+    h = 0x811C9DC5
+    for b in data:
+        h = ((h ^ b) * 0x01000193) % 2**32
+    return h

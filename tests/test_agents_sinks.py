@@ -12,7 +12,7 @@ import pytest
 
 from agent_helpers import HttpReceiver, SocketReceiver, sleeper
 from conftest import ROOT
-from flowstat_agent import schema
+from flowstat import schema
 
 C_AGENT = ROOT / "collectors" / "c" / "build" / "flowstat-agent"
 AGENTS = {"c": [str(C_AGENT)], "py": [sys.executable, "-m", "flowstat.cli", "agent"],

@@ -14,9 +14,9 @@ import pytest
 
 from agent_helpers import HttpReceiver, StubNode, sleeper
 from conftest import ROOT
-from flowstat_agent import schema
-from flowstat_agent.agent import Agent, AgentConfig
-from flowstat_agent.targets import TargetSpec
+from flowstat import schema
+from flowstat.agent.agent import Agent, AgentConfig
+from flowstat.agent.targets import TargetSpec
 
 BUILD = ROOT / "collectors" / "c" / "build"
 AGENT = BUILD / "flowstat-agent"
@@ -96,8 +96,8 @@ def test_both_agents_take_identical_samples_of_the_same_node(tmp_path):
 
 def test_both_agents_agree_on_live_harness_nodes(tmp_path):
     from conftest import topology_dict
-    from flowstat_harness.orchestrator import Orchestrator
-    from flowstat_harness.topology import from_dict
+    from flowstat.harness.orchestrator import Orchestrator
+    from flowstat.harness.topology import from_dict
 
     orch = Orchestrator(from_dict(topology_dict(duration=30)), "live", tmp_path / "live")
     orch.start()
@@ -222,3 +222,25 @@ def test_fuzz_parsers_briefly(tmp_path, target):
 def test_bad_arguments_are_refused_clearly(args, message):
     out = c_agent(*args)
     assert out.returncode == 2 and message in out.stderr
+
+
+def test_both_agents_keep_roles_and_states_to_the_schemas_lists(tmp_path):
+    """A node that says it is a 'boss' in state 'SLEEPING': both agents record role other and state
+    UP (the schema's defaults), never a value the stores and dashboards do not know."""
+    node, proc = StubNode("unknown"), sleeper()
+    endpoints = tmp_path / "endpoints.json"
+    endpoints.write_text(json.dumps({"run_id": "r", "nodes": [
+        {"node_id": "odd", "role": schema.DEFAULT_ROLE, "pid": proc.pid, "control": node.endpoint}]}))
+    try:
+        out = c_agent("--endpoints", endpoints, "--count", 2, "--interval", 0.05, "--sink",
+                      f"file://{tmp_path}/c.json?format=json", "--quiet")
+        assert out.returncode == 0, out.stderr
+        Agent(AgentConfig(TargetSpec(endpoints_files=[str(endpoints)]), [f"file://{tmp_path}/py.json?format=json"],
+                          interval_s=0.05, count=2)).run()
+    finally:
+        proc.kill()
+        node.close()
+    for name in ("c.json", "py.json"):
+        docs = [json.loads(x) for x in open(tmp_path / name)]
+        assert len(docs) == 2 and all(schema.validate(d) == [] for d in docs)
+        assert {(d["role"], d["node_state"], d["objects_received"]) for d in docs} == {("other", "UP", 10)}

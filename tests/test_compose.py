@@ -14,6 +14,7 @@ import yaml
 
 from conftest import ROOT
 
+
 COMPOSE = ROOT / "docker-compose.yml"
 
 
@@ -60,6 +61,17 @@ def test_versions_come_from_env_and_no_passwords_are_shipped():
         assert tag and tag.group(1) in env, f"{name}: image {image} is not pinned through .env"
     text = COMPOSE.read_text().lower() + (ROOT / ".env").read_text().lower()
     assert not re.search(r"password\s*[:=]\s*\S", text)
+
+
+def test_pinned_versions_agree_with_the_local_stack():
+    """The compose stack and flowstat stack run the same versions (.env, and the package's pins)."""
+    from flowstat.stack.elasticsearch import ES_VERSION
+    from flowstat.stack.telegraf import VERSION as TELEGRAF_VERSION
+
+    env = dict(line.split("=", 1) for line in (ROOT / ".env").read_text().splitlines()
+               if line and not line.startswith("#"))
+    assert env["TELEGRAF_VERSION"] == TELEGRAF_VERSION.lstrip("v")
+    assert env["ELASTIC_VERSION"] == ES_VERSION
 
 
 def test_elasticsearch_install_script_installs_the_templates(stack):

@@ -1,6 +1,6 @@
 import json
 
-from flowstat_harness.control import RateTracker, parse_request
+from flowstat.harness.control import RateTracker, parse_request
 
 
 def test_parse_request_accepts_known_commands():

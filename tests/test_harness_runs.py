@@ -13,9 +13,9 @@ import pytest
 import uproot
 
 from conftest import TOPOLOGIES, pid_alive, topology_dict
-from flowstat_harness.control import ControlClient
-from flowstat_harness.orchestrator import Orchestrator, run_topology
-from flowstat_harness.topology import from_dict
+from flowstat.harness.control import ControlClient
+from flowstat.harness.orchestrator import Orchestrator, run_topology
+from flowstat.harness.topology import from_dict
 
 pytestmark = pytest.mark.integration
 
@@ -50,7 +50,7 @@ def test_small_run_loses_nothing_and_writes_root(runs_dir):
 
 
 def test_every_run_is_monitored_and_recorded(runs_dir):
-    from flowstat_agent import schema
+    from flowstat import schema
 
     topo = from_dict(topology_dict(duration=3, producers={"count": 2, "rate": 100}, mergers=1))
     s = run_topology(topo, runs_dir=runs_dir)
@@ -269,3 +269,44 @@ def test_default_relative_runs_directory(tmp_path):
     assert result.returncode == 0, result.stderr
     run = tmp_path / "runs" / "rel"
     assert (run / "samples.ndjson").exists() and (run / "samples-agent-py.lp").stat().st_size > 0
+
+
+def test_a_run_whose_merger_got_garbage_says_why_it_failed(tmp_path):
+    import zmq
+
+    proc = subprocess.Popen([sys.executable, "-m", "flowstat.cli", "run", str(TOPOLOGIES / "smoke.yaml"),
+                             "--duration", "3", "--run-id", "garbage", "--runs-dir", str(tmp_path), "--json",
+                             "--no-agent"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    endpoints = tmp_path / "garbage" / "endpoints.json"
+    wait_for_file(endpoints, proc)
+    merger = next(n for n in json.loads(endpoints.read_text())["nodes"] if n["role"] == "merger")
+    push = zmq.Context.instance().socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 1000)
+    push.connect(merger["data"])
+    for blob in (b"junk", b"FSQ1" + bytes(40)):
+        push.send(blob)
+    push.close()
+    out, _ = proc.communicate(timeout=120)
+    summary = json.loads(out)
+    assert proc.returncode == 1 and not summary["ok"]
+    assert [name for name, passed in summary["conservation"]["checks"].items() if not passed] == ["no_malformed_messages"]
+    log = tmp_path / "garbage" / "logs" / "merger-0.log"
+    assert summary["failures"] == [f"no-loss check failed: no_malformed_messages: malformed messages dropped: "
+                                   f"merger-0 2 (each node's log names the socket and what was wrong: {log})"]
+    verdict = json.loads((tmp_path / "garbage" / "run.json").read_text())["verdict"]
+    assert verdict == {"ok": False, "conserved": False, "failed_checks": ["no_malformed_messages"],
+                       "failures": summary["failures"]}
+
+
+def test_the_summary_says_how_to_send_what_is_still_spooled():
+    from flowstat.harness.summary import format_summary
+
+    s = {"run_id": "x", "run_dir": "runs/x", "seconds": 1.0, "nodes": [], "conservation": {}, "failures": [],
+         "parameters": {"producers": 1, "rate_per_producer": 1.0, "object_type": "TH1F", "object_bytes": 1000,
+                        "buffer_size": 1, "mergers": 1},
+         "agent": {"agent-c": {"samples": 3, "sinks": {"http://a/write": {"delivered": 1, "spooled": 2}}},
+                   "run_file": "runs/x/samples.ndjson"}}
+    assert "still spooled:  2 batches" in format_summary(s)
+    assert "flowstat agent --flush-spool runs/x/spool" in format_summary(s)
+    s["agent"]["agent-c"]["sinks"]["http://a/write"]["spooled"] = 0
+    assert "still spooled" not in format_summary(s)

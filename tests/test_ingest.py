@@ -188,7 +188,7 @@ def test_replay_refuses_a_store_that_is_down(tmp_path):
 
 
 def test_continuous_queries_roll_up_per_node_and_sum_over_nodes(stack):
-    from flowstat.templates import influx_statements
+    from flowstat.stores.influxdb import statements as influx_statements
 
     influx = stack["influxdb"]
     cqs = {row[0] for s in influx.query("SHOW CONTINUOUS QUERIES")["results"][0]["series"] if s["name"] == "flowstat"

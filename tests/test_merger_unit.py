@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import zmq
 
-from flowstat_harness import wire
-from flowstat_harness.devices.merger import Merger
-from flowstat_harness.qcobjects import Kind, fill_gaussian, make_desc
+from flowstat.harness import wire
+from flowstat.harness.devices.merger import Merger
+from flowstat.harness.qcobjects import Kind, fill_gaussian, make_desc
 
 
 @pytest.fixture

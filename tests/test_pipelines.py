@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 
 from conftest import ROOT
-from flowstat_agent import schema
+from flowstat import schema
 
 LOGSTASH = ROOT / "pipelines" / "logstash" / "pipeline" / "flowstat.conf"
 
@@ -43,8 +43,9 @@ def test_logstash_pipeline_parses_and_matches_the_agents():
 
 
 def test_telegraf_config_loads(tmp_path):
-    binary = subprocess.run([str(ROOT / "scripts" / "build-telegraf")], capture_output=True, text=True, check=True,
-                            timeout=900).stdout.strip().splitlines()[-1]
+    from flowstat.stack.telegraf import build
+
+    binary = str(build())
     env = {"FLOWSTAT_TELEGRAF_HTTP": "127.0.0.1:0", "FLOWSTAT_TELEGRAF_UDP": "127.0.0.1:0",
            "FLOWSTAT_TELEGRAF_TCP": "127.0.0.1:0", "FLOWSTAT_INFLUX_URL": "http://127.0.0.1:1",
            "FLOWSTAT_INFLUX_DB": "flowstat", "PATH": "/usr/bin:/bin"}

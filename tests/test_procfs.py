@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from flowstat.procfs import ProcessGone, status_fields, vmrss_kb
+from flowstat.proc.procfs import ProcessGone, status_fields, vmrss_kb
 from flowstat.units import parse_size
 
 

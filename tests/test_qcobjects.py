@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from flowstat_harness.qcobjects import Kind, entries_of, fill_gaussian, make_desc, merge, shape_for_size
+from flowstat.harness.qcobjects import Kind, entries_of, fill_gaussian, make_desc, merge, shape_for_size
 
 ALL_KINDS = list(Kind)
 

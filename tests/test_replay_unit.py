@@ -11,7 +11,18 @@ import orjson
 import pytest
 
 from flowstat import replay as R
-from flowstat_agent import schema
+from flowstat import schema
+from flowstat.stores import WriterProcess
+from flowstat.stores.elasticsearch import Elasticsearch
+from flowstat.stores.influxdb import InfluxDB
+
+
+def influx_only():
+    return [InfluxDB("http://unused").encoder()]
+
+
+def both(index: str = "idx"):
+    return [InfluxDB("http://unused").encoder(), Elasticsearch("http://unused", index).encoder()]
 
 STRINGS = ["a", "b c", "x,y=z", "", "é", "RUNNING", 'say "hi"', "back\\slash", "tab\there"]
 INTS = [0, 1, 7, 2**63 - 1, 2**63, 2**64 - 1, -1]
@@ -26,7 +37,9 @@ def random_sample(rnd: random.Random, valid: bool) -> dict:
     for f in schema.fields():
         if not f.required and rnd.random() < 0.3:
             continue
-        if f.type == "string":
+        if f.enum:
+            s[f.name] = rnd.choice(f.enum)
+        elif f.type == "string":
             s[f.name] = rnd.choice(STRINGS[:6] if plain else STRINGS)
         elif f.type == "integer":
             s[f.name] = rnd.choice(INTS[:4] if valid else INTS)
@@ -36,13 +49,15 @@ def random_sample(rnd: random.Random, valid: bool) -> dict:
             s[f.name] = rnd.random() < 0.5
     s["time"] = rnd.choice(["2026-11-22T10:51:14.123Z", "2026-11-22T10:51:15.000Z"])
     if not valid:
-        mistake = rnd.randrange(4)
+        mistake = rnd.randrange(5)
         if mistake == 0:
             s[rnd.choice(list(s))] = rnd.choice(["1", 1.5, True, None, [1]])
         elif mistake == 1:
             s.pop(rnd.choice([f.name for f in schema.fields() if f.required]))
         elif mistake == 2:
             s["unknown_field"] = 1
+        elif mistake == 3:
+            s[rnd.choice(["role", "node_state"])] = rnd.choice(["boss", "SLEEPING", ""])
     keys = list(s)
     rnd.shuffle(keys)
     return {k: s[k] for k in keys}
@@ -57,7 +72,7 @@ def test_fast_and_careful_checks_agree_and_encode_alike(tmp_path):
     path = tmp_path / "samples.ndjson"
     path.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in docs))
     report = R.FileReport(str(path))
-    lp = b"".join(b for b, _, _ in R.read_batches(path, report, influx=True, es_index=None)).decode()
+    lp = b"".join(b for (b,), _ in R.read_batches(path, report, influx_only())).decode()
     refused = {i + 1 for i, d in enumerate(docs) if R._bad_field(d, types, required)}
     assert {lineno for lineno, _ in report.bad} == refused
     assert lp.splitlines() == [schema.to_line_protocol(d) for i, d in enumerate(docs) if i + 1 not in refused]
@@ -83,7 +98,7 @@ def good(seq: int, **kw) -> dict:
 def test_read_batches_encodes_every_good_line_and_names_every_bad_one(tmp_path):
     header = json.dumps({"flowstat_run": {"run_id": "r", "parameters": {"producers": 2}}}) + "\n"
     docs = {i: good(i) for i in range(1, 30)}
-    docs[5] = good(5, node_state='say "hi"')  # valid, escaped: careful path
+    docs[5] = good(5, host='say "hi"')  # valid, escaped: careful path
     docs[6] = good(6, cpu_clock_hz=12)  # valid, integer in a number field: careful path
     docs[7] = good(7, node_id="a b,c")  # tag to escape: fast path, escaped series
     lines = [header] + [json.dumps(docs[i]) + "\n" for i in sorted(docs)]
@@ -99,17 +114,17 @@ def test_read_batches_encodes_every_good_line_and_names_every_bad_one(tmp_path):
     write_lines(path, lines)
 
     report = R.FileReport(str(path))
-    batches = list(R.read_batches(path, report, influx=True, es_index="idx", batch=7))
-    assert [c for _, _, c in batches] == [7, 7, 7, 7, 1]  # 29 good samples, batches of 7
+    batches = list(R.read_batches(path, report, both("idx"), batch=7))
+    assert [c for _, c in batches] == [7, 7, 7, 7, 1]  # 29 good samples, batches of 7
     assert report.good == 29 and report.header == {"run_id": "r", "parameters": {"producers": 2}}
     got_bad = dict(report.bad)
     assert set(got_bad) == set(bad) | {len(lines)}
     for lineno, (_, why) in bad.items():
         assert got_bad[lineno].startswith(why), (lineno, got_bad[lineno])
     assert got_bad[len(lines)] == "truncated line"
-    lp = b"".join(b for b, _, _ in batches).decode().splitlines()
+    lp = b"".join(b for (b, _), _ in batches).decode().splitlines()
     assert lp == [schema.to_line_protocol(docs[i]) for i in sorted(docs)]
-    bulk = b"".join(b for _, b, _ in batches).decode().splitlines()
+    bulk = b"".join(b for (_, b), _ in batches).decode().splitlines()
     assert [json.loads(x) for x in bulk[0::2]] == [{"index": {"_index": "idx", "_id": schema.document_id(docs[i])}}
                                                   for i in sorted(docs)]
     assert [json.loads(x) for x in bulk[1::2]] == [docs[i] for i in sorted(docs)]
@@ -122,7 +137,7 @@ def test_read_batches_rebases_time_for_both_stores(tmp_path):
     write_lines(path, [json.dumps(good(i)) + "\n" for i in (1, 2, 3)])
     report = R.FileReport(str(path))
     start_ms = 1_900_000_000_000
-    (lp, bulk, n), = R.read_batches(path, report, influx=True, es_index="idx", rebase_ms=start_ms)
+    ((lp, bulk), n), = R.read_batches(path, report, both("idx"), rebase_ms=start_ms)
     stamps = [int(x.rsplit(" ", 1)[1]) for x in lp.decode().splitlines()]
     first = schema.time_ns(good(1)["time"])
     assert stamps == [start_ms * 10**6 + schema.time_ns(good(i)["time"]) - first for i in (1, 2, 3)]
@@ -132,22 +147,23 @@ def test_read_batches_rebases_time_for_both_stores(tmp_path):
 
 
 @pytest.mark.parametrize("store", ["influxdb", "elasticsearch"])
-def test_poster_names_a_store_that_cannot_be_reached(store):
-    poster = R.Poster(store, "http://127.0.0.1:9", "flowstat")
-    poster.put(b"flowstat_node,run_id=r seq=1i 1\n")
-    error = poster.close()
+def test_writer_process_names_a_store_that_cannot_be_reached(store):
+    proc = WriterProcess(store, "http://127.0.0.1:9", "flowstat", give_up_s=1.0)
+    proc.put(b"flowstat_node,run_id=r seq=1i 1\n", 1)
+    result = proc.close()
     name = "InfluxDB" if store == "influxdb" else "Elasticsearch"
-    assert error == f"{name} at http://127.0.0.1:9 cannot be reached (ConnectionError)"
+    assert result["error"].startswith(f"{name} at http://127.0.0.1:9 cannot be reached (ConnectionError)")
+    assert "gave up after 1 s" in result["error"]
 
 
-def test_poster_that_died_is_a_clear_error():
-    poster = R.Poster("influxdb", "http://127.0.0.1:9", "flowstat")
-    poster.proc.kill()
-    poster.proc.wait()
-    with pytest.raises(R.ReplayError, match="the process posting to InfluxDB ended"):
+def test_writer_process_that_died_is_a_clear_error():
+    proc = WriterProcess("influxdb", "http://127.0.0.1:9", "flowstat")
+    proc.proc.kill()
+    proc.proc.wait()
+    with pytest.raises(RuntimeError, match="the process writing to InfluxDB ended"):
         for _ in range(100):  # the pipe's buffer takes the first batches
-            poster.put(b"x" * 100_000)
-    assert poster.close(abort=True)
+            proc.put(b"x" * 100_000, 1)
+    assert proc.close(abort=True)
 
 
 def test_progress_counts_every_byte_of_the_file(tmp_path):
@@ -155,6 +171,58 @@ def test_progress_counts_every_byte_of_the_file(tmp_path):
     path = tmp_path / "samples.ndjson"
     write_lines(path, [json.dumps(good(i)) + "\n" for i in range(1, 11)] + ["{bad\n", "{bad\n"])
     counted = []
-    # no store: the posting processes are not needed to read and count
-    reports = R.replay([path], None, None, batch=5, progress=counted.append)
+    # no store: the writing processes are not needed to read and count
+    reports = R.replay([path], {}, batch=5, progress=counted.append)
     assert sum(counted) == path.stat().st_size and reports[0].good == 10 and len(reports[0].bad) == 2
+
+
+def test_the_run_document_comes_from_run_json_and_keeps_what_is_good(tmp_path):
+    path = tmp_path / "samples.ndjson"
+    header = {"flowstat_run": {"run_id": "r", "host": "h", "parameters": {"producers": 2}, "agent": "flowstat-agent-py",
+                               "interval_s": 1.0}}
+    write_lines(path, [json.dumps(header) + "\n"] + [json.dumps(good(i)) + "\n" for i in (1, 2, 3)])
+    report = R.FileReport(str(path))
+    list(R.read_batches(path, report, []))
+    # no run.json: the header's run fields, completed from the samples
+    doc = R.run_document(report)
+    assert doc == {"run_id": "r", "host": "h", "parameters": {"producers": 2}, "started": good(1)["time"],
+                   "finished": good(3)["time"], "nodes": ["n-1"], "samples": 3}
+    # a run.json with a field that does not conform: that field is named and left out
+    (tmp_path / "run.json").write_text(json.dumps({"run_id": "r", "started": "2026-11-22T10:00:00.000Z",
+                                                   "topology": "t.yaml", "parameters": {"producers": "two"},
+                                                   "verdict": {"ok": True, "conserved": True}}))
+    report.notes.clear()
+    doc = R.run_document(report)
+    assert doc["topology"] == "t.yaml" and doc["verdict"]["ok"] and "parameters" not in doc
+    assert doc["started"] == "2026-11-22T10:00:00.000Z" and doc["samples"] == 3
+    assert report.notes == [f"{tmp_path / 'run.json'}: parameters.producers: expected integer, got str 'two'; "
+                            f"left out of the run document"]
+    # a run.json of another run: not used
+    (tmp_path / "run.json").write_text(json.dumps({"run_id": "other", "started": "2026-11-22T10:00:00.000Z"}))
+    report.notes.clear()
+    assert R.run_document(report)["parameters"] == {"producers": 2}
+    assert "run 'other', but the samples are of run 'r'" in report.notes[0]
+
+
+def test_a_rebased_run_moves_its_run_document_with_its_samples(tmp_path):
+    path = tmp_path / "samples.ndjson"
+    write_lines(path, [json.dumps(good(i)) + "\n" for i in (1, 2, 3)])
+    (tmp_path / "run.json").write_text(json.dumps({"run_id": "r", "started": good(1)["time"],
+                                                   "finished": good(3)["time"]}))
+    report = R.FileReport(str(path))
+    start_ms = 1_900_000_000_000
+    list(R.read_batches(path, report, [], rebase_ms=start_ms))
+    doc = R.run_document(report)
+    assert schema.time_ns(doc["started"]) == start_ms * 10**6 == schema.time_ns(report.first_time)
+    assert doc["finished"] == report.last_time
+
+
+@pytest.mark.parametrize("content,note", [("[1, 2]", "not a run document"), ("{", "cannot be read")])
+def test_a_run_json_that_is_no_run_document_is_named_and_the_run_file_used(tmp_path, content, note):
+    path = tmp_path / "samples.ndjson"
+    write_lines(path, [json.dumps(good(i)) + "\n" for i in (1, 2)])
+    (tmp_path / "run.json").write_text(content)
+    report = R.FileReport(str(path))
+    list(R.read_batches(path, report, []))
+    doc = R.run_document(report)
+    assert doc["run_id"] == "r" and doc["started"] == good(1)["time"] and note in report.notes[0]

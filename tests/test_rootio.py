@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 import uproot
 
-from flowstat_harness.qcobjects import Kind, fill_gaussian, make_desc
-from flowstat_harness.rootio import write_objects
+from flowstat.harness.qcobjects import Kind, fill_gaussian, make_desc
+from flowstat.harness.rootio import write_objects
 
 
 @pytest.mark.parametrize("kind,shape", [(Kind.TH1F, (12,)), (Kind.TH2F, (7, 9)), (Kind.TH3F, (4, 5, 6))])

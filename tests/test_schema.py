@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from flowstat_agent import schema
+from flowstat import schema
 
 
 def sample(**kw):
@@ -60,33 +60,122 @@ def test_control_reply_mapping_drops_wrong_types():
     assert got == {"average_merge_time_ms": 1.0, "send_buffer_overloaded": True, "node_state": "RUNNING"}
 
 
-def test_schema_readme_is_generated_from_the_schema():
-    from conftest import ROOT
-
-    readme = (ROOT / "collectors" / "schema" / "README.md").read_text()
-    assert readme.endswith(schema.markdown_table())
-
-
-def test_c_field_table_is_generated_from_the_schema(tmp_path):
+def test_schema_docs_are_generated_from_the_schemas():
     import subprocess
     import sys
 
     from conftest import ROOT
 
+    docs = (ROOT / "docs" / "schema.md").read_text()
+    tables = subprocess.run([sys.executable, "-m", "flowstat.schema"], capture_output=True, text=True, check=True)
+    assert docs.endswith(tables.stdout) and schema.markdown_table() in tables.stdout
+
+
+def test_c_field_table_and_enumerations_are_generated_from_the_package_schema(tmp_path):
+    import subprocess
+    import sys
+    from importlib.resources import files
+
+    from conftest import ROOT
+
     out = tmp_path / "fields.h"
-    subprocess.run([sys.executable, str(ROOT / "collectors" / "c" / "gen_schema_header.py"), str(schema.SCHEMA_PATH),
+    packaged = files("flowstat.schema") / schema.SCHEMA_FILE
+    makefile = (ROOT / "collectors" / "c" / "Makefile").read_text()
+    assert "SCHEMA := ../../src/flowstat/schema/sample.schema.json" in makefile  # the C build reads the same file
+    assert (ROOT / "src" / "flowstat" / "schema" / schema.SCHEMA_FILE).read_bytes() == packaged.read_bytes()
+    subprocess.run([sys.executable, str(ROOT / "collectors" / "c" / "gen_schema_header.py"), str(packaged),
                     str(out)], check=True)
     text = out.read_text()
     for f in schema.fields():
         assert f'{{"{f.name}", FS_T_{f.type.upper()}, FS_I_{f.influx.upper()}' in text
+    assert f"FS_ENUM_ROLE[{len(schema.ROLES)}] = {{" + ", ".join(f'"{r}"' for r in schema.ROLES) + "}" in text
+    assert (f"FS_ENUM_NODE_STATE[{len(schema.NODE_STATES)}] = {{" + ", ".join(f'"{s}"' for s in schema.NODE_STATES)
+            + "}") in text
+    assert f'#define FS_DEFAULT_ROLE "{schema.DEFAULT_ROLE}"' in text
+    assert f'#define FS_DEFAULT_NODE_STATE "{schema.STATE_UP}"' in text
+    assert f'{{"role", FS_T_STRING, FS_I_TAG, NULL, 1, FS_ENUM_ROLE, {len(schema.ROLES)}}}' in text
 
 
-def test_index_templates_are_generated_from_the_schema():
+def test_enumerations_come_from_the_schema():
+    assert schema.ROLES == ("producer", "merger", "viewer", "other") and schema.DEFAULT_ROLE == "other"
+    assert schema.PIPELINE_ROLES == ("producer", "merger", "viewer")
+    assert {"RUNNING", "UP", "DOWN"} <= set(schema.NODE_STATES) and schema.STATE_UP == "UP"
+    assert schema.validate(sample(node_state="SLEEPING")) == [
+        "node_state: 'SLEEPING' is not one of " + ", ".join(schema.NODE_STATES)]
+    # a node that reports a state outside the list: left out, the agent says UP
+    assert "node_state" not in schema.from_control_reply({"node_state": "SLEEPING", "average_merge_time": 1.0})
+
+
+def test_index_templates_and_generated_configs_are_current():
+    from conftest import ROOT
+    from flowstat.schema import run as run_schema
     from flowstat.templates import render_files
 
-    for path, text in render_files().items():
+    files = render_files(ROOT)
+    assert {p.relative_to(ROOT).parts[0] for p in files} == {"index-templates", "pipelines"}
+    for path, text in files.items():
         assert path.read_text() == text, f"{path} is stale: run python -m flowstat.templates --write"
-    from conftest import ROOT
-
     mapping = json.loads((ROOT / "index-templates" / "elasticsearch" / "component-flowstat-sample-mappings.json").read_text())
     assert set(mapping["template"]["mappings"]["properties"]) == {f.name for f in schema.fields()}
+    runs = json.loads((ROOT / "index-templates" / "elasticsearch" / "component-flowstat-run-mappings.json").read_text())
+    props = runs["template"]["mappings"]["properties"]
+    assert set(props) == set(run_schema.schema()["properties"])
+    assert props["parameters"]["properties"]["producers"] == {"type": "long"}
+    assert props["started"]["type"] == "date" and props["nodes"]["type"] == "keyword"
+    iql = (ROOT / "index-templates" / "influxdb" / "setup.iql").read_text()
+    assert all(f'sum("mean_{f.name}")' in iql for f in schema.fields() if f.rollup == "sum")
+
+
+def run_doc(**kw):
+    doc = {"run_id": "r1", "topology": "t.yaml", "started": "2026-11-22T10:00:00.000Z",
+           "finished": "2026-11-22T10:00:20.500Z", "host": "h", "machine": {"cpus": 2, "python": "3.11.7",
+                                                                           "flowstat_version": "0.1.0"},
+           "parameters": {"object_type": "TH1F", "object_bytes": 1000, "object_shape": [252], "producers": 8,
+                          "rate_per_producer": 100.0, "buffer_size": 100, "mergers": 2, "producer_processes": 1,
+                          "duration_s": 20.0},
+           "nodes": ["producers-0", "merger-0"],
+           "verdict": {"ok": True, "conserved": True, "failed_checks": [], "failures": []},
+           "summary": {"seconds": 20.0, "objects_sent": 16000, "merged_objects_per_second": 800.0}}
+    doc.update(kw)
+    return doc
+
+
+def test_run_document_validates_by_field_path():
+    from flowstat.schema import run as run_schema
+
+    assert run_schema.validate(run_doc()) == []
+    assert run_schema.validate({"run_id": "r", "started": "2026-11-22T10:00:00.000Z"}) == []  # outside the harness
+    bad = run_doc(parameters={"producers": -1, "object_type": "TH9F", "colour": "red"}, started="yesterday")
+    errors = run_schema.validate(bad)
+    assert "parameters.producers: must be between 0 and 9223372036854775807, got -1" in errors
+    assert any(e.startswith("parameters.object_type: 'TH9F' is not one of") for e in errors)
+    assert "parameters.colour: not in the schema" in errors
+    assert run_schema.validate(run_doc(started="yesterday")) == ["started: not an ISO-8601 UTC time ('yesterday')"]
+    assert run_schema.validate(run_doc(finished="2026-11-22T10:00:20.500")) == [
+        "finished: not an ISO-8601 UTC time ('2026-11-22T10:00:20.500')"]  # local time: which one?
+    assert run_schema.validate(run_doc(nodes=["a", 3])) == ["nodes[1]: expected string, got int '3'"]
+    doc = run_doc()
+    del doc["run_id"]
+    assert run_schema.validate(doc) == ["run_id: required field is missing"]
+
+
+def test_run_point_flattens_the_influx_leaves():
+    from flowstat.schema import run as run_schema
+
+    leaves = [leaf for leaf in run_schema.leaves() if leaf.influx]
+    assert len({leaf.name for leaf in leaves}) == len(leaves)  # flattened names are unique
+    line = run_schema.to_line_protocol(run_doc())
+    head, fields, stamp = line.split(" ")
+    assert head == "flowstat_run,host=h,object_type=TH1F,run_id=r1"
+    assert stamp == "1795341600000000000"
+    assert "producers=8i" in fields and "rate_per_producer=100.0" in fields and "ok=true" in fields
+    assert 'topology="t.yaml"' in fields and "merged_objects_per_second=800.0" in fields
+    assert "object_shape" not in fields and "python" not in fields
+
+
+def test_run_schema_object_types_are_the_harness_kinds():
+    from flowstat.harness.qcobjects import Kind
+    from flowstat.schema import run as run_schema
+
+    enum = run_schema.schema()["properties"]["parameters"]["properties"]["object_type"]["enum"]
+    assert enum == [k.name for k in Kind]

@@ -12,6 +12,7 @@ import requests
 from agent_helpers import sleeper
 from conftest import ROOT
 
+
 C_AGENT = ROOT / "collectors" / "c" / "build" / "flowstat-agent"
 AGENTS = {"c": [str(C_AGENT)], "py": [sys.executable, "-m", "flowstat.cli", "agent"]}
 N = 15

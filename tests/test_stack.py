@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from conftest import _free_port
 from flowstat.stack import Stack, StackError
 
 
@@ -22,8 +25,6 @@ def test_up_is_idempotent_and_status_says_healthy(stack):
 
 
 def test_servers_do_not_run_as_root(stack):
-    import os
-
     for s in stack.status():
         server_pids = [p for p in (s["pid"],) if p]
         for pid in server_pids:
@@ -54,14 +55,37 @@ def test_cli_rejects_unknown_services(tmp_path):
     assert out.returncode == 2 and "unknown service 'mongodb'" in out.stderr
 
 
-def test_a_server_that_dies_while_starting_is_named_with_its_log(tmp_path):
+def test_a_server_that_dies_while_starting_is_named_with_its_log(reachable_tmp):
     from flowstat.stack.elasticsearch import Elasticsearch
 
-    from conftest import _free_port
-
     # A heap of 1 kB: the JVM refuses to start, as a broken server would.
-    es = Elasticsearch("elasticsearch", tmp_path, _free_port(), {"java_opts": "-Xmx1k", "transport_port": _free_port()})
+    es = Elasticsearch("elasticsearch", reachable_tmp, _free_port(),
+                       {"java_opts": "-Xmx1k", "transport_port": _free_port()})
     with pytest.raises(StackError) as err:
         es.up()
     assert "elasticsearch died while starting" in str(err.value) and str(es.log_path) in str(err.value)
     assert es.pid() is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root runs the servers as another user")
+def test_a_cache_the_service_user_cannot_enter_is_named(tmp_path):
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    with pytest.raises(StackError) as err:
+        Stack(private / "stack", {"influxdb": _free_port()}, services=("influxdb",)).up(report=lambda m: None)
+    # root owns them all: the service user needs the others' x bit on every folder on the way
+    blocked = next(p for p in reversed([private, *private.parents]) if not p.stat().st_mode & 0o001)
+    assert f"user flowstat, which cannot enter {blocked} (mode" in str(err.value)
+    assert "/var/lib/flowstat/stack" in str(err.value)
+
+
+def test_root_default_cache_is_outside_its_home(monkeypatch):
+    from flowstat.stack import default_cache
+
+    monkeypatch.delenv("FLOWSTAT_CACHE", raising=False)
+    if os.geteuid() == 0:
+        assert default_cache() == Path("/var/lib/flowstat/stack")
+    else:
+        assert default_cache().is_relative_to(Path.home())
+    monkeypatch.setenv("FLOWSTAT_CACHE", "/somewhere")
+    assert default_cache() == Path("/somewhere/stack")

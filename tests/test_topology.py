@@ -1,7 +1,7 @@
 import pytest
 
 from conftest import TOPOLOGIES, topology_dict
-from flowstat_harness.topology import TopologyError, from_dict, load
+from flowstat.harness.topology import TopologyError, from_dict, load
 
 
 def test_shipped_topologies_are_valid():

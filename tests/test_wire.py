@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from flowstat_harness import wire
-from flowstat_harness.qcobjects import Kind, fill_gaussian, make_desc
+from flowstat.harness import wire
+from flowstat.harness.qcobjects import Kind, fill_gaussian, make_desc
 
 
 @pytest.mark.parametrize("kind,shape", [(Kind.TH1F, (250,)), (Kind.TH2F, (20, 30)), (Kind.TH3F, (5, 6, 7)),

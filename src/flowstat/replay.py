@@ -1,19 +1,17 @@
-"""``flowstat replay``: load recorded run files into InfluxDB and Elasticsearch.
+"""``flowstat replay``: load recorded run files into the stores.
 
-Idempotent: an Influx point is identified by its series (tags) and time, an Elasticsearch document
-by ``run_id/agent/node_id/seq``, both taken from the sample, so replaying twice leaves the same
-data. A malformed or truncated line is reported with its file and line number and skipped; every
-good line is still loaded. Parsing runs in this process while one process per store posts batches,
-so the stores' ingestion and our parsing overlap.
+Idempotent: an InfluxDB point is identified by its series (tags) and time, an Elasticsearch
+document by ``run_id/agent/node_id/seq``, both taken from the sample, so replaying twice leaves the
+same data. A malformed or truncated line is reported with its file and line number and skipped;
+every good line is still loaded. Parsing runs in this process while one process per store writes
+the batches (flowstat.stores.WriterProcess), so the stores' ingestion and our parsing overlap.
+Every run also gets its run document (flowstat.schema.run) in each store.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import select
-import signal
-import struct
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -21,13 +19,15 @@ from pathlib import Path
 from typing import Iterator
 
 import orjson
-import requests
 
-from flowstat.templates import INFLUX_DB, RUNS_INDEX, SAMPLES_INDEX
+from flowstat import schema, stores
+from flowstat.progress import Progress
+from flowstat.schema import run as run_schema
+from flowstat.stores import BatchEncoder, WriterProcess
 from flowstat.timeutil import iso_utc_ms
-from flowstat_agent import schema
 
 BATCH = 5000
+RUN_DOCUMENT = "run.json"  # beside the run file: the harness's run document
 
 
 class ReplayError(RuntimeError):
@@ -41,11 +41,13 @@ class FileReport:
     header: dict | None = None
     good: int = 0
     bad: list[tuple[int, str]] = field(default_factory=list)  # (line number, why)
+    notes: list[str] = field(default_factory=list)  # what a person should know (an unusable run.json)
     first_time: str | None = None
     last_time: str | None = None
     nodes: set = field(default_factory=set)
     host: str | None = None
     bytes_read: int = 0  # for the progress bar: the file is read once, its size comes from stat()
+    shift_ns: int = 0  # --rebase-time: how far the samples were moved
 
 
 def _field_types() -> tuple[dict[str, tuple], list[str]]:
@@ -53,6 +55,7 @@ def _field_types() -> tuple[dict[str, tuple], list[str]]:
 
 
 _INTEGERS = frozenset(f.name for f in schema.fields() if f.type == "integer")
+_ENUMS = {f.name: frozenset(f.enum) for f in schema.fields() if f.enum}
 
 
 def _bad_field(doc: dict, types: dict[str, tuple], required: list[str]) -> str | None:
@@ -63,7 +66,7 @@ def _bad_field(doc: dict, types: dict[str, tuple], required: list[str]) -> str |
         if allowed is None:
             return f"field {key!r}: not in the schema"
         if (type(value) not in allowed or (key in _INTEGERS and not 0 <= value <= schema.INT64_MAX)
-                or value != value):
+                or value != value or (key in _ENUMS and value not in _ENUMS[key])):
             return f"field {key!r}: wrong type or value {value!r}"[:120]
     for key in required:
         if key not in doc:
@@ -71,22 +74,21 @@ def _bad_field(doc: dict, types: dict[str, tuple], required: list[str]) -> str |
     return None
 
 
-def read_batches(path: Path, report: FileReport, *, influx: bool, es_index: str | None,
-                 rebase_ms: int | None = None, batch: int = BATCH) -> Iterator[tuple[bytes, bytes, int]]:
-    """A run file's good samples as batches ready to post: (line protocol, _bulk body, samples);
-    a body is empty for a store not asked for. Bad lines go to the report with their number.
+def read_batches(path: Path, report: FileReport, encoders: list[BatchEncoder], *, rebase_ms: int | None = None,
+                 batch: int = BATCH) -> Iterator[tuple[list[bytes], int]]:
+    """A run file's good samples as batches ready to write: one body per encoder (one per store),
+    and the number of samples. Bad lines go to the report with their number.
 
-    The hot loop of replay (millions of lines): a line's checks and its line protocol come from
-    its schema.Layout, worked out once per key order and value types; a line the layout cannot
-    vouch for goes through the field-by-field checks and to_line_protocol, with the same result.
+    The hot loop of replay (millions of lines): a line's checks come from its schema.Layout,
+    worked out once per key order and value types, and each store's encoder picks its cheapest
+    encoding from what the loop already has (the line as read, the layout); a line the layout
+    cannot vouch for goes through the field-by-field checks, with the same result.
     """
     types, required = _field_types()
     layouts: dict[tuple, schema.Layout] = {}
     stamps: dict[str, int] = {}  # time string -> ns: every node sampled in one tick shares it
-    action = b'{"index":{"_index":' + orjson.dumps(es_index) + b',"_id":%s}}\n'
+    adds = [e.add for e in encoders]
     shift_ns = None
-    lp: list[str] = []
-    bulk: list[bytes] = []
     first = last = None
     n = 0  # good samples in this batch
     with open(path, "rb") as f:
@@ -106,7 +108,8 @@ def read_batches(path: Path, report: FileReport, *, influx: bool, es_index: str 
             if layout is None:
                 layout = layouts[key] = schema.layout(*key)
             fast = (layout.fast and b"\\" not in raw  # in JSON, a quote or backslash in a string needs one
-                    and min(ints := layout.integers(values)) >= 0 and max(ints) <= schema.INT64_MAX)
+                    and min(ints := layout.integers(values)) >= 0 and max(ints) <= schema.INT64_MAX
+                    and layout.enums_ok(values))
             if not fast:
                 if "flowstat_run" in doc:
                     if lineno != 1:
@@ -132,24 +135,20 @@ def read_batches(path: Path, report: FileReport, *, influx: bool, es_index: str 
             line: bytes | None = raw
             if rebase_ms is not None:
                 if shift_ns is None:
-                    shift_ns = rebase_ms * 1_000_000 - ns
+                    shift_ns = report.shift_ns = rebase_ms * 1_000_000 - ns
                 ns += shift_ns
                 doc["time"] = iso_utc_ms(ns / 1e9)
                 fast, line = False, None
             if first is None:
                 first = doc
             report.nodes.add(doc["node_id"])
-            if influx:
-                lp.append(layout.line(values, ns) if fast else schema.to_line_protocol(doc) + "\n")
-            if es_index is not None:
-                # A validated line is already the document: it is sent as read, not rebuilt.
-                body = line.rstrip(b"\r\n") if line is not None else schema.to_json(doc).encode()
-                bulk.append(action % orjson.dumps(schema.document_id(doc)) + body + b"\n")
+            for add in adds:
+                add(doc, line, layout, values, ns, fast)
             n += 1
             if n == batch:
                 report.good, report.last_time, report.bytes_read = report.good + n, doc["time"], f.tell()
-                yield "".join(lp).encode(), b"".join(bulk), n
-                lp, bulk, n = [], [], 0
+                yield [e.take() for e in encoders], n
+                n = 0
             last = doc
         report.bytes_read = f.tell()
     if first is not None:
@@ -157,155 +156,72 @@ def read_batches(path: Path, report: FileReport, *, influx: bool, es_index: str 
         report.last_time = last["time"]
     if n:
         report.good += n
-        yield "".join(lp).encode(), b"".join(bulk), n
+        yield [e.take() for e in encoders], n
 
 
-_FRAME = struct.Struct("<Q")  # a batch on a poster's stdin: its length, then its bytes; length 0 ends
-
-
-def _post_in_order(store: str, url: str, db: str) -> int:
-    """A poster process (``python -m flowstat.replay --post STORE URL DB``): batches arrive on stdin
-    and are posted in order, retried with back-off while the store refuses them for now (HTTP
-    5xx/429). The first fatal error goes to stdout, one line; the batches after it are read and
-    dropped (the replay stops). Ends at a zero length, or when the replay's end of the pipe closes."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the replay's to handle
-    session = requests.Session()
-    post = influx_poster(session, url, db) if store == "influxdb" else es_poster(session, url)
-    read = sys.stdin.buffer.read
-    failed = False
-    while (head := read(_FRAME.size)) and (size := _FRAME.unpack(head)[0]):
-        payload = read(size)
-        for attempt in range(6) if not failed and len(payload) == size else ():
-            try:
-                post(payload)
-                break
-            except ReplayError as exc:
-                if "retry" not in str(exc) or attempt == 5:
-                    print(" ".join(str(exc).split()), flush=True)
-                    failed = True
-                    break
-                time.sleep(0.5 * 2 ** attempt)  # back off before re-posting a batch the store refused for now
-    return 0
-
-
-class Poster:
-    """Posts batches to one store from a process of its own. Parsing holds the GIL nearly all the
-    time, and a posting thread beside it waits for the GIL at every socket call: posting 1M points
-    took half as long again with the parsing in a thread as in another process (bench_ingest.py,
-    posting_contention; docs/benchmarks.md)."""
-
-    def __init__(self, store: str, url: str, db: str = ""):
-        self.store, self.name = store, "InfluxDB" if store == "influxdb" else "Elasticsearch"
-        self.proc = subprocess.Popen([sys.executable, "-m", "flowstat.replay", "--post", store, url, db],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        self.error: str | None = None
-
-    def _read_error(self, wait: bool) -> None:
-        if self.error is None and (wait or select.select([self.proc.stdout], [], [], 0)[0]):
-            line = self.proc.stdout.readline().decode(errors="replace").strip()
-            if line:
-                self.error = line
-            elif self.proc.wait() != 0:
-                self.error = f"the process posting to {self.name} ended with exit code {self.proc.returncode}"
-
-    def put(self, payload: bytes) -> None:
-        """Hand a batch over (waits while the process still posts the one before)."""
-        self._read_error(wait=False)
-        if self.error is None:
-            try:
-                self.proc.stdin.write(_FRAME.pack(len(payload)) + payload)
-                return
-            except (BrokenPipeError, OSError):
-                self._read_error(wait=True)
-        raise ReplayError(self.error or f"the process posting to {self.name} ended")
-
-    def close(self, abort: bool = False) -> str | None:
-        """Wait until every batch handed over is posted (or, aborting, stop at once); the first error."""
-        if abort:
-            self.proc.kill()
-        else:
-            try:
-                self.proc.stdin.write(_FRAME.pack(0))
-                self.proc.stdin.close()
-            except (BrokenPipeError, OSError):
-                pass
-            self._read_error(wait=True)
-        self.proc.wait()
-        return self.error
-
-
-def _check(resp: requests.Response, what: str) -> requests.Response:
-    if resp.status_code in (429, 502, 503, 504):
-        raise ReplayError(f"{what}: HTTP {resp.status_code} (retry)")
-    if resp.status_code >= 300:
-        raise ReplayError(f"{what}: HTTP {resp.status_code}: {resp.text[:300]}")
-    return resp
-
-
-def influx_poster(session: requests.Session, url: str, db: str):
-    def post(payload: bytes) -> None:
-        try:
-            resp = session.post(f"{url}/write", params={"db": db, "precision": "ns"}, data=payload, timeout=60)
-        except requests.RequestException as exc:
-            raise ReplayError(f"InfluxDB at {url} cannot be reached ({exc.__class__.__name__})") from exc
-        _check(resp, f"InfluxDB {url}/write")
-    return post
-
-
-def es_poster(session: requests.Session, url: str):
-    def post(payload: bytes) -> None:
-        try:
-            resp = session.post(f"{url}/_bulk", data=payload, timeout=120,
-                                headers={"Content-Type": "application/x-ndjson"})
-        except requests.RequestException as exc:
-            raise ReplayError(f"Elasticsearch at {url} cannot be reached ({exc.__class__.__name__})") from exc
-        body = _check(resp, f"Elasticsearch {url}/_bulk").json()
-        if body.get("errors"):
-            items = [next(iter(i.values())) for i in body["items"]]
-            failed = [i for i in items if i.get("status", 200) >= 300]
-            if any(i["status"] in (429, 503) for i in failed):
-                raise ReplayError(f"Elasticsearch {url}: {len(failed)} documents refused for now (retry)")
-            raise ReplayError(f"Elasticsearch {url}: {len(failed)} documents refused: {failed[0].get('error')}")
-    return post
-
-
-def run_document(report: FileReport) -> dict:
-    header = report.header or {}
-    doc = {"run_id": report.run_id, "started": report.first_time, "finished": report.last_time,
-           "host": report.host, "source": report.path, "samples": report.good, "nodes": sorted(report.nodes),
-           "parameters": header.get("parameters") or {}}
-    summary_path = Path(report.path).with_name("summary.json")
-    try:
-        s = json.loads(summary_path.read_text())
-        c = s.get("conservation", {})
-        doc["summary"] = {"ok": bool(s.get("ok")), "seconds": s.get("seconds"), "objects_sent": c.get("objects_sent"),
-                          "merged_objects": c.get("merged_objects"),
-                          "merged_objects_per_second": (sum(n.get("objects_merged", 0) for n in s.get("nodes", []))
-                                                        / s["seconds"]) if s.get("seconds") else None}
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+def _usable(doc: dict, report: FileReport, source: str) -> dict:
+    """``doc`` without the top-level fields that do not conform to the run schema (each named in
+    the report's notes): what is good is kept. Missing required fields are the caller's to fill."""
+    doc = dict(doc)
+    while errors := [e for e in run_schema.validate(doc) if not e.endswith("required field is missing")]:
+        key = errors[0].split(":")[0].split(".")[0].split("[")[0]
+        report.notes.append(f"{source}: {errors[0]}; left out of the run document")
+        doc.pop(key, None)
     return doc
 
 
-def run_point(doc: dict) -> str:
-    """The run as an Influx point (measurement flowstat_run), so Grafana can list runs too."""
-    p = doc.get("parameters", {})
-    fields = {k: p[k] for k in ("producers", "mergers", "buffer_size", "object_bytes", "rate_per_producer")
-              if isinstance(p.get(k), (int, float)) and not isinstance(p.get(k), bool)}
-    fields["samples"] = doc["samples"]
-    body = ",".join(f"{k}={v}i" if isinstance(v, int) else f"{k}={float(v)!r}" for k, v in fields.items())
-    tag = schema._escape_key(str(doc["run_id"]))
-    otype = schema._escape_key(str(p.get("object_type", "unknown")))
-    return f"flowstat_run,run_id={tag},object_type={otype} {body} {schema.time_ns(doc['started'])}\n"
+def _run_json(path: Path, report: FileReport) -> dict:
+    """The harness's run document beside the run file, if there is one of this run."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        report.notes.append(f"{path}: cannot be read ({exc}); the run document comes from the run file")
+        return {}
+    if not isinstance(doc, dict) or doc.get("run_id") != report.run_id:
+        what = f"run {doc.get('run_id')!r}" if isinstance(doc, dict) else "not a run document"
+        report.notes.append(f"{path}: {what}, but the samples are of run {report.run_id!r}; the run document "
+                            f"comes from the run file")
+        return {}
+    return doc
 
 
-def replay(paths: list[Path], influx: str | None, es: str | None, *, db: str = INFLUX_DB,
-           index: str = SAMPLES_INDEX, rebase: bool = False, batch: int = BATCH, progress=None) -> list[FileReport]:
-    posters = []
-    if influx:
-        posters.append(Poster("influxdb", influx.rstrip("/"), db))
-    if es:
-        posters.append(Poster("elasticsearch", es.rstrip("/")))
+def run_document(report: FileReport) -> dict:
+    """The run's document: the harness's run.json beside the run file, or, without one, what the run
+    file's header says (run id, start, host, parameters); completed from the samples (start and end
+    when missing, nodes, how many samples were loaded). With --rebase-time its times move as the
+    samples did."""
+    run_fields = run_schema.schema()["properties"]
+    path = Path(report.path).with_name(RUN_DOCUMENT)
+    doc, source = (_run_json(path, report), str(path)) if path.exists() else ({}, "")
+    if not doc:
+        doc, source = {k: v for k, v in (report.header or {}).items() if k in run_fields}, f"{report.path}:1"
+    doc = _usable({**doc, "run_id": report.run_id}, report, source)
+    if report.shift_ns:
+        for key in ("started", "finished"):
+            if key in doc:
+                doc[key] = iso_utc_ms((schema.time_ns(doc[key]) + report.shift_ns) / 1e9)
+    for key, value in (("started", report.first_time), ("finished", report.last_time), ("host", report.host),
+                       ("nodes", sorted(report.nodes))):
+        doc.setdefault(key, value)
+    doc["samples"] = report.good
+    errors = run_schema.validate(doc)
+    if errors:  # what the samples filled in is ours: a bug, not the user's data
+        raise ReplayError(f"{report.path}: the run document does not conform: {errors[0]}")
+    return doc
+
+
+def replay(paths: list[Path], targets: dict[str, tuple[str, str]], *, rebase: bool = False, batch: int = BATCH,
+           progress=None) -> list[FileReport]:
+    """Load run files into the stores ``targets`` names: {store: (url, database or index)}."""
+    writers = {name: stores.get(name)(url, target) for name, (url, target) in targets.items()}
+    for w in writers.values():
+        try:
+            w.check()
+        except stores.StoreDown as exc:
+            for each in writers.values():
+                each.close()
+            raise ReplayError(str(exc)) from None
+    procs = {name: WriterProcess(name, url, target) for name, (url, target) in targets.items()}
     rebase_ms = int(time.time() * 1000) if rebase else None
     reports = []
     finished = False
@@ -314,33 +230,99 @@ def replay(paths: list[Path], influx: str | None, es: str | None, *, db: str = I
             report = FileReport(str(path))
             reports.append(report)
             shown = 0  # bytes of this file already counted by the progress bar
-            for lp, bulk, count in read_batches(path, report, influx=bool(influx), es_index=index if es else None,
-                                                rebase_ms=rebase_ms, batch=batch):
-                for p in posters:
-                    p.put(lp if p.store == "influxdb" else bulk)
+            encoders = [w.encoder() for w in writers.values()]
+            for bodies, count in read_batches(path, report, encoders, rebase_ms=rebase_ms, batch=batch):
+                for proc, body in zip(procs.values(), bodies):
+                    proc.put(body, count)
                 if progress:
                     progress(report.bytes_read - shown)
                     shown = report.bytes_read
             if progress:  # what follows the last batch (bad lines, or a file that ends on a batch)
                 progress(report.bytes_read - shown)
             if report.good and report.run_id:
-                run = run_document(report)
-                if es:
-                    try:
-                        resp = requests.put(f"{es.rstrip('/')}/{RUNS_INDEX}/_doc/"
-                                            f"{requests.utils.quote(run['run_id'], safe='')}", json=run, timeout=30)
-                    except requests.RequestException as exc:
-                        raise ReplayError(f"Elasticsearch at {es} cannot be reached ({exc.__class__.__name__})") from exc
-                    _check(resp, f"Elasticsearch {es} run document")
-                if influx:
-                    posters[0].put(run_point(run).encode())
+                doc = run_document(report)
+                for name, proc in procs.items():
+                    proc.put(writers[name].encode_run(doc), 1)
         finished = True
+    except RuntimeError as exc:  # a writer process stopped: its error names the store
+        raise ReplayError(str(exc)) from None
     finally:
-        errors = [e for p in posters if (e := p.close(abort=not finished))]
-    if errors:
-        raise ReplayError(errors[0])
+        results = {name: p.close(abort=not finished) for name, p in procs.items()}
+        for w in writers.values():
+            w.close()
+    for name, result in results.items():
+        if result.get("error"):
+            raise ReplayError(result["error"])
+    for name, result in results.items():
+        if result.get("refused"):
+            raise ReplayError(f"{stores.get(name).title} refused {result['refused']:,} of the samples or run "
+                              f"documents ({result['reasons'][0] if result['reasons'] else 'no reason given'}); "
+                              f"everything else is stored")
     return reports
 
 
-if __name__ == "__main__" and sys.argv[1:2] == ["--post"] and len(sys.argv) == 5:
-    sys.exit(_post_in_order(*sys.argv[2:]))
+# -- the command --------------------------------------------------------------------------------
+
+HELP = "load recorded run files into the stores"
+PARSER = dict(description="Load run files (runs/RUN/samples.ndjson, or the run directory) into the stores in large "
+                          "batches. Idempotent: replaying twice leaves the same data. A malformed or truncated line "
+                          "is reported with its file and line number and skipped; every good line is still loaded. "
+                          "Each run gets its run document (run.json beside the run file, else the run file's "
+                          "header) in flowstat-runs and as a flowstat_run point. Exit status: 0 all loaded, 1 some "
+                          "lines skipped, 2 nothing could be done (bad arguments, a store down or refusing data), "
+                          "130 interrupted (what was sent is stored).")
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("runfile", nargs="+", help="run files or run directories")
+    for w in stores.writers():
+        p.add_argument(f"--{w.option}", metavar="URL", help=f"{w.title}, e.g. http://127.0.0.1:{w.default_port}")
+        p.add_argument(f"--{w.target_option}", default=w.default_target,
+                       help=f"{w.title} {w.target_kind} (default {w.default_target})")
+    p.add_argument("--rebase-time", action="store_true",
+                   help="shift each run to start now (a new copy in InfluxDB each time: not idempotent)")
+    p.add_argument("--batch", type=int, default=BATCH, metavar="N", help=f"samples per request (default {BATCH})")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def main(args: argparse.Namespace) -> int:
+    targets = {w.name: (getattr(args, w.option), getattr(args, w.target_option)) for w in stores.writers()
+               if getattr(args, w.option)}
+    if not targets:
+        options = " and/or ".join(f"--{w.option} URL" for w in stores.writers())
+        print(f"flowstat replay: say where to load: {options}", file=sys.stderr)
+        return 2
+    paths = []
+    for name in args.runfile:
+        p = Path(name)
+        if p.is_dir():
+            p = p / "samples.ndjson"
+        if not p.is_file():
+            print(f"flowstat replay: {name}: no such run file", file=sys.stderr)
+            return 2
+        paths.append(p)
+    bar = Progress(sum(p.stat().st_size for p in paths), "replayed", "bytes", enabled=not args.quiet)
+    try:
+        reports = replay(paths, targets, rebase=args.rebase_time, batch=args.batch, progress=bar.update)
+    except ReplayError as exc:
+        bar.close()
+        print(f"flowstat replay: {exc}; replaying again is safe (idempotent)", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        bar.close()
+        print("\nflowstat replay: interrupted; what was sent is stored, replaying again is safe (idempotent)",
+              file=sys.stderr)
+        return 130
+    bar.close()
+    status = 0
+    for r in reports:
+        print(f"{r.path}: {r.good:,} samples loaded (run {r.run_id}), {len(r.bad)} bad lines skipped")
+        for note in r.notes:
+            print(f"  note: {note}", file=sys.stderr)
+        for lineno, why in r.bad[:20]:
+            print(f"  {r.path}:{lineno}: {why}", file=sys.stderr)
+        if len(r.bad) > 20:
+            print(f"  ... and {len(r.bad) - 20} more", file=sys.stderr)
+        if r.bad:
+            status = 1
+    return status

@@ -162,7 +162,7 @@ void control_fill_sample(const cJSON *reply, struct fs_sample *s)
                 sample_set_bool(s, (enum fs_field)f, cJSON_IsTrue(item));
             break;
         case FS_T_STRING:
-            if (cJSON_IsString(item) && item->valuestring)
+            if (cJSON_IsString(item) && item->valuestring && sample_value_allowed((enum fs_field)f, item->valuestring))
                 sample_set_str(s, (enum fs_field)f, item->valuestring);
             break;
         }

@@ -2,13 +2,15 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #define RETRY_S 1.0
 #define EXIT_SEND_MIN_S 5.0 /* at exit, what is queued gets at least one HTTP time-out to go out */
-#define SPOOL_NAME_MAX 80 /* characters of the URL in its spool folder's name, as the Python agent */
+#define SPOOL_NAME_CHARS 64 /* bytes of the URL in its spool folder's name, then "-" and a hash of it all */
+#define SPOOL_NAME_MAX (SPOOL_NAME_CHARS + 9)
 
 struct batch {
     struct batch *next;
@@ -289,6 +291,15 @@ static void *run_sink(void *arg)
 
 /* -- life cycle -------------------------------------------------------------------------------- */
 
+/* FNV-1a, 32 bits: the part of a spool folder's name that keeps two sinks apart (as the Python agent). */
+static uint32_t url_hash(const char *url)
+{
+    uint32_t h = 2166136261u;
+    for (const unsigned char *u = (const unsigned char *)url; *u; u++)
+        h = (h ^ *u) * 16777619u;
+    return h;
+}
+
 static int open_spool(struct sink_runner *r, const char *spool_dir, long long max_bytes, char *err, size_t errlen)
 {
     _Static_assert(SPOOL_DIR_MAX + 1 + SPOOL_NAME_MAX < sizeof r->spool.dir, "room for the sink's folder name");
@@ -298,9 +309,9 @@ static int open_spool(struct sink_runner *r, const char *spool_dir, long long ma
         return -1;
     }
     size_t n = (size_t)snprintf(dir, sizeof dir, "%s/", spool_dir);
-    for (const char *u = r->sink.url; *u && u - r->sink.url < SPOOL_NAME_MAX; u++)
+    for (const char *u = r->sink.url; *u && u - r->sink.url < SPOOL_NAME_CHARS; u++)
         dir[n++] = (char)((*u >= 'a' && *u <= 'z') || (*u >= 'A' && *u <= 'Z') || (*u >= '0' && *u <= '9') ? *u : '_');
-    dir[n] = '\0';
+    snprintf(dir + n, sizeof dir - n, "-%08x", (unsigned)url_hash(r->sink.url));
     if (spool_open(&r->spool, dir, max_bytes) != 0) {
         snprintf(err, errlen, "spool %s: %s", dir, strerror(errno));
         return -1;

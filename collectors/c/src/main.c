@@ -20,6 +20,7 @@
 #include "targets.h"
 
 #define AGENT_NAME "flowstat-agent-c"
+#define STATE_DOWN "DOWN" /* node_state once the process is gone (one of the schema's states) */
 #define NAME_MAX_LEN 160 /* --name, in agent_name after AGENT_NAME "/" */
 #define RUN_ID_MAX_LEN 127 /* --run-id, as a target's run_id holds */
 
@@ -66,7 +67,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: flowstat-agent TARGETS [options]\n"
             "Samples processes (VmRSS, CPU clock, threads from /proc) and, for nodes with a control channel,\n"
-            "their own metrics; sends the samples (collectors/schema/sample.schema.json) to sinks.\n\n"
+            "their own metrics; sends the samples (the sample schema, docs/schema.md) to sinks.\n\n"
             "targets (at least one, each may repeat):\n"
             "  --pid PID              a process id\n"
             "  --pidfile FILE         a file holding a process id (re-read at each rescan)\n"
@@ -374,8 +375,7 @@ static void retire(struct agent *a, size_t i)
 
 static const char *role_of(const char *role)
 {
-    return strcmp(role, "producer") == 0 || strcmp(role, "merger") == 0 || strcmp(role, "viewer") == 0 ? role
-                                                                                                       : "other";
+    return sample_value_allowed(FS_F_ROLE, role) ? role : FS_DEFAULT_ROLE;
 }
 
 static void base_sample(struct agent *a, struct target *t, const char *stamp, int64_t ms, const char *role,
@@ -436,17 +436,18 @@ static size_t sample_all(struct agent *a, struct fs_sample **out, size_t *out_ca
                 LOG_ERR("%s (pid %d): cannot read /proc (%s)", t->node_id, (int)t->pid,
                         st == PROC_BAD_FORMAT ? "unexpected format" : strerror(errno));
             }
-            base_sample(a, t, stamp, ms, t->role, "DOWN", &(*out)[count++]); /* reported once, then dropped */
+            base_sample(a, t, stamp, ms, t->role, STATE_DOWN, &(*out)[count++]); /* reported once, then dropped */
             LOG_WARN("%s (pid %d) is gone", t->node_id, (int)t->pid);
             continue;
         }
         const cJSON *reply = by_target[i];
         const cJSON *reply_role = reply ? cJSON_GetObjectItemCaseSensitive(reply, "role") : NULL;
-        const char *role = strcmp(t->role, "other") != 0 || !cJSON_IsString(reply_role) ? t->role
+        const char *role = strcmp(t->role, FS_DEFAULT_ROLE) != 0 || !cJSON_IsString(reply_role) ? t->role
                                                                                         : reply_role->valuestring;
         const cJSON *state = reply ? cJSON_GetObjectItemCaseSensitive(reply, "node_state") : NULL;
         struct fs_sample *s = &(*out)[count++];
-        base_sample(a, t, stamp, ms, role, cJSON_IsString(state) ? state->valuestring : "UP", s);
+        int state_known = cJSON_IsString(state) && sample_value_allowed(FS_F_NODE_STATE, state->valuestring);
+        base_sample(a, t, stamp, ms, role, state_known ? state->valuestring : FS_DEFAULT_NODE_STATE, s);
         double total, user, sys;
         proc_cpu_rates(&t->prev, &cur, now - t->prev_t, &total, &user, &sys);
         sample_set_int(s, FS_F_VMRSS_KB, cur.rss_kb);
@@ -464,7 +465,7 @@ static size_t sample_all(struct agent *a, struct fs_sample **out, size_t *out_ca
     free(endpoints), free(owner), free(replies), free(by_target);
     /* drop the targets reported DOWN (after the loop: retire() reorders the array) */
     for (size_t c = 0; c < count; c++)
-        if (strcmp((*out)[c].v[FS_F_NODE_STATE].s, "DOWN") == 0) {
+        if (strcmp((*out)[c].v[FS_F_NODE_STATE].s, STATE_DOWN) == 0) {
             struct target *t = find_target(a, (pid_t)(*out)[c].v[FS_F_PID].i, (*out)[c].v[FS_F_NODE_ID].s);
             if (t)
                 retire(a, (size_t)(t - a->targets));

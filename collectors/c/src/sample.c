@@ -35,6 +35,15 @@ void sample_set_bool(struct fs_sample *s, enum fs_field f, int value)
     s->v[f].set = 1;
 }
 
+int sample_value_allowed(enum fs_field f, const char *value)
+{
+    const struct fs_field_def *def = &FS_FIELDS[f];
+    for (int k = 0; k < def->nvalues; k++)
+        if (strcmp(def->values[k], value) == 0)
+            return 1;
+    return def->values == NULL;
+}
+
 /* Line protocol escaping: measurement, tag keys and values and field keys escape , = space and
  * backslash; string field values escape " and backslash. */
 #define LP_KEY_ESCAPES ",= \\"

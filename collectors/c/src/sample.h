@@ -1,4 +1,4 @@
-/* A sample: one value slot per schema field (collectors/schema/sample.schema.json, via the
+/* A sample: one value slot per schema field (src/flowstat/schema/sample.schema.json, via the
  * generated schema_fields.h), and its two encodings. */
 #ifndef FLOWSTAT_SAMPLE_H
 #define FLOWSTAT_SAMPLE_H
@@ -27,6 +27,8 @@ void sample_set_str(struct fs_sample *s, enum fs_field f, const char *value);
 void sample_set_int(struct fs_sample *s, enum fs_field f, long long value);
 void sample_set_num(struct fs_sample *s, enum fs_field f, double value);
 void sample_set_bool(struct fs_sample *s, enum fs_field f, int value);
+/* Whether a string field may take this value (its schema enumeration, if it has one). */
+int sample_value_allowed(enum fs_field f, const char *value);
 
 /* Append one line (with its newline) to out. */
 void sample_line_protocol(const struct fs_sample *s, struct fs_buf *out);

@@ -51,7 +51,11 @@ int sample_from_json(const char *text, size_t len, struct fs_sample *s, char *er
         int ok = 0;
         switch (FS_FIELDS[f].type) {
         case FS_T_STRING:
-            if ((ok = cJSON_IsString(item)))
+            if ((ok = cJSON_IsString(item)) && !sample_value_allowed((enum fs_field)f, item->valuestring)) {
+                rc = fail(err, errlen, item->string, "not one of the schema's values");
+                break;
+            }
+            if (ok)
                 sample_set_str(s, (enum fs_field)f, item->valuestring);
             break;
         case FS_T_INTEGER:
@@ -68,6 +72,8 @@ int sample_from_json(const char *text, size_t len, struct fs_sample *s, char *er
                 sample_set_bool(s, (enum fs_field)f, cJSON_IsTrue(item));
             break;
         }
+        if (rc != 0)
+            break;
         if (!ok) {
             rc = fail(err, errlen, item->string, "wrong type");
             break;

@@ -1,5 +1,7 @@
 #include "targets.h"
 
+#include "schema_fields.h"
+
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
@@ -58,7 +60,7 @@ static void found_pid(const struct target_spec *spec, pid_t pid, target_found_fn
     struct target t;
     memset(&t, 0, sizeof t);
     t.pid = pid;
-    fs_strlcpy(t.role, "other", sizeof t.role);
+    fs_strlcpy(t.role, FS_DEFAULT_ROLE, sizeof t.role);
     fs_strlcpy(t.run_id, spec->run_id ? spec->run_id : "", sizeof t.run_id);
     name_from_process(&t);
     fn(ctx, &t);
@@ -125,7 +127,7 @@ int targets_parse_endpoints(const char *text, size_t len, const char *run_id, ta
         memset(&t, 0, sizeof t);
         t.pid = (pid_t)pid->valuedouble;
         fs_strlcpy(t.node_id, node_id, sizeof t.node_id);
-        fs_strlcpy(t.role, json_string(node, "role", "other"), sizeof t.role);
+        fs_strlcpy(t.role, json_string(node, "role", FS_DEFAULT_ROLE), sizeof t.role);
         fs_strlcpy(t.run_id, run_id && run_id[0] ? run_id : doc_run, sizeof t.run_id);
         fs_strlcpy(t.control, json_string(node, "control", ""), sizeof t.control);
         fn(ctx, &t);

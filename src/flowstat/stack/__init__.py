@@ -1,40 +1,49 @@
 """``flowstat stack``: real servers on loopback, without Docker: download or build, cache, start,
-check, stop. One module per service (influxdb.py, elasticsearch.py)."""
+check, stop. One module per server; the stores' set-up (flowstat.stores) is installed into the
+servers that hold a store once they answer."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from .base import Service, StackError, load_state, save_state
+from flowstat import stores
+
+from .base import Service, StackError, load_state, make_folder, save_state
 from .elasticsearch import Elasticsearch
 from .influxdb import InfluxDB
 from .telegraf import Telegraf
 
-__all__ = ["Stack", "StackError", "default_cache", "SERVICES"]
+__all__ = ["SERVICES", "Service", "Stack", "StackError", "default_cache"]
 
-SERVICES = ("influxdb", "elasticsearch", "telegraf")
-DEFAULT_PORTS = {"influxdb": 8086, "elasticsearch": 9200, "telegraf": 8186}
+SERVICES: dict[str, type[Service]] = {"influxdb": InfluxDB, "elasticsearch": Elasticsearch, "telegraf": Telegraf}
+"""Every server, by name, in start order (a server that needs another starts after it)."""
+
+SYSTEM_CACHE = Path("/var/lib/flowstat/stack")
 
 
 def default_cache() -> Path:
+    """$FLOWSTAT_CACHE/stack; else, for root, /var/lib/flowstat/stack (the servers run as an
+    unprivileged user, which cannot enter root's home); else ~/.cache/flowstat/stack."""
     if os.environ.get("FLOWSTAT_CACHE"):
         return Path(os.environ["FLOWSTAT_CACHE"]) / "stack"
+    if os.geteuid() == 0:
+        return SYSTEM_CACHE
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "flowstat" / "stack"
 
 
 class Stack:
     def __init__(self, cache: Path | None = None, ports: dict[str, int] | None = None,
-                 services: tuple[str, ...] = SERVICES):
+                 services: tuple[str, ...] | None = None):
         self.cache = (cache or default_cache()).resolve()
-        self.cache.mkdir(parents=True, exist_ok=True)
+        make_folder(self.cache)
         known = load_state(self.cache)
-        chosen = {**DEFAULT_PORTS, **{k: v["port"] for k, v in known.items()}, **(ports or {})}
-        classes = {"influxdb": InfluxDB, "elasticsearch": Elasticsearch, "telegraf": Telegraf}
-        self.services: list[Service] = [classes[name](name, self.cache, chosen[name]) for name in SERVICES
-                                        if name in services]
-        if "telegraf" in services:
-            self["telegraf"].extra["influx_url"] = f"http://127.0.0.1:{chosen['influxdb']}"
+        chosen = {**{name: cls.default_port for name, cls in SERVICES.items()},
+                  **{k: v["port"] for k, v in known.items() if k in SERVICES}, **(ports or {})}
+        self.services: list[Service] = [cls(name, self.cache, chosen[name]) for name, cls in SERVICES.items()
+                                        if services is None or name in services]
+        for s in self.services:
+            s.link(self, chosen)
 
     def __getitem__(self, name: str) -> Service:
         return next(s for s in self.services if s.name == name)
@@ -42,22 +51,28 @@ class Stack:
     def names(self) -> set[str]:
         return {s.name for s in self.services}
 
-    def up(self, report=print) -> None:
-        """Start each server, then install what the stores need (templates, database, rollups)."""
-        from flowstat.templates import install_elasticsearch, install_influxdb
+    def install(self, report=print) -> None:
+        """Download, build and unpack what each server needs, without starting it (up does it too)."""
+        for s in self.services:
+            s.home.mkdir(parents=True, exist_ok=True)
+            s.install()
+            report(f"{s.name}: installed in {s.home}")
 
+    def up(self, report=print) -> None:
+        """Start each server, then install what its store needs (templates, database, rollups)."""
         save_state(self.cache, self.services)
         for s in self.services:
             report(f"{s.name}: {s.up()}; log: {s.log_path}")
+            if s.store is None:
+                continue
+            writer = stores.get(s.store)(s.url)
             try:
-                if s.name == "influxdb":
-                    install_influxdb(s.url)
-                    report("influxdb: database flowstat, retention policies raw and rollup, continuous queries ready")
-                elif s.name == "elasticsearch":
-                    install_elasticsearch(s.url)
-                    report("elasticsearch: component and index templates flowstat-samples, flowstat-runs ready")
-            except (RuntimeError, OSError) as exc:
+                done = writer.install()
+            except (RuntimeError, OSError, stores.StoreDown) as exc:
                 raise StackError(f"{s.name}: set-up failed: {exc}") from exc
+            finally:
+                writer.close()
+            report(f"{s.name}: {writer.title} {writer.target_kind} set-up ready ({len(done)} steps)")
 
     def down(self, report=print) -> None:
         for s in reversed(self.services):

@@ -13,10 +13,14 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
 
 import requests
 
-from flowstat.procfs import is_alive, log_tail
+from flowstat.proc.procfs import is_alive, log_tail
+
+if TYPE_CHECKING:
+    from . import Stack
 
 SERVICE_USER = "flowstat"  # servers never run as root
 
@@ -35,6 +39,14 @@ def port_free(port: int, host: str = "127.0.0.1") -> bool:
             return False
 
 
+def _system_program(name: str) -> str:
+    """A program of the system's administration (in /usr/sbin, which a user's PATH may not hold)."""
+    found = shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin")
+    if not found:
+        raise StackError(f"`{name}` is needed to run the servers as user {SERVICE_USER} (Debian: util-linux, passwd)")
+    return found
+
+
 def run_as_prefix() -> list[str]:
     """Root starts servers as the unprivileged service user (created when missing)."""
     if os.geteuid() != 0:
@@ -42,9 +54,42 @@ def run_as_prefix() -> list[str]:
     try:
         pwd.getpwnam(SERVICE_USER)
     except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SERVICE_USER],
-                       check=True, capture_output=True)
-    return ["runuser", "-u", SERVICE_USER, "--"]
+        r = subprocess.run([_system_program("useradd"), "--system", "--no-create-home", "--shell",
+                            "/usr/sbin/nologin", SERVICE_USER], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise StackError(f"cannot create the service user {SERVICE_USER}: useradd: {r.stderr.strip()[-300:]}")
+    return [_system_program("runuser"), "-u", SERVICE_USER, "--"]
+
+
+def _can_enter(path: Path, uid: int, gids: set[int]) -> bool:
+    st = path.stat()
+    if uid == st.st_uid:
+        return bool(st.st_mode & 0o100)
+    if st.st_gid in gids:
+        return bool(st.st_mode & 0o010)
+    return bool(st.st_mode & 0o001)
+
+
+def unreachable_by_service_user(path: Path) -> Path | None:
+    """The first folder on the way to ``path`` that the service user cannot enter (root's home, a
+    private temporary folder...), or None. Only root runs servers as another user."""
+    if os.geteuid() != 0:
+        return None
+    pw = pwd.getpwnam(SERVICE_USER)
+    gids = set(os.getgrouplist(SERVICE_USER, pw.pw_gid))
+    for folder in reversed([path, *path.parents]):
+        if folder.exists() and not _can_enter(folder, pw.pw_uid, gids):
+            return folder
+    return None
+
+
+def make_folder(path: Path) -> None:
+    """mkdir -p, and the folders it makes enterable by all (rwxr-xr-x, whatever the umask): the
+    servers run as another user, who must reach their files."""
+    missing = [p for p in [path, *path.parents] if not p.exists()]
+    path.mkdir(parents=True, exist_ok=True)
+    for folder in missing:
+        folder.chmod(0o755)
 
 
 def give_to_service_user(*paths: Path) -> None:
@@ -71,14 +116,19 @@ def apt_install(*packages: str) -> None:
 
 @dataclass
 class Service:
-    """One server. Subclasses fill in install(), command(), health_url and ports."""
+    """One server. Subclasses fill in the class attributes, install(), command(), healthy() and,
+    when they use more than one port, ports()."""
 
     name: str
     cache: Path
     port: int
     extra: dict = field(default_factory=dict)
 
-    health_timeout_s = 60.0
+    health_timeout_s: ClassVar[float] = 60.0
+    default_port: ClassVar[int]
+    port_option: ClassVar[str]  # flowstat stack up --PORT_OPTION P
+    port_help: ClassVar[str] = ""  # what else the port decides, for --help
+    store: ClassVar[str | None] = None  # the flowstat.stores store to set up once the server answers
 
     @property
     def home(self) -> Path:
@@ -100,6 +150,9 @@ class Service:
         return [self.port]
 
     # -- to implement ---------------------------------------------------------------------------
+    def link(self, stack: Stack, ports: dict[str, int]) -> None:
+        """Learn what this server needs of the others (their ports), before it starts."""
+
     def install(self) -> None:
         raise NotImplementedError
 
@@ -139,9 +192,14 @@ class Service:
             if not port_free(p):
                 raise StackError(f"{self.name}: port {p} on 127.0.0.1 is taken by another program; "
                                  f"choose another port (see flowstat stack up --help)")
-        self.home.mkdir(parents=True, exist_ok=True)
-        self.install()
+        make_folder(self.home)
         prefix = run_as_prefix()
+        blocked = unreachable_by_service_user(self.home)  # before a download or build that would be in vain
+        if blocked is not None:
+            raise StackError(f"{self.name}: the servers run as user {SERVICE_USER}, which cannot enter {blocked} "
+                             f"(mode {blocked.stat().st_mode & 0o777:o}); give a --cache it can reach, such as "
+                             f"/var/lib/flowstat/stack (root's default)")
+        self.install()
         give_to_service_user(*self.owned_paths())
         cmd, env = self.command()
         with open(self.log_path, "ab") as log:

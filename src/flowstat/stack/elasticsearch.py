@@ -35,6 +35,10 @@ def unzip_keeping_modes(archive: Path, dest: Path) -> None:
 
 class Elasticsearch(Service):
     health_timeout_s = 120.0
+    default_port = 9200
+    port_option = "es-port"
+    port_help = "Elasticsearch's HTTP port (its transport port is P+100)"
+    store = "elasticsearch"
 
     @property
     def transport_port(self) -> int:
@@ -64,7 +68,10 @@ class Elasticsearch(Service):
             if r.returncode != 0 or not archive.exists():
                 raise StackError(f"elasticsearch: download of {ARTIFACT.format(v=ES_VERSION)} failed: "
                                  f"{(r.stdout + r.stderr).strip()[-500:]}")
-        unzip_keeping_modes(archive, self.home)
+        try:
+            unzip_keeping_modes(archive, self.home)
+        except (zipfile.BadZipFile, OSError) as exc:
+            raise StackError(f"elasticsearch: cannot unpack {archive} ({exc}); delete it to download it again") from exc
 
     def java_home(self) -> str:
         for home in (os.environ.get("ES_JAVA_HOME"), *JAVA_HOMES):

@@ -6,11 +6,18 @@ import shutil
 
 import requests
 
+from flowstat.stores import StoreDown
+from flowstat.stores import influxdb as store
+
 from .base import Service, StackError, apt_install
 
 
 class InfluxDB(Service):
     health_timeout_s = 60.0
+    default_port = 8086
+    port_option = "influx-port"
+    port_help = "InfluxDB's HTTP port (its RPC port is P+2)"
+    store = "influxdb"
 
     @property
     def rpc_port(self) -> int:
@@ -53,13 +60,11 @@ bind-address = "127.0.0.1:{self.rpc_port}"
             return False
 
     def query(self, q: str, db: str | None = None) -> dict:
-        params = {"q": q, "epoch": "ns"}
-        if db:
-            params["db"] = db
-        resp = requests.post(self.url + "/query", params=params, timeout=10)
-        resp.raise_for_status()
-        body = resp.json()
-        errors = [r["error"] for r in body.get("results", []) if "error" in r]
-        if errors:
-            raise StackError(f"influxdb: {q!r}: {errors[0]}")
-        return body
+        """Run an InfluxQL statement (times in ns); an error answer raises StackError naming it."""
+        writer = store.InfluxDB(self.url, db)
+        try:
+            return writer.query(q, db=db)
+        except (RuntimeError, StoreDown) as exc:
+            raise StackError(str(exc)) from exc
+        finally:
+            writer.close()

@@ -1,22 +1,72 @@
-"""Telegraf, built pinned from the Go module proxy (scripts/build-telegraf), running
-pipelines/telegraf/telegraf.conf between the agents and InfluxDB."""
+"""Telegraf, built pinned from the Go module proxy with only the plugins flowstat uses, running
+telegraf.conf (beside this file) between the agents and InfluxDB."""
 
 from __future__ import annotations
 
+import filecmp
+import hashlib
+import os
 import shutil
 import subprocess
+from importlib.resources import files
 from pathlib import Path
 
 import requests
 
+from flowstat.stores.influxdb import DATABASE
+
 from .base import Service, StackError
 
-ROOT = Path(__file__).resolve().parents[3]
-CONFIG = ROOT / "pipelines" / "telegraf" / "telegraf.conf"
+VERSION = "v1.37.2"  # .env's TELEGRAF_VERSION, for the compose stack, says the same (a test checks)
+# What telegraf.conf uses, procstat for procstat-fallback.conf and the agents' benchmark, and the
+# file output that benchmark writes to: the fewer plugins, the fewer modules to fetch and compile.
+PLUGINS = ("inputs.influxdb_listener", "inputs.socket_listener", "inputs.procstat", "outputs.influxdb",
+           "outputs.file", "parsers.influx", "serializers.influx")
+CONFIG = "telegraf.conf"
+
+
+def downloads() -> Path:
+    """Where built and downloaded programs are cached: $FLOWSTAT_CACHE, else ~/.cache/flowstat."""
+    if os.environ.get("FLOWSTAT_CACHE"):
+        return Path(os.environ["FLOWSTAT_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "flowstat"
+
+
+def config_text() -> str:
+    return files(__package__).joinpath(CONFIG).read_text(encoding="utf-8")
+
+
+def _go() -> str:
+    found = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
+    if not found:
+        raise StackError("telegraf: Go is needed to build it (go >= 1.24 on the PATH or in /usr/local/go)")
+    return found
+
+
+def build(cache: Path | None = None) -> Path:
+    """The pinned Telegraf, built once (1-2 minutes cold) into CACHE/go/telegraf-VERSION-PLUGINS/telegraf."""
+    top = (cache or downloads()) / "go"
+    plugins = hashlib.sha256(",".join(PLUGINS).encode()).hexdigest()[:8]
+    binary = top / f"telegraf-{VERSION}-{plugins}" / "telegraf"
+    if binary.exists():
+        return binary
+    env = dict(os.environ, GOBIN=str(binary.parent), GOMODCACHE=str(top / "mod"), GOCACHE=str(top / "build"),
+               GOPATH=str(top), GOFLAGS="-modcacherw", CGO_ENABLED="0")
+    ldflags = f"-s -w -X github.com/influxdata/telegraf/internal.Version={VERSION.lstrip('v')}"
+    tags = ",".join(("custom", *PLUGINS))
+    r = subprocess.run([_go(), "install", "-tags", tags, "-ldflags", ldflags,
+                        f"github.com/influxdata/telegraf/cmd/telegraf@{VERSION}"], env=env, capture_output=True,
+                       text=True)
+    if r.returncode != 0 or not binary.exists():
+        raise StackError(f"telegraf: building {VERSION} failed: {r.stderr.strip()[-600:]}")
+    return binary
 
 
 class Telegraf(Service):
     health_timeout_s = 30.0
+    default_port = 8186
+    port_option = "telegraf-port"
+    port_help = "Telegraf's HTTP listener port (its UDP and TCP listeners are on P+1)"
 
     @property
     def socket_port(self) -> int:
@@ -30,29 +80,24 @@ class Telegraf(Service):
         """Where agents send line protocol over HTTP."""
         return f"{self.url}/write"
 
-    def binary(self) -> str:
-        script = ROOT / "scripts" / "build-telegraf"
-        if script.exists():
-            r = subprocess.run([str(script)], capture_output=True, text=True)
-            if r.returncode != 0:
-                raise StackError(f"telegraf: build failed (scripts/build-telegraf): {r.stderr.strip()[-600:]}")
-            return r.stdout.strip().splitlines()[-1]
-        found = shutil.which("telegraf")
-        if not found:
-            raise StackError("telegraf: not found; run scripts/build-telegraf from a flowstat checkout")
-        return found
+    def link(self, stack, ports) -> None:
+        self.extra["influx_url"] = f"http://127.0.0.1:{ports['influxdb']}"
 
     def install(self) -> None:
-        if not CONFIG.exists():
-            raise StackError(f"telegraf: {CONFIG} is missing")
-        self.extra["binary"] = self.binary()
+        # The server runs as the service user, which may not reach the cache or the package: it
+        # gets its own copies.
+        binary = self.home / "telegraf"
+        built = build()
+        if not binary.exists() or not filecmp.cmp(built, binary):
+            shutil.copy2(built, binary)
+        (self.home / CONFIG).write_text(config_text())
 
     def command(self):
         env = {"FLOWSTAT_TELEGRAF_HTTP": f"127.0.0.1:{self.port}",
                "FLOWSTAT_TELEGRAF_UDP": f"127.0.0.1:{self.socket_port}",
                "FLOWSTAT_TELEGRAF_TCP": f"127.0.0.1:{self.socket_port}",
-               "FLOWSTAT_INFLUX_URL": self.extra["influx_url"], "FLOWSTAT_INFLUX_DB": self.extra.get("db", "flowstat")}
-        return [self.extra["binary"], "--config", str(CONFIG)], env
+               "FLOWSTAT_INFLUX_URL": self.extra["influx_url"], "FLOWSTAT_INFLUX_DB": DATABASE}
+        return [str(self.home / "telegraf"), "--config", str(self.home / CONFIG)], env
 
     def healthy(self) -> bool:
         try:

@@ -1,1 +1,0 @@
-"""The harness's devices; each runs as its own OS process (``flowstat device ROLE``)."""

@@ -1,0 +1,7 @@
+"""``python -m flowstat``: the flowstat command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,204 @@
+"""The agent's loop: find targets, read /proc, ask control channels, build samples, hand them to
+the sinks. Ticks are scheduled from a monotonic start (tick k at start + k x interval), so there
+is no drift over hours; a tick that overruns skips to the next one due rather than bunching up."""
+
+from __future__ import annotations
+
+import logging
+import math
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flowstat import schema
+from flowstat.proc.reader import ProcessGone, ProcFormatError, cpu_rates
+from flowstat.timeutil import iso_utc_ms
+
+from . import AGENT_NAME
+from .control import ControlPool
+from .sinks import SinkRunner, SinkURLError, open_sink
+from .sinks.console import RunFileSink
+from .spool import Spool, folder_name
+from .targets import Target, TargetSpec, discover, open_reader
+
+log = logging.getLogger("flowstat.agent")
+RUN_FIELDS_IN_HEADER = ("run_id", "description", "topology", "started", "host", "machine", "parameters")
+SEND_TIMEOUT_MAX_S = 10.0  # the longest one send may block (the HTTP sinks' 5 s, TCP's 3 s), with margin
+
+
+@dataclass
+class AgentConfig:
+    spec: TargetSpec
+    sinks: list[str] = field(default_factory=lambda: ["stdout://"])
+    interval_s: float = 1.0
+    rescan_s: float = 5.0
+    control_timeout_s: float = 0.25
+    spool_dir: str | None = None
+    spool_max_bytes: int = 64 * 1024 * 1024
+    run_file: str | None = None
+    run_doc: dict | None = None  # the run document (run.json): what heads the run file
+    name: str = ""
+    duration_s: float | None = None
+    count: int | None = None
+    exit_when_all_down: bool = False
+    drain_s: float = 5.0  # at exit, how long to keep resending what a down sink left in the spool
+
+
+class Agent:
+    def __init__(self, cfg: AgentConfig):
+        self.cfg = cfg
+        self.agent_name = AGENT_NAME + (f"/{cfg.name}" if cfg.name else "")
+        self.host = socket.gethostname()
+        self.targets: dict[tuple[int, str], Target] = {}
+        self.gone: set[tuple[int, str]] = set()
+        self.seqs: dict[str, int] = {}  # per node: survives the node being re-found
+        self.control = ControlPool(cfg.control_timeout_s)
+        self.stop_event = threading.Event()
+        self.samples_taken = 0
+        self.proc_errors = 0
+        self.rounds = 0
+        self.skipped_rounds = 0  # a round overran its interval: the rounds it ran into are skipped
+        self.runners: list[SinkRunner] = []
+        twice = sorted({url for url in cfg.sinks if cfg.sinks.count(url) > 1})
+        if twice:  # two deliveries would share one spool folder
+            raise SinkURLError(f"{twice[0]}: --sink given twice")
+        for url in cfg.sinks:
+            sink = open_sink(url)
+            spool = None
+            if sink.reliable and sink.spooled and cfg.spool_dir:
+                spool = Spool(Path(cfg.spool_dir) / folder_name(url), cfg.spool_max_bytes, url)
+            self.runners.append(SinkRunner(sink, spool, drain_s=cfg.drain_s))
+        if cfg.run_file:
+            self.runners.append(SinkRunner(RunFileSink(cfg.run_file, self._run_header()), None))
+
+    def _run_header(self) -> dict:
+        """The run file's first line: the run document's description of the run (run id, topology,
+        parameters, machine), and who recorded it how."""
+        doc = self.cfg.run_doc or {}
+        head = {"run_id": self.cfg.spec.run_id, "host": self.host, "started": iso_utc_ms(),
+                **{k: doc[k] for k in RUN_FIELDS_IN_HEADER if k in doc}}
+        return {"flowstat_run": {**head, "agent": self.agent_name, "interval_s": self.cfg.interval_s,
+                                 "schema": schema.schema()["$id"]}}
+
+    # -- targets --------------------------------------------------------------------------------
+    def rescan(self, first: bool = False) -> None:
+        for t in discover(self.cfg.spec, first):
+            if t.key in self.targets or t.key in self.gone:
+                continue
+            if open_reader(t):
+                try:
+                    t.prev, t.prev_t = t.reader.read(), time.monotonic()
+                except (ProcessGone, ProcFormatError, OSError):
+                    t.reader.close()
+                    continue
+                self.targets[t.key] = t
+                log.info("watching %s (pid %d, %s)", t.node_id, t.pid, t.source)
+
+    # -- sampling -------------------------------------------------------------------------------
+    def _next_seq(self, node_id: str) -> int:
+        seq = self.seqs.get(node_id, 0)
+        self.seqs[node_id] = seq + 1
+        return seq
+
+    def _base(self, t: Target, stamp: str, role: str, state: str) -> dict:
+        return {"time": stamp, "run_id": t.run_id, "host": self.host, "node_id": t.node_id,
+                "role": role if role in schema.ROLES else schema.DEFAULT_ROLE, "agent": self.agent_name,
+                "seq": self._next_seq(t.node_id), "pid": t.pid, "node_state": state}
+
+    def sample_all(self) -> list[dict]:
+        stamp = iso_utc_ms()
+        now = time.monotonic()
+        endpoints = [t.control for t in self.targets.values() if t.control]
+        replies = self.control.query(endpoints) if endpoints else {}
+        samples = []
+        for key, t in list(self.targets.items()):
+            try:
+                reading = t.reader.read()
+            except (ProcessGone, ProcFormatError, OSError) as exc:
+                if not isinstance(exc, ProcessGone):
+                    self.proc_errors += 1
+                    log.error("%s (pid %d): %s", t.node_id, t.pid, exc)
+                samples.append(self._base(t, stamp, t.role, schema.STATE_DOWN))  # reported once, then dropped
+                log.warning("%s (pid %d) is gone", t.node_id, t.pid)
+                t.reader.close()
+                del self.targets[key]
+                self.gone.add(key)
+                if t.control:
+                    self.control.forget(t.control)
+                continue
+            reply = replies.get(t.control) if t.control else None
+            metrics = schema.from_control_reply(reply) if reply else {}
+            role = t.role if t.role != schema.DEFAULT_ROLE else (reply or {}).get("role", schema.DEFAULT_ROLE)
+            sample = self._base(t, stamp, role, metrics.pop("node_state", schema.STATE_UP))
+            total, user, system = cpu_rates(t.prev, reading, now - t.prev_t)
+            sample.update(vmrss_kb=reading.rss_kb, cpu_clock_hz=total, cpu_user_hz=user, cpu_system_hz=system,
+                          threads=reading.threads)
+            sample.update(metrics)
+            t.prev, t.prev_t = reading, now
+            samples.append(sample)
+        self.samples_taken += len(samples)
+        return samples
+
+    # -- loop -----------------------------------------------------------------------------------
+    def run(self) -> int:
+        for r in self.runners:
+            r.start()
+        start = time.monotonic()
+        self.rescan(first=True)
+        next_rescan = start + self.cfg.rescan_s
+        tick = 0
+        try:
+            while not self.stop_event.is_set():
+                now = time.monotonic()
+                if now >= next_rescan:
+                    self.rescan()
+                    next_rescan = now + self.cfg.rescan_s
+                if tick > 0:
+                    samples = self.sample_all()
+                    for r in self.runners:
+                        r.submit(samples)
+                    self.rounds += 1
+                if self.cfg.count is not None and self.rounds >= self.cfg.count:
+                    break
+                if self.cfg.duration_s is not None and now - start >= self.cfg.duration_s:
+                    break
+                if self.cfg.exit_when_all_down and tick > 0 and not self.targets and self.gone:
+                    break
+                due = math.floor((time.monotonic() - start) / self.cfg.interval_s) + 1
+                self.skipped_rounds += max(0, due - tick - 1)
+                tick = max(tick + 1, due)
+                self.stop_event.wait(max(0.0, start + tick * self.cfg.interval_s - time.monotonic()))
+            if self.stop_event.is_set() and self.targets:
+                # Stopped from outside: one last pass, so that nodes which ended are reported DOWN.
+                samples = self.sample_all()
+                for r in self.runners:
+                    r.submit(samples)
+        finally:
+            self.shutdown()
+        return 0
+
+    def shutdown(self) -> None:
+        for r in self.runners:
+            if r.is_alive():
+                r.stop()
+        # Queued batches get max(drain, 5 s), a send in progress its time-out, the spool drain_s.
+        deadline = (time.monotonic() + max(self.cfg.drain_s, SinkRunner.QUEUED_AT_STOP_S) + self.cfg.drain_s
+                    + SEND_TIMEOUT_MAX_S)
+        for r in self.runners:
+            if not r.done.wait(max(0.0, deadline - time.monotonic())):
+                log.error("sink %s did not finish delivering: %d queued samples are lost", r.sink.url, r.abandon())
+        self.control.close()
+        for t in self.targets.values():
+            t.reader.close()
+
+    def stats(self) -> dict:
+        return {"samples": self.samples_taken, "rounds": self.rounds, "skipped_rounds": self.skipped_rounds,
+                "targets": len(self.targets), "gone": len(self.gone),
+                "control_errors": self.control.errors, "proc_errors": self.proc_errors,
+                "sinks": {r.sink.url: {"delivered": r.delivered, "rejected": r.rejected, "lost": r.lost,
+                                       "spooled": len(r.spool) if r.spool else 0,
+                                       "spooled_samples": r.spool.samples if r.spool else 0,
+                                       "spool_dropped": r.spool.dropped_samples if r.spool else 0}
+                          for r in self.runners}}

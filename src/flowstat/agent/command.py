@@ -1,0 +1,134 @@
+"""``flowstat agent``: its options and what it does with them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+HELP = "sample running pipeline nodes and ship the samples"
+PARSER = dict(
+    formatter_class=argparse.RawDescriptionHelpFormatter,
+    description="Sample processes (VmRSS, CPU clock, threads from /proc) and, for nodes with a control channel, "
+                "their own metrics; send the samples to sinks. With --flush-spool, send instead what an agent "
+                "left in its spool.",
+    epilog="sinks (repeat --sink for several):\n"
+           "  stdout://[?format=json]         file:///PATH[?format=json]\n"
+           "  udp://HOST:PORT                 tcp://HOST:PORT[?format=json]  (json: Logstash json_lines)\n"
+           "  http://HOST:PORT/write          (Telegraf influxdb_listener)\n"
+           "  influxdb://HOST:PORT/DATABASE   elasticsearch://HOST:PORT/INDEX\n"
+           "Samples follow the sample schema (docs/schema.md). Exit status: 0 nothing lost (what a sink that\n"
+           "is down did not take stays spooled: see --flush-spool), 1 samples lost, 2 bad arguments.")
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    t = p.add_argument_group("targets (at least one)")
+    t.add_argument("--pid", type=int, action="append", metavar="PID", help="a process id")
+    t.add_argument("--pidfile", action="append", metavar="FILE", help="a file holding a process id (re-read)")
+    t.add_argument("--pattern", action="append", metavar="REGEX", help="processes whose command line matches")
+    t.add_argument("--endpoints", action="append", metavar="FILE",
+                   help="a harness run's endpoints.json: its nodes and their control sockets")
+    p.add_argument("--sink", action="append", metavar="URL", help="where samples go (default stdout://)")
+    p.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds between samples (default 1, min 0.01)")
+    p.add_argument("--rescan", type=float, default=5.0, metavar="S", help="seconds between target searches (default 5)")
+    p.add_argument("--control-timeout", type=float, default=0.25, metavar="S", help="control reply time-out (default 0.25)")
+    p.add_argument("--spool-dir", metavar="DIR", help="keep batches here while a sink is down (default: none)")
+    p.add_argument("--spool-max-mb", type=float, default=64, metavar="MB", help="spool bound per sink (default 64)")
+    p.add_argument("--run-id", help="run id to put in samples (default: from --endpoints)")
+    p.add_argument("--run-file", metavar="FILE", help="also record every sample in this NDJSON run file")
+    p.add_argument("--run-doc", metavar="FILE", help="the run document (run.json) describing the run in the run file's header")
+    p.add_argument("--name", help="instance name, appended to the agent tag")
+    p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
+    p.add_argument("--count", type=int, metavar="N",
+                   help="stop after N sampling rounds (rounds skipped by an overrun do not count)")
+    p.add_argument("--exit-when-all-down", action="store_true", help="stop once every target has exited")
+    p.add_argument("--drain-timeout", type=float, default=5.0, metavar="S",
+                   help="at exit, keep resending what is spooled for a sink that is down, up to S seconds (default 5); "
+                        "with --flush-spool, how long to wait for a sink that is down")
+    p.add_argument("--flush-spool", metavar="DIR",
+                   help="send the batches an agent left in the spools under DIR (e.g. runs/RUN/spool) to the sink "
+                        "each spool names (or to --sink), then exit; no targets")
+    p.add_argument("--stats", metavar="FILE", help="write delivery statistics here at exit")
+    p.add_argument("--quiet", action="store_true", help="log warnings and errors only")
+
+
+def _flush_spools(args: argparse.Namespace) -> int:
+    from .flush import FlushError, flush, spool_folders
+
+    top = Path(args.flush_spool)
+    if not top.is_dir():
+        print(f"flowstat agent: --flush-spool {top}: no such directory", file=sys.stderr)
+        return 2
+    if args.sink and len(args.sink) > 1:
+        print("flowstat agent: --flush-spool takes at most one --sink", file=sys.stderr)
+        return 2
+    folders = spool_folders(top)
+    if not folders:
+        print(f"flowstat agent: {top}: no spooled batches")
+        return 0
+    status = 0
+    for folder in folders:
+        try:
+            done = flush(folder, args.sink[0] if args.sink else None, max(0.0, args.drain_timeout))
+        except FlushError as exc:
+            print(f"flowstat agent: {exc}", file=sys.stderr)
+            status = 2
+            continue
+        left = f"{done.left_batches} batches ({done.left_samples:,} samples) still spooled" if done.left_batches \
+            else "spool empty"
+        print(f"{folder}: {done.delivered:,} samples sent to {done.url}, {done.rejected:,} refused; {left}")
+        if done.left_batches:
+            status = max(status, 1)
+    return status
+
+
+def main(args: argparse.Namespace) -> int:
+    from flowstat.proc.procfs import die_with_parent
+
+    from .agent import Agent, AgentConfig
+    from .sinks import SinkDown
+    from .targets import TargetSpec
+
+    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s flowstat-agent %(levelname)s %(message)s")
+    if args.flush_spool:
+        return _flush_spools(args)
+    if os.environ.get("FLOWSTAT_DIE_WITH_PARENT"):  # started by flowstat run: never outlive it
+        die_with_parent(signal.SIGTERM)
+    spec = TargetSpec(args.pid or [], args.pidfile or [], args.pattern or [], args.endpoints or [], args.run_id or "")
+    if spec.empty():
+        print("flowstat agent: give at least one target: --pid, --pidfile, --pattern or --endpoints", file=sys.stderr)
+        return 2
+    if not 0.01 <= args.interval <= 3600:
+        print("flowstat agent: --interval must be between 0.01 and 3600 s", file=sys.stderr)
+        return 2
+    run_doc = None
+    if args.run_doc:
+        try:
+            run_doc = json.loads(Path(args.run_doc).read_text())
+        except (OSError, ValueError) as exc:
+            print(f"flowstat agent: --run-doc {args.run_doc}: {exc}", file=sys.stderr)
+            return 2
+        if not isinstance(run_doc, dict):
+            print(f"flowstat agent: --run-doc {args.run_doc}: not a run document (a JSON object)", file=sys.stderr)
+            return 2
+    cfg = AgentConfig(spec, args.sink or ["stdout://"], args.interval, args.rescan, args.control_timeout,
+                      args.spool_dir, int(args.spool_max_mb * 1024 * 1024), args.run_file, run_doc, args.name or "",
+                      args.duration, args.count, args.exit_when_all_down, max(0.0, args.drain_timeout))
+    try:
+        agent = Agent(cfg)
+    except (ValueError, OSError, SinkDown) as exc:  # a bad sink URL, a spool or run file that cannot be used
+        print(f"flowstat agent: {exc}", file=sys.stderr)
+        return 2
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: agent.stop_event.set())
+    agent.run()
+    stats = agent.stats()
+    if args.stats:
+        Path(args.stats).write_text(json.dumps(stats, indent=1))
+    lost = sum(s["lost"] + s["spool_dropped"] for s in stats["sinks"].values())
+    return 1 if lost else 0

@@ -1,0 +1,40 @@
+"""Where the agent's samples go, by URL (see collectors/README.md). One module per kind of sink,
+each class registered under its URL scheme; every store of flowstat.stores is a sink too:
+
+    stdout://[?format=json]              file:///PATH[?format=json]
+    udp://HOST:PORT                      tcp://HOST:PORT[?format=json]
+    http://HOST:PORT/write               influxdb://HOST:PORT/DATABASE
+    elasticsearch://HOST:PORT/INDEX
+"""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs, urlsplit
+
+from flowstat import stores
+
+from . import console, sockets
+from . import writers
+from .base import Sink, SinkDown, SinkRejected, SinkRunner, SinkURLError, registered, schemes
+
+__all__ = ["Sink", "SinkDown", "SinkRejected", "SinkRunner", "SinkURLError", "open_sink", "known_schemes"]
+_MODULES = (console, sockets, writers)  # imported for their registrations
+
+
+def known_schemes() -> list[str]:
+    return schemes() + [s for s in stores.names() if s not in schemes()]
+
+
+def open_sink(url: str) -> Sink:
+    """A sink from its URL; a URL that names no sink is an error naming what is wrong."""
+    parts = urlsplit("stdout://" if url == "-" else url)
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    fmt = query.get("format", "line")
+    if fmt not in ("line", "json"):
+        raise SinkURLError(f"{url}: format must be line or json, not {fmt!r}")
+    cls = registered(parts.scheme)
+    if cls is not None:
+        return cls.from_url(url, parts, query)
+    if parts.scheme in stores.names():
+        return writers.StoreSink.for_store(url, parts, query)
+    raise SinkURLError(f"{url}: unknown sink ({', '.join(known_schemes())})")

@@ -1,0 +1,242 @@
+"""The interface every sink implements, the registry of sinks by URL scheme, and the thread that
+delivers to one sink with its spool."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from typing import ClassVar, Iterable
+from urllib.parse import SplitResult
+
+from flowstat import schema
+from flowstat.stores import Outcome
+
+from ..spool import Spool
+
+log = logging.getLogger("flowstat.agent")
+
+
+class SinkDown(Exception):
+    """The sink cannot take data now (connection refused, 5xx, timeout): keep it and retry."""
+
+
+class SinkRejected(Exception):
+    """The sink refused the data itself (4xx): retrying cannot help."""
+
+
+class SinkURLError(ValueError):
+    """A sink URL that names no sink, or lacks what its sink needs; the message says which."""
+
+
+class Sink:
+    """One destination. ``encode`` turns samples into the bytes ``send`` delivers in one go."""
+
+    scheme: ClassVar[str] = ""
+    format = "line"  # line (InfluxDB line protocol) or json (one JSON document a line)
+    reliable: ClassVar[bool] = True  # a successful send means the data arrived (not so for UDP)
+    spooled: ClassVar[bool] = True  # kept on disk while down (not stdout: it is never "down" for long)
+
+    def __init__(self, url: str):
+        self.url = url
+
+    @classmethod
+    def from_url(cls, url: str, parts: SplitResult, query: dict[str, str]) -> Sink:
+        """The sink a URL of this scheme names; SinkURLError says what is missing."""
+        raise NotImplementedError
+
+    def encode(self, samples: Iterable[dict]) -> bytes:
+        encode = schema.to_line_protocol if self.format == "line" else schema.to_json
+        return "".join(encode(s) + "\n" for s in samples).encode()
+
+    def send(self, payload: bytes, count: int) -> Outcome | None:
+        """Deliver ``count`` samples. None: all taken. An Outcome: what a store took, refused and
+        wants again later. Raises SinkDown (keep it, retry) or SinkRejected (all refused)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+_SCHEMES: dict[str, type[Sink]] = {}
+
+
+def register(cls: type[Sink]) -> type[Sink]:
+    """Class decorator: the sink for URLs of its scheme."""
+    _SCHEMES[cls.scheme] = cls
+    return cls
+
+
+def registered(scheme: str) -> type[Sink] | None:
+    return _SCHEMES.get(scheme)
+
+
+def schemes() -> list[str]:
+    return list(_SCHEMES)
+
+
+def host_port(url: str, parts: SplitResult, default_port: int | None = None) -> tuple[str, int]:
+    try:
+        port = parts.port or default_port
+    except ValueError as exc:
+        raise SinkURLError(f"{url}: bad port") from exc
+    if not parts.hostname or not port:
+        raise SinkURLError(f"{url}: needs HOST:PORT")
+    return parts.hostname, port
+
+
+class SinkRunner(threading.Thread):
+    """Delivers batches to one sink in order, on a thread of its own (a sink that hangs never
+    delays sampling), spooling them on disk while the sink is down.
+
+    While the sink is down, new batches go behind what waits in the spool, and the spool is tried
+    again every ``retry_s``: a sink that is down is not asked at every tick. At stop, what is still
+    queued gets max(drain_s, 5 s) to go (then it is spooled unsent), and a sink that is down gets
+    ``drain_s`` more to take the spool; what it has not taken stays there for the next start.
+    """
+
+    QUEUED_AT_STOP_S = 5.0  # at least this long for the queued batches at stop, however short drain_s
+
+    def __init__(self, sink: Sink, spool: Spool | None, retry_s: float = 1.0, drain_s: float = 0.0):
+        super().__init__(daemon=True, name=f"sink-{sink.scheme}")
+        self.sink, self.spool, self.retry_s, self.drain_s = sink, spool, retry_s, drain_s
+        self.queue: "queue.Queue[tuple[bytes, int] | None]" = queue.Queue()
+        self.delivered = self.rejected = self.lost = 0
+        self.down = False
+        self.next_retry = 0.0
+        self.stop_by: float | None = None  # set by stop(): queued batches past it are spooled unsent
+        self.late = False  # the sink was too slow for what was queued at stop
+        self.done = threading.Event()
+
+    def submit(self, samples: list[dict]) -> None:
+        if samples:
+            self.queue.put((self.sink.encode(samples), len(samples)))
+
+    def stop(self) -> None:
+        self.stop_by = time.monotonic() + max(self.drain_s, self.QUEUED_AT_STOP_S)
+        self.queue.put(None)
+
+    def abandon(self) -> int:
+        """Count what is still queued as lost (the thread is stuck, or was stopped by an error)."""
+        count = 0
+        while True:
+            try:
+                item = self.queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                count += item[1]
+        self.lost += count
+        return count
+
+    def _send(self, payload: bytes, count: int) -> tuple[bytes, int] | None:
+        """Deliver a batch; what is left to send later (all of it while the sink is down, or the
+        part a store could not take for now), or None."""
+        try:
+            outcome = self.sink.send(payload, count)
+        except SinkDown as exc:
+            if not self.down:
+                log.error("sink %s is down (%s): %s", self.sink.url, exc,
+                          "spooling" if self.spool is not None else "samples are lost meanwhile")
+            self._went_down()
+            return payload, count
+        except SinkRejected as exc:
+            self.rejected += count
+            self.down = False  # it answered
+            log.error("sink %s rejected %d samples: %s", self.sink.url, count, exc)
+            return None
+        if self.down:
+            log.warning("sink %s is back", self.sink.url)
+        self.down = False
+        if outcome is None:
+            self.delivered += count
+            return None
+        self.delivered += outcome.accepted
+        self.rejected += outcome.refused
+        if outcome.refused:
+            log.error("sink %s refused %d of %d samples: %s", self.sink.url, outcome.refused, count,
+                      outcome.reasons[0] if outcome.reasons else "no reason given")
+        if outcome.retry is not None:
+            self._went_down()  # the store takes nothing more for now
+            return outcome.retry, outcome.retry_count
+        return None
+
+    def _went_down(self) -> None:
+        self.down = True
+        self.next_retry = time.monotonic() + self.retry_s
+
+    def _waiting(self) -> bool:
+        """Batches wait for the sink: it is down, or its spool is not empty."""
+        return self.down or (self.spool is not None and len(self.spool) > 0)
+
+    def _drain_spool(self, until: float | None = None) -> bool:
+        """Resend spooled batches in order, until ``until`` at the latest; True when nothing waits."""
+        while self.spool is not None and (item := self.spool.peek()) is not None:
+            if until is not None and time.monotonic() >= until:
+                return False
+            left = self._send(*item)
+            if left is not None:
+                if left != item:  # the store took part of it: keep only the rest
+                    self.spool.replace_oldest(*left)
+                return False
+            self.spool.pop()
+        if self.down and time.monotonic() >= self.next_retry:
+            self.down = False  # nothing waits: the next batch asks the sink again
+        return True
+
+    def _keep(self, payload: bytes, count: int) -> None:
+        if self.spool is not None:
+            self.spool.push(payload, count)
+        else:
+            self.lost += count
+
+    def _take(self, payload: bytes, count: int) -> None:
+        if self.stop_by is not None and time.monotonic() >= self.stop_by:
+            if not self.late:
+                self.late = True
+                log.error("sink %s is too slow to take what was queued before the exit: the rest is spooled",
+                          self.sink.url)
+            self._keep(payload, count)
+        elif self._waiting():
+            self._keep(payload, count)  # behind what waits, in order
+        elif (left := self._send(payload, count)) is not None:
+            self._keep(*left)
+
+    def _deliver(self) -> None:
+        while True:
+            wait = max(0.0, self.next_retry - time.monotonic()) if self._waiting() else None
+            try:
+                item = self.queue.get(timeout=wait)
+            except queue.Empty:
+                item = ...
+            if self._waiting() and time.monotonic() >= self.next_retry and not self._drain_spool(self.stop_by):
+                self.next_retry = time.monotonic() + self.retry_s
+            if item is None:
+                break
+            if item is not ...:
+                self._take(*item)
+        while not self.queue.empty():  # anything submitted after stop: keep it for next time
+            extra = self.queue.get_nowait()
+            if extra is not None:
+                self._take(*extra)
+        # A sink that is down at exit gets drain_s more to come back (a store restarting as a run
+        # ends); what it still has not taken stays in the spool for the next start.
+        deadline = time.monotonic() + self.drain_s
+        while not self._drain_spool(deadline) and time.monotonic() < deadline:
+            time.sleep(min(self.retry_s, max(0.0, deadline - time.monotonic())))
+
+    def run(self) -> None:
+        try:
+            self._deliver()
+        except Exception:  # a bug, a full disk, a closed stdout: say so, and account for what was held
+            log.exception("sink %s: delivery stopped by an unexpected error", self.sink.url)
+            lost = self.abandon()
+            if lost:
+                log.error("sink %s: %d queued samples are lost", self.sink.url, lost)
+        finally:
+            try:
+                self.sink.close()
+            except Exception:  # closing what broke must not hide why
+                log.exception("sink %s: cannot close", self.sink.url)
+            self.done.set()

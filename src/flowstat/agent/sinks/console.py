@@ -1,0 +1,72 @@
+"""``stdout://`` and ``file:///PATH``: samples as line protocol, or JSON with ``?format=json``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from .base import Sink, SinkDown, SinkURLError, register
+
+
+@register
+class StdoutSink(Sink):
+    scheme = "stdout"
+    spooled = False
+
+    @classmethod
+    def from_url(cls, url, parts, query):
+        sink = cls(url)
+        sink.format = query.get("format", "line")
+        return sink
+
+    def send(self, payload: bytes, count: int) -> None:
+        sys.stdout.buffer.write(payload)
+        sys.stdout.buffer.flush()
+
+
+@register
+class FileSink(Sink):
+    scheme = "file"
+
+    def __init__(self, url: str, path: str):
+        super().__init__(url)
+        self.path = path
+        self.file = None
+
+    @classmethod
+    def from_url(cls, url, parts, query):
+        if not parts.path:
+            raise SinkURLError(f"{url}: needs a path, e.g. file:///tmp/samples.lp")
+        sink = cls(url, parts.path)
+        sink.format = query.get("format", "line")
+        return sink
+
+    def send(self, payload: bytes, count: int) -> None:
+        try:
+            if self.file is None:
+                self.file = open(self.path, "ab")
+            self.file.write(payload)
+            self.file.flush()
+        except OSError as exc:
+            self.file = None
+            raise SinkDown(f"{self.path}: {exc.strerror}") from exc
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+
+
+class RunFileSink(FileSink):
+    """The run file (``flowstat agent --run-file``): NDJSON, a header line describing the run, then
+    one sample a line. flowstat replay loads it."""
+
+    scheme = "runfile"
+    format = "json"
+
+    def __init__(self, path: str, header: dict):
+        super().__init__(f"file://{path}", path)
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if not p.exists() or p.stat().st_size == 0:
+            self.send((json.dumps(header) + "\n").encode(), 1)

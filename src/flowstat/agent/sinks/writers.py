@@ -1,0 +1,72 @@
+"""Sinks that write to a store through its flowstat.stores writer, with the stores' one retry policy:
+every registered store, as ``NAME://HOST:PORT/TARGET`` (``influxdb://HOST:PORT/DATABASE``,
+``elasticsearch://HOST:PORT/INDEX``), and ``http(s)://HOST:PORT/PATH``, an InfluxDB-compatible
+write endpoint such as Telegraf's influxdb_listener."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from flowstat import stores
+from flowstat.stores import Outcome, StoreDown
+
+from .base import Sink, SinkDown, SinkRejected, SinkURLError, host_port, register
+
+TIMEOUT_S = 5.0  # an agent's batch is small: a store slower than this is treated as down
+
+
+class StoreSink(Sink):
+    """A registered store (see flowstat.stores)."""
+
+    def __init__(self, url: str, writer: stores.Writer):
+        super().__init__(url)
+        self.writer = writer
+
+    @classmethod
+    def for_store(cls, url: str, parts, query) -> StoreSink:
+        if "format" in query:
+            raise SinkURLError(f"{url}: a store sink has its own encoding: no ?format")
+        store = stores.get(parts.scheme)
+        target = parts.path.strip("/")
+        if not target:
+            raise SinkURLError(f"{url}: needs a {store.target_kind}, e.g. "
+                               f"{store.name}://127.0.0.1:{store.default_port}/{store.default_target}")
+        host, port = host_port(url, parts, store.default_port)
+        host = f"[{host}]" if ":" in host else host  # an IPv6 address
+        sink = cls(url, store(f"http://{host}:{port}", target, timeout_s=TIMEOUT_S))
+        sink.scheme = store.name
+        return sink
+
+    def encode(self, samples: Iterable[dict]) -> bytes:
+        return self.writer.encode(samples)
+
+    def send(self, payload: bytes, count: int) -> Outcome:
+        try:
+            outcome = self.writer.post(payload, count)
+        except StoreDown as exc:
+            raise SinkDown(str(exc)) from exc
+        if outcome.refused == count:
+            raise SinkRejected(outcome.reasons[0] if outcome.reasons else "refused")
+        return outcome
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+@register
+class HttpLineSink(StoreSink):
+    """Line protocol POSTed to the URL as given (Telegraf's influxdb_listener: http://HOST:PORT/write)."""
+
+    scheme = "http"
+
+    @classmethod
+    def from_url(cls, url, parts, query):
+        if "format" in query:
+            raise SinkURLError(f"{url}: this sink sends line protocol: no ?format")
+        host_port(url, parts, 443 if parts.scheme == "https" else 80)
+        return cls(url, stores.get("influxdb")(url, endpoint=url, timeout_s=TIMEOUT_S))
+
+
+@register
+class HttpsLineSink(HttpLineSink):
+    scheme = "https"

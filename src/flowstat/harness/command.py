@@ -1,0 +1,150 @@
+"""``flowstat run``, ``flowstat validate`` and ``flowstat ctl``: the harness's commands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _progress_printer(stream=sys.stderr):
+    """A one-line live status: a bar on a terminal, a line every 5 s otherwise."""
+    tty = stream.isatty()
+    state = {"last": -5.0}
+
+    def show(elapsed: float, duration: float, metrics: list[dict]) -> None:
+        mergers = [m for m in metrics if m.get("role") == "merger"]
+        producers = [m for m in metrics if m.get("role") == "producer"]
+        merged = sum(m.get("merged_objects_per_second") or 0 for m in mergers)
+        backlog = sum(m.get("backlog") or 0 for m in mergers)
+        overloads = sum(m.get("send_overload_events") or 0 for m in producers)
+        cpu = sum(m.get("cpu_clock") or 0 for m in metrics) / 1e6
+        frac = min(1.0, elapsed / duration) if duration > 0 else 1.0
+        text = (f"{elapsed:5.1f}/{duration:.0f} s  merged {merged:,.0f}/s  backlog {backlog:,}  "
+                f"producer overloads {overloads:,}  cpu {cpu:.2f} cores")
+        if tty:
+            bar = "#" * int(frac * 24)
+            stream.write(f"\r[{bar:<24}] {text}   ")
+            if frac >= 1.0:
+                stream.write("\n")
+            stream.flush()
+        elif elapsed - state["last"] >= 5.0:
+            state["last"] = elapsed
+            stream.write(text + "\n")
+            stream.flush()
+
+    return show
+
+
+RUN_HELP = "run a producer/merger/viewer topology and print its summary"
+RUN_PARSER = dict(description="Start every device of a topology over ZeroMQ on loopback, run it, stop it cleanly and "
+                              "print per-node figures and the no-loss check. Exit status: 0 when the run was clean "
+                              "and lost nothing, 1 otherwise, 2 for a bad topology.")
+
+
+def configure_run(p: argparse.ArgumentParser) -> None:
+    p.add_argument("topology", help="topology YAML file (examples: benchmark-harness/topologies/ in flowstat's "
+                                    "repository; format: docs/harness.md)")
+    p.add_argument("--duration", type=float, metavar="S", help="seconds to run (default: the topology's)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--quiet", action="store_true", help="no live progress line")
+    p.add_argument("--run-id", help="run id (default: the topology's run_id plus a UTC timestamp)")
+    p.add_argument("--runs-dir", default="runs", metavar="DIR", help="where run directories go (default: runs)")
+    p.add_argument("--no-agent", action="store_true", help="do not monitor the run with the agents")
+    p.add_argument("--no-c-agent", action="store_true", help="monitor with the Python agent only")
+    p.add_argument("--agent-interval", type=float, default=1.0, metavar="S", help="agent sampling interval (default 1)")
+    p.add_argument("--sink", action="append", metavar="URL",
+                   help="also ship the agent's samples here (see flowstat agent --help; default: RUN_DIR/samples.lp)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from .orchestrator import AgentOptions, RunError, run_topology
+    from .summary import format_summary
+    from .topology import TopologyError, load
+
+    try:
+        topo = load(args.topology)
+    except TopologyError as exc:
+        print(f"flowstat run: {exc}", file=sys.stderr)
+        return 2
+    if args.duration is not None and args.duration <= 0:
+        print("flowstat run: --duration must be positive", file=sys.stderr)
+        return 2
+    progress = None if args.json or args.quiet else _progress_printer()
+    try:
+        summary = run_topology(topo, duration=args.duration, run_id=args.run_id, runs_dir=Path(args.runs_dir),
+                               on_progress=progress,
+                               agent=AgentOptions(not args.no_agent, args.agent_interval, args.sink or [],
+                                                  not args.no_c_agent))
+    except RunError as exc:
+        print(f"flowstat run: {exc}", file=sys.stderr)
+        return 1
+    if progress is not None and sys.stderr.isatty():
+        sys.stderr.write("\n")
+    if args.json:
+        print(json.dumps(summary, indent=1))
+    else:
+        print(format_summary(summary))
+    return 0 if summary["ok"] else 1
+
+
+VALIDATE_HELP = "check topology files without running them"
+
+
+def configure_validate(p: argparse.ArgumentParser) -> None:
+    p.add_argument("topology", nargs="+")
+
+
+def validate(args: argparse.Namespace) -> int:
+    from flowstat.units import format_size
+
+    from .topology import TopologyError, load
+
+    status = 0
+    for path in args.topology:
+        try:
+            t = load(path)
+        except TopologyError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            status = 2
+            continue
+        print(f"{path}: OK - {t.n_producers} producers x {t.rate:g} obj/s in {t.producer_processes} process(es), "
+              f"{len(t.mergers)} merger(s), {t.obj.kind.name} {format_size(t.obj.nbytes)} {list(t.obj.shape)}, "
+              f"buffer {t.buffer_size}, {t.duration:g} s")
+    return status
+
+
+CTL_HELP = "send a control command to a running node"
+CTL_PARSER = dict(description="Send a JSON control request to a node's control endpoint and print the reply "
+                              "(endpoints of a run are in RUN_DIR/endpoints.json).")
+
+
+def configure_ctl(p: argparse.ArgumentParser) -> None:
+    from .control import COMMANDS
+
+    p.add_argument("endpoint", help="e.g. tcp://127.0.0.1:40123")
+    p.add_argument("command", nargs="?", default="get-metrics",
+                   help=f"{', '.join(COMMANDS)} (default get-metrics)")
+    p.add_argument("--raw", metavar="TEXT", help="send TEXT as the request body instead")
+    p.add_argument("--timeout", type=float, default=2.0, metavar="S", help="reply time-out (default 2 s)")
+
+
+def ctl(args: argparse.Namespace) -> int:
+    from .control import ControlClient, ControlError
+
+    client = ControlClient(args.endpoint, timeout_s=args.timeout)
+    try:
+        payload = args.raw.encode() if args.raw is not None else json.dumps({"command": args.command}).encode()
+        raw = client.request_raw(payload)
+        reply = json.loads(raw)
+    except ControlError as exc:
+        print(f"flowstat ctl: {exc}", file=sys.stderr)
+        return 1
+    except (ValueError, UnicodeDecodeError):
+        print(f"flowstat ctl: {args.endpoint}: the reply is not JSON ({len(raw)} bytes)", file=sys.stderr)
+        return 1
+    finally:
+        client.close()
+    print(json.dumps(reply, indent=1))
+    return 1 if "error" in reply else 0

@@ -1,0 +1,218 @@
+"""What every device shares: its control socket, state, counters, and the talk with the orchestrator.
+
+A device writes JSON lines on stdout for the orchestrator (``ready`` once bound, ``final`` with its
+totals before it exits) and logs on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from typing import Any, Callable
+
+import zmq
+
+from flowstat.proc.procfs import die_with_parent, raise_fd_limit, vmrss_kb
+from flowstat.timeutil import iso_utc_ms
+
+from ..control import RateTracker, serve_requests
+
+log = logging.getLogger("flowstat.device")
+
+# When the orchestrator dies, the kernel stops every device at once (PDEATHSIG): a merger may be
+# gone before its producers' last objects arrive, and nobody is left to send SIGUSR1. An orphaned
+# device keeps trying to reach its downstream this long, then gives up (no orphan lingers).
+ORPHAN_GRACE_S = 5.0
+
+
+class Node:
+    """Base of producer, merger and viewer processes."""
+
+    role = "node"
+
+    def __init__(self, config: dict[str, Any]):
+        self.config = config
+        self.node_id: str = config["node_id"]
+        self.run_id: str = config.get("run_id", "")
+        self.host: str = config.get("host", "127.0.0.1")
+        self.state = "STARTING"
+        self.stop_requested = False
+        self.abandon = False  # stop without waiting for downstream (it is gone): SIGUSR1
+        self.parent_pid = os.getppid()  # the orchestrator: when it is gone, we are reparented
+        self.orphaned_since: float | None = None
+        self.ctx = zmq.Context()
+        self.ctx.setsockopt(zmq.LINGER, 60_000)  # let queued objects go at exit, but never hang forever
+        self.ctx.set(zmq.MAX_SOCKETS, 65536)
+        self.control = self.ctx.socket(zmq.ROUTER)
+        self.control.setsockopt(zmq.LINGER, 0)
+        self.control_endpoint = self.bind(self.control, config.get("control_port", 0))
+        self.rates = RateTracker()
+        self.started_at = time.monotonic()
+        self.receive_buffer_size: int | None = None
+        self.send_buffer_size: int | None = None
+        self.control_errors = 0
+        self.data_endpoint: str | None = None
+
+    # -- set-up ---------------------------------------------------------------------------------
+    def bind(self, sock: zmq.Socket, port: int = 0) -> str:
+        """Bind on the configured host (loopback by default); port 0 picks a free one."""
+        if port:
+            sock.bind(f"tcp://{self.host}:{port}")
+        else:
+            sock.bind(f"tcp://{self.host}:*")
+        return sock.getsockopt_string(zmq.LAST_ENDPOINT)
+
+    def emit(self, event: str, **fields: Any) -> None:
+        """One JSON line to the orchestrator. A vanished orchestrator is not an error."""
+        try:
+            sys.stdout.write(json.dumps({"event": event, "node_id": self.node_id, **fields}) + "\n")
+            sys.stdout.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+
+    def install_signals(self) -> None:
+        # SIGTERM (from the orchestrator, or from the kernel when the orchestrator dies) stops
+        # gracefully; Ctrl-C is the orchestrator's to handle, the devices are in their own session.
+        signal.signal(signal.SIGTERM, lambda *_: self.request_stop())
+        # Standard signals do not queue, so "give up on downstream" needs a signal of its own.
+        signal.signal(signal.SIGUSR1, lambda *_: self.request_stop(abandon=True))
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        die_with_parent(signal.SIGTERM)
+
+    def downstream_abandoned(self) -> bool:
+        """Whether to stop waiting for downstream: SIGUSR1 said so, or the orchestrator is gone and
+        downstream has had ORPHAN_GRACE_S to take what we still hold."""
+        if self.abandon or os.getppid() == self.parent_pid:
+            return self.abandon
+        now = time.monotonic()
+        if self.orphaned_since is None:
+            self.orphaned_since = now
+        elif now - self.orphaned_since >= ORPHAN_GRACE_S:
+            log.error("%s: the orchestrator is gone and downstream has not taken our last data for %.0f s: "
+                      "giving up on it", self.node_id, ORPHAN_GRACE_S)
+            self.abandon = True
+        return self.abandon
+
+    def linger_ms(self) -> int | None:
+        """How long a data socket may hold unsent messages at close: none once downstream is
+        abandoned, the grace while orphaned, else the context's (60 s)."""
+        if self.abandon:
+            return 0
+        return int(ORPHAN_GRACE_S * 1000) if os.getppid() != self.parent_pid else None
+
+    def request_stop(self, abandon: bool = False) -> None:
+        self.stop_requested = True
+        self.abandon = self.abandon or abandon
+
+    # -- control channel ------------------------------------------------------------------------
+    def serve_control(self) -> None:
+        serve_requests(self.control, self.answer)
+
+    def answer(self, client: bytes, command: str | None, request: dict | None, error: str | None) -> dict:
+        received = iso_utc_ms()
+        if error is None:
+            if command == "check-state":
+                reply = self.state_fields()
+            elif command == "get-metrics":
+                reply = self.state_fields()
+                cpu_hz, merged_rate = self.rates.rates(client, self.merged_total())
+                reply.update(self.metric_fields(cpu_hz, merged_rate))
+            elif command == "start":
+                reply = self.on_start()
+            else:  # stop
+                self.request_stop()
+                reply = self.state_fields()
+            reply["command"] = command
+        else:
+            self.control_errors += 1
+            log.warning("%s: control request refused: %s", self.node_id, error)
+            reply = {"command": command, "node_id": self.node_id, "error": error}
+        if request is not None and isinstance(request.get("id"), (int, str)):
+            reply["id"] = request["id"]  # lets an asynchronous client match replies to requests
+        reply["request_timestamp"] = received
+        reply["response_timestamp"] = iso_utc_ms()
+        return reply
+
+    def receive_until(self, data: zmq.Socket, read: Callable[[], None], done: Callable[[], bool],
+                      every_turn: Callable[[], None] | None = None, poll_ms: int = 200) -> None:
+        """Report ready, then answer control requests and read ``data`` until ``done()`` or a stop."""
+        self.state = "RUNNING"
+        self.emit("ready", control=self.control_endpoint, data=self.data_endpoint)
+        poller = zmq.Poller()
+        poller.register(data, zmq.POLLIN)
+        poller.register(self.control, zmq.POLLIN)
+        while not done() and not self.stop_requested:
+            events = dict(poller.poll(poll_ms))
+            if self.control in events:
+                self.serve_control()
+            if data in events:
+                read()
+            if every_turn is not None:
+                every_turn()
+
+    def on_start(self) -> dict:
+        return self.state_fields()
+
+    def state_fields(self) -> dict[str, Any]:
+        return {
+            "command": None,
+            "node_id": self.node_id,
+            "node_state": self.state,
+            "PID": os.getpid(),
+            "request_timestamp": None,
+            "response_timestamp": None,
+            "receive_buffer_size": self.receive_buffer_size,
+            "receive_buffer_overloaded": self.receive_overloaded(),
+            "send_buffer_size": self.send_buffer_size,
+            "send_buffer_overloaded": self.send_overloaded(),
+        }
+
+    def metric_fields(self, cpu_hz: float, merged_rate: float) -> dict[str, Any]:
+        try:
+            rss = vmrss_kb()
+        except (OSError, ValueError):
+            rss = None
+        return {
+            "average_merge_time": self.average_merge_time(),
+            "VmRSS": rss,
+            "cpu_clock": round(cpu_hz, 1),
+            "merged_objects_per_second": round(merged_rate, 3) if self.role == "merger" else None,
+            "role": self.role,
+            "run_id": self.run_id,
+            "uptime_s": round(time.monotonic() - self.started_at, 3),
+            "control_errors": self.control_errors,
+            **self.counters(),
+        }
+
+    # -- overridden by devices ------------------------------------------------------------------
+    def counters(self) -> dict[str, Any]:
+        return {}
+
+    def merged_total(self) -> int:
+        return 0
+
+    def average_merge_time(self) -> float | None:
+        return None
+
+    def send_overloaded(self) -> bool:
+        return False
+
+    def receive_overloaded(self) -> bool:
+        return False
+
+    def run(self) -> int:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.control.close(0)
+        self.ctx.term()
+
+
+def configure_logging(node_id: str) -> None:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format=f"%(asctime)s {node_id} %(levelname)s %(message)s")
+    raise_fd_limit()

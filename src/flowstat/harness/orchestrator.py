@@ -1,0 +1,393 @@
+"""``flowstat run``: start every device of a topology, run, stop cleanly, and summarise.
+
+Devices are started downstream first (viewer, mergers, producers) so that every connect finds its
+peer bound; each binds an ephemeral loopback port and reports it on its stdout. The producers start
+sending together on a ``start`` command. Stopping goes upstream first: producers get SIGTERM, send
+what their buffers still hold and an end-of-stream marker; each merger ends when all its producers
+have ended, the viewer when all mergers have. A stage that lost a member is told to stop instead of
+waiting for markers that will never come. Devices run in their own session (Ctrl-C reaches only
+the orchestrator) and get SIGTERM from the kernel if the orchestrator dies, so nothing is orphaned.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from flowstat.proc.procfs import log_tail
+from flowstat.schema import PIPELINE_ROLES
+from flowstat.timeutil import compact_utc
+
+from .control import ControlClient, ControlError
+from .summary import build_summary, run_document
+from .topology import Topology
+
+READY_TIMEOUT_S = 60.0  # building a producer's pool of 50 MB objects takes a while
+STAGE_TIMEOUT_S = 60.0
+
+
+class RunError(RuntimeError):
+    """The run could not start or was broken; the message says which node and where its log is."""
+
+
+@dataclass
+class Device:
+    name: str
+    role: str
+    config: dict[str, Any]
+    log_path: Path
+    proc: subprocess.Popen | None = None
+    ready: dict[str, Any] | None = None
+    final: dict[str, Any] | None = None
+    events: "queue.Queue[dict]" = field(default_factory=queue.Queue)
+    signalled: bool = False
+
+    @property
+    def exit_code(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def log_tail(self, lines: int = 12) -> str:
+        return log_tail(self.log_path, lines)
+
+
+@dataclass
+class AgentOptions:
+    """The Python agent that watches every run (``flowstat run`` starts it unless told not to)."""
+
+    enabled: bool = True
+    interval_s: float = 1.0
+    sinks: list[str] = field(default_factory=list)
+    c_agent: bool = True  # also start the C agent, when it is built
+
+
+C_AGENT = "flowstat-agent"
+
+
+def find_c_agent() -> Path | None:
+    """The C agent: $FLOWSTAT_C_AGENT, else beside this Python (make installs it into the venv's
+    bin/, as pip does console scripts), else on the PATH."""
+    import shutil
+
+    if os.environ.get("FLOWSTAT_C_AGENT"):
+        return Path(os.environ["FLOWSTAT_C_AGENT"])
+    beside = Path(sys.executable).parent / C_AGENT
+    if beside.exists():
+        return beside
+    found = shutil.which(C_AGENT)
+    return Path(found) if found else None
+
+
+class Orchestrator:
+    def __init__(self, topo: Topology, run_id: str, run_dir: Path,
+                 on_progress: Callable[[float, float, list[dict]], None] | None = None,
+                 agent: AgentOptions | None = None):
+        self.topo, self.run_id, self.run_dir = topo, run_id, run_dir
+        self.on_progress = on_progress
+        self.agent_options = agent or AgentOptions(enabled=False)
+        self.agent_procs: dict[str, subprocess.Popen] = {}
+        self.devices: list[Device] = []
+        self.wakeup = threading.Event()  # set by a device's exit or by Ctrl-C
+        self.interrupts = 0
+        self.failures: list[str] = []
+        self.started_at = self.stopped_at = 0.0  # monotonic: the start command, the stop signal
+        self.started_wall = time.time()  # the start command, wall clock (the run document's start)
+        self.clients: dict[str, ControlClient] = {}
+
+    # -- processes ------------------------------------------------------------------------------
+    def spawn(self, name: str, role: str, config: dict[str, Any]) -> Device:
+        dev = Device(name, role, {"node_id": name, "run_id": self.run_id, "host": self.topo.host, **config},
+                     self.run_dir / "logs" / f"{name}.log")
+        cmd = [sys.executable, "-m", "flowstat.harness.devices", role, "--config", json.dumps(dev.config)]
+        with open(dev.log_path, "ab") as log:
+            dev.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
+                                        start_new_session=True, close_fds=True)
+        threading.Thread(target=self._read_events, args=(dev,), daemon=True, name=f"read-{name}").start()
+        self.devices.append(dev)
+        return dev
+
+    def _read_events(self, dev: Device) -> None:
+        assert dev.proc is not None and dev.proc.stdout is not None
+        for line in dev.proc.stdout:
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if event.get("event") == "final":
+                dev.final = event
+            dev.events.put(event)
+        dev.proc.wait()
+        dev.events.put({"event": "exit", "code": dev.proc.returncode})
+        self.wakeup.set()
+
+    def wait_ready(self, dev: Device) -> dict[str, Any]:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            if self.interrupts:
+                raise RunError("interrupted while starting")
+            try:
+                event = dev.events.get(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
+            except queue.Empty:
+                if time.monotonic() >= deadline:
+                    raise RunError(f"{dev.name} did not become ready in {READY_TIMEOUT_S:.0f} s; log: {dev.log_path}")
+                continue
+            if event.get("event") == "ready":
+                dev.ready = event
+                return event
+            if event.get("event") == "exit":
+                raise RunError(f"{dev.name} exited with code {event['code']} while starting; log: "
+                               f"{dev.log_path}\n{dev.log_tail()}")
+
+    def signal(self, dev: Device, sig: int) -> None:
+        if dev.proc is not None and dev.proc.poll() is None:
+            try:
+                os.kill(dev.proc.pid, sig)
+                dev.signalled = True
+            except ProcessLookupError:
+                pass
+
+    def kill_all(self) -> None:
+        for proc in self.agent_procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        for dev in self.devices:
+            self.signal(dev, signal.SIGKILL)
+        for dev in self.devices:
+            if dev.proc is not None:
+                dev.proc.wait()
+
+    # -- phases ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        topo = self.topo
+        (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        viewer = self.spawn("viewer", "viewer", {
+            "mergers": len(topo.mergers), "buffer_size": topo.merger_send_buffer,
+            "output": str(self.run_dir / "viewer.root"), "write_interval": topo.viewer_write_interval})
+        viewer_endpoint = self.wait_ready(viewer)["data"]
+        merger_endpoints: dict[int, str] = {}
+        for mi, spec in enumerate(topo.mergers):
+            dev = self.spawn(spec.node_id, "merger", {
+                "index": mi, "producers": list(spec.producers), "buffer_size": topo.buffer_size,
+                "send_buffer": topo.merger_send_buffer, "viewer_endpoint": viewer_endpoint})
+            merger_endpoints[mi] = self.wait_ready(dev)["data"]
+        owner = topo.merger_of()
+        obj = {"type": topo.obj.kind.name, "shape": list(topo.obj.shape), "entries": topo.obj.entries,
+               "names": topo.obj.names}
+        producers = []
+        for gi, ids in enumerate(topo.producer_groups()):
+            producers.append(self.spawn(f"producers-{gi}", "producer", {
+                "producers": ids, "endpoints": [merger_endpoints[owner[p]] for p in ids],
+                "rate": topo.rate, "buffer_size": topo.buffer_size, "object": obj, "seed": gi}))
+        for dev in producers:
+            self.wait_ready(dev)
+        for dev in self.devices:
+            self.clients[dev.name] = ControlClient(dev.ready["control"], timeout_s=2.0)
+        self.write_endpoints()
+        self.started_wall = time.time()  # the run's start for run.json, the run file and the summary
+        self.start_agent()
+        self.started_at = time.monotonic()
+        for dev in producers:
+            self.clients[dev.name].request("start")
+
+    def write_endpoints(self) -> None:
+        """Where each node's control socket is, for monitors (the agents) to find them."""
+        nodes = [{"node_id": d.name, "role": d.role, "pid": d.proc.pid, "control": d.ready["control"],
+                  "data": d.ready.get("data")} for d in self.devices]
+        (self.run_dir / "endpoints.json").write_text(json.dumps({"run_id": self.run_id, "nodes": nodes}, indent=1))
+
+    def write_run_document(self, summary: dict[str, Any] | None = None) -> None:
+        """RUN_DIR/run.json: at the start what is run, at the end how it went (flowstat.schema.run)."""
+        doc = run_document(self.topo, self.run_id, self.started_wall, summary, [d.name for d in self.devices])
+        (self.run_dir / "run.json").write_text(json.dumps(doc, indent=1))
+
+    def agent_commands(self) -> list[tuple[str, list[str]]]:
+        """The agents to start: the Python agent (it also records the run file), and the C agent
+        when it is built. Each ships to the user's sinks, or to a line-protocol file in the run."""
+        opts, rd = self.agent_options, self.run_dir.resolve()  # file:// URLs need absolute paths
+        common = ["--run-id", self.run_id, "--endpoints", str(rd / "endpoints.json"), "--interval", str(opts.interval_s),
+                  "--rescan", str(max(opts.interval_s, 1.0)), "--quiet"]
+        agents = [("agent-py", [sys.executable, "-m", "flowstat.agent", *common,
+                                "--run-file", str(rd / "samples.ndjson"), "--run-doc", str(rd / "run.json")])]
+        c_agent = find_c_agent()
+        if c_agent is not None and opts.c_agent:
+            agents.append(("agent-c", [str(c_agent), *common]))
+        for name, cmd in agents:
+            cmd += ["--stats", str(rd / f"{name}-stats.json"), "--spool-dir", str(rd / "spool" / name)]
+            for url in opts.sinks or [f"file://{rd / f'samples-{name}.lp'}"]:
+                cmd += ["--sink", url]
+        return agents
+
+    def start_agent(self) -> None:
+        """Every run is monitored and recorded: the agents sample each node from the start."""
+        self.write_run_document()
+        if not self.agent_options.enabled:
+            return
+        env = dict(os.environ, FLOWSTAT_DIE_WITH_PARENT="1")
+        for name, cmd in self.agent_commands():
+            with open(self.run_dir / "logs" / f"{name}.log", "ab") as log:
+                proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                                        start_new_session=True, env=env)
+            self.agent_procs[name] = proc
+
+    def stop_agent(self) -> dict | None:
+        """Let the agents take their last samples (nodes reported DOWN) and deliver what they hold."""
+        if not self.agent_procs:
+            return None
+        result = {}
+        for name, proc in self.agent_procs.items():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                self.failures.append(f"{name} did not stop within 60 s; log: {self.run_dir / 'logs' / f'{name}.log'}")
+            try:
+                result[name] = json.loads((self.run_dir / f"{name}-stats.json").read_text())
+            except (OSError, ValueError):
+                self.failures.append(f"{name} ended with code {proc.returncode} and no statistics; "
+                                     f"log: {self.run_dir / 'logs' / f'{name}.log'}")
+        result["run_file"] = str(self.run_dir / "samples.ndjson")
+        return result
+
+    def crashed(self) -> list[Device]:
+        return [d for d in self.devices if d.exit_code is not None and (d.exit_code != 0 or d.final is None)
+                and not d.signalled]
+
+    def poll_metrics(self) -> list[dict]:
+        replies = []
+        for dev in self.devices:
+            if dev.exit_code is not None:
+                continue
+            try:
+                replies.append(self.clients[dev.name].request("get-metrics"))
+            except (ControlError, ValueError):
+                pass
+        return replies
+
+    def run_for(self, duration: float) -> None:
+        deadline = self.started_at + duration
+        next_progress = self.started_at + 1.0  # a first sample would measure start-up, not the run
+        while not self.interrupts:
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            broken = self.crashed()
+            if broken:
+                for dev in broken:
+                    self.failures.append(f"{dev.name} ({dev.role}) exited with code {dev.exit_code} during the "
+                                         f"run; log: {dev.log_path}\n{dev.log_tail()}")
+                break
+            if self.on_progress is not None and now >= next_progress:
+                self.on_progress(now - self.started_at, duration, self.poll_metrics())
+                next_progress = now + 1.0
+            self.wakeup.wait(max(0.0, min(next_progress, deadline) - time.monotonic()))
+            self.wakeup.clear()
+        self.stopped_at = time.monotonic()
+
+    def stop(self, force: bool = False) -> None:
+        """Stop upstream first and wait for each stage to drain; escalate on time-outs.
+
+        ``force`` tells every stage to stop at once (the run never started properly).
+        """
+        stages = [[d for d in self.devices if d.role == role] for role in PIPELINE_ROLES]
+        broken_upstream = force
+        # With a device already dead, producers cannot deliver everything: SIGUSR1 tells them to
+        # stop retrying and report what they could not send.
+        stop_signal = signal.SIGUSR1 if (force or self.crashed()) else signal.SIGTERM
+        for i, stage in enumerate(stages):
+            if i == 0 or broken_upstream:
+                for dev in stage:
+                    self.signal(dev, stop_signal)
+            if not self.wait_exit(stage, STAGE_TIMEOUT_S):
+                for dev in stage:
+                    if dev.exit_code is None:
+                        self.failures.append(f"{dev.name} did not finish within {STAGE_TIMEOUT_S:.0f} s; stopping it")
+                        self.signal(dev, signal.SIGUSR1)
+                if not self.wait_exit(stage, 10.0):
+                    for dev in stage:
+                        self.signal(dev, signal.SIGKILL)
+                    self.wait_exit(stage, 10.0)
+            for dev in stage:
+                if dev.exit_code != 0 or dev.final is None:
+                    broken_upstream = True
+                    msg = f"{dev.name} ({dev.role}) ended with code {dev.exit_code} without its final report"
+                    if dev.final is None and not any(f.startswith(dev.name) for f in self.failures):
+                        self.failures.append(f"{msg}; log: {dev.log_path}")
+
+    def wait_exit(self, stage: list[Device], timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while any(d.exit_code is None for d in stage):
+            if self.interrupts > 1:
+                self.kill_all()
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self.wakeup.wait(min(remaining, 0.5))
+            self.wakeup.clear()
+        for dev in stage:  # the reader thread may still be handing over the final line
+            if dev.proc is not None:
+                dev.proc.wait()
+        return True
+
+    def close(self) -> None:
+        for client in self.clients.values():
+            client.close()
+
+
+def run_topology(topo: Topology, *, duration: float | None = None, run_id: str | None = None,
+                 runs_dir: Path = Path("runs"),
+                 on_progress: Callable[[float, float, list[dict]], None] | None = None,
+                 agent: AgentOptions | None = None) -> dict[str, Any]:
+    """Run a topology to completion and return its summary (see summary.build_summary); the run
+    directory gets summary.json and the complete run document (run.json)."""
+    run_id = run_id or f"{topo.run_id}-{compact_utc()}"
+    run_dir = runs_dir / run_id
+    if run_dir.exists():
+        raise RunError(f"run directory {run_dir} already exists; choose another --run-id")
+    run_dir.mkdir(parents=True)
+    orch = Orchestrator(topo, run_id, run_dir, on_progress, agent if agent is not None else AgentOptions())
+
+    def on_signal(signum, _frame):
+        orch.interrupts += 1
+        orch.wakeup.set()
+        if orch.interrupts > 1:
+            print("\nflowstat: second interrupt, killing every device", file=sys.stderr)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    agent_stats = None
+    try:
+        try:
+            orch.start()
+        except RunError as exc:
+            orch.failures.append(str(exc))
+        except ControlError as exc:
+            orch.failures.append(f"cannot start the producers: {exc}")
+        if not orch.failures:
+            orch.run_for(duration if duration is not None else topo.duration)
+        else:
+            orch.stopped_at = orch.started_at = time.monotonic()
+        orch.stop(force=bool(orch.failures))
+        agent_stats = orch.stop_agent()
+    finally:
+        orch.kill_all()  # no-op when everything ended; never leave a device behind
+        orch.close()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    summary = build_summary(topo, orch, started_epoch=orch.started_wall)
+    summary["agent"] = agent_stats
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    orch.write_run_document(summary)
+    return summary
+

@@ -1,0 +1,227 @@
+"""The run summary (per-node figures and the no-loss proof, as JSON and as a table) and the run
+document (flowstat.schema.run) that describes the run to the stores and dashboards."""
+
+from __future__ import annotations
+
+import os
+import platform
+from typing import TYPE_CHECKING, Any
+
+from flowstat import __version__
+from flowstat.schema import PIPELINE_ROLES
+from flowstat.schema import run as run_schema
+from flowstat.timeutil import iso_utc_ms
+from flowstat.units import format_size
+
+if TYPE_CHECKING:
+    from .orchestrator import Orchestrator
+    from .topology import Topology
+
+
+def _conservation(finals: dict[str, dict], producers: list[dict], mergers: list[dict],
+                  viewer: dict | None) -> dict[str, Any]:
+    """Check sent == received == merged-in for every producer, and entries end to end."""
+    sent: dict[int, int] = {}
+    entries_sent = 0.0
+    for fin in producers:
+        for p in fin["per_producer"]:
+            sent[p["producer"]] = p["sent"]
+        entries_sent += fin["objects_sent"] * fin["entries_per_object"]
+    received: dict[int, int] = {}
+    merged_in: dict[int, int] = {}
+    declared: dict[int, int | None] = {}
+    for fin in mergers:
+        pp = fin["per_producer"]
+        for i, pid in enumerate(pp["producer"]):
+            received[pid], merged_in[pid], declared[pid] = pp["received"][i], pp["merged_in"][i], pp["declared_sent"][i]
+    all_ids = sorted(set(sent) | set(received))
+    bad = [pid for pid in all_ids
+           if not (sent.get(pid) is not None and sent.get(pid) == declared.get(pid) == received.get(pid) == merged_in.get(pid))]
+    gaps = sum(m["sequence_gaps"] for m in mergers) + (viewer or {}).get("sequence_gaps", 0)
+    reordered = sum(m["reordered_objects"] for m in mergers)
+    merged_objects = sum(m["merges"] for m in mergers)
+    inputs_at_viewer = (viewer or {}).get("inputs_received")
+    entries_at_viewer = (viewer or {}).get("entries_received")
+    malformed = {name: f["malformed_messages"] for name, f in finals.items() if f.get("malformed_messages")}
+    checks = {
+        "every_producer_sent_eq_received_eq_merged": not bad and bool(all_ids),
+        "no_sequence_gaps": gaps == 0,
+        "no_reordering": reordered == 0,
+        "viewer_received_every_merged_object": viewer is not None and viewer["objects_received"] == merged_objects,
+        "viewer_inputs_eq_objects_sent": inputs_at_viewer == sum(sent.values()),
+        "entries_sent_eq_entries_at_viewer": entries_at_viewer == entries_sent,
+        "merged_contents_eq_declared_entries": viewer is not None and viewer["content_mismatches"] == 0,
+        "no_malformed_messages": not malformed,
+    }
+    merged_at_viewer = (viewer or {}).get("objects_received")
+    why = {  # what each check's failure means here, in words
+        "every_producer_sent_eq_received_eq_merged": f"sent, received and merged-in counts differ for producers "
+                                                     f"{bad[:10]}" if all_ids else "no producer reported",
+        "no_sequence_gaps": f"{gaps:,} objects missing from sequences",
+        "no_reordering": f"{reordered:,} objects arrived out of order",
+        "viewer_received_every_merged_object": f"the viewer received {merged_at_viewer} of {merged_objects:,} "
+                                               f"merged objects",
+        "viewer_inputs_eq_objects_sent": f"the merged objects at the viewer hold {inputs_at_viewer} inputs, "
+                                         f"{sum(sent.values()):,} were sent",
+        "entries_sent_eq_entries_at_viewer": f"{entries_sent:,.0f} entries sent, {entries_at_viewer} at the viewer",
+        "merged_contents_eq_declared_entries": f"{(viewer or {}).get('content_mismatches')} merged objects whose "
+                                               f"cells do not add up to their inputs' entries",
+        "no_malformed_messages": "malformed messages dropped: " + ", ".join(f"{n} {c:,}" for n, c in malformed.items()),
+    }
+    return {
+        "ok": all(checks.values()),
+        "checks": checks,
+        "failed_checks": {name: why[name] for name, passed in checks.items() if not passed},
+        "producers": len(all_ids),
+        "producers_not_conserved": bad[:20],
+        "objects_sent": sum(sent.values()),
+        "objects_received": sum(received.values()),
+        "objects_merged_in": sum(merged_in.values()),
+        "merged_objects": merged_objects,
+        "entries_sent": entries_sent,
+        "entries_at_viewer": entries_at_viewer,
+        "sequence_gaps": gaps,
+        "reordered_objects": reordered,
+    }
+
+
+def _node_row(fin: dict, seconds: float) -> dict[str, Any]:
+    row = {k: fin.get(k) for k in (
+        "node_id", "role", "objects_sent", "objects_received", "objects_merged", "merges",
+        "send_overload_events", "receive_overload_events", "sequence_gaps", "average_merge_time",
+        "mean_merge_time", "merged_objects_per_second", "bytes_sent", "bytes_received", "backlog",
+        "malformed_messages")}
+    if fin["role"] == "producer":
+        row["objects_sent_per_second"] = round(fin["objects_sent"] / seconds, 3) if seconds > 0 else 0.0
+    return {k: v for k, v in row.items() if v is not None}
+
+
+def build_summary(topo: "Topology", orch: "Orchestrator", started_epoch: float) -> dict[str, Any]:
+    finals = {d.name: d.final for d in sorted(orch.devices, key=lambda d: PIPELINE_ROLES.index(d.role))
+              if d.final is not None}
+    producers = [f for f in finals.values() if f["role"] == "producer"]
+    mergers = [f for f in finals.values() if f["role"] == "merger"]
+    viewer = next((f for f in finals.values() if f["role"] == "viewer"), None)
+    seconds = max(0.0, orch.stopped_at - orch.started_at)
+    conservation = _conservation(finals, producers, mergers, viewer) if producers and mergers else {"ok": False}
+    failures = list(orch.failures)
+    if orch.interrupts:
+        failures.append("interrupted by the user")
+    logs = {d.name: d.log_path for d in orch.devices}
+    for name, why in conservation.get("failed_checks", {}).items():
+        if name == "no_malformed_messages":
+            why += " (each node's log names the socket and what was wrong: " + ", ".join(
+                str(logs[n]) for n, f in finals.items() if f.get("malformed_messages")) + ")"
+        failures.append(f"no-loss check failed: {name}: {why}")
+    if not producers or not mergers:
+        failures.append("no-loss check impossible: the producers and mergers did not all report their totals")
+    return {
+        "run_id": orch.run_id,
+        "run_dir": str(orch.run_dir),
+        "topology": topo.source,
+        "started": iso_utc_ms(started_epoch),
+        "finished": iso_utc_ms(),
+        "seconds": round(seconds, 3),
+        "parameters": parameters(topo),
+        "machine": {"host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version()},
+        "nodes": [_node_row(f, seconds) for f in finals.values()],
+        "conservation": conservation,
+        "viewer_output": (viewer or {}).get("output"),
+        "failures": failures,
+        "ok": bool(conservation.get("ok")) and not failures,
+    }
+
+
+def parameters(topo: "Topology") -> dict[str, Any]:
+    """The run document's parameters: what the topology asked for."""
+    return {"object_type": topo.obj.kind.name, "object_bytes": topo.obj.nbytes, "object_shape": list(topo.obj.shape),
+            "producers": topo.n_producers, "rate_per_producer": topo.rate, "buffer_size": topo.buffer_size,
+            "mergers": len(topo.mergers), "producer_processes": topo.producer_processes, "duration_s": topo.duration}
+
+
+def run_document(topo: "Topology", run_id: str, started_epoch: float, summary: dict[str, Any] | None = None,
+                 nodes: list[str] | None = None) -> dict[str, Any]:
+    """The run as flowstat.schema.run describes it: at the start (what and where), or, given the
+    run's summary, complete (when it finished, the verdict, the figures)."""
+    doc: dict[str, Any] = {"run_id": run_id, "topology": topo.source, "started": iso_utc_ms(started_epoch),
+                           "host": platform.node(),
+                           "machine": {"cpus": os.cpu_count() or 0, "python": platform.python_version(),
+                                       "flowstat_version": __version__},
+                           "parameters": parameters(topo)}
+    if topo.description:
+        doc["description"] = topo.description
+    if nodes:
+        doc["nodes"] = nodes
+    if summary is not None:
+        c = summary["conservation"]
+        totals = {key: sum(n.get(key) or 0 for n in summary["nodes"])
+                  for key in ("send_overload_events", "receive_overload_events", "sequence_gaps")}
+        merged_in = sum(n.get("objects_merged") or 0 for n in summary["nodes"])
+        doc["finished"] = summary["finished"]
+        doc["verdict"] = {"ok": summary["ok"], "conserved": bool(c.get("ok")),
+                          "failed_checks": sorted(c.get("failed_checks", {})), "failures": summary["failures"]}
+        doc["summary"] = {"seconds": summary["seconds"], **{k: c[k] for k in (
+                              "objects_sent", "objects_received", "merged_objects") if k in c},
+                          "merged_objects_per_second": round(merged_in / summary["seconds"], 3)
+                          if summary["seconds"] > 0 else 0.0, **totals}
+    errors = run_schema.validate(doc)
+    if errors:  # a bug of ours, not of the run: say where
+        raise ValueError(f"run document of {run_id}: {'; '.join(errors[:3])}")
+    return doc
+
+
+def _fmt(value: Any, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float) and digits:
+        return f"{value:,.{digits}f}"
+    if isinstance(value, (int, float)):
+        return f"{value:,.0f}"
+    return str(value)
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    p = s["parameters"]
+    lines = [
+        f"run {s['run_id']}: {s['seconds']:.1f} s, {p['producers']} producers x {p['rate_per_producer']:g} obj/s "
+        f"({'unlimited' if not p['rate_per_producer'] else 'paced'}), {p['object_type']} "
+        f"{format_size(p['object_bytes'])}, buffer {p['buffer_size']}, {p['mergers']} merger(s)",
+        "",
+        f"{'node':<16} {'role':<9} {'sent':>11} {'received':>11} {'merged':>11} {'overloads':>9} "
+        f"{'gaps':>5} {'avg merge ms':>12} {'merged/s':>10}",
+    ]
+    for n in s["nodes"]:
+        overloads = (n.get("send_overload_events") or 0) + (n.get("receive_overload_events") or 0)
+        lines.append(
+            f"{n['node_id']:<16} {n['role']:<9} {_fmt(n.get('objects_sent')):>11} {_fmt(n.get('objects_received')):>11} "
+            f"{_fmt(n.get('objects_merged')):>11} {overloads:>9,} {_fmt(n.get('sequence_gaps')):>5} "
+            f"{_fmt(n.get('average_merge_time'), 4):>12} {_fmt(n.get('merged_objects_per_second'), 1):>10}")
+    c = s["conservation"]
+    lines.append("")
+    if "checks" in c:
+        verdict = "OK" if c["ok"] else "FAILED"
+        lines.append(f"no loss: {verdict} - {c['producers']} producers, sent {c['objects_sent']:,} = received "
+                     f"{c['objects_received']:,} = merged-in {c['objects_merged_in']:,}; "
+                     f"{c['merged_objects']:,} merged objects; entries sent {c['entries_sent']:,.0f}, "
+                     f"at the viewer {_fmt(c['entries_at_viewer'])}")
+        if c.get("producers_not_conserved"):
+            lines.append(f"  producers not conserved (first 20): {c['producers_not_conserved']}")
+    for failure in s["failures"]:
+        lines.append(f"error: {failure}")
+    for name, agent in (s.get("agent") or {}).items():
+        if not isinstance(agent, dict):
+            continue
+        sinks = ", ".join(f"{url}: {v['delivered']:,} delivered" + (f", {v['spooled']} batches spooled" if v["spooled"] else "")
+                          for url, v in agent["sinks"].items())
+        lines.append(f"{name + ':':<15} {agent['samples']:,} samples ({sinks})")
+    spooled = sum(v.get("spooled", 0) for a in (s.get("agent") or {}).values() if isinstance(a, dict)
+                  for v in a["sinks"].values())
+    if spooled:
+        lines.append(f"still spooled:  {spooled} batches a sink did not take in time; send them once it is back: "
+                     f"flowstat agent --flush-spool {s['run_dir']}/spool")
+    if s.get("agent"):
+        lines.append(f"run file:       {s['agent']['run_file']}")
+    if s.get("viewer_output"):
+        lines.append(f"merged objects: {s['viewer_output']}")
+    lines.append(f"run directory:  {s['run_dir']} (summary.json, logs/)")
+    return "\n".join(lines)

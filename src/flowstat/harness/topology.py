@@ -1,0 +1,236 @@
+"""Topology files: who produces what, which merger each producer feeds, and the run parameters.
+
+The YAML plays the role of the thesis's DDS topology. It is validated completely before anything
+starts; every error names the file and the field.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from flowstat.units import parse_size
+
+from .qcobjects import DEFAULT_TREE_BRANCHES, KIND_NAMES, Kind, ObjectDesc, make_desc, shape_for_size
+
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+NODE_ID_RE = RUN_ID_RE
+PRODUCERS_PER_PROCESS = 250  # one Python process sends 25k objects/s comfortably
+
+
+class TopologyError(ValueError):
+    """A topology that cannot run; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class ObjectSpec:
+    kind: Kind
+    shape: tuple[int, ...]
+    entries: int  # Gaussian fills per histogram
+    names: int  # distinct object names each producer cycles through
+
+    def descs(self) -> list[ObjectDesc]:
+        return [make_desc(f"{self.kind.name}_{i}", self.kind, self.shape) for i in range(self.names)]
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * 4
+
+
+@dataclass(frozen=True)
+class MergerSpec:
+    node_id: str
+    producers: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Topology:
+    run_id: str
+    duration: float
+    buffer_size: int
+    obj: ObjectSpec
+    n_producers: int
+    rate: float  # objects/s per producer, 0 = unlimited
+    producer_processes: int
+    mergers: tuple[MergerSpec, ...]
+    merger_send_buffer: int
+    viewer_write_interval: float
+    host: str
+    source: str = "<dict>"
+    description: str = ""
+    raw: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def producer_groups(self) -> list[list[int]]:
+        """Logical producer ids hosted by each producer process (contiguous, balanced)."""
+        n, k = self.n_producers, self.producer_processes
+        bounds = [round(i * n / k) for i in range(k + 1)]
+        return [list(range(bounds[i], bounds[i + 1])) for i in range(k)]
+
+    def merger_of(self) -> dict[int, int]:
+        return {p: mi for mi, m in enumerate(self.mergers) for p in m.producers}
+
+
+class _Fields:
+    """Reads one mapping of the YAML, naming the path of every field in errors."""
+
+    def __init__(self, source: str, path: str, data: Any, allowed: set[str]):
+        self.source, self.path = source, path
+        if not isinstance(data, dict):
+            self.fail(path, f"expected a mapping, got {type(data).__name__}")
+        unknown = sorted(set(map(str, data)) - allowed)
+        if unknown:
+            self.fail(f"{path}.{unknown[0]}" if path else unknown[0],
+                      f"unknown field (allowed: {', '.join(sorted(allowed))})")
+        self.data = data
+
+    def fail(self, where: str, message: str):
+        raise TopologyError(f"{self.source}: {where or 'topology'}: {message}")
+
+    def where(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def get(self, key: str, default: Any = ..., *, required: bool = False) -> Any:
+        if key not in self.data:
+            if required or default is ...:
+                self.fail(self.where(key), "required field is missing")
+            return default
+        return self.data[key]
+
+    def number(self, key: str, default: Any = ..., *, minimum: float, integer: bool = False,
+               exclusive: bool = False) -> Any:
+        value = self.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not isinstance(value, int)):
+            self.fail(self.where(key), f"expected {'an integer' if integer else 'a number'}, got {value!r}")
+        if value < minimum or (exclusive and value == minimum):
+            self.fail(self.where(key), f"must be {'>' if exclusive else '>='} {minimum}, got {value!r}")
+        return value
+
+
+def parse_id_ranges(spec: Any, n_producers: int, where: str, fail) -> tuple[int, ...]:
+    """Producer ids from a list of ints / "a-b" ranges, or one such string ("0-249,300")."""
+    items: list[Any] = spec if isinstance(spec, list) else str(spec).split(",") if isinstance(spec, (str, int)) else None
+    if items is None:
+        fail(where, f"expected producer ids such as [0, 1] or \"0-249\", got {spec!r}")
+    ids: list[int] = []
+    for item in items:
+        text = str(item).strip()
+        m = re.fullmatch(r"(\d+)(?:\s*-\s*(\d+))?", text)
+        if isinstance(item, bool) or not m:
+            fail(where, f"bad producer id or range {item!r}")
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if hi < lo or hi >= n_producers:
+            fail(where, f"range {text} is outside producers 0-{n_producers - 1}")
+        ids.extend(range(lo, hi + 1))
+    return tuple(ids)
+
+
+def _object_spec(source: str, data: Any) -> ObjectSpec:
+    f = _Fields(source, "object", data, {"type", "size", "bins", "entries", "branches", "names"})
+    type_name = f.get("type", required=True)
+    if type_name not in KIND_NAMES:
+        f.fail("object.type", f"unknown type {type_name!r} (one of {', '.join(KIND_NAMES)})")
+    kind = KIND_NAMES[type_name]
+    entries = f.number("entries", 1000, minimum=1, integer=True)
+    names = f.number("names", 1, minimum=1, integer=True)
+    branches = f.number("branches", DEFAULT_TREE_BRANCHES, minimum=1, integer=True)
+    if "branches" in f.data and kind is not Kind.TTree:
+        f.fail("object.branches", "only a TTree has branches")
+    if ("size" in f.data) == ("bins" in f.data):
+        f.fail("object", "give exactly one of size (e.g. 1kB, 500kB) or bins")
+    if "size" in f.data:
+        try:
+            size = parse_size(f.data["size"])
+        except ValueError as exc:
+            f.fail("object.size", str(exc))
+        shape = shape_for_size(kind, size, branches)
+    else:
+        bins = f.data["bins"]
+        bins = [bins] if isinstance(bins, int) else bins
+        want = kind.hist_ndim if kind.is_histogram else 1
+        if (not isinstance(bins, list) or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in bins)
+                or (kind is not Kind.THnF and len(bins) != want) or not 1 <= len(bins) <= 8):
+            f.fail("object.bins", f"expected {want} positive integer(s) for {type_name}, got {bins!r}")
+        shape = (branches, bins[0]) if kind is Kind.TTree else tuple(b + 2 for b in bins)
+    return ObjectSpec(kind, tuple(shape), entries, names)
+
+
+def _merger_specs(source: str, data: Any, n_producers: int) -> tuple[MergerSpec, ...]:
+    def fail(where: str, msg: str):
+        raise TopologyError(f"{source}: {where}: {msg}")
+
+    if isinstance(data, int) and not isinstance(data, bool):
+        if not 1 <= data <= n_producers:
+            fail("mergers", f"expected 1 to {n_producers} mergers, got {data}")
+        bounds = [round(i * n_producers / data) for i in range(data + 1)]
+        return tuple(MergerSpec(f"merger-{i}", tuple(range(bounds[i], bounds[i + 1]))) for i in range(data))
+    if not isinstance(data, list) or not data:
+        fail("mergers", f"expected a number of mergers or a list of {{id, producers}}, got {data!r}")
+    specs, owner = [], {}
+    for i, item in enumerate(data):
+        f = _Fields(source, f"mergers[{i}]", item, {"id", "producers"})
+        node_id = str(f.get("id", f"merger-{i}"))
+        if not NODE_ID_RE.match(node_id):
+            f.fail(f"mergers[{i}].id", f"bad id {node_id!r} (letters, digits, '.', '_', '-')")
+        ids = parse_id_ranges(f.get("producers", required=True), n_producers, f"mergers[{i}].producers", fail)
+        if not ids:
+            fail(f"mergers[{i}].producers", "a merger needs at least one producer")
+        for p in ids:
+            if p in owner:
+                fail(f"mergers[{i}].producers", f"producer {p} is already fed to {owner[p]}")
+            owner[p] = node_id
+        specs.append(MergerSpec(node_id, ids))
+    if len({s.node_id for s in specs}) != len(specs):
+        fail("mergers", "merger ids must be unique")
+    missing = sorted(set(range(n_producers)) - set(owner))
+    if missing:
+        fail("mergers", f"producer {missing[0]} feeds no merger ({len(missing)} unassigned)")
+    return tuple(specs)
+
+
+def from_dict(data: Any, source: str = "<dict>") -> Topology:
+    top = _Fields(source, "", data, {"run_id", "description", "duration", "buffer_size", "object",
+                                     "producers", "mergers", "viewer", "merger_send_buffer", "host"})
+    run_id = top.get("run_id", required=True)
+    if not isinstance(run_id, str) or not RUN_ID_RE.match(run_id):
+        top.fail("run_id", f"expected letters, digits, '.', '_', '-' (max 100), got {run_id!r}")
+    duration = float(top.number("duration", 20, minimum=0, exclusive=True))
+    buffer_size = top.number("buffer_size", 1000, minimum=1, integer=True)
+    obj = _object_spec(source, top.get("object", required=True))
+    pf = _Fields(source, "producers", top.get("producers", required=True), {"count", "rate", "processes"})
+    n_producers = pf.number("count", minimum=1, integer=True)
+    rate = float(pf.number("rate", 100, minimum=0))
+    processes = pf.number("processes", math.ceil(n_producers / PRODUCERS_PER_PROCESS), minimum=1, integer=True)
+    if processes > n_producers:
+        pf.fail("producers.processes", f"{processes} processes for {n_producers} producers")
+    mergers = _merger_specs(source, top.get("mergers", 1), n_producers)
+    vf = _Fields(source, "viewer", top.get("viewer", {}) or {}, {"write_interval"})
+    write_interval = float(vf.number("write_interval", 5, minimum=0, exclusive=True))
+    send_buffer = top.number("merger_send_buffer", 1000, minimum=1, integer=True)
+    host = top.get("host", "127.0.0.1")
+    if not isinstance(host, str) or not host:
+        top.fail("host", f"expected an address to bind, got {host!r}")
+    description = top.get("description", "")
+    if not isinstance(description, str):
+        top.fail("description", f"expected text, got {description!r}")
+    return Topology(run_id, duration, buffer_size, obj, n_producers, rate, processes, mergers,
+                    send_buffer, write_interval, host, source, description, data)
+
+
+def load(path: str | Path) -> Topology:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise TopologyError(f"{path}: cannot read: {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "YAML"
+        raise TopologyError(f"{path}: {where}: not valid YAML: {getattr(exc, 'problem', exc)}") from exc
+    return from_dict(data, str(path))

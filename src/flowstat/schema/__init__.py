@@ -1,0 +1,36 @@
+"""What flowstat stores: the sample (one observation of one node by one agent) and the run.
+
+The two JSON Schema files beside this module are the one definition; everything else (both
+agents, the stores' templates and rollups, replay, the dashboards) derives from them or is tested
+against them. The sample's API is re-exported here (``from flowstat import schema;
+schema.validate(sample)``); the run document's is ``flowstat.schema.run``.
+"""
+
+from .sample import (
+    DEFAULT_ROLE,
+    INT64_MAX,
+    NODE_STATES,
+    PIPELINE_ROLES,
+    PY_TYPES,
+    ROLES,
+    SCHEMA_FILE,
+    STATE_DOWN,
+    STATE_UP,
+    Field,
+    Layout,
+    document_id,
+    fields,
+    from_control_reply,
+    layout,
+    markdown_table,
+    measurement,
+    schema,
+    time_ns,
+    to_json,
+    to_line_protocol,
+    validate,
+)
+
+__all__ = ["DEFAULT_ROLE", "INT64_MAX", "NODE_STATES", "PIPELINE_ROLES", "PY_TYPES", "ROLES", "SCHEMA_FILE",
+           "STATE_DOWN", "STATE_UP", "Field", "Layout", "document_id", "fields", "from_control_reply", "layout",
+           "markdown_table", "measurement", "schema", "time_ns", "to_json", "to_line_protocol", "validate"]

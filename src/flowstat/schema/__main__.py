@@ -1,0 +1,5 @@
+"""``python -m flowstat.schema``: print the schemas' documentation (docs/schema.md embeds it)."""
+
+from . import run, sample
+
+print("## Sample\n\n" + sample.markdown_table() + "\n## Run\n\n" + run.markdown_table(), end="")

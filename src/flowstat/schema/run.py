@@ -1,0 +1,108 @@
+"""The run document (run.schema.json, beside this file): what was run, where, when and how it ended.
+
+One definition for RUN_DIR/run.json (written by the harness), the flowstat-runs documents and their
+Elasticsearch mapping, and the InfluxDB flowstat_run point (written by replay). Dashboards group and
+compare runs by its fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import _files
+from ._check import problems
+from .lineprotocol import point
+from .sample import time_ns
+
+SCHEMA_FILE = "run.schema.json"
+
+
+def schema() -> dict:
+    return _files.load(SCHEMA_FILE)
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """A field that holds a value (not an object): its path in the document and how it is stored."""
+
+    path: tuple[str, ...]
+    type: str  # string, integer, number, boolean, array
+    influx: str | None  # tag, field, time, or None: not in the InfluxDB point
+    unit: str | None
+    description: str
+
+    @property
+    def name(self) -> str:
+        """The field's own name: its key in the InfluxDB point (names are unique across groups)."""
+        return self.path[-1]
+
+    @property
+    def dotted(self) -> str:
+        return ".".join(self.path)
+
+
+def _walk(props: dict, path: tuple[str, ...]) -> list[Leaf]:
+    out = []
+    for key, p in props.items():
+        if p["type"] == "object":
+            out += _walk(p["properties"], path + (key,))
+        else:
+            out.append(Leaf(path + (key,), p["type"], p.get("x-influx"), p.get("x-unit"), p["description"]))
+    return out
+
+
+def leaves() -> tuple[Leaf, ...]:
+    """Every leaf of the document, in schema order."""
+    return tuple(_walk(schema()["properties"], ()))
+
+
+def measurement() -> str:
+    return schema()["x-measurement"]
+
+
+def validate(doc: dict) -> list[str]:
+    """Everything wrong with a run document, naming the field by its path; [] when it conforms."""
+    errors = problems(doc, schema())
+    for key in ("started", "finished"):
+        if isinstance(doc.get(key), str) and not errors:
+            try:
+                time_ns(doc[key])
+            except ValueError:
+                errors.append(f"{key}: not an ISO-8601 UTC time ({doc[key][:40]!r})")
+    return errors
+
+
+def _get(doc: dict, path: tuple[str, ...]):
+    for key in path:
+        if not isinstance(doc, dict) or key not in doc:
+            return None
+        doc = doc[key]
+    return doc
+
+
+def to_line_protocol(doc: dict) -> str:
+    """The run as one InfluxDB point (no newline), so that Grafana can list and group runs too.
+    Number fields are written as floats even when the value is whole (InfluxDB fixes a field's
+    type at its first write)."""
+    tags, fields, stamp = {}, {}, None
+    for leaf in leaves():
+        value = _get(doc, leaf.path)
+        if value is None or leaf.influx is None:
+            continue
+        if leaf.influx == "time":
+            stamp = time_ns(value)
+        elif leaf.influx == "tag":
+            tags[leaf.name] = str(value)
+        else:
+            fields[leaf.name] = float(value) if leaf.type == "number" else value
+    if stamp is None:
+        raise ValueError("run document without a start time")
+    return point(measurement(), tags, fields, stamp)
+
+
+def markdown_table() -> str:
+    """The field-by-field documentation of the run document (docs/schema.md embeds it)."""
+    rows = ["| field | type | Influx | unit | meaning |", "|---|---|---|---|---|"]
+    for leaf in leaves():
+        rows.append(f"| `{leaf.dotted}` | {leaf.type} | {leaf.influx or ''} | {leaf.unit or ''} | {leaf.description} |")
+    return "\n".join(rows) + "\n"

@@ -1,0 +1,278 @@
+"""The sample schema (sample.schema.json, beside this file) and the two encodings derived from it.
+
+Nothing about a field is written here: names, types, units, enumerations and which fields are
+Influx tags all come from the schema file, so the agents, the stores' templates and the dashboards
+cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+from operator import itemgetter
+from typing import Callable
+
+from . import _files
+from ._check import INT64_MAX, type_ok
+from .lineprotocol import escape_key as _escape_key
+from .lineprotocol import escape_string as _escape_string
+
+SCHEMA_FILE = "sample.schema.json"
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    type: str  # JSON Schema type: string, integer, number, boolean
+    influx: str  # tag, field or time
+    required: bool
+    unit: str | None
+    enum: tuple[str, ...] | None
+    control: str | None  # the get-metrics reply field this field is copied from
+    rollup: str | None = None  # "sum": totalled over a run's nodes by the InfluxDB rollups
+
+
+def schema() -> dict:
+    return _files.load(SCHEMA_FILE)
+
+
+@lru_cache(maxsize=1)
+def fields() -> tuple[Field, ...]:
+    s = schema()
+    required = set(s["required"])
+    return tuple(Field(name, p["type"], p["x-influx"], name in required, p.get("x-unit"),
+                       tuple(p["enum"]) if "enum" in p else None, p.get("x-control"), p.get("x-rollup"))
+                 for name, p in s["properties"].items())
+
+
+def _enum(name: str) -> tuple[tuple[str, ...], str]:
+    prop = schema()["properties"][name]
+    return tuple(prop["enum"]), prop["default"]
+
+
+ROLES, DEFAULT_ROLE = _enum("role")  # in pipeline order; the default is a process outside a harness run
+PIPELINE_ROLES = tuple(r for r in ROLES if r != DEFAULT_ROLE)
+NODE_STATES, STATE_UP = _enum("node_state")  # UP: a process without a control channel
+STATE_DOWN = "DOWN"  # reported once, when the process is gone
+assert STATE_DOWN in NODE_STATES, "sample.schema.json: node_state must list DOWN"
+
+
+def from_control_reply(reply: dict) -> dict:
+    """The sample fields a get-metrics reply provides; fields of the wrong type, or outside their
+    enumeration, are left out."""
+    out = {}
+    for f in fields():
+        if f.control is None or reply.get(f.control) is None:
+            continue
+        value = reply[f.control]
+        if f.type == "number" and type_ok(value, "number"):
+            out[f.name] = float(value)
+        elif (type_ok(value, f.type) and not (f.type == "integer" and not 0 <= value <= INT64_MAX)
+              and not (f.enum and value not in f.enum)):
+            out[f.name] = value
+    return out
+
+
+def measurement() -> str:
+    return schema()["x-measurement"]
+
+
+def validate(sample: dict) -> list[str]:
+    """Everything wrong with a sample, as texts naming the field; [] when it conforms."""
+    errors = []
+    by_name = {f.name: f for f in fields()}
+    for f in fields():
+        if f.required and f.name not in sample:
+            errors.append(f"{f.name}: required field is missing")
+    for name, value in sample.items():
+        f = by_name.get(name)
+        if f is None:
+            errors.append(f"{name}: not in the schema")
+        elif not type_ok(value, f.type):
+            errors.append(f"{name}: expected {f.type}, got {type(value).__name__} {value!r}")
+        elif f.enum and value not in f.enum:
+            errors.append(f"{name}: {value!r} is not one of {', '.join(f.enum)}")
+        elif f.type == "integer" and not 0 <= value <= INT64_MAX:
+            errors.append(f"{name}: must be between 0 and {INT64_MAX}, got {value}")
+    return errors
+
+
+_TIME_CACHE: dict[str, int] = {}
+
+
+def time_ns(iso: str) -> int:
+    """Nanoseconds since the epoch of an ISO-8601 UTC time with milliseconds ('...T10:51:14.123Z').
+
+    Cached: every node sampled in one tick shares the time string.
+    """
+    ns = _TIME_CACHE.get(iso)
+    if ns is None:
+        dt = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+        if dt.tzinfo is None:  # it would be read as local time
+            raise ValueError(f"{iso!r}: no time zone (flowstat writes UTC, with a Z)")
+        ns = (int(dt.timestamp()) * 1000 + dt.microsecond // 1000) * 1_000_000
+        if len(_TIME_CACHE) > 4096:
+            _TIME_CACHE.clear()
+        _TIME_CACHE[iso] = ns
+    return ns
+
+
+@lru_cache(maxsize=1)
+def _line_plan() -> tuple[str, tuple[str, ...], tuple[tuple[str, str, str], ...]]:
+    """What to_line_protocol needs, worked out once: the measurement, the tag names sorted (as
+    Influx prefers), and each field's name, escaped key and type, in schema order."""
+    tags = tuple(sorted(f.name for f in fields() if f.influx == "tag"))
+    plan = tuple((f.name, _escape_key(f.name), f.type) for f in fields() if f.influx == "field")
+    return _escape_key(measurement()), tags, plan
+
+
+_SERIES_CACHE: dict[tuple, str] = {}
+
+
+def _series(tag_values: tuple) -> str:
+    """The line's series prefix ('measurement,tag=value,...') for tag values in sorted tag order; cached."""
+    measurement_key, tags, _ = _line_plan()
+    head = ",".join([measurement_key] + [f"{_escape_key(t)}={_escape_key(str(v))}"
+                                         for t, v in zip(tags, tag_values) if v not in (None, "")])
+    if len(_SERIES_CACHE) > 65536:
+        _SERIES_CACHE.clear()
+    _SERIES_CACHE[tag_values] = head
+    return head
+
+
+def to_line_protocol(sample: dict) -> str:
+    """InfluxDB line protocol: tags sorted by key, fields in schema order, ns time.
+
+    On every sample's path (agents, replay of millions): the series prefix is cached per tag values.
+    """
+    _, tags, plan = _line_plan()
+    tag_values = tuple(sample.get(t) for t in tags)
+    head = _SERIES_CACHE.get(tag_values) or _series(tag_values)
+    parts = []
+    get = sample.get
+    for name, key, typ in plan:
+        value = get(name)
+        if value is None:
+            continue
+        if typ == "integer":
+            parts.append(f"{key}={value}i")
+        elif typ == "number":
+            parts.append(f"{key}={float(value)!r}")
+        elif typ == "boolean":
+            parts.append(f"{key}=true" if value else f"{key}=false")
+        else:
+            parts.append(f"{key}={_escape_string(value)}")
+    return f"{head} {','.join(parts)} {time_ns(sample['time'])}"
+
+
+def _getter(positions: list[int]) -> Callable[[tuple], tuple]:
+    """itemgetter that always returns a tuple (itemgetter(i) alone returns the item)."""
+    if len(positions) == 1:
+        (i,) = positions
+        return lambda values: (values[i],)
+    return itemgetter(*positions)
+
+
+_FIELD_FORMAT = {int: "%di", float: "%r", str: '"%s"'}  # how to_line_protocol writes each field type
+# The exact Python types (as JSON decoding gives them) each schema type accepts; the first is the
+# type written to line protocol (an int in a number field is written as a float).
+PY_TYPES = {"string": (str,), "integer": (int,), "number": (float, int), "boolean": (bool,)}
+
+
+def _no_integers(values: tuple) -> tuple:
+    return (0,)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Every sample whose keys come in one order with one Python type per value, checked and
+    encoded by what is worked out here once. A run file holds a handful of layouts and millions of
+    samples: a sample then costs a few C-level calls instead of a Python loop over its fields.
+
+    ``conforms``: the keys are schema fields, the required ones are there, every value has its
+    field's type; the integers (``integers()``) must still be in 0..INT64_MAX and the enumerated
+    strings in their enumeration (``enums_ok()``). ``fast``: the
+    line protocol can come from ``line()``, byte for byte what to_line_protocol writes, for a
+    sample none of whose strings holds a quote or a backslash (the caller checks that: in a JSON
+    line, both need a backslash). Layouts that do not conform, or are not fast, are left to
+    validate() and to_line_protocol().
+    """
+
+    conforms: bool
+    fast: bool
+    integers: Callable[[tuple], tuple] = _no_integers
+    tags: Callable[[tuple], tuple] | None = None
+    fields: Callable[[tuple], tuple] | None = None
+    booleans: Callable[[tuple], tuple] | None = None
+    formats: dict[tuple, str] | None = None  # the fields' format, by the booleans' values
+    enums: Callable[[tuple], tuple] | None = None  # the values of the enumerated fields present
+    allowed: frozenset = frozenset()  # every allowed combination of those values
+
+    def enums_ok(self, values: tuple) -> bool:
+        return self.enums is None or self.enums(values) in self.allowed
+
+    def line(self, values: tuple, time_ns_: int) -> str:
+        """The sample's line protocol with its newline; only for a fast layout (see the class)."""
+        tag_values = self.tags(values)
+        head = _SERIES_CACHE.get(tag_values) or _series(tag_values)
+        fmt = self.formats[self.booleans(values) if self.booleans else ()]
+        return f"{head} {fmt % self.fields(values)} {time_ns_}\n"
+
+
+@lru_cache(maxsize=256)
+def layout(keys: tuple[str, ...], types: tuple[type, ...]) -> Layout:
+    """The Layout of samples with these keys, in this order, and these value types."""
+    by_name = {f.name: f for f in fields()}
+    required = {f.name for f in fields() if f.required}
+    position = {k: i for i, k in enumerate(keys)}
+    conforms = (len(position) == len(keys) and all(k in by_name for k in keys) and required <= position.keys()
+                and all(t in PY_TYPES[by_name[k].type] for k, t in zip(keys, types)))
+    if not conforms:
+        return Layout(False, False)
+    ints = [i for i, k in enumerate(keys) if by_name[k].type == "integer"]
+    integers = _getter(ints) if ints else _no_integers
+    enumerated = [k for k in keys if by_name[k].enum]
+    enums = dict(enums=_getter([position[k] for k in enumerated]),
+                 allowed=frozenset(itertools.product(*(by_name[k].enum for k in enumerated)))) if enumerated else {}
+    _, tag_names, plan = _line_plan()
+    # Not fast: a tag left out (its series differs), or an integer in a number field (it must be
+    # written as a float: repr(float(v)) is not a format a %-spec gives).
+    fast = all(t in position for t in tag_names) and all(
+        types[position[name]] is float for name, _, typ in plan if typ == "number" and name in position)
+    if not fast:
+        return Layout(True, False, integers, **enums)
+    present = [(name, key, typ) for name, key, typ in plan if name in position]
+    bools = [name for name, _, typ in present if typ == "boolean"]
+    formats = {}
+    for values in itertools.product((False, True), repeat=len(bools)):
+        given = dict(zip(bools, values))
+        formats[values] = ",".join(f"{key}={'true' if given[name] else 'false'}" if typ == "boolean"
+                                   else f"{key}={_FIELD_FORMAT[PY_TYPES[typ][0]]}" for name, key, typ in present)
+    return Layout(True, True, integers, _getter([position[t] for t in tag_names]),
+                  _getter([position[name] for name, _, typ in present if typ != "boolean"]),
+                  _getter([position[b] for b in bools]) if bools else None, formats, **enums)
+
+
+def to_json(sample: dict) -> str:
+    """The JSON document (what Elasticsearch stores): the sample's fields in schema order."""
+    return json.dumps({f.name: sample[f.name] for f in fields() if f.name in sample}, separators=(",", ":"),
+                      ensure_ascii=False)
+
+
+def document_id(sample: dict) -> str:
+    """Deterministic Elasticsearch _id: re-sending a sample overwrites it instead of duplicating it."""
+    return f"{sample['run_id']}/{sample['agent']}/{sample['node_id']}/{sample['seq']}"
+
+
+def markdown_table() -> str:
+    """The field-by-field documentation of the schema (docs/schema.md embeds it)."""
+    rows = ["| field | type | Influx | unit | required | from control reply | meaning |",
+            "|---|---|---|---|---|---|---|"]
+    props = schema()["properties"]
+    for f in fields():
+        rows.append(f"| `{f.name}` | {f.type} | {f.influx} | {f.unit or ''} | {'yes' if f.required else ''} | "
+                    f"{'`' + f.control + '`' if f.control else ''} | {props[f.name]['description']} |")
+    return "\n".join(rows) + "\n"

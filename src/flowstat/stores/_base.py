@@ -1,0 +1,196 @@
+"""What every store writer shares: the outcome of a write, the retry policy, the registry.
+
+The retry policy (docs/ingest.md; the C agent follows it too):
+
+- A request that cannot connect, times out or is cut: the store is *down*.
+- HTTP 2xx: taken. HTTP 408, 429, every 5xx, and anything neither 2xx nor 4xx (a redirect is not
+  followed: nothing was stored): down for now. Any other 4xx: the data is *refused*: retrying the
+  same bytes cannot help.
+- Down means: retry later, the whole batch, in order. The agents spool it on disk and try again
+  every second; ``Writer.write`` (replay, benchmarks) backs off 0.5 s, doubling to 8 s, and gives
+  up after 120 s without progress.
+- A store can also take part of a batch (an InfluxDB partial write, a ``_bulk`` answer with
+  per-document errors): what it took is counted accepted, what it refused is counted refused with
+  its reason and never resent, and what it could not take *for now* (a document answered 429 or
+  5xx) is all that is retried.
+
+Resending is safe: an InfluxDB point is identified by its series and time, an Elasticsearch
+document by an ``_id`` taken from the sample (run_id/agent/node_id/seq).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, ClassVar, Iterable
+
+import requests
+
+MAX_REASONS = 5  # refusal reasons kept per outcome: enough to say why, bounded for huge batches
+
+
+class StoreDown(Exception):
+    """The store cannot take the data now (no connection, time-out, HTTP 408/429/5xx): retry later."""
+
+
+@dataclass
+class Outcome:
+    """What a store did with a batch of ``count`` items."""
+
+    accepted: int = 0
+    refused: int = 0
+    reasons: list[str] = field(default_factory=list)  # why items were refused (the first few)
+    retry: bytes | None = None  # the items the store could not take now, to send again later
+    retry_count: int = 0
+
+    def merge(self, later: Outcome) -> None:
+        """Add a later attempt's results (its retry part replaces ours)."""
+        self.accepted += later.accepted
+        self.refused += later.refused
+        self.reasons = (self.reasons + later.reasons)[:MAX_REASONS]
+        self.retry, self.retry_count = later.retry, later.retry_count
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How ``Writer.write`` waits for a store that is down: backoff from ``first_s`` doubling up to
+    ``max_s``, until ``give_up_s`` have passed without success."""
+
+    first_s: float = 0.5
+    max_s: float = 8.0
+    give_up_s: float = 120.0
+
+
+def status_is_down(status: int) -> bool:
+    """HTTP statuses that mean "not now" rather than "taken" or "not this data"."""
+    return status in (408, 429) or not (200 <= status < 300 or 400 <= status < 500)
+
+
+class BatchEncoder:
+    """Builds one request body from samples one at a time (replay's hot loop: it hands over what
+    it already has, so that each store picks its cheapest encoding)."""
+
+    def add(self, doc: dict, line: bytes | None, layout, values: tuple, ns: int, fast: bool) -> None:
+        """``doc``: the sample; ``line``: its JSON line as read (None when changed since); ``layout``,
+        ``values``, ``fast``: its schema.Layout, its values in key order, and whether the layout can
+        encode it; ``ns``: its time in ns."""
+        raise NotImplementedError
+
+    def take(self) -> bytes:
+        """The body of what was added since the last take."""
+        raise NotImplementedError
+
+
+class Writer:
+    """One store, reached over HTTP at ``url`` (scheme, host and port), writing into ``target``
+    (a database, an index). Subclasses fill in the class attributes and the methods marked."""
+
+    name: ClassVar[str]  # registry name; also the agents' sink scheme (influxdb://HOST:PORT/TARGET)
+    title: ClassVar[str]  # for people: "InfluxDB"
+    default_port: ClassVar[int]
+    target_kind: ClassVar[str]  # "database", "index"
+    default_target: ClassVar[str]
+    option: ClassVar[str]  # flowstat replay --OPTION URL
+    target_option: ClassVar[str]  # flowstat replay --TARGET_OPTION NAME
+    content_type: ClassVar[str]
+    health_path: ClassVar[str]  # GET here answers 2xx when the store is up
+
+    def __init__(self, url: str, target: str | None = None, *, timeout_s: float = 60.0):
+        self.url = url.rstrip("/")
+        self.target = target or self.default_target
+        self.timeout_s = timeout_s
+        self.session = requests.Session()
+        self.requests = 0  # requests started
+        self.retries = 0  # attempts that failed and were tried again (by write())
+
+    # -- to implement ---------------------------------------------------------------------------
+    def encode(self, samples: Iterable[dict]) -> bytes:
+        """A request body holding these samples."""
+        raise NotImplementedError
+
+    def encoder(self) -> BatchEncoder:
+        """A BatchEncoder writing the same bytes as encode()."""
+        raise NotImplementedError
+
+    def encode_run(self, doc: dict) -> bytes:
+        """A request body holding one run document (run.schema.json)."""
+        raise NotImplementedError
+
+    def post(self, body: bytes, count: int) -> Outcome:
+        """Send one body of ``count`` items, once. Raises StoreDown when the store cannot take it now."""
+        raise NotImplementedError
+
+    def install(self) -> list[str]:
+        """Create what the store needs before data arrives (templates, database, rollups);
+        idempotent. Returns what was done, for people."""
+        raise NotImplementedError
+
+    @classmethod
+    def setup_files(cls) -> dict[str, str]:
+        """The store's set-up as files (index-templates/NAME/...), for those who install by hand or
+        with Docker; the same definitions install() applies."""
+        raise NotImplementedError
+
+    # -- shared ---------------------------------------------------------------------------------
+    def _http(self, method: str, url: str, body: bytes | None = None, content_type: str | None = None,
+              **kw) -> requests.Response:
+        """One request; StoreDown for no answer or a "not now" status, the response otherwise."""
+        headers = {"Content-Type": content_type or self.content_type} if body is not None else None
+        self.requests += 1
+        try:
+            resp = self.session.request(method, url, data=body, headers=headers, timeout=self.timeout_s,
+                                        allow_redirects=False, **kw)
+        except requests.RequestException as exc:
+            raise StoreDown(f"{self.title} at {self.url} cannot be reached ({exc.__class__.__name__})") from exc
+        if status_is_down(resp.status_code):
+            raise StoreDown(f"{self.title} at {self.url}: HTTP {resp.status_code} {resp.text[:200].strip()}")
+        return resp
+
+    def check(self) -> None:
+        """Raise StoreDown unless the store answers now (a wrong address fails at once, rather than
+        after a write's patient retries)."""
+        resp = self._http("GET", self.url + self.health_path)
+        if resp.status_code >= 300:
+            raise StoreDown(f"{self.title} at {self.url}: HTTP {resp.status_code} at {self.health_path}: is it "
+                            f"{self.title}?")
+
+    def write(self, body: bytes, count: int, policy: RetryPolicy = RetryPolicy(),
+              sleep: Callable[[float], None] = time.sleep) -> Outcome:
+        """Send a body until the store has taken or refused every item, waiting while it is down
+        (see the module's retry policy). Raises StoreDown once ``policy.give_up_s`` have passed
+        without progress."""
+        total = Outcome()
+        deadline = time.monotonic() + policy.give_up_s
+        delay = policy.first_s
+        while True:
+            try:
+                done = self.post(body, count)
+            except StoreDown as exc:
+                why = str(exc)
+            else:
+                total.merge(done)
+                if done.retry is None:
+                    return total
+                if done.accepted or done.refused:  # progress: the store answers, item by item
+                    deadline, delay = time.monotonic() + policy.give_up_s, policy.first_s
+                body, count = done.retry, done.retry_count
+                why = f"{self.title} at {self.url}: {count} items refused for now"
+            if time.monotonic() + delay > deadline:
+                raise StoreDown(f"{why} (gave up after {policy.give_up_s:.0f} s of retries)")
+            self.retries += 1
+            sleep(delay)
+            delay = min(delay * 2, policy.max_s)
+
+    def close(self) -> None:
+        self.session.close()
+
+
+_REGISTRY: dict[str, type[Writer]] = {}
+
+
+def register(cls: type[Writer]) -> type[Writer]:
+    """Class decorator: make a writer known by its name."""
+    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
+        raise ValueError(f"two stores named {cls.name!r}: {_REGISTRY[cls.name]} and {cls}")
+    _REGISTRY[cls.name] = cls
+    return cls

@@ -1,0 +1,179 @@
+"""Elasticsearch (and OpenSearch): ``_bulk`` with deterministic ``_id``s, so that a resend overwrites
+instead of duplicating; index templates derived from the schemas as its set-up."""
+
+from __future__ import annotations
+
+import json
+from typing import Iterable
+
+import orjson
+
+from flowstat import schema
+from flowstat.schema import run as run_schema
+
+from ._base import MAX_REASONS, BatchEncoder, Outcome, StoreDown, Writer, register
+
+SAMPLES_INDEX = "flowstat-samples"
+RUNS_INDEX = "flowstat-runs"
+ES_TYPES = {"integer": {"type": "long"}, "number": {"type": "double"}, "boolean": {"type": "boolean"},
+            "string": {"type": "keyword", "ignore_above": 256}}
+DATE = {"type": "date", "format": "strict_date_optional_time||epoch_millis"}
+
+
+def _action(index: str, doc_id: str) -> bytes:
+    return b'{"index":{"_index":' + orjson.dumps(index) + b',"_id":' + orjson.dumps(doc_id) + b"}}\n"
+
+
+class _BulkEncoder(BatchEncoder):
+    def __init__(self, index: str) -> None:
+        self.head = b'{"index":{"_index":' + orjson.dumps(index) + b',"_id":%s}}\n'
+        self.parts: list[bytes] = []
+
+    def add(self, doc, line, layout, values, ns, fast) -> None:
+        # A validated line is already the document: it is sent as read, not rebuilt.
+        body = line.rstrip(b"\r\n") if line is not None else schema.to_json(doc).encode()
+        self.parts.append(self.head % orjson.dumps(schema.document_id(doc)) + body + b"\n")
+
+    def take(self) -> bytes:
+        body, self.parts = b"".join(self.parts), []
+        return body
+
+
+def bulk_outcome(body: bytes, answer: dict) -> Outcome:
+    """What a ``_bulk`` answer with ``errors: true`` says about each document of ``body`` (an
+    action line and a document line per item, as this module writes them): taken (2xx), to send
+    again (429, 5xx, or no status at all), or refused with its reason (any other status)."""
+    lines = body.splitlines(keepends=True)
+    out = Outcome()
+    again: list[bytes] = []
+    items = answer.get("items", [])
+    for i, item in enumerate(items):
+        result = next(iter(item.values()))
+        status = result.get("status")
+        if isinstance(status, int) and 200 <= status < 300:
+            out.accepted += 1
+        elif not isinstance(status, int) or status == 429 or status >= 500:
+            again += lines[2 * i:2 * i + 2]
+            out.retry_count += 1
+        else:
+            out.refused += 1
+            if len(out.reasons) < MAX_REASONS:
+                error = result.get("error") or {}
+                why = f"{error.get('type')}: {error.get('reason')}" if isinstance(error, dict) else str(error)
+                out.reasons.append(f"document {result.get('_id')}: HTTP {status}: {why[:300]}")
+    missing = lines[2 * len(items):]  # documents the answer says nothing of: not known to be stored
+    again += missing
+    out.retry_count += len(missing) // 2
+    if again:
+        out.retry = b"".join(again)
+    return out
+
+
+@register
+class Elasticsearch(Writer):
+    name = "elasticsearch"
+    title = "Elasticsearch"
+    default_port = 9200
+    target_kind = "index"
+    default_target = SAMPLES_INDEX
+    option = "es"
+    target_option = "index"
+    health_path = "/_cluster/health"
+    content_type = "application/x-ndjson"
+
+    def encode(self, samples: Iterable[dict]) -> bytes:
+        return b"".join(_action(self.target, schema.document_id(s)) + schema.to_json(s).encode() + b"\n"
+                        for s in samples)
+
+    def encoder(self) -> BatchEncoder:
+        return _BulkEncoder(self.target)
+
+    def encode_run(self, doc: dict) -> bytes:
+        return _action(RUNS_INDEX, doc["run_id"]) + orjson.dumps(doc) + b"\n"
+
+    def post(self, body: bytes, count: int) -> Outcome:
+        resp = self._http("POST", f"{self.url}/_bulk", body)
+        if resp.status_code >= 300:
+            return Outcome(refused=count, reasons=[f"{self.title} {self.url}/_bulk: HTTP {resp.status_code}: "
+                                                   f"{resp.text.strip()[:300]}"])
+        try:
+            answer = resp.json()
+        except ValueError:
+            raise StoreDown(f"{self.title} at {self.url}/_bulk: HTTP {resp.status_code} but not a _bulk answer "
+                            f"({resp.text[:100]!r}): is it {self.title}?") from None
+        if not answer.get("errors"):
+            return Outcome(accepted=count)
+        return bulk_outcome(body, answer)
+
+    # -- set-up ---------------------------------------------------------------------------------
+    def install(self) -> list[str]:
+        """PUT every template (idempotent); the lifecycle policy only where the server has ILM."""
+        files = templates()
+        done = []
+
+        def put(path: str, body: dict) -> None:
+            resp = self._http("PUT", f"{self.url}/{path}", json.dumps(body).encode(), "application/json")
+            if resp.status_code >= 300:
+                raise RuntimeError(f"elasticsearch {path}: HTTP {resp.status_code}: {resp.text[:300]}")
+            done.append(path)
+
+        for name in ("flowstat-settings", "flowstat-sample-mappings", "flowstat-run-mappings"):
+            put(f"_component_template/{name}", files[f"component-{name}.json"])
+        samples = files["index-template-flowstat-samples.json"]
+        if self._http("GET", f"{self.url}/_ilm/status").status_code == 200:
+            put("_ilm/policy/flowstat", files["ilm-policy-flowstat.json"])
+            put("_component_template/flowstat-lifecycle", files["component-flowstat-lifecycle.json"])
+            samples = files["index-template-flowstat-samples-ilm.json"]
+        put("_index_template/flowstat-samples", samples)
+        put("_index_template/flowstat-runs", files["index-template-flowstat-runs.json"])
+        return done
+
+    @classmethod
+    def setup_files(cls) -> dict[str, str]:
+        return {name: json.dumps(doc, indent=2) + "\n" for name, doc in templates().items()}
+
+
+def mapping(props: dict) -> dict:
+    """An explicit Elasticsearch mapping of a schema's properties: keyword for strings, date for
+    date-times, long/double/boolean as the schema says, objects field by field; an array maps as
+    its items do."""
+    out = {}
+    for name, p in props.items():
+        if p["type"] == "object":
+            out[name] = {"properties": mapping(p["properties"])}
+        else:
+            leaf = p["items"] if p["type"] == "array" else p
+            out[name] = DATE if leaf.get("format") == "date-time" else ES_TYPES[leaf["type"]]
+    return out
+
+
+def templates() -> dict[str, dict]:
+    """Every template, by file name. Mappings are strict: a field outside the schema is refused
+    rather than guessed."""
+    settings = {"template": {"settings": {"number_of_shards": 1, "number_of_replicas": 0, "refresh_interval": "1s"}}}
+    return {
+        "component-flowstat-settings.json": settings,
+        "component-flowstat-sample-mappings.json": {
+            "template": {"mappings": {"dynamic": "strict", "properties": mapping(schema.schema()["properties"])}},
+            "_meta": {"source": f"flowstat/schema/{schema.SCHEMA_FILE}"}},
+        "component-flowstat-run-mappings.json": {
+            "template": {"mappings": {"dynamic": "strict", "properties": mapping(run_schema.schema()["properties"])}},
+            "_meta": {"source": f"flowstat/schema/{run_schema.SCHEMA_FILE}"}},
+        "index-template-flowstat-samples.json": {
+            "index_patterns": [f"{SAMPLES_INDEX}*"], "priority": 200,
+            "composed_of": ["flowstat-settings", "flowstat-sample-mappings"],
+            "_meta": {"description": "flowstat samples: one document per node per agent per interval"}},
+        "index-template-flowstat-runs.json": {
+            "index_patterns": [f"{RUNS_INDEX}*"], "priority": 200,
+            "composed_of": ["flowstat-settings", "flowstat-run-mappings"],
+            "_meta": {"description": "flowstat runs: one document per run"}},
+        # Used where the server has ILM (the compose stack's Elasticsearch); the Maven test zip has not.
+        "ilm-policy-flowstat.json": {"policy": {"phases": {
+            "hot": {"actions": {"rollover": {"max_age": "7d", "max_primary_shard_size": "20gb"}}},
+            "delete": {"min_age": "90d", "actions": {"delete": {}}}}}},
+        "component-flowstat-lifecycle.json": {"template": {"settings": {"index.lifecycle.name": "flowstat"}}},
+        "index-template-flowstat-samples-ilm.json": {
+            "index_patterns": [f"{SAMPLES_INDEX}*"], "priority": 200,
+            "composed_of": ["flowstat-settings", "flowstat-sample-mappings", "flowstat-lifecycle"],
+            "_meta": {"description": "flowstat samples, with the flowstat lifecycle policy (servers with ILM)"}},
+    }

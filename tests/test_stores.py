@@ -1,0 +1,145 @@
+"""The store writers (flowstat.stores) against the real servers: the retry policy's cases, each
+as the server really answers it. The agent's direct sinks and replay both write through them
+(test_sinks_real_servers.py, test_ingest.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import uuid
+
+import pytest
+import requests
+
+from flowstat import schema, stores
+from flowstat.stores import RetryPolicy
+from flowstat.stores.elasticsearch import Elasticsearch, bulk_outcome
+from flowstat.stack.base import port_free
+from flowstat.stores.influxdb import InfluxDB
+
+pytestmark = pytest.mark.integration
+
+
+def samples(n: int, run_id: str, nodes: int = 10, later_s: float = 0.0) -> list[dict]:
+    from flowstat.timeutil import iso_utc_ms
+
+    t0 = time.time() - 3600 + later_s  # inside the raw retention policy
+    return [{"time": iso_utc_ms(t0 + (i // nodes) * 0.01), "run_id": run_id, "host": "h", "node_id": f"n{i % nodes}",
+             "role": "merger", "agent": "flowstat-agent-py", "seq": i // nodes, "pid": 100 + i % nodes,
+             "node_state": "RUNNING", "vmrss_kb": 1000 + i, "cpu_clock_hz": 1.5 * i} for i in range(n)]
+
+
+def influx_count(stack, db: str, run_id: str) -> int:
+    body = stack["influxdb"].query(f"SELECT count(\"seq\") FROM \"flowstat_node\" WHERE run_id = '{run_id}'", db)
+    series = body["results"][0].get("series")
+    return series[0]["values"][0][1] if series else 0
+
+
+def es_count(stack, index: str) -> int:
+    es = stack["elasticsearch"].url
+    requests.post(f"{es}/{index}/_refresh", timeout=30).raise_for_status()
+    return requests.get(f"{es}/{index}/_count", timeout=30).json()["count"]
+
+
+def test_every_store_is_registered_by_name():
+    assert stores.names() == ["elasticsearch", "influxdb"]
+    assert stores.get("influxdb") is InfluxDB and stores.get("elasticsearch") is Elasticsearch
+    with pytest.raises(ValueError, match="unknown store 'mongodb' \\(known: elasticsearch, influxdb\\)"):
+        stores.get("mongodb")
+
+
+def test_influxdb_partial_write_keeps_the_good_points_and_names_the_rest(stack):
+    influx = stack["influxdb"]
+    db = f"w_{uuid.uuid4().hex[:8]}"
+    influx.query(f'CREATE DATABASE "{db}"')
+    writer = InfluxDB(influx.url, db)
+    batch = samples(50, "partial")
+    assert writer.write(writer.encode(batch), 50).accepted == 50
+    # the same series, later: vmrss_kb as a float conflicts with the integer field written above
+    later = samples(50, "partial", later_s=60)
+    conflict = writer.encode(later[:10]).replace(b"vmrss_kb=1000i", b"vmrss_kb=1.5") + writer.encode(later[10:])
+    assert conflict.count(b"vmrss_kb=1.5") == 1
+    out = writer.write(conflict, 50)
+    assert (out.accepted, out.refused, out.retry) == (49, 1, None)
+    assert "partial write" in out.reasons[0] and "field type conflict" in out.reasons[0]
+    assert writer.retries == 0  # refused data is never resent
+    assert influx_count(stack, db, "partial") == 99
+    # a line that does not parse among good ones: the good ones are stored, that one is refused
+    garbage = writer.encode(samples(5, "parse")) + b"this is not line protocol\n"
+    out = writer.write(garbage, 6)
+    assert (out.accepted, out.refused) == (5, 1) and "unable to parse" in out.reasons[0]
+    assert influx_count(stack, db, "parse") == 5
+    # a database that does not exist: everything refused, nothing retried
+    out = InfluxDB(influx.url, f"missing_{uuid.uuid4().hex[:6]}").write(writer.encode(batch[:3]), 3)
+    assert (out.accepted, out.refused) == (0, 3) and "HTTP 404" in out.reasons[0]
+
+
+def test_elasticsearch_bulk_with_per_document_errors(stack):
+    es = stack["elasticsearch"]
+    index = f"flowstat-samples-w-{uuid.uuid4().hex[:8]}"  # gets the strict sample template
+    writer = Elasticsearch(es.url, index)
+    batch = samples(20, "bulk")
+    body = writer.encode(batch).splitlines(keepends=True)
+    body[3] = body[3].replace(b'"vmrss_kb":1001', b'"vmrss_kb":"a lot"')  # document 1: wrong type
+    body[9] = body[9].replace(b'{"time"', b'{"colour":"red","time"')  # document 4: outside the schema
+    out = writer.write(b"".join(body), 20)
+    assert (out.accepted, out.refused, out.retry) == (18, 2, None) and writer.retries == 0
+    ids = [schema.document_id(batch[i]) for i in (1, 4)]
+    assert [r.split(":")[0] for r in out.reasons] == [f"document {i}" for i in ids]
+    assert "failed to parse field [vmrss_kb]" in out.reasons[0]
+    assert "strict_dynamic_mapping_exception" in out.reasons[1] and "[colour]" in out.reasons[1]
+    assert es_count(stack, index) == 18
+
+
+def test_bulk_documents_refused_for_now_are_the_only_ones_resent():
+    """The part of the policy a real server only shows under overload (429 per document), on the
+    answer's documented shape."""
+    writer = Elasticsearch("http://unused", "idx")
+    answer = {"errors": True, "items": [
+        {"index": {"_id": "a", "status": 201}},
+        {"index": {"_id": "b", "status": 429, "error": {"type": "es_rejected_execution_exception", "reason": "busy"}}},
+        {"index": {"_id": "c", "status": 400, "error": {"type": "mapper_parsing_exception", "reason": "bad"}}},
+        {"index": {"_id": "d", "status": 503, "error": {"type": "unavailable_shards_exception", "reason": "x"}}},
+        {"index": {"_id": "e", "status": 408, "error": {"type": "timeout", "reason": "y"}}},
+        {"index": {"_id": "f"}}]}  # no status: not known to be stored
+    body = writer.encode(samples(6, "r"))
+    out = bulk_outcome(body, answer)
+    lines = body.splitlines(keepends=True)
+    assert (out.accepted, out.refused, out.retry_count) == (1, 2, 3)
+    assert out.retry == lines[2] + lines[3] + lines[6] + lines[7] + lines[10] + lines[11]
+    assert out.reasons == ["document c: HTTP 400: mapper_parsing_exception: bad", "document e: HTTP 408: timeout: y"]
+
+
+@pytest.mark.parametrize("store", ["influxdb", "elasticsearch"])
+def test_a_server_killed_mid_batch_loses_and_duplicates_nothing(stack, store):
+    """The server dies (SIGKILL) while a large batch is on its way; the writer retries until the
+    restarted server takes it: every sample once."""
+    service = stack[store]
+    run_id = f"killed-{store}"
+    batch = samples(100_000 if store == "influxdb" else 30_000, run_id, nodes=50)
+    if store == "influxdb":
+        writer, count = InfluxDB(service.url, "flowstat"), lambda: influx_count(stack, "flowstat", run_id)
+    else:
+        index = f"flowstat-samples-k-{uuid.uuid4().hex[:8]}"
+        writer, count = Elasticsearch(service.url, index), lambda: es_count(stack, index)
+    body = writer.encode(batch)
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(out=writer.write(body, len(batch), RetryPolicy(give_up_s=180))))
+    thread.start()
+    try:
+        while writer.requests == 0:
+            time.sleep(0.001)  # the first request has started: kill the server under it
+        os.killpg(service.pid(), signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while service.pid() is not None or not all(port_free(p) for p in service.ports()):
+            assert time.monotonic() < deadline, f"{store} still holds its ports 30 s after SIGKILL"
+            time.sleep(0.05)  # the JVM's last threads take a moment to go
+    finally:
+        service.up()
+    thread.join(240)
+    out = result["out"]
+    assert writer.retries >= 1  # the first attempt failed with the server
+    assert (out.accepted, out.refused) == (len(batch), 0)
+    assert count() == len(batch)

@@ -1,0 +1,120 @@
+"""flowstat as a user gets it: the wheel, installed into a fresh venv outside the checkout and run
+from another directory, as root with root's own home (the stack's default cache included)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import requests
+
+from agent_helpers import sleeper
+from conftest import ROOT, TOPOLOGIES, _free_port
+
+pytestmark = pytest.mark.integration
+C_AGENT_DIR = ROOT / "collectors" / "c" / "build"
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # root's, on Debian
+
+
+@pytest.fixture(scope="module")
+def wheel_venv(tmp_path_factory) -> Path:
+    # built from a copy of what the wheel is made of: a build/ left in the checkout must not leak in
+    source, dist = tmp_path_factory.mktemp("source"), tmp_path_factory.mktemp("dist")
+    shutil.copytree(ROOT / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(source)],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    wheel, = dist.glob("flowstat-*.whl")
+    venv = tmp_path_factory.mktemp("venv")
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    out = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "-c", str(ROOT / "requirements.lock"), str(wheel)],
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return venv
+
+
+def flowstat(venv: Path, cwd: Path, *args, timeout=600, env=None) -> subprocess.CompletedProcess:
+    # Only the venv and the system: nothing of the checkout on the paths.
+    env = {"PATH": f"{venv / 'bin'}:{SYSTEM_PATH}", "HOME": os.environ.get("HOME", "/root"),
+           **(env or {})}
+    return subprocess.run([str(venv / "bin" / "flowstat"), *map(str, args)], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_the_installed_package_is_not_the_checkout(wheel_venv, tmp_path):
+    out = subprocess.run([str(wheel_venv / "bin" / "python"), "-c",
+                          "import flowstat, flowstat.schema as s; print(flowstat.__file__, flowstat.__version__); "
+                          "print(len(s.fields()))"], cwd=tmp_path, capture_output=True, text=True, check=True)
+    where, version = out.stdout.split("\n")[0].split()
+    assert str(ROOT) not in where and "site-packages" in where
+    from flowstat import __version__, schema
+
+    assert version == __version__ and int(out.stdout.split("\n")[1]) == len(schema.fields())
+    assert flowstat(wheel_venv, tmp_path, "--version").stdout.strip() == f"flowstat {__version__}"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the acceptance runs as root (CI does)")
+def test_the_wheel_runs_the_whole_job_outside_the_checkout(wheel_venv, tmp_path):
+    from flowstat.stack import SYSTEM_CACHE
+
+    if (SYSTEM_CACHE / "stack.json").exists() and os.environ.get("CI") != "true":
+        pytest.skip(f"{SYSTEM_CACHE} holds a stack of yours: this test would stop it")
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    topo = work / "smoke.yaml"
+    shutil.copy(TOPOLOGIES / "smoke.yaml", topo)
+
+    out = flowstat(wheel_venv, work, "validate", topo)
+    assert out.returncode == 0 and "smoke.yaml: OK - 4 producers" in out.stdout, out.stderr
+
+    # a short run, watched by both agents (the C agent from the PATH, as an installed one would be)
+    c_agent = (C_AGENT_DIR / "flowstat-agent").exists()
+    env = {"PATH": f"{wheel_venv / 'bin'}:{C_AGENT_DIR}:{SYSTEM_PATH}"} if c_agent else None
+    out = flowstat(wheel_venv, work, "run", topo, "--duration", 2, "--run-id", "wheel", "--json",
+                   "--agent-interval", 0.5, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout)
+    assert summary["ok"] and summary["conservation"]["objects_sent"] > 0
+    assert summary["agent"]["agent-py"]["samples"] > 0
+    assert ("agent-c" in summary["agent"]) == c_agent and (not c_agent or summary["agent"]["agent-c"]["samples"] > 0)
+    run_doc = json.loads((work / "runs" / "wheel" / "run.json").read_text())
+    assert run_doc["verdict"]["ok"] and run_doc["parameters"]["producers"] == 4
+
+    proc = sleeper()
+    try:
+        out = flowstat(wheel_venv, work, "agent", "--pid", proc.pid, "--count", 1, "--interval", 0.05, "--quiet")
+    finally:
+        proc.kill()
+    assert out.returncode == 0 and out.stdout.startswith("flowstat_node,agent=flowstat-agent-py"), out.stderr
+
+    # the local stack with root's default cache, then the run replayed into it
+    ports = {"--influx-port": _free_port(), "--es-port": _free_port(), "--telegraf-port": _free_port()}
+    args = [a for k, v in ports.items() for a in (k, v)]
+    existed = SYSTEM_CACHE.exists()
+    try:
+        out = flowstat(wheel_venv, work, "stack", "up", *args, timeout=900)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert flowstat(wheel_venv, work, "stack", "status").returncode == 0
+        influx, es = f"http://127.0.0.1:{ports['--influx-port']}", f"http://127.0.0.1:{ports['--es-port']}"
+        out = flowstat(wheel_venv, work, "replay", "runs/wheel", "--influx", influx, "--es", es, "--quiet")
+        assert out.returncode == 0, out.stderr
+        loaded = summary["agent"]["agent-py"]["samples"]
+        assert f"{loaded:,} samples loaded (run wheel)" in out.stdout
+        requests.post(f"{es}/flowstat-runs/_refresh", timeout=30)
+        doc = requests.get(f"{es}/flowstat-runs/_doc/wheel", timeout=30).json()["_source"]
+        assert doc["verdict"]["ok"] and doc["samples"] == loaded and doc["parameters"]["producers"] == 4
+        body = requests.post(f"{influx}/query", params={"db": "flowstat", "q": "SELECT count(seq) FROM flowstat_node"},
+                             timeout=30).json()
+        assert body["results"][0]["series"][0]["values"][0][1] == loaded
+    finally:
+        down = flowstat(wheel_venv, work, "stack", "down", timeout=300)
+        if not existed:
+            shutil.rmtree(SYSTEM_CACHE, ignore_errors=True)
+    assert down.returncode == 0 and "stopped" in down.stdout, down.stdout + down.stderr
