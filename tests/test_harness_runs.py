@@ -12,7 +12,7 @@ import time
 import pytest
 import uproot
 
-from conftest import TOPOLOGIES, pid_alive, topology_dict
+from conftest import ROOT, TOPOLOGIES, pid_alive, topology_dict
 from flowstat.harness.control import ControlClient
 from flowstat.harness.orchestrator import Orchestrator, run_topology
 from flowstat.harness.topology import from_dict
@@ -253,8 +253,17 @@ def test_a_crashed_device_stops_the_run_and_leaves_no_orphans(tmp_path):
 
 
 def test_killing_the_orchestrator_leaves_no_orphans(tmp_path):
+    """Nor agents: the orchestrator is killed as they start, before they can ask the kernel to stop
+    them with it (the Python agent is still importing): they see it is gone and stop."""
+    from flowstat.proc.procfs import descendants
+
     proc, nodes = start_background_run(tmp_path, "orphan", "--quiet")
-    pids = [n["pid"] for n in nodes]
+    agents = 2 if (ROOT / "collectors" / "c" / "build" / "flowstat-agent").exists() else 1
+    deadline = time.monotonic() + 10
+    while len(descendants(proc.pid)) < len(nodes) + agents and time.monotonic() < deadline:
+        time.sleep(0.01)  # the agents are forked right after endpoints.json is written
+    pids = descendants(proc.pid)
+    assert len(pids) >= len(nodes) + agents
     proc.kill()
     proc.wait()
     deadline = time.monotonic() + 30

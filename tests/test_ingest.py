@@ -4,6 +4,7 @@ servers; with stores going down mid-run; and replay of run files."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -95,29 +96,50 @@ def test_live_run_lands_once_in_both_stores(stack, runs_dir):
     check_complete(stack, runs_dir, "live", summary)
 
 
+def newest_sample_time(stack, store: str, run_id: str) -> float:
+    """Epoch seconds of the newest sample of the run in a store (0 when it holds none)."""
+    if store == "influxdb":
+        body = stack["influxdb"].query(f"SELECT last(\"seq\") FROM \"flowstat_node\" WHERE \"run_id\" = '{run_id}'",
+                                       "flowstat")
+        series = body["results"][0].get("series")
+        return series[0]["values"][0][0] / 1e9 if series else 0.0
+    es = stack["elasticsearch"]
+    requests.post(f"{es.url}/flowstat-samples/_refresh", timeout=30)
+    body = requests.post(f"{es.url}/flowstat-samples/_search", json={
+        "size": 0, "query": {"term": {"run_id": run_id}}, "aggs": {"newest": {"max": {"field": "time"}}}},
+        timeout=30).json()
+    return (body["aggregations"]["newest"]["value"] or 0) / 1000
+
+
+def spooled_batches(runs_dir: Path, run_id: str) -> int:
+    return sum(1 for _ in (runs_dir / run_id / "spool").glob("*/*/*.batch"))
+
+
 @pytest.mark.parametrize("victim", ["influxdb", "elasticsearch", "telegraf"])
 def test_a_store_down_for_ten_seconds_loses_and_duplicates_nothing(stack, runs_dir, victim):
+    """The run lasts until the agents have caught up after the outage, however long the store took to
+    come back (Elasticsearch: 16-25 s to start again under load here, 47 s once on CI): Ctrl-C ends it."""
     run_id = f"fault-{victim}"
-    # Long enough for the victim to be back well before the end, with the agents delivering what
-    # they spooled meanwhile: under the run's load, Elasticsearch took 5-8 s to stop and 16-25 s to
-    # start again on these machines; InfluxDB and Telegraf about a second each.
-    duration = 60 if victim == "elasticsearch" else 30
-    proc = start_run(runs_dir, run_id, stack, duration)
-    wait_until(lambda: (runs_dir / run_id / "endpoints.json").exists(), 60, "the run to start")
-    started = time.monotonic()
-    time.sleep(3)  # let some samples through before the outage
-    stack[victim].down()
-    time.sleep(10)  # the outage the test is about
-    stack[victim].up()
-    back_after = time.monotonic() - started
-    if back_after > duration - 8:
-        pytest.fail(f"{victim} was back only {back_after:.0f} s into a {duration} s run: too late to see the "
-                    f"agents catch up (is the machine overloaded?)")
-    summary = finish(proc)
-    if victim == "elasticsearch":
-        spooled = sum(v["spooled"] for a in ("agent-py", "agent-c")
-                      for u, v in summary["agent"][a]["sinks"].items() if "elasticsearch" in u)
-        assert spooled == 0  # what waited on disk has been delivered
+    proc = start_run(runs_dir, run_id, stack, 600)
+    try:
+        both = ("influxdb", "elasticsearch")
+        wait_until(lambda: all(newest_sample_time(stack, s, run_id) for s in both), 120,
+                   "the run's first samples in both stores")
+        stack[victim].down()
+        time.sleep(10)  # the outage the test is about
+        stack[victim].up()
+        back = time.time()
+        # Caught up: nothing left on disk, and samples taken after the store came back have arrived live.
+        wait_until(lambda: spooled_batches(runs_dir, run_id) == 0, 120, "the agents to deliver what they spooled")
+        wait_until(lambda: all(newest_sample_time(stack, s, run_id) > back + 2 for s in both), 120,
+                   "samples taken after the outage in both stores")
+    finally:
+        proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=180)
+    summary = json.loads(out)
+    assert summary["failures"] == ["interrupted by the user"], err[-3000:]  # and nothing else went wrong
+    spooled = sum(v["spooled"] for a in ("agent-py", "agent-c") for v in summary["agent"][a]["sinks"].values())
+    assert spooled == 0  # what waited on disk has been delivered
     check_complete(stack, runs_dir, run_id, summary)
 
 

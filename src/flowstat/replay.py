@@ -79,15 +79,18 @@ def read_batches(path: Path, report: FileReport, encoders: list[BatchEncoder], *
     """A run file's good samples as batches ready to write: one body per encoder (one per store),
     and the number of samples. Bad lines go to the report with their number.
 
-    The hot loop of replay (millions of lines): a line's checks come from its schema.Layout,
-    worked out once per key order and value types, and each store's encoder picks its cheapest
-    encoding from what the loop already has (the line as read, the layout); a line the layout
-    cannot vouch for goes through the field-by-field checks, with the same result.
+    The hot loop of replay (millions of lines): a line's checks and its line protocol come from its
+    schema.Layout, worked out once per key order and value types, and its JSON document is the
+    line as read; each sample is encoded once in each of the schema's encodings a store wants, and
+    each store's encoder puts the batch together. A line the layout cannot vouch for goes through
+    the field-by-field checks and to_line_protocol, with the same result.
     """
     types, required = _field_types()
     layouts: dict[tuple, schema.Layout] = {}
     stamps: dict[str, int] = {}  # time string -> ns: every node sampled in one tick shares it
-    adds = [e.add for e in encoders]
+    wants = {e.wants for e in encoders}
+    lines, docs, ids = [], [], []  # this batch, in the encodings the stores want
+    lp, js = "line" in wants, "json" in wants
     shift_ns = None
     first = last = None
     n = 0  # good samples in this batch
@@ -109,7 +112,7 @@ def read_batches(path: Path, report: FileReport, encoders: list[BatchEncoder], *
                 layout = layouts[key] = schema.layout(*key)
             fast = (layout.fast and b"\\" not in raw  # in JSON, a quote or backslash in a string needs one
                     and min(ints := layout.integers(values)) >= 0 and max(ints) <= schema.INT64_MAX
-                    and layout.enums_ok(values))
+                    and (layout.enums is None or layout.enums(values) in layout.allowed))
             if not fast:
                 if "flowstat_run" in doc:
                     if lineno != 1:
@@ -142,12 +145,16 @@ def read_batches(path: Path, report: FileReport, encoders: list[BatchEncoder], *
             if first is None:
                 first = doc
             report.nodes.add(doc["node_id"])
-            for add in adds:
-                add(doc, line, layout, values, ns, fast)
+            if lp:
+                lines.append(layout.line(values, ns) if fast else schema.to_line_protocol(doc) + "\n")
+            if js:  # a validated line is already the document: it is sent as read, not rebuilt
+                docs.append(line.rstrip(b"\r\n") if line is not None else schema.to_json(doc).encode())
+                ids.append(schema.document_id(doc))
             n += 1
             if n == batch:
                 report.good, report.last_time, report.bytes_read = report.good + n, doc["time"], f.tell()
-                yield [e.take() for e in encoders], n
+                yield [e.encode(lines if e.wants == "line" else docs, ids) for e in encoders], n
+                lines, docs, ids = [], [], []
                 n = 0
             last = doc
         report.bytes_read = f.tell()
@@ -156,7 +163,7 @@ def read_batches(path: Path, report: FileReport, encoders: list[BatchEncoder], *
         report.last_time = last["time"]
     if n:
         report.good += n
-        yield [e.take() for e in encoders], n
+        yield [e.encode(lines if e.wants == "line" else docs, ids) for e in encoders], n
 
 
 def _usable(doc: dict, report: FileReport, source: str) -> dict:

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -650,6 +651,17 @@ static void sample_until_done(struct agent *a)
     free(samples);
 }
 
+/* Started by flowstat run (FLOWSTAT_DIE_WITH_PARENT holds its pid): stop when it dies. Whether it
+ * died already, before the kernel was asked to tell us: then no signal will ever come. */
+static int parent_already_gone(void)
+{
+    const char *parent = getenv("FLOWSTAT_DIE_WITH_PARENT");
+    if (!parent || !*parent)
+        return 0;
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    return getppid() != (pid_t)atol(parent);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--encode") == 0 && (!strcmp(argv[2], "line") || !strcmp(argv[2], "json")))
@@ -671,6 +683,10 @@ int main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+    if (parent_already_gone()) {
+        LOG_WARN("the run that started this agent (pid %s) is gone: stopping", getenv("FLOWSTAT_DIE_WITH_PARENT"));
+        stop_flag = 1;
+    }
     int started = start_sinks(&a) == 0;
     if (started)
         sample_until_done(&a);

@@ -87,7 +87,7 @@ def _flush_spools(args: argparse.Namespace) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    from flowstat.proc.procfs import die_with_parent
+    from flowstat.proc.procfs import die_with_parent, set_from_signal
 
     from .agent import Agent, AgentConfig
     from .sinks import SinkDown
@@ -97,8 +97,11 @@ def main(args: argparse.Namespace) -> int:
                         format="%(asctime)s flowstat-agent %(levelname)s %(message)s")
     if args.flush_spool:
         return _flush_spools(args)
-    if os.environ.get("FLOWSTAT_DIE_WITH_PARENT"):  # started by flowstat run: never outlive it
-        die_with_parent(signal.SIGTERM)
+    parent = os.environ.get("FLOWSTAT_DIE_WITH_PARENT")  # the pid of the flowstat run that started us
+    if parent and not die_with_parent(signal.SIGTERM, int(parent)):
+        logging.getLogger("flowstat.agent").warning("the run that started this agent (pid %s) is gone: stopping",
+                                                    parent)
+        return 0
     spec = TargetSpec(args.pid or [], args.pidfile or [], args.pattern or [], args.endpoints or [], args.run_id or "")
     if spec.empty():
         print("flowstat agent: give at least one target: --pid, --pidfile, --pattern or --endpoints", file=sys.stderr)
@@ -125,7 +128,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"flowstat agent: {exc}", file=sys.stderr)
         return 2
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: agent.stop_event.set())
+        signal.signal(sig, lambda *_: set_from_signal(agent.stop_event))
     agent.run()
     stats = agent.stats()
     if args.stats:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from flowstat.proc.procfs import log_tail
+from flowstat.proc.procfs import log_tail, set_from_signal
 from flowstat.schema import PIPELINE_ROLES
 from flowstat.timeutil import compact_utc
 
@@ -231,7 +231,8 @@ class Orchestrator:
         self.write_run_document()
         if not self.agent_options.enabled:
             return
-        env = dict(os.environ, FLOWSTAT_DIE_WITH_PARENT="1")
+        # The agents stop with this process: by PDEATHSIG, or at once if it died before they could ask for it.
+        env = dict(os.environ, FLOWSTAT_DIE_WITH_PARENT=str(os.getpid()))
         for name, cmd in self.agent_commands():
             with open(self.run_dir / "logs" / f"{name}.log", "ab") as log:
                 proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
@@ -361,7 +362,7 @@ def run_topology(topo: Topology, *, duration: float | None = None, run_id: str |
 
     def on_signal(signum, _frame):
         orch.interrupts += 1
-        orch.wakeup.set()
+        set_from_signal(orch.wakeup)
         if orch.interrupts > 1:
             print("\nflowstat: second interrupt, killing every device", file=sys.stderr)
 

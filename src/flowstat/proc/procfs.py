@@ -6,6 +6,7 @@ changes between kernels.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
@@ -78,10 +79,12 @@ def raise_fd_limit() -> int:
     return soft
 
 
-def die_with_parent(signum: int) -> None:
-    """Ask Linux to send ``signum`` to this process when its parent dies (no orphans).
+def die_with_parent(signum: int, parent: int | None = None) -> bool:
+    """Ask Linux to send ``signum`` to this process when its parent dies (no orphans). False when
+    ``parent`` (the pid that started us) is gone already: it died before the request was made, so
+    no signal will ever come, and the caller should stop by itself.
 
-    A no-op where prctl is unavailable.
+    The request is a no-op where prctl is unavailable.
     """
     try:
         import ctypes
@@ -90,7 +93,16 @@ def die_with_parent(signum: int) -> None:
         PR_SET_PDEATHSIG = 1
         libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
     except (OSError, AttributeError):
-        return
+        pass
+    return parent is None or os.getppid() == parent
+
+
+def set_from_signal(event) -> None:
+    """Set a threading.Event from a signal handler. Event.set takes a lock the interrupted thread
+    may be holding (inside Event.wait), which would deadlock: a thread of its own sets it."""
+    import threading
+
+    threading.Thread(target=event.set, name="signal", daemon=True).start()
 
 
 def cpu_seconds(pid: int) -> float:

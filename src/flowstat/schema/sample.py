@@ -194,7 +194,7 @@ class Layout:
 
     ``conforms``: the keys are schema fields, the required ones are there, every value has its
     field's type; the integers (``integers()``) must still be in 0..INT64_MAX and the enumerated
-    strings in their enumeration (``enums_ok()``). ``fast``: the
+    strings in their enumeration (``enums(values) in allowed``). ``fast``: the
     line protocol can come from ``line()``, byte for byte what to_line_protocol writes, for a
     sample none of whose strings holds a quote or a backslash (the caller checks that: in a JSON
     line, both need a backslash). Layouts that do not conform, or are not fast, are left to
@@ -210,9 +210,6 @@ class Layout:
     formats: dict[tuple, str] | None = None  # the fields' format, by the booleans' values
     enums: Callable[[tuple], tuple] | None = None  # the values of the enumerated fields present
     allowed: frozenset = frozenset()  # every allowed combination of those values
-
-    def enums_ok(self, values: tuple) -> bool:
-        return self.enums is None or self.enums(values) in self.allowed
 
     def line(self, values: tuple, time_ns_: int) -> str:
         """The sample's line protocol with its newline; only for a fast layout (see the class)."""

@@ -67,17 +67,16 @@ def status_is_down(status: int) -> bool:
 
 
 class BatchEncoder:
-    """Builds one request body from samples one at a time (replay's hot loop: it hands over what
-    it already has, so that each store picks its cheapest encoding)."""
+    """Builds request bodies from batches of samples already encoded the way the store wants them
+    (replay, millions of samples: its hot loop encodes each sample once, in one of the schema's two
+    encodings, and a store's encoder then puts a batch together in one call)."""
 
-    def add(self, doc: dict, line: bytes | None, layout, values: tuple, ns: int, fast: bool) -> None:
-        """``doc``: the sample; ``line``: its JSON line as read (None when changed since); ``layout``,
-        ``values``, ``fast``: its schema.Layout, its values in key order, and whether the layout can
-        encode it; ``ns``: its time in ns."""
-        raise NotImplementedError
+    wants: ClassVar[str]  # "line": InfluxDB line protocol lines; "json": JSON documents and their ids
 
-    def take(self) -> bytes:
-        """The body of what was added since the last take."""
+    def encode(self, encoded: list, ids: list[str]) -> bytes:
+        """A body from the batch: ``encoded`` holds each sample's line protocol (str, with its
+        newline) or JSON document (bytes, without), as ``wants`` says; ``ids`` their
+        schema.document_id when some store wants JSON, else it is empty."""
         raise NotImplementedError
 
 

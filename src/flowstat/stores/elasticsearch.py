@@ -25,18 +25,14 @@ def _action(index: str, doc_id: str) -> bytes:
 
 
 class _BulkEncoder(BatchEncoder):
+    wants = "json"
+
     def __init__(self, index: str) -> None:
         self.head = b'{"index":{"_index":' + orjson.dumps(index) + b',"_id":%s}}\n'
-        self.parts: list[bytes] = []
 
-    def add(self, doc, line, layout, values, ns, fast) -> None:
-        # A validated line is already the document: it is sent as read, not rebuilt.
-        body = line.rstrip(b"\r\n") if line is not None else schema.to_json(doc).encode()
-        self.parts.append(self.head % orjson.dumps(schema.document_id(doc)) + body + b"\n")
-
-    def take(self) -> bytes:
-        body, self.parts = b"".join(self.parts), []
-        return body
+    def encode(self, encoded: list, ids: list[str]) -> bytes:
+        head, dumps = self.head, orjson.dumps
+        return b"".join([head % dumps(i) + doc + b"\n" for i, doc in zip(ids, encoded)])
 
 
 def bulk_outcome(body: bytes, answer: dict) -> Outcome:

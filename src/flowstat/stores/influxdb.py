@@ -16,15 +16,10 @@ _DROPPED = re.compile(r"dropped=(\d+)")
 
 
 class _LineEncoder(BatchEncoder):
-    def __init__(self) -> None:
-        self.lines: list[str] = []
+    wants = "line"
 
-    def add(self, doc, line, layout, values, ns, fast) -> None:
-        self.lines.append(layout.line(values, ns) if fast else schema.to_line_protocol(doc) + "\n")
-
-    def take(self) -> bytes:
-        body, self.lines = "".join(self.lines).encode(), []
-        return body
+    def encode(self, encoded: list, ids: list[str]) -> bytes:
+        return "".join(encoded).encode()
 
 
 @register
