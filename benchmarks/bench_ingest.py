@@ -63,7 +63,7 @@ def make_run_file(path: Path, run_id: str, n: int, nodes: int = 100) -> None:
                                 "seq": seq, "pid": 10000 + node, "node_state": "RUNNING", "vmrss_kb": 30000 + i % 977,
                                 "cpu_clock_hz": round(1000.0 + i % 5000 / 10, 1), "cpu_user_hz": 900.5,
                                 "cpu_system_hz": 100.0, "threads": 4, "average_merge_time_ms": 0.012,
-                                "merged_objects_per_second": 400.0, "objects_received": i, "backlog": i % 7,
+                                "merged_objects_per_second": 400.0, "objects_received": i, "objects_held": i % 7,
                                 "send_buffer_overloaded": False}) + "\n")
 
 

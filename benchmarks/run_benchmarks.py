@@ -87,10 +87,10 @@ def bench_merge_time(reps: int) -> dict:
 
 
 def run(topo_dict: dict, runs_dir: Path, samples: list | None = None) -> dict:
-    def collect(elapsed, duration, metrics):
+    def collect(elapsed, duration, metrics, verdicts):
         if samples is not None:
             samples.append({"t": round(elapsed, 2), "mergers": [
-                {k: m.get(k) for k in ("node_id", "backlog", "cpu_clock", "merged_objects_per_second", "VmRSS")}
+                {k: m.get(k) for k in ("node_id", "objects_held", "objects_in_flight", "input_latency_p99_ms", "cpu_clock", "merged_objects_per_second", "VmRSS")}
                 for m in metrics if m.get("role") == "merger"]})
     return run_topology(from_dict(topo_dict), runs_dir=runs_dir, on_progress=collect)
 

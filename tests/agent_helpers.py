@@ -84,7 +84,7 @@ class StubNode:
                 reply = json.dumps({"command": "get-metrics", "id": request.get("id"), "node_id": "stub",
                                     "node_state": "RUNNING", "role": "merger", "average_merge_time": 0.25,
                                     "objects_received": 10, "send_buffer_overloaded": True,
-                                    "backlog": "not a number"}).encode()
+                                    "objects_held": "not a number"}).encode()
             self.sock.send_multipart(frames[:-1] + [reply])
 
     def close(self) -> None:

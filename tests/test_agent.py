@@ -124,7 +124,7 @@ def test_hung_and_garbage_control_sockets_cost_a_timeout_not_a_crash(tmp_path):
     assert "average_merge_time_ms" not in by_node["n1"][0]
     good = by_node["n2"][-1]
     assert good["average_merge_time_ms"] == 0.25 and good["send_buffer_overloaded"] is True
-    assert "backlog" not in good  # the stub sends a string there: left out, not passed on
+    assert "objects_held" not in good  # the stub sends a string there: left out, not passed on
     assert agent.control.errors >= 8  # 4 time-outs + 4 garbage replies
     assert elapsed < 4 * 0.3 + 2.0  # the hung node cost its time-out per tick, no more
 

@@ -179,7 +179,7 @@ def test_vanished_target_hung_and_garbage_control(tmp_path):
     short = [d["node_state"] for d in docs if d["node_id"] == "short"]
     assert short.count("DOWN") == 1 and short[-1] == "DOWN"
     good = [d for d in docs if d["node_id"] == "n2"]
-    assert len(good) == 12 and good[-1]["average_merge_time_ms"] == 0.25 and "backlog" not in good[-1]
+    assert len(good) == 12 and good[-1]["average_merge_time_ms"] == 0.25 and "objects_held" not in good[-1]
     assert all("average_merge_time_ms" not in d for d in docs if d["node_id"] in ("n0", "n1"))
     assert json.loads((tmp_path / "stats.json").read_text())["control_errors"] >= 20
     assert "is gone" in out.stderr

@@ -157,7 +157,7 @@ class TestControlChannel:
         assert m["cpu_clock"] > 0 and m["merged_objects_per_second"] > 0
         assert isinstance(m["average_merge_time"], float) and m["average_merge_time"] > 0
         assert m["PID"] == next(d for d in running.devices if d.role == "merger").proc.pid
-        for key in ("objects_received", "objects_merged", "bytes_received", "backlog", "sequence_gaps",
+        for key in ("objects_received", "objects_merged", "bytes_received", "objects_held", "sequence_gaps",
                     "send_overload_events", "merges"):
             assert isinstance(m[key], int)
         client.close()

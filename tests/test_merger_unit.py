@@ -46,9 +46,9 @@ def test_merges_when_it_holds_one_object_per_producer(merger_and_output):
     inputs = [fill_gaussian(desc, 100, rng)[0] for _ in range(3)]
     m.on_message(frame(desc, inputs[0], 10, 0))
     m.on_message(frame(desc, inputs[1], 11, 0))
-    assert m.merges == 0 and m.backlog() == 2
+    assert m.merges == 0 and m.objects_held() == 2
     m.on_message(frame(desc, inputs[2], 12, 0))
-    assert m.merges == 1 and m.backlog() == 0 and len(m.merge_times) == 1
+    assert m.merges == 1 and m.objects_held() == 0 and len(m.merge_times) == 1
     (header, got_desc, merged), = receive(out, 1)
     np.testing.assert_array_equal(merged, inputs[0] + inputs[1] + inputs[2])
     assert header.n_inputs == 3 and header.entries == 300 and header.flags & wire.FLAG_MERGED

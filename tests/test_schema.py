@@ -55,7 +55,7 @@ def test_json_document_keeps_schema_order_and_types():
 
 
 def test_control_reply_mapping_drops_wrong_types():
-    got = schema.from_control_reply({"average_merge_time": 1, "backlog": "x", "send_buffer_overloaded": True,
+    got = schema.from_control_reply({"average_merge_time": 1, "objects_held": "x", "send_buffer_overloaded": True,
                                      "merged_objects_per_second": None, "objects_sent": -3, "node_state": "RUNNING"})
     assert got == {"average_merge_time_ms": 1.0, "send_buffer_overloaded": True, "node_state": "RUNNING"}
 

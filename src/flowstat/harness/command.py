@@ -13,16 +13,20 @@ def _progress_printer(stream=sys.stderr):
     tty = stream.isatty()
     state = {"last": -5.0}
 
-    def show(elapsed: float, duration: float, metrics: list[dict]) -> None:
+    from .online import short
+
+    def show(elapsed: float, duration: float, metrics: list[dict], verdicts: dict[str, dict]) -> None:
         mergers = [m for m in metrics if m.get("role") == "merger"]
         producers = [m for m in metrics if m.get("role") == "producer"]
         merged = sum(m.get("merged_objects_per_second") or 0 for m in mergers)
-        backlog = sum(m.get("backlog") or 0 for m in mergers)
+        in_flight = sum(m.get("objects_in_flight") or 0 for m in mergers)
+        p99 = max((m.get("input_latency_p99_ms") or 0 for m in mergers), default=0)
         overloads = sum(m.get("send_overload_events") or 0 for m in producers)
         cpu = sum(m.get("cpu_clock") or 0 for m in metrics) / 1e6
         frac = min(1.0, elapsed / duration) if duration > 0 else 1.0
-        text = (f"{elapsed:5.1f}/{duration:.0f} s  merged {merged:,.0f}/s  backlog {backlog:,}  "
-                f"producer overloads {overloads:,}  cpu {cpu:.2f} cores")
+        judged = "; ".join(f"{m} {short(v)}" if len(verdicts) > 1 else short(v) for m, v in verdicts.items())
+        text = (f"{elapsed:5.1f}/{duration:.0f} s  merged {merged:,.0f}/s  in flight {in_flight:,}  "
+                f"latency p99 {p99:,.1f} ms  overloads {overloads:,}  cpu {cpu:.2f} cores  {judged}")
         if tty:
             bar = "#" * int(frac * 24)
             stream.write(f"\r[{bar:<24}] {text}   ")

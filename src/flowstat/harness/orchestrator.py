@@ -28,6 +28,7 @@ from flowstat.schema import PIPELINE_ROLES
 from flowstat.timeutil import compact_utc
 
 from .control import ControlClient, ControlError
+from .online import OnlineJudge, reading
 from .summary import build_summary, run_document
 from .topology import Topology
 
@@ -72,6 +73,10 @@ class AgentOptions:
 C_AGENT = "flowstat-agent"
 
 
+# (seconds since the start, the run's length, every node's get-metrics reply, the mergers' verdicts)
+ProgressCallback = Callable[[float, float, list[dict], dict[str, dict]], None]
+
+
 def find_c_agent() -> Path | None:
     """The C agent: $FLOWSTAT_C_AGENT, else beside this Python (make installs it into the venv's
     bin/, as pip does console scripts), else on the PATH."""
@@ -88,7 +93,7 @@ def find_c_agent() -> Path | None:
 
 class Orchestrator:
     def __init__(self, topo: Topology, run_id: str, run_dir: Path,
-                 on_progress: Callable[[float, float, list[dict]], None] | None = None,
+                 on_progress: ProgressCallback | None = None,
                  agent: AgentOptions | None = None):
         self.topo, self.run_id, self.run_dir = topo, run_id, run_dir
         self.on_progress = on_progress
@@ -101,6 +106,11 @@ class Orchestrator:
         self.started_at = self.stopped_at = 0.0  # monotonic: the start command, the stop signal
         self.started_wall = time.time()  # the start command, wall clock (the run document's start)
         self.clients: dict[str, ControlClient] = {}
+        self.judge = self.new_judge(topo.duration)
+
+    def new_judge(self, duration: float) -> OnlineJudge:
+        # A merger may hold one object of each of its producers' for a merge.
+        return OnlineJudge(duration, {m.node_id: len(m.producers) * self.topo.obj.nbytes for m in self.topo.mergers})
 
     # -- processes ------------------------------------------------------------------------------
     def spawn(self, name: str, role: str, config: dict[str, Any]) -> Device:
@@ -186,6 +196,7 @@ class Orchestrator:
         for gi, ids in enumerate(topo.producer_groups()):
             producers.append(self.spawn(f"producers-{gi}", "producer", {
                 "producers": ids, "endpoints": [merger_endpoints[owner[p]] for p in ids],
+                "mergers": [topo.mergers[owner[p]].node_id for p in ids],
                 "rate": topo.rate, "buffer_size": topo.buffer_size, "object": obj, "seed": gi}))
         for dev in producers:
             self.wait_ready(dev)
@@ -266,18 +277,33 @@ class Orchestrator:
                 and not d.signalled]
 
     def poll_metrics(self) -> list[dict]:
+        """Every running node's get-metrics reply. Producers are read first and each merger is told
+        what they sent it (upstream_sent), so that it reports what is in flight to it; the mergers'
+        readings go to the online judge."""
         replies = []
-        for dev in self.devices:
-            if dev.exit_code is not None:
-                continue
+        sent: dict[str, list[int]] = {}  # per merger: objects sent to it, overload events
+        running = [d for d in self.devices if d.exit_code is None]
+        for dev in sorted(running, key=lambda d: PIPELINE_ROLES.index(d.role)):
+            fields: dict[str, Any] = {}
+            if dev.role == "merger" and dev.name in sent:
+                fields["upstream_sent"] = sent[dev.name][0]
             try:
-                replies.append(self.clients[dev.name].request("get-metrics"))
+                reply = self.clients[dev.name].request("get-metrics", **fields)
             except (ControlError, ValueError):
-                pass
+                continue
+            replies.append(reply)
+            if dev.role == "producer":
+                for merger, m in (reply.get("to_mergers") or {}).items():
+                    total = sent.setdefault(merger, [0, 0])
+                    total[0] += m["sent"]
+                    total[1] += m["overload_events"]
+            elif dev.role == "merger" and dev.name in sent:
+                self.judge.add(dev.name, reading(reply, time.monotonic() - self.started_at, *sent[dev.name]))
         return replies
 
     def run_for(self, duration: float) -> None:
         deadline = self.started_at + duration
+        self.judge = self.new_judge(duration)
         next_progress = self.started_at + 1.0  # a first sample would measure start-up, not the run
         while not self.interrupts:
             now = time.monotonic()
@@ -289,8 +315,10 @@ class Orchestrator:
                     self.failures.append(f"{dev.name} ({dev.role}) exited with code {dev.exit_code} during the "
                                          f"run; log: {dev.log_path}\n{dev.log_tail()}")
                 break
-            if self.on_progress is not None and now >= next_progress:
-                self.on_progress(now - self.started_at, duration, self.poll_metrics())
+            if now >= next_progress:
+                metrics = self.poll_metrics()
+                if self.on_progress is not None:
+                    self.on_progress(now - self.started_at, duration, metrics, self.judge.verdicts())
                 next_progress = now + 1.0
             self.wakeup.wait(max(0.0, min(next_progress, deadline) - time.monotonic()))
             self.wakeup.clear()
@@ -349,7 +377,7 @@ class Orchestrator:
 
 def run_topology(topo: Topology, *, duration: float | None = None, run_id: str | None = None,
                  runs_dir: Path = Path("runs"),
-                 on_progress: Callable[[float, float, list[dict]], None] | None = None,
+                 on_progress: ProgressCallback | None = None,
                  agent: AgentOptions | None = None) -> dict[str, Any]:
     """Run a topology to completion and return its summary (see summary.build_summary); the run
     directory gets summary.json and the complete run document (run.json)."""

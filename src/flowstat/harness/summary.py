@@ -89,8 +89,10 @@ def _node_row(fin: dict, seconds: float) -> dict[str, Any]:
     row = {k: fin.get(k) for k in (
         "node_id", "role", "objects_sent", "objects_received", "objects_merged", "merges",
         "send_overload_events", "receive_overload_events", "sequence_gaps", "average_merge_time",
-        "mean_merge_time", "merged_objects_per_second", "bytes_sent", "bytes_received", "backlog",
-        "malformed_messages")}
+        "mean_merge_time", "bytes_sent", "bytes_received", "objects_held", "malformed_messages", "input_latency")}
+    if fin["role"] == "merger":
+        # first receive -> last merge: start-up and the final drain are in it (the verdict's rate is not)
+        row["merged_objects_per_second_whole_run"] = fin.get("merged_objects_per_second")
     if fin["role"] == "producer":
         row["objects_sent_per_second"] = round(fin["objects_sent"] / seconds, 3) if seconds > 0 else 0.0
     return {k: v for k, v in row.items() if v is not None}
@@ -108,6 +110,11 @@ def build_summary(topo: "Topology", orch: "Orchestrator", started_epoch: float) 
     if orch.interrupts:
         failures.append("interrupted by the user")
     logs = {d.name: d.log_path for d in orch.devices}
+    verdicts = orch.judge.verdicts()
+    nodes = [_node_row(f, seconds) for f in finals.values()]
+    for row in nodes:
+        if row["node_id"] in verdicts:
+            row["merged_objects_per_second_steady"] = verdicts[row["node_id"]].get("merged_per_second")
     for name, why in conservation.get("failed_checks", {}).items():
         if name == "no_malformed_messages":
             why += " (each node's log names the socket and what was wrong: " + ", ".join(
@@ -124,7 +131,8 @@ def build_summary(topo: "Topology", orch: "Orchestrator", started_epoch: float) 
         "seconds": round(seconds, 3),
         "parameters": parameters(topo),
         "machine": {"host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version()},
-        "nodes": [_node_row(f, seconds) for f in finals.values()],
+        "nodes": nodes,
+        "online": verdicts,
         "conservation": conservation,
         "viewer_output": (viewer or {}).get("output"),
         "failures": failures,
@@ -159,15 +167,41 @@ def run_document(topo: "Topology", run_id: str, started_epoch: float, summary: d
         merged_in = sum(n.get("objects_merged") or 0 for n in summary["nodes"])
         doc["finished"] = summary["finished"]
         doc["verdict"] = {"ok": summary["ok"], "conserved": bool(c.get("ok")),
-                          "failed_checks": sorted(c.get("failed_checks", {})), "failures": summary["failures"]}
+                          "failed_checks": sorted(c.get("failed_checks", {})), "failures": summary["failures"],
+                          **_online_verdict(summary.get("online") or {})}
         doc["summary"] = {"seconds": summary["seconds"], **{k: c[k] for k in (
                               "objects_sent", "objects_received", "merged_objects") if k in c},
                           "merged_objects_per_second": round(merged_in / summary["seconds"], 3)
-                          if summary["seconds"] > 0 else 0.0, **totals}
+                          if summary["seconds"] > 0 else 0.0, **totals, **_steady_figures(summary.get("online") or {})}
     errors = run_schema.validate(doc)
     if errors:  # a bug of ours, not of the run: say where
         raise ValueError(f"run document of {run_id}: {'; '.join(errors[:3])}")
     return doc
+
+
+def _online_verdict(verdicts: dict[str, dict]) -> dict[str, Any]:
+    judged = {m: v for m, v in verdicts.items() if v["online"] is not None}
+    if not judged or len(judged) < len(verdicts):
+        return {}
+    return {"online": all(v["online"] for v in judged.values()),
+            "not_online": [f"{m}: {v['state']}: {'; '.join(v['why'])}" for m, v in judged.items() if not v["online"]]}
+
+
+def _steady_figures(verdicts: dict[str, dict]) -> dict[str, Any]:
+    """The steady state's figures over the mergers that were judged (harness.online)."""
+    judged = [v for v in verdicts.values() if v["online"] is not None]
+    if not judged or len(judged) < len(verdicts):
+        return {}
+    out: dict[str, Any] = {"steady_merged_objects_per_second": round(sum(v["merged_per_second"] for v in judged), 1),
+                           "steady_offered_objects_per_second": round(sum(v["offered_per_second"] for v in judged), 1),
+                           "objects_in_flight_max": max(v["in_flight_max"] for v in judged)}
+    worst = [v["latency_p99_ms_worst_second"] for v in judged if v["latency_p99_ms_worst_second"] is not None]
+    if worst:
+        out["input_latency_p99_ms_worst_second"] = max(worst)
+    slopes = [v["vmrss_slope_mb_per_min"] for v in judged if v["vmrss_slope_mb_per_min"] is not None]
+    if slopes:
+        out["merger_vmrss_slope_mb_per_min_max"] = max(slopes)
+    return out
 
 
 def _fmt(value: Any, digits: int = 0) -> str:
@@ -180,6 +214,18 @@ def _fmt(value: Any, digits: int = 0) -> str:
     return str(value)
 
 
+def format_verdict(merger: str, v: dict[str, Any]) -> str:
+    if v["online"] is None:
+        return f"{merger}: no online verdict: {'; '.join(v['why'])}"
+    head = f"{merger}: {'ONLINE' if v['online'] else v['state'].upper()}"
+    figures = (f"merged {v['merged_per_second']:,.0f}/s of {v['offered_per_second']:,.0f}/s sent to it "
+               f"({v['merged_to_offered'] or 0:.1%}) over {v['window_s'][0]:.0f}-{v['window_s'][1]:.0f} s; input "
+               f"latency p99 {_fmt(v['latency_p99_ms_first_third'], 1)} -> {_fmt(v['latency_p99_ms_last_third'], 1)} ms "
+               f"(worst second {_fmt(v['latency_p99_ms_worst_second'], 1)} ms); VmRSS "
+               f"{_fmt(v['vmrss_slope_mb_per_min'], 1)} MB/min; in flight up to {v['in_flight_max']:,}")
+    return f"{head} - {figures}" + ("" if v["online"] else f"\n  why: {'; '.join(v['why'])}")
+
+
 def format_summary(s: dict[str, Any]) -> str:
     p = s["parameters"]
     lines = [
@@ -188,14 +234,18 @@ def format_summary(s: dict[str, Any]) -> str:
         f"{format_size(p['object_bytes'])}, buffer {p['buffer_size']}, {p['mergers']} merger(s)",
         "",
         f"{'node':<16} {'role':<9} {'sent':>11} {'received':>11} {'merged':>11} {'overloads':>9} "
-        f"{'gaps':>5} {'avg merge ms':>12} {'merged/s':>10}",
+        f"{'gaps':>5} {'avg merge ms':>12} {'merged/s':>10} {'latency p99':>11}",
     ]
     for n in s["nodes"]:
         overloads = (n.get("send_overload_events") or 0) + (n.get("receive_overload_events") or 0)
         lines.append(
             f"{n['node_id']:<16} {n['role']:<9} {_fmt(n.get('objects_sent')):>11} {_fmt(n.get('objects_received')):>11} "
             f"{_fmt(n.get('objects_merged')):>11} {overloads:>9,} {_fmt(n.get('sequence_gaps')):>5} "
-            f"{_fmt(n.get('average_merge_time'), 4):>12} {_fmt(n.get('merged_objects_per_second'), 1):>10}")
+            f"{_fmt(n.get('average_merge_time'), 4):>12} {_fmt(n.get('merged_objects_per_second_steady'), 1):>10} "
+            f"{_fmt((n.get('input_latency') or {}).get('input_latency_p99_ms'), 1):>8} ms")
+    lines.append("(merged/s: in the steady state, start-up and drain excluded; latency: whole run, sent -> taken)")
+    for merger, v in (s.get("online") or {}).items():
+        lines.append(format_verdict(merger, v))
     c = s["conservation"]
     lines.append("")
     if "checks" in c:

@@ -14,7 +14,8 @@ Header::
     8  I   source id (producer id, or merger index for merged objects)
     12 Q   seq (per-source sequence number; end-of-stream: number of objects sent)
     20 d   entries (histograms: sum of cells; trees: rows)
-    28 d   t_sent (Unix time a merger sent its result, s; 0 when not stamped)
+    28 d   t_sent (Unix time, s, the sender first tried to send the object: producers stamp their
+           objects, mergers their results; 0 when not stamped, as end-of-stream markers)
     36 I   n_inputs (raw objects merged into this one; 1 for a producer's object)
     40 H   name length
     42 H   reserved
@@ -33,7 +34,7 @@ from .qcobjects import DTYPE, Kind, ObjectDesc
 
 MAGIC = b"FSQ1"
 FIXED = struct.Struct("<4sBBHIQddIHH")
-SOURCE_SEQ = struct.Struct("<IQ")  # patched in place at offset 8 for every send
+STAMP = struct.Struct("<IQdd")  # source, seq, entries, t_sent: what a producer patches in a pooled object
 OFF_SOURCE = 8
 FLAG_EOS = 1  # end of stream: no more objects from this source
 FLAG_PAYLOAD_FRAME = 2  # the payload is frame 1, not inline

@@ -18,12 +18,13 @@ import numpy as np
 import zmq
 
 from .. import wire
+from ..latency import CHUNK, LatencyRecorder
 from ..qcobjects import DTYPE, Kind, merge
 from .node import Node
 
 log = logging.getLogger("flowstat.merger")
 
-RECV_BATCH = 4096  # objects read per turn before looking at the control socket again
+RECV_CHUNKS = 16  # chunks of latency.CHUNK objects read per turn before looking at the control socket again
 MERGE_TIME_WINDOW = 10  # average_merge_time covers the last 10 merges (thesis section 4.2.3)
 TTREE = int(Kind.TTree)
 
@@ -89,6 +90,11 @@ class Merger(Node):
         self.first_receive: float | None = None
         self.last_merge: float | None = None
         self.names_by_key: dict[bytes, bytes] = {}
+        self.latency = LatencyRecorder()
+        self.sent_stamps: list[float] = []  # t_sent of the objects taken since the clock was last read
+        # Objects its producers sent that it has not received, as of the last reading of both
+        # (the harness's, every second; see upstream_sent in docs/control-protocol.md).
+        self.in_flight: int | None = None
 
     # -- metrics --------------------------------------------------------------------------------
     def merged_total(self) -> int:
@@ -105,8 +111,16 @@ class Merger(Node):
     def receive_overloaded(self) -> bool:
         return self.recv_is_overloaded
 
-    def backlog(self) -> int:
+    def objects_held(self) -> int:
+        """Objects received and waiting for their counterparts from the other producers: not the
+        input queue (see in_flight)."""
         return sum(len(s.arrays) for s in self.slots.values())
+
+    def on_metrics_request(self, request: dict) -> None:
+        sent = request.get("upstream_sent")
+        if isinstance(sent, int) and not isinstance(sent, bool) and sent >= 0:
+            # Read by the asker just before asking: what arrived in between makes this a lower bound.
+            self.in_flight = max(0, sent - self.objects_received)
 
     def counters(self) -> dict[str, Any]:
         return {
@@ -116,7 +130,8 @@ class Merger(Node):
             "objects_merged": self.objects_merged,
             "merges": self.merges,
             "objects_sent": self.merges,
-            "backlog": self.backlog(),
+            "objects_held": self.objects_held(),
+            "objects_in_flight": self.in_flight,
             "sequence_gaps": self.gaps,
             "gap_events": self.gap_events,
             "reordered_objects": self.reordered,
@@ -130,17 +145,22 @@ class Merger(Node):
 
     # -- receiving ------------------------------------------------------------------------------
     def drain_input(self) -> None:
-        """Read what is queued, up to a batch; a full batch means the merger is behind."""
-        recv = self.data.recv
+        """Read what is queued, up to RECV_CHUNKS chunks; reading them all means the merger is behind."""
+        recv, on_message, stamps, record = self.data.recv, self.on_message, self.sent_stamps, self.latency.record
         if self.first_receive is None:
             self.first_receive = time.monotonic()
-        for _ in range(RECV_BATCH):
-            try:
-                buf = recv(zmq.NOBLOCK)
-            except zmq.Again:
-                self.recv_is_overloaded = False
-                return
-            self.on_message(buf)
+        for _ in range(RECV_CHUNKS):
+            for _ in range(CHUNK):
+                try:
+                    buf = recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    record(stamps, time.time())
+                    stamps.clear()
+                    self.recv_is_overloaded = False
+                    return
+                on_message(buf)
+            record(stamps, time.time())
+            stamps.clear()
         if not self.recv_is_overloaded:
             self.recv_is_overloaded = True
             self.receive_overload_events += 1
@@ -149,7 +169,7 @@ class Merger(Node):
         """Take one object. The common case (an inline object of a known name from a known producer)
         is kept short: this runs 100,000 times a second."""
         try:
-            magic, kind, ndim, flags, source, seq, entries, _, n_inputs, name_len, _ = wire.FIXED.unpack_from(buf)
+            magic, kind, ndim, flags, source, seq, entries, t_sent, n_inputs, name_len, _ = wire.FIXED.unpack_from(buf)
         except struct.error:
             self.bad_message(f"message of {len(buf)} bytes is shorter than a header")
             return
@@ -162,10 +182,12 @@ class Merger(Node):
         if slot is None or slot.kind != kind or slot.ndim != ndim or len(buf) - offset != slot.nbytes:
             self.on_unusual_message(buf)
             return
-        self.take(slot, local, seq, entries, n_inputs, np.frombuffer(buf, DTYPE, offset=offset), len(buf))
+        self.take(slot, local, seq, entries, n_inputs, np.frombuffer(buf, DTYPE, offset=offset), len(buf), t_sent)
 
     def take(self, slot: Slot, local: int, seq: int, entries: float, n_inputs: int, data: np.ndarray,
-             nbytes: int) -> None:
+             nbytes: int, t_sent: float) -> None:
+        if t_sent:
+            self.sent_stamps.append(t_sent)
         if self.expected[local] == seq:
             self.expected[local] = seq + 1
         else:
@@ -208,7 +230,7 @@ class Merger(Node):
         except (wire.WireError, ValueError) as exc:
             self.bad_message(str(exc))
             return
-        self.take(slot, local, h.seq, h.entries, h.n_inputs, data, sum(len(f) for f in frames))
+        self.take(slot, local, h.seq, h.entries, h.n_inputs, data, sum(len(f) for f in frames), h.t_sent)
 
     def new_slot(self, key: bytes) -> Slot | None:
         desc = wire.parse_descriptor(key)
@@ -320,7 +342,7 @@ class Merger(Node):
         self.emit("final", role=self.role, **self.counters(), average_merge_time=self.average_merge_time(),
                   merge_time_total_ms=round(self.merge_time_total_ms, 3),
                   mean_merge_time=round(self.merge_time_total_ms / self.merges, 6) if self.merges else 0.0,
-                  active_seconds=round(active, 6),
+                  active_seconds=round(active, 6), input_latency=self.latency.total(),
                   merged_objects_per_second=round(self.objects_merged / active, 3) if active > 0 else 0.0,
                   entries_merged=self.entries_merged,
                   per_producer={"producer": self.producers, "received": self.received,

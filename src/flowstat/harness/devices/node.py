@@ -20,6 +20,7 @@ from flowstat.proc.procfs import die_with_parent, raise_fd_limit, vmrss_kb
 from flowstat.timeutil import iso_utc_ms
 
 from ..control import RateTracker, serve_requests
+from ..latency import LatencyRecorder
 
 log = logging.getLogger("flowstat.device")
 
@@ -56,6 +57,7 @@ class Node:
         self.send_buffer_size: int | None = None
         self.control_errors = 0
         self.data_endpoint: str | None = None
+        self.latency: LatencyRecorder | None = None  # nodes that take objects measure how long they waited
 
     # -- set-up ---------------------------------------------------------------------------------
     def bind(self, sock: zmq.Socket, port: int = 0) -> str:
@@ -118,9 +120,13 @@ class Node:
             if command == "check-state":
                 reply = self.state_fields()
             elif command == "get-metrics":
+                assert request is not None
+                self.on_metrics_request(request)
                 reply = self.state_fields()
                 cpu_hz, merged_rate = self.rates.rates(client, self.merged_total())
                 reply.update(self.metric_fields(cpu_hz, merged_rate))
+                if self.latency is not None:
+                    reply.update(self.latency.interval(client))
             elif command == "start":
                 reply = self.on_start()
             else:  # stop
@@ -189,6 +195,8 @@ class Node:
         }
 
     # -- overridden by devices ------------------------------------------------------------------
+    def on_metrics_request(self, request: dict) -> None:
+        """What a get-metrics request tells the node before it answers (see Merger)."""
     def counters(self) -> dict[str, Any]:
         return {}
 

@@ -26,10 +26,11 @@ UNLIMITED_BATCH = 64  # objects per logical producer per loop turn when the rate
 class Channel:
     """One logical producer: its socket, sequence and overload state."""
 
-    __slots__ = ("producer_id", "sock", "seq", "pending", "overloaded", "overload_events", "phase")
+    __slots__ = ("producer_id", "sock", "seq", "pending", "overloaded", "overload_events", "phase", "merger")
 
-    def __init__(self, producer_id: int, sock: zmq.Socket, phase: float):
+    def __init__(self, producer_id: int, sock: zmq.Socket, phase: float, merger: str):
         self.producer_id = producer_id
+        self.merger = merger  # the node id of the merger it feeds
         self.sock = sock
         self.seq = 0
         self.pending: list | None = None  # frames of an object the buffer refused
@@ -51,12 +52,13 @@ class Producer(Node):
         self.send_buffer_size = config["buffer_size"]
         self.channels: list[Channel] = []
         ids, endpoints = config["producers"], config["endpoints"]
-        for i, (pid, endpoint) in enumerate(zip(ids, endpoints)):
+        mergers = config.get("mergers") or ["merger"] * len(ids)
+        for i, (pid, endpoint, merger) in enumerate(zip(ids, endpoints, mergers)):
             sock = self.ctx.socket(zmq.PUSH)
             sock.setsockopt(zmq.SNDHWM, self.send_buffer_size)
             sock.connect(endpoint)
             # Stagger the producers over one period so that they do not all send at once.
-            self.channels.append(Channel(pid, sock, (i / len(ids)) / self.rate if self.rate else 0.0))
+            self.channels.append(Channel(pid, sock, (i / len(ids)) / self.rate if self.rate else 0.0, merger))
         self.t0 = 0.0
         self.undelivered = 0
         self.message_bytes = self.pool[0][0].nbytes
@@ -73,7 +75,18 @@ class Producer(Node):
             "send_overload_events": sum(c.overload_events for c in self.channels),
             "pending_objects": sum(1 for c in self.channels if c.pending is not None),
             "undelivered_objects": self.undelivered,
+            "to_mergers": self.to_mergers(),
         }
+
+    def to_mergers(self) -> dict[str, dict[str, int]]:
+        """Objects sent to each merger and the overload events on the way: with the merger's own
+        count, what is in flight to it, and whether it holds its producers back (harness.online)."""
+        out: dict[str, dict[str, int]] = {}
+        for c in self.channels:
+            m = out.setdefault(c.merger, {"sent": 0, "overload_events": 0})
+            m["sent"] += c.seq
+            m["overload_events"] += c.overload_events
+        return out
 
     def send_overloaded(self) -> bool:
         return any(c.overloaded for c in self.channels)
@@ -89,7 +102,7 @@ class Producer(Node):
         names = len(self.pool)
         variants = self.pool[ch.seq % names]
         obj: PooledObject = variants[(ch.seq // names + ch.producer_id) % len(variants)]
-        wire.SOURCE_SEQ.pack_into(obj.header, wire.OFF_SOURCE, ch.producer_id, ch.seq)
+        wire.STAMP.pack_into(obj.header, wire.OFF_SOURCE, ch.producer_id, ch.seq, obj.entries, time.time())
         if obj.payload is None:
             return [obj.header]
         return [bytes(obj.header), obj.payload]
@@ -139,13 +152,15 @@ class Producer(Node):
     def send_owed(self, ch: Channel, owed: int) -> None:
         """Send ``ch``'s objects up to sequence ``owed``, stopping at the first refusal."""
         if self.inline:
-            # The common case, kept lean: patch the pooled message and let ZeroMQ copy it.
-            variants, pack_into, send, pid = self.pool[0], wire.SOURCE_SEQ.pack_into, ch.sock.send, ch.producer_id
-            nvar, names = len(variants), len(self.pool)
+            # The common case, kept lean: patch the pooled message and let ZeroMQ copy it. The
+            # stamp is when the object is first offered: a refused one keeps it (see refused).
+            variants, pack_into, send, pid = self.pool[0], wire.STAMP.pack_into, ch.sock.send, ch.producer_id
+            nvar, names, clock = len(variants), len(self.pool), time.time
             if names == 1:
                 while ch.seq < owed:
-                    header = variants[(ch.seq + pid) % nvar].header
-                    pack_into(header, wire.OFF_SOURCE, pid, ch.seq)
+                    obj = variants[(ch.seq + pid) % nvar]
+                    header = obj.header
+                    pack_into(header, wire.OFF_SOURCE, pid, ch.seq, obj.entries, clock())
                     try:
                         send(header, zmq.NOBLOCK, copy=True)
                     except zmq.Again:

@@ -15,6 +15,7 @@ import numpy as np
 import zmq
 
 from .. import wire
+from ..latency import CHUNK, LatencyRecorder
 from ..qcobjects import ObjectDesc, entries_of, merge
 from ..rootio import write_objects
 from .node import Node
@@ -47,6 +48,8 @@ class Viewer(Node):
         self.malformed = 0
         self.files_written = 0
         self.write_errors = 0
+        self.latency = LatencyRecorder()  # of merged objects: from their merger's send to here
+        self.sent_stamps: list[float] = []
 
     def counters(self) -> dict[str, Any]:
         return {
@@ -78,6 +81,8 @@ class Viewer(Node):
         if h.seq != self.expected[h.source]:
             self.sequence_gaps += abs(h.seq - self.expected[h.source])
         self.expected[h.source] = h.seq + 1
+        if h.t_sent:
+            self.sent_stamps.append(h.t_sent)
         self.objects_received += 1
         self.bytes_received += sum(len(f.buffer) for f in frames)
         self.inputs_received += h.n_inputs
@@ -106,12 +111,14 @@ class Viewer(Node):
             log.error("%s: cannot write %s: %s", self.node_id, self.output, exc)
 
     def read_batch(self) -> None:
-        for _ in range(256):
+        for _ in range(CHUNK):
             try:
                 frames = self.data.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
-                return
+                break
             self.on_message(frames)
+        self.latency.record(self.sent_stamps, time.time())
+        self.sent_stamps.clear()
 
     def write_when_due(self) -> None:
         if time.monotonic() >= self.next_write:
@@ -125,7 +132,7 @@ class Viewer(Node):
         self.write()
         self.state = "STOPPED"
         self.emit("final", role=self.role, **self.counters(), output=self.output if self.files_written else None,
-                  write_errors=self.write_errors, missing_eos=[i for i, e in enumerate(self.eos) if not e])
+                  write_errors=self.write_errors, input_latency=self.latency.total(), missing_eos=[i for i, e in enumerate(self.eos) if not e])
         self.data.close(0)
         self.close()
         return 0
