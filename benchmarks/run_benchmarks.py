@@ -4,9 +4,13 @@
 Every figure is measured here, in this run, next to a baseline measured in the same run:
   merge_time     two 500 kB TH1F merged by the merger's own code vs. a bare numpy add (the floor);
                  and the merge times a live merger reports at 20 producers x 500 kB
-  throughput     1 kB TH1F merged objects/s by one merger process, producers unthrottled, vs. the
-                 same producer process pushing to a bare pyzmq PULL that only counts (the transport)
-  scale_500      500 producers x 100 objects/s into one merger (and, with --full, 2 and 4 mergers)
+  throughput     1 kB TH1F merged objects/s by one merger process, producers unthrottled (its input
+                 never runs dry), over the steady state (start-up and drain out), vs. the same
+                 producer process pushing to a bare pyzmq PULL that only counts (the transport floor)
+  scale_500      500 producers x 100 objects/s into one merger, unpinned and pinned to its own CPU
+                 (and, with --full, 2 and 4 mergers): steady rate, input latency, VmRSS slope and
+                 the online verdict (flowstat.harness.online)
+  saturation     with --full: producers x 100/s added until one pinned merger is no longer online
 
 Usage: benchmarks/run_benchmarks.py [--quick] [--full] [--out FILE]
 Prints a table and writes JSON (default benchmarks/results/harness-<UTC>.json).
@@ -86,13 +90,8 @@ def bench_merge_time(reps: int) -> dict:
     }
 
 
-def run(topo_dict: dict, runs_dir: Path, samples: list | None = None) -> dict:
-    def collect(elapsed, duration, metrics, verdicts):
-        if samples is not None:
-            samples.append({"t": round(elapsed, 2), "mergers": [
-                {k: m.get(k) for k in ("node_id", "objects_held", "objects_in_flight", "input_latency_p99_ms", "cpu_clock", "merged_objects_per_second", "VmRSS")}
-                for m in metrics if m.get("role") == "merger"]})
-    return run_topology(from_dict(topo_dict), runs_dir=runs_dir, on_progress=collect)
+def run(topo_dict: dict, runs_dir: Path) -> dict:
+    return run_topology(from_dict(topo_dict), runs_dir=runs_dir)
 
 
 def merger_rows(summary: dict) -> list[dict]:
@@ -113,22 +112,29 @@ TRANSPORT_SINK = r"""
 import sys, time, zmq
 ctx = zmq.Context(); s = ctx.socket(zmq.PULL); s.setsockopt(zmq.RCVHWM, 1000)
 port = s.bind_to_random_port("tcp://127.0.0.1"); print(port, flush=True)
-n = 0; first = None; last = time.monotonic(); deadline = None
-while True:
-    if not s.poll(2000):
-        break
+n = 0; first = None; counts = []
+while s.poll(2000):
     while True:
         try: s.recv(zmq.NOBLOCK)
         except zmq.Again: break
         n += 1
-        if first is None: first = time.monotonic()
-    last = time.monotonic()
-print(n, first, last, flush=True)
+    now = time.monotonic()
+    if first is None: first = now
+    counts.append((now - first, n))
+print(" ".join(f"{t:.4f}:{c}" for t, c in counts), flush=True)
 """
 
 
-def bench_transport_floor(seconds: float, producers: int) -> dict:
-    """The same producer process as the harness, pushing 1 kB TH1F to a PULL that only counts."""
+def window_rate(counts: list[tuple[float, int]], start: float, end: float) -> float:
+    """Objects per second between the first readings at or after ``start`` and at or before ``end``."""
+    inside = [(t, c) for t, c in counts if start <= t <= end]
+    (t0, c0), (t1, c1) = inside[0], inside[-1]
+    return (c1 - c0) / (t1 - t0)
+
+
+def bench_transport_floor(seconds: float, producers: int, startup_s: float) -> dict:
+    """The same producer process as the harness, pushing 1 kB TH1F to a PULL that only counts; the
+    rate over the same steady window as the merger's (start-up and drain out)."""
     sink = subprocess.Popen([sys.executable, "-c", TRANSPORT_SINK], stdout=subprocess.PIPE, text=True)
     port = int(sink.stdout.readline())
     from flowstat.harness.devices.producer import Producer
@@ -145,49 +151,80 @@ def bench_transport_floor(seconds: float, producers: int) -> dict:
             p.retry_pending(ch)
         ch.sock.close()
     p.close()
-    n, first, last = sink.stdout.readline().split()
+    counts = [(float(t), int(c)) for t, c in (x.split(":") for x in sink.stdout.readline().split())]
     sink.wait()
-    rate = int(n) / (float(last) - float(first))
-    return {"objects": int(n), "objects_per_second": rate}
+    return {"objects": counts[-1][1], "objects_per_second": window_rate(counts, startup_s, seconds),
+            "window_s": [startup_s, seconds]}
+
+
+def steady(summary: dict, merger: str = "merger-0") -> dict:
+    """A merger's steady-state figures and verdict (flowstat.harness.online): start-up and drain out."""
+    v = summary["online"][merger]
+    keys = ("online", "state", "why", "window_s", "offered_per_second", "merged_per_second", "merged_to_offered",
+            "latency_p50_ms_median_second", "latency_p99_ms_worst_second", "latency_p99_ms_first_third",
+            "latency_p99_ms_last_third", "vmrss_slope_mb_per_min", "in_flight_max", "producer_refusals")
+    return {k: v.get(k) for k in keys}
 
 
 def bench_throughput(runs_dir: Path, seconds: float, producers: int) -> dict:
+    """Merged objects/s while the merger's input never runs dry: unthrottled producers; the rate over
+    the steady window (its verdict will say "saturated": it sets the producers' pace, by design)."""
     s = run({"run_id": "bench-throughput", "duration": seconds, "buffer_size": 1000,
              "object": {"type": "TH1F", "size": "1kB"}, "producers": {"count": producers, "rate": 0},
              "mergers": 1}, runs_dir)
-    m = merger_rows(s)[0]
-    floor = bench_transport_floor(seconds, producers)
-    rate = m["merged_objects_per_second"]
+    st = steady(s)
+    floor = bench_transport_floor(seconds, producers, st["window_s"][0])
+    rate = st["merged_per_second"]
+    whole_run = merger_rows(s)[0]["merged_objects_per_second_whole_run"]
     return {"topology": f"{producers} producers unthrottled, 1 kB TH1F, buffer 1000, 1 merger",
-            "seconds": s["seconds"], "objects_merged": m["objects_merged"], "merged_objects_per_second": rate,
-            "no_loss": s["conservation"]["ok"], "transport_floor_objects_per_second": floor["objects_per_second"],
-            "ratio_to_transport": rate / floor["objects_per_second"],
-            "thesis_peak": THESIS["peak_merged_per_s_one_merger"], "ratio_to_thesis": rate / THESIS["peak_merged_per_s_one_merger"],
-            "target": 100_000, "target_met": rate >= 100_000 and s["conservation"]["ok"]}
+            "seconds": s["seconds"], "objects_merged": merger_rows(s)[0]["objects_merged"],
+            "steady_merged_objects_per_second": rate, "steady": st,
+            "merged_objects_per_second_whole_run": whole_run, "no_loss": s["conservation"]["ok"],
+            "transport_floor_objects_per_second": floor["objects_per_second"],
+            "ratio_to_transport": rate / floor["objects_per_second"], "target_ratio": 0.5,
+            "target_met": rate >= 0.5 * floor["objects_per_second"] and s["conservation"]["ok"],
+            "thesis_peak": THESIS["peak_merged_per_s_one_merger"], "ratio_to_thesis": rate / THESIS["peak_merged_per_s_one_merger"]}
 
 
-def bench_scale(runs_dir: Path, seconds: float, mergers: int) -> dict:
-    samples: list = []
-    s = run({"run_id": f"bench-500x100-{mergers}m", "duration": seconds, "buffer_size": 100000,
-             "object": {"type": "TH1F", "size": "1kB"}, "producers": {"count": 500, "rate": 100},
-             "mergers": mergers}, runs_dir, samples)
-    ms = merger_rows(s)
-    steady = [x for x in samples if x["t"] >= 3]
-    backlog = [sum(m["backlog"] or 0 for m in x["mergers"]) for x in steady]
-    cpu = [sum(m["cpu_clock"] or 0 for m in x["mergers"]) for x in steady]
-    rss = [max(m["VmRSS"] or 0 for m in x["mergers"]) for x in steady]
-    merged_rate = sum(m["objects_merged"] for m in ms) / s["seconds"]
-    half = len(backlog) // 2
-    return {"topology": f"500 producers x 100 obj/s, 1 kB TH1F, buffer 100000, {mergers} merger(s)",
-            "seconds": s["seconds"], "offered_objects_per_second": 50_000,
-            "merged_objects_per_second": merged_rate, "no_loss": s["conservation"]["ok"],
-            "merger_cpu_clock_hz_mean": statistics.mean(cpu) if cpu else None,
-            "backlog_first_half_max": max(backlog[:half]) if half else None,
-            "backlog_second_half_max": max(backlog[half:]) if backlog else None,
-            "merger_vmrss_kb_first": rss[0] if rss else None, "merger_vmrss_kb_last": rss[-1] if rss else None,
-            "merger_vmrss_kb_max": max(rss) if rss else None,
-            "thesis_merged_per_s": THESIS["merged_per_s_500_producers_1_merger"] if mergers == 1 else None,
-            "online": s["conservation"]["ok"] and merged_rate >= 0.97 * 50_000}
+PINNED = {"merger": 1, "producer": 0, "viewer": 0, "agent": 0}  # the merger alone on CPU 1
+
+
+def bench_scale(runs_dir: Path, seconds: float, mergers: int, producers: int = 500, pinned: bool = False) -> dict:
+    topo = {"run_id": f"bench-{producers}x100-{mergers}m{'-pinned' if pinned else ''}", "duration": seconds,
+            "buffer_size": 100000, "object": {"type": "TH1F", "size": "1kB"},
+            "producers": {"count": producers, "rate": 100, "processes": max(2, -(-producers // 250))},
+            "mergers": mergers}
+    if pinned:
+        topo["cpus"] = PINNED
+    s = run(topo, runs_dir)
+    verdicts = {m: steady(s, m) for m in s["online"]}
+    return {"topology": f"{producers} producers x 100 obj/s, 1 kB TH1F, buffer 100000, {mergers} merger(s)"
+                        + (", merger pinned to CPU 1, everything else on CPU 0" if pinned else ", not pinned"),
+            "seconds": s["seconds"], "nominal_objects_per_second": producers * 100,
+            "steady_offered_objects_per_second": sum(v["offered_per_second"] or 0 for v in verdicts.values()),
+            "steady_merged_objects_per_second": sum(v["merged_per_second"] or 0 for v in verdicts.values()),
+            "online": all(v["online"] for v in verdicts.values()), "mergers": verdicts,
+            "merged_objects_per_second_whole_run": sum(n["merged_objects_per_second_whole_run"] or 0 for n in merger_rows(s)),
+            "no_loss": s["conservation"]["ok"],
+            "thesis_merged_per_s": THESIS["merged_per_s_500_producers_1_merger"] if mergers == 1 and producers == 500 else None}
+
+
+def bench_saturation(runs_dir: Path, seconds: float, counts: list[int]) -> dict:
+    """Producers (100 obj/s each) added until one pinned merger is no longer online."""
+    steps = []
+    for n in counts:
+        print(f"  {n} producers x 100/s on one pinned merger ...", flush=True)
+        step = bench_scale(runs_dir, seconds, 1, producers=n, pinned=True)
+        steps.append(step)
+        if not step["online"]:
+            break
+    online = [x for x in steps if x["online"]]
+    best = max(online, key=lambda x: x["steady_merged_objects_per_second"]) if online else None
+    return {"steps": steps, "highest_online_producers": best and best["nominal_objects_per_second"] // 100,
+            "highest_online_merged_per_second": best and best["steady_merged_objects_per_second"],
+            "first_not_online_producers": None if steps[-1]["online"] else steps[-1]["nominal_objects_per_second"] // 100,
+            "target_online_merged_per_second": 75_000,
+            "target_met": bool(best) and best["steady_merged_objects_per_second"] >= 75_000}
 
 
 def main() -> int:
@@ -207,9 +244,21 @@ def main() -> int:
         b["live_merge_time_500kB_TH1F"] = bench_live_merge_time(runs, secs / 2)
         print("merger throughput, 1 kB TH1F ...", flush=True)
         b["merger_throughput_1kB_TH1F"] = bench_throughput(runs, secs / 2, 8)
+        save_results(results, out, quiet=True)
+        pin = (os.cpu_count() or 1) >= 2
         for m in ((1, 2, 4) if args.full else (1,)):
             print(f"500 producers x 100 obj/s, {m} merger(s) ...", flush=True)
             b[f"scale_500_producers_{m}_merger"] = bench_scale(runs, secs, m)
+            save_results(results, out, quiet=True)
+        if pin:
+            print("500 producers x 100 obj/s, 1 merger pinned to its own CPU ...", flush=True)
+            b["scale_500_producers_1_merger_pinned"] = bench_scale(runs, secs, 1, pinned=True)
+            save_results(results, out, quiet=True)
+        if pin and args.full:
+            print("saturation of one pinned merger ...", flush=True)
+            b["saturation_one_pinned_merger"] = bench_saturation(runs, secs, [500, 750, 1000, 1250, 1500, 2000])
+        else:
+            b["saturation_one_pinned_merger"] = {"skipped": "needs --full and 2 CPUs"}
     save_results(results, out)
     return 0
 

@@ -102,6 +102,7 @@ def test_both_agents_agree_on_live_harness_nodes(tmp_path):
     orch = Orchestrator(from_dict(topology_dict(duration=30)), "live", tmp_path / "live")
     orch.start()
     try:
+        orch.poll_metrics()  # as flowstat run does every second: the merger learns what is in flight to it
         endpoints = tmp_path / "live" / "endpoints.json"
         c = subprocess.Popen([str(AGENT), "--endpoints", str(endpoints), "--count", "6", "--interval", "0.2",
                               "--sink", f"file://{tmp_path}/c.json?format=json", "--quiet"])
@@ -125,6 +126,11 @@ def test_both_agents_agree_on_live_harness_nodes(tmp_path):
                         "send_buffer_size", "threads"):
                 assert a.get(key) == b.get(key), (node, key)
             assert abs(a["vmrss_kb"] - b["vmrss_kb"]) <= 0.05 * b["vmrss_kb"]
+        if node == "merger-0":  # issue 9's fields, from the merger's reply, in both agents' samples
+            for sample in (cs[-1], ps[-1]):
+                assert {"objects_in_flight", "objects_held", "input_latency_objects", "input_latency_p50_ms",
+                        "input_latency_p99_ms", "input_latency_max_ms"} <= set(sample), sample
+                assert 0 < sample["input_latency_p50_ms"] <= sample["input_latency_max_ms"] < 30_000
 
 
 def test_receiver_down_for_seconds_loses_and_duplicates_nothing(tmp_path):
