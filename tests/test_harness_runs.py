@@ -58,6 +58,11 @@ def test_every_run_is_monitored_and_recorded(runs_dir):
     lines = (runs_dir / s["run_id"] / "samples.ndjson").read_text().splitlines()
     header = json.loads(lines[0])["flowstat_run"]
     assert header["run_id"] == s["run_id"] and header["parameters"]["producers"] == 2
+    # unpinned: each process may run where flowstat run may, and the run document says so
+    run_doc = json.loads((runs_dir / s["run_id"] / "run.json").read_text())
+    assert "cpus" not in run_doc["parameters"]
+    assert {a["node_id"]: a["cpus"] for a in run_doc["affinity"]} == {
+        n: sorted(os.sched_getaffinity(0)) for n in ("viewer", "merger-0", "producers-0", "agent-py", "agent-c")}
     samples = [json.loads(line) for line in lines[1:]]
     assert s["agent"]["agent-py"]["samples"] == len(samples)
     c_lines = (runs_dir / s["run_id"] / "samples-agent-c.lp").read_text().splitlines()

@@ -122,6 +122,9 @@ def test_index_templates_and_generated_configs_are_current():
     assert set(props) == set(run_schema.schema()["properties"])
     assert props["parameters"]["properties"]["producers"] == {"type": "long"}
     assert props["started"]["type"] == "date" and props["nodes"]["type"] == "keyword"
+    assert props["affinity"] == {"properties": {"node_id": {"type": "keyword", "ignore_above": 256},
+                                                "role": {"type": "keyword", "ignore_above": 256},
+                                                "cpus": {"type": "long"}}}
     iql = (ROOT / "index-templates" / "influxdb" / "setup.iql").read_text()
     assert all(f'sum("mean_{f.name}")' in iql for f in schema.fields() if f.rollup == "sum")
 
@@ -134,6 +137,8 @@ def run_doc(**kw):
                           "rate_per_producer": 100.0, "buffer_size": 100, "mergers": 2, "producer_processes": 1,
                           "duration_s": 20.0},
            "nodes": ["producers-0", "merger-0"],
+           "affinity": [{"node_id": "producers-0", "role": "producer", "cpus": [0]},
+                        {"node_id": "merger-0", "role": "merger", "cpus": [1, 2]}],
            "verdict": {"ok": True, "conserved": True, "failed_checks": [], "failures": []},
            "summary": {"seconds": 20.0, "objects_sent": 16000, "merged_objects_per_second": 800.0}}
     doc.update(kw)
@@ -154,6 +159,11 @@ def test_run_document_validates_by_field_path():
     assert run_schema.validate(run_doc(finished="2026-11-22T10:00:20.500")) == [
         "finished: not an ISO-8601 UTC time ('2026-11-22T10:00:20.500')"]  # local time: which one?
     assert run_schema.validate(run_doc(nodes=["a", 3])) == ["nodes[1]: expected string, got int '3'"]
+    assert run_schema.validate(run_doc(affinity=[{"node_id": "x", "role": "boss", "cpus": [-1], "pid": 3}])) == [
+        "affinity[0].role: 'boss' is not one of producer, merger, viewer, agent",
+        "affinity[0].cpus[0]: must be between 0 and 9223372036854775807, got -1", "affinity[0].pid: not in the schema"]
+    assert run_schema.validate(run_doc(affinity=[{"node_id": "x", "role": "agent"}])) == [
+        "affinity[0].cpus: required field is missing"]
     doc = run_doc()
     del doc["run_id"]
     assert run_schema.validate(doc) == ["run_id: required field is missing"]
@@ -170,7 +180,7 @@ def test_run_point_flattens_the_influx_leaves():
     assert stamp == "1795341600000000000"
     assert "producers=8i" in fields and "rate_per_producer=100.0" in fields and "ok=true" in fields
     assert 'topology="t.yaml"' in fields and "merged_objects_per_second=800.0" in fields
-    assert "object_shape" not in fields and "python" not in fields
+    assert "object_shape" not in fields and "python" not in fields and "affinity" not in fields
 
 
 def test_run_schema_object_types_are_the_harness_kinds():

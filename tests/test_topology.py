@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from conftest import TOPOLOGIES, topology_dict
@@ -8,6 +10,11 @@ def test_shipped_topologies_are_valid():
     paths = sorted(TOPOLOGIES.glob("*.yaml"))
     assert len(paths) >= 6
     for path in paths:
+        if "-pinned" in path.name and not {0, 1} <= os.sched_getaffinity(0):
+            # it describes a machine of two CPUs at least: elsewhere it must say so
+            with pytest.raises(TopologyError, match=r"cpus\.\w+: CPU 1 (does not exist|is not available) here"):
+                load(path)
+            continue
         load(path)
 
 
@@ -17,9 +24,20 @@ def test_thesis_scenarios_are_there():
     t = load(TOPOLOGIES / "thesis-5.3-500kB-TH1F.yaml")
     assert t.n_producers == 20 and abs(t.obj.nbytes - 500_000) < 10
     for m in (1, 2, 4):
-        t = load(next(TOPOLOGIES.glob(f"thesis-5.5-500-producers-{m}-merger*.yaml")))
+        t = load(TOPOLOGIES / f"thesis-5.5-500-producers-{m}-merger{'s' if m > 1 else ''}.yaml")
         assert t.n_producers == 500 and len(t.mergers) == m and t.rate == 100
         assert sorted(p for spec in t.mergers for p in spec.producers) == list(range(500))
+        assert not t.cpus
+
+
+@pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="the pinned scenario needs CPUs 0 and 1")
+def test_the_pinned_scenario_is_the_one_merger_one_pinned():
+    plain = load(TOPOLOGIES / "thesis-5.5-500-producers-1-merger.yaml")
+    pinned = load(TOPOLOGIES / "thesis-5.5-500-producers-1-merger-pinned.yaml")
+    assert pinned.cpus == {"merger": {1}, "producer": {0}, "viewer": {0}, "agent": {0}}
+    same = ("duration", "buffer_size", "obj", "n_producers", "rate", "producer_processes", "mergers",
+            "merger_send_buffer", "viewer_write_interval", "host")
+    assert [getattr(pinned, f) for f in same] == [getattr(plain, f) for f in same]
 
 
 def test_even_split_and_explicit_assignment():
@@ -47,6 +65,14 @@ def test_even_split_and_explicit_assignment():
     ({"mergers": [{"producers": "0-9"}]}, "mergers[0].producers"),
     ({"run_id": "no spaces please"}, "run_id"),
     ({"typo_field": 1}, "typo_field"),
+    ({"cpus": {"merger": os.cpu_count()}}, "cpus.merger"),
+    ({"cpus": {"producers-0": [0, 4096]}}, "cpus.producers-0"),
+    ({"cpus": {"merger-7": 0}}, "cpus.merger-7"),
+    ({"cpus": {"producers-1": 0}}, "cpus.producers-1"),  # 4 producers: one process, producers-0
+    ({"cpus": {"agent": []}}, "cpus.agent"),
+    ({"cpus": {"viewer": "zero"}}, "cpus.viewer"),
+    ({"cpus": [0]}, "cpus"),
+    ({"mergers": [{"id": "producer", "producers": "0-3"}]}, "mergers[0].id"),
 ])
 def test_errors_name_the_field(change, field):
     with pytest.raises(TopologyError) as err:

@@ -115,7 +115,7 @@ def validate(args: argparse.Namespace) -> int:
             continue
         print(f"{path}: OK - {t.n_producers} producers x {t.rate:g} obj/s in {t.producer_processes} process(es), "
               f"{len(t.mergers)} merger(s), {t.obj.kind.name} {format_size(t.obj.nbytes)} {list(t.obj.shape)}, "
-              f"buffer {t.buffer_size}, {t.duration:g} s")
+              f"buffer {t.buffer_size}, {t.duration:g} s" + (f", pinned {t.cpus_text()}" if t.cpus else ""))
     return status
 
 

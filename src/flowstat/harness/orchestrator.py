@@ -7,6 +7,7 @@ what their buffers still hold and an end-of-stream marker; each merger ends when
 have ended, the viewer when all mergers have. A stage that lost a member is told to stop instead of
 waiting for markers that will never come. Devices run in their own session (Ctrl-C reaches only
 the orchestrator) and get SIGTERM from the kernel if the orchestrator dies, so nothing is orphaned.
+A topology's ``cpus`` pins devices and agents to CPUs as each is started.
 """
 
 from __future__ import annotations
@@ -23,14 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from flowstat.proc.procfs import log_tail, set_from_signal
+from flowstat.proc.procfs import format_cpu_list, log_tail, pin_threads, set_from_signal
 from flowstat.schema import PIPELINE_ROLES
 from flowstat.timeutil import compact_utc
 
 from .control import ControlClient, ControlError
 from .online import OnlineJudge, reading
 from .summary import build_summary, run_document
-from .topology import Topology
+from .topology import AGENT_NODES, VIEWER_NODE, Topology, producer_process_name
 
 READY_TIMEOUT_S = 60.0  # building a producer's pool of 50 MB objects takes a while
 STAGE_TIMEOUT_S = 60.0
@@ -51,6 +52,7 @@ class Device:
     final: dict[str, Any] | None = None
     events: "queue.Queue[dict]" = field(default_factory=queue.Queue)
     signalled: bool = False
+    cpus: list[int] | None = None  # the CPUs it may run on, read back after pinning; None: it died at once
 
     @property
     def exit_code(self) -> int | None:
@@ -99,6 +101,7 @@ class Orchestrator:
         self.on_progress = on_progress
         self.agent_options = agent or AgentOptions(enabled=False)
         self.agent_procs: dict[str, subprocess.Popen] = {}
+        self.agent_cpus: dict[str, list[int] | None] = {}
         self.devices: list[Device] = []
         self.wakeup = threading.Event()  # set by a device's exit or by Ctrl-C
         self.interrupts = 0
@@ -121,8 +124,31 @@ class Orchestrator:
             dev.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
                                         start_new_session=True, close_fds=True)
         threading.Thread(target=self._read_events, args=(dev,), daemon=True, name=f"read-{name}").start()
-        self.devices.append(dev)
+        self.devices.append(dev)  # before pinning: a device that cannot be pinned is still stopped
+        dev.cpus = self.pin(name, role, dev.proc.pid)
         return dev
+
+    def pin(self, name: str, role: str, pid: int) -> list[int] | None:
+        """Pin a process just started to the CPUs the topology gives its node or role, and return
+        the CPUs it may run on as the kernel reports them (unpinned: those it inherited). None when
+        it has exited already: waiting for it says why."""
+        wanted = self.topo.cpus_for(name, role)
+        try:
+            got = pin_threads(pid, wanted) if wanted else os.sched_getaffinity(pid)
+        except ProcessLookupError:
+            return None
+        except OSError as exc:  # its CPUs were checked at loading: since then one went offline, or a cpuset changed
+            raise RunError(f"cannot pin {name} to CPUs {format_cpu_list(wanted or ())}: {exc.strerror}") from None
+        if wanted and got != wanted:
+            raise RunError(f"{name} was to run on CPUs {format_cpu_list(wanted)}, the kernel lets it run on "
+                           f"{format_cpu_list(got)}")
+        return sorted(got)
+
+    def affinity(self) -> list[dict[str, Any]]:
+        """The run document's affinity: every device's and agent's CPUs, as read back."""
+        return ([{"node_id": d.name, "role": d.role, "cpus": d.cpus} for d in self.devices if d.cpus is not None]
+                + [{"node_id": name, "role": "agent", "cpus": cpus} for name, cpus in self.agent_cpus.items()
+                   if cpus is not None])
 
     def _read_events(self, dev: Device) -> None:
         assert dev.proc is not None and dev.proc.stdout is not None
@@ -179,7 +205,7 @@ class Orchestrator:
     def start(self) -> None:
         topo = self.topo
         (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
-        viewer = self.spawn("viewer", "viewer", {
+        viewer = self.spawn(VIEWER_NODE, "viewer", {
             "mergers": len(topo.mergers), "buffer_size": topo.merger_send_buffer,
             "output": str(self.run_dir / "viewer.root"), "write_interval": topo.viewer_write_interval})
         viewer_endpoint = self.wait_ready(viewer)["data"]
@@ -194,7 +220,7 @@ class Orchestrator:
                "names": topo.obj.names}
         producers = []
         for gi, ids in enumerate(topo.producer_groups()):
-            producers.append(self.spawn(f"producers-{gi}", "producer", {
+            producers.append(self.spawn(producer_process_name(gi), "producer", {
                 "producers": ids, "endpoints": [merger_endpoints[owner[p]] for p in ids],
                 "mergers": [topo.mergers[owner[p]].node_id for p in ids],
                 "rate": topo.rate, "buffer_size": topo.buffer_size, "object": obj, "seed": gi}))
@@ -217,8 +243,12 @@ class Orchestrator:
 
     def write_run_document(self, summary: dict[str, Any] | None = None) -> None:
         """RUN_DIR/run.json: at the start what is run, at the end how it went (flowstat.schema.run)."""
-        doc = run_document(self.topo, self.run_id, self.started_wall, summary, [d.name for d in self.devices])
-        (self.run_dir / "run.json").write_text(json.dumps(doc, indent=1))
+        doc = run_document(self.topo, self.run_id, self.started_wall, summary, [d.name for d in self.devices],
+                           self.affinity())
+        # Replaced whole, never rewritten in place: the Python agent may be reading it as it starts.
+        tmp = self.run_dir / "run.json.tmp"
+        tmp.write_text(json.dumps(doc, indent=1))
+        os.replace(tmp, self.run_dir / "run.json")
 
     def agent_commands(self) -> list[tuple[str, list[str]]]:
         """The agents to start: the Python agent (it also records the run file), and the C agent
@@ -226,11 +256,12 @@ class Orchestrator:
         opts, rd = self.agent_options, self.run_dir.resolve()  # file:// URLs need absolute paths
         common = ["--run-id", self.run_id, "--endpoints", str(rd / "endpoints.json"), "--interval", str(opts.interval_s),
                   "--rescan", str(max(opts.interval_s, 1.0)), "--quiet"]
-        agents = [("agent-py", [sys.executable, "-m", "flowstat.agent", *common,
-                                "--run-file", str(rd / "samples.ndjson"), "--run-doc", str(rd / "run.json")])]
+        py_agent, c_agent_name = AGENT_NODES
+        agents = [(py_agent, [sys.executable, "-m", "flowstat.agent", *common,
+                              "--run-file", str(rd / "samples.ndjson"), "--run-doc", str(rd / "run.json")])]
         c_agent = find_c_agent()
         if c_agent is not None and opts.c_agent:
-            agents.append(("agent-c", [str(c_agent), *common]))
+            agents.append((c_agent_name, [str(c_agent), *common]))
         for name, cmd in agents:
             cmd += ["--stats", str(rd / f"{name}-stats.json"), "--spool-dir", str(rd / "spool" / name)]
             for url in opts.sinks or [f"file://{rd / f'samples-{name}.lp'}"]:
@@ -249,6 +280,8 @@ class Orchestrator:
                 proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
                                         start_new_session=True, env=env)
             self.agent_procs[name] = proc
+            self.agent_cpus[name] = self.pin(name, "agent", proc.pid)
+        self.write_run_document()  # again, with the agents' CPUs
 
     def stop_agent(self) -> dict | None:
         """Let the agents take their last samples (nodes reported DOWN) and deliver what they hold."""

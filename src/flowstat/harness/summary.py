@@ -8,6 +8,7 @@ import platform
 from typing import TYPE_CHECKING, Any
 
 from flowstat import __version__
+from flowstat.proc.procfs import format_cpu_list
 from flowstat.schema import PIPELINE_ROLES
 from flowstat.schema import run as run_schema
 from flowstat.timeutil import iso_utc_ms
@@ -131,6 +132,7 @@ def build_summary(topo: "Topology", orch: "Orchestrator", started_epoch: float) 
         "seconds": round(seconds, 3),
         "parameters": parameters(topo),
         "machine": {"host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version()},
+        "affinity": orch.affinity(),
         "nodes": nodes,
         "online": verdicts,
         "conservation": conservation,
@@ -142,15 +144,19 @@ def build_summary(topo: "Topology", orch: "Orchestrator", started_epoch: float) 
 
 def parameters(topo: "Topology") -> dict[str, Any]:
     """The run document's parameters: what the topology asked for."""
-    return {"object_type": topo.obj.kind.name, "object_bytes": topo.obj.nbytes, "object_shape": list(topo.obj.shape),
-            "producers": topo.n_producers, "rate_per_producer": topo.rate, "buffer_size": topo.buffer_size,
-            "mergers": len(topo.mergers), "producer_processes": topo.producer_processes, "duration_s": topo.duration}
+    out = {"object_type": topo.obj.kind.name, "object_bytes": topo.obj.nbytes, "object_shape": list(topo.obj.shape),
+           "producers": topo.n_producers, "rate_per_producer": topo.rate, "buffer_size": topo.buffer_size,
+           "mergers": len(topo.mergers), "producer_processes": topo.producer_processes, "duration_s": topo.duration}
+    if topo.cpus:
+        out["cpus"] = topo.cpus_text()
+    return out
 
 
 def run_document(topo: "Topology", run_id: str, started_epoch: float, summary: dict[str, Any] | None = None,
-                 nodes: list[str] | None = None) -> dict[str, Any]:
+                 nodes: list[str] | None = None, affinity: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The run as flowstat.schema.run describes it: at the start (what and where), or, given the
-    run's summary, complete (when it finished, the verdict, the figures)."""
+    run's summary, complete (when it finished, the verdict, the figures). ``affinity``: the CPUs
+    each process may run on (Orchestrator.affinity)."""
     doc: dict[str, Any] = {"run_id": run_id, "topology": topo.source, "started": iso_utc_ms(started_epoch),
                            "host": platform.node(),
                            "machine": {"cpus": os.cpu_count() or 0, "python": platform.python_version(),
@@ -160,6 +166,8 @@ def run_document(topo: "Topology", run_id: str, started_epoch: float, summary: d
         doc["description"] = topo.description
     if nodes:
         doc["nodes"] = nodes
+    if affinity:
+        doc["affinity"] = affinity
     if summary is not None:
         c = summary["conservation"]
         totals = {key: sum(n.get(key) or 0 for n in summary["nodes"])
@@ -269,6 +277,9 @@ def format_summary(s: dict[str, Any]) -> str:
     if spooled:
         lines.append(f"still spooled:  {spooled} batches a sink did not take in time; send them once it is back: "
                      f"flowstat agent --flush-spool {s['run_dir']}/spool")
+    if p.get("cpus"):
+        lines.append("pinned:         " + ", ".join(f"{a['node_id']} on CPU {format_cpu_list(a['cpus'])}"
+                                                    for a in s.get("affinity") or []))
     if s.get("agent"):
         lines.append(f"run file:       {s['agent']['run_file']}")
     if s.get("viewer_output"):

@@ -7,13 +7,16 @@ starts; every error names the file and the field.
 from __future__ import annotations
 
 import math
+import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from flowstat.proc.procfs import format_cpu_list
+from flowstat.schema.run import AFFINITY_ROLES
 from flowstat.units import parse_size
 
 from .qcobjects import DEFAULT_TREE_BRANCHES, KIND_NAMES, Kind, ObjectDesc, make_desc, shape_for_size
@@ -21,6 +24,13 @@ from .qcobjects import DEFAULT_TREE_BRANCHES, KIND_NAMES, Kind, ObjectDesc, make
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 NODE_ID_RE = RUN_ID_RE
 PRODUCERS_PER_PROCESS = 250  # one Python process sends 25k objects/s comfortably
+VIEWER_NODE = "viewer"
+AGENT_NODES = ("agent-py", "agent-c")  # the monitoring agents flowstat run starts with every run
+CPU_ROLES = AFFINITY_ROLES  # the keys of cpus: that name a role ("agent": both agents)
+
+
+def producer_process_name(index: int) -> str:
+    return f"producers-{index}"
 
 
 class TopologyError(ValueError):
@@ -64,6 +74,25 @@ class Topology:
     source: str = "<dict>"
     description: str = ""
     raw: dict = field(default_factory=dict, compare=False, repr=False)
+    # cpus: as given, by role or node name: the CPUs to pin to. Empty: nothing is pinned.
+    cpus: dict[str, frozenset[int]] = field(default_factory=dict, hash=False)  # a dict: kept out of the hash
+
+    def node_roles(self) -> dict[str, str]:
+        """Every process a run of this topology starts, by name, and its role (agents included,
+        whether or not the C agent is built)."""
+        return {VIEWER_NODE: "viewer", **{m.node_id: "merger" for m in self.mergers},
+                **{producer_process_name(i): "producer" for i in range(self.producer_processes)},
+                **{name: "agent" for name in AGENT_NODES}}
+
+    def cpus_for(self, node: str, role: str) -> frozenset[int] | None:
+        """The CPUs to pin a process to: its node's entry, else its role's; None: not pinned."""
+        return self.cpus.get(node, self.cpus.get(role))
+
+    def cpus_text(self) -> str:
+        """cpus: in one canonical line (roles in pipeline order, then nodes in start order), so
+        that runs pinned alike compare equal: "producer=0 merger=1 viewer=0 agent=0"."""
+        order = [*CPU_ROLES, *(n for n in self.node_roles() if n not in CPU_ROLES)]
+        return " ".join(f"{key}={format_cpu_list(self.cpus[key])}" for key in order if key in self.cpus)
 
     def producer_groups(self) -> list[list[int]]:
         """Logical producer ids hosted by each producer process (contiguous, balanced)."""
@@ -176,6 +205,10 @@ def _merger_specs(source: str, data: Any, n_producers: int) -> tuple[MergerSpec,
         node_id = str(f.get("id", f"merger-{i}"))
         if not NODE_ID_RE.match(node_id):
             f.fail(f"mergers[{i}].id", f"bad id {node_id!r} (letters, digits, '.', '_', '-')")
+        if node_id in CPU_ROLES or node_id in AGENT_NODES or re.fullmatch(r"producers-\d+", node_id):
+            # a node's name keys its log, its control client and its cpus: entry
+            f.fail(f"mergers[{i}].id", f"{node_id!r} is a role's name or one the harness gives its own processes "
+                                       f"({VIEWER_NODE}, producers-N, {', '.join(AGENT_NODES)})")
         ids = parse_id_ranges(f.get("producers", required=True), n_producers, f"mergers[{i}].producers", fail)
         if not ids:
             fail(f"mergers[{i}].producers", "a merger needs at least one producer")
@@ -192,9 +225,63 @@ def _merger_specs(source: str, data: Any, n_producers: int) -> tuple[MergerSpec,
     return tuple(specs)
 
 
+def _usable_cpus() -> tuple[frozenset[int], int]:
+    """The CPUs this process may run on (its affinity: the cpuset, taskset), and how many the
+    machine has; what the harness starts inherits the former."""
+    return frozenset(os.sched_getaffinity(0)), os.cpu_count() or 0
+
+
+def _cpu_set(value: Any, where: str, fail) -> frozenset[int]:
+    """CPUs given as 1, [0, 1] or "0-1,3" (as in Cpus_allowed_list), each one usable here."""
+    usable, count = _usable_cpus()
+    here = f"CPUs {format_cpu_list(usable)}"
+    if isinstance(value, bool) or not isinstance(value, (int, str, list)):
+        fail(where, f"expected CPUs such as 1, [0, 1] or \"0-1,3\", got {value!r}")
+    items = value if isinstance(value, list) else str(value).split(",")
+    cpus: set[int] = set()
+    for item in items:
+        text = str(item).strip()
+        m = re.fullmatch(r"(\d+)(?:\s*-\s*(\d+))?", text)
+        if isinstance(item, bool) or not isinstance(item, (int, str)) or not m:
+            fail(where, f"bad CPU or range {item!r} (expected CPUs such as 1, [0, 1] or \"0-1,3\")")
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if hi < lo:
+            fail(where, f"range {text} is empty")
+        if hi >= count:  # checked before expanding: "0-99999999" must not build a set
+            fail(where, f"CPU {max(lo, count)} does not exist here ({here})")
+        cpus.update(range(lo, hi + 1))
+    if not cpus:
+        fail(where, "no CPUs: a node needs at least one to run on")
+    outside = sorted(cpus - usable)
+    if outside:
+        fail(where, f"CPU {outside[0]} is not available here ({here}; the others are outside the affinity or "
+                    f"cpuset flowstat runs in)")
+    return frozenset(cpus)
+
+
+def _cpu_pins(source: str, data: Any, nodes: dict[str, str]) -> dict[str, frozenset[int]]:
+    def fail(where: str, msg: str):
+        raise TopologyError(f"{source}: {where}: {msg}")
+
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        fail("cpus", f"expected a mapping of roles or nodes to CPUs, such as {{merger: 1, producer: 0}}, got {data!r}")
+    pins = {}
+    for key, value in data.items():
+        name = str(key)
+        if name not in CPU_ROLES and name not in nodes:
+            names = list(nodes)
+            shown = ", ".join(names[:8]) + (f", ... ({len(names)} nodes)" if len(names) > 8 else "")
+            fail(f"cpus.{name}", f"neither a role ({', '.join(CPU_ROLES)}) nor a node of this topology ({shown})")
+        pins[name] = _cpu_set(value, f"cpus.{name}", fail)
+    return pins
+
+
 def from_dict(data: Any, source: str = "<dict>") -> Topology:
     top = _Fields(source, "", data, {"run_id", "description", "duration", "buffer_size", "object",
-                                     "producers", "mergers", "viewer", "merger_send_buffer", "host"})
+                                     "producers", "mergers", "viewer", "merger_send_buffer", "host",
+                                     "cpus"})
     run_id = top.get("run_id", required=True)
     if not isinstance(run_id, str) or not RUN_ID_RE.match(run_id):
         top.fail("run_id", f"expected letters, digits, '.', '_', '-' (max 100), got {run_id!r}")
@@ -217,8 +304,11 @@ def from_dict(data: Any, source: str = "<dict>") -> Topology:
     description = top.get("description", "")
     if not isinstance(description, str):
         top.fail("description", f"expected text, got {description!r}")
-    return Topology(run_id, duration, buffer_size, obj, n_producers, rate, processes, mergers,
+    topo = Topology(run_id, duration, buffer_size, obj, n_producers, rate, processes, mergers,
                     send_buffer, write_interval, host, source, description, data)
+    # The node names a cpus: key may use depend on everything above: it is read last.
+    pins = _cpu_pins(source, top.get("cpus", None), topo.node_roles())
+    return replace(topo, cpus=pins) if pins else topo
 
 
 def load(path: str | Path) -> Topology:

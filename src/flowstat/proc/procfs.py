@@ -1,4 +1,4 @@
-"""Reading a process's memory and CPU from /proc.
+"""Reading a process's memory and CPU from /proc, and pinning it to CPUs.
 
 /proc/PID/status is parsed by key, never by line number: the set and order of its lines
 changes between kernels.
@@ -144,3 +144,42 @@ def tree_cpu_seconds(pid: int) -> float:
         except ProcessGone:
             pass
     return total
+
+
+def format_cpu_list(cpus) -> str:
+    """CPU numbers as the kernel writes them in Cpus_allowed_list: ascending ranges, "0-1,3"."""
+    out: list[str] = []
+    for c in sorted(cpus):
+        if out and out[-1][1] == c - 1:
+            out[-1] = (out[-1][0], c)
+        else:
+            out.append((c, c))
+    return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in out)
+
+
+def pin_threads(pid: int, cpus) -> set[int]:
+    """Restrict every thread of process ``pid`` to ``cpus``; return the process's affinity as the
+    kernel then reports it.
+
+    Affinity belongs to each thread, and a thread inherits its creator's when it is created, so
+    setting the threads that exist is enough once none appears unset: the listing is repeated
+    until it shows no thread not yet set (one created while the others were being set would
+    otherwise keep the old affinity). Raises ProcessLookupError when the process is gone, OSError
+    (EINVAL) when the kernel allows none of ``cpus`` (offline, or outside the cpuset)."""
+    done: set[int] = set()
+    while True:
+        try:
+            tids = {int(t) for t in os.listdir(f"/proc/{pid}/task")}
+        except FileNotFoundError:
+            raise ProcessLookupError(pid) from None
+        new = tids - done
+        if not new:
+            return os.sched_getaffinity(pid)
+        for tid in sorted(new):
+            try:
+                os.sched_setaffinity(tid, cpus)
+            except ProcessLookupError:
+                if tid == pid:
+                    raise
+                # a thread that ended between the listing and now
+        done |= new

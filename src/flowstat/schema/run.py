@@ -60,6 +60,11 @@ def measurement() -> str:
     return schema()["x-measurement"]
 
 
+# The roles a run's processes have: the pipeline's and the monitoring agents' (a topology's cpus
+# keys them by role, the run document's affinity records them).
+AFFINITY_ROLES: tuple[str, ...] = tuple(schema()["properties"]["affinity"]["items"]["properties"]["role"]["enum"])
+
+
 def validate(doc: dict) -> list[str]:
     """Everything wrong with a run document, naming the field by its path; [] when it conforms."""
     errors = problems(doc, schema())

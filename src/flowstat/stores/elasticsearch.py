@@ -132,13 +132,14 @@ class Elasticsearch(Writer):
 def mapping(props: dict) -> dict:
     """An explicit Elasticsearch mapping of a schema's properties: keyword for strings, date for
     date-times, long/double/boolean as the schema says, objects field by field; an array maps as
-    its items do."""
+    its items do (an array of objects as one object: not nested, its items' fields are searched
+    together)."""
     out = {}
     for name, p in props.items():
-        if p["type"] == "object":
-            out[name] = {"properties": mapping(p["properties"])}
+        leaf = p["items"] if p["type"] == "array" else p
+        if leaf["type"] == "object":
+            out[name] = {"properties": mapping(leaf["properties"])}
         else:
-            leaf = p["items"] if p["type"] == "array" else p
             out[name] = DATE if leaf.get("format") == "date-time" else ES_TYPES[leaf["type"]]
     return out
 
