@@ -9,8 +9,9 @@ never in it: a merger that catches up only then was not online.
 A merger is online when, over the steady state,
   1. it merged at least RATE_RATIO_MIN of what its producers sent (totals over the window);
   2. the p99 of its input latency stayed under LATENCY_P99_BOUND_MS every second, and did not grow:
-     its mean over the window's last third is not more than the first third's plus
-     max(LATENCY_GROWTH_MIN_MS, the first third's mean);
+     its least-squares slope over the window is at most LATENCY_SLOPE_LIMIT_MS_PER_S, or the rise
+     it makes over the window at most LATENCY_GROWTH_MIN_MS (a queue that grows by a tenth of the
+     offered rate adds 100 ms of waiting every second; jitter of a merger that keeps up is a few ms);
   3. its VmRSS did not grow over the window's second half: least-squares slope at most
      RSS_SLOPE_LIMIT_MB_PER_MIN, or a growth under the noise floor (what its producers' objects
      held for one merge can add, at least RSS_NOISE_MIN_MB);
@@ -30,6 +31,7 @@ STARTUP_FRACTION = 0.1
 MIN_READINGS = 5
 RATE_RATIO_MIN = 0.95
 LATENCY_P99_BOUND_MS = 1000.0
+LATENCY_SLOPE_LIMIT_MS_PER_S = 10.0
 LATENCY_GROWTH_MIN_MS = 20.0
 RSS_SLOPE_LIMIT_MB_PER_MIN = 10.0
 RSS_NOISE_MIN_MB = 16.0
@@ -106,7 +108,9 @@ class OnlineJudge:
         offered, merged = last.offered - first.offered, last.merged - first.merged
         ratio = merged / offered if offered > 0 else None
         refusals = last.refusals - first.refusals
-        p99s = [r.latency_p99_ms for r in steady[1:] if r.latency_p99_ms is not None]
+        p99_points = [(r.t, r.latency_p99_ms) for r in steady[1:] if r.latency_p99_ms is not None]
+        p99s = [v for _, v in p99_points]
+        p99_slope = _slope_per_s(p99_points) if len(p99_points) >= 2 else 0.0
         third = max(1, len(p99s) // 3)
         p99_first, p99_last = _mean(p99s[:third]), _mean(p99s[-third:])
         second_half = [r for r in steady if r.t >= first.t + span / 2 and r.vmrss_kb is not None]
@@ -122,6 +126,7 @@ class OnlineJudge:
             "latency_p99_ms_worst_second": max(p99s) if p99s else None,
             "latency_p99_ms_first_third": round(p99_first, 3) if p99_first is not None else None,
             "latency_p99_ms_last_third": round(p99_last, 3) if p99_last is not None else None,
+            "latency_p99_slope_ms_per_s": round(p99_slope, 3),
             "latency_max_ms": max((r.latency_max_ms for r in steady[1:] if r.latency_max_ms is not None), default=None),
             "vmrss_slope_mb_per_min": round(rss_slope, 2) if rss_slope is not None else None,
             "in_flight_max": max(r.in_flight for r in steady),
@@ -137,8 +142,10 @@ class OnlineJudge:
         else:
             if max(p99s) > LATENCY_P99_BOUND_MS:
                 why.append(f"input latency p99 reached {max(p99s):,.0f} ms (bound {LATENCY_P99_BOUND_MS:,.0f} ms)")
-            if p99_last - p99_first > max(LATENCY_GROWTH_MIN_MS, p99_first):
-                why.append(f"input latency p99 grew from {p99_first:,.1f} ms to {p99_last:,.1f} ms")
+            rise = p99_slope * (p99_points[-1][0] - p99_points[0][0])
+            if p99_slope > LATENCY_SLOPE_LIMIT_MS_PER_S and rise > LATENCY_GROWTH_MIN_MS:
+                why.append(f"input latency p99 grew from {p99_first:,.1f} ms to {p99_last:,.1f} ms "
+                           f"({p99_slope:,.0f} ms per second)")
         if rss_slope is not None and rss_slope > RSS_SLOPE_LIMIT_MB_PER_MIN and rss_growth > rss_noise:
             why.append(f"VmRSS grew {rss_slope:,.1f} MB/min over the second half")
         saturated = offered > 0 and refusals > REFUSALS_MAX * offered
