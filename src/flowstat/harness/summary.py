@@ -242,7 +242,7 @@ def format_summary(s: dict[str, Any]) -> str:
         f"{format_size(p['object_bytes'])}, buffer {p['buffer_size']}, {p['mergers']} merger(s)",
         "",
         f"{'node':<16} {'role':<9} {'sent':>11} {'received':>11} {'merged':>11} {'overloads':>9} "
-        f"{'gaps':>5} {'avg merge ms':>12} {'merged/s':>10} {'latency p99':>11}",
+        f"{'gaps':>5} {'avg merge ms':>12} {'merged/s':>10} {'p99 wait ms':>11}",
     ]
     for n in s["nodes"]:
         overloads = (n.get("send_overload_events") or 0) + (n.get("receive_overload_events") or 0)
@@ -250,8 +250,9 @@ def format_summary(s: dict[str, Any]) -> str:
             f"{n['node_id']:<16} {n['role']:<9} {_fmt(n.get('objects_sent')):>11} {_fmt(n.get('objects_received')):>11} "
             f"{_fmt(n.get('objects_merged')):>11} {overloads:>9,} {_fmt(n.get('sequence_gaps')):>5} "
             f"{_fmt(n.get('average_merge_time'), 4):>12} {_fmt(n.get('merged_objects_per_second_steady'), 1):>10} "
-            f"{_fmt((n.get('input_latency') or {}).get('input_latency_p99_ms'), 1):>8} ms")
-    lines.append("(merged/s: in the steady state, start-up and drain excluded; latency: whole run, sent -> taken)")
+            f"{_fmt((n.get('input_latency') or {}).get('input_latency_p99_ms'), 1):>11}")
+    lines.append("(merged/s: in the steady state, start-up and drain excluded; p99 wait: input latency, sent -> taken, "
+                 "whole run)")
     for merger, v in (s.get("online") or {}).items():
         lines.append(format_verdict(merger, v))
     c = s["conservation"]
