@@ -25,6 +25,7 @@ Header::
 
 from __future__ import annotations
 
+import functools
 import struct
 from typing import NamedTuple
 
@@ -79,6 +80,7 @@ def descriptor_bytes(desc: ObjectDesc) -> bytes:
     return raw + b"\0" * (_align8(FIXED.size + len(raw)) - FIXED.size - len(raw))
 
 
+@functools.lru_cache(maxsize=64)
 def header_records(length: int) -> np.dtype:
     """FIXED as a numpy record of ``length`` bytes: a block of messages of that length, joined, is an
     array of these, which parses every header of the block at once (Merger.on_batch)."""
