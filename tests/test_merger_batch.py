@@ -39,6 +39,7 @@ class Pair:
             self.mergers.append(Merger({"node_id": "m", "index": 0, "producers": producers, "buffer_size": 1000,
                                         "send_buffer": 100_000, "viewer_endpoint": f"tcp://127.0.0.1:{port}"}))
         self.one, self.batched = self.mergers
+        self.pushers = []
         self.taken_at_once = 0  # objects the batched merger took a run at a time
         take_run = self.batched.take_run
 
@@ -86,7 +87,17 @@ class Pair:
                 assert entries_of(da, xb) == hb.entries
         return got_b
 
+    def pusher(self):
+        """A PUSH socket to the batched merger (closed with the pair, even when a test fails)."""
+        push = self.ctx.socket(zmq.PUSH)
+        push.setsockopt(zmq.LINGER, 0)
+        push.connect(self.batched.data_endpoint)
+        self.pushers.append(push)
+        return push
+
     def close(self):
+        for push in self.pushers:
+            push.close(0)
         for m in self.mergers:
             m.out.close(0)
             m.data.close(0)
@@ -229,15 +240,13 @@ def test_received_from_the_socket_in_batches(pair_of):
             *rounds(H1, [10, 11], range(301, 400)), obj(TREE, 10, 400), obj(TREE, 11, 400),
             wire.encode_eos(10, 401), wire.encode_eos(11, 401)]
     m = pair.batched
-    push = pair.ctx.socket(zmq.PUSH)
-    push.connect(m.data_endpoint)
+    push = pair.pusher()
     for msg in msgs:
         push.send_multipart(msg.frames if isinstance(msg, Multipart) else [msg])
     deadline = time.monotonic() + 10
     while m.objects_received + m.malformed + m.eos_seen < len(msgs) and time.monotonic() < deadline:
         if m.data.poll(100):
             m.drain_input()
-    push.close(0)
     pair.feed_one(msgs)
     got = pair.assert_same()
     assert (m.malformed, m.eos_seen, m.gaps, m.objects_received) == (1, 2, 0, 802)
@@ -252,8 +261,7 @@ def test_a_turn_of_reading_ends_in_time_for_the_control_socket(pair_of, monkeypa
     producers = list(range(8))
     pair = pair_of(producers)
     m = pair.batched
-    push = pair.ctx.socket(zmq.PUSH)
-    push.connect(m.data_endpoint)
+    push = pair.pusher()
     for msg in rounds(H1, producers, range(100)):
         push.send(msg)
     deadline = time.monotonic() + 10
@@ -268,4 +276,3 @@ def test_a_turn_of_reading_ends_in_time_for_the_control_socket(pair_of, monkeypa
         if m.data.poll(100):
             m.drain_input()
     assert m.objects_received == 800 and not m.receive_overloaded() and m.merges == 100
-    push.close(0)
