@@ -36,6 +36,7 @@ from .qcobjects import DTYPE, Kind, ObjectDesc
 MAGIC = b"FSQ1"
 FIXED = struct.Struct("<4sBBHIQddIHH")
 STAMP = struct.Struct("<IQdd")  # source, seq, entries, t_sent: what a producer patches in a pooled object
+RESTAMP = struct.Struct("<IQddI")  # the same and n_inputs: what a merger patches in its merged objects' header
 OFF_SOURCE = 8
 FLAG_EOS = 1  # end of stream: no more objects from this source
 FLAG_PAYLOAD_FRAME = 2  # the payload is frame 1, not inline

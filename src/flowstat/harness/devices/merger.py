@@ -65,8 +65,8 @@ class Slot:
     """
 
     __slots__ = ("desc", "kind", "ndim", "nbytes", "is_tree", "descriptor", "payload_offset", "message_length",
-                 "static_columns", "static_words", "total", "arrays", "held", "held_from", "entries", "n_inputs",
-                 "merge_ns")
+                 "static_columns", "static_words", "merged_header", "total", "arrays", "held", "held_from", "entries",
+                 "n_inputs", "merge_ns")
 
     def __init__(self, desc, producers: int):
         self.desc = desc
@@ -80,6 +80,9 @@ class Slot:
         header = wire.encode_header(desc, source=0, seq=0, entries=0.0, inline=True, descriptor=self.descriptor)
         self.static_columns = np.r_[0:2, 10:self.payload_offset // 4]
         self.static_words = np.frombuffer(header, "<u4")[self.static_columns]
+        # The header of its merged histograms when inline, re-stamped for each (see encode).
+        self.merged_header = bytearray(wire.encode_header(desc, source=0, seq=0, entries=0.0, flags=wire.FLAG_MERGED,
+                                                          inline=True, descriptor=self.descriptor))
         self.held_from = np.zeros(producers, np.int64)
         self.reset()
 
@@ -176,6 +179,9 @@ class Slot:
         return done
 
     def encode(self, m: Merged, source: int, seq: int) -> list:
+        if not self.is_tree and self.nbytes <= wire.INLINE_LIMIT:  # the rule: patch the header, one copy
+            wire.RESTAMP.pack_into(self.merged_header, wire.OFF_SOURCE, source, seq, m.entries, time.time(), m.n_inputs)
+            return [b"".join((self.merged_header, m.data))]
         # Histograms keep their shape; a merged tree holds the entries of all its inputs.
         if self.is_tree:
             desc, descriptor = dataclasses.replace(self.desc, shape=m.data.shape), None
@@ -663,7 +669,10 @@ class Merger(Node):
         until downstream is abandoned (SIGUSR1, or the orchestrator is gone)."""
         while True:
             try:
-                self.out.send_multipart(frames, zmq.NOBLOCK, copy=len(frames) == 1)
+                if len(frames) == 1:
+                    self.out.send(frames[0], zmq.NOBLOCK)
+                else:
+                    self.out.send_multipart(frames, zmq.NOBLOCK, copy=False)
                 self.send_is_overloaded = False
                 return
             except zmq.Again:

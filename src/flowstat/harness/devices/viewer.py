@@ -65,15 +65,16 @@ class Viewer(Node):
         }
 
     def on_message(self, frames: list) -> None:
+        """One merged object (``frames``: its frames, bytes or buffers)."""
         try:
-            h = wire.decode_header(frames[0].buffer)
+            h = wire.decode_header(frames[0])
             if not 0 <= h.source < self.n_mergers:
                 raise wire.WireError(f"unknown merger index {h.source}")
             if h.flags & wire.FLAG_EOS:
                 self.eos[h.source] = True
                 return
             desc = self.descs.get(h.desc_key) or self.descs.setdefault(h.desc_key, wire.parse_descriptor(h.desc_key))
-            data = wire.payload_array(desc, h, [f.buffer for f in frames])
+            data = wire.payload_array(desc, h, frames)
         except (wire.WireError, ValueError) as exc:
             self.malformed += 1
             log.error("%s: dropped malformed message: %s", self.node_id, exc)
@@ -84,7 +85,7 @@ class Viewer(Node):
         if h.t_sent:
             self.sent_stamps.append(h.t_sent)
         self.objects_received += 1
-        self.bytes_received += sum(len(f.buffer) for f in frames)
+        self.bytes_received += sum(len(f) for f in frames)
         self.inputs_received += h.n_inputs
         self.entries_received += h.entries
         if entries_of(desc, data) != h.entries:
@@ -111,11 +112,17 @@ class Viewer(Node):
             log.error("%s: cannot write %s: %s", self.node_id, self.output, exc)
 
     def read_batch(self) -> None:
+        recv, flag = self.data.recv, wire.FLAG_PAYLOAD_FRAME
         for _ in range(CHUNK):
             try:
-                frames = self.data.recv_multipart(zmq.NOBLOCK, copy=False)
+                buf = recv(zmq.NOBLOCK)
             except zmq.Again:
                 break
+            frames = [buf]
+            # Only a large object's header (or something malformed) is followed by more frames: the
+            # socket is asked only then, as asking costs more than receiving a small object.
+            if (len(buf) < wire.FIXED.size or buf[6] & flag) and self.data.getsockopt(zmq.RCVMORE):
+                frames.extend(f.buffer for f in self.data.recv_multipart(copy=False))
             self.on_message(frames)
         self.latency.record(self.sent_stamps, time.time())
         self.sent_stamps.clear()
