@@ -203,6 +203,9 @@ class Multipart:
     def __len__(self) -> int:
         return 0
 
+    def __bool__(self) -> bool:  # not empty for all that
+        return True
+
 
 @dataclasses.dataclass
 class Batch:
