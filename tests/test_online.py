@@ -88,6 +88,11 @@ def test_a_merger_that_falls_behind_is_not_online_and_says_why(case, words):
     assert v["online"] is False and any(words in w for w in v["why"]), v["why"]
 
 
+def test_a_queue_left_by_start_up_that_drains_in_the_first_half_is_not_falling_behind():
+    v = judged(readings(p99=lambda t: max(5.0, 2500.0 - 250 * t)))
+    assert v["online"] is True, v["why"]
+
+
 def test_latency_jitter_is_not_growth():
     v = judged(readings(p99=lambda t: 5.0 + 6 * (t % 3)))
     assert v["online"] is True, v["why"]
