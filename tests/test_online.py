@@ -199,3 +199,11 @@ def test_a_merger_that_cannot_keep_up_is_reported_behind_with_latency_growing(ru
     doc = json.loads((runs_dir / s["run_id"] / "run.json").read_text())
     assert doc["verdict"]["online"] is False and doc["verdict"]["not_online"][0].startswith("merger-0: behind")
     assert doc["verdict"]["ok"]  # the verdict is information: a lossless run is ok
+
+
+@pytest.mark.parametrize("garbage", ["130", -5, 1.5, True, None])
+def test_a_bad_upstream_count_is_ignored_and_keeps_the_last_good_one(merger, garbage):
+    m, _ = merger
+    m.answer(b"monitor", "get-metrics", {"command": "get-metrics", "upstream_sent": 7}, None)
+    reply = m.answer(b"monitor", "get-metrics", {"command": "get-metrics", "upstream_sent": garbage}, None)
+    assert "error" not in reply and reply["objects_in_flight"] == 7

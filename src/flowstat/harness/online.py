@@ -24,6 +24,7 @@ Fewer than MIN_READINGS readings in the steady state: no verdict (None).
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,15 +69,15 @@ def reading(reply: dict[str, Any], t: float, offered: int, refusals: int) -> Rea
 
 
 def _slope_per_s(points: list[tuple[float, float]]) -> float:
-    n = len(points)
-    mt = sum(t for t, _ in points) / n
-    mv = sum(v for _, v in points) / n
-    var = sum((t - mt) ** 2 for t, _ in points)
-    return sum((t - mt) * (v - mv) for t, v in points) / var if var > 0 else 0.0
+    """Least-squares slope of (t, value) points, per second."""
+    try:
+        return statistics.linear_regression([t for t, _ in points], [v for _, v in points]).slope
+    except statistics.StatisticsError:  # fewer than two points, or all at one time
+        return 0.0
 
 
 def _mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None
+    return statistics.fmean(values) if values else None
 
 
 class OnlineJudge:
@@ -111,7 +112,7 @@ class OnlineJudge:
         refusals = last.refusals - first.refusals
         p99_points = [(r.t, r.latency_p99_ms) for r in steady[1:] if r.latency_p99_ms is not None]
         p99s = [v for _, v in p99_points]
-        p99_slope = _slope_per_s(p99_points) if len(p99_points) >= 2 else 0.0
+        p99_slope = _slope_per_s(p99_points)
         third = max(1, len(p99s) // 3)
         p99_first, p99_last = _mean(p99s[:third]), _mean(p99s[-third:])
         second_half = [r for r in steady if r.t >= first.t + span / 2 and r.vmrss_kb is not None]
@@ -160,11 +161,7 @@ class OnlineJudge:
 
 
 def _median(values: list[float]) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    mid = len(s) // 2
-    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+    return statistics.median(values) if values else None
 
 
 def short(verdict: dict[str, Any]) -> str:
