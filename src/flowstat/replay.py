@@ -210,6 +210,7 @@ def run_document(report: FileReport) -> dict:
     for key, value in (("started", report.first_time), ("finished", report.last_time), ("host", report.host),
                        ("nodes", sorted(report.nodes))):
         doc.setdefault(key, value)
+    doc.setdefault("label", run_schema.label(doc))
     doc["samples"] = report.good
     errors = run_schema.validate(doc)
     if errors:  # what the samples filled in is ours: a bug, not the user's data
@@ -255,8 +256,12 @@ def replay(paths: list[Path], targets: dict[str, tuple[str, str]], *, rebase: bo
         raise ReplayError(str(exc)) from None
     finally:
         results = {name: p.close(abort=not finished) for name, p in procs.items()}
-        for w in writers.values():
-            w.close()
+        try:
+            if finished and not any(r.get("error") for r in results.values()):
+                _loaded(reports, writers)
+        finally:
+            for w in writers.values():
+                w.close()
     for name, result in results.items():
         if result.get("error"):
             raise ReplayError(result["error"])
@@ -266,6 +271,21 @@ def replay(paths: list[Path], targets: dict[str, tuple[str, str]], *, rebase: bo
                               f"documents ({result['reasons'][0] if result['reasons'] else 'no reason given'}); "
                               f"everything else is stored")
     return reports
+
+
+def _loaded(reports: list[FileReport], writers: dict) -> None:
+    """Tell each store which runs it now holds (InfluxDB rolls them up)."""
+    for report in reports:
+        if not report.good:
+            continue
+        start = schema.time_ns(report.first_time)  # already moved by --rebase-time
+        end = schema.time_ns(report.last_time)
+        for w in writers.values():
+            try:
+                w.loaded(start, end)
+            except (RuntimeError, stores.StoreDown, OSError) as exc:
+                raise ReplayError(f"{report.path}: the samples are stored, but {w.title} could not roll them "
+                                  f"up: {exc}") from None
 
 
 # -- the command --------------------------------------------------------------------------------

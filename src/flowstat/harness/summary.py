@@ -162,6 +162,7 @@ def run_document(topo: "Topology", run_id: str, started_epoch: float, summary: d
                            "machine": {"cpus": os.cpu_count() or 0, "python": platform.python_version(),
                                        "flowstat_version": __version__},
                            "parameters": parameters(topo)}
+    doc["label"] = run_schema.label(doc)
     if topo.description:
         doc["description"] = topo.description
     if nodes:

@@ -77,6 +77,28 @@ def validate(doc: dict) -> list[str]:
     return errors
 
 
+LABEL_SEPARATOR = " | "  # between the run id and the rest of a label: Grafana's run variable splits there
+
+
+def _size_text(nbytes: int) -> str:
+    for unit, size in (("MB", 1_000_000), ("kB", 1000)):
+        if nbytes >= size:
+            return f"{nbytes / size:g} {unit}"
+    return f"{nbytes} B"
+
+
+def label(doc: dict) -> str:
+    """The run's ``label``: its id, then what was run (or where, for a run without parameters)."""
+    p = doc.get("parameters") or {}
+    if {"producers", "rate_per_producer", "object_type", "object_bytes", "buffer_size", "mergers"} <= p.keys():
+        rate = f"{p['rate_per_producer']:g}/s" if p["rate_per_producer"] else "unthrottled"
+        what = (f"{p['producers']} x {rate} {p['object_type']} {_size_text(p['object_bytes'])}, "
+                f"buffer {p['buffer_size']}, {p['mergers']} merger{'s' if p['mergers'] != 1 else ''}")
+    else:
+        what = f"recorded on {doc.get('host', 'an unknown host')}"
+    return f"{doc['run_id']}{LABEL_SEPARATOR}{what}"
+
+
 def _get(doc: dict, path: tuple[str, ...]):
     for key in path:
         if not isinstance(doc, dict) or key not in doc:

@@ -81,6 +81,11 @@ class InfluxDB(Writer):
             raise RuntimeError(f"influxdb {statement[:60]!r}: {errors[0] if errors else resp.text[:300]}")
         return body
 
+    def loaded(self, start_ns: int, end_ns: int) -> None:
+        """Roll the replayed samples up (continuous queries only roll up recent buckets)."""
+        for statement in backfill_statements(start_ns, end_ns, self.target):
+            self.query(statement, self.target)
+
     def install(self) -> list[str]:
         """Create the database and retention policies; (re)create the continuous queries so that their
         definitions follow this version."""
@@ -113,8 +118,13 @@ def rollup_fields() -> list[str]:
     return [f.name for f in schema.fields() if f.rollup == "sum"]
 
 
-def statements(db: str = DATABASE) -> list[str]:
-    """Database, retention policies and continuous queries, in order.
+RAW_POLICY, ROLLUP_POLICY = "raw", "rollup"
+ROLLUP_BUCKETS = (("10s", "1m"), ("1m", "5m"))  # each rollup's bucket, and how far back its totals resample
+
+
+def rollup_queries(db: str = DATABASE) -> list[tuple[str, str, str]]:
+    """Each rollup step as (continuous query name, its RESAMPLE clause or '', its SELECT ... INTO
+    ... FROM ... GROUP BY ...), in the order they must run.
 
     Rollups happen in two steps, as dateStat aggregated: per node, the mean of each bucket
     (flowstat_node_10s, _1m); then per run, role and agent, the sum over nodes of those means
@@ -124,14 +134,27 @@ def statements(db: str = DATABASE) -> list[str]:
     """
     totals = ", ".join(f'sum("mean_{f}") AS "{f}"' for f in rollup_fields())
     node = schema.measurement()
-    out = [f'CREATE DATABASE "{db}"',
-           f'CREATE RETENTION POLICY "raw" ON "{db}" DURATION 30d REPLICATION 1 DEFAULT',
-           f'CREATE RETENTION POLICY "rollup" ON "{db}" DURATION 730d REPLICATION 1']
-    for every, resample in (("10s", "1m"), ("1m", "5m")):
-        out.append(f'CREATE CONTINUOUS QUERY "{node}_{every}" ON "{db}" BEGIN SELECT mean(*) INTO '
-                   f'"{db}"."rollup"."{node}_{every}" FROM "{db}"."raw"."{node}" '
-                   f'GROUP BY time({every}), * END')
-        out.append(f'CREATE CONTINUOUS QUERY "flowstat_total_{every}" ON "{db}" RESAMPLE EVERY {every} FOR {resample} '
-                   f'BEGIN SELECT {totals} INTO "{db}"."rollup"."flowstat_total_{every}" '
-                   f'FROM "{db}"."rollup"."{node}_{every}" GROUP BY time({every}), "run_id", "role", "agent" END')
+    out = []
+    for every, resample in ROLLUP_BUCKETS:
+        out.append((f"{node}_{every}", "", f'SELECT mean(*) INTO "{db}"."{ROLLUP_POLICY}"."{node}_{every}" '
+                                           f'FROM "{db}"."{RAW_POLICY}"."{node}" GROUP BY time({every}), *'))
+        out.append((f"flowstat_total_{every}", f"RESAMPLE EVERY {every} FOR {resample} ",
+                    f'SELECT {totals} INTO "{db}"."{ROLLUP_POLICY}"."flowstat_total_{every}" '
+                    f'FROM "{db}"."{ROLLUP_POLICY}"."{node}_{every}" GROUP BY time({every}), "run_id", "role", "agent"'))
     return out
+
+
+def statements(db: str = DATABASE) -> list[str]:
+    """Database, retention policies and continuous queries (the rollups), in order."""
+    return [f'CREATE DATABASE "{db}"',
+            f'CREATE RETENTION POLICY "{RAW_POLICY}" ON "{db}" DURATION 30d REPLICATION 1 DEFAULT',
+            f'CREATE RETENTION POLICY "{ROLLUP_POLICY}" ON "{db}" DURATION 730d REPLICATION 1',
+            *(f'CREATE CONTINUOUS QUERY "{name}" ON "{db}" {resample}BEGIN {select} END'
+              for name, resample, select in rollup_queries(db))]
+
+
+def backfill_statements(start_ns: int, end_ns: int, db: str = DATABASE) -> list[str]:
+    """The rollups' queries over [start, end], whole buckets: continuous queries only ever roll up
+    the last buckets, so replayed (past) samples are rolled up by running these once."""
+    span = f"time >= {start_ns - start_ns % 60_000_000_000} AND time < {end_ns - end_ns % 60_000_000_000 + 60_000_000_000}"
+    return [select.replace(" GROUP BY ", f" WHERE {span} GROUP BY ", 1) for _, _, select in rollup_queries(db)]

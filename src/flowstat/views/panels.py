@@ -1,0 +1,216 @@
+"""The views, defined once: which metric each panel shows, how it is aggregated and grouped.
+
+Grafana dashboards, Kibana saved objects and the report are generated from these definitions
+(flowstat.views.grafana, .kibana); field names and units come from the schemas, never restated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from flowstat import schema
+from flowstat.schema import run as run_schema
+
+# How a metric is reduced per time bucket. "mean", "max" and "last" are what they say; "rate" is
+# the per-second increase of a counter (cumulative since the node started), "increase" its
+# increase per bucket.
+AGGREGATIONS = ("mean", "max", "last", "rate", "increase")
+KINDS = ("timeseries", "stat", "table", "bargauge", "state-timeline")
+
+NODE = "node"  # the sample schema's measurement (flowstat_node)
+RUN = "run"  # the run document (flowstat_run, flowstat-runs)
+AGENT = "agent"  # the agents' self-samples (flowstat_agent)
+
+ONE_CORE_HZ = 1e6  # cpu_clock_hz of one fully busy core (the sample schema's unit says so)
+
+# The schemas' x-unit, as Grafana names it (https://grafana.com/docs/grafana/latest/panels-visualizations/
+# configure-standard-options/#unit); an x-unit missing here is a test failure, not a silent "none".
+GRAFANA_UNITS = {"kB": "deckbytes", "Hz (10^6 = one full core)": "hertz", "ms": "ms", "1/s": "suffix: obj/s",
+                 "bytes": "decbytes", "messages": "suffix: msg", "s": "s", "MB/min": "suffix: MB/min",
+                 "ISO-8601 UTC, ms": "dateTimeAsIso"}
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One series per group: a schema field reduced by ``agg`` and multiplied by ``scale``."""
+
+    field: str
+    agg: str = "mean"
+    scale: float = 1.0
+    unit: str | None = None  # a Grafana unit when the schema's would be wrong (a scaled or rated field)
+    label: str = ""  # how the series is named when a panel holds several metrics
+    minus: str | None = None  # a field of the same source subtracted from this one (same aggregation)
+
+    def __post_init__(self) -> None:
+        if self.agg not in AGGREGATIONS:
+            raise ValueError(f"metric {self.field}: aggregation {self.agg!r} is not one of {AGGREGATIONS}")
+
+
+@dataclass(frozen=True)
+class Panel:
+    title: str
+    metrics: tuple[Metric, ...]
+    kind: str = "timeseries"
+    source: str = NODE  # node, run or agent
+    group: tuple[str, ...] = ("node_id",)  # the tags a series is per
+    description: str = ""
+    width: int = 12  # of Grafana's 24 columns
+    rollup: bool = False  # from the InfluxDB rollup (sums over nodes per 10 s) instead of the raw samples
+    where: tuple[tuple[str, str], ...] = ()  # fixed tag or field conditions (field, value)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"panel {self.title!r}: kind {self.kind!r} is not one of {KINDS}")
+
+
+@dataclass(frozen=True)
+class Row:
+    title: str
+    panels: tuple[Panel, ...]
+
+
+@dataclass(frozen=True)
+class View:
+    uid: str
+    title: str
+    description: str
+    rows: tuple[Row, ...]
+    variables: tuple[str, ...] = field(default=())  # run, runs, role, node, agent, param
+
+    def panels(self) -> list[Panel]:
+        return [p for r in self.rows for p in r.panels]
+
+
+# -- units --------------------------------------------------------------------------------------
+
+def _schema_unit(source: str, name: str) -> str | None:
+    if source == RUN:
+        return next((leaf.unit for leaf in run_schema.leaves() if leaf.name == name), None)
+    props = agent_fields() if source == AGENT else {f.name: f.unit for f in schema.fields()}
+    return props.get(name)
+
+
+def grafana_unit(panel: Panel, metric: Metric) -> str:
+    if metric.unit:
+        return metric.unit
+    unit = _schema_unit(panel.source, metric.field)
+    return GRAFANA_UNITS[unit] if unit else "none"
+
+
+@lru_cache(maxsize=1)
+def agent_fields() -> dict[str, str | None]:
+    """The agents' self-sample fields and their units (agent.schema.json); empty before it exists."""
+    try:
+        from flowstat.schema import agent as agent_schema
+    except ImportError:
+        return {}
+    return {f.name: f.unit for f in agent_schema.fields()}
+
+
+# -- the views ----------------------------------------------------------------------------------
+
+def _series(title: str, name: str, agg: str = "mean", **kw) -> Panel:
+    return Panel(title, (Metric(name, agg, **{k: v for k, v in kw.items() if k in ("scale", "unit")}),),
+                 **{k: v for k, v in kw.items() if k not in ("scale", "unit")})
+
+
+RATE = "suffix: obj/s"
+
+RUN_VIEW = View(
+    "flowstat-run", "flowstat: run",
+    "One run, node by node: pick the run (newest first), the agent whose samples to show, the roles and nodes.",
+    (
+        Row("The run", (
+            Panel("Parameters", tuple(Metric(n, "last") for n in (
+                "producers", "rate_per_producer", "object_bytes", "buffer_size", "mergers", "duration_s")),
+                  kind="stat", source=RUN, group=(), width=12,
+                  description="What the run was asked to do (the run document's parameters)."),
+            Panel("Verdicts", (Metric("conserved", "last", label="no loss"), Metric("online", "last", label="online"),
+                               Metric("ok", "last", label="run ok")),
+                  kind="stat", source=RUN, group=(), width=6,
+                  description="no loss: every object sent was received and merged in; online: every merger "
+                              "kept up in the steady state (docs/harness.md)."),
+            Panel("Lost and steady rate", (Metric("objects_sent", "last", label="lost objects", unit="none",
+                                                  minus="objects_received"),
+                                           Metric("steady_merged_objects_per_second", "last", label="merged/s steady")),
+                  kind="stat", source=RUN, group=(), width=6,
+                  description="lost: objects sent minus objects received; merged/s in the steady state."),
+        )),
+        Row("CPU and memory", (
+            _series("CPU clock", "cpu_clock_hz", description="CPU time per second, in Hz (10^6 Hz = one full core)."),
+            _series("CPU, % of one core", "cpu_clock_hz", scale=100 / ONE_CORE_HZ, unit="percent"),
+            _series("VmRSS", "vmrss_kb", description="Resident memory (/proc/PID/status VmRSS)."),
+            _series("Threads", "threads"),
+        )),
+        Row("Merging", (
+            _series("Average merge time", "average_merge_time_ms", where=(("role", "merger"),)),
+            _series("Merged objects/s", "merged_objects_per_second", where=(("role", "merger"),)),
+            _series("Input latency p99", "input_latency_p99_ms",
+                    description="How long objects waited between being sent and being taken (p99 per sample)."),
+            _series("Objects in flight", "objects_in_flight", "max", where=(("role", "merger"),),
+                    description="Sent to the merger and not yet received: a lower bound of its queue."),
+        )),
+        Row("Flow", (
+            Panel("Objects in and out", (Metric("objects_received", "rate", unit=RATE, label="in"),
+                                         Metric("objects_sent", "rate", unit=RATE, label="out")),
+                  description="Per second, from the nodes' cumulative counters."),
+            Panel("Bytes in and out", (Metric("bytes_received", "rate", unit="Bps", label="in"),
+                                       Metric("bytes_sent", "rate", unit="Bps", label="out"))),
+        )),
+        Row("Buffers", (
+            Panel("Buffer overload events", (Metric("send_overload_events", "increase", label="send", unit="none"),
+                                             Metric("receive_overload_events", "increase", label="receive",
+                                                    unit="none")),
+                  description="New overload events per interval: a send refused by a full buffer; an input "
+                              "queue not emptied in a read cycle."),
+            Panel("Buffer overloaded", (Metric("send_buffer_overloaded", "last", label="send"),
+                                        Metric("receive_buffer_overloaded", "last", label="receive")),
+                  kind="state-timeline", description="The nodes' overload flags at each sample."),
+            Panel("Node state", (Metric("node_state", "last"),), kind="state-timeline", width=24),
+        )),
+    ),
+    variables=("run", "agent", "role", "node"),
+)
+
+TOTALS = ("merged_objects_per_second", "vmrss_kb", "cpu_clock_hz", "objects_in_flight")
+THESIS_TABLE = ("cpu_clock_hz", "vmrss_kb", "average_merge_time_ms", "merged_objects_per_second")
+PARAMETERS = ("producers", "buffer_size", "object_bytes", "object_type", "mergers", "rate_per_producer")
+
+AGGREGATE_VIEW = View(
+    "flowstat-aggregate", "flowstat: aggregate",
+    "Sums over a run's nodes per 10 s (as dateStat showed them), and runs side by side.",
+    (
+        Row("Sums over nodes, per role", tuple(
+            _series(f"Total {name}", name, rollup=True, group=("role",), width=12) for name in TOTALS)),
+        Row("Runs side by side (merger samples while RUNNING)", (
+            Panel("Mean and standard deviation per run", tuple(Metric(n) for n in THESIS_TABLE), kind="table",
+                  group=("run_id",), where=(("role", "merger"), ("node_state", "RUNNING")), width=24,
+                  description="The thesis's tables: per run, over every merger sample taken while the merger "
+                              "was RUNNING, mean and standard deviation."),
+            Panel("Merged objects/s (steady) against the parameter", (
+                Metric("steady_merged_objects_per_second", "mean"),),
+                  kind="bargauge", source=RUN, group=("$param",), width=24,
+                  description="Thesis figure 29: the steady merged rate of the chosen runs, by the value of "
+                              "the parameter they differ in (mean over runs with the same value)."),
+        )),
+    ),
+    variables=("run", "runs", "agent", "param"),
+)
+
+STACK_VIEW = View(
+    "flowstat-stack", "flowstat: agents",
+    "The agents themselves: are they sampling on time and delivering?",
+    (
+        Row("Agents", (
+            _series("Samples/s", "samples", "rate", source=AGENT, group=("host", "agent"), unit=RATE),
+            _series("Spool depth", "spooled_samples", "max", source=AGENT, group=("host", "agent")),
+            _series("Sink errors", "send_failures", "increase", source=AGENT, group=("host", "agent")),
+            _series("Dropped rounds", "skipped_rounds", "increase", source=AGENT, group=("host", "agent")),
+            _series("Sinks down", "sinks_down", "max", source=AGENT, group=("host", "agent")),
+            _series("Nodes watched", "targets", "max", source=AGENT, group=("host", "agent")),
+        )),
+    ),
+)
+
+VIEWS: tuple[View, ...] = (RUN_VIEW, AGGREGATE_VIEW, STACK_VIEW)
