@@ -18,7 +18,7 @@ def runs_dir(tmp_path: Path) -> Path:
 
 
 # The modules that start, stop or use the real servers (the session's stack, or a stack of their own).
-SERVER_MODULES = {"test_compose.py", "test_ingest.py", "test_sinks_real_servers.py", "test_stack.py",
+SERVER_MODULES = {"test_compose.py", "test_dashboards.py", "test_ingest.py", "test_sinks_real_servers.py", "test_stack.py",
                   "test_stores.py", "test_wheel.py"}
 
 
@@ -109,3 +109,15 @@ def stack():
         else:
             target.unlink(missing_ok=True)
 
+
+
+@pytest.fixture(scope="session")
+def fixture_runs(request) -> dict[str, Path]:
+    """The harness-made runs of tests/fixture_runs.py (healthy, overload, behind): name -> run dir."""
+    import uuid
+
+    import fixture_runs as fx
+
+    worker = getattr(request.config, "workerinput", None)
+    session = worker["testrunuid"] if worker else uuid.uuid4().hex
+    return fx.make(ROOT / ".cache" / "test-fixture-runs", session[:12])

@@ -153,19 +153,22 @@ class _Series:
             return float(self.v[hi - 1])
         if self.kind == "rise":
             return float(self.v[hi - 1] - self.v[lo])
-        return mean_slope_per_min(self.t[lo:hi], self.v[lo:hi])
+        # InfluxDB also reads the bucket before the range, so that the first bucket has a derivative.
+        first_bucket = math.floor(start / SLOPE_BUCKET_S)
+        before = np.searchsorted(self.t, (first_bucket - 1) * SLOPE_BUCKET_S, "left")
+        return mean_slope_per_min(self.t[before:hi], self.v[before:hi], first_bucket)
 
 
-def mean_slope_per_min(t: np.ndarray, v: np.ndarray) -> float | None:
+def mean_slope_per_min(t: np.ndarray, v: np.ndarray, first_bucket: int) -> float | None:
     """The mean over consecutive non-empty 10 s buckets (aligned to the epoch) of the change of the
-    bucket means per minute: InfluxQL's mean(derivative(mean(v), 1m) ... GROUP BY time(10s))."""
+    bucket means per minute, for the buckets from ``first_bucket`` on (each against the bucket
+    before it, which may be the one before the range): InfluxQL's
+    mean(derivative(mean(v), 1m) ... GROUP BY time(10s))."""
     buckets = np.floor(t / SLOPE_BUCKET_S)
     keys, first = np.unique(buckets, return_index=True)
-    if len(keys) < 2:
-        return None
-    means = np.add.reduceat(v, first) / np.diff(np.append(first, len(v)))
-    slopes = np.diff(means) / (np.diff(keys) * SLOPE_BUCKET_S / 60)
-    return float(slopes.mean())
+    means = np.add.reduceat(v, first) / np.diff(np.append(first, len(v))) if len(v) else v
+    slopes = (np.diff(means) / (np.diff(keys) * SLOPE_BUCKET_S / 60))[keys[1:] >= first_bucket]
+    return float(slopes.mean()) if len(slopes) else None
 
 
 def values_at(alert: Alert, groups: dict[tuple, list[_Series]], end: float) -> dict[tuple, dict[str, float]]:

@@ -1,0 +1,109 @@
+"""Grafana's expansion of an InfluxQL panel or rule query, done the way Grafana does it, so that the
+generated queries can be run on the real InfluxDB (Grafana itself cannot run here).
+
+Sources (read for Grafana 11-13): the front end's template interpolation and `escapeRegex`
+(@grafana/data), the InfluxDB back end's `Build` (pkg/tsdb/influxdb/influxql/models/query.go), and
+grafana-plugin-sdk-go `backend/gtime` (`roundInterval`, `FormatInterval`). Variable options from a
+query follow `metricNamesToVariableValues` (public/app/features/variables/utils.ts).
+"""
+
+from __future__ import annotations
+
+import re
+
+REGEX_SPECIALS = set("\\^$*+?.()|[]{}/")
+MS = 1
+S = 1000 * MS
+# gtime.roundInterval: (upper bound, rounded), in ms.
+ROUND_TABLE = ((10, 1), (15, 10), (35, 20), (75, 50), (150, 100), (350, 200), (750, 500), (1500, 1 * S),
+               (3500, 2 * S), (7500, 5 * S), (12500, 10 * S), (17500, 15 * S), (25000, 20 * S), (45000, 30 * S),
+               (90000, 60 * S), (210000, 120 * S), (450000, 300 * S), (750000, 600 * S), (1050000, 900 * S),
+               (1500000, 1200 * S), (2700000, 1800 * S), (5400000, 3600 * S), (9000000, 7200 * S))
+
+
+def escape_regex(value: str) -> str:
+    return "".join("\\" + c if c in REGEX_SPECIALS else c for c in value)
+
+
+def round_interval(ms: float) -> int:
+    for bound, rounded in ROUND_TABLE:
+        if ms <= bound:
+            return rounded
+    raise ValueError(f"interval {ms} ms: beyond this emulator's table")
+
+
+def format_interval(ms: int) -> str:
+    for unit, size in (("y", 365 * 86400 * S), ("d", 86400 * S), ("h", 3600 * S), ("m", 60 * S), ("s", S),
+                       ("ms", MS)):
+        if ms >= size:
+            return f"{ms // size}{unit}"
+    return "1ms"
+
+
+def interval_ms(from_ms: int, to_ms: int, max_data_points: int, min_interval_ms: int) -> int:
+    """$__interval: the range over the points the panel can show, rounded, never under the minimum."""
+    return max(round_interval((to_ms - from_ms) / max_data_points), min_interval_ms)
+
+
+def _is_number(value: str) -> bool:
+    try:
+        float(value)
+        return True
+    except ValueError:
+        return False
+
+
+def interpolate(query: str, variables: dict[str, list[str]], multi: set[str]) -> str:
+    """The front end: each $name or ${name} replaced by its value(s). A multi-value variable is
+    regex-formatted (one value escaped, several as (a|b) each escaped); a single-value one is
+    inserted raw, except in a regex literal after =~ or !~, where it is escaped; numbers raw."""
+    def value_for(name: str, in_regex: bool) -> str:
+        values = variables[name]
+        if name in multi:
+            escaped = [v if _is_number(v) else escape_regex(v) for v in values]
+            return escaped[0] if len(escaped) == 1 else "(" + "|".join(escaped) + ")"
+        (value,) = values
+        return escape_regex(value) if in_regex and not _is_number(value) else value
+
+    def replace(m: re.Match) -> str:
+        name = m.group(1) or m.group(2)
+        if name not in variables:
+            return m.group(0)  # $timeFilter, $__interval...: the back end's
+        before = query[:m.start()]
+        in_regex = bool(re.search(r"[=!]~\s*/[^/]*$", before))
+        return value_for(name, in_regex)
+
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", replace, query)
+
+
+def expand(query: str, from_ms: int, to_ms: int, interval: int) -> str:
+    """The back end, plain replacement in Grafana's order."""
+    text = format_interval(interval)
+    return (query.replace("$timeFilter", f"time >= {from_ms}ms and time <= {to_ms}ms")
+            .replace("$interval", text).replace("$__interval_ms", str(interval)).replace("$__interval", text))
+
+
+def variable_options(values: list[str], regex: str | None) -> list[tuple[str, str]]:
+    """(text, value) of each row's value, through the variable's regex (named groups text and value),
+    duplicates by value dropped, order kept (sort 0)."""
+    pattern = None
+    if regex:
+        body = regex[1:regex.rindex("/")]
+        pattern = re.compile(body.replace("(?<", "(?P<"))
+    out, seen = [], set()
+    for v in values:
+        text = value = v
+        if pattern:
+            m = pattern.search(v)
+            if not m:
+                continue
+            groups = m.groupdict()
+            if groups.get("value") or groups.get("text"):
+                value = groups.get("value") or groups["text"]
+                text = groups.get("text") or groups["value"]
+            elif m.groups():
+                text = value = m.group(1)
+        if value not in seen:
+            seen.add(value)
+            out.append((text, value))
+    return out
