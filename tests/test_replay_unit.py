@@ -186,7 +186,7 @@ def test_the_run_document_comes_from_run_json_and_keeps_what_is_good(tmp_path):
     # no run.json: the header's run fields, completed from the samples
     doc = R.run_document(report)
     assert doc == {"run_id": "r", "host": "h", "parameters": {"producers": 2}, "started": good(1)["time"],
-                   "finished": good(3)["time"], "nodes": ["n-1"], "samples": 3}
+                   "finished": good(3)["time"], "nodes": ["n-1"], "samples": 3, "label": "r | recorded on h"}
     # a run.json with a field that does not conform: that field is named and left out
     (tmp_path / "run.json").write_text(json.dumps({"run_id": "r", "started": "2026-11-22T10:00:00.000Z",
                                                    "topology": "t.yaml", "parameters": {"producers": "two"},

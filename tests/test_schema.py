@@ -112,7 +112,7 @@ def test_index_templates_and_generated_configs_are_current():
     from flowstat.templates import render_files
 
     files = render_files(ROOT)
-    assert {p.relative_to(ROOT).parts[0] for p in files} == {"index-templates", "pipelines"}
+    assert {p.relative_to(ROOT).parts[0] for p in files} == {"dashboards", "index-templates", "pipelines"}
     for path, text in files.items():
         assert path.read_text() == text, f"{path} is stale: run python -m flowstat.templates --write"
     mapping = json.loads((ROOT / "index-templates" / "elasticsearch" / "component-flowstat-sample-mappings.json").read_text())
