@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import requests
+import yaml
 
 import fixture_runs as fx
 import grafana_expand as gx
@@ -68,7 +69,7 @@ def run_view_query(p, run_id: str, from_ms: int, to_ms: int, node: list[str] | N
 
 def test_every_panel_and_rule_uses_the_provisioned_datasources_and_allowed_panel_types():
     files = grafana.files()
-    uids = {d["uid"] for d in __import__("yaml").safe_load(files["provisioning/datasources/flowstat.yaml"])
+    uids = {d["uid"] for d in yaml.safe_load(files["provisioning/datasources/flowstat.yaml"])
             ["datasources"]}
     for view in VIEWS:
         dash = json.loads(files[f"dashboards/{view.uid}.json"])
@@ -77,7 +78,7 @@ def test_every_panel_and_rule_uses_the_provisioned_datasources_and_allowed_panel
             if p["type"] != "row":
                 assert p["datasource"]["uid"] in uids
                 assert all(t["datasource"]["uid"] in uids for t in p["targets"])
-    rules = __import__("yaml").safe_load(files["provisioning/alerting/rules.yaml"])["groups"][0]["rules"]
+    rules = yaml.safe_load(files["provisioning/alerting/rules.yaml"])["groups"][0]["rules"]
     assert {r["uid"] for r in rules} == {a.uid for a in ALERTS}
     for r in rules:
         assert r["noDataState"] and r["execErrState"] and r["for"]

@@ -120,9 +120,15 @@ def rollup_fields() -> list[str]:
 
 RAW_POLICY, ROLLUP_POLICY = "raw", "rollup"
 ROLLUP_BUCKETS = (("10s", "1m"), ("1m", "5m"))  # each rollup's bucket, and how far back its totals resample
+_MINUTE_NS = 60_000_000_000
 
 
-def rollup_queries(db: str = DATABASE) -> list[tuple[str, str, str]]:
+def totals_measurement(every: str) -> str:
+    """Where the sums over a run's nodes per ``every`` bucket go (in the rollup policy)."""
+    return f"flowstat_total_{every}"
+
+
+def rollup_queries(db: str = DATABASE, where: str = "") -> list[tuple[str, str, str]]:
     """Each rollup step as (continuous query name, its RESAMPLE clause or '', its SELECT ... INTO
     ... FROM ... GROUP BY ...), in the order they must run.
 
@@ -130,17 +136,20 @@ def rollup_queries(db: str = DATABASE) -> list[tuple[str, str, str]]:
     (flowstat_node_10s, _1m); then per run, role and agent, the sum over nodes of those means
     (flowstat_total_10s, _1m) — the aggregate rate at one time. Per agent, because two agents
     watching the same nodes must not add up to twice the rate. The second step resamples the last
-    buckets so that it sees the first step's late results.
+    buckets so that it sees the first step's late results. ``where``: a condition on the source
+    (a backfill's time range).
     """
+    where = f" WHERE {where}" if where else ""
     totals = ", ".join(f'sum("mean_{f}") AS "{f}"' for f in rollup_fields())
     node = schema.measurement()
     out = []
     for every, resample in ROLLUP_BUCKETS:
         out.append((f"{node}_{every}", "", f'SELECT mean(*) INTO "{db}"."{ROLLUP_POLICY}"."{node}_{every}" '
-                                           f'FROM "{db}"."{RAW_POLICY}"."{node}" GROUP BY time({every}), *'))
-        out.append((f"flowstat_total_{every}", f"RESAMPLE EVERY {every} FOR {resample} ",
-                    f'SELECT {totals} INTO "{db}"."{ROLLUP_POLICY}"."flowstat_total_{every}" '
-                    f'FROM "{db}"."{ROLLUP_POLICY}"."{node}_{every}" GROUP BY time({every}), "run_id", "role", "agent"'))
+                                           f'FROM "{db}"."{RAW_POLICY}"."{node}"{where} GROUP BY time({every}), *'))
+        total = totals_measurement(every)
+        out.append((total, f"RESAMPLE EVERY {every} FOR {resample} ",
+                    f'SELECT {totals} INTO "{db}"."{ROLLUP_POLICY}"."{total}" '
+                    f'FROM "{db}"."{ROLLUP_POLICY}"."{node}_{every}"{where} GROUP BY time({every}), "run_id", "role", "agent"'))
     return out
 
 
@@ -156,5 +165,5 @@ def statements(db: str = DATABASE) -> list[str]:
 def backfill_statements(start_ns: int, end_ns: int, db: str = DATABASE) -> list[str]:
     """The rollups' queries over [start, end], whole buckets: continuous queries only ever roll up
     the last buckets, so replayed (past) samples are rolled up by running these once."""
-    span = f"time >= {start_ns - start_ns % 60_000_000_000} AND time < {end_ns - end_ns % 60_000_000_000 + 60_000_000_000}"
-    return [select.replace(" GROUP BY ", f" WHERE {span} GROUP BY ", 1) for _, _, select in rollup_queries(db)]
+    span = f"time >= {start_ns - start_ns % _MINUTE_NS} AND time < {end_ns - end_ns % _MINUTE_NS + _MINUTE_NS}"
+    return [select for _, _, select in rollup_queries(db, span)]

@@ -14,7 +14,7 @@ from flowstat.stores import influxdb
 
 from . import influxql
 from .alerts import ALERTS, Alert
-from .panels import PARAMETERS, RUN, VIEWS, Panel, View, grafana_unit
+from .panels import PARAMETERS, RUN, VIEWS, Panel, View, grafana_unit, schema_type
 
 INFLUX = {"type": "influxdb", "uid": "flowstat-influxdb"}
 ES_RUNS = {"type": "elasticsearch", "uid": "flowstat-es-runs"}
@@ -83,7 +83,7 @@ def _field_config(panel: Panel) -> dict:
     if len(panel.metrics) > 1 and panel.kind != "table":
         overrides = [{"matcher": {"id": "byName", "options": m.label or m.field},
                       "properties": [{"id": "unit", "value": grafana_unit(panel, m)}]} for m in panel.metrics]
-    if panel.kind == "state-timeline" or any(m.field in ("conserved", "online", "ok") for m in panel.metrics):
+    if panel.kind == "state-timeline" or any(schema_type(panel.source, m.field) == "boolean" for m in panel.metrics):
         defaults["mappings"] = [{"type": "value", "options": {
             "true": {"text": "yes", "color": "green", "index": 0},
             "false": {"text": "NO", "color": "red", "index": 1}}}]
@@ -132,7 +132,7 @@ def _panel(view: View, panel: Panel, pid: int, x: int, y: int) -> dict:
            "datasource": ES_RUNS if panel.kind == "bargauge" and panel.source == RUN else INFLUX,
            "targets": [_target(view, panel)], "fieldConfig": _field_config(panel), "options": _options(panel)}
     if panel.rollup:
-        out["interval"] = "10s"  # the rollup's bucket: a finer $__interval would ask for empty buckets
+        out["interval"] = influxql.TOTALS_EVERY  # the rollup's bucket: a finer $__interval would ask for empty buckets
     if panel.kind == "table":
         out["transformations"] = [{"id": "organize", "options": {"excludeByName": {"Time": True}}}]
     return out

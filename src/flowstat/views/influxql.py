@@ -13,7 +13,8 @@ from .panels import AGENT, NODE, RUN, Metric, Panel, View
 NODE_MEASUREMENT = "flowstat_node"
 AGENT_MEASUREMENT = "flowstat_agent"
 RUN_MEASUREMENT = run_schema.measurement()
-TOTALS_10S = f'"{influxdb.ROLLUP_POLICY}"."flowstat_total_10s"'
+TOTALS_EVERY = influxdb.ROLLUP_BUCKETS[0][0]  # the finest rollup: the aggregate view's sums over nodes
+TOTALS = f'"{influxdb.ROLLUP_POLICY}"."{influxdb.totals_measurement(TOTALS_EVERY)}"'
 RUN_LABEL_REGEX = r"/^(?<text>(?<value>[^ ]+) \| .*)$/"  # the run id before " | " (schema.run.label)
 
 # Which tag each dashboard variable filters (a regex match, so one value, several or All alike).
@@ -35,7 +36,7 @@ def literal(value: object) -> str:
 
 def _measurement(panel: Panel) -> str:
     if panel.rollup:
-        return TOTALS_10S
+        return TOTALS
     return ident({NODE: NODE_MEASUREMENT, AGENT: AGENT_MEASUREMENT, RUN: RUN_MEASUREMENT}[panel.source])
 
 
@@ -47,7 +48,7 @@ def _variable_conditions(view: View, panel: Panel) -> list[str]:
     return [f"{ident(VARIABLE_TAGS[v])} =~ /^${v}$/" for v in wanted if v in view.variables]
 
 
-def _selector(m: Metric, rollup: bool) -> str:
+def _selector(m: Metric) -> str:
     def one(name: str) -> str:
         f = ident(name)
         return {"mean": f"mean({f})", "max": f"max({f})", "last": f"last({f})",
@@ -69,7 +70,7 @@ def panel_query(view: View, panel: Panel) -> str:
         cols = ", ".join(f"{fn}({ident(m.field)}) AS {ident(f'{m.field} {fn}')}"
                          for m in panel.metrics for fn in ("mean", "stddev"))
     else:
-        cols = ", ".join(f"{_selector(m, panel.rollup)} AS {ident(m.label or m.field)}" for m in panel.metrics)
+        cols = ", ".join(f"{_selector(m)} AS {ident(m.label or m.field)}" for m in panel.metrics)
     q = f"SELECT {cols} FROM {_measurement(panel)}"
     if where:
         q += " WHERE " + " AND ".join(where)

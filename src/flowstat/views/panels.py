@@ -31,6 +31,11 @@ GRAFANA_UNITS = {"kB": "deckbytes", "Hz (10^6 = one full core)": "hertz", "ms": 
                  "ISO-8601 UTC, ms": "dateTimeAsIso"}
 
 
+def _one_of(value: str, allowed: tuple[str, ...], what: str) -> None:
+    if value not in allowed:
+        raise ValueError(f"{what} {value!r} is not one of {allowed}")
+
+
 @dataclass(frozen=True)
 class Metric:
     """One series per group: a schema field reduced by ``agg`` and multiplied by ``scale``."""
@@ -43,8 +48,7 @@ class Metric:
     minus: str | None = None  # a field of the same source subtracted from this one (same aggregation)
 
     def __post_init__(self) -> None:
-        if self.agg not in AGGREGATIONS:
-            raise ValueError(f"metric {self.field}: aggregation {self.agg!r} is not one of {AGGREGATIONS}")
+        _one_of(self.agg, AGGREGATIONS, f"metric {self.field}: aggregation")
 
 
 @dataclass(frozen=True)
@@ -60,8 +64,7 @@ class Panel:
     where: tuple[tuple[str, str], ...] = ()  # fixed tag or field conditions (field, value)
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"panel {self.title!r}: kind {self.kind!r} is not one of {KINDS}")
+        _one_of(self.kind, KINDS, f"panel {self.title!r}: kind")
 
 
 @dataclass(frozen=True)
@@ -84,35 +87,41 @@ class View:
 
 # -- units --------------------------------------------------------------------------------------
 
-def _schema_unit(source: str, name: str) -> str | None:
+def _schema_field(source: str, name: str) -> tuple[str, str | None] | None:
+    """A field's (type, unit) in the schema of ``source``; None when it has no such field."""
     if source == RUN:
-        return next((leaf.unit for leaf in run_schema.leaves() if leaf.name == name), None)
-    props = agent_fields() if source == AGENT else {f.name: f.unit for f in schema.fields()}
-    return props.get(name)
+        return next(((leaf.type, leaf.unit) for leaf in run_schema.leaves() if leaf.name == name), None)
+    fields = agent_fields() if source == AGENT else {f.name: (f.type, f.unit) for f in schema.fields()}
+    return fields.get(name)
+
+
+def schema_type(source: str, name: str) -> str | None:
+    found = _schema_field(source, name)
+    return found[0] if found else None
 
 
 def grafana_unit(panel: Panel, metric: Metric) -> str:
     if metric.unit:
         return metric.unit
-    unit = _schema_unit(panel.source, metric.field)
-    return GRAFANA_UNITS[unit] if unit else "none"
+    found = _schema_field(panel.source, metric.field)
+    return GRAFANA_UNITS[found[1]] if found and found[1] else "none"
 
 
 @lru_cache(maxsize=1)
-def agent_fields() -> dict[str, str | None]:
-    """The agents' self-sample fields and their units (agent.schema.json); empty before it exists."""
+def agent_fields() -> dict[str, tuple[str, str | None]]:
+    """The agents' self-sample fields, their types and units (agent.schema.json, which the
+    agentself branch adds); empty until it exists."""
     try:
         from flowstat.schema import agent as agent_schema
     except ImportError:
         return {}
-    return {f.name: f.unit for f in agent_schema.fields()}
+    return {f.name: (f.type, f.unit) for f in agent_schema.fields()}
 
 
-# -- the views ----------------------------------------------------------------------------------
-
-def _series(title: str, name: str, agg: str = "mean", **kw) -> Panel:
-    return Panel(title, (Metric(name, agg, **{k: v for k, v in kw.items() if k in ("scale", "unit")}),),
-                 **{k: v for k, v in kw.items() if k not in ("scale", "unit")})
+def _series(title: str, name: str, agg: str = "mean", *, scale: float = 1.0, unit: str | None = None,
+            **panel) -> Panel:
+    """A panel of one metric."""
+    return Panel(title, (Metric(name, agg, scale=scale, unit=unit),), **panel)
 
 
 RATE = "suffix: obj/s"
