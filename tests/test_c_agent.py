@@ -76,7 +76,7 @@ def random_self_sample(rng: random.Random) -> dict:
         elif f.type == "integer":
             doc[f.name] = rng.choice([0, 1, 42, 2**31, 2**53, rng.randrange(10**12)])
         else:
-            doc[f.name] = rng.choice([0.01, 0.5, 1.0, 5.0, 3600.0, rng.random() * 10])
+            doc[f.name] = rng.choice([0.01, 0.5, 1.0, 5, 3600.0, 1, rng.random() * 10])  # a whole number too: written as a float
     if rng.random() < 0.3:
         del doc["run_id"]
     return doc
