@@ -36,6 +36,7 @@ def measurement() -> str:
 
 
 RUN_FILE_KEY = measurement()  # a run file's line {"flowstat_agent": {...}} holds one self-sample
+_NUMBERS = frozenset(f.name for f in fields() if f.type == "number")
 
 
 def validate(doc: dict) -> list[str]:
@@ -49,18 +50,23 @@ def validate(doc: dict) -> list[str]:
     return errors
 
 
+def _as_written(doc: dict) -> dict:
+    """The document with its number fields as floats, as the C agent holds them: a whole number
+    is written 5.0 in both encodings (and InfluxDB fixes a field's type at its first write)."""
+    return {k: float(v) if k in _NUMBERS else v for k, v in doc.items()}
+
+
 def to_line_protocol(doc: dict) -> str:
-    """InfluxDB line protocol, without its newline: tags sorted by key, fields in schema order
-    (numbers always written as floats: InfluxDB fixes a field's type at its first write), ns time."""
+    """InfluxDB line protocol, without its newline: tags sorted by key, fields in schema order, ns time."""
+    doc = _as_written(doc)
     tags = {f.name: doc[f.name] for f in fields() if f.influx == "tag" and f.name in doc}
-    values = {f.name: float(doc[f.name]) if f.type == "number" else doc[f.name] for f in fields()
-              if f.influx == "field" and f.name in doc}
+    values = {f.name: doc[f.name] for f in fields() if f.influx == "field" and f.name in doc}
     return point(measurement(), tags, values, time_ns(doc["time"]))
 
 
 def to_json(doc: dict) -> str:
     """The JSON document (what the flowstat-agents index stores): its fields in schema order."""
-    return _to_json(doc, fields())
+    return _to_json(_as_written(doc), fields())
 
 
 def document_id(doc: dict) -> str:
