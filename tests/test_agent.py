@@ -68,8 +68,9 @@ def test_bad_sink_urls(url):
 
 
 def run_agent(tmp_path, sinks, count=None, duration=None, interval=0.05, **spec):
+    """The agent in this process; no self-samples: what is checked here is the node samples."""
     cfg = AgentConfig(TargetSpec(**spec), sinks, interval_s=interval, rescan_s=0.2, spool_dir=str(tmp_path / "spool"),
-                      duration_s=duration, count=count)
+                      duration_s=duration, count=count, self_interval_s=0)
     agent = Agent(cfg)
     return agent, agent.run()
 
@@ -134,7 +135,7 @@ def test_receiver_down_for_seconds_loses_and_duplicates_nothing(tmp_path):
     proc = sleeper()
     url = f"http://127.0.0.1:{receiver.port}/write"
     agent = Agent(AgentConfig(TargetSpec(pids=[proc.pid], run_id="r"), [url], interval_s=0.05, rescan_s=0.2,
-                              spool_dir=str(tmp_path / "spool"), duration_s=6.0))
+                              spool_dir=str(tmp_path / "spool"), duration_s=6.0, self_interval_s=0))
     import threading
     runner = threading.Thread(target=agent.run)
     runner.start()
@@ -186,6 +187,7 @@ def test_a_spool_left_behind_is_flushed_later_and_nothing_is_stranded(tmp_path, 
     proc = sleeper()
     try:  # the sink is down for the agent's whole life, and it gives up at once at exit
         r = subprocess.run([*command, "--pid", str(proc.pid), "--count", "20", "--interval", "0.02", "--sink", url,
+                            "--self-interval", "0",
                             "--spool-dir", str(tmp_path / "spool"), "--drain-timeout", "0", "--stats",
                             str(tmp_path / "stats.json"), "--quiet"], capture_output=True, text=True, timeout=120)
     finally:

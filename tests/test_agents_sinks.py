@@ -20,9 +20,11 @@ AGENTS = {"c": [str(C_AGENT)], "py": [sys.executable, "-m", "flowstat.cli", "age
 
 
 def run(agent: str, *args) -> subprocess.CompletedProcess:
+    """An agent run to its end; no self-samples: the node samples are what these tests count."""
     if agent.startswith("c") and not C_AGENT.exists():
         pytest.skip("run `make c-agent` (make test does)")
-    return subprocess.run([*AGENTS[agent], *map(str, args)], capture_output=True, text=True, timeout=60)
+    return subprocess.run([*AGENTS[agent], "--self-interval", "0", *map(str, args)], capture_output=True, text=True,
+                          timeout=60)
 
 
 @pytest.mark.parametrize("agent", ["c", "py"])
@@ -83,7 +85,8 @@ def test_a_sink_down_at_exit_is_given_the_drain_timeout_to_come_back(agent, tmp_
     proc = sleeper()
     url = f"http://127.0.0.1:{receiver.port}/write"
     spool, stats = tmp_path / "spool", tmp_path / "stats.json"
-    agent_proc = subprocess.Popen([*AGENTS[agent], "--pid", str(proc.pid), "--interval", "0.05", "--count", "20",
+    agent_proc = subprocess.Popen([*AGENTS[agent], "--self-interval", "0", "--pid", str(proc.pid), "--interval", "0.05",
+                                   "--count", "20",
                                    "--quiet", "--sink", url, "--spool-dir", str(spool), "--stats", str(stats),
                                    "--drain-timeout", "60"], stderr=subprocess.PIPE, text=True)
     try:

@@ -15,6 +15,7 @@ import pytest
 from agent_helpers import HttpReceiver, StubNode, sleeper
 from conftest import ROOT
 from flowstat import schema
+from flowstat.schema import agent as agent_schema
 from flowstat.agent.agent import Agent, AgentConfig
 from flowstat.agent.targets import TargetSpec
 
@@ -64,6 +65,71 @@ def test_both_agents_encode_every_sample_byte_for_byte_alike():
     assert js.stdout.splitlines() == [schema.to_json(s) for s in samples]
 
 
+def random_self_sample(rng: random.Random) -> dict:
+    """A self-sample of the agent schema: every field, run_id now and then left out."""
+    doc = {}
+    for f in agent_schema.fields():
+        if f.influx == "time":
+            doc[f.name] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(rng.randrange(0, 2**31))) + f".{rng.randrange(1000):03d}Z"
+        elif f.type == "string":
+            doc[f.name] = rng.choice(["flowstat-agent-c", "flowstat-agent-py/a b,c=d", 'q"uote', "ünïcode", "r1"])
+        elif f.type == "integer":
+            doc[f.name] = rng.choice([0, 1, 42, 2**31, 2**53, rng.randrange(10**12)])
+        else:
+            doc[f.name] = rng.choice([0.01, 0.5, 1.0, 5, 3600.0, 1, rng.random() * 10])  # a whole number too: written as a float
+    if rng.random() < 0.3:
+        del doc["run_id"]
+    return doc
+
+
+def test_both_agents_encode_every_self_sample_byte_for_byte_alike():
+    """A run file's self-sample lines, as the C agent's --encode reads them: the same line protocol
+    and JSON documents as the Python agent writes (flowstat.schema.agent)."""
+    rng = random.Random(11)
+    docs = [random_self_sample(rng) for _ in range(500)]
+    assert all(agent_schema.validate(d) == [] for d in docs)
+    stdin = "".join(json.dumps({agent_schema.RUN_FILE_KEY: d}) + "\n" for d in docs)
+    line = c_agent("--encode", "line", input=stdin)
+    assert line.returncode == 0, line.stderr
+    assert line.stdout.splitlines() == [agent_schema.to_line_protocol(d) for d in docs]
+    js = c_agent("--encode", "json", input=stdin)
+    assert js.stdout.splitlines() == [agent_schema.to_json(d) for d in docs]
+    bad = json.dumps({agent_schema.RUN_FILE_KEY: {**docs[0], "sinks_down": -1}})
+    out = c_agent("--encode", "line", input=f"{bad}\n" + json.dumps({agent_schema.RUN_FILE_KEY: 3}) + "\n")
+    assert out.returncode == 1 and not out.stdout
+    assert "stdin line 1: sinks_down: wrong type" in out.stderr and "stdin line 2: flowstat_agent: not a JSON object" in out.stderr
+
+
+def test_both_agents_emit_the_same_self_sample_fields(tmp_path):
+    """The same stopped process, the same rounds: the same self-samples but for the agent's name,
+    the times and what their own sinks did."""
+    proc = sleeper()
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        out = c_agent("--pid", proc.pid, "--count", 6, "--interval", 0.1, "--run-id", "conf", "--self-interval", 0.2,
+                      "--sink", f"file://{tmp_path}/c.json?format=json", "--quiet")
+        assert out.returncode == 0, out.stderr
+        Agent(AgentConfig(TargetSpec(pids=[proc.pid], run_id="conf"), [f"file://{tmp_path}/py.json?format=json"],
+                          interval_s=0.1, count=6, self_interval_s=0.2)).run()
+    finally:
+        proc.kill()
+    names = [f.name for f in agent_schema.fields()]
+    last = {}
+    for name in ("c.json", "py.json"):
+        selves = [d for d in map(json.loads, open(tmp_path / name)) if "node_id" not in d]
+        assert len(selves) >= 3  # every 0.2 s over 0.6 s of rounds, and one at exit
+        assert [d["seq"] for d in selves] == list(range(len(selves)))
+        for d in selves:
+            assert agent_schema.validate(d) == [] and list(d) == names  # every field, in schema order
+        last[name] = selves[-1]
+    c, py = last["c.json"], last["py.json"]
+    assert (c["agent"], py["agent"]) == ("flowstat-agent-c", "flowstat-agent-py")
+    same = ("run_id", "host", "interval_s", "rounds", "samples", "targets", "proc_errors", "rejected", "lost",
+            "spool_dropped", "spooled_batches", "spooled_samples", "sinks_down", "send_failures")
+    assert {k: c[k] for k in same} == {k: py[k] for k in same}
+    assert (c["run_id"], c["interval_s"], c["rounds"], c["samples"], c["targets"]) == ("conf", 0.1, 6, 6, 1)
+
+
 def test_encode_reports_bad_lines_by_number_and_keeps_the_good_ones():
     good = json.dumps(random_sample(random.Random(1)))
     bad = json.dumps({**json.loads(good), "seq": -1})
@@ -77,11 +143,11 @@ def test_both_agents_take_identical_samples_of_the_same_node(tmp_path):
     proc = sleeper()
     os.kill(proc.pid, signal.SIGSTOP)
     try:
-        out = c_agent("--pid", proc.pid, "--count", 3, "--interval", 0.05, "--run-id", "conf",
+        out = c_agent("--pid", proc.pid, "--count", 3, "--interval", 0.05, "--run-id", "conf", "--self-interval", 0,
                       "--sink", f"file://{tmp_path}/c.json?format=json", "--quiet")
         assert out.returncode == 0, out.stderr
         Agent(AgentConfig(TargetSpec(pids=[proc.pid], run_id="conf"), [f"file://{tmp_path}/py.json?format=json"],
-                          interval_s=0.05, count=3)).run()
+                          interval_s=0.05, count=3, self_interval_s=0)).run()
     finally:
         proc.kill()
     c = [json.loads(x) for x in open(tmp_path / "c.json")]
@@ -105,9 +171,9 @@ def test_both_agents_agree_on_live_harness_nodes(tmp_path):
         orch.poll_metrics()  # as flowstat run does every second: the merger learns what is in flight to it
         endpoints = tmp_path / "live" / "endpoints.json"
         c = subprocess.Popen([str(AGENT), "--endpoints", str(endpoints), "--count", "6", "--interval", "0.2",
-                              "--sink", f"file://{tmp_path}/c.json?format=json", "--quiet"])
+                              "--self-interval", "0", "--sink", f"file://{tmp_path}/c.json?format=json", "--quiet"])
         Agent(AgentConfig(TargetSpec(endpoints_files=[str(endpoints)]), [f"file://{tmp_path}/py.json?format=json"],
-                          interval_s=0.2, count=6)).run()
+                          interval_s=0.2, count=6, self_interval_s=0)).run()
         assert c.wait(30) == 0
     finally:
         orch.stop()
@@ -138,7 +204,7 @@ def test_receiver_down_for_seconds_loses_and_duplicates_nothing(tmp_path):
     proc = sleeper()
     url = f"http://127.0.0.1:{receiver.port}/write"
     agent = subprocess.Popen([str(AGENT), "--pid", str(proc.pid), "--interval", "0.05", "--duration", "6",
-                              "--sink", url, "--spool-dir", str(tmp_path / "spool"), "--stats",
+                              "--self-interval", "0", "--sink", url, "--spool-dir", str(tmp_path / "spool"), "--stats",
                               str(tmp_path / "stats.json"), "--quiet"], stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 10
@@ -159,7 +225,8 @@ def test_receiver_down_for_seconds_loses_and_duplicates_nothing(tmp_path):
 
 
 def run_scenario(binary, tmp_path, wrap=()):
-    """A vanishing target, a hung and a garbage control socket, a good one: what must not crash it."""
+    """A vanishing target, a hung and a garbage control socket, a good one: what must not crash it.
+    Returns the run's result, its node samples and its self-samples."""
     hung, garbage, ok = StubNode("hang"), StubNode("garbage"), StubNode("ok")
     procs = [sleeper(), sleeper(), sleeper(), sleeper(1.0)]
     endpoints = tmp_path / "endpoints.json"
@@ -169,18 +236,20 @@ def run_scenario(binary, tmp_path, wrap=()):
         {"node_id": "short", "role": "producer", "pid": procs[3].pid}]}))
     try:
         out = subprocess.run([*wrap, str(binary), "--endpoints", str(endpoints), "--count", "12", "--interval", "0.2",
-                              "--control-timeout", "0.1", "--sink", f"file://{tmp_path}/s.json?format=json",
+                              "--control-timeout", "0.1", "--self-interval", "0.5",
+                              "--sink", f"file://{tmp_path}/s.json?format=json",
                               "--stats", str(tmp_path / "stats.json")], capture_output=True, text=True, timeout=300)
     finally:
         for p in procs:
             p.kill()
         for n in (hung, garbage, ok):
             n.close()
-    return out, [json.loads(x) for x in open(tmp_path / "s.json")]
+    docs = [json.loads(x) for x in open(tmp_path / "s.json")]
+    return out, [d for d in docs if "node_id" in d], [d for d in docs if "node_id" not in d]
 
 
 def test_vanished_target_hung_and_garbage_control(tmp_path):
-    out, docs = run_scenario(AGENT, tmp_path)
+    out, docs, _ = run_scenario(AGENT, tmp_path)
     assert out.returncode == 0, out.stderr
     short = [d["node_state"] for d in docs if d["node_id"] == "short"]
     assert short.count("DOWN") == 1 and short[-1] == "DOWN"
@@ -193,17 +262,18 @@ def test_vanished_target_hung_and_garbage_control(tmp_path):
 
 @pytest.mark.skipif(subprocess.run(["which", "valgrind"], capture_output=True).returncode != 0, reason="no valgrind")
 def test_clean_under_valgrind(tmp_path):
-    out, docs = run_scenario(AGENT, tmp_path, wrap=("valgrind", "--leak-check=full", "--errors-for-leak-kinds=definite",
-                                                     "--error-exitcode=99", "--quiet"))
+    out, docs, selves = run_scenario(AGENT, tmp_path, wrap=("valgrind", "--leak-check=full",
+                                                             "--errors-for-leak-kinds=definite", "--error-exitcode=99",
+                                                             "--quiet"))
     assert out.returncode == 0, out.stderr[-3000:]
-    assert len(docs) >= 30
+    assert len(docs) >= 30 and [d["seq"] for d in selves] == list(range(len(selves))) and len(selves) >= 2
 
 
 def test_clean_under_address_sanitizer(tmp_path):
-    out, docs = run_scenario(ASAN, tmp_path)
+    out, docs, selves = run_scenario(ASAN, tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "ERROR: AddressSanitizer" not in out.stderr and "runtime error" not in out.stderr
-    assert len(docs) >= 30
+    assert len(docs) >= 30 and [d["seq"] for d in selves] == list(range(len(selves))) and len(selves) >= 2
 
 
 @pytest.mark.parametrize("target", ["stat", "reply", "endpoints", "sink_url"])
@@ -238,11 +308,11 @@ def test_both_agents_keep_roles_and_states_to_the_schemas_lists(tmp_path):
     endpoints.write_text(json.dumps({"run_id": "r", "nodes": [
         {"node_id": "odd", "role": schema.DEFAULT_ROLE, "pid": proc.pid, "control": node.endpoint}]}))
     try:
-        out = c_agent("--endpoints", endpoints, "--count", 2, "--interval", 0.05, "--sink",
+        out = c_agent("--endpoints", endpoints, "--count", 2, "--interval", 0.05, "--self-interval", 0, "--sink",
                       f"file://{tmp_path}/c.json?format=json", "--quiet")
         assert out.returncode == 0, out.stderr
         Agent(AgentConfig(TargetSpec(endpoints_files=[str(endpoints)]), [f"file://{tmp_path}/py.json?format=json"],
-                          interval_s=0.05, count=2)).run()
+                          interval_s=0.05, count=2, self_interval_s=0)).run()
     finally:
         proc.kill()
         node.close()

@@ -119,7 +119,8 @@ class TcpNeverReads:
 
 
 def agent_cmd(*args, binary=AGENT, command=None) -> list[str]:
-    return [*(command or [str(binary)]), *map(str, args)]
+    """No self-samples: the delivery of node samples is what these tests count, item by item."""
+    return [*(command or [str(binary)]), "--self-interval", "0", *map(str, args)]
 
 
 def run_agent(*args, binary=AGENT, command=None, wrap=(), timeout=120) -> subprocess.CompletedProcess:

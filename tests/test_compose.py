@@ -76,15 +76,21 @@ def test_pinned_versions_agree_with_the_local_stack():
 
 def test_elasticsearch_install_script_installs_the_templates(stack):
     es = stack["elasticsearch"]
+    # the stack installed them already, through the writer: what the script installs must show
+    requests.delete(f"{es.url}/_index_template/flowstat-agents", timeout=10).raise_for_status()
+    requests.delete(f"{es.url}/_component_template/flowstat-agent-mappings", timeout=10).raise_for_status()
     for _ in range(2):  # idempotent
         out = subprocess.run(["sh", str(ROOT / "index-templates" / "elasticsearch" / "install.sh")],
                              env={"ES_URL": es.url, "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
         assert out.returncode == 0, out.stderr
-    for name in ("flowstat-samples", "flowstat-runs"):
+    for name in ("flowstat-samples", "flowstat-agents", "flowstat-runs"):
         assert requests.get(f"{es.url}/_index_template/{name}", timeout=10).status_code == 200
     mapping = requests.get(f"{es.url}/_component_template/flowstat-sample-mappings", timeout=10).json()
     props = mapping["component_templates"][0]["component_template"]["template"]["mappings"]["properties"]
     assert props["vmrss_kb"]["type"] == "long" and props["send_buffer_overloaded"]["type"] == "boolean"
+    mapping = requests.get(f"{es.url}/_component_template/flowstat-agent-mappings", timeout=10).json()
+    props = mapping["component_templates"][0]["component_template"]["template"]["mappings"]["properties"]
+    assert props["spooled_samples"]["type"] == "long" and props["interval_s"]["type"] == "double"
 
 
 def test_influxdb_init_file_runs_as_the_container_runs_it(stack):  # the stack installs the influx CLI

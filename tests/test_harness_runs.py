@@ -51,6 +51,7 @@ def test_small_run_loses_nothing_and_writes_root(runs_dir):
 
 def test_every_run_is_monitored_and_recorded(runs_dir):
     from flowstat import schema
+    from flowstat.schema import agent as agent_schema
 
     topo = from_dict(topology_dict(duration=3, producers={"count": 2, "rate": 100}, mergers=1))
     s = run_topology(topo, runs_dir=runs_dir)
@@ -63,17 +64,28 @@ def test_every_run_is_monitored_and_recorded(runs_dir):
     assert "cpus" not in run_doc["parameters"]
     assert {a["node_id"]: a["cpus"] for a in run_doc["affinity"]} == {
         n: sorted(os.sched_getaffinity(0)) for n in ("viewer", "merger-0", "producers-0", "agent-py", "agent-c")}
-    samples = [json.loads(line) for line in lines[1:]]
+    docs = [json.loads(line) for line in lines[1:]]
+    samples = [d for d in docs if "flowstat_agent" not in d]
+    selves = [d["flowstat_agent"] for d in docs if "flowstat_agent" in d]
     assert s["agent"]["agent-py"]["samples"] == len(samples)
+    # its self-samples are in the run file too: one at least (at exit), each valid, seq from 0
+    assert s["agent"]["agent-py"]["self_samples"] == len(selves) >= 1 and docs[-1] == {"flowstat_agent": selves[-1]}
+    assert [d["seq"] for d in selves] == list(range(len(selves))) and all(agent_schema.validate(d) == [] for d in selves)
+    assert selves[-1]["samples"] == len(samples) and selves[-1]["run_id"] == s["run_id"]
     c_lines = (runs_dir / s["run_id"] / "samples-agent-c.lp").read_text().splitlines()
-    assert s["agent"]["agent-c"]["samples"] == len(c_lines) > 0  # the C agent watched the run too
+    c_samples = [x for x in c_lines if x.startswith("flowstat_node,")]
+    assert s["agent"]["agent-c"]["samples"] == len(c_samples) > 0  # the C agent watched the run too
+    assert s["agent"]["agent-c"]["self_samples"] == len(c_lines) - len(c_samples) >= 1
+    assert c_lines[-1].startswith(f"flowstat_agent,agent=flowstat-agent-c,host={header['host']},run_id={s['run_id']} ")
     for sample in samples:
         assert schema.validate(sample) == [], sample
     nodes = {n["node_id"] for n in s["nodes"]}
-    for node in nodes:
+    for node in nodes:  # the run ended in order: every node's last sample says it stopped with it (both agents)
         mine = [x for x in samples if x["node_id"] == node]
         assert [x["seq"] for x in mine] == list(range(len(mine))) and len(mine) >= 3
-        assert [x["node_state"] for x in mine].count("DOWN") == 1 and mine[-1]["node_state"] == "DOWN"
+        assert mine[-1]["node_state"] == "STOPPED" and "DOWN" not in [x["node_state"] for x in mine]
+        c_states = [x.split('node_state="')[1].split('"')[0] for x in c_samples if f",node_id={node}," in x]
+        assert c_states[-1] == "STOPPED" and "DOWN" not in c_states
     merger = [x for x in samples if x["node_id"] == "merger-0" and x["node_state"] == "RUNNING"]
     assert merger and all("average_merge_time_ms" in x and x["vmrss_kb"] > 0 for x in merger)
     assert max(x["objects_merged"] for x in merger) > 0
@@ -233,9 +245,31 @@ def wait_for_file(path, proc, timeout=60):
         time.sleep(0.05)  # polling for a file that a real process writes
 
 
+def wait_for_samples(run, proc, node: str) -> None:
+    """Until both agents have written a sample of the node (the Python one in the run file)."""
+    for path in (run / "samples.ndjson", run / "samples-agent-c.lp"):
+        wait_for_file(path, proc)
+        deadline = time.monotonic() + 30
+        while not any(mark in path.read_text() for mark in (f'"node_id":"{node}"', f",node_id={node},")):
+            assert time.monotonic() < deadline, f"no sample of {node} in {path}"
+            time.sleep(0.05)  # polling what a real agent writes
+
+
+def node_states(run, node: str) -> tuple[list[str], list[str]]:
+    """The node's states in its samples, in order: the Python agent's (run file), the C agent's."""
+    py = [d["node_state"] for d in map(json.loads, (run / "samples.ndjson").read_text().splitlines()[1:])
+          if d.get("node_id") == node]
+    c = [x.split('node_state="')[1].split('"')[0] for x in (run / "samples-agent-c.lp").read_text().splitlines()
+         if x.startswith("flowstat_node,") and f",node_id={node}," in x]
+    return py, c
+
+
 def test_ctrl_c_stops_everything_cleanly(tmp_path):
+    """An orderly end too: the agents get the run-ending notice, and every node ends STOPPED."""
     proc, nodes = start_background_run(tmp_path, "int", "--json")
     pids = [n["pid"] for n in nodes]
+    for node in nodes:
+        wait_for_samples(tmp_path / "int", proc, node["node_id"])
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1  # interrupted runs are not clean runs
@@ -244,17 +278,26 @@ def test_ctrl_c_stops_everything_cleanly(tmp_path):
     # the graceful stop still drained everything: nothing lost
     assert summary["conservation"]["ok"], summary["conservation"]
     assert not any(pid_alive(p) for p in pids)
+    for node in nodes:
+        for states in node_states(tmp_path / "int", node["node_id"]):
+            assert states[-1] == "STOPPED" and "DOWN" not in states, (node, states)
 
 
 def test_a_crashed_device_stops_the_run_and_leaves_no_orphans(tmp_path):
+    """And the node killed mid-run is reported DOWN by both agents: a run broken by a crash gives
+    them no run-ending notice."""
     proc, nodes = start_background_run(tmp_path, "crash", "--json")
     merger = next(n for n in nodes if n["role"] == "merger")
+    run = tmp_path / "crash"
+    wait_for_samples(run, proc, "merger-0")
     os.kill(merger["pid"], signal.SIGKILL)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 1
     summary = json.loads(out)
     assert any("merger-0" in f and "code -9" in f for f in summary["failures"]), summary["failures"]
     assert not any(pid_alive(n["pid"]) for n in nodes)
+    for states in node_states(run, "merger-0"):
+        assert states[-1] == "DOWN" and "STOPPED" not in states, states
 
 
 def test_killing_the_orchestrator_leaves_no_orphans(tmp_path):

@@ -26,11 +26,15 @@ def start_run(runs_dir: Path, run_id: str, stack, duration: float) -> subprocess
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def run_file(runs_dir: Path, run_id: str) -> tuple[list[dict], list[dict]]:
+    """The run file's samples and self-samples (the Python agent's), header left out."""
+    lines = [json.loads(x) for x in (runs_dir / run_id / "samples.ndjson").read_text().splitlines()[1:]]
+    return [d for d in lines if "flowstat_agent" not in d], [d["flowstat_agent"] for d in lines if "flowstat_agent" in d]
+
+
 def recorded(runs_dir: Path, run_id: str) -> dict[tuple[str, str, int], dict]:
     """The run file's samples (the Python agent's) by (agent, node, seq)."""
-    lines = (runs_dir / run_id / "samples.ndjson").read_text().splitlines()[1:]
-    docs = [json.loads(x) for x in lines]
-    return {(d["agent"], d["node_id"], d["seq"]): d for d in docs}
+    return {(d["agent"], d["node_id"], d["seq"]): d for d in run_file(runs_dir, run_id)[0]}
 
 
 def influx_samples(stack, run_id: str) -> list[tuple]:
@@ -53,6 +57,23 @@ def es_samples(stack, run_id: str) -> list[tuple]:
             for h in body["hits"]["hits"]]
 
 
+def influx_self_samples(stack, run_id: str, db: str = "flowstat") -> dict[tuple[str, int], dict]:
+    """The agents' self-samples of the run in InfluxDB, by (agent, seq)."""
+    body = stack["influxdb"].query(f"SELECT * FROM \"flowstat_agent\" WHERE \"run_id\" = '{run_id}'", db)
+    rows = [dict(zip(s["columns"], row)) for s in body["results"][0].get("series", []) for row in s["values"]]
+    return {(r["agent"], r["seq"]): r for r in rows}
+
+
+def es_self_samples(stack, run_id: str) -> dict[tuple[str, int], dict]:
+    """The agents' self-samples of the run in Elasticsearch (index flowstat-agents), by (agent, seq)."""
+    es = stack["elasticsearch"]
+    requests.post(f"{es.url}/flowstat-agents/_refresh", timeout=30)
+    body = requests.post(f"{es.url}/flowstat-agents/_search", json={"size": 10000, "query": {"term": {"run_id": run_id}}},
+                         timeout=30).json()
+    hits = body.get("hits", {}).get("hits", [])  # no index yet: nothing has arrived
+    return {(h["_source"]["agent"], h["_source"]["seq"]): h["_source"] for h in hits}
+
+
 def wait_until(predicate, timeout: float, what: str):
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -68,6 +89,8 @@ def agents_seqs(samples: list[tuple]) -> dict[tuple[str, str], list[int]]:
 
 
 def check_complete(stack, runs_dir: Path, run_id: str, summary: dict) -> None:
+    """Every sample and every self-sample of both agents in both stores, each once, the Python
+    agent's with the values its run file recorded."""
     rec = recorded(runs_dir, run_id)
     py_total = summary["agent"]["agent-py"]["samples"]
     c_total = summary["agent"]["agent-c"]["samples"]
@@ -82,6 +105,18 @@ def check_complete(stack, runs_dir: Path, run_id: str, summary: dict) -> None:
             if agent == "flowstat-agent-py":
                 assert rec[(agent, node, seq)].get("vmrss_kb") == rss  # the values the run file recorded
     assert sum(1 for k in rec) == py_total
+    # the self-samples: seq 0.. per agent, as many as each says it emitted (at least the last, at exit)
+    expected = {(f"flowstat-agent-{a}", seq) for a in ("py", "c")
+                for seq in range(summary["agent"][f"agent-{a}"]["self_samples"])}
+    assert all(summary["agent"][f"agent-{a}"]["self_samples"] >= 1 for a in ("py", "c"))
+    wait_until(lambda: set(influx_self_samples(stack, run_id)) >= expected, 60, "InfluxDB to hold every self-sample")
+    wait_until(lambda: set(es_self_samples(stack, run_id)) >= expected, 60, "Elasticsearch to hold every self-sample")
+    recorded_selves = {("flowstat-agent-py", d["seq"]): d for d in run_file(runs_dir, run_id)[1]}
+    assert {k for k in expected if k[0] == "flowstat-agent-py"} == set(recorded_selves)
+    for store in (influx_self_samples(stack, run_id), es_self_samples(stack, run_id)):
+        assert set(store) == expected  # each once, nothing else
+        for key, doc in recorded_selves.items():
+            assert store[key]["delivered"] == doc["delivered"] and store[key]["rounds"] == doc["rounds"]
 
 
 def finish(proc: subprocess.Popen) -> dict:
@@ -192,6 +227,41 @@ def test_replay_skips_bad_lines_loads_the_rest_and_is_idempotent(stack, tmp_path
     assert counts(stack, "replay-bad") == (197, 197)  # twice: the same data
     run = requests.get(f"{stack['elasticsearch'].url}/flowstat-runs/_doc/replay-bad", timeout=10).json()["_source"]
     assert run["samples"] == 197 and run["parameters"]["producers"] == 3 and len(run["nodes"]) == 10
+
+
+def self_sample(run_id: str, seq: int) -> dict:
+    from flowstat.timeutil import iso_utc_ms
+
+    figures = ("rounds", "skipped_rounds", "samples", "control_errors", "proc_errors", "delivered", "rejected", "lost",
+               "send_failures", "spool_dropped", "targets", "spooled_batches", "spooled_samples", "sinks_down")
+    return {"time": iso_utc_ms(1_795_000_000.0 + 5 * seq), "run_id": run_id, "host": "h", "agent": "flowstat-agent-py",
+            "seq": seq, "interval_s": 0.1, **{k: 10 * seq + i for i, k in enumerate(figures)}}
+
+
+def test_replay_loads_the_self_samples_and_what_is_good_of_a_truncated_file(stack, tmp_path):
+    """A run file's self-sample lines go to flowstat_agent and flowstat-agents; a bad one is named by
+    its line and field, a truncated one at the end is skipped, the rest is loaded, twice the same."""
+    path = tmp_path / "samples.ndjson"
+    make_run_file(path, "replay-self", 100)
+    lines = path.read_text().splitlines(keepends=True)
+    for seq in range(5):  # one self-sample after every 20 samples, as an agent writes them
+        lines.insert(1 + 21 * seq + 20, json.dumps({"flowstat_agent": self_sample("replay-self", seq)}) + "\n")
+    bad = len(lines) + 1
+    lines.append(json.dumps({"flowstat_agent": {**self_sample("replay-self", 5), "spooled_samples": -1}}) + "\n")
+    lines.append(json.dumps({"flowstat_agent": self_sample("replay-self", 6)})[:80])  # cut by a crash
+    path.write_text("".join(lines))
+    urls = ("--influx", stack["influxdb"].url, "--es", stack["elasticsearch"].url)
+    for _ in range(2):  # idempotent
+        out = replay(path, *urls)
+        assert out.returncode == 1, out.stderr
+        assert "100 samples loaded (run replay-self), 5 agent self-samples, 2 bad lines skipped" in out.stdout
+        assert f"{path}:{bad}: flowstat_agent.spooled_samples: must be between 0 and" in out.stderr
+        assert f"{path}:{bad + 1}: truncated line" in out.stderr
+        assert counts(stack, "replay-self") == (100, 100)
+        want = {("flowstat-agent-py", seq): self_sample("replay-self", seq) for seq in range(5)}
+        for store in (influx_self_samples(stack, "replay-self"), es_self_samples(stack, "replay-self")):
+            assert set(store) == set(want)
+            assert all(store[k]["spooled_samples"] == want[k]["spooled_samples"] for k in want)
 
 
 def test_replay_of_a_large_run(stack, tmp_path):

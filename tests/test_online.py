@@ -153,7 +153,7 @@ def test_the_merger_reports_how_long_its_inputs_waited_and_what_is_in_flight(mer
 # -- real runs -----------------------------------------------------------------------------------
 def merger_samples(run_dir):
     lines = (run_dir / "samples.ndjson").read_text().splitlines()[1:]
-    return [d for d in map(json.loads, lines) if d["role"] == "merger" and d.get("input_latency_objects")]
+    return [d for d in map(json.loads, lines) if d.get("role") == "merger" and d.get("input_latency_objects")]
 
 
 def check_latency_samples(s, runs_dir):

@@ -12,33 +12,64 @@ from flowstat import schema
 LOGSTASH = ROOT / "pipelines" / "logstash" / "pipeline" / "flowstat.conf"
 
 
+def settings(parsed) -> dict:
+    return {k: v[0] for k, v in parsed}
+
+
 def plugin(tree, section, name):
     for sec, plugins in tree:
         if sec == section:
-            for plug, settings in plugins:
+            for plug, parsed in plugins:
                 if plug == name:
-                    return {k: v[0] for k, v in settings}
+                    return settings(parsed)
     raise AssertionError(f"no {section} {name}")
+
+
+def branches(tree, section) -> dict[str, dict]:
+    """The settings of the first plugin in each branch of the section's if/else, by its condition.
+    The parser gives ['if', [[CONDITION], [[[PLUGIN, SETTINGS], ...]]]] and ['else', [[PLUGIN, SETTINGS], ...]]."""
+    found = {}
+    for sec, plugins in tree:
+        for plug, body in plugins if sec == section else ():
+            if plug == "if":
+                (condition,), (block,) = body
+                found[condition] = settings(block[0][1])
+            elif plug == "else":
+                found["else"] = settings(body[0][1])
+    return found
+
+
+def render(template: str, doc: dict) -> str:
+    for key, value in doc.items():
+        template = template.replace(f"%{{{key}}}", str(value))
+    return template
 
 
 def test_logstash_pipeline_parses_and_matches_the_agents():
     from logstash_pipeline_parser import Pipeline
 
+    from flowstat.schema import agent as agent_schema
+    from flowstat.stores.elasticsearch import AGENTS_INDEX, SAMPLES_INDEX
+
     tree = Pipeline(LOGSTASH.read_text()).parse()
     tcp = plugin(tree, "input", "tcp")
     assert tcp["codec"] == "json_lines" and tcp["port"] == 5044
-    mutate = plugin(tree, "filter", "mutate")
-    doc_id_template = mutate["add_field"][0][1][0]
+    routes = branches(tree, "filter")
+    # a node sample has a node_id (required), a self-sample has none: that is what tells them apart
+    assert set(routes) == {"[node_id]", "else"}
+    assert "node_id" in schema.schema()["required"] and "node_id" not in agent_schema.schema()["properties"]
+    node, agent = (dict(routes[k]["add_field"]) for k in ("[node_id]", "else"))
     sample = {"run_id": "r", "agent": "a", "node_id": "n", "seq": 7}
-    rendered = doc_id_template
-    for key, value in sample.items():
-        rendered = rendered.replace(f"%{{{key}}}", str(value))
-    assert rendered == schema.document_id(sample)  # the same _id as the agents' _bulk sink
-    removed = set(mutate["remove_field"])
+    assert render(node["[@metadata][doc_id]"][0], sample) == schema.document_id(sample)  # the agents' _bulk _id
+    assert node["[@metadata][index]"] == [SAMPLES_INDEX]
+    self_sample = {"host": "h", "agent": "a", "time": "2026-11-22T10:51:14.123Z", "seq": 3}
+    assert render(agent["[@metadata][doc_id]"][0], self_sample) == agent_schema.document_id(self_sample)
+    assert agent["[@metadata][index]"] == [AGENTS_INDEX]
+    removed = set(plugin(tree, "filter", "mutate")["remove_field"])
     assert {"@timestamp", "@version", "tags", "port"} <= removed
-    assert not removed & {f.name for f in schema.fields()}  # never a sample field
+    assert not removed & {f.name for f in schema.fields() + agent_schema.fields()}  # never a field of ours
     es = plugin(tree, "output", "elasticsearch")
-    assert es["index"] == "flowstat-samples" and es["document_id"] == "%{[@metadata][doc_id]}"
+    assert es["index"] == "%{[@metadata][index]}" and es["document_id"] == "%{[@metadata][doc_id]}"
     assert es["manage_template"] is False  # the index templates come from index-templates/
 
 

@@ -78,16 +78,25 @@ def test_c_field_table_and_enumerations_are_generated_from_the_package_schema(tm
 
     from conftest import ROOT
 
+    from flowstat.schema import agent as agent_schema
+
     out = tmp_path / "fields.h"
-    packaged = files("flowstat.schema") / schema.SCHEMA_FILE
+    packaged = [files("flowstat.schema") / name for name in (schema.SCHEMA_FILE, agent_schema.SCHEMA_FILE)]
     makefile = (ROOT / "collectors" / "c" / "Makefile").read_text()
-    assert "SCHEMA := ../../src/flowstat/schema/sample.schema.json" in makefile  # the C build reads the same file
-    assert (ROOT / "src" / "flowstat" / "schema" / schema.SCHEMA_FILE).read_bytes() == packaged.read_bytes()
-    subprocess.run([sys.executable, str(ROOT / "collectors" / "c" / "gen_schema_header.py"), str(packaged),
+    # the C build reads the same files
+    assert "SCHEMA := ../../src/flowstat/schema/sample.schema.json" in makefile
+    assert "AGENT_SCHEMA := ../../src/flowstat/schema/agent.schema.json" in makefile
+    for source in packaged:
+        assert (ROOT / "src" / "flowstat" / "schema" / source.name).read_bytes() == source.read_bytes()
+    subprocess.run([sys.executable, str(ROOT / "collectors" / "c" / "gen_schema_header.py"), *map(str, packaged),
                     str(out)], check=True)
     text = out.read_text()
     for f in schema.fields():
         assert f'{{"{f.name}", FS_T_{f.type.upper()}, FS_I_{f.influx.upper()}' in text
+    agent_table = text.split("FS_AGENT_FIELDS[FS_NAGENT_FIELDS] = {")[1].split("};")[0]
+    assert [line.split('"')[1] for line in agent_table.strip().splitlines()] == [f.name for f in agent_schema.fields()]
+    assert f'#define FS_AGENT_MEASUREMENT "{agent_schema.measurement()}"' in text
+    assert "FS_AGENT_FIELDS_TAGS[3] = {FS_A_AGENT, FS_A_HOST, FS_A_RUN_ID}" in text  # line protocol's order
     assert f"FS_ENUM_ROLE[{len(schema.ROLES)}] = {{" + ", ".join(f'"{r}"' for r in schema.ROLES) + "}" in text
     assert (f"FS_ENUM_NODE_STATE[{len(schema.NODE_STATES)}] = {{" + ", ".join(f'"{s}"' for s in schema.NODE_STATES)
             + "}") in text

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -23,7 +25,7 @@ def run_agent(agent: str, run_id: str, sink: str, pids: list[int]):
         pytest.skip("run `make c-agent` (make test does)")
     args = [a for p in pids for a in ("--pid", str(p))]
     out = subprocess.run([*AGENTS[agent], *args, "--run-id", run_id, "--interval", "0.05", "--count", str(N),
-                          "--sink", sink, "--quiet"], capture_output=True, text=True, timeout=60)
+                          "--self-interval", "0", "--sink", sink, "--quiet"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
 
 
@@ -71,3 +73,68 @@ def test_elasticsearch_sink_is_idempotent(stack, agent):
     doc = hits[0]
     assert doc["_id"] == f"r1/flowstat-agent-{agent}/{doc['_source']['node_id']}/3"
     assert doc["_source"]["vmrss_kb"] > 0
+
+
+def wait_until(predicate, what: str, timeout: float = 60):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)  # polling the store until the data has landed
+
+
+def influx_self_samples(influx, db: str, run_id: str) -> list[dict]:
+    body = influx.query(f"SELECT * FROM \"flowstat_agent\" WHERE \"run_id\" = '{run_id}'", db)
+    series = body["results"][0].get("series", [])
+    return [dict(zip(s["columns"], row)) for s in series for row in s["values"]]
+
+
+@pytest.mark.parametrize("agent", ["c", "py"])
+def test_self_samples_reach_both_stores_and_show_a_sink_that_is_down(stack, agent, tmp_path):
+    """Each agent's self-samples in InfluxDB (measurement flowstat_agent) and Elasticsearch (index
+    flowstat-agents, beside the samples index its sink names), every field of the agent schema; a
+    third sink down for a while: its spool grows in the self-samples the stores get, sinks_down is
+    1, then both fall back to 0 once it is back."""
+    from agent_helpers import HttpReceiver
+    from flowstat.schema import agent as agent_schema
+
+    if agent == "c" and not C_AGENT.exists():
+        pytest.skip("run `make c-agent` (make test does)")
+    influx, es = stack["influxdb"], stack["elasticsearch"]
+    tag = uuid.uuid4().hex[:8]
+    db, run_id = f"flowstat_self_{agent}_{tag}", f"self-{agent}-{tag}"
+    influx.query(f'CREATE DATABASE "{db}"')
+    down = HttpReceiver()
+    down.stop()
+    target = sleeper()
+    proc = subprocess.Popen([*AGENTS[agent], "--pid", str(target.pid), "--run-id", run_id, "--interval", "0.05",
+                             "--self-interval", "0.2", "--sink", f"influxdb://127.0.0.1:{influx.port}/{db}",
+                             "--sink", f"elasticsearch://127.0.0.1:{es.port}/flowstat-test-self-{tag}",
+                             "--sink", f"http://127.0.0.1:{down.port}/write", "--spool-dir", str(tmp_path / "spool"),
+                             "--quiet"], stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: sum(s["sinks_down"] == 1 for s in influx_self_samples(influx, db, run_id)) >= 3,
+                   "three self-samples in InfluxDB while a sink is down")
+        down.start()
+        wait_until(lambda: (s := influx_self_samples(influx, db, run_id)) and s[-1]["sinks_down"] == 0
+                   and s[-1]["spooled_samples"] == 0, "a self-sample after the sink came back")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, proc.stderr.read()
+    finally:
+        for p in (target, proc):
+            p.kill()
+        down.stop()
+    points = influx_self_samples(influx, db, run_id)
+    names = {f.name for f in agent_schema.fields()}
+    for point in points:  # every field of the schema (InfluxDB calls the time "time" too)
+        assert set(point) == names and point["agent"] == f"flowstat-agent-{agent}"
+    assert [p["seq"] for p in points] == list(range(len(points)))
+    spooled = [p["spooled_samples"] for p in points if p["sinks_down"] == 1]
+    assert spooled == sorted(spooled) and spooled[-1] > spooled[0] > 0
+    requests.post(f"{es.url}/flowstat-agents/_refresh", timeout=10).raise_for_status()
+    hits = requests.post(f"{es.url}/flowstat-agents/_search", json={
+        "size": 1000, "query": {"term": {"run_id": run_id}}, "sort": [{"seq": "asc"}]}, timeout=10).json()["hits"]["hits"]
+    assert [h["_source"]["seq"] for h in hits] == [p["seq"] for p in points]  # the same self-samples, each once
+    for hit in hits:
+        assert agent_schema.validate(hit["_source"]) == [] and set(hit["_source"]) == names
+        assert hit["_id"] == agent_schema.document_id(hit["_source"])
+    assert requests.get(f"{es.url}/flowstat-test-self-{tag}/_count", timeout=10).json()["count"] > 0  # node samples

@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
-"""Generate schema_fields.h from the sample schema (src/flowstat/schema/sample.schema.json, the
-file the Python package reads): the C agent's field table and the schema's enumerations.
+"""Generate schema_fields.h from the flat schemas the Python package reads (src/flowstat/schema/):
+the sample's (sample.schema.json) and the agent self-sample's (agent.schema.json). For each, the C
+agent's field table, its tags in line protocol order, and its enumerations.
+
+    gen_schema_header.py SAMPLE_SCHEMA AGENT_SCHEMA OUT
 
 Run by the Makefile; the header is a build product, never edited by hand.
 """
@@ -11,45 +14,66 @@ from pathlib import Path
 
 TYPES = {"string": "FS_T_STRING", "integer": "FS_T_INTEGER", "number": "FS_T_NUMBER", "boolean": "FS_T_BOOLEAN"}
 ROLES = {"tag": "FS_I_TAG", "field": "FS_I_FIELD", "time": "FS_I_TIME"}
+# Each schema's names in C: (its field enumeration's prefix, the enumeration, its last member (the
+# field count), its table, the prefix of its enumerated values' arrays, its measurement's macro).
+SAMPLE = ("FS_F_", "fs_field", "FS_NFIELDS", "FS_FIELDS", "FS_ENUM_", "FS_MEASUREMENT")
+AGENT = ("FS_A_", "fs_agent_field", "FS_NAGENT_FIELDS", "FS_AGENT_FIELDS", "FS_AGENT_ENUM_", "FS_AGENT_MEASUREMENT")
 
 
-def main(src: str, dst: str) -> None:
-    schema = json.loads(Path(src).read_text())
-    required = set(schema["required"])
-    names = list(schema["properties"])
-    out = ["/* Generated from src/flowstat/schema/sample.schema.json by gen_schema_header.py. Do not edit. */",
-           "#ifndef FLOWSTAT_SCHEMA_FIELDS_H", "#define FLOWSTAT_SCHEMA_FIELDS_H", "", "#include <stddef.h>", "",
-           f'#define FS_MEASUREMENT "{schema["x-measurement"]}"', "", "enum fs_field {"]
-    out += [f"    FS_F_{n.upper()}," for n in names]
-    out += ["    FS_NFIELDS", "};", "",
-            "enum fs_type { FS_T_STRING, FS_T_INTEGER, FS_T_NUMBER, FS_T_BOOLEAN };",
-            "enum fs_influx { FS_I_TAG, FS_I_FIELD, FS_I_TIME };", "",
-            "struct fs_field_def {", "    const char *name;", "    enum fs_type type;", "    enum fs_influx influx;",
-            "    const char *control; /* get-metrics reply field, or NULL */", "    int required;",
-            "    const char *const *values; /* the values a string may take, or NULL: any */", "    int nvalues;",
-            "};", ""]
-    for n in names:
-        out += enumeration(n, schema["properties"][n])
-    out.append("static const struct fs_field_def FS_FIELDS[FS_NFIELDS] = {")
-    for n in names:
-        p = schema["properties"][n]
-        control = f'"{p["x-control"]}"' if "x-control" in p else "NULL"
-        values = f"FS_ENUM_{n.upper()}, {len(p['enum'])}" if "enum" in p else "NULL, 0"
-        out.append(f'    {{"{n}", {TYPES[p["type"]]}, {ROLES[p["x-influx"]]}, {control}, {int(n in required)}, {values}}},')
-    out += ["};", "", "#endif", ""]
+def main(sample_src: str, agent_src: str, dst: str) -> None:
+    schemas = [(json.loads(Path(src).read_text()), names) for src, names in ((sample_src, SAMPLE), (agent_src, AGENT))]
+    out = ["/* Generated from src/flowstat/schema/sample.schema.json and agent.schema.json by gen_schema_header.py.",
+           " * Do not edit. */", "#ifndef FLOWSTAT_SCHEMA_FIELDS_H", "#define FLOWSTAT_SCHEMA_FIELDS_H", "",
+           "#include <stddef.h>", "",
+           "enum fs_type { FS_T_STRING, FS_T_INTEGER, FS_T_NUMBER, FS_T_BOOLEAN };",
+           "enum fs_influx { FS_I_TAG, FS_I_FIELD, FS_I_TIME };", "",
+           "struct fs_field_def {", "    const char *name;", "    enum fs_type type;", "    enum fs_influx influx;",
+           "    const char *control; /* get-metrics reply field, or NULL */", "    int required;",
+           "    const char *const *values; /* the values a string may take, or NULL: any */", "    int nvalues;",
+           "};", ""]
+    for schema, names in schemas:
+        out += table(schema, *names)
+    most = max(len(schema["properties"]) for schema, _ in schemas)
+    out += ["/* Value slots a sample needs, whichever schema it follows. */", f"#define FS_MAX_FIELDS {most}", "",
+            "#endif", ""]
     Path(dst).write_text("\n".join(out))
 
 
-def enumeration(name: str, prop: dict) -> list[str]:
-    """A field's enumeration as a C array FS_ENUM_NAME, and its default value FS_DEFAULT_NAME."""
+def table(schema: dict, prefix: str, enum_name: str, count: str, table_name: str, enum_prefix: str,
+          measurement: str) -> list[str]:
+    """One schema: its measurement, field enumeration, enumerated values, field table, and its tags
+    sorted by key (the order line protocol writes them in)."""
+    required = set(schema["required"])
+    names = list(schema["properties"])
+    out = [f'#define {measurement} "{schema["x-measurement"]}"', "", f"enum {enum_name} {{"]
+    out += [f"    {prefix}{n.upper()}," for n in names]
+    out += [f"    {count}", "};", ""]
+    for n in names:
+        out += enumeration(enum_prefix, n, schema["properties"][n])
+    out.append(f"static const struct fs_field_def {table_name}[{count}] = {{")
+    for n in names:
+        p = schema["properties"][n]
+        control = f'"{p["x-control"]}"' if "x-control" in p else "NULL"
+        values = f"{enum_prefix}{n.upper()}, {len(p['enum'])}" if "enum" in p else "NULL, 0"
+        out.append(f'    {{"{n}", {TYPES[p["type"]]}, {ROLES[p["x-influx"]]}, {control}, {int(n in required)}, {values}}},')
+    tags = sorted(n for n in names if schema["properties"][n]["x-influx"] == "tag")
+    out += ["};", "", f"static const int {table_name}_TAGS[{len(tags)}] = {{{', '.join(prefix + t.upper() for t in tags)}}};",
+            ""]
+    return out
+
+
+def enumeration(prefix: str, name: str, prop: dict) -> list[str]:
+    """A field's enumeration as a C array PREFIXNAME, and its default value FS_DEFAULT_NAME."""
     if "enum" not in prop:
         return []
     values = ", ".join(f'"{v}"' for v in prop["enum"])
-    out = [f"static const char *const FS_ENUM_{name.upper()}[{len(prop['enum'])}] = {{{values}}};"]
+    out = [f"static const char *const {prefix}{name.upper()}[{len(prop['enum'])}] = {{{values}}};"]
     if "default" in prop:
         out.append(f'#define FS_DEFAULT_{name.upper()} "{prop["default"]}"')
     return out + [""]
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    if len(sys.argv) != 4:
+        sys.exit("usage: gen_schema_header.py SAMPLE_SCHEMA AGENT_SCHEMA OUT")
+    main(*sys.argv[1:])

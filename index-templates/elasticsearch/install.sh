@@ -13,14 +13,15 @@ put() {
     *) echo "install.sh: PUT $ES_URL/$1 failed with HTTP $code: $(cat /tmp/flowstat-es-put.out)" >&2; exit 1 ;;
   esac
 }
-for c in flowstat-settings flowstat-sample-mappings flowstat-run-mappings; do
+for c in flowstat-settings flowstat-sample-mappings flowstat-run-mappings flowstat-agent-mappings; do
   put "_component_template/$c" "component-$c.json"
 done
-samples="index-template-flowstat-samples.json"
+ilm=""
 if [ "$(curl -s -o /dev/null -w '%{http_code}' "$ES_URL/_ilm/status")" = 200 ]; then
   put "_ilm/policy/flowstat" ilm-policy-flowstat.json
   put "_component_template/flowstat-lifecycle" component-flowstat-lifecycle.json
-  samples="index-template-flowstat-samples-ilm.json"
+  ilm="-ilm"
 fi
-put "_index_template/flowstat-samples" "$samples"
+put "_index_template/flowstat-samples" "index-template-flowstat-samples$ilm.json"
+put "_index_template/flowstat-agents" "index-template-flowstat-agents$ilm.json"
 put "_index_template/flowstat-runs" index-template-flowstat-runs.json

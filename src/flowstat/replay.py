@@ -5,7 +5,9 @@ document by ``run_id/agent/node_id/seq``, both taken from the sample, so replayi
 same data. A malformed or truncated line is reported with its file and line number and skipped;
 every good line is still loaded. Parsing runs in this process while one process per store writes
 the batches (flowstat.stores.WriterProcess), so the stores' ingestion and our parsing overlap.
-Every run also gets its run document (flowstat.schema.run) in each store.
+Every run also gets its run document (flowstat.schema.run) in each store, and the agent's
+self-samples the run file holds (flowstat.schema.agent: its lines {"flowstat_agent": {...}}) go to
+the stores as the agents send them (measurement flowstat_agent, index flowstat-agents).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import orjson
 
 from flowstat import schema, stores
 from flowstat.progress import Progress
+from flowstat.schema import agent as agent_schema
 from flowstat.schema import run as run_schema
 from flowstat.stores import BatchEncoder, WriterProcess
 from flowstat.timeutil import iso_utc_ms
@@ -48,6 +51,7 @@ class FileReport:
     host: str | None = None
     bytes_read: int = 0  # for the progress bar: the file is read once, its size comes from stat()
     shift_ns: int = 0  # --rebase-time: how far the samples were moved
+    agent_samples: list[dict] = field(default_factory=list)  # the agent's self-samples (a few a minute)
 
 
 def _field_types() -> tuple[dict[str, tuple], list[str]]:
@@ -120,6 +124,9 @@ def read_batches(path: Path, report: FileReport, encoders: list[BatchEncoder], *
                     else:
                         report.header = doc["flowstat_run"] if isinstance(doc["flowstat_run"], dict) else {}
                     continue
+                if agent_schema.RUN_FILE_KEY in doc:
+                    _keep_agent_sample(doc, lineno, report)
+                    continue
                 why = _bad_field(doc, types, required)
                 if why:
                     report.bad.append((lineno, why))
@@ -164,6 +171,37 @@ def read_batches(path: Path, report: FileReport, encoders: list[BatchEncoder], *
     if n:
         report.good += n
         yield [e.encode(lines if e.wants == "line" else docs, ids) for e in encoders], n
+
+
+def _keep_agent_sample(line: dict, lineno: int, report: FileReport) -> None:
+    """A run file's self-sample line ({"flowstat_agent": {...}}): kept for the stores when it
+    conforms, else reported by its line number and the field."""
+    doc = line[agent_schema.RUN_FILE_KEY]
+    if len(line) != 1 or not isinstance(doc, dict):
+        report.bad.append((lineno, f"{agent_schema.RUN_FILE_KEY}: not a self-sample (one object alone on its line)"))
+        return
+    errors = agent_schema.validate(doc)
+    if errors:
+        report.bad.append((lineno, f"{agent_schema.RUN_FILE_KEY}.{errors[0]}"[:160]))
+    else:
+        report.agent_samples.append(doc)
+
+
+def _rebased(docs: list[dict], report: FileReport, rebase_ms: int) -> list[dict]:
+    """Self-samples moved in time as the file's samples were (or, in a file of self-samples only,
+    so that the first starts at rebase_ms)."""
+    if not report.shift_ns and report.good == 0 and docs:
+        report.shift_ns = rebase_ms * 1_000_000 - schema.time_ns(docs[0]["time"])
+    return [{**d, "time": iso_utc_ms((schema.time_ns(d["time"]) + report.shift_ns) / 1e9)} for d in docs]
+
+
+def agent_batches(report: FileReport, writers: dict, *, rebase_ms: int | None = None,
+                  batch: int = BATCH) -> Iterator[tuple[list[bytes], int]]:
+    """The run file's self-samples as batches ready to write: one body per writer, and their number."""
+    docs = report.agent_samples if rebase_ms is None else _rebased(report.agent_samples, report, rebase_ms)
+    for start in range(0, len(docs), batch):
+        chunk = docs[start:start + batch]
+        yield [w.encode_agent(chunk) for w in writers.values()], len(chunk)
 
 
 def _usable(doc: dict, report: FileReport, source: str) -> dict:
@@ -247,6 +285,9 @@ def replay(paths: list[Path], targets: dict[str, tuple[str, str]], *, rebase: bo
                     shown = report.bytes_read
             if progress:  # what follows the last batch (bad lines, or a file that ends on a batch)
                 progress(report.bytes_read - shown)
+            for bodies, count in agent_batches(report, writers, rebase_ms=rebase_ms, batch=batch):
+                for proc, body in zip(procs.values(), bodies):
+                    proc.put(body, count)
             if report.good and report.run_id:
                 doc = run_document(report)
                 for name, proc in procs.items():
@@ -343,7 +384,8 @@ def main(args: argparse.Namespace) -> int:
     bar.close()
     status = 0
     for r in reports:
-        print(f"{r.path}: {r.good:,} samples loaded (run {r.run_id}), {len(r.bad)} bad lines skipped")
+        print(f"{r.path}: {r.good:,} samples loaded (run {r.run_id}), {len(r.agent_samples):,} agent self-samples, "
+              f"{len(r.bad)} bad lines skipped")
         for note in r.notes:
             print(f"  note: {note}", file=sys.stderr)
         for lineno, why in r.bad[:20]:

@@ -1,4 +1,5 @@
-/* libFuzzer target: a control reply from the network, through to both sample encodings. */
+/* libFuzzer target: a control reply from the network, through to both sample encodings; and the
+ * --encode reader, samples and a run file's self-samples (seed corpus/reply/self-sample). */
 #include <stddef.h>
 #include <stdint.h>
 
@@ -25,6 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (sample_from_json((const char *)data, size, &s, err, sizeof err) == 0) { /* the --encode reader */
         struct fs_buf out = {0};
         sample_line_protocol(&s, &out);
+        sample_json(&s, &out);
         fs_buf_free(&out);
     }
     return 0;

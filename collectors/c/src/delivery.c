@@ -103,12 +103,36 @@ static int spool_pending(const struct sink_runner *r)
     return r->has_spool && !spool_empty(&r->spool);
 }
 
+/* The sink thread's counters, where the sampling thread may read them (runner_figures). Under lock. */
+static void publish(struct sink_runner *r)
+{
+    struct runner_figures *p = &r->published;
+    p->delivered = r->delivered;
+    p->rejected = r->rejected;
+    p->lost = r->lost;
+    p->send_failures = r->send_failures;
+    p->spool_dropped = r->has_spool ? r->spool.dropped_samples : 0;
+    p->spooled_batches = r->has_spool ? (long long)(r->spool.next - r->spool.first) : 0;
+    p->spooled_samples = r->has_spool ? r->spool.samples : 0;
+    p->down = r->down;
+}
+
+void runner_figures(struct sink_runner *r, struct runner_figures *out)
+{
+    pthread_mutex_lock(&r->lock);
+    *out = r->published;
+    out->lost += r->queue_dropped;
+    pthread_mutex_unlock(&r->lock);
+}
+
 /* The next queued batch; NULL when it is time to resend the spool, or, with *stop set, when the
  * queue is empty and runner_stop was called. *exit_deadline: when runner_stop was called, the time
- * past which queued batches are no longer sent (0 before). */
+ * past which queued batches are no longer sent (0 before). What the last batch did is published
+ * first. */
 static struct batch *next_batch(struct sink_runner *r, int *stop, double *exit_deadline)
 {
     pthread_mutex_lock(&r->lock);
+    publish(r);
     while (!r->head && !r->stopping) {
         if (!spool_pending(r)) {
             pthread_cond_wait(&r->wake, &r->lock);
@@ -182,6 +206,7 @@ static int deliver(struct sink_runner *r, const char *data, size_t len, int coun
     struct sink_outcome o;
     sink_send(&r->sink, data, len, count, &o);
     if (o.down) {
+        r->send_failures++;
         mark_down(r, o.why);
         fs_buf_free(&o.again);
         return -1;

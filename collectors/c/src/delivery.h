@@ -16,6 +16,13 @@
 
 struct batch;
 
+/* What became of a sink's samples so far, and what waits in its spool: a self-sample's figures. */
+struct runner_figures {
+    long long delivered, rejected, lost, send_failures, spool_dropped;
+    long long spooled_batches, spooled_samples;
+    int down; /* its last send found it down */
+};
+
 struct sink_runner {
     struct sink sink;
 
@@ -24,6 +31,7 @@ struct sink_runner {
     int has_spool, down;
     double next_retry, drain_timeout;
     long long delivered, rejected, lost;
+    long long send_failures; /* sends that found the sink down */
     int put_aside; /* batches spooled unsent at exit: the sink was too slow */
 
     /* shared with the sampling thread, under lock */
@@ -34,6 +42,7 @@ struct sink_runner {
     int stopping;
     double exit_deadline; /* set by runner_stop */
     long long queue_dropped; /* samples dropped from the front of a full queue */
+    struct runner_figures published; /* the thread's figures as of its last settled batch */
 
     pthread_t thread;
     int started;
@@ -54,6 +63,9 @@ void runner_stop(struct sink_runner *r);
 void runner_join(struct sink_runner *r);
 /* Samples lost for good (not delivered, not rejected, not spooled); after runner_join. */
 long long runner_lost(const struct sink_runner *r);
+/* Any thread, any time: the figures the sink thread published last (it does after each batch it
+ * settled, before it waits for the next), its queue's losses included. */
+void runner_figures(struct sink_runner *r, struct runner_figures *out);
 void runner_close(struct sink_runner *r);
 
 #endif

@@ -1,5 +1,6 @@
 /* flowstat-agent: samples pipeline nodes (/proc and their control channels) and ships samples.
- * The same targets, schema, sinks and spool as `flowstat agent`, for a fraction of the CPU. */
+ * The same targets, schema, sinks and spool as `flowstat agent`, for a fraction of the CPU; the
+ * same self-samples (agent.schema.json) and run-ending notice (SIGUSR1). */
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -22,10 +23,12 @@
 
 #define AGENT_NAME "flowstat-agent-c"
 #define STATE_DOWN "DOWN" /* node_state once the process is gone (one of the schema's states) */
+#define STATE_STOPPED "STOPPED" /* instead, when it is gone after the run-ending notice */
 #define NAME_MAX_LEN 160 /* --name, in agent_name after AGENT_NAME "/" */
 #define RUN_ID_MAX_LEN 127 /* --run-id, as a target's run_id holds */
 
 static volatile sig_atomic_t stop_flag = 0;
+static volatile sig_atomic_t ending_flag = 0; /* the run-ending notice came: nodes gone now ended with their run */
 
 static void on_signal(int sig)
 {
@@ -33,11 +36,17 @@ static void on_signal(int sig)
     stop_flag = 1;
 }
 
+static void on_notice(int sig)
+{
+    (void)sig;
+    ending_flag = 1;
+}
+
 struct options {
     struct target_spec spec;
     const char **sinks;
     size_t nsinks;
-    double interval, rescan, control_timeout, duration, drain_timeout;
+    double interval, rescan, control_timeout, duration, drain_timeout, self_interval;
     long long count;
     const char *spool_dir, *name, *stats_path;
     long long spool_max;
@@ -61,6 +70,7 @@ struct agent {
     struct sink_runner *sinks; /* one delivery thread each */
     long long samples_taken, proc_errors;
     long long rounds, skipped_rounds; /* a round overran its interval: the rounds it ran into are skipped */
+    long long self_seq; /* self-samples emitted */
 };
 
 static void usage(FILE *out)
@@ -82,6 +92,9 @@ static void usage(FILE *out)
             "                         influxdb://HOST:PORT/DB  elasticsearch://HOST:PORT/INDEX\n"
             "  --interval S           seconds between samples (default 1, min 0.01)\n"
             "  --rescan S             seconds between target searches (default 5)\n"
+            "  --self-interval S      seconds between the agent's self-samples (measurement flowstat_agent:\n"
+            "                         rounds, samples, sink errors, spool depth...; the agent schema), after\n"
+            "                         a round, and one at exit (default 5; 0: none)\n"
             "  --control-timeout S    control reply time-out (default 0.25)\n"
             "  --spool-dir DIR        keep batches here while a sink is down (default: none); each sink's\n"
             "                         folder in it has a file sink-url naming the sink\n"
@@ -99,7 +112,10 @@ static void usage(FILE *out)
             "  --stats FILE           write delivery statistics (JSON) here at exit\n"
             "  --quiet                log warnings and errors only\n"
             "  --encode line|json     read JSON samples (one a line) on stdin, write them encoded on stdout\n"
-            "  --help                 this text\n");
+            "                         (a run file's self-sample lines, {\"flowstat_agent\": {...}}, too)\n"
+            "  --help                 this text\n"
+            "signals: SIGTERM, SIGINT stop (one last round, then delivery); SIGUSR1 is the run-ending notice:\n"
+            "  a node that exits after it is reported once as STOPPED (it ended with its run) instead of DOWN.\n");
 }
 
 static int parse_seconds(const char *arg, const char *name, double lo, double *out)
@@ -179,14 +195,15 @@ static int add_sink(struct options *o, const char *url)
 static int parse_options(int argc, char **argv, struct options *o)
 {
     enum { O_PID = 1, O_PIDFILE, O_PATTERN, O_ENDPOINTS, O_SINK, O_INTERVAL, O_RESCAN, O_CTIMEOUT, O_SPOOL,
-           O_SPOOLMAX, O_RUNID, O_NAME, O_DURATION, O_COUNT, O_EXITDOWN, O_DRAIN, O_STATS, O_QUIET, O_HELP };
+           O_SPOOLMAX, O_RUNID, O_NAME, O_DURATION, O_COUNT, O_EXITDOWN, O_DRAIN, O_STATS, O_QUIET, O_HELP, O_SELF };
     static const struct option longopts[] = {
         {"pid", 1, 0, O_PID}, {"pidfile", 1, 0, O_PIDFILE}, {"pattern", 1, 0, O_PATTERN},
         {"endpoints", 1, 0, O_ENDPOINTS}, {"sink", 1, 0, O_SINK}, {"interval", 1, 0, O_INTERVAL},
         {"rescan", 1, 0, O_RESCAN}, {"control-timeout", 1, 0, O_CTIMEOUT}, {"spool-dir", 1, 0, O_SPOOL},
         {"spool-max-mb", 1, 0, O_SPOOLMAX}, {"run-id", 1, 0, O_RUNID}, {"name", 1, 0, O_NAME},
         {"duration", 1, 0, O_DURATION}, {"count", 1, 0, O_COUNT}, {"exit-when-all-down", 0, 0, O_EXITDOWN},
-        {"drain-timeout", 1, 0, O_DRAIN}, {"stats", 1, 0, O_STATS}, {"quiet", 0, 0, O_QUIET}, {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
+        {"drain-timeout", 1, 0, O_DRAIN}, {"stats", 1, 0, O_STATS}, {"quiet", 0, 0, O_QUIET}, {"help", 0, 0, O_HELP},
+        {"self-interval", 1, 0, O_SELF}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     if (allocate_lists(argc, o) != 0)
         return -1;
@@ -197,6 +214,7 @@ static int parse_options(int argc, char **argv, struct options *o)
     o->duration = -1;
     o->count = -1;
     o->drain_timeout = 5.0;
+    o->self_interval = 5.0;
     o->spool_max = 64LL << 20;
     o->name = "";
     int c;
@@ -273,6 +291,10 @@ static int parse_options(int argc, char **argv, struct options *o)
             break;
         case O_DRAIN:
             if (parse_seconds(optarg, "--drain-timeout", 0, &o->drain_timeout) != 0)
+                return -1;
+            break;
+        case O_SELF:
+            if (parse_seconds(optarg, "--self-interval", 0, &o->self_interval) != 0)
                 return -1;
             break;
         case O_STATS:
@@ -413,8 +435,9 @@ static size_t sample_all(struct agent *a, struct fs_sample **out, size_t *out_ca
     size_t *owner = calloc(n ? n : 1, sizeof *owner);
     cJSON **replies = calloc(n ? n : 1, sizeof *replies);
     cJSON **by_target = calloc(n ? n : 1, sizeof *by_target);
-    if (!endpoints || !owner || !replies || !by_target) {
-        free(endpoints), free(owner), free(replies), free(by_target);
+    char *gone = calloc(n ? n : 1, 1); /* the targets reported gone, dropped after the loop */
+    if (!endpoints || !owner || !replies || !by_target || !gone) {
+        free(endpoints), free(owner), free(replies), free(by_target), free(gone);
         return 0;
     }
     for (size_t i = 0; i < n; i++)
@@ -437,8 +460,15 @@ static size_t sample_all(struct agent *a, struct fs_sample **out, size_t *out_ca
                 LOG_ERR("%s (pid %d): cannot read /proc (%s)", t->node_id, (int)t->pid,
                         st == PROC_BAD_FORMAT ? "unexpected format" : strerror(errno));
             }
-            base_sample(a, t, stamp, ms, t->role, STATE_DOWN, &(*out)[count++]); /* reported once, then dropped */
-            LOG_WARN("%s (pid %d) is gone", t->node_id, (int)t->pid);
+            /* Reported once, then dropped. The flag is read after the read that found the node gone:
+             * a notice sent before the node was stopped has been handled by then. */
+            int ended = ending_flag;
+            base_sample(a, t, stamp, ms, t->role, ended ? STATE_STOPPED : STATE_DOWN, &(*out)[count++]);
+            if (ended)
+                LOG_INFO("%s (pid %d) is gone (stopped with its run)", t->node_id, (int)t->pid);
+            else
+                LOG_WARN("%s (pid %d) is gone", t->node_id, (int)t->pid);
+            gone[i] = 1;
             continue;
         }
         const cJSON *reply = by_target[i];
@@ -463,14 +493,12 @@ static size_t sample_all(struct agent *a, struct fs_sample **out, size_t *out_ca
     }
     for (size_t k = 0; k < nctl; k++)
         cJSON_Delete(replies[k]);
-    free(endpoints), free(owner), free(replies), free(by_target);
-    /* drop the targets reported DOWN (after the loop: retire() reorders the array) */
-    for (size_t c = 0; c < count; c++)
-        if (strcmp((*out)[c].v[FS_F_NODE_STATE].s, STATE_DOWN) == 0) {
-            struct target *t = find_target(a, (pid_t)(*out)[c].v[FS_F_PID].i, (*out)[c].v[FS_F_NODE_ID].s);
-            if (t)
-                retire(a, (size_t)(t - a->targets));
-        }
+    /* drop the targets reported gone: after the loop, and from the end (retire() moves the last
+     * target into the place it frees, one already looked at) */
+    for (size_t i = n; i-- > 0;)
+        if (gone[i])
+            retire(a, i);
+    free(endpoints), free(owner), free(replies), free(by_target), free(gone);
     a->samples_taken += (long long)count;
     return count;
 }
@@ -483,9 +511,10 @@ static void write_stats(struct agent *a)
         LOG_ERR("--stats %s: %s", a->opt.stats_path, strerror(errno));
         return;
     }
-    fprintf(f, "{\"samples\": %lld, \"rounds\": %lld, \"skipped_rounds\": %lld, \"targets\": %zu, \"gone\": %zu, "
-               "\"control_errors\": %llu, \"proc_errors\": %lld, \"sinks\": {",
-            a->samples_taken, a->rounds, a->skipped_rounds, a->ntargets, a->ngone, a->control.errors, a->proc_errors);
+    fprintf(f, "{\"samples\": %lld, \"self_samples\": %lld, \"rounds\": %lld, \"skipped_rounds\": %lld, "
+               "\"targets\": %zu, \"gone\": %zu, \"control_errors\": %llu, \"proc_errors\": %lld, \"sinks\": {",
+            a->samples_taken, a->self_seq, a->rounds, a->skipped_rounds, a->ntargets, a->ngone, a->control.errors,
+            a->proc_errors);
     for (size_t i = 0; i < a->opt.nsinks; i++) {
         const struct sink_runner *r = &a->sinks[i];
         struct fs_buf url = {0};
@@ -513,6 +542,60 @@ static void sample_and_submit(struct agent *a, struct fs_sample **samples, size_
 {
     size_t n = sample_all(a, samples, cap);
     submit_all(a, *samples, n);
+}
+
+/* -- self-samples ----------------------------------------------------------------------------- */
+
+/* The agent's figures now (the agent schema): delivery summed over its sinks, as each sink thread
+ * published them last. */
+static void self_sample(struct agent *a, struct fs_sample *s)
+{
+    char stamp[32];
+    int64_t ms;
+    fs_iso_now(stamp, sizeof stamp, &ms);
+    struct runner_figures sum = {0}, one;
+    for (size_t i = 0; i < a->opt.nsinks; i++) {
+        runner_figures(&a->sinks[i], &one);
+        sum.delivered += one.delivered;
+        sum.rejected += one.rejected;
+        sum.lost += one.lost;
+        sum.send_failures += one.send_failures;
+        sum.spool_dropped += one.spool_dropped;
+        sum.spooled_batches += one.spooled_batches;
+        sum.spooled_samples += one.spooled_samples;
+        sum.down += one.down;
+    }
+    sample_clear_as(s, &FS_AGENT_SCHEMA);
+    s->time_ms = ms;
+    sample_set_str(s, FS_A_TIME, stamp);
+    if (a->opt.spec.run_id[0])
+        sample_set_str(s, FS_A_RUN_ID, a->opt.spec.run_id);
+    sample_set_str(s, FS_A_HOST, a->host);
+    sample_set_str(s, FS_A_AGENT, a->agent_name);
+    sample_set_int(s, FS_A_SEQ, a->self_seq++);
+    sample_set_num(s, FS_A_INTERVAL_S, a->opt.interval);
+    sample_set_int(s, FS_A_ROUNDS, a->rounds);
+    sample_set_int(s, FS_A_SKIPPED_ROUNDS, a->skipped_rounds);
+    sample_set_int(s, FS_A_SAMPLES, a->samples_taken);
+    sample_set_int(s, FS_A_CONTROL_ERRORS, (long long)a->control.errors);
+    sample_set_int(s, FS_A_PROC_ERRORS, a->proc_errors);
+    sample_set_int(s, FS_A_DELIVERED, sum.delivered);
+    sample_set_int(s, FS_A_REJECTED, sum.rejected);
+    sample_set_int(s, FS_A_LOST, sum.lost);
+    sample_set_int(s, FS_A_SEND_FAILURES, sum.send_failures);
+    sample_set_int(s, FS_A_SPOOL_DROPPED, sum.spool_dropped);
+    sample_set_int(s, FS_A_TARGETS, (long long)a->ntargets);
+    sample_set_int(s, FS_A_SPOOLED_BATCHES, sum.spooled_batches);
+    sample_set_int(s, FS_A_SPOOLED_SAMPLES, sum.spooled_samples);
+    sample_set_int(s, FS_A_SINKS_DOWN, sum.down);
+}
+
+/* Through the same queues as the samples, behind them: spooled and resent like them. */
+static void submit_self_sample(struct agent *a)
+{
+    struct fs_sample s;
+    self_sample(a, &s);
+    submit_all(a, &s, 1);
 }
 
 static void sleep_until(double deadline)
@@ -575,13 +658,15 @@ static int open_sinks(struct agent *a)
     return 0;
 }
 
-/* The sink threads leave SIGINT and SIGTERM to the sampling thread, whose sleep they interrupt. */
+/* The sink threads leave SIGINT, SIGTERM and SIGUSR1 to the sampling thread, whose sleep they
+ * interrupt. */
 static int start_sinks(struct agent *a)
 {
     sigset_t stop_signals, before;
     sigemptyset(&stop_signals);
     sigaddset(&stop_signals, SIGINT);
     sigaddset(&stop_signals, SIGTERM);
+    sigaddset(&stop_signals, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &stop_signals, &before);
     int rc = 0;
     for (size_t i = 0; i < a->opt.nsinks && rc == 0; i++)
@@ -623,8 +708,10 @@ static void sample_until_done(struct agent *a)
 {
     struct fs_sample *samples = NULL;
     size_t samples_cap = 0;
-    double start = fs_monotonic(), next_rescan = start;
+    double start = fs_monotonic(), next_rescan = start, every = a->opt.self_interval;
+    double next_self = every > 0 ? start + every : INFINITY;
     long long tick = 0;
+    int noticed = 0;
     while (!stop_flag) {
         double now = fs_monotonic();
         if (now >= next_rescan) {
@@ -634,6 +721,15 @@ static void sample_until_done(struct agent *a)
         if (tick > 0) {
             sample_and_submit(a, &samples, &samples_cap);
             a->rounds++;
+            double after = fs_monotonic();
+            if (after >= next_self) {
+                submit_self_sample(a);
+                next_self += every * (1 + floor((after - next_self) / every)); /* the next one due: none to catch up */
+            }
+        }
+        if (ending_flag && !noticed) {
+            noticed = 1;
+            LOG_INFO("run-ending notice: nodes that exit from now on are reported STOPPED");
         }
         if ((a->opt.count >= 0 && a->rounds >= a->opt.count) ||
             (a->opt.duration >= 0 && now - start >= a->opt.duration) ||
@@ -648,6 +744,8 @@ static void sample_until_done(struct agent *a)
     }
     if (stop_flag && a->ntargets) /* stopped from outside: one last pass reports nodes that ended */
         sample_and_submit(a, &samples, &samples_cap);
+    if (every > 0)
+        submit_self_sample(a); /* the last one, behind every sample */
     free(samples);
 }
 
@@ -679,9 +777,10 @@ int main(int argc, char **argv)
     }
     if (control_pool_init(&a.control, a.opt.control_timeout) != 0)
         return 1;
-    struct sigaction sa = {.sa_handler = on_signal};
+    struct sigaction sa = {.sa_handler = on_signal}, notice = {.sa_handler = on_notice};
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGUSR1, &notice, NULL);
     signal(SIGPIPE, SIG_IGN);
     if (parent_already_gone()) {
         LOG_WARN("the run that started this agent (pid %s) is gone: stopping", getenv("FLOWSTAT_DIE_WITH_PARENT"));

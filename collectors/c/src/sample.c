@@ -1,47 +1,62 @@
 #include "sample.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-void sample_clear(struct fs_sample *s)
+const struct fs_schema FS_SAMPLE_SCHEMA = {FS_MEASUREMENT, FS_FIELDS, FS_NFIELDS, FS_FIELDS_TAGS,
+                                           (int)(sizeof FS_FIELDS_TAGS / sizeof FS_FIELDS_TAGS[0]), FS_F_TIME, 0};
+const struct fs_schema FS_AGENT_SCHEMA = {FS_AGENT_MEASUREMENT, FS_AGENT_FIELDS, FS_NAGENT_FIELDS, FS_AGENT_FIELDS_TAGS,
+                                          (int)(sizeof FS_AGENT_FIELDS_TAGS / sizeof FS_AGENT_FIELDS_TAGS[0]),
+                                          FS_A_TIME, 1};
+
+void sample_clear_as(struct fs_sample *s, const struct fs_schema *schema)
 {
-    for (int f = 0; f < FS_NFIELDS; f++) /* not a memset of every string buffer: this runs per sample */
+    s->schema = schema;
+    for (int f = 0; f < schema->nfields; f++) /* not a memset of every string buffer: this runs per sample */
         s->v[f].set = 0;
     s->time_ms = 0;
 }
 
-void sample_set_str(struct fs_sample *s, enum fs_field f, const char *value)
+void sample_clear(struct fs_sample *s)
+{
+    sample_clear_as(s, &FS_SAMPLE_SCHEMA);
+}
+
+void sample_set_str(struct fs_sample *s, int f, const char *value)
 {
     fs_strlcpy(s->v[f].s, value, sizeof s->v[f].s);
     s->v[f].set = 1;
 }
 
-void sample_set_int(struct fs_sample *s, enum fs_field f, long long value)
+void sample_set_int(struct fs_sample *s, int f, long long value)
 {
     s->v[f].i = value;
     s->v[f].set = 1;
 }
 
-void sample_set_num(struct fs_sample *s, enum fs_field f, double value)
+void sample_set_num(struct fs_sample *s, int f, double value)
 {
     s->v[f].d = value;
     s->v[f].set = 1;
 }
 
-void sample_set_bool(struct fs_sample *s, enum fs_field f, int value)
+void sample_set_bool(struct fs_sample *s, int f, int value)
 {
     s->v[f].i = value ? 1 : 0;
     s->v[f].set = 1;
 }
 
-int sample_value_allowed(enum fs_field f, const char *value)
+int field_value_allowed(const struct fs_field_def *def, const char *value)
 {
-    const struct fs_field_def *def = &FS_FIELDS[f];
     for (int k = 0; k < def->nvalues; k++)
         if (strcmp(def->values[k], value) == 0)
             return 1;
     return def->values == NULL;
+}
+
+int sample_value_allowed(enum fs_field f, const char *value)
+{
+    return field_value_allowed(&FS_FIELDS[f], value);
 }
 
 /* Line protocol escaping: measurement, tag keys and values and field keys escape , = space and
@@ -75,50 +90,29 @@ static void put_value(struct fs_buf *out, const struct fs_value *v, enum fs_type
     }
 }
 
-static int cmp_tag(const void *a, const void *b)
-{
-    return strcmp(FS_FIELDS[*(const int *)a].name, FS_FIELDS[*(const int *)b].name);
-}
-
-/* The tag fields sorted by key (Influx's preferred order), worked out once. */
-static const int *sorted_tags(int *count)
-{
-    static int tags[FS_NFIELDS], ntags = -1;
-    if (ntags < 0) {
-        int n = 0;
-        for (int f = 0; f < FS_NFIELDS; f++)
-            if (FS_FIELDS[f].influx == FS_I_TAG)
-                tags[n++] = f;
-        qsort(tags, (size_t)n, sizeof tags[0], cmp_tag);
-        ntags = n;
-    }
-    *count = ntags;
-    return tags;
-}
-
 void sample_line_protocol(const struct fs_sample *s, struct fs_buf *out)
 {
-    int ntags;
-    const int *tags = sorted_tags(&ntags);
-    fs_buf_escaped(out, FS_MEASUREMENT, LP_KEY_ESCAPES);
-    for (int t = 0; t < ntags; t++) {
-        const struct fs_value *v = &s->v[tags[t]];
+    const struct fs_schema *schema = s->schema;
+    fs_buf_escaped(out, schema->measurement, LP_KEY_ESCAPES);
+    for (int t = 0; t < schema->ntags; t++) {
+        const struct fs_value *v = &s->v[schema->tags[t]];
         if (!v->set || !v->s[0])
             continue;
         fs_buf_append(out, ",", 1);
-        fs_buf_escaped(out, FS_FIELDS[tags[t]].name, LP_KEY_ESCAPES);
+        fs_buf_escaped(out, schema->fields[schema->tags[t]].name, LP_KEY_ESCAPES);
         fs_buf_append(out, "=", 1);
         fs_buf_escaped(out, v->s, LP_KEY_ESCAPES);
     }
     int first = 1;
-    for (int f = 0; f < FS_NFIELDS; f++) {
-        if (FS_FIELDS[f].influx != FS_I_FIELD || !s->v[f].set)
+    for (int f = 0; f < schema->nfields; f++) {
+        const struct fs_field_def *def = &schema->fields[f];
+        if (def->influx != FS_I_FIELD || !s->v[f].set)
             continue;
         fs_buf_append(out, first ? " " : ",", 1);
         first = 0;
-        fs_buf_escaped(out, FS_FIELDS[f].name, LP_KEY_ESCAPES);
+        fs_buf_escaped(out, def->name, LP_KEY_ESCAPES);
         fs_buf_append(out, "=", 1);
-        put_value(out, &s->v[f], FS_FIELDS[f].type, 0);
+        put_value(out, &s->v[f], def->type, 0);
     }
     fs_buf_append(out, " ", 1);
     fs_buf_int(out, (long long)s->time_ms);
@@ -127,23 +121,27 @@ void sample_line_protocol(const struct fs_sample *s, struct fs_buf *out)
 
 void sample_json(const struct fs_sample *s, struct fs_buf *out)
 {
+    const struct fs_schema *schema = s->schema;
     int first = 1;
     fs_buf_append(out, "{", 1);
-    for (int f = 0; f < FS_NFIELDS; f++) {
+    for (int f = 0; f < schema->nfields; f++) {
         if (!s->v[f].set)
             continue;
         if (!first)
             fs_buf_append(out, ",", 1);
         first = 0;
-        fs_buf_json_string(out, FS_FIELDS[f].name);
+        fs_buf_json_string(out, schema->fields[f].name);
         fs_buf_append(out, ":", 1);
-        put_value(out, &s->v[f], FS_FIELDS[f].type, 1);
+        put_value(out, &s->v[f], schema->fields[f].type, 1);
     }
     fs_buf_append(out, "}\n", 2);
 }
 
 void sample_document_id(const struct fs_sample *s, char *out, size_t n)
 {
-    snprintf(out, n, "%s/%s/%s/%lld", s->v[FS_F_RUN_ID].s, s->v[FS_F_AGENT].s, s->v[FS_F_NODE_ID].s,
-             s->v[FS_F_SEQ].i);
+    if (s->schema->agent) /* the time keeps apart namesakes without a run id, and restarts (flowstat.schema.agent) */
+        snprintf(out, n, "%s/%s/%s/%lld", s->v[FS_A_HOST].s, s->v[FS_A_AGENT].s, s->v[FS_A_TIME].s, s->v[FS_A_SEQ].i);
+    else
+        snprintf(out, n, "%s/%s/%s/%lld", s->v[FS_F_RUN_ID].s, s->v[FS_F_AGENT].s, s->v[FS_F_NODE_ID].s,
+                 s->v[FS_F_SEQ].i);
 }

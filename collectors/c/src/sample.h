@@ -1,5 +1,6 @@
 /* A sample: one value slot per schema field (src/flowstat/schema/sample.schema.json, via the
- * generated schema_fields.h), and its two encodings. */
+ * generated schema_fields.h), and its two encodings. An agent's self-sample (agent.schema.json) is
+ * a sample of the agent schema: the same slots and encoders, its own fields, measurement and _id. */
 #ifndef FLOWSTAT_SAMPLE_H
 #define FLOWSTAT_SAMPLE_H
 
@@ -17,23 +18,46 @@ struct fs_value {
     char s[FS_STR_MAX];
 };
 
+/* A flat schema: its fields (the slots of a sample that follows it), and how it is stored. */
+struct fs_schema {
+    const char *measurement;
+    const struct fs_field_def *fields;
+    int nfields;
+    const int *tags; /* its tag fields, sorted by key: line protocol's order */
+    int ntags;
+    int time_field;
+    int agent; /* a self-sample: its own _id, and the Elasticsearch index FS_AGENTS_INDEX */
+};
+extern const struct fs_schema FS_SAMPLE_SCHEMA, FS_AGENT_SCHEMA;
+
+/* Where the Elasticsearch sink puts self-samples, beside the samples index its URL names (as
+ * flowstat.stores.elasticsearch.AGENTS_INDEX). */
+#define FS_AGENTS_INDEX "flowstat-agents"
+/* A run file's line {"flowstat_agent": {...}} holds one self-sample (flowstat.schema.agent). */
+#define FS_RUN_FILE_AGENT_KEY FS_AGENT_MEASUREMENT
+
 struct fs_sample {
-    struct fs_value v[FS_NFIELDS];
+    const struct fs_schema *schema;
+    struct fs_value v[FS_MAX_FIELDS]; /* indexed by enum fs_field, or enum fs_agent_field */
     int64_t time_ms; /* the time field, as epoch milliseconds */
 };
 
+/* Unset every field: a sample of the sample schema, or of `schema`. */
 void sample_clear(struct fs_sample *s);
-void sample_set_str(struct fs_sample *s, enum fs_field f, const char *value);
-void sample_set_int(struct fs_sample *s, enum fs_field f, long long value);
-void sample_set_num(struct fs_sample *s, enum fs_field f, double value);
-void sample_set_bool(struct fs_sample *s, enum fs_field f, int value);
+void sample_clear_as(struct fs_sample *s, const struct fs_schema *schema);
+/* f: a field of the sample's schema (enum fs_field, or enum fs_agent_field). */
+void sample_set_str(struct fs_sample *s, int f, const char *value);
+void sample_set_int(struct fs_sample *s, int f, long long value);
+void sample_set_num(struct fs_sample *s, int f, double value);
+void sample_set_bool(struct fs_sample *s, int f, int value);
 /* Whether a string field may take this value (its schema enumeration, if it has one). */
-int sample_value_allowed(enum fs_field f, const char *value);
+int field_value_allowed(const struct fs_field_def *def, const char *value);
+int sample_value_allowed(enum fs_field f, const char *value); /* a field of the sample schema */
 
 /* Append one line (with its newline) to out. */
 void sample_line_protocol(const struct fs_sample *s, struct fs_buf *out);
 void sample_json(const struct fs_sample *s, struct fs_buf *out);
-/* Deterministic Elasticsearch _id: run_id/agent/node_id/seq. */
+/* Deterministic Elasticsearch _id: run_id/agent/node_id/seq; a self-sample's host/agent/time/seq. */
 void sample_document_id(const struct fs_sample *s, char *out, size_t n);
 
 #endif

@@ -23,6 +23,66 @@ static int fail(char *err, size_t n, const char *field, const char *what)
     return -1;
 }
 
+/* The fields of `obj` into s, by s's schema; 0, or -1 with a message naming the field. */
+static int fill_fields(const cJSON *obj, struct fs_sample *s, char *err, size_t errlen)
+{
+    const struct fs_schema *schema = s->schema;
+    const struct fs_field_def *fields = schema->fields;
+    int hint = 0;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, obj) {
+        /* Keys usually come in schema order: look from just after the previous match. */
+        int f = schema->nfields;
+        for (int k = 0; k < schema->nfields; k++) {
+            int candidate = (hint + k) % schema->nfields;
+            if (strcmp(fields[candidate].name, item->string) == 0) {
+                f = candidate;
+                hint = candidate + 1;
+                break;
+            }
+        }
+        if (f == schema->nfields)
+            return fail(err, errlen, item->string, "not in the schema");
+        int ok = 0;
+        switch (fields[f].type) {
+        case FS_T_STRING:
+            if ((ok = cJSON_IsString(item)) && !field_value_allowed(&fields[f], item->valuestring))
+                return fail(err, errlen, item->string, "not one of the schema's values");
+            if (ok)
+                sample_set_str(s, f, item->valuestring);
+            break;
+        case FS_T_INTEGER:
+            if ((ok = cJSON_IsNumber(item) && item->valuedouble >= 0 && item->valuedouble == floor(item->valuedouble) &&
+                      item->valuedouble <= 9.007199254740992e15))
+                sample_set_int(s, f, (long long)item->valuedouble);
+            break;
+        case FS_T_NUMBER:
+            if ((ok = cJSON_IsNumber(item) && isfinite(item->valuedouble)))
+                sample_set_num(s, f, item->valuedouble);
+            break;
+        case FS_T_BOOLEAN:
+            if ((ok = cJSON_IsBool(item)))
+                sample_set_bool(s, f, cJSON_IsTrue(item));
+            break;
+        }
+        if (!ok)
+            return fail(err, errlen, item->string, "wrong type");
+    }
+    for (int f = 0; f < schema->nfields; f++)
+        if (fields[f].required && !s->v[f].set)
+            return fail(err, errlen, fields[f].name, "required field is missing");
+    if ((s->time_ms = parse_iso_ms(s->v[schema->time_field].s)) < 0)
+        return fail(err, errlen, fields[schema->time_field].name, "not YYYY-MM-DDTHH:MM:SS.mmmZ");
+    return 0;
+}
+
+/* A run file's self-sample: an object whose one member is FS_RUN_FILE_AGENT_KEY. */
+static const cJSON *wrapped_self_sample(const cJSON *doc)
+{
+    const cJSON *only = doc->child;
+    return only && !only->next && strcmp(only->string, FS_RUN_FILE_AGENT_KEY) == 0 ? only : NULL;
+}
+
 int sample_from_json(const char *text, size_t len, struct fs_sample *s, char *err, size_t errlen)
 {
     cJSON *doc = cJSON_ParseWithLength(text, len);
@@ -31,59 +91,17 @@ int sample_from_json(const char *text, size_t len, struct fs_sample *s, char *er
         cJSON_Delete(doc);
         return fail(err, errlen, "sample", "not a JSON object");
     }
-    int rc = 0, hint = 0;
-    const cJSON *item;
-    cJSON_ArrayForEach(item, doc) {
-        /* Keys usually come in schema order: look from just after the previous match. */
-        int f = FS_NFIELDS;
-        for (int k = 0; k < FS_NFIELDS; k++) {
-            int candidate = (hint + k) % FS_NFIELDS;
-            if (strcmp(FS_FIELDS[candidate].name, item->string) == 0) {
-                f = candidate;
-                hint = candidate + 1;
-                break;
-            }
+    const cJSON *obj = doc, *inner = wrapped_self_sample(doc);
+    int rc = 0;
+    if (inner && !cJSON_IsObject(inner)) {
+        rc = fail(err, errlen, FS_RUN_FILE_AGENT_KEY, "not a JSON object");
+    } else {
+        if (inner) {
+            sample_clear_as(s, &FS_AGENT_SCHEMA);
+            obj = inner;
         }
-        if (f == FS_NFIELDS) {
-            rc = fail(err, errlen, item->string, "not in the schema");
-            break;
-        }
-        int ok = 0;
-        switch (FS_FIELDS[f].type) {
-        case FS_T_STRING:
-            if ((ok = cJSON_IsString(item)) && !sample_value_allowed((enum fs_field)f, item->valuestring)) {
-                rc = fail(err, errlen, item->string, "not one of the schema's values");
-                break;
-            }
-            if (ok)
-                sample_set_str(s, (enum fs_field)f, item->valuestring);
-            break;
-        case FS_T_INTEGER:
-            if ((ok = cJSON_IsNumber(item) && item->valuedouble >= 0 && item->valuedouble == floor(item->valuedouble) &&
-                      item->valuedouble <= 9.007199254740992e15))
-                sample_set_int(s, (enum fs_field)f, (long long)item->valuedouble);
-            break;
-        case FS_T_NUMBER:
-            if ((ok = cJSON_IsNumber(item) && isfinite(item->valuedouble)))
-                sample_set_num(s, (enum fs_field)f, item->valuedouble);
-            break;
-        case FS_T_BOOLEAN:
-            if ((ok = cJSON_IsBool(item)))
-                sample_set_bool(s, (enum fs_field)f, cJSON_IsTrue(item));
-            break;
-        }
-        if (rc != 0)
-            break;
-        if (!ok) {
-            rc = fail(err, errlen, item->string, "wrong type");
-            break;
-        }
+        rc = fill_fields(obj, s, err, errlen);
     }
-    for (int f = 0; rc == 0 && f < FS_NFIELDS; f++)
-        if (FS_FIELDS[f].required && !s->v[f].set)
-            rc = fail(err, errlen, FS_FIELDS[f].name, "required field is missing");
-    if (rc == 0 && (s->time_ms = parse_iso_ms(s->v[FS_F_TIME].s)) < 0)
-        rc = fail(err, errlen, "time", "not YYYY-MM-DDTHH:MM:SS.mmmZ");
     cJSON_Delete(doc);
     return rc;
 }

@@ -419,7 +419,7 @@ void sink_encode(const struct sink *s, const struct fs_sample *samples, size_t n
             char id[600];
             sample_document_id(&samples[i], id, sizeof id);
             fs_buf_puts(out, "{\"index\":{\"_index\":");
-            fs_buf_json_string(out, s->path);
+            fs_buf_json_string(out, samples[i].schema->agent ? FS_AGENTS_INDEX : s->path);
             fs_buf_puts(out, ",\"_id\":");
             fs_buf_json_string(out, id);
             fs_buf_puts(out, "}}\n");

@@ -1,6 +1,9 @@
 """The agent's loop: find targets, read /proc, ask control channels, build samples, hand them to
 the sinks. Ticks are scheduled from a monotonic start (tick k at start + k x interval), so there
-is no drift over hours; a tick that overruns skips to the next one due rather than bunching up."""
+is no drift over hours; a tick that overruns skips to the next one due rather than bunching up.
+Every self_interval_s, after a round, and once at exit, the agent reports on itself (a self-sample,
+flowstat.schema.agent) through the same sinks. After the run-ending notice (SIGUSR1, see
+``notice_run_ending``) a node that vanishes ended as planned: STOPPED, not DOWN."""
 
 from __future__ import annotations
 
@@ -44,6 +47,7 @@ class AgentConfig:
     count: int | None = None
     exit_when_all_down: bool = False
     drain_s: float = 5.0  # at exit, how long to keep resending what a down sink left in the spool
+    self_interval_s: float = 5.0  # seconds between self-samples (and one at exit); 0: none
 
 
 class Agent:
@@ -60,6 +64,8 @@ class Agent:
         self.proc_errors = 0
         self.rounds = 0
         self.skipped_rounds = 0  # a round overran its interval: the rounds it ran into are skipped
+        self.self_seq = 0  # self-samples emitted
+        self.ending = False  # the run-ending notice came: nodes that vanish now ended with their run
         self.runners: list[SinkRunner] = []
         twice = sorted({url for url in cfg.sinks if cfg.sinks.count(url) > 1})
         if twice:  # two deliveries would share one spool folder
@@ -70,6 +76,7 @@ class Agent:
             if sink.reliable and sink.spooled and cfg.spool_dir:
                 spool = Spool(Path(cfg.spool_dir) / folder_name(url), cfg.spool_max_bytes, url)
             self.runners.append(SinkRunner(sink, spool, drain_s=cfg.drain_s))
+        self.sink_runners = list(self.runners)  # what the self-samples' delivery figures sum over
         if cfg.run_file:
             self.runners.append(SinkRunner(RunFileSink(cfg.run_file, self._run_header()), None))
 
@@ -107,6 +114,11 @@ class Agent:
                 "role": role if role in schema.ROLES else schema.DEFAULT_ROLE, "agent": self.agent_name,
                 "seq": self._next_seq(t.node_id), "pid": t.pid, "node_state": state}
 
+    def notice_run_ending(self) -> None:
+        """The run-ending notice (SIGUSR1; flowstat run sends it as it starts ending a run in order):
+        from now on a node that vanishes is reported STOPPED, not DOWN. Safe in a signal handler."""
+        self.ending = True
+
     def sample_all(self) -> list[dict]:
         stamp = iso_utc_ms()
         now = time.monotonic()
@@ -120,8 +132,12 @@ class Agent:
                 if not isinstance(exc, ProcessGone):
                     self.proc_errors += 1
                     log.error("%s (pid %d): %s", t.node_id, t.pid, exc)
-                samples.append(self._base(t, stamp, t.role, schema.STATE_DOWN))  # reported once, then dropped
-                log.warning("%s (pid %d) is gone", t.node_id, t.pid)
+                # Reported once, then dropped. Read ``ending`` after the read that found it gone: a
+                # notice sent before the node was stopped has been handled by then.
+                ended = self.ending
+                samples.append(self._base(t, stamp, t.role, schema.STATE_STOPPED if ended else schema.STATE_DOWN))
+                log.log(logging.INFO if ended else logging.WARNING, "%s (pid %d) is gone%s", t.node_id, t.pid,
+                        " (stopped with its run)" if ended else "")
                 t.reader.close()
                 del self.targets[key]
                 self.gone.add(key)
@@ -141,6 +157,30 @@ class Agent:
         self.samples_taken += len(samples)
         return samples
 
+    # -- self-samples ---------------------------------------------------------------------------
+    def self_sample(self) -> dict:
+        """The agent's figures now (flowstat.schema.agent); delivery summed over its --sink sinks.
+        Their counters belong to the sink threads: read unlocked, each is a moment's value."""
+        sinks, spools = self.sink_runners, [r.spool for r in self.sink_runners if r.spool is not None]
+        doc = {"time": iso_utc_ms(), "run_id": self.cfg.spec.run_id, "host": self.host, "agent": self.agent_name,
+               "seq": self.self_seq, "interval_s": float(self.cfg.interval_s), "rounds": self.rounds,
+               "skipped_rounds": self.skipped_rounds, "samples": self.samples_taken,
+               "control_errors": self.control.errors, "proc_errors": self.proc_errors,
+               "delivered": sum(r.delivered for r in sinks), "rejected": sum(r.rejected for r in sinks),
+               "lost": sum(r.lost for r in sinks), "send_failures": sum(r.send_failures for r in sinks),
+               "spool_dropped": sum(s.dropped_samples for s in spools), "targets": len(self.targets),
+               "spooled_batches": sum(len(s) for s in spools), "spooled_samples": sum(s.samples for s in spools),
+               "sinks_down": sum(1 for r in sinks if r.failing)}
+        if not doc["run_id"]:
+            del doc["run_id"]
+        self.self_seq += 1
+        return doc
+
+    def _submit_self_sample(self) -> None:
+        doc = self.self_sample()
+        for r in self.runners:
+            r.submit_agent(doc)
+
     # -- loop -----------------------------------------------------------------------------------
     def run(self) -> int:
         for r in self.runners:
@@ -148,7 +188,10 @@ class Agent:
         start = time.monotonic()
         self.rescan(first=True)
         next_rescan = start + self.cfg.rescan_s
+        every = self.cfg.self_interval_s
+        next_self = start + every if every > 0 else math.inf
         tick = 0
+        noticed = False
         try:
             while not self.stop_event.is_set():
                 now = time.monotonic()
@@ -160,6 +203,12 @@ class Agent:
                     for r in self.runners:
                         r.submit(samples)
                     self.rounds += 1
+                    if time.monotonic() >= next_self:
+                        self._submit_self_sample()
+                        next_self += every * (1 + (time.monotonic() - next_self) // every)  # none to catch up
+                if self.ending and not noticed:
+                    noticed = True
+                    log.info("run-ending notice: nodes that exit from now on are reported STOPPED")
                 if self.cfg.count is not None and self.rounds >= self.cfg.count:
                     break
                 if self.cfg.duration_s is not None and now - start >= self.cfg.duration_s:
@@ -171,10 +220,13 @@ class Agent:
                 tick = max(tick + 1, due)
                 self.stop_event.wait(max(0.0, start + tick * self.cfg.interval_s - time.monotonic()))
             if self.stop_event.is_set() and self.targets:
-                # Stopped from outside: one last pass, so that nodes which ended are reported DOWN.
+                # Stopped from outside: one last pass, so that nodes which ended are reported (DOWN,
+                # or STOPPED after the run-ending notice).
                 samples = self.sample_all()
                 for r in self.runners:
                     r.submit(samples)
+            if every > 0:
+                self._submit_self_sample()  # the last one, behind every sample
         finally:
             self.shutdown()
         return 0
@@ -194,8 +246,8 @@ class Agent:
             t.reader.close()
 
     def stats(self) -> dict:
-        return {"samples": self.samples_taken, "rounds": self.rounds, "skipped_rounds": self.skipped_rounds,
-                "targets": len(self.targets), "gone": len(self.gone),
+        return {"samples": self.samples_taken, "self_samples": self.self_seq, "rounds": self.rounds,
+                "skipped_rounds": self.skipped_rounds, "targets": len(self.targets), "gone": len(self.gone),
                 "control_errors": self.control.errors, "proc_errors": self.proc_errors,
                 "sinks": {r.sink.url: {"delivered": r.delivered, "rejected": r.rejected, "lost": r.lost,
                                        "spooled": len(r.spool) if r.spool else 0,

@@ -21,8 +21,11 @@ PARSER = dict(
            "  udp://HOST:PORT                 tcp://HOST:PORT[?format=json]  (json: Logstash json_lines)\n"
            "  http://HOST:PORT/write          (Telegraf influxdb_listener)\n"
            "  influxdb://HOST:PORT/DATABASE   elasticsearch://HOST:PORT/INDEX\n"
-           "Samples follow the sample schema (docs/schema.md). Exit status: 0 nothing lost (what a sink that\n"
-           "is down did not take stays spooled: see --flush-spool), 1 samples lost, 2 bad arguments.")
+           "Samples follow the sample schema, self-samples (--self-interval) the agent schema (docs/schema.md).\n"
+           "signals: SIGTERM, SIGINT stop (one last round, then delivery); SIGUSR1 is the run-ending notice:\n"
+           "  a node that exits after it is reported once as STOPPED (it ended with its run) instead of DOWN.\n"
+           "Exit status: 0 nothing lost (what a sink that is down did not take stays spooled: see\n"
+           "--flush-spool), 1 samples lost, 2 bad arguments.")
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -35,6 +38,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sink", action="append", metavar="URL", help="where samples go (default stdout://)")
     p.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds between samples (default 1, min 0.01)")
     p.add_argument("--rescan", type=float, default=5.0, metavar="S", help="seconds between target searches (default 5)")
+    p.add_argument("--self-interval", type=float, default=5.0, metavar="S",
+                   help="seconds between the agent's self-samples (measurement flowstat_agent: rounds, samples, "
+                        "sink errors, spool depth...), after a round, and one at exit (default 5; 0: none)")
     p.add_argument("--control-timeout", type=float, default=0.25, metavar="S", help="control reply time-out (default 0.25)")
     p.add_argument("--spool-dir", metavar="DIR", help="keep batches here while a sink is down (default: none)")
     p.add_argument("--spool-max-mb", type=float, default=64, metavar="MB", help="spool bound per sink (default 64)")
@@ -109,6 +115,9 @@ def main(args: argparse.Namespace) -> int:
     if not 0.01 <= args.interval <= 3600:
         print("flowstat agent: --interval must be between 0.01 and 3600 s", file=sys.stderr)
         return 2
+    if not 0 <= args.self_interval <= 86400:
+        print("flowstat agent: --self-interval must be between 0 (none) and 86400 s", file=sys.stderr)
+        return 2
     run_doc = None
     if args.run_doc:
         try:
@@ -121,7 +130,8 @@ def main(args: argparse.Namespace) -> int:
             return 2
     cfg = AgentConfig(spec, args.sink or ["stdout://"], args.interval, args.rescan, args.control_timeout,
                       args.spool_dir, int(args.spool_max_mb * 1024 * 1024), args.run_file, run_doc, args.name or "",
-                      args.duration, args.count, args.exit_when_all_down, max(0.0, args.drain_timeout))
+                      args.duration, args.count, args.exit_when_all_down, max(0.0, args.drain_timeout),
+                      args.self_interval)
     try:
         agent = Agent(cfg)
     except (ValueError, OSError, SinkDown) as exc:  # a bad sink URL, a spool or run file that cannot be used
@@ -129,6 +139,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: set_from_signal(agent.stop_event))
+    signal.signal(signal.SIGUSR1, lambda *_: agent.notice_run_ending())
     agent.run()
     stats = agent.stats()
     if args.stats:

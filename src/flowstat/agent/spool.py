@@ -30,6 +30,11 @@ def folder_name(url: str) -> str:
     return "".join(chr(b) if chr(b).isascii() and chr(b).isalnum() else "_" for b in raw[:NAME_CHARS]) + f"-{h:08x}"
 
 
+def _count(batch: Path) -> int:
+    """The samples in a batch file, from its name (NNNNNNNNNNNN-COUNT.batch)."""
+    return int(batch.stem.split("-")[1])
+
+
 def _write_atomically(path: Path, payload: bytes) -> None:
     tmp = path.with_suffix(".tmp")
     with open(tmp, "wb") as f:
@@ -54,6 +59,7 @@ class Spool:
         self.dropped_samples = 0
         self._files = sorted(self.folder.glob("*.batch"))
         self._bytes = sum(f.stat().st_size for f in self._files)
+        self._samples = sum(_count(f) for f in self._files)  # kept up to date: self-samples read it each time
         self._next = int(self._files[-1].name.split("-")[0]) + 1 if self._files else 0
         for tmp in self.folder.glob("*.tmp"):  # a write cut short by a crash: never acknowledged
             tmp.unlink()
@@ -63,7 +69,7 @@ class Spool:
 
     @property
     def samples(self) -> int:
-        return sum(int(f.stem.split("-")[1]) for f in self._files)
+        return self._samples
 
     def push(self, payload: bytes, count: int) -> None:
         path = self.folder / f"{self._next:012d}-{count}.batch"
@@ -71,10 +77,12 @@ class Spool:
         self._next += 1
         self._files.append(path)
         self._bytes += len(payload)
+        self._samples += count
         while self._bytes > self.max_bytes and len(self._files) > 1:
             oldest = self._files.pop(0)
             self._bytes -= oldest.stat().st_size
-            lost = int(oldest.stem.split("-")[1])
+            lost = _count(oldest)
+            self._samples -= lost
             self.dropped_samples += lost
             oldest.unlink()
             log.error("spool %s is over %d bytes: dropped its oldest batch (%d samples)", self.folder,
@@ -84,11 +92,12 @@ class Spool:
         if not self._files:
             return None
         f = self._files[0]
-        return f.read_bytes(), int(f.stem.split("-")[1])
+        return f.read_bytes(), _count(f)
 
     def pop(self) -> None:
         f = self._files.pop(0)
         self._bytes -= f.stat().st_size
+        self._samples -= _count(f)
         f.unlink()
 
     def replace_oldest(self, payload: bytes, count: int) -> None:
@@ -100,4 +109,5 @@ class Spool:
         if new != old:
             old.unlink()
         self._bytes += len(payload) - old_size
+        self._samples += count - _count(old)
         self._files[0] = new

@@ -7,7 +7,9 @@ what their buffers still hold and an end-of-stream marker; each merger ends when
 have ended, the viewer when all mergers have. A stage that lost a member is told to stop instead of
 waiting for markers that will never come. Devices run in their own session (Ctrl-C reaches only
 the orchestrator) and get SIGTERM from the kernel if the orchestrator dies, so nothing is orphaned.
-A topology's ``cpus`` pins devices and agents to CPUs as each is started.
+A topology's ``cpus`` pins devices and agents to CPUs as each is started. A run that ends in order
+(its duration is over, or the user interrupts it) first gives the agents the run-ending notice, so
+that they report the nodes it stops as STOPPED, not DOWN; a run broken by a node's crash does not.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from flowstat.proc.procfs import format_cpu_list, log_tail, pin_threads, set_from_signal
+from flowstat.proc.procfs import catches, format_cpu_list, log_tail, pin_threads, set_from_signal
 from flowstat.schema import PIPELINE_ROLES
 from flowstat.timeutil import compact_utc
 
@@ -35,6 +37,8 @@ from .topology import AGENT_NODES, VIEWER_NODE, Topology, producer_process_name
 
 READY_TIMEOUT_S = 60.0  # building a producer's pool of 50 MB objects takes a while
 STAGE_TIMEOUT_S = 60.0
+AGENT_START_S = 10.0  # how long an agent may take to start (the Python one imports) before it takes signals
+RUN_ENDING = signal.SIGUSR1  # the agents' run-ending notice (collectors/README.md)
 
 
 class RunError(RuntimeError):
@@ -283,8 +287,23 @@ class Orchestrator:
             self.agent_cpus[name] = self.pin(name, "agent", proc.pid)
         self.write_run_document()  # again, with the agents' CPUs
 
+    def notice_run_ending(self) -> None:
+        """The run ends as planned: tell the agents (SIGUSR1) before any node is told to stop, so that
+        a node that exits from now on is reported STOPPED, not DOWN. An agent still starting has not
+        installed its handler yet, and the signal would kill it: it gets AGENT_START_S to do so."""
+        deadline = time.monotonic() + AGENT_START_S
+        for name, proc in self.agent_procs.items():
+            while proc.poll() is None and not catches(proc.pid, RUN_ENDING) and time.monotonic() < deadline:
+                time.sleep(0.05)  # polling /proc for the handler, with a deadline
+            if proc.poll() is None and catches(proc.pid, RUN_ENDING):
+                proc.send_signal(RUN_ENDING)
+            elif proc.poll() is None:  # not a failure of the run: its nodes will just show DOWN at the end
+                print(f"flowstat: {name} did not take the run-ending notice within {AGENT_START_S:.0f} s; log: "
+                      f"{self.run_dir / 'logs' / f'{name}.log'}", file=sys.stderr)
+
     def stop_agent(self) -> dict | None:
-        """Let the agents take their last samples (nodes reported DOWN) and deliver what they hold."""
+        """Let the agents take their last samples (nodes reported STOPPED, or DOWN without the
+        run-ending notice) and deliver what they hold."""
         if not self.agent_procs:
             return None
         result = {}
@@ -438,6 +457,8 @@ def run_topology(topo: Topology, *, duration: float | None = None, run_id: str |
             orch.failures.append(f"cannot start the producers: {exc}")
         if not orch.failures:
             orch.run_for(duration if duration is not None else topo.duration)
+            if not orch.failures and not orch.crashed():  # its duration is over, or the user interrupted it
+                orch.notice_run_ending()
         else:
             orch.stopped_at = orch.started_at = time.monotonic()
         orch.stop(force=bool(orch.failures))

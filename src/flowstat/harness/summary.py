@@ -273,7 +273,8 @@ def format_summary(s: dict[str, Any]) -> str:
             continue
         sinks = ", ".join(f"{url}: {v['delivered']:,} delivered" + (f", {v['spooled']} batches spooled" if v["spooled"] else "")
                           for url, v in agent["sinks"].items())
-        lines.append(f"{name + ':':<15} {agent['samples']:,} samples ({sinks})")
+        lines.append(f"{name + ':':<15} {agent['samples']:,} samples, {agent.get('self_samples', 0):,} self-samples "
+                     f"({sinks})")
     spooled = sum(v.get("spooled", 0) for a in (s.get("agent") or {}).values() if isinstance(a, dict)
                   for v in a["sinks"].values())
     if spooled:

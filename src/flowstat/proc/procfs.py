@@ -52,6 +52,16 @@ def is_alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def catches(pid: int, signum: int) -> bool:
+    """The process has a handler for ``signum`` (SigCgt of /proc/PID/status): sending it will not
+    kill a process that has not installed its handler yet. False when the process is gone."""
+    try:
+        caught = int(status_fields(pid).get("SigCgt", "0"), 16)
+    except (ProcessGone, ValueError):
+        return False
+    return bool(caught >> (signum - 1) & 1)
+
+
 def log_tail(path, lines: int = 15) -> str:
     """The last lines of a log file, for error messages that say what went wrong."""
     try:

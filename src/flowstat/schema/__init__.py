@@ -1,9 +1,11 @@
-"""What flowstat stores: the sample (one observation of one node by one agent) and the run.
+"""What flowstat stores: the sample (one observation of one node by one agent), the run, and the
+agents' self-samples.
 
-The two JSON Schema files beside this module are the one definition; everything else (both
-agents, the stores' templates and rollups, replay, the dashboards) derives from them or is tested
-against them. The sample's API is re-exported here (``from flowstat import schema;
-schema.validate(sample)``); the run document's is ``flowstat.schema.run``.
+The JSON Schema files beside this module are the one definition; everything else (both agents,
+the stores' templates and rollups, replay, the dashboards) derives from them or is tested against
+them. The sample's API is re-exported here (``from flowstat import schema;
+schema.validate(sample)``); the run document's is ``flowstat.schema.run``, the self-sample's
+``flowstat.schema.agent``.
 """
 
 from .sample import (
@@ -15,6 +17,7 @@ from .sample import (
     ROLES,
     SCHEMA_FILE,
     STATE_DOWN,
+    STATE_STOPPED,
     STATE_UP,
     Field,
     Layout,
@@ -32,5 +35,5 @@ from .sample import (
 )
 
 __all__ = ["DEFAULT_ROLE", "INT64_MAX", "NODE_STATES", "PIPELINE_ROLES", "PY_TYPES", "ROLES", "SCHEMA_FILE",
-           "STATE_DOWN", "STATE_UP", "Field", "Layout", "document_id", "fields", "from_control_reply", "layout",
+           "STATE_DOWN", "STATE_STOPPED", "STATE_UP", "Field", "Layout", "document_id", "fields", "from_control_reply", "layout",
            "markdown_table", "measurement", "schema", "time_ns", "to_json", "to_line_protocol", "validate"]

@@ -8,7 +8,6 @@ cannot drift apart.
 from __future__ import annotations
 
 import itertools
-import json
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -17,22 +16,13 @@ from typing import Callable
 
 from . import _files
 from ._check import INT64_MAX, type_ok
+from ._flat import Field, problems, read_fields
+from ._flat import markdown_table as _markdown_table
+from ._flat import to_json as _to_json
 from .lineprotocol import escape_key as _escape_key
 from .lineprotocol import escape_string as _escape_string
 
 SCHEMA_FILE = "sample.schema.json"
-
-
-@dataclass(frozen=True)
-class Field:
-    name: str
-    type: str  # JSON Schema type: string, integer, number, boolean
-    influx: str  # tag, field or time
-    required: bool
-    unit: str | None
-    enum: tuple[str, ...] | None
-    control: str | None  # the get-metrics reply field this field is copied from
-    rollup: str | None = None  # "sum": totalled over a run's nodes by the InfluxDB rollups
 
 
 def schema() -> dict:
@@ -41,11 +31,7 @@ def schema() -> dict:
 
 @lru_cache(maxsize=1)
 def fields() -> tuple[Field, ...]:
-    s = schema()
-    required = set(s["required"])
-    return tuple(Field(name, p["type"], p["x-influx"], name in required, p.get("x-unit"),
-                       tuple(p["enum"]) if "enum" in p else None, p.get("x-control"), p.get("x-rollup"))
-                 for name, p in s["properties"].items())
+    return read_fields(schema())
 
 
 def _enum(name: str) -> tuple[tuple[str, ...], str]:
@@ -57,7 +43,8 @@ ROLES, DEFAULT_ROLE = _enum("role")  # in pipeline order; the default is a proce
 PIPELINE_ROLES = tuple(r for r in ROLES if r != DEFAULT_ROLE)
 NODE_STATES, STATE_UP = _enum("node_state")  # UP: a process without a control channel
 STATE_DOWN = "DOWN"  # reported once, when the process is gone
-assert STATE_DOWN in NODE_STATES, "sample.schema.json: node_state must list DOWN"
+STATE_STOPPED = "STOPPED"  # reported once instead, when it is gone after the agent's run-ending notice
+assert {STATE_DOWN, STATE_STOPPED} <= set(NODE_STATES), "sample.schema.json: node_state must list DOWN and STOPPED"
 
 
 def from_control_reply(reply: dict) -> dict:
@@ -82,22 +69,7 @@ def measurement() -> str:
 
 def validate(sample: dict) -> list[str]:
     """Everything wrong with a sample, as texts naming the field; [] when it conforms."""
-    errors = []
-    by_name = {f.name: f for f in fields()}
-    for f in fields():
-        if f.required and f.name not in sample:
-            errors.append(f"{f.name}: required field is missing")
-    for name, value in sample.items():
-        f = by_name.get(name)
-        if f is None:
-            errors.append(f"{name}: not in the schema")
-        elif not type_ok(value, f.type):
-            errors.append(f"{name}: expected {f.type}, got {type(value).__name__} {value!r}")
-        elif f.enum and value not in f.enum:
-            errors.append(f"{name}: {value!r} is not one of {', '.join(f.enum)}")
-        elif f.type == "integer" and not 0 <= value <= INT64_MAX:
-            errors.append(f"{name}: must be between 0 and {INT64_MAX}, got {value}")
-    return errors
+    return problems(sample, fields())
 
 
 _TIME_CACHE: dict[str, int] = {}
@@ -255,8 +227,7 @@ def layout(keys: tuple[str, ...], types: tuple[type, ...]) -> Layout:
 
 def to_json(sample: dict) -> str:
     """The JSON document (what Elasticsearch stores): the sample's fields in schema order."""
-    return json.dumps({f.name: sample[f.name] for f in fields() if f.name in sample}, separators=(",", ":"),
-                      ensure_ascii=False)
+    return _to_json(sample, fields())
 
 
 def document_id(sample: dict) -> str:
@@ -266,10 +237,4 @@ def document_id(sample: dict) -> str:
 
 def markdown_table() -> str:
     """The field-by-field documentation of the schema (docs/schema.md embeds it)."""
-    rows = ["| field | type | Influx | unit | required | from control reply | meaning |",
-            "|---|---|---|---|---|---|---|"]
-    props = schema()["properties"]
-    for f in fields():
-        rows.append(f"| `{f.name}` | {f.type} | {f.influx} | {f.unit or ''} | {'yes' if f.required else ''} | "
-                    f"{'`' + f.control + '`' if f.control else ''} | {props[f.name]['description']} |")
-    return "\n".join(rows) + "\n"
+    return _markdown_table(fields(), schema()["properties"], control=True)

@@ -115,6 +115,10 @@ class Writer:
         """A request body holding one run document (run.schema.json)."""
         raise NotImplementedError
 
+    def encode_agent(self, docs: Iterable[dict]) -> bytes:
+        """A request body holding agents' self-samples (agent.schema.json)."""
+        raise NotImplementedError
+
     def post(self, body: bytes, count: int) -> Outcome:
         """Send one body of ``count`` items, once. Raises StoreDown when the store cannot take it now."""
         raise NotImplementedError

@@ -9,12 +9,14 @@ from typing import Iterable
 import orjson
 
 from flowstat import schema
+from flowstat.schema import agent as agent_schema
 from flowstat.schema import run as run_schema
 
 from ._base import MAX_REASONS, BatchEncoder, Outcome, StoreDown, Writer, register
 
 SAMPLES_INDEX = "flowstat-samples"
 RUNS_INDEX = "flowstat-runs"
+AGENTS_INDEX = "flowstat-agents"  # the agents' self-samples, whatever the samples index is called (the C agent's too)
 ES_TYPES = {"integer": {"type": "long"}, "number": {"type": "double"}, "boolean": {"type": "boolean"},
             "string": {"type": "keyword", "ignore_above": 256}}
 DATE = {"type": "date", "format": "strict_date_optional_time||epoch_millis"}
@@ -87,6 +89,10 @@ class Elasticsearch(Writer):
     def encode_run(self, doc: dict) -> bytes:
         return _action(RUNS_INDEX, doc["run_id"]) + orjson.dumps(doc) + b"\n"
 
+    def encode_agent(self, docs: Iterable[dict]) -> bytes:
+        return b"".join(_action(AGENTS_INDEX, agent_schema.document_id(d)) + agent_schema.to_json(d).encode() + b"\n"
+                        for d in docs)
+
     def post(self, body: bytes, count: int) -> Outcome:
         resp = self._http("POST", f"{self.url}/_bulk", body)
         if resp.status_code >= 300:
@@ -113,14 +119,15 @@ class Elasticsearch(Writer):
                 raise RuntimeError(f"elasticsearch {path}: HTTP {resp.status_code}: {resp.text[:300]}")
             done.append(path)
 
-        for name in ("flowstat-settings", "flowstat-sample-mappings", "flowstat-run-mappings"):
+        for name in ("flowstat-settings", "flowstat-sample-mappings", "flowstat-run-mappings", "flowstat-agent-mappings"):
             put(f"_component_template/{name}", files[f"component-{name}.json"])
-        samples = files["index-template-flowstat-samples.json"]
+        ilm = ""
         if self._http("GET", f"{self.url}/_ilm/status").status_code == 200:
             put("_ilm/policy/flowstat", files["ilm-policy-flowstat.json"])
             put("_component_template/flowstat-lifecycle", files["component-flowstat-lifecycle.json"])
-            samples = files["index-template-flowstat-samples-ilm.json"]
-        put("_index_template/flowstat-samples", samples)
+            ilm = "-ilm"
+        put("_index_template/flowstat-samples", files[f"index-template-flowstat-samples{ilm}.json"])
+        put("_index_template/flowstat-agents", files[f"index-template-flowstat-agents{ilm}.json"])
         put("_index_template/flowstat-runs", files["index-template-flowstat-runs.json"])
         return done
 
@@ -156,10 +163,17 @@ def templates() -> dict[str, dict]:
         "component-flowstat-run-mappings.json": {
             "template": {"mappings": {"dynamic": "strict", "properties": mapping(run_schema.schema()["properties"])}},
             "_meta": {"source": f"flowstat/schema/{run_schema.SCHEMA_FILE}"}},
+        "component-flowstat-agent-mappings.json": {
+            "template": {"mappings": {"dynamic": "strict", "properties": mapping(agent_schema.schema()["properties"])}},
+            "_meta": {"source": f"flowstat/schema/{agent_schema.SCHEMA_FILE}"}},
         "index-template-flowstat-samples.json": {
             "index_patterns": [f"{SAMPLES_INDEX}*"], "priority": 200,
             "composed_of": ["flowstat-settings", "flowstat-sample-mappings"],
             "_meta": {"description": "flowstat samples: one document per node per agent per interval"}},
+        "index-template-flowstat-agents.json": {
+            "index_patterns": [f"{AGENTS_INDEX}*"], "priority": 200,
+            "composed_of": ["flowstat-settings", "flowstat-agent-mappings"],
+            "_meta": {"description": "flowstat agents' self-samples: one document per agent per --self-interval"}},
         "index-template-flowstat-runs.json": {
             "index_patterns": [f"{RUNS_INDEX}*"], "priority": 200,
             "composed_of": ["flowstat-settings", "flowstat-run-mappings"],
@@ -173,4 +187,8 @@ def templates() -> dict[str, dict]:
             "index_patterns": [f"{SAMPLES_INDEX}*"], "priority": 200,
             "composed_of": ["flowstat-settings", "flowstat-sample-mappings", "flowstat-lifecycle"],
             "_meta": {"description": "flowstat samples, with the flowstat lifecycle policy (servers with ILM)"}},
+        "index-template-flowstat-agents-ilm.json": {
+            "index_patterns": [f"{AGENTS_INDEX}*"], "priority": 200,
+            "composed_of": ["flowstat-settings", "flowstat-agent-mappings", "flowstat-lifecycle"],
+            "_meta": {"description": "flowstat agents' self-samples, with the flowstat lifecycle policy (servers with ILM)"}},
     }

@@ -7,6 +7,7 @@ import re
 from typing import Iterable
 
 from flowstat import schema
+from flowstat.schema import agent as agent_schema
 from flowstat.schema import run as run_schema
 
 from ._base import BatchEncoder, Outcome, Writer, register
@@ -51,6 +52,9 @@ class InfluxDB(Writer):
 
     def encode_run(self, doc: dict) -> bytes:
         return (run_schema.to_line_protocol(doc) + "\n").encode()
+
+    def encode_agent(self, docs: Iterable[dict]) -> bytes:
+        return "".join(agent_schema.to_line_protocol(d) + "\n" for d in docs).encode()
 
     def post(self, body: bytes, count: int) -> Outcome:
         resp = self._http("POST", self.endpoint, body, params=self.params)

@@ -11,6 +11,7 @@ from typing import ClassVar, Iterable
 from urllib.parse import SplitResult
 
 from flowstat import schema
+from flowstat.schema import agent as agent_schema
 from flowstat.stores import Outcome
 
 from ..spool import Spool
@@ -49,6 +50,11 @@ class Sink:
     def encode(self, samples: Iterable[dict]) -> bytes:
         encode = schema.to_line_protocol if self.format == "line" else schema.to_json
         return "".join(encode(s) + "\n" for s in samples).encode()
+
+    def encode_agent(self, docs: Iterable[dict]) -> bytes:
+        """The agent's self-samples (flowstat.schema.agent), as ``encode`` does samples."""
+        encode = agent_schema.to_line_protocol if self.format == "line" else agent_schema.to_json
+        return "".join(encode(d) + "\n" for d in docs).encode()
 
     def send(self, payload: bytes, count: int) -> Outcome | None:
         """Deliver ``count`` samples. None: all taken. An Outcome: what a store took, refused and
@@ -103,6 +109,8 @@ class SinkRunner(threading.Thread):
         self.sink, self.spool, self.retry_s, self.drain_s = sink, spool, retry_s, drain_s
         self.queue: "queue.Queue[tuple[bytes, int] | None]" = queue.Queue()
         self.delivered = self.rejected = self.lost = 0
+        self.send_failures = 0  # sends that found the sink down
+        self.failing = False  # the last send found the sink down (``down`` also covers waiting for a retry)
         self.down = False
         self.next_retry = 0.0
         self.stop_by: float | None = None  # set by stop(): queued batches past it are spooled unsent
@@ -112,6 +120,10 @@ class SinkRunner(threading.Thread):
     def submit(self, samples: list[dict]) -> None:
         if samples:
             self.queue.put((self.sink.encode(samples), len(samples)))
+
+    def submit_agent(self, doc: dict) -> None:
+        """The agent's self-sample, queued behind the samples before it (a batch of one)."""
+        self.queue.put((self.sink.encode_agent([doc]), 1))
 
     def stop(self) -> None:
         self.stop_by = time.monotonic() + max(self.drain_s, self.QUEUED_AT_STOP_S)
@@ -139,16 +151,18 @@ class SinkRunner(threading.Thread):
             if not self.down:
                 log.error("sink %s is down (%s): %s", self.sink.url, exc,
                           "spooling" if self.spool is not None else "samples are lost meanwhile")
+            self.send_failures += 1
+            self.failing = True
             self._went_down()
             return payload, count
         except SinkRejected as exc:
             self.rejected += count
-            self.down = False  # it answered
+            self.down = self.failing = False  # it answered
             log.error("sink %s rejected %d samples: %s", self.sink.url, count, exc)
             return None
         if self.down:
             log.warning("sink %s is back", self.sink.url)
-        self.down = False
+        self.down = self.failing = False
         if outcome is None:
             self.delivered += count
             return None

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Iterable
+
+from flowstat.schema import agent as agent_schema
 
 from .base import Sink, SinkDown, SinkURLError, register
 
@@ -59,10 +62,14 @@ class FileSink(Sink):
 
 class RunFileSink(FileSink):
     """The run file (``flowstat agent --run-file``): NDJSON, a header line describing the run, then
-    one sample a line. flowstat replay loads it."""
+    one sample a line, and the agent's self-samples, each wrapped ({"flowstat_agent": {...}}) so
+    that it is never taken for a sample. flowstat replay loads it."""
 
     scheme = "runfile"
     format = "json"
+
+    def encode_agent(self, docs: Iterable[dict]) -> bytes:
+        return "".join(f'{{"{agent_schema.RUN_FILE_KEY}":{agent_schema.to_json(d)}}}\n' for d in docs).encode()
 
     def __init__(self, path: str, header: dict):
         super().__init__(f"file://{path}", path)

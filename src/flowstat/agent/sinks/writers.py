@@ -40,6 +40,9 @@ class StoreSink(Sink):
     def encode(self, samples: Iterable[dict]) -> bytes:
         return self.writer.encode(samples)
 
+    def encode_agent(self, docs: Iterable[dict]) -> bytes:
+        return self.writer.encode_agent(docs)
+
     def send(self, payload: bytes, count: int) -> Outcome:
         try:
             outcome = self.writer.post(payload, count)

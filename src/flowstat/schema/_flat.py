@@ -1,0 +1,64 @@
+"""What the flat schemas (a sample, an agent's self-sample: one level of fields, each an Influx tag,
+field or time) share: their fields as read from the file, checking a document against them, its
+JSON document and the documentation table."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from ._check import INT64_MAX, type_ok
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    type: str  # JSON Schema type: string, integer, number, boolean
+    influx: str  # tag, field or time
+    required: bool
+    unit: str | None
+    enum: tuple[str, ...] | None
+    control: str | None  # the get-metrics reply field this field is copied from
+    rollup: str | None = None  # "sum": totalled over a run's nodes by the InfluxDB rollups
+
+
+def read_fields(schema: dict) -> tuple[Field, ...]:
+    """A flat schema's fields, in schema order."""
+    required = set(schema["required"])
+    return tuple(Field(name, p["type"], p["x-influx"], name in required, p.get("x-unit"),
+                       tuple(p["enum"]) if "enum" in p else None, p.get("x-control"), p.get("x-rollup"))
+                 for name, p in schema["properties"].items())
+
+
+def problems(doc: dict, fields: tuple[Field, ...]) -> list[str]:
+    """Everything wrong with a document of a flat schema, as texts naming the field; [] when it conforms."""
+    errors = [f"{f.name}: required field is missing" for f in fields if f.required and f.name not in doc]
+    by_name = {f.name: f for f in fields}
+    for name, value in doc.items():
+        f = by_name.get(name)
+        if f is None:
+            errors.append(f"{name}: not in the schema")
+        elif not type_ok(value, f.type):
+            errors.append(f"{name}: expected {f.type}, got {type(value).__name__} {value!r}")
+        elif f.enum and value not in f.enum:
+            errors.append(f"{name}: {value!r} is not one of {', '.join(f.enum)}")
+        elif f.type == "integer" and not 0 <= value <= INT64_MAX:
+            errors.append(f"{name}: must be between 0 and {INT64_MAX}, got {value}")
+    return errors
+
+
+def to_json(doc: dict, fields: tuple[Field, ...]) -> str:
+    """The JSON document (what Elasticsearch stores): the fields present, in schema order."""
+    return json.dumps({f.name: doc[f.name] for f in fields if f.name in doc}, separators=(",", ":"),
+                      ensure_ascii=False)
+
+
+def markdown_table(fields: tuple[Field, ...], props: dict, control: bool) -> str:
+    """The field-by-field documentation of a flat schema; ``control``: with the control reply column."""
+    head = ["field", "type", "Influx", "unit", "required"] + (["from control reply"] if control else []) + ["meaning"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for f in fields:
+        cells = [f"`{f.name}`", f.type, f.influx, f.unit or "", "yes" if f.required else ""]
+        cells += [f"`{f.control}`" if f.control else ""] if control else []
+        rows.append("| " + " | ".join(cells + [props[f.name]["description"]]) + " |")
+    return "\n".join(rows) + "\n"
