@@ -332,6 +332,8 @@ def test_a_panel_on_an_unknown_or_unaggregatable_field_is_refused_naming_it():
         kibana.lens(view, Panel("Bad", (Metric("node_state"),)))
     with pytest.raises(ValueError, match=r"panel 'Bad': a split \(terms\) needs .* field; time is date"):
         kibana.lens(view, Panel("Bad", (Metric("vmrss_kb"),), group=("time",)))
+    with pytest.raises(ValueError, match=r"panel 'Bad': field 'cpus' is ambiguous in the run document"):
+        kibana.lens(view, Panel("Bad", (Metric("cpus", "last"),), kind="stat", source="run", group=()))
 
 
 def test_the_agents_stand_in_fields_match_their_template_once_it_exists():

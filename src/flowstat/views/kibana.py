@@ -94,11 +94,11 @@ def fields(source: str) -> dict[str, str]:
     return flatten(templates[name]["template"]["mappings"]["properties"])
 
 
-def _run_paths() -> dict[str, str]:
-    """A run document leaf's name -> its path (summary.objects_sent): the views name leaves."""
-    out: dict[str, str] = {}
+def _run_paths() -> dict[str, list[str]]:
+    """A run document leaf's name -> its paths (summary.objects_sent): the views name leaves."""
+    out: dict[str, list[str]] = {}
     for leaf in run_schema.leaves():
-        out.setdefault(leaf.path[-1], ".".join(leaf.path))
+        out.setdefault(leaf.path[-1], []).append(".".join(leaf.path))
     return out
 
 
@@ -106,7 +106,12 @@ def field_path(panel: Panel, name: str) -> str:
     """Where a panel's field is in its data view's documents; an unknown field names the panel."""
     if name == "$param":  # the parameter runs are compared by: the first one, Lens has no variables
         name = PARAMETERS[0]
-    path = _run_paths().get(name, name) if panel.source == RUN else name
+    path = name
+    if panel.source == RUN and name in _run_paths():
+        paths = _run_paths()[name]
+        if len(paths) > 1:
+            raise ValueError(f"panel {panel.title!r}: field {name!r} is ambiguous in the run document: {paths}")
+        path = paths[0]
     if path not in fields(panel.source):
         raise ValueError(f"panel {panel.title!r}: field {name!r} is not in the {DATA_VIEWS[panel.source].title} "
                          f"index template")
@@ -200,7 +205,7 @@ def _simple(layer: _Layer, op: str, path: str, label: str) -> dict:
                 "sourceField": path, "isBucketed": False, "scale": "ratio" if data_type == "number" else "ordinal",
                 "filter": {"query": f'"{path}": *', "language": "kuery"},
                 "params": {"sortField": view.time_field, "showArrayValues": False}}
-    _require(layer.panel, path, NUMERIC, f"{op}")
+    _require(layer.panel, path, NUMERIC, op)
     return {"label": label, "customLabel": True, "dataType": "number", "operationType": op, "sourceField": path,
             "isBucketed": False, "scale": "ratio", "params": {"emptyAsNull": True}}
 
