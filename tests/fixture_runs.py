@@ -1,23 +1,30 @@
 """Runs made by the harness for the dashboard, alert and report tests: a healthy run, one whose
-producers overload their buffers, and one whose merger falls behind. Made once per test session
-(shared by the pytest-xdist workers through a lock) under .cache/test-fixture-runs/."""
+producers overload their buffers, one whose merger falls behind, one whose producer is killed and
+one whose agent ships to a sink that refuses connections. Made once per test session (shared by
+the pytest-xdist workers through a lock) under .cache/test-fixture-runs/."""
 
 from __future__ import annotations
 
 import fcntl
 import json
+import os
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
+HEALTHY = {"duration": 12, "buffer_size": 100, "object": {"type": "TH1F", "size": "1kB"},
+           "producers": {"count": 4, "rate": 100}, "mergers": 1}
+
 TOPOLOGIES = {
     # Paced well under what one merger takes: nothing overloads, latency stays in milliseconds.
-    "healthy": {"duration": 12, "buffer_size": 100, "object": {"type": "TH1F", "size": "1kB"},
-                "producers": {"count": 4, "rate": 100}, "mergers": 1},
+    "healthy": HEALTHY,
     # A buffer of one message and 12,000 objects/s offered: sends are refused (thesis section 5.1).
     "overload": {"duration": 8, "buffer_size": 1, "object": {"type": "TH1F", "size": "1kB"},
                  "producers": {"count": 4, "rate": 3000}, "mergers": 1},
@@ -25,7 +32,13 @@ TOPOLOGIES = {
     # memory grow for the whole run (tests/test_online.py measured it).
     "behind": {"duration": 12, "buffer_size": 100000, "object": {"type": "TH1F", "size": "1MB"},
                "producers": {"count": 4, "rate": 400, "processes": 2}, "mergers": 1},
+    # The healthy run whose producer process is SIGKILLed once the agent sampled it three times: the
+    # run breaks, and without the run-ending notice its nodes are reported DOWN.
+    "killed": HEALTHY,
+    # The healthy run with a second sink that refuses connections: the agent spools for it.
+    "spooling": HEALTHY,
 }
+KILL_AFTER_SEQ = 3
 
 
 def make(base: Path, session: str) -> dict[str, Path]:
@@ -45,16 +58,46 @@ def _run(folder: Path, name: str, topo: dict) -> Path:
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump({"run_id": f"fx-{name}", **topo}))
     run_id = f"fx-{name}-{folder.name}"
-    r = subprocess.run([sys.executable, "-m", "flowstat", "run", str(path), "--run-id", run_id, "--runs-dir",
-                        str(folder / "runs"), "--quiet", "--json"], capture_output=True, text=True, timeout=300)
     run_dir = folder / "runs" / run_id
+    command = [sys.executable, "-m", "flowstat", "run", str(path), "--run-id", run_id, "--runs-dir",
+               str(folder / "runs"), "--quiet", "--json"]
+    with socket.socket() as refusing:  # bound, never listening: every connection is refused
+        refusing.bind(("127.0.0.1", 0))
+        if name == "spooling":
+            command += ["--sink", f"http://127.0.0.1:{refusing.getsockname()[1]}/write"]
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if name == "killed":
+            _kill_producer(proc, run_dir / "samples.ndjson")
+        _, err = proc.communicate(timeout=300)
     if not (run_dir / "samples.ndjson").exists():
-        raise RuntimeError(f"fixture run {name} failed (exit {r.returncode}): {r.stderr[-2000:]}")
+        raise RuntimeError(f"fixture run {name} failed (exit {proc.returncode}): {err[-2000:]}")
     return run_dir
 
 
-def samples(run_dir: Path) -> tuple[dict, list[dict]]:
-    """The run file's header and node samples."""
+def _kill_producer(proc: subprocess.Popen, run_file: Path, deadline_s: float = 120) -> None:
+    """SIGKILL the producer process once the run file holds its sample number KILL_AFTER_SEQ."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            lines = run_file.read_text().splitlines()
+        except FileNotFoundError:
+            lines = []
+        for line in lines[1:]:
+            try:
+                doc = json.loads(line)
+            except ValueError:  # the agent is writing this line
+                continue
+            if doc.get("role") == "producer" and doc.get("seq", 0) >= KILL_AFTER_SEQ:
+                os.kill(doc["pid"], signal.SIGKILL)
+                return
+        time.sleep(0.2)  # polling a file another process writes, with a deadline
+    proc.kill()
+    raise RuntimeError(f"the producer of {run_file.parent.name} was never sampled {KILL_AFTER_SEQ} times")
+
+
+def samples(run_dir: Path) -> tuple[dict, list[dict], list[dict]]:
+    """The run file's header, node samples and agent self-samples."""
     lines = (run_dir / "samples.ndjson").read_text().splitlines()
-    head = json.loads(lines[0])
-    return head, [d for d in map(json.loads, lines[1:]) if "node_id" in d]
+    docs = [json.loads(line) for line in lines[1:]]
+    return (json.loads(lines[0]), [d for d in docs if "node_id" in d],
+            [d["flowstat_agent"] for d in docs if "flowstat_agent" in d])

@@ -17,7 +17,7 @@ import yaml
 import fixture_runs as fx
 import grafana_expand as gx
 from flowstat import replay, schema
-from flowstat.views import ALERTS, VIEWS, alerts, grafana, influxql
+from flowstat.views import ALERTS, VIEWS, alerts, grafana, influxql, panels
 from flowstat.views.panels import AGGREGATE_VIEW, RUN_VIEW
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,7 +101,7 @@ def test_the_run_variable_lists_runs_newest_first_labelled_with_their_parameters
     options = gx.variable_options(values, influxql.RUN_LABEL_REGEX)
     ids = [v for _, v in options]
     started = {json.loads((d / "run.json").read_text())["run_id"]: json.loads((d / "run.json").read_text())["started"]
-               for d, _, _ in loaded.values()}
+               for d, _, _, _ in loaded.values()}
     ours = [i for i in ids if i in started]
     assert ours == sorted(started, key=started.get, reverse=True)
     text = dict((v, t) for t, v in options)[loaded["healthy"][1]["flowstat_run"]["run_id"]]
@@ -109,7 +109,7 @@ def test_the_run_variable_lists_runs_newest_first_labelled_with_their_parameters
 
 
 def test_every_run_view_panel_returns_data_for_the_run(stack, loaded):
-    run_dir, head, samples = loaded["overload"]
+    run_dir, head, samples, _ = loaded["overload"]
     run_id = head["flowstat_run"]["run_id"]
     from_ms, to_ms = span_ms(samples)
     empty = []
@@ -121,7 +121,7 @@ def test_every_run_view_panel_returns_data_for_the_run(stack, loaded):
 
 
 def test_the_merged_rate_panel_equals_the_run_files_mean_per_bucket(stack, loaded):
-    _, head, samples = loaded["behind"]
+    _, head, samples, _ = loaded["behind"]
     run_id = head["flowstat_run"]["run_id"]
     from_ms, to_ms = span_ms(samples)
     query, interval = run_view_query(panel(RUN_VIEW, "Merged objects/s"), run_id, from_ms, to_ms, ["merger-0"])
@@ -138,7 +138,7 @@ def test_the_merged_rate_panel_equals_the_run_files_mean_per_bucket(stack, loade
 
 
 def test_the_run_stats_show_the_runs_parameters_and_verdicts(stack, loaded):
-    run_dir, head, _ = loaded["healthy"]
+    run_dir, head, _, _ = loaded["healthy"]
     doc = json.loads((run_dir / "run.json").read_text())
     for title in ("Parameters", "Verdicts", "Lost and steady rate"):
         query, _ = run_view_query(panel(RUN_VIEW, title), doc["run_id"], 0, 0)
@@ -156,7 +156,7 @@ def test_the_run_stats_show_the_runs_parameters_and_verdicts(stack, loaded):
 # -- the aggregate view -------------------------------------------------------------------------
 
 def test_the_rollup_sums_over_nodes_per_ten_second_bucket(stack, loaded):
-    _, head, samples = loaded["overload"]
+    _, head, samples, _ = loaded["overload"]
     run_id = head["flowstat_run"]["run_id"]
     from_ms, to_ms = span_ms(samples)
     from_ms -= from_ms % 10_000  # a rollup point is stamped with its bucket's start
@@ -178,13 +178,13 @@ def test_the_rollup_sums_over_nodes_per_ten_second_bucket(stack, loaded):
 
 
 def test_the_cross_run_table_has_each_runs_mean_and_std(stack, loaded):
-    ids = {name: h["flowstat_run"]["run_id"] for name, (_, h, _) in loaded.items()}
+    ids = {name: h["flowstat_run"]["run_id"] for name, (_, h, _, _) in loaded.items()}
     target = grafana._target(AGGREGATE_VIEW, panel(AGGREGATE_VIEW, "Mean and standard deviation per run"))
     q = gx.expand(gx.interpolate(target["query"], {"runs": list(ids.values()), "agent": [AGENT]},
                                  multi={"runs"}), 0, 0, 1000)
     rows = {s["tags"]["run_id"]: dict(zip(s["columns"], s["values"][0])) for s in influx(stack, q)}
     assert set(rows) == set(ids.values())
-    for name, (_, head, samples) in loaded.items():
+    for name, (_, head, samples, _) in loaded.items():
         values = [s["cpu_clock_hz"] for s in samples if s["role"] == "merger" and s["node_state"] == "RUNNING"]
         row = rows[ids[name]]
         assert row["cpu_clock_hz mean"] == pytest.approx(np.mean(values), rel=1e-9)
@@ -194,7 +194,7 @@ def test_the_cross_run_table_has_each_runs_mean_and_std(stack, loaded):
 def test_the_parameter_chart_buckets_the_runs_steady_rate_by_parameter(stack, loaded):
     """Grafana's Elasticsearch request for the bar gauge: a bool filter of the time range and the
     Lucene query (multi-value variable as ("a" OR "b")), terms on the parameter, avg metric."""
-    ids = [h["flowstat_run"]["run_id"] for _, h, _ in loaded.values()]
+    ids = [h["flowstat_run"]["run_id"] for _, h, _, _ in loaded.values()]
     target = grafana._target(AGGREGATE_VIEW, panel(AGGREGATE_VIEW, "Merged objects/s (steady) against the parameter"))
     lucene = target["query"].replace("$runs", "(" + " OR ".join(f'"{i}"' for i in ids) + ")")
     field = target["bucketAggs"][0]["field"].replace("$param", "producers")
@@ -205,7 +205,7 @@ def test_the_parameter_chart_buckets_the_runs_steady_rate_by_parameter(stack, lo
                        "aggs": {"1": {"avg": {"field": target["metrics"][0]["field"]}}}}}}
     r = requests.post(f"{stack['elasticsearch'].url}/flowstat-runs*/_search", json=body, timeout=30)
     buckets = r.json()["aggregations"]["2"]["buckets"]
-    docs = [json.loads((d / "run.json").read_text()) for d, _, _ in loaded.values()]
+    docs = [json.loads((d / "run.json").read_text()) for d, _, _, _ in loaded.values()]
     by_producers = defaultdict(list)
     for doc in docs:
         if "steady_merged_objects_per_second" in doc.get("summary", {}):
@@ -238,6 +238,7 @@ def crossed(stack, alert, samples: list[dict]) -> tuple[bool, list]:
     for end in range(first - first % 10_000, last + alert.window_s * 1000, 10_000):
         # The stores hold every fixture run; a rule sees them all, this run's groups are compared.
         got = {k: v for k, v in grafana_values(stack, alert, end).items() if k[0] == samples[0]["run_id"]}
+        assert alert.group[0] == "run_id"
         want = alerts.values_at(alert, groups, end / 1000)
         for key in set(got) | set(want):
             g, w = got.get(key, {}), want.get(key, {})
@@ -248,14 +249,19 @@ def crossed(stack, alert, samples: list[dict]) -> tuple[bool, list]:
 
 
 BAD_RUN = {"flowstat-buffer-overload": "overload", "flowstat-merger-behind": "behind",
-           "flowstat-vmrss-growing": "behind", "flowstat-node-down": None, "flowstat-agent-spooling": None}
+           "flowstat-vmrss-growing": "behind", "flowstat-node-down": "killed", "flowstat-agent-spooling": "spooling"}
 
 
-@pytest.mark.parametrize("alert", [a for a in ALERTS if BAD_RUN[a.uid]], ids=lambda a: a.uid)
+def rule_samples(alert, run) -> list[dict]:
+    _, _, nodes, agents = run
+    return agents if alert.source == panels.AGENT else nodes
+
+
+@pytest.mark.parametrize("alert", ALERTS, ids=lambda a: a.uid)
 def test_each_rule_crosses_its_threshold_on_the_bad_run_and_not_on_the_healthy_one(stack, loaded, alert):
-    bad, mismatches = crossed(stack, alert, loaded[BAD_RUN[alert.uid]][2])
+    bad, mismatches = crossed(stack, alert, rule_samples(alert, loaded[BAD_RUN[alert.uid]]))
     assert not mismatches, mismatches[:3]
     assert bad, f"{alert.uid} never crossed on the {BAD_RUN[alert.uid]} run"
-    good, mismatches = crossed(stack, alert, loaded["healthy"][2])
+    good, mismatches = crossed(stack, alert, rule_samples(alert, loaded["healthy"]))
     assert not mismatches, mismatches[:3]
     assert not good, f"{alert.uid} crossed on the healthy run"

@@ -1,7 +1,8 @@
 """The repository's generated files: the stores' set-up (index-templates/STORE/, from the schemas),
-the dashboards, alert rules and provisioning (dashboards/, from flowstat.views) and the Telegraf configuration for the compose stack (pipelines/telegraf/telegraf.conf, a copy of
-the one flowstat stack runs). Written by ``python -m flowstat.templates --write`` from a checkout;
-a test checks they are current."""
+the dashboards, alert rules and provisioning (dashboards/: Grafana, Kibana and ElastAlert2, from
+flowstat.views) and the Telegraf configuration for the compose stack (pipelines/telegraf/telegraf.conf,
+a copy of the one flowstat stack runs). Written by ``python -m flowstat.templates --write`` from a
+checkout; a test checks they are current."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from flowstat import stores
 from flowstat.stack import telegraf
-from flowstat.views import elastalert, grafana
+from flowstat.views import elastalert, grafana, kibana
 
 GENERATED_CONF_HEADER = ("# Generated from src/flowstat/stack/telegraf.conf by `python -m flowstat.templates --write`:\n"
                          "# edit that file. docker-compose.yml mounts this copy.\n")
@@ -25,6 +26,8 @@ def render_files(root: Path) -> dict[Path, str]:
     out[root / "pipelines" / "telegraf" / telegraf.CONFIG] = GENERATED_CONF_HEADER + telegraf.config_text()
     for name, text in grafana.files().items():
         out[root / "dashboards" / "grafana" / name] = text
+    for name, text in kibana.files().items():
+        out[root / "dashboards" / "kibana" / name] = text
     for name, text in elastalert.rules().items():
         out[root / "dashboards" / "elastalert" / name] = text
     return out

@@ -58,6 +58,8 @@ def configure_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-agent", action="store_true", help="do not monitor the run with the agents")
     p.add_argument("--no-c-agent", action="store_true", help="monitor with the Python agent only")
     p.add_argument("--agent-interval", type=float, default=1.0, metavar="S", help="agent sampling interval (default 1)")
+    p.add_argument("--agent-self-interval", type=float, default=5.0, metavar="S",
+                   help="how often the agents report on themselves (flowstat_agent; default 5)")
     p.add_argument("--sink", action="append", metavar="URL",
                    help="also ship the agent's samples here (see flowstat agent --help; default: RUN_DIR/samples.lp)")
 
@@ -80,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         summary = run_topology(topo, duration=args.duration, run_id=args.run_id, runs_dir=Path(args.runs_dir),
                                on_progress=progress,
                                agent=AgentOptions(not args.no_agent, args.agent_interval, args.sink or [],
-                                                  not args.no_c_agent))
+                                                  not args.no_c_agent, args.agent_self_interval))
     except RunError as exc:
         print(f"flowstat run: {exc}", file=sys.stderr)
         return 1

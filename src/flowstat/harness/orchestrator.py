@@ -74,6 +74,7 @@ class AgentOptions:
     interval_s: float = 1.0
     sinks: list[str] = field(default_factory=list)
     c_agent: bool = True  # also start the C agent, when it is built
+    self_interval_s: float = 5.0  # the agents' self-samples (flowstat_agent)
 
 
 C_AGENT = "flowstat-agent"
@@ -259,7 +260,7 @@ class Orchestrator:
         when it is built. Each ships to the user's sinks, or to a line-protocol file in the run."""
         opts, rd = self.agent_options, self.run_dir.resolve()  # file:// URLs need absolute paths
         common = ["--run-id", self.run_id, "--endpoints", str(rd / "endpoints.json"), "--interval", str(opts.interval_s),
-                  "--rescan", str(max(opts.interval_s, 1.0)), "--quiet"]
+                  "--self-interval", str(opts.self_interval_s), "--rescan", str(max(opts.interval_s, 1.0)), "--quiet"]
         py_agent, c_agent_name = AGENT_NODES
         agents = [(py_agent, [sys.executable, "-m", "flowstat.agent", *common,
                               "--run-file", str(rd / "samples.ndjson"), "--run-doc", str(rd / "run.json")])]

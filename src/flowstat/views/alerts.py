@@ -111,7 +111,9 @@ ALERTS: tuple[Alert, ...] = (
           "agent {{ $labels.agent }} on {{ $labels.host }} cannot deliver: its spool grew in the last minute",
           "Samples waiting on disk for a sink that does not take them; they are resent when it does, and "
           "dropped once the spool is full.",
-          AGENT, ("host", "agent"), 60, 0,
+          # The run too: an agent the harness starts lives for one run, and a series spanning two
+          # agents' spools (one ended full, the next starting) would rise or fall for no reason.
+          AGENT, ("run_id", "host", "agent"), 60, 0,
           (Quantity("A", "last", "spooled_samples"), Quantity("B", "rise", "spooled_samples")),
           ((Above("A", 0), Above("B", 0)),)),
 )

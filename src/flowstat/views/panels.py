@@ -11,6 +11,7 @@ from functools import lru_cache
 
 from flowstat import schema
 from flowstat.schema import run as run_schema
+from flowstat.schema import agent as agent_schema
 
 # How a metric is reduced per time bucket. "mean", "max" and "last" are what they say; "rate" is
 # the per-second increase of a counter (cumulative since the node started), "increase" its
@@ -100,21 +101,22 @@ def schema_type(source: str, name: str) -> str | None:
     return found[0] if found else None
 
 
+def schema_unit(source: str, name: str) -> str | None:
+    """A field's x-unit in the schema of ``source``; None when it has none."""
+    found = _schema_field(source, name)
+    return found[1] if found else None
+
+
 def grafana_unit(panel: Panel, metric: Metric) -> str:
     if metric.unit:
         return metric.unit
-    found = _schema_field(panel.source, metric.field)
-    return GRAFANA_UNITS[found[1]] if found and found[1] else "none"
+    unit = schema_unit(panel.source, metric.field)
+    return GRAFANA_UNITS[unit] if unit else "none"
 
 
 @lru_cache(maxsize=1)
 def agent_fields() -> dict[str, tuple[str, str | None]]:
-    """The agents' self-sample fields, their types and units (agent.schema.json, which the
-    agentself branch adds); empty until it exists."""
-    try:
-        from flowstat.schema import agent as agent_schema
-    except ImportError:
-        return {}
+    """The agents' self-sample fields (agent.schema.json), their types and units."""
     return {f.name: (f.type, f.unit) for f in agent_schema.fields()}
 
 
