@@ -82,10 +82,11 @@ def samples(run_id: str, t0: float, overloaded_seq: int | None) -> list[dict]:
 @pytest.fixture(scope="module")
 def written(stack, alerting) -> dict:
     """Two runs of 5 samples, one second apart, into flowstat-samples while ElastAlert runs: "good"
-    (no overload) then "bad" (seq 3 overloaded)."""
+    (no overload) from now, then "bad" (seq 3 overloaded). Not stamped in the past: after a restart
+    ElastAlert queries from where its previous process stopped, never before."""
     now = time.time()
-    runs = {"good": (f"ea-good-{uuid.uuid4().hex[:8]}", now - 20, None),
-            "bad": (f"ea-bad-{uuid.uuid4().hex[:8]}", now - 10, 3)}
+    runs = {"good": (f"ea-good-{uuid.uuid4().hex[:8]}", now, None),
+            "bad": (f"ea-bad-{uuid.uuid4().hex[:8]}", now + 5, 3)}
     writer = Elasticsearch(stack["elasticsearch"].url)
     try:
         for run_id, t0, overloaded in runs.values():
@@ -126,9 +127,10 @@ def test_samples_without_it_raise_no_alert(alerting, stack, written):
     es = stack["elasticsearch"].url
 
     def a_run_over_the_good_samples() -> bool:
-        # a run of the rule whose query began after the samples were searchable and reached back to them
+        # a run of the rule whose query began after the samples were searchable and spanned them
+        after = max(written["written_at"], t0 + 4.001)
         query = {"bool": {"filter": [{"term": {"rule_name": RULE_NAME}},
-                                     {"range": {"endtime": {"gt": iso_utc_ms(written["written_at"])}}},
+                                     {"range": {"endtime": {"gt": iso_utc_ms(after)}}},
                                      {"range": {"starttime": {"lte": iso_utc_ms(t0)}}}]}}
         r = requests.post(f"{es}/{ea.WRITEBACK_INDEX}_status/_search", json={"query": query, "size": 1}, timeout=10)
         return r.status_code == 200 and bool(r.json()["hits"]["hits"])
@@ -141,7 +143,7 @@ def test_samples_without_it_raise_no_alert(alerting, stack, written):
 def test_test_rule_matches_the_bad_samples_and_not_the_good(stack, written):
     def window(run: str) -> tuple[datetime, datetime]:
         t0 = written[run][1]
-        return (datetime.fromtimestamp(t0 - 0.5, tz=timezone.utc), datetime.fromtimestamp(t0 + 5, tz=timezone.utc))
+        return (datetime.fromtimestamp(t0 - 0.5, tz=timezone.utc), datetime.fromtimestamp(t0 + 4.5, tz=timezone.utc))
 
     bad = ea.test_rule(stack, RULE, *window("bad"))
     assert (bad.rule, bad.matches, bad.hits, bad.errors, bad.fired) == (RULE_NAME, 1, 1, (), True), bad.output
@@ -154,6 +156,8 @@ def test_test_rule_names_a_rule_elastalert_refuses(stack, tmp_path):
     broken.write_text("name: no type\nindex: flowstat-samples*\n")
     with pytest.raises(StackError, match=f"elastalert-test-rule {broken}: no result .*'type' is a required property"):
         ea.test_rule(stack, broken, "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z")
+    with pytest.raises(StackError, match=f"test_rule {RULE}: start and end .*'2026-01-01T00:01:00' has no time zone"):
+        ea.test_rule(stack, RULE, "2026-01-01T00:00:00Z", "2026-01-01T00:01:00")
 
 
 def test_cli_status_lists_it(stack):

@@ -356,7 +356,10 @@ class ElastAlert(Service):
     def last_error(self, pid: int) -> str | None:
         found = self._since_start(pid, "error", {"size": 1, "sort": [{"@timestamp": "desc"}]})
         hits = found.get("hits", {}).get("hits", [])
-        return f"{hits[0]['_source'].get('@timestamp')}: {hits[0]['_source'].get('message')}" if hits else None
+        if not hits:
+            return None
+        message = str(hits[0]["_source"].get("message", "")).strip().splitlines() or [""]
+        return f"{hits[0]['_source'].get('@timestamp')}: {message[0][:300]}"
 
     def healthy(self) -> bool:
         """Running, and it has run a rule and recorded that in its writeback index since it started."""
@@ -376,20 +379,20 @@ class ElastAlert(Service):
     def status(self) -> dict:
         pid = self.pid()
         copied = sorted(p.name for p in self.rules_dir.glob("*.y*ml")) if self.rules_dir.is_dir() else []
-        ran, error, problem = set(), None, None
+        ran, error, problem, es_down = set(), None, None, False
         try:
             if pid is not None:
                 ran, error = self.rules_run(pid), self.last_error(pid)
             else:
                 self._es("GET", "/_cluster/health")
-        except StackError as exc:
-            problem = str(exc).removeprefix("elastalert: ")
+        except StackError as exc:  # Elasticsearch does not answer
+            problem, es_down = str(exc).removeprefix("elastalert: "), True
         except (ProcessGone, requests.RequestException, ValueError) as exc:
             problem = f"cannot read its writeback index: {exc}"
         healthy = not copied or (pid is not None and bool(ran) and problem is None)
         state = ("idle: no rules" if not copied else "healthy" if healthy else
-                 "running, Elasticsearch down" if pid is not None and problem else
-                 "running, no rule run yet" if pid is not None else "stopped")
+                 "stopped" if pid is None else "running, Elasticsearch down" if es_down else
+                 "running, not answering" if problem else "running, no rule run yet")
         details = [f"rules: {len(copied)} copied, {len(ran)} run since start; "
                    f"alerts so far: {self.alerts_so_far()} in {self.alerts_log}"]
         details += [f"problem: {problem}"] * bool(problem) + [f"last ElastAlert error: {error}"] * bool(error)
@@ -409,8 +412,17 @@ def test_rule(stack: Stack | Path, rule: Path, start: datetime | str, end: datet
         stack = Stack(Path(stack), services=("elasticsearch", "elastalert"))
     service: ElastAlert = stack["elastalert"]  # type: ignore[assignment]
     service.install()
+    def aware(t: datetime | str) -> datetime:
+        when = t if isinstance(t, datetime) else datetime.fromisoformat(t)
+        if when.tzinfo is None:
+            raise ValueError(f"{t!r} has no time zone")
+        return when
+
+    try:
+        window_s = (aware(end) - aware(start)).total_seconds()
+    except (ValueError, TypeError) as exc:
+        raise StackError(f"test_rule {rule}: start and end are ISO 8601 times with a time zone ({exc})") from exc
     start, end = (t.isoformat() if isinstance(t, datetime) else t for t in (start, end))
-    window_s = (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
     with tempfile.TemporaryDirectory(prefix="flowstat-test-rule-") as tmp:
         rules_dir = Path(tmp, "rules")
         rules_dir.mkdir()
