@@ -32,7 +32,9 @@ import yaml
 from flowstat.proc.procfs import ProcessGone, start_time
 from flowstat.timeutil import iso_utc_ms
 
-from .base import SERVICE_USER, Service, StackError, apt_install, give_to_service_user, make_folder, run_as_prefix
+from .base import (SERVICE_USER, Service, StackError, apt_install, give_to_service_user, load_state, make_folder,
+                   run_as_prefix)
+from .elasticsearch import Elasticsearch
 
 if TYPE_CHECKING:
     from . import Stack
@@ -406,11 +408,12 @@ def test_rule(stack: Stack | Path, rule: Path, start: datetime | str, end: datet
     """Run ``elastalert-test-rule`` on the rule file RULE (alerter-neutral, as packaged) from START to
     END against the stack's Elasticsearch, with the stack's ElastAlert; nothing is sent. STACK is a
     Stack, or its cache folder (whose stack.json says the ports)."""
-    if not hasattr(stack, "services"):
-        from . import Stack
-
-        stack = Stack(Path(stack), services=("elasticsearch", "elastalert"))
-    service: ElastAlert = stack["elastalert"]  # type: ignore[assignment]
+    if hasattr(stack, "services"):
+        service: ElastAlert = stack["elastalert"]  # type: ignore[index,assignment]
+    else:
+        service = ElastAlert("elastalert", Path(stack).resolve(), 0)
+        es_port = load_state(Path(stack)).get("elasticsearch", {}).get("port", Elasticsearch.default_port)
+        service.link(None, {"elasticsearch": es_port})
     service.install()
     def aware(t: datetime | str) -> datetime:
         when = t if isinstance(t, datetime) else datetime.fromisoformat(t)
