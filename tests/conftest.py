@@ -8,6 +8,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPOLOGIES = ROOT / "benchmark-harness" / "topologies"
+ELASTALERT_RULES = ROOT / "tests" / "elastalert-rules"  # the tests' own rule, run beside flowstat's
 
 
 @pytest.fixture
@@ -18,7 +19,7 @@ def runs_dir(tmp_path: Path) -> Path:
 
 
 # The modules that start, stop or use the real servers (the session's stack, or a stack of their own).
-SERVER_MODULES = {"test_compose.py", "test_dashboards.py", "test_ingest.py", "test_kibana.py",
+SERVER_MODULES = {"test_compose.py", "test_dashboards.py", "test_elastalert.py", "test_ingest.py", "test_kibana.py",
                   "test_sinks_real_servers.py", "test_stack.py", "test_stores.py", "test_wheel.py"}
 
 
@@ -83,7 +84,8 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="session")
 def stack():
-    """Real InfluxDB, Elasticsearch and Telegraf on loopback, started by the project's own stack code.
+    """Real InfluxDB, Elasticsearch, Telegraf and ElastAlert (after Elasticsearch, which it watches)
+    on loopback, started by the project's own stack code; ElastAlert runs the tests' rule too.
 
     Installs are cached in .cache/test-stack (make test prepares it first: `flowstat stack
     install`); data is wiped at the end so each session starts clean.
@@ -94,7 +96,7 @@ def stack():
 
     cache = ROOT / ".cache" / "test-stack"
     ports = {"influxdb": _free_port(), "elasticsearch": _free_port(), "telegraf": _free_port()}
-    s = Stack(cache, ports)
+    s = Stack(cache, ports, options={"elastalert": {"rules_dirs": [ELASTALERT_RULES]}})
     try:
         s.up(report=lambda msg: None)
     except BaseException:
@@ -102,7 +104,8 @@ def stack():
         raise
     yield s
     s.down(report=lambda msg: None)
-    for sub in ("influxdb/data", "influxdb/meta", "influxdb/wal", "elasticsearch/data", "stack.json"):
+    for sub in ("influxdb/data", "influxdb/meta", "influxdb/wal", "elasticsearch/data", "elastalert/alerts.log",
+                "stack.json"):
         target = cache / sub
         if target.is_dir():
             shutil.rmtree(target, ignore_errors=True)

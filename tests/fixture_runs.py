@@ -101,3 +101,30 @@ def samples(run_dir: Path) -> tuple[dict, list[dict], list[dict]]:
     docs = [json.loads(line) for line in lines[1:]]
     return (json.loads(lines[0]), [d for d in docs if "node_id" in d],
             [d["flowstat_agent"] for d in docs if "flowstat_agent" in d])
+
+
+MEMORY_RUN_S = 420  # longer than the memory alert's 5-minute window, with a minute either side
+MEMORY_GROWTH_KB_PER_S = 20 * 1024 / 60  # twice the alert's 10 MB/min
+
+
+def memory_growth(healthy: Path, folder: Path) -> Path:
+    """A run file no harness run of a test's length can give: two mergers sampled every second for
+    MEMORY_RUN_S, an hour before now; merger-0's VmRSS grows steadily (the thesis's failure at 425
+    producers), merger-1's stays flat but wobbles. Made from the healthy run's header and one of its
+    merger samples, so every field is one an agent writes."""
+    head, nodes, _ = samples(healthy)
+    template = next(s for s in nodes if s["role"] == "merger" and s["node_state"] == "RUNNING")
+    run_id = head["flowstat_run"]["run_id"].replace("fx-healthy-", "fx-memory-")
+    start_ns = (time.time_ns() // 1_000_000_000 - 3600) * 1_000_000_000
+    stamp = lambda ns: time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns // 10**9)) + f".{ns // 10**6 % 1000:03d}Z"  # noqa: E731
+    lines = [json.dumps({"flowstat_run": {**head["flowstat_run"], "run_id": run_id, "started": stamp(start_ns)}})]
+    for seq in range(MEMORY_RUN_S):
+        for node, grows in (("merger-0", True), ("merger-1", False)):
+            vmrss = 40_000 + (MEMORY_GROWTH_KB_PER_S * seq if grows else 2_000 * (seq % 7 == 0))
+            t = stamp(start_ns + seq * 10**9)
+            lines.append(json.dumps({**template, "time": t, "run_id": run_id, "node_id": node, "seq": seq,
+                                     "vmrss_kb": int(vmrss), "request_timestamp": t, "response_timestamp": t}))
+    out = folder / "runs" / run_id / "samples.ndjson"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")
+    return out.parent

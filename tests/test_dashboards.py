@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import datetime, timezone
 from collections import defaultdict
 from pathlib import Path
 
@@ -33,6 +34,17 @@ def loaded(stack, fixture_runs):
                    "elasticsearch": (stack["elasticsearch"].url, "flowstat-samples")})
     requests.post(f"{stack['elasticsearch'].url}/flowstat-*/_refresh", timeout=30)
     return {name: (d, *fx.samples(d)) for name, d in fixture_runs.items()}
+
+
+@pytest.fixture(scope="module")
+def memory(stack, fixture_runs, loaded):
+    """Seven minutes of one merger's memory growing beside a flat one (fixture_runs.memory_growth),
+    replayed into both stores."""
+    run_dir = fx.memory_growth(fixture_runs["healthy"], fixture_runs["healthy"].parents[1])
+    replay.replay([run_dir / "samples.ndjson"], {"influxdb": (stack["influxdb"].url, "flowstat"),
+                                                "elasticsearch": (stack["elasticsearch"].url, "flowstat-samples")})
+    requests.post(f"{stack['elasticsearch'].url}/flowstat-*/_refresh", timeout=30)
+    return (run_dir, *fx.samples(run_dir))
 
 
 def influx(stack, query: str) -> list[dict]:
@@ -229,12 +241,12 @@ def grafana_values(stack, alert, end_ms: int) -> dict[tuple, dict[str, float]]:
     return out
 
 
-def crossed(stack, alert, samples: list[dict]) -> tuple[bool, list]:
+def crossed(stack, alert, samples: list[dict]) -> tuple[set, list]:
     """Evaluate the rule every 10 s across the run as Grafana would (threshold on the math of the
-    reduced values); also check the values equal the offline evaluation's."""
+    reduced values): the groups it crossed for. Also check the values equal the offline evaluation's."""
     first, last = span_ms(samples)
     groups, *_ = alerts._groups(alert, samples)
-    fired, mismatches = False, []
+    fired, mismatches = set(), []
     for end in range(first - first % 10_000, last + alert.window_s * 1000, 10_000):
         # The stores hold every fixture run; a rule sees them all, this run's groups are compared.
         got = {k: v for k, v in grafana_values(stack, alert, end).items() if k[0] == samples[0]["run_id"]}
@@ -244,12 +256,12 @@ def crossed(stack, alert, samples: list[dict]) -> tuple[bool, list]:
             g, w = got.get(key, {}), want.get(key, {})
             if g.keys() != w.keys() or any(not math.isclose(g[k], w[k], rel_tol=1e-6, abs_tol=1e-6) for k in g):
                 mismatches.append((end, key, g, w))
-        fired |= any(alert.holds(v) for v in got.values())
+        fired |= {k for k, v in got.items() if alert.holds(v)}
     return fired, mismatches
 
 
 BAD_RUN = {"flowstat-buffer-overload": "overload", "flowstat-merger-behind": "behind",
-           "flowstat-vmrss-growing": "behind", "flowstat-node-down": "killed", "flowstat-agent-spooling": "spooling"}
+           "flowstat-vmrss-growing": "memory", "flowstat-node-down": "killed", "flowstat-agent-spooling": "spooling"}
 
 
 def rule_samples(alert, run) -> list[dict]:
@@ -258,10 +270,46 @@ def rule_samples(alert, run) -> list[dict]:
 
 
 @pytest.mark.parametrize("alert", ALERTS, ids=lambda a: a.uid)
-def test_each_rule_crosses_its_threshold_on_the_bad_run_and_not_on_the_healthy_one(stack, loaded, alert):
-    bad, mismatches = crossed(stack, alert, rule_samples(alert, loaded[BAD_RUN[alert.uid]]))
+def test_each_rule_crosses_its_threshold_on_the_bad_run_and_not_on_the_healthy_one(stack, loaded, memory, alert):
+    runs = {**loaded, "memory": memory}
+    bad, mismatches = crossed(stack, alert, rule_samples(alert, runs[BAD_RUN[alert.uid]]))
     assert not mismatches, mismatches[:3]
     assert bad, f"{alert.uid} never crossed on the {BAD_RUN[alert.uid]} run"
+    if BAD_RUN[alert.uid] == "memory":
+        assert {key[1] for key in bad} == {"merger-0"}, "the flat merger crossed too"
     good, mismatches = crossed(stack, alert, rule_samples(alert, loaded["healthy"]))
     assert not mismatches, mismatches[:3]
     assert not good, f"{alert.uid} crossed on the healthy run"
+
+
+# -- ElastAlert rules ---------------------------------------------------------------------------
+
+def elastalert_test_rule(stack, alert, run, folder: Path, node: str | None = None):
+    """elastalert-test-rule with the generated rule over the run's samples (and a window's margin
+    either side), scoped to the run by a filter: the stores hold every fixture run."""
+    from flowstat.stack import elastalert as ea
+
+    rule = yaml.safe_load((ROOT / "dashboards" / "elastalert" / f"{alert.uid}.yaml").read_text())
+    samples = rule_samples(alert, run)
+    rule["filter"] = [*rule.get("filter", []), {"term": {"run_id": samples[0]["run_id"]}},
+                      *([{"term": {"node_id": node}}] if node else [])]
+    path = folder / f"{alert.uid}-{samples[0]['run_id']}-{node}.yaml"
+    path.write_text(yaml.safe_dump(rule))
+    first, last = span_ms(samples)
+    start, end = (datetime.fromtimestamp(t / 1000 + d, timezone.utc) for t, d in
+                  ((first, -alert.window_s), (last, alert.window_s)))
+    return ea.test_rule(stack, path, start, end)
+
+
+@pytest.mark.parametrize("alert", ALERTS, ids=lambda a: a.uid)
+def test_each_elastalert_rule_matches_on_the_bad_run_and_not_on_the_healthy_one(stack, loaded, memory, alert,
+                                                                               tmp_path):
+    runs = {**loaded, "memory": memory}
+    bad = elastalert_test_rule(stack, alert, runs[BAD_RUN[alert.uid]], tmp_path)
+    assert bad.fired and not bad.errors, bad.output[-3000:]
+    good = elastalert_test_rule(stack, alert, loaded["healthy"], tmp_path)
+    assert not good.fired and not good.errors, good.output[-3000:]
+    if BAD_RUN[alert.uid] == "memory":
+        grew = elastalert_test_rule(stack, alert, memory, tmp_path, node="merger-0")
+        flat = elastalert_test_rule(stack, alert, memory, tmp_path, node="merger-1")
+        assert grew.fired and flat.hits and not flat.fired, flat.output[-3000:]

@@ -1,10 +1,11 @@
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
-from flowstat.proc.procfs import ProcessGone, status_fields, vmrss_kb
+from flowstat.proc.procfs import ProcessGone, start_time, status_fields, vmrss_kb
 from flowstat.units import parse_size
 
 
@@ -20,6 +21,21 @@ def test_vmrss_of_self_grows_with_allocation():
 def test_status_is_parsed_by_key():
     fields = status_fields()
     assert fields["Pid"] == str(os.getpid()) and "VmRSS" in fields
+
+
+
+def test_start_time_is_when_the_process_started():
+    before = time.time()
+    child = subprocess.Popen(["sleep", "5"])
+    try:
+        started = start_time(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert before - 0.02 <= started <= time.time()  # clock ticks of 10 ms
+    assert start_time(os.getpid()) < before
+    with pytest.raises(ProcessGone):
+        start_time(child.pid)
 
 
 def test_dead_process_is_reported():

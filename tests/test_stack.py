@@ -19,7 +19,7 @@ def test_up_is_idempotent_and_status_says_healthy(stack):
     messages = []
     stack.up(report=messages.append)
     starts = [m for m in messages if "log:" in m]  # one per service; the others report the stores' set-up
-    assert len(starts) == 3 and all("already running" in m for m in starts)
+    assert len(starts) == 4 and all("already running" in m for m in starts)
     after = stack.status()
     assert all(s["healthy"] for s in after) and {s["service"]: s["pid"] for s in after} == before
 

@@ -57,6 +57,13 @@ def test_the_installed_package_is_not_the_checkout(wheel_venv, tmp_path):
     from flowstat import __version__, schema
 
     assert version == __version__ and int(out.stdout.split("\n")[1]) == len(schema.fields())
+    # ElastAlert's pins and scripts travel in the wheel, as the stack installs and runs them from there
+    out = subprocess.run([str(wheel_venv / "bin" / "python"), "-c", "from importlib.resources import files; "
+                          "d = files('flowstat.stack') / 'elastalert-files'; "
+                          "print(*sorted(p.name for p in d.iterdir() if p.is_file()))"],
+                         cwd=tmp_path, capture_output=True, text=True)
+    shipped = ROOT / "src" / "flowstat" / "stack" / "elastalert-files"
+    assert out.stdout.split() == sorted(p.name for p in shipped.iterdir() if p.is_file()), out.stderr
     assert flowstat(wheel_venv, tmp_path, "--version").stdout.strip() == f"flowstat {__version__}"
 
 

@@ -7,6 +7,7 @@ changes between kernels.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 
@@ -60,6 +61,17 @@ def catches(pid: int, signum: int) -> bool:
     except (ProcessGone, ValueError):
         return False
     return bool(caught >> (signum - 1) & 1)
+
+
+def start_time(pid: int) -> float:
+    """When the process started, in seconds since the epoch, to 10 ms: /proc/PID/stat's start (clock
+    ticks after boot) against /proc/uptime (/proc/stat's boot time is rounded to the second)."""
+    try:
+        ticks = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+    except (OSError, IndexError, ValueError) as exc:
+        raise ProcessGone(f"/proc/{pid}/stat: process {pid} is gone") from exc
+    uptime = float(open("/proc/uptime").read().split()[0])
+    return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
 
 
 def log_tail(path, lines: int = 15) -> str:

@@ -1,6 +1,6 @@
 """``flowstat stack``: real servers on loopback, without Docker: download or build, cache, start,
 check, stop. One module per server; the stores' set-up (flowstat.stores) is installed into the
-servers that hold a store once they answer."""
+servers that hold a store once they answer. ElastAlert2 watches Elasticsearch and alerts."""
 
 from __future__ import annotations
 
@@ -10,13 +10,15 @@ from pathlib import Path
 from flowstat import stores
 
 from .base import Service, StackError, load_state, make_folder, save_state
+from .elastalert import ElastAlert
 from .elasticsearch import Elasticsearch
 from .influxdb import InfluxDB
 from .telegraf import Telegraf
 
 __all__ = ["SERVICES", "Service", "Stack", "StackError", "default_cache"]
 
-SERVICES: dict[str, type[Service]] = {"influxdb": InfluxDB, "elasticsearch": Elasticsearch, "telegraf": Telegraf}
+SERVICES: dict[str, type[Service]] = {"influxdb": InfluxDB, "elasticsearch": Elasticsearch, "telegraf": Telegraf,
+                                      "elastalert": ElastAlert}
 """Every server, by name, in start order (a server that needs another starts after it)."""
 
 SYSTEM_CACHE = Path("/var/lib/flowstat/stack")
@@ -34,14 +36,15 @@ def default_cache() -> Path:
 
 class Stack:
     def __init__(self, cache: Path | None = None, ports: dict[str, int] | None = None,
-                 services: tuple[str, ...] | None = None):
+                 services: tuple[str, ...] | None = None, options: dict[str, dict] | None = None):
+        """OPTIONS: per service, what `up` is told beyond ports (e.g. {"elastalert": {"webhook": URL}})."""
         self.cache = (cache or default_cache()).resolve()
         make_folder(self.cache)
         known = load_state(self.cache)
         chosen = {**{name: cls.default_port for name, cls in SERVICES.items()},
                   **{k: v["port"] for k, v in known.items() if k in SERVICES}, **(ports or {})}
-        self.services: list[Service] = [cls(name, self.cache, chosen[name]) for name, cls in SERVICES.items()
-                                        if services is None or name in services]
+        self.services: list[Service] = [cls(name, self.cache, chosen[name], options=dict((options or {}).get(name, {})))
+                                        for name, cls in SERVICES.items() if services is None or name in services]
         for s in self.services:
             s.link(self, chosen)
 

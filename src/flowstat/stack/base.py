@@ -97,6 +97,8 @@ def give_to_service_user(*paths: Path) -> None:
         return
     pw = pwd.getpwnam(SERVICE_USER)
     for top in paths:
+        if not top.is_dir():  # a file of its own (os.walk lists only what a folder holds)
+            os.lchown(top, pw.pw_uid, pw.pw_gid)
         for root, dirs, files in os.walk(top):
             os.chown(root, pw.pw_uid, pw.pw_gid)
             for name in dirs + files:
@@ -122,11 +124,12 @@ class Service:
     name: str
     cache: Path
     port: int
-    extra: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)  # saved in stack.json with the port
+    options: dict = field(default_factory=dict)  # what this `up` was told beyond ports; not saved
 
     health_timeout_s: ClassVar[float] = 60.0
     default_port: ClassVar[int]
-    port_option: ClassVar[str]  # flowstat stack up --PORT_OPTION P
+    port_option: ClassVar[str | None]  # flowstat stack up --PORT_OPTION P; None: a server without a port
     port_help: ClassVar[str] = ""  # what else the port decides, for --help
     store: ClassVar[str | None] = None  # the flowstat.stores store to set up once the server answers
 
@@ -212,7 +215,7 @@ class Service:
                 raise StackError(f"{self.name} died while starting (exit code {proc.returncode}); "
                                  f"log: {self.log_path}\n{self.log_tail()}")
             if self.healthy():
-                return f"started on 127.0.0.1:{self.port} (pid {proc.pid})"
+                return f"started{f' on 127.0.0.1:{self.port}' if self.ports() else ''} (pid {proc.pid})"
             time.sleep(0.25)  # polling a server's health endpoint until it answers
         self.down()
         raise StackError(f"{self.name} did not answer at {self.url} within {self.health_timeout_s:.0f} s; "

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
-HELP = "start, stop or check the local servers (InfluxDB, Elasticsearch, Telegraf)"
+HELP = "start, stop or check the local servers (InfluxDB, Elasticsearch, Telegraf, ElastAlert)"
 PARSER = dict(description="Real servers on 127.0.0.1 without Docker: InfluxDB 1.x from Debian, Elasticsearch from "
-                          "Maven Central, Telegraf built pinned from the Go module proxy, run as an unprivileged "
+                          "Maven Central, Telegraf built pinned from the Go module proxy, ElastAlert2 pinned from "
+                          "PyPI into a virtualenv of its own, run as an unprivileged "
                           "user, cached under --cache. `up` is idempotent and installs the index templates, "
                           "database, retention policies and continuous queries; `install` only downloads and "
                           "builds the servers (up does it when needed); `status` exits 1 unless every server "
@@ -23,8 +25,14 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache", metavar="DIR", help="where servers, data and logs live (default: $FLOWSTAT_CACHE/stack; "
                                                    "for root /var/lib/flowstat/stack; else ~/.cache/flowstat/stack)")
     for name, cls in SERVICES.items():
-        p.add_argument(f"--{cls.port_option}", type=int, metavar="P", dest=f"port_{name}",
-                       help=f"{cls.port_help} (default {cls.default_port})")
+        if cls.port_option:
+            p.add_argument(f"--{cls.port_option}", type=int, metavar="P", dest=f"port_{name}",
+                           help=f"{cls.port_help} (default {cls.default_port})")
+    p.add_argument("--alert-webhook", metavar="URL", default=os.environ.get("FLOWSTAT_ALERT_WEBHOOK") or None,
+                   help="ElastAlert also POSTs each alert as JSON to URL (default: $FLOWSTAT_ALERT_WEBHOOK; "
+                        "every alert is in CACHE/elastalert/alerts.log in any case)")
+    p.add_argument("--alert-rules", metavar="DIR", action="append", default=[],
+                   help="a folder of more ElastAlert rules (*.yaml) to run beside flowstat's (repeatable)")
     p.add_argument("--only", metavar="LIST", help=f"comma-separated servers (default: all: {', '.join(SERVICES)})")
     p.add_argument("--json", action="store_true", help="status as JSON")
 
@@ -32,14 +40,15 @@ def configure(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from . import SERVICES, Stack, StackError
 
-    ports = {name: getattr(args, f"port_{name}") for name in SERVICES if getattr(args, f"port_{name}")}
+    ports = {name: port for name in SERVICES if (port := getattr(args, f"port_{name}", None))}
+    options = {"elastalert": {"webhook": args.alert_webhook, "rules_dirs": [Path(d) for d in args.alert_rules]}}
     services = tuple(x.strip() for x in args.only.split(",")) if args.only else tuple(SERVICES)
     unknown = set(services) - set(SERVICES)
     if unknown:
         print(f"flowstat stack: --only: unknown service {sorted(unknown)[0]!r} ({', '.join(SERVICES)})", file=sys.stderr)
         return 2
     try:
-        stack = Stack(Path(args.cache) if args.cache else None, ports, services)
+        stack = Stack(Path(args.cache) if args.cache else None, ports, services, options)
         if args.action == "up":
             stack.up()
         elif args.action == "install":
@@ -51,8 +60,11 @@ def main(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps(rows, indent=1))
             for r in rows if not args.json else ():
-                state = "healthy" if r["healthy"] else "running, not answering" if r["running"] else "stopped"
-                print(f"{r['service']:<14} {state:<24} {r['url']:<24} log: {r['log']}")
+                state = r.get("state") or ("healthy" if r["healthy"] else
+                                           "running, not answering" if r["running"] else "stopped")
+                print(f"{r['service']:<14} {state:<27} {r['url']:<24} log: {r['log']}")
+                for line in r.get("details", ()):  # what else a server has to say (ElastAlert: rules, alerts)
+                    print(f"{'':<14} {line}")
             return 0 if all(r["healthy"] for r in rows) else 1
     except (StackError, OSError) as exc:
         print(f"flowstat stack: {exc}", file=sys.stderr)

@@ -5,7 +5,7 @@ compose stack) adds where alerts go.
 ElastAlert2's rule types cannot take "last minus first" or a slope, so two conditions are
 expressed with its nearest types (docs/dashboards.md says how they differ from Grafana's):
 falling behind is the window's highest input-latency p99 over the threshold, and memory growth is
-a rise of the mean VmRSS between two consecutive windows (spike_aggregation).
+a rise of the highest VmRSS between two consecutive windows (spike_aggregation).
 """
 
 from __future__ import annotations
@@ -47,12 +47,15 @@ def rule(alert: Alert) -> dict:
                 "metric_agg_type": "max", "max_threshold": latency.threshold, "buffer_time": _span(alert.window_s),
                 "bucket_interval": _span(alert.window_s), "sync_bucket_interval": True,
                 "filter": [{"term": {"role": "merger"}}]}
-    if kinds == ["slope_per_min"]:
-        # Two windows of half the alert's, the later one's mean higher by the threshold's worth.
+    if kinds == ["slope_per_min", "slope_buckets"]:
+        # Two windows of half the alert's, the later one's highest value 5% above the earlier one's.
+        # Each query takes the last run_every, in a test as live (not the configuration's
+        # buffer_time, which a test stretches over its whole range). max, not avg: ElastAlert 2.19
+        # fails on a window holding only its placeholders (a node that stopped) when it averages.
         half = alert.window_s // 2
         return {**base, "type": "spike_aggregation", "metric_agg_key": alert.quantities[0].field,
-                "metric_agg_type": "avg", "timeframe": _span(half), "spike_type": "up", "spike_height": 1.05,
-                "threshold_cur": 1, "min_doc_count": 3, "filter": []}
+                "metric_agg_type": "max", "timeframe": _span(half), "spike_type": "up", "spike_height": 1.05,
+                "threshold_cur": 1, "min_doc_count": 3, "use_run_every_query_size": True, "filter": []}
     if alert.source == "agent":
         # Spooled samples never below zero over the whole window: the spool held something all along.
         return {**base, "type": "metric_aggregation", "metric_agg_key": "spooled_samples", "metric_agg_type": "min",

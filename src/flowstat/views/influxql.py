@@ -108,8 +108,9 @@ def quantity_query(alert: Alert, q: Quantity) -> str:
     where = " AND ".join(_condition(q) + ["$timeFilter"])
     groups = ", ".join(ident(g) for g in alert.group)
     f = ident(q.field)
-    if q.kind == "slope_per_min":
-        return (f'SELECT mean("slope") FROM (SELECT derivative(mean({f}), 1m) AS "slope" FROM {table} '
+    if q.kind in ("slope_per_min", "slope_buckets"):
+        outer = "mean" if q.kind == "slope_per_min" else "count"
+        return (f'SELECT {outer}("slope") FROM (SELECT derivative(mean({f}), 1m) AS "slope" FROM {table} '
                 f"WHERE {where} GROUP BY time({SLOPE_BUCKET_S}s), {groups}) GROUP BY {groups}")
     select = {"count": f"count({f})", "last": f"last({f})", "rise": f"last({f}) - first({f})"}[q.kind]
     return f"SELECT {select} AS {ident(q.kind)} FROM {table} WHERE {where} GROUP BY {groups}"

@@ -1,0 +1,202 @@
+"""ElastAlert2 in the local stack (flowstat.stack.elastalert), against the session's real
+Elasticsearch: samples with and without an overloaded send buffer, the alert log and a real local
+webhook, elastalert-test-rule on the same samples, `flowstat stack status`, Elasticsearch down, and
+the rules' preparation and the pinned install."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib.resources import files
+
+import pytest
+import requests
+import yaml
+
+from conftest import ELASTALERT_RULES, _free_port
+from flowstat.stack import Stack, StackError
+from flowstat.stack import elastalert as ea
+from flowstat.stores.elasticsearch import Elasticsearch
+from flowstat.timeutil import iso_utc_ms
+
+pytestmark = pytest.mark.integration
+RULE = ELASTALERT_RULES / "send-buffer-overloaded.yaml"
+RULE_NAME = yaml.safe_load(RULE.read_text())["name"]
+# ElastAlert runs a rule every 10 s (+ up to 5 s of jitter); Elasticsearch makes a sample searchable within 1 s
+DEADLINE_S = 60.0
+
+
+def wait_for(condition, what: str, deadline_s: float = DEADLINE_S):
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.25)  # polling ElastAlert's outputs until they say it ran
+    raise AssertionError(f"no {what} within {deadline_s:.0f} s")
+
+
+class _Webhook(BaseHTTPRequestHandler):
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        self.server.posts.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def alerting(stack):
+    """The session's ElastAlert, with a webhook to a real HTTP server of this test's (`up` restarts it,
+    as its rules change); as the session started it afterwards."""
+    hook = ThreadingHTTPServer(("127.0.0.1", 0), _Webhook)
+    hook.posts = []
+    threading.Thread(target=hook.serve_forever, daemon=True).start()
+    service = stack["elastalert"]
+    service.options["webhook"] = f"http://127.0.0.1:{hook.server_port}/alerts"
+    try:
+        assert "started" in service.up()
+        service.ran_at_up = service.rules_run(service.pid())
+        yield service, hook.posts
+    finally:
+        del service.options["webhook"]
+        service.up()
+        hook.shutdown()
+
+
+def samples(run_id: str, t0: float, overloaded_seq: int | None) -> list[dict]:
+    return [{"time": iso_utc_ms(t0 + seq), "run_id": run_id, "host": "h", "node_id": "producer-0", "role": "producer",
+             "agent": "flowstat-agent-py", "seq": seq, "pid": 4242, "node_state": "RUNNING",
+             "send_buffer_overloaded": seq == overloaded_seq} for seq in range(5)]
+
+
+@pytest.fixture(scope="module")
+def written(stack, alerting) -> dict:
+    """Two runs of 5 samples, one second apart, into flowstat-samples while ElastAlert runs: "good"
+    (no overload) from now, then "bad" (seq 3 overloaded). Not stamped in the past: after a restart
+    ElastAlert queries from where its previous process stopped, never before."""
+    now = time.time()
+    runs = {"good": (f"ea-good-{uuid.uuid4().hex[:8]}", now, None),
+            "bad": (f"ea-bad-{uuid.uuid4().hex[:8]}", now + 5, 3)}
+    writer = Elasticsearch(stack["elasticsearch"].url)
+    try:
+        for run_id, t0, overloaded in runs.values():
+            assert writer.write(writer.encode(samples(run_id, t0, overloaded)), 5).accepted == 5
+    finally:
+        writer.close()
+    requests.post(f"{stack['elasticsearch'].url}/flowstat-samples/_refresh", timeout=30).raise_for_status()
+    return {"written_at": time.time(), **runs}
+
+
+def alert_lines(service) -> list[dict]:
+    return [json.loads(line) for line in service.alerts_log.read_text().splitlines()]
+
+
+def test_up_returns_once_elastalert_has_run_its_rules(alerting):
+    service, _ = alerting
+    assert service.ran_at_up == {RULE_NAME}  # recorded in its writeback index by the process `up` started
+
+
+def test_an_overloaded_send_buffer_is_alerted_in_the_log_and_at_the_webhook(alerting, written):
+    service, posts = alerting
+    run_id = written["bad"][0]
+    logged = wait_for(lambda: [a for a in alert_lines(service) if a["match"].get("run_id") == run_id],
+                      f"line for {run_id} in {service.alerts_log}")
+    assert len(logged) == 1, logged  # only the overloaded sample
+    assert logged[0]["rule"] == RULE_NAME
+    assert logged[0]["match"]["seq"] == 3 and logged[0]["match"]["send_buffer_overloaded"] is True
+    assert logged[0]["match"]["time"] == iso_utc_ms(written["bad"][1] + 3)
+    assert time.time() - 120 < datetime.fromisoformat(logged[0]["time"]).timestamp() <= time.time()
+    posted = wait_for(lambda: [p for p in posts if p.get("run_id") == run_id], f"POST for {run_id} at the webhook")
+    assert len(posted) == 1 and posted[0]["rule"] == RULE_NAME and posted[0]["seq"] == 3
+    assert service.status()["alerts"] >= 1
+
+
+def test_samples_without_it_raise_no_alert(alerting, stack, written):
+    service, posts = alerting
+    run_id, t0, _ = written["good"]
+    es = stack["elasticsearch"].url
+
+    def a_run_over_the_good_samples() -> bool:
+        # a run of the rule whose query began after the samples were searchable and spanned them
+        after = max(written["written_at"], t0 + 4.001)
+        query = {"bool": {"filter": [{"term": {"rule_name": RULE_NAME}},
+                                     {"range": {"endtime": {"gt": iso_utc_ms(after)}}},
+                                     {"range": {"starttime": {"lte": iso_utc_ms(t0)}}}]}}
+        r = requests.post(f"{es}/{ea.WRITEBACK_INDEX}_status/_search", json={"query": query, "size": 1}, timeout=10)
+        return r.status_code == 200 and bool(r.json()["hits"]["hits"])
+
+    wait_for(a_run_over_the_good_samples, f"run of {RULE_NAME!r} over {run_id}'s samples")
+    assert not [a for a in alert_lines(service) if a["match"].get("run_id") == run_id]
+    assert not [p for p in posts if p.get("run_id") == run_id]
+
+
+def test_test_rule_matches_the_bad_samples_and_not_the_good(stack, written):
+    def window(run: str) -> tuple[datetime, datetime]:
+        t0 = written[run][1]
+        return (datetime.fromtimestamp(t0 - 0.5, tz=timezone.utc), datetime.fromtimestamp(t0 + 4.5, tz=timezone.utc))
+
+    bad = ea.test_rule(stack, RULE, *window("bad"))
+    assert (bad.rule, bad.matches, bad.hits, bad.errors, bad.fired) == (RULE_NAME, 1, 1, (), True), bad.output
+    good = ea.test_rule(stack.cache, RULE, *window("good"))  # by the stack's cache folder, as a script would
+    assert (good.rule, good.matches, good.fired) == (RULE_NAME, 0, False), good.output
+
+
+def test_test_rule_names_a_rule_elastalert_refuses(stack, tmp_path):
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: no type\nindex: flowstat-samples*\n")
+    with pytest.raises(StackError, match=f"elastalert-test-rule {broken}: no result .*'type' is a required property"):
+        ea.test_rule(stack, broken, "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z")
+    with pytest.raises(StackError, match=f"test_rule {RULE}: start and end .*'2026-01-01T00:01:00' has no time zone"):
+        ea.test_rule(stack, RULE, "2026-01-01T00:00:00Z", "2026-01-01T00:01:00")
+
+
+def test_cli_status_lists_it(stack):
+    status = [sys.executable, "-m", "flowstat.cli", "stack", "status", "--cache", str(stack.cache)]
+    out = subprocess.run([*status, "--json"], capture_output=True, text=True, timeout=60)
+    row = next(r for r in json.loads(out.stdout) if r["service"] == "elastalert")
+    assert out.returncode == 0 and row["healthy"] and row["running"] and row["state"] == "healthy", out.stdout
+    assert row["rules"] >= 1 and row["rules_run"] >= 1 and row["problem"] is None
+    assert row["alerts_log"] == str(stack["elastalert"].alerts_log) and row["log"].endswith("elastalert/server.log")
+    text = subprocess.run(status, capture_output=True, text=True, timeout=60).stdout
+    line = next(x for x in text.splitlines() if x.startswith("elastalert"))
+    assert "healthy" in line and f"{stack['elasticsearch'].url}/{ea.WRITEBACK_INDEX}" in line
+    assert f"alerts so far: {row['alerts']} in {row['alerts_log']}" in text
+
+
+def test_elasticsearch_down_is_said_clearly(stack, reachable_tmp):
+    dead = _free_port()
+    # A stack of its own whose Elasticsearch does not run: up refuses before installing anything.
+    alone = Stack(reachable_tmp, {"elasticsearch": dead}, services=("elastalert",),
+                  options={"elastalert": {"rules_dirs": [ELASTALERT_RULES]}})
+    says = f"Elasticsearch at http://127.0.0.1:{dead} does not answer"
+    with pytest.raises(StackError, match=f"elastalert: {says}"):
+        alone.up(report=lambda m: None)
+    row = alone.status()[0]
+    assert (row["running"], row["healthy"], row["state"]) == (False, False, "stopped") and says in row["problem"]
+    assert not (reachable_tmp / "elastalert" / "venv").exists()
+    # The session's running ElastAlert, seen by a stack whose Elasticsearch is that dead port
+    running = Stack(stack.cache, {"elasticsearch": dead}, services=("elastalert",)).status()[0]
+    assert running["running"] and not running["healthy"] and running["state"] == "running, Elasticsearch down"
+    assert says in running["problem"] and any(says in line for line in running["details"])
+
+
+def test_the_pins_are_what_the_stack_runs(stack):
+    pins = files("flowstat.stack").joinpath(ea.FILES, "constraints.txt").read_text()
+    assert f"elastalert2=={ea.VERSION}\n" in pins and "\npytz==" in pins and "\nelasticsearch==7.10.1\n" in pins
+    installed = stack["elastalert"].venv
+    assert (installed / "flowstat-constraints.txt").read_text() == pins
+    out = subprocess.run([str(installed / "bin" / "python"), "-c", "import elastalert, importlib.metadata as m; "
+                          "print(m.version('elastalert2'), m.version('elasticsearch'))"],
+                         capture_output=True, text=True)
+    assert out.stdout.split() == [ea.VERSION, "7.10.1"], out.stderr
+    # flowstat's own venv is untouched
+    with pytest.raises(ModuleNotFoundError):
+        __import__("elastalert")
