@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Report benchmark: `flowstat report` on a run of 1,000,000 samples.
+
+The run is made from a real one: a short harness run (demo topology) is recorded, then its nodes
+are replicated (node copies named NODE~K) and its time is replicated (the node's samples repeated
+after one another, times and seq moved on), to NODES x SAMPLES samples. Its run.json says the
+longer run's duration, so the steady window scales with it. Measured: the wall time of the whole
+report (reading, reducing, writing the HTML) and the HTML's size; targets <= 10 s and <= 10 MB.
+
+Usage: benchmarks/bench_report.py [--quick] [--nodes N] [--samples S] [--out FILE]
+Prints the figures and writes JSON (default benchmarks/results/report-<UTC>.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+
+from flowstat.harness.orchestrator import run_topology
+from flowstat.harness.topology import load
+from flowstat.report.build import write_report
+from flowstat.schema import runfile
+from flowstat.timeutil import compact_utc, iso_utc_ms
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET_S, TARGET_BYTES = 10.0, 10 * 10**6
+
+
+def record_run(runs_dir: Path, seconds: float) -> Path:
+    """A real run of the demo topology: the run file every synthetic sample comes from."""
+    topo = load(ROOT / "benchmark-harness" / "topologies" / "demo.yaml")
+    summary = run_topology(topo, duration=seconds, runs_dir=runs_dir)
+    return Path(summary["run_dir"])
+
+
+def synthesize(source: Path, out: Path, nodes: int, samples: int) -> int:
+    """A run directory ``out`` with ``nodes`` x ``samples`` samples replicated from the run in
+    ``source``; returns how many samples it holds."""
+    report = runfile.FileReport(str(source / "samples.ndjson"))
+    by_node: dict[str, list[tuple[int, dict]]] = {}
+    for doc, _, _, _, _, ns in runfile.samples(source / "samples.ndjson", report):
+        by_node.setdefault(doc["node_id"], []).append((ns, doc))
+    real = sorted(by_node)
+    copies = math.ceil(nodes / len(real))
+    period_ns = max(ns for s in by_node.values() for ns, _ in s) - min(ns for s in by_node.values() for ns, _ in s)
+    period_ns += 10**9  # one interval between the last sample of a repeat and the first of the next
+    lines: list[tuple[int, bytes]] = []
+    names = []
+    for k in range(copies):
+        for node in real:
+            if len(names) == nodes:
+                break
+            names.append(name := f"{node}~{k}")
+            series = by_node[node]
+            for i in range(samples):
+                ns, doc = series[i % len(series)]
+                repeat = i // len(series)
+                ns += repeat * period_ns
+                lines.append((ns, orjson.dumps({**doc, "time": iso_utc_ms(ns / 1e9), "node_id": name, "seq": i})))
+    lines.sort(key=lambda item: item[0])  # as an agent writes them: tick by tick
+    out.mkdir(parents=True)
+    header = {"flowstat_run": report.header} if report.header else None
+    with open(out / "samples.ndjson", "wb") as f:
+        if header:
+            f.write(orjson.dumps(header) + b"\n")
+        f.writelines(line + b"\n" for _, line in lines)
+    doc = json.loads((source / "run.json").read_text())
+    scale = (lines[-1][0] - lines[0][0]) / 1e9 / doc["summary"]["seconds"]
+    doc["parameters"]["duration_s"] = round(doc["parameters"]["duration_s"] * scale, 3)
+    doc["summary"]["seconds"] = round(doc["summary"]["seconds"] * scale, 3)
+    doc["nodes"] = names
+    (out / "run.json").write_text(json.dumps(doc, indent=1))
+    return len(lines)
+
+
+def bench_report(run_dir: Path, html: Path) -> dict:
+    t0 = time.perf_counter()
+    made = write_report([run_dir], html)
+    seconds = time.perf_counter() - t0
+    size = html.stat().st_size
+    return {"seconds": round(seconds, 2), "html_bytes": size, "plots": made.plots,
+            "target_seconds": TARGET_S, "target_html_bytes": TARGET_BYTES,
+            "target_met": seconds <= TARGET_S and size <= TARGET_BYTES}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="a smaller run (a sanity check, not a measurement)")
+    ap.add_argument("--nodes", type=int, default=500)
+    ap.add_argument("--samples", type=int, default=2000, help="samples per node")
+    ap.add_argument("--source", type=Path, help="a run directory to replicate (default: record a 10 s demo run)")
+    ap.add_argument("--out", type=Path, help="JSON output file")
+    args = ap.parse_args()
+    if args.quick:
+        args.nodes, args.samples = 50, 200
+    from run_benchmarks import machine, save_results
+
+    results = {"started": iso_utc_ms(), "machine": machine(), "command": " ".join(sys.argv), "benchmarks": {}}
+    with tempfile.TemporaryDirectory(prefix="flowstat-report-") as tmp:
+        source = args.source or record_run(Path(tmp) / "runs", 10.0)
+        print(f"synthesising {args.nodes} nodes x {args.samples:,} samples from {source} ...", flush=True)
+        run_dir = Path(tmp) / "big-run"
+        n = synthesize(source, run_dir, args.nodes, args.samples)
+        print(f"report of {n:,} samples ...", flush=True)
+        results["benchmarks"]["report"] = {"samples": n, "nodes": args.nodes, "run_file_bytes":
+                                           (run_dir / "samples.ndjson").stat().st_size,
+                                           **bench_report(run_dir, Path(tmp) / "report.html")}
+    save_results(results, args.out or ROOT / "benchmarks" / "results" / f"report-{compact_utc()}.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

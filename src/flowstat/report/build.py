@@ -1,0 +1,52 @@
+"""Putting a report together: read the runs, work out their figures, draw, write the page."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from html import escape
+from pathlib import Path
+
+from bokeh.models import Range1d
+
+from . import _alerts, figures, page, plots
+from .load import Run, load_run
+
+
+@dataclass(frozen=True)
+class Made:
+    """What a report holds: the file, the runs (as read) and how many plots it draws."""
+
+    path: Path
+    runs: list[Run]
+    plots: int
+
+
+def write_report(paths: list[Path], out: Path) -> Made:
+    """Read the run directories ``paths`` and write their report to ``out``; ReportError names a run
+    that cannot be read."""
+    runs = [load_run(p) for p in paths]
+    windows = [figures.steady_window(r) for r in runs]
+    stats = [figures.steady_stats(r, w) for r, w in zip(runs, windows)]
+    todo = [plots.plans(r) for r in runs]
+    budget = plots.DATA_BUDGET // max(1, sum(len(ps) for by_role in todo for ps in by_role.values()))
+    doc = page.Page("flowstat report: " + ", ".join(r.name for r in runs))
+    page.header(doc, runs)
+    differ = figures.varying(runs)
+    page.thesis_table(doc, runs, windows, stats, differ)
+    doc.html('<div class="side-by-side">')
+    for param in differ:
+        doc.plot(plots.rate_plot(param, runs, [s[figures.RATE] for s in stats]))
+    doc.html("</div>")
+    for i, (run, window, by_role) in enumerate(zip(runs, windows, todo)):
+        page.run_section(doc, i, run, window)
+        page.alerts_section(doc, run, _alerts.evaluate(run))
+        lo, hi = run.span
+        x_range = Range1d(start=lo, end=hi)
+        for role, role_plans in by_role.items():
+            nodes = len(role_plans[0].series) if role_plans else 0
+            doc.html(f'<h3 id="run-{i}-{escape(role)}">{escape(role)}: {nodes} node(s), {len(role_plans)} metrics</h3>')
+            for plan in role_plans:
+                doc.plot(plots.plot(run, plan, window, x_range, budget))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    doc.write(out)
+    return Made(out, runs, len(doc.plots))

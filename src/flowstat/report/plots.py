@@ -1,0 +1,220 @@
+"""The report's Bokeh plots: every metric of the sample schema over time, per role, and the rate of
+several runs against what differs between them.
+
+Points are reduced before they go into the page (reduce.py: each time bucket's lowest and highest
+sample, so every peak stays): the whole report's data is held to DATA_BUDGET values, shared out
+evenly among its plots. A role with many nodes is drawn as its envelope (the lowest and highest
+value any of its nodes took in each bucket, at full resolution) over every node's own series
+(coarser when the budget asks it), all in one grey line broken between nodes; a role with a few
+nodes, one coloured line per node with a legend. Arrays go in as float32 numpy arrays, which Bokeh
+writes as base64; Bokeh's cost is per model and per array, so a plot holds few of each.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+from bokeh.models import (BoxAnnotation, ColumnDataSource, CustomJSHover, CustomJSTickFormatter, Range1d,
+                          FixedTicker, HBar, HoverTool, Legend, LegendItem, Line, LinearAxis, VArea, Whisker)
+from bokeh.palettes import Category10_10
+from bokeh.plotting import figure
+
+from flowstat import schema
+
+from .figures import RATE, Parameter, Stat, Window, titled, value
+from .load import Metric, Run, Series, metrics
+from .reduce import envelope, minmax, on_spans
+
+BUCKETS = 1000  # about a plot's width in pixels: a lowest and a highest point per pixel
+ENVELOPE_FROM = 11  # nodes of one role from which the role's envelope is drawn
+DATA_BUDGET = 1_200_000  # float32 values in the whole report (6.4 MB as base64), shared out among its plots
+MIN_NODE_BUCKETS = 16
+HEIGHT = 230
+TOOLS = "pan,box_zoom,wheel_zoom,reset,save"
+ENVELOPE_COLOUR, NODE_COLOUR, STEADY_COLOUR, FLAG_COLOUR = "#1f77b4", "#7f7f7f", "#2ca02c", "#d62728"
+_CORE = re.compile(r"10\^(\d+) = one full core")  # the schema's CPU unit: "Hz (10^6 = one full core)"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One plot to draw: a metric of the nodes of one role."""
+
+    metric: Metric
+    role: str
+    series: tuple[Series, ...]
+
+    def rows(self) -> np.ndarray:
+        return rows(self.series)
+
+
+def rows(series: tuple[Series, ...]) -> np.ndarray:
+    """The rows of a Run's arrays that hold these nodes' samples, node after node."""
+    return np.concatenate([np.arange(s.lo, s.hi) for s in series])
+
+
+def _roles(run: Run) -> list[str]:
+    """The run's roles, in pipeline order (schema.ROLES), then any other."""
+    present = {s.role for s in run.series}
+    return [r for r in schema.ROLES if r in present] + sorted(present - set(schema.ROLES))
+
+
+def plans(run: Run) -> dict[str, list[Plan]]:
+    """Per role, a plot of each metric any of its nodes reported."""
+    out = {}
+    for role in _roles(run):
+        series = tuple(s for s in run.series if s.role == role)
+        mine = rows(series)
+        out[role] = [Plan(m, role, series) for m in metrics() if not np.isnan(run.values[m.name][mine]).all()]
+    return out
+
+
+def _f32(a) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def _figure(title: str, x_range: Range1d, window: Window, y_label: str, height: int = HEIGHT) -> figure:
+    p = figure(title=title, height=height, sizing_mode="stretch_width", x_range=x_range, tools=TOOLS,
+               active_scroll=None, output_backend="canvas")
+    p.add_layout(BoxAnnotation(left=window.lo, right=window.hi, fill_color=STEADY_COLOUR, fill_alpha=0.07,
+                               line_alpha=0))
+    p.xaxis.axis_label = f"s since the run's start (shaded: the steady state, {window.text()} s)"
+    p.yaxis.axis_label = y_label
+    p.title.text_font_size = "13px"
+    return p
+
+
+def _core_axis(p: figure, unit: str | None) -> None:
+    """CPU clock: a second axis in % of one core, from the unit the schema gives (10^N Hz = one core)."""
+    match = _CORE.search(unit or "")
+    if match:
+        per_percent = 10 ** int(match.group(1)) / 100
+        p.add_layout(LinearAxis(axis_label="% of one core", formatter=CustomJSTickFormatter(
+            code=f"return (tick / {per_percent:g}).toFixed(0) + '%'")), "right")
+
+
+def _node_name(series: tuple[Series, ...]) -> CustomJSHover:
+    """Hover: a sample's node, from its node number (one number a point is cheaper than a name)."""
+    return CustomJSHover(args={"names": [s.node_id for s in series]}, code="return names[value]")
+
+
+def _reduced(run: Run, plan: Plan, buckets: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every node's series of the plan's metric reduced (reduce.minmax), node after node: times,
+    values, and the node's number in plan.series."""
+    mine = plan.rows()
+    node = np.repeat(np.arange(len(plan.series)), [s.hi - s.lo for s in plan.series])
+    t, y = run.t[mine], run.values[plan.metric.name][mine]
+    has = ~np.isnan(y)
+    t, y, node = t[has], y[has], node[has]
+    keep = minmax(t, y, *run.span, buckets, node)
+    return t[keep], y[keep], node[keep]
+
+
+def line_plot(run: Run, plan: Plan, window: Window, x_range: Range1d, budget: int) -> figure:
+    """A metric of a role's nodes over time: one line per node, and the envelope of many."""
+    m, n = plan.metric, len(plan.series)
+    many = n >= ENVELOPE_FROM
+    per_point = 3 if many else 2  # values a point costs: time, value (and the node's number)
+    buckets = max(MIN_NODE_BUCKETS, min(BUCKETS, (budget - (3 * BUCKETS if many else 0)) // (2 * per_point * n)))
+    t, y, node = _reduced(run, plan, buckets)
+    title = f"{m.name}: {plan.role}"
+    if many:
+        title += f" - {n} nodes: blue band = lowest to highest of any node; grey = each node ({buckets} buckets)"
+    p = _figure(title, x_range, window, titled(m.name, m.unit))
+    _core_axis(p, m.unit)
+    legend = Legend(location="top_left", click_policy="hide", label_text_font_size="11px")
+    p.add_layout(legend, "right")
+    value_tip = (m.name, "@y{0,0.[000]}")
+    if many:
+        cut = np.flatnonzero(np.diff(node)) + 1  # a NaN between nodes breaks the line
+        src = ColumnDataSource({"t": _f32(np.insert(t, cut, np.nan)), "y": _f32(np.insert(y, cut, np.nan)),
+                                "node": np.insert(node, cut, 0).astype(np.int32)})
+        lines = [p.add_glyph(src, Line(x="t", y="y", line_color=NODE_COLOUR, line_alpha=0.35))]
+        legend.items.append(LegendItem(label="each node", renderers=lines))
+        _envelope(p, run, plan, legend)
+        tips = [("node", "@node{custom}"), ("t", "@t{0.0} s"), value_tip]
+        formatters = {"@node": _node_name(plan.series)}
+    else:
+        lines = []
+        for i, s in enumerate(plan.series):
+            mine = node == i
+            lines.append(p.add_glyph(ColumnDataSource({"t": _f32(t[mine]), "y": _f32(y[mine])}),
+                                     Line(x="t", y="y", line_color=Category10_10[i % 10], line_width=1.5),
+                                     name=s.node_id))
+            legend.items.append(LegendItem(label=s.node_id, renderers=[lines[-1]]))
+        tips, formatters = [("node", "$name"), ("t", "@t{0.0} s"), value_tip], {}
+    p.add_tools(HoverTool(renderers=lines, tooltips=tips, formatters=formatters))
+    return p
+
+
+def _envelope(p: figure, run: Run, plan: Plan, legend: Legend) -> None:
+    """The role's lowest and highest value per bucket, over all its nodes."""
+    mine = plan.rows()
+    t, y = run.t[mine], run.values[plan.metric.name][mine]
+    has = ~np.isnan(y)
+    env = envelope(t[has], y[has], *run.span, BUCKETS)
+    src = ColumnDataSource({"t": _f32(env.t), "low": _f32(env.low), "high": _f32(env.high)})
+    band = p.add_glyph(src, VArea(x="t", y1="low", y2="high", fill_color=ENVELOPE_COLOUR, fill_alpha=0.25))
+    edges = [p.add_glyph(src, Line(x="t", y=edge, line_color=ENVELOPE_COLOUR, line_width=1)) for edge in ("low", "high")]
+    legend.items.append(LegendItem(label=f"lowest to highest of the {len(plan.series)} nodes",
+                                   renderers=[band, *edges]))
+    p.add_tools(HoverTool(renderers=edges[1:], mode="vline", tooltips=[
+        ("t", "@t{0.0} s"), ("lowest", "@low{0,0.[000]}"), ("highest", "@high{0,0.[000]}")]))
+
+
+def timeline_plot(run: Run, plan: Plan, window: Window, x_range: Range1d, budget: int) -> figure:
+    """A flag of a role's nodes as a state timeline: a row per node, a bar while it was true."""
+    m, series = plan.metric, plan.series
+    buckets = max(MIN_NODE_BUCKETS, min(BUCKETS, budget // (3 * len(series))))
+    gap = (run.span[1] - run.span[0]) / buckets
+    left, right, row = [], [], []
+    for i, s in enumerate(series):
+        t, y = run.of(m.name, s)
+        start, end = on_spans(t, y > 0, gap)
+        left.append(start)
+        right.append(end)
+        row.append(np.full(len(start), i, dtype=np.int32))
+    spans = sum(map(len, left))
+    p = _figure(f"{m.name}: {plan.role} - a bar while true ({spans:,} spans)", x_range, window, "node",
+                height=min(600, max(HEIGHT, 40 + 14 * len(series))))
+    p.add_glyph(ColumnDataSource({"row": np.concatenate(row), "left": _f32(np.concatenate(left)),
+                                  "right": _f32(np.concatenate(right))}),
+                HBar(y="row", left="left", right="right", height=0.8, fill_color=FLAG_COLOUR, line_color=None))
+    step = max(1, len(series) // 40)  # at most about 40 names on the axis
+    p.yaxis.ticker = FixedTicker(ticks=list(range(0, len(series), step)))
+    p.yaxis.major_label_overrides = {i: series[i].node_id for i in range(0, len(series), step)}
+    p.y_range = Range1d(start=len(series) - 0.5, end=-0.5)  # the first node on top; set, as there may be no bar
+    p.ygrid.grid_line_color = None
+    p.add_tools(HoverTool(tooltips=[("node", "@row{custom}"), ("from", "@left{0.0} s"), ("to", "@right{0.0} s")],
+                          formatters={"@row": _node_name(series)}))
+    return p
+
+
+def plot(run: Run, plan: Plan, window: Window, x_range: Range1d, budget: int) -> figure:
+    draw = timeline_plot if plan.metric.type == "boolean" else line_plot
+    return draw(run, plan, window, x_range, budget)
+
+
+def rate_plot(param: Parameter, runs: list[Run], stats: list[Stat]) -> figure:
+    """The runs' steady merged objects/s (mean, and a whisker of one standard deviation) against a
+    parameter that differs between them (as the thesis's figure 29)."""
+    xs = [value(r.doc, param.path) for r in runs]
+    numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs)
+    kw = {} if numeric else {"x_range": sorted({str(x) for x in xs})}
+    p = figure(title=f"{RATE} in the steady state against {param.label}", height=300, width=520, tools=TOOLS,
+               active_scroll=None, **kw)
+    known = [i for i, s in enumerate(stats) if s.mean is not None]
+    top = max((stats[i].mean + stats[i].std for i in known), default=1.0)
+    p.y_range = Range1d(start=0, end=top * 1.1 or 1.0)  # the whiskers, which the automatic range leaves out
+    src = ColumnDataSource({
+        "x": [xs[i] if numeric else str(xs[i]) for i in known], "mean": [stats[i].mean for i in known],
+        "low": [stats[i].mean - stats[i].std for i in known], "high": [stats[i].mean + stats[i].std for i in known],
+        "std": [stats[i].std for i in known], "run": [runs[i].name for i in known]})
+    dots = p.scatter(x="x", y="mean", source=src, size=9, color=ENVELOPE_COLOUR)
+    p.add_layout(Whisker(base="x", lower="low", upper="high", source=src))
+    p.xaxis.axis_label = titled(param.label, param.unit)
+    p.yaxis.axis_label = f"{RATE} per merger (mean ± std)"
+    p.add_tools(HoverTool(renderers=[dots], tooltips=[("run", "@run"), (param.label, "@x"),
+                                                       (RATE, "@mean{0,0.0} ± @std{0,0.0}")]))
+    return p
