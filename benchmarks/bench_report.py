@@ -42,42 +42,37 @@ def record_run(runs_dir: Path, seconds: float) -> Path:
 
 def synthesize(source: Path, out: Path, nodes: int, samples: int) -> int:
     """A run directory ``out`` with ``nodes`` x ``samples`` samples replicated from the run in
-    ``source``; returns how many samples it holds."""
+    ``source`` (written tick by tick, as an agent writes them); returns how many samples it holds."""
     report = runfile.FileReport(str(source / "samples.ndjson"))
     by_node: dict[str, list[tuple[int, dict]]] = {}
     for doc, _, _, _, _, ns in runfile.samples(source / "samples.ndjson", report):
-        by_node.setdefault(doc["node_id"], []).append((ns, doc))
+        if "vmrss_kb" in doc:  # a node's last sample, once it is gone, holds no metric: not repeated
+            by_node.setdefault(doc["node_id"], []).append((ns, doc))
     real = sorted(by_node)
-    copies = math.ceil(nodes / len(real))
-    period_ns = max(ns for s in by_node.values() for ns, _ in s) - min(ns for s in by_node.values() for ns, _ in s)
-    period_ns += 10**9  # one interval between the last sample of a repeat and the first of the next
-    lines: list[tuple[int, bytes]] = []
-    names = []
-    for k in range(copies):
-        for node in real:
-            if len(names) == nodes:
-                break
-            names.append(name := f"{node}~{k}")
-            series = by_node[node]
-            for i in range(samples):
-                ns, doc = series[i % len(series)]
-                repeat = i // len(series)
-                ns += repeat * period_ns
-                lines.append((ns, orjson.dumps({**doc, "time": iso_utc_ms(ns / 1e9), "node_id": name, "seq": i})))
-    lines.sort(key=lambda item: item[0])  # as an agent writes them: tick by tick
+    copies = [(f"{node}~{k}", by_node[node]) for k in range(math.ceil(nodes / len(real))) for node in real][:nodes]
+    first = min(s[0][0] for s in by_node.values())
+    period_ns = max(s[-1][0] for s in by_node.values()) - first + 10**9  # a repeat starts a second after the last
     out.mkdir(parents=True)
-    header = {"flowstat_run": report.header} if report.header else None
+    stamps: dict[int, str] = {}
     with open(out / "samples.ndjson", "wb") as f:
-        if header:
-            f.write(orjson.dumps(header) + b"\n")
-        f.writelines(line + b"\n" for _, line in lines)
+        if report.header:
+            f.write(orjson.dumps({"flowstat_run": report.header}) + b"\n")
+        for i in range(samples):
+            for name, series in copies:
+                ns, doc = series[i % len(series)]
+                ns += i // len(series) * period_ns
+                stamp = stamps.get(ns) or stamps.setdefault(ns, iso_utc_ms(ns / 1e9))
+                f.write(orjson.dumps({**doc, "time": stamp, "node_id": name, "seq": i}) + b"\n")
+    last = max(series[(samples - 1) % len(series)][0] + (samples - 1) // len(series) * period_ns
+               for _, series in copies)
     doc = json.loads((source / "run.json").read_text())
-    scale = (lines[-1][0] - lines[0][0]) / 1e9 / doc["summary"]["seconds"]
+    scale = (last - first) / 1e9 / doc["summary"]["seconds"]
     doc["parameters"]["duration_s"] = round(doc["parameters"]["duration_s"] * scale, 3)
     doc["summary"]["seconds"] = round(doc["summary"]["seconds"] * scale, 3)
-    doc["nodes"] = names
+    doc["finished"] = iso_utc_ms(last / 1e9)
+    doc["nodes"] = [name for name, _ in copies]
     (out / "run.json").write_text(json.dumps(doc, indent=1))
-    return len(lines)
+    return samples * len(copies)
 
 
 def bench_report(run_dir: Path, html: Path) -> dict:

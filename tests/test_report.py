@@ -67,13 +67,15 @@ return {plots: plots.length, drawn: plots.filter(v => v.has_finished() && v.canv
 """
 
 
-def open_report(driver, path: Path, deadline_s: float = 60) -> dict:
-    """Load a report, wait until Bokeh has drawn it; what the page logged and requested."""
+def open_report(driver, path: Path, plots: int, deadline_s: float = 60) -> dict:
+    """Load a report, wait until Bokeh has drawn its ``plots`` (each is a Bokeh document of its
+    own); what the page logged and requested."""
     driver.get_log("browser"), driver.get_log("performance")  # what an earlier page left
     driver.get(path.resolve().as_uri())
     end = time.monotonic() + deadline_s
-    while not driver.execute_script("return !!(window.Bokeh && Bokeh.documents.length && Bokeh.documents[0].is_idle)"):
-        assert time.monotonic() < end, f"{path}: Bokeh did not finish drawing in {deadline_s} s"
+    while not driver.execute_script("return !!window.Bokeh && Bokeh.documents.length >= arguments[0] "
+                                    "&& Bokeh.documents.every(d => d.is_idle)", plots):
+        assert time.monotonic() < end, f"{path}: Bokeh did not draw {plots} plots in {deadline_s} s"
         time.sleep(0.1)
     views = driver.execute_script(PLOT_VIEWS)
     requests = [json.loads(e["message"])["message"]["params"]["request"]["url"]
@@ -104,7 +106,7 @@ def test_an_overloaded_run_s_report_draws_every_plot_offline_in_a_browser(runs, 
     made = write_report([runs["overload"]], out)
     html = out.read_text()
     assert no_network_references(html) == [] and "bokeh-widgets" not in html
-    page = open_report(browser, out)
+    page = open_report(browser, out, made.plots)
     assert page["severe"] == []
     assert page["plots"] == page["drawn"] == made.plots > 30
     assert [u for u in page["requests"] if u.startswith(("http:", "https:", "ws:", "wss:"))] == []
@@ -117,7 +119,7 @@ def test_an_overloaded_run_s_report_draws_every_plot_offline_in_a_browser(runs, 
             && v.model.title.text.startsWith('send_buffer_overloaded: producer'));
         return v.model.renderers[0].data_source.data.left.length;""")
     assert any(flags) and bars >= 1
-    screenshot(browser, "overload-producer-plots", scroll_to="run-0-producer")
+    screenshot(browser, "overload-merger-plots", scroll_to="run-0-merger")
     text = browser.find_element("tag name", "body").text
     assert "No loss: OK" in text and "Online (steady state): NOT ONLINE" in text
     assert "its producers' sends were refused" in text  # the merger's why, from the run
@@ -144,7 +146,7 @@ def test_a_report_of_several_runs_has_the_thesis_table_numpy_agrees_with(runs, b
     out = tmp_path / "both.html"
     order = [runs["healthy"], runs["overload"]]
     made = write_report(order, out)
-    page = open_report(browser, out)
+    page = open_report(browser, out, made.plots)
     assert page["severe"] == [] and page["plots"] == page["drawn"] == made.plots
     table = browser.execute_script("""
         const rows = [...document.querySelectorAll('table.thesis tr')].slice(1);

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from html import escape
 from pathlib import Path
-
-from bokeh.models import Range1d
 
 from . import _alerts, figures, page, plots
 from .load import Run, load_run
@@ -35,18 +34,16 @@ def write_report(paths: list[Path], out: Path) -> Made:
     page.thesis_table(doc, runs, windows, stats, differ)
     doc.html('<div class="side-by-side">')
     for param in differ:
-        doc.plot(plots.rate_plot(param, runs, [s[figures.RATE] for s in stats]))
+        doc.plot(partial(plots.rate_plot, param, runs, [s[figures.RATE] for s in stats]))
     doc.html("</div>")
     for i, (run, window, by_role) in enumerate(zip(runs, windows, todo)):
         page.run_section(doc, i, run, window)
         page.alerts_section(doc, run, _alerts.evaluate(run))
-        lo, hi = run.span
-        x_range = Range1d(start=lo, end=hi)
         for role, role_plans in by_role.items():
             nodes = len(role_plans[0].series) if role_plans else 0
             doc.html(f'<h3 id="run-{i}-{escape(role)}">{escape(role)}: {nodes} node(s), {len(role_plans)} metrics</h3>')
             for plan in role_plans:
-                doc.plot(plots.plot(run, plan, window, x_range, budget))
+                doc.plot(partial(plots.plot, run, plan, window, budget))
     out.parent.mkdir(parents=True, exist_ok=True)
     doc.write(out)
-    return Made(out, runs, len(doc.plots))
+    return Made(out, runs, len(doc.jobs))

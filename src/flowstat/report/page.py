@@ -8,10 +8,8 @@ import json
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from bokeh.document import Document
-from bokeh.embed import file_html
 from bokeh.model import Model
 from bokeh.resources import INLINE
 
@@ -19,16 +17,15 @@ from flowstat import __version__, schema
 from flowstat.timeutil import iso_utc_ms
 from flowstat.units import format_size
 
+from . import draw
 from .figures import THESIS_METRICS, Parameter, Stat, Window, titled, value
 from .load import SHOWN_BAD_LINES, Run
 
 _UNITS = {f.name: f.unit for f in schema.fields()}
 
 
-_TEMPLATE = """
-{% block postamble %}<style>
-body { font: 14px/1.45 system-ui, sans-serif; margin: 0 auto; padding: 1em 2em; max-width: 1500px; color: #222;
-       box-sizing: border-box; }
+_STYLE = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 0 auto; padding: 1em 2em; max-width: 1500px; color: #222; }
 h1 { font-size: 1.6em; } h2 { border-top: 3px solid #1f77b4; padding-top: .6em; margin-top: 2em; }
 h3 { margin-top: 1.6em; } table { border-collapse: collapse; margin: .6em 0; }
 td, th { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top; }
@@ -36,13 +33,15 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; } th { backgroun
 .ok { color: #2ca02c; font-weight: bold; } .bad { color: #d62728; font-weight: bold; }
 .none { color: #7f7f7f; font-weight: bold; } .note { color: #555; }
 div.wide { overflow-x: auto; } div.side-by-side { display: flex; flex-wrap: wrap; gap: 1em; }
+div.plot { margin: .4em 0; }
 section.alerts { border: 2px dashed #9467bd; padding: 0 1em .6em; margin: 1.2em 0; }
-</style>{% endblock %}
-{% block contents %}
-{% for kind, item in blocks %}{% if kind == "html" %}{{ item | safe }}{% else %}{{ embed(roots[item]) }}{% endif %}
-{% endfor %}
-{% endblock %}
 """
+
+# Each plot is a Bokeh item (draw.py) put into its <div> once the page is there.
+_EMBED = """(function () {
+  const items = JSON.parse(document.getElementById("flowstat-plots").textContent);
+  for (const item of items) Bokeh.embed.embed_item(item);
+})();"""
 
 
 class Html(str):
@@ -80,28 +79,28 @@ def verdict_word(ok: bool | None, yes: str = "OK", no: str = "FAILED", unknown: 
 
 @dataclass
 class Page:
-    """The page as it is put together: HTML blocks and plots, in order."""
+    """The page as it is put together: HTML blocks and plots (each drawn by a job), in order."""
 
     title: str
-    blocks: list[tuple[str, Any]] = field(default_factory=list)
-    plots: list[Model] = field(default_factory=list)
+    blocks: list[str] = field(default_factory=list)
+    jobs: list[Callable[[], Model]] = field(default_factory=list)
 
     def html(self, text: str) -> None:
-        self.blocks.append(("html", Html(text)))
+        self.blocks.append(text)
 
-    def plot(self, model: Model) -> None:
-        model.name = f"plot-{len(self.plots)}"
-        self.plots.append(model)
-        self.blocks.append(("plot", model.name))
+    def plot(self, job: Callable[[], Model]) -> None:
+        self.blocks.append(f'<div class="plot" id="{draw.target(len(self.jobs))}"></div>')
+        self.jobs.append(job)
 
     def write(self, out: Path) -> None:
-        doc = Document()
-        with doc.models.freeze():  # the document's models are collected once, not again for every plot added
-            for plot in self.plots:
-                doc.add_root(plot)
-        html = file_html(doc, resources=INLINE, title=self.title, template=_TEMPLATE,
-                         template_variables={"blocks": self.blocks})
-        out.write_text(html, encoding="utf-8")
+        """The HTML file, whole: Bokeh's JavaScript inline (its core bundle only: no widgets are used)."""
+        resources = INLINE.clone(components=["bokeh"])
+        items = ",\n".join(draw.draw(self.jobs))
+        out.write_text(f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+                       f"<title>{escape(self.title)}</title>\n{resources.render_css()}\n{resources.render_js()}\n"
+                       f"<style>{_STYLE}</style>\n</head>\n<body>\n" + "\n".join(self.blocks)
+                       + f'\n<script type="application/json" id="flowstat-plots">[{items}]</script>\n'
+                       f"<script>{_EMBED}</script>\n</body>\n</html>\n", encoding="utf-8")
 
 
 def header(page: Page, runs: list[Run]) -> None:

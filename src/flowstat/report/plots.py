@@ -32,7 +32,7 @@ ENVELOPE_FROM = 11  # nodes of one role from which the role's envelope is drawn
 DATA_BUDGET = 1_200_000  # float32 values in the whole report (6.4 MB as base64), shared out among its plots
 MIN_NODE_BUCKETS = 16
 HEIGHT = 230
-TOOLS = "pan,box_zoom,wheel_zoom,reset,save"
+TOOLS = "pan,wheel_zoom,reset"  # few tools: a plot's cost in Bokeh grows with its models
 ENVELOPE_COLOUR, NODE_COLOUR, STEADY_COLOUR, FLAG_COLOUR = "#1f77b4", "#7f7f7f", "#2ca02c", "#d62728"
 _CORE = re.compile(r"10\^(\d+) = one full core")  # the schema's CPU unit: "Hz (10^6 = one full core)"
 
@@ -74,13 +74,16 @@ def _f32(a) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.float32)
 
 
-def _figure(title: str, x_range: Range1d, window: Window, y_label: str, height: int = HEIGHT) -> figure:
-    p = figure(title=title, height=height, sizing_mode="stretch_width", x_range=x_range, tools=TOOLS,
-               active_scroll=None, output_backend="canvas")
+def _figure(title: str, run: Run, window: Window, y_label: str, height: int = HEIGHT) -> figure:
+    """A plot over the run's time (all plots of a run span the same time)."""
+    lo, hi = run.span
+    p = figure(title=title, height=height, sizing_mode="stretch_width", x_range=Range1d(start=lo, end=hi),
+               tools=TOOLS, active_scroll=None, output_backend="canvas")
     p.add_layout(BoxAnnotation(left=window.lo, right=window.hi, fill_color=STEADY_COLOUR, fill_alpha=0.07,
                                line_alpha=0))
     p.xaxis.axis_label = f"s since the run's start (shaded: the steady state, {window.text()} s)"
     p.yaxis.axis_label = y_label
+    p.yaxis.formatter.use_scientific = False  # 320000 Hz, not 3.200e+5
     p.title.text_font_size = "13px"
     return p
 
@@ -111,7 +114,7 @@ def _reduced(run: Run, plan: Plan, buckets: int) -> tuple[np.ndarray, np.ndarray
     return t[keep], y[keep], node[keep]
 
 
-def line_plot(run: Run, plan: Plan, window: Window, x_range: Range1d, budget: int) -> figure:
+def line_plot(run: Run, plan: Plan, window: Window, budget: int) -> figure:
     """A metric of a role's nodes over time: one line per node, and the envelope of many."""
     m, n = plan.metric, len(plan.series)
     many = n >= ENVELOPE_FROM
@@ -121,10 +124,13 @@ def line_plot(run: Run, plan: Plan, window: Window, x_range: Range1d, budget: in
     title = f"{m.name}: {plan.role}"
     if many:
         title += f" - {n} nodes: blue band = lowest to highest of any node; grey = each node ({buckets} buckets)"
-    p = _figure(title, x_range, window, titled(m.name, m.unit))
+    elif n == 1:
+        title += f" {plan.series[0].node_id}"
+    p = _figure(title, run, window, titled(m.name, m.unit))
     _core_axis(p, m.unit)
     legend = Legend(location="top_left", click_policy="hide", label_text_font_size="11px")
-    p.add_layout(legend, "right")
+    if n > 1:
+        p.add_layout(legend, "right")
     value_tip = (m.name, "@y{0,0.[000]}")
     if many:
         cut = np.flatnonzero(np.diff(node)) + 1  # a NaN between nodes breaks the line
@@ -155,15 +161,14 @@ def _envelope(p: figure, run: Run, plan: Plan, legend: Legend) -> None:
     has = ~np.isnan(y)
     env = envelope(t[has], y[has], *run.span, BUCKETS)
     src = ColumnDataSource({"t": _f32(env.t), "low": _f32(env.low), "high": _f32(env.high)})
-    band = p.add_glyph(src, VArea(x="t", y1="low", y2="high", fill_color=ENVELOPE_COLOUR, fill_alpha=0.25))
-    edges = [p.add_glyph(src, Line(x="t", y=edge, line_color=ENVELOPE_COLOUR, line_width=1)) for edge in ("low", "high")]
-    legend.items.append(LegendItem(label=f"lowest to highest of the {len(plan.series)} nodes",
-                                   renderers=[band, *edges]))
-    p.add_tools(HoverTool(renderers=edges[1:], mode="vline", tooltips=[
+    band = p.add_glyph(src, VArea(x="t", y1="low", y2="high", fill_color=ENVELOPE_COLOUR, fill_alpha=0.3))
+    top = p.add_glyph(src, Line(x="t", y="high", line_color=ENVELOPE_COLOUR, line_width=1))  # the peaks, hovered
+    legend.items.append(LegendItem(label=f"lowest to highest of the {len(plan.series)} nodes", renderers=[band, top]))
+    p.add_tools(HoverTool(renderers=[top], mode="vline", tooltips=[
         ("t", "@t{0.0} s"), ("lowest", "@low{0,0.[000]}"), ("highest", "@high{0,0.[000]}")]))
 
 
-def timeline_plot(run: Run, plan: Plan, window: Window, x_range: Range1d, budget: int) -> figure:
+def timeline_plot(run: Run, plan: Plan, window: Window, budget: int) -> figure:
     """A flag of a role's nodes as a state timeline: a row per node, a bar while it was true."""
     m, series = plan.metric, plan.series
     buckets = max(MIN_NODE_BUCKETS, min(BUCKETS, budget // (3 * len(series))))
@@ -176,7 +181,7 @@ def timeline_plot(run: Run, plan: Plan, window: Window, x_range: Range1d, budget
         right.append(end)
         row.append(np.full(len(start), i, dtype=np.int32))
     spans = sum(map(len, left))
-    p = _figure(f"{m.name}: {plan.role} - a bar while true ({spans:,} spans)", x_range, window, "node",
+    p = _figure(f"{m.name}: {plan.role} - a bar while true ({spans:,} spans)", run, window, "node",
                 height=min(600, max(HEIGHT, 40 + 14 * len(series))))
     p.add_glyph(ColumnDataSource({"row": np.concatenate(row), "left": _f32(np.concatenate(left)),
                                   "right": _f32(np.concatenate(right))}),
@@ -191,9 +196,9 @@ def timeline_plot(run: Run, plan: Plan, window: Window, x_range: Range1d, budget
     return p
 
 
-def plot(run: Run, plan: Plan, window: Window, x_range: Range1d, budget: int) -> figure:
+def plot(run: Run, plan: Plan, window: Window, budget: int) -> figure:
     draw = timeline_plot if plan.metric.type == "boolean" else line_plot
-    return draw(run, plan, window, x_range, budget)
+    return draw(run, plan, window, budget)
 
 
 def rate_plot(param: Parameter, runs: list[Run], stats: list[Stat]) -> figure:

@@ -18,22 +18,28 @@ def _bucket(t: np.ndarray, lo: float, hi: float, buckets: int) -> np.ndarray:
     return np.clip(((t - lo) / width).astype(np.int64), 0, buckets - 1)
 
 
+def _firsts(where: np.ndarray, segment: np.ndarray) -> np.ndarray:
+    """The first index of each segment at which ``where`` holds."""
+    idx = np.flatnonzero(where)
+    return idx[np.r_[True, segment[idx][1:] != segment[idx][:-1]]]
+
+
 def minmax(t: np.ndarray, y: np.ndarray, lo: float, hi: float, buckets: int,
            series: np.ndarray | None = None) -> np.ndarray:
     """Which samples to keep: in each bucket, the lowest and the highest (at their own times), so at
     most 2 x ``buckets`` per series. ``t`` and ``y`` (without NaN) hold one series in time order, or
-    several one after the other, ``series`` saying whose each sample is (all reduced at once).
-    The indices come in the order of the samples."""
+    several one after the other, ``series`` saying whose each sample is (all reduced at once, in a
+    few passes over the arrays: no sort). The indices come in the order of the samples."""
     if not len(t):
         return np.empty(0, np.int64)
     b = _bucket(t, lo, hi, buckets)
     if series is not None:
         b = b + series.astype(np.int64) * buckets  # one series' buckets, then the next's
-    by_value = np.lexsort((y, b))  # by bucket, then by value: each bucket's run starts at its min, ends at its max
-    sorted_b = b[by_value]
-    starts = np.flatnonzero(np.r_[True, sorted_b[1:] != sorted_b[:-1]])
-    ends = np.r_[starts[1:], len(b)] - 1
-    return np.unique(np.concatenate([by_value[starts], by_value[ends]]))  # sorted: the samples' order
+    starts = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])  # each bucket's samples are one run
+    segment = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(b)]))
+    lowest = _firsts(np.minimum.reduceat(y, starts)[segment] == y, segment)
+    highest = _firsts(np.maximum.reduceat(y, starts)[segment] == y, segment)
+    return np.union1d(lowest, highest)  # sorted: the samples' order
 
 
 @dataclass(frozen=True)
@@ -48,15 +54,13 @@ class Envelope:
 
 def envelope(t: np.ndarray, y: np.ndarray, lo: float, hi: float, buckets: int) -> Envelope:
     """The envelope of samples of many series, all together (``t`` in any order, ``y`` without NaN)."""
-    if not len(t):
-        empty = np.empty(0)
-        return Envelope(empty, empty, empty)
     b = _bucket(t, lo, hi, buckets)
-    order = np.argsort(b, kind="stable")
-    b, y = b[order], y[order]
-    starts = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
+    low, high = np.full(buckets, np.inf), np.full(buckets, -np.inf)
+    np.minimum.at(low, b, y)
+    np.maximum.at(high, b, y)
+    has = np.flatnonzero(np.isfinite(low))  # JSON has no infinity: an infinite low is an empty bucket
     width = (hi - lo) / buckets if hi > lo else 1.0
-    return Envelope(lo + (b[starts] + 0.5) * width, np.minimum.reduceat(y, starts), np.maximum.reduceat(y, starts))
+    return Envelope(lo + (has + 0.5) * width, low[has], high[has])
 
 
 def on_spans(t: np.ndarray, on: np.ndarray, min_gap: float) -> tuple[np.ndarray, np.ndarray]:

@@ -100,22 +100,23 @@ def samples(path: Path, report: FileReport, span: tuple[int, int] | None = None)
     stamps: dict[str, int] = {}  # time string -> ns: every node sampled in one tick shares it
     first = last = None
     nodes = report.nodes
-    base, lineno = report.bytes_read, 0
+    base, read, lineno = report.bytes_read, 0, 0
+    bad = report.bad.append
     with open(path, "rb") as f:
         f.seek(start)
         for lineno, raw in enumerate(f, 1):
-            if report.bytes_read - base >= length:
+            if read >= length:
                 lineno -= 1  # not read: the next span's
                 break
-            report.bytes_read += len(raw)
+            read += len(raw)
             try:
                 doc = orjson.loads(raw)  # 3x faster than json on these lines, and strict (no NaN, no inf)
             except (ValueError, UnicodeDecodeError) as exc:
                 why = "truncated line" if not raw.endswith(b"\n") else f"not JSON ({getattr(exc, 'msg', exc)})"
-                report.bad.append((lineno, why))
+                bad((lineno, why))
                 continue
             if type(doc) is not dict:
-                report.bad.append((lineno, "not a JSON object"))
+                bad((lineno, "not a JSON object"))
                 continue
             values = tuple(doc.values())
             key = (tuple(doc), tuple(map(type, values)))
@@ -125,13 +126,13 @@ def samples(path: Path, report: FileReport, span: tuple[int, int] | None = None)
             if not _vouched(lay, values):
                 if "flowstat_run" in doc:
                     if lineno != 1 or start:
-                        report.bad.append((lineno, "a run header that is not on the first line"))
+                        bad((lineno, "a run header that is not on the first line"))
                     else:
                         report.header = doc["flowstat_run"] if isinstance(doc["flowstat_run"], dict) else {}
                     continue
                 why = bad_field(doc, types, required)
                 if why:
-                    report.bad.append((lineno, why))
+                    bad((lineno, why))
                     continue
             stamp = doc["time"]
             ns = stamps.get(stamp)
@@ -139,7 +140,7 @@ def samples(path: Path, report: FileReport, span: tuple[int, int] | None = None)
                 try:
                     ns = time_ns(stamp)
                 except ValueError:
-                    report.bad.append((lineno, f"field 'time': not ISO-8601 ({stamp[:40]!r})"))
+                    bad((lineno, f"field 'time': not ISO-8601 ({stamp[:40]!r})"))
                     continue
                 if len(stamps) > 65536:
                     stamps.clear()
@@ -148,9 +149,11 @@ def samples(path: Path, report: FileReport, span: tuple[int, int] | None = None)
                 first = doc
             nodes.add(doc["node_id"])
             report.good += 1
+            report.bytes_read = base + read  # as of this sample: a caller may show progress
             yield doc, values, key[0], lay, raw, ns
             last = doc
         report.lines += lineno
+        report.bytes_read = base + read
     if first is not None:
         report.first_time, report.run_id, report.host = first["time"], first["run_id"], first["host"]
         report.last_time = last["time"]
