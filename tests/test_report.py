@@ -69,16 +69,18 @@ return {plots: plots.length, drawn: plots.filter(v => v.has_finished() && v.canv
 
 
 def open_report(driver, path: Path, plots: int, deadline_s: float = 60) -> dict:
-    """Load a report, wait until Bokeh has drawn its ``plots`` (each is a Bokeh document of its
-    own); what the page logged and requested."""
+    """Load a report, wait until Bokeh has drawn as many plots as the report says it made (or the
+    deadline); what the page drew, logged and requested."""
     driver.get_log("browser"), driver.get_log("performance")  # what an earlier page left
     driver.get(path.resolve().as_uri())
     end = time.monotonic() + deadline_s
-    while not driver.execute_script("return !!window.Bokeh && Bokeh.documents.length >= arguments[0] "
-                                    "&& Bokeh.documents.every(d => d.is_idle)", plots):
-        assert time.monotonic() < end, f"{path}: Bokeh did not draw {plots} plots in {deadline_s} s"
+    while True:
+        views = driver.execute_script("return window.Bokeh && Bokeh.documents.length "
+                                      "&& Bokeh.documents.every(d => d.is_idle) ? (() => {" + PLOT_VIEWS + "})() : null")
+        if (views and views["drawn"] >= plots) or time.monotonic() > end:
+            break
         time.sleep(0.1)
-    views = driver.execute_script(PLOT_VIEWS)
+    assert views, f"{path}: Bokeh did not draw its documents in {deadline_s} s"
     requests = [json.loads(e["message"])["message"]["params"]["request"]["url"]
                 for e in driver.get_log("performance")
                 if json.loads(e["message"])["message"]["method"] == "Network.requestWillBeSent"]

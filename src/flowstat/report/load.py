@@ -177,15 +177,19 @@ def _merged(parts: list[_Part]) -> runfile.FileReport:
     return out
 
 
-def _read(path: Path) -> list[_Part]:
-    """The run file in parts: one per CPU this process may use, each read by a process of its own."""
+def _read(path: Path, meanwhile: Callable[[], None]) -> list[_Part]:
+    """The run file in parts: one per CPU this process may use, each read by a process of its own
+    while this one does ``meanwhile``."""
     workers = len(os.sched_getaffinity(0))
     if workers < 2 or path.stat().st_size < PARALLEL_BYTES:
+        meanwhile()
         return [_read_part(path, None)]
     spans = runfile.spans(path, workers)
     # fork: the workers start at once with everything imported (the command runs no threads)
     with ProcessPoolExecutor(len(spans), mp_context=multiprocessing.get_context("fork")) as pool:
-        return list(pool.map(_read_part, [path] * len(spans), spans))
+        parts = pool.map(_read_part, [path] * len(spans), spans)  # submitted: the workers are reading
+        meanwhile()
+        return list(parts)
 
 
 def run_file(path: Path) -> Path:
@@ -217,10 +221,11 @@ def _by_series_then_time(sid: np.ndarray, ns: np.ndarray, kept: np.ndarray) -> n
     return order
 
 
-def load_run(path: Path) -> Run:
-    """A run directory (or run file) read for the report; ReportError names what cannot be read."""
+def load_run(path: Path, meanwhile: Callable[[], None] = lambda: None) -> Run:
+    """A run directory (or run file) read for the report; ReportError names what cannot be read.
+    ``meanwhile``: what this process can do while other processes read a large run file."""
     found = run_file(path)
-    parts = _read(found)
+    parts = _read(found, meanwhile)
     report = _merged(parts)
     if not report.good:
         why = "; ".join(f"line {n}: {w}" for n, w in report.bad[:3]) or "the file is empty"

@@ -37,10 +37,10 @@ div.plot { margin: .4em 0; }
 section.alerts { border: 2px dashed #9467bd; padding: 0 1em .6em; margin: 1.2em 0; }
 """
 
-# Each plot is a Bokeh item (draw.py) put into its <div> once the page is there.
+# The plots' documents (draw.py), each root into its <div>, once the page is there.
 _EMBED = """(function () {
-  const items = JSON.parse(document.getElementById("flowstat-plots").textContent);
-  for (const item of items) Bokeh.embed.embed_item(item);
+  const json = (id) => JSON.parse(document.getElementById(id).textContent);
+  Bokeh.embed.embed_items(json("flowstat-docs"), json("flowstat-roots"));
 })();"""
 
 
@@ -95,11 +95,15 @@ class Page:
     def write(self, out: Path) -> None:
         """The HTML file, whole: Bokeh's JavaScript inline (its core bundle only: no widgets are used)."""
         resources = INLINE.clone(components=["bokeh"])
-        items = ",\n".join(draw.draw(self.jobs))
+        drawn = draw.draw(self.jobs)
+        docs = ",\n".join(f'"doc-{k}": {d.doc_json}' for k, d in enumerate(drawn))
+        roots = json.dumps([{"docid": f"doc-{k}", "roots": d.roots, "root_ids": list(d.roots)}
+                            for k, d in enumerate(drawn)])
         out.write_text(f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
                        f"<title>{escape(self.title)}</title>\n{resources.render_css()}\n{resources.render_js()}\n"
                        f"<style>{_STYLE}</style>\n</head>\n<body>\n" + "\n".join(self.blocks)
-                       + f'\n<script type="application/json" id="flowstat-plots">[{items}]</script>\n'
+                       + f'\n<script type="application/json" id="flowstat-docs">{{{docs}}}</script>\n'
+                       f'<script type="application/json" id="flowstat-roots">{roots}</script>\n'
                        f"<script>{_EMBED}</script>\n</body>\n</html>\n", encoding="utf-8")
 
 
@@ -202,7 +206,8 @@ def _online(run: Run) -> str:
     v, s = run.doc.get("verdict") or {}, run.doc.get("summary") or {}
     behind = {text.split(":")[0]: text for text in v.get("not_online") or []}
     detail = _summary_json(run).get("online") or {}
-    mergers = [x.node_id for x in run.series if x.role == "merger"] or sorted(detail)
+    mergers = (sorted(detail) or [a["node_id"] for a in run.doc.get("affinity") or [] if a.get("role") == "merger"]
+               or [x.node_id for x in run.series if x.role == "merger"])  # those the verdict judged
     rows = []
     for m in mergers:
         d = detail.get(m) or {}

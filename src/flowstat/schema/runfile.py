@@ -68,12 +68,6 @@ def bad_field(doc: dict, types: dict[str, tuple], required: list[str]) -> str | 
     return None
 
 
-def _vouched(lay: Layout, values: tuple) -> bool:
-    """The layout's checks pass for these values: nothing is left to check field by field."""
-    return (lay.conforms and min(ints := lay.integers(values)) >= 0 and max(ints) <= INT64_MAX
-            and (lay.enums is None or lay.enums(values) in lay.allowed))
-
-
 def spans(path: Path, parts: int) -> list[tuple[int, int]]:
     """The file cut into about ``parts`` byte ranges [start, end) of whole lines."""
     size = path.stat().st_size
@@ -96,12 +90,13 @@ def samples(path: Path, report: FileReport, span: tuple[int, int] | None = None)
     start, end = span or (0, None)
     length = end - start if end is not None else float("inf")
     types, required = field_types()
-    layouts: dict[tuple, Layout] = {}
+    # Lines come in a few layouts (one per node kind): the layout of a line's key order is kept with
+    # the value types it was worked out for; a line whose types differ gets the layout of its own.
+    layouts: dict[tuple[str, ...], tuple[tuple[type, ...], Layout]] = {}
     stamps: dict[str, int] = {}  # time string -> ns: every node sampled in one tick shares it
     first = last = None
-    nodes = report.nodes
+    nodes, loads, bad = report.nodes, orjson.loads, report.bad.append
     base, read, lineno = report.bytes_read, 0, 0
-    bad = report.bad.append
     with open(path, "rb") as f:
         f.seek(start)
         for lineno, raw in enumerate(f, 1):
@@ -110,7 +105,7 @@ def samples(path: Path, report: FileReport, span: tuple[int, int] | None = None)
                 break
             read += len(raw)
             try:
-                doc = orjson.loads(raw)  # 3x faster than json on these lines, and strict (no NaN, no inf)
+                doc = loads(raw)  # 3x faster than json on these lines, and strict (no NaN, no inf)
             except (ValueError, UnicodeDecodeError) as exc:
                 why = "truncated line" if not raw.endswith(b"\n") else f"not JSON ({getattr(exc, 'msg', exc)})"
                 bad((lineno, why))
@@ -118,12 +113,17 @@ def samples(path: Path, report: FileReport, span: tuple[int, int] | None = None)
             if type(doc) is not dict:
                 bad((lineno, "not a JSON object"))
                 continue
-            values = tuple(doc.values())
-            key = (tuple(doc), tuple(map(type, values)))
-            lay = layouts.get(key)
-            if lay is None:
-                lay = layouts[key] = layout(*key)
-            if not _vouched(lay, values):
+            values, keys = tuple(doc.values()), tuple(doc)
+            value_types = tuple(map(type, values))
+            known = layouts.get(keys)
+            if known is not None and known[0] == value_types:
+                lay = known[1]
+            else:
+                lay = layout(keys, value_types)
+                layouts[keys] = (value_types, lay)
+            ints = lay.integers(values)
+            if not (lay.conforms and min(ints) >= 0 and max(ints) <= INT64_MAX
+                    and (lay.enums is None or lay.enums(values) in lay.allowed)):
                 if "flowstat_run" in doc:
                     if lineno != 1 or start:
                         bad((lineno, "a run header that is not on the first line"))
@@ -150,7 +150,7 @@ def samples(path: Path, report: FileReport, span: tuple[int, int] | None = None)
             nodes.add(doc["node_id"])
             report.good += 1
             report.bytes_read = base + read  # as of this sample: a caller may show progress
-            yield doc, values, key[0], lay, raw, ns
+            yield doc, values, keys, lay, raw, ns
             last = doc
         report.lines += lineno
         report.bytes_read = base + read
