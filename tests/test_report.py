@@ -20,9 +20,12 @@ from conftest import ROOT, topology_dict
 from flowstat import cli
 from flowstat.harness.orchestrator import run_topology
 from flowstat.harness.topology import from_dict
+from flowstat.report import load
 from flowstat.report._alerts import available as alerts_available
 from flowstat.report.build import write_report
+from flowstat.report.load import load_run
 from flowstat.report.reduce import envelope, minmax, on_spans
+from flowstat.schema import runfile
 
 ARTIFACTS = ROOT / ".cache" / "test-artifacts" / "report"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -212,6 +215,47 @@ def test_a_truncated_run_file_is_reported_by_line_and_its_good_lines_kept(runs, 
     assert f"{path}:{len(lines)}: truncated line" in err
     assert f"{path}: {len(lines) - 2:,} samples" in out  # all but the header and the cut line
     assert f"{path}:{len(lines)}: truncated line" in (tmp_path / "r.html").read_text()
+
+
+def test_a_run_file_read_in_parts_reads_as_one(runs, tmp_path, monkeypatch):
+    """A large run file is read by several processes, each a span of whole lines: the samples, the
+    bad lines (by their number in the whole file) and the header are as if read at once."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(runs["healthy"], run_dir)
+    path = run_dir / "samples.ndjson"
+    lines = path.read_bytes().splitlines(keepends=True)
+    for at in (len(lines) - 5, len(lines) // 2 + 1, 7):  # bad lines in both halves
+        lines.insert(at, b'{"not": "a sample"}\n')
+    path.write_bytes(b"".join(lines))
+    whole = load_run(run_dir)
+    monkeypatch.setattr(load, "PARALLEL_BYTES", 0)
+    monkeypatch.setattr(load.os, "sched_getaffinity", lambda pid: {0, 1, 2})  # three parts
+    parts = load_run(run_dir)
+    assert len(runfile.spans(path, 3)) == 3
+    assert parts.file.good == whole.file.good == len(lines) - 4 and parts.file.header == whole.file.header
+    inserted = [n for n, line in enumerate(lines, 1) if line.startswith(b'{"not"')]
+    assert parts.file.bad == whole.file.bad == [(n, "field 'not': not in the schema") for n in inserted]
+    assert parts.series == whole.series and np.array_equal(parts.t, whole.t)
+    for name, values in whole.values.items():
+        assert np.array_equal(parts.values[name], values, equal_nan=True), name
+
+
+def test_one_agent_s_samples_make_one_series_per_node(runs, tmp_path):
+    """A run file with two agents' samples of the same nodes: the report takes those of the agent its
+    header names (the Python agent, which recorded it) and says how many it left out."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(runs["healthy"], run_dir)
+    path = run_dir / "samples.ndjson"
+    lines = path.read_text().splitlines()
+    # more of them than of the Python agent's: the header decides, not the count
+    other = [json.dumps({**json.loads(line), "agent": "flowstat-agent-c", "vmrss_kb": 1, "seq": 2 * i + k})
+             for i, line in enumerate(lines[1:]) if '"vmrss_kb"' in line for k in (0, 1)]
+    path.write_text("\n".join(lines + other) + "\n")
+    run = load_run(run_dir)
+    assert run.agent == "flowstat-agent-py" and run.left_out == len(other)
+    assert len(run.series) == len({json.loads(line)["node_id"] for line in lines[1:]})
+    assert np.nanmin(run.values["vmrss_kb"]) > 1
+    assert f"{len(other):,} samples of other agents than flowstat-agent-py left out" in run.notes[0]
 
 
 def test_the_command_explains_itself(capsys):
