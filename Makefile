@@ -10,7 +10,8 @@ STAMP := $(VENV)/.installed
 C_AGENT := collectors/c/build/flowstat-agent
 C_DEPS := libzmq3-dev libcjson-dev libcurl4-openssl-dev pkg-config clang libclang-rt-14-dev valgrind docker-compose \
 	chromium chromium-driver
-C_STAMP := .cache/c-deps.installed
+# Named after the list: a checkout that installed an older list installs what was added.
+C_STAMP := .cache/c-deps-$(shell echo '$(C_DEPS)' | md5sum | cut -c1-8).installed
 
 .PHONY: help demo test bench install clean c-agent
 

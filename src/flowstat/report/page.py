@@ -109,10 +109,10 @@ class Page:
 
 def header(page: Page, runs: list[Run]) -> None:
     page.html(f"<h1>{escape(page.title)}</h1><p>{len(runs)} run(s), written {escape(iso_utc_ms())} by flowstat "
-              f"{escape(__version__)}. Plots: drag to pan, the mouse wheel or a box to zoom (the tools at each "
-              f"plot's right), hover for values; the plots of one run share their time axis. Shaded green: the "
-              f"steady state. Each plot shows every sample's peak: samples are reduced to the lowest and highest "
-              f"of each time bucket (about a pixel), never dropped.</p>"
+              f"{escape(__version__)}. Plots: drag to pan; zoom with the mouse wheel once the wheel-zoom tool (at "
+              f"each plot's right) is on; reset to come back; hover for values. A run's plots all cover its whole "
+              f"time. Shaded green: the steady state. Every sample's peak is drawn: samples are reduced to the "
+              f"lowest and the highest of each time bucket (about a pixel), never dropped.</p>"
               + "<ul>" + "".join(f'<li><a href="#run-{i}">{escape(r.name)}</a></li>' for i, r in enumerate(runs))
               + "</ul>")
 

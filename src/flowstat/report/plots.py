@@ -207,7 +207,7 @@ def rate_plot(param: Parameter, runs: list[Run], stats: list[Stat]) -> figure:
     xs = [value(r.doc, param.path) for r in runs]
     numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs)
     kw = {} if numeric else {"x_range": sorted({str(x) for x in xs})}
-    p = figure(title=f"{RATE} in the steady state against {param.label}", height=300, width=520, tools=TOOLS,
+    p = figure(title=f"{RATE} in the steady state against {param.label}", height=300, width=640, tools=TOOLS,
                active_scroll=None, **kw)
     known = [i for i, s in enumerate(stats) if s.mean is not None]
     top = max((stats[i].mean + stats[i].std for i in known), default=1.0)
@@ -219,7 +219,7 @@ def rate_plot(param: Parameter, runs: list[Run], stats: list[Stat]) -> figure:
     dots = p.scatter(x="x", y="mean", source=src, size=9, color=ENVELOPE_COLOUR)
     p.add_layout(Whisker(base="x", lower="low", upper="high", source=src))
     p.xaxis.axis_label = titled(param.label, param.unit)
-    p.yaxis.axis_label = f"{RATE} per merger (mean ± std)"
+    p.yaxis.axis_label = titled("per merger: mean ± std", next(m.unit for m in metrics() if m.name == RATE))
     p.add_tools(HoverTool(renderers=[dots], tooltips=[("run", "@run"), (param.label, "@x"),
                                                        (RATE, "@mean{0,0.0} ± @std{0,0.0}")]))
     return p
