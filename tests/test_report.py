@@ -5,7 +5,6 @@ against numpy over the run files, bad input named, and the reduction keeping eve
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import tempfile

@@ -62,6 +62,8 @@ class Series:
 
 @dataclass
 class Run:
+    """A run as the report shows it: its document, and its samples as arrays, series after series."""
+
     path: Path  # the run directory
     doc: dict  # the run document (runfile.run_document)
     file: runfile.FileReport

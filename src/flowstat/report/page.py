@@ -126,7 +126,7 @@ def thesis_table(page: Page, runs: list[Run], windows: list[Window], stats: list
     for run, window, st in zip(runs, windows, stats):
         cells = [run.name] + [value(run.doc, p.path) for p in params]
         cells += [_stat_cell(m, st[m]) for m in THESIS_METRICS]
-        cells += [st[THESIS_METRICS[0]].n, window.text()]
+        cells += [max(st[m].n for m in THESIS_METRICS), window.text()]
         rows.append(cells)
     page.html('<h2 id="thesis">Runs side by side: the steady state</h2>'
               "<p>Mean ± standard deviation over every merger sample taken in the steady state (all mergers "
