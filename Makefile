@@ -8,8 +8,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 C_AGENT := collectors/c/build/flowstat-agent
-C_DEPS := libzmq3-dev libcjson-dev libcurl4-openssl-dev pkg-config clang libclang-rt-14-dev valgrind docker-compose
-C_STAMP := .cache/c-deps.installed
+C_DEPS := libzmq3-dev libcjson-dev libcurl4-openssl-dev pkg-config clang libclang-rt-14-dev valgrind docker-compose \
+	chromium chromium-driver
+# Named after the list: a checkout that installed an older list installs what was added.
+C_STAMP := .cache/c-deps-$(shell echo '$(C_DEPS)' | md5sum | cut -c1-8).installed
 
 .PHONY: help demo test bench install clean c-agent
 
@@ -29,8 +31,9 @@ $(STAMP): $(BIN)/python pyproject.toml requirements.lock
 	$(BIN)/python -m pip install -q -c requirements.lock -e '.[test]'
 	touch $@
 
-# Debian packages: the C agent's build dependencies, and docker-compose to validate docker-compose.yml
-# offline. Installed once (root, or sudo if present).
+# Debian packages: the C agent's build dependencies, docker-compose to validate docker-compose.yml
+# offline, and chromium with its chromedriver, in which the tests open flowstat report's pages.
+# Installed once (root, or sudo if present).
 $(C_STAMP):
 	@mkdir -p .cache
 	@if ! dpkg -s $(C_DEPS) >/dev/null 2>&1; then \
@@ -62,6 +65,7 @@ bench: $(STAMP) c-agent
 	$(BIN)/python benchmarks/run_benchmarks.py --full
 	cd benchmarks && ../$(BIN)/python bench_agents.py
 	cd benchmarks && ../$(BIN)/python bench_ingest.py
+	cd benchmarks && ../$(BIN)/python bench_report.py
 	@echo "long fuzzing of the C agent's parsers (5 minutes each):"
 	for f in stat reply endpoints sink_url; do mkdir -p .cache/fuzz/$$f && cp collectors/c/fuzz/corpus/$$f/* .cache/fuzz/$$f/ && \
 		collectors/c/build/fuzz_$$f -max_total_time=300 -timeout=5 .cache/fuzz/$$f || exit 1; done

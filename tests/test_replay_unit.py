@@ -12,6 +12,7 @@ import pytest
 
 from flowstat import replay as R
 from flowstat import schema
+from flowstat.schema import runfile
 from flowstat.stores import WriterProcess
 from flowstat.stores.elasticsearch import Elasticsearch
 from flowstat.stores.influxdb import InfluxDB
@@ -67,13 +68,13 @@ def test_fast_and_careful_checks_agree_and_encode_alike(tmp_path):
     """read_batches on random samples, valid or not: it must skip exactly what the field-by-field
     check refuses, and write exactly to_line_protocol's lines for the rest, whichever path it took."""
     rnd = random.Random(4)
-    types, required = R._field_types()
+    types, required = runfile.field_types()
     docs = [orjson.loads(orjson.dumps(random_sample(rnd, valid=i % 2 == 0))) for i in range(6000)]
     path = tmp_path / "samples.ndjson"
     path.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in docs))
     report = R.FileReport(str(path))
     lp = b"".join(b for (b,), _ in R.read_batches(path, report, influx_only())).decode()
-    refused = {i + 1 for i, d in enumerate(docs) if R._bad_field(d, types, required)}
+    refused = {i + 1 for i, d in enumerate(docs) if runfile.bad_field(d, types, required)}
     assert {lineno for lineno, _ in report.bad} == refused
     assert lp.splitlines() == [schema.to_line_protocol(d) for i, d in enumerate(docs) if i + 1 not in refused]
     # every path was exercised: the fast one, the careful one with good samples, and refusals

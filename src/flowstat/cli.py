@@ -10,6 +10,7 @@ from . import __version__
 from . import replay as replay_command
 from .agent import command as agent_command
 from .harness import command as harness_command
+from .report import command as report_command
 from .stack import command as stack_command
 
 
@@ -29,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("agent", agent_command.HELP, agent_command.PARSER, agent_command.configure, agent_command.main),
         ("stack", stack_command.HELP, stack_command.PARSER, stack_command.configure, stack_command.main),
         ("replay", replay_command.HELP, replay_command.PARSER, replay_command.configure, replay_command.main),
+        ("report", report_command.HELP, report_command.PARSER, report_command.configure, report_command.main),
     ]
     for name, help_text, parser_kw, configure, func in commands:
         p = sub.add_parser(name, help=help_text, **parser_kw)

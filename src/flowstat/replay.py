@@ -13,178 +13,62 @@ the stores as the agents send them (measurement flowstat_agent, index flowstat-a
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-import orjson
-
 from flowstat import schema, stores
 from flowstat.progress import Progress
-from flowstat.schema import agent as agent_schema
-from flowstat.schema import run as run_schema
+from flowstat.schema import runfile
+from flowstat.schema.runfile import FileReport
 from flowstat.stores import BatchEncoder, WriterProcess
 from flowstat.timeutil import iso_utc_ms
 
 BATCH = 5000
-RUN_DOCUMENT = "run.json"  # beside the run file: the harness's run document
 
 
 class ReplayError(RuntimeError):
     """The replay cannot go on (a store is down or refuses data); the message names it."""
 
 
-@dataclass
-class FileReport:
-    path: str
-    run_id: str | None = None
-    header: dict | None = None
-    good: int = 0
-    bad: list[tuple[int, str]] = field(default_factory=list)  # (line number, why)
-    notes: list[str] = field(default_factory=list)  # what a person should know (an unusable run.json)
-    first_time: str | None = None
-    last_time: str | None = None
-    nodes: set = field(default_factory=set)
-    host: str | None = None
-    bytes_read: int = 0  # for the progress bar: the file is read once, its size comes from stat()
-    shift_ns: int = 0  # --rebase-time: how far the samples were moved
-    agent_samples: list[dict] = field(default_factory=list)  # the agent's self-samples (a few a minute)
-
-
-def _field_types() -> tuple[dict[str, tuple], list[str]]:
-    return {f.name: schema.PY_TYPES[f.type] for f in schema.fields()}, [f.name for f in schema.fields() if f.required]
-
-
-_INTEGERS = frozenset(f.name for f in schema.fields() if f.type == "integer")
-_ENUMS = {f.name: frozenset(f.enum) for f in schema.fields() if f.enum}
-
-
-def _bad_field(doc: dict, types: dict[str, tuple], required: list[str]) -> str | None:
-    """What is wrong with a sample, naming the field (schema.validate() explains more, for humans).
-    The same checks as schema.Layout's, one field at a time: for the samples the layout cannot vouch for."""
-    for key, value in doc.items():
-        allowed = types.get(key)
-        if allowed is None:
-            return f"field {key!r}: not in the schema"
-        if (type(value) not in allowed or (key in _INTEGERS and not 0 <= value <= schema.INT64_MAX)
-                or value != value or (key in _ENUMS and value not in _ENUMS[key])):
-            return f"field {key!r}: wrong type or value {value!r}"[:120]
-    for key in required:
-        if key not in doc:
-            return f"field {key!r}: missing"
-    return None
-
-
 def read_batches(path: Path, report: FileReport, encoders: list[BatchEncoder], *, rebase_ms: int | None = None,
                  batch: int = BATCH) -> Iterator[tuple[list[bytes], int]]:
     """A run file's good samples as batches ready to write: one body per encoder (one per store),
-    and the number of samples. Bad lines go to the report with their number.
+    and the number of samples. Bad lines go to the report with their number (runfile.samples).
 
-    The hot loop of replay (millions of lines): a line's checks and its line protocol come from its
-    schema.Layout, worked out once per key order and value types, and its JSON document is the
-    line as read; each sample is encoded once in each of the schema's encodings a store wants, and
-    each store's encoder puts the batch together. A line the layout cannot vouch for goes through
-    the field-by-field checks and to_line_protocol, with the same result.
+    The hot loop of replay (millions of lines): a line's line protocol comes from its
+    schema.Layout, and its JSON document is the line as read; each sample is encoded once in each
+    of the schema's encodings a store wants, and each store's encoder puts the batch together. A
+    line the layout cannot encode goes through to_line_protocol, with the same result.
     """
-    types, required = _field_types()
-    layouts: dict[tuple, schema.Layout] = {}
-    stamps: dict[str, int] = {}  # time string -> ns: every node sampled in one tick shares it
     wants = {e.wants for e in encoders}
     lines, docs, ids = [], [], []  # this batch, in the encodings the stores want
     lp, js = "line" in wants, "json" in wants
     shift_ns = None
-    first = last = None
     n = 0  # good samples in this batch
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            try:
-                doc = orjson.loads(raw)  # 3x faster than json on these lines, and strict (no NaN, no inf)
-            except (ValueError, UnicodeDecodeError) as exc:
-                why = "truncated line" if not raw.endswith(b"\n") else f"not JSON ({getattr(exc, 'msg', exc)})"
-                report.bad.append((lineno, why))
-                continue
-            if type(doc) is not dict:
-                report.bad.append((lineno, "not a JSON object"))
-                continue
-            values = tuple(doc.values())
-            key = (tuple(doc), tuple(map(type, values)))
-            layout = layouts.get(key)
-            if layout is None:
-                layout = layouts[key] = schema.layout(*key)
-            fast = (layout.fast and b"\\" not in raw  # in JSON, a quote or backslash in a string needs one
-                    and min(ints := layout.integers(values)) >= 0 and max(ints) <= schema.INT64_MAX
-                    and (layout.enums is None or layout.enums(values) in layout.allowed))
-            if not fast:
-                if "flowstat_run" in doc:
-                    if lineno != 1:
-                        report.bad.append((lineno, "a run header that is not on the first line"))
-                    else:
-                        report.header = doc["flowstat_run"] if isinstance(doc["flowstat_run"], dict) else {}
-                    continue
-                if agent_schema.RUN_FILE_KEY in doc:
-                    _keep_agent_sample(doc, lineno, report)
-                    continue
-                why = _bad_field(doc, types, required)
-                if why:
-                    report.bad.append((lineno, why))
-                    continue
-            stamp = doc["time"]
-            ns = stamps.get(stamp)
-            if ns is None:
-                try:
-                    ns = schema.time_ns(stamp)
-                except ValueError:
-                    report.bad.append((lineno, f"field 'time': not ISO-8601 ({stamp[:40]!r})"))
-                    continue
-                if len(stamps) > 65536:
-                    stamps.clear()
-                stamps[stamp] = ns
-            line: bytes | None = raw
-            if rebase_ms is not None:
-                if shift_ns is None:
-                    shift_ns = report.shift_ns = rebase_ms * 1_000_000 - ns
-                ns += shift_ns
-                doc["time"] = iso_utc_ms(ns / 1e9)
-                fast, line = False, None
-            if first is None:
-                first = doc
-            report.nodes.add(doc["node_id"])
-            if lp:
-                lines.append(layout.line(values, ns) if fast else schema.to_line_protocol(doc) + "\n")
-            if js:  # a validated line is already the document: it is sent as read, not rebuilt
-                docs.append(line.rstrip(b"\r\n") if line is not None else schema.to_json(doc).encode())
-                ids.append(schema.document_id(doc))
-            n += 1
-            if n == batch:
-                report.good, report.last_time, report.bytes_read = report.good + n, doc["time"], f.tell()
-                yield [e.encode(lines if e.wants == "line" else docs, ids) for e in encoders], n
-                lines, docs, ids = [], [], []
-                n = 0
-            last = doc
-        report.bytes_read = f.tell()
-    if first is not None:
-        report.first_time, report.run_id, report.host = first["time"], first["run_id"], first["host"]
-        report.last_time = last["time"]
+    for doc, values, _, layout, raw, ns in runfile.samples(path, report):
+        # In JSON, a quote or backslash in a string needs a backslash: such a line is left to to_line_protocol.
+        fast = layout.fast and b"\\" not in raw
+        line: bytes | None = raw
+        if rebase_ms is not None:
+            if shift_ns is None:
+                shift_ns = report.shift_ns = rebase_ms * 1_000_000 - ns
+            ns += shift_ns
+            doc["time"] = iso_utc_ms(ns / 1e9)
+            fast, line = False, None
+        if lp:
+            lines.append(layout.line(values, ns) if fast else schema.to_line_protocol(doc) + "\n")
+        if js:  # a validated line is already the document: it is sent as read, not rebuilt
+            docs.append(line.rstrip(b"\r\n") if line is not None else schema.to_json(doc).encode())
+            ids.append(schema.document_id(doc))
+        n += 1
+        if n == batch:
+            yield [e.encode(lines if e.wants == "line" else docs, ids) for e in encoders], n
+            lines, docs, ids = [], [], []
+            n = 0
     if n:
-        report.good += n
         yield [e.encode(lines if e.wants == "line" else docs, ids) for e in encoders], n
-
-
-def _keep_agent_sample(line: dict, lineno: int, report: FileReport) -> None:
-    """A run file's self-sample line ({"flowstat_agent": {...}}): kept for the stores when it
-    conforms, else reported by its line number and the field."""
-    doc = line[agent_schema.RUN_FILE_KEY]
-    if len(line) != 1 or not isinstance(doc, dict):
-        report.bad.append((lineno, f"{agent_schema.RUN_FILE_KEY}: not a self-sample (one object alone on its line)"))
-        return
-    errors = agent_schema.validate(doc)
-    if errors:
-        report.bad.append((lineno, f"{agent_schema.RUN_FILE_KEY}.{errors[0]}"[:160]))
-    else:
-        report.agent_samples.append(doc)
 
 
 def _rebased(docs: list[dict], report: FileReport, rebase_ms: int) -> list[dict]:
@@ -204,56 +88,14 @@ def agent_batches(report: FileReport, writers: dict, *, rebase_ms: int | None = 
         yield [w.encode_agent(chunk) for w in writers.values()], len(chunk)
 
 
-def _usable(doc: dict, report: FileReport, source: str) -> dict:
-    """``doc`` without the top-level fields that do not conform to the run schema (each named in
-    the report's notes): what is good is kept. Missing required fields are the caller's to fill."""
-    doc = dict(doc)
-    while errors := [e for e in run_schema.validate(doc) if not e.endswith("required field is missing")]:
-        key = errors[0].split(":")[0].split(".")[0].split("[")[0]
-        report.notes.append(f"{source}: {errors[0]}; left out of the run document")
-        doc.pop(key, None)
-    return doc
-
-
-def _run_json(path: Path, report: FileReport) -> dict:
-    """The harness's run document beside the run file, if there is one of this run."""
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        report.notes.append(f"{path}: cannot be read ({exc}); the run document comes from the run file")
-        return {}
-    if not isinstance(doc, dict) or doc.get("run_id") != report.run_id:
-        what = f"run {doc.get('run_id')!r}" if isinstance(doc, dict) else "not a run document"
-        report.notes.append(f"{path}: {what}, but the samples are of run {report.run_id!r}; the run document "
-                            f"comes from the run file")
-        return {}
-    return doc
-
-
 def run_document(report: FileReport) -> dict:
-    """The run's document: the harness's run.json beside the run file, or, without one, what the run
-    file's header says (run id, start, host, parameters); completed from the samples (start and end
-    when missing, nodes, how many samples were loaded). With --rebase-time its times move as the
-    samples did."""
-    run_fields = run_schema.schema()["properties"]
-    path = Path(report.path).with_name(RUN_DOCUMENT)
-    doc, source = (_run_json(path, report), str(path)) if path.exists() else ({}, "")
-    if not doc:
-        doc, source = {k: v for k, v in (report.header or {}).items() if k in run_fields}, f"{report.path}:1"
-    doc = _usable({**doc, "run_id": report.run_id}, report, source)
-    if report.shift_ns:
-        for key in ("started", "finished"):
-            if key in doc:
-                doc[key] = iso_utc_ms((schema.time_ns(doc[key]) + report.shift_ns) / 1e9)
-    for key, value in (("started", report.first_time), ("finished", report.last_time), ("host", report.host),
-                       ("nodes", sorted(report.nodes))):
-        doc.setdefault(key, value)
-    doc.setdefault("label", run_schema.label(doc))
-    doc["samples"] = report.good
-    errors = run_schema.validate(doc)
-    if errors:  # what the samples filled in is ours: a bug, not the user's data
-        raise ReplayError(f"{report.path}: the run document does not conform: {errors[0]}")
-    return doc
+    """The run's document (runfile.run_document); with --rebase-time its times move as the samples did."""
+    shift = report.shift_ns
+    try:
+        return runfile.run_document(report, retime=(lambda t: iso_utc_ms((schema.time_ns(t) + shift) / 1e9))
+                                    if shift else None)
+    except ValueError as exc:
+        raise ReplayError(str(exc)) from None
 
 
 def replay(paths: list[Path], targets: dict[str, tuple[str, str]], *, rebase: bool = False, batch: int = BATCH,
@@ -314,21 +156,6 @@ def replay(paths: list[Path], targets: dict[str, tuple[str, str]], *, rebase: bo
     return reports
 
 
-def _loaded(reports: list[FileReport], writers: dict) -> None:
-    """Tell each store which runs it now holds (InfluxDB rolls them up)."""
-    for report in reports:
-        if not report.good:
-            continue
-        start = schema.time_ns(report.first_time)  # already moved by --rebase-time
-        end = schema.time_ns(report.last_time)
-        for w in writers.values():
-            try:
-                w.loaded(start, end)
-            except (RuntimeError, stores.StoreDown, OSError) as exc:
-                raise ReplayError(f"{report.path}: the samples are stored, but {w.title} could not roll them "
-                                  f"up: {exc}") from None
-
-
 # -- the command --------------------------------------------------------------------------------
 
 HELP = "load recorded run files into the stores"
@@ -351,6 +178,21 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="shift each run to start now (a new copy in InfluxDB each time: not idempotent)")
     p.add_argument("--batch", type=int, default=BATCH, metavar="N", help=f"samples per request (default {BATCH})")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _loaded(reports: list[FileReport], writers: dict) -> None:
+    """Tell each store which runs it now holds (InfluxDB rolls them up)."""
+    for report in reports:
+        if not report.good:
+            continue
+        start = schema.time_ns(report.first_time)  # already moved by --rebase-time
+        end = schema.time_ns(report.last_time)
+        for w in writers.values():
+            try:
+                w.loaded(start, end)
+            except (RuntimeError, stores.StoreDown, OSError) as exc:
+                raise ReplayError(f"{report.path}: the samples are stored, but {w.title} could not roll them "
+                                  f"up: {exc}") from None
 
 
 def main(args: argparse.Namespace) -> int:

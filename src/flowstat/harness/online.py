@@ -68,6 +68,11 @@ def reading(reply: dict[str, Any], t: float, offered: int, refusals: int) -> Rea
                    reply.get("input_latency_max_ms"), int(reply.get("input_latency_objects") or 0))
 
 
+def startup_s(duration_s: float) -> float:
+    """How long start-up lasts in a run of ``duration_s``: the steady state begins after it."""
+    return max(STARTUP_MIN_S, STARTUP_FRACTION * duration_s)
+
+
 def _slope_per_s(points: list[tuple[float, float]]) -> float:
     """Least-squares slope of (t, value) points, per second."""
     try:
@@ -86,7 +91,7 @@ class OnlineJudge:
     def __init__(self, duration_s: float, held_bytes: dict[str, int]):
         """``held_bytes``: per merger, what one object from each of its producers weighs (the memory a
         merger may hold for one merge)."""
-        self.startup_s = max(STARTUP_MIN_S, STARTUP_FRACTION * duration_s)
+        self.startup_s = startup_s(duration_s)
         self.held_bytes = held_bytes
         self.readings: dict[str, list[Reading]] = {m: [] for m in held_bytes}
 

@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Report benchmark: `flowstat report` on a run of 1,000,000 samples.
+
+The run is made from a real one: a short harness run (demo topology) is recorded, then its nodes
+are replicated (node copies named NODE~K) and its time is replicated (the node's samples repeated
+after one another, times and seq moved on), to NODES x SAMPLES samples. Its run.json says the
+longer run's duration, so the steady window scales with it. Measured: the wall time of
+`flowstat report RUN_DIR -o FILE` in a process of its own (start-up, reading, reducing, drawing,
+writing the HTML), the CPU time it and its workers took, the machine's load average beside it (other
+work on the 2 cores slows it down), and the HTML's size; targets <= 10 s and <= 10 MB.
+
+Usage: benchmarks/bench_report.py [--quick] [--nodes N] [--samples S] [--out FILE]
+Prints the figures and writes JSON (default benchmarks/results/report-<UTC>.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+
+from flowstat.harness.orchestrator import run_topology
+from flowstat.harness.topology import load
+from flowstat.schema import runfile
+from flowstat.timeutil import compact_utc, iso_utc_ms
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET_S, TARGET_BYTES = 10.0, 10 * 10**6
+
+
+def record_run(runs_dir: Path, seconds: float) -> Path:
+    """A real run of the demo topology: the run file every synthetic sample comes from."""
+    topo = load(ROOT / "benchmark-harness" / "topologies" / "demo.yaml")
+    summary = run_topology(topo, duration=seconds, runs_dir=runs_dir)
+    return Path(summary["run_dir"])
+
+
+def synthesize(source: Path, out: Path, nodes: int, samples: int) -> int:
+    """A run directory ``out`` with ``nodes`` x ``samples`` samples replicated from the run in
+    ``source`` (written tick by tick, as an agent writes them); returns how many samples it holds."""
+    report = runfile.FileReport(str(source / "samples.ndjson"))
+    by_node: dict[str, list[tuple[int, dict]]] = {}
+    for doc, _, _, _, _, ns in runfile.samples(source / "samples.ndjson", report):
+        if "vmrss_kb" in doc:  # a node's last sample, once it is gone, holds no metric: not repeated
+            by_node.setdefault(doc["node_id"], []).append((ns, doc))
+    real = sorted(by_node)
+    copies = [(f"{node}~{k}", by_node[node]) for k in range(math.ceil(nodes / len(real))) for node in real][:nodes]
+    first = min(s[0][0] for s in by_node.values())
+    period_ns = max(s[-1][0] for s in by_node.values()) - first + 10**9  # a repeat starts a second after the last
+    out.mkdir(parents=True)
+    stamps: dict[int, str] = {}
+    with open(out / "samples.ndjson", "wb") as f:
+        if report.header:
+            f.write(orjson.dumps({"flowstat_run": report.header}) + b"\n")
+        for i in range(samples):
+            for name, series in copies:
+                ns, doc = series[i % len(series)]
+                ns += i // len(series) * period_ns
+                stamp = stamps.get(ns) or stamps.setdefault(ns, iso_utc_ms(ns / 1e9))
+                f.write(orjson.dumps({**doc, "time": stamp, "node_id": name, "seq": i}) + b"\n")
+    last = max(series[(samples - 1) % len(series)][0] + (samples - 1) // len(series) * period_ns
+               for _, series in copies)
+    doc = json.loads((source / "run.json").read_text())
+    scale = (last - first) / 1e9 / doc["summary"]["seconds"]
+    doc["parameters"]["duration_s"] = round(doc["parameters"]["duration_s"] * scale, 3)
+    doc["summary"]["seconds"] = round(doc["summary"]["seconds"] * scale, 3)
+    doc["finished"] = iso_utc_ms(last / 1e9)
+    doc["nodes"] = [name for name, _ in copies]
+    (out / "run.json").write_text(json.dumps(doc, indent=1))
+    return samples * len(copies)
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and of the workers it waited for (the report's reading and drawing)."""
+    return sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+               for f in ("ru_utime", "ru_stime"))
+
+
+def bench_report(run_dir: Path, html: Path) -> dict:
+    """The report as `flowstat report RUN_DIR -o FILE` makes it, in a process of its own (its imports
+    included); the machine's load beside it, as other work on it slows the report down."""
+    load_before = os.getloadavg()[0]
+    cpu0, t0 = _cpu(), time.perf_counter()
+    subprocess.run([sys.executable, "-m", "flowstat", "report", str(run_dir), "-o", str(html)], check=True)
+    seconds, cpu = time.perf_counter() - t0, _cpu() - cpu0
+    size = html.stat().st_size
+    return {"seconds": round(seconds, 2), "cpu_seconds": round(cpu, 2), "html_bytes": size,
+            "plots": html.read_text().count('class="plot"'), "load_average_before": load_before,
+            "load_average_after": os.getloadavg()[0], "target_seconds": TARGET_S, "target_html_bytes": TARGET_BYTES,
+            "target_met": seconds <= TARGET_S and size <= TARGET_BYTES}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="a smaller run (a sanity check, not a measurement)")
+    ap.add_argument("--nodes", type=int, default=500)
+    ap.add_argument("--samples", type=int, default=2000, help="samples per node")
+    ap.add_argument("--source", type=Path, help="a run directory to replicate (default: record a 10 s demo run)")
+    ap.add_argument("--out", type=Path, help="JSON output file")
+    args = ap.parse_args()
+    if args.quick:
+        args.nodes, args.samples = 50, 200
+    from run_benchmarks import machine, save_results
+
+    results = {"started": iso_utc_ms(), "machine": machine(), "command": " ".join(sys.argv), "benchmarks": {}}
+    with tempfile.TemporaryDirectory(prefix="flowstat-report-") as tmp:
+        source = args.source or record_run(Path(tmp) / "runs", 10.0)
+        print(f"synthesising {args.nodes} nodes x {args.samples:,} samples from {source} ...", flush=True)
+        run_dir = Path(tmp) / "big-run"
+        n = synthesize(source, run_dir, args.nodes, args.samples)
+        print(f"report of {n:,} samples ...", flush=True)
+        results["benchmarks"]["report"] = {"samples": n, "nodes": args.nodes, "run_file_bytes":
+                                           (run_dir / "samples.ndjson").stat().st_size,
+                                           **bench_report(run_dir, Path(tmp) / "report.html")}
+    save_results(results, args.out or ROOT / "benchmarks" / "results" / f"report-{compact_utc()}.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,319 @@
+"""flowstat report: runs made by the harness here, their report opened in a real browser (Debian's
+chromium, headless, driven by Selenium through the Debian chromedriver), its thesis table checked
+against numpy over the run files, bad input named, and the reduction keeping every peak."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, topology_dict
+from flowstat import cli
+from flowstat.harness.orchestrator import run_topology
+from flowstat.harness.topology import from_dict
+from flowstat.report import load
+from flowstat.report.build import write_report
+from flowstat.report.load import load_run
+from flowstat.report.reduce import envelope, minmax, on_spans
+from flowstat.schema import runfile
+from flowstat.views import alerts
+
+ARTIFACTS = ROOT / ".cache" / "test-artifacts" / "report"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+THESIS = ("cpu_clock_hz", "vmrss_kb", "average_merge_time_ms", "merged_objects_per_second")
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    """A healthy run (2 mergers keep up with 8 paced producers) and one whose producers overload a
+    buffer of one message (4 producers at 3,000/s: the merger sets their pace)."""
+    d = tmp_path_factory.mktemp("runs")
+    healthy = run_topology(from_dict(topology_dict(run_id="healthy", duration=8, mergers=2,
+                                                   producers={"count": 8, "rate": 100})), runs_dir=d)
+    overload = run_topology(from_dict(topology_dict(run_id="overload", duration=8, buffer_size=1,
+                                                    producers={"count": 4, "rate": 3000})), runs_dir=d)
+    assert healthy["ok"] and overload["ok"]
+    return {"healthy": Path(healthy["run_dir"]), "overload": Path(overload["run_dir"])}
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    assert Path(CHROMEDRIVER).exists(), "chromedriver missing: apt-get install chromium chromium-driver (make test does)"
+    profile = tempfile.mkdtemp(prefix="flowstat-chromium-")
+    opts = webdriver.ChromeOptions()
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                "--disable-component-update", "--no-first-run", f"--user-data-dir={profile}", "--window-size=1400,1000"):
+        opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
+    yield driver
+    driver.quit()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+PLOT_VIEWS = """
+const plots = [...Bokeh.index.all_views()].filter(v => v.model instanceof Bokeh.Models.get('Plot'));
+return {plots: plots.length, drawn: plots.filter(v => v.has_finished() && v.canvas_view.bbox.width > 0).length};
+"""
+
+
+def open_report(driver, path: Path, plots: int, deadline_s: float = 60) -> dict:
+    """Load a report, wait until Bokeh has drawn as many plots as the report says it made (or the
+    deadline); what the page drew, logged and requested."""
+    driver.get_log("browser"), driver.get_log("performance")  # what an earlier page left
+    driver.get(path.resolve().as_uri())
+    end = time.monotonic() + deadline_s
+    while True:
+        views = driver.execute_script("return window.Bokeh && Bokeh.documents.length "
+                                      "&& Bokeh.documents.every(d => d.is_idle) ? (() => {" + PLOT_VIEWS + "})() : null")
+        if (views and views["drawn"] >= plots) or time.monotonic() > end:
+            break
+        time.sleep(0.1)
+    assert views, f"{path}: Bokeh did not draw its documents in {deadline_s} s"
+    requests = [json.loads(e["message"])["message"]["params"]["request"]["url"]
+                for e in driver.get_log("performance")
+                if json.loads(e["message"])["message"]["method"] == "Network.requestWillBeSent"]
+    severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    return {**views, "requests": requests, "severe": severe}
+
+
+def screenshot(driver, name: str, scroll_to: str | None = None) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    if scroll_to:
+        driver.execute_script("document.getElementById(arguments[0]).scrollIntoView()", scroll_to)
+    path = ARTIFACTS / f"{name}.png"
+    driver.save_screenshot(str(path))
+    print(f"screenshot: {path}")
+    return path
+
+
+def no_network_references(html: str) -> list[str]:
+    """What in the page would reach the network: scripts, styles, fonts, images from a URL."""
+    return re.findall(r"""<(?:script|link|img|iframe)[^>]+(?:src|href)\s*=\s*["']?(?:https?:)?//[^\s"'>]+"""
+                      r"""|@import[^;]*|url\(\s*["']?(?:https?:)?//[^)]*\)""", html, flags=re.I)
+
+
+def test_an_overloaded_run_s_report_draws_every_plot_offline_in_a_browser(runs, browser, tmp_path):
+    out = tmp_path / "overload.html"
+    made = write_report([runs["overload"]], out)
+    html = out.read_text()
+    assert no_network_references(html) == [] and "bokeh-widgets" not in html
+    page = open_report(browser, out, made.plots)
+    assert page["severe"] == []
+    assert page["plots"] == page["drawn"] == made.plots > 30
+    assert [u for u in page["requests"] if u.startswith(("http:", "https:", "ws:", "wss:"))] == []
+    screenshot(browser, "overload-top")
+    # the producers' buffer overloads: bars on their state timeline, as many spans as the run file says
+    flags = [json.loads(line).get("send_buffer_overloaded") for line in (runs["overload"] / "samples.ndjson").open()
+             if '"role":"producer"' in line]
+    bars = browser.execute_script("""
+        const v = [...Bokeh.index.all_views()].find(v => v.model instanceof Bokeh.Models.get('Plot')
+            && v.model.title.text.startsWith('send_buffer_overloaded: producer'));
+        return v.model.renderers[0].data_source.data.left.length;""")
+    assert any(flags) and bars >= 1
+    screenshot(browser, "overload-merger-plots", scroll_to="run-0-merger")
+    text = browser.find_element("tag name", "body").text
+    assert "No loss: OK" in text and "Online (steady state): NOT ONLINE" in text
+    assert "its producers' sends were refused" in text  # the merger's why, from the run
+    # the alerts' own section: the overload alert held, for the producers, as flowstat.views.alerts says
+    spans = [sp for sp in alerts.evaluate(*node_and_agent_samples(runs["overload"]))
+             if sp.alert.uid == "flowstat-buffer-overload"]
+    assert "Which alert conditions held and when" in text and spans
+    assert text.count("flowstat-buffer-overload") == len(spans)
+
+
+def node_and_agent_samples(run_dir: Path) -> tuple[list[dict], list[dict]]:
+    docs = [json.loads(line) for line in (run_dir / "samples.ndjson").read_text().splitlines()[1:]]
+    return [d for d in docs if "node_id" in d], [d["flowstat_agent"] for d in docs if "flowstat_agent" in d]
+
+
+def steady(run_dir: Path, metric: str) -> tuple[float, float, int]:
+    """mean, std and count of a metric over the mergers' samples of the steady state, worked out
+    here from the run file: start-up max(3 s, 10% of the duration) after run.json's start, to the
+    stop signal (summary.seconds after it)."""
+    def ms(stamp: str) -> int:
+        return round(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000)
+
+    doc = json.loads((run_dir / "run.json").read_text())
+    start = ms(doc["started"])
+    lo, hi = max(3.0, 0.1 * doc["parameters"]["duration_s"]) * 1000, doc["summary"]["seconds"] * 1000
+    lines = [json.loads(line) for line in (run_dir / "samples.ndjson").open()]
+    agent = lines[0]["flowstat_run"]["agent"]
+    values = [s[metric] for s in lines[1:] if s.get("role") == "merger" and s["agent"] == agent and metric in s
+              and lo <= ms(s["time"]) - start <= hi]
+    return float(np.mean(values)), float(np.std(values)), len(values)
+
+
+def test_a_report_of_several_runs_has_the_thesis_table_numpy_agrees_with(runs, browser, tmp_path):
+    out = tmp_path / "both.html"
+    order = [runs["healthy"], runs["overload"]]
+    made = write_report(order, out)
+    page = open_report(browser, out, made.plots)
+    assert page["severe"] == [] and page["plots"] == page["drawn"] == made.plots
+    table = browser.execute_script("""
+        const rows = [...document.querySelectorAll('table.thesis tr')].slice(1);
+        return rows.map(r => ({run: r.cells[0].textContent,
+            stats: [...r.querySelectorAll('[data-metric]')].map(s => [s.dataset.metric, +s.dataset.mean, +s.dataset.std]),
+            cells: [...r.cells].map(c => c.textContent)}));""")
+    head = browser.execute_script("return [...document.querySelectorAll('table.thesis th')].map(c => c.textContent)")
+    assert [row["run"] for row in table] == [d.name for d in order]
+    for row, run_dir in zip(table, order):
+        assert [m for m, _, _ in row["stats"]] == list(THESIS)
+        for metric, mean, std in row["stats"]:
+            want_mean, want_std, n = steady(run_dir, metric)
+            assert n >= 5 and mean == pytest.approx(want_mean, rel=1e-9) and std == pytest.approx(want_std, rel=1e-9)
+        params = json.loads((run_dir / "run.json").read_text())["parameters"]
+        for key in ("buffer_size", "mergers", "producers"):  # what differs between the two runs
+            column = next(i for i, h in enumerate(head) if h.startswith(key))
+            assert row["cells"][column] == f"{params[key]:,}"
+    rate_plots = browser.execute_script("""
+        return [...Bokeh.index.all_views()].filter(v => v.model instanceof Bokeh.Models.get('Plot')
+            && v.model.title.text.startsWith('merged_objects_per_second in the steady state against')).length""")
+    assert rate_plots == 4  # producers, rate, buffer size, mergers differ
+    screenshot(browser, "two-runs-table")
+
+
+# -- bad input -------------------------------------------------------------------------------------
+def report(capsys, *args: str) -> tuple[int, str, str]:
+    status = cli.main(["report", *args])
+    got = capsys.readouterr()
+    return status, got.out, got.err
+
+
+def test_a_missing_run_dir_or_run_file_is_named(tmp_path, capsys):
+    missing = tmp_path / "no-such-run"
+    status, _, err = report(capsys, str(missing))
+    assert status == 2 and f"{missing}: no such run directory" in err
+    empty = tmp_path / "empty-run"
+    empty.mkdir()
+    (empty / "run.json").write_text("{}")
+    status, _, err = report(capsys, str(empty))
+    assert status == 2 and f"{empty}: not a run directory: it has no run file (samples.ndjson)" in err
+    garbage = tmp_path / "garbage-run"
+    garbage.mkdir()
+    (garbage / "samples.ndjson").write_text("{not json\n[1, 2]\n")
+    status, _, err = report(capsys, str(garbage))
+    assert status == 2 and f"{garbage / 'samples.ndjson'}: no sample could be read (line 1: not JSON" in err
+    assert not (garbage / "report.html").exists()
+
+
+def test_a_truncated_run_file_is_reported_by_line_and_its_good_lines_kept(runs, tmp_path, capsys):
+    run_dir = tmp_path / runs["healthy"].name
+    shutil.copytree(runs["healthy"], run_dir)
+    path = run_dir / "samples.ndjson"
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:-1]) + lines[-1][:len(lines[-1]) // 2])  # cut in the middle of the last line
+    status, out, err = report(capsys, str(run_dir), "-o", str(tmp_path / "r.html"))
+    assert status == 1
+    assert f"{path}:{len(lines)}: truncated line" in err
+    kept = sum(not line.startswith(b'{"flowstat_agent"') for line in lines[1:-1])  # not the header, nor the cut line
+    assert f"{path}: {kept:,} samples" in out
+    assert f"{path}:{len(lines)}: truncated line" in (tmp_path / "r.html").read_text()
+
+
+def test_a_run_file_read_in_parts_reads_as_one(runs, tmp_path, monkeypatch):
+    """A large run file is read by several processes, each a span of whole lines: the samples, the
+    bad lines (by their number in the whole file) and the header are as if read at once."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(runs["healthy"], run_dir)
+    path = run_dir / "samples.ndjson"
+    lines = path.read_bytes().splitlines(keepends=True)
+    for at in (len(lines) - 5, len(lines) // 2 + 1, 7):  # bad lines in both halves
+        lines.insert(at, b'{"not": "a sample"}\n')
+    path.write_bytes(b"".join(lines))
+    whole = load_run(run_dir)
+    monkeypatch.setattr(load, "PARALLEL_BYTES", 0)
+    monkeypatch.setattr(load.os, "sched_getaffinity", lambda pid: {0, 1, 2})  # three parts
+    parts = load_run(run_dir)
+    assert len(runfile.spans(path, 3)) == 3
+    selves = sum(line.startswith(b'{"flowstat_agent"') for line in lines)
+    assert parts.file.good == whole.file.good == len(lines) - 4 - selves and parts.file.header == whole.file.header
+    assert selves and parts.file.agent_samples == whole.file.agent_samples and len(whole.file.agent_samples) == selves
+    inserted = [n for n, line in enumerate(lines, 1) if line.startswith(b'{"not"')]
+    assert parts.file.bad == whole.file.bad == [(n, "field 'not': not in the schema") for n in inserted]
+    assert parts.series == whole.series and np.array_equal(parts.t, whole.t)
+    for name, values in whole.values.items():
+        assert np.array_equal(parts.values[name], values, equal_nan=True), name
+
+
+def test_one_agent_s_samples_make_one_series_per_node(runs, tmp_path):
+    """A run file with two agents' samples of the same nodes: the report takes those of the agent its
+    header names (the Python agent, which recorded it) and says how many it left out."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(runs["healthy"], run_dir)
+    path = run_dir / "samples.ndjson"
+    lines = path.read_text().splitlines()
+    # more of them than of the Python agent's: the header decides, not the count
+    other = [json.dumps({**json.loads(line), "agent": "flowstat-agent-c", "vmrss_kb": 1, "seq": 2 * i + k})
+             for i, line in enumerate(lines[1:]) if '"vmrss_kb"' in line for k in (0, 1)]
+    path.write_text("\n".join(lines + other) + "\n")
+    run = load_run(run_dir)
+    assert run.agent == "flowstat-agent-py" and run.left_out == len(other)
+    assert len(run.series) == len({json.loads(line).get("node_id") for line in lines[1:]} - {None})
+    assert np.nanmin(run.values["vmrss_kb"]) > 1
+    assert f"{len(other):,} samples of other agents than flowstat-agent-py left out" in run.notes[0]
+
+
+def test_the_command_explains_itself(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["report", "--help"])
+    text = capsys.readouterr().out
+    assert exit_.value.code == 0 and "-o FILE" in text and "RUN_DIR/report.html" in text and "steady state" in text
+
+
+# -- the reduction ---------------------------------------------------------------------------------
+def test_the_reduction_keeps_every_single_sample_spike():
+    rng = np.random.default_rng(7)
+    n, buckets = 200_000, 500
+    t = np.sort(rng.uniform(0, 3600, n))
+    y = rng.normal(100, 5, n)
+    bucket = np.minimum((t / 3600 * buckets).astype(int), buckets - 1)
+    # one spike in each of 60 buckets: a single sample far above (or below) the rest
+    spikes = np.array([rng.choice(np.flatnonzero(bucket == b)) for b in rng.choice(buckets, 60, replace=False)])
+    y[spikes[:30]] += rng.uniform(50, 500, 30)
+    y[spikes[30:]] -= rng.uniform(50, 500, 30)
+    keep = minmax(t, y, 0, 3600, buckets)
+    assert len(keep) <= 2 * buckets and set(spikes) <= set(keep)
+    assert np.all(np.diff(t[keep]) >= 0)  # still in time order
+    # and in general: each bucket keeps its own highest and lowest sample
+    for b in rng.choice(buckets, 50):
+        mine = bucket == b
+        kept = keep[bucket[keep] == b]
+        assert y[kept].max() == y[mine].max() and y[kept].min() == y[mine].min()
+    # many series at once, one after the other, each over the whole hour: each keeps its own spikes
+    series = np.repeat(np.arange(4), n // 4)
+    each = np.concatenate([np.sort(rng.uniform(0, 3600, n // 4)) for _ in range(4)])
+    keep = minmax(each, y, 0, 3600, 100, series)
+    assert len(keep) <= 4 * 200
+    cell = series * 100 + np.minimum((each / 36).astype(int), 99)  # (series, bucket)
+    for i in spikes:  # the spike, or a bigger one beside it in its series and bucket, is kept
+        mine, kept = cell == cell[i], keep[cell[keep] == cell[i]]
+        assert y[kept].max() == y[mine].max() >= y[i] and y[kept].min() == y[mine].min() <= y[i]
+    # the envelope of many series: the bucket holding a spike reaches it
+    env = envelope(t, y, 0, 3600, buckets)
+    centre = {round(c, 6): i for i, c in enumerate(env.t)}
+    for i in spikes:
+        at = centre[round((bucket[i] + 0.5) * 3600 / buckets, 6)]
+        assert y[i] in (env.low[at], env.high[at])
+
+
+def test_a_flag_true_in_one_sample_still_shows_and_close_runs_are_joined():
+    t = np.arange(0.0, 100.0)
+    on = np.zeros(100, bool)
+    on[[10, 14, 50, 51, 53, 90]] = True
+    start, end = on_spans(t, on, min_gap=3)  # 11 -> 14: 3 s apart, two spans; 52 -> 53: one
+    assert list(zip(start, end)) == [(10, 11), (14, 15), (50, 54), (90, 91)]
+    assert on_spans(t, np.zeros(100, bool), 3)[0].size == 0
