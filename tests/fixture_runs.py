@@ -17,6 +17,8 @@ from pathlib import Path
 
 import yaml
 
+from flowstat.timeutil import iso_utc_ms
+
 ROOT = Path(__file__).resolve().parents[1]
 
 HEALTHY = {"duration": 12, "buffer_size": 100, "object": {"type": "TH1F", "size": "1kB"},
@@ -115,13 +117,12 @@ def memory_growth(healthy: Path, folder: Path) -> Path:
     head, nodes, _ = samples(healthy)
     template = next(s for s in nodes if s["role"] == "merger" and s["node_state"] == "RUNNING")
     run_id = head["flowstat_run"]["run_id"].replace("fx-healthy-", "fx-memory-")
-    start_ns = (time.time_ns() // 1_000_000_000 - 3600) * 1_000_000_000
-    stamp = lambda ns: time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns // 10**9)) + f".{ns // 10**6 % 1000:03d}Z"  # noqa: E731
-    lines = [json.dumps({"flowstat_run": {**head["flowstat_run"], "run_id": run_id, "started": stamp(start_ns)}})]
+    start = int(time.time()) - 3600
+    lines = [json.dumps({"flowstat_run": {**head["flowstat_run"], "run_id": run_id, "started": iso_utc_ms(start)}})]
     for seq in range(MEMORY_RUN_S):
         for node, grows in (("merger-0", True), ("merger-1", False)):
             vmrss = 40_000 + (MEMORY_GROWTH_KB_PER_S * seq if grows else 2_000 * (seq % 7 == 0))
-            t = stamp(start_ns + seq * 10**9)
+            t = iso_utc_ms(start + seq)
             lines.append(json.dumps({**template, "time": t, "run_id": run_id, "node_id": node, "seq": seq,
                                      "vmrss_kb": int(vmrss), "request_timestamp": t, "response_timestamp": t}))
     out = folder / "runs" / run_id / "samples.ndjson"

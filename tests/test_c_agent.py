@@ -100,19 +100,25 @@ def test_both_agents_encode_every_self_sample_byte_for_byte_alike():
     assert "stdin line 1: sinks_down: wrong type" in out.stderr and "stdin line 2: flowstat_agent: not a JSON object" in out.stderr
 
 
-def test_both_agents_emit_the_same_self_sample_fields(tmp_path):
-    """The same stopped process, the same rounds: the same self-samples but for the agent's name,
-    the times and what their own sinks did."""
+def both_agents_on_a_stopped_process(tmp_path, *, count: int, interval_s: float, self_interval_s: float) -> None:
+    """The C agent, then the Python one, sampling the same stopped process (it holds still) into
+    tmp_path/c.json and tmp_path/py.json, as JSON lines."""
     proc = sleeper()
     os.kill(proc.pid, signal.SIGSTOP)
     try:
-        out = c_agent("--pid", proc.pid, "--count", 6, "--interval", 0.1, "--run-id", "conf", "--self-interval", 0.2,
-                      "--sink", f"file://{tmp_path}/c.json?format=json", "--quiet")
+        out = c_agent("--pid", proc.pid, "--count", count, "--interval", interval_s, "--run-id", "conf",
+                      "--self-interval", self_interval_s, "--sink", f"file://{tmp_path}/c.json?format=json", "--quiet")
         assert out.returncode == 0, out.stderr
         Agent(AgentConfig(TargetSpec(pids=[proc.pid], run_id="conf"), [f"file://{tmp_path}/py.json?format=json"],
-                          interval_s=0.1, count=6, self_interval_s=0.2)).run()
+                          interval_s=interval_s, count=count, self_interval_s=self_interval_s)).run()
     finally:
         proc.kill()
+
+
+def test_both_agents_emit_the_same_self_sample_fields(tmp_path):
+    """The same stopped process, the same rounds: the same self-samples but for the agent's name,
+    the times and what their own sinks did."""
+    both_agents_on_a_stopped_process(tmp_path, count=6, interval_s=0.1, self_interval_s=0.2)
     names = [f.name for f in agent_schema.fields()]
     last = {}
     for name in ("c.json", "py.json"):
@@ -140,16 +146,7 @@ def test_encode_reports_bad_lines_by_number_and_keeps_the_good_ones():
 
 def test_both_agents_take_identical_samples_of_the_same_node(tmp_path):
     """A stopped process holds still: both agents must then see exactly the same thing."""
-    proc = sleeper()
-    os.kill(proc.pid, signal.SIGSTOP)
-    try:
-        out = c_agent("--pid", proc.pid, "--count", 3, "--interval", 0.05, "--run-id", "conf", "--self-interval", 0,
-                      "--sink", f"file://{tmp_path}/c.json?format=json", "--quiet")
-        assert out.returncode == 0, out.stderr
-        Agent(AgentConfig(TargetSpec(pids=[proc.pid], run_id="conf"), [f"file://{tmp_path}/py.json?format=json"],
-                          interval_s=0.05, count=3, self_interval_s=0)).run()
-    finally:
-        proc.kill()
+    both_agents_on_a_stopped_process(tmp_path, count=3, interval_s=0.05, self_interval_s=0)
     c = [json.loads(x) for x in open(tmp_path / "c.json")]
     py = [json.loads(x) for x in open(tmp_path / "py.json")]
     assert len(c) == len(py) == 3

@@ -269,15 +269,20 @@ def rule_samples(alert, run) -> list[dict]:
     return agents if alert.source == panels.AGENT else nodes
 
 
+@pytest.fixture(scope="module")
+def runs(loaded, memory):
+    """Every run an alert is checked on, by name."""
+    return {**loaded, "memory": memory}
+
+
 @pytest.mark.parametrize("alert", ALERTS, ids=lambda a: a.uid)
-def test_each_rule_crosses_its_threshold_on_the_bad_run_and_not_on_the_healthy_one(stack, loaded, memory, alert):
-    runs = {**loaded, "memory": memory}
+def test_each_rule_crosses_its_threshold_on_the_bad_run_and_not_on_the_healthy_one(stack, runs, alert):
     bad, mismatches = crossed(stack, alert, rule_samples(alert, runs[BAD_RUN[alert.uid]]))
     assert not mismatches, mismatches[:3]
     assert bad, f"{alert.uid} never crossed on the {BAD_RUN[alert.uid]} run"
     if BAD_RUN[alert.uid] == "memory":
         assert {key[1] for key in bad} == {"merger-0"}, "the flat merger crossed too"
-    good, mismatches = crossed(stack, alert, rule_samples(alert, loaded["healthy"]))
+    good, mismatches = crossed(stack, alert, rule_samples(alert, runs["healthy"]))
     assert not mismatches, mismatches[:3]
     assert not good, f"{alert.uid} crossed on the healthy run"
 
@@ -302,14 +307,12 @@ def elastalert_test_rule(stack, alert, run, folder: Path, node: str | None = Non
 
 
 @pytest.mark.parametrize("alert", ALERTS, ids=lambda a: a.uid)
-def test_each_elastalert_rule_matches_on_the_bad_run_and_not_on_the_healthy_one(stack, loaded, memory, alert,
-                                                                               tmp_path):
-    runs = {**loaded, "memory": memory}
+def test_each_elastalert_rule_matches_on_the_bad_run_and_not_on_the_healthy_one(stack, runs, alert, tmp_path):
     bad = elastalert_test_rule(stack, alert, runs[BAD_RUN[alert.uid]], tmp_path)
     assert bad.fired and not bad.errors, bad.output[-3000:]
-    good = elastalert_test_rule(stack, alert, loaded["healthy"], tmp_path)
+    good = elastalert_test_rule(stack, alert, runs["healthy"], tmp_path)
     assert not good.fired and not good.errors, good.output[-3000:]
     if BAD_RUN[alert.uid] == "memory":
-        grew = elastalert_test_rule(stack, alert, memory, tmp_path, node="merger-0")
-        flat = elastalert_test_rule(stack, alert, memory, tmp_path, node="merger-1")
+        grew = elastalert_test_rule(stack, alert, runs["memory"], tmp_path, node="merger-0")
+        flat = elastalert_test_rule(stack, alert, runs["memory"], tmp_path, node="merger-1")
         assert grew.fired and flat.hits and not flat.fired, flat.output[-3000:]

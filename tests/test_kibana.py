@@ -25,6 +25,7 @@ from functools import lru_cache
 import pytest
 import requests
 
+import fixture_runs
 from conftest import ROOT, topology_dict
 from flowstat.views import kibana
 
@@ -499,9 +500,7 @@ def replayed(stack, tmp_path_factory):
     reports = replay([run_dir / "samples.ndjson"], {"elasticsearch": (es.url, "flowstat-samples")})
     assert reports[0].good > 0
     requests.post(f"{es.url}/flowstat-*/_refresh", timeout=30).raise_for_status()
-    lines = [json.loads(x) for x in (run_dir / "samples.ndjson").read_text().splitlines()[1:]]
-    samples = [d for d in lines if "node_id" in d]
-    agents = [d["flowstat_agent"] for d in lines if "flowstat_agent" in d]  # replayed into flowstat-agents
+    _, samples, agents = fixture_runs.samples(run_dir)  # the agents' self-samples went to flowstat-agents
     assert agents, "the run file holds no agent self-samples"
     run = json.loads((run_dir / "run.json").read_text())
     times = [ms(s["time"]) for s in samples] + [ms(a["time"]) for a in agents]

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import fixture_runs
 from conftest import ROOT, topology_dict
 from flowstat import cli
 from flowstat.harness.orchestrator import run_topology
@@ -129,15 +130,10 @@ def test_an_overloaded_run_s_report_draws_every_plot_offline_in_a_browser(runs, 
     assert "No loss: OK" in text and "Online (steady state): NOT ONLINE" in text
     assert "its producers' sends were refused" in text  # the merger's why, from the run
     # the alerts' own section: the overload alert held, for the producers, as flowstat.views.alerts says
-    spans = [sp for sp in alerts.evaluate(*node_and_agent_samples(runs["overload"]))
+    spans = [sp for sp in alerts.evaluate(*fixture_runs.samples(runs["overload"])[1:])
              if sp.alert.uid == "flowstat-buffer-overload"]
     assert "Which alert conditions held and when" in text and spans
     assert text.count("flowstat-buffer-overload") == len(spans)
-
-
-def node_and_agent_samples(run_dir: Path) -> tuple[list[dict], list[dict]]:
-    docs = [json.loads(line) for line in (run_dir / "samples.ndjson").read_text().splitlines()[1:]]
-    return [d for d in docs if "node_id" in d], [d["flowstat_agent"] for d in docs if "flowstat_agent" in d]
 
 
 def steady(run_dir: Path, metric: str) -> tuple[float, float, int]:
