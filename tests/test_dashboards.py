@@ -245,13 +245,13 @@ def crossed(stack, alert, samples: list[dict]) -> tuple[set, list]:
     """Evaluate the rule every 10 s across the run as Grafana would (threshold on the math of the
     reduced values): the groups it crossed for. Also check the values equal the offline evaluation's."""
     first, last = span_ms(samples)
-    groups, *_ = alerts._groups(alert, samples)
+    ends = range(first - first % 10_000, last + alert.window_s * 1000, 10_000)
+    offline = alerts.values_at(alert, samples, [end / 1000 for end in ends])
     fired, mismatches = set(), []
-    for end in range(first - first % 10_000, last + alert.window_s * 1000, 10_000):
+    for end, want in zip(ends, offline):
         # The stores hold every fixture run; a rule sees them all, this run's groups are compared.
         got = {k: v for k, v in grafana_values(stack, alert, end).items() if k[0] == samples[0]["run_id"]}
         assert alert.group[0] == "run_id"
-        want = alerts.values_at(alert, groups, end / 1000)
         for key in set(got) | set(want):
             g, w = got.get(key, {}), want.get(key, {})
             if g.keys() != w.keys() or any(not math.isclose(g[k], w[k], rel_tol=1e-6, abs_tol=1e-6) for k in g):

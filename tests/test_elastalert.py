@@ -125,6 +125,33 @@ def test_an_overloaded_send_buffer_is_alerted_in_the_log_and_at_the_webhook(aler
     assert service.status()["alerts"] >= 1
 
 
+
+def test_cli_alerts_prints_a_run_s_alerts_and_says_when_there_is_none(stack, alerting, written):
+    service, _ = alerting
+    alerts = [sys.executable, "-m", "flowstat.cli", "stack", "alerts", "--cache", str(stack.cache)]
+    bad_run, good_run = written["bad"][0], written["good"][0]
+    out = subprocess.run([*alerts, "--run", bad_run, "--wait", "60"], capture_output=True, text=True, timeout=90)
+    assert out.returncode == 0, out.stderr
+    lines = [x for x in out.stdout.splitlines() if RULE_NAME in x]
+    assert len(lines) == 1 and f"run_id={bad_run} node_id=producer-0" in lines[0], out.stdout
+    assert f"(sample of {iso_utc_ms(written['bad'][1] + 3)})" in lines[0]
+    assert good_run not in out.stdout
+    out = subprocess.run([*alerts, "--run", good_run, "--json"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and json.loads(out.stdout) == []
+    assert f"no alert of run {good_run} in {service.alerts_log}" in out.stderr
+
+
+def test_a_bad_line_in_the_alert_log_is_named_and_the_others_kept(tmp_path):
+    log = tmp_path / "alerts.log"
+    good = {"time": "2026-11-23T01:29:16.548Z", "rule": "r", "match": {"run_id": "a", "node_id": "n"}}
+    log.write_bytes(json.dumps(good).encode() + b"\n\x00garbage\n" + json.dumps({**good, "match": {"run_id": "b"}}).encode()
+                    + b"\n" + b'{"time": "2026-11-23T01:2')  # the last line: still being written
+    found = ea.read_alerts(log)
+    assert [a["match"]["run_id"] for a in found.alerts] == ["a", "b"]
+    assert found.bad == [f"{log}:2: not an alert (a JSON object with time, rule and match)"]
+    assert ea.read_alerts(log, "b").alerts == [found.alerts[1]]
+    assert ea.read_alerts(tmp_path / "none.log") == ea.Alerts([], [])
+
 def test_samples_without_it_raise_no_alert(alerting, stack, written):
     service, posts = alerting
     run_id, t0, _ = written["good"]

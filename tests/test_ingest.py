@@ -272,6 +272,36 @@ def test_replay_of_a_large_run(stack, tmp_path):
     assert counts(stack, "replay-large") == (100_000, 100_000)
 
 
+
+def test_replay_says_when_the_rollup_fails_and_keeps_the_samples(stack, tmp_path):
+    """The samples are stored and the rollup refused (its retention policy dropped behind flowstat's
+    back): replay names the run file and the reason, exits 2, and once the policy is back replaying
+    again stores the same samples and rolls them up."""
+    from flowstat.stores.influxdb import ROLLUP_POLICY, InfluxDB as InfluxWriter
+
+    influx, db = stack["influxdb"], "flowstat_rollup_fails"
+    writer = InfluxWriter(influx.url, db)
+    try:
+        writer.install()
+        influx.query(f'DROP RETENTION POLICY "{ROLLUP_POLICY}" ON "{db}"')
+        path = tmp_path / "samples.ndjson"
+        make_run_file(path, "replay-rollup", 40)
+        stored = "SELECT count(\"seq\") FROM \"flowstat_node\" WHERE \"run_id\" = 'replay-rollup'"
+        rolled = f'SELECT count(*) FROM "{ROLLUP_POLICY}"."flowstat_node_10s"'
+        out = replay(path, "--influx", influx.url, "--db", db)
+        assert out.returncode == 2, out.stderr
+        assert f"{path}: the samples are stored, but InfluxDB could not roll them up: " in out.stderr
+        assert "retention policy not found" in out.stderr
+        assert influx.query(stored, db)["results"][0]["series"][0]["values"][0][1] == 40
+        writer.install()  # the policy back
+        out = replay(path, "--influx", influx.url, "--db", db)
+        assert out.returncode == 0, out.stderr
+        assert influx.query(stored, db)["results"][0]["series"][0]["values"][0][1] == 40
+        assert influx.query(rolled, db)["results"][0]["series"]
+    finally:
+        writer.close()
+        influx.query(f'DROP DATABASE "{db}"')
+
 def test_replay_refuses_a_store_that_is_down(tmp_path):
     path = tmp_path / "samples.ndjson"
     make_run_file(path, "replay-down", 10)

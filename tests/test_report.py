@@ -15,12 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import fixture_runs
+import fixture_runs as fx
 from conftest import ROOT, topology_dict
 from flowstat import cli
 from flowstat.harness.orchestrator import run_topology
 from flowstat.harness.topology import from_dict
-from flowstat.report import load
+from flowstat.report import _alerts, load
 from flowstat.report.build import write_report
 from flowstat.report.load import load_run
 from flowstat.report.reduce import envelope, minmax, on_spans
@@ -130,11 +130,28 @@ def test_an_overloaded_run_s_report_draws_every_plot_offline_in_a_browser(runs, 
     assert "No loss: OK" in text and "Online (steady state): NOT ONLINE" in text
     assert "its producers' sends were refused" in text  # the merger's why, from the run
     # the alerts' own section: the overload alert held, for the producers, as flowstat.views.alerts says
-    spans = [sp for sp in alerts.evaluate(*fixture_runs.samples(runs["overload"])[1:])
-             if sp.alert.uid == "flowstat-buffer-overload"]
+    _, nodes, agents = fx.samples(runs["overload"])
+    shown = [s for s in nodes if s["agent"] == made.runs[0].agent]  # the agent whose samples the report shows
+    spans = [sp for sp in alerts.evaluate(shown, agents) if sp.alert.uid == "flowstat-buffer-overload"]
     assert "Which alert conditions held and when" in text and spans
     assert text.count("flowstat-buffer-overload") == len(spans)
 
+
+
+def spans_of(spans) -> list[tuple]:
+    return [(sp.alert.uid, sp.labels, sp.start, sp.end) for sp in spans]
+
+
+@pytest.mark.parametrize("name", ["overload", "behind", "killed", "spooling"])
+def test_the_report_finds_the_alerts_the_run_file_s_samples_give(request, name):
+    """The report evaluates the alerts on its arrays (a million samples as documents would take a
+    minute): the same spans as on the run file's documents, by the agent the report shows."""
+    run_dir = request.getfixturevalue("fixture_runs")[name]
+    run = load_run(run_dir)
+    _, nodes, agents = fx.samples(run_dir)
+    want = alerts.evaluate([s for s in nodes if s["agent"] == run.agent], agents)
+    assert want, f"no alert held on the {name} run"
+    assert spans_of(_alerts.evaluate(run)) == spans_of(want)
 
 def steady(run_dir: Path, metric: str) -> tuple[float, float, int]:
     """mean, std and count of a metric over the mergers' samples of the steady state, worked out

@@ -25,6 +25,7 @@ from flowstat.schema import runfile
 RUN_FILE = "samples.ndjson"
 PARALLEL_BYTES = 32 * 2**20  # a smaller run file is read in this process: starting others costs more
 SHOWN_BAD_LINES = 20  # bad lines named one by one (the rest are counted)
+_STATE = {s: i for i, s in enumerate(schema.NODE_STATES)}
 _CHUNK = 65536  # samples turned into an array at a time (a million as tuples would take gigabytes)
 
 
@@ -69,6 +70,8 @@ class Run:
     file: runfile.FileReport
     start_ns: int  # time 0 of the report: the run's start (run.json's started)
     t: np.ndarray  # seconds since start_ns, per sample
+    ns: np.ndarray  # the sample's time, ns since the epoch
+    state: np.ndarray  # the node_state per sample, as its index in schema.NODE_STATES
     values: dict[str, np.ndarray]  # metric -> its value per sample (float64; NaN where absent)
     series: list[Series]
     agent: str | None  # the agent whose samples these are
@@ -103,7 +106,7 @@ class _Part:
     """One span of the run file read into arrays (in a worker process, or here)."""
 
     report: runfile.FileReport
-    series: list[tuple[str, str, str]]  # (node_id, role, agent) by the part's series number
+    series: list[tuple[str, str, str, str]]  # (node_id, role, agent, node_state) by the part's series number
     sid: np.ndarray
     ns: np.ndarray
     matrix: np.ndarray  # samples x metrics()
@@ -118,7 +121,9 @@ class _Plan:
         self.metrics = _getter(positions) if positions else None
         self.pack = struct.Struct(f"{len(positions)}d").pack
         self.columns = [column[keys[i]] for i in positions]
-        self.who = itemgetter(keys.index("node_id"), keys.index("role"), keys.index("agent"))
+        # A series of the part: a node's samples by one agent in one state (the state, a few values
+        # a run, is taken apart from the series after the read: nothing more to do per sample)
+        self.who = itemgetter(keys.index("node_id"), keys.index("role"), keys.index("agent"), keys.index("node_state"))
         self.rows: list[int] = []
         self.got: list[bytes] = []
 
@@ -237,23 +242,24 @@ def load_run(path: Path, meanwhile: Callable[[], None] = lambda: None) -> Run:
         doc = runfile.run_document(report)
     except ValueError as exc:
         raise ReportError(str(exc)) from None
-    every = sorted({who for p in parts for who in p.series})  # (node_id, role, agent)
+    every = sorted({who[:3] for p in parts for who in p.series})  # (node_id, role, agent)
     number = {who: i for i, who in enumerate(every)}
-    sid = np.concatenate([np.array([number[w] for w in p.series], dtype=np.int32)[p.sid] for p in parts])
+    sid = np.concatenate([np.array([number[w[:3]] for w in p.series], dtype=np.int32)[p.sid] for p in parts])
+    state = np.concatenate([np.array([_STATE.get(w[3], -1) for w in p.series], dtype=np.int8)[p.sid] for p in parts])
     ns = np.concatenate([p.ns for p in parts])
     by_agent: dict[str, int] = {}
     for (_, _, agent), n in zip(every, np.bincount(sid, minlength=len(every))):
         by_agent[agent] = by_agent.get(agent, 0) + int(n)
     agent = _recording_agent(report.header, by_agent)
     order = _by_series_then_time(sid, ns, np.array([who[2] == agent for who in every]))
-    sid, ns = sid[order], ns[order]
+    sid, ns, state = sid[order], ns[order], state[order]
     matrix = np.concatenate([p.matrix for p in parts])[order]  # rows: samples; a metric is a (strided) column
     bounds = np.searchsorted(sid, np.arange(len(every) + 1))
     series = [Series(node, role, int(bounds[i]), int(bounds[i + 1])) for i, (node, role, a) in enumerate(every)
               if a == agent]
     start_ns = schema.time_ns(doc["started"])
     left_out = report.good - len(order)
-    run = Run(path, doc, report, start_ns, (ns - start_ns) / 1e9,
+    run = Run(path, doc, report, start_ns, (ns - start_ns) / 1e9, ns, state,
               {m.name: matrix[:, j] for j, m in enumerate(metrics())}, series, agent, left_out)
     if left_out:
         run.notes.append(f"{left_out:,} samples of other agents than {agent} left out (one series per node)")

@@ -156,7 +156,10 @@ def _facts(run: Run, window: Window) -> list[list[Any]]:
     rate = p.get("rate_per_producer")
     producers = (f"{p['producers']} x {rate:g} objects/s" + (" (as fast as they can)" if rate == 0 else "")
                  if "producers" in p and rate is not None else None)
-    return [["run directory", str(run.path)], ["topology", doc.get("topology")],
+    topology = doc.get("topology")
+    if topology == "<dict>":  # flowstat.harness.topology.from_dict: a topology made in code
+        topology = "built in code (no file)"
+    return [["run directory", str(run.path)], ["topology", topology],
             ["started - finished", f"{doc.get('started')} - {doc.get('finished')}"],
             ["object", obj], ["buffer size (messages)", p.get("buffer_size")], ["producers", producers],
             ["producer processes", p.get("producer_processes")], ["mergers", p.get("mergers")],

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 HELP = "start, stop or check the local servers (InfluxDB, Elasticsearch, Telegraf, ElastAlert)"
@@ -21,7 +22,8 @@ PARSER = dict(description="Real servers on 127.0.0.1 without Docker: InfluxDB 1.
 def configure(p: argparse.ArgumentParser) -> None:
     from . import SERVICES
 
-    p.add_argument("action", choices=["up", "down", "status", "install"])
+    p.add_argument("action", choices=["up", "down", "status", "install", "alerts"],
+                   help="alerts: print the alerts ElastAlert has sent, a line each (from CACHE/elastalert/alerts.log)")
     p.add_argument("--cache", metavar="DIR", help="where servers, data and logs live (default: $FLOWSTAT_CACHE/stack; "
                                                    "for root /var/lib/flowstat/stack; else ~/.cache/flowstat/stack)")
     for name, cls in SERVICES.items():
@@ -34,7 +36,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--alert-rules", metavar="DIR", action="append", default=[],
                    help="a folder of more ElastAlert rules (*.yaml) to run beside flowstat's (repeatable)")
     p.add_argument("--only", metavar="LIST", help=f"comma-separated servers (default: all: {', '.join(SERVICES)})")
-    p.add_argument("--json", action="store_true", help="status as JSON")
+    p.add_argument("--json", action="store_true", help="status or alerts as JSON")
+    p.add_argument("--run", metavar="RUN_ID", help="alerts: only those of this run")
+    p.add_argument("--wait", metavar="S", type=float, default=0.0,
+                   help="alerts: wait up to S seconds for a first one (exit 1 if none came; default 0)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -55,6 +60,8 @@ def main(args: argparse.Namespace) -> int:
             stack.install()
         elif args.action == "down":
             stack.down()
+        elif args.action == "alerts":
+            return _alerts(stack["elastalert"].alerts_log, args)
         else:
             rows = stack.status()
             if args.json:
@@ -70,3 +77,27 @@ def main(args: argparse.Namespace) -> int:
         print(f"flowstat stack: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _alerts(log: Path, args: argparse.Namespace) -> int:
+    """Print the alerts of the log, waiting up to --wait seconds for a first one: 0 if there is one."""
+    from .elastalert import describe_alert, read_alerts
+
+    deadline = time.monotonic() + args.wait
+    while True:
+        found = read_alerts(log, args.run)
+        if found.alerts or time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)  # ElastAlert appends to the log as it alerts: polled until the deadline
+    for line in found.bad:
+        print(f"flowstat stack alerts: {line}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(found.alerts, indent=1))
+    else:
+        for alert in found.alerts:
+            print(describe_alert(alert))
+    if not found.alerts:
+        of = f" of run {args.run}" if args.run else ""
+        waited = f" within {args.wait:g} s" if args.wait else ""
+        print(f"flowstat stack alerts: no alert{of}{waited} in {log}", file=sys.stderr)
+    return 0 if found.alerts else 1

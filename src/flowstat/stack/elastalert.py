@@ -404,6 +404,46 @@ class ElastAlert(Service):
                 "last_error": error, "details": details}
 
 
+@dataclass(frozen=True)
+class Alerts:
+    """What an alert log holds: its alerts (a JSON object per line: time, rule, match), and the lines
+    that are not one (named by number; a line being written is not whole yet)."""
+
+    alerts: list[dict]
+    bad: list[str]
+
+
+def read_alerts(log: Path, run_id: str | None = None) -> Alerts:
+    """The alerts in LOG (of the run RUN_ID only, if given). No log yet: no alert."""
+    try:
+        text = log.read_bytes()
+    except FileNotFoundError:
+        return Alerts([], [])
+    except OSError as exc:
+        raise StackError(f"alert log {log}: {exc}") from None
+    alerts, bad = [], []
+    lines = text.split(b"\n")
+    for n, line in enumerate(lines[:-1], 1):  # after the last newline: a line still being written
+        try:
+            doc = json.loads(line)
+            ok = isinstance(doc, dict) and isinstance(doc.get("match"), dict) and isinstance(doc.get("rule"), str)
+        except ValueError:
+            ok = False
+        if not ok:
+            bad.append(f"{log}:{n}: not an alert (a JSON object with time, rule and match)")
+        elif run_id is None or doc["match"].get("run_id") == run_id:
+            alerts.append(doc)
+    return Alerts(alerts, bad)
+
+
+def describe_alert(alert: dict) -> str:
+    """One line a person reads: when it was sent, the rule, and who it is about."""
+    m = alert["match"]
+    who = " ".join(f"{k}={m[k]}" for k in ("run_id", "node_id", "host", "agent") if m.get(k) is not None)
+    sample = f" (sample of {m['time']})" if m.get("time") else ""
+    return f"{alert.get('time', '?')}  {alert['rule']}: {who}{sample}"
+
+
 def test_rule(stack: Stack | Path, rule: Path, start: datetime | str, end: datetime | str) -> Result:
     """Run ``elastalert-test-rule`` on the rule file RULE (alerter-neutral, as packaged) from START to
     END against the stack's Elasticsearch, with the stack's ElastAlert; nothing is sent. STACK is a

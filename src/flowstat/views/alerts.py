@@ -134,98 +134,194 @@ class Span:
     end: float
 
 
-def _seconds(sample: dict) -> float:
-    return schema.time_ns(sample["time"]) / 1e9
+LABELS = ("run_id", "host", "agent", "node_id", "role")  # one value for a whole series of samples
 
 
-class _Series:
-    """One group's samples that a quantity takes (time-sorted arrays), cut into windows by bisection."""
+@dataclass(frozen=True)
+class Columns:
+    """One series of samples as arrays, in time order (a node's samples by one agent, or an agent's
+    self-samples): what ``evaluate`` reads. ``labels``: the fields of LABELS the series has (one value
+    for all its samples); ``fields``: per sample, a number (NaN where absent; a flag is 1 or 0) or,
+    for a text field, an object array (None where absent)."""
 
-    def __init__(self, q: Quantity, rows: Sequence[tuple[float, dict]]):
-        picked = [(t, s[q.field]) for t, s in rows if q.matches(s) and s.get(q.field) is not None]
-        self.kind = q.kind
-        self.t = np.array([t for t, _ in picked], dtype=float)
-        self.v = np.array([float(v) for _, v in picked], dtype=float) if q.kind != "count" else self.t
-
-    def value(self, start: float, end: float) -> float | None:
-        """Over start <= time <= end (InfluxQL's $timeFilter is inclusive at both ends); None: no data."""
-        lo, hi = np.searchsorted(self.t, start, "left"), np.searchsorted(self.t, end, "right")
-        if hi <= lo:
-            return None
-        if self.kind == "count":
-            return float(hi - lo)
-        if self.kind == "last":
-            return float(self.v[hi - 1])
-        if self.kind == "rise":
-            return float(self.v[hi - 1] - self.v[lo])
-        # InfluxDB also reads the bucket before the range, so that the first bucket has a derivative.
-        first_bucket = math.floor(start / SLOPE_BUCKET_S)
-        before = np.searchsorted(self.t, (first_bucket - 1) * SLOPE_BUCKET_S, "left")
-        slopes = slopes_per_min(self.t[before:hi], self.v[before:hi], first_bucket)
-        if self.kind == "slope_buckets":
-            return float(len(slopes)) if len(slopes) else None  # InfluxDB's count() of nothing: no row
-        return float(slopes.mean()) if len(slopes) else None
+    labels: dict[str, str]
+    t: np.ndarray  # epoch seconds
+    fields: dict[str, np.ndarray]
 
 
-def slopes_per_min(t: np.ndarray, v: np.ndarray, first_bucket: int) -> np.ndarray:
-    """Over consecutive non-empty 10 s buckets (aligned to the epoch), the change of the bucket
-    means per minute, for the buckets from ``first_bucket`` on (each against the bucket before it,
-    which may be the one before the range): InfluxQL's derivative(mean(v), 1m) ... GROUP BY time(10s)."""
-    buckets = np.floor(t / SLOPE_BUCKET_S)
-    keys, first = np.unique(buckets, return_index=True)
-    means = np.add.reduceat(v, first) / np.diff(np.append(first, len(v))) if len(v) else v
-    return (np.diff(means) / (np.diff(keys) * SLOPE_BUCKET_S / 60))[keys[1:] >= first_bucket]
+def needed_fields(source: str) -> set[str]:
+    """The per-sample fields the alerts on ``source`` (NODE or AGENT) read."""
+    return {k for a in ALERTS if a.source == source for q in a.quantities
+            for k in (q.field, *(k for k, _ in q.where + q.any_of)) if k not in LABELS}
 
 
-def values_at(alert: Alert, groups: dict[tuple, list[_Series]], end: float) -> dict[tuple, dict[str, float]]:
-    """Each group's quantities over the window ending at ``end``; groups without data are left out."""
-    out = {}
-    for key, series in groups.items():
-        vals = {q.ref: v for q, s in zip(alert.quantities, series)
-                if (v := s.value(end - alert.window_s, end)) is not None}
-        if vals:
-            out[key] = vals
+def columns(samples: Sequence[dict], source: str) -> list[Columns]:
+    """Sample documents (of NODE or AGENT) as series of arrays, one per distinct set of labels."""
+    rows: dict[tuple, list[dict]] = defaultdict(list)
+    for s in samples:
+        rows[tuple(s.get(k) for k in LABELS)].append(s)
+    wanted = needed_fields(source)
+    out = []
+    for key, docs in rows.items():
+        docs.sort(key=lambda d: schema.time_ns(d["time"]))
+        fields = {}
+        for f in wanted:
+            got = [d.get(f) for d in docs]
+            if any(isinstance(x, str) for x in got):
+                fields[f] = np.array(got, dtype=object)
+            else:
+                fields[f] = np.array([np.nan if x is None else float(x) for x in got], dtype=float)
+        out.append(Columns({k: str(v) for k, v in zip(LABELS, key) if v is not None},
+                           np.array([schema.time_ns(d["time"]) / 1e9 for d in docs], dtype=float), fields))
     return out
 
 
-def _groups(alert: Alert, samples: Sequence[dict]) -> tuple[dict[tuple, list[_Series]], float, float]:
-    rows: dict[tuple, list[tuple[float, dict]]] = defaultdict(list)
-    for s in samples:
-        rows[tuple(str(s.get(k, "")) for k in alert.group)].append((_seconds(s), s))
-    times = [t for r in rows.values() for t, _ in r]
-    groups = {}
-    for key, r in rows.items():
-        r.sort(key=lambda ts: ts[0])
-        groups[key] = [_Series(q, r) for q in alert.quantities]
-    return groups, min(times, default=0.0), max(times, default=0.0)
+def _equal(c: Columns, field_: str, value: object) -> np.ndarray | bool:
+    if field_ in LABELS:
+        return c.labels.get(field_) == value
+    col = c.fields.get(field_)
+    return np.zeros(len(c.t), dtype=bool) if col is None else np.asarray(col == value, dtype=bool)
 
 
-def evaluate(node_samples: Sequence[dict], agent_samples: Sequence[dict] = (), *,
-             every_s: float = EVALUATE_EVERY_S) -> list[Span]:
-    """Where each alert would have fired over these samples: evaluated every ``every_s`` (at whole
-    multiples of it) from the first sample to one window past the last, as Grafana evaluates a rule
-    group; a span starts once its condition has held for the alert's ``for``."""
+def _picked(q: Quantity, c: Columns) -> tuple[np.ndarray, np.ndarray]:
+    """The times and values of the samples a quantity takes: those with its field, and its matches."""
+    col = c.fields.get(q.field)
+    if col is None:
+        return np.empty(0), np.empty(0)
+    keep = ~np.isnan(col) if col.dtype != object else np.not_equal(col, None)
+    for k, v in q.where:
+        keep &= _equal(c, k, v)
+    if q.any_of:
+        keep &= np.logical_or.reduce([np.broadcast_to(_equal(c, k, v), keep.shape) for k, v in q.any_of])
+    t = c.t[keep]
+    return t, (t if q.kind == "count" else col[keep].astype(float))
+
+
+class _Series:
+    """One group's samples that a quantity takes (time-sorted arrays), and its value over windows
+    that end at given times, all at once."""
+
+    def __init__(self, q: Quantity, parts: Sequence[Columns]):
+        picked = [_picked(q, c) for c in parts]
+        t = np.concatenate([p[0] for p in picked])
+        v = np.concatenate([p[1] for p in picked])
+        order = np.argsort(t, kind="stable")  # a group of several series (an agent's, run after run)
+        self.kind, self.t, self.v = q.kind, t[order], v[order]
+
+    def values(self, ends: np.ndarray, window_s: float) -> tuple[np.ndarray, np.ndarray]:
+        """Over end - window_s <= time <= end (InfluxQL's $timeFilter is inclusive at both ends), for
+        each end: the value, and whether there is one (no samples: no data)."""
+        lo = np.searchsorted(self.t, ends - window_s, "left")
+        hi = np.searchsorted(self.t, ends, "right")
+        has = hi > lo
+        last = np.where(has, hi - 1, 0)
+        if self.kind == "count":
+            return (hi - lo).astype(float), has
+        if self.kind == "last":
+            return (self.v[last] if len(self.v) else np.zeros(len(ends))), has
+        if self.kind == "rise":
+            return (self.v[last] - self.v[np.minimum(lo, last)] if len(self.v) else np.zeros(len(ends))), has
+        total, n = self._slopes(ends - window_s, ends)
+        has &= n > 0  # no sample in the window, or no derivative: InfluxDB gives no row
+        if self.kind == "slope_buckets":
+            return n.astype(float), has
+        return np.divide(total, n, out=np.zeros(len(ends)), where=has), has
+
+    def _slopes(self, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The sum and the number of the per-minute slopes between the means of consecutive non-empty
+        10 s buckets (aligned to the epoch) over each window, counting those that end in a bucket from
+        the window's first on; InfluxDB also reads the bucket before the window, so that the first
+        bucket has a derivative (InfluxQL's derivative(mean(v), 1m) ... GROUP BY time(10s))."""
+        if not len(self.t):
+            return np.zeros(len(ends)), np.zeros(len(ends), dtype=int)
+        # Every bucket before the one holding a window's end is whole in it: their means, and the
+        # slopes between consecutive ones, are computed once for the series.
+        buckets = np.floor(self.t / SLOPE_BUCKET_S)
+        keys, first = np.unique(buckets, return_index=True)
+        means = np.add.reduceat(self.v, first) / np.diff(np.append(first, len(self.v)))
+        pair = np.diff(means) / (np.diff(keys) * SLOPE_BUCKET_S / 60)
+        summed = np.concatenate(([0.0], np.cumsum(pair)))
+        below = np.floor(starts / SLOPE_BUCKET_S) - 1  # the bucket before the window's first
+        last = np.floor(ends / SLOPE_BUCKET_S)  # the bucket of the window's end: only its part up to the end
+        i0 = np.searchsorted(keys, below, "left")
+        i1 = np.searchsorted(keys, last, "left")  # whole buckets: keys[i0:i1]
+        whole = np.maximum(i1 - i0, 0)
+        total = np.where(whole > 1, summed[np.maximum(i1 - 1, 0)] - summed[np.minimum(i0, len(pair))], 0.0)
+        n = np.maximum(whole - 1, 0)
+        # The end's own bucket, up to the end: a slope from the last whole bucket to it.
+        a = np.searchsorted(self.t, last * SLOPE_BUCKET_S, "left")
+        c = np.searchsorted(self.t, ends, "right")
+        cum = np.concatenate(([0.0], np.cumsum(self.v)))
+        tail = (c > a) & (whole > 0)
+        prev = np.maximum(i1 - 1, 0)
+        part_mean = np.divide(cum[c] - cum[a], c - a, out=np.zeros(len(ends)), where=c > a)
+        gap = np.where(tail, last - keys[prev], 1.0) * SLOPE_BUCKET_S / 60
+        return np.where(tail, total + (part_mean - means[prev]) / gap, total), n + tail
+
+
+def _group_series(alert: Alert, parts: Sequence[Columns]) -> dict[tuple, list[_Series]]:
+    by_key: dict[tuple, list[Columns]] = defaultdict(list)
+    for c in parts:
+        by_key[tuple(c.labels.get(k, "") for k in alert.group)].append(c)
+    return {key: [_Series(q, cs) for q in alert.quantities] for key, cs in by_key.items()}
+
+
+def _holding(alert: Alert, series: list[_Series], ends: np.ndarray) -> tuple[np.ndarray, dict[str, tuple]]:
+    """At each end, whether the condition holds for the group, and its quantities (values, has)."""
+    got = {q.ref: s.values(ends, alert.window_s) for q, s in zip(alert.quantities, series)}
+    holds = np.zeros(len(ends), dtype=bool)
+    for conj in alert.condition:
+        both = np.ones(len(ends), dtype=bool)
+        for a in conj:
+            v, has = got[a.ref]
+            both &= has & (v > a.threshold)
+        holds |= both
+    return holds, got
+
+
+def values_at(alert: Alert, samples: Sequence[dict], ends: Sequence[float]) -> list[dict[tuple, dict[str, float]]]:
+    """For each end (epoch s), each group's quantities over the window ending there; groups without
+    data are left out (what Grafana's reduce step is given)."""
+    at = np.asarray(ends, dtype=float)
+    out: list[dict[tuple, dict[str, float]]] = [{} for _ in at]
+    for key, series in _group_series(alert, columns(samples, alert.source)).items():
+        for q, s in zip(alert.quantities, series):
+            v, has = s.values(at, alert.window_s)
+            for i in np.flatnonzero(has):
+                out[i].setdefault(key, {})[q.ref] = float(v[i])
+    return out
+
+
+def _spans(alert: Alert, key: tuple, ends: np.ndarray, holds: np.ndarray) -> list[Span]:
+    """Each stretch of evaluations at which the condition held, as a span from the first at which it
+    had held for ``for`` to the last."""
+    out = []
+    edges = np.diff(np.concatenate(([0], holds.astype(np.int8), [0])))
+    for i, j in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1) - 1):
+        firing = np.flatnonzero(ends[i:j + 1] - ends[i] >= alert.for_s)
+        if len(firing):
+            out.append(Span(alert, dict(zip(alert.group, key)), float(ends[i + firing[0]]), float(ends[j])))
+    return out
+
+
+def evaluate(node_samples: Sequence[dict] | Sequence[Columns], agent_samples: Sequence[dict] | Sequence[Columns] = (),
+             *, every_s: float = EVALUATE_EVERY_S) -> list[Span]:
+    """Where each alert would have fired over these samples (documents, or series of arrays from
+    ``columns``): evaluated every ``every_s`` (at whole multiples of it) from the first sample to one
+    window past the last, as Grafana evaluates a rule group; a span starts once its condition has
+    held for the alert's ``for``. In the order of ALERTS, then of their start."""
+    given = {NODE: node_samples, AGENT: agent_samples}
+    parts = {src: list(s) if not s or isinstance(s[0], Columns) else columns(s, src) for src, s in given.items()}
     spans: list[Span] = []
     for alert in ALERTS:
-        samples = agent_samples if alert.source == AGENT else node_samples
-        if not samples:
+        series = [c for c in parts[alert.source] if len(c.t)]
+        if not series:
             continue
-        groups, first, last = _groups(alert, samples)
-        since: dict[tuple, float] = {}  # group -> the first evaluation at which its condition held
-        firing: dict[tuple, Span] = {}
-        t = math.ceil(first / every_s) * every_s
-        while t <= last + alert.window_s + every_s:
-            values = values_at(alert, groups, t)
-            for key in list(since) + [k for k in values if k not in since]:
-                if key in values and alert.holds(values[key]):
-                    since.setdefault(key, t)
-                    if t - since[key] >= alert.for_s:
-                        begun = firing.get(key)
-                        firing[key] = Span(alert, dict(zip(alert.group, key)), begun.start if begun else t, t)
-                else:
-                    since.pop(key, None)
-                    if key in firing:
-                        spans.append(firing.pop(key))
-            t += every_s
-        spans.extend(firing.values())
+        first, last = min(c.t[0] for c in series), max(c.t[-1] for c in series)
+        t0 = math.ceil(first / every_s) * every_s
+        ends = t0 + every_s * np.arange(math.floor((last + alert.window_s + every_s - t0) / every_s) + 1)
+        found = []
+        for key, group in _group_series(alert, series).items():
+            found += _spans(alert, key, ends, _holding(alert, group, ends)[0])
+        spans += sorted(found, key=lambda sp: (sp.start, sorted(sp.labels.items())))
     return spans
