@@ -93,6 +93,39 @@ def test_elasticsearch_bulk_with_per_document_errors(stack):
     assert es_count(stack, index) == 18
 
 
+
+def test_install_gives_an_older_index_the_new_fields_and_names_one_it_cannot(stack):
+    """An index made by an older flowstat (its mapping lacks a field this version writes) takes the
+    field at install; an index whose field has another type is named, and install says what to do."""
+    es = stack["elasticsearch"].url
+    tag = uuid.uuid4().hex[:8]
+    older, clashing = f"flowstat-samples-older-{tag}", f"flowstat-samples-clash-{tag}"
+    writer = Elasticsearch(es, older)
+    current = requests.get(f"{es}/_component_template/flowstat-sample-mappings", timeout=30).json()
+    props = dict(current["component_templates"][0]["component_template"]["template"]["mappings"]["properties"])
+    assert props.pop("input_latency_p50_ms")
+    try:
+        requests.delete(f"{es}/_index_template/flowstat-samples", timeout=30).raise_for_status()
+        requests.put(f"{es}/{older}", json={"mappings": {"dynamic": "strict", "properties": props}},
+                     timeout=30).raise_for_status()  # as an older version made it
+        doc = {**samples(1, "older")[0], "input_latency_p50_ms": 1.5}
+        assert writer.write(writer.encode([doc]), 1).refused == 1  # strict: the field is unknown
+        assert "flowstat-samples*/_mapping" in writer.install()
+        got = requests.get(f"{es}/{older}/_mapping", timeout=30).json()[older]["mappings"]["properties"]
+        assert got["input_latency_p50_ms"] == {"type": "double"}
+        assert writer.write(writer.encode([doc]), 1).accepted == 1
+        # a field of another type, as an index created with its own mapping could have it
+        requests.put(f"{es}/{clashing}", json={"mappings": {"properties": {"vmrss_kb": {"type": "keyword"}}}},
+                     timeout=30).raise_for_status()
+        with pytest.raises(RuntimeError, match=r"elasticsearch flowstat-samples\*: an existing index's mapping "
+                                               r"cannot take this version's fields .*vmrss_kb.*reindex or delete"):
+            writer.install()
+    finally:
+        for index in (older, clashing):
+            requests.delete(f"{es}/{index}", timeout=30)
+        writer.install()
+        writer.close()
+
 def test_bulk_documents_refused_for_now_are_the_only_ones_resent():
     """The part of the policy a real server only shows under overload (429 per document), on the
     answer's documented shape."""

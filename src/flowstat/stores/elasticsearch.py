@@ -129,6 +129,27 @@ class Elasticsearch(Writer):
         put("_index_template/flowstat-samples", files[f"index-template-flowstat-samples{ilm}.json"])
         put("_index_template/flowstat-agents", files[f"index-template-flowstat-agents{ilm}.json"])
         put("_index_template/flowstat-runs", files["index-template-flowstat-runs.json"])
+        done += self._upgrade_indices(files)
+        return done
+
+    def _upgrade_indices(self, files: dict) -> list[str]:
+        """A template shapes only the indices created after it: indices made by an older flowstat get
+        its new fields too (a strict mapping would refuse a document holding one). A field whose type
+        changed cannot be; that index is named, for the person to reindex or delete it."""
+        done = []
+        for name in ("flowstat-samples", "flowstat-agents", "flowstat-runs"):
+            template = files[f"index-template-{name}.json"]
+            parts = [files[f"component-{c}.json"]["template"].get("mappings", {}) for c in template["composed_of"]]
+            body = {"dynamic": "strict", "properties": {k: v for m in parts for k, v in m.get("properties", {}).items()}}
+            for pattern in template["index_patterns"]:
+                resp = self._http("PUT", f"{self.url}/{pattern}/_mapping", json.dumps(body).encode(), "application/json")
+                if resp.status_code == 404:  # no index yet: the template will shape it
+                    continue
+                if resp.status_code >= 300:
+                    raise RuntimeError(f"elasticsearch {pattern}: an existing index's mapping cannot take this "
+                                       f"version's fields (HTTP {resp.status_code}: {resp.text[:300]}); reindex "
+                                       f"or delete that index")
+                done.append(f"{pattern}/_mapping")
         return done
 
     @classmethod
