@@ -79,10 +79,20 @@ def test_elasticsearch_install_script_installs_the_templates(stack):
     # the stack installed them already, through the writer: what the script installs must show
     requests.delete(f"{es.url}/_index_template/flowstat-agents", timeout=10).raise_for_status()
     requests.delete(f"{es.url}/_component_template/flowstat-agent-mappings", timeout=10).raise_for_status()
-    for _ in range(2):  # idempotent
-        out = subprocess.run(["sh", str(ROOT / "index-templates" / "elasticsearch" / "install.sh")],
-                             env={"ES_URL": es.url, "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
-        assert out.returncode == 0, out.stderr
+    # an index of self-samples as an older flowstat made it: without interval_s
+    older = f"flowstat-agents-older-{uuid.uuid4().hex[:8]}"
+    requests.put(f"{es.url}/{older}", json={"mappings": {"dynamic": "strict", "properties": {
+        "time": {"type": "date"}, "agent": {"type": "keyword"}}}}, timeout=10).raise_for_status()
+    try:
+        for _ in range(2):  # idempotent
+            out = subprocess.run(["sh", str(ROOT / "index-templates" / "elasticsearch" / "install.sh")],
+                                 env={"ES_URL": es.url, "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+            assert out.returncode == 0, out.stderr
+            assert "installed flowstat-agents*/_mapping" in out.stdout
+        got = requests.get(f"{es.url}/{older}/_mapping", timeout=10).json()[older]["mappings"]["properties"]
+        assert got["interval_s"] == {"type": "double"} and got["spooled_samples"] == {"type": "long"}
+    finally:
+        requests.delete(f"{es.url}/{older}", timeout=10)
     for name in ("flowstat-samples", "flowstat-agents", "flowstat-runs"):
         assert requests.get(f"{es.url}/_index_template/{name}", timeout=10).status_code == 200
     mapping = requests.get(f"{es.url}/_component_template/flowstat-sample-mappings", timeout=10).json()

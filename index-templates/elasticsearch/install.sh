@@ -1,7 +1,8 @@
 #!/bin/sh
 # Install flowstat's Elasticsearch templates (the JSON files beside this script) into ES_URL.
 # Used by the compose stack's one-shot `elasticsearch-setup` service; idempotent. The lifecycle
-# policy goes in only where the server has ILM. Needs curl.
+# policy goes in only where the server has ILM. Indices an older flowstat made get this version's
+# new fields (mapping-*.json); one whose field changed type is named. Needs curl.
 set -eu
 ES_URL="${ES_URL:-http://127.0.0.1:9200}"
 DIR="$(cd "$(dirname "$0")" && pwd)"
@@ -10,6 +11,8 @@ put() {
          -H 'Content-Type: application/json' --data-binary "@$DIR/$2")
   case "$code" in
     2??) echo "installed $1" ;;
+    404) if [ "${3:-}" = "no index yet" ]; then echo "no index for $1 yet"
+         else echo "install.sh: PUT $ES_URL/$1: HTTP 404: $(cat /tmp/flowstat-es-put.out)" >&2; exit 1; fi ;;
     *) echo "install.sh: PUT $ES_URL/$1 failed with HTTP $code: $(cat /tmp/flowstat-es-put.out)" >&2; exit 1 ;;
   esac
 }
@@ -25,3 +28,6 @@ fi
 put "_index_template/flowstat-samples" "index-template-flowstat-samples$ilm.json"
 put "_index_template/flowstat-agents" "index-template-flowstat-agents$ilm.json"
 put "_index_template/flowstat-runs" index-template-flowstat-runs.json
+for index in flowstat-samples flowstat-agents flowstat-runs; do
+  put "$index*/_mapping" "mapping-$index.json" "no index yet"
+done

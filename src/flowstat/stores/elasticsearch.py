@@ -21,6 +21,7 @@ ES_TYPES = {"integer": {"type": "long"}, "number": {"type": "double"}, "boolean"
             "string": {"type": "keyword", "ignore_above": 256}}
 DATE = {"type": "date", "format": "strict_date_optional_time||epoch_millis"}
 
+UPGRADED = {SAMPLES_INDEX: "sample", AGENTS_INDEX: "agent", RUNS_INDEX: "run"}  # index (pattern INDEX*) -> its mapping
 
 def _action(index: str, doc_id: str) -> bytes:
     return b'{"index":{"_index":' + orjson.dumps(index) + b',"_id":' + orjson.dumps(doc_id) + b"}}\n"
@@ -137,19 +138,16 @@ class Elasticsearch(Writer):
         its new fields too (a strict mapping would refuse a document holding one). A field whose type
         changed cannot be; that index is named, for the person to reindex or delete it."""
         done = []
-        for name in ("flowstat-samples", "flowstat-agents", "flowstat-runs"):
-            template = files[f"index-template-{name}.json"]
-            parts = [files[f"component-{c}.json"]["template"].get("mappings", {}) for c in template["composed_of"]]
-            body = {"dynamic": "strict", "properties": {k: v for m in parts for k, v in m.get("properties", {}).items()}}
-            for pattern in template["index_patterns"]:
-                resp = self._http("PUT", f"{self.url}/{pattern}/_mapping", json.dumps(body).encode(), "application/json")
-                if resp.status_code == 404:  # no index yet: the template will shape it
-                    continue
-                if resp.status_code >= 300:
-                    raise RuntimeError(f"elasticsearch {pattern}: an existing index's mapping cannot take this "
-                                       f"version's fields (HTTP {resp.status_code}: {resp.text[:300]}); reindex "
-                                       f"or delete that index")
-                done.append(f"{pattern}/_mapping")
+        for index in UPGRADED:
+            body = json.dumps(files[f"mapping-{index}.json"]).encode()
+            resp = self._http("PUT", f"{self.url}/{index}*/_mapping", body, "application/json")
+            if resp.status_code == 404:  # no index yet: the template will shape it
+                continue
+            if resp.status_code >= 300:
+                raise RuntimeError(f"elasticsearch {index}*: an existing index's mapping cannot take this "
+                                   f"version's fields (HTTP {resp.status_code}: {resp.text[:300]}); reindex "
+                                   f"or delete that index")
+            done.append(f"{index}*/_mapping")
         return done
 
     @classmethod
@@ -176,17 +174,20 @@ def templates() -> dict[str, dict]:
     """Every template, by file name. Mappings are strict: a field outside the schema is refused
     rather than guessed."""
     settings = {"template": {"settings": {"number_of_shards": 1, "number_of_replicas": 0, "refresh_interval": "1s"}}}
+    mappings = {name: {"dynamic": "strict", "properties": mapping(module.schema()["properties"])}
+                for name, module in (("sample", schema), ("run", run_schema), ("agent", agent_schema))}
     return {
         "component-flowstat-settings.json": settings,
         "component-flowstat-sample-mappings.json": {
-            "template": {"mappings": {"dynamic": "strict", "properties": mapping(schema.schema()["properties"])}},
-            "_meta": {"source": f"flowstat/schema/{schema.SCHEMA_FILE}"}},
+            "template": {"mappings": mappings["sample"]}, "_meta": {"source": f"flowstat/schema/{schema.SCHEMA_FILE}"}},
         "component-flowstat-run-mappings.json": {
-            "template": {"mappings": {"dynamic": "strict", "properties": mapping(run_schema.schema()["properties"])}},
-            "_meta": {"source": f"flowstat/schema/{run_schema.SCHEMA_FILE}"}},
+            "template": {"mappings": mappings["run"]}, "_meta": {"source": f"flowstat/schema/{run_schema.SCHEMA_FILE}"}},
         "component-flowstat-agent-mappings.json": {
-            "template": {"mappings": {"dynamic": "strict", "properties": mapping(agent_schema.schema()["properties"])}},
+            "template": {"mappings": mappings["agent"]},
             "_meta": {"source": f"flowstat/schema/{agent_schema.SCHEMA_FILE}"}},
+        # The same mappings, PUT into the indices an older flowstat made (PATTERN/_mapping): a
+        # template shapes only the indices created after it.
+        **{f"mapping-{index}.json": mappings[kind] for index, kind in UPGRADED.items()},
         "index-template-flowstat-samples.json": {
             "index_patterns": [f"{SAMPLES_INDEX}*"], "priority": 200,
             "composed_of": ["flowstat-settings", "flowstat-sample-mappings"],
