@@ -4,12 +4,16 @@ generated queries can be run on the real InfluxDB (Grafana itself cannot run her
 Sources (read for Grafana 11-13): the front end's template interpolation and `escapeRegex`
 (@grafana/data), the InfluxDB back end's `Build` (pkg/tsdb/influxdb/influxql/models/query.go), and
 grafana-plugin-sdk-go `backend/gtime` (`roundInterval`, `FormatInterval`). Variable options from a
-query follow `metricNamesToVariableValues` (public/app/features/variables/utils.ts).
+query follow `metricNamesToVariableValues` (public/app/features/variables/utils.ts). A panel's
+whole request: ``panel_query`` (InfluxDB), ``elasticsearch_request`` (a terms-and-metric target on
+Elasticsearch, as the Elasticsearch datasource builds it).
 """
 
 from __future__ import annotations
 
 import re
+
+from flowstat.views import grafana
 
 REGEX_SPECIALS = set("\\^$*+?.()|[]{}/")
 MS = 1
@@ -107,3 +111,60 @@ def variable_options(values: list[str], regex: str | None) -> list[tuple[str, st
             seen.add(value)
             out.append((text, value))
     return out
+
+
+def duration_ms(text: str) -> int:
+    """A Grafana duration such as "1s" or "10s" (a panel's min interval, a datasource's timeInterval)."""
+    m = re.fullmatch(r"(\d+)(ms|s|m|h)", text)
+    if not m:
+        raise ValueError(f"duration {text!r}: beyond this emulator")
+    return int(m.group(1)) * {"ms": MS, "s": S, "m": 60 * S, "h": 3600 * S}[m.group(2)]
+
+
+def _datasource(uid: str) -> dict:
+    return next(d for d in grafana.datasources()["datasources"] if d["uid"] == uid)
+
+
+def panel_query(view, panel, variables: dict[str, list[str]], from_ms: int, to_ms: int,
+                max_data_points: int) -> tuple[str, int]:
+    """A generated panel's InfluxQL as Grafana sends it for the time range, and its $__interval in
+    ms: the view's multi-value variables regex-formatted, the others raw; $__interval from the
+    panel's max data points (its width in pixels), never under the panel's own min interval or,
+    without one, the datasource's timeInterval."""
+    built = grafana._panel(view, panel, 1, 0, 0)
+    (target,) = built["targets"]
+    floor = built.get("interval") or _datasource(target["datasource"]["uid"])["jsonData"]["timeInterval"]
+    interval = interval_ms(from_ms, to_ms, max_data_points, duration_ms(floor))
+    multi = {v for v in view.variables if grafana._variable(v).get("multi")}
+    return expand(interpolate(target["query"], variables, multi), from_ms, to_ms, interval), interval
+
+
+def elasticsearch_request(target: dict, variables: dict[str, list[str]], from_ms: int,
+                          to_ms: int) -> tuple[str, dict]:
+    """The Elasticsearch datasource's search for a target of terms buckets and one metric: (its
+    datasource's index pattern, the body). The time range and the Lucene query (a variable's values
+    as ("a" OR "b")) filter; the terms (size "0": 500) hold the metric per bucket."""
+    def fill(text: str, lucene: bool) -> str:
+        def one(m: re.Match) -> str:
+            values = variables.get(m.group(1) or m.group(2))
+            if values is None:
+                return m.group(0)
+            if lucene:
+                return "(" + " OR ".join(f'"{v}"' for v in values) + ")"
+            (value,) = values
+            return value
+        return re.sub(r"\$\{(\w+)\}|\$(\w+)", one, text)
+
+    (terms,) = target["bucketAggs"]
+    (metric,) = target["metrics"]
+    settings = terms["settings"]
+    size = int(settings["size"]) or 500
+    order = {"_key" if settings["orderBy"] == "_term" else settings["orderBy"]: settings["order"]}
+    body = {"size": 0, "query": {"bool": {"filter": [
+        {"range": {target["timeField"]: {"gte": from_ms, "lte": to_ms, "format": "epoch_millis"}}},
+        {"query_string": {"query": fill(target["query"], True), "analyze_wildcard": True}}]}},
+        "aggs": {terms["id"]: {"terms": {"field": fill(terms["field"], False),
+                                         "min_doc_count": int(settings["min_doc_count"]), "order": order,
+                                         "size": size},
+                               "aggs": {metric["id"]: {metric["type"]: {"field": metric["field"]}}}}}}
+    return _datasource(target["datasource"]["uid"])["jsonData"]["index"], body

@@ -69,12 +69,9 @@ def panel(view, title):
 
 
 def run_view_query(p, run_id: str, from_ms: int, to_ms: int, node: list[str] | None = None) -> tuple[str, int]:
-    target = grafana._target(RUN_VIEW, p)
     variables = {"run": [run_id], "agent": [AGENT], "role": ["producer", "merger", "viewer", "other"],
                  "node": node or ["merger-0", "producers-0", "producers-1", "viewer"]}
-    interval = gx.interval_ms(from_ms, to_ms, MAX_POINTS, 1000)  # the datasource's timeInterval: 1s
-    q = gx.interpolate(target["query"], variables, multi={"role", "node"})
-    return gx.expand(q, from_ms, to_ms, interval), interval
+    return gx.panel_query(RUN_VIEW, p, variables, from_ms, to_ms, MAX_POINTS)
 
 
 # -- generated files ----------------------------------------------------------------------------
@@ -208,14 +205,9 @@ def test_the_parameter_chart_buckets_the_runs_steady_rate_by_parameter(stack, lo
     Lucene query (multi-value variable as ("a" OR "b")), terms on the parameter, avg metric."""
     ids = [h["flowstat_run"]["run_id"] for _, h, _, _ in loaded.values()]
     target = grafana._target(AGGREGATE_VIEW, panel(AGGREGATE_VIEW, "Merged objects/s (steady) against the parameter"))
-    lucene = target["query"].replace("$runs", "(" + " OR ".join(f'"{i}"' for i in ids) + ")")
-    field = target["bucketAggs"][0]["field"].replace("$param", "producers")
-    body = {"size": 0, "query": {"bool": {"filter": [
-        {"range": {"started": {"gte": 0, "lte": 4102444800000, "format": "epoch_millis"}}},
-        {"query_string": {"query": lucene, "analyze_wildcard": True}}]}},
-        "aggs": {"2": {"terms": {"field": field, "min_doc_count": 1, "order": {"_key": "asc"}, "size": 500},
-                       "aggs": {"1": {"avg": {"field": target["metrics"][0]["field"]}}}}}}
-    r = requests.post(f"{stack['elasticsearch'].url}/flowstat-runs*/_search", json=body, timeout=30)
+    index, body = gx.elasticsearch_request(target, {"runs": ids, "param": ["producers"]}, 0, 4102444800000)
+    assert index == "flowstat-runs*"
+    r = requests.post(f"{stack['elasticsearch'].url}/{index}/_search", json=body, timeout=30)
     buckets = r.json()["aggregations"]["2"]["buckets"]
     docs = [json.loads((d / "run.json").read_text()) for d, _, _, _ in loaded.values()]
     by_producers = defaultdict(list)

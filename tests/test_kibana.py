@@ -4,9 +4,10 @@ Kibana cannot run here, so the file is checked two ways. Offline, as Kibana's im
 it: every line an object, every reference and panel resolving, every field a Lens column uses in
 its data view's index template with a type that aggregates as used, the Lens state shaped as 8.19
 stores it. Against the real Elasticsearch: each Lens visualization is turned into the aggregation
-Kibana would send (buckets nested in column order, the metric per bucket, counter rates,
-differences and formulas computed over the buckets as Lens does) and run over a real harness run
-replayed into the stack; its values must equal what the test computes from the run file itself.
+Kibana would send (tests/lens_es.py: buckets nested in column order, the metric per bucket,
+counter rates, differences and formulas computed over the buckets as Lens does) and run over a real
+harness run replayed into the stack; its values must equal what the test computes from the run file
+itself.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import sys
 import uuid
 from collections import defaultdict
 from datetime import datetime, timezone
-from functools import lru_cache
 
 import pytest
 import requests
@@ -28,8 +28,9 @@ import requests
 import fixture_runs
 from conftest import ROOT, topology_dict
 from flowstat.views import kibana
+from lens_es import (AUTO_INTERVAL_S, NDJSON, by_id, data_view_of, kql_terms, layers, objects, referenced, run_lens,
+                     shown)
 
-NDJSON = ROOT / "dashboards" / "kibana" / "flowstat.ndjson"
 TEMPLATES = ROOT / "index-templates" / "elasticsearch"
 VERSIONS = {"index-pattern": "8.0.0", "lens": "8.9.0", "dashboard": "10.2.0"}  # the kinds, in the file's order
 KEYS = {"type", "id", "attributes", "references", "coreMigrationVersion", "typeMigrationVersion"}
@@ -40,29 +41,6 @@ OPERATION_TYPES = {"date_histogram": {"date"}, "terms": {"keyword"} | NUMERIC, "
                    "min": NUMERIC, "sum": NUMERIC, "median": NUMERIC, "standard_deviation": NUMERIC,
                    "unique_count": {"keyword"} | NUMERIC, "last_value": {"keyword", "boolean", "date"} | NUMERIC}
 BUCKETED = {"date_histogram", "terms"}
-KQL_TERM = re.compile(r'^"?([\w.]+)"?\s*:\s*("[^"]*"|true|false|\*)$')
-
-
-@lru_cache(maxsize=1)
-def _lines() -> tuple[str, ...]:
-    return tuple(NDJSON.read_text().splitlines())
-
-
-def objects() -> list[dict]:
-    return [json.loads(line) for line in _lines()]
-
-
-def by_id(kind: str) -> dict[str, dict]:
-    return {o["id"]: o for o in objects() if o["type"] == kind}
-
-
-def layers(lens: dict) -> dict[str, dict]:
-    return lens["attributes"]["state"]["datasourceStates"]["formBased"]["layers"]
-
-
-def data_view_of(lens: dict, layer_id: str) -> dict:
-    (ref,) = [r for r in lens["references"] if r["name"] == f"indexpattern-datasource-layer-{layer_id}"]
-    return by_id("index-pattern")[ref["id"]]
 
 
 def template_fields(pattern: str) -> dict[str, str]:
@@ -77,22 +55,6 @@ def template_fields(pattern: str) -> dict[str, str]:
                 out.update(kibana.flatten(component["template"].get("mappings", {}).get("properties", {})))
             return out
     raise AssertionError(f"no index template for {pattern}")
-
-
-def kql_terms(query: str) -> list[tuple[str, str]]:
-    """The generated KQL: conditions "field : value" joined by "and"; anything else is refused."""
-    if not query:
-        return []
-    out = []
-    for part in query.split(" and "):
-        m = KQL_TERM.match(part.strip())
-        assert m, f"unexpected KQL {query!r}"
-        out.append((m.group(1), m.group(2)))
-    return out
-
-
-def referenced(columns: dict) -> set[str]:
-    return {r for c in columns.values() for r in c.get("references", [])}
 
 
 # -- offline: the file as Kibana's import reads it -----------------------------------------------------
@@ -245,11 +207,6 @@ def check_columns(lens_id: str, layer: dict) -> None:
             check_formula(cid, col, columns)
 
 
-def shown(layer: dict) -> set[str]:
-    """The metric columns a chart must draw: the ones no other column is made of."""
-    cols = layer["columns"]
-    return {c for c, col in cols.items() if not col["isBucketed"]} - referenced(cols)
-
 
 def check_visualization(lens: dict) -> None:
     attrs = lens["attributes"]
@@ -336,145 +293,8 @@ def test_a_panel_on_an_unknown_or_unaggregatable_field_is_refused_naming_it():
 
 # -- against the real Elasticsearch: the aggregations the Lens objects stand for -----------------------
 
-AUTO_INTERVAL_S = 2  # what the test asks for where Lens would choose the interval from the time range
 RUN_SECONDS = 9  # the online verdict (and the steady rate) needs 5 readings after 3 s of start-up
 
-
-def es_query(kql: str) -> list[dict]:
-    out = []
-    for f, value in kql_terms(kql):
-        if value == "*":
-            out.append({"exists": {"field": f}})
-        else:
-            out.append({"term": {f: json.loads(value)}})
-    return out
-
-
-def interval_s(col: dict) -> int:
-    interval = col["params"]["interval"]
-    return AUTO_INTERVAL_S if interval == "auto" else int(interval.rstrip("s"))
-
-
-def bucket_aggs(col: dict, time_range: tuple[int, int]) -> list[dict]:
-    """The aggregation a bucket column stands for. A split on several fields is Elasticsearch's
-    multi_terms (x-pack, in the distribution Kibana runs with); the Maven build the tests run has
-    no x-pack, so it is asked as nested terms, whose keys are joined as multi_terms joins them."""
-    if col["operationType"] == "date_histogram":
-        return [{"date_histogram": {"field": col["sourceField"], "fixed_interval": f"{interval_s(col)}s",
-                                    "min_doc_count": 0, "extended_bounds": {"min": time_range[0],
-                                                                            "max": time_range[1]}}}]
-    params = col["params"]
-    order = {"_key": "asc"} if params["orderBy"]["type"] == "alphabetical" else {"_count": "desc"}
-    return [{"terms": {"field": f, "size": params["size"], "order": order}}
-            for f in [col["sourceField"], *params.get("secondaryFields", [])]]
-
-
-def metric_agg(col: dict, time_field: str) -> dict | None:
-    """The leaf aggregation of a field metric (None: the bucket's doc_count, or computed afterwards)."""
-    op, f = col["operationType"], col.get("sourceField")
-    agg = {"average": {"avg": {"field": f}}, "max": {"max": {"field": f}},
-           "unique_count": {"cardinality": {"field": f}},
-           "standard_deviation": {"extended_stats": {"field": f}},
-           "last_value": {"top_hits": {"size": 1, "sort": [{time_field: "desc"}], "_source": [f]}}}.get(op)
-    filters = es_query(col.get("filter", {}).get("query", ""))
-    if op == "count":
-        return {"filter": {"bool": {"filter": filters}}} if filters else None
-    if agg and filters:
-        return {"filter": {"bool": {"filter": filters}}, "aggs": {"v": agg}}
-    return agg
-
-
-def metric_value(col: dict, agg: dict | None, bucket: dict):
-    if agg is None:
-        return bucket["doc_count"] if col["operationType"] == "count" else None
-    if "filter" in agg:
-        inner = agg.get("aggs", {}).get("v")
-        return bucket["doc_count"] if inner is None else metric_value(col, inner, bucket["v"])
-    if col["operationType"] == "standard_deviation":
-        return bucket["std_deviation"]
-    if col["operationType"] == "last_value":
-        hits = bucket["hits"]["hits"]
-        return source_value(hits[0]["_source"], col["sourceField"]) if hits else None
-    return bucket["value"]
-
-
-def source_value(doc: dict, path: str):
-    for key in path.split("."):
-        doc = doc.get(key) if isinstance(doc, dict) else None
-    return doc
-
-
-def run_lens(es_url: str, lens: dict, time_range: tuple[int, int], run_id: str) -> list[dict]:
-    """Rows of {column id: value}, one per innermost bucket, as Lens's table of the layer."""
-    (lid, layer), = layers(lens).items()
-    view = data_view_of(lens, lid)["attributes"]
-    cols, order = layer["columns"], layer["columnOrder"]
-    buckets = [c for c in order if cols[c]["isBucketed"]]
-    levels = [(c, i, agg) for c in buckets for i, agg in enumerate(bucket_aggs(cols[c], time_range))]
-    leaf = {c: metric_agg(cols[c], view["timeFieldName"]) for c in order if not cols[c]["isBucketed"]}
-    aggs = {c: a for c, a in leaf.items() if a is not None}
-    for c, i, agg in reversed(levels):
-        aggs = {f"{c}#{i}": {**agg, **({"aggs": aggs} if aggs else {})}}
-    body = {"size": 0, "aggs": aggs, "query": {"bool": {"filter": [
-        {"range": {view["timeFieldName"]: {"gte": time_range[0], "lte": time_range[1], "format": "epoch_millis"}}},
-        {"term": {"run_id": run_id}}, *es_query(lens["attributes"]["state"]["query"]["query"])]}}}
-    resp = requests.post(f"{es_url}/{view['title']}/_search", json=body, timeout=30)
-    assert resp.status_code == 200, resp.text[:500]
-    rows: list[dict] = []
-
-    def walk(node: dict, depth: int, row: dict) -> None:
-        if depth == len(levels):
-            rows.append({**row, **{c: metric_value(cols[c], a, node.get(c, node)) for c, a in leaf.items()}})
-            return
-        c, i, _ = levels[depth]
-        for b in node[f"{c}#{i}"]["buckets"]:
-            walk(b, depth + 1, {**row, c: f"{row[c]}|{b['key']}" if i else b["key"]})
-    walk(resp.json()["aggregations"], 0, {})
-    return computed(cols, buckets, rows)
-
-
-def computed(cols: dict, buckets: list[str], rows: list[dict]) -> list[dict]:
-    """Lens's client-side columns: counter rate and differences along each series (the rows that
-    differ only in their date), then math and formulas row by row."""
-    dates = [c for c in buckets if cols[c]["operationType"] == "date_histogram"]
-    for cid, col in cols.items():
-        op = col["operationType"]
-        if op not in ("counter_rate", "differences"):
-            continue
-        (ref,) = col["references"]
-        series: dict[tuple, list[dict]] = {}
-        for r in rows:
-            series.setdefault(tuple(r[b] for b in buckets if b not in dates), []).append(r)
-        for members in series.values():
-            members.sort(key=lambda r: r[dates[0]])
-            previous = None
-            for r in members:
-                now = r[ref]
-                if previous is None or now is None:
-                    r[cid] = None
-                else:
-                    change = now - previous if now >= previous or op == "differences" else now  # a reset
-                    r[cid] = change / interval_s(cols[dates[0]]) if op == "counter_rate" else change
-                previous = now
-    for r in rows:
-        for cid, col in cols.items():
-            if col["operationType"] == "math":
-                r[cid] = evaluate(col["params"]["tinymathAst"], r)
-        for cid, col in cols.items():
-            if col["operationType"] == "formula":
-                r[cid] = r[col["references"][0]]
-    return rows
-
-
-def evaluate(node, row: dict):
-    if isinstance(node, (int, float)):
-        return node
-    if isinstance(node, str):
-        return row[node]
-    a, b = (evaluate(x, row) for x in node["args"])
-    if a is None or b is None:
-        return None
-    return {"add": a + b, "subtract": a - b, "multiply": a * b, "divide": a / b if b else None}[node["name"]]
 
 
 @pytest.fixture(scope="module")
