@@ -37,6 +37,9 @@ class TopologyError(ValueError):
     """A topology that cannot run; the message names the file and the field."""
 
 
+IN_CODE = "<dict>"  # the source of a topology built in code (from_dict), not read from a file
+
+
 @dataclass(frozen=True)
 class ObjectSpec:
     kind: Kind
@@ -71,7 +74,7 @@ class Topology:
     merger_send_buffer: int
     viewer_write_interval: float
     host: str
-    source: str = "<dict>"
+    source: str = IN_CODE
     description: str = ""
     raw: dict = field(default_factory=dict, compare=False, repr=False)
     # cpus: as given, by role or node name: the CPUs to pin to. Empty: nothing is pinned.
@@ -278,7 +281,7 @@ def _cpu_pins(source: str, data: Any, nodes: dict[str, str]) -> dict[str, frozen
     return pins
 
 
-def from_dict(data: Any, source: str = "<dict>") -> Topology:
+def from_dict(data: Any, source: str = IN_CODE) -> Topology:
     top = _Fields(source, "", data, {"run_id", "description", "duration", "buffer_size", "object",
                                      "producers", "mergers", "viewer", "merger_send_buffer", "host",
                                      "cpus"})

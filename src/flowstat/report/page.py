@@ -14,6 +14,7 @@ from bokeh.model import Model
 from bokeh.resources import INLINE
 
 from flowstat import __version__, schema
+from flowstat.harness.topology import IN_CODE
 from flowstat.timeutil import iso_utc_ms
 from flowstat.units import format_size
 
@@ -157,7 +158,7 @@ def _facts(run: Run, window: Window) -> list[list[Any]]:
     producers = (f"{p['producers']} x {rate:g} objects/s" + (" (as fast as they can)" if rate == 0 else "")
                  if "producers" in p and rate is not None else None)
     topology = doc.get("topology")
-    if topology == "<dict>":  # flowstat.harness.topology.from_dict: a topology made in code
+    if topology == IN_CODE:
         topology = "built in code (no file)"
     return [["run directory", str(run.path)], ["topology", topology],
             ["started - finished", f"{doc.get('started')} - {doc.get('finished')}"],

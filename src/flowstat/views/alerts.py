@@ -163,7 +163,9 @@ def columns(samples: Sequence[dict], source: str) -> list[Columns]:
     wanted = needed_fields(source)
     out = []
     for key, docs in rows.items():
-        docs.sort(key=lambda d: schema.time_ns(d["time"]))
+        ns = [schema.time_ns(d["time"]) for d in docs]
+        order = sorted(range(len(docs)), key=ns.__getitem__)
+        docs, ns = [docs[i] for i in order], [ns[i] for i in order]
         fields = {}
         for f in wanted:
             got = [d.get(f) for d in docs]
@@ -172,7 +174,7 @@ def columns(samples: Sequence[dict], source: str) -> list[Columns]:
             else:
                 fields[f] = np.array([np.nan if x is None else float(x) for x in got], dtype=float)
         out.append(Columns({k: str(v) for k, v in zip(LABELS, key) if v is not None},
-                           np.array([schema.time_ns(d["time"]) / 1e9 for d in docs], dtype=float), fields))
+                           np.array([n / 1e9 for n in ns], dtype=float), fields))
     return out
 
 
