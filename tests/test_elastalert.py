@@ -144,12 +144,14 @@ def test_cli_alerts_prints_a_run_s_alerts_and_says_when_there_is_none(stack, ale
 def test_a_bad_line_in_the_alert_log_is_named_and_the_others_kept(tmp_path):
     log = tmp_path / "alerts.log"
     good = {"time": "2026-11-23T01:29:16.548Z", "rule": "r", "match": {"run_id": "a", "node_id": "n"}}
-    log.write_bytes(json.dumps(good).encode() + b"\n\x00garbage\n" + json.dumps({**good, "match": {"run_id": "b"}}).encode()
+    log.write_bytes(json.dumps(good).encode() + b"\n\x00garbage\n"
+                    + json.dumps({**good, "rule": "s", "match": {"run_id": "b"}}).encode()
                     + b"\n" + b'{"time": "2026-11-23T01:2')  # the last line: still being written
     found = ea.read_alerts(log)
     assert [a["match"]["run_id"] for a in found.alerts] == ["a", "b"]
     assert found.bad == [f"{log}:2: not an alert (a JSON object with time, rule and match)"]
     assert ea.read_alerts(log, "b").alerts == [found.alerts[1]]
+    assert ea.read_alerts(log, rule="r").alerts == [found.alerts[0]] and not ea.read_alerts(log, "a", "other").alerts
     assert ea.read_alerts(tmp_path / "none.log") == ea.Alerts([], [])
 
 def test_samples_without_it_raise_no_alert(alerting, stack, written):

@@ -38,6 +38,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--only", metavar="LIST", help=f"comma-separated servers (default: all: {', '.join(SERVICES)})")
     p.add_argument("--json", action="store_true", help="status or alerts as JSON")
     p.add_argument("--run", metavar="RUN_ID", help="alerts: only those of this run")
+    p.add_argument("--rule", metavar="NAME", help="alerts: only those of the rule named NAME (e.g. 'Buffer overloaded')")
     p.add_argument("--wait", metavar="S", type=float, default=0.0,
                    help="alerts: wait up to S seconds for a first one (exit 1 if none came; default 0)")
 
@@ -85,7 +86,7 @@ def _alerts(log: Path, args: argparse.Namespace) -> int:
 
     deadline = time.monotonic() + args.wait
     while True:
-        found = read_alerts(log, args.run)
+        found = read_alerts(log, args.run, args.rule)
         if found.alerts or time.monotonic() >= deadline:
             break
         time.sleep(0.5)  # ElastAlert appends to the log as it alerts: polled until the deadline
@@ -97,7 +98,7 @@ def _alerts(log: Path, args: argparse.Namespace) -> int:
         for alert in found.alerts:
             print(describe_alert(alert))
     if not found.alerts:
-        of = f" of run {args.run}" if args.run else ""
+        of = (f" of rule {args.rule!r}" if args.rule else "") + (f" of run {args.run}" if args.run else "")
         waited = f" within {args.wait:g} s" if args.wait else ""
         print(f"flowstat stack alerts: no alert{of}{waited} in {log}", file=sys.stderr)
     return 0 if found.alerts else 1

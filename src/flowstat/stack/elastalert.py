@@ -413,8 +413,9 @@ class Alerts:
     bad: list[str]
 
 
-def read_alerts(log: Path, run_id: str | None = None) -> Alerts:
-    """The alerts in LOG (of the run RUN_ID only, if given). No log yet: no alert."""
+def read_alerts(log: Path, run_id: str | None = None, rule: str | None = None) -> Alerts:
+    """The alerts in LOG (of the run RUN_ID only, of the rule named RULE only, if given). No log
+    yet: no alert."""
     try:
         text = log.read_bytes()
     except FileNotFoundError:
@@ -431,7 +432,7 @@ def read_alerts(log: Path, run_id: str | None = None) -> Alerts:
             ok = False
         if not ok:
             bad.append(f"{log}:{n}: not an alert (a JSON object with time, rule and match)")
-        elif run_id is None or doc["match"].get("run_id") == run_id:
+        elif (run_id is None or doc["match"].get("run_id") == run_id) and (rule is None or doc["rule"] == rule):
             alerts.append(doc)
     return Alerts(alerts, bad)
 
