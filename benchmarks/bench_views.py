@@ -2,7 +2,7 @@
 """Dashboard query speed (issue 10): the views' queries timed on real InfluxDB and Elasticsearch.
 
 The data. A short real harness run (the demo topology, 10 s, or --source) is replicated by
-bench_report.synthesize into a run of NODES nodes x SECONDS samples (1 sample/s per node; default
+tests/fixture_runs.synthesize into a run of NODES nodes x SECONDS samples (1 sample/s per node; default
 500 x 300 = 150,000 samples, node copies named NODE~K), placed two hours before now, and RUNS
 smaller runs (default 50 of 20 nodes x 60 s) placed one after another before it, whose run
 documents say producers = 1, 2, ... RUNS: the parameter they differ in. Their samples are copies of
@@ -148,7 +148,7 @@ def p95(sorted_ms: list[float]) -> float:
 
 def make_runs(source: Path, tmp: Path, args, stamp: str) -> dict:
     """The big run and the cross-run runs, synthesised from the real run in ``source``."""
-    from bench_report import synthesize
+    from fixture_runs import synthesize
     from flowstat.schema import time_ns
 
     started = time_ns(json.loads((source / "run.json").read_text())["started"]) / 1e9

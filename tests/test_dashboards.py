@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from datetime import datetime, timezone
 from collections import defaultdict
 from pathlib import Path
@@ -17,8 +18,9 @@ import yaml
 
 import fixture_runs as fx
 import grafana_expand as gx
+import lens_es
 from flowstat import replay, schema
-from flowstat.views import ALERTS, VIEWS, alerts, grafana, influxql, panels
+from flowstat.views import ALERTS, VIEWS, alerts, grafana, influxql, kibana, panels
 from flowstat.views.panels import AGGREGATE_VIEW, RUN_VIEW
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -127,6 +129,48 @@ def test_every_run_view_panel_returns_data_for_the_run(stack, loaded):
         if not influx(stack, query):
             empty.append((p.title, query))
     assert not empty, empty
+
+
+@pytest.fixture(scope="module")
+def many_nodes(stack, fixture_runs, loaded):
+    """The healthy run copied to NODES_PER_PANEL + 25 nodes (NODE~0 ... NODE~11: "~10" sorts before
+    "~2"), 6 samples each, replayed into both stores."""
+    healthy = fixture_runs["healthy"]
+    run_id = healthy.name.replace("fx-healthy-", "fx-many-")
+    run_dir = healthy.parents[1] / "many" / run_id
+    if not (run_dir / "run.json").exists():  # made once per fixture set; replaying it again changes nothing
+        shutil.rmtree(run_dir, ignore_errors=True)
+        fx.synthesize(healthy, run_dir, panels.NODES_PER_PANEL + 25, 6, run_id=run_id)
+    replay.replay([run_dir / "samples.ndjson"], {"influxdb": (stack["influxdb"].url, "flowstat"),
+                                                "elasticsearch": (stack["elasticsearch"].url, "flowstat-samples")})
+    requests.post(f"{stack['elasticsearch'].url}/flowstat-*/_refresh", timeout=30)
+    return (run_dir, *fx.samples(run_dir))
+
+
+def test_a_per_node_panel_draws_the_first_selected_nodes_by_name_the_same_in_grafana_and_kibana(stack, many_nodes):
+    _, head, samples, _ = many_nodes
+    run_id = head["flowstat_run"]["run_id"]
+    names = sorted({s["node_id"] for s in samples})
+    first = names[:panels.NODES_PER_PANEL]
+    assert len(names) > len(first) and "merger-0~10" in first and "merger-0~2" in first
+    from_ms, to_ms = span_ms(samples)
+    for p in [p for p in RUN_VIEW.panels() if panels.per_node(p)]:
+        query, _ = run_view_query(p, run_id, from_ms, to_ms, node=names)
+        series = influx(stack, query)
+        assert series, (p.title, query)
+        drawn = {s["tags"]["node_id"] for s in series}
+        have = {s["node_id"] for s in samples if any(s.get(m.field) is not None for m in p.metrics)
+                and all(s.get(k) == v for k, v in p.where)}
+        # The first nodes by name take the places, a node without the metric too (it draws nothing)
+        assert drawn == have & set(first), p.title
+        lens = lens_es.by_id("lens")[kibana.lens_id(RUN_VIEW, p)]
+        (layer,) = lens_es.layers(lens).values()
+        (split,) = [c for c, col in layer["columns"].items() if col.get("sourceField") == "node_id"]  # (node_state: a second)
+        drawn_by_lens = {r[split].split("|")[0] for r in lens_es.run_lens(stack["elasticsearch"].url, lens, (from_ms, to_ms), run_id)
+                         if any(r[c] is not None for c in lens_es.shown(layer))}
+        assert drawn_by_lens == drawn, p.title
+    vmrss = influx(stack, run_view_query(panel(RUN_VIEW, "VmRSS"), run_id, from_ms, to_ms, node=names)[0])
+    assert [s["tags"]["node_id"] for s in vmrss] == first  # every node has a VmRSS: all of the first
 
 
 def test_the_merged_rate_panel_equals_the_run_files_mean_per_bucket(stack, loaded):

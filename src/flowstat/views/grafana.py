@@ -14,7 +14,7 @@ from flowstat.stores import influxdb
 
 from . import influxql
 from .alerts import ALERTS, Alert
-from .panels import PARAMETERS, RUN, VIEWS, Panel, View, grafana_unit, schema_type
+from .panels import PARAMETERS, RUN, VIEWS, Panel, View, description, grafana_unit, schema_type
 
 INFLUX = {"type": "influxdb", "uid": "flowstat-influxdb"}
 ES_RUNS = {"type": "elasticsearch", "uid": "flowstat-es-runs"}
@@ -127,7 +127,7 @@ def _options(panel: Panel) -> dict:
 
 
 def _panel(view: View, panel: Panel, pid: int, x: int, y: int) -> dict:
-    out = {"id": pid, "type": panel.kind, "title": panel.title, "description": panel.description,
+    out = {"id": pid, "type": panel.kind, "title": panel.title, "description": description(panel),
            "gridPos": {"h": 4 if panel.kind == "stat" else 8, "w": panel.width, "x": x, "y": y},
            "datasource": ES_RUNS if panel.kind == "bargauge" and panel.source == RUN else INFLUX,
            "targets": [_target(view, panel)], "fieldConfig": _field_config(panel), "options": _options(panel)}

@@ -8,7 +8,7 @@ from flowstat.schema import run as run_schema
 from flowstat.stores import influxdb
 
 from .alerts import SLOPE_BUCKET_S, Alert, Quantity
-from .panels import AGENT, NODE, RUN, Metric, Panel, View
+from .panels import AGENT, NODE, NODES_PER_PANEL, RUN, Metric, Panel, View, per_node
 
 NODE_MEASUREMENT = "flowstat_node"
 AGENT_MEASUREMENT = "flowstat_agent"
@@ -79,6 +79,8 @@ def panel_query(view: View, panel: Panel) -> str:
         q += " GROUP BY " + ", ".join(["time($__interval)", *groups]) + " fill(none)"
     elif groups:
         q += " GROUP BY " + ", ".join(groups)
+    if per_node(panel):
+        q += f" SLIMIT {NODES_PER_PANEL}"  # series come in tag order: the first nodes by name
     return q
 
 

@@ -18,7 +18,8 @@ from typing import Any
 from flowstat.schema import run as run_schema
 from flowstat.stores import elasticsearch as es_store
 
-from .panels import AGENT, NODE, PARAMETERS, RUN, VIEWS, Metric, Panel, View, schema_unit
+from .panels import (AGENT, NODE, NODES_PER_PANEL, PARAMETERS, RUN, VIEWS, Metric, Panel, View, description,
+                     schema_unit)
 
 # -- migration versions ---------------------------------------------------------------------------
 # Kibana migrates an imported object from the versions it says it is at; a version newer than the
@@ -40,7 +41,7 @@ TYPE_MIGRATION_VERSIONS = {"index-pattern": "8.0.0", "lens": "8.9.0", "dashboard
 GRID_COLUMNS = 48  # Kibana's dashboard grid; the views' widths are on Grafana's 24
 LAYER_REFERENCE = "indexpattern-datasource-layer-"  # + the layer id: the data view a Lens layer reads
 COUNT_FIELD = "___records___"  # Lens's "count of records" pseudo-field
-TERMS_SIZE = {"node_id": 50, "run_id": 100}  # how many values a split shows (default 20)
+TERMS_SIZE = {"node_id": NODES_PER_PANEL, "run_id": 100}  # how many values a split shows (default 20)
 
 
 @dataclass(frozen=True)
@@ -407,7 +408,7 @@ def lens(view: View, panel: Panel) -> dict:
     state = {"visualization": vis, "query": {"query": _kql(panel), "language": "kuery"}, "filters": [],
              "datasourceStates": {"formBased": {"layers": {layer.id: layer.state()}}},
              "internalReferences": [], "adHocDataViews": {}}
-    return _saved_object("lens", oid, {"title": panel.title, "description": panel.description,
+    return _saved_object("lens", oid, {"title": panel.title, "description": description(panel),
                                         "visualizationType": vis_type, "state": state},
                          [{"type": "index-pattern", "id": DATA_VIEWS[panel.source].id,
                            "name": LAYER_REFERENCE + layer.id}])

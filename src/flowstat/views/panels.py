@@ -68,6 +68,26 @@ class Panel:
         _one_of(self.kind, KINDS, f"panel {self.title!r}: kind")
 
 
+NODES_PER_PANEL = 20
+"""A per-node panel draws the first NODES_PER_PANEL of the selected nodes, by name (InfluxQL's
+SLIMIT; Lens's top values, alphabetical): the same nodes in Grafana and Kibana. 500 nodes at a
+sample a second are 150,000 points a panel for a 300 s run, which InfluxDB takes 1-3 s to send
+(docs/benchmarks.md) and nobody reads as 500 lines; the aggregate view sums over every node."""
+
+
+def per_node(panel: Panel) -> bool:
+    """Whether the panel draws a series per node over time (and so at most NODES_PER_PANEL)."""
+    return panel.group == ("node_id",) and panel.kind in ("timeseries", "state-timeline")
+
+
+def description(panel: Panel) -> str:
+    """The panel's description as the dashboards show it."""
+    if not per_node(panel):
+        return panel.description
+    limit = f"At most {NODES_PER_PANEL} nodes: the first selected, by name (pick nodes to see others)."
+    return f"{panel.description} {limit}".lstrip()
+
+
 @dataclass(frozen=True)
 class Row:
     title: str
