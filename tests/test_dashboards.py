@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from datetime import datetime, timezone
 from collections import defaultdict
 from pathlib import Path
@@ -132,15 +131,14 @@ def test_every_run_view_panel_returns_data_for_the_run(stack, loaded):
 
 
 @pytest.fixture(scope="module")
-def many_nodes(stack, fixture_runs, loaded):
-    """The healthy run copied to NODES_PER_PANEL + 25 nodes (NODE~0 ... NODE~11: "~10" sorts before
-    "~2"), 6 samples each, replayed into both stores."""
+def many_nodes(stack, fixture_runs, loaded, tmp_path_factory):
+    """The healthy run copied to NODES_PER_PANEL + 40 nodes (NODE~0 ... NODE~12 or more: "~10" sorts before
+    "~2"), 6 samples each, replayed into both stores (again by another worker: the same points)."""
     healthy = fixture_runs["healthy"]
-    run_id = healthy.name.replace("fx-healthy-", "fx-many-")
-    run_dir = healthy.parents[1] / "many" / run_id
-    if not (run_dir / "run.json").exists():  # made once per fixture set; replaying it again changes nothing
-        shutil.rmtree(run_dir, ignore_errors=True)
-        fx.synthesize(healthy, run_dir, panels.NODES_PER_PANEL + 25, 6, run_id=run_id)
+    nodes = panels.NODES_PER_PANEL + 40
+    run_id = healthy.name.replace("fx-healthy-", f"fx-{nodes}-nodes-")
+    run_dir = tmp_path_factory.mktemp("many") / run_id
+    fx.synthesize(healthy, run_dir, nodes, 6, run_id=run_id)
     replay.replay([run_dir / "samples.ndjson"], {"influxdb": (stack["influxdb"].url, "flowstat"),
                                                 "elasticsearch": (stack["elasticsearch"].url, "flowstat-samples")})
     requests.post(f"{stack['elasticsearch'].url}/flowstat-*/_refresh", timeout=30)

@@ -68,7 +68,7 @@ class Panel:
         _one_of(self.kind, KINDS, f"panel {self.title!r}: kind")
 
 
-NODES_PER_PANEL = 20
+NODES_PER_PANEL = 10
 """A per-node panel draws the first NODES_PER_PANEL of the selected nodes, by name (InfluxQL's
 SLIMIT; Lens's top values, alphabetical): the same nodes in Grafana and Kibana. 500 nodes at a
 sample a second are 150,000 points a panel for a 300 s run, which InfluxDB takes 1-3 s to send
