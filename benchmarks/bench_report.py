@@ -7,7 +7,8 @@ after one another, times and seq moved on), to NODES x SAMPLES samples. Its run.
 longer run's duration, so the steady window scales with it. Measured: the wall time of
 `flowstat report RUN_DIR -o FILE` in a process of its own (start-up, reading, reducing, drawing,
 writing the HTML), the CPU time it and its workers took, the machine's load average beside it (other
-work on the 2 cores slows it down), and the HTML's size; targets <= 10 s and <= 10 MB.
+work on the 2 cores slows it down), and the HTML's size; targets <= 10 s and <= 10 MB. The run
+file holds the agent's self-sample lines between the ticks, as a real one does.
 
 Usage: benchmarks/bench_report.py [--quick] [--nodes N] [--samples S] [--out FILE]
 Prints the figures and writes JSON (default benchmarks/results/report-<UTC>.json).
@@ -32,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the run copier, shared with the tests
 
 from fixture_runs import synthesize  # noqa: E402
+
 TARGET_S, TARGET_BYTES = 10.0, 10 * 10**6
 
 

@@ -135,10 +135,14 @@ def memory_growth(healthy: Path, folder: Path) -> Path:
     return out.parent
 
 
+SELF_SAMPLE_TICKS = 5  # synthesize: a self-sample line every 5 ticks (the agents' default, at 1 sample/s)
+
+
 def synthesize(source: Path, out: Path, nodes: int, samples: int, *, run_id: str | None = None,
                parameters: dict | None = None, shift_s: float = 0.0) -> int:
     """A run directory ``out`` with ``nodes`` x ``samples`` samples replicated from the run in
-    ``source`` (written tick by tick, as an agent writes them); returns how many samples it holds.
+    ``source`` (written tick by tick, as an agent writes them, with its self-sample lines between
+    them); returns how many samples it holds.
     ``run_id`` and ``parameters`` (merged into the source's) relabel the copy, ``shift_s`` moves its
     times (several runs made from one)."""
     report = runfile.FileReport(str(source / "samples.ndjson"))
@@ -167,6 +171,10 @@ def synthesize(source: Path, out: Path, nodes: int, samples: int, *, run_id: str
                 ns += i // len(series) * period_ns + shift_ns
                 stamp = stamps.get(ns) or stamps.setdefault(ns, iso_utc_ms(ns / 1e9))
                 f.write(orjson.dumps({**doc, **relabel, "time": stamp, "node_id": name, "seq": i}) + b"\n")
+            if report.agent_samples and i % SELF_SAMPLE_TICKS == SELF_SAMPLE_TICKS - 1:  # as the agent's own
+                k = i // SELF_SAMPLE_TICKS
+                own = report.agent_samples[k % len(report.agent_samples)]
+                f.write(orjson.dumps({"flowstat_agent": {**own, **relabel, "time": stamp, "seq": k}}) + b"\n")
     last = max(series[(samples - 1) % len(series)][0] + (samples - 1) // len(series) * period_ns
                for _, series in copies)
     doc = json.loads((source / "run.json").read_text())

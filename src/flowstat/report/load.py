@@ -109,7 +109,7 @@ class _Part:
     series: list[tuple[str, str, str, str]]  # (node_id, role, agent, node_state) by the part's series number
     sid: np.ndarray
     ns: np.ndarray
-    matrix: np.ndarray  # samples x metrics()
+    columns: list[np.ndarray]  # by metrics(): the values per sample (NaN where absent)
 
 
 class _Plan:
@@ -164,8 +164,9 @@ def _read_part(path: Path, span: tuple[int, int] | None) -> _Part:
             flush(row)
             row = 0
     flush(row)
+    matrix = np.concatenate(blocks)
     return _Part(report, list(series), np.array(sids, dtype=np.int32), np.array(stamps, dtype=np.int64),
-                 np.concatenate(blocks))
+                 [matrix[:, j] for j in range(len(names))])
 
 
 def _merged(parts: list[_Part]) -> runfile.FileReport:
@@ -253,14 +254,15 @@ def load_run(path: Path, meanwhile: Callable[[], None] = lambda: None) -> Run:
     agent = _recording_agent(report.header, by_agent)
     order = _by_series_then_time(sid, ns, np.array([who[2] == agent for who in every]))
     sid, ns, state = sid[order], ns[order], state[order]
-    matrix = np.concatenate([p.matrix for p in parts])[order]  # rows: samples; a metric is a (strided) column
+    values = {m.name: (parts[0].columns[j] if len(parts) == 1 else np.concatenate([p.columns[j] for p in parts]))[order]
+              for j, m in enumerate(metrics())}  # each metric taken in the series' order: contiguous, one copy
     bounds = np.searchsorted(sid, np.arange(len(every) + 1))
     series = [Series(node, role, int(bounds[i]), int(bounds[i + 1])) for i, (node, role, a) in enumerate(every)
               if a == agent]
     start_ns = schema.time_ns(doc["started"])
     left_out = report.good - len(order)
     run = Run(path, doc, report, start_ns, (ns - start_ns) / 1e9, ns, state,
-              {m.name: matrix[:, j] for j, m in enumerate(metrics())}, series, agent, left_out)
+              values, series, agent, left_out)
     if left_out:
         run.notes.append(f"{left_out:,} samples of other agents than {agent} left out (one series per node)")
     return run
