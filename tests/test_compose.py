@@ -1,118 +1,299 @@
-"""docker-compose.yml, checked without a Docker engine: validated by Debian's docker-compose,
-checked structurally, and its init steps run against the real local servers."""
+"""docker-compose.yml, checked without a Docker engine: validated by Debian's docker-compose with
+.env.example as .env, then checked for what the validator does not check (healthchecks, mounts,
+secrets, ports, pins, credentials), and against the files and code it must agree with.
+
+What the setup service does is run against the real local servers in test_provision.py."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
-import uuid
+from pathlib import Path
 
 import pytest
-import requests
 import yaml
 
 from conftest import ROOT
 
-
 COMPOSE = ROOT / "docker-compose.yml"
+ENV_EXAMPLE = ROOT / ".env.example"
+VARIABLE = re.compile(r"\$\{(\w+)(:?[?-])?([^}]*)\}")
+# Not secrets, with a default where .env does not say: where the ports are published.
+OPTIONAL = {"BIND_ADDRESS"}
+STORES = {"elasticsearch:9200": "Elasticsearch", "influxdb:8086": "InfluxDB"}
+
+needs_compose = pytest.mark.skipif(not shutil.which("docker-compose") and not os.environ.get("CI"),
+                                   reason="make test installs docker-compose (Debian's)")
 
 
 def compose() -> dict:
     return yaml.safe_load(COMPOSE.read_text())
 
 
-@pytest.mark.skipif(not shutil.which("docker-compose"), reason="make test installs docker-compose")
-def test_compose_file_is_valid():
-    out = subprocess.run(["docker-compose", "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True,
-                         cwd=ROOT)
+def services() -> dict[str, dict]:
+    return compose()["services"]
+
+
+def env_example() -> dict[str, str]:
+    return dict(line.split("=", 1) for line in ENV_EXAMPLE.read_text().splitlines()
+                if line.strip() and not line.startswith("#"))
+
+
+def secrets() -> set[str]:
+    return {name for name in env_example() if name.endswith(("_PASSWORD", "_KEY"))}
+
+
+def environment(svc: dict) -> dict[str, str]:
+    env = svc.get("environment") or {}
+    return dict(x.split("=", 1) for x in env) if isinstance(env, list) else {k: str(v) for k, v in env.items()}
+
+
+def stores_reached(svc: dict) -> list[str]:
+    """The stores a service talks to, by their addresses in its environment and command."""
+    env = environment(svc)
+    talks = " ".join([*env.values(), *map(str, svc.get("command") or [])])
+    return [store for address, store in STORES.items()
+            if address in talks or env.get("ES_HOST") == address.split(":")[0]]
+
+
+def long_running(svc: dict) -> bool:
+    return svc.get("restart") == "unless-stopped"
+
+
+def run_compose(*args: str, env_file: Path, files=(COMPOSE,)) -> subprocess.CompletedProcess:
+    # --env-file instead of .env: the project directory (and so every relative mount) stays ROOT.
+    cmd = ["docker-compose", "--env-file", str(env_file)]
+    for f in files:
+        cmd += ["-f", str(f)]
+    return subprocess.run([*cmd, *args], capture_output=True, text=True, cwd=ROOT,
+                          env={"PATH": os.environ["PATH"]})  # nothing of this shell's environment leaks in
+
+
+# -- the validator ------------------------------------------------------------------------------
+@needs_compose
+def test_the_compose_file_is_valid_with_env_example_as_env():
+    out = run_compose("config", "-q", env_file=ENV_EXAMPLE)
     assert out.returncode == 0, out.stderr
 
 
+@needs_compose
+@pytest.mark.parametrize("secret", sorted(secrets()))
+def test_a_missing_secret_stops_compose_and_is_named(secret, tmp_path):
+    for value in ("", None):  # empty, then absent
+        lines = [line for line in ENV_EXAMPLE.read_text().splitlines() if not line.startswith(f"{secret}=")]
+        if value is not None:
+            lines.append(f"{secret}=")
+        (tmp_path / ".env").write_text("\n".join(lines) + "\n")
+        out = run_compose("config", "-q", env_file=tmp_path / ".env")
+        assert out.returncode != 0
+        assert f"set {secret} in .env (see .env.example)" in out.stderr, out.stderr
+
+
+# -- structure ----------------------------------------------------------------------------------
+def test_every_variable_is_required_and_named_in_env_example():
+    text = COMPOSE.read_text()
+    example = env_example()
+    found = VARIABLE.findall(text)
+    assert found
+    for name, op, message in found:
+        assert name in example, f"${{{name}}} is used by docker-compose.yml but .env.example does not set it"
+        if name in OPTIONAL:
+            continue
+        assert op == ":?" and message == f"set {name} in .env (see .env.example)", \
+            f"${{{name}{op}{message}}}: every variable is required, with the message naming it"
+    # and nothing of .env.example is left unused
+    assert set(example) <= {name for name, _, _ in found}, set(example) - {name for name, _, _ in found}
+
+
+def test_no_secret_ships_with_a_value():
+    example = env_example()
+    for name in secrets():
+        assert example[name].startswith("change-me"), f".env.example gives {name} a value"
+    for path in [COMPOSE, *ROOT.glob("pipelines/**/*.conf"), *ROOT.glob("pipelines/**/*.yml"),
+                 *ROOT.glob("dashboards/**/*.yaml")]:
+        for line in path.read_text().splitlines():
+            m = re.search(r"(password|passwd|secret|encryptionkey)\w*\s*[:=]>?\s*(.+)", line, re.I)
+            if m and not line.lstrip().startswith("#"):
+                assert "${" in m.group(2) or "$$" in m.group(2), f"{path.relative_to(ROOT)}: {line.strip()}"
+
+
+def test_every_secret_the_setup_checks_is_in_env_example_and_checked_first():
+    from flowstat.stack import provision
+
+    assert {s.env for s in provision.SECRETS} == secrets()
+    check = services()["secrets"]
+    assert check["command"] == ["provision", "--check"]
+    assert secrets() <= set(environment(check))
+    for name in ("elasticsearch", "influxdb"):  # both keep the admin password of their first start
+        assert services()[name]["depends_on"]["secrets"] == {"condition": "service_completed_successfully"}
+
+
+def test_healthy_dependencies_have_healthchecks_and_long_running_services_have_one():
+    svcs = services()
+    for name, svc in svcs.items():
+        if long_running(svc):
+            assert "healthcheck" in svc, f"{name} runs for long and has no healthcheck"
+            assert svc.get("mem_limit"), f"{name} has no memory limit"
+        else:
+            assert svc.get("restart") == "no", f"{name}: a one-shot service says restart: \"no\""
+        for dep, cond in (svc.get("depends_on") or {}).items():
+            assert dep in svcs, f"{name} depends on {dep}, which is not a service"
+            if cond["condition"] == "service_healthy":
+                assert "healthcheck" in svcs[dep], f"{name} waits for {dep} to be healthy; it has no healthcheck"
+            if cond["condition"] == "service_completed_successfully":
+                assert svcs[dep].get("restart") == "no", f"{name} waits for {dep} to complete; it is not one-shot"
+
+
+def test_clients_of_the_stores_wait_for_the_setup():
+    """Users, the database and the templates exist before anyone writes or reads."""
+    waiting = 0
+    for name, svc in services().items():
+        if long_running(svc) and stores_reached(svc) and name != "kibana":  # Kibana retries until its user is set
+            waiting += 1
+            assert svc["depends_on"].get("setup") == {"condition": "service_completed_successfully"}, name
+    assert waiting == 4  # telegraf, logstash, grafana, elastalert
+
+
 def test_every_mounted_file_exists_and_is_read_only():
-    for name, svc in compose()["services"].items():
+    mounts = 0
+    for name, svc in services().items():
         for volume in svc.get("volumes", []):
             source, target, *mode = volume.split(":")
             if source.startswith("./"):
+                mounts += 1
                 assert (ROOT / source).exists(), f"{name}: {source} is missing"
                 assert mode == ["ro"], f"{name}: {source} should be mounted read-only"
+            else:
+                assert source in compose()["volumes"], f"{name}: {source} is neither in the repository nor a named volume"
+    assert mounts >= 8
 
 
-def test_ports_are_published_on_loopback_only():
-    for name, svc in compose()["services"].items():
+def test_ports_are_published_on_loopback_by_default():
+    for name, svc in services().items():
         for port in svc.get("ports", []):
-            assert port.startswith("127.0.0.1:"), f"{name}: {port} is published beyond this machine"
+            assert port.startswith("${BIND_ADDRESS:-127.0.0.1}:"), f"{name}: {port} is not bound to BIND_ADDRESS"
+    assert env_example()["BIND_ADDRESS"] == "127.0.0.1"
 
 
-def test_healthy_dependencies_have_healthchecks():
-    services = compose()["services"]
-    for name, svc in services.items():
-        for dep, cond in (svc.get("depends_on") or {}).items():
-            if cond.get("condition") == "service_healthy":
-                assert "healthcheck" in services[dep], f"{name} waits for {dep} to be healthy; it has no healthcheck"
+def test_every_image_is_pinned_by_a_version_variable():
+    example = env_example()
+    for name, svc in services().items():
+        m = re.fullmatch(r"[\w./-]+:\$\{(\w+_VERSION):\?[^}]*\}", svc["image"])
+        assert m, f"{name}: image {svc['image']} is not pinned through a *_VERSION variable"
+        assert re.fullmatch(r"\d+\.\d+\.\d+", example[m.group(1)]), f"{m.group(1)}: a full version, not a tag"
 
 
-def test_versions_come_from_env_and_no_passwords_are_shipped():
-    env = dict(line.split("=", 1) for line in (ROOT / ".env").read_text().splitlines()
-               if line and not line.startswith("#"))
-    for name, svc in compose()["services"].items():
-        image = svc["image"]
-        tag = re.search(r":\$\{(\w+)\}$", image)
-        assert tag and tag.group(1) in env, f"{name}: image {image} is not pinned through .env"
-    text = COMPOSE.read_text().lower() + (ROOT / ".env").read_text().lower()
-    assert not re.search(r"password\s*[:=]\s*\S", text)
-
-
-def test_pinned_versions_agree_with_the_local_stack():
-    """The compose stack and flowstat stack run the same versions (.env, and the package's pins)."""
+def test_pinned_versions_agree_with_flowstat():
+    """The compose stack runs what flowstat stack runs and what the tests check against."""
+    from flowstat import __version__
+    from flowstat.stack.elastalert import VERSION as ELASTALERT_VERSION
     from flowstat.stack.elasticsearch import ES_VERSION
     from flowstat.stack.telegraf import VERSION as TELEGRAF_VERSION
 
-    env = dict(line.split("=", 1) for line in (ROOT / ".env").read_text().splitlines()
-               if line and not line.startswith("#"))
-    assert env["TELEGRAF_VERSION"] == TELEGRAF_VERSION.lstrip("v")
-    assert env["ELASTIC_VERSION"] == ES_VERSION
+    example = env_example()
+    assert example["ELASTIC_VERSION"] == ES_VERSION
+    assert example["TELEGRAF_VERSION"] == TELEGRAF_VERSION.lstrip("v")
+    assert example["ELASTALERT_VERSION"] == ELASTALERT_VERSION
+    assert example["FLOWSTAT_VERSION"] == __version__
+    assert example["INFLUXDB_VERSION"].startswith("1.")  # the v1 API the stores and Grafana's InfluxQL use
 
 
-def test_elasticsearch_install_script_installs_the_templates(stack):
-    es = stack["elasticsearch"]
-    # the stack installed them already, through the writer: what the script installs must show
-    requests.delete(f"{es.url}/_index_template/flowstat-agents", timeout=10).raise_for_status()
-    requests.delete(f"{es.url}/_component_template/flowstat-agent-mappings", timeout=10).raise_for_status()
-    # an index of self-samples as an older flowstat made it: without interval_s
-    older = f"flowstat-agents-older-{uuid.uuid4().hex[:8]}"
-    requests.put(f"{es.url}/{older}", json={"mappings": {"dynamic": "strict", "properties": {
-        "time": {"type": "date"}, "agent": {"type": "keyword"}}}}, timeout=10).raise_for_status()
-    try:
-        for _ in range(2):  # idempotent
-            out = subprocess.run(["sh", str(ROOT / "index-templates" / "elasticsearch" / "install.sh")],
-                                 env={"ES_URL": es.url, "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
-            assert out.returncode == 0, out.stderr
-            assert "installed flowstat-agents*/_mapping" in out.stdout
-        got = requests.get(f"{es.url}/{older}/_mapping", timeout=10).json()[older]["mappings"]["properties"]
-        assert got["interval_s"] == {"type": "double"} and got["spooled_samples"] == {"type": "long"}
-    finally:
-        requests.delete(f"{es.url}/{older}", timeout=10)
-    for name in ("flowstat-samples", "flowstat-agents", "flowstat-runs"):
-        assert requests.get(f"{es.url}/_index_template/{name}", timeout=10).status_code == 200
-    mapping = requests.get(f"{es.url}/_component_template/flowstat-sample-mappings", timeout=10).json()
-    props = mapping["component_templates"][0]["component_template"]["template"]["mappings"]["properties"]
-    assert props["vmrss_kb"]["type"] == "long" and props["send_buffer_overloaded"]["type"] == "boolean"
-    mapping = requests.get(f"{es.url}/_component_template/flowstat-agent-mappings", timeout=10).json()
-    props = mapping["component_templates"][0]["component_template"]["template"]["mappings"]["properties"]
-    assert props["spooled_samples"]["type"] == "long" and props["interval_s"]["type"] == "double"
+def test_every_client_of_elasticsearch_or_influxdb_has_credentials():
+    clients = 0
+    for name, svc in services().items():
+        env = environment(svc)
+        for store in stores_reached(svc):
+            clients += 1
+            secret_refs = [v for k, v in env.items() if k.endswith("PASSWORD") and v.startswith("${")]
+            assert secret_refs, f"{name} talks to {store} without a password"
+    assert clients == 8  # kibana, setup (twice), telegraf, logstash, grafana (twice), elastalert
 
 
-def test_influxdb_init_file_runs_as_the_container_runs_it(stack):  # the stack installs the influx CLI
-    influx = stack["influxdb"]
-    db = f"compose_{uuid.uuid4().hex[:8]}"
-    text = (ROOT / "index-templates" / "influxdb" / "setup.iql").read_text().replace('"flowstat"', f'"{db}"')
-    text = text.rstrip("\n")  # the image's init runs: influx ... -execute "$(cat FILE)", which drops trailing newlines
-    out = subprocess.run(["influx", "-host", "127.0.0.1", "-port", str(influx.port), "-execute", text],
-                         capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout + out.stderr
-    rps = influx.query(f'SHOW RETENTION POLICIES ON "{db}"')["results"][0]["series"][0]["values"]
-    assert {r[0]: r[-1] for r in rps} == {"autogen": False, "raw": True, "rollup": False}
-    cqs = [row[0] for s in influx.query("SHOW CONTINUOUS QUERIES")["results"][0]["series"] if s["name"] == db
-           for row in s.get("values", [])]
-    assert len(cqs) == 4
+def test_the_users_compose_names_are_the_ones_the_setup_makes():
+    from flowstat.stack import provision
+
+    made = {u.name: set(u.roles) for u in provision.USERS}
+    svcs = services()
+    assert made[environment(svcs["logstash"])["ELASTICSEARCH_USER"]] == {"flowstat_writer"}
+    assert made[environment(svcs["grafana"])["FLOWSTAT_ES_READER"]] == {"flowstat_reader"}
+    assert made[environment(svcs["elastalert"])["ES_USERNAME"]] == {"flowstat_alerter"}
+    assert environment(svcs["kibana"])["ELASTICSEARCH_USERNAME"] in provision.BUILTIN_PASSWORDS
+    # the same password variable on both sides of each user
+    by_user = {u.name: u.password_env for u in provision.USERS}
+    assert by_user["flowstat_logstash"] in environment(svcs["logstash"])["ELASTICSEARCH_PASSWORD"]
+    assert by_user["flowstat_grafana"] in environment(svcs["grafana"])["FLOWSTAT_ES_READER_PASSWORD"]
+    assert by_user["flowstat_elastalert"] in environment(svcs["elastalert"])["ES_PASSWORD"]
+    setup_env = environment(svcs["setup"])
+    for step in provision.STEPS:
+        for var in provision.NEEDS[step]:
+            assert var in setup_env, f"setup runs the {step} step without {var}"
+
+
+def test_every_variable_a_mounted_config_reads_is_set_by_its_service():
+    """Telegraf, Logstash and Grafana expand ${VAR} in the files they are given: an unset one is
+    an empty address or password at run time (Grafana does not even complain)."""
+    files = {"telegraf": ["pipelines/telegraf/telegraf.conf"],
+             "logstash": ["pipelines/logstash/pipeline/flowstat.conf"],
+             "grafana": [str(p.relative_to(ROOT)) for p in (ROOT / "dashboards/grafana/provisioning").rglob("*.yaml")]}
+    for name, paths in files.items():
+        env = environment(services()[name])
+        for path in paths:
+            code = "\n".join(line.split("#")[0] for line in (ROOT / path).read_text().splitlines())
+            for var in re.findall(r"\$\{(\w+)", code):
+                assert env.get(var), f"{path} reads ${{{var}}}, which the {name} service does not set"
+
+
+def test_elastalert_mounts_the_generated_settings_and_rules():
+    from flowstat.stack import elastalert
+
+    svc = services()["elastalert"]
+    mounts = dict(v.rsplit(":", 1)[0].split(":") for v in svc["volumes"])
+    assert mounts["./dashboards/elastalert/rules"] == elastalert.COMPOSE_RULES_DIR
+    config = yaml.safe_load((ROOT / "dashboards/elastalert/config.yaml").read_text())
+    assert mounts["./dashboards/elastalert/config.yaml"] == "/opt/elastalert/config.yaml"
+    assert config["rules_folder"] == elastalert.COMPOSE_RULES_DIR
+    assert (config["es_host"], config["es_port"]) == ("elasticsearch", 9200)
+    # its status index, which the healthcheck counts, is within the role the setup gives it
+    assert f"{config['writeback_index']}_status" in " ".join(svc["healthcheck"]["test"])
+    rules = sorted((ROOT / "dashboards/elastalert/rules").glob("*.yaml"))
+    assert rules and all(yaml.safe_load(p.read_text())["alert"] == ["debug"] for p in rules)
+
+
+def test_grafana_mounts_its_provisioning_where_the_provider_reads_the_dashboards():
+    svc = services()["grafana"]
+    mounts = dict(v.rsplit(":", 1)[0].split(":") for v in svc["volumes"] if v.startswith("./"))
+    provider = yaml.safe_load((ROOT / "dashboards/grafana/provisioning/dashboards/flowstat.yaml").read_text())
+    assert mounts["./dashboards/grafana/dashboards"] == provider["providers"][0]["options"]["path"]
+    assert mounts["./dashboards/grafana/provisioning"] == "/etc/grafana/provisioning"
+
+
+def test_setup_imports_the_committed_kibana_objects():
+    from flowstat.views import kibana
+
+    svc = services()["setup"]
+    command = svc["command"]
+    mounted = command[command.index("--kibana-objects") + 1]
+    mounts = {target: source for source, target in (v.rsplit(":", 1)[0].split(":") for v in svc["volumes"])}
+    source = ROOT / mounts[str(Path(mounted).parent)] / Path(mounted).name
+    (name, text), = kibana.files().items()
+    assert source.name == name and source.read_text() == text
+
+
+def test_new_env_writes_random_secrets_that_pass_the_check(tmp_path):
+    from flowstat.stack import provision
+
+    out = subprocess.run([str(ROOT / "scripts" / "new-env"), str(tmp_path / ".env")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    made = dict(line.split("=", 1) for line in (tmp_path / ".env").read_text().splitlines()
+                if line.strip() and not line.startswith("#"))
+    assert set(made) == set(env_example())
+    assert provision.secret_problems(made) == []
+    assert provision.secret_problems(env_example())  # the placeholders do not pass
+    assert len({made[s] for s in secrets()}) == len(secrets())
+    assert (tmp_path / ".env").stat().st_mode & 0o077 == 0
+    again = subprocess.run([str(ROOT / "scripts" / "new-env"), str(tmp_path / ".env")], capture_output=True, text=True)
+    assert again.returncode == 1 and "not overwritten" in again.stderr
+    assert dict(line.split("=", 1) for line in (tmp_path / ".env").read_text().splitlines()
+                if line.strip() and not line.startswith("#")) == made

@@ -328,7 +328,7 @@ def elastalert_test_rule(stack, alert, run, folder: Path, node: str | None = Non
     either side), scoped to the run by a filter: the stores hold every fixture run."""
     from flowstat.stack import elastalert as ea
 
-    rule = yaml.safe_load((ROOT / "dashboards" / "elastalert" / f"{alert.uid}.yaml").read_text())
+    rule = yaml.safe_load((ROOT / "dashboards" / "elastalert" / "rules" / f"{alert.uid}.yaml").read_text())
     samples = rule_samples(alert, run)
     rule["filter"] = [*rule.get("filter", []), {"term": {"run_id": samples[0]["run_id"]}},
                       *([{"term": {"node_id": node}}] if node else [])]

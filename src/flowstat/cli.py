@@ -12,6 +12,7 @@ from .agent import command as agent_command
 from .harness import command as harness_command
 from .report import command as report_command
 from .stack import command as stack_command
+from .stack import provision as provision_command
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,6 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
          harness_command.ctl),
         ("agent", agent_command.HELP, agent_command.PARSER, agent_command.configure, agent_command.main),
         ("stack", stack_command.HELP, stack_command.PARSER, stack_command.configure, stack_command.main),
+        ("provision", provision_command.HELP, provision_command.PARSER, provision_command.configure,
+         provision_command.main),
         ("replay", replay_command.HELP, replay_command.PARSER, replay_command.configure, replay_command.main),
         ("report", report_command.HELP, report_command.PARSER, report_command.configure, report_command.main),
     ]

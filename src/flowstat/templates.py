@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from flowstat import stores
+from flowstat.stack import elastalert as elastalert_service
 from flowstat.stack import telegraf
 from flowstat.views import elastalert, grafana, kibana
 
@@ -29,7 +30,8 @@ def render_files(root: Path) -> dict[Path, str]:
     for name, text in kibana.files().items():
         out[root / "dashboards" / "kibana" / name] = text
     for name, text in elastalert.rules().items():
-        out[root / "dashboards" / "elastalert" / name] = text
+        out[root / "dashboards" / "elastalert" / "rules" / name] = text
+    out[root / "dashboards" / "elastalert" / "config.yaml"] = elastalert_service.compose_config_text()
     return out
 
 

@@ -13,6 +13,9 @@ from .base import Service, StackError, apt_install
 
 
 class InfluxDB(Service):
+    """``extra={"auth": True}``: authentication on, as the compose stack runs it (the tests of
+    flowstat provision); flowstat stack runs it without."""
+
     health_timeout_s = 60.0
     default_port = 8086
     port_option = "influx-port"
@@ -45,6 +48,7 @@ bind-address = "127.0.0.1:{self.rpc_port}"
   enabled = true
   bind-address = "127.0.0.1:{self.port}"
   log-enabled = false
+  auth-enabled = {"true" if self.extra.get("auth") else "false"}
 [continuous_queries]
   enabled = true
   run-interval = "1s"

@@ -96,7 +96,8 @@ class Telegraf(Service):
         env = {"FLOWSTAT_TELEGRAF_HTTP": f"127.0.0.1:{self.port}",
                "FLOWSTAT_TELEGRAF_UDP": f"127.0.0.1:{self.socket_port}",
                "FLOWSTAT_TELEGRAF_TCP": f"127.0.0.1:{self.socket_port}",
-               "FLOWSTAT_INFLUX_URL": self.extra["influx_url"], "FLOWSTAT_INFLUX_DB": DATABASE}
+               "FLOWSTAT_INFLUX_URL": self.extra["influx_url"], "FLOWSTAT_INFLUX_DB": DATABASE,
+               "FLOWSTAT_INFLUX_USER": "", "FLOWSTAT_INFLUX_PASSWORD": ""}  # the local InfluxDB has no users
         return [str(self.home / "telegraf"), "--config", str(self.home / CONFIG)], env
 
     def healthy(self) -> bool:

@@ -1,6 +1,7 @@
 """ElastAlert2 rules for the five alert conditions (flowstat.views.alerts), against the
-Elasticsearch indices. The rules are alerter-neutral: whoever runs them (flowstat stack, the
-compose stack) adds where alerts go.
+Elasticsearch indices. Each rule's one alerter is ElastAlert's log (``debug``:
+the alert's text at INFO), which the compose stack's ElastAlert runs as is; flowstat stack adds
+its alert log and webhook.
 
 ElastAlert2's rule types cannot take "last minus first" or a slope, so two conditions are
 expressed with its nearest types (docs/dashboards.md says how they differ from Grafana's):
@@ -37,7 +38,7 @@ def rule(alert: Alert) -> dict:
     base = {"name": alert.title, "description": alert.why, "index": index, "timestamp_field": TIME_FIELD,
             "query_key": list(alert.group), "realert": {"minutes": 1},
             "alert_subject": f"flowstat: {alert.title}", "alert_text_type": "alert_text_only",
-            **dict(zip(("alert_text", "alert_text_args"), _text(alert))), "alert": []}
+            **dict(zip(("alert_text", "alert_text_args"), _text(alert))), "alert": ["debug"]}
     kinds = [q.kind for q in alert.quantities]
     if kinds == ["count"]:
         return {**base, "type": "frequency", "num_events": 1, "timeframe": _span(alert.window_s), "filter": _flag_filter(alert)}
