@@ -19,6 +19,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 import uuid
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -268,6 +269,32 @@ def test_provision_converges_passwords_and_privileges_that_drifted(secured_influ
     tricky = "it's\\a-pw-12345"
     assert flowstat("provision", "--influx", url, env=influx_env(writer_pw=tricky)).returncode == 0
     assert write(url, ("telegraf", tricky)) == 204
+
+
+def test_telegraf_writes_into_the_secured_influxdb_as_the_writer(secured_influx, reachable_tmp_module):
+    """The compose stack's telegraf.conf, run by the real Telegraf with the writer's credentials
+    from its environment, as docker-compose.yml gives them."""
+    from flowstat.stack.telegraf import Telegraf
+
+    assert flowstat("provision", "--influx", secured_influx.url, env=influx_env()).returncode == 0
+    telegraf = Telegraf("telegraf", reachable_tmp_module, _free_port(), extra={
+        "influx_url": secured_influx.url, "influx_user": "telegraf", "influx_password": "writer-pw-123456"})
+    telegraf.up()
+    try:
+        mark = uuid.uuid4().hex[:8]
+        resp = requests.post(f"{telegraf.url}/write", data=f"probe_{mark},node_id=a value=7\n".encode(), timeout=10)
+        assert resp.status_code == 204
+        deadline = time.monotonic() + 30
+        while True:  # Telegraf flushes every second
+            got = requests.post(f"{secured_influx.url}/query", auth=("grafana", "reader-pw-123456"), timeout=10,
+                                params={"db": "flowstat", "q": f'SELECT value FROM "raw"."probe_{mark}"'}).json()
+            if got["results"][0].get("series"):
+                break
+            assert time.monotonic() < deadline, f"not in InfluxDB after 30 s; Telegraf's log:\n{telegraf.log_tail()}"
+            time.sleep(0.5)
+        assert got["results"][0]["series"][0]["values"][0][1] == 7
+    finally:
+        telegraf.down()
 
 
 def test_a_wrong_influxdb_admin_password_is_named(secured_influx):

@@ -97,7 +97,9 @@ class Telegraf(Service):
                "FLOWSTAT_TELEGRAF_UDP": f"127.0.0.1:{self.socket_port}",
                "FLOWSTAT_TELEGRAF_TCP": f"127.0.0.1:{self.socket_port}",
                "FLOWSTAT_INFLUX_URL": self.extra["influx_url"], "FLOWSTAT_INFLUX_DB": DATABASE,
-               "FLOWSTAT_INFLUX_USER": "", "FLOWSTAT_INFLUX_PASSWORD": ""}  # the local InfluxDB has no users
+               # flowstat stack's InfluxDB has no users: empty is no authentication
+               "FLOWSTAT_INFLUX_USER": self.extra.get("influx_user", ""),
+               "FLOWSTAT_INFLUX_PASSWORD": self.extra.get("influx_password", "")}
         return [str(self.home / "telegraf"), "--config", str(self.home / CONFIG)], env
 
     def healthy(self) -> bool:
