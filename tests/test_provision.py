@@ -154,6 +154,15 @@ def test_provision_installs_the_templates_into_the_real_elasticsearch(stack):
         assert "installed _index_template/flowstat-runs" in out.stdout
     for name in ("flowstat-samples", "flowstat-agents", "flowstat-runs"):
         assert requests.get(f"{es.url}/_index_template/{name}", timeout=10).status_code == 200
+    # a new index on this single node: no replica to wait for (auto_expand_replicas 0-1), so green
+    probe = f"flowstat-runs-probe-{uuid.uuid4().hex[:8]}"
+    requests.put(f"{es.url}/{probe}", timeout=30).raise_for_status()
+    try:
+        health = requests.get(f"{es.url}/_cluster/health/{probe}", params={"wait_for_status": "green",
+                                                                          "timeout": "20s"}, timeout=30).json()
+        assert health["status"] == "green" and not health["timed_out"]
+    finally:
+        requests.delete(f"{es.url}/{probe}", timeout=10)
 
 
 def test_provision_waits_for_a_server_that_does_not_answer_and_names_it():

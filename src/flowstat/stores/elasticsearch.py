@@ -173,7 +173,8 @@ def mapping(props: dict) -> dict:
 def templates() -> dict[str, dict]:
     """Every template, by file name. Mappings are strict: a field outside the schema is refused
     rather than guessed."""
-    settings = {"template": {"settings": {"number_of_shards": 1, "number_of_replicas": 0, "refresh_interval": "1s"}}}
+    # one replica once a second node is there (docker-compose.es-cluster.yml), none on a single node
+    settings = {"template": {"settings": {"number_of_shards": 1, "auto_expand_replicas": "0-1", "refresh_interval": "1s"}}}
     mappings = {name: {"dynamic": "strict", "properties": mapping(module.schema()["properties"])}
                 for name, module in (("sample", schema), ("run", run_schema), ("agent", agent_schema))}
     return {
