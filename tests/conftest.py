@@ -10,6 +10,13 @@ ROOT = Path(__file__).resolve().parents[1]
 TOPOLOGIES = ROOT / "benchmark-harness" / "topologies"
 ELASTALERT_RULES = ROOT / "tests" / "elastalert-rules"  # the tests' own rule, run beside flowstat's
 
+# The flowstat wheel: what it is made of (copied from the checkout without WHEEL_IGNORE) and the options
+# of the `pip wheel` that builds it. test_wheel.py builds it so, and so does the Dockerfile (test_dockerfile.py
+# holds it to these).
+WHEEL_SOURCES = ("src", "pyproject.toml", "README.md")
+WHEEL_IGNORE = ("__pycache__", "*.egg-info")
+WHEEL_OPTIONS = ("--no-deps",)
+
 
 @pytest.fixture
 def runs_dir(tmp_path: Path) -> Path:

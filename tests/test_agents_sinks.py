@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -52,6 +53,42 @@ def test_socket_sinks_deliver_every_sample(agent, kind, fmt):
     else:
         assert all(x.startswith("flowstat_node,") for x in lines)
         assert sum(f"pid={procs[1].pid}i" in x for x in lines) == 20
+
+
+@pytest.mark.parametrize("agent", ["c", "py"])
+def test_sinks_take_a_host_name(agent):
+    """In compose the stack's servers are names (tcp://logstash:5044, http://telegraf:8186/write):
+    each agent resolves a sink's host and tries its addresses in turn."""
+    tcp, http = SocketReceiver("tcp"), HttpReceiver()
+    proc = sleeper()
+    try:
+        out = run(agent, "--pid", proc.pid, "--interval", 0.05, "--count", 10, "--quiet",
+                  "--sink", f"tcp://localhost:{tcp.port}?format=json", "--sink", f"http://localhost:{http.port}/write")
+        deadline = time.monotonic() + 5
+        while len(tcp.lines()) < 10 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the last batch may still be on its way
+    finally:
+        tcp.close()
+        http.stop()
+        proc.kill()
+    assert out.returncode == 0, out.stderr
+    assert sorted(json.loads(x)["seq"] for x in tcp.lines()) == list(range(10))
+    assert sorted(int(x.split("seq=")[1].split("i")[0]) for x in http.lines()) == list(range(10))
+
+
+@pytest.mark.parametrize("agent", ["c", "py"])
+def test_a_host_name_that_does_not_resolve_is_said_so(agent):
+    """A mistyped service name: the sink is down, and the log says the name did not resolve (the C
+    agent said "Invalid argument", a stale errno, as getaddrinfo sets none)."""
+    proc = sleeper()
+    try:
+        out = run(agent, "--pid", proc.pid, "--interval", 0.05, "--count", 1, "--quiet", "--drain-timeout", 0,
+                  "--sink", "tcp://no-such-host.invalid:5044?format=json")
+    finally:
+        proc.kill()
+    down = [line for line in out.stderr.splitlines() if "no-such-host.invalid" in line and "is down" in line]
+    assert down, out.stderr
+    assert re.search(r"(?i)name|resolution", down[0]) and "Invalid argument" not in down[0], down[0]
 
 
 @pytest.mark.parametrize("agent", ["c", "py"])

@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from agent_helpers import sleeper
-from conftest import ROOT, TOPOLOGIES, _free_port
+from conftest import ROOT, TOPOLOGIES, WHEEL_IGNORE, WHEEL_OPTIONS, WHEEL_SOURCES, _free_port
 
 pytestmark = pytest.mark.integration
 C_AGENT_DIR = ROOT / "collectors" / "c" / "build"
@@ -25,10 +25,12 @@ SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # 
 def wheel_venv(tmp_path_factory) -> Path:
     # built from a copy of what the wheel is made of: a build/ left in the checkout must not leak in
     source, dist = tmp_path_factory.mktemp("source"), tmp_path_factory.mktemp("dist")
-    shutil.copytree(ROOT / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, source / name)
-    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(source)],
+    for name in WHEEL_SOURCES:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns(*WHEEL_IGNORE))
+        else:
+            shutil.copy(ROOT / name, source / name)
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", *WHEEL_OPTIONS, "-w", str(dist), str(source)],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     wheel, = dist.glob("flowstat-*.whl")

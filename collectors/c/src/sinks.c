@@ -109,26 +109,39 @@ static void set_why(struct sink_outcome *o, const char *what, const char *detail
 }
 
 /* A stream socket gets a send time-out (Linux applies it to connect() too): a receiver that
- * accepts and never reads fills the socket buffer, and send() would otherwise wait for ever. */
-static int connect_socket(struct sink *s, int type)
+ * accepts and never reads fills the socket buffer, and send() would otherwise wait for ever.
+ * HOST may be a name (a compose service's, say): every address it resolves to is tried in turn.
+ * On failure *why says what went wrong: the name's resolution (getaddrinfo sets no errno) or the
+ * last address's socket() or connect(). */
+static int connect_socket(struct sink *s, int type, const char **why)
 {
     struct addrinfo hints = {.ai_socktype = type}, *res = NULL;
     char port[8];
     snprintf(port, sizeof port, "%d", s->port);
-    if (getaddrinfo(s->host, port, &hints, &res) != 0)
+    int rc = getaddrinfo(s->host, port, &hints, &res);
+    if (rc != 0) {
+        *why = rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc);
         return -1;
+    }
     struct timeval send_timeout = {.tv_sec = TCP_SEND_TIMEOUT_S};
-    int fd = -1;
+    int fd = -1, err = 0;
     for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
         fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
-        if (fd >= 0 && type == SOCK_STREAM)
+        if (fd < 0) {
+            err = errno;
+            continue;
+        }
+        if (type == SOCK_STREAM)
             setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof send_timeout);
-        if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+        if (connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+            err = errno;
             close(fd);
             fd = -1;
         }
     }
     freeaddrinfo(res);
+    if (fd < 0)
+        *why = strerror(err ? err : EADDRNOTAVAIL);
     return fd;
 }
 
@@ -327,10 +340,11 @@ static int wait_writable(int fd, double deadline)
  * receiver that trickles a little room now and then would hold a batch far longer. */
 static void send_stream(struct sink *s, const char *data, size_t len, struct sink_outcome *o)
 {
+    const char *why = "";
     if (s->fd < 0)
-        s->fd = connect_socket(s, SOCK_STREAM);
+        s->fd = connect_socket(s, SOCK_STREAM, &why);
     if (s->fd < 0) {
-        set_why(o, "cannot connect", strerror(errno));
+        set_why(o, "cannot connect", why);
         return;
     }
     double deadline = fs_monotonic() + TCP_SEND_TIMEOUT_S;
@@ -353,10 +367,11 @@ static void send_stream(struct sink *s, const char *data, size_t len, struct sin
 
 static void send_datagrams(struct sink *s, const char *data, size_t len, struct sink_outcome *o)
 {
+    const char *why = "";
     if (s->fd < 0)
-        s->fd = connect_socket(s, SOCK_DGRAM);
+        s->fd = connect_socket(s, SOCK_DGRAM, &why);
     if (s->fd < 0) {
-        set_why(o, "cannot open a socket", strerror(errno));
+        set_why(o, "cannot open a socket", why);
         return;
     }
     size_t start = 0;

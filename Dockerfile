@@ -1,0 +1,78 @@
+# The flowstat image: the flowstat CLI (the wheel, with the versions of requirements.lock) and the C
+# agent, run as an unprivileged user. docker-compose.yml builds it for its one-shot `setup` services
+# and its `harness` profile; alone:
+#     docker build --build-arg FLOWSTAT_VERSION=0.1.0 -t flowstat:0.1.0 .
+#     docker run --rm flowstat:0.1.0 run /usr/local/share/flowstat/topologies/smoke.yaml
+# FLOWSTAT_VERSION must be the package's version (src/flowstat/__init__.py): the build checks it.
+# What is in it and why: docs/compose.md, "The flowstat image". tests/test_dockerfile.py checks this
+# file against the checkout (no Docker needed).
+
+# -- the wheel, built as tests/test_wheel.py builds it: from src/, pyproject.toml and README.md only
+FROM python:3.11.17-slim-bookworm AS wheel
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore
+WORKDIR /source
+COPY pyproject.toml README.md ./
+COPY src ./src
+RUN python -m pip wheel -q --no-deps -w /dist /source
+
+# -- the C agent: collectors/c/Makefile (make's default compiler, cc: gcc on Debian), its schema
+# header generated from the package's schemas by gen_schema_header.py (python3 is this image's)
+FROM python:3.11.17-slim-bookworm AS agent
+RUN apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+       gcc libc6-dev make pkg-config libzmq3-dev libcjson-dev libcurl4-openssl-dev \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /build
+COPY src/flowstat/schema ./src/flowstat/schema
+COPY collectors/c ./collectors/c
+RUN make -C collectors/c all
+
+# -- the image: Python 3.11 (what requirements.lock was made for), the shared libraries the C
+# agent links (the runtime packages of the -dev ones above), flowstat and nothing to build with
+FROM python:3.11.17-slim-bookworm
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore
+RUN apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libzmq5 libcjson1 libcurl4 \
+    && rm -rf /var/lib/apt/lists/* \
+    && groupadd --system --gid 10001 flowstat \
+    && useradd --system --uid 10001 --gid flowstat --home-dir /var/lib/flowstat --shell /usr/sbin/nologin flowstat \
+    && install -d -o flowstat -g flowstat -m 0755 /var/lib/flowstat /var/lib/flowstat/runs
+
+# Every dependency comes as a binary wheel (no compiler here): --only-binary makes sure of it.
+COPY requirements.lock /tmp/flowstat/requirements.lock
+COPY --from=wheel /dist/ /tmp/flowstat/dist/
+RUN python -m pip install -q --only-binary=:all: -c /tmp/flowstat/requirements.lock /tmp/flowstat/dist/flowstat-*.whl \
+    && rm -rf /tmp/flowstat
+
+# Beside the Python that runs flowstat, where `flowstat run` looks for it first (and on the PATH).
+COPY --from=agent /build/collectors/c/build/flowstat-agent /usr/local/bin/flowstat-agent
+# The topologies of benchmark-harness/topologies; live.yaml is what the harness profile runs.
+COPY benchmark-harness/topologies /usr/local/share/flowstat/topologies
+
+ARG FLOWSTAT_VERSION
+# The tag names what is inside; the C agent loads (its libraries are all here) and is the one
+# `flowstat run` starts.
+RUN if [ "$(flowstat --version)" != "flowstat ${FLOWSTAT_VERSION}" ]; then \
+        echo "FLOWSTAT_VERSION is '${FLOWSTAT_VERSION}' but the package is $(flowstat --version):" \
+             "build with --build-arg FLOWSTAT_VERSION=<the package's version> (compose passes .env's)" >&2; \
+        exit 1; \
+    fi \
+    && flowstat-agent --help > /dev/null \
+    && python -c "from flowstat.harness.orchestrator import find_c_agent as f; assert str(f()) == '/usr/local/bin/flowstat-agent', f()"
+
+ARG FLOWSTAT_SOURCE=""
+ARG FLOWSTAT_REVISION=""
+LABEL org.opencontainers.image.title="flowstat" \
+      org.opencontainers.image.description="Monitoring for ZeroMQ pipelines: the flowstat CLI, its load harness and both agents" \
+      org.opencontainers.image.version="${FLOWSTAT_VERSION}" \
+      org.opencontainers.image.source="${FLOWSTAT_SOURCE}" \
+      org.opencontainers.image.revision="${FLOWSTAT_REVISION}" \
+      org.opencontainers.image.licenses="Apache-2.0"
+
+# Runs go to ./runs: /var/lib/flowstat/runs, the user's; the harness profile mounts a volume there
+# (a new named volume takes this folder's owner).
+USER 10001:10001
+WORKDIR /var/lib/flowstat
+ENV HOME=/var/lib/flowstat
+ENTRYPOINT ["flowstat"]
+CMD ["--help"]
