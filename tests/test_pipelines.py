@@ -73,13 +73,29 @@ def test_logstash_pipeline_parses_and_matches_the_agents():
     assert es["manage_template"] is False  # the index templates come from index-templates/
 
 
-def test_telegraf_config_loads(tmp_path):
+def test_telegraf_config_loads_with_the_compose_services_environment(tmp_path):
+    """The real Telegraf takes the compose stack's file with exactly the environment
+    docker-compose.yml gives its telegraf service (.env.example's values), addresses made local."""
+    import re
+
+    import yaml
+
     from flowstat.stack.telegraf import build
 
     binary = str(build())
-    env = {"FLOWSTAT_TELEGRAF_HTTP": "127.0.0.1:0", "FLOWSTAT_TELEGRAF_UDP": "127.0.0.1:0",
-           "FLOWSTAT_TELEGRAF_TCP": "127.0.0.1:0", "FLOWSTAT_INFLUX_URL": "http://127.0.0.1:1",
-           "FLOWSTAT_INFLUX_DB": "flowstat", "PATH": "/usr/bin:/bin"}
+    example = dict(line.split("=", 1) for line in (ROOT / ".env.example").read_text().splitlines()
+                   if line.strip() and not line.startswith("#"))
+    service = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["telegraf"]
+    env = {k: re.sub(r"\$\{(\w+)[^}]*\}", lambda m: example[m.group(1)], str(v))
+           for k, v in service["environment"].items()}
+    env.update({"FLOWSTAT_TELEGRAF_HTTP": "127.0.0.1:0", "FLOWSTAT_TELEGRAF_UDP": "127.0.0.1:0",
+                "FLOWSTAT_TELEGRAF_TCP": "127.0.0.1:0", "FLOWSTAT_INFLUX_URL": "http://127.0.0.1:1",
+                "PATH": "/usr/bin:/bin"})
     out = subprocess.run([binary, "--config", str(ROOT / "pipelines" / "telegraf" / "telegraf.conf"), "--test"],
                          capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 0, out.stderr
+    # and without the buffer's size, it refuses to start: every variable the file reads matters
+    del env["FLOWSTAT_TELEGRAF_BUFFER"]
+    out = subprocess.run([binary, "--config", str(ROOT / "pipelines" / "telegraf" / "telegraf.conf"), "--test"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode != 0

@@ -47,6 +47,7 @@ ELASTIC_USER = "elastic"
 INFLUX_DB = influx_store.DATABASE
 ES_INDICES = [f"{es_store.SAMPLES_INDEX}*", "flowstat-agents*", f"{es_store.RUNS_INDEX}*"]
 ELASTALERT_INDEX = "flowstat-elastalert*"  # ElastAlert's writeback index and its _status, _error... siblings
+AUTH_GRACE_S = 90.0  # how long a restarted Elasticsearch may refuse the right password (security index recovering)
 
 
 class ProvisionError(RuntimeError):
@@ -139,8 +140,6 @@ def secret_problems(env: Mapping[str, str], secrets: list[Secret] = SECRETS) -> 
                        f"(scripts/new-env writes random ones)")
         elif len(value) < s.min_length:
             out.append(f"{s.env} is {len(value)} characters; {s.min_length} at least ({s.what})")
-        elif "${" in value:
-            out.append(f"{s.env} holds ${{, which compose would expand")
         elif "'" in value and s.env == "INFLUXDB_ADMIN_PASSWORD":
             out.append(f"{s.env} holds ', which InfluxDB's first start cannot take (it quotes the password with it)")
     return out
@@ -181,6 +180,7 @@ class ElasticsearchSetup:
         self.say = say
         self.secured = secured
         self.session = requests.Session()
+        self._refused_since: float | None = None
         if secured:
             self.session.auth = (ELASTIC_USER, env["ELASTIC_PASSWORD"])
 
@@ -189,10 +189,17 @@ class ElasticsearchSetup:
         if isinstance(resp, str):
             return resp
         if resp.status_code == 401:
-            raise ProvisionError(
-                f"Elasticsearch at {self.url} refused user {ELASTIC_USER}'s password (HTTP 401). ELASTIC_PASSWORD "
-                f"is taken once, at Elasticsearch's first start, into its data volume: put back the one it "
-                f"started with, or change it there first (bin/elasticsearch-reset-password -u elastic)")
+            # A restarted node answers before its security index has recovered, and refuses every
+            # password meanwhile: a refusal is final only once it has lasted.
+            refused = (f"Elasticsearch at {self.url} refused user {ELASTIC_USER}'s password (HTTP 401). "
+                       f"ELASTIC_PASSWORD is taken once, at Elasticsearch's first start, into its data volume: "
+                       f"put back the one it started with, or change it there first "
+                       f"(bin/elasticsearch-reset-password -u elastic)")
+            self._refused_since = self._refused_since or time.monotonic()
+            if time.monotonic() - self._refused_since > AUTH_GRACE_S:
+                raise ProvisionError(f"{refused}; refused for {AUTH_GRACE_S:.0f} s")
+            return refused
+        self._refused_since = None
         if resp.status_code != 200:
             return f"HTTP {resp.status_code}"
         status = resp.json().get("status")
@@ -252,10 +259,16 @@ class KibanaSetup:
         if resp.status_code != 200:
             return f"HTTP {resp.status_code}"
         try:
-            level = resp.json()["status"]["overall"]["level"]
+            status = resp.json()["status"]
+            level = status["overall"]["level"]
         except (ValueError, KeyError, TypeError):
             return "an answer without status.overall.level"
-        return None if level == "available" else f"status {level}"
+        # Kibana can say degraded for long (its task manager, on a small machine) while the saved
+        # objects service, all an import needs, is available.
+        objects = (status.get("core") or {}).get("savedObjects", {}).get("level")
+        if level == "available" or objects == "available":
+            return None
+        return f"status {level}, saved objects {objects or 'unknown'}"
 
     def wait(self, timeout_s: float) -> None:
         wait_for(f"Kibana at {self.url}", self._ready, timeout_s, self.say)

@@ -23,6 +23,7 @@ VERSION = "v1.37.2"  # .env's TELEGRAF_VERSION, for the compose stack, says the 
 PLUGINS = ("inputs.influxdb_listener", "inputs.socket_listener", "inputs.procstat", "outputs.influxdb",
            "outputs.file", "parsers.influx", "serializers.influx")
 CONFIG = "telegraf.conf"
+BUFFER_SAMPLES = 2_000_000  # kept while InfluxDB is down (metric_buffer_limit): about 2 GB at worst
 
 
 def downloads() -> Path:
@@ -97,6 +98,7 @@ class Telegraf(Service):
                "FLOWSTAT_TELEGRAF_UDP": f"127.0.0.1:{self.socket_port}",
                "FLOWSTAT_TELEGRAF_TCP": f"127.0.0.1:{self.socket_port}",
                "FLOWSTAT_INFLUX_URL": self.extra["influx_url"], "FLOWSTAT_INFLUX_DB": DATABASE,
+               "FLOWSTAT_TELEGRAF_BUFFER": str(BUFFER_SAMPLES),
                # flowstat stack's InfluxDB has no users: empty is no authentication
                "FLOWSTAT_INFLUX_USER": self.extra.get("influx_user", ""),
                "FLOWSTAT_INFLUX_PASSWORD": self.extra.get("influx_password", "")}
