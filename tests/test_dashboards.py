@@ -163,9 +163,10 @@ def test_a_per_node_panel_draws_the_first_selected_nodes_by_name_the_same_in_gra
         assert drawn == have & set(first), p.title
         lens = lens_es.by_id("lens")[kibana.lens_id(RUN_VIEW, p)]
         (layer,) = lens_es.layers(lens).values()
-        (split,) = [c for c, col in layer["columns"].items() if col.get("sourceField") == "node_id"]  # (node_state: a second)
-        drawn_by_lens = {r[split].split("|")[0] for r in lens_es.run_lens(stack["elasticsearch"].url, lens, (from_ms, to_ms), run_id)
-                         if any(r[c] is not None for c in lens_es.shown(layer))}
+        (split,) = [c for c, col in layer["columns"].items() if col.get("sourceField") == "node_id"]
+        rows = lens_es.run_lens(stack["elasticsearch"].url, lens, (from_ms, to_ms), run_id)
+        drawn_by_lens = {r[split].split("|")[0]  # node state's split: "node|state"
+                         for r in rows if any(r[c] is not None for c in lens_es.shown(layer))}
         assert drawn_by_lens == drawn, p.title
     vmrss = influx(stack, run_view_query(panel(RUN_VIEW, "VmRSS"), run_id, from_ms, to_ms, node=names)[0])
     assert [s["tags"]["node_id"] for s in vmrss] == first  # every node has a VmRSS: all of the first

@@ -230,6 +230,12 @@ def _by_series_then_time(sid: np.ndarray, ns: np.ndarray, kept: np.ndarray) -> n
     return order
 
 
+def _column(parts: list[_Part], j: int) -> np.ndarray:
+    """Metric ``j`` over the parts: the part's own column when there is one part (taken in the series'
+    order by the caller: one copy, contiguous, instead of copying the whole sample matrix)."""
+    return parts[0].columns[j] if len(parts) == 1 else np.concatenate([p.columns[j] for p in parts])
+
+
 def load_run(path: Path, meanwhile: Callable[[], None] = lambda: None) -> Run:
     """A run directory (or run file) read for the report; ReportError names what cannot be read.
     ``meanwhile``: what this process can do while other processes read a large run file."""
@@ -254,8 +260,7 @@ def load_run(path: Path, meanwhile: Callable[[], None] = lambda: None) -> Run:
     agent = _recording_agent(report.header, by_agent)
     order = _by_series_then_time(sid, ns, np.array([who[2] == agent for who in every]))
     sid, ns, state = sid[order], ns[order], state[order]
-    values = {m.name: (parts[0].columns[j] if len(parts) == 1 else np.concatenate([p.columns[j] for p in parts]))[order]
-              for j, m in enumerate(metrics())}  # each metric taken in the series' order: contiguous, one copy
+    values = {m.name: _column(parts, j)[order] for j, m in enumerate(metrics())}
     bounds = np.searchsorted(sid, np.arange(len(every) + 1))
     series = [Series(node, role, int(bounds[i]), int(bounds[i + 1])) for i, (node, role, a) in enumerate(every)
               if a == agent]
