@@ -395,6 +395,37 @@ def test_an_incomplete_kibana_import_fails_and_names_the_objects(recorder):
     assert f"{count - 1} of {count} objects imported" in out.stderr
 
 
+def test_a_degraded_kibana_whose_saved_objects_are_available_takes_the_import(recorder):
+    url, rec = recorder
+    objects = ROOT / "dashboards" / "kibana" / "flowstat.ndjson"
+    count = sum(1 for line in objects.read_text().splitlines() if line.strip())
+    rec.answers = {"/api/status": (200, {"status": {"overall": {"level": "degraded"},
+                                                     "core": {"savedObjects": {"level": "available"}}}}),
+                   "/api/saved_objects/_import": (200, {"success": True, "successCount": count})}
+    out = flowstat("provision", "--kibana", url, "--kibana-objects", str(objects), "--timeout", "10",
+                   env={"ELASTIC_PASSWORD": "elastic-pw-1234567"})
+    assert out.returncode == 0, out.stderr
+
+
+def test_a_refused_elastic_password_is_waited_for_then_named(recorder, monkeypatch):
+    """A restarted Elasticsearch refuses every password until its security index has recovered:
+    a 401 is retried for AUTH_GRACE_S, then named with what to do."""
+    from flowstat.stack import provision
+
+    url, rec = recorder
+    rec.answers = {"/_cluster/health": (401, {"error": "unable to authenticate user [elastic]"})}
+    said = []
+    monkeypatch.setattr(provision, "AUTH_GRACE_S", 1.0)
+    es = provision.ElasticsearchSetup(url, SECRETS_ENV, said.append)
+    with pytest.raises(provision.ProvisionError, match="refused user elastic's password .* refused for 1 s"):
+        provision.wait_for("Elasticsearch", es._ready, 30, said.append, every_s=0.2)
+    assert len(rec.seen) > 1  # asked again before giving up
+    assert "first start" in said[0]
+    rec.seen.clear()
+    rec.answers = {"/_cluster/health": (200, {"status": "green"})}
+    provision.wait_for("Elasticsearch", es._ready, 5, said.append, every_s=0.2)  # recovered: ready
+
+
 def test_import_answers_are_judged_on_every_field():
     from flowstat.stack.provision import import_problems
 
