@@ -417,6 +417,7 @@ def provision(args: argparse.Namespace, env: Mapping[str, str], say: Callable[[s
 
 def main(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
     env = os.environ if env is None else env
+
     def say(line: str) -> None:
         print(f"flowstat provision: {line}", flush=True)
 

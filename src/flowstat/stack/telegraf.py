@@ -17,7 +17,7 @@ from flowstat.stores.influxdb import DATABASE
 
 from .base import Service, StackError
 
-VERSION = "v1.37.2"  # .env's TELEGRAF_VERSION, for the compose stack, says the same (a test checks)
+VERSION = "v1.37.2"  # .env.example's TELEGRAF_VERSION, for the compose stack, says the same (a test checks)
 # What telegraf.conf uses, procstat for procstat-fallback.conf and the agents' benchmark, and the
 # file output that benchmark writes to: the fewer plugins, the fewer modules to fetch and compile.
 PLUGINS = ("inputs.influxdb_listener", "inputs.socket_listener", "inputs.procstat", "outputs.influxdb",
