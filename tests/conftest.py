@@ -57,9 +57,9 @@ def topology_dict(**overrides) -> dict:
     return base
 
 
-@pytest.fixture
-def reachable_tmp() -> Path:
-    """A scratch folder the stack's service user can enter (pytest's tmp_path is private to root)."""
+def reachable_dir():
+    """A scratch folder the stack's service user can enter (pytest's tmp_path is private to root),
+    removed afterwards: a generator for fixtures of any scope."""
     import shutil
     import uuid
 
@@ -67,6 +67,11 @@ def reachable_tmp() -> Path:
     d.mkdir(parents=True)
     yield d
     shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def reachable_tmp() -> Path:
+    yield from reachable_dir()
 
 
 def pid_alive(pid: int) -> bool:

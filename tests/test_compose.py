@@ -58,6 +58,11 @@ def stores_reached(svc: dict) -> list[str]:
             if address in talks or env.get("ES_HOST") == address.split(":")[0]]
 
 
+def bind_mounts(svc: dict) -> dict[str, str]:
+    """A service's mounts from the repository: source -> target in the container."""
+    return dict(v.rsplit(":", 1)[0].split(":") for v in svc.get("volumes", []) if v.startswith("./"))
+
+
 def long_running(svc: dict) -> bool:
     return svc.get("restart") == "unless-stopped"
 
@@ -258,7 +263,7 @@ def test_elastalert_mounts_the_generated_settings_and_rules():
     from flowstat.stack import elastalert
 
     svc = services()["elastalert"]
-    mounts = dict(v.rsplit(":", 1)[0].split(":") for v in svc["volumes"])
+    mounts = bind_mounts(svc)
     assert mounts["./dashboards/elastalert/rules"] == elastalert.COMPOSE_RULES_DIR
     config = yaml.safe_load((ROOT / "dashboards/elastalert/config.yaml").read_text())
     assert mounts["./dashboards/elastalert/config.yaml"] == "/opt/elastalert/config.yaml"
@@ -272,7 +277,7 @@ def test_elastalert_mounts_the_generated_settings_and_rules():
 
 def test_grafana_mounts_its_provisioning_where_the_provider_reads_the_dashboards():
     svc = services()["grafana"]
-    mounts = dict(v.rsplit(":", 1)[0].split(":") for v in svc["volumes"] if v.startswith("./"))
+    mounts = bind_mounts(svc)
     provider = yaml.safe_load((ROOT / "dashboards/grafana/provisioning/dashboards/flowstat.yaml").read_text())
     assert mounts["./dashboards/grafana/dashboards"] == provider["providers"][0]["options"]["path"]
     assert mounts["./dashboards/grafana/provisioning"] == "/etc/grafana/provisioning"
@@ -284,7 +289,7 @@ def test_setup_imports_the_committed_kibana_objects():
     svc = services()["setup-kibana"]
     command = svc["command"]
     mounted = command[command.index("--kibana-objects") + 1]
-    mounts = {target: source for source, target in (v.rsplit(":", 1)[0].split(":") for v in svc["volumes"])}
+    mounts = {target: source for source, target in bind_mounts(svc).items()}
     source = ROOT / mounts[str(Path(mounted).parent)] / Path(mounted).name
     (name, text), = kibana.files().items()
     assert source.name == name and source.read_text() == text

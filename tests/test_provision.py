@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from conftest import ROOT, _free_port
+from conftest import ROOT, _free_port, reachable_dir
 
 REST_API_SPEC = ("org.elasticsearch", "rest-api-spec", "9.1.5")
 # The bodies' documented shapes (elastic.co/docs/api/doc/elasticsearch: security-put-user,
@@ -218,12 +218,7 @@ def secured_influx(reachable_tmp_module):
 
 @pytest.fixture(scope="module")
 def reachable_tmp_module():
-    import shutil
-
-    d = ROOT / ".cache" / "test-tmp" / uuid.uuid4().hex[:12]
-    d.mkdir(parents=True)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+    yield from reachable_dir()
 
 
 def influx_env(writer_pw="writer-pw-123456", reader_pw="reader-pw-123456") -> dict[str, str]:

@@ -362,11 +362,10 @@ class InfluxSetup:
 
 # -- the command --------------------------------------------------------------------------------------
 STEPS = ("elasticsearch", "kibana", "influxdb")
-NEEDS = {"elasticsearch": ["ELASTIC_PASSWORD", "KIBANA_SYSTEM_PASSWORD", "LOGSTASH_ES_PASSWORD", "GRAFANA_ES_PASSWORD",
-                           "ELASTALERT_ES_PASSWORD"],
+# What each step reads from the environment: derived from the users it makes.
+NEEDS = {"elasticsearch": ["ELASTIC_PASSWORD", *BUILTIN_PASSWORDS.values(), *(u.password_env for u in USERS)],
          "kibana": ["ELASTIC_PASSWORD"],
-         "influxdb": ["INFLUXDB_ADMIN_USER", "INFLUXDB_ADMIN_PASSWORD", "INFLUXDB_WRITER_USER",
-                      "INFLUXDB_WRITER_PASSWORD", "INFLUXDB_READER_USER", "INFLUXDB_READER_PASSWORD"]}
+         "influxdb": [f"INFLUXDB_{who}_{what}" for who in ("ADMIN", "WRITER", "READER") for what in ("USER", "PASSWORD")]}
 
 
 def configure(p: argparse.ArgumentParser) -> None:
