@@ -80,7 +80,8 @@ def compose_config_text() -> str:
 
 
 def packaged_rules() -> dict[str, str]:
-    """flowstat's own alert rules: file name -> YAML text, alerter-neutral; the same text as
+    """flowstat's own alert rules: file name -> YAML text, each alerting to ElastAlert's log only
+    (the stack adds its own alerters); the same text as
     dashboards/elastalert/rules/ (both come from flowstat.views)."""
     return views_elastalert.rules()
 
