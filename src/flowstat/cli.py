@@ -9,6 +9,7 @@ import sys
 from . import __version__
 from . import replay as replay_command
 from .agent import command as agent_command
+from .campaign import command as campaign_command
 from .harness import command as harness_command
 from .report import command as report_command
 from .stack import command as stack_command
@@ -33,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
         ("provision", provision_command.HELP, provision_command.PARSER, provision_command.configure,
          provision_command.main),
         ("replay", replay_command.HELP, replay_command.PARSER, replay_command.configure, replay_command.main),
+        ("campaign", campaign_command.HELP, campaign_command.PARSER, campaign_command.configure,
+         campaign_command.main),
         ("report", report_command.HELP, report_command.PARSER, report_command.configure, report_command.main),
     ]
     for name, help_text, parser_kw, configure, func in commands:

@@ -1,0 +1,156 @@
+"""A campaign's figures, one row per configuration, read back from its recorded runs.
+
+Every figure is over the run's steady state (flowstat.report.figures.steady_window: start-up and
+the final drain left out) and over all the run's mergers together, as the thesis's section 5.5
+gives them for several mergers: each second, the mergers' CPU clock, VmRSS and merged objects/s
+are summed and their average merge times averaged (a second counts when every merger was sampled
+in it); a column's mean and standard deviation are over those seconds. With one merger this is the
+thesis's per-merger figure. Beside them:
+
+- offered objects/s: what the producers sent the mergers over the steady state (the online
+  verdict's totals, divided by its span), what the merged rate is to be compared with;
+- input latency p99: the worst second's p99 of the time an object waited between its producer's
+  send and its merger's take, worst merger;
+- VmRSS slope: least-squares slope of the mergers' summed VmRSS over the steady state, MB/min (the
+  thesis's "memory growing");
+- online: every merger kept up (flowstat.harness.online), else the worst state;
+- overloads: the producers' refused sends (a full buffer) over the whole run.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flowstat.report.figures import THESIS_METRICS, Stat, steady_window
+from flowstat.report.load import ReportError, Run, load_run
+
+from .runner import Outcome
+from .spec import Campaign
+
+SUMMED = ("cpu_clock_hz", "vmrss_kb", "merged_objects_per_second")  # averaged: average_merge_time_ms
+UPPER_LAYER = "-l"  # merger-l2-0: a merger of a layer above the first (its inputs are mergers)
+
+
+@dataclass
+class Row:
+    key: str
+    value: Any
+    label: str
+    status: str
+    run_id: str
+    run_dir: str | None
+    error: str | None = None
+    stats: dict[str, Stat] = field(default_factory=dict)
+    offered_per_s: float | None = None
+    latency_p99_ms: float | None = None
+    vmrss_slope_mb_per_min: float | None = None
+    online: bool | None = None
+    online_state: str | None = None
+    overloads: int | None = None
+    conserved: bool | None = None
+    seconds: float | None = None
+    window: tuple[float, float] | None = None
+    # per metric: (seconds since the start, the mergers' figure that second), for the plots
+    series: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("series")
+        out["stats"] = {k: {"mean": s.mean, "std": s.std, "seconds": s.n} for k, s in self.stats.items()}
+        return out
+
+
+def per_second(run: Run, metric: str, nodes: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The nodes' ``metric`` each second of the run, summed (SUMMED) or averaged; seconds in which
+    some node has no sample are left out."""
+    series = [s for s in run.series if s.node_id in nodes]
+    if not series:
+        return np.empty(0), np.empty(0)
+    buckets: dict[int, list[float]] = {}
+    for s in series:
+        t, y = run.of(metric, s)
+        for sec, v in zip(np.floor(t).astype(int), y):
+            buckets.setdefault(int(sec), []).append(float(v))
+    combine = np.sum if metric in SUMMED else np.mean
+    secs = sorted(k for k, v in buckets.items() if len(v) == len(series))
+    return np.array(secs, float), np.array([combine(buckets[k]) for k in secs], float)
+
+
+def _slope_mb_per_min(t: np.ndarray, kb: np.ndarray) -> float | None:
+    if len(t) < 3 or np.ptp(t) == 0:
+        return None
+    return float(np.polyfit(t, kb / 1024, 1)[0] * 60)
+
+
+def _stat(y: np.ndarray) -> Stat:
+    return Stat(float(y.mean()), float(y.std()), len(y)) if len(y) else Stat(None, None, 0)
+
+
+def _online(verdicts: dict[str, dict]) -> tuple[bool | None, str | None]:
+    if not verdicts or any(v.get("online") is None for v in verdicts.values()):
+        return None, "no verdict"
+    bad = [f"{m}: {v['state']}" for m, v in verdicts.items() if not v["online"]]
+    return not bad, "; ".join(bad) or "online"
+
+
+def _mergers(run: Run) -> list[str]:
+    return sorted({s.node_id for s in run.series if s.role == "merger"})
+
+
+def row(campaign: Campaign, outcome: Outcome) -> Row:
+    c = outcome.config
+    r = Row(c.key, c.value, c.label, outcome.status, campaign.run_id(c),
+            str(outcome.run_dir) if outcome.run_dir else None, outcome.error)
+    if outcome.run_dir is None:
+        return r
+    summary = json.loads((outcome.run_dir / "summary.json").read_text())
+    verdicts = summary.get("online") or {}
+    r.offered_per_s = (round(sum(v["offered_per_second"] for v in verdicts.values()), 1)
+                       if verdicts and all("offered_per_second" in v for v in verdicts.values()) else None)
+    worst = [v["latency_p99_ms_worst_second"] for v in verdicts.values() if v.get("latency_p99_ms_worst_second") is not None]
+    r.latency_p99_ms = max(worst) if worst else None
+    r.online, r.online_state = _online(verdicts)
+    r.overloads = sum((n.get("send_overload_events") or 0) for n in summary["nodes"] if n["role"] == "producer")
+    r.conserved = bool(summary.get("conservation", {}).get("ok"))
+    r.seconds = summary["seconds"]
+    try:
+        run = load_run(outcome.run_dir)
+    except ReportError as exc:
+        r.error = (r.error + "; " if r.error else "") + f"no samples: {exc}"
+        return r
+    window = steady_window(run)
+    r.window = (window.lo, window.hi)
+    mergers = _mergers(run)
+    first_layer = [m for m in mergers if UPPER_LAYER not in m.removeprefix("merger")]
+    for metric in THESIS_METRICS:
+        # Objects merged by an upper layer were merged once already: the rate is the first layer's.
+        t, y = per_second(run, metric, first_layer if metric == "merged_objects_per_second" else mergers)
+        r.series[metric] = (t, y)
+        steady = (t >= window.lo) & (t <= window.hi)
+        r.stats[metric] = _stat(y[steady])
+        if metric == "vmrss_kb":
+            r.vmrss_slope_mb_per_min = _slope_mb_per_min(t[steady], y[steady])
+    return r
+
+
+def rows(campaign: Campaign, outcomes: list[Outcome]) -> list[Row]:
+    return [row(campaign, o) for o in outcomes]
+
+
+def write_json(campaign: Campaign, table: list[Row], path: Path, command: str, machine: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({
+        "campaign": campaign.name, "title": campaign.title, "source": campaign.source, "command": command,
+        "duration_s": campaign.duration, "parameter": campaign.parameter, "machine": machine,
+        "configurations": [r.to_json() for r in table]}, indent=1, default=_jsonable))
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, (np.integer, np.floating)):
+        return x.item()
+    raise TypeError(f"not JSON: {type(x).__name__}")
