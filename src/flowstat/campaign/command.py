@@ -172,7 +172,7 @@ def main(args: argparse.Namespace) -> int:
     if args.replay:
         from flowstat.replay import ReplayError, replay
 
-        runs = [o.run_dir for o in outcomes if o.run_dir is not None]
+        runs = [o.run_dir / "samples.ndjson" for o in outcomes if o.run_dir is not None]
         try:
             replay(runs, targets)
             print(f"campaign: {len(runs)} runs loaded into {', '.join(targets)}")

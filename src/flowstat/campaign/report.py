@@ -21,7 +21,7 @@ class Made:
 def write(campaign: Campaign, outcomes: list[Outcome], out: Path, report_dir: Path, command: str,
           html: bool = True) -> Made:
     """The campaign's figures into ``out``/results.json, its tables and plots into ``report_dir``."""
-    rows = results.rows(campaign, outcomes)
+    rows = results.rows(campaign, outcomes, out)
     facts = markdown.machine()
     files = [out / RESULTS]
     results.write_json(campaign, rows, files[0], command, facts)

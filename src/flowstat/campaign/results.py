@@ -102,10 +102,17 @@ def _mergers(run: Run) -> list[str]:
     return sorted({s.node_id for s in run.series if s.role == "merger"})
 
 
-def row(campaign: Campaign, outcome: Outcome) -> Row:
+def _relative(text: str | None, base: Path) -> str | None:
+    """Paths under the campaign's directory written from it: results say where a run is, not where
+    the campaign ran."""
+    return text.replace(f"{base}/", "").replace(f"{base.resolve()}/", "") if text else text
+
+
+def row(campaign: Campaign, outcome: Outcome, base: Path) -> Row:
+    """``base``: the campaign's directory."""
     c = outcome.config
     r = Row(c.key, c.value, c.label, outcome.status, campaign.run_id(c),
-            str(outcome.run_dir) if outcome.run_dir else None, outcome.error)
+            _relative(str(outcome.run_dir), base) if outcome.run_dir else None, _relative(outcome.error, base))
     if outcome.run_dir is None:
         return r
     summary = json.loads((outcome.run_dir / "summary.json").read_text())
@@ -138,8 +145,8 @@ def row(campaign: Campaign, outcome: Outcome) -> Row:
     return r
 
 
-def rows(campaign: Campaign, outcomes: list[Outcome]) -> list[Row]:
-    return [row(campaign, o) for o in outcomes]
+def rows(campaign: Campaign, outcomes: list[Outcome], base: Path) -> list[Row]:
+    return [row(campaign, o, base) for o in outcomes]
 
 
 def write_json(campaign: Campaign, table: list[Row], path: Path, command: str, machine: dict[str, Any]) -> None:
