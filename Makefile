@@ -18,7 +18,7 @@ C_STAMP := .cache/c-deps-$(shell echo '$(C_DEPS)' | md5sum | cut -c1-8).installe
 help:
 	@echo "make demo   local InfluxDB/Elasticsearch/Telegraf + a harness run shipping into them"
 	@echo "make test   run the tests"
-	@echo "make bench  run the benchmarks (about an hour; JSON in benchmarks/results/)"
+	@echo "make bench  run the benchmarks and the campaigns at 20 s (about 90 minutes; JSON in benchmarks/results/)"
 	@echo "make clean  remove the venv, caches and runs"
 
 $(BIN)/python:
@@ -67,6 +67,8 @@ bench: $(STAMP) c-agent
 	cd benchmarks && ../$(BIN)/python bench_ingest.py
 	cd benchmarks && ../$(BIN)/python bench_report.py
 	cd benchmarks && ../$(BIN)/python bench_views.py
+	$(BIN)/python benchmarks/run_campaigns.py --duration 20
+	$(BIN)/python benchmarks/thesis_comparison.py
 	@echo "long fuzzing of the C agent's parsers (5 minutes each):"
 	for f in stat reply endpoints sink_url; do mkdir -p .cache/fuzz/$$f && cp collectors/c/fuzz/corpus/$$f/* .cache/fuzz/$$f/ && \
 		collectors/c/build/fuzz_$$f -max_total_time=300 -timeout=5 .cache/fuzz/$$f || exit 1; done
