@@ -200,3 +200,10 @@ def test_figures_are_of_all_mergers_together(tmp_path):
         assert merged == pytest.approx(r["offered_per_s"], rel=0.1), r
     one, two = (r["stats"]["vmrss_kb"]["mean"] for r in rows)
     assert two > 1.5 * one  # two processes' memory, not one's
+
+
+def test_a_campaign_file_that_is_not_yaml_names_the_line(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("campaign: x\nsweep: {parameter: [\n")
+    with pytest.raises(CampaignError, match=r"broken.yaml: line 3, column 1: not valid YAML"):
+        load(path)

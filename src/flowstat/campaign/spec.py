@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from flowstat.harness import topology as harness_topology
 from flowstat.harness.topology import RUN_ID_RE, Topology, TopologyError
 
@@ -186,15 +184,4 @@ def from_dict(data: Any, source: str = "<dict>") -> Campaign:
 
 
 def load(path: str | Path) -> Campaign:
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise CampaignError(f"{path}: cannot read: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "YAML"
-        raise CampaignError(f"{path}: {where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
-    return from_dict(data, str(path))
+    return from_dict(harness_topology.read_yaml(Path(path), CampaignError), str(path))

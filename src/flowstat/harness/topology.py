@@ -314,16 +314,19 @@ def from_dict(data: Any, source: str = IN_CODE) -> Topology:
     return replace(topo, cpus=pins) if pins else topo
 
 
-def load(path: str | Path) -> Topology:
-    path = Path(path)
+def read_yaml(path: Path, error: type[Exception] = TopologyError) -> Any:
+    """A YAML file's data; ``error`` names the file, and the line and column of a syntax error."""
     try:
         text = path.read_text()
     except OSError as exc:
-        raise TopologyError(f"{path}: cannot read: {exc.strerror}") from exc
+        raise error(f"{path}: cannot read: {exc.strerror}") from None
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "YAML"
-        raise TopologyError(f"{path}: {where}: not valid YAML: {getattr(exc, 'problem', exc)}") from exc
-    return from_dict(data, str(path))
+        raise error(f"{path}: {where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+
+
+def load(path: str | Path) -> Topology:
+    return from_dict(read_yaml(Path(path)), str(path))
