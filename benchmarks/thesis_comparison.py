@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from flowstat.campaign import svg
-from flowstat.campaign.markdown import TITLES, fmt
+from flowstat.campaign.markdown import TITLES, fmt, titled
 
 ROOT = Path(__file__).resolve().parents[1]
 THESIS = Path("benchmarks") / "thesis" / "chapter5.yaml"
@@ -68,7 +68,7 @@ def section_table(name: str, sec: dict, results: dict) -> list[str]:
     runs = [(label, res.get(name, {})) for label, res in results.items() if res.get(name)]
     head = [sec["parameter"]]
     for m in METRICS:
-        head += [f"{TITLES[m][0]} ({TITLES[m][1]}): thesis"] + [f"flowstat {label}" for label, _ in runs]
+        head += [f"{titled(m)}: thesis"] + [f"flowstat {label}" for label, _ in runs]
     head += ["offered objects/s, flowstat " + label for label, _ in runs]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in sec["rows"]:
@@ -98,7 +98,7 @@ def section_plots(name: str, sec: dict, results: dict) -> list[str]:
                                       [g[1] for _, g in got]))
         file = IMG / f"{name}-{m}.svg"
         file.write_text(svg.plot(f"{sec['section']} {TITLES[m][0]}: thesis and flowstat", sec["parameter"],
-                                 f"{TITLES[m][0]} ({TITLES[m][1]})", lines,
+                                 titled(m), lines,
                                  None if numeric else [str(v) for v in values], log_x=log_x))
         links.append(f"![{sec['section']}: {TITLES[m][0]}, thesis and flowstat]({file.relative_to(OUT.parent)})")
     return links

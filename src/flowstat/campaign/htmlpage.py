@@ -8,14 +8,14 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from bokeh.models import ColumnDataSource, HoverTool, Whisker
+from bokeh.models import ColumnDataSource, HoverTool, Range1d, Whisker
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
 from flowstat.report import page
 from flowstat.report.figures import THESIS_METRICS
 
-from .markdown import TITLES, cells
+from .markdown import TITLES, cells, titled
 from .results import Row
 from .spec import Campaign
 
@@ -27,7 +27,7 @@ def _numeric(values: list[Any]) -> bool:
 
 
 def against_parameter(campaign: Campaign, rows: list[Row], metric: str):
-    name, unit = TITLES[metric]
+    name = TITLES[metric][0]
     known = [r for r in rows if r.stats and r.stats[metric].mean is not None]
     numeric = _numeric([r.value for r in known])
     kw = {} if numeric else {"x_range": [r.label for r in known]}
@@ -38,22 +38,24 @@ def against_parameter(campaign: Campaign, rows: list[Row], metric: str):
                             "low": [r.stats[metric].mean - r.stats[metric].std for r in known],
                             "high": [r.stats[metric].mean + r.stats[metric].std for r in known],
                             "config": [r.key for r in known]})
+    top = max((r.stats[metric].mean + r.stats[metric].std for r in known), default=1.0)
+    p.y_range = Range1d(start=0, end=top * 1.1 or 1.0)  # from 0, and the whiskers in (the automatic range leaves them out)
     dots = p.scatter(x="x", y="mean", source=src, size=9)
     p.add_layout(Whisker(base="x", lower="low", upper="high", source=src))
     p.xaxis.axis_label = campaign.parameter_label
-    p.yaxis.axis_label = f"{name} ({unit}): mean ± std"
+    p.yaxis.axis_label = f"{titled(metric)}: mean ± std"
     p.add_tools(HoverTool(renderers=[dots], tooltips=[("configuration", "@config"), (name, "@mean{0,0.000} ± @std{0,0.000}")]))
     return p
 
 
 def over_time(rows: list[Row], metric: str):
-    name, unit = TITLES[metric]
+    name = TITLES[metric][0]
     p = figure(title=f"{name} over time, all mergers", height=300, width=620, tools=TOOLS, active_scroll=None)
     for i, r in enumerate(x for x in rows if len(x.series.get(metric, ((), ()))[0])):
         t, y = r.series[metric]
         p.line(t, y, legend_label=r.label, color=Category10_10[i % 10], line_width=1.5)
     p.xaxis.axis_label = "seconds since the start"
-    p.yaxis.axis_label = f"{name} ({unit})"
+    p.yaxis.axis_label = titled(metric)
     if p.legend:
         p.legend.click_policy = "hide"
         p.legend.label_text_font_size = "9pt"

@@ -20,6 +20,12 @@ TITLES = {"cpu_clock_hz": ("CPU clock", "Hz"), "vmrss_kb": ("VmRSS", "kB"),
           "merged_objects_per_second": ("merged objects/s", "objects/s")}
 
 
+def titled(metric: str) -> str:
+    """A metric's name with its unit ("VmRSS (kB)"; "merged objects/s" says its own)."""
+    name, unit = TITLES[metric]
+    return name if name.endswith(unit) else f"{name} ({unit})"
+
+
 def machine() -> dict[str, Any]:
     """What the figures were measured on."""
     model = ""
@@ -53,7 +59,7 @@ def _yes_no(v: bool | None, yes: str, no: str) -> str:
 
 def cells(campaign: Campaign, rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     """The table's header and its rows, as text (a failed configuration: its label and why)."""
-    head = [campaign.parameter_label, *(f"{TITLES[m][0]} ({TITLES[m][1]})" for m in THESIS_METRICS),
+    head = [campaign.parameter_label, *(titled(m) for m in THESIS_METRICS),
             "offered objects/s (all mergers)", "input latency p99, worst second (ms)", "VmRSS slope (MB/min)",
             "overloads", "online", "no loss"]
     body = []
@@ -86,18 +92,18 @@ def plots(campaign: Campaign, rows: list[Row], folder: Path) -> list[tuple[str, 
     log_x = numeric and min(values, default=0) > 0 and max(values) / min(values) >= 50
     made = []
     for metric in THESIS_METRICS:
-        name, unit = TITLES[metric]
+        name = TITLES[metric][0]
         known = [r for r in measured if r.stats[metric].mean is not None]
         xs = [float(r.value) for r in known] if numeric else [float(i) for i, r in enumerate(measured) if r in known]
         line = svg.Line("mean ± std", xs, [r.stats[metric].mean for r in known], [r.stats[metric].std for r in known])
-        text = svg.plot(f"{name}, steady state, all mergers", campaign.parameter_label, f"{name} ({unit})", [line],
+        text = svg.plot(f"{name}, steady state, all mergers", campaign.parameter_label, titled(metric), [line],
                         None if numeric else [r.label for r in measured], log_x=log_x)
         file = f"{metric}-vs-{campaign.parameter.replace('.', '-')}.svg"
         (folder / file).write_text(text)
         made.append((f"{name} against {campaign.parameter_label}", f"{folder.name}/{file}"))
         lines = [svg.Line(r.label, list(map(float, r.series[metric][0])), list(map(float, r.series[metric][1])))
                  for r in measured if len(r.series.get(metric, ((), ()))[0])]
-        text = svg.plot(f"{name} over time, all mergers", "seconds since the start", f"{name} ({unit})", lines)
+        text = svg.plot(f"{name} over time, all mergers", "seconds since the start", titled(metric), lines)
         file = f"{metric}-over-time.svg"
         (folder / file).write_text(text)
         made.append((f"{name} over time, one line per configuration", f"{folder.name}/{file}"))
