@@ -283,7 +283,8 @@ def _merger_layers(source: str, data: Any, first: tuple[MergerSpec, ...], kind: 
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             fail(f"merger_layers[{i}]", f"expected a number of mergers >= 1, got {n!r}")
         if n > below:
-            fail(f"merger_layers[{i}]", f"{n} mergers cannot each have an input from the {below} of the layer below")
+            fail(f"merger_layers[{i}]", f"at most {below} mergers (the layer below has {below}, and each merger "
+                                        f"needs an input), got {n}")
         below = n
     if data and kind is Kind.TTree:
         # A merged tree's length is the sum of its inputs': the trees reaching an upper merger differ
