@@ -37,7 +37,7 @@ class Pair:
             port = out.bind_to_random_port("tcp://127.0.0.1")
             self.outputs.append(out)
             self.mergers.append(Merger({"node_id": "m", "index": 0, "producers": producers, "buffer_size": 1000,
-                                        "send_buffer": 100_000, "viewer_endpoint": f"tcp://127.0.0.1:{port}"}))
+                                        "send_buffer": 100_000, "downstream_endpoint": f"tcp://127.0.0.1:{port}"}))
         self.one, self.batched = self.mergers
         self.pushers = []
         self.taken_at_once = 0  # objects the batched merger took a run at a time

@@ -15,7 +15,7 @@ def merger_and_output():
     out = ctx.socket(zmq.PULL)
     port = out.bind_to_random_port("tcp://127.0.0.1")
     m = Merger({"node_id": "m", "index": 0, "producers": [10, 11, 12], "buffer_size": 100,
-                "send_buffer": 100, "viewer_endpoint": f"tcp://127.0.0.1:{port}"})
+                "send_buffer": 100, "downstream_endpoint": f"tcp://127.0.0.1:{port}"})
     yield m, out
     m.out.close(0)
     m.data.close(0)

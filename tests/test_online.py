@@ -116,7 +116,7 @@ def merger():
     out = ctx.socket(zmq.PULL)
     port = out.bind_to_random_port("tcp://127.0.0.1")
     m = Merger({"node_id": "m", "index": 0, "producers": [0, 1], "buffer_size": 100, "send_buffer": 100,
-                "viewer_endpoint": f"tcp://127.0.0.1:{port}"})
+                "downstream_endpoint": f"tcp://127.0.0.1:{port}"})
     push = ctx.socket(zmq.PUSH)
     push.connect(m.data_endpoint)
     yield m, push

@@ -73,6 +73,20 @@ def test_even_split_and_explicit_assignment():
     ({"cpus": {"viewer": "zero"}}, "cpus.viewer"),
     ({"cpus": [0]}, "cpus"),
     ({"mergers": [{"id": "producer", "producers": "0-3"}]}, "mergers[0].id"),
+    ({"mergers": 2, "merger_layers": [0]}, "merger_layers[0]"),
+    ({"mergers": 2, "merger_layers": [-1]}, "merger_layers[0]"),
+    ({"mergers": 2, "merger_layers": [1.5]}, "merger_layers[0]"),
+    ({"mergers": 2, "merger_layers": [True]}, "merger_layers[0]"),
+    ({"mergers": 2, "merger_layers": 1}, "merger_layers"),
+    ({"mergers": 2, "merger_layers": [3]}, "merger_layers[0]"),  # more than the layer below
+    ({"mergers": 4, "merger_layers": [2, 3]}, "merger_layers[1]"),
+    ({"mergers": 4, "merger_layers": [2, 1, 2]}, "merger_layers[2]"),
+    ({"mergers": 2, "merger_layers": [1], "object": {"type": "TTree", "size": "1kB"}}, "merger_layers"),
+    ({"mergers": [{"id": "merger-l2-0", "producers": "0-1"}, {"producers": "2-3"}], "merger_layers": [1]},
+     "mergers[0].id"),
+    ({"mergers": 2, "cpus": {"merger-l2-0": 0}}, "cpus.merger-l2-0"),  # no layer above the first
+    ({"mergers": 2, "merger_layers": [1], "cpus": {"merger-l2-1": 0}}, "cpus.merger-l2-1"),
+    ({"mergers": 2, "merger_layers": [1], "cpus": {"merger-l3-0": 0}}, "cpus.merger-l3-0"),
 ])
 def test_errors_name_the_field(change, field):
     with pytest.raises(TopologyError) as err:
@@ -106,3 +120,33 @@ def test_producer_processes_split_evenly():
     groups = t.producer_groups()
     assert len(groups) == 2 and sum(map(len, groups)) == 500
     assert sorted(p for g in groups for p in g) == list(range(500))
+
+
+def test_merger_layers_spread_each_layer_over_the_next():
+    t = from_dict(topology_dict(producers={"count": 8}, mergers=5, merger_layers=[2, 1]))
+    assert t.layers() == [("merger-0", "merger-1", "merger-2", "merger-3", "merger-4"),
+                          ("merger-l2-0", "merger-l2-1"), ("merger-l3-0",)]
+    assert t.all_mergers() == [*t.layers()[0], "merger-l2-0", "merger-l2-1", "merger-l3-0"]
+    # contiguous and balanced, as producers over the first layer: round(2.5) = 2
+    assert t.merger_inputs() == {"merger-l2-0": ("merger-0", "merger-1"),
+                                 "merger-l2-1": ("merger-2", "merger-3", "merger-4"),
+                                 "merger-l3-0": ("merger-l2-0", "merger-l2-1")}
+    assert t.downstream_of()["merger-4"] == "merger-l2-1" and t.downstream_of()["merger-l3-0"] == "viewer"
+    assert t.layer_of()["merger-l2-1"] == 2 and t.layer_of()["merger-0"] == 1
+    assert {n for n, role in t.node_roles().items() if role == "merger"} == set(t.all_mergers())
+    # first-layer names are unchanged; the producers still go to the first layer only
+    assert [len(m.producers) for m in t.mergers] == [2, 1, 2, 1, 2] and t.merger_layers == (2, 1)
+
+
+def test_one_layer_by_default_and_equal_layers_allowed():
+    t = from_dict(topology_dict(mergers=2))
+    assert t.merger_layers == () and t.layers() == [("merger-0", "merger-1")] and t.merger_inputs() == {}
+    t = from_dict(topology_dict(mergers=2, merger_layers=[2, 2, 1]))  # as many as below: one input each
+    assert t.merger_inputs()["merger-l2-1"] == ("merger-1",) and t.merger_inputs()["merger-l4-0"] == (
+        "merger-l3-0", "merger-l3-1")
+
+
+def test_cpus_may_name_upper_mergers():
+    t = from_dict(topology_dict(mergers=2, merger_layers=[1], cpus={"merger": 0, "merger-l2-0": "0"}))
+    assert t.cpus_for("merger-l2-0", "merger") == {0} and t.cpus_for("merger-1", "merger") == {0}
+    assert t.cpus_text() == "merger=0 merger-l2-0=0"

@@ -105,6 +105,7 @@ def configure_validate(p: argparse.ArgumentParser) -> None:
 def validate(args: argparse.Namespace) -> int:
     from flowstat.units import format_size
 
+    from .summary import mergers_text, parameters
     from .topology import TopologyError, load
 
     status = 0
@@ -116,7 +117,7 @@ def validate(args: argparse.Namespace) -> int:
             status = 2
             continue
         print(f"{path}: OK - {t.n_producers} producers x {t.rate:g} obj/s in {t.producer_processes} process(es), "
-              f"{len(t.mergers)} merger(s), {t.obj.kind.name} {format_size(t.obj.nbytes)} {list(t.obj.shape)}, "
+              f"{mergers_text(parameters(t))}, {t.obj.kind.name} {format_size(t.obj.nbytes)} {list(t.obj.shape)}, "
               f"buffer {t.buffer_size}, {t.duration:g} s" + (f", pinned {t.cpus_text()}" if t.cpus else ""))
     return status
 

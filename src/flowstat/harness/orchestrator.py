@@ -1,11 +1,12 @@
 """``flowstat run``: start every device of a topology, run, stop cleanly, and summarise.
 
-Devices are started downstream first (viewer, mergers, producers) so that every connect finds its
-peer bound; each binds an ephemeral loopback port and reports it on its stdout. The producers start
-sending together on a ``start`` command. Stopping goes upstream first: producers get SIGTERM, send
-what their buffers still hold and an end-of-stream marker; each merger ends when all its producers
-have ended, the viewer when all mergers have. A stage that lost a member is told to stop instead of
-waiting for markers that will never come. Devices run in their own session (Ctrl-C reaches only
+Devices are started downstream first (viewer, the last layer of mergers, ..., the first layer,
+producers) so that every connect finds its peer bound; each binds an ephemeral loopback port and
+reports it on its stdout. The producers start sending together on a ``start`` command. Stopping
+goes upstream first, stage by stage: producers get SIGTERM, send what their buffers still hold and
+an end-of-stream marker; each merger ends when all its inputs (producers, or mergers of the layer
+below) have ended, layer after layer, the viewer when the last layer has. A stage that lost a member
+is told to stop instead of waiting for markers that will never come. Devices run in their own session (Ctrl-C reaches only
 the orchestrator) and get SIGTERM from the kernel if the orchestrator dies, so nothing is orphaned.
 A topology's ``cpus`` pins devices and agents to CPUs as each is started. A run that ends in order
 (its duration is over, or the user interrupts it) first gives the agents the run-ending notice, so
@@ -114,11 +115,21 @@ class Orchestrator:
         self.started_at = self.stopped_at = 0.0  # monotonic: the start command, the stop signal
         self.started_wall = time.time()  # the start command, wall clock (the run document's start)
         self.clients: dict[str, ControlClient] = {}
+        self.layer_of = topo.layer_of()
         self.judge = self.new_judge(topo.duration)
 
     def new_judge(self, duration: float) -> OnlineJudge:
-        # A merger may hold one object of each of its producers' for a merge.
-        return OnlineJudge(duration, {m.node_id: len(m.producers) * self.topo.obj.nbytes for m in self.topo.mergers})
+        """Every merger is judged, whatever its layer: a merger above the first is offered what its
+        input mergers sent it, as one of the first layer is what its producers sent it."""
+        topo = self.topo
+        inputs = {**{m.node_id: len(m.producers) for m in topo.mergers},
+                  **{m: len(ins) for m, ins in topo.merger_inputs().items()}}
+        # A merger may hold one object of each of its inputs' for a merge.
+        return OnlineJudge(duration, {m: n * topo.obj.nbytes for m, n in inputs.items()})
+
+    def stage_of(self, dev: Device) -> tuple[int, int]:
+        """Where a device is in the pipeline: its role's place, then its layer (mergers)."""
+        return PIPELINE_ROLES.index(dev.role), self.layer_of.get(dev.name, 0)
 
     # -- processes ------------------------------------------------------------------------------
     def spawn(self, name: str, role: str, config: dict[str, Any]) -> Device:
@@ -211,15 +222,11 @@ class Orchestrator:
         topo = self.topo
         (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
         viewer = self.spawn(VIEWER_NODE, "viewer", {
-            "mergers": len(topo.mergers), "buffer_size": topo.merger_send_buffer,
+            "mergers": len(topo.layers()[-1]), "buffer_size": topo.merger_send_buffer,
             "output": str(self.run_dir / "viewer.root"), "write_interval": topo.viewer_write_interval})
-        viewer_endpoint = self.wait_ready(viewer)["data"]
-        merger_endpoints: dict[int, str] = {}
-        for mi, spec in enumerate(topo.mergers):
-            dev = self.spawn(spec.node_id, "merger", {
-                "index": mi, "producers": list(spec.producers), "buffer_size": topo.buffer_size,
-                "send_buffer": topo.merger_send_buffer, "viewer_endpoint": viewer_endpoint})
-            merger_endpoints[mi] = self.wait_ready(dev)["data"]
+        endpoints = {VIEWER_NODE: self.wait_ready(viewer)["data"]}
+        self.start_mergers(endpoints)
+        merger_endpoints = {mi: endpoints[spec.node_id] for mi, spec in enumerate(topo.mergers)}
         owner = topo.merger_of()
         obj = {"type": topo.obj.kind.name, "shape": list(topo.obj.shape), "entries": topo.obj.entries,
                "names": topo.obj.names}
@@ -239,6 +246,22 @@ class Orchestrator:
         self.started_at = time.monotonic()
         for dev in producers:
             self.clients[dev.name].request("start")
+
+    def start_mergers(self, endpoints: dict[str, str]) -> None:
+        """Start the mergers, the last layer first, each once what it sends to is ready; add their
+        data endpoints to ``endpoints`` (node id -> endpoint)."""
+        topo = self.topo
+        layers, downstream, inputs = topo.layers(), topo.downstream_of(), topo.merger_inputs()
+        for li in range(len(layers), 0, -1):
+            for index, name in enumerate(layers[li - 1]):
+                if li == 1:  # fed by producers, over the producers' buffer
+                    sources, buffer_size = list(topo.mergers[index].producers), topo.buffer_size
+                else:  # fed by mergers of the layer below, as the viewer is: over their send buffer
+                    sources, buffer_size = [layers[li - 2].index(m) for m in inputs[name]], topo.merger_send_buffer
+                dev = self.spawn(name, "merger", {
+                    "index": index, "layer": li, "producers": sources, "buffer_size": buffer_size,
+                    "send_buffer": topo.merger_send_buffer, "downstream_endpoint": endpoints[downstream[name]]})
+                endpoints[name] = self.wait_ready(dev)["data"]
 
     def write_endpoints(self) -> None:
         """Where each node's control socket is, for monitors (the agents) to find them."""
@@ -330,13 +353,14 @@ class Orchestrator:
                 and not d.signalled]
 
     def poll_metrics(self) -> list[dict]:
-        """Every running node's get-metrics reply. Producers are read first and each merger is told
-        what they sent it (upstream_sent), so that it reports what is in flight to it; the mergers'
-        readings go to the online judge."""
+        """Every running node's get-metrics reply. Producers are read first, then the mergers layer
+        by layer, and each merger is told what its inputs sent it (upstream_sent), so that it
+        reports what is in flight to it; the mergers' readings go to the online judge."""
         replies = []
         sent: dict[str, list[int]] = {}  # per merger: objects sent to it, overload events
+        downstream = self.topo.downstream_of()
         running = [d for d in self.devices if d.exit_code is None]
-        for dev in sorted(running, key=lambda d: PIPELINE_ROLES.index(d.role)):
+        for dev in sorted(running, key=self.stage_of):
             fields: dict[str, Any] = {}
             if dev.role == "merger" and dev.name in sent:
                 fields["upstream_sent"] = sent[dev.name][0]
@@ -347,12 +371,20 @@ class Orchestrator:
             replies.append(reply)
             if dev.role == "producer":
                 for merger, m in (reply.get("to_mergers") or {}).items():
-                    total = sent.setdefault(merger, [0, 0])
-                    total[0] += m["sent"]
-                    total[1] += m["overload_events"]
-            elif dev.role == "merger" and dev.name in sent:
-                self.judge.add(dev.name, reading(reply, time.monotonic() - self.started_at, *sent[dev.name]))
+                    self.count_sent(sent, merger, m["sent"], m["overload_events"])
+            elif dev.role == "merger":
+                if downstream[dev.name] != VIEWER_NODE:  # what the next layer's merger is offered
+                    self.count_sent(sent, downstream[dev.name], reply.get("objects_sent") or 0,
+                                    reply.get("send_overload_events") or 0)
+                if dev.name in sent:
+                    self.judge.add(dev.name, reading(reply, time.monotonic() - self.started_at, *sent[dev.name]))
         return replies
+
+    @staticmethod
+    def count_sent(sent: dict[str, list[int]], merger: str, objects: int, overload_events: int) -> None:
+        total = sent.setdefault(merger, [0, 0])
+        total[0] += objects
+        total[1] += overload_events
 
     def run_for(self, duration: float) -> None:
         deadline = self.started_at + duration
@@ -382,7 +414,8 @@ class Orchestrator:
 
         ``force`` tells every stage to stop at once (the run never started properly).
         """
-        stages = [[d for d in self.devices if d.role == role] for role in PIPELINE_ROLES]
+        order = sorted({self.stage_of(d) for d in self.devices})  # producers, each layer of mergers, the viewer
+        stages = [[d for d in self.devices if self.stage_of(d) == stage] for stage in order]
         broken_upstream = force
         # With a device already dead, producers cannot deliver everything: SIGUSR1 tells them to
         # stop retrying and report what they could not send.

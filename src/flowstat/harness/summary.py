@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from flowstat import __version__
 from flowstat.proc.procfs import format_cpu_list
-from flowstat.schema import PIPELINE_ROLES
 from flowstat.schema import run as run_schema
 from flowstat.timeutil import iso_utc_ms
 from flowstat.units import format_size
@@ -19,15 +18,19 @@ if TYPE_CHECKING:
     from .topology import Topology
 
 
-def _conservation(finals: dict[str, dict], producers: list[dict], mergers: list[dict],
-                  viewer: dict | None) -> dict[str, Any]:
-    """Check sent == received == merged-in for every producer, and entries end to end."""
+def _producer_counts(producers: list[dict]) -> tuple[dict[int, int], dict[int, float]]:
+    """Per producer: objects sent, and the entries they held."""
     sent: dict[int, int] = {}
-    entries_sent = 0.0
+    entries: dict[int, float] = {}
     for fin in producers:
         for p in fin["per_producer"]:
             sent[p["producer"]] = p["sent"]
-        entries_sent += fin["objects_sent"] * fin["entries_per_object"]
+            entries[p["producer"]] = p["sent"] * fin["entries_per_object"]
+    return sent, entries
+
+
+def _first_layer_counts(mergers: list[dict]) -> tuple[dict[int, int], dict[int, int], dict[int, int | None]]:
+    """Per producer, as its first-layer merger counted: received, merged-in, declared at end of stream."""
     received: dict[int, int] = {}
     merged_in: dict[int, int] = {}
     declared: dict[int, int | None] = {}
@@ -35,17 +38,67 @@ def _conservation(finals: dict[str, dict], producers: list[dict], mergers: list[
         pp = fin["per_producer"]
         for i, pid in enumerate(pp["producer"]):
             received[pid], merged_in[pid], declared[pid] = pp["received"][i], pp["merged_in"][i], pp["declared_sent"][i]
+    return received, merged_in, declared
+
+
+def _upper_layers(topo: "Topology", finals: dict[str, dict]) -> list[str]:
+    """The inputs of upper mergers whose counts differ: "lower->upper" for each input merger whose
+    merged objects sent != declared at its end of stream != received != merged-in by its upper merger."""
+    bad = []
+    for upper, inputs in topo.merger_inputs().items():
+        fin = finals.get(upper)
+        pp = fin["per_producer"] if fin else {"producer": []}
+        counted = {pp["producer"][i]: (pp["received"][i], pp["merged_in"][i], pp["declared_sent"][i])
+                   for i in range(len(pp["producer"]))}
+        layer = topo.layers()[topo.layer_of()[upper] - 2]
+        for lower in inputs:
+            sent = (finals.get(lower) or {}).get("objects_sent")
+            received, merged_in, declared = counted.get(layer.index(lower), (None, None, None))
+            if sent is None or not sent == declared == received == merged_in:
+                bad.append(f"{lower}->{upper}")
+    return bad
+
+
+def _entries_by_layer(topo: "Topology", finals: dict[str, dict], entries_sent: dict[int, float]) -> list[str]:
+    """The mergers whose merged objects do not hold the entries their inputs sent them: a
+    first-layer merger's producers', an upper merger's input mergers'."""
+    bad = []
+    for m in topo.mergers:
+        merged = (finals.get(m.node_id) or {}).get("entries_merged")
+        if merged is None or merged != sum(entries_sent.get(p, 0.0) for p in m.producers):
+            bad.append(m.node_id)
+    for upper, inputs in topo.merger_inputs().items():
+        merged = (finals.get(upper) or {}).get("entries_merged")
+        if merged is None or merged != sum((finals.get(m) or {}).get("entries_merged") or 0.0 for m in inputs):
+            bad.append(upper)
+    return bad
+
+
+def _conservation(topo: "Topology", finals: dict[str, dict], producers: list[dict],
+                  viewer: dict | None) -> dict[str, Any]:
+    """Check sent == received == merged-in for every producer, and for every input of an upper
+    merger (layer by layer), and objects and entries end to end."""
+    layers = [[finals[m] for m in layer if m in finals] for layer in topo.layers()]
+    mergers = [fin for layer in layers for fin in layer]
+    sent, entries_by_producer = _producer_counts(producers)
+    entries_sent = sum(entries_by_producer.values())
+    received, merged_in, declared = _first_layer_counts(layers[0])
     all_ids = sorted(set(sent) | set(received))
     bad = [pid for pid in all_ids
            if not (sent.get(pid) is not None and sent.get(pid) == declared.get(pid) == received.get(pid) == merged_in.get(pid))]
+    bad_inputs = _upper_layers(topo, finals)
+    bad_entries = _entries_by_layer(topo, finals, entries_by_producer)
     gaps = sum(m["sequence_gaps"] for m in mergers) + (viewer or {}).get("sequence_gaps", 0)
     reordered = sum(m["reordered_objects"] for m in mergers)
-    merged_objects = sum(m["merges"] for m in mergers)
+    merged_by_layer = [sum(m["merges"] for m in layer) for layer in layers]
+    merged_objects = merged_by_layer[-1]  # those the viewer should have: the last layer's
     inputs_at_viewer = (viewer or {}).get("inputs_received")
     entries_at_viewer = (viewer or {}).get("entries_received")
     malformed = {name: f["malformed_messages"] for name, f in finals.items() if f.get("malformed_messages")}
     checks = {
         "every_producer_sent_eq_received_eq_merged": not bad and bool(all_ids),
+        "every_merger_sent_eq_received_eq_merged": not bad_inputs,  # layers above the first; one layer: none
+        "entries_conserved_in_every_layer": not bad_entries,
         "no_sequence_gaps": gaps == 0,
         "no_reordering": reordered == 0,
         "viewer_received_every_merged_object": viewer is not None and viewer["objects_received"] == merged_objects,
@@ -58,6 +111,10 @@ def _conservation(finals: dict[str, dict], producers: list[dict], mergers: list[
     why = {  # what each check's failure means here, in words
         "every_producer_sent_eq_received_eq_merged": f"sent, received and merged-in counts differ for producers "
                                                      f"{bad[:10]}" if all_ids else "no producer reported",
+        "every_merger_sent_eq_received_eq_merged": f"sent, received and merged-in counts differ between mergers "
+                                                   f"{', '.join(bad_inputs[:10])}",
+        "entries_conserved_in_every_layer": f"the merged objects of {', '.join(bad_entries[:10])} do not hold the "
+                                            f"entries their inputs sent them",
         "no_sequence_gaps": f"{gaps:,} objects missing from sequences",
         "no_reordering": f"{reordered:,} objects arrived out of order",
         "viewer_received_every_merged_object": f"the viewer received {merged_at_viewer} of {merged_objects:,} "
@@ -75,10 +132,13 @@ def _conservation(finals: dict[str, dict], producers: list[dict], mergers: list[
         "failed_checks": {name: why[name] for name, passed in checks.items() if not passed},
         "producers": len(all_ids),
         "producers_not_conserved": bad[:20],
+        "merger_inputs_not_conserved": bad_inputs[:20],
+        "mergers_entries_not_conserved": bad_entries[:20],
         "objects_sent": sum(sent.values()),
         "objects_received": sum(received.values()),
         "objects_merged_in": sum(merged_in.values()),
         "merged_objects": merged_objects,
+        "merged_objects_by_layer": merged_by_layer,
         "entries_sent": entries_sent,
         "entries_at_viewer": entries_at_viewer,
         "sequence_gaps": gaps,
@@ -88,7 +148,7 @@ def _conservation(finals: dict[str, dict], producers: list[dict], mergers: list[
 
 def _node_row(fin: dict, seconds: float) -> dict[str, Any]:
     row = {k: fin.get(k) for k in (
-        "node_id", "role", "objects_sent", "objects_received", "objects_merged", "merges",
+        "node_id", "role", "layer", "objects_sent", "objects_received", "objects_merged", "merges",
         "send_overload_events", "receive_overload_events", "sequence_gaps", "average_merge_time",
         "mean_merge_time", "bytes_sent", "bytes_received", "objects_held", "malformed_messages", "input_latency")}
     if fin["role"] == "merger":
@@ -100,13 +160,12 @@ def _node_row(fin: dict, seconds: float) -> dict[str, Any]:
 
 
 def build_summary(topo: "Topology", orch: "Orchestrator", started_epoch: float) -> dict[str, Any]:
-    finals = {d.name: d.final for d in sorted(orch.devices, key=lambda d: PIPELINE_ROLES.index(d.role))
-              if d.final is not None}
+    finals = {d.name: d.final for d in sorted(orch.devices, key=orch.stage_of) if d.final is not None}
     producers = [f for f in finals.values() if f["role"] == "producer"]
     mergers = [f for f in finals.values() if f["role"] == "merger"]
     viewer = next((f for f in finals.values() if f["role"] == "viewer"), None)
     seconds = max(0.0, orch.stopped_at - orch.started_at)
-    conservation = _conservation(finals, producers, mergers, viewer) if producers and mergers else {"ok": False}
+    conservation = _conservation(topo, finals, producers, viewer) if producers and mergers else {"ok": False}
     failures = list(orch.failures)
     if orch.interrupts:
         failures.append("interrupted by the user")
@@ -146,7 +205,8 @@ def parameters(topo: "Topology") -> dict[str, Any]:
     """The run document's parameters: what the topology asked for."""
     out = {"object_type": topo.obj.kind.name, "object_bytes": topo.obj.nbytes, "object_shape": list(topo.obj.shape),
            "producers": topo.n_producers, "rate_per_producer": topo.rate, "buffer_size": topo.buffer_size,
-           "mergers": len(topo.mergers), "producer_processes": topo.producer_processes, "duration_s": topo.duration}
+           "mergers": len(topo.all_mergers()), "merger_layers": list(topo.merger_layers),
+           "producer_processes": topo.producer_processes, "duration_s": topo.duration}
     if topo.cpus:
         out["cpus"] = topo.cpus_text()
     return out
@@ -173,7 +233,10 @@ def run_document(topo: "Topology", run_id: str, started_epoch: float, summary: d
         c = summary["conservation"]
         totals = {key: sum(n.get(key) or 0 for n in summary["nodes"])
                   for key in ("send_overload_events", "receive_overload_events", "sequence_gaps")}
-        merged_in = sum(n.get("objects_merged") or 0 for n in summary["nodes"])
+        first = set(topo.layers()[0])
+        # The producers' objects merged: by the first layer (an upper layer merges merged objects again).
+        merged_in = sum(n.get("objects_merged") or 0 for n in summary["nodes"] if n["node_id"] in first)
+        steady = {m: v for m, v in (summary.get("online") or {}).items() if m in first}
         doc["finished"] = summary["finished"]
         doc["verdict"] = {"ok": summary["ok"], "conserved": bool(c.get("ok")),
                           "failed_checks": sorted(c.get("failed_checks", {})), "failures": summary["failures"],
@@ -181,7 +244,7 @@ def run_document(topo: "Topology", run_id: str, started_epoch: float, summary: d
         doc["summary"] = {"seconds": summary["seconds"], **{k: c[k] for k in (
                               "objects_sent", "objects_received", "merged_objects") if k in c},
                           "merged_objects_per_second": round(merged_in / summary["seconds"], 3)
-                          if summary["seconds"] > 0 else 0.0, **totals, **_steady_figures(summary.get("online") or {})}
+                          if summary["seconds"] > 0 else 0.0, **totals, **_steady_figures(steady)}
     errors = run_schema.validate(doc)
     if errors:  # a bug of ours, not of the run: say where
         raise ValueError(f"run document of {run_id}: {'; '.join(errors[:3])}")
@@ -197,7 +260,9 @@ def _online_verdict(verdicts: dict[str, dict]) -> dict[str, Any]:
 
 
 def _steady_figures(verdicts: dict[str, dict]) -> dict[str, Any]:
-    """The steady state's figures over the mergers that were judged (harness.online)."""
+    """The steady state's figures over the mergers that were judged (harness.online). Given the
+    first layer's verdicts only (run_document): the rates are of the producers' objects, which an
+    upper layer would count again, merged."""
     judged = [v for v in verdicts.values() if v["online"] is not None]
     if not judged or len(judged) < len(verdicts):
         return {}
@@ -235,12 +300,22 @@ def format_verdict(merger: str, v: dict[str, Any]) -> str:
     return f"{head} - {figures}" + ("" if v["online"] else f"\n  why: {'; '.join(v['why'])}")
 
 
+def mergers_text(p: dict[str, Any]) -> str:
+    """"2 merger(s)", or per layer for a layered run: "4+2+1 mergers" (as the run's label)."""
+    return run_schema.mergers_text(p) if p.get("merger_layers") else f"{p['mergers']} merger(s)"
+
+
+def _by_layer(c: dict[str, Any]) -> str:
+    by_layer = c.get("merged_objects_by_layer") or []
+    return f" (by layer: {', '.join(f'{n:,}' for n in by_layer)})" if len(by_layer) > 1 else ""
+
+
 def format_summary(s: dict[str, Any]) -> str:
     p = s["parameters"]
     lines = [
         f"run {s['run_id']}: {s['seconds']:.1f} s, {p['producers']} producers x {p['rate_per_producer']:g} obj/s "
         f"({'unlimited' if not p['rate_per_producer'] else 'paced'}), {p['object_type']} "
-        f"{format_size(p['object_bytes'])}, buffer {p['buffer_size']}, {p['mergers']} merger(s)",
+        f"{format_size(p['object_bytes'])}, buffer {p['buffer_size']}, {mergers_text(p)}",
         "",
         f"{'node':<16} {'role':<9} {'sent':>11} {'received':>11} {'merged':>11} {'overloads':>9} "
         f"{'gaps':>5} {'avg merge ms':>12} {'merged/s':>10} {'p99 wait ms':>11}",
@@ -262,10 +337,12 @@ def format_summary(s: dict[str, Any]) -> str:
         verdict = "OK" if c["ok"] else "FAILED"
         lines.append(f"no loss: {verdict} - {c['producers']} producers, sent {c['objects_sent']:,} = received "
                      f"{c['objects_received']:,} = merged-in {c['objects_merged_in']:,}; "
-                     f"{c['merged_objects']:,} merged objects; entries sent {c['entries_sent']:,.0f}, "
+                     f"{c['merged_objects']:,} merged objects{_by_layer(c)}; entries sent {c['entries_sent']:,.0f}, "
                      f"at the viewer {_fmt(c['entries_at_viewer'])}")
         if c.get("producers_not_conserved"):
             lines.append(f"  producers not conserved (first 20): {c['producers_not_conserved']}")
+        if c.get("merger_inputs_not_conserved"):
+            lines.append(f"  merger inputs not conserved (first 20): {', '.join(c['merger_inputs_not_conserved'])}")
     for failure in s["failures"]:
         lines.append(f"error: {failure}")
     for name, agent in (s.get("agent") or {}).items():

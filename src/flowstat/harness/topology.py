@@ -33,6 +33,18 @@ def producer_process_name(index: int) -> str:
     return f"producers-{index}"
 
 
+def upper_merger_name(layer: int, index: int) -> str:
+    """The name of the index-th merger of a layer above the first (layers count from 1)."""
+    return f"merger-l{layer}-{index}"
+
+
+def spread(n_items: int, n_groups: int) -> list[range]:
+    """n_items split into n_groups contiguous, balanced ranges (producers over mergers, mergers over
+    the next layer's)."""
+    bounds = [round(i * n_items / n_groups) for i in range(n_groups + 1)]
+    return [range(bounds[i], bounds[i + 1]) for i in range(n_groups)]
+
+
 class TopologyError(ValueError):
     """A topology that cannot run; the message names the file and the field."""
 
@@ -70,7 +82,7 @@ class Topology:
     n_producers: int
     rate: float  # objects/s per producer, 0 = unlimited
     producer_processes: int
-    mergers: tuple[MergerSpec, ...]
+    mergers: tuple[MergerSpec, ...]  # the first layer: those the producers feed
     merger_send_buffer: int
     viewer_write_interval: float
     host: str
@@ -79,11 +91,42 @@ class Topology:
     raw: dict = field(default_factory=dict, compare=False, repr=False)
     # cpus: as given, by role or node name: the CPUs to pin to. Empty: nothing is pinned.
     cpus: dict[str, frozenset[int]] = field(default_factory=dict, hash=False)  # a dict: kept out of the hash
+    # Mergers in each layer above the first (merger_layers:); () for one layer.
+    merger_layers: tuple[int, ...] = ()
+
+    def layers(self) -> list[tuple[str, ...]]:
+        """The mergers' node ids, layer by layer: the first layer (fed by the producers), then each
+        layer above it; the last one feeds the viewer."""
+        return [tuple(m.node_id for m in self.mergers),
+                *(tuple(upper_merger_name(li, i) for i in range(n)) for li, n in enumerate(self.merger_layers, 2))]
+
+    def all_mergers(self) -> list[str]:
+        """Every merger's node id, layer by layer."""
+        return [m for layer in self.layers() for m in layer]
+
+    def layer_of(self) -> dict[str, int]:
+        """Each merger's layer, counted from 1 (the first layer)."""
+        return {m: li for li, layer in enumerate(self.layers(), 1) for m in layer}
+
+    def merger_inputs(self) -> dict[str, tuple[str, ...]]:
+        """For each merger above the first layer, the mergers of the layer below that feed it: they
+        are spread over it as the producers are over the first layer (contiguous, balanced)."""
+        layers, out = self.layers(), {}
+        for below, above in zip(layers, layers[1:]):
+            for upper, span in zip(above, spread(len(below), len(above))):
+                out[upper] = tuple(below[i] for i in span)
+        return out
+
+    def downstream_of(self) -> dict[str, str]:
+        """Where each merger sends its merged objects: a merger of the next layer, or the viewer."""
+        out = {m: VIEWER_NODE for m in self.layers()[-1]}
+        out.update({lower: upper for upper, inputs in self.merger_inputs().items() for lower in inputs})
+        return out
 
     def node_roles(self) -> dict[str, str]:
         """Every process a run of this topology starts, by name, and its role (agents included,
         whether or not the C agent is built)."""
-        return {VIEWER_NODE: "viewer", **{m.node_id: "merger" for m in self.mergers},
+        return {VIEWER_NODE: "viewer", **{m: "merger" for m in self.all_mergers()},
                 **{producer_process_name(i): "producer" for i in range(self.producer_processes)},
                 **{name: "agent" for name in AGENT_NODES}}
 
@@ -99,9 +142,7 @@ class Topology:
 
     def producer_groups(self) -> list[list[int]]:
         """Logical producer ids hosted by each producer process (contiguous, balanced)."""
-        n, k = self.n_producers, self.producer_processes
-        bounds = [round(i * n / k) for i in range(k + 1)]
-        return [list(range(bounds[i], bounds[i + 1])) for i in range(k)]
+        return [list(span) for span in spread(self.n_producers, self.producer_processes)]
 
     def merger_of(self) -> dict[int, int]:
         return {p: mi for mi, m in enumerate(self.mergers) for p in m.producers}
@@ -198,8 +239,7 @@ def _merger_specs(source: str, data: Any, n_producers: int) -> tuple[MergerSpec,
     if isinstance(data, int) and not isinstance(data, bool):
         if not 1 <= data <= n_producers:
             fail("mergers", f"expected 1 to {n_producers} mergers, got {data}")
-        bounds = [round(i * n_producers / data) for i in range(data + 1)]
-        return tuple(MergerSpec(f"merger-{i}", tuple(range(bounds[i], bounds[i + 1]))) for i in range(data))
+        return tuple(MergerSpec(f"merger-{i}", tuple(span)) for i, span in enumerate(spread(n_producers, data)))
     if not isinstance(data, list) or not data:
         fail("mergers", f"expected a number of mergers or a list of {{id, producers}}, got {data!r}")
     specs, owner = [], {}
@@ -226,6 +266,35 @@ def _merger_specs(source: str, data: Any, n_producers: int) -> tuple[MergerSpec,
     if missing:
         fail("mergers", f"producer {missing[0]} feeds no merger ({len(missing)} unassigned)")
     return tuple(specs)
+
+
+def _merger_layers(source: str, data: Any, first: tuple[MergerSpec, ...], kind: Kind) -> tuple[int, ...]:
+    """merger_layers: the number of mergers in each layer above the first, each at most the
+    layer's below (every merger feeds one of the next layer, and each of those needs an input)."""
+    def fail(where: str, msg: str):
+        raise TopologyError(f"{source}: {where}: {msg}")
+
+    if data is None:
+        return ()
+    if not isinstance(data, list):
+        fail("merger_layers", f"expected a list of merger counts, one per layer above the first, such as [1], got {data!r}")
+    below = len(first)
+    for i, n in enumerate(data):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            fail(f"merger_layers[{i}]", f"expected a number of mergers >= 1, got {n!r}")
+        if n > below:
+            fail(f"merger_layers[{i}]", f"at most {below} mergers (the layer below has {below}, and each merger "
+                                        f"needs an input), got {n}")
+        below = n
+    if data and kind is Kind.TTree:
+        # A merged tree's length is the sum of its inputs': the trees reaching an upper merger differ
+        # in shape, and a merger merges objects of one shape only.
+        fail("merger_layers", "a TTree cannot go through merger layers (merged trees differ in length)")
+    upper = {upper_merger_name(li, i) for li, n in enumerate(data, 2) for i in range(n)}
+    for i, m in enumerate(first):
+        if m.node_id in upper:
+            fail(f"mergers[{i}].id", f"{m.node_id!r} is the name of a merger of an upper layer (merger_layers)")
+    return tuple(data)
 
 
 def _usable_cpus() -> tuple[frozenset[int], int]:
@@ -283,8 +352,8 @@ def _cpu_pins(source: str, data: Any, nodes: dict[str, str]) -> dict[str, frozen
 
 def from_dict(data: Any, source: str = IN_CODE) -> Topology:
     top = _Fields(source, "", data, {"run_id", "description", "duration", "buffer_size", "object",
-                                     "producers", "mergers", "viewer", "merger_send_buffer", "host",
-                                     "cpus"})
+                                     "producers", "mergers", "merger_layers", "viewer", "merger_send_buffer",
+                                     "host", "cpus"})
     run_id = top.get("run_id", required=True)
     if not isinstance(run_id, str) or not RUN_ID_RE.match(run_id):
         top.fail("run_id", f"expected letters, digits, '.', '_', '-' (max 100), got {run_id!r}")
@@ -298,6 +367,7 @@ def from_dict(data: Any, source: str = IN_CODE) -> Topology:
     if processes > n_producers:
         pf.fail("producers.processes", f"{processes} processes for {n_producers} producers")
     mergers = _merger_specs(source, top.get("mergers", 1), n_producers)
+    layers = _merger_layers(source, top.get("merger_layers", None), mergers, obj.kind)
     vf = _Fields(source, "viewer", top.get("viewer", {}) or {}, {"write_interval"})
     write_interval = float(vf.number("write_interval", 5, minimum=0, exclusive=True))
     send_buffer = top.number("merger_send_buffer", 1000, minimum=1, integer=True)
@@ -308,7 +378,7 @@ def from_dict(data: Any, source: str = IN_CODE) -> Topology:
     if not isinstance(description, str):
         top.fail("description", f"expected text, got {description!r}")
     topo = Topology(run_id, duration, buffer_size, obj, n_producers, rate, processes, mergers,
-                    send_buffer, write_interval, host, source, description, data)
+                    send_buffer, write_interval, host, source, description, data, merger_layers=layers)
     # The node names a cpus: key may use depend on everything above: it is read last.
     pins = _cpu_pins(source, top.get("cpus", None), topo.node_roles())
     return replace(topo, cpus=pins) if pins else topo

@@ -87,13 +87,21 @@ def _size_text(nbytes: int) -> str:
     return f"{nbytes} B"
 
 
+def mergers_text(p: dict) -> str:
+    """"2 mergers", or the mergers of each layer for a layered run: "4+1 mergers"."""
+    layers = p.get("merger_layers") or []
+    if layers:
+        return "+".join(str(n) for n in [p["mergers"] - sum(layers), *layers]) + " mergers"
+    return f"{p['mergers']} merger{'s' if p['mergers'] != 1 else ''}"
+
+
 def label(doc: dict) -> str:
     """The run's ``label``: its id, then what was run (or where, for a run without parameters)."""
     p = doc.get("parameters") or {}
     if {"producers", "rate_per_producer", "object_type", "object_bytes", "buffer_size", "mergers"} <= p.keys():
         rate = f"{p['rate_per_producer']:g}/s" if p["rate_per_producer"] else "unthrottled"
         what = (f"{p['producers']} x {rate} {p['object_type']} {_size_text(p['object_bytes'])}, "
-                f"buffer {p['buffer_size']}, {p['mergers']} merger{'s' if p['mergers'] != 1 else ''}")
+                f"buffer {p['buffer_size']}, {mergers_text(p)}")
     else:
         what = f"recorded on {doc.get('host', 'an unknown host')}"
     return f"{doc['run_id']}{LABEL_SEPARATOR}{what}"

@@ -2,7 +2,12 @@
 
 It holds received objects per name and merges them when it holds as many as it has producers,
 whatever cycle they come from. It checks every producer's sequence (gaps, reorderings), times each
-merge, and pushes the result to the viewer with the same no-loss rule as the producers.
+merge, and pushes the result downstream with the same no-loss rule as the producers.
+
+Mergers come in layers (the topology's merger_layers): the first layer's producers are the
+producers; a merger of a layer above merges the merged objects of mergers of the layer below, whose
+indices (in their layer) are its "producers", with the same sequence and end-of-stream rules.
+Downstream is a merger of the next layer, or the viewer for the last layer.
 
 It reads its input in batches of up to latency.CHUNK messages. The common messages of a batch
 (inline objects of known names from known producers, all of one length) are taken a run at a time
@@ -229,8 +234,10 @@ class Merger(Node):
 
     def __init__(self, config: dict[str, Any]):
         super().__init__(config)
-        self.index: int = config["index"]
-        self.producers: list[int] = list(config["producers"])
+        self.index: int = config["index"]  # in its layer: the source id of what it sends
+        self.layer: int = config.get("layer", 1)
+        self.producers: list[int] = list(config["producers"])  # upper layers: the indices of its input mergers
+        self.source_word = "producer" if self.layer == 1 else "merger"  # what its inputs are, for its log
         self.local = {p: i for i, p in enumerate(self.producers)}
         # Producer ids sorted, and the index of each in self.producers: to look a batch's up at once.
         self.ids_sorted = np.array(sorted(self.producers), dtype=np.int64)
@@ -244,7 +251,7 @@ class Merger(Node):
         self.data_endpoint = self.bind(self.data, config.get("data_port", 0))
         self.out = self.ctx.socket(zmq.PUSH)
         self.out.setsockopt(zmq.SNDHWM, self.send_buffer_size)
-        self.out.connect(config["viewer_endpoint"])
+        self.out.connect(config["downstream_endpoint"])  # the next layer's merger, or the viewer
         self.slots: dict[bytes, Slot] = {}
         self.expected = np.zeros(n, np.int64)  # next sequence number per producer
         self.received = np.zeros(n, np.int64)
@@ -593,7 +600,7 @@ class Merger(Node):
         if local is None:
             self.unexpected += 1
             if self.unexpected == 1:
-                log.error("%s: object from producer %d, which is not assigned here", self.node_id, h.source)
+                log.error("%s: object from %s %d, which is not assigned here", self.node_id, self.source_word, h.source)
             return
         if h.flags & wire.FLAG_EOS:
             self.on_eos(local, h.seq)
@@ -637,10 +644,12 @@ class Merger(Node):
             self.gaps += seq - expected
             self.gap_events += 1
             self.expected[local] = seq + 1
-            log.error("%s: producer %d skipped from seq %d to %d", self.node_id, self.producers[local], expected, seq)
+            log.error("%s: %s %d skipped from seq %d to %d", self.node_id, self.source_word, self.producers[local],
+                      expected, seq)
         else:
             self.reordered += 1
-            log.error("%s: producer %d sent seq %d after %d", self.node_id, self.producers[local], seq, expected - 1)
+            log.error("%s: %s %d sent seq %d after %d", self.node_id, self.source_word, self.producers[local], seq,
+                      expected - 1)
 
     def on_eos(self, local: int, count: int) -> None:
         if self.eos_count[local] is None:
@@ -650,7 +659,7 @@ class Merger(Node):
         if count != expected:
             missing = count - expected
             self.gaps += max(0, missing)
-            log.error("%s: producer %d ended at %d objects, %d received", self.node_id,
+            log.error("%s: %s %d ended at %d objects, %d received", self.node_id, self.source_word,
                       self.producers[local], count, self.received[local])
 
     # -- merging and sending --------------------------------------------------------------------
@@ -712,7 +721,7 @@ class Merger(Node):
         self.send_downstream([eos])
         self.state = "STOPPED"
         active = (self.last_merge or 0) - (self.first_receive or 0)
-        self.emit("final", role=self.role, **self.counters(), average_merge_time=self.average_merge_time(),
+        self.emit("final", role=self.role, layer=self.layer, **self.counters(), average_merge_time=self.average_merge_time(),
                   merge_time_total_ms=round(self.merge_time_total_ms, 3),
                   mean_merge_time=round(self.merge_time_total_ms / self.merges, 6) if self.merges else 0.0,
                   active_seconds=round(active, 6), input_latency=self.latency.total(),
