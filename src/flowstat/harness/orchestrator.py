@@ -215,10 +215,12 @@ class Orchestrator:
             "output": str(self.run_dir / "viewer.root"), "write_interval": topo.viewer_write_interval})
         viewer_endpoint = self.wait_ready(viewer)["data"]
         merger_endpoints: dict[int, str] = {}
+        # The kernel's socket buffers of the producer->merger connections (None: auto-tuned)
+        kernel = {"kernel_buffer_size": topo.kernel_buffer_size} if topo.kernel_buffer_size else {}
         for mi, spec in enumerate(topo.mergers):
             dev = self.spawn(spec.node_id, "merger", {
                 "index": mi, "producers": list(spec.producers), "buffer_size": topo.buffer_size,
-                "send_buffer": topo.merger_send_buffer, "viewer_endpoint": viewer_endpoint})
+                "send_buffer": topo.merger_send_buffer, "viewer_endpoint": viewer_endpoint, **kernel})
             merger_endpoints[mi] = self.wait_ready(dev)["data"]
         owner = topo.merger_of()
         obj = {"type": topo.obj.kind.name, "shape": list(topo.obj.shape), "entries": topo.obj.entries,
@@ -228,7 +230,7 @@ class Orchestrator:
             producers.append(self.spawn(producer_process_name(gi), "producer", {
                 "producers": ids, "endpoints": [merger_endpoints[owner[p]] for p in ids],
                 "mergers": [topo.mergers[owner[p]].node_id for p in ids],
-                "rate": topo.rate, "buffer_size": topo.buffer_size, "object": obj, "seed": gi}))
+                "rate": topo.rate, "buffer_size": topo.buffer_size, "object": obj, "seed": gi, **kernel}))
         for dev in producers:
             self.wait_ready(dev)
         for dev in self.devices:
