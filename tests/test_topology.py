@@ -73,6 +73,13 @@ def test_even_split_and_explicit_assignment():
     ({"cpus": {"viewer": "zero"}}, "cpus.viewer"),
     ({"cpus": [0]}, "cpus"),
     ({"mergers": [{"id": "producer", "producers": "0-3"}]}, "mergers[0].id"),
+    ({"kernel_buffer_size": 0}, "kernel_buffer_size"),
+    ({"kernel_buffer_size": -4096}, "kernel_buffer_size"),
+    ({"kernel_buffer_size": "4 parsecs"}, "kernel_buffer_size"),
+    ({"kernel_buffer_size": True}, "kernel_buffer_size"),
+    ({"kernel_buffer_size": 4096.0}, "kernel_buffer_size"),
+    ({"kernel_buffer_size": 2**31}, "kernel_buffer_size"),  # SO_SNDBUF takes a C int
+    ({"kernel_buffer_size": "3GB"}, "kernel_buffer_size"),
 ])
 def test_errors_name_the_field(change, field):
     with pytest.raises(TopologyError) as err:
@@ -106,3 +113,17 @@ def test_producer_processes_split_evenly():
     groups = t.producer_groups()
     assert len(groups) == 2 and sum(map(len, groups)) == 500
     assert sorted(p for g in groups for p in g) == list(range(500))
+
+
+@pytest.mark.parametrize("value,nbytes", [(None, None), (1, 1), (4096, 4096), ("4kB", 4000), ("4KiB", 4096),
+                                          (2**31 - 1, 2**31 - 1)])
+def test_kernel_buffer_size_in_bytes_or_as_a_size(value, nbytes):
+    data = topology_dict() if value is None else topology_dict(kernel_buffer_size=value)
+    assert from_dict(data).kernel_buffer_size == nbytes
+
+
+def test_kernel_buffer_size_is_recorded_only_when_set():
+    from flowstat.harness.summary import parameters
+
+    assert "kernel_buffer_bytes" not in parameters(from_dict(topology_dict()))
+    assert parameters(from_dict(topology_dict(kernel_buffer_size="4KiB")))["kernel_buffer_bytes"] == 4096
