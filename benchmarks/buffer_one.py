@@ -12,7 +12,8 @@ the steady state (start-up and drain out: flowstat.harness.online's window), the
 counts every second, and the TCP queues of the producer->merger connections, read from
 /proc/net/tcp every 0.1 s by a thread while the run goes (tx_queue of the producers' ends: bytes
 sent and not yet acknowledged by the merger's end; rx_queue of the merger's ends: bytes the merger
-has not read).
+has not read). Then it measures the pipe alone (PROBE): how soon a PUSH of high-water mark 1 takes a
+second message after a first.
 
 Each configuration's result is kept in .cache/buffer-one/<duration>s/ as it finishes: a rerun
 skips those already measured (--redo measures them again). At the end it writes
@@ -32,6 +33,7 @@ import platform
 import shutil
 import socket
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -194,6 +196,69 @@ def result(rate: int, kbuf: int | None, s: dict, seconds: list[dict], queues: li
     }
 
 
+# -- the pipe's round trip, alone ---------------------------------------------------------------------
+# A PUSH of high-water mark 1 sends one 1 kB message, then, GAP s later, tries a second without
+# blocking: refused or not, and how long until it went. Its receiver (its own context, so its own
+# I/O thread, on CPU 1) never reads: its pipe and the kernel take everything. The sender's threads
+# run on the CPUs given. With "events", the sender reads ZMQ_EVENTS first, which makes libzmq
+# process the commands its I/O thread sent (a send without blocking does so at most once every
+# max_command_delay = 3,000,000 CPU ticks: libzmq's config.hpp).
+PROBE = r"""
+import json, os, statistics, sys, time, zmq
+cpus, gap, events, n = {int(c) for c in sys.argv[1].split(",")}, float(sys.argv[2]), sys.argv[3] == "1", 300
+os.sched_setaffinity(0, {1})
+rctx = zmq.Context(); pull = rctx.socket(zmq.PULL); pull.setsockopt(zmq.RCVHWM, 100000)
+port = pull.bind_to_random_port("tcp://127.0.0.1")
+os.sched_setaffinity(0, cpus)  # before the sender's context: its I/O thread inherits it
+ctx = zmq.Context(); push = ctx.socket(zmq.PUSH); push.setsockopt(zmq.SNDHWM, 1)
+push.connect(f"tcp://127.0.0.1:{port}")
+msg, refused, waits = b"x" * 1081, 0, []
+push.send(msg); time.sleep(0.05)
+for _ in range(n):
+    push.send(msg)  # blocking: it waits for the pipe to be free
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < gap: pass  # a busy producer: it does not yield the CPU
+    if events:
+        push.getsockopt(zmq.EVENTS)
+    try:
+        push.send(msg, zmq.NOBLOCK)
+    except zmq.Again:
+        refused += 1
+        while True:
+            try:
+                push.send(msg, zmq.NOBLOCK); break
+            except zmq.Again: pass
+        waits.append((time.perf_counter() - t0) * 1e6)
+    time.sleep(0.003)
+print(json.dumps({"refused_fraction": refused / n, "until_sent_us_median": statistics.median(waits) if waits else None}))
+"""
+PROBE_CASES = [(cpus, gap, events) for events in (False, True) for cpus in ("0", "0,1")
+               for gap in (0.0, 50e-6, 500e-6, 1e-3, 2e-3)]
+
+
+def pipe_probe() -> list[dict]:
+    out = []
+    for cpus, gap, events in PROBE_CASES:
+        proc = subprocess.run([sys.executable, "-c", PROBE, cpus, str(gap), "1" if events else "0"],
+                              capture_output=True, text=True, check=True, timeout=120)
+        out.append({"sender_cpus": cpus, "gap_us": round(gap * 1e6), "events_read_first": events,
+                    **json.loads(proc.stdout)})
+    return out
+
+
+def probe_section(probe: list[dict]) -> list[str]:
+    lines = ["", "The pipe alone (`PROBE` in the script): a PUSH of high-water mark 1 sends a 1 kB message, then "
+             "tries a second one without blocking after a busy wait of the gap given; its receiver, on CPU 1, "
+             "never reads. Refused: share of 300 tries; until it went: median, from the first send, of the refused "
+             "ones.", "",
+             "| sender's threads on CPUs | gap us | ZMQ_EVENTS read first | refused | until it went us |",
+             "|---|---:|---|---:|---:|"]
+    for p in probe:
+        lines.append(f"| {p['sender_cpus']} | {p['gap_us']} | {'yes' if p['events_read_first'] else 'no'} | "
+                     f"{p['refused_fraction']:.0%} | {fmt(p['until_sent_us_median'])} |")
+    return lines
+
+
 # -- the sweep ----------------------------------------------------------------------------------------
 def sweep(args: argparse.Namespace, cache: Path) -> list[dict]:
     runs_dir = cache / "runs"
@@ -317,6 +382,8 @@ def results_section(results: dict) -> str:
             f"{fmt(q['receive_queue_max_bytes'])} / {fmt(q['receive_queue_mean_bytes'])} | "
             f"{fmt(q['receive_queue_empty_fraction'], 2)} | {r['verdict']}{'' if r['no_loss'] else ', LOSS'} |")
     lines += ["", "![overload events/s against offered rate](img/buffer-one.svg)", ""]
+    if results.get("pipe_probe"):
+        lines += probe_section(results["pipe_probe"]) + [""]
     for kbuf in KERNEL_BUFFERS:
         first = results["summary"]["lowest_overloading_rate"][f"kernel_{kbuf or 'auto'}"]
         name = f"kernel buffers of {kbuf} bytes" if kbuf else "auto-tuned kernel buffers"
@@ -349,6 +416,7 @@ def main() -> int:
                     help="objects/s per producer, comma-separated; 0 = unlimited (default: %(default)s)")
     ap.add_argument("--redo", action="store_true", help="measure again what .cache/buffer-one/ holds")
     ap.add_argument("--out", type=Path, default=RESULTS, help="JSON output (default: %(default)s)")
+    ap.add_argument("--no-probe", action="store_true", help="skip the pipe's round trip measured alone")
     ap.add_argument("--no-doc", action="store_true", help="do not rewrite docs/buffer-one.md and its SVG")
     args = ap.parse_args()
     if len(os.sched_getaffinity(0)) < 2 or not {0, 1} <= os.sched_getaffinity(0):
@@ -362,6 +430,9 @@ def main() -> int:
                "command": "benchmarks/buffer_one.py " + " ".join(sys.argv[1:]) if sys.argv[1:] else "benchmarks/buffer_one.py",
                "duration_s": args.duration, "producers": PRODUCERS, "object": "TH1F 1 kB", "buffer_size": 1,
                "cpus": PINS, "runs": runs, "summary": summary_of(runs)}
+    if not args.no_probe:
+        print("the pipe's round trip, alone ...", file=sys.stderr, flush=True)
+        results["pipe_probe"] = pipe_probe()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1))
     print(f"written: {args.out}", file=sys.stderr)
