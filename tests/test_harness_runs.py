@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -97,6 +100,53 @@ def test_buffer_of_one_overloads_and_still_loses_nothing(runs_dir):
     assert_no_loss(s)
     producers = [n for n in s["nodes"] if n["role"] == "producer"]
     assert sum(p["send_overload_events"] for p in producers) > 0
+
+
+def data_connections(port: int) -> dict[str, dict[str, int]]:
+    """The established TCP connections to or from ``port`` as `ss -tmn` shows them, by
+    "local->peer": each one's skmem (rb: receive buffer, tb: send buffer, in bytes)."""
+    out = subprocess.run(["ss", "-tmnH", "state", "established", f"( sport = :{port} or dport = :{port} )"],
+                         capture_output=True, text=True, check=True).stdout
+    found = re.findall(r"(\S+)\s+(\S+)\s*\n\s*skmem:\(([^)]*)\)", out)
+    return {f"{local}->{peer}": {m[0]: int(m[1]) for m in re.findall(r"([a-z]+)(\d+)", skmem)}
+            for local, peer, skmem in found}
+
+
+def watch_data_connections(run_dir, want: int, ended: threading.Event, seen: dict) -> None:
+    """Until ``want`` producer->merger connections show both their ends (2 x want sockets), or the
+    run ends: keep what `ss` shows of them in ``seen``."""
+    endpoints = run_dir / "endpoints.json"
+    while not ended.is_set():
+        if endpoints.exists():
+            nodes = json.loads(endpoints.read_text())["nodes"]
+            port = int(next(n["data"] for n in nodes if n["role"] == "merger").rsplit(":", 1)[1])
+            seen.update(port=port, sockets=data_connections(port))
+            if len(seen["sockets"]) >= 2 * want:
+                return
+        ended.wait(0.05)  # re-reading what the kernel shows while the run starts
+
+
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2)")
+def test_kernel_buffer_size_sets_both_ends_of_every_data_connection(runs_dir):
+    topo = from_dict(topology_dict(duration=3, kernel_buffer_size=6000, producers={"count": 4, "rate": 100}))
+    ended, seen = threading.Event(), {}
+    watcher = threading.Thread(target=watch_data_connections, args=(runs_dir / "kbuf", 4, ended, seen))
+    watcher.start()
+    try:
+        s = run_topology(topo, run_id="kbuf", runs_dir=runs_dir)
+    finally:
+        ended.set()
+        watcher.join()
+    assert_no_loss(s)
+    port, sockets = seen["port"], seen["sockets"]
+    # Linux doubles what is set (the other half is for its bookkeeping): 6000 -> 12000
+    producer_ends = {k: v for k, v in sockets.items() if k.endswith(f":{port}")}
+    merger_ends = {k: v for k, v in sockets.items() if k.split("->")[0].endswith(f":{port}")}
+    assert len(producer_ends) == len(merger_ends) == 4, sockets
+    assert all(v["tb"] == 12000 for v in producer_ends.values()), producer_ends  # SO_SNDBUF of the producers
+    assert all(v["rb"] == 12000 for v in merger_ends.values()), merger_ends  # SO_RCVBUF of the merger
+    doc = json.loads((runs_dir / "kbuf" / "run.json").read_text())
+    assert doc["parameters"]["kernel_buffer_bytes"] == 6000
 
 
 @pytest.mark.parametrize("kind", ["TH2F", "TH3F", "THnF", "TTree"])

@@ -87,6 +87,13 @@ def test_even_split_and_explicit_assignment():
     ({"mergers": 2, "cpus": {"merger-l2-0": 0}}, "cpus.merger-l2-0"),  # no layer above the first
     ({"mergers": 2, "merger_layers": [1], "cpus": {"merger-l2-1": 0}}, "cpus.merger-l2-1"),
     ({"mergers": 2, "merger_layers": [1], "cpus": {"merger-l3-0": 0}}, "cpus.merger-l3-0"),
+    ({"kernel_buffer_size": 0}, "kernel_buffer_size"),
+    ({"kernel_buffer_size": -4096}, "kernel_buffer_size"),
+    ({"kernel_buffer_size": "4 parsecs"}, "kernel_buffer_size"),
+    ({"kernel_buffer_size": True}, "kernel_buffer_size"),
+    ({"kernel_buffer_size": 4096.0}, "kernel_buffer_size"),
+    ({"kernel_buffer_size": 2**31}, "kernel_buffer_size"),  # SO_SNDBUF takes a C int
+    ({"kernel_buffer_size": "3GB"}, "kernel_buffer_size"),
 ])
 def test_errors_name_the_field(change, field):
     with pytest.raises(TopologyError) as err:
@@ -150,3 +157,15 @@ def test_cpus_may_name_upper_mergers():
     t = from_dict(topology_dict(mergers=2, merger_layers=[1], cpus={"merger": 0, "merger-l2-0": "0"}))
     assert t.cpus_for("merger-l2-0", "merger") == {0} and t.cpus_for("merger-1", "merger") == {0}
     assert t.cpus_text() == "merger=0 merger-l2-0=0"
+@pytest.mark.parametrize("value,nbytes", [(None, None), (1, 1), (4096, 4096), ("4kB", 4000), ("4KiB", 4096),
+                                          (2**31 - 1, 2**31 - 1)])
+def test_kernel_buffer_size_in_bytes_or_as_a_size(value, nbytes):
+    data = topology_dict() if value is None else topology_dict(kernel_buffer_size=value)
+    assert from_dict(data).kernel_buffer_size == nbytes
+
+
+def test_kernel_buffer_size_is_recorded_only_when_set():
+    from flowstat.harness.summary import parameters
+
+    assert "kernel_buffer_bytes" not in parameters(from_dict(topology_dict()))
+    assert parameters(from_dict(topology_dict(kernel_buffer_size="4KiB")))["kernel_buffer_bytes"] == 4096

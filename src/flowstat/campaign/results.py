@@ -20,6 +20,7 @@ thesis's per-merger figure. Beside them:
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from .runner import Outcome
 from .spec import Campaign
 
 SUMMED = ("cpu_clock_hz", "vmrss_kb", "merged_objects_per_second")  # averaged: average_merge_time_ms
-UPPER_LAYER = "-l"  # merger-l2-0: a merger of a layer above the first (its inputs are mergers)
+UPPER_LAYER = re.compile(r"merger-l\d+-\d+")  # a merger of a layer above the first (harness.topology names them so)
 
 
 @dataclass
@@ -133,7 +134,7 @@ def row(campaign: Campaign, outcome: Outcome, base: Path) -> Row:
     window = steady_window(run)
     r.window = (window.lo, window.hi)
     mergers = _mergers(run)
-    first_layer = [m for m in mergers if UPPER_LAYER not in m.removeprefix("merger")]
+    first_layer = [m for m in mergers if not UPPER_LAYER.fullmatch(m)]
     for metric in THESIS_METRICS:
         # Objects merged by an upper layer were merged once already: the rate is the first layer's.
         t, y = per_second(run, metric, first_layer if metric == "merged_objects_per_second" else mergers)

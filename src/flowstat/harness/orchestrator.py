@@ -228,6 +228,8 @@ class Orchestrator:
         self.start_mergers(endpoints)
         merger_endpoints = {mi: endpoints[spec.node_id] for mi, spec in enumerate(topo.mergers)}
         owner = topo.merger_of()
+        # The kernel's socket buffers of the producer->merger connections (None: auto-tuned)
+        kernel = {"kernel_buffer_size": topo.kernel_buffer_size} if topo.kernel_buffer_size else {}
         obj = {"type": topo.obj.kind.name, "shape": list(topo.obj.shape), "entries": topo.obj.entries,
                "names": topo.obj.names}
         producers = []
@@ -235,7 +237,7 @@ class Orchestrator:
             producers.append(self.spawn(producer_process_name(gi), "producer", {
                 "producers": ids, "endpoints": [merger_endpoints[owner[p]] for p in ids],
                 "mergers": [topo.mergers[owner[p]].node_id for p in ids],
-                "rate": topo.rate, "buffer_size": topo.buffer_size, "object": obj, "seed": gi}))
+                "rate": topo.rate, "buffer_size": topo.buffer_size, "object": obj, "seed": gi, **kernel}))
         for dev in producers:
             self.wait_ready(dev)
         for dev in self.devices:
@@ -254,13 +256,17 @@ class Orchestrator:
         layers, downstream, inputs = topo.layers(), topo.downstream_of(), topo.merger_inputs()
         for li in range(len(layers), 0, -1):
             for index, name in enumerate(layers[li - 1]):
-                if li == 1:  # fed by producers, over the producers' buffer
+                extra = {}
+                if li == 1:  # fed by producers, over the producers' buffer and kernel buffers
                     sources, buffer_size = list(topo.mergers[index].producers), topo.buffer_size
+                    if topo.kernel_buffer_size:
+                        extra["kernel_buffer_size"] = topo.kernel_buffer_size
                 else:  # fed by mergers of the layer below, as the viewer is: over their send buffer
                     sources, buffer_size = [layers[li - 2].index(m) for m in inputs[name]], topo.merger_send_buffer
                 dev = self.spawn(name, "merger", {
                     "index": index, "layer": li, "producers": sources, "buffer_size": buffer_size,
-                    "send_buffer": topo.merger_send_buffer, "downstream_endpoint": endpoints[downstream[name]]})
+                    "send_buffer": topo.merger_send_buffer, "downstream_endpoint": endpoints[downstream[name]],
+                    **extra})
                 endpoints[name] = self.wait_ready(dev)["data"]
 
     def write_endpoints(self) -> None:

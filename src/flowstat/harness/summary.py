@@ -209,6 +209,8 @@ def parameters(topo: "Topology") -> dict[str, Any]:
            "producer_processes": topo.producer_processes, "duration_s": topo.duration}
     if topo.cpus:
         out["cpus"] = topo.cpus_text()
+    if topo.kernel_buffer_size is not None:
+        out["kernel_buffer_bytes"] = topo.kernel_buffer_size
     return out
 
 

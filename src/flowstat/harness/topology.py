@@ -27,6 +27,7 @@ PRODUCERS_PER_PROCESS = 250  # one Python process sends 25k objects/s comfortabl
 VIEWER_NODE = "viewer"
 AGENT_NODES = ("agent-py", "agent-c")  # the monitoring agents flowstat run starts with every run
 CPU_ROLES = AFFINITY_ROLES  # the keys of cpus: that name a role ("agent": both agents)
+MAX_KERNEL_BUFFER = 2**31 - 1  # SO_SNDBUF and SO_RCVBUF take a C int
 
 
 def producer_process_name(index: int) -> str:
@@ -91,6 +92,9 @@ class Topology:
     raw: dict = field(default_factory=dict, compare=False, repr=False)
     # cpus: as given, by role or node name: the CPUs to pin to. Empty: nothing is pinned.
     cpus: dict[str, frozenset[int]] = field(default_factory=dict, hash=False)  # a dict: kept out of the hash
+    # SO_SNDBUF of the producers' data sockets and SO_RCVBUF of the mergers', in bytes; None: the
+    # kernel's auto-tuning (up to tcp_wmem / tcp_rmem max), which ZeroMQ's HWM does not count.
+    kernel_buffer_size: int | None = None
     # Mergers in each layer above the first (merger_layers:); () for one layer.
     merger_layers: tuple[int, ...] = ()
 
@@ -232,6 +236,19 @@ def _object_spec(source: str, data: Any) -> ObjectSpec:
     return ObjectSpec(kind, tuple(shape), entries, names)
 
 
+def _kernel_buffer(source: str, data: Any) -> int | None:
+    """kernel_buffer_size: bytes as an integer or a size such as "4kB"; absent: auto-tuned."""
+    if data is None:
+        return None
+    try:
+        size = parse_size(data)
+    except ValueError as exc:
+        raise TopologyError(f"{source}: kernel_buffer_size: {exc}") from None
+    if size > MAX_KERNEL_BUFFER:
+        raise TopologyError(f"{source}: kernel_buffer_size: at most {MAX_KERNEL_BUFFER} bytes (a C int), got {size}")
+    return size
+
+
 def _merger_specs(source: str, data: Any, n_producers: int) -> tuple[MergerSpec, ...]:
     def fail(where: str, msg: str):
         raise TopologyError(f"{source}: {where}: {msg}")
@@ -353,7 +370,7 @@ def _cpu_pins(source: str, data: Any, nodes: dict[str, str]) -> dict[str, frozen
 def from_dict(data: Any, source: str = IN_CODE) -> Topology:
     top = _Fields(source, "", data, {"run_id", "description", "duration", "buffer_size", "object",
                                      "producers", "mergers", "merger_layers", "viewer", "merger_send_buffer",
-                                     "host", "cpus"})
+                                     "host", "cpus", "kernel_buffer_size"})
     run_id = top.get("run_id", required=True)
     if not isinstance(run_id, str) or not RUN_ID_RE.match(run_id):
         top.fail("run_id", f"expected letters, digits, '.', '_', '-' (max 100), got {run_id!r}")
@@ -378,7 +395,8 @@ def from_dict(data: Any, source: str = IN_CODE) -> Topology:
     if not isinstance(description, str):
         top.fail("description", f"expected text, got {description!r}")
     topo = Topology(run_id, duration, buffer_size, obj, n_producers, rate, processes, mergers,
-                    send_buffer, write_interval, host, source, description, data, merger_layers=layers)
+                    send_buffer, write_interval, host, source, description, data, merger_layers=layers,
+                    kernel_buffer_size=_kernel_buffer(source, top.get("kernel_buffer_size", None)))
     # The node names a cpus: key may use depend on everything above: it is read last.
     pins = _cpu_pins(source, top.get("cpus", None), topo.node_roles())
     return replace(topo, cpus=pins) if pins else topo

@@ -1,5 +1,5 @@
 """Checking values against the subset of JSON Schema the flowstat schemas use: type, enum,
-minimum, properties, required, additionalProperties: false, items."""
+minimum, maximum, properties, required, additionalProperties: false, items."""
 
 from __future__ import annotations
 
@@ -38,6 +38,8 @@ def problems(value: Any, schema: dict, where: str = "") -> list[str]:
         return [f"{name}: must be between 0 and {INT64_MAX}, got {value}"]
     if typ in ("integer", "number") and "minimum" in schema and value < schema["minimum"]:
         return [f"{name}: must be >= {schema['minimum']}, got {value}"]
+    if typ in ("integer", "number") and "maximum" in schema and value > schema["maximum"]:
+        return [f"{name}: must be <= {schema['maximum']}, got {value}"]
     out: list[str] = []
     if typ == "object":
         props = schema.get("properties", {})

@@ -248,6 +248,8 @@ class Merger(Node):
         self.send_buffer_size = config["send_buffer"]
         self.data = self.ctx.socket(zmq.PULL)
         self.data.setsockopt(zmq.RCVHWM, self.receive_buffer_size)
+        if config.get("kernel_buffer_size"):  # before bind: ZeroMQ applies it to each connection it accepts
+            self.data.setsockopt(zmq.RCVBUF, config["kernel_buffer_size"])
         self.data_endpoint = self.bind(self.data, config.get("data_port", 0))
         self.out = self.ctx.socket(zmq.PUSH)
         self.out.setsockopt(zmq.SNDHWM, self.send_buffer_size)
