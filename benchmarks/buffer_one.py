@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "buffer-one.json"
 DOC = ROOT / "docs" / "buffer-one.md"
 SVG = ROOT / "docs" / "img" / "buffer-one.svg"
-RATES = [100, 1000, 2000, 4000, 8000, 16000, 0]  # objects/s per producer; 0 = as fast as it can
+RATES = [100, 500, 750, 900, 1000, 2000, 4000, 8000, 16000, 0]  # objects/s per producer; 0 = as fast as it can (500-900: where overloads start)
 KERNEL_BUFFERS: list[int | None] = [None, 4096]  # None: the kernel's auto-tuning
 PRODUCERS = 4
 PINS = {"merger": 1, "producer": 0, "viewer": 0, "agent": 0}  # the merger alone on CPU 1

@@ -76,7 +76,7 @@ def section_table(name: str, sec: dict, results: dict) -> list[str]:
         for m in METRICS:
             cells.append(pair(row[m]))
             cells += [pair(ours(find(rs, row["value"]), m)) for _, rs in runs]
-        cells += [fmt((find(rs, row["value"]) or {}).get("offered_per_s")) for _, rs in runs]
+        cells += [fmt((find(rs, row["value"]) or {}).get("offered_per_s"), 3) for _, rs in runs]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 

@@ -60,14 +60,14 @@ def _yes_no(v: bool | None, yes: str, no: str) -> str:
 def cells(campaign: Campaign, rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     """The table's header and its rows, as text (a failed configuration: its label and why)."""
     head = [campaign.parameter_label, *(titled(m) for m in THESIS_METRICS),
-            "offered objects/s (all mergers)", "input latency p99, worst second (ms)", "VmRSS slope (MB/min)",
+            "offered objects/s", "input latency p99, worst second (ms)", "VmRSS slope (MB/min)",
             "overloads", "online", "no loss"]
     body = []
     for r in rows:
         if r.status == "failed":
             body.append([r.label, f"failed: {(r.error or '').splitlines()[0][:160]}"] + [""] * (len(head) - 2))
             continue
-        body.append([r.label, *(stat_text(r.stats.get(m)) for m in THESIS_METRICS), fmt(r.offered_per_s),
+        body.append([r.label, *(stat_text(r.stats.get(m)) for m in THESIS_METRICS), fmt(r.offered_per_s, 3),
                      fmt(r.latency_p99_ms, 3), fmt(r.vmrss_slope_mb_per_min, 2), fmt(r.overloads),
                      "no verdict" if r.online is None else "online" if r.online else (r.online_state or "not online"),
                      _yes_no(r.conserved, "yes", "LOST")])

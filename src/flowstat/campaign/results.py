@@ -118,8 +118,10 @@ def row(campaign: Campaign, outcome: Outcome, base: Path) -> Row:
         return r
     summary = json.loads((outcome.run_dir / "summary.json").read_text())
     verdicts = summary.get("online") or {}
-    r.offered_per_s = (round(sum(v["offered_per_second"] for v in verdicts.values()), 1)
-                       if verdicts and all("offered_per_second" in v for v in verdicts.values()) else None)
+    # What the producers offered: to the first layer (an upper layer is offered what was merged below)
+    first = [v for m, v in verdicts.items() if not UPPER_LAYER.fullmatch(m)]
+    r.offered_per_s = (round(sum(v["offered_per_second"] for v in first), 1)
+                       if first and all("offered_per_second" in v for v in first) else None)
     worst = [v["latency_p99_ms_worst_second"] for v in verdicts.values() if v.get("latency_p99_ms_worst_second") is not None]
     r.latency_p99_ms = max(worst) if worst else None
     r.online, r.online_state = _online(verdicts)
