@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 
 from flowstat.campaign import load, run_campaign
+from flowstat.campaign.runner import CampaignInterrupted, recorded
+from flowstat.harness.orchestrator import RunError
 from flowstat.campaign import report as campaign_report
 from flowstat.campaign.command import Bar
 
@@ -61,17 +63,23 @@ def main() -> int:
     for path in chosen:
         campaign = load(path).with_duration(args.duration)
         print(f"== {campaign.name}: {len(campaign.configurations)} configurations x {args.duration:g} s", file=sys.stderr)
-        todo = len(campaign.configurations)
-        outcomes = run_campaign(campaign, runs / campaign.name, retry_failed=args.retry_failed,
-                                events=Bar(todo, campaign.duration))
+        try:
+            outcomes = run_campaign(campaign, runs / campaign.name, retry_failed=args.retry_failed,
+                                    events=Bar(len(campaign.configurations), campaign.duration))
+        except (CampaignInterrupted, KeyboardInterrupt, RunError) as exc:  # what finished is kept: write it down
+            print(f"run_campaigns: {campaign.name}: {str(exc) or 'interrupted'}; run the same command to go on",
+                  file=sys.stderr)
+            status = 130 if not isinstance(exc, RunError) else 2
+            break
         command = f"flowstat campaign {path} --duration {args.duration:g}"
-        made = campaign_report.write(campaign, outcomes, runs / campaign.name, docs, command, html=False)
+        made = campaign_report.write(campaign, recorded(campaign, runs / campaign.name), runs / campaign.name, docs,
+                                     command, html=False)
         # The HTML (Bokeh inline: a megabyte or more) stays beside the runs; the Markdown is committed.
         from flowstat.campaign import htmlpage
 
-        htmlpage.write(campaign, made.rows, runs / campaign.name / f"{campaign.name}.html", command,
-                       json.loads((runs / campaign.name / campaign_report.RESULTS).read_text())["machine"])
-        combined["campaigns"][campaign.name] = json.loads((runs / campaign.name / campaign_report.RESULTS).read_text())
+        results = json.loads((runs / campaign.name / campaign_report.RESULTS).read_text())
+        htmlpage.write(campaign, made.rows, runs / campaign.name / f"{campaign.name}.html", command, results["machine"])
+        combined["campaigns"][campaign.name] = results
         status = max(status, int(any(o.status != "ok" for o in outcomes)))
         for p in made.files[1:]:
             print(f"wrote {p}", file=sys.stderr)

@@ -68,12 +68,16 @@ def test_thesis_campaigns_have_the_thesis_parameters():
     assert sizes == [(1000, 20), (500_000, 20), (5_000_000, 2.5), (50_000_000, 0.25)]
 
 
+TRIED = {"merger-layers": "4-2-1"}  # a campaign's configuration the test runs, when not its first
+
+
 @pytest.mark.parametrize("path", CAMPAIGNS, ids=lambda p: p.stem)
 def test_each_campaign_file_runs_one_configuration(path, tmp_path):
-    """Its first configuration, a few seconds long: the file parses and runs, and the table and plots
-    are written with that configuration's figures."""
+    """One configuration (its first, or its most telling: TRIED), a few seconds long: the file parses
+    and runs, and the table and plots are written with that configuration's figures."""
     campaign = load(path)
-    first = campaign.configurations[0].key
+    first = TRIED.get(campaign.name, campaign.configurations[0].key)
+    config = next(c for c in campaign.configurations if c.key == first)
     result = cli(str(path), "--duration", str(TINY_S), "--only", first, "--out", str(tmp_path / "out"),
                  "--report", str(tmp_path / "report"))
     assert result.returncode == 0, result.stderr
@@ -82,7 +86,7 @@ def test_each_campaign_file_runs_one_configuration(path, tmp_path):
     assert (row["key"], row["status"], row["conserved"]) == (first, "ok", True)
     assert row["stats"]["cpu_clock_hz"]["seconds"] >= 1 and row["stats"]["cpu_clock_hz"]["mean"] > 0
     md = (tmp_path / "report" / f"{campaign.name}.md").read_text()
-    assert f"| {campaign.configurations[0].label} |" in md and f"--duration {TINY_S:g} --only {first}" in md
+    assert f"| {config.label} |" in md and f"{path.name} --duration {TINY_S:g}\n" in md
     assert len(list((tmp_path / "report" / campaign.name).glob("*.svg"))) == 8
     assert (tmp_path / "report" / f"{campaign.name}.html").stat().st_size > 0
 
@@ -170,9 +174,11 @@ def test_a_failed_configuration_is_recorded_and_the_campaign_goes_on(tmp_path):
 
 def test_an_interrupted_campaign_keeps_what_finished_and_resumes(tmp_path):
     path, out = write(tmp_path, small()), tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "flowstat.cli", "campaign", str(path), "--duration", "30",
+    first = cli(str(path), "--duration", "8", "--only", "10", "--out", str(out))
+    assert first.returncode == 0, first.stderr
+    proc = subprocess.Popen([sys.executable, "-m", "flowstat.cli", "campaign", str(path), "--duration", "8",
                              "--out", str(out), "--quiet"], stderr=subprocess.PIPE, text=True)
-    endpoints = out / "runs" / "small-buffer-size-10" / "endpoints.json"
+    endpoints = out / "runs" / "small-buffer-size-100" / "endpoints.json"
     deadline = time.monotonic() + 60
     while not endpoints.exists():
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
@@ -180,17 +186,33 @@ def test_an_interrupted_campaign_keeps_what_finished_and_resumes(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
-    assert "run the same command again to go on" in err
-    state = json.loads((out / "campaign.json").read_text()) if (out / "campaign.json").exists() else {}
-    assert "buffer-size-10" not in state.get("configurations", {})
-    assert list((out / "runs" / ".aside").glob("small-buffer-size-10.interrupted-*"))
-    assert not (out / "runs" / "small-buffer-size-10").exists()
+    assert "buffer-size-10: finished before (ok), skipped" in err and "run the same command again to go on" in err
+    state = json.loads((out / "campaign.json").read_text())
+    assert list(state["configurations"]) == ["buffer-size-10"]
+    assert list((out / "runs" / ".aside").glob("small-buffer-size-100.interrupted-*"))
+    assert not (out / "runs" / "small-buffer-size-100").exists()
+    resumed = cli(str(path), "--duration", "8", "--out", str(out))
+    assert resumed.returncode == 0, resumed.stderr
+    assert "buffer-size-10: finished before (ok), skipped" in resumed.stderr and "buffer-size-100: ok" in resumed.stderr
+    rows = json.loads((out / "results.json").read_text())["configurations"]
+    assert [(r["key"], r["status"]) for r in rows] == [("buffer-size-10", "ok"), ("buffer-size-100", "ok")]
+
+
+def test_only_runs_one_but_the_tables_keep_every_finished_configuration(tmp_path):
+    path, out = write(tmp_path, small()), tmp_path / "out"
+    for only in ("10", "100"):
+        assert cli(str(path), "--duration", "3", "--only", only, "--out", str(out)).returncode == 0
+    md = (out / "small.md").read_text()
+    assert "| 10 |" in md and "| 100 |" in md
 
 
 def test_figures_are_of_all_mergers_together(tmp_path):
     """With two mergers each merges half: the campaign's merged rate is their sum (the thesis's
-    section 5.5), the offered rate; pooling their samples would give half of it."""
-    data = small(sweep={"parameter": "mergers", "values": [1, 2]})
+    section 5.5), the offered rate; pooling their samples would give half of it. With a merger
+    above them, the rate is still the first layer's (the final merger merges merged objects), and
+    CPU and memory count every merger."""
+    data = small(sweep={"parameter": "mergers", "configurations": [
+        {"value": 1}, {"value": 2}, {"value": 2, "id": "2-1", "set": {"merger_layers": [1]}}]})
     result = cli(str(write(tmp_path, data)), "--duration", "10", "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
     rows = json.loads((tmp_path / "out" / "results.json").read_text())["configurations"]
@@ -198,8 +220,27 @@ def test_figures_are_of_all_mergers_together(tmp_path):
         merged = r["stats"]["merged_objects_per_second"]["mean"]
         assert r["offered_per_s"] == pytest.approx(400, rel=0.1)
         assert merged == pytest.approx(r["offered_per_s"], rel=0.1), r
-    one, two = (r["stats"]["vmrss_kb"]["mean"] for r in rows)
-    assert two > 1.5 * one  # two processes' memory, not one's
+    one, two, layered = (r["stats"]["vmrss_kb"]["mean"] for r in rows)
+    assert two > 1.5 * one and layered > 1.3 * two  # two and three processes' memory, not one's
+
+
+def test_per_second_sums_each_merger_once_a_second_inside_the_window():
+    """A merger sampled twice in one second counts once; a second some merger has no sample in is
+    left out; samples outside [lo, hi] are left out before seconds are made."""
+    import numpy as np
+
+    from flowstat.campaign.results import per_second
+    from flowstat.report.load import Run, Series
+
+    # merger a: t = 1.1, 1.6 (twice in second 1), 2.2, 3.9 (after hi); merger b: 1.2, 2.1, 3.1
+    t = np.array([1.1, 1.6, 2.2, 3.9, 1.2, 2.1, 3.1])
+    y = np.array([10.0, 20.0, 30.0, 99.0, 1.0, 2.0, 3.0])
+    run = Run(Path("x"), {}, None, 0, t, t, np.zeros(7), {"merged_objects_per_second": y, "average_merge_time_ms": y},
+              [Series("a", "merger", 0, 4), Series("b", "merger", 4, 7)], None)
+    secs, sums = per_second(run, "merged_objects_per_second", ["a", "b"], 0.0, 3.5)
+    assert secs.tolist() == [1.0, 2.0] and sums.tolist() == [21.0, 32.0]
+    secs, means = per_second(run, "average_merge_time_ms", ["a", "b"])
+    assert secs.tolist() == [1.0, 2.0, 3.0] and means.tolist() == [10.5, 16.0, 51.0]
 
 
 def test_a_campaign_file_that_is_not_yaml_names_the_line(tmp_path):

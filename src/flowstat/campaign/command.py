@@ -25,8 +25,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=float, metavar="S", help="seconds per configuration (default: the file's, "
                                                                 "300 s for the thesis's campaigns)")
     p.add_argument("--only", metavar="CONFIG", action="append",
-                   help="run only this configuration (its id or value, e.g. 4 or buffer-size-4); repeat or give "
-                        "a comma-separated list")
+                   help="run only this configuration (its id, value or label, e.g. 4 or buffer-size-4); repeat "
+                        "or give a comma-separated list. The tables show every finished configuration")
     p.add_argument("--out", type=Path, metavar="DIR",
                    help="the campaign's directory: its runs and its state (default: runs/campaigns/NAME-DURATIONs); "
                         "running again into it resumes")
@@ -111,12 +111,11 @@ def _check_stores(targets: dict[str, tuple[str, str]]) -> str | None:
 
 
 def command_text(args: argparse.Namespace) -> str:
-    """The command as a reader can repeat it (the options that change what is measured)."""
+    """The command that makes the tables as a reader can repeat it: every finished configuration
+    is in them, whichever invocation (--only) ran it."""
     text = f"flowstat campaign {args.campaign}"
     if args.duration is not None:
         text += f" --duration {args.duration:g}"
-    for only in args.only or []:
-        text += f" --only {only}"
     return text
 
 
@@ -124,7 +123,7 @@ def main(args: argparse.Namespace) -> int:
     from flowstat.harness.orchestrator import AgentOptions, RunError
 
     from . import report
-    from .runner import CampaignInterrupted, default_dir, read_state, run_campaign
+    from .runner import CampaignInterrupted, default_dir, recorded, run_campaign
     from .spec import CampaignError, load
 
     try:
@@ -133,16 +132,22 @@ def main(args: argparse.Namespace) -> int:
             if args.duration <= 0:
                 raise CampaignError("--duration must be positive")
             campaign = campaign.with_duration(args.duration)
+        chosen = campaign
         if args.only:
-            campaign = campaign.select([k.strip() for o in args.only for k in o.split(",") if k.strip()])
+            chosen = campaign.select([k.strip() for o in args.only for k in o.split(",") if k.strip()])
     except CampaignError as exc:
         print(f"flowstat campaign: {exc}", file=sys.stderr)
         return 2
     out = args.out or default_dir(campaign)
+    try:
+        finished = {o.config.key: o for o in recorded(campaign, out)}
+    except RunError as exc:  # a campaign.json that is not one
+        print(f"flowstat campaign: {exc}", file=sys.stderr)
+        return 2
     if args.list:
-        done = read_state(out)["configurations"] if (out / "campaign.json").exists() else {}
-        for c in campaign.configurations:
-            print(f"{c.key:<32} {campaign.parameter}={c.value!s:<12} {done.get(c.key, {}).get('status', 'to run')}")
+        for c in chosen.configurations:
+            done = finished.get(c.key)
+            print(f"{c.key:<32} {campaign.parameter}={c.value!s:<12} {done.status if done else 'to run'}")
         return 0
     targets = _targets(args)
     if args.replay and not targets:
@@ -152,21 +157,21 @@ def main(args: argparse.Namespace) -> int:
     if args.replay and (down := _check_stores(targets)):
         print(f"flowstat campaign: {down}; nothing was run", file=sys.stderr)
         return 2
-    state = read_state(out) if (out / "campaign.json").exists() else {"configurations": {}}
-    todo = sum(1 for c in campaign.configurations if c.key not in state["configurations"] or args.retry_failed)
+    todo = sum(1 for c in chosen.configurations
+               if c.key not in finished or (args.retry_failed and finished[c.key].status != "ok"))
     bar = Bar(todo, campaign.duration, bar=not args.quiet)
     status = 0
     try:
-        outcomes = run_campaign(campaign, out, agent=AgentOptions(c_agent=not args.no_c_agent),
+        outcomes = run_campaign(chosen, out, agent=AgentOptions(c_agent=not args.no_c_agent),
                                 retry_failed=args.retry_failed, events=bar)
     except (CampaignInterrupted, KeyboardInterrupt) as exc:
-        print(f"\nflowstat campaign: {exc or 'interrupted'}; what finished is kept in {out}: run the same command "
-              f"again to go on", file=sys.stderr)
+        print(f"\nflowstat campaign: {str(exc) or 'interrupted'}; what finished is kept in {out}: run the same "
+              f"command again to go on", file=sys.stderr)
         return 130
     except RunError as exc:
         print(f"flowstat campaign: {exc}", file=sys.stderr)
         return 2
-    made = report.write(campaign, outcomes, out, args.report or out, command_text(args))
+    made = report.write(campaign, recorded(campaign, out), out, args.report or out, command_text(args))
     for path in made.files:
         print(f"campaign: wrote {path}")
     if args.replay:
@@ -184,3 +189,4 @@ def main(args: argparse.Namespace) -> int:
         print(f"campaign: {o.config.key}: {o.status}" + (f": {o.error.splitlines()[0][:300]}" if o.error else ""),
               file=sys.stderr)
     return 1 if bad else status
+

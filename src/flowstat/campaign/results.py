@@ -20,7 +20,6 @@ thesis's per-merger figure. Beside them:
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,6 @@ from .runner import Outcome
 from .spec import Campaign
 
 SUMMED = ("cpu_clock_hz", "vmrss_kb", "merged_objects_per_second")  # averaged: average_merge_time_ms
-UPPER_LAYER = re.compile(r"merger-l\d+-\d+")  # a merger of a layer above the first (harness.topology names them so)
 
 
 @dataclass
@@ -66,20 +64,22 @@ class Row:
         return out
 
 
-def per_second(run: Run, metric: str, nodes: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """The nodes' ``metric`` each second of the run, summed (SUMMED) or averaged; seconds in which
-    some node has no sample are left out."""
+def per_second(run: Run, metric: str, nodes: list[str], lo: float = -np.inf,
+               hi: float = np.inf) -> tuple[np.ndarray, np.ndarray]:
+    """The nodes' ``metric`` each second of the run, summed (SUMMED) or averaged, from the samples
+    taken in [lo, hi] (seconds since the start); a second counts when every node has a sample in
+    it (a node sampled twice in one second counts once: its last sample)."""
     series = [s for s in run.series if s.node_id in nodes]
     if not series:
         return np.empty(0), np.empty(0)
-    buckets: dict[int, list[float]] = {}
+    by_node: list[dict[int, float]] = []
     for s in series:
         t, y = run.of(metric, s)
-        for sec, v in zip(np.floor(t).astype(int), y):
-            buckets.setdefault(int(sec), []).append(float(v))
+        keep = (t >= lo) & (t <= hi)
+        by_node.append(dict(zip(np.floor(t[keep]).astype(int).tolist(), y[keep].tolist())))
+    secs = sorted(set.intersection(*(set(d) for d in by_node)))
     combine = np.sum if metric in SUMMED else np.mean
-    secs = sorted(k for k, v in buckets.items() if len(v) == len(series))
-    return np.array(secs, float), np.array([combine(buckets[k]) for k in secs], float)
+    return np.array(secs, float), np.array([combine([d[k] for d in by_node]) for k in secs], float)
 
 
 def _slope_mb_per_min(t: np.ndarray, kb: np.ndarray) -> float | None:
@@ -104,9 +104,14 @@ def _mergers(run: Run) -> list[str]:
 
 
 def _relative(text: str | None, base: Path) -> str | None:
-    """Paths under the campaign's directory written from it: results say where a run is, not where
-    the campaign ran."""
-    return text.replace(f"{base}/", "").replace(f"{base.resolve()}/", "") if text else text
+    """What went wrong, in a line, with paths under the campaign's directory written from it:
+    results say where a run is, not where the campaign ran (the log it names has the rest)."""
+    if not text:
+        return text
+    line = text.splitlines()[0]
+    for prefix in (str(base.resolve()), str(base), str(Path.cwd())):  # the longest first
+        line = line.replace(prefix + "/", "")
+    return line
 
 
 def row(campaign: Campaign, outcome: Outcome, base: Path) -> Row:
@@ -118,8 +123,9 @@ def row(campaign: Campaign, outcome: Outcome, base: Path) -> Row:
         return r
     summary = json.loads((outcome.run_dir / "summary.json").read_text())
     verdicts = summary.get("online") or {}
+    upper = {n["node_id"] for n in summary["nodes"] if n["role"] == "merger" and (n.get("layer") or 1) > 1}
     # What the producers offered: to the first layer (an upper layer is offered what was merged below)
-    first = [v for m, v in verdicts.items() if not UPPER_LAYER.fullmatch(m)]
+    first = [v for m, v in verdicts.items() if m not in upper]
     r.offered_per_s = (round(sum(v["offered_per_second"] for v in first), 1)
                        if first and all("offered_per_second" in v for v in first) else None)
     worst = [v["latency_p99_ms_worst_second"] for v in verdicts.values() if v.get("latency_p99_ms_worst_second") is not None]
@@ -136,15 +142,15 @@ def row(campaign: Campaign, outcome: Outcome, base: Path) -> Row:
     window = steady_window(run)
     r.window = (window.lo, window.hi)
     mergers = _mergers(run)
-    first_layer = [m for m in mergers if not UPPER_LAYER.fullmatch(m)]
+    first_layer = [m for m in mergers if m not in upper]
     for metric in THESIS_METRICS:
         # Objects merged by an upper layer were merged once already: the rate is the first layer's.
-        t, y = per_second(run, metric, first_layer if metric == "merged_objects_per_second" else mergers)
-        r.series[metric] = (t, y)
-        steady = (t >= window.lo) & (t <= window.hi)
-        r.stats[metric] = _stat(y[steady])
+        nodes = first_layer if metric == "merged_objects_per_second" else mergers
+        r.series[metric] = per_second(run, metric, nodes)  # the whole run, for the plots
+        t, y = per_second(run, metric, nodes, window.lo, window.hi)
+        r.stats[metric] = _stat(y)
         if metric == "vmrss_kb":
-            r.vmrss_slope_mb_per_min = _slope_mb_per_min(t[steady], y[steady])
+            r.vmrss_slope_mb_per_min = _slope_mb_per_min(t, y)
     return r
 
 

@@ -77,12 +77,27 @@ def _write_state(out: Path, state: dict[str, Any]) -> None:
     os.replace(tmp, out / STATE_FILE)  # whole or not at all: a kill never leaves half a state
 
 
-def _recorded(state: dict, campaign: Campaign, config: Configuration) -> dict | None:
-    """The record of a configuration finished with the same topology, else None."""
+def _recorded(state: dict, out: Path, config: Configuration) -> dict | None:
+    """The record of a configuration finished with the same topology, its run still there (a
+    failed one may have none), else None."""
     rec = state["configurations"].get(config.key)
-    if rec and rec.get("status") in FINISHED and rec.get("topology") == config.topology.raw:
-        return rec
-    return None
+    if not rec or rec.get("status") not in FINISHED or rec.get("topology") != config.topology.raw:
+        return None
+    if rec.get("run_dir") and not (out / rec["run_dir"] / "summary.json").exists():
+        return None  # moved or deleted since: it runs again
+    return rec
+
+
+def _outcome(rec: dict, config: Configuration, out: Path) -> Outcome:
+    return Outcome(config, rec["status"], out / rec["run_dir"] if rec.get("run_dir") else None, rec.get("error"),
+                   skipped=True)
+
+
+def recorded(campaign: Campaign, out: Path) -> list[Outcome]:
+    """The configurations of ``campaign`` finished in ``out``, as they ran (the tables show every
+    finished configuration, whatever this invocation ran)."""
+    state = read_state(out)
+    return [_outcome(rec, c, out) for c in campaign.configurations if (rec := _recorded(state, out, c))]
 
 
 def _move_aside(out: Path, run_dir: Path, why: str) -> None:
@@ -113,7 +128,7 @@ def run_one(campaign: Campaign, config: Configuration, out: Path, agent: AgentOp
     try:
         summary = run_topology(config.topology, run_id=run_id, runs_dir=out / RUNS, on_progress=progress,
                                agent=agent)
-    except RunError as exc:
+    except (RunError, OSError) as exc:  # it could not start (a process, a file): that one failed, not the campaign
         return "failed", str(exc)
     if INTERRUPTED in summary["failures"]:
         _move_aside(out, run_dir, "interrupted")
@@ -133,25 +148,25 @@ def run_campaign(campaign: Campaign, out: Path, *, agent: AgentOptions | None = 
     outcomes = []
     total = len(campaign.configurations)
     for i, config in enumerate(campaign.configurations):
-        rec = _recorded(state, campaign, config)
+        rec = _recorded(state, out, config)
         if rec and not (retry_failed and rec["status"] != "ok"):
-            outcome = Outcome(config, rec["status"], out / rec["run_dir"] if rec.get("run_dir") else None,
-                              rec.get("error"), skipped=True)
+            outcome = _outcome(rec, config, out)
         else:
-            if state["configurations"].get(config.key):  # finished before with another topology, or retried
+            if state["configurations"].pop(config.key, None) is not None:  # finished before with another
+                _write_state(out, state)  # topology, or retried: forgotten before its run is moved away
                 _move_aside(out, out / RUNS / campaign.run_id(config), "superseded")
             if events:
                 events.starting(i, total, config, campaign.duration)
             status, error = run_one(campaign, config, out, agent or AgentOptions(),
                                     events.progress() if events else None)
             run_dir = out / RUNS / campaign.run_id(config)
+            measured = (run_dir / "summary.json").exists()
             state["configurations"][config.key] = {
                 "status": status, "error": error, "run_id": campaign.run_id(config),
-                "run_dir": str(run_dir.relative_to(out)) if (run_dir / "summary.json").exists() else None,
+                "run_dir": str(run_dir.relative_to(out)) if measured else None,
                 "value": config.value, "topology": config.topology.raw, "finished": iso_utc_ms()}
             _write_state(out, state)
-            outcome = Outcome(config, status, run_dir if (run_dir / "summary.json").exists() else None, error,
-                              skipped=False)
+            outcome = Outcome(config, status, run_dir if measured else None, error, skipped=False)
         outcomes.append(outcome)
         if events:
             events.finished(i, total, outcome)
