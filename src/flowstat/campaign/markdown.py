@@ -41,7 +41,7 @@ def machine() -> dict[str, Any]:
 def fmt(x: float | None, digits: int = 0) -> str:
     if x is None:
         return "-"
-    if abs(x) >= 1000 or digits == 0:
+    if abs(x) >= 100 or digits == 0:  # three significant digits and more: whole numbers
         return f"{x:,.0f}"
     return f"{x:.{digits}g}"
 
