@@ -104,11 +104,12 @@ def _mergers(run: Run) -> list[str]:
 
 
 def _relative(text: str | None, base: Path) -> str | None:
-    """What went wrong, in a line, with paths under the campaign's directory written from it:
+    """What went wrong, in a line (the cause, the last line of a log's tail, beside it), with paths under the campaign's directory written from it:
     results say where a run is, not where the campaign ran (the log it names has the rest)."""
     if not text:
         return text
-    line = text.splitlines()[0]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    line = lines[0] if len(lines) == 1 else f"{lines[0]} ({lines[-1]})"  # what, and the cause its log ends with
     for prefix in (str(base.resolve()), str(base), str(Path.cwd())):  # the longest first
         line = line.replace(prefix + "/", "")
     return line
@@ -119,7 +120,7 @@ def row(campaign: Campaign, outcome: Outcome, base: Path) -> Row:
     c = outcome.config
     r = Row(c.key, c.value, c.label, outcome.status, campaign.run_id(c),
             _relative(str(outcome.run_dir), base) if outcome.run_dir else None, _relative(outcome.error, base))
-    if outcome.run_dir is None:
+    if outcome.run_dir is None or outcome.status == "failed":  # nothing was measured
         return r
     summary = json.loads((outcome.run_dir / "summary.json").read_text())
     verdicts = summary.get("online") or {}
