@@ -81,17 +81,25 @@ def pid_alive(pid: int) -> bool:
 
 
 def _free_port() -> int:
-    """A free port P whose neighbours a server also takes (P+1, P+2, P+100: see flowstat.stack) are free too."""
-    import socket
+    """A free port P whose neighbours a server also takes (P+1, P+2, P+100: see flowstat.stack) are free too.
+
+    Taken below the kernel's ephemeral range (net.ipv4.ip_local_port_range), where it hands out
+    ports to every bind(0) and outgoing connection: a port picked there can be taken by a harness
+    run or a client on the other worker before the server starts."""
+    import random
 
     from flowstat.stack.base import port_free
 
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port + 100 < 65536 and all(port_free(port + d) for d in (1, 2, 100)):
+    try:
+        ephemeral_lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_lo = 32768
+    top = max(ephemeral_lo - 101, 2000)
+    for _ in range(1000):
+        port = random.randrange(10000 if top > 12000 else 1024, top)
+        if all(port_free(port + d) for d in (0, 1, 2, 100)):
             return port
+    raise RuntimeError(f"no free port below {top}")
 
 
 @pytest.fixture(scope="session")
