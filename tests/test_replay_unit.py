@@ -66,15 +66,15 @@ def random_sample(rnd: random.Random, valid: bool) -> dict:
 
 def test_fast_and_careful_checks_agree_and_encode_alike(tmp_path):
     """read_batches on random samples, valid or not: it must skip exactly what the field-by-field
-    check refuses, and write exactly to_line_protocol's lines for the rest, whichever path it took."""
+    check refuses, and write exactly to_line_protocol's lines for the rest, whichever path it took.
+    What is refused is judged by the schema's own validator, not by replay's checks."""
     rnd = random.Random(4)
-    types, required = runfile.field_types()
     docs = [orjson.loads(orjson.dumps(random_sample(rnd, valid=i % 2 == 0))) for i in range(6000)]
     path = tmp_path / "samples.ndjson"
     path.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in docs))
     report = R.FileReport(str(path))
     lp = b"".join(b for (b,), _ in R.read_batches(path, report, influx_only())).decode()
-    refused = {i + 1 for i, d in enumerate(docs) if runfile.bad_field(d, types, required)}
+    refused = {i + 1 for i, d in enumerate(docs) if schema.validate(d)}
     assert {lineno for lineno, _ in report.bad} == refused
     assert lp.splitlines() == [schema.to_line_protocol(d) for i, d in enumerate(docs) if i + 1 not in refused]
     # every path was exercised: the fast one, the careful one with good samples, and refusals
@@ -133,6 +133,23 @@ def test_read_batches_encodes_every_good_line_and_names_every_bad_one(tmp_path):
     assert report.nodes == {"n-1", "a b,c"} and report.bytes_read == path.stat().st_size
 
 
+@pytest.mark.parametrize("where", ["line 2", "line 1 of a later part"])
+def test_a_run_header_anywhere_but_the_files_first_line_is_refused(tmp_path, where):
+    header = json.dumps({"flowstat_run": {"run_id": "r"}}) + "\n"
+    path = tmp_path / "samples.ndjson"
+    if where == "line 2":
+        write_lines(path, [json.dumps(good(1)) + "\n", header, json.dumps(good(2)) + "\n"])
+        span, lineno = None, 2
+    else:  # a file read in parts (runfile.spans): the header of a part is not the file's
+        first = json.dumps(good(1)) + "\n"
+        write_lines(path, [first, header, json.dumps(good(2)) + "\n"])
+        span, lineno = (len(first), path.stat().st_size), 1
+    report = R.FileReport(str(path))
+    got = list(runfile.samples(path, report, span))
+    assert report.header is None and report.bad == [(lineno, "a run header that is not on the first line")]
+    assert [doc["seq"] for doc, *_ in got] == ([1, 2] if span is None else [2])
+
+
 def test_read_batches_rebases_time_for_both_stores(tmp_path):
     path = tmp_path / "samples.ndjson"
     write_lines(path, [json.dumps(good(i)) + "\n" for i in (1, 2, 3)])
@@ -164,7 +181,7 @@ def test_writer_process_that_died_is_a_clear_error():
     with pytest.raises(RuntimeError, match="the process writing to InfluxDB ended"):
         for _ in range(100):  # the pipe's buffer takes the first batches
             proc.put(b"x" * 100_000, 1)
-    assert proc.close(abort=True)
+    assert proc.close(abort=True) == {"error": "aborted"} and proc.proc.poll() is not None
 
 
 def test_progress_counts_every_byte_of_the_file(tmp_path):
