@@ -1,16 +1,19 @@
 import json
 import os
 import signal
+import subprocess
 
 import numpy as np
 import pytest
 import zmq
 
 from agent_helpers import Device, wait_until
+from conftest import ROOT
 from flowstat.agent.control import ControlPool
 from flowstat.harness import wire
 from flowstat.harness.control import MAX_REQUEST_BYTES, ControlClient, RateTracker, parse_request
 from flowstat.harness.qcobjects import Kind, make_desc
+from flowstat.schema import time_ns
 
 
 def test_parse_request_accepts_known_commands():
@@ -129,3 +132,45 @@ def test_stop_ends_the_node_with_exit_code_0_and_its_final_counters(merger):
         if got[-1].flags & wire.FLAG_EOS:
             break
     assert [(h.seq, h.n_inputs, bool(h.flags & wire.FLAG_EOS)) for h in got] == [(0, 2, False), (1, 1, False), (2, 0, True)]
+
+
+C_AGENT = ROOT / "collectors" / "c" / "build" / "flowstat-agent"
+
+
+def complete_lines(path) -> list[dict]:
+    """What an agent wrote to a file sink so far, its last line only once it is whole."""
+    if not path.exists():
+        return []
+    return [json.loads(x) for x in path.read_text().splitlines(keepends=True) if x.endswith("\n")]
+
+
+@pytest.mark.skipif(not C_AGENT.exists(), reason="run `make c-agent` (make test does)")
+def test_the_c_agent_takes_no_late_reply_for_a_later_round(merger, tmp_path):
+    """The node is frozen (SIGSTOP) for a few rounds of the C agent, whose requests then get their
+    replies late, queued ahead of the next rounds' replies. A round that took one of those would
+    carry a request_timestamp older than the round itself."""
+    node, _, _ = merger
+    endpoints, out = tmp_path / "endpoints.json", tmp_path / "c.json"
+    endpoints.write_text(json.dumps({"run_id": "ctl", "nodes": [
+        {"node_id": "merger-0", "role": "merger", "pid": node.proc.pid, "control": node.ready["control"]}]}))
+    agent = subprocess.Popen([str(C_AGENT), "--endpoints", str(endpoints), "--interval", "0.2", "--control-timeout",
+                              "0.1", "--self-interval", "0", "--sink", f"file://{out}?format=json", "--quiet"])
+    answered = lambda: [s for s in complete_lines(out) if "request_timestamp" in s]
+    try:
+        wait_until(lambda: len(answered()) >= 2, "two answered rounds")
+        os.kill(node.proc.pid, signal.SIGSTOP)
+        try:
+            before = len(complete_lines(out))
+            wait_until(lambda: len(complete_lines(out)) >= before + 3, "three rounds while the node is frozen")
+        finally:
+            os.kill(node.proc.pid, signal.SIGCONT)
+        frozen = len(answered())
+        wait_until(lambda: len(answered()) >= frozen + 5, "five answered rounds after the node thawed")
+    finally:
+        agent.terminate()
+        assert agent.wait(30) == 0
+    samples = complete_lines(out)
+    assert "request_timestamp" not in samples[before + 1]  # unanswered while frozen: the test made late replies
+    for s in answered():
+        # the node receives a round's request after the round began (its stamp): never 50 ms before
+        assert time_ns(s["request_timestamp"]) >= time_ns(s["time"]) - 50_000_000, s
