@@ -9,7 +9,9 @@ Every figure is measured here, in this run, next to a baseline measured in the s
                  producer process pushing to a bare pyzmq PULL that only counts (the transport floor)
   scale_500      500 producers x 100 objects/s into one merger, unpinned and pinned to its own CPU
                  (and, with --full, 2 and 4 mergers): steady rate, input latency, VmRSS slope and
-                 the online verdict (flowstat.harness.online)
+                 the online verdict (flowstat.harness.online); the objects sent in the run against
+                 the nominal count, and the pacing (offered / nominal rate)
+  paced_8        8 producers x 100 objects/s into one merger: online, with a low latency
   saturation     with --full: producers x 100/s added until one pinned merger is no longer online
 
 Usage: benchmarks/run_benchmarks.py [--quick] [--full] [--out FILE]
@@ -198,15 +200,35 @@ def bench_scale(runs_dir: Path, seconds: float, mergers: int, producers: int = 5
         topo["cpus"] = PINNED
     s = run(topo, runs_dir)
     verdicts = {m: steady(s, m) for m in s["online"]}
+    offered = sum(v["offered_per_second"] or 0 for v in verdicts.values())
+    sent, nominal_sent = s["conservation"]["objects_sent"], producers * 100 * seconds
     return {"topology": f"{producers} producers x 100 obj/s, 1 kB TH1F, buffer 100000, {mergers} merger(s)"
                         + (", merger pinned to CPU 1, everything else on CPU 0" if pinned else ", not pinned"),
             "seconds": s["seconds"], "nominal_objects_per_second": producers * 100,
-            "steady_offered_objects_per_second": sum(v["offered_per_second"] or 0 for v in verdicts.values()),
+            "steady_offered_objects_per_second": offered, "offered_to_nominal": offered / (producers * 100),
+            # the share of the nominal objects (rate x duration) the producers got out in the run
+            "objects_sent": sent, "objects_sent_of_nominal": sent / nominal_sent, "target_sent_of_nominal": 0.9,
+            "sent_target_met": sent >= 0.9 * nominal_sent,
             "steady_merged_objects_per_second": sum(v["merged_per_second"] or 0 for v in verdicts.values()),
             "online": all(v["online"] for v in verdicts.values()), "mergers": verdicts,
             "merged_objects_per_second_whole_run": sum(n["merged_objects_per_second_whole_run"] or 0 for n in merger_rows(s)),
             "no_loss": s["conservation"]["ok"],
             "thesis_merged_per_s": THESIS["merged_per_s_500_producers_1_merger"] if mergers == 1 and producers == 500 else None}
+
+
+def bench_paced(runs_dir: Path, seconds: float) -> dict:
+    """8 producers x 100 obj/s of 1 kB TH1F: far under what one merger takes, so it should be
+    online with its inputs waiting well under 100 ms in every second."""
+    s = run({"run_id": "bench-paced-8x100", "duration": seconds, "buffer_size": 100,
+             "object": {"type": "TH1F", "size": "1kB"}, "producers": {"count": 8, "rate": 100}, "mergers": 1}, runs_dir)
+    st = steady(s)
+    p99 = merger_rows(s)[0]["input_latency"]["input_latency_p99_ms"]
+    worst = st["latency_p99_ms_worst_second"]
+    return {"topology": "8 producers x 100 obj/s, 1 kB TH1F, buffer 100, 1 merger", "seconds": s["seconds"],
+            "steady": st, "input_latency_p99_ms_whole_run": p99, "no_loss": s["conservation"]["ok"],
+            "target_latency_p99_ms": 100, "target_merged_to_offered": 0.95,
+            "target_met": bool(st["online"]) and worst is not None and worst < 100 and p99 < 100
+                          and (st["merged_to_offered"] or 0) >= 0.95}
 
 
 def bench_saturation(runs_dir: Path, seconds: float, counts: list[int]) -> dict:
@@ -251,6 +273,9 @@ def main() -> int:
         b["live_merge_time_500kB_TH1F"] = bench_live_merge_time(runs, secs / 2)
         print("merger throughput, 1 kB TH1F ...", flush=True)
         b["merger_throughput_1kB_TH1F"] = bench_throughput(runs, secs / 2, 8)
+        save_results(results, out, quiet=True)
+        print("8 producers x 100 obj/s, paced ...", flush=True)
+        b["paced_8_producers_1_merger"] = bench_paced(runs, max(10, secs / 3))
         save_results(results, out, quiet=True)
         pin = (os.cpu_count() or 1) >= 2
         for m in ((1, 2, 4) if args.full else (1,)):

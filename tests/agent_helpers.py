@@ -1,13 +1,17 @@
-"""Real peers for agent tests: an HTTP receiver and a TCP line receiver on loopback, and a
-stand-in node whose control socket can be made to hang or answer garbage."""
+"""Real peers for agent tests: an HTTP receiver and a TCP line receiver on loopback, a
+stand-in node whose control socket can be made to hang or answer garbage, and real harness
+devices started as the orchestrator starts them."""
 
 from __future__ import annotations
 
 import json
+import select
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import zmq
@@ -92,6 +96,51 @@ class StubNode:
         self.thread.join()
         self.sock.close(0)
         self.ctx.term()
+
+
+def wait_until(predicate, what: str, timeout: float = 20):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)  # polling what a real process writes
+
+
+class Device:
+    """One real harness device process (``python -m flowstat.harness.devices ROLE``), started as
+    the orchestrator starts it, with its stdout events (``ready``, ``final``) read as they come."""
+
+    def __init__(self, role: str, config: dict):
+        self.log = tempfile.TemporaryFile()  # a file, not a pipe: a device that logs much never blocks on it
+        self.proc = subprocess.Popen([sys.executable, "-m", "flowstat.harness.devices", role, "--config",
+                                      json.dumps(config)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=self.log, start_new_session=True)
+        self.ready = self.event("ready")
+
+    def event(self, name: str, timeout: float = 30) -> dict:
+        """The next stdout line, which must be the event ``name``; fails loudly if none comes in time."""
+        deadline = time.monotonic() + timeout
+        line = b""
+        while not line.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            assert left > 0 and select.select([self.proc.stdout], [], [], left)[0], \
+                f"no {name!r} event within {timeout} s; stderr: {self.stderr()}"
+            chunk = self.proc.stdout.readline()
+            assert chunk, f"the device exited ({self.proc.poll()}) before its {name!r} event: {self.stderr()}"
+            line += chunk
+        doc = json.loads(line)
+        assert doc["event"] == name, doc
+        return doc
+
+    def stderr(self) -> str:
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")[-2000:]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.proc.stdout.close()
+        self.log.close()
 
 
 def sleeper(seconds: float = 120) -> subprocess.Popen:

@@ -9,12 +9,11 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from agent_helpers import HttpReceiver, sleeper
+from agent_helpers import HttpReceiver, sleeper, wait_until
 from conftest import ROOT
 from flowstat.proc.procfs import catches
 from flowstat.schema import agent as agent_schema
@@ -28,13 +27,6 @@ def start(agent: str, log: Path, *args) -> subprocess.Popen:
         pytest.skip("run `make c-agent` (make test does)")
     with open(log, "w") as err:  # not --quiet: the agent says when it has taken the notice
         return subprocess.Popen([*AGENTS[agent], *map(str, args)], stdout=subprocess.DEVNULL, stderr=err)
-
-
-def wait_until(predicate, what: str, timeout: float = 20):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)  # polling what a real agent writes
 
 
 def states(path: Path, pid: int) -> list[str]:

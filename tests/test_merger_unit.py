@@ -5,7 +5,7 @@ import pytest
 import zmq
 
 from flowstat.harness import wire
-from flowstat.harness.devices.merger import Merger
+from flowstat.harness.devices.merger import MAX_SEQ, MIN_BATCH, Merger
 from flowstat.harness.qcobjects import Kind, fill_gaussian, make_desc
 
 
@@ -102,3 +102,113 @@ def test_average_merge_time_covers_the_last_ten(merger_and_output):
         for p in (10, 11, 12):
             m.on_message(frame(desc, np.zeros(10, np.float32), p, seq))
     assert m.merges == 15 and len(m.merge_times) == 10 and m.average_merge_time() > 0
+
+
+# -- sequence checks, exactly ---------------------------------------------------------------------
+# Each case runs both ways the merger takes objects: one message at a time (on_message) and a batch
+# parsed at once (on_batch, MIN_BATCH messages or more), whose sequence check falls back to the
+# one-at-a-time check when a run of objects does not simply continue every producer's sequence.
+# Every case starts with PREFIX: seq 0..10 from each of the three producers (33 objects, 11 merges).
+H = make_desc("TH1F_0", Kind.TH1F, (10,))
+PREFIX = [(p, s) for s in range(11) for p in (10, 11, 12)]
+
+
+def feed(m, way, objects):
+    """``objects``: (producer, seq) pairs, or ready-made messages (end-of-stream markers)."""
+    msgs = [frame(H, np.ones(10, np.float32), *o) if isinstance(o, tuple) else o for o in objects]
+    if way == "batch":
+        assert len(msgs) >= MIN_BATCH
+        m.on_batch(msgs)
+    else:
+        for msg in msgs:
+            m.on_message(msg)
+
+
+def sequence_state(m):
+    return {"gaps": m.gaps, "gap_events": m.gap_events, "reordered": m.reordered,
+            "expected": m.expected.tolist(), "received": m.received.tolist()}
+
+
+WAYS = pytest.mark.parametrize("way", ["one", "batch"])
+
+
+@WAYS
+def test_a_clean_prefix_continues_every_sequence(merger_and_output, way):
+    m, _ = merger_and_output
+    one_by_one = []  # objects checked one at a time: a batch that continues every sequence needs none
+    check = m.check_sequence
+    m.check_sequence = lambda local, seq: (one_by_one.append(seq), check(local, seq))
+    feed(m, way, PREFIX)
+    assert one_by_one == []
+    assert sequence_state(m) == {"gaps": 0, "gap_events": 0, "reordered": 0, "expected": [11, 11, 11],
+                                 "received": [11, 11, 11]}
+    assert m.merges == 11 and m.merged_in.tolist() == [11, 11, 11] and m.objects_received == 33
+    m.on_message(frame(H, np.ones(10, np.float32), 10, 11))  # the next one, on its own: no gap
+    m.on_message(frame(H, np.ones(10, np.float32), 11, 12))  # one skipped
+    assert (m.gaps, m.gap_events, m.expected.tolist()) == (1, 1, [12, 13, 11])
+
+
+@WAYS
+def test_a_gap_of_one(merger_and_output, way):
+    m, _ = merger_and_output
+    feed(m, way, PREFIX + [(11, 12), (11, 13)])  # 11 never comes
+    assert sequence_state(m) == {"gaps": 1, "gap_events": 1, "reordered": 0, "expected": [11, 14, 11],
+                                 "received": [11, 13, 11]}
+
+
+@WAYS
+def test_a_duplicate_is_a_reordering_and_leaves_the_sequence_where_it_was(merger_and_output, way):
+    m, _ = merger_and_output
+    feed(m, way, PREFIX + [(12, 10), (12, 11)])
+    assert sequence_state(m) == {"gaps": 0, "gap_events": 0, "reordered": 1, "expected": [11, 11, 12],
+                                 "received": [11, 11, 13]}
+
+
+@WAYS
+def test_a_late_object_is_a_reordering_not_a_second_gap(merger_and_output, way):
+    m, _ = merger_and_output
+    feed(m, way, PREFIX + [(11, 14), (11, 12), (11, 15)])  # 11, 12, 13 skipped; 12 comes late
+    assert sequence_state(m) == {"gaps": 3, "gap_events": 1, "reordered": 1, "expected": [11, 16, 11],
+                                 "received": [11, 14, 11]}
+
+
+@WAYS
+def test_a_producers_first_object_must_be_seq_0(merger_and_output, way):
+    m, _ = merger_and_output
+    late_start = [(p, s) for s in range(11) for p in (10, 11)] + [(12, s) for s in range(2, 14)]
+    feed(m, way, late_start)
+    assert sequence_state(m) == {"gaps": 2, "gap_events": 1, "reordered": 0, "expected": [11, 11, 14],
+                                 "received": [11, 11, 12]}
+
+
+@WAYS
+def test_end_of_stream_declared_against_received(merger_and_output, way):
+    m, _ = merger_and_output
+    # one more declared than received (a lost tail of one), one fewer, and as many
+    feed(m, way, PREFIX + [wire.encode_eos(10, 12), wire.encode_eos(11, 10)])
+    assert (m.gaps, m.eos_seen, m.eos_count, m.all_ended()) == (1, 2, [12, 10, None], False)
+    m.on_message(wire.encode_eos(12, 11))
+    assert (m.gaps, m.eos_seen, m.eos_count, m.all_ended()) == (1, 3, [12, 10, 11], True)
+    m.on_message(wire.encode_eos(10, 14))  # said again, and otherwise: counted once, the last word kept
+    assert (m.gaps, m.eos_seen, m.eos_count) == (4, 3, [14, 10, 11])
+    assert m.gap_events == 0 and m.received.tolist() == [11, 11, 11]
+
+
+@WAYS
+def test_sequence_numbers_up_to_max_seq_are_taken_and_max_seq_is_malformed(merger_and_output, way):
+    m, _ = merger_and_output
+    feed(m, way, PREFIX + [(10, MAX_SEQ - 1), (11, MAX_SEQ)])
+    assert m.malformed == 1
+    assert sequence_state(m) == {"gaps": MAX_SEQ - 1 - 11, "gap_events": 1, "reordered": 0,
+                                 "expected": [MAX_SEQ, 11, 11], "received": [12, 11, 11]}
+
+
+@WAYS
+def test_per_producer_counts_received_and_merged_in(merger_and_output, way):
+    m, _ = merger_and_output
+    feed(m, way, PREFIX + [(10, 11), (10, 12)])  # two more from one producer: held, not merged
+    assert m.received.tolist() == [13, 11, 11] and m.merged_in.tolist() == [11, 11, 11]
+    assert m.objects_held() == 2 and m.merges == 11 and m.objects_merged == 33
+    m.flush()
+    assert m.merged_in.tolist() == [13, 11, 11] and m.merges == 12 and m.objects_merged == 35
+    assert m.counters()["sequence_gaps"] == 0 and m.counters()["objects_received"] == 35

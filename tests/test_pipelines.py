@@ -73,6 +73,23 @@ def test_logstash_pipeline_parses_and_matches_the_agents():
     assert es["manage_template"] is False  # the index templates come from index-templates/
 
 
+def test_the_built_telegraf_is_the_pinned_version_with_the_plugins_its_config_uses():
+    import re
+
+    from flowstat.stack.telegraf import PLUGINS, VERSION, build
+
+    binary = str(build())
+    version = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60)
+    assert version.stdout.strip() == f"Telegraf {VERSION.lstrip('v')}"
+    built = set()
+    for kind in ("inputs", "outputs"):
+        listed = subprocess.run([binary, "plugins", kind], capture_output=True, text=True, timeout=60)
+        built |= set(listed.stdout.split())
+    assert built == {p for p in PLUGINS if p.startswith(("inputs.", "outputs."))}  # those asked for, no more
+    used = set(re.findall(r"^\[\[(\w+\.\w+)\]\]", (ROOT / "pipelines" / "telegraf" / "telegraf.conf").read_text(), re.M))
+    assert used == {"inputs.influxdb_listener", "inputs.socket_listener", "outputs.influxdb"} and used <= built
+
+
 def test_telegraf_config_loads_with_the_compose_services_environment(tmp_path):
     """The real Telegraf takes the compose stack's file with exactly the environment
     docker-compose.yml gives its telegraf service (.env.example's values), addresses made local."""

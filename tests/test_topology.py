@@ -1,12 +1,14 @@
 import os
 
 import pytest
+import yaml
 
 from conftest import TOPOLOGIES, topology_dict
 from flowstat.harness.topology import TopologyError, from_dict, load
+from flowstat.units import parse_size
 
 
-def test_shipped_topologies_are_valid():
+def test_shipped_topologies_load_as_their_files_say():
     paths = sorted(TOPOLOGIES.glob("*.yaml"))
     assert len(paths) >= 6
     for path in paths:
@@ -15,7 +17,16 @@ def test_shipped_topologies_are_valid():
             with pytest.raises(TopologyError, match=r"cpus\.\w+: CPU 1 (does not exist|is not available) here"):
                 load(path)
             continue
-        load(path)
+        raw = yaml.safe_load(path.read_text())
+        t = load(path)
+        loaded = (t.run_id, t.duration, t.buffer_size, t.n_producers, t.rate, t.producer_processes, t.obj.kind.name,
+                  t.obj.nbytes, len(t.mergers), list(t.merger_layers))
+        said = (raw["run_id"], raw["duration"], raw["buffer_size"], raw["producers"]["count"], raw["producers"]["rate"],
+                raw["producers"].get("processes", 1), raw["object"]["type"], parse_size(raw["object"]["size"]),
+                raw["mergers"], raw.get("merger_layers", []))
+        assert loaded == said, path.name
+        # every producer feeds exactly one merger of the first layer
+        assert sorted(p for m in t.mergers for p in m.producers) == list(range(t.n_producers)), path.name
 
 
 def test_thesis_scenarios_are_there():
