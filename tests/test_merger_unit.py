@@ -212,3 +212,28 @@ def test_per_producer_counts_received_and_merged_in(merger_and_output, way):
     m.flush()
     assert m.merged_in.tolist() == [13, 11, 11] and m.merges == 12 and m.objects_merged == 35
     assert m.counters()["sequence_gaps"] == 0 and m.counters()["objects_received"] == 35
+
+
+def test_gaps_and_reorderings_add_up_over_several_events(merger_and_output):
+    m, _ = merger_and_output
+    feed(m, "one", PREFIX + [(11, 13), (11, 17), (11, 12), (11, 14)])  # two gaps (2 and 3), two late
+    assert (m.gaps, m.gap_events, m.reordered) == (2 + 3, 2, 2)
+
+
+def test_the_log_names_the_merger_the_producer_and_the_sequence(merger_and_output, caplog):
+    m, _ = merger_and_output
+    with caplog.at_level("ERROR", logger="flowstat.merger"):
+        feed(m, "one", PREFIX + [(11, 13), (11, 12)])
+        m.on_message(wire.encode_eos(12, 14))
+    assert [r.getMessage() for r in caplog.records] == [
+        "m: producer 11 skipped from seq 11 to 13", "m: producer 11 sent seq 12 after 13",
+        "m: producer 12 ended at 14 objects, 11 received"]
+
+
+def test_a_batch_checks_sequences_near_max_seq_exactly(merger_and_output):
+    """Near 2**62 a float64 cannot tell seq n from n + 1: the batch check must compare integers."""
+    m, _ = merger_and_output
+    feed(m, "one", PREFIX + [(10, MAX_SEQ - 3)])
+    assert m.expected.tolist() == [MAX_SEQ - 2, 11, 11]
+    feed(m, "batch", [(10, MAX_SEQ - 1)] + [(p, s) for s in range(11, 11 + MIN_BATCH) for p in (11, 12)])
+    assert (m.gaps, m.gap_events) == (MAX_SEQ - 3 - 11 + 1, 2)
