@@ -98,13 +98,6 @@ class StubNode:
         self.ctx.term()
 
 
-def wait_until(predicate, what: str, timeout: float = 20):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)  # polling what a real process writes
-
-
 class Device:
     """One real harness device process (``python -m flowstat.harness.devices ROLE``), started as
     the orchestrator starts it, with its stdout events (``ready``, ``final``) read as they come."""
@@ -143,12 +136,30 @@ class Device:
         self.log.close()
 
 
-def sleeper(seconds: float = 120) -> subprocess.Popen:
-    """A process that idles; returned once it has started (it says so), so its memory is settled."""
-    proc = subprocess.Popen([sys.executable, "-c", f"import time; print('ready', flush=True); time.sleep({seconds})"],
+def _python_child(code: str) -> subprocess.Popen:
+    """A Python process running `code` after it says it has started, returned once it has."""
+    proc = subprocess.Popen([sys.executable, "-c", f"import time\nprint('ready', flush=True)\n{code}"],
                             stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
     return proc
+
+
+def sleeper(seconds: float = 120) -> subprocess.Popen:
+    """A process that idles; returned once it has started, so its memory is settled."""
+    return _python_child(f"time.sleep({seconds})")
+
+
+def spinner(seconds: float = 120) -> subprocess.Popen:
+    """A process that keeps one core busy (a loop that never waits) for `seconds`."""
+    return _python_child(f"end = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass")
+
+
+def wait_until(predicate, what: str, timeout: float = 20) -> None:
+    """Poll until predicate() holds; past `timeout` fail, saying what never came."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.02)  # polling what a real process does: there is no event to wait on
 
 
 def free_port() -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 TOPOLOGIES = ROOT / "benchmark-harness" / "topologies"
 ELASTALERT_RULES = ROOT / "tests" / "elastalert-rules"  # the tests' own rule, run beside flowstat's
+C_BUILD = ROOT / "collectors" / "c" / "build"  # make c-agent: the agent, its ASan build, the fuzzers
+C_AGENT = C_BUILD / "flowstat-agent"
+PYTHON_AGENT = [sys.executable, "-m", "flowstat.agent"]
 
 # The flowstat wheel: what it is made of (copied from the checkout without WHEEL_IGNORE) and the options
 # of the `pip wheel` that builds it. test_wheel.py builds it so, and so does the Dockerfile (test_dockerfile.py
@@ -17,6 +21,14 @@ ELASTALERT_RULES = ROOT / "tests" / "elastalert-rules"  # the tests' own rule, r
 WHEEL_SOURCES = ("src", "pyproject.toml", "README.md")
 WHEEL_IGNORE = ("__pycache__", "*.egg-info")
 WHEEL_OPTIONS = ("--no-deps",)
+
+
+@pytest.fixture(params=["c", "py"])
+def agent_command(request) -> list[str]:
+    """The command of an agent, for behaviour both implement alike."""
+    if request.param == "c" and not C_AGENT.exists():
+        pytest.skip("run `make c-agent` (make test does)")
+    return [str(C_AGENT)] if request.param == "c" else PYTHON_AGENT
 
 
 @pytest.fixture

@@ -58,6 +58,10 @@ def test_spool_is_fifo_bounded_and_persistent(tmp_path):
     assert again.peek() == (b"\x01" * 100, 10)
     again.pop()
     assert again.peek() == (b"\x02" * 100, 10) and again.samples == 10
+    full = Spool(tmp_path / "full", max_bytes=200)  # exactly at its bound: nothing to drop yet
+    for i in range(2):
+        full.push(bytes([i]) * 100, count=10)
+    assert full.dropped_samples == 0 and len(full) == 2 and len(list((tmp_path / "full").glob("*.batch"))) == 2
 
 
 @pytest.mark.parametrize("url", ["udp://127.0.0.1", "tcp://:80", "influxdb://127.0.0.1:8086/", "ftp://x:1",

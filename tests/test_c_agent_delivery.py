@@ -1,8 +1,8 @@
 """The agents' delivery: one thread per sink (a sink that hangs never delays sampling), the store
-policy (HTTP statuses, InfluxDB partial writes, Elasticsearch per-document outcomes), the spool's
-sink-url file; for the C agent also the queue's bound and options without silent limits. The
-tests of behaviour both agents share run against each (`agent`: c, py). Real sockets on
-127.0.0.1 throughout."""
+policy (HTTP statuses, InfluxDB partial writes, Elasticsearch per-document outcomes), the spool
+(its sink-url file, its bound, its resending by the next agent); for the C agent also the queue's
+bound and options without silent limits. The tests of behaviour both agents share run against
+each (the `agent_command` fixture of conftest.py: c, py). Real sockets on 127.0.0.1 throughout."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import json
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from datetime import datetime
@@ -18,25 +17,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from agent_helpers import HttpReceiver, free_port, sleeper
-from conftest import ROOT
+from agent_helpers import HttpReceiver, free_port, sleeper, wait_until
+from conftest import C_AGENT as AGENT, C_BUILD as BUILD, PYTHON_AGENT
+from flowstat import schema
 from flowstat.agent.spool import folder_name
+from flowstat.schema import agent as agent_schema
 
-BUILD = ROOT / "collectors" / "c" / "build"
-AGENT = BUILD / "flowstat-agent"
 ASAN = BUILD / "flowstat-agent-asan"
 HAS_VALGRIND = subprocess.run(["which", "valgrind"], capture_output=True).returncode == 0
 
 c_only = pytest.mark.skipif(not AGENT.exists(), reason="run `make c-agent` (make test does)")
-PYTHON_AGENT = [sys.executable, "-m", "flowstat.agent"]
-
-
-@pytest.fixture(params=["c", "py"])
-def agent_command(request) -> list[str]:
-    """The command of an agent: both implement the same delivery."""
-    if request.param == "c" and not AGENT.exists():
-        pytest.skip("run `make c-agent` (make test does)")
-    return [str(AGENT)] if request.param == "c" else PYTHON_AGENT
 
 
 class ScriptedHttp:
@@ -172,21 +162,20 @@ def test_an_http_sink_that_never_answers_does_not_delay_sampling(tmp_path, agent
                                        "--sink", url, "--sink", f"file://{samples}?format=json",
                                        "--spool-dir", tmp_path / "spool", "--stats", stats, command=agent_command),
                              stderr=subprocess.PIPE, text=True)
+    written = lambda: len(open(samples).readlines()) if samples.exists() else 0
     try:
-        deadline = time.monotonic() + 10
-        while not server.requests and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert server.requests, "the agent never posted"
-        time.sleep(3.0)  # held for 3 s: less than the agent's 5 s HTTP time-out
-        sampled_while_held = len(open(samples).readlines())
-        assert len(server.requests) == 1  # the sink thread waits for its answer
+        wait_until(lambda: server.requests, "the agent's first post", timeout=10)
+        held_from = written()
+        # 25 rounds at 10 Hz while the post is held: within the agent's 5 s HTTP time-out, past
+        # which the sink thread would give up and the sink would no longer be hanging
+        wait_until(lambda: written() >= held_from + 25, "25 samples written while the sink holds its post", timeout=4.5)
+        assert len(server.requests) == 1  # the sink thread still waits for its answer
         server.release.set()
         assert agent.wait(30) == 0, agent.stderr.read()
     finally:
         proc.kill()
         agent.kill()
         server.close()
-    assert sampled_while_held >= 25  # 3 s at 10 Hz went on meanwhile
     assert_on_schedule(samples, 0.1)
     everything = json.loads(stats.read_text())
     assert everything["skipped_rounds"] == 0
@@ -220,9 +209,12 @@ def test_a_tcp_sink_that_never_reads_does_not_delay_sampling(tmp_path):
 
     reader = threading.Thread(target=read_log, daemon=True)
     reader.start()
+    written = lambda: samples.read_bytes().count(b"\n") if samples.exists() else 0
     try:
         assert blocked.wait(60), "the socket buffer never filled:\n" + "".join(log)
-        time.sleep(1.0)
+        blocked_at = written()
+        # sampling goes on after the send timed out: ten more rounds of 500 targets
+        wait_until(lambda: written() >= blocked_at + 10 * 500, "ten rounds sampled after the send timed out", timeout=30)
         agent.send_signal(signal.SIGTERM)
         assert agent.wait(60) == 0, "".join(log)
     finally:
@@ -250,15 +242,16 @@ def test_a_full_queue_drops_its_oldest_batch_and_says_so(tmp_path):
     server = ScriptedHttp(hold=True)
     proc = sleeper()
     url = f"http://127.0.0.1:{server.port}/write"
-    stats = tmp_path / "stats.json"
-    agent = subprocess.Popen(agent_cmd("--pid", proc.pid, "--interval", 0.02, "--duration", 4, "--quiet",
-                                       "--sink", url, "--spool-max-mb", 0.005, "--stats", stats),
-                             stderr=subprocess.PIPE, text=True)
+    stats, log_path = tmp_path / "stats.json", tmp_path / "agent.log"
+    with open(log_path, "w") as log_file:
+        agent = subprocess.Popen(agent_cmd("--pid", proc.pid, "--interval", 0.02, "--duration", 4, "--quiet",
+                                           "--sink", url, "--spool-max-mb", 0.005, "--stats", stats), stderr=log_file)
     try:
-        time.sleep(2.0)
+        wait_until(lambda: "dropped the oldest queued batch" in log_path.read_text(),
+                   "the queue behind the held post to overflow", timeout=10)
         server.release.set()
         assert agent.wait(30) == 1
-        log = agent.stderr.read()
+        log = log_path.read_text()
     finally:
         proc.kill()
         agent.kill()
@@ -273,7 +266,7 @@ def test_a_full_queue_drops_its_oldest_batch_and_says_so(tmp_path):
 def test_a_slow_sink_cannot_hold_the_exit(tmp_path, agent_command):
     """A sink that answers each batch in 1 s: at exit, what is still queued gets 5 s (at least
     --drain-timeout) to go out, and the rest waits in the spool."""
-    server = ScriptedHttp(lambda path, body, n: (time.sleep(1.0), (204, b""))[1])
+    server = ScriptedHttp(lambda path, body, n: (time.sleep(1.0), (204, b""))[1])  # the scenario: 1 s per batch
     proc = sleeper()
     url = f"http://127.0.0.1:{server.port}/write"
     stats = tmp_path / "stats.json"
@@ -297,8 +290,8 @@ def test_a_slow_sink_cannot_hold_the_exit(tmp_path, agent_command):
 # -- the store policy ----------------------------------------------------------------------------
 
 def bulk_answer(seen: dict[str, int]):
-    """Per document, by node: a stored (201), b refused (400), c refused for now (429) the first
-    time its _id comes, stored the second."""
+    """Per document, by node: a stored (201), b refused (400), c and d refused for now (429, 503)
+    the first time its _id comes, stored the second. The answer itself is a 200."""
 
     def answer(path, body, n):
         assert path == "/_bulk"
@@ -313,6 +306,8 @@ def bulk_answer(seen: dict[str, int]):
                                                "reason": "failed to parse field [threads] of type [long]"})
             elif node == "c" and seen[_id] == 1:
                 item.update(status=429, error={"type": "es_rejected_execution_exception", "reason": "queue full"})
+            elif node == "d" and seen[_id] == 1:
+                item.update(status=503, error={"type": "unavailable_shards_exception", "reason": "primary not active"})
             items.append({"index": item})
         errors = any(i["index"]["status"] >= 300 for i in items)
         return 200, json.dumps({"took": 1, "errors": errors, "items": items}).encode()
@@ -324,9 +319,9 @@ def bulk_answer(seen: dict[str, int]):
 def test_elasticsearch_documents_are_settled_one_by_one(tmp_path, build):
     if build == "valgrind" and not HAS_VALGRIND:
         pytest.skip("no valgrind")
-    if build != "python" and not AGENT.exists():
-        pytest.skip("run `make c-agent` (make test does)")
     binary = ASAN if build == "asan" else AGENT
+    if build != "python" and not binary.exists():
+        pytest.skip(f"no {binary.name}: run `make c-agent` (make test does)")
     wrap = ("valgrind", "--leak-check=full", "--errors-for-leak-kinds=definite", "--error-exitcode=99",
             "--quiet") if build == "valgrind" else ()
     seen: dict[str, int] = {}
@@ -335,8 +330,9 @@ def test_elasticsearch_documents_are_settled_one_by_one(tmp_path, build):
     url = f"elasticsearch://127.0.0.1:{server.port}/flowstat"
     stats = tmp_path / "stats.json"
     try:
-        out = run_agent("--endpoints", endpoints_file(tmp_path, proc.pid), "--count", 3, "--interval", 0.2,
-                        "--sink", url, "--spool-dir", tmp_path / "spool", "--drain-timeout", 20, "--stats", stats,
+        out = run_agent("--endpoints", endpoints_file(tmp_path, proc.pid, nodes=("a", "b", "c", "d")), "--count", 3,
+                        "--interval", 0.2, "--sink", url, "--spool-dir", tmp_path / "spool", "--drain-timeout", 20,
+                        "--stats", stats,
                         binary=binary, command=PYTHON_AGENT if build == "python" else None, wrap=wrap, timeout=300)
     finally:
         proc.kill()
@@ -346,12 +342,14 @@ def test_elasticsearch_documents_are_settled_one_by_one(tmp_path, build):
     by_node: dict[str, list[int]] = {}
     for _id, times in seen.items():
         by_node.setdefault(_id.split("/")[-2], []).append(times)
-    assert by_node == {"a": [1] * 3, "b": [1] * 3, "c": [2] * 3}  # only c's documents come again
-    resends = [b for b in server.bodies()[1:] if b'"node_id":"c"' in b and b'"node_id":"a"' not in b]
+    # only c's and d's documents come again, and only once
+    assert by_node == {"a": [1] * 3, "b": [1] * 3, "c": [2] * 3, "d": [2] * 3}
+    resends = [b for b in server.bodies()[1:] if b'"node_id":"a"' not in b]
     assert resends and all(body.count(b"\n") % 2 == 0 for body in resends)
+    assert all(b'"node_id":"b"' not in body for body in resends)
     assert "mapper_parsing_exception" in out.stderr  # the reason of the refusal is told
     sink = sink_stats(stats, url)
-    assert sink == {"delivered": 6, "rejected": 3, "lost": 0, "spooled": 0, "spooled_samples": 0,
+    assert sink == {"delivered": 9, "rejected": 3, "lost": 0, "spooled": 0, "spooled_samples": 0,
                     "spool_dropped": 0}
 
 
@@ -380,7 +378,8 @@ def test_an_influxdb_partial_write_stores_the_rest_and_resends_nothing(tmp_path,
 @pytest.mark.parametrize("status,down", [(408, True), (429, True), (500, True), (503, True), (400, False),
                                          (404, False), (413, False)])
 def test_http_statuses_follow_the_store_policy(tmp_path, status, down, agent_command):
-    """The first batch is answered `status`: down means sent again later, else refused for good."""
+    """The first batch is answered `status`: down means sent again later, else refused for good,
+    and said so with the store's answer."""
     server = ScriptedHttp(lambda path, body, n: (status, b'{"error":"scripted"}') if n == 0 else (204, b""))
     proc = sleeper()
     url = f"http://127.0.0.1:{server.port}/write"
@@ -396,8 +395,10 @@ def test_http_statuses_follow_the_store_policy(tmp_path, status, down, agent_com
     sink = sink_stats(stats, url)
     if down:
         assert seqs == [0, 0, 1, 2] and (sink["delivered"], sink["rejected"]) == (3, 0)
+        assert "is down (" in out.stderr and f"HTTP {status}" in out.stderr, out.stderr
     else:
         assert seqs == [0, 1, 2] and (sink["delivered"], sink["rejected"]) == (2, 1)
+        assert f"HTTP {status}" in out.stderr and "scripted" in out.stderr, out.stderr
     assert sink["lost"] == 0 and sink["spooled"] == 0
 
 
@@ -429,7 +430,12 @@ def test_a_batch_refused_after_an_outage_neither_stalls_nor_spins(tmp_path, agen
     assert cpu < 1.0, f"{cpu:.2f} s of CPU for 5 s of sampling one process: spinning"
 
 
-# -- the spool names its sink --------------------------------------------------------------------
+# -- the spool names its sink, and the next agent resends it --------------------------------------
+
+def batch_files(folder) -> list:
+    """A spool folder's batches, oldest first (their names start with their number)."""
+    return sorted(folder.glob("*.batch"))
+
 
 def test_each_spool_folder_names_its_sink_and_is_resent_by_the_next_agent(tmp_path, agent_command):
     port = free_port()  # nobody there yet
@@ -439,29 +445,80 @@ def test_each_spool_folder_names_its_sink_and_is_resent_by_the_next_agent(tmp_pa
     common = ("--pid", proc.pid, "--interval", 0.05, "--sink", http_url, "--sink", file_url, "--spool-dir", spool,
               "--stats", stats, "--quiet")
     try:
-        first = run_agent(*common, "--count", 3, "--drain-timeout", 0, command=agent_command)
+        first = run_agent(*common, "--count", 5, "--drain-timeout", 0, command=agent_command)
         assert first.returncode == 0, first.stderr
         folders = {d.name: d for d in spool.iterdir()}
         # named as the Python agent names them
         assert set(folders) == {folder_name(url) for url in (http_url, file_url)}
         assert {(d / "sink-url").read_text() for d in folders.values()} == {http_url + "\n", file_url + "\n"}
         waiting = next(d for d in folders.values() if (d / "sink-url").read_text() == http_url + "\n")
-        assert sorted(f.name.split("-")[1] for f in waiting.glob("*.batch")) == ["1.batch"] * 3
-        assert sink_stats(stats, http_url)["spooled_samples"] == 3
+        assert [f.name for f in batch_files(waiting)] == [f"{n:012d}-1.batch" for n in range(5)]
+        spooled = [f.read_bytes() for f in batch_files(waiting)]
+        assert [seq_of(b.decode()) for b in spooled] == [0, 1, 2, 3, 4]
+        assert sink_stats(stats, http_url)["spooled_samples"] == 5
         receiver = HttpReceiver(port)
         try:
             second = run_agent(*common, "--count", 2, command=agent_command)
         finally:
             receiver.stop()
         assert second.returncode == 0, second.stderr
-        assert len(receiver.lines()) == 5  # three from the spool, then two new
-        assert sink_stats(stats, http_url)["delivered"] == 5 and sink_stats(stats, http_url)["spooled"] == 0
-        assert (waiting / "sink-url").read_text() == http_url + "\n" and not list(waiting.glob("*.batch"))
+        # the spool first, batch by batch, oldest first, as it was written; then the new agent's own
+        assert receiver.bodies[:5] == spooled
+        assert [seq_of(line) for line in receiver.lines()] == [0, 1, 2, 3, 4, 0, 1]
+        assert sink_stats(stats, http_url)["delivered"] == 7 and sink_stats(stats, http_url)["spooled"] == 0
+        assert (waiting / "sink-url").read_text() == http_url + "\n" and not batch_files(waiting)
         (waiting / "sink-url").write_text("http://elsewhere:1/write\n")
         third = run_agent(*common, "--count", 1, command=agent_command)
         assert third.returncode == 2 and "holds the batches of another sink" in third.stderr
     finally:
         proc.kill()
+
+
+# -- the spool's bound ---------------------------------------------------------------------------
+
+def line_protocol(doc: dict) -> str:
+    """A sample or self-sample as a spooled batch of one holds it (either agent encodes them alike:
+    test_c_agent.py)."""
+    return (schema if "node_id" in doc else agent_schema).to_line_protocol(doc) + "\n"
+
+
+def test_a_spool_past_its_bound_keeps_the_newest_batches_and_counts_the_dropped(tmp_path, agent_command):
+    """A sink down for 60 rounds and a spool bound of 2097 bytes (--spool-max-mb 0.002): about ten
+    batches of one sample. The spool keeps the newest batches that fit, no fewer; the older ones
+    are dropped, counted in the stats and the self-samples, and make the exit non-zero."""
+    port = free_port()  # nobody there: the sink is down throughout
+    proc = sleeper()
+    url = f"http://127.0.0.1:{port}/write"
+    samples, spool, stats = tmp_path / "s.json", tmp_path / "spool", tmp_path / "stats.json"
+    bound = int(0.002 * 1024 * 1024)
+    try:
+        # self-samples too (a later --self-interval wins over agent_cmd's): they report spool_dropped
+        out = run_agent("--pid", proc.pid, "--count", 60, "--interval", 0.05, "--self-interval", 0.5, "--sink", url,
+                        "--sink", f"file://{samples}?format=json", "--spool-dir", spool, "--spool-max-mb", 0.002,
+                        "--drain-timeout", 0, "--stats", stats, "--quiet", command=agent_command)
+    finally:
+        proc.kill()
+    assert out.returncode == 1, out.stderr  # samples were lost
+    assert f"is over {bound} bytes: dropped its oldest batch (1 samples)" in out.stderr
+    everything = json.loads(stats.read_text())
+    # the file sink took every batch the spool was given, in the same order: batch n is docs[n]
+    docs = [json.loads(line) for line in open(samples)]
+    assert len(docs) == everything["samples"] + everything["self_samples"] and everything["samples"] == 60
+    batches = batch_files(spool / folder_name(url))
+    first = int(batches[0].name.split("-")[0])
+    assert [f.name for f in batches] == [f"{n:012d}-1.batch" for n in range(first, len(docs))]  # the newest
+    assert [f.read_text() for f in batches] == [line_protocol(d) for d in docs[first:]]
+    kept = sum(f.stat().st_size for f in batches)
+    assert kept <= bound < kept + len(line_protocol(docs[first - 1]))  # all that fits: the last dropped did not
+    sink = everything["sinks"][url]
+    assert (sink["spool_dropped"], sink["spooled"], sink["spooled_samples"], sink["lost"]) == (
+        first, len(batches), len(batches), 0)
+    selves = [d for d in docs if "node_id" not in d]
+    dropped = [d["spool_dropped"] for d in selves]
+    # as the sink thread had published it when each was taken: it only grows, up to the final count
+    assert len(selves) >= 5 and dropped == sorted(dropped) and 0 < dropped[-1] <= first
+    smallest = min(len(line_protocol(d)) for d in docs)
+    assert all(d["spooled_batches"] <= bound // smallest for d in selves), [d["spooled_batches"] for d in selves]
 
 
 # -- options without silent limits ---------------------------------------------------------------
