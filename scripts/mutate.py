@@ -118,7 +118,8 @@ def main() -> int:
               + (f"  ({counts['equivalent']} equivalent)" if counts.get("equivalent") else ""))
         if score < TARGET:
             failed.append(part)
-    stale = sorted(set(known) - {e["mutant"] for e in report["equivalent"]})
+    in_scope = {n for n in known if any(fnmatch.fnmatch(n, pat) for pat in patterns)}
+    stale = sorted(in_scope - {e["mutant"] for e in report["equivalent"]})
     if stale:  # listed as equivalent, but now killed or gone: the list must be kept true
         report["stale_equivalents"] = stale
         print(f"  {len(stale)} mutants listed in {EQUIVALENTS.name} are no longer survivors: {', '.join(stale[:5])}")
@@ -129,7 +130,7 @@ def main() -> int:
     args.out.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
     for s in report["survivors"]:
         print(f"survived: {s['mutant']}\n{s['diff']}")
-    print(f"score {report['score']:.1%} ({caught} of {judged}); {args.out.relative_to(ROOT)}")
+    print(f"score {report['score']:.1%} ({caught} of {judged}); {args.out}")
     if failed:
         print(f"below the target of {TARGET:.0%}: {', '.join(failed)}")
     return 1 if failed or stale else 0

@@ -10,6 +10,7 @@ import pytest
 
 from flowstat import schema
 from flowstat.schema import lineprotocol
+from flowstat.schema import sample as sample_module
 from flowstat.schema.runfile import FileReport, samples
 
 EVERY_FIELD = {
@@ -113,3 +114,60 @@ def test_a_point_sorts_its_tags_leaves_empty_ones_out_and_keeps_field_order():
         'm\\ x,a=1\\ 1,b=2 z=1i,y=0.5,x=true 17')
     with pytest.raises(ValueError, match="m: a point needs at least one field"):
         lineprotocol.point("m", {"a": "1"}, {}, 1)
+
+
+# -- the caches: a tick's samples share their time and series, so both are worked out once. What is
+# written must not depend on whether they were ----------------------------------------------------
+
+def clear_caches():
+    sample_module._SERIES_CACHE.clear()
+    sample_module._TIME_CACHE.clear()
+
+
+def test_lines_are_the_same_from_cold_caches_and_warm_ones(tmp_path):
+    clear_caches()
+    assert schema.to_line_protocol(EVERY_FIELD) == EVERY_FIELD_LINE  # cold
+    assert schema.to_line_protocol(EVERY_FIELD) == EVERY_FIELD_LINE  # warm
+    path = tmp_path / "samples.ndjson"
+    path.write_text(json.dumps(EVERY_FIELD) + "\n")
+    (doc, values, keys, lay, raw, ns), = samples(path, FileReport(str(path)))
+    clear_caches()
+    assert lay.line(values, ns) == EVERY_FIELD_LINE + "\n"  # the fast path, cold
+    assert lay.line(values, ns) == EVERY_FIELD_LINE + "\n"
+
+
+def test_a_series_left_without_some_tags_is_written_without_them():
+    clear_caches()
+    line = schema.to_line_protocol({**EVERY_FIELD, "host": "", "run_id": "run 2"})
+    assert line.startswith("flowstat_node,agent=flowstat-agent-py,node_id=merger-0,role=merger,run_id=run\\ 2 seq=7i,")
+
+
+@pytest.mark.parametrize("iso,ns", [
+    ("1970-01-01T00:00:00.000Z", 0),
+    ("2026-11-22T10:51:14.123Z", 1795344674123000000),
+    ("2026-11-22T10:51:14.999Z", 1795344674999000000),
+    ("2026-11-22T10:51:14.123999Z", 1795344674123000000),  # microseconds: whole milliseconds kept
+    ("2026-11-22T11:51:14.123+01:00", 1795344674123000000),
+    ("2026-11-22T10:51:14Z", 1795344674000000000),
+])
+def test_times_are_nanoseconds_since_the_epoch_in_whole_milliseconds(iso, ns):
+    clear_caches()
+    assert schema.time_ns(iso) == ns and type(schema.time_ns(iso)) is int
+    assert schema.time_ns(iso) == ns  # warm
+
+
+def test_a_time_without_a_zone_is_refused_by_name():
+    clear_caches()
+    with pytest.raises(ValueError) as err:
+        schema.time_ns("2026-11-22T10:51:14.123")
+    assert str(err.value) == "'2026-11-22T10:51:14.123': no time zone (flowstat writes UTC, with a Z)"
+
+
+def test_control_replies_become_sample_fields_of_the_schemas_types():
+    got = schema.from_control_reply({"average_merge_time": 1, "merged_objects_per_second": 2.5, "objects_sent": 0,
+                                     "objects_received": 2**63 - 1, "objects_merged": 2**63, "objects_held": -1,
+                                     "send_buffer_overloaded": False, "node_state": "DRAINING"})
+    assert got == {"average_merge_time_ms": 1.0, "merged_objects_per_second": 2.5, "objects_sent": 0,
+                   "objects_received": 2**63 - 1, "send_buffer_overloaded": False, "node_state": "DRAINING"}
+    assert type(got["average_merge_time_ms"]) is float  # an integer in a number field is a float
+    assert schema.from_control_reply({"average_merge_time": "1", "node_state": "NAPPING", "objects_sent": 1.0}) == {}

@@ -119,3 +119,36 @@ def test_folder_names_keep_64_bytes_of_the_url_and_differ_by_the_rest():
     a, b = folder_name(long_a), folder_name(long_b)
     assert a.split("-")[0] == b.split("-")[0] == "http___x_" + "a" * 55 and a != b
     assert folder_name("http://hôte/") == "http___h__te_-" + folder_name("http://hôte/").split("-")[1]
+
+
+def test_a_spool_folder_is_made_with_its_parents(tmp_path):
+    sp = Spool(tmp_path / "spool" / "sink-a", max_bytes=100)
+    sp.push(b"x", count=1)
+    assert batches(tmp_path / "spool" / "sink-a") == ["000000000000-1.batch"]
+
+
+def test_dropping_a_batch_is_logged_with_the_spool_its_bound_and_what_went(tmp_path, caplog):
+    sp = Spool(tmp_path, max_bytes=150)
+    with caplog.at_level("ERROR", logger="flowstat.agent"):
+        sp.push(b"a" * 100, count=10)
+        sp.push(b"b" * 100, count=20)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"spool {tmp_path} is over 150 bytes: dropped its oldest batch (10 samples)"]
+
+
+def test_a_write_cut_short_leaves_nothing_a_restarted_agent_would_take_for_a_batch(tmp_path, monkeypatch):
+    """A disk error (or a crash) between writing a batch and renaming it: the half-written file
+    is never taken for a batch, and the next agent removes it."""
+    sp = Spool(tmp_path, max_bytes=1000)
+    sp.push(b"kept", count=1)
+
+    def disk_error(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr("flowstat.agent.spool.os.fsync", disk_error)
+    with pytest.raises(OSError):
+        sp.push(b"half", count=2)
+    monkeypatch.undo()
+    again = Spool(tmp_path, max_bytes=1000)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["000000000000-1.batch"]
+    assert len(again) == 1 and again.peek() == (b"kept", 1)
