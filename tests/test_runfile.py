@@ -152,6 +152,9 @@ def test_spans_cut_at_line_starts(tmp_path):
     assert runfile.spans(path, 2) == [(0, 102)]
     path.write_bytes(b"")
     assert runfile.spans(path, 3) == [(0, 0)]
+    # bytes, not text: the middle of the file falls inside a two-byte character
+    path.write_bytes("é".encode() * 50 + b"\n" + b"b\n")
+    assert runfile.spans(path, 2) == [(0, 101), (101, 103)]
 
 
 @pytest.mark.parametrize("parts", [2, 3, 5, 9])
