@@ -182,10 +182,15 @@ def _conforming(doc: dict, report: FileReport, source: str) -> dict:
     """``doc`` without the top-level fields that do not conform to the run schema (each named in
     the report's notes): what is good is kept. Missing required fields are the caller's to fill."""
     doc = dict(doc)
+    # A key the schema does not know is left out first, by its name: an error's text is cut back to
+    # its field below, which a key such as "a.b" would not survive (it was never left out: no end).
+    for key in [k for k in doc if k not in run_schema.schema()["properties"]]:
+        report.notes.append(f"{source}: {key}: not in the schema; left out of the run document")
+        del doc[key]
     while errors := [e for e in run_schema.validate(doc) if not e.endswith("required field is missing")]:
         key = errors[0].split(":")[0].split(".")[0].split("[")[0]
         report.notes.append(f"{source}: {errors[0]}; left out of the run document")
-        doc.pop(key, None)
+        del doc[key]
     return doc
 
 
