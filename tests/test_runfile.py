@@ -131,6 +131,9 @@ def test_an_empty_file_reads_nothing(tmp_path):
     report, got = read(run_file(tmp_path, []))
     assert got == [] and (report.lines, report.bytes_read, report.good, report.bad) == (0, 0, 0, [])
     assert (report.first_time, report.last_time, report.run_id, report.host) == (None, None, None, None)
+    with pytest.raises(ValueError) as err:
+        runfile.run_document(report)
+    assert str(err.value) == f"{report.path}: no good sample was read: no run to describe"
 
 
 def test_one_report_counts_on_over_several_reads(tmp_path):

@@ -214,10 +214,12 @@ def run_document(report: FileReport, *, retime: Callable[[str], str] | None = No
     or, without one, what the run file's header says (run id, start, host, parameters); completed
     from the samples (start and end when missing, nodes, how many samples were read). ``retime``
     moves run.json's start and end as the samples were moved (replay --rebase-time). ValueError if
-    the result does not conform."""
+    the result does not conform, or if no sample was read (there is no run to describe)."""
+    if report.run_id is None:
+        raise ValueError(f"{report.path}: no good sample was read: no run to describe")
     run_fields = run_schema.schema()["properties"]
     path = Path(report.path).with_name(RUN_DOCUMENT)
-    doc, source = (_run_json(path, report), str(path)) if path.exists() else ({}, "")
+    doc, source = _run_json(path, report) if path.exists() else {}, str(path)
     if not doc:
         doc, source = {k: v for k, v in (report.header or {}).items() if k in run_fields}, f"{report.path}:1"
     doc = _conforming({**doc, "run_id": report.run_id}, report, source)
