@@ -51,9 +51,23 @@ class HttpReceiver:
             return [line for body in self.bodies for line in body.decode().splitlines() if line]
 
 
+# A get-metrics reply holding every field the sample schema copies from a node's reply (x-control),
+# each with a value an encoding could get wrong: many significant digits, past 2**32, both
+# booleans, milliseconds in the timestamps.
+FULL_REPLY = {"node_state": "RUNNING", "role": "merger", "average_merge_time": 0.123456789012345,
+              "merged_objects_per_second": 98765.4321, "objects_sent": 2**40 + 3, "objects_received": 4_000_000_001,
+              "objects_merged": 12345, "bytes_sent": 2**52 + 7, "bytes_received": 9_876_543_210, "objects_held": 17,
+              "objects_in_flight": 5, "input_latency_p50_ms": 1.5, "input_latency_p99_ms": 31.25,
+              "input_latency_max_ms": 1234.5678901, "input_latency_objects": 999, "receive_buffer_size": 100,
+              "send_buffer_size": 200, "receive_buffer_overloaded": False, "send_buffer_overloaded": True,
+              "send_overload_events": 3, "receive_overload_events": 4, "sequence_gaps": 6,
+              "request_timestamp": "2026-11-23T10:00:00.123Z", "response_timestamp": "2026-11-23T10:00:00.456Z"}
+
+
 class StubNode:
     """A control socket that answers like a node ("ok"), hangs ("hang"), answers garbage
-    ("garbage"), or answers with a role and state outside the schema ("unknown")."""
+    ("garbage"), answers with a role and state outside the schema ("unknown"), or answers every
+    control field of the schema ("full": FULL_REPLY)."""
 
     def __init__(self, mode: str = "ok"):
         self.mode = mode
@@ -77,6 +91,9 @@ class StubNode:
                 continue
             if self.mode == "garbage":
                 reply = b"\xff\x00 not json"
+            elif self.mode == "full":
+                reply = json.dumps({"command": "get-metrics", "id": request.get("id"), "node_id": "stub",
+                                    **FULL_REPLY}).encode()
             elif self.mode == "unknown":  # a role and a state outside the schema's lists
                 reply = json.dumps({"command": "get-metrics", "id": request.get("id"), "node_id": "stub",
                                     "node_state": "SLEEPING", "role": "boss", "objects_received": 10}).encode()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import signal
 import subprocess
 import sys
@@ -138,3 +140,156 @@ def test_self_samples_reach_both_stores_and_show_a_sink_that_is_down(stack, agen
         assert agent_schema.validate(hit["_source"]) == [] and set(hit["_source"]) == names
         assert hit["_id"] == agent_schema.document_id(hit["_source"])
     assert requests.get(f"{es.url}/flowstat-test-self-{tag}/_count", timeout=10).json()["count"] > 0  # node samples
+
+
+# -- every field, as the agent wrote it ----------------------------------------------------------
+
+INFLUX_TYPES = {"integer": "integer", "number": "float", "boolean": "boolean", "string": "string"}
+ES_MAPPED = {"integer": "long", "number": "double", "boolean": "boolean", "string": "keyword"}
+
+
+def is_date(module, name: str) -> bool:
+    return module.schema()["properties"][name].get("format") == "date-time"
+
+
+def same_value(module, field, written, stored, time_in_ns: bool = False) -> bool:
+    """A stored value equal to the written one as its schema type reads: an integer exactly (and
+    still an integer), a number within 1e-9 relative, a boolean as a boolean, a time to the ms."""
+    from flowstat.schema import time_ns
+
+    if field.influx == "time" and time_in_ns:  # InfluxDB's point time, queried with epoch=ns
+        return stored == time_ns(written)
+    if is_date(module, field.name):
+        return isinstance(stored, str) and time_ns(stored) == time_ns(written)
+    if field.type == "integer":
+        return type(stored) is int and stored == written
+    if field.type == "number":
+        return type(stored) in (int, float) and math.isclose(stored, written, rel_tol=1e-9)
+    if field.type == "boolean":
+        return stored is written
+    return stored == written
+
+
+def assert_stored_as_written(module, written: dict, stored: dict, where: str, time_in_ns: bool = False) -> None:
+    """Every field the written document holds is in the stored one with its value, and nothing else."""
+    held = {k for k, v in stored.items() if v is not None}
+    assert held == set(written), (where, "missing:", set(written) - held, "extra:", held - set(written))
+    for f in module.fields():
+        if f.name in written:
+            assert same_value(module, f, written[f.name], stored[f.name], time_in_ns), \
+                (where, f.name, written[f.name], stored[f.name])
+
+
+def influx_points(influx, db: str, measurement: str, run_id: str) -> list[dict]:
+    body = influx.query(f"SELECT * FROM \"{measurement}\" WHERE \"run_id\" = '{run_id}'", db)
+    return [dict(zip(s["columns"], row)) for s in body["results"][0].get("series", []) for row in s["values"]]
+
+
+def assert_influx_kinds(influx, db: str, module, written: list[dict]) -> None:
+    """Tags stored as tags and fields as fields of their schema type (InfluxDB fixes a field's type
+    at its first write: a float written as an integer would refuse every later point)."""
+    held = {k for doc in written for k in doc}
+    measurement = module.measurement()
+    tags = influx.query(f'SHOW TAG KEYS FROM "{measurement}"', db)["results"][0]["series"][0]["values"]
+    fields = influx.query(f'SHOW FIELD KEYS FROM "{measurement}"', db)["results"][0]["series"][0]["values"]
+    assert {t for t, in tags} == {f.name for f in module.fields() if f.influx == "tag" and f.name in held}
+    assert dict(fields) == {f.name: INFLUX_TYPES[f.type] for f in module.fields()
+                            if f.influx == "field" and f.name in held}
+
+
+def es_documents(es, index: str, run_id: str) -> list[dict]:
+    """The run's documents in an index: their _source, and the time as Elasticsearch indexed it (ms)."""
+    requests.post(f"{es.url}/{index}/_refresh", timeout=10).raise_for_status()
+    hits = requests.post(f"{es.url}/{index}/_search", json={
+        "size": 1000, "query": {"term": {"run_id": run_id}},
+        "docvalue_fields": [{"field": "time", "format": "epoch_millis"}]}, timeout=10).json()["hits"]["hits"]
+    return [{**h["_source"], "_indexed_ms": int(h["fields"]["time"][0])} for h in hits]
+
+
+def assert_es_kinds(es, index: str, module, written: list[dict]) -> None:
+    """Each field mapped as its schema type says (strings as keywords, times as dates)."""
+    held = {k for doc in written for k in doc}
+    mappings = requests.get(f"{es.url}/{index}/_mapping", timeout=10).json()
+    props = next(iter(mappings.values()))["mappings"]["properties"]
+    for name in held:
+        f = next(f for f in module.fields() if f.name == name)
+        assert props[name]["type"] == ("date" if is_date(module, name) else ES_MAPPED[f.type]), (index, name)
+
+
+def compare_es(es, index: str, module, written: dict, key, run_id: str) -> None:
+    from flowstat.schema import time_ns
+
+    docs = es_documents(es, index, run_id)
+    assert len(docs) == len(written)  # each once
+    for doc in docs:
+        want = written[key(doc)]
+        assert doc.pop("_indexed_ms") == time_ns(want["time"]) // 1_000_000
+        assert_stored_as_written(module, want, doc, f"{index} {key(doc)}")
+    assert_es_kinds(es, index, module, list(written.values()))
+
+
+def compare_influx(influx, db: str, module, written: dict, key, run_id: str) -> None:
+    points = influx_points(influx, db, module.measurement(), run_id)
+    assert sorted(map(key, points)) == sorted(written)  # each once
+    for point in points:
+        assert_stored_as_written(module, written[key(point)], point, f"{db} {key(point)}", time_in_ns=True)
+    assert_influx_kinds(influx, db, module, list(written.values()))
+
+
+@pytest.mark.parametrize("agent", ["c", "py"])
+def test_every_field_an_agent_writes_reaches_both_stores_with_its_value(stack, agent, tmp_path):
+    """What each agent wrote to its JSON file sink is what each store holds, field by field, for
+    every node sample and the self-sample: a node answering every control field (booleans, large
+    integers, many-digit numbers, timestamps), one answering garbage (control_errors), and a third
+    sink down (send_failures, spooled_*, sinks_down) so that the self-sample's figures are not all 0."""
+    from agent_helpers import FULL_REPLY, StubNode, free_port
+    from flowstat import schema
+    from flowstat.schema import agent as agent_schema
+
+    if agent == "c" and not C_AGENT.exists():
+        pytest.skip("run `make c-agent` (make test does)")
+    influx, es = stack["influxdb"], stack["elasticsearch"]
+    tag = uuid.uuid4().hex[:8]
+    db, index, run_id = f"flowstat_fields_{agent}_{tag}", f"flowstat-samples-fields-{agent}-{tag}", f"fields-{agent}-{tag}"
+    influx.query(f'CREATE DATABASE "{db}"')
+    full, garbage = StubNode("full"), StubNode("garbage")
+    procs = [sleeper(), sleeper()]
+    endpoints = tmp_path / "endpoints.json"
+    endpoints.write_text(json.dumps({"run_id": run_id, "nodes": [
+        {"node_id": name, "role": "merger", "pid": p.pid, "control": node.endpoint}
+        for name, p, node in (("full", procs[0], full), ("garbage", procs[1], garbage))]}))
+    written_path = tmp_path / "written.json"
+    try:
+        # One self-sample, at exit: periodic ones can share the last round's millisecond with it
+        # (a point InfluxDB then keeps once; see the report of this change).
+        out = subprocess.run([*AGENTS[agent], "--endpoints", str(endpoints), "--run-id", run_id, "--interval", "0.1",
+                              "--count", "6", "--self-interval", "3600", "--quiet", "--drain-timeout", "0",
+                              "--sink", f"influxdb://127.0.0.1:{influx.port}/{db}",
+                              "--sink", f"elasticsearch://127.0.0.1:{es.port}/{index}",
+                              "--sink", f"file://{written_path}?format=json",
+                              "--sink", f"http://127.0.0.1:{free_port()}/write", "--spool-dir", str(tmp_path / "spool")],
+                             capture_output=True, text=True, timeout=60)
+    finally:
+        for p in procs:
+            p.kill()
+        full.close()
+        garbage.close()
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(x) for x in written_path.read_text().splitlines()]
+    samples = {(d["node_id"], d["seq"]): d for d in lines if "node_id" in d}
+    selves = {d["seq"]: d for d in lines if "node_id" not in d}
+    assert len(samples) == 12 and list(selves) == [0]
+    assert all(schema.validate(d) == [] for d in samples.values())
+    assert agent_schema.validate(selves[0]) == []
+    # the node that answers every control field gives a sample of every field the agents fill in
+    everything = {f.name for f in schema.fields()}
+    assert set(samples["full", 0]) == everything, everything - set(samples["full", 0])
+    assert samples["full", 0]["bytes_sent"] == FULL_REPLY["bytes_sent"]
+    me = selves[0]
+    assert me["control_errors"] > 0 and me["send_failures"] > 0 and me["sinks_down"] == 1 and me["spooled_samples"] > 0
+
+    node_key = lambda d: (d["node_id"], d["seq"])
+    compare_influx(influx, db, schema, samples, node_key, run_id)
+    compare_influx(influx, db, agent_schema, selves, lambda d: d["seq"], run_id)
+    compare_es(es, index, schema, samples, node_key, run_id)
+    compare_es(es, "flowstat-agents", agent_schema, selves, lambda d: d["seq"], run_id)
