@@ -55,7 +55,8 @@ class HttpReceiver:
 class ScriptedHttp:
     """An HTTP server whose answer to each POST is chosen by `answer(path, body, n)` (n counts the
     requests from 0) and returns (status, body). With hold set, every request is read and recorded
-    at once but answered only once `release` is set."""
+    at once but answered only once `release` is set. A GET (a store's health check) is answered
+    200 with an empty JSON object, and not recorded."""
 
     def __init__(self, answer=None, hold: bool = False):
         self.answer = answer or (lambda path, body, n: (204, b""))
@@ -79,6 +80,13 @@ class ScriptedHttp:
                 self.send_header("Content-Type", "application/json")
                 self.end_headers()
                 self.wfile.write(text)
+
+            def do_GET(self):
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(b"{}")
 
             def log_message(self, *args):
                 pass
