@@ -169,6 +169,14 @@ class StubNode:
         self.ctx.term()
 
 
+def wait_until(predicate, timeout: float, what: str, poll: float = 0.05) -> None:
+    """Return once predicate() holds; fail naming `what` if it does not within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
+        time.sleep(poll)  # polling the condition, not a guess at how long it takes
+
+
 def sleeper(seconds: float = 120) -> subprocess.Popen:
     """A process that idles; returned once it has started (it says so), so its memory is settled."""
     proc = subprocess.Popen([sys.executable, "-c", f"import time; print('ready', flush=True); time.sleep({seconds})"],
