@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import json
-import math
 import signal
 import subprocess
 import sys
-import time
 import uuid
 
 import pytest
 import requests
 
-from agent_helpers import sleeper
+from agent_helpers import sleeper, wait_until
 from conftest import ROOT
 
 
@@ -77,13 +75,6 @@ def test_elasticsearch_sink_is_idempotent(stack, agent):
     assert doc["_source"]["vmrss_kb"] > 0
 
 
-def wait_until(predicate, what: str, timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)  # polling the store until the data has landed
-
-
 def influx_self_samples(influx, db: str, run_id: str) -> list[dict]:
     body = influx.query(f"SELECT * FROM \"flowstat_agent\" WHERE \"run_id\" = '{run_id}'", db)
     series = body["results"][0].get("series", [])
@@ -114,11 +105,11 @@ def test_self_samples_reach_both_stores_and_show_a_sink_that_is_down(stack, agen
                              "--sink", f"http://127.0.0.1:{down.port}/write", "--spool-dir", str(tmp_path / "spool"),
                              "--quiet"], stderr=subprocess.PIPE, text=True)
     try:
-        wait_until(lambda: sum(s["sinks_down"] == 1 for s in influx_self_samples(influx, db, run_id)) >= 3,
-                   "three self-samples in InfluxDB while a sink is down")
+        wait_until(lambda: sum(s["sinks_down"] == 1 for s in influx_self_samples(influx, db, run_id)) >= 3, 60,
+                   "three self-samples in InfluxDB while a sink is down", poll=0.2)
         down.start()
         wait_until(lambda: (s := influx_self_samples(influx, db, run_id)) and s[-1]["sinks_down"] == 0
-                   and s[-1]["spooled_samples"] == 0, "a self-sample after the sink came back")
+                   and s[-1]["spooled_samples"] == 0, 60, "a self-sample after the sink came back", poll=0.2)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, proc.stderr.read()
     finally:
@@ -144,98 +135,6 @@ def test_self_samples_reach_both_stores_and_show_a_sink_that_is_down(stack, agen
 
 # -- every field, as the agent wrote it ----------------------------------------------------------
 
-INFLUX_TYPES = {"integer": "integer", "number": "float", "boolean": "boolean", "string": "string"}
-ES_MAPPED = {"integer": "long", "number": "double", "boolean": "boolean", "string": "keyword"}
-
-
-def is_date(module, name: str) -> bool:
-    return module.schema()["properties"][name].get("format") == "date-time"
-
-
-def same_value(module, field, written, stored, time_in_ns: bool = False) -> bool:
-    """A stored value equal to the written one as its schema type reads: an integer exactly (and
-    still an integer), a number within 1e-9 relative, a boolean as a boolean, a time to the ms."""
-    from flowstat.schema import time_ns
-
-    if field.influx == "time" and time_in_ns:  # InfluxDB's point time, queried with epoch=ns
-        return stored == time_ns(written)
-    if is_date(module, field.name):
-        return isinstance(stored, str) and time_ns(stored) == time_ns(written)
-    if field.type == "integer":
-        return type(stored) is int and stored == written
-    if field.type == "number":
-        return type(stored) in (int, float) and math.isclose(stored, written, rel_tol=1e-9)
-    if field.type == "boolean":
-        return stored is written
-    return stored == written
-
-
-def assert_stored_as_written(module, written: dict, stored: dict, where: str, time_in_ns: bool = False) -> None:
-    """Every field the written document holds is in the stored one with its value, and nothing else."""
-    held = {k for k, v in stored.items() if v is not None}
-    assert held == set(written), (where, "missing:", set(written) - held, "extra:", held - set(written))
-    for f in module.fields():
-        if f.name in written:
-            assert same_value(module, f, written[f.name], stored[f.name], time_in_ns), \
-                (where, f.name, written[f.name], stored[f.name])
-
-
-def influx_points(influx, db: str, measurement: str, run_id: str) -> list[dict]:
-    body = influx.query(f"SELECT * FROM \"{measurement}\" WHERE \"run_id\" = '{run_id}'", db)
-    return [dict(zip(s["columns"], row)) for s in body["results"][0].get("series", []) for row in s["values"]]
-
-
-def assert_influx_kinds(influx, db: str, module, written: list[dict]) -> None:
-    """Tags stored as tags and fields as fields of their schema type (InfluxDB fixes a field's type
-    at its first write: a float written as an integer would refuse every later point)."""
-    held = {k for doc in written for k in doc}
-    measurement = module.measurement()
-    tags = influx.query(f'SHOW TAG KEYS FROM "{measurement}"', db)["results"][0]["series"][0]["values"]
-    fields = influx.query(f'SHOW FIELD KEYS FROM "{measurement}"', db)["results"][0]["series"][0]["values"]
-    assert {t for t, in tags} == {f.name for f in module.fields() if f.influx == "tag" and f.name in held}
-    assert dict(fields) == {f.name: INFLUX_TYPES[f.type] for f in module.fields()
-                            if f.influx == "field" and f.name in held}
-
-
-def es_documents(es, index: str, run_id: str) -> list[dict]:
-    """The run's documents in an index: their _source, and the time as Elasticsearch indexed it (ms)."""
-    requests.post(f"{es.url}/{index}/_refresh", timeout=10).raise_for_status()
-    hits = requests.post(f"{es.url}/{index}/_search", json={
-        "size": 1000, "query": {"term": {"run_id": run_id}},
-        "docvalue_fields": [{"field": "time", "format": "epoch_millis"}]}, timeout=10).json()["hits"]["hits"]
-    return [{**h["_source"], "_indexed_ms": int(h["fields"]["time"][0])} for h in hits]
-
-
-def assert_es_kinds(es, index: str, module, written: list[dict]) -> None:
-    """Each field mapped as its schema type says (strings as keywords, times as dates)."""
-    held = {k for doc in written for k in doc}
-    mappings = requests.get(f"{es.url}/{index}/_mapping", timeout=10).json()
-    props = next(iter(mappings.values()))["mappings"]["properties"]
-    for name in held:
-        f = next(f for f in module.fields() if f.name == name)
-        assert props[name]["type"] == ("date" if is_date(module, name) else ES_MAPPED[f.type]), (index, name)
-
-
-def compare_es(es, index: str, module, written: dict, key, run_id: str) -> None:
-    from flowstat.schema import time_ns
-
-    docs = es_documents(es, index, run_id)
-    assert len(docs) == len(written)  # each once
-    for doc in docs:
-        want = written[key(doc)]
-        assert doc.pop("_indexed_ms") == time_ns(want["time"]) // 1_000_000
-        assert_stored_as_written(module, want, doc, f"{index} {key(doc)}")
-    assert_es_kinds(es, index, module, list(written.values()))
-
-
-def compare_influx(influx, db: str, module, written: dict, key, run_id: str) -> None:
-    points = influx_points(influx, db, module.measurement(), run_id)
-    assert sorted(map(key, points)) == sorted(written)  # each once
-    for point in points:
-        assert_stored_as_written(module, written[key(point)], point, f"{db} {key(point)}", time_in_ns=True)
-    assert_influx_kinds(influx, db, module, list(written.values()))
-
-
 @pytest.mark.parametrize("agent", ["c", "py"])
 def test_every_field_an_agent_writes_reaches_both_stores_with_its_value(stack, agent, tmp_path):
     """What each agent wrote to its JSON file sink is what each store holds, field by field, for
@@ -243,6 +142,7 @@ def test_every_field_an_agent_writes_reaches_both_stores_with_its_value(stack, a
     integers, many-digit numbers, timestamps), one answering garbage (control_errors), and a third
     sink down (send_failures, spooled_*, sinks_down) so that the self-sample's figures are not all 0."""
     from agent_helpers import FULL_REPLY, StubNode, free_port
+    from store_readback import compare_es, compare_influx
     from flowstat import schema
     from flowstat.schema import agent as agent_schema
 
@@ -260,8 +160,8 @@ def test_every_field_an_agent_writes_reaches_both_stores_with_its_value(stack, a
         for name, p, node in (("full", procs[0], full), ("garbage", procs[1], garbage))]}))
     written_path = tmp_path / "written.json"
     try:
-        # One self-sample, at exit: periodic ones can share the last round's millisecond with it
-        # (a point InfluxDB then keeps once; see the report of this change).
+        # One self-sample, at exit: a periodic one can fall in the same millisecond as that last
+        # one, and InfluxDB, identifying a point by its series and time, would keep only one of them.
         out = subprocess.run([*AGENTS[agent], "--endpoints", str(endpoints), "--run-id", run_id, "--interval", "0.1",
                               "--count", "6", "--self-interval", "3600", "--quiet", "--drain-timeout", "0",
                               "--sink", f"influxdb://127.0.0.1:{influx.port}/{db}",
@@ -288,8 +188,9 @@ def test_every_field_an_agent_writes_reaches_both_stores_with_its_value(stack, a
     me = selves[0]
     assert me["control_errors"] > 0 and me["send_failures"] > 0 and me["sinks_down"] == 1 and me["spooled_samples"] > 0
 
-    node_key = lambda d: (d["node_id"], d["seq"])
-    compare_influx(influx, db, schema, samples, node_key, run_id)
-    compare_influx(influx, db, agent_schema, selves, lambda d: d["seq"], run_id)
-    compare_es(es, index, schema, samples, node_key, run_id)
-    compare_es(es, "flowstat-agents", agent_schema, selves, lambda d: d["seq"], run_id)
+    node_key, seq = (lambda d: (d["node_id"], d["seq"])), (lambda d: d["seq"])
+    where, query = f"\"run_id\" = '{run_id}'", {"term": {"run_id": run_id}}
+    compare_influx(influx, db, schema, samples, node_key, where)
+    compare_influx(influx, db, agent_schema, selves, seq, where)
+    compare_es(es, index, schema, samples, node_key, query)
+    compare_es(es, "flowstat-agents", agent_schema, selves, seq, query)
