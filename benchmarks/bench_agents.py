@@ -8,13 +8,17 @@ cpu_per_sample   ONE run: the same N idle processes (default 500) watched at 1 H
                  window, divided by the process-samples it took.
 rss_soak         The agents' VmRSS while watching 1,000 processes at 10 Hz for S seconds (default
                  600), sampled every 10 s: it must be flat.
+interval_10ms    Each agent sampling one idle process every 10 ms for R rounds (default 3000): the
+                 span of its timestamps against (R - 1) x 10 ms (scheduled from the start, it must
+                 not stretch with the work done), and the spread of the gaps between rounds.
 
-Usage: benchmarks/bench_agents.py [--quick] [--targets N] [--seconds D] [--soak S] [--out FILE]
+Usage: benchmarks/bench_agents.py [--quick] [--targets N] [--seconds D] [--soak S] [--rounds R] [--out FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import tempfile
@@ -157,19 +161,54 @@ def bench_rss(tmp: Path, n: int, seconds: float) -> dict:
     return out
 
 
+def percentile(sorted_values: list[float], p: float) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(p / 100 * len(sorted_values)))]
+
+
+def bench_interval(tmp: Path, rounds: int, interval_s: float = 0.01) -> dict:
+    from flowstat.schema import time_ns
+
+    target = subprocess.Popen(["sleep", TARGET_ARG])
+    expected = (rounds - 1) * interval_s
+    out = {"interval_s": interval_s, "rounds": rounds, "expected_span_s": round(expected, 3), "agents": {}}
+    try:
+        for name, command in (("c_agent", [str(C_AGENT)]), ("python_agent", [sys.executable, "-m", "flowstat.agent"])):
+            samples, stats = tmp / f"interval-{name}.json", tmp / f"interval-{name}-stats.json"
+            subprocess.run([*command, "--pid", str(target.pid), "--interval", str(interval_s), "--count", str(rounds),
+                            "--self-interval", "0", "--quiet", "--sink", f"file://{samples}?format=json",
+                            "--stats", str(stats)], check=True, timeout=rounds * interval_s + 60)
+            stamps_ms = [time_ns(json.loads(line)["time"]) // 1_000_000 for line in open(samples)]  # whole ms
+            gaps = sorted(b - a for a, b in zip(stamps_ms, stamps_ms[1:]))
+            jitter = sorted(abs(g - round(interval_s * 1000)) for g in gaps)
+            span_ms = stamps_ms[-1] - stamps_ms[0]
+            out["agents"][name] = {
+                "samples": len(stamps_ms), "skipped_rounds": json.loads(stats.read_text())["skipped_rounds"],
+                "span_s": span_ms / 1000, "span_minus_expected_ms": span_ms - round(expected * 1000),
+                "gap_ms": {"min": gaps[0], "p50": percentile(gaps, 50), "p99": percentile(gaps, 99), "max": gaps[-1],
+                           "mean": round(sum(gaps) / len(gaps), 3)},
+                "jitter_ms": {"p50": percentile(jitter, 50), "p99": percentile(jitter, 99), "max": jitter[-1]},
+                # what the functional test once asserted: 299 intervals within +-0.1 s
+                "span_within_1_percent": abs(span_ms / 1000 - expected) <= 0.01 * expected + 0.01}
+    finally:
+        target.kill()
+        target.wait()
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="short windows (a sanity check, not a measurement)")
     ap.add_argument("--targets", type=int, default=500)
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--soak", type=float, default=600, help="seconds of the RSS soak (0: no soak)")
+    ap.add_argument("--rounds", type=int, default=3000, help="rounds of the 10 ms interval step (0: no such step)")
     ap.add_argument("--no-telegraf", action="store_true", help="skip Telegraf (it needs Go to build)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     if args.quick:
-        args.seconds, args.soak = 10, 60
-    if args.seconds <= 0 or args.soak < 0:
-        ap.error("--seconds must be positive and --soak at least 0")
+        args.seconds, args.soak, args.rounds = 10, 60, min(args.rounds, 300)
+    if args.seconds <= 0 or args.soak < 0 or args.rounds < 0 or args.rounds == 1:
+        ap.error("--seconds must be positive, --soak at least 0, --rounds 0 or at least 2")
     if not C_AGENT.exists():
         print("bench_agents: build the C agent first (make c-agent)", file=sys.stderr)
         return 2
@@ -189,6 +228,9 @@ def main() -> int:
              # shared): the 50-process case is where ~0.6 ms per process-sample was first measured.
              (f"CPU per process-sample: 50 processes, 1 Hz, {args.seconds:g} s", "cpu_per_process_sample_50",
               lambda tmp: bench_cpu(tmp, 50, args.seconds, telegraf))]
+    if args.rounds:
+        steps.append((f"10 ms interval: {args.rounds} rounds of one process", "interval_10ms",
+                      lambda tmp: bench_interval(tmp, args.rounds)))
     if args.soak:
         steps.append((f"agent RSS: 1000 processes, 10 Hz, {args.soak:g} s", "rss_soak",
                       lambda tmp: bench_rss(tmp, 1000, args.soak)))

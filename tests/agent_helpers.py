@@ -55,9 +55,80 @@ class HttpReceiver:
             return [line for body in self.bodies for line in body.decode().splitlines() if line]
 
 
+class ScriptedHttp:
+    """An HTTP server whose answer to each POST is chosen by `answer(path, body, n)` (n counts the
+    requests from 0) and returns (status, body). With hold set, every request is read and recorded
+    at once but answered only once `release` is set. A GET (a store's health check) is answered
+    200 with an empty JSON object, and not recorded."""
+
+    def __init__(self, answer=None, hold: bool = False):
+        self.answer = answer or (lambda path, body, n: (204, b""))
+        self.requests: list[tuple[str, bytes, float]] = []  # path, body, when it arrived
+        self.lock = threading.Lock()
+        self.release = threading.Event()
+        if not hold:
+            self.release.set()
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                with owner.lock:
+                    n = len(owner.requests)
+                    owner.requests.append((self.path, body, time.monotonic()))
+                owner.release.wait(60)
+                status, text = owner.answer(self.path, body, n)
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(text)))
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(text)
+
+            def do_GET(self):
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def bodies(self) -> list[bytes]:
+        with self.lock:
+            return [body for _, body, _ in self.requests]
+
+    def lines(self) -> list[str]:
+        return [line for body in self.bodies() for line in body.decode().splitlines() if line]
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+# A get-metrics reply holding every field the sample schema copies from a node's reply (x-control),
+# each with a value an encoding could get wrong: many significant digits, past 2**32, both
+# booleans, milliseconds in the timestamps.
+FULL_REPLY = {"node_state": "RUNNING", "role": "merger", "average_merge_time": 0.123456789012345,
+              "merged_objects_per_second": 98765.4321, "objects_sent": 2**40 + 3, "objects_received": 4_000_000_001,
+              "objects_merged": 12345, "bytes_sent": 2**52 + 7, "bytes_received": 9_876_543_210, "objects_held": 17,
+              "objects_in_flight": 5, "input_latency_p50_ms": 1.5, "input_latency_p99_ms": 31.25,
+              "input_latency_max_ms": 1234.5678901, "input_latency_objects": 999, "receive_buffer_size": 100,
+              "send_buffer_size": 200, "receive_buffer_overloaded": False, "send_buffer_overloaded": True,
+              "send_overload_events": 3, "receive_overload_events": 4, "sequence_gaps": 6,
+              "request_timestamp": "2026-11-23T10:00:00.123Z", "response_timestamp": "2026-11-23T10:00:00.456Z"}
+
+
 class StubNode:
     """A control socket that answers like a node ("ok"), hangs ("hang"), answers garbage
-    ("garbage"), or answers with a role and state outside the schema ("unknown")."""
+    ("garbage"), answers with a role and state outside the schema ("unknown"), or answers every
+    control field of the schema ("full": FULL_REPLY)."""
 
     def __init__(self, mode: str = "ok"):
         self.mode = mode
@@ -81,6 +152,9 @@ class StubNode:
                 continue
             if self.mode == "garbage":
                 reply = b"\xff\x00 not json"
+            elif self.mode == "full":
+                reply = json.dumps({"command": "get-metrics", "id": request.get("id"), "node_id": "stub",
+                                    **FULL_REPLY}).encode()
             elif self.mode == "unknown":  # a role and a state outside the schema's lists
                 reply = json.dumps({"command": "get-metrics", "id": request.get("id"), "node_id": "stub",
                                     "node_state": "SLEEPING", "role": "boss", "objects_received": 10}).encode()
@@ -154,12 +228,12 @@ def spinner(seconds: float = 120) -> subprocess.Popen:
     return _python_child(f"end = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass")
 
 
-def wait_until(predicate, what: str, timeout: float = 20) -> None:
+def wait_until(predicate, what: str, timeout: float = 20, poll: float = 0.02) -> None:
     """Poll until predicate() holds; past `timeout` fail, saying what never came."""
     deadline = time.monotonic() + timeout
     while not predicate():
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.02)  # polling what a real process does: there is no event to wait on
+        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
+        time.sleep(poll)  # polling what a real process does: there is no event to wait on
 
 
 def free_port() -> int:

@@ -13,11 +13,10 @@ import subprocess
 import threading
 import time
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from agent_helpers import HttpReceiver, free_port, sleeper, wait_until
+from agent_helpers import HttpReceiver, ScriptedHttp, free_port, sleeper, wait_until
 from conftest import C_AGENT as AGENT, C_BUILD as BUILD, PYTHON_AGENT
 from flowstat import schema
 from flowstat.agent.spool import folder_name
@@ -27,55 +26,6 @@ ASAN = BUILD / "flowstat-agent-asan"
 HAS_VALGRIND = subprocess.run(["which", "valgrind"], capture_output=True).returncode == 0
 
 c_only = pytest.mark.skipif(not AGENT.exists(), reason="run `make c-agent` (make test does)")
-
-
-class ScriptedHttp:
-    """An HTTP server whose answer to each POST is chosen by `answer(path, body, n)` (n counts the
-    requests from 0) and returns (status, body). With hold set, every request is read and recorded
-    at once but answered only once `release` is set."""
-
-    def __init__(self, answer=None, hold: bool = False):
-        self.answer = answer or (lambda path, body, n: (204, b""))
-        self.requests: list[tuple[str, bytes, float]] = []  # path, body, when it arrived
-        self.lock = threading.Lock()
-        self.release = threading.Event()
-        if not hold:
-            self.release.set()
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                with owner.lock:
-                    n = len(owner.requests)
-                    owner.requests.append((self.path, body, time.monotonic()))
-                owner.release.wait(60)
-                status, text = owner.answer(self.path, body, n)
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(text)))
-                self.send_header("Content-Type", "application/json")
-                self.end_headers()
-                self.wfile.write(text)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def bodies(self) -> list[bytes]:
-        with self.lock:
-            return [body for _, body, _ in self.requests]
-
-    def lines(self) -> list[str]:
-        return [line for body in self.bodies() for line in body.decode().splitlines() if line]
-
-    def close(self) -> None:
-        self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
 
 
 class TcpNeverReads:

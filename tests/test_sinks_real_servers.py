@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
-import time
 import uuid
 
 import pytest
 import requests
 
-from agent_helpers import sleeper
+from agent_helpers import sleeper, wait_until
 from conftest import ROOT
 
 
@@ -75,13 +75,6 @@ def test_elasticsearch_sink_is_idempotent(stack, agent):
     assert doc["_source"]["vmrss_kb"] > 0
 
 
-def wait_until(predicate, what: str, timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)  # polling the store until the data has landed
-
-
 def influx_self_samples(influx, db: str, run_id: str) -> list[dict]:
     body = influx.query(f"SELECT * FROM \"flowstat_agent\" WHERE \"run_id\" = '{run_id}'", db)
     series = body["results"][0].get("series", [])
@@ -112,11 +105,11 @@ def test_self_samples_reach_both_stores_and_show_a_sink_that_is_down(stack, agen
                              "--sink", f"http://127.0.0.1:{down.port}/write", "--spool-dir", str(tmp_path / "spool"),
                              "--quiet"], stderr=subprocess.PIPE, text=True)
     try:
-        wait_until(lambda: sum(s["sinks_down"] == 1 for s in influx_self_samples(influx, db, run_id)) >= 3,
-                   "three self-samples in InfluxDB while a sink is down")
+        wait_until(lambda: sum(s["sinks_down"] == 1 for s in influx_self_samples(influx, db, run_id)) >= 3, timeout=60,
+                   what="three self-samples in InfluxDB while a sink is down", poll=0.2)
         down.start()
         wait_until(lambda: (s := influx_self_samples(influx, db, run_id)) and s[-1]["sinks_down"] == 0
-                   and s[-1]["spooled_samples"] == 0, "a self-sample after the sink came back")
+                   and s[-1]["spooled_samples"] == 0, timeout=60, what="a self-sample after the sink came back", poll=0.2)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, proc.stderr.read()
     finally:
@@ -138,3 +131,66 @@ def test_self_samples_reach_both_stores_and_show_a_sink_that_is_down(stack, agen
         assert agent_schema.validate(hit["_source"]) == [] and set(hit["_source"]) == names
         assert hit["_id"] == agent_schema.document_id(hit["_source"])
     assert requests.get(f"{es.url}/flowstat-test-self-{tag}/_count", timeout=10).json()["count"] > 0  # node samples
+
+
+# -- every field, as the agent wrote it ----------------------------------------------------------
+
+@pytest.mark.parametrize("agent", ["c", "py"])
+def test_every_field_an_agent_writes_reaches_both_stores_with_its_value(stack, agent, tmp_path):
+    """What each agent wrote to its JSON file sink is what each store holds, field by field, for
+    every node sample and the self-sample: a node answering every control field (booleans, large
+    integers, many-digit numbers, timestamps), one answering garbage (control_errors), and a third
+    sink down (send_failures, spooled_*, sinks_down) so that the self-sample's figures are not all 0."""
+    from agent_helpers import FULL_REPLY, StubNode, free_port
+    from store_readback import compare_es, compare_influx
+    from flowstat import schema
+    from flowstat.schema import agent as agent_schema
+
+    if agent == "c" and not C_AGENT.exists():
+        pytest.skip("run `make c-agent` (make test does)")
+    influx, es = stack["influxdb"], stack["elasticsearch"]
+    tag = uuid.uuid4().hex[:8]
+    db, index, run_id = f"flowstat_fields_{agent}_{tag}", f"flowstat-samples-fields-{agent}-{tag}", f"fields-{agent}-{tag}"
+    influx.query(f'CREATE DATABASE "{db}"')
+    full, garbage = StubNode("full"), StubNode("garbage")
+    procs = [sleeper(), sleeper()]
+    endpoints = tmp_path / "endpoints.json"
+    endpoints.write_text(json.dumps({"run_id": run_id, "nodes": [
+        {"node_id": name, "role": "merger", "pid": p.pid, "control": node.endpoint}
+        for name, p, node in (("full", procs[0], full), ("garbage", procs[1], garbage))]}))
+    written_path = tmp_path / "written.json"
+    try:
+        # One self-sample, at exit: a periodic one can fall in the same millisecond as that last
+        # one, and InfluxDB, identifying a point by its series and time, would keep only one of them.
+        out = subprocess.run([*AGENTS[agent], "--endpoints", str(endpoints), "--run-id", run_id, "--interval", "0.1",
+                              "--count", "6", "--self-interval", "3600", "--quiet", "--drain-timeout", "0",
+                              "--sink", f"influxdb://127.0.0.1:{influx.port}/{db}",
+                              "--sink", f"elasticsearch://127.0.0.1:{es.port}/{index}",
+                              "--sink", f"file://{written_path}?format=json",
+                              "--sink", f"http://127.0.0.1:{free_port()}/write", "--spool-dir", str(tmp_path / "spool")],
+                             capture_output=True, text=True, timeout=60)
+    finally:
+        for p in procs:
+            p.kill()
+        full.close()
+        garbage.close()
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(x) for x in written_path.read_text().splitlines()]
+    samples = {(d["node_id"], d["seq"]): d for d in lines if "node_id" in d}
+    selves = {d["seq"]: d for d in lines if "node_id" not in d}
+    assert len(samples) == 12 and list(selves) == [0]
+    assert all(schema.validate(d) == [] for d in samples.values())
+    assert agent_schema.validate(selves[0]) == []
+    # the node that answers every control field gives a sample of every field the agents fill in
+    everything = {f.name for f in schema.fields()}
+    assert set(samples["full", 0]) == everything, everything - set(samples["full", 0])
+    assert samples["full", 0]["bytes_sent"] == FULL_REPLY["bytes_sent"]
+    me = selves[0]
+    assert me["control_errors"] > 0 and me["send_failures"] > 0 and me["sinks_down"] == 1 and me["spooled_samples"] > 0
+
+    node_key, seq = (lambda d: (d["node_id"], d["seq"])), (lambda d: d["seq"])
+    where, query = f"\"run_id\" = '{run_id}'", {"term": {"run_id": run_id}}
+    compare_influx(influx, db, schema, samples, node_key, where)
+    compare_influx(influx, db, agent_schema, selves, seq, where)
+    compare_es(es, index, schema, samples, node_key, query)
+    compare_es(es, "flowstat-agents", agent_schema, selves, seq, query)
