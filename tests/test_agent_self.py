@@ -15,6 +15,7 @@ import pytest
 
 from agent_helpers import HttpReceiver, sleeper, wait_until
 from conftest import ROOT
+from flowstat import schema
 from flowstat.proc.procfs import catches
 from flowstat.schema import agent as agent_schema
 
@@ -115,3 +116,22 @@ def test_a_sink_that_is_down_shows_in_the_self_samples_the_other_sink_gets(agent
     assert [s["seq"] for s in seen] == list(range(len(seen)))
     # the sink that was down got everything too, its spool first: every self-sample once, in order
     assert [s["seq"] for s in self_samples(down.lines())] == list(range(len(seen)))
+
+
+@pytest.mark.parametrize("agent", ["c", "py"])
+def test_self_samples_have_strictly_increasing_times_even_at_exit(agent, tmp_path):
+    """InfluxDB keeps one point per series and time: a self-sample in the millisecond of the one
+    before it (the last one, taken at exit, often is) would replace it there."""
+    target = sleeper()
+    out = tmp_path / "s.json"
+    try:
+        proc = start(agent, tmp_path / "log", "--pid", target.pid, "--interval", 0.01, "--count", 30,
+                     "--self-interval", 0.01, "--sink", f"file://{out}?format=json", "--quiet")
+        assert proc.wait(60) == 0, (tmp_path / "log").read_text()
+    finally:
+        target.kill()
+    selves = [d[agent_schema.RUN_FILE_KEY] if agent_schema.RUN_FILE_KEY in d else d
+              for d in map(json.loads, out.read_text().splitlines()) if "node_id" not in d]
+    assert [s["seq"] for s in selves] == list(range(len(selves))) and len(selves) >= 10
+    stamps = [schema.time_ns(s["time"]) for s in selves]
+    assert all(b > a for a, b in zip(stamps, stamps[1:])), [s["time"] for s in selves]

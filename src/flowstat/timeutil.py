@@ -14,6 +14,12 @@ def iso_utc_ms(epoch_s: float | None = None) -> str:
     return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
 
 
+def iso_utc_from_ms(epoch_ms: int) -> str:
+    """Format a Unix time in whole milliseconds exactly (a float of seconds may round a ms away)."""
+    secs, ms = divmod(epoch_ms, 1000)
+    return datetime.fromtimestamp(secs, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms:03d}Z"
+
+
 def compact_utc(epoch_s: float | None = None) -> str:
     """A file-name friendly UTC stamp, e.g. ``20261122T105114Z``."""
     if epoch_s is None:

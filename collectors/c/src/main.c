@@ -71,6 +71,7 @@ struct agent {
     long long samples_taken, proc_errors;
     long long rounds, skipped_rounds; /* a round overran its interval: the rounds it ran into are skipped */
     long long self_seq; /* self-samples emitted */
+    int64_t last_self_ms; /* the time of the last one: each is given a later one */
 };
 
 static void usage(FILE *out)
@@ -553,6 +554,13 @@ static void self_sample(struct agent *a, struct fs_sample *s)
     char stamp[32];
     int64_t ms;
     fs_iso_now(stamp, sizeof stamp, &ms);
+    /* InfluxDB keeps one point per series and time: the last self-sample, taken at exit, may fall in
+     * the millisecond of the one before, and would replace it. */
+    if (ms <= a->last_self_ms) {
+        ms = a->last_self_ms + 1;
+        fs_iso_from_ms(stamp, sizeof stamp, ms);
+    }
+    a->last_self_ms = ms;
     struct runner_figures sum = {0}, one;
     for (size_t i = 0; i < a->opt.nsinks; i++) {
         runner_figures(&a->sinks[i], &one);

@@ -30,16 +30,21 @@ double fs_monotonic(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-void fs_iso_now(char *out, size_t n, int64_t *epoch_ms)
+void fs_iso_from_ms(char *out, size_t n, int64_t ms)
 {
-    struct timespec ts;
     struct tm tm;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    int64_t ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
     time_t secs = (time_t)(ms / 1000);
     gmtime_r(&secs, &tm);
     snprintf(out, n, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
              tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+}
+
+void fs_iso_now(char *out, size_t n, int64_t *epoch_ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    fs_iso_from_ms(out, n, ms);
     if (epoch_ms)
         *epoch_ms = ms;
 }

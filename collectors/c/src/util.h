@@ -20,6 +20,8 @@ void fs_log(const char *level, const char *fmt, ...) __attribute__((format(print
 double fs_monotonic(void);
 /* ISO-8601 UTC with milliseconds ("2026-11-22T10:51:14.123Z") of the current wall time. */
 void fs_iso_now(char *out, size_t n, int64_t *epoch_ms);
+/* ISO-8601 UTC with milliseconds of a Unix time in ms. */
+void fs_iso_from_ms(char *out, size_t n, int64_t ms);
 /* Copy with truncation; always NUL-terminates. */
 void fs_strlcpy(char *dst, const char *src, size_t n);
 /* Shortest text that reads back as the same double (as Python's repr). */

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from flowstat import schema
 from flowstat.proc.reader import ProcessGone, ProcFormatError, cpu_rates
-from flowstat.timeutil import iso_utc_ms
+from flowstat.timeutil import iso_utc_from_ms, iso_utc_ms
 
 from . import AGENT_NAME
 from .control import ControlPool
@@ -65,6 +65,7 @@ class Agent:
         self.rounds = 0
         self.skipped_rounds = 0  # a round overran its interval: the rounds it ran into are skipped
         self.self_seq = 0  # self-samples emitted
+        self.last_self_ms = 0  # the time of the last one: each is given a later one
         self.ending = False  # the run-ending notice came: nodes that vanish now ended with their run
         self.runners: list[SinkRunner] = []
         twice = sorted({url for url in cfg.sinks if cfg.sinks.count(url) > 1})
@@ -162,7 +163,10 @@ class Agent:
         """The agent's figures now (flowstat.schema.agent); delivery summed over its --sink sinks.
         Their counters belong to the sink threads: read unlocked, each is a moment's value."""
         sinks, spools = self.sink_runners, [r.spool for r in self.sink_runners if r.spool is not None]
-        doc = {"time": iso_utc_ms(), "run_id": self.cfg.spec.run_id, "host": self.host, "agent": self.agent_name,
+        # InfluxDB keeps one point per series and time: the last self-sample, taken at exit, may fall
+        # in the millisecond of the one before, and would replace it.
+        self.last_self_ms = max(int(time.time() * 1000), self.last_self_ms + 1)
+        doc = {"time": iso_utc_from_ms(self.last_self_ms), "run_id": self.cfg.spec.run_id, "host": self.host, "agent": self.agent_name,
                "seq": self.self_seq, "interval_s": float(self.cfg.interval_s), "rounds": self.rounds,
                "skipped_rounds": self.skipped_rounds, "samples": self.samples_taken,
                "control_errors": self.control.errors, "proc_errors": self.proc_errors,
