@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
@@ -114,10 +113,8 @@ def test_hung_and_garbage_control_sockets_cost_a_timeout_not_a_crash(tmp_path):
         {"node_id": f"n{i}", "role": "merger", "pid": p.pid, "control": node.endpoint}
         for i, (p, node) in enumerate(zip(procs, (hung, garbage, ok)))]}))
     try:
-        t0 = time.monotonic()
         agent, _ = run_agent(tmp_path, [f"file://{tmp_path}/s.json?format=json"], count=4, interval=0.3,
                              endpoints_files=[str(endpoints)])
-        elapsed = time.monotonic() - t0
     finally:
         for p in procs:
             p.kill()
@@ -132,7 +129,8 @@ def test_hung_and_garbage_control_sockets_cost_a_timeout_not_a_crash(tmp_path):
     assert good["average_merge_time_ms"] == 0.25 and good["send_buffer_overloaded"] is True
     assert "objects_held" not in good  # the stub sends a string there: left out, not passed on
     assert agent.control.errors >= 8  # 4 time-outs + 4 garbage replies
-    assert elapsed < 4 * 0.3 + 2.0  # the hung node cost its time-out per tick, no more
+    # the hung node cost its time-out in each round, no more: no round was late enough to be skipped
+    assert agent.rounds == 4 and agent.skipped_rounds == 0
 
 
 def test_receiver_down_for_seconds_loses_and_duplicates_nothing(tmp_path):
