@@ -19,7 +19,7 @@ import pytest
 import fixture_runs as fx
 from conftest import ROOT, topology_dict
 from flowstat import cli
-from flowstat.harness.orchestrator import run_topology
+from flowstat.harness.orchestrator import AgentOptions, run_topology
 from flowstat.harness.topology import from_dict
 from flowstat.report import _alerts, load
 from flowstat.report.build import write_report
@@ -42,8 +42,11 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("runs")
     healthy = run_topology(from_dict(topology_dict(run_id="healthy", duration=8, mergers=2,
                                                    producers={"count": 8, "rate": 100})), runs_dir=d)
+    # Sampled every 0.2 s: send_buffer_overloaded is the moment's state (a send being retried), which
+    # eight samples a second apart can all miss.
     overload = run_topology(from_dict(topology_dict(run_id="overload", duration=8, buffer_size=1,
-                                                    producers={"count": 4, "rate": 3000})), runs_dir=d)
+                                                    producers={"count": 4, "rate": 3000})), runs_dir=d,
+                            agent=AgentOptions(interval_s=0.2))
     assert healthy["ok"] and overload["ok"]
     return {"healthy": Path(healthy["run_dir"]), "overload": Path(overload["run_dir"])}
 
