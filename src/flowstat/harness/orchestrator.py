@@ -423,9 +423,11 @@ class Orchestrator:
         order = sorted({self.stage_of(d) for d in self.devices})  # producers, each layer of mergers, the viewer
         stages = [[d for d in self.devices if self.stage_of(d) == stage] for stage in order]
         broken_upstream = force
-        # With a device already dead, producers cannot deliver everything: SIGUSR1 tells them to
-        # stop retrying and report what they could not send.
-        stop_signal = signal.SIGUSR1 if (force or self.crashed()) else signal.SIGTERM
+        # With a merger or the viewer dead, producers cannot deliver everything: SIGUSR1 tells them
+        # to stop retrying and report what they could not send. A dead producer takes only its own
+        # objects with it: the others deliver theirs and declare them, as in a run that ends well.
+        downstream_dead = any(d.role != "producer" for d in self.crashed())
+        stop_signal = signal.SIGUSR1 if (force or downstream_dead) else signal.SIGTERM
         for i, stage in enumerate(stages):
             if i == 0 or broken_upstream:
                 for dev in stage:
@@ -495,13 +497,14 @@ def run_topology(topo: Topology, *, duration: float | None = None, run_id: str |
             orch.failures.append(str(exc))
         except ControlError as exc:
             orch.failures.append(f"cannot start the producers: {exc}")
-        if not orch.failures:
+        started = not orch.failures
+        if started:
             orch.run_for(duration if duration is not None else topo.duration)
             if not orch.failures and not orch.crashed():  # its duration is over, or the user interrupted it
                 orch.notice_run_ending()
         else:
             orch.stopped_at = orch.started_at = time.monotonic()
-        orch.stop(force=bool(orch.failures))
+        orch.stop(force=not started)  # a device dead during the run: stop() chooses how (see there)
         agent_stats = orch.stop_agent()
     finally:
         orch.kill_all()  # no-op when everything ended; never leave a device behind
