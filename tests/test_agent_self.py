@@ -135,3 +135,31 @@ def test_self_samples_have_strictly_increasing_times_even_at_exit(agent, tmp_pat
     assert [s["seq"] for s in selves] == list(range(len(selves))) and len(selves) >= 10
     stamps = [schema.time_ns(s["time"]) for s in selves]
     assert all(b > a for a, b in zip(stamps, stamps[1:])), [s["time"] for s in selves]
+
+
+@pytest.mark.parametrize("agent", ["c", "py"])
+@pytest.mark.parametrize("runs,given,expected", [
+    (["run-a"], None, "run-a"),  # from its endpoints file
+    (["run-a", "run-a"], None, "run-a"),
+    (["run-a", "run-b"], None, None),  # two runs: the self-samples belong to neither
+    (["run-a"], "mine", "mine"),  # --run-id wins
+])
+def test_self_samples_belong_to_the_run_their_targets_name(agent, tmp_path, runs, given, expected):
+    targets = [sleeper() for _ in runs]
+    files = []
+    for i, (run_id, proc) in enumerate(zip(runs, targets)):
+        files += ["--endpoints", tmp_path / f"endpoints-{i}.json"]
+        files[-1].write_text(json.dumps({"run_id": run_id, "nodes": [
+            {"node_id": f"n{i}", "role": "merger", "pid": proc.pid}]}))
+    out = tmp_path / "s.json"
+    try:
+        proc = start(agent, tmp_path / "log", *files, *(["--run-id", given] if given else []), "--interval", 0.05,
+                     "--count", 4, "--self-interval", 0.05, "--sink", f"file://{out}?format=json", "--quiet")
+        assert proc.wait(60) == 0, (tmp_path / "log").read_text()
+    finally:
+        for t in targets:
+            t.kill()
+    docs = [json.loads(line) for line in out.read_text().splitlines()]
+    selves = [d for d in docs if "node_id" not in d]
+    assert len(selves) >= 2 and all(s.get("run_id") == expected for s in selves), selves
+    assert {d["run_id"] for d in docs if "node_id" in d} == {given} if given else set(runs)

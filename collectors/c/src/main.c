@@ -72,6 +72,10 @@ struct agent {
     long long rounds, skipped_rounds; /* a round overran its interval: the rounds it ran into are skipped */
     long long self_seq; /* self-samples emitted */
     int64_t last_self_ms; /* the time of the last one: each is given a later one */
+    /* The run its self-samples belong to, without --run-id: the one its targets' run ids (from
+     * endpoints files) all name; none once two differ (targets_runs_differ). */
+    char targets_run_id[128];
+    int targets_runs_differ;
 };
 
 static void usage(FILE *out)
@@ -343,6 +347,16 @@ static struct retired *find_gone(struct agent *a, const char *node_id, pid_t pid
     return NULL;
 }
 
+static void note_run(struct agent *a, const char *run_id)
+{
+    if (!run_id[0] || a->targets_runs_differ)
+        return;
+    if (!a->targets_run_id[0])
+        fs_strlcpy(a->targets_run_id, run_id, sizeof a->targets_run_id);
+    else if (strcmp(a->targets_run_id, run_id) != 0)
+        a->targets_runs_differ = 1;
+}
+
 static void on_found(void *ctx, const struct target *cand)
 {
     struct agent *a = ctx;
@@ -369,6 +383,7 @@ static void on_found(void *ctx, const struct target *cand)
         a->cap = cap;
     }
     a->targets[a->ntargets++] = t;
+    note_run(a, t.run_id);
     LOG_INFO("watching %s (pid %d)", t.node_id, (int)t.pid);
 }
 
@@ -578,6 +593,8 @@ static void self_sample(struct agent *a, struct fs_sample *s)
     sample_set_str(s, FS_A_TIME, stamp);
     if (a->opt.spec.run_id[0])
         sample_set_str(s, FS_A_RUN_ID, a->opt.spec.run_id);
+    else if (a->targets_run_id[0] && !a->targets_runs_differ)
+        sample_set_str(s, FS_A_RUN_ID, a->targets_run_id);
     sample_set_str(s, FS_A_HOST, a->host);
     sample_set_str(s, FS_A_AGENT, a->agent_name);
     sample_set_int(s, FS_A_SEQ, a->self_seq++);

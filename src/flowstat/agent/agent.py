@@ -66,6 +66,7 @@ class Agent:
         self.skipped_rounds = 0  # a round overran its interval: the rounds it ran into are skipped
         self.self_seq = 0  # self-samples emitted
         self.last_self_ms = 0  # the time of the last one: each is given a later one
+        self.targets_run_id: str | None = ""  # see _note_run: "" none seen yet, None several
         self.ending = False  # the run-ending notice came: nodes that vanish now ended with their run
         self.runners: list[SinkRunner] = []
         twice = sorted({url for url in cfg.sinks if cfg.sinks.count(url) > 1})
@@ -102,7 +103,14 @@ class Agent:
                     t.reader.close()
                     continue
                 self.targets[t.key] = t
+                self._note_run(t.run_id)
                 log.info("watching %s (pid %d, %s)", t.node_id, t.pid, t.source)
+
+    def _note_run(self, run_id: str) -> None:
+        """The run the agent's self-samples belong to, without --run-id: the one its targets' run
+        ids (from endpoints files) all name; none once two differ."""
+        if run_id and self.targets_run_id is not None:
+            self.targets_run_id = run_id if self.targets_run_id in ("", run_id) else None
 
     # -- sampling -------------------------------------------------------------------------------
     def _next_seq(self, node_id: str) -> int:
@@ -166,7 +174,7 @@ class Agent:
         # InfluxDB keeps one point per series and time: the last self-sample, taken at exit, may fall
         # in the millisecond of the one before, and would replace it.
         self.last_self_ms = max(int(time.time() * 1000), self.last_self_ms + 1)
-        doc = {"time": iso_utc_from_ms(self.last_self_ms), "run_id": self.cfg.spec.run_id, "host": self.host, "agent": self.agent_name,
+        doc = {"time": iso_utc_from_ms(self.last_self_ms), "run_id": self.cfg.spec.run_id or self.targets_run_id or "", "host": self.host, "agent": self.agent_name,
                "seq": self.self_seq, "interval_s": float(self.cfg.interval_s), "rounds": self.rounds,
                "skipped_rounds": self.skipped_rounds, "samples": self.samples_taken,
                "control_errors": self.control.errors, "proc_errors": self.proc_errors,
