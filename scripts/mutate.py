@@ -48,12 +48,12 @@ SCOPE: dict[str, list[str]] = {
 }
 
 
-def mutmut(*args: str, capture: bool = True) -> str:
+def mutmut(*args: str) -> str:
     out = subprocess.run([sys.executable, "-m", "mutmut", *args], cwd=ROOT, text=True,
-                         stdout=subprocess.PIPE if capture else subprocess.DEVNULL, stderr=subprocess.STDOUT)
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     if out.returncode != 0:
-        raise SystemExit(f"mutmut {' '.join(args[:1])} failed (exit {out.returncode}):\n{(out.stdout or '')[-3000:]}")
-    return out.stdout or ""
+        raise SystemExit(f"mutmut {' '.join(args[:1])} failed (exit {out.returncode}):\n{out.stdout[-3000:]}")
+    return out.stdout
 
 
 def statuses() -> dict[str, str]:
@@ -91,13 +91,14 @@ def main() -> int:
     shutil.rmtree(ROOT / "mutants", ignore_errors=True)  # a fresh run: cached verdicts predate the tests
     started = time.monotonic()
     print(f"mutmut over {', '.join(parts)} (a few minutes)...", flush=True)
-    mutmut("run", "--max-children", str(args.max_children), *patterns, capture=True)
+    mutmut("run", "--max-children", str(args.max_children), *patterns)
     found = statuses()
     known = equivalents()
 
     report: dict = {"tool": f"mutmut {version('mutmut')}", "target": TARGET, "parts": {}, "survivors": [],
                     "equivalent": [], "seconds": round(time.monotonic() - started, 1)}
     failed = []
+    judged_all = caught_all = 0
     for part, pats in parts.items():
         names = sorted(n for n in found if any(fnmatch.fnmatch(n, pat) for pat in pats))
         if not names:
@@ -113,6 +114,7 @@ def main() -> int:
         judged = len(names) - counts.get("equivalent", 0)
         caught = counts.get("killed", 0) + counts.get("timeout", 0)
         score = caught / judged if judged else 1.0
+        judged_all, caught_all = judged_all + judged, caught_all + caught
         report["parts"][part] = {"mutants": len(names), **dict(sorted(counts.items())), "score": round(score, 4)}
         print(f"  {part:24} {caught:4} of {judged:4} caught  {score:6.1%}"
               + (f"  ({counts['equivalent']} equivalent)" if counts.get("equivalent") else ""))
@@ -123,14 +125,12 @@ def main() -> int:
     if stale:  # listed as equivalent, but now killed or gone: the list must be kept true
         report["stale_equivalents"] = stale
         print(f"  {len(stale)} mutants listed in {EQUIVALENTS.name} are no longer survivors: {', '.join(stale[:5])}")
-    judged = sum(v["mutants"] - v.get("equivalent", 0) for v in report["parts"].values())
-    caught = sum(v.get("killed", 0) + v.get("timeout", 0) for v in report["parts"].values())
-    report["score"] = round(caught / judged, 4) if judged else 1.0
+    report["score"] = round(caught_all / judged_all, 4) if judged_all else 1.0
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
     for s in report["survivors"]:
         print(f"survived: {s['mutant']}\n{s['diff']}")
-    print(f"score {report['score']:.1%} ({caught} of {judged}); {args.out}")
+    print(f"score {report['score']:.1%} ({caught_all} of {judged_all}); {args.out}")
     if failed:
         print(f"below the target of {TARGET:.0%}: {', '.join(failed)}")
     return 1 if failed or stale else 0

@@ -13,7 +13,13 @@ TOPOLOGIES = ROOT / "benchmark-harness" / "topologies"
 ELASTALERT_RULES = ROOT / "tests" / "elastalert-rules"  # the tests' own rule, run beside flowstat's
 C_BUILD = ROOT / "collectors" / "c" / "build"  # make c-agent: the agent, its ASan build, the fuzzers
 C_AGENT = C_BUILD / "flowstat-agent"
+C_ASAN = C_BUILD / "flowstat-agent-asan"
 PYTHON_AGENT = [sys.executable, "-m", "flowstat.agent"]
+
+
+def needs(binary: Path):
+    """Skipped only when the binary the test runs is missing (with CI set a skip fails: see below)."""
+    return pytest.mark.skipif(not binary.exists(), reason=f"no {binary.name}: run `make c-agent` (make test does)")
 
 # The flowstat wheel: what it is made of (copied from the checkout without WHEEL_IGNORE) and the options
 # of the `pip wheel` that builds it. test_wheel.py builds it so, and so does the Dockerfile (test_dockerfile.py

@@ -16,6 +16,10 @@ INFLUX_TYPES = {"integer": "integer", "number": "float", "boolean": "boolean", "
 ES_MAPPED = {"integer": "long", "number": "double", "boolean": "boolean", "string": "keyword"}
 
 
+# How a sample and a self-sample are found again in a store: by node and seq, and by seq.
+NODE_KEY, SEQ = (lambda d: (d["node_id"], d["seq"])), (lambda d: d["seq"])
+
+
 def is_date(module, name: str) -> bool:
     return module.schema()["properties"][name].get("format") == "date-time"
 

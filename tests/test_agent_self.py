@@ -130,8 +130,7 @@ def test_self_samples_have_strictly_increasing_times_even_at_exit(agent, tmp_pat
         assert proc.wait(60) == 0, (tmp_path / "log").read_text()
     finally:
         target.kill()
-    selves = [d[agent_schema.RUN_FILE_KEY] if agent_schema.RUN_FILE_KEY in d else d
-              for d in map(json.loads, out.read_text().splitlines()) if "node_id" not in d]
+    selves = [d for d in map(json.loads, out.read_text().splitlines()) if "node_id" not in d]
     assert [s["seq"] for s in selves] == list(range(len(selves))) and len(selves) >= 10
     stamps = [schema.time_ns(s["time"]) for s in selves]
     assert all(b > a for a, b in zip(stamps, stamps[1:])), [s["time"] for s in selves]

@@ -9,25 +9,18 @@ import random
 import signal
 import subprocess
 import time
-from datetime import datetime
 
 import pytest
 
 from agent_helpers import HttpReceiver, StubNode, sleeper, spinner, wait_until
-from conftest import C_AGENT as AGENT, C_BUILD as BUILD, ROOT
+from conftest import C_AGENT as AGENT, C_ASAN as ASAN, C_BUILD as BUILD, ROOT, needs
 from flowstat import schema
 from flowstat.schema import agent as agent_schema
 from flowstat.agent.agent import Agent, AgentConfig
 from flowstat.agent.targets import TargetSpec
 
-ASAN = BUILD / "flowstat-agent-asan"
 FUZZ_SECONDS = int(os.environ.get("FLOWSTAT_FUZZ_SECONDS", "4"))  # a smoke test: make bench fuzzes 5 minutes each
 FUZZ_TARGETS = ("stat", "reply", "endpoints", "sink_url")
-
-
-def needs(binary):
-    """Skipped only when the binary the test runs is missing (with CI set a skip fails: conftest.py)."""
-    return pytest.mark.skipif(not binary.exists(), reason=f"no {binary.name}: run `make c-agent` (make test does)")
 
 
 def c_agent(*args, binary=AGENT, timeout=60, **kw):
@@ -334,7 +327,8 @@ def test_both_agents_keep_roles_and_states_to_the_schemas_lists(tmp_path):
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (/proc/PID/stat fields 14 and 15, in clock ticks)."""
+    """User + system CPU time of a process so far (/proc/PID/stat fields 14 and 15, in clock ticks).
+    Parsed here, not by flowstat.proc's parser: that one is under test."""
     fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
@@ -343,8 +337,7 @@ def cpu_by_pid(path) -> dict[int, list[tuple[float, float]]]:
     """(time, cpu_clock_hz) of each process's samples, in order."""
     out: dict[int, list[tuple[float, float]]] = {}
     for doc in map(json.loads, open(path)):
-        stamp = datetime.fromisoformat(doc["time"].replace("Z", "+00:00")).timestamp()
-        out.setdefault(doc["pid"], []).append((stamp, doc["cpu_clock_hz"]))
+        out.setdefault(doc["pid"], []).append((schema.time_ns(doc["time"]) / 1e9, doc["cpu_clock_hz"]))
     return out
 
 

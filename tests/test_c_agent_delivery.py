@@ -17,16 +17,12 @@ from datetime import datetime
 import pytest
 
 from agent_helpers import HttpReceiver, ScriptedHttp, free_port, sleeper, wait_until
-from conftest import C_AGENT as AGENT, C_BUILD as BUILD, PYTHON_AGENT
+from conftest import C_AGENT as AGENT, C_ASAN as ASAN, PYTHON_AGENT, needs
 from flowstat import schema
 from flowstat.agent.spool import folder_name
 from flowstat.schema import agent as agent_schema
 
-ASAN = BUILD / "flowstat-agent-asan"
 HAS_VALGRIND = subprocess.run(["which", "valgrind"], capture_output=True).returncode == 0
-
-c_only = pytest.mark.skipif(not AGENT.exists(), reason="run `make c-agent` (make test does)")
-
 
 class TcpNeverReads:
     """Accepts connections and never reads: the agent's socket buffer fills, then send() waits."""
@@ -97,6 +93,11 @@ def endpoints_file(tmp_path, pid: int, nodes=("a", "b", "c")):
     return path
 
 
+def lines_written(path) -> int:
+    """Whole lines a file sink has written so far."""
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
 def sink_stats(stats_path, url: str) -> dict:
     return json.loads(stats_path.read_text())["sinks"][url]
 
@@ -112,7 +113,7 @@ def test_an_http_sink_that_never_answers_does_not_delay_sampling(tmp_path, agent
                                        "--sink", url, "--sink", f"file://{samples}?format=json",
                                        "--spool-dir", tmp_path / "spool", "--stats", stats, command=agent_command),
                              stderr=subprocess.PIPE, text=True)
-    written = lambda: len(open(samples).readlines()) if samples.exists() else 0
+    written = lambda: lines_written(samples)
     try:
         wait_until(lambda: server.requests, "the agent's first post", timeout=10)
         held_from = written()
@@ -136,7 +137,7 @@ def test_an_http_sink_that_never_answers_does_not_delay_sampling(tmp_path, agent
     assert sink["rejected"] == 0
 
 
-@c_only
+@needs(AGENT)
 def test_a_tcp_sink_that_never_reads_does_not_delay_sampling(tmp_path):
     """500 targets in JSON at 10 Hz fill the agent's socket buffer (a few MB) in seconds; sampling
     goes on through the send time-out that follows, until the test stops the agent."""
@@ -159,7 +160,7 @@ def test_a_tcp_sink_that_never_reads_does_not_delay_sampling(tmp_path):
 
     reader = threading.Thread(target=read_log, daemon=True)
     reader.start()
-    written = lambda: samples.read_bytes().count(b"\n") if samples.exists() else 0
+    written = lambda: lines_written(samples)
     try:
         assert blocked.wait(60), "the socket buffer never filled:\n" + "".join(log)
         blocked_at = written()
@@ -185,7 +186,7 @@ def test_a_tcp_sink_that_never_reads_does_not_delay_sampling(tmp_path):
     assert sink["delivered"] + sink["spooled_samples"] == everything["samples"]
 
 
-@c_only
+@needs(AGENT)
 def test_a_full_queue_drops_its_oldest_batch_and_says_so(tmp_path):
     """The queue in front of a sink is bounded by --spool-max-mb too: past it the oldest batch goes,
     counted as lost and logged, and the agent exits non-zero."""
@@ -478,7 +479,7 @@ def target():
     proc.kill()
 
 
-@c_only
+@needs(AGENT)
 @pytest.mark.parametrize("option,count", [("--pid", 5000), ("--pidfile", 5000), ("--endpoints", 5000),
                                           ("--pattern", 300)])
 def test_long_target_lists_are_all_taken(tmp_path, target, option, count):
@@ -494,7 +495,7 @@ def test_long_target_lists_are_all_taken(tmp_path, target, option, count):
     assert [d["pid"] for d in docs if d["pid"] == target] == [target, target]
 
 
-@c_only
+@needs(AGENT)
 def test_a_hundred_sinks_all_get_every_sample(tmp_path, target):
     sinks = [arg for i in range(100) for arg in ("--sink", f"file://{tmp_path}/s{i}.lp")]
     out = run_agent("--pid", target, "--count", 2, "--interval", 0.05, *sinks, "--stats", tmp_path / "stats.json")
@@ -503,7 +504,7 @@ def test_a_hundred_sinks_all_get_every_sample(tmp_path, target):
     assert len(json.loads((tmp_path / "stats.json").read_text())["sinks"]) == 100
 
 
-@c_only
+@needs(AGENT)
 @pytest.mark.parametrize("args,message", [
     (["--sink", "http://127.0.0.1:1/" + "w" * 520], "--sink: URL longer than the limit of 511 characters"),
     (["--sink", "file:///tmp/x.lp", "--sink", "file:///tmp/x.lp"], "--sink file:///tmp/x.lp: given twice"),

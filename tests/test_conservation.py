@@ -47,10 +47,6 @@ def finals_of(topo) -> tuple[dict[str, dict], list[dict], dict]:
     return finals, [producers], viewer
 
 
-def judge(topo, finals, producers, viewer) -> dict:
-    return check_conservation(topo, finals, producers, viewer)
-
-
 def failed(result: dict) -> set[str]:
     return {name for name, passed in result["checks"].items() if not passed}
 
@@ -69,7 +65,7 @@ def layered():
 @pytest.mark.parametrize("name", ["one_merger", "layered"])
 def test_a_run_that_lost_nothing_is_conserved_with_its_totals(name, request):
     topo = request.getfixturevalue(name)
-    result = judge(topo, *finals_of(topo))
+    result = check_conservation(topo, *finals_of(topo))
     assert result["ok"] is True and failed(result) == set() and result["failed_checks"] == {}
     n = topo.n_producers
     sent = sum(10 + p for p in range(n))
@@ -112,7 +108,7 @@ def test_a_producer_lost_duplicated_or_mismatched_is_named(one_merger, fault):
     finals, producers, viewer = finals_of(one_merger)
     change, checks = PRODUCER_FAULTS[fault]
     change(finals, one_merger)
-    result = judge(one_merger, finals, producers, viewer)
+    result = check_conservation(one_merger, finals, producers, viewer)
     assert result["ok"] is False and failed(result) == checks
     assert result["producers_not_conserved"] == [1]
     assert "[1]" in result["failed_checks"]["every_producer_sent_eq_received_eq_merged"]
@@ -121,7 +117,7 @@ def test_a_producer_lost_duplicated_or_mismatched_is_named(one_merger, fault):
 def test_a_producer_whose_count_its_merger_never_reported_is_named(one_merger):
     finals, producers, viewer = finals_of(one_merger)
     producers[0]["per_producer"].append({"producer": 7, "sent": 0})  # a producer no merger knows of
-    result = judge(one_merger, finals, producers, viewer)
+    result = check_conservation(one_merger, finals, producers, viewer)
     assert result["ok"] is False and result["producers_not_conserved"] == [7]
     assert result["producers"] == 4
 
@@ -129,7 +125,7 @@ def test_a_producer_whose_count_its_merger_never_reported_is_named(one_merger):
 def test_a_producer_only_its_merger_knows_is_named(one_merger):
     finals, producers, viewer = finals_of(one_merger)
     producers[0]["per_producer"].pop()  # producer 2 never reported what it sent
-    result = judge(one_merger, finals, producers, viewer)
+    result = check_conservation(one_merger, finals, producers, viewer)
     assert result["ok"] is False and result["producers_not_conserved"] == [2]
     assert "every_producer_sent_eq_received_eq_merged" in failed(result)
 
@@ -138,7 +134,7 @@ def test_no_producer_at_all_is_not_conserved(one_merger):
     finals, _, viewer = finals_of(one_merger)
     for name in [m.node_id for m in one_merger.mergers]:
         finals[name]["per_producer"] = {"producer": [], "received": [], "merged_in": [], "declared_sent": []}
-    result = judge(one_merger, finals, [{"per_producer": [], "entries_per_object": ENTRIES}], viewer)
+    result = check_conservation(one_merger, finals, [{"per_producer": [], "entries_per_object": ENTRIES}], viewer)
     assert result["ok"] is False and "every_producer_sent_eq_received_eq_merged" in failed(result)
     assert result["failed_checks"]["every_producer_sent_eq_received_eq_merged"] == "no producer reported"
 
@@ -181,7 +177,7 @@ def test_each_check_fails_alone_and_says_why(one_merger, fault):
     finals, producers, viewer = finals_of(one_merger)
     change, check, why = CHECK_FAULTS[fault]
     change(finals, one_merger)
-    result = judge(one_merger, finals, producers, finals["viewer"])
+    result = check_conservation(one_merger, finals, producers, finals["viewer"])
     assert result["ok"] is False and failed(result) == {check}
     assert list(result["failed_checks"]) == [check] and why in result["failed_checks"][check]
 
@@ -193,7 +189,7 @@ def test_the_totals_count_what_each_counter_says(one_merger):
     _merger(finals, one_merger, "reordered_objects", 3)
     _first_layer(finals, one_merger)["received"][0] = 9
     _first_layer(finals, one_merger)["merged_in"][2] = 11
-    result = judge(one_merger, finals, producers, viewer)
+    result = check_conservation(one_merger, finals, producers, viewer)
     assert result["sequence_gaps"] == 3 and result["reordered_objects"] == 3
     assert result["objects_received"] == 33 - 1 and result["objects_merged_in"] == 33 - 1
     assert result["producers_not_conserved"] == [0, 2]
@@ -202,7 +198,7 @@ def test_the_totals_count_what_each_counter_says(one_merger):
 def test_no_viewer_fails_every_viewer_check(one_merger):
     finals, producers, _ = finals_of(one_merger)
     del finals["viewer"]
-    result = judge(one_merger, finals, producers, None)
+    result = check_conservation(one_merger, finals, producers, None)
     assert failed(result) == {"viewer_received_every_merged_object", "viewer_inputs_eq_objects_sent",
                               "entries_sent_eq_entries_at_viewer", "merged_contents_eq_declared_entries"}
     assert "the viewer received None of 12 merged objects" in result["failed_checks"][
@@ -212,7 +208,7 @@ def test_no_viewer_fails_every_viewer_check(one_merger):
 def test_a_merger_that_never_reported_fails_the_entries_check(one_merger):
     finals, producers, viewer = finals_of(one_merger)
     del finals["merger-0"]
-    result = judge(one_merger, finals, producers, viewer)
+    result = check_conservation(one_merger, finals, producers, viewer)
     assert result["ok"] is False and result["mergers_entries_not_conserved"] == ["merger-0"]
 
 
@@ -231,7 +227,7 @@ def test_an_upper_merger_input_that_differs_is_named(layered, fault):
     key, index, value = LAYER_FAULTS[fault]
     upper = layered.all_mergers()[-1]
     finals[upper]["per_producer"][key][index] = value
-    result = judge(layered, finals, producers, viewer)
+    result = check_conservation(layered, finals, producers, viewer)
     lower = layered.layers()[0][index]
     assert result["ok"] is False and failed(result) == {"every_merger_sent_eq_received_eq_merged"}
     assert result["merger_inputs_not_conserved"] == [f"{lower}->{upper}"]
@@ -242,7 +238,7 @@ def test_a_lower_merger_that_sent_other_than_its_upper_counted_is_named(layered)
     finals, producers, viewer = finals_of(layered)
     first = layered.layers()[0][1]
     finals[first]["objects_sent"] += 1
-    result = judge(layered, finals, producers, viewer)
+    result = check_conservation(layered, finals, producers, viewer)
     assert result["merger_inputs_not_conserved"] == [f"{first}->{layered.all_mergers()[-1]}"]
 
 
@@ -250,7 +246,7 @@ def test_an_upper_merger_that_never_reported_names_all_its_inputs(layered):
     finals, producers, viewer = finals_of(layered)
     upper = layered.all_mergers()[-1]
     del finals[upper]
-    result = judge(layered, finals, producers, viewer)
+    result = check_conservation(layered, finals, producers, viewer)
     assert result["merger_inputs_not_conserved"] == [f"{m}->{upper}" for m in layered.layers()[0]]
     assert upper in result["mergers_entries_not_conserved"]
 
@@ -259,7 +255,7 @@ def test_entries_lost_in_an_upper_layer_name_the_upper_merger(layered):
     finals, producers, viewer = finals_of(layered)
     upper = layered.all_mergers()[-1]
     finals[upper]["entries_merged"] -= ENTRIES
-    result = judge(layered, finals, producers, viewer)
+    result = check_conservation(layered, finals, producers, viewer)
     assert failed(result) == {"entries_conserved_in_every_layer"}
     assert result["mergers_entries_not_conserved"] == [upper]
 
@@ -267,7 +263,7 @@ def test_entries_lost_in_an_upper_layer_name_the_upper_merger(layered):
 def test_the_verdict_does_not_change_the_counters_it_is_given(layered):
     finals, producers, viewer = finals_of(layered)
     before = copy.deepcopy((finals, producers))
-    judge(layered, finals, producers, viewer)
+    check_conservation(layered, finals, producers, viewer)
     assert (finals, producers) == before
 
 
@@ -281,7 +277,7 @@ def test_a_producer_that_never_started_fails_its_own_check_only(one_merger):
     pp["declared_sent"][2] = None
     finals["merger-0"]["entries_merged"] = (10 + 11) * ENTRIES
     viewer.update(inputs_received=21, entries_received=21 * ENTRIES)
-    result = judge(one_merger, finals, producers, viewer)
+    result = check_conservation(one_merger, finals, producers, viewer)
     assert failed(result) == {"every_producer_sent_eq_received_eq_merged"}
     assert result["producers_not_conserved"] == [2]
 
@@ -291,7 +287,7 @@ def test_a_lower_merger_that_never_reported_is_named_and_its_upper_judged_on_the
     lower, upper = layered.layers()[0][0], layered.all_mergers()[-1]
     finals[upper]["entries_merged"] -= finals[lower]["entries_merged"]
     del finals[lower]
-    result = judge(layered, finals, producers, viewer)
+    result = check_conservation(layered, finals, producers, viewer)
     assert result["mergers_entries_not_conserved"] == [lower]
     assert result["merger_inputs_not_conserved"] == [f"{lower}->{upper}"]
 
@@ -301,7 +297,7 @@ def test_many_failures_are_listed_up_to_twenty_and_said_up_to_ten():
     finals, producers, viewer = finals_of(topo)
     pp = _first_layer(finals, topo)
     pp["received"] = [n - 1 for n in pp["received"]]
-    result = judge(topo, finals, producers, viewer)
+    result = check_conservation(topo, finals, producers, viewer)
     assert result["producers_not_conserved"] == list(range(20))
     assert result["failed_checks"]["every_producer_sent_eq_received_eq_merged"] == (
         f"sent, received and merged-in counts differ for producers {list(range(10))}")
@@ -317,7 +313,7 @@ def test_failures_of_several_nodes_are_said_in_a_list():
         finals[m]["entries_merged"] += 1
     finals[firsts[0]]["malformed_messages"] = 1
     finals[firsts[1]]["malformed_messages"] = 2000
-    result = judge(topo, finals, producers, viewer)
+    result = check_conservation(topo, finals, producers, viewer)
     why = result["failed_checks"]
     assert why["every_merger_sent_eq_received_eq_merged"] == (
         "sent, received and merged-in counts differ between mergers "

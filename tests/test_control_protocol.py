@@ -8,7 +8,7 @@ import pytest
 import zmq
 
 from agent_helpers import Device, wait_until
-from conftest import ROOT
+from conftest import C_AGENT
 from flowstat.agent.control import ControlPool
 from flowstat.harness import wire
 from flowstat.harness.control import MAX_REQUEST_BYTES, ControlClient, RateTracker, parse_request
@@ -132,9 +132,6 @@ def test_stop_ends_the_node_with_exit_code_0_and_its_final_counters(merger):
         if got[-1].flags & wire.FLAG_EOS:
             break
     assert [(h.seq, h.n_inputs, bool(h.flags & wire.FLAG_EOS)) for h in got] == [(0, 2, False), (1, 1, False), (2, 0, True)]
-
-
-C_AGENT = ROOT / "collectors" / "c" / "build" / "flowstat-agent"
 
 
 def complete_lines(path) -> list[dict]:

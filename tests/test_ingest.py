@@ -18,7 +18,7 @@ from agent_helpers import wait_until
 from conftest import TOPOLOGIES
 from flowstat import schema
 from flowstat.schema import agent as agent_schema
-from store_readback import compare_es, compare_influx
+from store_readback import NODE_KEY, SEQ, compare_es, compare_influx, influx_points
 
 pytestmark = pytest.mark.integration
 
@@ -38,11 +38,6 @@ def run_file(runs_dir: Path, run_id: str) -> tuple[list[dict], list[dict]]:
     """The run file's samples and self-samples (the Python agent's), header left out."""
     lines = [json.loads(x) for x in (runs_dir / run_id / "samples.ndjson").read_text().splitlines()[1:]]
     return [d for d in lines if "flowstat_agent" not in d], [d["flowstat_agent"] for d in lines if "flowstat_agent" in d]
-
-
-def recorded(runs_dir: Path, run_id: str) -> dict[tuple[str, str, int], dict]:
-    """The run file's samples (the Python agent's) by (agent, node, seq)."""
-    return {(d["agent"], d["node_id"], d["seq"]): d for d in run_file(runs_dir, run_id)[0]}
 
 
 def influx_samples(stack, run_id: str) -> list[tuple]:
@@ -67,8 +62,7 @@ def es_samples(stack, run_id: str) -> list[tuple]:
 
 def influx_self_samples(stack, run_id: str, db: str = "flowstat") -> dict[tuple[str, int], dict]:
     """The agents' self-samples of the run in InfluxDB, by (agent, seq)."""
-    body = stack["influxdb"].query(f"SELECT * FROM \"flowstat_agent\" WHERE \"run_id\" = '{run_id}'", db)
-    rows = [dict(zip(s["columns"], row)) for s in body["results"][0].get("series", []) for row in s["values"]]
+    rows = influx_points(stack["influxdb"], db, "flowstat_agent", f"\"run_id\" = '{run_id}'")
     return {(r["agent"], r["seq"]): r for r in rows}
 
 
@@ -89,7 +83,6 @@ def agents_seqs(samples: list[tuple]) -> dict[tuple[str, str], list[int]]:
     return {k: sorted(v) for k, v in out.items()}
 
 
-NODE_KEY, SEQ = (lambda d: (d["node_id"], d["seq"])), (lambda d: d["seq"])
 
 
 def check_as_recorded(stack, run_id: str, samples: list[dict], selves: list[dict] = (), agent: str = "") -> None:
@@ -108,7 +101,7 @@ def check_as_recorded(stack, run_id: str, samples: list[dict], selves: list[dict
 def check_complete(stack, runs_dir: Path, run_id: str, summary: dict) -> None:
     """Every sample and every self-sample of both agents in both stores, each once, the Python
     agent's field by field as its run file recorded them."""
-    rec = recorded(runs_dir, run_id)
+    samples, selves = run_file(runs_dir, run_id)
     py_total = summary["agent"]["agent-py"]["samples"]
     c_total = summary["agent"]["agent-c"]["samples"]
     total = py_total + c_total
@@ -118,18 +111,16 @@ def check_complete(stack, runs_dir: Path, run_id: str, summary: dict) -> None:
         assert len(store) == total  # nothing lost, nothing twice
         for (agent, node), seqs in agents_seqs(store).items():
             assert seqs == list(range(len(seqs))), (agent, node)  # every seq exactly once
-    assert sum(1 for k in rec) == py_total
+    assert len({(d["agent"], d["node_id"], d["seq"]) for d in samples}) == py_total
     # the self-samples: seq 0.. per agent, as many as each says it emitted (at least the last, at exit)
     expected = {(f"flowstat-agent-{a}", seq) for a in ("py", "c")
                 for seq in range(summary["agent"][f"agent-{a}"]["self_samples"])}
     assert all(summary["agent"][f"agent-{a}"]["self_samples"] >= 1 for a in ("py", "c"))
     landed(lambda: set(influx_self_samples(stack, run_id)) >= expected, timeout=60, what="InfluxDB to hold every self-sample")
     landed(lambda: set(es_self_samples(stack, run_id)) >= expected, timeout=60, what="Elasticsearch to hold every self-sample")
-    recorded_selves = {("flowstat-agent-py", d["seq"]): d for d in run_file(runs_dir, run_id)[1]}
-    assert {k for k in expected if k[0] == "flowstat-agent-py"} == set(recorded_selves)
+    assert {k for k in expected if k[0] == "flowstat-agent-py"} == {("flowstat-agent-py", d["seq"]) for d in selves}
     for store in (influx_self_samples(stack, run_id), es_self_samples(stack, run_id)):
         assert set(store) == expected  # each once, nothing else
-    samples, selves = run_file(runs_dir, run_id)
     check_as_recorded(stack, run_id, samples, selves, agent="flowstat-agent-py")
 
 

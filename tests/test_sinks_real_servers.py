@@ -142,7 +142,7 @@ def test_every_field_an_agent_writes_reaches_both_stores_with_its_value(stack, a
     integers, many-digit numbers, timestamps), one answering garbage (control_errors), and a third
     sink down (send_failures, spooled_*, sinks_down) so that the self-sample's figures are not all 0."""
     from agent_helpers import FULL_REPLY, StubNode, free_port
-    from store_readback import compare_es, compare_influx
+    from store_readback import NODE_KEY, SEQ, compare_es, compare_influx
     from flowstat import schema
     from flowstat.schema import agent as agent_schema
 
@@ -160,8 +160,8 @@ def test_every_field_an_agent_writes_reaches_both_stores_with_its_value(stack, a
         for name, p, node in (("full", procs[0], full), ("garbage", procs[1], garbage))]}))
     written_path = tmp_path / "written.json"
     try:
-        # One self-sample, at exit: a periodic one can fall in the same millisecond as that last
-        # one, and InfluxDB, identifying a point by its series and time, would keep only one of them.
+        # One self-sample, at exit: its figures are the run's last (the garbage node's control
+        # errors, the sink that was down all along).
         out = subprocess.run([*AGENTS[agent], "--endpoints", str(endpoints), "--run-id", run_id, "--interval", "0.1",
                               "--count", "6", "--self-interval", "3600", "--quiet", "--drain-timeout", "0",
                               "--sink", f"influxdb://127.0.0.1:{influx.port}/{db}",
@@ -188,9 +188,8 @@ def test_every_field_an_agent_writes_reaches_both_stores_with_its_value(stack, a
     me = selves[0]
     assert me["control_errors"] > 0 and me["send_failures"] > 0 and me["sinks_down"] == 1 and me["spooled_samples"] > 0
 
-    node_key, seq = (lambda d: (d["node_id"], d["seq"])), (lambda d: d["seq"])
     where, query = f"\"run_id\" = '{run_id}'", {"term": {"run_id": run_id}}
-    compare_influx(influx, db, schema, samples, node_key, where)
-    compare_influx(influx, db, agent_schema, selves, seq, where)
-    compare_es(es, index, schema, samples, node_key, query)
-    compare_es(es, "flowstat-agents", agent_schema, selves, seq, query)
+    compare_influx(influx, db, schema, samples, NODE_KEY, where)
+    compare_influx(influx, db, agent_schema, selves, SEQ, where)
+    compare_es(es, index, schema, samples, NODE_KEY, query)
+    compare_es(es, "flowstat-agents", agent_schema, selves, SEQ, query)
