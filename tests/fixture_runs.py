@@ -28,16 +28,24 @@ ROOT = Path(__file__).resolve().parents[1]
 HEALTHY = {"duration": 12, "buffer_size": 100, "object": {"type": "TH1F", "size": "1kB"},
            "producers": {"count": 4, "rate": 100}, "mergers": 1}
 
+# A buffer of one message (and 4 kB of kernel buffers, which ZeroMQ's does not count: megabytes by
+# default) and 12,000 objects/s offered to a merger that takes at most 1,000/s on any machine (1 ms of
+# CPU per object): sends are refused all along (thesis section 5.1), the merger sets the pace.
+OVERLOAD = {"duration": 8, "buffer_size": 1, "kernel_buffer_size": "4kB", "object": {"type": "TH1F", "size": "1kB"},
+            "producers": {"count": 4, "rate": 3000}, "mergers": 1, "merge_cost": {"per_object": "1ms"}}
+
+# Twice what its merger can take, whatever the machine: on one twice as fast its merges still cost
+# 2 ms each; on one twice as slow they cost more, and its producers still offer 1,000/s with ease.
+BEHIND = {"duration": 12, "buffer_size": 100000, "object": {"type": "TH1F", "size": "1kB"},
+          "producers": {"count": 4, "rate": 250}, "mergers": 1, "merge_cost": {"per_object": "2ms"}}
+
 TOPOLOGIES = {
     # Paced well under what one merger takes: nothing overloads, latency stays in milliseconds.
     "healthy": HEALTHY,
-    # A buffer of one message and 12,000 objects/s offered: sends are refused (thesis section 5.1).
-    "overload": {"duration": 8, "buffer_size": 1, "object": {"type": "TH1F", "size": "1kB"},
-                 "producers": {"count": 4, "rate": 3000}, "mergers": 1},
-    # 1.6 GB/s of 1 MB objects offered to one merger that takes about 1 GB/s: its queue, latency and
-    # memory grow for the whole run (tests/test_online.py measured it).
-    "behind": {"duration": 12, "buffer_size": 100000, "object": {"type": "TH1F", "size": "1MB"},
-               "producers": {"count": 4, "rate": 400, "processes": 2}, "mergers": 1},
+    "overload": OVERLOAD,
+    # 1,000 objects/s offered to a merger that takes at most 500/s on any machine (2 ms of CPU per
+    # object): its queue, latency and memory grow for the whole run, by half the offered rate.
+    "behind": BEHIND,
     # The healthy run whose producer process is SIGKILLed once the agent sampled it three times: the
     # run breaks, and without the run-ending notice its nodes are reported DOWN.
     "killed": HEALTHY,

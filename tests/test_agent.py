@@ -113,7 +113,7 @@ def test_hung_and_garbage_control_sockets_cost_a_timeout_not_a_crash(tmp_path):
         {"node_id": f"n{i}", "role": "merger", "pid": p.pid, "control": node.endpoint}
         for i, (p, node) in enumerate(zip(procs, (hung, garbage, ok)))]}))
     try:
-        agent, _ = run_agent(tmp_path, [f"file://{tmp_path}/s.json?format=json"], count=4, interval=0.3,
+        agent, _ = run_agent(tmp_path, [f"file://{tmp_path}/s.json?format=json"], count=4, interval=0.5,
                              endpoints_files=[str(endpoints)])
     finally:
         for p in procs:

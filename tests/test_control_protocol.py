@@ -30,16 +30,17 @@ def test_parse_request_errors_are_texts():
     assert "exceeds" in parse_request(b" " * 70_000)[2]
 
 
-def test_rates_are_per_client():
+def test_rates_and_overload_episodes_are_per_client():
     tracker = RateTracker()
-    tracker.rates(b"a", 0)
-    tracker.rates(b"b", 0)
-    _, rate_a = tracker.rates(b"a", 1000)
-    _, rate_b = tracker.rates(b"b", 1000)
-    # each client sees the 1000 merged objects since its own previous request
-    assert rate_a > 0 and rate_b > 0
-    _, again = tracker.rates(b"a", 1000)
-    assert again == 0.0
+    tracker.interval(b"a", 0)
+    tracker.interval(b"b", 0)
+    a = tracker.interval(b"a", 1000, (3, 1))
+    b = tracker.interval(b"b", 1000, (3, 1))
+    # each client sees the 1000 merged objects and the overload episodes since its own previous request
+    assert a.merged_per_second > 0 and b.merged_per_second > 0
+    assert (a.send_overloads, a.receive_overloads) == (b.send_overloads, b.receive_overloads) == (3, 1)
+    again = tracker.interval(b"a", 1000, (5, 1))
+    assert again.merged_per_second == 0.0 and (again.send_overloads, again.receive_overloads) == (2, 0)
 
 
 # -- over a real socket, against a real node ------------------------------------------------------

@@ -15,6 +15,7 @@ import time
 import pytest
 import uproot
 
+import fixture_runs
 from conftest import ROOT, TOPOLOGIES, pid_alive, topology_dict
 from flowstat.harness.control import ControlClient
 from flowstat.harness.orchestrator import Orchestrator, run_topology
@@ -95,7 +96,8 @@ def test_every_run_is_monitored_and_recorded(runs_dir):
 
 
 def test_buffer_of_one_overloads_and_still_loses_nothing(runs_dir):
-    topo = from_dict(topology_dict(duration=3, buffer_size=1, producers={"count": 4, "rate": 3000}))
+    # 12,000/s offered to a merger that takes at most 1,000/s on any machine: refusals by construction
+    topo = from_dict(topology_dict(**{**fixture_runs.OVERLOAD, "duration": 3}))
     s = run_topology(topo, runs_dir=runs_dir)
     assert_no_loss(s)
     producers = [n for n in s["nodes"] if n["role"] == "producer"]

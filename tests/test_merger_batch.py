@@ -87,11 +87,14 @@ class Pair:
                 assert entries_of(da, xb) == hb.entries
         return got_b
 
-    def pusher(self):
-        """A PUSH socket to the batched merger (closed with the pair, even when a test fails)."""
-        push = self.ctx.socket(zmq.PUSH)
+    def pusher(self, inproc: str | None = None):
+        """A PUSH socket to the batched merger (closed with the pair, even when a test fails); over
+        ``inproc`` (an address the merger's data socket binds too) in the merger's own context."""
+        if inproc:
+            self.batched.data.bind(inproc)
+        push = (self.batched.ctx if inproc else self.ctx).socket(zmq.PUSH)
         push.setsockopt(zmq.LINGER, 0)
-        push.connect(self.batched.data_endpoint)
+        push.connect(inproc or self.batched.data_endpoint)
         self.pushers.append(push)
         return push
 
@@ -240,7 +243,9 @@ def test_received_from_the_socket_in_batches(pair_of):
             *rounds(H1, [10, 11], range(301, 400)), obj(TREE, 10, 400), obj(TREE, 11, 400),
             wire.encode_eos(10, 401), wire.encode_eos(11, 401)]
     m = pair.batched
-    push = pair.pusher()
+    # Over inproc, a message sent is already in the merger's queue: all of them are there before it
+    # reads, so the batches it reads are full whatever the speed of ZeroMQ's I/O threads.
+    push = pair.pusher("inproc://batches")
     for msg in msgs:
         push.send_multipart(msg.frames if isinstance(msg, Multipart) else [msg])
     deadline = time.monotonic() + 10
@@ -262,11 +267,7 @@ def test_a_turn_of_reading_ends_in_time_for_the_control_socket(pair_of, monkeypa
     pair = pair_of(producers)
     m = pair.batched
     # Over inproc, a message sent is already in the merger's queue: all 800 are queued before it reads.
-    m.data.bind("inproc://turn")
-    push = m.ctx.socket(zmq.PUSH)
-    pair.pushers.append(push)
-    push.setsockopt(zmq.LINGER, 0)
-    push.connect("inproc://turn")
+    push = pair.pusher("inproc://turn")
     for msg in rounds(H1, producers, range(100)):
         push.send(msg)
     monkeypatch.setattr(merger_module, "TURN_S", 0.0)
@@ -275,3 +276,7 @@ def test_a_turn_of_reading_ends_in_time_for_the_control_socket(pair_of, monkeypa
     monkeypatch.setattr(merger_module, "TURN_S", 10.0)
     m.drain_input()  # the other 544, in one turn: it ends when the queue is empty
     assert m.objects_received == 800 and not m.receive_overloaded() and m.merges == 100
+    # Over, but each monitor is told once that it happened since it last asked; check-state says now.
+    flags = lambda client: m.answer(client, "get-metrics", {"command": "get-metrics"}, None)["receive_buffer_overloaded"]  # noqa: E731
+    assert [flags(b"agent-a"), flags(b"agent-a"), flags(b"agent-b"), flags(b"agent-b")] == [True, False, True, False]
+    assert m.answer(b"agent-c", "check-state", {"command": "check-state"}, None)["receive_buffer_overloaded"] is False

@@ -19,7 +19,7 @@ import pytest
 import fixture_runs as fx
 from conftest import ROOT, topology_dict
 from flowstat import cli
-from flowstat.harness.orchestrator import AgentOptions, run_topology
+from flowstat.harness.orchestrator import run_topology
 from flowstat.harness.topology import from_dict
 from flowstat.report import _alerts, load
 from flowstat.report.build import write_report
@@ -38,15 +38,12 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
     """A healthy run (2 mergers keep up with 8 paced producers) and one whose producers overload a
-    buffer of one message (4 producers at 3,000/s: the merger sets their pace)."""
+    buffer of one message (fx.OVERLOAD: 12,000/s offered to a merger that takes at most
+    1,000/s on any machine, and sets their pace)."""
     d = tmp_path_factory.mktemp("runs")
     healthy = run_topology(from_dict(topology_dict(run_id="healthy", duration=8, mergers=2,
                                                    producers={"count": 8, "rate": 100})), runs_dir=d)
-    # Sampled every 0.2 s: send_buffer_overloaded is the moment's state (a send being retried), which
-    # eight samples a second apart can all miss.
-    overload = run_topology(from_dict(topology_dict(run_id="overload", duration=8, buffer_size=1,
-                                                    producers={"count": 4, "rate": 3000})), runs_dir=d,
-                            agent=AgentOptions(interval_s=0.2))
+    overload = run_topology(from_dict(topology_dict(**{**fx.OVERLOAD, "run_id": "overload"})), runs_dir=d)
     assert healthy["ok"] and overload["ok"]
     return {"healthy": Path(healthy["run_dir"]), "overload": Path(overload["run_dir"])}
 
@@ -204,7 +201,8 @@ def test_a_report_of_several_runs_has_the_thesis_table_numpy_agrees_with(runs, b
     rate_plots = browser.execute_script("""
         return [...Bokeh.index.all_views()].filter(v => v.model instanceof Bokeh.Models.get('Plot')
             && v.model.title.text.startsWith('merged_objects_per_second in the steady state against')).length""")
-    assert rate_plots == 4  # producers, rate, buffer size, mergers differ
+    # producers, rate, buffer size, mergers, kernel buffers and the merge cost per object differ
+    assert rate_plots == 6
     screenshot(browser, "two-runs-table")
 
 

@@ -105,6 +105,14 @@ def test_even_split_and_explicit_assignment():
     ({"kernel_buffer_size": 4096.0}, "kernel_buffer_size"),
     ({"kernel_buffer_size": 2**31}, "kernel_buffer_size"),  # SO_SNDBUF takes a C int
     ({"kernel_buffer_size": "3GB"}, "kernel_buffer_size"),
+    ({"merge_cost": "1ms"}, "merge_cost"),
+    ({"merge_cost": {"per_object": "1 parsec"}}, "merge_cost.per_object"),
+    ({"merge_cost": {"per_object": -0.001}}, "merge_cost.per_object"),
+    ({"merge_cost": {"per_object": True}}, "merge_cost.per_object"),
+    ({"merge_cost": {"per_MB": "5 kB"}}, "merge_cost.per_MB"),
+    ({"merge_cost": {"factor": 0.5}}, "merge_cost.factor"),
+    ({"merge_cost": {"factor": "3"}}, "merge_cost.factor"),
+    ({"merge_cost": {"per_merge": "1ms"}}, "merge_cost.per_merge"),
 ])
 def test_errors_name_the_field(change, field):
     with pytest.raises(TopologyError) as err:
@@ -180,3 +188,19 @@ def test_kernel_buffer_size_is_recorded_only_when_set():
 
     assert "kernel_buffer_bytes" not in parameters(from_dict(topology_dict()))
     assert parameters(from_dict(topology_dict(kernel_buffer_size="4KiB")))["kernel_buffer_bytes"] == 4096
+
+
+@pytest.mark.parametrize("given,per_object_s,per_byte_s,factor", [
+    ({"per_object": "1ms"}, 1e-3, 0.0, 1.0),
+    ({"per_object": 0.002, "per_MB": "250us"}, 2e-3, 250e-6 / 1e6, 1.0),
+    ({"factor": 3}, 0.0, 0.0, 3.0),
+    ({"per_object": "1.5 ms", "per_MB": "2ms", "factor": 2.5}, 1.5e-3, 2e-3 / 1e6, 2.5),
+])
+def test_merge_cost_is_read_in_seconds_per_object_and_per_byte(given, per_object_s, per_byte_s, factor):
+    c = from_dict(topology_dict(merge_cost=given)).merge_cost
+    assert (c.per_object_s, c.per_byte_s, c.factor) == pytest.approx((per_object_s, per_byte_s, factor), rel=1e-12)
+
+
+def test_a_merge_cost_that_adds_nothing_is_none():
+    assert from_dict(topology_dict()).merge_cost is None
+    assert from_dict(topology_dict(merge_cost={"per_object": 0, "factor": 1})).merge_cost is None

@@ -34,3 +34,18 @@ def format_size(nbytes: float) -> str:
         if nbytes >= factor:
             return f"{nbytes / factor:.3g} {unit}"
     return f"{int(nbytes)} B"
+
+
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0}
+_DURATION_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(ns|us|µs|ms|s)\s*$")
+
+
+def parse_duration(value: object) -> float:
+    """Seconds for a duration: a number of seconds, or a string with a unit (ns, us, ms, s), >= 0."""
+    if not isinstance(value, bool) and isinstance(value, (int, float)) and value >= 0:
+        return float(value)
+    if isinstance(value, str):
+        m = _DURATION_RE.match(value)
+        if m:
+            return float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+    raise ValueError(f"expected a duration such as 1ms, 250us or a number of seconds (>= 0), got {value!r}")

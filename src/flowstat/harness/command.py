@@ -103,6 +103,7 @@ def configure_validate(p: argparse.ArgumentParser) -> None:
 
 
 def validate(args: argparse.Namespace) -> int:
+    from flowstat.schema.run import merge_cost_text
     from flowstat.units import format_size
 
     from .summary import mergers_text, parameters
@@ -116,9 +117,11 @@ def validate(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             status = 2
             continue
+        cost = merge_cost_text(parameters(t))
         print(f"{path}: OK - {t.n_producers} producers x {t.rate:g} obj/s in {t.producer_processes} process(es), "
               f"{mergers_text(parameters(t))}, {t.obj.kind.name} {format_size(t.obj.nbytes)} {list(t.obj.shape)}, "
-              f"buffer {t.buffer_size}, {t.duration:g} s" + (f", pinned {t.cpus_text()}" if t.cpus else ""))
+              f"buffer {t.buffer_size}, {t.duration:g} s" + (f", pinned {t.cpus_text()}" if t.cpus else "")
+              + (f", {cost}" if cost else ""))
     return status
 
 

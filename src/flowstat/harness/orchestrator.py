@@ -266,7 +266,7 @@ class Orchestrator:
                 dev = self.spawn(name, "merger", {
                     "index": index, "layer": li, "producers": sources, "buffer_size": buffer_size,
                     "send_buffer": topo.merger_send_buffer, "downstream_endpoint": endpoints[downstream[name]],
-                    **extra})
+                    "merge_cost": topo.merge_cost.config() if topo.merge_cost else None, **extra})
                 endpoints[name] = self.wait_ready(dev)["data"]
 
     def write_endpoints(self) -> None:

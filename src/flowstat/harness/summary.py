@@ -85,6 +85,10 @@ def parameters(topo: "Topology") -> dict[str, Any]:
         out["cpus"] = topo.cpus_text()
     if topo.kernel_buffer_size is not None:
         out["kernel_buffer_bytes"] = topo.kernel_buffer_size
+    if topo.merge_cost:
+        c = topo.merge_cost
+        out.update(merge_cost_per_object_ms=round(c.per_object_s * 1e3, 6), merge_cost_per_mb_ms=round(c.per_byte_s * 1e9, 6),
+                   merge_cost_factor=c.factor)
     return out
 
 
@@ -191,7 +195,8 @@ def format_summary(s: dict[str, Any]) -> str:
     lines = [
         f"run {s['run_id']}: {s['seconds']:.1f} s, {p['producers']} producers x {p['rate_per_producer']:g} obj/s "
         f"({'unlimited' if not p['rate_per_producer'] else 'paced'}), {p['object_type']} "
-        f"{format_size(p['object_bytes'])}, buffer {p['buffer_size']}, {mergers_text(p)}",
+        f"{format_size(p['object_bytes'])}, buffer {p['buffer_size']}, {mergers_text(p)}"
+        + (f", {run_schema.merge_cost_text(p)}" if run_schema.merge_cost_text(p) else ""),
         "",
         f"{'node':<16} {'role':<9} {'sent':>11} {'received':>11} {'merged':>11} {'overloads':>9} "
         f"{'gaps':>5} {'avg merge ms':>12} {'merged/s':>10} {'p99 wait ms':>11}",

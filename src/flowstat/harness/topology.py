@@ -17,8 +17,9 @@ import yaml
 
 from flowstat.proc.procfs import format_cpu_list
 from flowstat.schema.run import AFFINITY_ROLES
-from flowstat.units import parse_size
+from flowstat.units import parse_duration, parse_size
 
+from .mergecost import MergeCost
 from .qcobjects import DEFAULT_TREE_BRANCHES, KIND_NAMES, Kind, ObjectDesc, make_desc, shape_for_size
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -97,6 +98,8 @@ class Topology:
     kernel_buffer_size: int | None = None
     # Mergers in each layer above the first (merger_layers:); () for one layer.
     merger_layers: tuple[int, ...] = ()
+    # CPU time every merger spends on each merge beyond its own (merge_cost:); None: none added.
+    merge_cost: MergeCost | None = None
 
     def layers(self) -> list[tuple[str, ...]]:
         """The mergers' node ids, layer by layer: the first layer (fed by the producers), then each
@@ -249,6 +252,21 @@ def _kernel_buffer(source: str, data: Any) -> int | None:
     return size
 
 
+def _merge_cost(source: str, data: Any) -> MergeCost | None:
+    """merge_cost: CPU time added to every merge (see mergecost); absent or all zero: None."""
+    if data is None:
+        return None
+    f = _Fields(source, "merge_cost", data, {"per_object", "per_MB", "factor"})
+    times = {}
+    for key in ("per_object", "per_MB"):
+        try:
+            times[key] = parse_duration(f.get(key, 0))
+        except ValueError as exc:
+            f.fail(f"merge_cost.{key}", str(exc))
+    factor = float(f.number("factor", 1, minimum=1))
+    return MergeCost(times["per_object"], times["per_MB"] / 1e6, factor) or None
+
+
 def _merger_specs(source: str, data: Any, n_producers: int) -> tuple[MergerSpec, ...]:
     def fail(where: str, msg: str):
         raise TopologyError(f"{source}: {where}: {msg}")
@@ -370,7 +388,7 @@ def _cpu_pins(source: str, data: Any, nodes: dict[str, str]) -> dict[str, frozen
 def from_dict(data: Any, source: str = IN_CODE) -> Topology:
     top = _Fields(source, "", data, {"run_id", "description", "duration", "buffer_size", "object",
                                      "producers", "mergers", "merger_layers", "viewer", "merger_send_buffer",
-                                     "host", "cpus", "kernel_buffer_size"})
+                                     "host", "cpus", "kernel_buffer_size", "merge_cost"})
     run_id = top.get("run_id", required=True)
     if not isinstance(run_id, str) or not RUN_ID_RE.match(run_id):
         top.fail("run_id", f"expected letters, digits, '.', '_', '-' (max 100), got {run_id!r}")
@@ -396,7 +414,8 @@ def from_dict(data: Any, source: str = IN_CODE) -> Topology:
         top.fail("description", f"expected text, got {description!r}")
     topo = Topology(run_id, duration, buffer_size, obj, n_producers, rate, processes, mergers,
                     send_buffer, write_interval, host, source, description, data, merger_layers=layers,
-                    kernel_buffer_size=_kernel_buffer(source, top.get("kernel_buffer_size", None)))
+                    kernel_buffer_size=_kernel_buffer(source, top.get("kernel_buffer_size", None)),
+                    merge_cost=_merge_cost(source, top.get("merge_cost", None)))
     # The node names a cpus: key may use depend on everything above: it is read last.
     pins = _cpu_pins(source, top.get("cpus", None), topo.node_roles())
     return replace(topo, cpus=pins) if pins else topo

@@ -73,12 +73,18 @@ class Parameter:
     path: tuple[str, ...]
     label: str
     unit: str | None
+    default: object = None  # what the run document's absence of it means
+
+    def of(self, doc: dict):
+        """Its value in a run document (its default where the document has none)."""
+        got = value(doc, self.path)
+        return self.default if got is None else got
 
 
 def parameters() -> list[Parameter]:
     """What was run: the run schema's parameters (the object's shape, an array, follows from its type and
     size), and the machine's CPUs."""
-    return [Parameter(leaf.path, leaf.name, leaf.unit) for leaf in run_schema.leaves()
+    return [Parameter(leaf.path, leaf.name, leaf.unit, leaf.default) for leaf in run_schema.leaves()
             if (leaf.path[0] == "parameters" and leaf.type != "array") or leaf.path == ("machine", "cpus")]
 
 
@@ -95,4 +101,4 @@ def value(doc: dict, path: tuple[str, ...]):
 
 def varying(runs: list[Run]) -> list[Parameter]:
     """The parameters whose values differ between the runs (none for one run)."""
-    return [p for p in parameters() if len({repr(value(r.doc, p.path)) for r in runs}) > 1]
+    return [p for p in parameters() if len({p.of(r.doc) for r in runs}) > 1]  # 0 == 0.0: the same

@@ -125,7 +125,7 @@ def thesis_table(page: Page, runs: list[Run], windows: list[Window], stats: list
             + ["merger samples", "steady state (s)"])
     rows = []
     for run, window, st in zip(runs, windows, stats):
-        cells = [run.name] + [value(run.doc, p.path) for p in params]
+        cells = [run.name] + [p.of(run.doc) for p in params]
         cells += [_stat_cell(m, st[m]) for m in THESIS_METRICS]
         cells += [max(st[m].n for m in THESIS_METRICS), window.text()]
         rows.append(cells)

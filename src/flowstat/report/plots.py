@@ -24,7 +24,7 @@ from bokeh.plotting import figure
 
 from flowstat import schema
 
-from .figures import RATE, Parameter, Stat, Window, titled, value
+from .figures import RATE, Parameter, Stat, Window, titled
 from .load import Metric, Run, Series, metrics
 from .reduce import envelope, minmax, on_spans
 
@@ -204,7 +204,7 @@ def plot(run: Run, plan: Plan, window: Window, budget: int) -> Plot:
 def rate_plot(param: Parameter, runs: list[Run], stats: list[Stat]) -> figure:
     """The runs' steady merged objects/s (mean, and a whisker of one standard deviation) against a
     parameter that differs between them (as the thesis's figure 29)."""
-    xs = [value(r.doc, param.path) for r in runs]
+    xs = [param.of(r.doc) for r in runs]
     numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs)
     kw = {} if numeric else {"x_range": sorted({str(x) for x in xs})}
     p = figure(title=f"{RATE} in the steady state against {param.label}", height=300, width=640, tools=TOOLS,

@@ -30,6 +30,7 @@ class Leaf:
     influx: str | None  # tag, field, time, or None: not in the InfluxDB point
     unit: str | None
     description: str
+    default: object = None  # what an absent field means (the schema's "default"), None: nothing
 
     @property
     def name(self) -> str:
@@ -47,7 +48,8 @@ def _walk(props: dict, path: tuple[str, ...]) -> list[Leaf]:
         if p["type"] == "object":
             out += _walk(p["properties"], path + (key,))
         else:
-            out.append(Leaf(path + (key,), p["type"], p.get("x-influx"), p.get("x-unit"), p["description"]))
+            out.append(Leaf(path + (key,), p["type"], p.get("x-influx"), p.get("x-unit"), p["description"],
+                            p.get("default")))
     return out
 
 
@@ -95,6 +97,15 @@ def mergers_text(p: dict) -> str:
     return f"{p['mergers']} merger{'s' if p['mergers'] != 1 else ''}"
 
 
+def merge_cost_text(p: dict) -> str:
+    """The run's added merge cost, "" when none: "merges +1 ms/object +2 ms/MB x3"."""
+    parts = [f"+{p[key]:g} ms/{unit}" for key, unit in (("merge_cost_per_object_ms", "object"),
+                                                       ("merge_cost_per_mb_ms", "MB")) if p.get(key)]
+    if p.get("merge_cost_factor", 1) != 1:
+        parts.append(f"x{p['merge_cost_factor']:g}")
+    return f"merges {' '.join(parts)}" if parts else ""
+
+
 def label(doc: dict) -> str:
     """The run's ``label``: its id, then what was run (or where, for a run without parameters)."""
     p = doc.get("parameters") or {}
@@ -102,6 +113,8 @@ def label(doc: dict) -> str:
         rate = f"{p['rate_per_producer']:g}/s" if p["rate_per_producer"] else "unthrottled"
         what = (f"{p['producers']} x {rate} {p['object_type']} {_size_text(p['object_bytes'])}, "
                 f"buffer {p['buffer_size']}, {mergers_text(p)}")
+        cost = merge_cost_text(p)
+        what += f", {cost}" if cost else ""
     else:
         what = f"recorded on {doc.get('host', 'an unknown host')}"
     return f"{doc['run_id']}{LABEL_SEPARATOR}{what}"

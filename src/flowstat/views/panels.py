@@ -197,7 +197,7 @@ RUN_VIEW = View(
                               "queue not emptied in a read cycle."),
             Panel("Buffer overloaded", (Metric("send_buffer_overloaded", "last", label="send"),
                                         Metric("receive_buffer_overloaded", "last", label="receive")),
-                  kind="state-timeline", description="The nodes' overload flags at each sample."),
+                  kind="state-timeline", description="Whether a node's buffer overloaded at any moment since the sample before."),
             Panel("Node state", (Metric("node_state", "last"),), kind="state-timeline", width=24),
         )),
     ),

@@ -36,6 +36,7 @@ import zmq
 
 from .. import wire
 from ..latency import CHUNK, LatencyRecorder
+from ..mergecost import MergeCost
 from ..qcobjects import DTYPE, Kind, merge
 from .node import Node
 
@@ -71,10 +72,11 @@ class Slot:
 
     __slots__ = ("desc", "kind", "ndim", "nbytes", "is_tree", "descriptor", "payload_offset", "message_length",
                  "static_columns", "static_words", "merged_header", "total", "arrays", "held", "held_from", "entries",
-                 "n_inputs", "merge_ns")
+                 "n_inputs", "merge_ns", "cost")
 
-    def __init__(self, desc, producers: int):
+    def __init__(self, desc, producers: int, cost: MergeCost | None = None):
         self.desc = desc
+        self.cost = cost  # CPU time added to every merge step (the topology's merge_cost)
         self.kind, self.ndim, self.nbytes = int(desc.kind), len(desc.shape), desc.nbytes
         self.is_tree = desc.kind is Kind.TTree
         self.descriptor = wire.descriptor_bytes(desc)  # packed once: every merged object carries it
@@ -109,6 +111,8 @@ class Slot:
             self.total = np.array(data, dtype=DTYPE)  # a copy: data is the network's
         else:
             np.add(self.total, data, out=self.total)
+        if self.cost is not None:
+            self.cost.spend(1, data.nbytes, time.perf_counter_ns() - t0)
         self.merge_ns += time.perf_counter_ns() - t0
         self.held += 1
         self.held_from[local] += 1
@@ -135,6 +139,8 @@ class Slot:
             sums.append(np.add.reduce(rows[tail:], axis=0))
         if self.total is not None:
             np.add(sums[0], self.total, out=sums[0])
+        if self.cost is not None:
+            self.cost.spend(k, rows.nbytes, time.perf_counter_ns() - t0)
         ns_each = (time.perf_counter_ns() - t0) // len(sums)
         group_entries = self.group_sums(entries, head, whole, required, tail, float)
         group_inputs = self.group_sums(n_inputs.astype(np.int64), head, whole, required, tail, int)
@@ -177,6 +183,8 @@ class Slot:
             data = merge(self.desc, [a.reshape(self.desc.shape) for a in self.arrays])
         else:
             data = self.total.reshape(self.desc.shape)
+        if self.cost is not None and self.is_tree:  # per object and per byte: paid as each was added
+            self.cost.spend(0, 0, time.perf_counter_ns() - t0)
         ms = (self.merge_ns + time.perf_counter_ns() - t0) / 1e6
         merged_in += self.held_from
         done = Merged(self, data, self.entries, self.n_inputs, self.held, ms)
@@ -244,6 +252,7 @@ class Merger(Node):
         self.local_of_sorted = np.array([self.local[p] for p in sorted(self.producers)], dtype=np.int64)
         n = len(self.producers)
         self.required = n  # merge when holding as many objects as producers
+        self.merge_cost = MergeCost.from_config(config.get("merge_cost"))
         self.receive_buffer_size = config["buffer_size"]
         self.send_buffer_size = config["send_buffer"]
         self.data = self.ctx.socket(zmq.PULL)
@@ -304,6 +313,9 @@ class Merger(Node):
     def receive_overloaded(self) -> bool:
         return self.recv_is_overloaded
 
+    def overload_events(self) -> tuple[int, int]:
+        return self.send_overload_events, self.receive_overload_events
+
     def objects_held(self) -> int:
         """Objects received and waiting for their counterparts from the other producers: not the
         input queue (see in_flight)."""
@@ -356,13 +368,25 @@ class Merger(Node):
             self.recv_is_overloaded = True
             self.receive_overload_events += 1
 
+    def batch_size(self) -> int:
+        """How many messages to read at once: CHUNK, or, when merges are made dearer (merge_cost), as
+        many as cost at most TURN_S of added CPU time (at least one), so that the control socket
+        still gets its turn several times a second however dear a merge is."""
+        cost = self.merge_cost
+        if cost is None:
+            return CHUNK
+        if cost.per_byte_s and not self.objects_received:
+            return 1  # the objects' size is not known yet
+        each_ns = cost.extra_ns(1, self.bytes_received // max(1, self.objects_received), 0)
+        return CHUNK if each_ns <= 0 else max(1, min(CHUNK, int(TURN_S * 1e9) // each_ns))
+
     def receive_batch(self) -> tuple[list, list[int], bool]:
-        """Up to CHUNK messages, the positions of those not of the common length (or saying a payload
-        frame follows), and whether the queue is empty. Those are read whole (Multipart) here, while
+        """Up to batch_size() messages, the positions of those not of the common length (or saying a
+        payload frame follows), and whether the queue is empty. Those are read whole (Multipart) here, while
         the socket can still tell where a message ends: asking it costs more than a message."""
         recv, length, batch, unusual = self.data.recv, self.common_length, [], []
         append, flag = batch.append, wire.FLAG_PAYLOAD_FRAME
-        for _ in range(CHUNK):
+        for _ in range(self.batch_size()):
             try:
                 buf = recv(zmq.NOBLOCK)
             except zmq.Again:
@@ -629,7 +653,7 @@ class Merger(Node):
             log.error("%s: object %r arrives with another binning; it cannot be merged", self.node_id, desc.name)
             return None
         self.names_by_key[name] = key
-        slot = self.slots[key[2:]] = Slot(desc, len(self.producers))
+        slot = self.slots[key[2:]] = Slot(desc, len(self.producers), self.merge_cost)
         return slot
 
     def bad_message(self, why: str) -> None:

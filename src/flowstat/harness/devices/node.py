@@ -19,7 +19,7 @@ import zmq
 from flowstat.proc.procfs import die_with_parent, raise_fd_limit, vmrss_kb
 from flowstat.timeutil import iso_utc_ms
 
-from ..control import RateTracker, serve_requests
+from ..control import Interval, RateTracker, serve_requests
 from ..latency import LatencyRecorder
 
 log = logging.getLogger("flowstat.device")
@@ -122,9 +122,9 @@ class Node:
             elif command == "get-metrics":
                 assert request is not None
                 self.on_metrics_request(request)
-                reply = self.state_fields()
-                cpu_hz, merged_rate = self.rates.rates(client, self.merged_total())
-                reply.update(self.metric_fields(cpu_hz, merged_rate))
+                since = self.rates.interval(client, self.merged_total(), self.overload_events())
+                reply = self.state_fields(since)
+                reply.update(self.metric_fields(since.cpu_hz, since.merged_per_second))
                 if self.latency is not None:
                     reply.update(self.latency.interval(client))
             elif command == "start":
@@ -163,7 +163,9 @@ class Node:
     def on_start(self) -> dict:
         return self.state_fields()
 
-    def state_fields(self) -> dict[str, Any]:
+    def state_fields(self, since: Interval | None = None) -> dict[str, Any]:
+        """The node's state; its overload flags say whether a buffer is overloaded now, and, given
+        the client's interval (get-metrics), whether one was at any moment of it."""
         return {
             "command": None,
             "node_id": self.node_id,
@@ -172,9 +174,9 @@ class Node:
             "request_timestamp": None,
             "response_timestamp": None,
             "receive_buffer_size": self.receive_buffer_size,
-            "receive_buffer_overloaded": self.receive_overloaded(),
+            "receive_buffer_overloaded": self.receive_overloaded() or bool(since and since.receive_overloads),
             "send_buffer_size": self.send_buffer_size,
-            "send_buffer_overloaded": self.send_overloaded(),
+            "send_buffer_overloaded": self.send_overloaded() or bool(since and since.send_overloads),
         }
 
     def metric_fields(self, cpu_hz: float, merged_rate: float) -> dict[str, Any]:
@@ -208,6 +210,10 @@ class Node:
 
     def send_overloaded(self) -> bool:
         return False
+
+    def overload_events(self) -> tuple[int, int]:
+        """Overload episodes so far: on sends, on the input (each counts once, however long)."""
+        return 0, 0
 
     def receive_overloaded(self) -> bool:
         return False

@@ -74,7 +74,7 @@ class Producer(Node):
             "producers": len(self.channels),
             "objects_sent": sent,
             "bytes_sent": sent * self.message_bytes,
-            "send_overload_events": sum(c.overload_events for c in self.channels),
+            "send_overload_events": self.overload_events()[0],
             "pending_objects": sum(1 for c in self.channels if c.pending is not None),
             "undelivered_objects": self.undelivered,
             "to_mergers": self.to_mergers(),
@@ -92,6 +92,9 @@ class Producer(Node):
 
     def send_overloaded(self) -> bool:
         return any(c.overloaded for c in self.channels)
+
+    def overload_events(self) -> tuple[int, int]:
+        return sum(c.overload_events for c in self.channels), 0
 
     def on_start(self) -> dict:
         if self.state == "READY":
