@@ -260,7 +260,7 @@ def bench_latency(stack, seconds: float) -> dict:
         es = stack["elasticsearch"].url
         last = 0
         while not stop.is_set():
-            body = requests.post(f"{es}/flowstat-samples/_search", json={
+            body = requests.post(f"{es}/flowstat-samples*/_search", json={
                 "size": 10000, "_source": ["node_id", "seq", "time"], "query": {"bool": {"filter": [
                     {"term": {"run_id": run_id}}, {"range": {"time": {"gte": last}}}]}}}, timeout=10).json()
             now = time.time()

@@ -21,12 +21,12 @@ def test_replay_loads_every_run_of_the_campaign(stack, tmp_path):
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "campaign: 2 runs loaded into elasticsearch, influxdb" in result.stdout
-    requests.post(f"{es}/flowstat-samples/_refresh", timeout=30)
+    requests.post(f"{es}/flowstat-samples*/_refresh", timeout=30)
     for size in (10, 100):
         run_id = f"replayed-buffer-size-{size}"
         recorded = sum(1 for line in (out / "runs" / run_id / "samples.ndjson").read_text().splitlines()[1:]
                        if '"node_id"' in line)
-        n_es = requests.post(f"{es}/flowstat-samples/_count", json={"query": {"term": {"run_id": run_id}}},
+        n_es = requests.post(f"{es}/flowstat-samples*/_count", json={"query": {"term": {"run_id": run_id}}},
                              timeout=30).json()["count"]
         body = stack["influxdb"].query(f"SELECT count(\"seq\") FROM \"flowstat_node\" WHERE \"run_id\" = '{run_id}'",
                                        "flowstat")

@@ -91,7 +91,7 @@ def written(stack, alerting) -> dict:
             assert writer.write(writer.encode(samples(run_id, t0, overloaded)), 5).accepted == 5
     finally:
         writer.close()
-    requests.post(f"{stack['elasticsearch'].url}/flowstat-samples/_refresh", timeout=30).raise_for_status()
+    requests.post(f"{stack['elasticsearch'].url}/flowstat-samples*/_refresh", timeout=30).raise_for_status()
     return {"written_at": time.time(), **runs}
 
 

@@ -14,9 +14,12 @@ from pathlib import Path
 import pytest
 import requests
 
+import grafana_expand as gx
 from agent_helpers import wait_until
 from conftest import TOPOLOGIES
 from flowstat import schema
+from flowstat.views import influxql
+from flowstat.views.panels import RUN_VIEW
 from flowstat.schema import agent as agent_schema
 from store_readback import NODE_KEY, SEQ, compare_es, compare_influx, influx_points
 
@@ -52,8 +55,8 @@ def influx_samples(stack, run_id: str) -> list[tuple]:
 
 def es_samples(stack, run_id: str) -> list[tuple]:
     es = stack["elasticsearch"]
-    requests.post(f"{es.url}/flowstat-samples/_refresh", timeout=30)
-    body = requests.post(f"{es.url}/flowstat-samples/_search", json={
+    requests.post(f"{es.url}/flowstat-samples*/_refresh", timeout=30)
+    body = requests.post(f"{es.url}/flowstat-samples*/_search", json={
         "size": 10000, "query": {"term": {"run_id": run_id}}, "_source": ["agent", "node_id", "seq", "vmrss_kb"]},
         timeout=30).json()
     return [(h["_source"]["agent"], h["_source"]["node_id"], h["_source"]["seq"], h["_source"].get("vmrss_kb"))
@@ -69,8 +72,8 @@ def influx_self_samples(stack, run_id: str, db: str = "flowstat") -> dict[tuple[
 def es_self_samples(stack, run_id: str) -> dict[tuple[str, int], dict]:
     """The agents' self-samples of the run in Elasticsearch (index flowstat-agents), by (agent, seq)."""
     es = stack["elasticsearch"]
-    requests.post(f"{es.url}/flowstat-agents/_refresh", timeout=30)
-    body = requests.post(f"{es.url}/flowstat-agents/_search", json={"size": 10000, "query": {"term": {"run_id": run_id}}},
+    requests.post(f"{es.url}/flowstat-agents*/_refresh", timeout=30)
+    body = requests.post(f"{es.url}/flowstat-agents*/_search", json={"size": 10000, "query": {"term": {"run_id": run_id}}},
                          timeout=30).json()
     hits = body.get("hits", {}).get("hits", [])  # no index yet: nothing has arrived
     return {(h["_source"]["agent"], h["_source"]["seq"]): h["_source"] for h in hits}
@@ -92,10 +95,10 @@ def check_as_recorded(stack, run_id: str, samples: list[dict], selves: list[dict
     where = f"\"run_id\" = '{run_id}'" + (f" AND \"agent\" = '{agent}'" if agent else "")
     query = {"bool": {"filter": [{"term": {"run_id": run_id}}] + ([{"term": {"agent": agent}}] if agent else [])}}
     compare_influx(influx, "flowstat", schema, {NODE_KEY(d): d for d in samples}, NODE_KEY, where)
-    compare_es(es, "flowstat-samples", schema, {NODE_KEY(d): d for d in samples}, NODE_KEY, query)
+    compare_es(es, "flowstat-samples*", schema, {NODE_KEY(d): d for d in samples}, NODE_KEY, query)
     if selves:
         compare_influx(influx, "flowstat", agent_schema, {SEQ(d): d for d in selves}, SEQ, where)
-        compare_es(es, "flowstat-agents", agent_schema, {SEQ(d): d for d in selves}, SEQ, query)
+        compare_es(es, "flowstat-agents*", agent_schema, {SEQ(d): d for d in selves}, SEQ, query)
 
 
 def check_complete(stack, runs_dir: Path, run_id: str, summary: dict) -> None:
@@ -136,6 +139,53 @@ def test_live_run_lands_once_in_both_stores(stack, runs_dir):
     check_complete(stack, runs_dir, "live", summary)
 
 
+def es_run_document(stack, run_id: str) -> dict | None:
+    resp = requests.get(f"{stack['elasticsearch'].url}/flowstat-runs/_doc/{run_id}", timeout=10)
+    return resp.json()["_source"] if resp.status_code == 200 else None
+
+
+def influx_run_labels(stack) -> dict[str, str]:
+    """What Grafana's run variable lists (its own query, expanded as Grafana does): run id -> label."""
+    body = stack["influxdb"].query(gx.expand(influxql.variable_query("run"), 0, 0, 1000), "flowstat")
+    values = [row[1] for s in body["results"][0].get("series", []) for row in s["values"]]
+    return {run_id: label for label, run_id in gx.variable_options(values, influxql.RUN_LABEL_REGEX)}
+
+
+def test_a_live_run_is_in_the_run_views_from_its_start_and_complete_at_its_end_without_a_replay(stack, runs_dir):
+    """flowstat run with sinks only: the run document reaches both stores as the run starts (the run
+    picker lists it, verdict pending) and again, complete, as it ends; the run view's panels then
+    return its data, from the samples the agents shipped live."""
+    run_id = "live-doc"
+    proc = start_run(runs_dir, run_id, stack, 600)
+    try:
+        landed(lambda: es_run_document(stack, run_id) is not None and run_id in influx_run_labels(stack),
+               timeout=60, what="the run's first document in both stores")
+        assert proc.poll() is None  # the run goes on: it ends at the interrupt below
+        first = es_run_document(stack, run_id)
+        assert "verdict" not in first and "finished" not in first and first["label"].startswith(f"{run_id} | ")
+        assert influx_run_labels(stack)[run_id] == first["label"]
+        landed(lambda: newest_sample_time(stack, "influxdb", run_id) and newest_sample_time(stack, "elasticsearch", run_id),
+               timeout=60, what="the run's samples in both stores")
+    finally:
+        proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode in (0, 1), err[-3000:]
+    final = json.loads((runs_dir / run_id / "run.json").read_text())
+    assert final["verdict"]["failures"] == ["interrupted by the user"]
+    assert es_run_document(stack, run_id) == final  # replaced by the complete document, nothing else
+    points = functools.partial(influx_points, stack["influxdb"], "flowstat", "flowstat_run", f"\"run_id\" = '{run_id}'")
+    landed(lambda: points()[0].get("finished"), timeout=60, what="the complete run document in InfluxDB (through Telegraf)")
+    assert len(points()) == 1 and points()[0]["finished"] == final["finished"]  # the first point, overwritten
+    samples, _ = run_file(runs_dir, run_id)
+    from_ms, to_ms = (schema.time_ns(samples[i]["time"]) // 10**6 + d for i, d in ((0, -5000), (-1, 5000)))
+    variables = {"run": [run_id], "agent": ["flowstat-agent-py"], "role": ["producer", "merger", "viewer", "other"],
+                 "node": sorted({d["node_id"] for d in samples})}
+    empty = [p.title for p in RUN_VIEW.panels()
+             if not stack["influxdb"].query(gx.panel_query(RUN_VIEW, p, variables, from_ms, to_ms, 1000)[0],
+                                            "flowstat")["results"][0].get("series")]
+    assert not empty, empty
+
+
 def newest_sample_time(stack, store: str, run_id: str) -> float:
     """Epoch seconds of the newest sample of the run in a store (0 when it holds none)."""
     if store == "influxdb":
@@ -144,8 +194,8 @@ def newest_sample_time(stack, store: str, run_id: str) -> float:
         series = body["results"][0].get("series")
         return series[0]["values"][0][0] / 1e9 if series else 0.0
     es = stack["elasticsearch"]
-    requests.post(f"{es.url}/flowstat-samples/_refresh", timeout=30)
-    body = requests.post(f"{es.url}/flowstat-samples/_search", json={
+    requests.post(f"{es.url}/flowstat-samples*/_refresh", timeout=30)
+    body = requests.post(f"{es.url}/flowstat-samples*/_search", json={
         "size": 0, "query": {"term": {"run_id": run_id}}, "aggs": {"newest": {"max": {"field": "time"}}}},
         timeout=30).json()
     return (body["aggregations"]["newest"]["value"] or 0) / 1000
@@ -204,8 +254,8 @@ def replay(*args) -> subprocess.CompletedProcess:
 
 def counts(stack, run_id: str) -> tuple[int, int]:
     es = stack["elasticsearch"]
-    requests.post(f"{es.url}/flowstat-samples/_refresh", timeout=30)
-    n_es = requests.post(f"{es.url}/flowstat-samples/_count", json={"query": {"term": {"run_id": run_id}}},
+    requests.post(f"{es.url}/flowstat-samples*/_refresh", timeout=30)
+    n_es = requests.post(f"{es.url}/flowstat-samples*/_count", json={"query": {"term": {"run_id": run_id}}},
                          timeout=30).json()["count"]
     body = stack["influxdb"].query(f"SELECT count(\"seq\") FROM \"flowstat_node\" WHERE \"run_id\" = '{run_id}'", "flowstat")
     series = body["results"][0].get("series")

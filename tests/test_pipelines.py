@@ -4,6 +4,7 @@ stack (tests/test_ingest.py) and checked with `telegraf --test` here."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 from conftest import ROOT
@@ -25,17 +26,18 @@ def plugin(tree, section, name):
     raise AssertionError(f"no {section} {name}")
 
 
-def branches(tree, section) -> dict[str, dict]:
-    """The settings of the first plugin in each branch of the section's if/else, by its condition.
-    The parser gives ['if', [[CONDITION], [[[PLUGIN, SETTINGS], ...]]]] and ['else', [[PLUGIN, SETTINGS], ...]]."""
+def branches(tree, section) -> dict[str, list]:
+    """The plugins of each branch of the section's if / else if / else chains, by condition.
+    The parser gives ['if', [[CONDITION, ...], [[[PLUGIN, SETTINGS], ...]]]], the same for 'else if',
+    and ['else', [[PLUGIN, SETTINGS], ...]]."""
     found = {}
     for sec, plugins in tree:
         for plug, body in plugins if sec == section else ():
-            if plug == "if":
-                (condition,), (block,) = body
-                found[condition] = settings(block[0][1])
+            if plug in ("if", "else if"):
+                *condition, (block,) = body
+                found[" ".join(c if isinstance(c, str) else c[0] for c in condition)] = block
             elif plug == "else":
-                found["else"] = settings(body[0][1])
+                found["else"] = body
     return found
 
 
@@ -49,22 +51,35 @@ def test_logstash_pipeline_parses_and_matches_the_agents():
     from logstash_pipeline_parser import Pipeline
 
     from flowstat.schema import agent as agent_schema
-    from flowstat.stores.elasticsearch import AGENTS_INDEX, SAMPLES_INDEX
+    from flowstat.schema import run as run_schema
+    from flowstat.stores.elasticsearch import AGENTS_INDEX, RUNS_INDEX, SAMPLES_INDEX, daily_index
 
     tree = Pipeline(LOGSTASH.read_text()).parse()
     tcp = plugin(tree, "input", "tcp")
     assert tcp["codec"] == "json_lines" and tcp["port"] == 5044
     routes = branches(tree, "filter")
-    # a node sample has a node_id (required), a self-sample has none: that is what tells them apart
-    assert set(routes) == {"[node_id]", "else"}
+    # a node sample has a node_id (required), a self-sample has none but an agent (required), a run
+    # document neither: that is what tells them apart
+    assert set(routes) == {"[node_id]", "[agent]", "else", "[node_id] or [agent]"}
     assert "node_id" in schema.schema()["required"] and "node_id" not in agent_schema.schema()["properties"]
-    node, agent = (dict(routes[k]["add_field"]) for k in ("[node_id]", "else"))
+    assert "agent" in agent_schema.schema()["required"]
+    assert not {"node_id", "agent"} & set(run_schema.schema()["properties"])
+    node, agent, run = (dict(settings(routes[k][0][1])["add_field"]) for k in ("[node_id]", "[agent]", "else"))
     sample = {"run_id": "r", "agent": "a", "node_id": "n", "seq": 7}
     assert render(node["[@metadata][doc_id]"][0], sample) == schema.document_id(sample)  # the agents' _bulk _id
     assert node["[@metadata][index]"] == [SAMPLES_INDEX]
     self_sample = {"host": "h", "agent": "a", "time": "2026-11-22T10:51:14.123Z", "seq": 3}
     assert render(agent["[@metadata][doc_id]"][0], self_sample) == agent_schema.document_id(self_sample)
     assert agent["[@metadata][index]"] == [AGENTS_INDEX]
+    assert render(run["[@metadata][doc_id]"][0], {"run_id": "r-1"}) == "r-1" and run["[@metadata][index]"] == [RUNS_INDEX]
+    # samples and self-samples: the daily index of their own day, as the agents' sinks choose it
+    steps = [settings(parsed) for _, parsed in routes["[node_id] or [agent]"]]
+    assert steps[0]["copy"] == [["time", ["[@metadata][day]"]]]
+    pattern, replacement = re.search(r'gsub => \["\[@metadata\]\[day\]", "([^"]+)", "([^"]+)"\]', LOGSTASH.read_text()).groups()
+    assert steps[2]["replace"] == [["[@metadata][index]", ["%{[@metadata][index]}-%{[@metadata][day]}"]]]
+    for stamp in ("2026-11-22T10:51:14.123Z", "2026-01-01T00:00:00.000Z", "2025-12-31T23:59:59.999Z"):
+        day = re.sub(pattern, replacement, stamp)
+        assert f"{SAMPLES_INDEX}-{day}" == daily_index(SAMPLES_INDEX, schema.time_ns(stamp))
     removed = set(plugin(tree, "filter", "mutate")["remove_field"])
     assert {"@timestamp", "@version", "tags", "port"} <= removed
     assert not removed & {f.name for f in schema.fields() + agent_schema.fields()}  # never a field of ours

@@ -14,7 +14,7 @@ from flowstat import replay as R
 from flowstat import schema
 from flowstat.schema import runfile
 from flowstat.stores import WriterProcess
-from flowstat.stores.elasticsearch import Elasticsearch
+from flowstat.stores.elasticsearch import Elasticsearch, daily_index
 from flowstat.stores.influxdb import InfluxDB
 
 
@@ -126,8 +126,9 @@ def test_read_batches_encodes_every_good_line_and_names_every_bad_one(tmp_path):
     lp = b"".join(b for (b, _), _ in batches).decode().splitlines()
     assert lp == [schema.to_line_protocol(docs[i]) for i in sorted(docs)]
     bulk = b"".join(b for (_, b), _ in batches).decode().splitlines()
-    assert [json.loads(x) for x in bulk[0::2]] == [{"index": {"_index": "idx", "_id": schema.document_id(docs[i])}}
-                                                  for i in sorted(docs)]
+    assert [json.loads(x) for x in bulk[0::2]] == [
+        {"index": {"_index": daily_index("idx", schema.time_ns(docs[i]["time"])), "_id": schema.document_id(docs[i])}}
+        for i in sorted(docs)]
     assert [json.loads(x) for x in bulk[1::2]] == [docs[i] for i in sorted(docs)]
     assert (report.first_time, report.last_time) == (docs[1]["time"], docs[29]["time"])
     assert report.nodes == {"n-1", "a b,c"} and report.bytes_read == path.stat().st_size
@@ -244,3 +245,19 @@ def test_a_run_json_that_is_no_run_document_is_named_and_the_run_file_used(tmp_p
     list(R.read_batches(path, report, []))
     doc = R.run_document(report)
     assert doc["run_id"] == "r" and doc["started"] == good(1)["time"] and note in report.notes[0]
+
+
+def test_samples_go_to_the_daily_index_of_their_own_utc_day_live_and_replayed(tmp_path):
+    """The agents' sink (encode) and replay (its batch encoder) choose the same index for a sample:
+    the UTC day of its own time, either side of midnight; run documents stay in one index."""
+    stamps = ["2026-11-26T23:59:59.999Z", "2026-11-27T00:00:00.000Z", "2026-11-27T01:00:00.000+02:00"]
+    docs = [{"time": t, "run_id": "r", "host": "h", "node_id": "n", "role": "merger", "agent": "a", "seq": i,
+             "pid": 1, "node_state": "RUNNING"} for i, t in enumerate(stamps)]
+    want = ["idx-2026.11.26", "idx-2026.11.27", "idx-2026.11.26"]  # 01:00+02:00 is 23:00 UTC the day before
+    live = Elasticsearch("http://unused", "idx").encode(docs).decode().splitlines()[0::2]
+    assert [json.loads(x)["index"]["_index"] for x in live] == want
+    batch = Elasticsearch("http://unused", "idx").encoder().encode([b"{}"] * 3, ["a", "b", "c"],
+                                                                 [schema.time_ns(t) for t in stamps])
+    assert [json.loads(x)["index"]["_index"] for x in batch.decode().splitlines()[0::2]] == want
+    run = Elasticsearch("http://unused", "idx").encode_run({"run_id": "r", "started": stamps[0]})
+    assert json.loads(run.splitlines()[0])["index"] == {"_index": "flowstat-runs", "_id": "r"}

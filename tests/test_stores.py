@@ -15,7 +15,7 @@ import requests
 
 from flowstat import schema, stores
 from flowstat.stores import RetryPolicy
-from flowstat.stores.elasticsearch import Elasticsearch, bulk_outcome
+from flowstat.stores.elasticsearch import Elasticsearch, bulk_outcome, daily_index
 from flowstat.stack.base import port_free
 from flowstat.stores.influxdb import InfluxDB
 
@@ -37,7 +37,9 @@ def influx_count(stack, db: str, run_id: str) -> int:
     return series[0]["values"][0][1] if series else 0
 
 
-def es_count(stack, index: str) -> int:
+def es_count(stack, target: str) -> int:
+    """Documents a writer to ``target`` stored: in the daily indices TARGET-YYYY.MM.DD."""
+    index = f"{target}-*"
     es = stack["elasticsearch"].url
     requests.post(f"{es}/{index}/_refresh", timeout=30).raise_for_status()
     return requests.get(f"{es}/{index}/_count", timeout=30).json()["count"]
@@ -106,12 +108,13 @@ def test_install_gives_an_older_index_the_new_fields_and_names_one_it_cannot(sta
     assert props.pop("input_latency_p50_ms")
     try:
         requests.delete(f"{es}/_index_template/flowstat-samples", timeout=30).raise_for_status()
-        requests.put(f"{es}/{older}", json={"mappings": {"dynamic": "strict", "properties": props}},
-                     timeout=30).raise_for_status()  # as an older version made it
         doc = {**samples(1, "older")[0], "input_latency_p50_ms": 1.5}
+        made = daily_index(older, schema.time_ns(doc["time"]))  # the day its sample goes to
+        requests.put(f"{es}/{made}", json={"mappings": {"dynamic": "strict", "properties": props}},
+                     timeout=30).raise_for_status()  # as an older version made it
         assert writer.write(writer.encode([doc]), 1).refused == 1  # strict: the field is unknown
         assert "flowstat-samples*/_mapping" in writer.install()
-        got = requests.get(f"{es}/{older}/_mapping", timeout=30).json()[older]["mappings"]["properties"]
+        got = requests.get(f"{es}/{made}/_mapping", timeout=30).json()[made]["mappings"]["properties"]
         assert got["input_latency_p50_ms"] == {"type": "double"}
         assert writer.write(writer.encode([doc]), 1).accepted == 1
         # a field of another type, as an index created with its own mapping could have it
@@ -121,7 +124,7 @@ def test_install_gives_an_older_index_the_new_fields_and_names_one_it_cannot(sta
                                                r"cannot take this version's fields .*vmrss_kb.*reindex or delete"):
             writer.install()
     finally:
-        for index in (older, clashing):
+        for index in (f"{older}-*", clashing):
             requests.delete(f"{es}/{index}", timeout=30)
         writer.install()
         writer.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import __version__
+from . import __version__, stores
 from . import replay as replay_command
 from .agent import command as agent_command
 from .campaign import command as campaign_command
@@ -14,6 +14,9 @@ from .harness import command as harness_command
 from .report import command as report_command
 from .stack import command as stack_command
 from .stack import provision as provision_command
+
+
+STORE_CLIENTS = ("run", "agent", "replay", "campaign", "stack")  # the commands that log in to stores
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name, help_text, parser_kw, configure, func in commands:
         p = sub.add_parser(name, help=help_text, **parser_kw)
         configure(p)
+        if name in STORE_CLIENTS and name != "agent":  # the agent's own configure has it
+            stores.add_credentials_option(p)
         p.set_defaults(func=func)
     return parser
 
@@ -51,7 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    return args.func(args)
+    try:
+        stores.use_credentials_file(getattr(args, "credentials", None))
+        return args.func(args)
+    except stores.CredentialsError as exc:  # a credentials file others may read, a URL holding a password
+        print(f"flowstat {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

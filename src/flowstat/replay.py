@@ -43,7 +43,7 @@ def read_batches(path: Path, report: FileReport, encoders: list[BatchEncoder], *
     line the layout cannot encode goes through to_line_protocol, with the same result.
     """
     wants = {e.wants for e in encoders}
-    lines, docs, ids = [], [], []  # this batch, in the encodings the stores want
+    lines, docs, ids, stamps = [], [], [], []  # this batch, in the encodings the stores want
     lp, js = "line" in wants, "json" in wants
     shift_ns = None
     n = 0  # good samples in this batch
@@ -62,13 +62,14 @@ def read_batches(path: Path, report: FileReport, encoders: list[BatchEncoder], *
         if js:  # a validated line is already the document: it is sent as read, not rebuilt
             docs.append(line.rstrip(b"\r\n") if line is not None else schema.to_json(doc).encode())
             ids.append(schema.document_id(doc))
+            stamps.append(ns)
         n += 1
         if n == batch:
-            yield [e.encode(lines if e.wants == "line" else docs, ids) for e in encoders], n
-            lines, docs, ids = [], [], []
+            yield [e.encode(lines if e.wants == "line" else docs, ids, stamps) for e in encoders], n
+            lines, docs, ids, stamps = [], [], [], []
             n = 0
     if n:
-        yield [e.encode(lines if e.wants == "line" else docs, ids) for e in encoders], n
+        yield [e.encode(lines if e.wants == "line" else docs, ids, stamps) for e in encoders], n
 
 
 def _rebased(docs: list[dict], report: FileReport, rebase_ms: int) -> list[dict]:

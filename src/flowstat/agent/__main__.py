@@ -3,8 +3,16 @@
 import argparse
 import sys
 
+from flowstat import stores
+
 from .command import configure, main
 
 parser = argparse.ArgumentParser(prog="flowstat agent")
 configure(parser)
-sys.exit(main(parser.parse_args()))
+args = parser.parse_args()
+try:
+    stores.use_credentials_file(args.credentials)
+except stores.CredentialsError as exc:
+    print(f"flowstat agent: {exc}", file=sys.stderr)
+    sys.exit(2)
+sys.exit(main(args))

@@ -50,6 +50,15 @@ class AgentConfig:
     self_interval_s: float = 5.0  # seconds between self-samples (and one at exit); 0: none
 
 
+def open_runner(url: str, spool_dir: str | None, spool_max_bytes: int, drain_s: float) -> SinkRunner:
+    """The delivery of one sink, with its spool folder under ``spool_dir`` when it can be spooled."""
+    sink = open_sink(url)
+    spool = None
+    if sink.reliable and sink.spooled and spool_dir:
+        spool = Spool(Path(spool_dir) / folder_name(url), spool_max_bytes, url)
+    return SinkRunner(sink, spool, drain_s=drain_s)
+
+
 class Agent:
     def __init__(self, cfg: AgentConfig):
         self.cfg = cfg
@@ -68,16 +77,10 @@ class Agent:
         self.last_self_ms = 0  # the time of the last one: each is given a later one
         self.targets_run_id: str | None = ""  # see _note_run: "" none seen yet, None several
         self.ending = False  # the run-ending notice came: nodes that vanish now ended with their run
-        self.runners: list[SinkRunner] = []
         twice = sorted({url for url in cfg.sinks if cfg.sinks.count(url) > 1})
         if twice:  # two deliveries would share one spool folder
             raise SinkURLError(f"{twice[0]}: --sink given twice")
-        for url in cfg.sinks:
-            sink = open_sink(url)
-            spool = None
-            if sink.reliable and sink.spooled and cfg.spool_dir:
-                spool = Spool(Path(cfg.spool_dir) / folder_name(url), cfg.spool_max_bytes, url)
-            self.runners.append(SinkRunner(sink, spool, drain_s=cfg.drain_s))
+        self.runners = [open_runner(url, cfg.spool_dir, cfg.spool_max_bytes, cfg.drain_s) for url in cfg.sinks]
         self.sink_runners = list(self.runners)  # what the self-samples' delivery figures sum over
         if cfg.run_file:
             self.runners.append(SinkRunner(RunFileSink(cfg.run_file, self._run_header()), None))
@@ -197,6 +200,9 @@ class Agent:
     def run(self) -> int:
         for r in self.runners:
             r.start()
+        if self.cfg.run_doc:  # the run is in the stores from its start, verdict pending (flowstat run
+            for r in self.sink_runners:  # sends the complete document again at its end)
+                r.submit_run(self.cfg.run_doc)
         start = time.monotonic()
         self.rescan(first=True)
         next_rescan = start + self.cfg.rescan_s

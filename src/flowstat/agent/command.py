@@ -10,6 +10,8 @@ import signal
 import sys
 from pathlib import Path
 
+from flowstat import stores
+
 HELP = "sample running pipeline nodes and ship the samples"
 PARSER = dict(
     formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -58,7 +60,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--flush-spool", metavar="DIR",
                    help="send the batches an agent left in the spools under DIR (e.g. runs/RUN/spool) to the sink "
                         "each spool names (or to --sink), then exit; no targets")
+    p.add_argument("--send-run", metavar="FILE",
+                   help="send the run document FILE (run.json) to each --sink, spooling it in --spool-dir while a "
+                        "sink is down, then exit; no targets (flowstat run does so as a run ends)")
     p.add_argument("--stats", metavar="FILE", help="write delivery statistics here at exit")
+    stores.add_credentials_option(p)
     p.add_argument("--quiet", action="store_true", help="log warnings and errors only")
 
 
@@ -92,6 +98,45 @@ def _flush_spools(args: argparse.Namespace) -> int:
     return status
 
 
+def _read_run_doc(path: str, option: str) -> dict | str:
+    """The run document in ``path``, or what is wrong with it."""
+    from flowstat.schema import run as run_schema
+
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        return f"{option} {path}: {exc}"
+    if not isinstance(doc, dict):
+        return f"{option} {path}: not a run document (a JSON object)"
+    errors = run_schema.validate(doc)
+    return f"{option} {path}: not a run document: {'; '.join(errors[:3])}" if errors else doc
+
+
+def _send_run(args: argparse.Namespace) -> int:
+    """--send-run: the run document to every sink; 0 delivered everywhere, 1 spooled (or lost) somewhere."""
+    from .agent import open_runner
+
+    doc = _read_run_doc(args.send_run, "--send-run")
+    if isinstance(doc, str):
+        print(f"flowstat agent: {doc}", file=sys.stderr)
+        return 2
+    runners = [open_runner(url, args.spool_dir, int(args.spool_max_mb * 1024 * 1024), max(0.0, args.drain_timeout))
+               for url in args.sink or ["stdout://"]]
+    for r in runners:
+        r.start()
+        r.submit_run(doc)
+        r.stop()
+    for r in runners:
+        r.join()
+    late = [r for r in runners if not r.delivered]
+    for r in late:
+        what = ("refused" if r.rejected else f"spooled in {r.spool.folder} (flowstat agent --flush-spool sends it)"
+                if r.spool is not None and not r.lost else "lost")
+        print(f"flowstat agent: the run document of {doc['run_id']} did not reach {r.sink.url}: {what}",
+              file=sys.stderr)
+    return 1 if late else 0
+
+
 def main(args: argparse.Namespace) -> int:
     from flowstat.proc.procfs import die_with_parent, set_from_signal
 
@@ -103,6 +148,8 @@ def main(args: argparse.Namespace) -> int:
                         format="%(asctime)s flowstat-agent %(levelname)s %(message)s")
     if args.flush_spool:
         return _flush_spools(args)
+    if args.send_run:
+        return _send_run(args)
     parent = os.environ.get("FLOWSTAT_DIE_WITH_PARENT")  # the pid of the flowstat run that started us
     if parent and not die_with_parent(signal.SIGTERM, int(parent)):
         logging.getLogger("flowstat.agent").warning("the run that started this agent (pid %s) is gone: stopping",
@@ -118,16 +165,10 @@ def main(args: argparse.Namespace) -> int:
     if not 0 <= args.self_interval <= 86400:
         print("flowstat agent: --self-interval must be between 0 (none) and 86400 s", file=sys.stderr)
         return 2
-    run_doc = None
-    if args.run_doc:
-        try:
-            run_doc = json.loads(Path(args.run_doc).read_text())
-        except (OSError, ValueError) as exc:
-            print(f"flowstat agent: --run-doc {args.run_doc}: {exc}", file=sys.stderr)
-            return 2
-        if not isinstance(run_doc, dict):
-            print(f"flowstat agent: --run-doc {args.run_doc}: not a run document (a JSON object)", file=sys.stderr)
-            return 2
+    run_doc = _read_run_doc(args.run_doc, "--run-doc") if args.run_doc else None
+    if isinstance(run_doc, str):
+        print(f"flowstat agent: {run_doc}", file=sys.stderr)
+        return 2
     cfg = AgentConfig(spec, args.sink or ["stdout://"], args.interval, args.rescan, args.control_timeout,
                       args.spool_dir, int(args.spool_max_mb * 1024 * 1024), args.run_file, run_doc, args.name or "",
                       args.duration, args.count, args.exit_when_all_down, max(0.0, args.drain_timeout),

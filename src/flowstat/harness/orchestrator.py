@@ -354,6 +354,22 @@ class Orchestrator:
         result["run_file"] = str(self.run_dir / "samples.ndjson")
         return result
 
+    def send_run_document(self) -> str | None:
+        """The complete run document (run.json, written last) to the user's sinks, through the Python
+        agent's sinks and spool: the agent sent its first version as the run began (verdict
+        pending). Returns what went wrong, or None."""
+        opts = self.agent_options
+        if not (opts.enabled and opts.sinks):
+            return None
+        rd = self.run_dir.resolve()
+        cmd = [sys.executable, "-m", "flowstat.agent", "--send-run", str(rd / "run.json"), "--quiet",
+               "--spool-dir", str(rd / "spool" / AGENT_NODES[0]), *(a for url in opts.sinks for a in ("--sink", url))]
+        try:
+            done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            return "sending the run document to the sinks took more than 120 s: it may be missing from them"
+        return None if done.returncode == 0 else done.stderr.strip() or f"exit code {done.returncode}"
+
     def crashed(self) -> list[Device]:
         return [d for d in self.devices if d.exit_code is not None and (d.exit_code != 0 or d.final is None)
                 and not d.signalled]
@@ -515,5 +531,8 @@ def run_topology(topo: Topology, *, duration: float | None = None, run_id: str |
     summary["agent"] = agent_stats
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     orch.write_run_document(summary)
+    problem = orch.send_run_document()
+    if problem:
+        print(f"flowstat: {problem}", file=sys.stderr)
     return summary
 

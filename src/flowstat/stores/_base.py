@@ -6,6 +6,9 @@ The retry policy (docs/ingest.md; the C agent follows it too):
 - HTTP 2xx: taken. HTTP 408, 429, every 5xx, and anything neither 2xx nor 4xx (a redirect is not
   followed: nothing was stored): down for now. Any other 4xx: the data is *refused*: retrying the
   same bytes cannot help.
+- HTTP 401 and 403, and a certificate that is not trusted: the store refuses *who we are*, not the
+  data (StoreAuthError, a kind of down: docs/security.md). The agents spool and retry as for down;
+  ``Writer.write`` stops at once, since waiting cannot change the credentials.
 - Down means: retry later, the whole batch, in order. The agents spool it on disk and try again
   every second; ``Writer.write`` (replay, benchmarks) backs off 0.5 s, doubling to 8 s, and gives
   up after 120 s without progress.
@@ -26,11 +29,18 @@ from typing import Callable, ClassVar, Iterable
 
 import requests
 
+from ._auth import StoreAuth, refuse_secrets_in_url
+
 MAX_REASONS = 5  # refusal reasons kept per outcome: enough to say why, bounded for huge batches
 
 
 class StoreDown(Exception):
     """The store cannot take the data now (no connection, time-out, HTTP 408/429/5xx): retry later."""
+
+
+class StoreAuthError(StoreDown):
+    """The store will not take data from who we are (HTTP 401, 403), or we do not trust its
+    certificate: nothing was stored, and only other credentials (or a CA file) can help."""
 
 
 @dataclass
@@ -73,10 +83,11 @@ class BatchEncoder:
 
     wants: ClassVar[str]  # "line": InfluxDB line protocol lines; "json": JSON documents and their ids
 
-    def encode(self, encoded: list, ids: list[str]) -> bytes:
+    def encode(self, encoded: list, ids: list[str], stamps: list[int]) -> bytes:
         """A body from the batch: ``encoded`` holds each sample's line protocol (str, with its
         newline) or JSON document (bytes, without), as ``wants`` says; ``ids`` their
-        schema.document_id when some store wants JSON, else it is empty."""
+        schema.document_id and ``stamps`` their times (ns) when some store wants JSON, else both
+        are empty."""
         raise NotImplementedError
 
 
@@ -93,12 +104,24 @@ class Writer:
     target_option: ClassVar[str]  # flowstat replay --TARGET_OPTION NAME
     content_type: ClassVar[str]
     health_path: ClassVar[str]  # GET here answers 2xx when the store is up
+    auth_prefix: ClassVar[str]  # its credentials' variables: PREFIX_USER, PREFIX_PASSWORD, ... (docs/security.md)
+    auth_key: ClassVar[tuple[str, str]]  # the key variable's name, and its Authorization scheme
 
-    def __init__(self, url: str, target: str | None = None, *, timeout_s: float = 60.0):
+    def __init__(self, url: str, target: str | None = None, *, timeout_s: float = 60.0,
+                 auth: StoreAuth | None = None):
+        """``auth``: who to log in as; by default the credentials of the environment and of the
+        credentials file (flowstat.stores._auth). A URL holding credentials is refused
+        (CredentialsError)."""
+        refuse_secrets_in_url(url, self.auth_prefix)
         self.url = url.rstrip("/")
         self.target = target or self.default_target
         self.timeout_s = timeout_s
+        self.auth = auth or StoreAuth.from_credentials(self.auth_prefix, *self.auth_key)
         self.session = requests.Session()
+        self.session.auth = self.auth.basic()
+        self.session.headers.update(self.auth.headers())
+        if self.auth.ca_file:
+            self.session.verify = self.auth.ca_file
         self.requests = 0  # requests started
         self.retries = 0  # attempts that failed and were tried again (by write())
 
@@ -140,18 +163,38 @@ class Writer:
 
     # -- shared ---------------------------------------------------------------------------------
     def _http(self, method: str, url: str, body: bytes | None = None, content_type: str | None = None,
-              **kw) -> requests.Response:
-        """One request; StoreDown for no answer or a "not now" status, the response otherwise."""
+              action: str | None = None, **kw) -> requests.Response:
+        """One request; StoreDown for no answer or a "not now" status, StoreAuthError when the store
+        will not have us (``action``: what we asked, for its message), the response otherwise."""
         headers = {"Content-Type": content_type or self.content_type} if body is not None else None
         self.requests += 1
         try:
             resp = self.session.request(method, url, data=body, headers=headers, timeout=self.timeout_s,
                                         allow_redirects=False, **kw)
+        except requests.exceptions.SSLError as exc:
+            raise StoreAuthError(self._tls_problem(exc)) from exc
         except requests.RequestException as exc:
             raise StoreDown(f"{self.title} at {self.url} cannot be reached ({exc.__class__.__name__})") from exc
+        if resp.status_code in (401, 403):
+            raise StoreAuthError(self._login_problem(resp, action or f"{method} {url.removeprefix(self.url)}"))
         if status_is_down(resp.status_code):
             raise StoreDown(f"{self.title} at {self.url}: HTTP {resp.status_code} {resp.text[:200].strip()}")
         return resp
+
+    def _login_problem(self, resp: requests.Response, action: str) -> str:
+        reason = _reason(resp)
+        if resp.status_code == 403:
+            return f"{self.auth.subject()} may not {action} at {self.url} ({self.title}: {reason})"
+        if self.auth.who() == "without credentials":
+            return f"{self.title} at {self.url} needs credentials: {self.auth.where_to_set()} ({reason})"
+        return (f"authentication failed {self.auth.who()} at {self.url} ({self.auth.where_to_set()}; "
+                f"{self.title}: {reason})")
+
+    def _tls_problem(self, exc: Exception) -> str:
+        host = self.url.split("://", 1)[-1]
+        if "CERTIFICATE_VERIFY_FAILED" in str(exc):
+            return f"TLS: the certificate of {host} is not trusted ({self.auth.ca_hint()})"
+        return f"TLS: no secure connection to {host}: {str(exc)[:200]}"
 
     def check(self) -> None:
         """Raise StoreDown unless the store answers now (a wrong address fails at once, rather than
@@ -172,6 +215,8 @@ class Writer:
         while True:
             try:
                 done = self.post(body, count)
+            except StoreAuthError:
+                raise  # waiting will not change who we are
             except StoreDown as exc:
                 why = str(exc)
             else:
@@ -201,3 +246,14 @@ def register(cls: type[Writer]) -> type[Writer]:
         raise ValueError(f"two stores named {cls.name!r}: {_REGISTRY[cls.name]} and {cls}")
     _REGISTRY[cls.name] = cls
     return cls
+
+
+def _reason(resp: requests.Response) -> str:
+    """The store's own words for a refusal: Elasticsearch's error.reason, InfluxDB's error, or the text."""
+    try:
+        error = resp.json().get("error")
+    except (ValueError, AttributeError):
+        error = None
+    if isinstance(error, dict):
+        error = error.get("reason") or error.get("type")
+    return " ".join(str(error or resp.text or f"HTTP {resp.status_code}").split())[:300]

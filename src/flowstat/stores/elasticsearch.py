@@ -1,9 +1,16 @@
 """Elasticsearch (and OpenSearch): ``_bulk`` with deterministic ``_id``s, so that a resend overwrites
-instead of duplicating; index templates derived from the schemas as its set-up."""
+instead of duplicating; index templates derived from the schemas as its set-up.
+
+Samples and self-samples go to daily indices named by the UTC day of each document's own time
+(flowstat-samples-2026.11.26): a sample resent, even weeks later, lands in the index it went to the
+first time and overwrites itself there, and retention deletes whole days (a delete-only lifecycle
+policy that dates each index by its name, docs/ingest.md). Run documents go to one index."""
 
 from __future__ import annotations
 
+import functools
 import json
+from datetime import datetime, timezone
 from typing import Iterable
 
 import orjson
@@ -21,7 +28,21 @@ ES_TYPES = {"integer": {"type": "long"}, "number": {"type": "double"}, "boolean"
             "string": {"type": "keyword", "ignore_above": 256}}
 DATE = {"type": "date", "format": "strict_date_optional_time||epoch_millis"}
 
+RETENTION_DAYS = 90  # samples and self-samples; run documents are kept
 UPGRADED = {SAMPLES_INDEX: "sample", AGENTS_INDEX: "agent", RUNS_INDEX: "run"}  # index (pattern INDEX*) -> its mapping
+
+_DAY_NS = 86_400 * 10**9
+
+
+@functools.lru_cache(maxsize=256)
+def _day(days_since_epoch: int) -> str:
+    return datetime.fromtimestamp(days_since_epoch * 86_400, timezone.utc).strftime("%Y.%m.%d")
+
+
+def daily_index(prefix: str, ns: int) -> str:
+    """The index of a document of time ``ns``: PREFIX-YYYY.MM.DD, its UTC day."""
+    return f"{prefix}-{_day(ns // _DAY_NS)}"
+
 
 def _action(index: str, doc_id: str) -> bytes:
     return b'{"index":{"_index":' + orjson.dumps(index) + b',"_id":' + orjson.dumps(doc_id) + b"}}\n"
@@ -31,11 +52,17 @@ class _BulkEncoder(BatchEncoder):
     wants = "json"
 
     def __init__(self, index: str) -> None:
-        self.head = b'{"index":{"_index":' + orjson.dumps(index) + b',"_id":%s}}\n'
+        self.index = index
+        self.heads: dict[int, bytes] = {}  # a day's action line, made once
 
-    def encode(self, encoded: list, ids: list[str]) -> bytes:
+    def head(self, day: int) -> bytes:
+        if day not in self.heads:
+            self.heads[day] = b'{"index":{"_index":' + orjson.dumps(f"{self.index}-{_day(day)}") + b',"_id":%s}}\n'
+        return self.heads[day]
+
+    def encode(self, encoded: list, ids: list[str], stamps: list[int]) -> bytes:
         head, dumps = self.head, orjson.dumps
-        return b"".join([head % dumps(i) + doc + b"\n" for i, doc in zip(ids, encoded)])
+        return b"".join([head(ns // _DAY_NS) % dumps(i) + doc + b"\n" for i, doc, ns in zip(ids, encoded, stamps)])
 
 
 def bulk_outcome(body: bytes, answer: dict) -> Outcome:
@@ -79,10 +106,12 @@ class Elasticsearch(Writer):
     target_option = "index"
     health_path = "/_cluster/health"
     content_type = "application/x-ndjson"
+    auth_prefix = "FLOWSTAT_ES"
+    auth_key = ("API_KEY", "ApiKey")
 
     def encode(self, samples: Iterable[dict]) -> bytes:
-        return b"".join(_action(self.target, schema.document_id(s)) + schema.to_json(s).encode() + b"\n"
-                        for s in samples)
+        return b"".join(_action(daily_index(self.target, schema.time_ns(s["time"])), schema.document_id(s))
+                        + schema.to_json(s).encode() + b"\n" for s in samples)
 
     def encoder(self) -> BatchEncoder:
         return _BulkEncoder(self.target)
@@ -91,11 +120,11 @@ class Elasticsearch(Writer):
         return _action(RUNS_INDEX, doc["run_id"]) + orjson.dumps(doc) + b"\n"
 
     def encode_agent(self, docs: Iterable[dict]) -> bytes:
-        return b"".join(_action(AGENTS_INDEX, agent_schema.document_id(d)) + agent_schema.to_json(d).encode() + b"\n"
-                        for d in docs)
+        return b"".join(_action(daily_index(AGENTS_INDEX, schema.time_ns(d["time"])), agent_schema.document_id(d))
+                        + agent_schema.to_json(d).encode() + b"\n" for d in docs)
 
     def post(self, body: bytes, count: int) -> Outcome:
-        resp = self._http("POST", f"{self.url}/_bulk", body)
+        resp = self._http("POST", f"{self.url}/_bulk", body, action=f"write into {self.target}*")
         if resp.status_code >= 300:
             return Outcome(refused=count, reasons=[f"{self.title} {self.url}/_bulk: HTTP {resp.status_code}: "
                                                    f"{resp.text.strip()[:300]}"])
@@ -202,10 +231,15 @@ def templates() -> dict[str, dict]:
             "composed_of": ["flowstat-settings", "flowstat-run-mappings"],
             "_meta": {"description": "flowstat runs: one document per run"}},
         # Used where the server has ILM (the compose stack's Elasticsearch); the Maven test zip has not.
-        "ilm-policy-flowstat.json": {"policy": {"phases": {
-            "hot": {"actions": {"rollover": {"max_age": "7d", "max_primary_shard_size": "20gb"}}},
-            "delete": {"min_age": "90d", "actions": {"delete": {}}}}}},
-        "component-flowstat-lifecycle.json": {"template": {"settings": {"index.lifecycle.name": "flowstat"}}},
+        # Delete-only: each daily index is dated by its name (the day of its documents, not the day it
+        # was made: a replay of last month's runs makes indices that are a month old), and deleted
+        # RETENTION_DAYS after it. No rollover: writers choose the index by the document's own day.
+        "ilm-policy-flowstat.json": {"policy": {
+            "phases": {"delete": {"min_age": f"{RETENTION_DAYS}d", "actions": {"delete": {}}}},
+            "_meta": {"description": "flowstat's daily indices (PREFIX-YYYY.MM.DD), deleted "
+                                     f"{RETENTION_DAYS} days after the day they hold"}}},
+        "component-flowstat-lifecycle.json": {"template": {"settings": {
+            "index.lifecycle.name": "flowstat", "index.lifecycle.parse_origination_date": True}}},
         "index-template-flowstat-samples-ilm.json": {
             "index_patterns": [f"{SAMPLES_INDEX}*"], "priority": 200,
             "composed_of": ["flowstat-settings", "flowstat-sample-mappings", "flowstat-lifecycle"],

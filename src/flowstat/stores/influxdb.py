@@ -19,7 +19,7 @@ _DROPPED = re.compile(r"dropped=(\d+)")
 class _LineEncoder(BatchEncoder):
     wants = "line"
 
-    def encode(self, encoded: list, ids: list[str]) -> bytes:
+    def encode(self, encoded: list, ids: list[str], stamps: list[int]) -> bytes:
         return "".join(encoded).encode()
 
 
@@ -34,11 +34,14 @@ class InfluxDB(Writer):
     target_option = "db"
     health_path = "/ping"
     content_type = "text/plain; charset=utf-8"
+    auth_prefix = "FLOWSTAT_INFLUX"
+    auth_key = ("TOKEN", "Token")
 
-    def __init__(self, url: str, target: str | None = None, *, endpoint: str | None = None, timeout_s: float = 60.0):
+    def __init__(self, url: str, target: str | None = None, *, endpoint: str | None = None, timeout_s: float = 60.0,
+                 auth=None):
         """``endpoint``: post to this URL as it is instead of URL/write?db=TARGET (an InfluxDB-compatible
         listener, such as Telegraf's influxdb_listener)."""
-        super().__init__(url, target, timeout_s=timeout_s)
+        super().__init__(url, target, timeout_s=timeout_s, auth=auth)
         if endpoint:
             self.title = "the line protocol endpoint"  # Telegraf, often: not necessarily InfluxDB
         self.endpoint = endpoint or f"{self.url}/write"
@@ -57,7 +60,8 @@ class InfluxDB(Writer):
         return "".join(agent_schema.to_line_protocol(d) + "\n" for d in docs).encode()
 
     def post(self, body: bytes, count: int) -> Outcome:
-        resp = self._http("POST", self.endpoint, body, params=self.params)
+        resp = self._http("POST", self.endpoint, body, params=self.params,
+                          action=f"write into {self.target_kind} {self.target}" if self.params else "write")
         if resp.status_code < 300:
             return Outcome(accepted=count)
         return self.refusal(resp.status_code, resp.text, count)
@@ -78,7 +82,7 @@ class InfluxDB(Writer):
         """Run an InfluxQL statement (times in ns), in database ``db`` if given; an error answer
         raises RuntimeError naming the statement."""
         params = {"q": statement, "epoch": "ns", **({"db": db} if db else {})}
-        resp = self._http("POST", f"{self.url}/query", params=params)
+        resp = self._http("POST", f"{self.url}/query", params=params, action=f"run {statement[:60]!r}")
         body = resp.json() if resp.headers.get("content-type", "").startswith("application/json") else {}
         errors = [r["error"] for r in body.get("results", []) if "error" in r]
         if resp.status_code >= 300 or errors:

@@ -4,7 +4,9 @@ each class registered under its URL scheme; every store of flowstat.stores is a 
     stdout://[?format=json]              file:///PATH[?format=json]
     udp://HOST:PORT                      tcp://HOST:PORT[?format=json]
     http://HOST:PORT/write               influxdb://HOST:PORT/DATABASE
-    elasticsearch://HOST:PORT/INDEX
+    elasticsearch://HOST:PORT/INDEX      (a store's scheme + "+https": over TLS)
+
+Credentials come from the environment or a credentials file, never from the URL (docs/security.md).
 """
 
 from __future__ import annotations
@@ -35,6 +37,6 @@ def open_sink(url: str) -> Sink:
     cls = registered(parts.scheme)
     if cls is not None:
         return cls.from_url(url, parts, query)
-    if parts.scheme in stores.names():
+    if parts.scheme.removesuffix(writers.TLS_SUFFIX) in stores.names():
         return writers.StoreSink.for_store(url, parts, query)
     raise SinkURLError(f"{url}: unknown sink ({', '.join(known_schemes())})")

@@ -10,8 +10,11 @@ import time
 from typing import ClassVar, Iterable
 from urllib.parse import SplitResult
 
+import json
+
 from flowstat import schema
 from flowstat.schema import agent as agent_schema
+from flowstat.schema import run as run_schema
 from flowstat.stores import Outcome
 
 from ..spool import Spool
@@ -55,6 +58,12 @@ class Sink:
         """The agent's self-samples (flowstat.schema.agent), as ``encode`` does samples."""
         encode = agent_schema.to_line_protocol if self.format == "line" else agent_schema.to_json
         return "".join(encode(d) + "\n" for d in docs).encode()
+
+    def encode_run(self, doc: dict) -> bytes:
+        """A run document (flowstat.schema.run): its flowstat_run point, or the document itself in
+        JSON (Logstash's pipeline routes it to flowstat-runs)."""
+        text = run_schema.to_line_protocol(doc) if self.format == "line" else json.dumps(doc, separators=(",", ":"))
+        return (text + "\n").encode()
 
     def send(self, payload: bytes, count: int) -> Outcome | None:
         """Deliver ``count`` samples. None: all taken. An Outcome: what a store took, refused and
@@ -124,6 +133,10 @@ class SinkRunner(threading.Thread):
     def submit_agent(self, doc: dict) -> None:
         """The agent's self-sample, queued behind the samples before it (a batch of one)."""
         self.queue.put((self.sink.encode_agent([doc]), 1))
+
+    def submit_run(self, doc: dict) -> None:
+        """A run document (a batch of one); sent again later, it replaces itself in every store."""
+        self.queue.put((self.sink.encode_run(doc), 1))
 
     def stop(self) -> None:
         self.stop_by = time.monotonic() + max(self.drain_s, self.QUEUED_AT_STOP_S)

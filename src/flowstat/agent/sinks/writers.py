@@ -1,18 +1,20 @@
 """Sinks that write to a store through its flowstat.stores writer, with the stores' one retry policy:
 every registered store, as ``NAME://HOST:PORT/TARGET`` (``influxdb://HOST:PORT/DATABASE``,
-``elasticsearch://HOST:PORT/INDEX``), and ``http(s)://HOST:PORT/PATH``, an InfluxDB-compatible
-write endpoint such as Telegraf's influxdb_listener."""
+``elasticsearch://HOST:PORT/INDEX``; ``NAME+https://`` over TLS), and ``http(s)://HOST:PORT/PATH``,
+an InfluxDB-compatible write endpoint such as Telegraf's influxdb_listener. Each logs in as the
+store's credentials say (docs/security.md)."""
 
 from __future__ import annotations
 
 from typing import Iterable
 
 from flowstat import stores
-from flowstat.stores import Outcome, StoreDown
+from flowstat.stores import CredentialsError, Outcome, StoreDown
 
 from .base import Sink, SinkDown, SinkRejected, SinkURLError, host_port, register
 
 TIMEOUT_S = 5.0  # an agent's batch is small: a store slower than this is treated as down
+TLS_SUFFIX = "+https"  # influxdb+https://, elasticsearch+https://: the store over TLS
 
 
 class StoreSink(Sink):
@@ -26,14 +28,19 @@ class StoreSink(Sink):
     def for_store(cls, url: str, parts, query) -> StoreSink:
         if "format" in query:
             raise SinkURLError(f"{url}: a store sink has its own encoding: no ?format")
-        store = stores.get(parts.scheme)
+        store = stores.get(parts.scheme.removesuffix(TLS_SUFFIX))
         target = parts.path.strip("/")
         if not target:
             raise SinkURLError(f"{url}: needs a {store.target_kind}, e.g. "
                                f"{store.name}://127.0.0.1:{store.default_port}/{store.default_target}")
         host, port = host_port(url, parts, store.default_port)
         host = f"[{host}]" if ":" in host else host  # an IPv6 address
-        sink = cls(url, store(f"http://{host}:{port}", target, timeout_s=TIMEOUT_S))
+        http = "https" if parts.scheme.endswith(TLS_SUFFIX) else "http"
+        try:
+            stores.refuse_secrets_in_url(url, store.auth_prefix)
+            sink = cls(url, store(f"{http}://{host}:{port}", target, timeout_s=TIMEOUT_S))
+        except CredentialsError as exc:
+            raise SinkURLError(str(exc)) from None
         sink.scheme = store.name
         return sink
 
@@ -42,6 +49,9 @@ class StoreSink(Sink):
 
     def encode_agent(self, docs: Iterable[dict]) -> bytes:
         return self.writer.encode_agent(docs)
+
+    def encode_run(self, doc: dict) -> bytes:
+        return self.writer.encode_run(doc)
 
     def send(self, payload: bytes, count: int) -> Outcome:
         try:
@@ -67,7 +77,10 @@ class HttpLineSink(StoreSink):
         if "format" in query:
             raise SinkURLError(f"{url}: this sink sends line protocol: no ?format")
         host_port(url, parts, 443 if parts.scheme == "https" else 80)
-        return cls(url, stores.get("influxdb")(url, endpoint=url, timeout_s=TIMEOUT_S))
+        try:
+            return cls(url, stores.get("influxdb")(url, endpoint=url, timeout_s=TIMEOUT_S))
+        except CredentialsError as exc:
+            raise SinkURLError(str(exc)) from None
 
 
 @register
