@@ -21,7 +21,8 @@ COMPOSE = ROOT / "docker-compose.yml"
 ENV_EXAMPLE = ROOT / ".env.example"
 VARIABLE = re.compile(r"\$\{(\w+)(:?[?-])?([^}]*)\}")
 # Not secrets, with a default where .env does not say: where the ports are published.
-OPTIONAL = {"BIND_ADDRESS"}
+OPTIONAL = {"BIND_ADDRESS", "ALERT_WEBHOOK_URL", "ALERT_EMAIL_TO", "SMTP_HOST", "SMTP_PORT", "SMTP_USER", "SMTP_PASSWORD",
+            "SMTP_FROM", "SMTP_STARTTLS"}  # the alert inbox forwards to those that are set
 STORES = {"elasticsearch:9200": "Elasticsearch", "influxdb:8086": "InfluxDB"}
 
 needs_compose = pytest.mark.skipif(not shutil.which("docker-compose") and not os.environ.get("CI"),
@@ -42,7 +43,8 @@ def env_example() -> dict[str, str]:
 
 
 def secrets() -> set[str]:
-    return {name for name in env_example() if name.endswith(("_PASSWORD", "_KEY"))}
+    """The secrets every stack needs (an SMTP password is only needed by those who send e-mail)."""
+    return {name for name in env_example() if name.endswith(("_PASSWORD", "_KEY")) and name not in OPTIONAL}
 
 
 def environment(svc: dict) -> dict[str, str]:
@@ -171,7 +173,8 @@ def test_every_mounted_file_exists_and_is_read_only():
             if source.startswith("./"):
                 mounts += 1
                 assert (ROOT / source).exists(), f"{name}: {source} is missing"
-                assert mode == ["ro"], f"{name}: {source} should be mounted read-only"
+                # read-only, and relabelled for this container on an SELinux host (else it cannot read it)
+                assert mode == ["ro,Z"], f"{name}: {source} should be mounted read-only with its own label (ro,Z)"
             else:
                 assert source in compose()["volumes"], f"{name}: {source} is neither in the repository nor a named volume"
     assert mounts >= 8
@@ -271,8 +274,19 @@ def test_elastalert_mounts_the_generated_settings_and_rules():
     assert (config["es_host"], config["es_port"]) == ("elasticsearch", 9200)
     # its status index, which the healthcheck counts, is within the role the setup gives it
     assert f"{config['writeback_index']}_status" in " ".join(svc["healthcheck"]["test"])
-    rules = sorted((ROOT / "dashboards/elastalert/rules").glob("*.yaml"))
-    assert rules and all(yaml.safe_load(p.read_text())["alert"] == ["debug"] for p in rules)
+    # every rule alerts as the settings say (a rule's own keys would win): a POST to the alert inbox,
+    # with the rule's name and flowstat id beside the matching document's fields
+    assert (config["alert"], config["http_post2_url"], config["http_post2_all_values"]) == (
+        ["post2"], elastalert.COMPOSE_INBOX, True)
+    rules = {p.stem: yaml.safe_load(p.read_text()) for p in (ROOT / "dashboards/elastalert/rules").glob("*.yaml")}
+    assert rules and all("alert" not in r and "http_post2_url" not in r for r in rules.values())
+    assert all(r["http_post2_payload"] == {"rule": r["name"], "alert": uid} for uid, r in rules.items())
+    inbox = services()["alerts"]
+    host, port, path = re.fullmatch(r"http://(\w+):(\d+)(/\w+)", elastalert.COMPOSE_INBOX).groups()
+    assert host == "alerts" and f"0.0.0.0:{port}" in inbox["command"] and path == "/elastalert"
+    assert environment(services()["grafana"])["FLOWSTAT_ALERT_WEBHOOK"] == f"http://alerts:{port}/grafana"
+    for client in ("grafana", "elastalert"):
+        assert services()[client]["depends_on"]["alerts"] == {"condition": "service_healthy"}
 
 
 def test_grafana_mounts_its_provisioning_where_the_provider_reads_the_dashboards():

@@ -8,11 +8,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.resources import files
 
 import pytest
@@ -20,6 +18,7 @@ import requests
 import yaml
 
 from conftest import ELASTALERT_RULES, _free_port
+from inbox_helpers import Inbox
 from flowstat.stack import Stack, StackError
 from flowstat.stack import elastalert as ea
 from flowstat.stores.elasticsearch import Elasticsearch
@@ -42,33 +41,22 @@ def wait_for(condition, what: str, deadline_s: float = DEADLINE_S):
     raise AssertionError(f"no {what} within {deadline_s:.0f} s")
 
 
-class _Webhook(BaseHTTPRequestHandler):
-    def do_POST(self):  # noqa: N802 (http.server's name)
-        self.server.posts.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-        self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture(scope="module")
-def alerting(stack):
-    """The session's ElastAlert, with a webhook to a real HTTP server of this test's (`up` restarts it,
-    as its rules change); as the session started it afterwards."""
-    hook = ThreadingHTTPServer(("127.0.0.1", 0), _Webhook)
-    hook.posts = []
-    threading.Thread(target=hook.serve_forever, daemon=True).start()
+def alerting(stack, tmp_path_factory):
+    """The session's ElastAlert, with its webhook to a real alert inbox (flowstat inbox, as the compose
+    stack's ElastAlert posts to its `alerts` service); `up` restarts it, as its rules change; as the
+    session started it afterwards."""
+    inbox = Inbox(tmp_path_factory.mktemp("inbox") / "alerts.jsonl", {"PATH": "/usr/bin:/bin"})
     service = stack["elastalert"]
-    service.options["webhook"] = f"http://127.0.0.1:{hook.server_port}/alerts"
+    service.options["webhook"] = f"{inbox.url}/elastalert"
     try:
         assert "started" in service.up()
         service.ran_at_up = service.rules_run(service.pid())
-        yield service, hook.posts
+        yield service, inbox
     finally:
         del service.options["webhook"]
         service.up()
-        hook.shutdown()
+        inbox.stop()
 
 
 def samples(run_id: str, t0: float, overloaded_seq: int | None) -> list[dict]:
@@ -107,8 +95,8 @@ def test_up_returns_once_elastalert_has_run_its_rules(alerting):
     wait_for(lambda: service.rules_run(service.pid()) == names, "run of every rule")
 
 
-def test_an_overloaded_send_buffer_is_alerted_in_the_log_and_at_the_webhook(alerting, written):
-    service, posts = alerting
+def test_an_overloaded_send_buffer_is_alerted_in_the_log_and_in_the_alert_inbox(alerting, written):
+    service, inbox = alerting
     run_id = written["bad"][0]
     # flowstat's own "Buffer overloaded" rule matches the same sample: the tests' rule is looked at
     logged = wait_for(lambda: [a for a in alert_lines(service) if a["match"].get("run_id") == run_id
@@ -119,9 +107,11 @@ def test_an_overloaded_send_buffer_is_alerted_in_the_log_and_at_the_webhook(aler
     assert logged[0]["match"]["seq"] == 3 and logged[0]["match"]["send_buffer_overloaded"] is True
     assert logged[0]["match"]["time"] == iso_utc_ms(written["bad"][1] + 3)
     assert time.time() - 120 < datetime.fromisoformat(logged[0]["time"]).timestamp() <= time.time()
-    posted = wait_for(lambda: [p for p in posts if p.get("run_id") == run_id and p.get("rule") == RULE_NAME],
-                      f"POST for {run_id} at the webhook")
-    assert len(posted) == 1 and posted[0]["rule"] == RULE_NAME and posted[0]["seq"] == 3
+    # in the inbox: the rule, the run, the node, the overloaded sample's time, a link to the run view
+    posted = wait_for(lambda: [a for a in inbox.listed(run_id) if a["rule"] == RULE_NAME], f"{run_id} in the alert inbox")
+    assert len(posted) == 1 and (posted[0]["source"], posted[0]["node_id"], posted[0]["at"]) == (
+        "elastalert", "producer-0", iso_utc_ms(written["bad"][1] + 3))
+    assert f"var-run={run_id}&var-node=producer-0" in posted[0]["dashboard"]
     assert service.status()["alerts"] >= 1
 
 
@@ -155,7 +145,7 @@ def test_a_bad_line_in_the_alert_log_is_named_and_the_others_kept(tmp_path):
     assert ea.read_alerts(tmp_path / "none.log") == ea.Alerts([], [])
 
 def test_samples_without_it_raise_no_alert(alerting, stack, written):
-    service, posts = alerting
+    service, inbox = alerting
     run_id, t0, _ = written["good"]
     es = stack["elasticsearch"].url
 
@@ -170,7 +160,7 @@ def test_samples_without_it_raise_no_alert(alerting, stack, written):
 
     wait_for(a_run_over_the_good_samples, f"run of {RULE_NAME!r} over {run_id}'s samples")
     assert not [a for a in alert_lines(service) if a["match"].get("run_id") == run_id]
-    assert not [p for p in posts if p.get("run_id") == run_id]
+    assert not inbox.listed(run_id)
 
 
 def test_test_rule_matches_the_bad_samples_and_not_the_good(stack, written):

@@ -11,6 +11,7 @@ from . import replay as replay_command
 from .agent import command as agent_command
 from .campaign import command as campaign_command
 from .harness import command as harness_command
+from .inbox import command as inbox_command
 from .report import command as report_command
 from .stack import command as stack_command
 from .stack import provision as provision_command
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("campaign", campaign_command.HELP, campaign_command.PARSER, campaign_command.configure,
          campaign_command.main),
         ("report", report_command.HELP, report_command.PARSER, report_command.configure, report_command.main),
+        ("inbox", inbox_command.HELP, inbox_command.PARSER, inbox_command.configure, inbox_command.main),
     ]
     for name, help_text, parser_kw, configure, func in commands:
         p = sub.add_parser(name, help=help_text, **parser_kw)

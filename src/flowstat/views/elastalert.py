@@ -1,7 +1,8 @@
 """ElastAlert2 rules for the five alert conditions (flowstat.views.alerts), against the
-Elasticsearch indices. Each rule's one alerter is ElastAlert's log (``debug``:
-the alert's text at INFO), which the compose stack's ElastAlert runs as is; flowstat stack adds
-its alert log and webhook.
+Elasticsearch indices. A rule names no alerter: the compose stack's config.yaml gives every rule
+its default, an HTTP POST to flowstat's alert inbox (the `alerts` service, docs/alerts.md), with the
+rule's name and flowstat id (``http_post2_payload``) beside the matching document's fields;
+flowstat stack adds its alert log and webhook.
 
 ElastAlert2's rule types cannot take "last minus first" or a slope, so two conditions are
 expressed with its nearest types (docs/dashboards.md says how they differ from Grafana's):
@@ -17,7 +18,6 @@ from flowstat.stores import elasticsearch as es_store
 
 from .alerts import ALERTS, Alert
 
-AGENTS_INDEX = "flowstat-agents"
 TIME_FIELD = "time"
 
 
@@ -34,11 +34,12 @@ def _flag_filter(alert: Alert) -> list[dict]:
 
 
 def rule(alert: Alert) -> dict:
-    index = AGENTS_INDEX if alert.source == "agent" else f"{es_store.SAMPLES_INDEX}*"
+    index = f"{es_store.AGENTS_INDEX if alert.source == 'agent' else es_store.SAMPLES_INDEX}*"
     base = {"name": alert.title, "description": alert.why, "index": index, "timestamp_field": TIME_FIELD,
             "query_key": list(alert.group), "realert": {"minutes": 1},
             "alert_subject": f"flowstat: {alert.title}", "alert_text_type": "alert_text_only",
-            **dict(zip(("alert_text", "alert_text_args"), _text(alert))), "alert": ["debug"]}
+            **dict(zip(("alert_text", "alert_text_args"), _text(alert))),
+            "http_post2_payload": {"rule": alert.title, "alert": alert.uid}}
     kinds = [q.kind for q in alert.quantities]
     if kinds == ["count"]:
         return {**base, "type": "frequency", "num_events": 1, "timeframe": _span(alert.window_s), "filter": _flag_filter(alert)}
