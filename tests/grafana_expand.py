@@ -11,7 +11,9 @@ Elasticsearch, as the Elasticsearch datasource builds it).
 
 from __future__ import annotations
 
+import math
 import re
+from typing import Sequence
 
 from flowstat.views import grafana
 
@@ -168,3 +170,145 @@ def elasticsearch_request(target: dict, variables: dict[str, list[str]], from_ms
                                          "size": size},
                                "aggs": {metric["id"]: {metric["type"]: {"field": metric["field"]}}}}}}
     return _datasource(target["datasource"]["uid"])["jsonData"]["index"], body
+
+
+# -- alert rules --------------------------------------------------------------------------------
+
+Labels = tuple  # a series' label set: its tags as sorted (name, value) pairs
+
+
+def labels(tags: dict) -> Labels:
+    return tuple(sorted(tags.items()))
+
+
+def _reduce(model: dict, values: list) -> float | None:
+    """A reduce expression over one series' values (None: no value, the label set drops out)."""
+    if model["reducer"] != "last" or model.get("settings", {}).get("mode") != "dropNN":
+        raise ValueError(f"reduce {model['reducer']} mode {model.get('settings')}: beyond this emulator")
+    numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)]
+    return float(numbers[-1]) if numbers else None
+
+
+_TOKEN = re.compile(r"\s*(?:(\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)|\$\{?(\w+)\}?|(&&|\|\||[<>=!]=|[-+*/%<>!()]))")
+# Go's binary precedence, as mathexp's parser takes it
+_PRECEDENCE = {"||": 1, "&&": 2, "==": 3, "!=": 3, "<": 3, "<=": 3, ">": 3, ">=": 3, "+": 4, "-": 4,
+               "*": 5, "/": 5, "%": 5}
+_APPLY = {"||": lambda a, b: float(bool(a) or bool(b)), "&&": lambda a, b: float(bool(a) and bool(b)),
+          "==": lambda a, b: float(a == b), "!=": lambda a, b: float(a != b), "<": lambda a, b: float(a < b),
+          "<=": lambda a, b: float(a <= b), ">": lambda a, b: float(a > b), ">=": lambda a, b: float(a >= b),
+          "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+          "/": lambda a, b: a / b if b else math.nan, "%": lambda a, b: math.fmod(a, b) if b else math.nan}
+
+
+def _tokens(expression: str) -> list[tuple[str, str]]:
+    out, at = [], 0
+    while expression[at:].strip():
+        m = _TOKEN.match(expression, at)
+        if not m:
+            raise ValueError(f"math expression {expression!r}: cannot read {expression[at:]!r}")
+        number, ref, op = m.groups()
+        out.append(("number", number) if number else ("ref", ref) if ref else ("op", op))
+        at = m.end()
+    return out
+
+
+def math_expression(expression: str, values: dict[str, float]) -> float:
+    """A math expression over numbers: $REF is the number of the expression REF (one label set)."""
+    tokens = _tokens(expression)
+    pos = 0
+
+    def unary() -> float:
+        nonlocal pos
+        kind, text = tokens[pos]
+        pos += 1
+        if kind == "number":
+            return float(text)
+        if kind == "ref":
+            return values[text]
+        if text == "(":
+            v = binary(0)
+            if tokens[pos] != ("op", ")"):
+                raise ValueError(f"math expression {expression!r}: ) expected")
+            pos += 1
+            return v
+        if text == "!":
+            return float(not unary())
+        if text == "-":
+            return -unary()
+        raise ValueError(f"math expression {expression!r}: unexpected {text!r}")
+
+    def binary(floor: int) -> float:
+        nonlocal pos
+        left = unary()
+        while pos < len(tokens) and tokens[pos][0] == "op" and _PRECEDENCE.get(tokens[pos][1], 0) > floor:
+            op = tokens[pos][1]
+            pos += 1
+            left = _APPLY[op](left, binary(_PRECEDENCE[op]))
+        return left
+
+    result = binary(0)
+    if pos != len(tokens):
+        raise ValueError(f"math expression {expression!r}: left over {tokens[pos:]}")
+    return result
+
+
+def _threshold(model: dict, value: float) -> float:
+    (condition,) = model["conditions"]
+    kind, params = condition["evaluator"]["type"], condition["evaluator"]["params"]
+    if kind == "gt":
+        return float(value > params[0])
+    if kind == "lt":
+        return float(value < params[0])
+    raise ValueError(f"threshold {kind}: beyond this emulator")
+
+
+def rule_values(rule: dict, results: dict[str, dict[Labels, list]]) -> dict[str, dict[Labels, float]]:
+    """Every expression of an alert rule (its provisioned form), given what each of its queries
+    returned (refId -> label set -> the series' values in time order): refId -> label set -> number.
+    Series are matched by their label sets (all of a rule's queries group by the same tags); a label
+    set that an expression's input lacks drops out of it, as Grafana's math drops an unmatched series."""
+    data = {d["refId"]: d for d in rule["data"]}
+    out: dict[str, dict[Labels, float]] = {}
+
+    def value(ref: str) -> dict[Labels, float]:
+        if ref in out:
+            return out[ref]
+        if data[ref]["datasourceUid"] != "__expr__":
+            raise ValueError(f"{rule['uid']}: query {ref} used without a reduce")
+        model = data[ref]["model"]
+        if model["type"] == "reduce":
+            reduced = {k: _reduce(model, v) for k, v in results.get(model["expression"], {}).items()}
+            got = {k: v for k, v in reduced.items() if v is not None}
+        elif model["type"] == "math":
+            refs = {name for kind, name in _tokens(model["expression"]) if kind == "ref"}
+            inputs = {name: value(name) for name in refs}
+            keys = set.intersection(*(set(v) for v in inputs.values())) if inputs else set()
+            got = {k: math_expression(model["expression"], {n: inputs[n][k] for n in refs}) for k in keys}
+        elif model["type"] == "threshold":
+            got = {k: _threshold(model, v) for k, v in value(model["expression"]).items()}
+        else:
+            raise ValueError(f"expression type {model['type']}: beyond this emulator")
+        out[ref] = got
+        return got
+
+    for ref, d in data.items():
+        if d["datasourceUid"] == "__expr__":
+            value(ref)
+    return out
+
+
+def firing(rule: dict, values: dict[str, dict[Labels, float]]) -> dict[Labels, bool]:
+    """Per label set, whether the rule's condition is true at this evaluation (non-zero)."""
+    return {k: v != 0 and not math.isnan(v) for k, v in values[rule["condition"]].items()}
+
+
+def alerting(rule: dict, ends_ms: Sequence[int], held: Sequence[bool]) -> list[bool]:
+    """At each evaluation (every interval, at ends_ms), whether a label set is Alerting: its condition
+    true now and at every evaluation since one at least the rule's ``for`` before (the state
+    manager's Pending -> Alerting). An evaluation without the label set counts as false."""
+    for_ms = duration_ms(rule["for"])
+    out, since = [], None
+    for end, now in zip(ends_ms, held):
+        since = (since if since is not None else end) if now else None
+        out.append(since is not None and end - since >= for_ms)
+    return out

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from collections import defaultdict
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -264,35 +267,69 @@ def test_the_parameter_chart_buckets_the_runs_steady_rate_by_parameter(stack, lo
 
 # -- alert rules --------------------------------------------------------------------------------
 
-def grafana_values(stack, alert, end_ms: int) -> dict[tuple, dict[str, float]]:
-    """Each rule query over its relative time range ending at end_ms, reduced with last (dropNN)."""
-    out: dict[tuple, dict[str, float]] = defaultdict(dict)
-    for q in alert.quantities:
-        query = gx.expand(influxql.quantity_query(alert, q), end_ms - alert.window_s * 1000, end_ms, 1000)
-        for s in influx(stack, query):
-            numbers = [row[1] for row in s["values"] if isinstance(row[1], (int, float))]
-            if numbers:
-                out[tuple(s["tags"][k] for k in alert.group)][q.ref] = float(numbers[-1])
+GRAFANA_RULES = ROOT / "dashboards" / "grafana" / "provisioning" / "alerting" / "rules.yaml"
+
+
+def provisioned_rule(alert) -> dict:
+    """The alert's Grafana rule as provisioned: the generated file, read at each call."""
+    groups = yaml.safe_load(GRAFANA_RULES.read_text())["groups"]
+    return next(r for g in groups for r in g["rules"] if r["uid"] == alert.uid)
+
+
+def rule_results(stack, rule, end_ms: int) -> dict[str, dict[tuple, list]]:
+    """Each InfluxDB query of the rule over its relative time range ending at end_ms, expanded as
+    Grafana expands it: refId -> label set -> the series' values."""
+    out: dict[str, dict[tuple, list]] = {}
+    for d in rule["data"]:
+        if d["datasourceUid"] == "__expr__":
+            continue
+        span, model = d["relativeTimeRange"], d["model"]
+        query = gx.expand(model["query"], end_ms - span["from"] * 1000, end_ms - span["to"] * 1000, model["intervalMs"])
+        out[d["refId"]] = {gx.labels(s["tags"]): [row[1] for row in s["values"]] for s in influx(stack, query)}
     return out
 
 
-def crossed(stack, alert, samples: list[dict]) -> tuple[set, list]:
-    """Evaluate the rule every 10 s across the run as Grafana would (threshold on the math of the
-    reduced values): the groups it crossed for. Also check the values equal the offline evaluation's."""
+def evaluations(stack, alert, samples: list[dict]) -> tuple[list[int], dict[tuple, list[bool]], list]:
+    """Evaluate the provisioned rule every 10 s across the run as Grafana would: its queries on the
+    real InfluxDB, then its reduce, math and threshold expressions (grafana_expand.rule_values).
+    Returns the evaluation times, per group of this run whether its condition held at each (the
+    stores hold every run: this run's groups are compared), and where the reduced values differ
+    from the offline evaluation's (alerts.values_at)."""
+    rule = provisioned_rule(alert)
+    reduces = {d["refId"]: d["model"]["expression"] for d in rule["data"] if d["model"].get("type") == "reduce"}
     first, last = span_ms(samples)
-    ends = range(first - first % 10_000, last + alert.window_s * 1000, 10_000)
+    ends = list(range(first - first % 10_000, last + alert.window_s * 1000, 10_000))
     offline = alerts.values_at(alert, samples, [end / 1000 for end in ends])
-    fired, mismatches = set(), []
-    for end, want in zip(ends, offline):
-        # The stores hold every fixture run; a rule sees them all, this run's groups are compared.
-        got = {k: v for k, v in grafana_values(stack, alert, end).items() if k[0] == samples[0]["run_id"]}
-        assert alert.group[0] == "run_id"
+    assert alert.group[0] == "run_id"
+    run_id = samples[0]["run_id"]
+
+    def group(label_set: tuple) -> tuple:
+        return tuple(dict(label_set)[k] for k in alert.group)
+
+    held: dict[tuple, list[bool]] = defaultdict(lambda: [False] * len(ends))
+    mismatches = []
+    for i, (end, want) in enumerate(zip(ends, offline)):
+        values = gx.rule_values(rule, rule_results(stack, rule, end))
+        got: dict[tuple, dict[str, float]] = defaultdict(dict)
+        for reduce_ref, query_ref in reduces.items():
+            for label_set, v in values[reduce_ref].items():
+                if group(label_set)[0] == run_id:
+                    got[group(label_set)][query_ref] = v
         for key in set(got) | set(want):
             g, w = got.get(key, {}), want.get(key, {})
             if g.keys() != w.keys() or any(not math.isclose(g[k], w[k], rel_tol=1e-6, abs_tol=1e-6) for k in g):
                 mismatches.append((end, key, g, w))
-        fired |= {k for k, v in got.items() if alert.holds(v)}
-    return fired, mismatches
+        for label_set, now in gx.firing(rule, values).items():
+            if now and group(label_set)[0] == run_id:
+                held[group(label_set)][i] = True
+    return ends, dict(held), mismatches
+
+
+def crossed(stack, alert, samples: list[dict]) -> tuple[set, list]:
+    """The groups whose condition held at some evaluation across the run (whatever the rule's for),
+    and the mismatches of evaluations()."""
+    _, held, mismatches = evaluations(stack, alert, samples)
+    return {key for key, h in held.items() if any(h)}, mismatches
 
 
 BAD_RUN = {"flowstat-buffer-overload": "overload", "flowstat-merger-behind": "behind",
@@ -324,21 +361,25 @@ def test_each_rule_crosses_its_threshold_on_the_bad_run_and_not_on_the_healthy_o
 
 # -- ElastAlert rules ---------------------------------------------------------------------------
 
-def elastalert_test_rule(stack, alert, run, folder: Path, node: str | None = None):
-    """elastalert-test-rule with the generated rule over the run's samples (and a window's margin
-    either side), scoped to the run by a filter: the stores hold every fixture run."""
+def elastalert_rule_run(stack, alert, run_id: str, folder: Path, start_s: float, end_s: float,
+                        terms: tuple[tuple[str, str], ...] = ()):
+    """elastalert-test-rule with the generated rule (the file, read at each call) from start_s to
+    end_s (epoch s), scoped to the run (and to terms) by a filter: the stores hold every run."""
     from flowstat.stack import elastalert as ea
 
     rule = yaml.safe_load((ROOT / "dashboards" / "elastalert" / "rules" / f"{alert.uid}.yaml").read_text())
-    samples = rule_samples(alert, run)
-    rule["filter"] = [*rule.get("filter", []), {"term": {"run_id": samples[0]["run_id"]}},
-                      *([{"term": {"node_id": node}}] if node else [])]
-    path = folder / f"{alert.uid}-{samples[0]['run_id']}-{node}.yaml"
+    rule["filter"] = [*rule.get("filter", []), {"term": {"run_id": run_id}}, *({"term": {k: v}} for k, v in terms)]
+    path = folder / f"{alert.uid}-{run_id}-{'-'.join(v for _, v in terms) or None}.yaml"
     path.write_text(yaml.safe_dump(rule))
+    return ea.test_rule(stack, path, *(datetime.fromtimestamp(t, timezone.utc) for t in (start_s, end_s)))
+
+
+def elastalert_test_rule(stack, alert, run, folder: Path, node: str | None = None):
+    """elastalert_rule_run over the run's samples (and a window's margin either side)."""
+    samples = rule_samples(alert, run)
     first, last = span_ms(samples)
-    start, end = (datetime.fromtimestamp(t / 1000 + d, timezone.utc) for t, d in
-                  ((first, -alert.window_s), (last, alert.window_s)))
-    return ea.test_rule(stack, path, start, end)
+    return elastalert_rule_run(stack, alert, samples[0]["run_id"], folder, first / 1000 - alert.window_s,
+                               last / 1000 + alert.window_s, (("node_id", node),) if node else ())
 
 
 @pytest.mark.parametrize("alert", ALERTS, ids=lambda a: a.uid)
@@ -351,3 +392,324 @@ def test_each_elastalert_rule_matches_on_the_bad_run_and_not_on_the_healthy_one(
         grew = elastalert_test_rule(stack, alert, runs["memory"], tmp_path, node="merger-0")
         flat = elastalert_test_rule(stack, alert, runs["memory"], tmp_path, node="merger-1")
         assert grew.fired and flat.hits and not flat.fired, flat.output[-3000:]
+
+
+# -- alert rules at their edges -----------------------------------------------------------------
+#
+# The tests above give each rule whole runs, far past its thresholds: a threshold moved by one step
+# would still pass them. These guard the edges. For each alert, a short run synthesized from its
+# definition (flowstat.views.alerts: thresholds, window_s, for_s, the quantities) and from the
+# smallest step its data allows (EDGE_STEP), one node (or agent host) per case: the smallest input
+# that must fire (each threshold plus one step, held for exactly the alert's for) and the largest
+# that must not (one step less: at a threshold, or held one evaluation short). Each case is checked
+# first on the offline evaluation (the definition itself: the input is at the edge it claims), then
+# on the generated Grafana rule (its queries on the real InfluxDB, its expressions and for as the
+# provisioned file says) and on the generated ElastAlert2 rule (elastalert-test-rule on the real
+# Elasticsearch). Moving a threshold of either generated rule by one step turns one of them red.
+#
+# What no input can show, and why:
+# - A count's threshold (buffer overload, node down) moved below 0, or ElastAlert's num_events to 0:
+#   without a matching sample both see no data (Grafana's noDataState is OK, ElastAlert gets no
+#   event), whatever the threshold; the moved rule behaves as the generated one.
+# - The spool alert's "last > 0" moved below 0: a spool is never negative, so one that rose holds
+#   at least one sample; only "rise > 0" and the ElastAlert rule's minimum have an edge below.
+# - ElastAlert's falling-behind and memory rules approximate the definition (views/elastalert.py):
+#   the highest latency over a window above the threshold (no rise, no in-flight, no for), and a
+#   rise of the highest VmRSS between two half windows. Their edges are their own (the latency
+#   threshold; SPIKE_HEIGHT and SPIKE_MIN_DOCS), not the 10 MB/min slope. The spike rule's
+#   threshold_cur (1 kB) keeps it from matching on the windows of zero placeholders ElastAlert
+#   keeps for a node gone quiet (moved to 0, the quiet cases here fire); moved up, no VmRSS comes
+#   near it.
+
+EDGE_STEP = {"input_latency_p99_ms": Fraction(1, 1000),  # flowstat.harness.latency rounds to the microsecond
+             "objects_in_flight": 1, "vmrss_kb": 1, "spooled_samples": 1}  # whole objects, kB, samples
+COUNT_STEP = 1  # a count of samples
+EDGE_PERIOD_S = alerts.EVALUATE_EVERY_S  # a sample per evaluation interval, in its middle
+
+
+def above(threshold: float, step) -> Fraction:
+    """The smallest value the data can hold above a threshold: the next multiple of its step."""
+    return (math.floor(Fraction(threshold) / Fraction(step)) + 1) * Fraction(step)
+
+
+def at_most(threshold: float, step) -> Fraction:
+    """The largest value the data can hold that is not above a threshold."""
+    return math.floor(Fraction(threshold) / Fraction(step)) * Fraction(step)
+
+
+def every(values: list) -> list[tuple[float, dict]]:
+    """One sample per EDGE_PERIOD_S, in the middle of each: (seconds after the run's start, fields).
+    A window ending at an evaluation (a whole multiple of the period, for Grafana as offline) holds
+    window_s / EDGE_PERIOD_S of them, the same for any evaluation phase within half a period."""
+    return [(EDGE_PERIOD_S * (k + 0.5), v) for k, v in enumerate(values)]
+
+
+@dataclass(frozen=True)
+class EdgeCase:
+    name: str  # its node (the agent's host, for an alert on agents)
+    samples: list[tuple[float, dict]]  # (seconds after the run's start, the fields set)
+    grafana: bool | None  # must the Grafana rule fire (None: no edge of that rule)
+    elastalert: bool | None  # must the ElastAlert2 rule fire
+    why: str
+
+
+def _edges_buffer_overload(alert) -> list[EdgeCase]:
+    ((a,),) = alert.condition
+    q = alert.quantity(a.ref)
+    fire = int(above(a.threshold, COUNT_STEP))  # overloaded samples in one window
+    n = alert.window_s // EDGE_PERIOD_S  # samples in one window
+    calm = {k: not v for k, v in q.any_of}
+
+    def series(k: int, flag: str) -> list[dict]:
+        return every([calm] * (n - k) + [{**calm, flag: dict(q.any_of)[flag]}] * k)
+
+    first_flag = q.any_of[0][0]
+    return [*(EdgeCase(f"{flag.split('_')[0]}-{fire}", series(fire, flag), True, True,
+                       f"{fire} sample(s) with {flag}: just above {a.threshold:g}") for flag, _ in q.any_of),
+            EdgeCase(f"overloaded-{fire - 1}", series(fire - 1, first_flag), False, False,
+                     f"{fire - 1} overloaded sample(s): at {a.threshold:g}")]
+
+
+def _edges_node_down(alert) -> list[EdgeCase]:
+    ((a,),) = alert.condition
+    down = dict(alert.quantity(a.ref).where)["node_state"]
+    fire = int(above(a.threshold, COUNT_STEP))
+    n = alert.window_s // EDGE_PERIOD_S
+    up: dict = {}  # the template's: RUNNING
+    return [EdgeCase(f"down-{fire}", every([up] * (n - fire) + [{"node_state": down}] * fire), True, True,
+                     f"{fire} {down} sample(s): just above {a.threshold:g}"),
+            EdgeCase(f"down-{fire - 1}", every([up] * (n - fire) + [{"node_state": down}] * (fire - 1)
+                                               + [{"node_state": schema.STATE_STOPPED}]), False, False,
+                     f"{fire - 1} {down} sample(s), then gone in order ({schema.STATE_STOPPED}): at {a.threshold:g}")]
+
+
+def _staircase(level, rise, holds: int, w: int) -> list:
+    """Values, one per EDGE_PERIOD_S, whose every window of w samples rises by exactly ``rise``,
+    the window's last at ``level + rise`` at the first evaluation that sees it, for ``holds``
+    evaluations; then one sample back at ``level`` (the last no longer above, the rise gone)."""
+    return [level + rise * (1 + (k - (w - 1)) // (w - 1)) for k in range(w - 1 + holds)] + [level]
+
+
+def _edges_merger_behind(alert) -> list[EdgeCase]:
+    level_conj = next(c for c in alert.condition if any(alert.quantity(x.ref).kind == "last" for x in c))
+    a = next(x for x in level_conj if alert.quantity(x.ref).kind == "last")  # latency p99, last
+    b = next(x for x in level_conj if x is not a)  # its rise
+    (c,) = next(conj for conj in alert.condition if conj is not level_conj)  # in flight, rise
+    latency, flight = alert.quantity(a.ref).field, alert.quantity(c.ref).field
+    assert alert.quantity(b.ref).field == latency and alert.window_s % EDGE_PERIOD_S == 0
+    w = alert.window_s // EDGE_PERIOD_S  # samples in a window
+    holds = alert.for_s // EDGE_PERIOD_S + 1  # evaluations that span the for
+    step, one = EDGE_STEP[latency], EDGE_STEP[flight]
+    rise = above(b.threshold, step)
+    level = above(a.threshold, step) - rise  # the first held window's last: just above
+    low = {latency: 1.0, flight: 0}  # far from both conditions
+
+    def lat(values) -> list[tuple[float, dict]]:
+        return every([{**low, latency: v} for v in values])
+
+    def fl(values) -> list[tuple[float, dict]]:
+        return every([{**low, flight: v} for v in values])
+
+    at = at_most(a.threshold, step)
+    return [
+        EdgeCase("latency-above", lat(_staircase(level, rise, holds, w)), True, None,
+                 f"last {float(level + rise)} > {a.threshold:g}, rising by {float(rise)}, for {alert.for_s} s"),
+        EdgeCase("latency-at", lat(_staircase(level - step, rise, holds, w)), False, None,
+                 f"one step lower: last at {a.threshold:g} at the first evaluation"),
+        EdgeCase("latency-flat", lat(_staircase(level + rise, at_most(b.threshold, step), holds, w)), False, None,
+                 f"last above {a.threshold:g}, rising by {float(at_most(b.threshold, step))}"),
+        EdgeCase("latency-short", lat(_staircase(level, rise, holds - 1, w)), False, None,
+                 f"held one evaluation short of {alert.for_s} s"),
+        EdgeCase("in-flight-above", fl(_staircase(0, above(c.threshold, one), holds, w)), True, None,
+                 f"in flight rising by {above(c.threshold, one)} per window, for {alert.for_s} s"),
+        EdgeCase("in-flight-at", fl(_staircase(0, at_most(c.threshold, one), holds, w)), False, None,
+                 f"in flight rising by {at_most(c.threshold, one)} per window"),
+        # ElastAlert's rule: the highest latency of a window above the threshold.
+        EdgeCase("ea-latency-above", lat([at] * (w // 2) + [above(a.threshold, step)] + [at] * (w - w // 2 - 1)),
+                 None, True, f"one sample at {float(above(a.threshold, step))}, the others at {a.threshold:g}"),
+        EdgeCase("ea-latency-at", lat([at] * w), None, False, f"every sample at {a.threshold:g}"),
+    ]
+
+
+def _growth(start: int, slopes: int, rise: Fraction) -> list[dict]:
+    """slopes + 1 whole kB values, one per slope bucket, from start up by ``rise`` in all."""
+    return [{"vmrss_kb": start + round(rise * k / slopes)} for k in range(slopes + 1)]
+
+
+def _edges_vmrss_growing(alert, vmrss: int) -> list[EdgeCase]:
+    from flowstat.stack.elastalert import RUN_EVERY_S
+    from flowstat.views.elastalert import SPIKE_HEIGHT, SPIKE_MIN_DOCS
+
+    ((a, b),) = alert.condition
+    assert (alert.quantity(a.ref).kind, alert.quantity(b.ref).kind) == ("slope_per_min", "slope_buckets")
+    assert alerts.SLOPE_BUCKET_S == EDGE_PERIOD_S  # a sample per bucket
+    step = EDGE_STEP["vmrss_kb"]
+    n = int(above(b.threshold, COUNT_STEP))  # slopes over the window: buckets - 1
+    # The mean of n per-minute slopes between consecutive bucket means is the whole rise over
+    # n buckets' time, per minute.
+    per_minute = Fraction(alerts.SLOPE_BUCKET_S, 60)
+    cases = [
+        EdgeCase(f"slope-above-{n}", every(_growth(vmrss, n, above(a.threshold * n * per_minute, step))), True, None,
+                 f"{n} slopes > {b.threshold:g}, their mean just above {a.threshold:g} kB/min"),
+        EdgeCase(f"slope-at-{n}", every(_growth(vmrss, n, at_most(a.threshold * n * per_minute, step))), False, None,
+                 f"{n} slopes, their mean at {a.threshold:g} kB/min"),
+        EdgeCase(f"slope-above-{n - 1}", every(_growth(vmrss, n - 1, above(a.threshold * (n - 1) * per_minute, step))),
+                 False, None, f"{n - 1} slopes (at {b.threshold:g}), their mean just above {a.threshold:g} kB/min"),
+    ]
+    # ElastAlert's spike: queries of RUN_EVERY_S, each the node's highest VmRSS when it has at least
+    # SPIKE_MIN_DOCS samples; two windows of half the alert's, compared once a key has two windows
+    # of queries: the later window's highest at least SPIKE_HEIGHT times the earlier one's.
+    half = alert.window_s // 2
+    top = math.ceil(vmrss * SPIKE_HEIGHT)  # the least whole kB that ElastAlert's float comparison passes
+    while top - 1 >= vmrss * SPIKE_HEIGHT:
+        top -= 1
+    while top < vmrss * SPIKE_HEIGHT:
+        top += 1
+
+    def spike(peak: int, docs: int) -> list[tuple[float, dict]]:
+        def piece(j: int, value: int, k: int) -> list[tuple[float, dict]]:
+            return [(RUN_EVERY_S * (j + (i + 1) / (k + 1)), {"vmrss_kb": value}) for i in range(k)]
+        flat = 2 * half // RUN_EVERY_S
+        return [s for j in range(flat) for s in piece(j, vmrss, SPIKE_MIN_DOCS)] + piece(flat, peak, docs)
+
+    return cases + [
+        EdgeCase("spike-above", spike(top, SPIKE_MIN_DOCS), None, True,
+                 f"{top} kB after {2 * half} s at {vmrss}: {SPIKE_HEIGHT} times or more"),
+        EdgeCase("spike-below", spike(top - 1, SPIKE_MIN_DOCS), None, False,
+                 f"{top - 1} kB after {2 * half} s at {vmrss}: under {SPIKE_HEIGHT} times"),
+        EdgeCase("spike-sparse", spike(top, SPIKE_MIN_DOCS - 1), None, False,
+                 f"{top} kB in a query of {SPIKE_MIN_DOCS - 1} samples"),
+    ]
+
+
+def _edges_agent_spooling(alert) -> list[EdgeCase]:
+    ((a, b),) = alert.condition
+    field = alert.quantity(a.ref).field
+    kinds = (alert.quantity(a.ref).kind, alert.quantity(b.ref).kind, alert.quantity(b.ref).field)
+    assert kinds == ("last", "rise", field)
+    step = EDGE_STEP[field]
+    n = alert.window_s // EDGE_PERIOD_S
+    at = at_most(a.threshold, step)
+    return [
+        # Grafana: last and rise each just above; ElastAlert (the window's least above the
+        # threshold): its least at the threshold.
+        EdgeCase("spool-rises", every([{field: at}] * (n - 1) + [{field: at + above(b.threshold, step)}]), True, False,
+                 f"{field} {at} then {at + above(b.threshold, step)}"),
+        # Grafana: last just above, rise at its threshold; ElastAlert: its least just above.
+        EdgeCase("spool-holds", every([{field: above(a.threshold, step)}] * (n - 1)
+                                      + [{field: above(a.threshold, step) + at_most(b.threshold, step)}]), False, True,
+                 f"{field} {above(a.threshold, step)}, rising by {at_most(b.threshold, step)}"),
+    ]
+
+
+def _number(v):
+    if isinstance(v, Fraction):
+        return int(v) if v.denominator == 1 else float(v)
+    return v
+
+
+@dataclass
+class EdgeRun:
+    alert: alerts.Alert
+    run_id: str
+    start_s: int  # the run's start (epoch s, a whole minute)
+    cases: list[EdgeCase]
+    samples: list[dict]  # what the alert reads (node samples, or the agent's self-samples), as read back
+
+    def key(self, case: EdgeCase) -> tuple:
+        return (self.run_id, case.name, AGENT)  # the alert's group: run, node (or host), agent
+
+
+@pytest.fixture(scope="module")
+def edges(stack, fixture_runs) -> dict[str, EdgeRun]:
+    """Each alert's edge cases as a run of its own, an hour before now: a node per case (an agent's
+    host, for the alert on agents), every field an agent writes (the healthy run's merger sample and
+    self-sample, as fixture_runs.memory_growth does), replayed into both stores."""
+    import time
+
+    from flowstat.timeutil import iso_utc_ms
+
+    head, nodes, agents = fx.samples(fixture_runs["healthy"])
+    node_template = next(s for s in nodes if s["role"] == "merger" and s["node_state"] == "RUNNING")
+    agent_template = agents[0]
+    start = (int(time.time()) - 3600) // 600 * 600
+    build = {"flowstat-buffer-overload": _edges_buffer_overload, "flowstat-node-down": _edges_node_down,
+             "flowstat-merger-behind": _edges_merger_behind, "flowstat-agent-spooling": _edges_agent_spooling,
+             "flowstat-vmrss-growing": lambda a: _edges_vmrss_growing(a, node_template["vmrss_kb"])}
+    out, paths = {}, []
+    for alert in ALERTS:
+        name = alert.uid.removeprefix("flowstat-")
+        run_id = head["flowstat_run"]["run_id"].replace("fx-healthy-", f"fx-edge-{name}-")
+        cases = build[alert.uid](alert)
+        lines = [{"flowstat_run": {**head["flowstat_run"], "run_id": run_id, "started": iso_utc_ms(start)}}]
+        for case in cases:
+            for seq, (t, fields) in enumerate(case.samples):
+                stamp = iso_utc_ms(start + t)
+                fields = {k: _number(v) for k, v in fields.items()}
+                if alert.source == panels.AGENT:
+                    lines.append({"flowstat_agent": {**agent_template, "time": stamp, "run_id": run_id,
+                                                     "host": case.name, "agent": AGENT, "seq": seq, **fields}})
+                elif fields.get("node_state") in (schema.STATE_DOWN, schema.STATE_STOPPED):
+                    # gone: the agent reports its base fields only (flowstat.agent.agent._base)
+                    lines.append({"time": stamp, "run_id": run_id, "host": node_template["host"], "node_id": case.name,
+                                  "role": node_template["role"], "agent": AGENT, "seq": seq,
+                                  "pid": node_template["pid"], **fields})
+                else:
+                    lines.append({**node_template, "time": stamp, "run_id": run_id, "node_id": case.name,
+                                  "agent": AGENT, "seq": seq, "request_timestamp": stamp, "response_timestamp": stamp,
+                                  **fields})
+        path = fixture_runs["healthy"].parents[1] / "runs" / run_id / "samples.ndjson"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        paths.append(path)
+        _, node_docs, agent_docs = fx.samples(path.parent)
+        out[alert.uid] = EdgeRun(alert, run_id, start, cases, agent_docs if alert.source == panels.AGENT else node_docs)
+    replay.replay(paths, {"influxdb": (stack["influxdb"].url, "flowstat"),
+                          "elasticsearch": (stack["elasticsearch"].url, "flowstat-samples")})
+    requests.post(f"{stack['elasticsearch'].url}/flowstat-*/_refresh", timeout=30)
+    return out
+
+
+def offline_fired(alert, run: EdgeRun) -> set[tuple]:
+    """The groups the offline evaluation (the definition) fires for."""
+    given = (run.samples, ()) if alert.source == panels.NODE else ((), run.samples)
+    return {tuple(sp.labels[k] for k in alert.group) for sp in alerts.evaluate(*given) if sp.alert.uid == alert.uid}
+
+
+@pytest.mark.parametrize("alert", ALERTS, ids=lambda a: a.uid)
+def test_each_grafana_rule_fires_at_its_edge_and_not_one_step_below(stack, edges, alert):
+    run = edges[alert.uid]
+    cases = [c for c in run.cases if c.grafana is not None]
+    oracle = offline_fired(alert, run)
+    off = [(c.name, c.why) for c in cases if (run.key(c) in oracle) != c.grafana]
+    assert not off, f"not at the edge by the definition (the offline evaluation): {off}"
+    ends, held, mismatches = evaluations(stack, alert, run.samples)
+    assert not mismatches, mismatches[:3]
+    rule = provisioned_rule(alert)
+    fired = {key for key, h in held.items() if any(gx.alerting(rule, ends, h))}
+    wrong = [(c.name, c.why, "fired" if c.grafana is False else "stayed quiet") for c in cases
+             if (run.key(c) in fired) != c.grafana]
+    assert not wrong, wrong
+
+
+def elastalert_alerted(result, rule_name: str) -> set[tuple]:
+    """The query keys elastalert-test-rule alerted for (its debug alerter's "Alert for NAME, KEY at")."""
+    found = re.findall(rf"Alert for {re.escape(rule_name)}, (.+) at \S+:$", result.output, re.MULTILINE)
+    return {tuple(part.strip() for part in key.split(",")) for key in found}
+
+
+@pytest.mark.parametrize("alert", ALERTS, ids=lambda a: a.uid)
+def test_each_elastalert_rule_fires_at_its_edge_and_not_one_step_below(stack, edges, alert, tmp_path):
+    run = edges[alert.uid]
+    name = yaml.safe_load((ROOT / "dashboards" / "elastalert" / "rules" / f"{alert.uid}.yaml").read_text())["name"]
+    last = max(t for c in run.cases for t, _ in c.samples)
+    # From a minute before the run to a window past its last sample, in whole minutes: ElastAlert
+    # splits the range into its rule's queries (buffer_time, or run_every) and drops a partial last.
+    end = run.start_s + math.ceil((last + alert.window_s) / 60) * 60
+    result = elastalert_rule_run(stack, alert, run.run_id, tmp_path, run.start_s - 60, end)
+    assert not result.errors, result.output[-3000:]
+    alerted = elastalert_alerted(result, name)
+    cases = [c for c in run.cases if c.elastalert is not None]
+    wrong = [(c.name, c.why, "fired" if c.elastalert is False else "stayed quiet") for c in cases
+             if (run.key(c) in alerted) != c.elastalert]
+    assert not wrong, (wrong, result.output[-3000:])

@@ -19,6 +19,10 @@ from flowstat.stores import elasticsearch as es_store
 from .alerts import ALERTS, Alert
 
 TIME_FIELD = "time"
+# Memory growth (spike_aggregation): the later half window's highest VmRSS at least this many times
+# the earlier one's, each from queries of at least SPIKE_MIN_DOCS samples of the node.
+SPIKE_HEIGHT = 1.05
+SPIKE_MIN_DOCS = 3
 
 
 def _span(seconds: int) -> dict:
@@ -56,8 +60,8 @@ def rule(alert: Alert) -> dict:
         # fails on a window holding only its placeholders (a node that stopped) when it averages.
         half = alert.window_s // 2
         return {**base, "type": "spike_aggregation", "metric_agg_key": alert.quantities[0].field,
-                "metric_agg_type": "max", "timeframe": _span(half), "spike_type": "up", "spike_height": 1.05,
-                "threshold_cur": 1, "min_doc_count": 3, "use_run_every_query_size": True, "filter": []}
+                "metric_agg_type": "max", "timeframe": _span(half), "spike_type": "up", "spike_height": SPIKE_HEIGHT,
+                "threshold_cur": 1, "min_doc_count": SPIKE_MIN_DOCS, "use_run_every_query_size": True, "filter": []}
     if alert.source == "agent":
         # Spooled samples never below zero over the whole window: the spool held something all along.
         return {**base, "type": "metric_aggregation", "metric_agg_key": "spooled_samples", "metric_agg_type": "min",
