@@ -326,7 +326,8 @@ def test_the_influxdb_users_must_be_distinct_and_not_the_admin(secured_influx):
     env = {**influx_env(), "INFLUXDB_REPLAY_USER": "telegraf"}  # one GRANT would replace the other
     out = flowstat("provision", "--influx", secured_influx.url, "--timeout", "10", env=env)
     assert out.returncode == 1
-    assert "must be three users, none of them the admin" in out.stderr and "INFLUXDB_REPLAY_USER=telegraf" in out.stderr
+    assert "must be three users, none of them the admin" in out.stderr
+    assert "INFLUXDB_REPLAY_USER=telegraf" in out.stderr
 
 
 # -- Kibana: the request, recorded; the answer, judged ------------------------------------------------

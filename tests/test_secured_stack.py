@@ -70,7 +70,8 @@ def test_provision_converges_and_a_second_run_changes_nothing(secured_stack):
     for _ in range(2):
         out = s.provision()
         assert out.returncode == 0, out.stderr
-        assert "PUT /_security/user/flowstat_agent" in out.stdout and 'GRANT ALL ON "flowstat" TO "replay"' in out.stdout
+        assert "PUT /_security/user/flowstat_agent" in out.stdout
+        assert 'GRANT ALL ON "flowstat" TO "replay"' in out.stdout
     assert security_state(s) == before
     assert set(before["roles"]) == set(provision.ROLES)
     assert before["users"] == {u.name: (list(u.roles), True) for u in provision.USERS}
@@ -194,6 +195,18 @@ def test_the_analysis_module_is_compiled_once(secured_stack):
     secured_stack.es_service._analysis_module()  # as each start's install does
     assert descriptor.stat().st_mtime_ns == made
     assert "# flowstat source sha256 " in descriptor.read_text()
+    # the .security index's email analyzer, as x-pack-security defines it, built from the module's parts
+    analyzed = secured_stack.es("POST", "/_analyze", "elastic", json={
+        "tokenizer": "uax_url_email", "filter": [
+            {"type": "pattern_capture", "preserve_original": True,
+             "patterns": ["([^@]+)", "(\\p{L}+)", "(\\d+)", "@(.+)"]}, "lowercase", "unique"],
+        "text": "Jane.Doe2@Example.org jane.doe2@example.org"})
+    assert analyzed.status_code == 200, analyzed.text
+    tokens = [t["token"] for t in analyzed.json()["tokens"]]
+    assert tokens[0] == "jane.doe2@example.org"  # one token per address, kept whole (preserve_original)
+    assert set(tokens) == {"jane.doe2@example.org", "jane.doe2", "example.org", "jane", "doe", "example", "org",
+                           "2"}, tokens  # each pattern's captures, lowercased
+    assert len(tokens) == len(set(tokens)), tokens  # unique: the second address adds nothing
 
 
 # -- InfluxDB ---------------------------------------------------------------------------------------

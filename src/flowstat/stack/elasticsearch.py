@@ -218,9 +218,9 @@ class Elasticsearch(Service):
                 (t / name).replace(certs / name)
 
     def _keystore(self) -> None:
-        """bootstrap.password := ELASTIC_PASSWORD, through stdin (a command line is public). Made
+        """bootstrap.password := ELASTIC_PASSWORD, through stdin (a command line is public). Set
         again only when the password changed: a salted digest of the one in the keystore is kept
-        beside it (the keystore tool starts a JVM, twice)."""
+        beside it (each run of the keystore tool starts a JVM)."""
         password = os.environ.get("ELASTIC_PASSWORD", "")
         if not password:
             raise StackError("elasticsearch: security is on: set ELASTIC_PASSWORD in the environment "
@@ -235,7 +235,7 @@ class Elasticsearch(Service):
         tool = str(self.dist / "bin" / "elasticsearch-keystore")
         env = {**os.environ, "ES_PATH_CONF": str(self.config_dir), "ES_JAVA_HOME": self.java_home()}
         stamp.unlink(missing_ok=True)
-        keystore.unlink(missing_ok=True)
+        keystore.unlink(missing_ok=True)  # made anew: the tool, as root, will not rewrite the service user's
         _run("elasticsearch-keystore create", [tool, "create"], env=env, stdin=subprocess.DEVNULL)
         _run("elasticsearch-keystore add bootstrap.password", [tool, "add", "-x", "bootstrap.password"], env=env,
              input=password)
