@@ -46,7 +46,7 @@ def runs_dir(tmp_path: Path) -> Path:
 
 # The modules that start, stop or use the real servers (the session's stack, or a stack of their own).
 SERVER_MODULES = {"test_campaign_stores.py", "test_compose.py", "test_dashboards.py", "test_demo.py", "test_elastalert.py", "test_ingest.py", "test_kibana.py", "test_provision.py",
-                  "test_sinks_real_servers.py", "test_stack.py", "test_stores.py", "test_wheel.py"}
+                  "test_secured_stack.py", "test_sinks_real_servers.py", "test_stack.py", "test_stores.py", "test_wheel.py"}
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -151,6 +151,21 @@ def stack():
         else:
             target.unlink(missing_ok=True)
 
+
+@pytest.fixture(scope="session")
+def secured_stack():
+    """Elasticsearch with security and TLS on and InfluxDB with authentication on, provisioned by
+    the real `flowstat provision` with secrets made at random for the session: a
+    tests/secured_stack.py SecuredStack (es_url, influx_url, ca_file, env: every secret; es_user(),
+    influx_user(), es_session(), es(), api_key(), influx_query(), provision()).
+
+    Elasticsearch runs from the session stack's cached install in .cache/test-stack (its analysis
+    module compiled there once); its keystore, certificates and data in .cache/test-stack/
+    elasticsearch-secured, its data wiped at the start and end of each session."""
+    import secured_stack as ss
+
+    with ss.started(ROOT / ".cache" / "test-stack", _free_port) as s:
+        yield s
 
 
 @pytest.fixture(scope="session")

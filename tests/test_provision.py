@@ -2,10 +2,10 @@
 
 - the index templates, on the real local Elasticsearch (the integ-test build, without security);
 - InfluxDB's database, users and grants, on a real InfluxDB with authentication on;
-- Elasticsearch's security calls cannot run on the integ-test build (it has no security module):
-  each call's method and path are checked against Elasticsearch's REST API specification, the
-  `rest-api-spec` JSON that Maven Central ships (9.1.5: no 8.19 is published there; these three
-  endpoints are the same in 8.19's source), and each body against the documented shape;
+- Elasticsearch's security calls: each call's method and path are checked against Elasticsearch's
+  REST API specification, the `rest-api-spec` JSON that Maven Central ships (9.1.5: no 8.19 is
+  published there; these three endpoints are the same in 8.19's source), and each body against the
+  documented shape; test_secured_stack.py runs them on the integ-test build with security on;
 - Kibana cannot run here: what is sent is recorded by a loopback server and checked against
   Kibana's documented import API, and the answer is judged on the documented answers.
 """
@@ -45,14 +45,16 @@ CLUSTER_PRIVILEGES = {"monitor", "manage_index_templates", "manage_ilm", "all"}
 INDEX_PRIVILEGES = {"all", "create", "create_doc", "create_index", "index", "read", "view_index_metadata", "write",
                     "manage", "delete", "monitor"}
 SECRETS_ENV = {"ELASTIC_PASSWORD": "elastic-pw-1234567", "KIBANA_SYSTEM_PASSWORD": "kibana-system-pw-1",
-               "LOGSTASH_ES_PASSWORD": "logstash-pw-12345", "GRAFANA_ES_PASSWORD": "grafana-es-pw-123",
-               "ELASTALERT_ES_PASSWORD": "elastalert-pw-123"}
+               "LOGSTASH_ES_PASSWORD": "logstash-pw-12345", "AGENT_ES_PASSWORD": "agent-es-pw-12345",
+               "GRAFANA_ES_PASSWORD": "grafana-es-pw-123", "ELASTALERT_ES_PASSWORD": "elastalert-pw-123"}
 
 
 def flowstat(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    # PYTHONPATH only when set: the flowstat of this checkout when it is run from it uninstalled
+    python_path = {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}
     return subprocess.run([sys.executable, "-m", "flowstat.cli", *args], capture_output=True, text=True,
                           timeout=timeout, env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"),
-                                                **(env or {})})
+                                                **python_path, **(env or {})})
 
 
 # -- Elasticsearch's security calls, against the REST API spec ------------------------------------
@@ -112,6 +114,9 @@ def test_the_roles_grant_each_client_only_what_it_needs():
     assert privileges("flowstat_alerter", samples) == {"read", "view_index_metadata"}
     assert privileges("flowstat_alerter", provision.ELASTALERT_INDEX) == {"all"}
     assert all(r["cluster"] == ["monitor"] for r in provision.ROLES.values())
+    # the agents and replay write as Logstash does, as a user of their own
+    roles = {u.name: u.roles for u in provision.USERS}
+    assert roles["flowstat_agent"] == roles["flowstat_logstash"] == ("flowstat_writer",)
     # passwords are the environment's, and JSON-encoded (a quote in one cannot break the body)
     env = {**SECRETS_ENV, "LOGSTASH_ES_PASSWORD": 'a"b\\c-pw-123456'}
     body = next(c.body for c in provision.security_calls(env) if c.path.endswith("flowstat_logstash"))
@@ -202,18 +207,11 @@ ADMIN = ("admin", "admin-pw-123456")
 
 @pytest.fixture(scope="module")
 def secured_influx(reachable_tmp_module):
-    from flowstat.stack.influxdb import InfluxDB
+    """An InfluxDB of this module's own (its tests make users drift): secured_stack.py's, with ADMIN."""
+    from secured_stack import influx_with_admin
 
-    server = InfluxDB("influxdb", reachable_tmp_module, _free_port(), extra={"auth": True})
-    server.up()
-    try:
-        # with authentication on and no user yet, InfluxDB takes only the first admin's creation
-        q = requests.post(f"{server.url}/query", params={"q": f"CREATE USER \"{ADMIN[0]}\" WITH PASSWORD "
-                                                              f"'{ADMIN[1]}' WITH ALL PRIVILEGES"}, timeout=10)
-        assert q.status_code == 200 and "error" not in q.text, q.text
+    with influx_with_admin(reachable_tmp_module, "influxdb", _free_port(), ADMIN) as server:
         yield server
-    finally:
-        server.down()
 
 
 @pytest.fixture(scope="module")
@@ -224,7 +222,8 @@ def reachable_tmp_module():
 def influx_env(writer_pw="writer-pw-123456", reader_pw="reader-pw-123456") -> dict[str, str]:
     return {"INFLUXDB_ADMIN_USER": ADMIN[0], "INFLUXDB_ADMIN_PASSWORD": ADMIN[1],
             "INFLUXDB_WRITER_USER": "telegraf", "INFLUXDB_WRITER_PASSWORD": writer_pw,
-            "INFLUXDB_READER_USER": "grafana", "INFLUXDB_READER_PASSWORD": reader_pw}
+            "INFLUXDB_READER_USER": "grafana", "INFLUXDB_READER_PASSWORD": reader_pw,
+            "INFLUXDB_REPLAY_USER": "replay", "INFLUXDB_REPLAY_PASSWORD": "replay-pw-123456"}
 
 
 def write(url: str, auth) -> int:
@@ -250,7 +249,11 @@ def test_provision_makes_the_database_and_least_privileged_users_on_a_secured_in
     assert read(url, reader).json()["results"][0]["series"][0]["values"][0][-1] == 1
     users = requests.post(f"{url}/query", params={"q": "SHOW USERS"}, auth=ADMIN, timeout=10).json()
     admin_flags = {row[0]: row[1] for row in users["results"][0]["series"][0]["values"]}
-    assert admin_flags == {"admin": True, "telegraf": False, "grafana": False}
+    assert admin_flags == {"admin": True, "telegraf": False, "grafana": False, "replay": False}
+    grants = {who: requests.post(f"{url}/query", params={"q": f'SHOW GRANTS FOR "{who}"'}, auth=ADMIN, timeout=10)
+              .json()["results"][0]["series"][0]["values"] for who in ("telegraf", "grafana", "replay")}
+    assert grants == {"telegraf": [["flowstat", "WRITE"]], "grafana": [["flowstat", "READ"]],
+                      "replay": [["flowstat", "ALL PRIVILEGES"]]}
     rps = requests.post(f"{url}/query", params={"q": 'SHOW RETENTION POLICIES ON "flowstat"'}, auth=ADMIN,
                         timeout=10).json()["results"][0]["series"][0]["values"]
     assert {r[0] for r in rps} >= {"raw", "rollup"}
@@ -316,6 +319,15 @@ def test_the_influxql_string_escapes_what_would_end_it():
     assert made == ["CREATE USER \"u\" WITH PASSWORD 'p'", 'GRANT WRITE ON "flowstat" TO "u"']
     assert influx_user_statements({"u": ("p", "READ")}, {"u": True})[1] == 'REVOKE ALL PRIVILEGES FROM "u"'
     assert len(influx_user_statements({"u": ("p", "READ")}, {"u": False})) == 2
+    assert influx_user_statements({"u": ("p", "ALL")}, {})[1] == 'GRANT ALL ON "flowstat" TO "u"'
+
+
+def test_the_influxdb_users_must_be_distinct_and_not_the_admin(secured_influx):
+    env = {**influx_env(), "INFLUXDB_REPLAY_USER": "telegraf"}  # one GRANT would replace the other
+    out = flowstat("provision", "--influx", secured_influx.url, "--timeout", "10", env=env)
+    assert out.returncode == 1
+    assert "must be three users, none of them the admin" in out.stderr
+    assert "INFLUXDB_REPLAY_USER=telegraf" in out.stderr
 
 
 # -- Kibana: the request, recorded; the answer, judged ------------------------------------------------

@@ -4,12 +4,18 @@ It is the compose stack's one-shot ``setup`` service, and what a site with its o
 Kibana or InfluxDB runs against them. Each step runs when its server's URL is given:
 
 - ``elasticsearch``: waits for it; sets ``kibana_system``'s password; puts flowstat's roles and
-  the users of Logstash, Grafana and ElastAlert2 (each the least it needs: write, read, read plus
-  its own state); installs the index templates (the same code as ``flowstat stack up``).
+  the users of Logstash, the agents (and replay), Grafana and ElastAlert2 (each the least it needs:
+  write, write, read, read plus its own state); installs the index templates (the same code as
+  ``flowstat stack up``).
 - ``kibana``: waits for ``/api/status`` to say available; imports the saved objects with
   ``overwrite=true`` and fails unless every object was imported.
 - ``influxdb``: as the admin, the database, retention policies and rollups (as ``flowstat stack
-  up``); the writer (Telegraf) and reader (Grafana) users, their passwords and grants.
+  up``); the writer (Telegraf, the agents), reader (Grafana) and replay users, their passwords
+  and grants. Replay needs ALL on the database: its rollup backfill (SELECT ... INTO) needs READ
+  and WRITE, and a second GRANT on a database replaces the first instead of adding to it.
+
+``https://`` URLs are verified against the CA in FLOWSTAT_ES_CA_FILE / FLOWSTAT_INFLUX_CA_FILE
+(default FLOWSTAT_CA_FILE, else the system's CAs).
 
 Secrets come from the environment only (a command line is visible to every user of the machine),
 named as docker-compose.yml and .env.example name them. ``--check`` only checks them: every one is
@@ -27,6 +33,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
+from urllib.parse import urlsplit
 
 import requests
 
@@ -38,8 +45,10 @@ HELP = "set up users, roles, templates and dashboards on running servers (the co
 PARSER = dict(description="Converge running servers to what flowstat needs; idempotent, run it as often as you "
                           "like. Each step runs when its server's URL is given. Secrets come from the environment "
                           "(see .env.example): ELASTIC_PASSWORD, KIBANA_SYSTEM_PASSWORD, LOGSTASH_ES_PASSWORD, "
-                          "GRAFANA_ES_PASSWORD, ELASTALERT_ES_PASSWORD, INFLUXDB_ADMIN_USER/_PASSWORD, "
-                          "INFLUXDB_WRITER_USER/_PASSWORD, INFLUXDB_READER_USER/_PASSWORD.",
+                          "AGENT_ES_PASSWORD, GRAFANA_ES_PASSWORD, ELASTALERT_ES_PASSWORD, "
+                          "INFLUXDB_ADMIN_USER/_PASSWORD, INFLUXDB_WRITER_USER/_PASSWORD, "
+                          "INFLUXDB_READER_USER/_PASSWORD, INFLUXDB_REPLAY_USER/_PASSWORD. For https:// URLs, "
+                          "FLOWSTAT_ES_CA_FILE, FLOWSTAT_INFLUX_CA_FILE or FLOWSTAT_CA_FILE: the CA to trust.",
               epilog="Exit status: 0 done, 1 a step failed (it is named), 2 a secret is missing or unusable.")
 
 PLACEHOLDER = "change-me"  # what .env.example holds instead of each secret
@@ -68,19 +77,22 @@ SECRETS = [
     Secret("KIBANA_SYSTEM_PASSWORD", 12, "the built-in user Kibana connects as"),
     Secret("KIBANA_ENCRYPTION_KEY", 32, "Kibana's encryption key for saved objects, sessions and reports"),
     Secret("LOGSTASH_ES_PASSWORD", 12, "the user Logstash writes the samples with"),
+    Secret("AGENT_ES_PASSWORD", 12, "the user the agents and replay write to Elasticsearch with"),
     Secret("GRAFANA_ES_PASSWORD", 12, "the user Grafana reads Elasticsearch with"),
     Secret("ELASTALERT_ES_PASSWORD", 12, "the user ElastAlert2 reads and keeps its state with"),
     Secret("INFLUXDB_ADMIN_PASSWORD", 12, "InfluxDB's admin"),
     Secret("INFLUXDB_WRITER_PASSWORD", 12, "the InfluxDB user Telegraf writes with"),
     Secret("INFLUXDB_READER_PASSWORD", 12, "the InfluxDB user Grafana reads with"),
+    Secret("INFLUXDB_REPLAY_PASSWORD", 12, "the InfluxDB user replay writes and rolls up with"),
     Secret("GRAFANA_ADMIN_PASSWORD", 12, "Grafana's admin (used at Grafana's first start)"),
 ]
 
 
 # -- Elasticsearch's security: roles and users ------------------------------------------------------
 ROLES: dict[str, dict] = {
-    # Logstash indexes each document with its own id (a resent sample overwrites itself): `index`,
-    # not only `create_doc`; the first document of a day's index creates it from the template.
+    # Logstash, the agents and replay index each document with its own id (a resent sample
+    # overwrites itself): `index`, not only `create_doc`; the first document of a day's index
+    # creates it from the template.
     "flowstat_writer": {"cluster": ["monitor"],
                         "indices": [{"names": ES_INDICES, "privileges": ["create_index", "index"]}]},
     # Grafana: the version (monitor), the mappings (view_index_metadata), the searches (read).
@@ -101,6 +113,7 @@ class EsUser:
 
 
 USERS = [EsUser("flowstat_logstash", "LOGSTASH_ES_PASSWORD", ("flowstat_writer",)),
+         EsUser("flowstat_agent", "AGENT_ES_PASSWORD", ("flowstat_writer",)),  # the agents, replay
          EsUser("flowstat_grafana", "GRAFANA_ES_PASSWORD", ("flowstat_reader",)),
          EsUser("flowstat_elastalert", "ELASTALERT_ES_PASSWORD", ("flowstat_alerter",))]
 BUILTIN_PASSWORDS = {"kibana_system": "KIBANA_SYSTEM_PASSWORD"}
@@ -165,11 +178,31 @@ def wait_for(what: str, probe: Callable[[], str | None], timeout_s: float, say: 
 
 
 def _request(session: requests.Session, method: str, url: str, **kw) -> requests.Response | str:
-    """The answer, or why there is none (for wait_for)."""
+    """The answer, or why there is none (for wait_for). A certificate not trusted is final."""
+    # verify given each time: requests prefers REQUESTS_CA_BUNDLE/CURL_CA_BUNDLE to the session's
+    kw.setdefault("verify", session.verify)
     try:
         return session.request(method, url, timeout=kw.pop("timeout", 10.0), allow_redirects=False, **kw)
+    except requests.exceptions.SSLError as exc:
+        ca_env = getattr(session, "flowstat_ca_env", "FLOWSTAT_CA_FILE")
+        if "CERTIFICATE_VERIFY_FAILED" in str(exc):
+            raise ProvisionError(f"TLS: the certificate of {urlsplit(url).netloc} is not trusted "
+                                 f"(set {ca_env} to the CA that signed it)") from exc
+        return f"no answer at {url} (TLS: {exc})"
     except requests.RequestException as exc:
         return f"no answer at {url} ({type(exc).__name__})"
+
+
+def trust(session: requests.Session, env: Mapping[str, str], ca_env: str) -> None:
+    """Verify https:// answers against the CA file ``ca_env`` (else FLOWSTAT_CA_FILE, else the
+    system's CAs) names."""
+    name = ca_env if env.get(ca_env) else "FLOWSTAT_CA_FILE"
+    session.flowstat_ca_env = ca_env  # named when a certificate is not trusted
+    path = env.get(name)
+    if path:
+        if not Path(path).is_file():
+            raise ProvisionError(f"{name}={path}: no such file (the PEM file of the CA that signed the certificate)")
+        session.verify = path
 
 
 # -- Elasticsearch --------------------------------------------------------------------------------
@@ -180,6 +213,7 @@ class ElasticsearchSetup:
         self.say = say
         self.secured = secured
         self.session = requests.Session()
+        trust(self.session, env, "FLOWSTAT_ES_CA_FILE")
         self._refused_since: float | None = None
         if secured:
             self.session.auth = (ELASTIC_USER, env["ELASTIC_PASSWORD"])
@@ -222,7 +256,7 @@ class ElasticsearchSetup:
 
     def templates(self) -> None:
         writer = es_store.Elasticsearch(self.url)
-        writer.session.auth = self.session.auth
+        writer.session.auth, writer.session.verify = self.session.auth, self.session.verify
         try:
             for path in writer.install():
                 self.say(f"elasticsearch: installed {path}")
@@ -248,6 +282,7 @@ class KibanaSetup:
         self.url = url.rstrip("/")
         self.say = say
         self.session = requests.Session()
+        trust(self.session, env, "FLOWSTAT_CA_FILE")
         if secured:
             self.session.auth = (ELASTIC_USER, env["ELASTIC_PASSWORD"])
         self.session.headers["kbn-xsrf"] = "flowstat"  # Kibana refuses API writes without it
@@ -299,8 +334,9 @@ def influx_string(value: str) -> str:
 
 def influx_user_statements(users: dict[str, tuple[str, str]], existing: dict[str, bool],
                            db: str = INFLUX_DB) -> list[str]:
-    """What makes each of ``users`` (name -> (password, privilege READ|WRITE)) exist with that
-    password and exactly that privilege on ``db``, given ``existing`` (name -> is admin)."""
+    """What makes each of ``users`` (name -> (password, privilege READ|WRITE|ALL)) exist with that
+    password and exactly that privilege on ``db``, given ``existing`` (name -> is admin). InfluxDB
+    1.x keeps one privilege per user and database: a GRANT replaces the one before."""
     out = []
     for name, (password, privilege) in users.items():
         if name not in existing:
@@ -313,12 +349,19 @@ def influx_user_statements(users: dict[str, tuple[str, str]], existing: dict[str
     return out
 
 
+# InfluxDB's users besides the admin, and their privilege on the flowstat database. Replay's
+# rollup backfill (SELECT ... INTO) answers 403 "requires READ" with WRITE alone and "requires
+# WRITE" with READ alone; a second GRANT replaces the first, so both is ALL on the database.
+INFLUX_USERS = {"WRITER": "WRITE", "READER": "READ", "REPLAY": "ALL"}
+
+
 class InfluxSetup:
     def __init__(self, url: str, env: Mapping[str, str], say: Callable[[str], None]):
         self.url = url.rstrip("/")
         self.env = env
         self.say = say
         self.writer = influx_store.InfluxDB(self.url, INFLUX_DB)
+        trust(self.writer.session, env, "FLOWSTAT_INFLUX_CA_FILE")
         self.writer.session.auth = (env["INFLUXDB_ADMIN_USER"], env["INFLUXDB_ADMIN_PASSWORD"])
 
     def _ready(self) -> str | None:
@@ -349,10 +392,13 @@ class InfluxSetup:
             raise ProvisionError(f"InfluxDB set-up: {exc}") from exc
 
     def users(self) -> None:
-        wanted = {self.env["INFLUXDB_WRITER_USER"]: (self.env["INFLUXDB_WRITER_PASSWORD"], "WRITE"),
-                  self.env["INFLUXDB_READER_USER"]: (self.env["INFLUXDB_READER_PASSWORD"], "READ")}
-        if self.env["INFLUXDB_ADMIN_USER"] in wanted:
-            raise ProvisionError("InfluxDB: the writer and the reader must be users other than the admin")
+        names = [self.env[f"INFLUXDB_{who}_USER"] for who in INFLUX_USERS]
+        if len(set(names)) < len(names) or self.env["INFLUXDB_ADMIN_USER"] in names:
+            raise ProvisionError("InfluxDB: the writer, the reader and the replay user must be three users, "
+                                 "none of them the admin (" + ", ".join(f"INFLUXDB_{who}_USER={name}" for who, name
+                                                                        in zip(INFLUX_USERS, names)) + ")")
+        wanted = {self.env[f"INFLUXDB_{who}_USER"]: (self.env[f"INFLUXDB_{who}_PASSWORD"], privilege)
+                  for who, privilege in INFLUX_USERS.items()}
         series = self._query("SHOW USERS")["results"][0].get("series", [{}])[0]
         existing = {row[0]: bool(row[1]) for row in series.get("values", [])}
         for statement in influx_user_statements(wanted, existing):
@@ -365,7 +411,7 @@ STEPS = ("elasticsearch", "kibana", "influxdb")
 # What each step reads from the environment: derived from the users it makes.
 NEEDS = {"elasticsearch": ["ELASTIC_PASSWORD", *BUILTIN_PASSWORDS.values(), *(u.password_env for u in USERS)],
          "kibana": ["ELASTIC_PASSWORD"],
-         "influxdb": [f"INFLUXDB_{who}_{what}" for who in ("ADMIN", "WRITER", "READER") for what in ("USER", "PASSWORD")]}
+         "influxdb": [f"INFLUXDB_{who}_{what}" for who in ("ADMIN", *INFLUX_USERS) for what in ("USER", "PASSWORD")]}
 
 
 def configure(p: argparse.ArgumentParser) -> None:

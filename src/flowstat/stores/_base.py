@@ -168,6 +168,8 @@ class Writer:
         will not have us (``action``: what we asked, for its message), the response otherwise."""
         headers = {"Content-Type": content_type or self.content_type} if body is not None else None
         self.requests += 1
+        # given each time: requests prefers REQUESTS_CA_BUNDLE/CURL_CA_BUNDLE to the session's CA file
+        kw.setdefault("verify", self.session.verify)
         try:
             resp = self.session.request(method, url, data=body, headers=headers, timeout=self.timeout_s,
                                         allow_redirects=False, **kw)
