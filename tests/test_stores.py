@@ -4,6 +4,7 @@ as the server really answers it. The agent's direct sinks and replay both write 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -18,6 +19,7 @@ from flowstat.stores import RetryPolicy
 from flowstat.stores.elasticsearch import Elasticsearch, bulk_outcome, daily_index
 from flowstat.stack.base import port_free
 from flowstat.stores.influxdb import InfluxDB
+from flowstat.timeutil import iso_utc_ms
 
 pytestmark = pytest.mark.integration
 
@@ -179,3 +181,51 @@ def test_a_server_killed_mid_batch_loses_and_duplicates_nothing(stack, store):
     assert writer.retries >= 1  # the first attempt failed with the server
     assert (out.accepted, out.refused) == (len(batch), 0)
     assert count() == len(batch)
+
+
+def test_an_older_flowstat_s_single_index_is_moved_into_daily_indices_and_resends_stay_single(stack):
+    """flowstat before daily indices wrote every sample into flowstat-samples: install moves them
+    into the daily index of each one's own day under the same id, deletes the old index, and a
+    sample resent afterwards overwrites its moved copy."""
+    es = stack["elasticsearch"].url
+    run_id = f"legacy-{uuid.uuid4().hex[:8]}"
+    docs = samples(40, run_id)
+    for i, d in enumerate(docs):  # two days: the older half a day and more earlier
+        if i % 2:
+            d["time"] = iso_utc_ms(schema.time_ns(d["time"]) / 1e9 - 36 * 3600)
+    writer = Elasticsearch(es)
+    old_way = b"".join(b'{"index":{"_index":"flowstat-samples","_id":' + json.dumps(schema.document_id(d)).encode()
+                       + b"}}\n" + schema.to_json(d).encode() + b"\n" for d in docs)
+    try:
+        assert writer.write(old_way, len(docs)).accepted == len(docs)
+        requests.post(f"{es}/flowstat-samples/_refresh", timeout=30).raise_for_status()
+        done = writer.install()
+        assert f"flowstat-samples: {len(docs)} documents moved to daily indices flowstat-samples-YYYY.MM.DD" in done
+        assert requests.get(f"{es}/flowstat-samples", timeout=30).status_code == 404  # the old index is gone
+        days = {daily_index("flowstat-samples", schema.time_ns(d["time"])) for d in docs}
+        counts = {day: requests.get(f"{es}/{day}/_count", params={"q": f"run_id:{run_id}"}, timeout=30).json()["count"]
+                  for day in days}
+        assert len(days) == 2 and sum(counts.values()) == len(docs) and all(counts.values())
+        assert writer.write(writer.encode(docs[:10]), 10).accepted == 10  # resent: each overwrites its copy
+        requests.post(f"{es}/flowstat-samples*/_refresh", timeout=30).raise_for_status()
+        assert requests.get(f"{es}/flowstat-samples*/_count", params={"q": f"run_id:{run_id}"},
+                            timeout=30).json()["count"] == len(docs)
+        assert not [line for line in writer.install() if "moved" in line]  # nothing left to move
+    finally:
+        requests.delete(f"{es}/flowstat-samples", timeout=30)
+        writer.close()
+
+
+def test_influxdb_refuses_samples_older_than_its_retention_policy_and_says_so(stack):
+    """Retention on the server where it runs: a sample older than the raw policy's 30 days is
+    refused, by name, and the recent one beside it stored."""
+    run_id = f"retention-{uuid.uuid4().hex[:8]}"
+    old, recent = samples(2, run_id, nodes=2)
+    old["time"] = iso_utc_ms(time.time() - 31 * 86400)
+    writer = InfluxDB(stack["influxdb"].url, "flowstat")
+    try:
+        out = writer.write(writer.encode([old, recent]), 2)
+    finally:
+        writer.close()
+    assert (out.accepted, out.refused) == (1, 1) and "points beyond retention policy dropped=1" in out.reasons[0]
+    assert influx_count(stack, "flowstat", run_id) == 1

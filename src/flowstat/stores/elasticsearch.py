@@ -29,6 +29,7 @@ ES_TYPES = {"integer": {"type": "long"}, "number": {"type": "double"}, "boolean"
 DATE = {"type": "date", "format": "strict_date_optional_time||epoch_millis"}
 
 RETENTION_DAYS = 90  # samples and self-samples; run documents are kept
+MIGRATE_PAGE = 5000  # documents moved per request from an older flowstat's index
 UPGRADED = {SAMPLES_INDEX: "sample", AGENTS_INDEX: "agent", RUNS_INDEX: "run"}  # index (pattern INDEX*) -> its mapping
 
 _DAY_NS = 86_400 * 10**9
@@ -160,7 +161,54 @@ class Elasticsearch(Writer):
         put("_index_template/flowstat-agents", files[f"index-template-flowstat-agents{ilm}.json"])
         put("_index_template/flowstat-runs", files["index-template-flowstat-runs.json"])
         done += self._upgrade_indices(files)
+        done += self.migrate_legacy()
         return done
+
+    def migrate_legacy(self, page: int = MIGRATE_PAGE) -> list[str]:
+        """Move the documents of an index an older flowstat wrote into (flowstat-samples,
+        flowstat-agents: one index for all days) into the daily indices this version writes, each
+        under its own id, then delete the old index. Safe to interrupt and run again: a document
+        copied twice overwrites itself. Returns what was done."""
+        done = []
+        for legacy, module in ((SAMPLES_INDEX, schema), (AGENTS_INDEX, agent_schema)):
+            resp = self._http("GET", f"{self.url}/{legacy}/_count")
+            if resp.status_code == 404:
+                continue
+            if resp.status_code >= 300 or "count" not in resp.json():
+                raise RuntimeError(f"elasticsearch {legacy}: cannot count its documents: HTTP {resp.status_code}")
+            if self._http("GET", f"{self.url}/_alias/{legacy}").status_code == 200:
+                continue  # an alias, not an index of an older flowstat: not ours to move
+            total, moved = resp.json()["count"], 0
+            for hits in self._scroll(legacy, page):
+                body = b"".join(_action(daily_index(legacy, schema.time_ns(h["_source"]["time"])), h["_id"])
+                                + orjson.dumps(h["_source"]) + b"\n" for h in hits)
+                outcome = self.write(body, len(hits))
+                if outcome.refused:
+                    raise RuntimeError(f"elasticsearch {legacy}: {outcome.refused} documents could not be moved to "
+                                       f"daily indices ({'; '.join(outcome.reasons)}); the old index is kept")
+                moved += outcome.accepted
+            if moved != total:
+                raise RuntimeError(f"elasticsearch {legacy}: {moved} of its {total} documents moved to daily "
+                                   f"indices; the old index is kept (run the set-up again)")
+            self._http("POST", f"{self.url}/{legacy}-*/_refresh")
+            self._http("DELETE", f"{self.url}/{legacy}")
+            done.append(f"{legacy}: {total} documents moved to daily indices {legacy}-YYYY.MM.DD")
+        return done
+
+    def _scroll(self, index: str, page: int):
+        """Every document of ``index``, a page at a time (the scroll API: no sort needed, none missed)."""
+        resp = self._http("POST", f"{self.url}/{index}/_search", json.dumps(
+            {"size": page, "sort": ["_doc"]}).encode(), "application/json", params={"scroll": "2m"})
+        answer = resp.json()
+        try:
+            while answer.get("hits", {}).get("hits"):
+                yield answer["hits"]["hits"]
+                answer = self._http("POST", f"{self.url}/_search/scroll", json.dumps(
+                    {"scroll": "2m", "scroll_id": answer["_scroll_id"]}).encode(), "application/json").json()
+        finally:
+            if "_scroll_id" in answer:
+                self._http("DELETE", f"{self.url}/_search/scroll", json.dumps(
+                    {"scroll_id": answer["_scroll_id"]}).encode(), "application/json")
 
     def _upgrade_indices(self, files: dict) -> list[str]:
         """A template shapes only the indices created after it: indices made by an older flowstat get
