@@ -1,0 +1,185 @@
+"""Every client of a store against the secured stores (tests/secured_stack.py: Elasticsearch with
+security and TLS on, InfluxDB with authentication on, provisioned by flowstat provision): each
+writes as its least-privileged user; a wrong password, a user without the privilege, an expired
+API key and an untrusted certificate each give the message of docs/security.md, and what the
+agents kept meanwhile is delivered, once, when the credentials are fixed. And no secret of these
+tests shows in any argv, log line or file flowstat writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+import yaml
+
+from agent_helpers import sleeper
+from conftest import C_AGENT, PYTHON_AGENT, ROOT, TOPOLOGIES
+
+pytestmark = pytest.mark.integration
+SAMPLES = 6  # rounds an agent takes per case: 6 samples of one target
+
+
+# -- who logs in how ----------------------------------------------------------------------------
+def es_env(stack, case: str) -> dict[str, str]:
+    """The credentials of a case, as the environment gives them (the CA file included unless the
+    case is the certificate)."""
+    user, password = stack.es_user("agent")
+    env = {"FLOWSTAT_ES_CA_FILE": str(stack.ca_file)}
+    if case == "good":
+        env.update(FLOWSTAT_ES_USER=user, FLOWSTAT_ES_PASSWORD=password)
+    elif case == "wrong password":
+        env.update(FLOWSTAT_ES_USER=user, FLOWSTAT_ES_PASSWORD=password + "-not")
+    elif case == "no privilege":
+        env.update(zip(("FLOWSTAT_ES_USER", "FLOWSTAT_ES_PASSWORD"), stack.es_user("grafana")))
+    elif case == "expired API key":
+        key = stack.api_key(f"expiring-{time.monotonic_ns()}", expiration="1s")
+        time.sleep(2)  # the key's life, which the server counts: nothing else to wait on
+        env["FLOWSTAT_ES_API_KEY"] = key["encoded"]
+    elif case == "untrusted certificate":
+        env = {"FLOWSTAT_ES_USER": user, "FLOWSTAT_ES_PASSWORD": password}
+    return env
+
+
+def es_said(stack, case: str) -> str:
+    """The words a client must say for the case (docs/security.md)."""
+    host = stack.es_url.split("://")[1]
+    return {"wrong password": f"authentication failed as flowstat_agent at {stack.es_url} (set FLOWSTAT_ES_USER and "
+                              f"FLOWSTAT_ES_PASSWORD, or FLOWSTAT_ES_API_KEY",
+            "no privilege": f"flowstat_grafana may not write into flowstat-samples* at {stack.es_url}",
+            "expired API key": "authentication failed with the API key (FLOWSTAT_ES_API_KEY)",
+            "untrusted certificate": f"TLS: the certificate of {host} is not trusted (set FLOWSTAT_ES_CA_FILE to the CA "
+                                     f"that signed it)"}[case]
+
+
+ES_CASES = ["wrong password", "no privilege", "expired API key", "untrusted certificate"]
+
+
+def base_env() -> dict[str, str]:
+    """The environment of a client: nothing of this process's but what every program needs."""
+    return {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"),
+            **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {})}
+
+
+def es_count(stack, run_id: str, index: str = "flowstat-samples*") -> int:
+    stack.es("POST", f"/{index}/_refresh", "elastic")
+    resp = stack.es("GET", f"/{index}/_count", "elastic", params={"q": f"run_id:{run_id}"})
+    return resp.json()["count"] if resp.status_code == 200 else 0
+
+
+# -- the Python agent ------------------------------------------------------------------------------
+def run_agent(command: list[str], sink: str, env: dict, spool: Path, run_id: str, target: int) -> tuple[dict, str]:
+    stats = spool.parent / f"stats-{run_id}.json"
+    out = subprocess.run([*command, "--pid", str(target), "--run-id", run_id, "--count", str(SAMPLES), "--interval", "0.2",
+                          "--self-interval", "0", "--drain-timeout", "0", "--sink", sink, "--spool-dir", str(spool),
+                          "--stats", str(stats), "--quiet"],
+                         env={**base_env(), **env}, capture_output=True, text=True, timeout=120)
+    return json.loads(stats.read_text()), out.stderr
+
+
+@pytest.mark.parametrize("case", ES_CASES)
+def test_the_python_agent_is_refused_by_name_keeps_the_samples_and_delivers_them_once_fixed(secured_stack, tmp_path,
+                                                                                          case):
+    stack = secured_stack
+    sink = f"elasticsearch+https://{stack.es_url.split('://')[1]}/flowstat-samples"
+    run_id = f"py-{case.replace(' ', '-')}-{time.monotonic_ns()}"
+    target = sleeper()
+    try:
+        stats, err = run_agent(PYTHON_AGENT, sink, es_env(stack, case), tmp_path / "spool", run_id, target.pid)
+        assert es_said(stack, case) in err, err
+        assert err.count(es_said(stack, case)) == 1  # said once, not at every retry
+        assert stats["sinks"][sink]["delivered"] == 0 and stats["sinks"][sink]["spooled"] == SAMPLES
+        assert es_count(stack, run_id) == 0
+        # fixed: the spool goes, each sample once
+        good = {**base_env(), **es_env(stack, "good")}
+        out = subprocess.run([*PYTHON_AGENT, "--flush-spool", str(tmp_path / "spool")], env=good,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert es_count(stack, run_id) == SAMPLES
+    finally:
+        target.kill()
+
+
+def test_the_python_agent_writes_influxdb_as_the_writer_and_names_a_wrong_password_or_a_reader(secured_stack, tmp_path):
+    stack = secured_stack
+    sink = f"influxdb://{stack.influx_url.split('://')[1]}/flowstat"
+    writer, reader = stack.influx_user("writer"), stack.influx_user("reader")
+    target = sleeper()
+    try:
+        for (user, password), said in (((writer[0], writer[1] + "-not"),
+                                        f"authentication failed as {writer[0]} at {stack.influx_url}"),
+                                       (reader, f"{reader[0]} may not write into database flowstat at {stack.influx_url}")):
+            run_id = f"py-influx-{user}-{time.monotonic_ns()}"
+            env = {"FLOWSTAT_INFLUX_USER": user, "FLOWSTAT_INFLUX_PASSWORD": password}
+            stats, err = run_agent(PYTHON_AGENT, sink, env, tmp_path / run_id, run_id, target.pid)
+            assert said in err and stats["sinks"][sink]["spooled"] == SAMPLES, err
+            good = {**base_env(), "FLOWSTAT_INFLUX_USER": writer[0], "FLOWSTAT_INFLUX_PASSWORD": writer[1]}
+            out = subprocess.run([*PYTHON_AGENT, "--flush-spool", str(tmp_path / run_id)], env=good,
+                                 capture_output=True, text=True, timeout=120)
+            assert out.returncode == 0, out.stderr
+            rows = stack.influx_query(f"SELECT count(\"seq\") FROM \"flowstat_node\" WHERE \"run_id\" = '{run_id}'",
+                                      "reader").json()["results"][0]["series"][0]["values"]
+            assert rows[0][1] == SAMPLES
+    finally:
+        target.kill()
+
+
+# -- replay -----------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def run_file(tmp_path_factory) -> Path:
+    """A small run file of 20 samples of two nodes, a minute ago."""
+    from flowstat.timeutil import iso_utc_ms
+
+    d = tmp_path_factory.mktemp("replayed") / f"secured-replay-{time.monotonic_ns()}"
+    d.mkdir()
+    t0, run_id = time.time() - 60, d.name
+    lines = [{"flowstat_run": {"run_id": run_id, "started": iso_utc_ms(t0)}}]
+    lines += [{"time": iso_utc_ms(t0 + i // 2), "run_id": run_id, "host": "h", "node_id": f"n{i % 2}", "role": "merger",
+               "agent": "flowstat-agent-py", "seq": i // 2, "pid": 10 + i % 2, "node_state": "RUNNING",
+               "vmrss_kb": 1000 + i} for i in range(20)]
+    (d / "samples.ndjson").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return d
+
+
+def replay(stack, run_dir: Path, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "flowstat.cli", "replay", str(run_dir), "--es", stack.es_url,
+                           "--influx", stack.influx_url, "--quiet"], env={**base_env(), **env},
+                          capture_output=True, text=True, timeout=300)
+
+
+def influx_env(stack, who: str = "replay", wrong: bool = False) -> dict[str, str]:
+    user, password = stack.influx_user(who)
+    return {"FLOWSTAT_INFLUX_USER": user, "FLOWSTAT_INFLUX_PASSWORD": password + ("-not" if wrong else "")}
+
+
+@pytest.mark.parametrize("case", ES_CASES)
+def test_replay_is_refused_by_name_at_once_and_loads_everything_once_fixed(secured_stack, run_file, case):
+    stack = secured_stack
+    out = replay(stack, run_file, {**es_env(stack, case), **influx_env(stack)})
+    assert out.returncode == 2 and es_said(stack, case) in out.stderr, out.stderr
+    assert "gave up after" not in out.stderr  # at once: waiting cannot change who we are
+
+
+def test_replay_names_an_influxdb_user_that_may_not_roll_up_and_loads_as_the_replay_user(secured_stack, run_file):
+    stack = secured_stack
+    writer = stack.influx_user("writer")[0]
+    out = replay(stack, run_file, {**es_env(stack, "good"), **influx_env(stack, "writer")})
+    assert out.returncode == 2 and f"{writer} may not run 'SELECT mean(*) INTO" in out.stderr, out.stderr
+    assert "requires READ on flowstat" in out.stderr
+    out = replay(stack, run_file, {**es_env(stack, "good"), **influx_env(stack, wrong=True)})
+    assert out.returncode == 2 and f"authentication failed as {stack.influx_user('replay')[0]}" in out.stderr
+    out = replay(stack, run_file, {**es_env(stack, "good"), **influx_env(stack)})
+    assert out.returncode == 0, out.stderr
+    assert es_count(stack, run_file.name) == 20
+    stack.es("POST", "/flowstat-runs/_refresh", "elastic")
+    assert stack.es("GET", f"/flowstat-runs/_doc/{run_file.name}", "grafana").json()["found"]
+    rows = stack.influx_query(f"SELECT count(\"seq\") FROM \"flowstat_node\" WHERE \"run_id\" = '{run_file.name}'",
+                              "reader").json()["results"][0]["series"][0]["values"]
+    assert rows[0][1] == 20
