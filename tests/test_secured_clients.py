@@ -183,3 +183,99 @@ def test_replay_names_an_influxdb_user_that_may_not_roll_up_and_loads_as_the_rep
     rows = stack.influx_query(f"SELECT count(\"seq\") FROM \"flowstat_node\" WHERE \"run_id\" = '{run_file.name}'",
                               "reader").json()["results"][0]["series"][0]["values"]
     assert rows[0][1] == 20
+
+
+# -- campaign --replay --------------------------------------------------------------------------------
+def test_a_campaign_refuses_to_start_with_credentials_that_fail_and_replays_as_the_least_privileged_users(
+        secured_stack, tmp_path):
+    stack = secured_stack
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(yaml.safe_dump({
+        "campaign": "secured-tiny", "title": "two producers, replayed into the secured stores", "duration": 2,
+        "topology": {"object": {"type": "TH1F", "size": "1kB"}, "producers": {"count": 2, "rate": 50}, "mergers": 1},
+        "sweep": {"parameter": "buffer_size", "label": "buffer", "values": [100]}}))
+    command = [sys.executable, "-m", "flowstat.cli", "campaign", str(spec), "--out", str(tmp_path / "out"), "--quiet",
+               "--replay", "--es", stack.es_url, "--influx", stack.influx_url]
+    out = subprocess.run(command, env={**base_env(), **es_env(stack, "wrong password"), **influx_env(stack)},
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and es_said(stack, "wrong password") in out.stderr and "nothing was run" in out.stderr
+    assert not (tmp_path / "out").exists()
+    out = subprocess.run(command, env={**base_env(), **es_env(stack, "good"), **influx_env(stack)},
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    run_dir = next((tmp_path / "out").glob("runs/*/samples.ndjson")).parent
+    recorded = sum(1 for line in (run_dir / "samples.ndjson").open() if '"node_id"' in line)
+    assert recorded > 0 and es_count(stack, run_dir.name) == recorded
+    rows = stack.influx_query(f"SELECT count(\"seq\") FROM \"flowstat_node\" WHERE \"run_id\" = '{run_dir.name}'",
+                              "reader").json()["results"][0]["series"][0]["values"]
+    assert rows[0][1] == recorded
+
+
+# -- no secret anywhere -------------------------------------------------------------------------------
+def traced(command: list[str], env: dict, log: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``command`` under strace: every program it and its children execute, with its whole argv, in ``log``."""
+    return subprocess.run(["strace", "-f", "-qq", "-e", "trace=execve", "-s", "65536", "-o", str(log), *command],
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def found_in(secrets: list[str], texts: dict[str, str]) -> list[tuple[str, str]]:
+    return [(where, s[:4] + "...") for where, text in texts.items() for s in secrets if s in text]
+
+
+def test_no_secret_shows_in_any_argv_log_line_or_file_flowstat_writes(secured_stack, tmp_path):
+    """A run shipping to both secured stores with its credentials in a file, an agent and a replay
+    refused with a wrong password, a spool flushed: every program executed (strace: argv), every
+    line printed, every file written under the runs and spool folders, searched for every password
+    and key of the test."""
+    stack = secured_stack
+    user, password = stack.es_user("agent")
+    writer = stack.influx_user("writer")
+    wrong = password + "-not"
+    key = stack.api_key(f"grep-{time.monotonic_ns()}")["encoded"]
+    creds = tmp_path / "credentials"
+    creds.write_text(f"# the run's stores\nFLOWSTAT_ES_USER={user}\nFLOWSTAT_ES_PASSWORD={password}\n"
+                     f"FLOWSTAT_INFLUX_USER={writer[0]}\nFLOWSTAT_INFLUX_PASSWORD={writer[1]}\n")
+    creds.chmod(0o600)
+    runs, traces, printed = tmp_path / "runs", [], {}
+    env = {**base_env(), "FLOWSTAT_ES_CA_FILE": str(stack.ca_file)}
+    sinks = ["--sink", f"elasticsearch+https://{stack.es_url.split('://')[1]}/flowstat-samples",
+             "--sink", f"influxdb://{stack.influx_url.split('://')[1]}/flowstat"]
+    steps = {
+        "run": [sys.executable, "-m", "flowstat.cli", "run", str(TOPOLOGIES / "smoke.yaml"), "--duration", "3",
+                "--run-id", "grep", "--runs-dir", str(runs), "--credentials", str(creds), *sinks],
+        "agent refused": [*PYTHON_AGENT, "--pattern", "^sleep 600$", "--count", "3", "--interval", "0.2",
+                          "--spool-dir", str(runs / "refused-spool"), "--drain-timeout", "0", *sinks],
+        "flush": [*PYTHON_AGENT, "--flush-spool", str(runs / "refused-spool"), "--credentials", str(creds)],
+        "replay refused": [sys.executable, "-m", "flowstat.cli", "replay", str(runs / "grep"), "--es", stack.es_url],
+        "replay with a key": [sys.executable, "-m", "flowstat.cli", "replay", str(runs / "grep"), "--es", stack.es_url],
+    }
+    step_env = {"agent refused": {"FLOWSTAT_ES_USER": user, "FLOWSTAT_ES_PASSWORD": wrong,
+                                  "FLOWSTAT_INFLUX_USER": writer[0], "FLOWSTAT_INFLUX_PASSWORD": wrong},
+                "replay refused": {"FLOWSTAT_ES_USER": user, "FLOWSTAT_ES_PASSWORD": wrong},
+                "replay with a key": {"FLOWSTAT_ES_API_KEY": key}}
+    target = subprocess.Popen(["sleep", "600"])
+    try:
+        for name, command in steps.items():
+            if name == "agent refused" and C_AGENT.exists():  # the C agent too, the same way
+                c_out = traced([str(C_AGENT), *command[len(PYTHON_AGENT):len(command) - 6], "--spool-dir",
+                                str(runs / "c-spool"), *sinks], {**env, **step_env[name]}, tmp_path / "strace-c.log")
+                printed["c agent refused"] = c_out.stdout + c_out.stderr
+                traces.append(tmp_path / "strace-c.log")
+            log = tmp_path / f"strace-{len(traces)}.log"
+            out = traced(command, {**env, **step_env.get(name, {})}, log)
+            printed[name] = out.stdout + out.stderr
+            traces.append(log)
+            if name in ("run", "flush", "replay with a key"):
+                assert out.returncode == 0, (name, out.stderr[-3000:])
+            else:
+                assert "authentication failed as flowstat_agent" in printed[name], (name, printed[name][-3000:])
+    finally:
+        target.kill()
+    assert es_count(stack, "grep") > 0  # the run did ship, with the file's credentials
+    written = {str(p): p.read_bytes().decode("utf-8", "replace") for p in runs.rglob("*") if p.is_file()}
+    argv = {str(t): "\n".join(re.findall(r'execve\("[^"]*", (\[.*?\]), ', t.read_text())) for t in traces}
+    assert sum(a.count("execve") + a.count("[") for a in argv.values()) > 5  # the traces hold every exec
+    assert any("flowstat.agent" in a for a in argv.values()) and any("--send-run" in a for a in argv.values())
+    secrets = [password, wrong, writer[1], key, key.split(":")[0]]
+    assert not found_in(secrets, {**printed, **written, **argv})
+    assert len(written) > 10  # logs, run file, run document, summary, stats, spool batches
