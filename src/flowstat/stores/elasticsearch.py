@@ -39,7 +39,7 @@ _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 
 @functools.lru_cache(maxsize=256)
 def _day(days_since_epoch: int) -> str:
-    """YYYY.MM.DD, the year in four digits as ILM's origination date parser (and the C agent) has it:
+    """YYYY.MM.DD, the year in four digits as ILM's origination date parser takes it (the C agent pads too):
     strftime's %Y gives 999 for the year 999 on glibc, a name ILM refuses to create an index by."""
     d = date.fromordinal(_EPOCH_ORDINAL + days_since_epoch)
     return f"{d.year:04d}.{d.month:02d}.{d.day:02d}"
