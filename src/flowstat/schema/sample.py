@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from operator import itemgetter
 from typing import Callable
@@ -73,6 +73,8 @@ def validate(sample: dict) -> list[str]:
 
 
 _TIME_CACHE: dict[str, int] = {}
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MILLISECOND = timedelta(milliseconds=1)
 
 
 def time_ns(iso: str) -> int:
@@ -85,7 +87,9 @@ def time_ns(iso: str) -> int:
         dt = datetime.fromisoformat(iso)  # takes the Z since Python 3.11
         if dt.tzinfo is None:  # it would be read as local time
             raise ValueError(f"{iso!r}: no time zone (flowstat writes UTC, with a Z)")
-        ns = (int(dt.timestamp()) * 1000 + dt.microsecond // 1000) * 1_000_000
+        # whole milliseconds, counted down to the one the time falls in (int(dt.timestamp()) rounded a
+        # time before 1970 towards the epoch: 1969-12-31T23:59:59.999Z came out a second late, in 1970)
+        ns = (dt - _EPOCH) // _MILLISECOND * 1_000_000
         if len(_TIME_CACHE) > 4096:
             _TIME_CACHE.clear()
         _TIME_CACHE[iso] = ns

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
-from datetime import datetime, timezone
+from datetime import date
 from typing import Iterable
 
 import orjson
@@ -35,9 +35,15 @@ UPGRADED = {SAMPLES_INDEX: "sample", AGENTS_INDEX: "agent", RUNS_INDEX: "run"}  
 _DAY_NS = 86_400 * 10**9
 
 
+_EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
+
+
 @functools.lru_cache(maxsize=256)
 def _day(days_since_epoch: int) -> str:
-    return datetime.fromtimestamp(days_since_epoch * 86_400, timezone.utc).strftime("%Y.%m.%d")
+    """YYYY.MM.DD, the year in four digits as ILM's origination date parser takes it (the C agent pads too):
+    strftime's %Y gives 999 for the year 999 on glibc, a name ILM refuses to create an index by."""
+    d = date.fromordinal(_EPOCH_ORDINAL + days_since_epoch)
+    return f"{d.year:04d}.{d.month:02d}.{d.day:02d}"
 
 
 def daily_index(prefix: str, ns: int) -> str:
