@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cJSON.h>
@@ -675,6 +676,18 @@ void sink_send(struct sink *s, const char *data, size_t len, int count, struct s
     }
 }
 
+/* INDEX-YYYY.MM.DD, the UTC day of the document's own time: retention deletes whole days. */
+static void put_daily_index(struct fs_buf *out, const char *index, int64_t ms)
+{
+    char name[sizeof ((struct sink *)0)->path + 64];
+    struct tm tm;
+    time_t secs = (time_t)(ms >= 0 ? ms / 1000 : -((999 - ms) / 1000)); /* the second it falls in */
+    if (!gmtime_r(&secs, &tm))
+        memset(&tm, 0, sizeof tm);
+    snprintf(name, sizeof name, "%s-%04d.%02d.%02d", index, tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday);
+    fs_buf_json_string(out, name);
+}
+
 void sink_encode(const struct sink *s, const struct fs_sample *samples, size_t n, struct fs_buf *out)
 {
     for (size_t i = 0; i < n; i++) {
@@ -682,7 +695,7 @@ void sink_encode(const struct sink *s, const struct fs_sample *samples, size_t n
             char id[600];
             sample_document_id(&samples[i], id, sizeof id);
             fs_buf_puts(out, "{\"index\":{\"_index\":");
-            fs_buf_json_string(out, samples[i].schema->agent ? FS_AGENTS_INDEX : s->path);
+            put_daily_index(out, samples[i].schema->agent ? FS_AGENTS_INDEX : s->path, samples[i].time_ms);
             fs_buf_puts(out, ",\"_id\":");
             fs_buf_json_string(out, id);
             fs_buf_puts(out, "}}\n");
