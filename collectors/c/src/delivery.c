@@ -162,11 +162,12 @@ static struct batch *next_batch(struct sink_runner *r, int *stop, double *exit_d
  * is down, or refuses the credentials, for hours says so twice. */
 static void trouble_begins(const struct sink_runner *r, const struct sink_outcome *o)
 {
-    const char *then = r->has_spool ? "spooling" : "samples are lost meanwhile (no --spool-dir)";
     if (o->trouble == TROUBLE_DOWN)
-        LOG_ERR("sink %s is down (%s): %s", r->sink.url, o->why, then);
+        LOG_ERR("sink %s is down (%s): %s", r->sink.url, o->why,
+                r->has_spool ? "spooling" : "samples are lost meanwhile");
     else
-        LOG_ERR("%s; %s, to be sent once it works", o->why, then);
+        LOG_ERR("%s; %s", o->why, r->has_spool ? "spooling, to be sent once it works"
+                                               : "the samples are lost meanwhile (no --spool-dir)");
 }
 
 static void trouble_ends(const struct sink_runner *r)
@@ -180,15 +181,24 @@ static void trouble_ends(const struct sink_runner *r)
         LOG_WARN("sink %s takes batches again: %s", r->sink.url, over[r->trouble]);
 }
 
+/* Documents answered 403 while others are stored (a user that may write the samples' index but
+ * not the agents'): the trouble lasts until the spool they wait in is empty, not until the next
+ * batch that happens to hold none of them. */
+static int trouble_lasts(const struct sink_runner *r, const struct sink_outcome *o)
+{
+    return o->trouble == TROUBLE_NONE && r->trouble == TROUBLE_FORBIDDEN && !r->down && spool_pending(r);
+}
+
 /* What the last send said of the sink: down (nothing taken; not asked again before next_retry),
  * or up, with or without a trouble (documents answered 403 are a trouble of a sink that is up). */
 static void note_outcome(struct sink_runner *r, const struct sink_outcome *o)
 {
     if (o->trouble != r->trouble && o->trouble != TROUBLE_NONE)
         trouble_begins(r, o);
-    else if (o->trouble != r->trouble)
+    else if (o->trouble != r->trouble && !trouble_lasts(r, o))
         trouble_ends(r);
-    r->trouble = o->trouble;
+    if (!trouble_lasts(r, o))
+        r->trouble = o->trouble;
     r->down = o->down;
     if (o->down)
         r->next_retry = fs_monotonic() + RETRY_S;

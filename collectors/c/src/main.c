@@ -816,8 +816,10 @@ int main(int argc, char **argv)
         return encode_stdin(strcmp(argv[2], "json") == 0);
     struct agent a;
     memset(&a, 0, sizeof a);
-    if (parse_options(argc, argv, &a.opt) != 0)
+    if (parse_options(argc, argv, &a.opt) != 0) {
+        free_options(&a.opt);
         return 2;
+    }
     gethostname(a.host, sizeof a.host - 1);
     snprintf(a.agent_name, sizeof a.agent_name, "%s%s%s", AGENT_NAME, a.opt.name[0] ? "/" : "", a.opt.name);
     char err[900];
@@ -830,6 +832,8 @@ int main(int argc, char **argv)
     if (open_sinks(&a) != 0) {
         close_sinks(&a);
         creds_free(&a.creds);
+        free_options(&a.opt);
+        curl_global_cleanup();
         return 2;
     }
     if (control_pool_init(&a.control, a.opt.control_timeout) != 0)
