@@ -180,15 +180,12 @@ static char *basic_token(const char *user, const char *password)
     return token;
 }
 
-int creds_load(struct fs_credentials *c, const char *file, char *err, size_t errlen)
+/* The values: from the environment when it sets them (use_env), else from got[] (taken). */
+static int settle(struct fs_credentials *c, char *got[], int use_env, char *err, size_t errlen)
 {
-    memset(c, 0, sizeof *c);
-    char *got[FS_NCREDS] = {0};
-    if (!file || !file[0])
-        file = getenv(FS_CREDENTIALS_VAR);
-    int rc = file && file[0] ? read_file(file, got, err, errlen) : 0;
+    int rc = 0;
     for (int k = 0; k < FS_NCREDS && rc == 0; k++) {
-        const char *env = getenv(NAMES[k]);
+        const char *env = use_env ? getenv(NAMES[k]) : NULL;
         if (env && env[0] && !(c->value[k] = strdup(env)))
             rc = fail(err, errlen, "out of memory");
         else if (!c->value[k])
@@ -203,6 +200,32 @@ int creds_load(struct fs_credentials *c, const char *file, char *err, size_t err
     if (rc != 0)
         creds_free(c);
     return rc;
+}
+
+int creds_load(struct fs_credentials *c, const char *file, char *err, size_t errlen)
+{
+    memset(c, 0, sizeof *c);
+    char *got[FS_NCREDS] = {0};
+    if (!file || !file[0])
+        file = getenv(FS_CREDENTIALS_VAR);
+    if (file && file[0] && read_file(file, got, err, errlen) != 0) {
+        for (int k = 0; k < FS_NCREDS; k++)
+            wipe_free(got[k]);
+        return -1;
+    }
+    return settle(c, got, 1, err, errlen);
+}
+
+int creds_parse(struct fs_credentials *c, FILE *f, const char *name, char *err, size_t errlen)
+{
+    memset(c, 0, sizeof *c);
+    char *got[FS_NCREDS] = {0};
+    if (read_lines(f, name, got, err, errlen) != 0) {
+        for (int k = 0; k < FS_NCREDS; k++)
+            wipe_free(got[k]);
+        return -1;
+    }
+    return settle(c, got, 0, err, errlen);
 }
 
 const char *creds_get(const struct fs_credentials *c, enum fs_cred k)

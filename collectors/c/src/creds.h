@@ -6,6 +6,7 @@
 #define FLOWSTAT_CREDS_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 enum fs_cred {
     FS_INFLUX_USER,
@@ -36,6 +37,9 @@ const char *creds_name(enum fs_cred k);
  * regular file, others than its owner may read it (the chmod to run is said), or a line is not
  * NAME=VALUE with a known NAME. No message holds a value. */
 int creds_load(struct fs_credentials *c, const char *file, char *err, size_t errlen);
+/* The lines of a credentials file already open (no check of its mode, no environment): what
+ * creds_load does with the file's text; for the fuzzer. `name` is what messages call it. */
+int creds_parse(struct fs_credentials *c, FILE *f, const char *name, char *err, size_t errlen);
 const char *creds_get(const struct fs_credentials *c, enum fs_cred k);
 /* Overwrite in place every secret that text holds (and base64 of a user:password) with "***". */
 void creds_redact(const struct fs_credentials *c, char *text);
