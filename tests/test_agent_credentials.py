@@ -522,3 +522,29 @@ def test_elasticsearch_documents_go_to_the_daily_index_of_their_own_time(tmp_pat
                                     "_id": f"{doc['host']}/{doc['agent']}/{doc['time']}/{doc['seq']}"}}
     first = server.bodies()[0].decode().splitlines()[0]  # the action line's bytes: as before, but for the name
     assert re.fullmatch(r'\{"index":\{"_index":"flowstat-samples-\d{4}\.\d{2}\.\d{2}","_id":"[^"]+"\}\}', first)
+
+
+@each_agent
+def test_a_short_password_spoils_neither_the_answers_nor_the_log(tmp_path, target, agent_command):
+    """A one-letter password is redacted from what the agent logs of an answer, never from the
+    answer it judges: the _bulk answer's JSON stays whole, each document is settled once."""
+
+    def answer(path, body, n):
+        return 200, bulk_ok(body, lambda action, doc: 400 if doc["seq"] == 1 else 201)
+
+    server = ScriptedHttp(answer)
+    url = f"elasticsearch://127.0.0.1:{server.port}/flowstat-samples"
+    stats = tmp_path / "stats.json"
+    try:
+        out = run_agent(agent_command, "--pid", target, "--interval", 0.05, "--count", 3, "--self-interval", 0,
+                        "--sink", url, "--spool-dir", tmp_path / "spool", "--stats", stats,
+                        env=credential_free_env(FLOWSTAT_ES_USER="flowstat_agent", FLOWSTAT_ES_PASSWORD="s"))
+    finally:
+        server.close()
+    assert out.returncode == 0, out.stderr
+    assert len(server.requests) == 3  # nothing sent again
+    sink = json.loads(stats.read_text())["sinks"][url]
+    assert (sink["delivered"], sink["rejected"], sink["lost"], sink["spooled"]) == (2, 1, 0, 0)
+    refused = [line for line in out.stderr.splitlines() if "documents refused" in line]
+    said = refused[0].split("status 400: ", 1)[1] if len(refused) == 1 else ""
+    assert "*ecurity_exception" in said and "s" not in said, refused  # each "s" in the store's words hidden

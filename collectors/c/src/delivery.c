@@ -193,12 +193,13 @@ static int trouble_lasts(const struct sink_runner *r, const struct sink_outcome 
  * or up, with or without a trouble (documents answered 403 are a trouble of a sink that is up). */
 static void note_outcome(struct sink_runner *r, const struct sink_outcome *o)
 {
-    if (o->trouble != r->trouble && o->trouble != TROUBLE_NONE)
-        trouble_begins(r, o);
-    else if (o->trouble != r->trouble && !trouble_lasts(r, o))
-        trouble_ends(r);
-    if (!trouble_lasts(r, o))
+    if (o->trouble != r->trouble && !trouble_lasts(r, o)) {
+        if (o->trouble != TROUBLE_NONE)
+            trouble_begins(r, o);
+        else
+            trouble_ends(r);
         r->trouble = o->trouble;
+    }
     r->down = o->down;
     if (o->down)
         r->next_retry = fs_monotonic() + RETRY_S;

@@ -296,19 +296,34 @@ static const char *who(const struct sink *s)
     return s->user ? s->user : s->auth_header ? names_of(s)->key_is : "anonymous";
 }
 
+/* A store's words, to be logged: a copy (malloc'd; NULL when out of memory) with every secret
+ * replaced, whole, before any cut, as a store may echo what it was sent. The answer itself is
+ * judged as it came: a short password replaced in it could break its JSON. */
+static char *shown(const struct sink *s, const char *text)
+{
+    char *copy = strdup(text);
+    if (copy)
+        creds_redact(s->creds, copy);
+    return copy;
+}
+
 /* The store's short reason: Elasticsearch's error.reason (with additional_unsuccessful_credentials,
- * where an expired API key is told), InfluxDB's "error"; else the answer's start. One line. */
-static void reason_of(const cJSON *error, const char *fallback, char *out, size_t n)
+ * where an expired API key is told), InfluxDB's "error"; else the answer's start. One line, no
+ * secret. */
+static void reason_of(const struct sink *s, const cJSON *error, const char *fallback, char *out, size_t n)
 {
     const cJSON *reason = cJSON_GetObjectItemCaseSensitive(error, "reason");
     const cJSON *more = cJSON_GetObjectItemCaseSensitive(error, "additional_unsuccessful_credentials");
+    struct fs_buf text = {0};
     if (cJSON_IsString(reason))
-        snprintf(out, n, "%s%s%s", reason->valuestring, cJSON_IsString(more) ? "; " : "",
-                 cJSON_IsString(more) ? more->valuestring : "");
-    else if (cJSON_IsString(error))
-        snprintf(out, n, "%s", error->valuestring);
+        fs_buf_printf(&text, "%s%s%s", reason->valuestring, cJSON_IsString(more) ? "; " : "",
+                      cJSON_IsString(more) ? more->valuestring : "");
     else
-        snprintf(out, n, "%s", fallback[0] ? fallback : "(no reason given)");
+        fs_buf_puts(&text, cJSON_IsString(error) ? error->valuestring : fallback[0] ? fallback : "(no reason given)");
+    if (text.data)
+        creds_redact(s->creds, text.data);
+    snprintf(out, n, "%s", text.data ? text.data : "(out of memory)");
+    fs_buf_free(&text);
     for (char *c = out; *c; c++)
         if ((unsigned char)*c < 0x20)
             *c = ' ';
@@ -344,7 +359,7 @@ static void forbidden_documents(const struct sink *s, const cJSON *item, struct 
 {
     char reason[300];
     const cJSON *index = cJSON_GetObjectItemCaseSensitive(item, "_index");
-    reason_of(cJSON_GetObjectItemCaseSensitive(item, "error"), "", reason, sizeof reason);
+    reason_of(s, cJSON_GetObjectItemCaseSensitive(item, "error"), "", reason, sizeof reason);
     say_forbidden(s, cJSON_IsString(index) ? index->valuestring : "", reason, o);
 }
 
@@ -355,7 +370,7 @@ static void judge_login(const struct sink *s, long status, const char *body, con
 {
     char reason[300];
     cJSON *doc = cJSON_Parse(body);
-    reason_of(cJSON_GetObjectItemCaseSensitive(doc, "error"), body, reason, sizeof reason);
+    reason_of(s, cJSON_GetObjectItemCaseSensitive(doc, "error"), body, reason, sizeof reason);
     cJSON_Delete(doc);
     o->down = 1;
     o->trouble = TROUBLE_AUTH;
@@ -410,6 +425,8 @@ static void copy_documents(const char *data, size_t len, const char *again, int 
 static void log_refused_document(const struct sink *s, int refused, int count, double status, const cJSON *error)
 {
     char *text = error ? cJSON_PrintUnformatted(error) : NULL;
+    if (text)
+        creds_redact(s->creds, text);
     LOG_ERR("sink %s: %d of %d documents refused, the first with status %g: %.300s", s->url, refused, count, status,
             text ? text : "(no error given)");
     free(text);
@@ -455,6 +472,14 @@ static void judge_bulk_items(const struct sink *s, const struct fs_buf *body, co
     cJSON_Delete(doc);
 }
 
+/* "sink URL: HEAD: the store's answer" */
+static void log_refused(const struct sink *s, const char *head, const char *text)
+{
+    char *words = shown(s, text);
+    LOG_ERR("sink %s: %s: %.300s", s->url, head, words ? words : "(out of memory)");
+    free(words);
+}
+
 static void judge_answer(const struct sink *s, long status, const struct fs_buf *body, const char *data, size_t len,
                          int count, struct sink_outcome *o)
 {
@@ -466,7 +491,9 @@ static void judge_answer(const struct sink *s, long status, const struct fs_buf 
     int dropped = status == 400 && s->kind != SINK_ES ? partial_write_dropped(text) : -1;
     if (dropped >= 0) {
         o->rejected = dropped < count ? dropped : count;
-        LOG_ERR("sink %s: partial write, %d of %d samples refused: %.300s", s->url, o->rejected, count, text);
+        char head[80];
+        snprintf(head, sizeof head, "partial write, %d of %d samples refused", o->rejected, count);
+        log_refused(s, head, text);
         return;
     }
     switch (judge_status(status)) {
@@ -477,10 +504,13 @@ static void judge_answer(const struct sink *s, long status, const struct fs_buf 
         return;
     }
     case REFUSED:
-    case FORBIDDEN: /* not from judge_status: judge_login's */
+    case FORBIDDEN: { /* not from judge_status: judge_login's */
+        char head[80];
         o->rejected = count;
-        LOG_ERR("sink %s: HTTP %ld, %d samples refused: %.300s", s->url, status, count, text);
+        snprintf(head, sizeof head, "HTTP %ld, %d samples refused", status, count);
+        log_refused(s, head, text);
         return;
+    }
     case STORED:
         if (s->kind == SINK_ES)
             judge_bulk_items(s, body, data, len, count, o);
@@ -524,15 +554,6 @@ static void login_options(struct sink *s)
     }
 }
 
-/* The store's answer without any secret in it: it is logged, and a store could echo one. */
-static void redact_answer(const struct sink *s, struct fs_buf *body)
-{
-    if (!body->data || !has_credentials(s))
-        return;
-    creds_redact(s->creds, body->data);
-    body->len = strlen(body->data);
-}
-
 static void send_http(struct sink *s, const char *data, size_t len, int count, struct sink_outcome *o)
 {
     struct fs_buf body = {0};
@@ -559,7 +580,6 @@ static void send_http(struct sink *s, const char *data, size_t len, int count, s
     curl_easy_getinfo(s->curl, CURLINFO_RESPONSE_CODE, &status);
     curl_easy_setopt(s->curl, CURLOPT_ERRORBUFFER, NULL); /* it is this call's */
     curl_slist_free_all(headers);
-    redact_answer(s, &body);
     if (rc == CURLE_PEER_FAILED_VERIFICATION)
         untrusted(s, detail, o);
     else if (rc != CURLE_OK) /* no connection, a time-out, an answer cut short: whatever the status said */
