@@ -52,8 +52,8 @@ def influx_samples(stack, run_id: str) -> list[tuple]:
 
 def es_samples(stack, run_id: str) -> list[tuple]:
     es = stack["elasticsearch"]
-    requests.post(f"{es.url}/flowstat-samples/_refresh", timeout=30)
-    body = requests.post(f"{es.url}/flowstat-samples/_search", json={
+    requests.post(f"{es.url}/flowstat-samples*/_refresh", timeout=30)
+    body = requests.post(f"{es.url}/flowstat-samples*/_search", json={
         "size": 10000, "query": {"term": {"run_id": run_id}}, "_source": ["agent", "node_id", "seq", "vmrss_kb"]},
         timeout=30).json()
     return [(h["_source"]["agent"], h["_source"]["node_id"], h["_source"]["seq"], h["_source"].get("vmrss_kb"))
@@ -69,8 +69,8 @@ def influx_self_samples(stack, run_id: str, db: str = "flowstat") -> dict[tuple[
 def es_self_samples(stack, run_id: str) -> dict[tuple[str, int], dict]:
     """The agents' self-samples of the run in Elasticsearch (index flowstat-agents), by (agent, seq)."""
     es = stack["elasticsearch"]
-    requests.post(f"{es.url}/flowstat-agents/_refresh", timeout=30)
-    body = requests.post(f"{es.url}/flowstat-agents/_search", json={"size": 10000, "query": {"term": {"run_id": run_id}}},
+    requests.post(f"{es.url}/flowstat-agents*/_refresh", timeout=30)
+    body = requests.post(f"{es.url}/flowstat-agents*/_search", json={"size": 10000, "query": {"term": {"run_id": run_id}}},
                          timeout=30).json()
     hits = body.get("hits", {}).get("hits", [])  # no index yet: nothing has arrived
     return {(h["_source"]["agent"], h["_source"]["seq"]): h["_source"] for h in hits}
@@ -92,10 +92,10 @@ def check_as_recorded(stack, run_id: str, samples: list[dict], selves: list[dict
     where = f"\"run_id\" = '{run_id}'" + (f" AND \"agent\" = '{agent}'" if agent else "")
     query = {"bool": {"filter": [{"term": {"run_id": run_id}}] + ([{"term": {"agent": agent}}] if agent else [])}}
     compare_influx(influx, "flowstat", schema, {NODE_KEY(d): d for d in samples}, NODE_KEY, where)
-    compare_es(es, "flowstat-samples", schema, {NODE_KEY(d): d for d in samples}, NODE_KEY, query)
+    compare_es(es, "flowstat-samples*", schema, {NODE_KEY(d): d for d in samples}, NODE_KEY, query)
     if selves:
         compare_influx(influx, "flowstat", agent_schema, {SEQ(d): d for d in selves}, SEQ, where)
-        compare_es(es, "flowstat-agents", agent_schema, {SEQ(d): d for d in selves}, SEQ, query)
+        compare_es(es, "flowstat-agents*", agent_schema, {SEQ(d): d for d in selves}, SEQ, query)
 
 
 def check_complete(stack, runs_dir: Path, run_id: str, summary: dict) -> None:
@@ -144,8 +144,8 @@ def newest_sample_time(stack, store: str, run_id: str) -> float:
         series = body["results"][0].get("series")
         return series[0]["values"][0][0] / 1e9 if series else 0.0
     es = stack["elasticsearch"]
-    requests.post(f"{es.url}/flowstat-samples/_refresh", timeout=30)
-    body = requests.post(f"{es.url}/flowstat-samples/_search", json={
+    requests.post(f"{es.url}/flowstat-samples*/_refresh", timeout=30)
+    body = requests.post(f"{es.url}/flowstat-samples*/_search", json={
         "size": 0, "query": {"term": {"run_id": run_id}}, "aggs": {"newest": {"max": {"field": "time"}}}},
         timeout=30).json()
     return (body["aggregations"]["newest"]["value"] or 0) / 1000
@@ -204,8 +204,8 @@ def replay(*args) -> subprocess.CompletedProcess:
 
 def counts(stack, run_id: str) -> tuple[int, int]:
     es = stack["elasticsearch"]
-    requests.post(f"{es.url}/flowstat-samples/_refresh", timeout=30)
-    n_es = requests.post(f"{es.url}/flowstat-samples/_count", json={"query": {"term": {"run_id": run_id}}},
+    requests.post(f"{es.url}/flowstat-samples*/_refresh", timeout=30)
+    n_es = requests.post(f"{es.url}/flowstat-samples*/_count", json={"query": {"term": {"run_id": run_id}}},
                          timeout=30).json()["count"]
     body = stack["influxdb"].query(f"SELECT count(\"seq\") FROM \"flowstat_node\" WHERE \"run_id\" = '{run_id}'", "flowstat")
     series = body["results"][0].get("series")

@@ -59,17 +59,17 @@ def test_elasticsearch_sink_is_idempotent(stack, agent):
     try:
         sink = f"elasticsearch://127.0.0.1:{es.port}/{index}"
         run_agent(agent, "r1", sink, [p.pid for p in procs])
-        requests.post(f"{es.url}/{index}/_refresh", timeout=10).raise_for_status()
-        first = requests.get(f"{es.url}/{index}/_count", timeout=10).json()["count"]
+        requests.post(f"{es.url}/{index}*/_refresh", timeout=10).raise_for_status()
+        first = requests.get(f"{es.url}/{index}*/_count", timeout=10).json()["count"]
         # The same run sampled again (same run, agent, nodes, seqs): the same _ids, so no duplicates.
         run_agent(agent, "r1", sink, [p.pid for p in procs])
     finally:
         for p in procs:
             p.kill()
-    requests.post(f"{es.url}/{index}/_refresh", timeout=10).raise_for_status()
+    requests.post(f"{es.url}/{index}*/_refresh", timeout=10).raise_for_status()
     assert first == 2 * N
-    assert requests.get(f"{es.url}/{index}/_count", timeout=10).json()["count"] == 2 * N
-    hits = requests.get(f"{es.url}/{index}/_search", params={"size": 1, "q": "seq:3"}, timeout=10).json()["hits"]["hits"]
+    assert requests.get(f"{es.url}/{index}*/_count", timeout=10).json()["count"] == 2 * N
+    hits = requests.get(f"{es.url}/{index}*/_search", params={"size": 1, "q": "seq:3"}, timeout=10).json()["hits"]["hits"]
     doc = hits[0]
     assert doc["_id"] == f"r1/flowstat-agent-{agent}/{doc['_source']['node_id']}/3"
     assert doc["_source"]["vmrss_kb"] > 0
@@ -123,14 +123,14 @@ def test_self_samples_reach_both_stores_and_show_a_sink_that_is_down(stack, agen
     assert [p["seq"] for p in points] == list(range(len(points)))
     spooled = [p["spooled_samples"] for p in points if p["sinks_down"] == 1]
     assert spooled == sorted(spooled) and spooled[-1] > spooled[0] > 0
-    requests.post(f"{es.url}/flowstat-agents/_refresh", timeout=10).raise_for_status()
-    hits = requests.post(f"{es.url}/flowstat-agents/_search", json={
+    requests.post(f"{es.url}/flowstat-agents*/_refresh", timeout=10).raise_for_status()
+    hits = requests.post(f"{es.url}/flowstat-agents*/_search", json={
         "size": 1000, "query": {"term": {"run_id": run_id}}, "sort": [{"seq": "asc"}]}, timeout=10).json()["hits"]["hits"]
     assert [h["_source"]["seq"] for h in hits] == [p["seq"] for p in points]  # the same self-samples, each once
     for hit in hits:
         assert agent_schema.validate(hit["_source"]) == [] and set(hit["_source"]) == names
         assert hit["_id"] == agent_schema.document_id(hit["_source"])
-    assert requests.get(f"{es.url}/flowstat-test-self-{tag}/_count", timeout=10).json()["count"] > 0  # node samples
+    assert requests.get(f"{es.url}/flowstat-test-self-{tag}*/_count", timeout=10).json()["count"] > 0  # node samples
 
 
 # -- every field, as the agent wrote it ----------------------------------------------------------
@@ -191,5 +191,5 @@ def test_every_field_an_agent_writes_reaches_both_stores_with_its_value(stack, a
     where, query = f"\"run_id\" = '{run_id}'", {"term": {"run_id": run_id}}
     compare_influx(influx, db, schema, samples, NODE_KEY, where)
     compare_influx(influx, db, agent_schema, selves, SEQ, where)
-    compare_es(es, index, schema, samples, NODE_KEY, query)
-    compare_es(es, "flowstat-agents", agent_schema, selves, SEQ, query)
+    compare_es(es, f"{index}*", schema, samples, NODE_KEY, query)
+    compare_es(es, "flowstat-agents*", agent_schema, selves, SEQ, query)
