@@ -71,7 +71,7 @@ bench: $(STAMP) c-agent
 	$(BIN)/python benchmarks/run_campaigns.py --duration 20
 	$(BIN)/python benchmarks/thesis_comparison.py
 	@echo "long fuzzing of the C agent's parsers (5 minutes each):"
-	for f in stat reply endpoints sink_url; do mkdir -p .cache/fuzz/$$f && cp collectors/c/fuzz/corpus/$$f/* .cache/fuzz/$$f/ && \
+	for f in stat reply endpoints sink_url credentials; do mkdir -p .cache/fuzz/$$f && cp collectors/c/fuzz/corpus/$$f/* .cache/fuzz/$$f/ && \
 		collectors/c/build/fuzz_$$f -max_total_time=300 -timeout=5 .cache/fuzz/$$f || exit 1; done
 	$(BIN)/python benchmarks/buffer_one.py
 

@@ -1,18 +1,24 @@
 """Real peers for agent tests: an HTTP receiver and a TCP line receiver on loopback, a
 stand-in node whose control socket can be made to hang or answer garbage, and real harness
-devices started as the orchestrator starts them."""
+devices started as the orchestrator starts them; for docs/security.md, a throwaway CA and server
+certificate, HTTPS for the scripted server, and a search for secrets where an agent leaves text."""
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import select
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import zmq
 
@@ -59,11 +65,14 @@ class ScriptedHttp:
     """An HTTP server whose answer to each POST is chosen by `answer(path, body, n)` (n counts the
     requests from 0) and returns (status, body). With hold set, every request is read and recorded
     at once but answered only once `release` is set. A GET (a store's health check) is answered
-    200 with an empty JSON object, and not recorded."""
+    200 with an empty JSON object, and not recorded. The headers of request n are `headers[n]`
+    (recorded before `answer` is asked, which may read them). With tls=(certfile, keyfile) it
+    speaks HTTPS (a client that does not trust the certificate gets no answer at all)."""
 
-    def __init__(self, answer=None, hold: bool = False):
+    def __init__(self, answer=None, hold: bool = False, tls: tuple | None = None):
         self.answer = answer or (lambda path, body, n: (204, b""))
         self.requests: list[tuple[str, bytes, float]] = []  # path, body, when it arrived
+        self.headers: list[dict[str, str]] = []  # request n's headers, names in lower case
         self.lock = threading.Lock()
         self.release = threading.Event()
         if not hold:
@@ -76,6 +85,7 @@ class ScriptedHttp:
                 with owner.lock:
                     n = len(owner.requests)
                     owner.requests.append((self.path, body, time.monotonic()))
+                    owner.headers.append({k.lower(): v for k, v in self.headers.items()})
                 owner.release.wait(60)
                 status, text = owner.answer(self.path, body, n)
                 self.send_response(status)
@@ -96,6 +106,10 @@ class ScriptedHttp:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
+        if tls:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
@@ -291,3 +305,78 @@ class SocketReceiver:
         self.running = False
         self.thread.join()
         self.sock.close()
+
+
+# -- credentials and TLS (docs/security.md) --------------------------------------------------------
+
+@dataclass
+class Certificates:
+    ca: Path    # the CA's certificate: what FLOWSTAT_*_CA_FILE names
+    cert: Path  # the server's certificate (SAN IP:127.0.0.1), signed by the CA
+    key: Path   # its key
+
+
+def make_certificates(folder: Path) -> Certificates:
+    """A throwaway CA and a server certificate for 127.0.0.1 that it signed, made with openssl
+    (EC keys: quick), with the extensions strict verifiers ask for."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ca, ca_key, cert, key, csr, ext = (folder / n for n in ("ca.pem", "ca.key", "server.pem", "server.key",
+                                                            "server.csr", "server.ext"))
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+    def openssl(*args):
+        subprocess.run(["openssl", *map(str, args)], check=True, capture_output=True)
+
+    openssl("req", "-x509", *ec, "-keyout", ca_key, "-out", ca, "-days", 2, "-subj", "/CN=flowstat test CA",
+            "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    openssl("req", *ec, "-keyout", key, "-out", csr, "-subj", "/CN=127.0.0.1")
+    ext.write_text("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n"
+                   "extendedKeyUsage=serverAuth\nsubjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid,issuer\n")
+    openssl("x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-out", cert, "-days", 2,
+            "-extfile", ext)
+    return Certificates(ca, cert, key)
+
+
+def basic_header(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def secret_forms(*secrets: str, basic: tuple[str, str] | None = None) -> list[str]:
+    """What must never show: each secret, and base64(user:password) (an Authorization header's)."""
+    forms = [s for s in secrets if s]
+    if basic:
+        forms.append(basic_header(*basic).split()[1])
+    return forms
+
+
+def write_credentials(path: Path, values: dict[str, str], mode: int = 0o600) -> Path:
+    """A credentials file (NAME=VALUE lines, a comment first) of the given mode."""
+    path.write_text("# flowstat credentials\n" + "".join(f"{k}={v}\n" for k, v in values.items()))
+    path.chmod(mode)
+    return path
+
+
+def where_secrets_show(secrets, texts: dict[str, str | bytes] | None = None, paths=(), pids=()) -> list[str]:
+    """Where any of `secrets` shows: in `texts` (name -> text: a log), in the files under `paths`
+    (a stats file, a spool folder, recursively), in /proc/PID/cmdline of `pids` (what every user of
+    the machine reads). Empty when nowhere."""
+    places: dict[str, bytes] = {name: t.encode() if isinstance(t, str) else t for name, t in (texts or {}).items()}
+    for root in map(Path, paths):
+        for f in ([root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())):
+            places[str(f)] = f.read_bytes()
+    for pid in pids:
+        try:
+            places[f"/proc/{pid}/cmdline"] = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            pass
+    return [f"{s!r} in {name}" for name, data in places.items() for s in secrets if s.encode() in data]
+
+
+def credential_free_env(**extra: str) -> dict[str, str]:
+    """This process's environment without any flowstat credential or CA variable, plus `extra`."""
+    names = ("FLOWSTAT_INFLUX_USER", "FLOWSTAT_INFLUX_PASSWORD", "FLOWSTAT_INFLUX_TOKEN", "FLOWSTAT_ES_USER",
+             "FLOWSTAT_ES_PASSWORD", "FLOWSTAT_ES_API_KEY", "FLOWSTAT_INFLUX_CA_FILE", "FLOWSTAT_ES_CA_FILE",
+             "FLOWSTAT_CA_FILE", "FLOWSTAT_CREDENTIALS")
+    env = {k: v for k, v in os.environ.items() if k not in names}
+    env.update(extra)
+    return env

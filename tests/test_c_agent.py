@@ -20,7 +20,7 @@ from flowstat.agent.agent import Agent, AgentConfig
 from flowstat.agent.targets import TargetSpec
 
 FUZZ_SECONDS = int(os.environ.get("FLOWSTAT_FUZZ_SECONDS", "4"))  # a smoke test: make bench fuzzes 5 minutes each
-FUZZ_TARGETS = ("stat", "reply", "endpoints", "sink_url")
+FUZZ_TARGETS = ("stat", "reply", "endpoints", "sink_url", "credentials")
 
 
 def c_agent(*args, binary=AGENT, timeout=60, **kw):

@@ -158,19 +158,51 @@ static struct batch *next_batch(struct sink_runner *r, int *stop, double *exit_d
 
 /* -- delivery: the sink thread ----------------------------------------------------------------- */
 
-static void mark_down(struct sink_runner *r, const char *why)
+/* A trouble is logged once as it begins and once as it ends, never at each resend: a sink that
+ * is down, or refuses the credentials, for hours says so twice. */
+static void trouble_begins(const struct sink_runner *r, const struct sink_outcome *o)
 {
-    if (!r->down)
-        LOG_ERR("sink %s is down (%s): %s", r->sink.url, why, r->has_spool ? "spooling" : "samples are lost meanwhile");
-    r->down = 1;
-    r->next_retry = fs_monotonic() + RETRY_S;
+    if (o->trouble == TROUBLE_DOWN)
+        LOG_ERR("sink %s is down (%s): %s", r->sink.url, o->why,
+                r->has_spool ? "spooling" : "samples are lost meanwhile");
+    else
+        LOG_ERR("%s; %s", o->why, r->has_spool ? "spooling, to be sent once it works"
+                                               : "the samples are lost meanwhile (no --spool-dir)");
 }
 
-static void mark_up(struct sink_runner *r)
+static void trouble_ends(const struct sink_runner *r)
 {
-    if (r->down)
+    static const char *const over[] = {
+        [TROUBLE_AUTH] = "the credentials work now", [TROUBLE_FORBIDDEN] = "it may be written now",
+        [TROUBLE_TLS] = "its certificate is trusted now"};
+    if (r->trouble == TROUBLE_DOWN)
         LOG_WARN("sink %s is back", r->sink.url);
-    r->down = 0;
+    else
+        LOG_WARN("sink %s takes batches again: %s", r->sink.url, over[r->trouble]);
+}
+
+/* Documents answered 403 while others are stored (a user that may write the samples' index but
+ * not the agents'): the trouble lasts until the spool they wait in is empty, not until the next
+ * batch that happens to hold none of them. */
+static int trouble_lasts(const struct sink_runner *r, const struct sink_outcome *o)
+{
+    return o->trouble == TROUBLE_NONE && r->trouble == TROUBLE_FORBIDDEN && !r->down && spool_pending(r);
+}
+
+/* What the last send said of the sink: down (nothing taken; not asked again before next_retry),
+ * or up, with or without a trouble (documents answered 403 are a trouble of a sink that is up). */
+static void note_outcome(struct sink_runner *r, const struct sink_outcome *o)
+{
+    if (o->trouble != r->trouble && !trouble_lasts(r, o)) {
+        if (o->trouble != TROUBLE_NONE)
+            trouble_begins(r, o);
+        else
+            trouble_ends(r);
+        r->trouble = o->trouble;
+    }
+    r->down = o->down;
+    if (o->down)
+        r->next_retry = fs_monotonic() + RETRY_S;
 }
 
 /* A batch the sink did not take waits in the spool; with no spool (or a spool that cannot be
@@ -188,8 +220,9 @@ static void keep(struct sink_runner *r, const char *data, size_t len, int count)
  * given RETRY_S before it is sent anything again, as when it is down. */
 static void send_again_later(struct sink_runner *r, const struct sink_outcome *o)
 {
-    LOG_WARN("sink %s: %d documents not taken for now: %s", r->sink.url, o->again_count,
-             r->has_spool ? "spooled, to be sent again" : "lost (no --spool-dir)");
+    if (o->trouble == TROUBLE_NONE) /* a trouble (403) is logged as it begins and ends */
+        LOG_WARN("sink %s: %d documents not taken for now: %s", r->sink.url, o->again_count,
+                 r->has_spool ? "spooled, to be sent again" : "lost (no --spool-dir)");
     if (o->again.failed) {
         LOG_ERR("sink %s: out of memory keeping %d documents: they are lost", r->sink.url, o->again_count);
         r->lost += o->again_count;
@@ -205,13 +238,12 @@ static int deliver(struct sink_runner *r, const char *data, size_t len, int coun
 {
     struct sink_outcome o;
     sink_send(&r->sink, data, len, count, &o);
+    note_outcome(r, &o);
     if (o.down) {
         r->send_failures++;
-        mark_down(r, o.why);
         fs_buf_free(&o.again);
         return -1;
     }
-    mark_up(r);
     r->rejected += o.rejected;
     r->delivered += count - o.rejected - o.again_count;
     if (o.again_count)
@@ -347,8 +379,8 @@ static int open_spool(struct sink_runner *r, const char *spool_dir, long long ma
     return 0;
 }
 
-int runner_open(struct sink_runner *r, const char *url, const char *spool_dir, long long max_bytes,
-                double drain_timeout, char *err, size_t errlen)
+int runner_open(struct sink_runner *r, const char *url, const struct fs_credentials *creds, const char *spool_dir,
+                long long max_bytes, double drain_timeout, char *err, size_t errlen)
 {
     memset(r, 0, sizeof *r);
     r->sink.fd = -1;
@@ -363,10 +395,8 @@ int runner_open(struct sink_runner *r, const char *url, const char *spool_dir, l
     err[0] = '\0';
     if (sink_parse_url(url, &r->sink, err, errlen) != 0)
         return -1;
-    if (sink_open(&r->sink) != 0) {
-        snprintf(err, errlen, "%s: cannot set up an HTTP client (libcurl)", url);
+    if (sink_open(&r->sink, creds, err, errlen) != 0)
         return -1;
-    }
     return spool_dir && sink_is_reliable(&r->sink) ? open_spool(r, spool_dir, max_bytes, err, errlen) : 0;
 }
 

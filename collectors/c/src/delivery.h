@@ -29,6 +29,7 @@ struct sink_runner {
     /* the sink thread's own: read by others only after runner_join */
     struct spool spool;
     int has_spool, down;
+    enum sink_trouble trouble; /* what the last send found wrong, logged as it began */
     double next_retry, drain_timeout;
     long long delivered, rejected, lost;
     long long send_failures; /* sends that found the sink down */
@@ -48,11 +49,12 @@ struct sink_runner {
     int started;
 };
 
-/* Parse url, open the sink and, when spool_dir is given and the sink is reliable, its spool
+/* Parse url, open the sink (an HTTP store's with its credentials from creds, which must outlive
+ * the runner; may be NULL) and, when spool_dir is given and the sink is reliable, its spool
  * (spool_dir/URL-with-only-alphanumerics, which gets a sink-url file). The in-memory queue is
  * bounded by max_bytes too. -1 with a message in err on failure. */
-int runner_open(struct sink_runner *r, const char *url, const char *spool_dir, long long max_bytes,
-                double drain_timeout, char *err, size_t errlen);
+int runner_open(struct sink_runner *r, const char *url, const struct fs_credentials *creds, const char *spool_dir,
+                long long max_bytes, double drain_timeout, char *err, size_t errlen);
 int runner_start(struct sink_runner *r);
 /* Sampling thread: encode n samples for the sink and queue them (never waits on the sink). */
 void runner_submit(struct sink_runner *r, const struct fs_sample *samples, size_t n);

@@ -48,7 +48,7 @@ struct options {
     size_t nsinks;
     double interval, rescan, control_timeout, duration, drain_timeout, self_interval;
     long long count;
-    const char *spool_dir, *name, *stats_path;
+    const char *spool_dir, *name, *stats_path, *credentials;
     long long spool_max;
     int exit_when_all_down;
 };
@@ -68,6 +68,7 @@ struct agent {
     size_t ngone, gone_cap;
     struct control_pool control;
     struct sink_runner *sinks; /* one delivery thread each */
+    struct fs_credentials creds; /* the stores' (docs/security.md): read by the sink threads */
     long long samples_taken, proc_errors;
     long long rounds, skipped_rounds; /* a round overran its interval: the rounds it ran into are skipped */
     long long self_seq; /* self-samples emitted */
@@ -93,8 +94,22 @@ static void usage(FILE *out)
             "  --sink URL             where samples go (default stdout://; repeat for several, each has\n"
             "                         its own delivery thread, so a slow sink never delays sampling):\n"
             "                         stdout://[?format=json]  file:///PATH[?format=json]  udp://HOST:PORT\n"
-            "                         tcp://HOST:PORT[?format=json]  http://HOST:PORT/write\n"
-            "                         influxdb://HOST:PORT/DB  elasticsearch://HOST:PORT/INDEX\n"
+            "                         tcp://HOST:PORT[?format=json]  http(s)://HOST:PORT/write\n"
+            "                         influxdb[+https]://HOST:PORT/DB  elasticsearch[+https]://HOST:PORT/INDEX\n"
+            "                         (Elasticsearch: daily indices INDEX-YYYY.MM.DD, self-samples in\n"
+            "                         flowstat-agents-YYYY.MM.DD, by each document's UTC day). A URL holding a\n"
+            "                         user or a password is refused: see --credentials\n"
+            "  --credentials FILE     the stores' credentials (default: $FLOWSTAT_CREDENTIALS), NAME=VALUE\n"
+            "                         lines (# comments); FILE must be readable by its owner only (chmod 600).\n"
+            "                         Names, also read from the environment, which wins over the file:\n"
+            "                         FLOWSTAT_INFLUX_USER, FLOWSTAT_INFLUX_PASSWORD or FLOWSTAT_INFLUX_TOKEN\n"
+            "                         (influxdb:// and http(s)://), FLOWSTAT_ES_USER, FLOWSTAT_ES_PASSWORD or\n"
+            "                         FLOWSTAT_ES_API_KEY (elasticsearch://); for https, the CA that signed the\n"
+            "                         store's certificate: FLOWSTAT_INFLUX_CA_FILE, FLOWSTAT_ES_CA_FILE, or\n"
+            "                         FLOWSTAT_CA_FILE for both (default: the system's CAs). A store that\n"
+            "                         answers 401 or 403, or whose certificate is not trusted, keeps the\n"
+            "                         samples as one that is down: spooled, resent once it works\n"
+            "                         (docs/security.md)\n"
             "  --interval S           seconds between samples (default 1, min 0.01)\n"
             "  --rescan S             seconds between target searches (default 5)\n"
             "  --self-interval S      seconds between the agent's self-samples (measurement flowstat_agent:\n"
@@ -185,9 +200,15 @@ static int add_pattern(struct options *o, const char *arg)
     return 0;
 }
 
-/* The same URL twice would be one spool folder (and one file) for two delivery threads. */
+/* The same URL twice would be one spool folder (and one file) for two delivery threads. A URL
+ * holding a password is refused before any message could repeat it. */
 static int add_sink(struct options *o, const char *url)
 {
+    char err[900];
+    if (sink_check_userinfo(url, err, sizeof err) != 0) {
+        fprintf(stderr, "flowstat-agent: %s\n", err);
+        return -1;
+    }
     for (size_t i = 0; i < o->nsinks; i++)
         if (strcmp(o->sinks[i], url) == 0) {
             fprintf(stderr, "flowstat-agent: --sink %s: given twice\n", url);
@@ -200,7 +221,8 @@ static int add_sink(struct options *o, const char *url)
 static int parse_options(int argc, char **argv, struct options *o)
 {
     enum { O_PID = 1, O_PIDFILE, O_PATTERN, O_ENDPOINTS, O_SINK, O_INTERVAL, O_RESCAN, O_CTIMEOUT, O_SPOOL,
-           O_SPOOLMAX, O_RUNID, O_NAME, O_DURATION, O_COUNT, O_EXITDOWN, O_DRAIN, O_STATS, O_QUIET, O_HELP, O_SELF };
+           O_SPOOLMAX, O_RUNID, O_NAME, O_DURATION, O_COUNT, O_EXITDOWN, O_DRAIN, O_STATS, O_QUIET, O_HELP, O_SELF,
+           O_CREDENTIALS };
     static const struct option longopts[] = {
         {"pid", 1, 0, O_PID}, {"pidfile", 1, 0, O_PIDFILE}, {"pattern", 1, 0, O_PATTERN},
         {"endpoints", 1, 0, O_ENDPOINTS}, {"sink", 1, 0, O_SINK}, {"interval", 1, 0, O_INTERVAL},
@@ -208,7 +230,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"spool-max-mb", 1, 0, O_SPOOLMAX}, {"run-id", 1, 0, O_RUNID}, {"name", 1, 0, O_NAME},
         {"duration", 1, 0, O_DURATION}, {"count", 1, 0, O_COUNT}, {"exit-when-all-down", 0, 0, O_EXITDOWN},
         {"drain-timeout", 1, 0, O_DRAIN}, {"stats", 1, 0, O_STATS}, {"quiet", 0, 0, O_QUIET}, {"help", 0, 0, O_HELP},
-        {"self-interval", 1, 0, O_SELF}, {0, 0, 0, 0}};
+        {"self-interval", 1, 0, O_SELF}, {"credentials", 1, 0, O_CREDENTIALS}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     if (allocate_lists(argc, o) != 0)
         return -1;
@@ -304,6 +326,9 @@ static int parse_options(int argc, char **argv, struct options *o)
             break;
         case O_STATS:
             o->stats_path = optarg;
+            break;
+        case O_CREDENTIALS:
+            o->credentials = optarg;
             break;
         case O_QUIET:
             fs_quiet = 1;
@@ -673,8 +698,8 @@ static int open_sinks(struct agent *a)
         return -1;
     for (size_t i = 0; i < a->opt.nsinks; i++) {
         char err[900];
-        if (runner_open(&a->sinks[i], a->opt.sinks[i], a->opt.spool_dir, a->opt.spool_max, a->opt.drain_timeout, err,
-                        sizeof err) != 0) {
+        if (runner_open(&a->sinks[i], a->opt.sinks[i], &a->creds, a->opt.spool_dir, a->opt.spool_max,
+                        a->opt.drain_timeout, err, sizeof err) != 0) {
             fprintf(stderr, "flowstat-agent: %s\n", err[0] ? err : a->opt.sinks[i]);
             a->opt.nsinks = i + 1; /* what close_sinks has to close */
             return -1;
@@ -791,13 +816,24 @@ int main(int argc, char **argv)
         return encode_stdin(strcmp(argv[2], "json") == 0);
     struct agent a;
     memset(&a, 0, sizeof a);
-    if (parse_options(argc, argv, &a.opt) != 0)
+    if (parse_options(argc, argv, &a.opt) != 0) {
+        free_options(&a.opt);
         return 2;
+    }
     gethostname(a.host, sizeof a.host - 1);
     snprintf(a.agent_name, sizeof a.agent_name, "%s%s%s", AGENT_NAME, a.opt.name[0] ? "/" : "", a.opt.name);
+    char err[900];
+    if (creds_load(&a.creds, a.opt.credentials, err, sizeof err) != 0) {
+        fprintf(stderr, "flowstat-agent: %s\n", err);
+        free_options(&a.opt);
+        return 2;
+    }
     curl_global_init(CURL_GLOBAL_DEFAULT); /* before any thread: it is not thread-safe */
     if (open_sinks(&a) != 0) {
         close_sinks(&a);
+        creds_free(&a.creds);
+        free_options(&a.opt);
+        curl_global_cleanup();
         return 2;
     }
     if (control_pool_init(&a.control, a.opt.control_timeout) != 0)
@@ -819,6 +855,7 @@ int main(int argc, char **argv)
     if (a.opt.stats_path)
         write_stats(&a);
     close_sinks(&a);
+    creds_free(&a.creds);
     while (a.ntargets)
         retire(&a, a.ntargets - 1);
     control_pool_close(&a.control);

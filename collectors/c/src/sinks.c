@@ -5,10 +5,12 @@
 #include <limits.h>
 #include <netdb.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cJSON.h>
@@ -24,10 +26,49 @@ static int set_err(char *err, size_t n, const char *url, const char *what)
     return -1;
 }
 
+/* What each store's messages name: its variables (docs/security.md). The line protocol endpoint
+ * (http://) takes InfluxDB's. */
+struct store_names {
+    enum fs_cred user, password, key, ca;
+    const char *header; /* the Authorization header a key goes in */
+    const char *key_is; /* how a message names the key */
+    const char *vars;   /* where credentials go */
+};
+static const struct store_names INFLUX_NAMES = {
+    FS_INFLUX_USER, FS_INFLUX_PASSWORD, FS_INFLUX_TOKEN, FS_INFLUX_CA_FILE, "Authorization: Token ",
+    "the token (FLOWSTAT_INFLUX_TOKEN)", "FLOWSTAT_INFLUX_USER and FLOWSTAT_INFLUX_PASSWORD, or FLOWSTAT_INFLUX_TOKEN"};
+static const struct store_names ES_NAMES = {
+    FS_ES_USER, FS_ES_PASSWORD, FS_ES_API_KEY, FS_ES_CA_FILE, "Authorization: ApiKey ",
+    "the API key (FLOWSTAT_ES_API_KEY)", "FLOWSTAT_ES_USER and FLOWSTAT_ES_PASSWORD, or FLOWSTAT_ES_API_KEY"};
+
+static const struct store_names *names_of(const struct sink *s)
+{
+    return s->kind == SINK_ES ? &ES_NAMES : &INFLUX_NAMES;
+}
+
+int sink_check_userinfo(const char *url, char *err, size_t errlen)
+{
+    const char *sep = strstr(url, "://");
+    const char *authority = sep ? sep + 3 : url;
+    const char *at = sep ? memrchr(authority, '@', strcspn(authority, "/?#")) : NULL;
+    if (!at)
+        return 0;
+    int es = strncmp(url, "elasticsearch", 13) == 0;
+    snprintf(err, errlen,
+             "--sink %.*s://***@%.200s: a user or password in a URL shows in process lists and logs: set %s in the "
+             "environment or in a --credentials file instead",
+             (int)(sep - url < 40 ? sep - url : 40), url, at + 1,
+             es ? "FLOWSTAT_ES_USER and FLOWSTAT_ES_PASSWORD (or FLOWSTAT_ES_API_KEY)"
+                : "FLOWSTAT_INFLUX_USER and FLOWSTAT_INFLUX_PASSWORD (or FLOWSTAT_INFLUX_TOKEN)");
+    return -1;
+}
+
 int sink_parse_url(const char *url, struct sink *s, char *err, size_t errlen)
 {
     memset(s, 0, sizeof *s);
     s->fd = -1;
+    if (sink_check_userinfo(url, err, errlen) != 0)
+        return -1;
     if (strlen(url) > SINK_URL_MAX)
         return set_err(err, errlen, "--sink", "URL longer than the limit of " FS_STR(SINK_URL_MAX) " characters");
     fs_strlcpy(s->url, url, sizeof s->url);
@@ -65,15 +106,18 @@ int sink_parse_url(const char *url, struct sink *s, char *err, size_t errlen)
         fs_strlcpy(s->path, rest, sizeof s->path);
         return 0;
     }
-    static const struct { const char *name; enum sink_kind kind; int default_port; } kinds[] = {
-        {"udp", SINK_UDP, 0}, {"tcp", SINK_TCP, 0}, {"http", SINK_HTTP, 80},
-        {"influxdb", SINK_INFLUX, 8086}, {"elasticsearch", SINK_ES, 9200}};
+    static const struct { const char *name; enum sink_kind kind; int default_port, tls; } kinds[] = {
+        {"udp", SINK_UDP, 0, 0}, {"tcp", SINK_TCP, 0, 0}, {"http", SINK_HTTP, 80, 0}, {"https", SINK_HTTP, 443, 1},
+        {"influxdb", SINK_INFLUX, 8086, 0}, {"influxdb+https", SINK_INFLUX, 8086, 1},
+        {"elasticsearch", SINK_ES, 9200, 0}, {"elasticsearch+https", SINK_ES, 9200, 1}};
     size_t k;
     for (k = 0; k < sizeof kinds / sizeof kinds[0] && strcmp(scheme, kinds[k].name) != 0; k++)
         ;
     if (k == sizeof kinds / sizeof kinds[0])
-        return set_err(err, errlen, url, "unknown sink (stdout, file, udp, tcp, http, influxdb, elasticsearch)");
+        return set_err(err, errlen, url, "unknown sink (stdout, file, udp, tcp, http, https, influxdb, "
+                                         "influxdb+https, elasticsearch, elasticsearch+https)");
     s->kind = kinds[k].kind;
+    s->tls = kinds[k].tls;
     char *slash = strchr(rest, '/');
     if (slash) {
         fs_strlcpy(s->path, slash + 1, sizeof s->path);
@@ -105,6 +149,7 @@ int sink_parse_url(const char *url, struct sink *s, char *err, size_t errlen)
 static void set_why(struct sink_outcome *o, const char *what, const char *detail)
 {
     o->down = 1;
+    o->trouble = TROUBLE_DOWN;
     snprintf(o->why, sizeof o->why, "%.80s%s%.70s", what, detail ? ": " : "", detail ? detail : "");
 }
 
@@ -150,25 +195,70 @@ int sink_is_reliable(const struct sink *s)
     return s->kind != SINK_STDOUT && s->kind != SINK_UDP;
 }
 
-int sink_open(struct sink *s)
+static int creds_err(char *err, size_t n, const struct sink *s, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int creds_err(char *err, size_t n, const struct sink *s, const char *fmt, ...)
+{
+    char text[300];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    return set_err(err, n, s->url, text);
+}
+
+/* The store's credentials and CA file, checked together: one way to log in, and a CA file that
+ * can be read (curl would only say so at the first send). */
+static int take_credentials(struct sink *s, const struct fs_credentials *c, char *err, size_t errlen)
+{
+    const struct store_names *n = names_of(s);
+    const char *user = creds_get(c, n->user), *password = creds_get(c, n->password), *key = creds_get(c, n->key);
+    s->creds = c;
+    if (key && (user || password))
+        return creds_err(err, errlen, s, "%s and a user are both set: give one way to log in (%s)",
+                         creds_name(n->key), n->vars);
+    if (!user != !password)
+        return creds_err(err, errlen, s, "%s is set without %s", creds_name(user ? n->user : n->password),
+                         creds_name(user ? n->password : n->user));
+    s->user = user;
+    s->password = password;
+    if (key) {
+        size_t len = strlen(n->header) + strlen(key) + 1;
+        if (!(s->auth_header = malloc(len)))
+            return set_err(err, errlen, s->url, "out of memory");
+        snprintf(s->auth_header, len, "%s%s", n->header, key);
+    }
+    enum fs_cred ca = creds_get(c, n->ca) ? n->ca : FS_CA_FILE;
+    s->ca_file = s->tls ? creds_get(c, ca) : NULL;
+    if (s->ca_file && access(s->ca_file, R_OK) != 0)
+        return creds_err(err, errlen, s, "%s=%.200s: cannot read that CA file: %s", creds_name(ca), s->ca_file,
+                         strerror(errno));
+    return 0;
+}
+
+int sink_open(struct sink *s, const struct fs_credentials *creds, char *err, size_t errlen)
 {
     if (s->kind != SINK_HTTP && s->kind != SINK_INFLUX && s->kind != SINK_ES)
         return 0;
+    if (take_credentials(s, creds, err, errlen) != 0)
+        return -1;
     s->curl = curl_easy_init();
     if (!s->curl)
-        return -1;
+        return set_err(err, errlen, s->url, "cannot set up an HTTP client (libcurl)");
+    const char *scheme = s->tls ? "https" : "http";
     if (s->kind == SINK_HTTP)
-        snprintf(s->endpoint, sizeof s->endpoint, "http://%s:%d/%s", s->host, s->port, s->path);
+        snprintf(s->endpoint, sizeof s->endpoint, "%s://%s:%d/%s", scheme, s->host, s->port, s->path);
     else if (s->kind == SINK_INFLUX)
-        snprintf(s->endpoint, sizeof s->endpoint, "http://%s:%d/write?db=%s&precision=ns", s->host, s->port, s->path);
+        snprintf(s->endpoint, sizeof s->endpoint, "%s://%s:%d/write?db=%s&precision=ns", scheme, s->host, s->port,
+                 s->path);
     else
-        snprintf(s->endpoint, sizeof s->endpoint, "http://%s:%d/_bulk", s->host, s->port);
+        snprintf(s->endpoint, sizeof s->endpoint, "%s://%s:%d/_bulk", scheme, s->host, s->port);
     return 0;
 }
 
 /* -- HTTP: the store policy -------------------------------------------------------------------- */
 
-enum verdict { STORED, DOWN, REFUSED };
+enum verdict { STORED, DOWN, REFUSED, FORBIDDEN };
 
 static enum verdict judge_status(long status)
 {
@@ -179,7 +269,8 @@ static enum verdict judge_status(long status)
     return DOWN; /* 408, 429, 5xx; and a redirect or anything odd: nothing was stored */
 }
 
-/* One _bulk item: 2xx stored; 429 and 5xx to be sent again; any other status refused. An item
+/* One _bulk item: 2xx stored; 429 and 5xx to be sent again; 403 (the user may not write that
+ * index) kept and sent again too, as a 403 to the whole batch; any other status refused. An item
  * with no status is no answer: sent again (idempotent, as every resend to Elasticsearch). */
 static enum verdict judge_item(const cJSON *item, double *status)
 {
@@ -187,7 +278,122 @@ static enum verdict judge_item(const cJSON *item, double *status)
     if (!cJSON_IsNumber(st))
         return DOWN;
     *status = st->valuedouble;
+    if (*status == 403)
+        return FORBIDDEN;
     return *status >= 200 && *status < 300 ? STORED : *status == 429 || *status >= 500 ? DOWN : REFUSED;
+}
+
+/* -- 401, 403 and untrusted certificates: not the data's fault, so kept and sent again ---------- */
+
+static int has_credentials(const struct sink *s)
+{
+    return s->user || s->auth_header;
+}
+
+/* Who a message says was refused: the user, or the key. */
+static const char *who(const struct sink *s)
+{
+    return s->user ? s->user : s->auth_header ? names_of(s)->key_is : "anonymous";
+}
+
+/* A store's words, to be logged: a copy (malloc'd; NULL when out of memory) with every secret
+ * replaced, whole, before any cut, as a store may echo what it was sent. The answer itself is
+ * judged as it came: a short password replaced in it could break its JSON. */
+static char *shown(const struct sink *s, const char *text)
+{
+    char *copy = strdup(text);
+    if (copy)
+        creds_redact(s->creds, copy);
+    return copy;
+}
+
+/* The store's short reason: Elasticsearch's error.reason (with additional_unsuccessful_credentials,
+ * where an expired API key is told), InfluxDB's "error"; else the answer's start. One line, no
+ * secret. */
+static void reason_of(const struct sink *s, const cJSON *error, const char *fallback, char *out, size_t n)
+{
+    const cJSON *reason = cJSON_GetObjectItemCaseSensitive(error, "reason");
+    const cJSON *more = cJSON_GetObjectItemCaseSensitive(error, "additional_unsuccessful_credentials");
+    struct fs_buf text = {0};
+    if (cJSON_IsString(reason))
+        fs_buf_printf(&text, "%s%s%s", reason->valuestring, cJSON_IsString(more) ? "; " : "",
+                      cJSON_IsString(more) ? more->valuestring : "");
+    else
+        fs_buf_puts(&text, cJSON_IsString(error) ? error->valuestring : fallback[0] ? fallback : "(no reason given)");
+    if (text.data)
+        creds_redact(s->creds, text.data);
+    snprintf(out, n, "%s", text.data ? text.data : "(out of memory)");
+    fs_buf_free(&text);
+    for (char *c = out; *c; c++)
+        if ((unsigned char)*c < 0x20)
+            *c = ' ';
+}
+
+/* What a 403 names: the index of a _bulk batch's first action, the database, or nothing. */
+static void target_of(const struct sink *s, const char *data, size_t len, char *out, size_t n)
+{
+    out[0] = '\0';
+    if (s->kind == SINK_INFLUX)
+        snprintf(out, n, "%.199s", s->path);
+    if (s->kind != SINK_ES)
+        return;
+    const char *nl = memchr(data, '\n', len);
+    cJSON *action = cJSON_ParseWithLength(data, nl ? (size_t)(nl - data) : len);
+    const cJSON *index = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(action, "index"), "_index");
+    if (cJSON_IsString(index))
+        snprintf(out, n, "%.199s", index->valuestring);
+    cJSON_Delete(action);
+}
+
+static void say_forbidden(const struct sink *s, const char *target, const char *reason, struct sink_outcome *o)
+{
+    o->trouble = TROUBLE_FORBIDDEN;
+    if (target[0])
+        snprintf(o->why, sizeof o->why, "%s may not write %s at %s: %s", who(s), target, s->url, reason);
+    else
+        snprintf(o->why, sizeof o->why, "%s may not write to %s: %s", who(s), s->url, reason);
+}
+
+/* _bulk items answered 403: the first one's index and reason. */
+static void forbidden_documents(const struct sink *s, const cJSON *item, struct sink_outcome *o)
+{
+    char reason[300];
+    const cJSON *index = cJSON_GetObjectItemCaseSensitive(item, "_index");
+    reason_of(s, cJSON_GetObjectItemCaseSensitive(item, "error"), "", reason, sizeof reason);
+    say_forbidden(s, cJSON_IsString(index) ? index->valuestring : "", reason, o);
+}
+
+/* 401 or 403 to the whole batch: no credentials, wrong or expired ones, or a user that may not
+ * write there. The batch is kept and sent again, as when the store is down (docs/security.md). */
+static void judge_login(const struct sink *s, long status, const char *body, const char *data, size_t len,
+                        struct sink_outcome *o)
+{
+    char reason[300];
+    cJSON *doc = cJSON_Parse(body);
+    reason_of(s, cJSON_GetObjectItemCaseSensitive(doc, "error"), body, reason, sizeof reason);
+    cJSON_Delete(doc);
+    o->down = 1;
+    o->trouble = TROUBLE_AUTH;
+    if (!has_credentials(s)) {
+        snprintf(o->why, sizeof o->why, "%s needs credentials: set %s (HTTP %ld: %s)", s->url, names_of(s)->vars,
+                 status, reason);
+    } else if (status == 401) {
+        snprintf(o->why, sizeof o->why, "authentication failed %s %s at %s (set %s): %s", s->user ? "as" : "with",
+                 who(s), s->url, names_of(s)->vars, reason);
+    } else {
+        char target[200];
+        target_of(s, data, len, target, sizeof target);
+        say_forbidden(s, target, reason, o);
+    }
+}
+
+static void untrusted(const struct sink *s, const char *detail, struct sink_outcome *o)
+{
+    o->down = 1;
+    o->trouble = TROUBLE_TLS;
+    snprintf(o->why, sizeof o->why,
+             "TLS: the certificate of %s:%d is not trusted (set %s to the CA that signed it)%s%s", s->host, s->port,
+             creds_name(names_of(s)->ca), detail[0] ? ": " : "", detail);
 }
 
 /* The N of an InfluxDB partial write ("partial write: ... dropped=N"), or -1 if body is not one. */
@@ -219,6 +425,8 @@ static void copy_documents(const char *data, size_t len, const char *again, int 
 static void log_refused_document(const struct sink *s, int refused, int count, double status, const cJSON *error)
 {
     char *text = error ? cJSON_PrintUnformatted(error) : NULL;
+    if (text)
+        creds_redact(s->creds, text);
     LOG_ERR("sink %s: %d of %d documents refused, the first with status %g: %.300s", s->url, refused, count, status,
             text ? text : "(no error given)");
     free(text);
@@ -235,7 +443,7 @@ static void judge_bulk_items(const struct sink *s, const struct fs_buf *body, co
         cJSON_Delete(doc);
         return;
     }
-    const cJSON *item, *first_error = NULL;
+    const cJSON *item, *first_error = NULL, *first_forbidden = NULL;
     double first_status = 0;
     int i = 0;
     cJSON_ArrayForEach(item, cJSON_GetObjectItemCaseSensitive(doc, "items")) {
@@ -243,7 +451,9 @@ static void judge_bulk_items(const struct sink *s, const struct fs_buf *body, co
             break;
         double status = 0;
         enum verdict v = judge_item(item, &status);
-        again[i++] = v == DOWN;
+        again[i++] = v == DOWN || v == FORBIDDEN;
+        if (v == FORBIDDEN && !first_forbidden)
+            first_forbidden = item->child;
         if (v == REFUSED && o->rejected++ == 0) {
             first_error = cJSON_GetObjectItemCaseSensitive(item->child, "error");
             first_status = status;
@@ -254,20 +464,36 @@ static void judge_bulk_items(const struct sink *s, const struct fs_buf *body, co
         o->again_count += again[k];
     if (o->rejected)
         log_refused_document(s, o->rejected, count, first_status, first_error);
+    if (first_forbidden)
+        forbidden_documents(s, first_forbidden, o);
     if (o->again_count)
         copy_documents(data, len, again, count, &o->again);
     free(again);
     cJSON_Delete(doc);
 }
 
+/* "sink URL: HEAD: the store's answer" */
+static void log_refused(const struct sink *s, const char *head, const char *text)
+{
+    char *words = shown(s, text);
+    LOG_ERR("sink %s: %s: %.300s", s->url, head, words ? words : "(out of memory)");
+    free(words);
+}
+
 static void judge_answer(const struct sink *s, long status, const struct fs_buf *body, const char *data, size_t len,
                          int count, struct sink_outcome *o)
 {
     const char *text = body->data ? body->data : "";
+    if (status == 401 || status == 403) {
+        judge_login(s, status, text, data, len, o);
+        return;
+    }
     int dropped = status == 400 && s->kind != SINK_ES ? partial_write_dropped(text) : -1;
     if (dropped >= 0) {
         o->rejected = dropped < count ? dropped : count;
-        LOG_ERR("sink %s: partial write, %d of %d samples refused: %.300s", s->url, o->rejected, count, text);
+        char head[80];
+        snprintf(head, sizeof head, "partial write, %d of %d samples refused", o->rejected, count);
+        log_refused(s, head, text);
         return;
     }
     switch (judge_status(status)) {
@@ -278,9 +504,13 @@ static void judge_answer(const struct sink *s, long status, const struct fs_buf 
         return;
     }
     case REFUSED:
+    case FORBIDDEN: { /* not from judge_status: judge_login's */
+        char head[80];
         o->rejected = count;
-        LOG_ERR("sink %s: HTTP %ld, %d samples refused: %.300s", s->url, status, count, text);
+        snprintf(head, sizeof head, "HTTP %ld, %d samples refused", status, count);
+        log_refused(s, head, text);
         return;
+    }
     case STORED:
         if (s->kind == SINK_ES)
             judge_bulk_items(s, body, data, len, count, o);
@@ -294,11 +524,45 @@ static size_t collect_body(char *data, size_t size, size_t nmemb, void *user)
     return size * nmemb;
 }
 
+/* The headers of a request: its content type, and the key's Authorization header if any. */
+static struct curl_slist *request_headers(const struct sink *s)
+{
+    const char *type =
+        s->kind == SINK_ES ? "Content-Type: application/x-ndjson" : "Content-Type: text/plain; charset=utf-8";
+    struct curl_slist *headers = curl_slist_append(NULL, type);
+    if (headers && s->auth_header && !curl_slist_append(headers, s->auth_header)) {
+        curl_slist_free_all(headers);
+        return NULL;
+    }
+    return headers;
+}
+
+/* Basic authentication through curl's own options (never in the URL); https with the store's
+ * certificate verified, against the CA file if one is given. */
+static void login_options(struct sink *s)
+{
+    if (s->user) {
+        curl_easy_setopt(s->curl, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
+        curl_easy_setopt(s->curl, CURLOPT_USERNAME, s->user);
+        curl_easy_setopt(s->curl, CURLOPT_PASSWORD, s->password);
+    }
+    if (s->tls) {
+        curl_easy_setopt(s->curl, CURLOPT_SSL_VERIFYPEER, 1L);
+        curl_easy_setopt(s->curl, CURLOPT_SSL_VERIFYHOST, 2L);
+        if (s->ca_file)
+            curl_easy_setopt(s->curl, CURLOPT_CAINFO, s->ca_file);
+    }
+}
+
 static void send_http(struct sink *s, const char *data, size_t len, int count, struct sink_outcome *o)
 {
     struct fs_buf body = {0};
-    struct curl_slist *headers = curl_slist_append(NULL, s->kind == SINK_ES ? "Content-Type: application/x-ndjson"
-                                                                            : "Content-Type: text/plain; charset=utf-8");
+    char detail[CURL_ERROR_SIZE] = "";
+    struct curl_slist *headers = request_headers(s);
+    if (!headers) {
+        set_why(o, "out of memory", NULL);
+        return;
+    }
     curl_easy_reset(s->curl);
     curl_easy_setopt(s->curl, CURLOPT_URL, s->endpoint);
     curl_easy_setopt(s->curl, CURLOPT_POSTFIELDS, data);
@@ -309,11 +573,16 @@ static void send_http(struct sink *s, const char *data, size_t len, int count, s
     curl_easy_setopt(s->curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(s->curl, CURLOPT_WRITEFUNCTION, collect_body);
     curl_easy_setopt(s->curl, CURLOPT_WRITEDATA, &body);
+    curl_easy_setopt(s->curl, CURLOPT_ERRORBUFFER, detail);
+    login_options(s);
     CURLcode rc = curl_easy_perform(s->curl);
     long status = 0;
     curl_easy_getinfo(s->curl, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_setopt(s->curl, CURLOPT_ERRORBUFFER, NULL); /* it is this call's */
     curl_slist_free_all(headers);
-    if (rc != CURLE_OK) /* no connection, a time-out, an answer cut short: whatever the status said */
+    if (rc == CURLE_PEER_FAILED_VERIFICATION)
+        untrusted(s, detail, o);
+    else if (rc != CURLE_OK) /* no connection, a time-out, an answer cut short: whatever the status said */
         set_why(o, curl_easy_strerror(rc), NULL);
     else
         judge_answer(s, status, &body, data, len, count, o);
@@ -427,6 +696,18 @@ void sink_send(struct sink *s, const char *data, size_t len, int count, struct s
     }
 }
 
+/* INDEX-YYYY.MM.DD, the UTC day of the document's own time: retention deletes whole days. */
+static void put_daily_index(struct fs_buf *out, const char *index, int64_t ms)
+{
+    char name[sizeof ((struct sink *)0)->path + 64];
+    struct tm tm;
+    time_t secs = (time_t)(ms >= 0 ? ms / 1000 : -((999 - ms) / 1000)); /* the second it falls in */
+    if (!gmtime_r(&secs, &tm))
+        memset(&tm, 0, sizeof tm);
+    snprintf(name, sizeof name, "%s-%04d.%02d.%02d", index, tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday);
+    fs_buf_json_string(out, name);
+}
+
 void sink_encode(const struct sink *s, const struct fs_sample *samples, size_t n, struct fs_buf *out)
 {
     for (size_t i = 0; i < n; i++) {
@@ -434,7 +715,7 @@ void sink_encode(const struct sink *s, const struct fs_sample *samples, size_t n
             char id[600];
             sample_document_id(&samples[i], id, sizeof id);
             fs_buf_puts(out, "{\"index\":{\"_index\":");
-            fs_buf_json_string(out, samples[i].schema->agent ? FS_AGENTS_INDEX : s->path);
+            put_daily_index(out, samples[i].schema->agent ? FS_AGENTS_INDEX : s->path, samples[i].time_ms);
             fs_buf_puts(out, ",\"_id\":");
             fs_buf_json_string(out, id);
             fs_buf_puts(out, "}}\n");
@@ -454,7 +735,11 @@ void sink_close(struct sink *s)
         fclose(s->file);
     if (s->curl)
         curl_easy_cleanup(s->curl);
+    if (s->auth_header)
+        explicit_bzero(s->auth_header, strlen(s->auth_header));
+    free(s->auth_header);
     s->fd = -1;
     s->file = NULL;
     s->curl = NULL;
+    s->auth_header = NULL;
 }

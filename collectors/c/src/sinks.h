@@ -1,13 +1,15 @@
 /* Where samples go. Same URLs as the Python agent:
  *   stdout://[?format=json]   file:///PATH[?format=json]   udp://HOST:PORT   tcp://HOST:PORT[?format=json]
- *   http://HOST:PORT/PATH     influxdb://HOST:PORT/DB      elasticsearch://HOST:PORT/INDEX
+ *   http(s)://HOST:PORT/PATH  influxdb[+https]://HOST:PORT/DB  elasticsearch[+https]://HOST:PORT/INDEX
  * This is the transport: encoding a batch, sending it and telling what became of it. Who sends
- * when, spooling and counting is delivery.h's. */
+ * when, spooling and counting is delivery.h's. The stores' credentials and CA files are creds.h's
+ * (docs/security.md): a URL holding a user or a password is refused. */
 #ifndef FLOWSTAT_SINKS_H
 #define FLOWSTAT_SINKS_H
 
 #include <stdio.h>
 
+#include "creds.h"
 #include "sample.h"
 #include "util.h"
 
@@ -26,6 +28,22 @@ struct sink {
     FILE *file;
     void *curl;
     char endpoint[800]; /* full HTTP URL for curl */
+    int tls;            /* https: the store's certificate is verified */
+    /* The store's credentials (the agent's, read only; NULL: none): basic authentication, or an
+     * Authorization header of its own (ApiKey, Token), and the CA file for https. */
+    const struct fs_credentials *creds;
+    const char *user, *password, *ca_file;
+    char *auth_header;
+};
+
+/* Why a sink did not take a batch, or some of its documents: each is logged once as it begins
+ * and once as it ends (delivery.c), not at every resend. */
+enum sink_trouble {
+    TROUBLE_NONE,
+    TROUBLE_DOWN,      /* no connection, a time-out, 408, 429, 5xx... */
+    TROUBLE_AUTH,      /* 401: no credentials, or wrong or expired ones */
+    TROUBLE_FORBIDDEN, /* 403: the user may not write there */
+    TROUBLE_TLS        /* the store's certificate is not trusted */
 };
 
 /* What became of one batch of `count` samples. The store policy (both agents):
@@ -40,15 +58,23 @@ struct sink_outcome {
     int rejected;       /* samples refused for good */
     int again_count;    /* samples (documents) to send again later, in `again` */
     struct fs_buf again;
-    char why[160];      /* when down: what went wrong */
+    enum sink_trouble trouble; /* when down, or documents answered 403 are in `again` */
+    char why[1400];     /* then: what went wrong, secrets redacted */
 };
 
-/* Fill s from url; on error returns -1 with a message naming what is wrong in err. */
+/* Fill s from url; on error returns -1 with a message naming what is wrong in err (a URL holding
+ * a user or a password is refused, and not repeated: see sink_check_userinfo). */
 int sink_parse_url(const char *url, struct sink *s, char *err, size_t errlen);
+/* -1 with a message in err when url holds a user or a password ("http://u:p@host/..."): it would
+ * show in process lists and logs. The message says where they go instead, and does not hold them. */
+int sink_check_userinfo(const char *url, char *err, size_t errlen);
 /* Whether a successful send means the data arrived, so that a spool is worth keeping (not so for
  * stdout or UDP). */
 int sink_is_reliable(const struct sink *s);
-int sink_open(struct sink *s);
+/* Set up the sink's client; an HTTP store's takes its credentials and CA file from creds (may be
+ * NULL). -1 with a message in err when they do not fit together (a user and a key, a user without
+ * a password, a CA file that cannot be read) or the client cannot be made. */
+int sink_open(struct sink *s, const struct fs_credentials *creds, char *err, size_t errlen);
 /* Append the sink's encoding of the samples to out. */
 void sink_encode(const struct sink *s, const struct fs_sample *samples, size_t n, struct fs_buf *out);
 /* Send one encoded batch of `count` samples; the caller frees o->again (fs_buf_free). */
