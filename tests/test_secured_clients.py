@@ -48,15 +48,19 @@ def es_env(stack, case: str) -> dict[str, str]:
     return env
 
 
-def es_said(stack, case: str) -> str:
-    """The words a client must say for the case (docs/security.md)."""
-    host = stack.es_url.split("://")[1]
-    return {"wrong password": f"authentication failed as flowstat_agent at {stack.es_url} (set FLOWSTAT_ES_USER and "
-                              f"FLOWSTAT_ES_PASSWORD, or FLOWSTAT_ES_API_KEY",
-            "no privilege": f"flowstat_grafana may not write into flowstat-samples* at {stack.es_url}",
-            "expired API key": "authentication failed with the API key (FLOWSTAT_ES_API_KEY)",
-            "untrusted certificate": f"TLS: the certificate of {host} is not trusted (set FLOWSTAT_ES_CA_FILE to the CA "
-                                     f"that signed it)"}[case]
+def es_said(stack, case: str, shown: str | None = None) -> re.Pattern:
+    """The words a client must say for the case (docs/security.md), naming the store as ``shown``
+    (an agent: its sink URL; replay: the store's URL)."""
+    host, at = re.escape(stack.es_url.split("://")[1]), re.escape(shown or stack.es_url)
+    return re.compile({
+        "wrong password": rf"authentication failed as flowstat_agent at {at} \(set FLOWSTAT_ES_USER and "
+                          rf"FLOWSTAT_ES_PASSWORD, or FLOWSTAT_ES_API_KEY\): unable to authenticate user",
+        "no privilege": rf"flowstat_grafana may not write flowstat-samples-\d{{4}}\.\d\d\.\d\d at {at}: action "
+                        rf"\[indices:data/write/bulk",
+        "expired API key": rf"authentication failed with the API key \(FLOWSTAT_ES_API_KEY\) at {at} .*api key is "
+                           rf"expired",
+        "untrusted certificate": rf"TLS: the certificate of {host} is not trusted \(set FLOWSTAT_ES_CA_FILE to the CA "
+                                 rf"that signed it\)"}[case])
 
 
 ES_CASES = ["wrong password", "no privilege", "expired API key", "untrusted certificate"]
@@ -76,7 +80,7 @@ def es_count(stack, run_id: str, index: str = "flowstat-samples*") -> int:
 
 # -- the Python agent ------------------------------------------------------------------------------
 def run_agent(command: list[str], sink: str, env: dict, spool: Path, run_id: str, target: int) -> tuple[dict, str]:
-    stats = spool.parent / f"stats-{run_id}.json"
+    stats = spool.parent / f"stats-{run_id}-{time.monotonic_ns()}.json"
     out = subprocess.run([*command, "--pid", str(target), "--run-id", run_id, "--count", str(SAMPLES), "--interval", "0.2",
                           "--self-interval", "0", "--drain-timeout", "0", "--sink", sink, "--spool-dir", str(spool),
                           "--stats", str(stats), "--quiet"],
@@ -84,49 +88,58 @@ def run_agent(command: list[str], sink: str, env: dict, spool: Path, run_id: str
     return json.loads(stats.read_text()), out.stderr
 
 
+def es_seqs(stack, run_id: str) -> list[int]:
+    stack.es("POST", "/flowstat-samples*/_refresh", "elastic")
+    hits = stack.es("POST", "/flowstat-samples*/_search", "elastic", json={
+        "size": 1000, "query": {"term": {"run_id": run_id}}, "_source": ["seq"]}).json()["hits"]["hits"]
+    return sorted(h["_source"]["seq"] for h in hits)
+
+
 @pytest.mark.parametrize("case", ES_CASES)
-def test_the_python_agent_is_refused_by_name_keeps_the_samples_and_delivers_them_once_fixed(secured_stack, tmp_path,
-                                                                                          case):
+def test_an_agent_is_refused_by_name_keeps_the_samples_and_delivers_them_once_fixed(secured_stack, tmp_path,
+                                                                                  agent_command, case):
+    """Both agents: refused, said once, spooled; started again with good credentials, the spool
+    goes first, and every sample of both runs is stored once."""
     stack = secured_stack
     sink = f"elasticsearch+https://{stack.es_url.split('://')[1]}/flowstat-samples"
-    run_id = f"py-{case.replace(' ', '-')}-{time.monotonic_ns()}"
+    run_id = f"{'c' if agent_command == [str(C_AGENT)] else 'py'}-{case.replace(' ', '-')}-{time.monotonic_ns()}"
     target = sleeper()
     try:
-        stats, err = run_agent(PYTHON_AGENT, sink, es_env(stack, case), tmp_path / "spool", run_id, target.pid)
-        assert es_said(stack, case) in err, err
-        assert err.count(es_said(stack, case)) == 1  # said once, not at every retry
-        assert stats["sinks"][sink]["delivered"] == 0 and stats["sinks"][sink]["spooled"] == SAMPLES
+        stats, err = run_agent(agent_command, sink, es_env(stack, case), tmp_path / "spool", run_id, target.pid)
+        assert len(es_said(stack, case, sink).findall(err)) == 1, err  # said once, not at every retry
+        assert stats["sinks"][sink]["delivered"] == 0 and stats["sinks"][sink]["spooled_samples"] == SAMPLES
         assert es_count(stack, run_id) == 0
-        # fixed: the spool goes, each sample once
-        good = {**base_env(), **es_env(stack, "good")}
-        out = subprocess.run([*PYTHON_AGENT, "--flush-spool", str(tmp_path / "spool")], env=good,
-                             capture_output=True, text=True, timeout=120)
-        assert out.returncode == 0, out.stderr
-        assert es_count(stack, run_id) == SAMPLES
+        stats, err = run_agent(agent_command, sink, es_env(stack, "good"), tmp_path / "spool", f"{run_id}-next",
+                               target.pid)
+        assert not es_said(stack, case, sink).search(err), err
+        assert stats["sinks"][sink]["spooled_samples"] == 0
+        # the spooled ones (sent first), then the new: each once
+        assert es_seqs(stack, run_id) == es_seqs(stack, f"{run_id}-next") == list(range(SAMPLES))
     finally:
         target.kill()
 
 
-def test_the_python_agent_writes_influxdb_as_the_writer_and_names_a_wrong_password_or_a_reader(secured_stack, tmp_path):
+def test_an_agent_writes_influxdb_as_the_writer_and_names_a_wrong_password_or_a_reader(secured_stack, tmp_path,
+                                                                                       agent_command):
     stack = secured_stack
     sink = f"influxdb://{stack.influx_url.split('://')[1]}/flowstat"
     writer, reader = stack.influx_user("writer"), stack.influx_user("reader")
+    good = {"FLOWSTAT_INFLUX_USER": writer[0], "FLOWSTAT_INFLUX_PASSWORD": writer[1]}
     target = sleeper()
     try:
         for (user, password), said in (((writer[0], writer[1] + "-not"),
-                                        f"authentication failed as {writer[0]} at {stack.influx_url}"),
-                                       (reader, f"{reader[0]} may not write into database flowstat at {stack.influx_url}")):
-            run_id = f"py-influx-{user}-{time.monotonic_ns()}"
+                                        f"authentication failed as {writer[0]} at {sink}"),
+                                       (reader, f"{reader[0]} may not write flowstat at {sink}")):
+            run_id = f"influx-{user}-{time.monotonic_ns()}"
             env = {"FLOWSTAT_INFLUX_USER": user, "FLOWSTAT_INFLUX_PASSWORD": password}
-            stats, err = run_agent(PYTHON_AGENT, sink, env, tmp_path / run_id, run_id, target.pid)
-            assert said in err and stats["sinks"][sink]["spooled"] == SAMPLES, err
-            good = {**base_env(), "FLOWSTAT_INFLUX_USER": writer[0], "FLOWSTAT_INFLUX_PASSWORD": writer[1]}
-            out = subprocess.run([*PYTHON_AGENT, "--flush-spool", str(tmp_path / run_id)], env=good,
-                                 capture_output=True, text=True, timeout=120)
-            assert out.returncode == 0, out.stderr
-            rows = stack.influx_query(f"SELECT count(\"seq\") FROM \"flowstat_node\" WHERE \"run_id\" = '{run_id}'",
-                                      "reader").json()["results"][0]["series"][0]["values"]
-            assert rows[0][1] == SAMPLES
+            stats, err = run_agent(agent_command, sink, env, tmp_path / run_id, run_id, target.pid)
+            assert err.count(said) == 1 and stats["sinks"][sink]["spooled_samples"] == SAMPLES, err
+            stats, err = run_agent(agent_command, sink, good, tmp_path / run_id, f"{run_id}-next", target.pid)
+            assert stats["sinks"][sink]["spooled_samples"] == 0, err
+            for run in (run_id, f"{run_id}-next"):
+                rows = stack.influx_query(f"SELECT \"seq\" FROM \"flowstat_node\" WHERE \"run_id\" = '{run}'",
+                                          "reader").json()["results"][0]["series"][0]["values"]
+                assert sorted(seq for _, seq in rows) == list(range(SAMPLES))
     finally:
         target.kill()
 
@@ -163,7 +176,7 @@ def influx_env(stack, who: str = "replay", wrong: bool = False) -> dict[str, str
 def test_replay_is_refused_by_name_at_once_and_loads_everything_once_fixed(secured_stack, run_file, case):
     stack = secured_stack
     out = replay(stack, run_file, {**es_env(stack, case), **influx_env(stack)})
-    assert out.returncode == 2 and es_said(stack, case) in out.stderr, out.stderr
+    assert out.returncode == 2 and es_said(stack, case).search(out.stderr), out.stderr
     assert "gave up after" not in out.stderr  # at once: waiting cannot change who we are
 
 
@@ -198,7 +211,7 @@ def test_a_campaign_refuses_to_start_with_credentials_that_fail_and_replays_as_t
                "--replay", "--es", stack.es_url, "--influx", stack.influx_url]
     out = subprocess.run(command, env={**base_env(), **es_env(stack, "wrong password"), **influx_env(stack)},
                          capture_output=True, text=True, timeout=300)
-    assert out.returncode == 2 and es_said(stack, "wrong password") in out.stderr and "nothing was run" in out.stderr
+    assert out.returncode == 2 and es_said(stack, "wrong password").search(out.stderr) and "nothing was run" in out.stderr
     assert not (tmp_path / "out").exists()
     out = subprocess.run(command, env={**base_env(), **es_env(stack, "good"), **influx_env(stack)},
                          capture_output=True, text=True, timeout=300)

@@ -154,7 +154,7 @@ def test_a_store_sink_answered_400_drops_that_batch_and_counts_it_rejected(tmp_p
     assert len(writes) == 3 and sorted(items(writes[0])) == every("abc", [0])  # never sent again
     assert sorted(store.stored) == every("abc", [1, 2])
     assert (sink["delivered"], sink["rejected"], sink["lost"], sink["spooled"]) == (6, 3, 0, 0)
-    assert "rejected 3 samples" in out.stderr and "HTTP 400" in out.stderr
+    assert "the store refused 3 samples" in out.stderr and "HTTP 400" in out.stderr
 
 
 def test_a_store_sink_down_at_exit_spools_and_the_flush_settles_each_document(tmp_path):

@@ -77,10 +77,10 @@ class Agent:
         self.last_self_ms = 0  # the time of the last one: each is given a later one
         self.targets_run_id: str | None = ""  # see _note_run: "" none seen yet, None several
         self.ending = False  # the run-ending notice came: nodes that vanish now ended with their run
-        twice = sorted({url for url in cfg.sinks if cfg.sinks.count(url) > 1})
-        if twice:  # two deliveries would share one spool folder
-            raise SinkURLError(f"{twice[0]}: --sink given twice")
         self.runners = [open_runner(url, cfg.spool_dir, cfg.spool_max_bytes, cfg.drain_s) for url in cfg.sinks]
+        twice = sorted({url for url in cfg.sinks if cfg.sinks.count(url) > 1})  # checked after each URL: none
+        if twice:  # two deliveries would share one spool folder                   # names a password now
+            raise SinkURLError(f"{twice[0]}: --sink given twice")
         self.sink_runners = list(self.runners)  # what the self-samples' delivery figures sum over
         if cfg.run_file:
             self.runners.append(SinkRunner(RunFileSink(cfg.run_file, self._run_header()), None))

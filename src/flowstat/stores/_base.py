@@ -23,9 +23,11 @@ document by an ``_id`` taken from the sample (run_id/agent/node_id/seq).
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Callable, ClassVar, Iterable
+from urllib.parse import urlsplit
 
 import requests
 
@@ -40,7 +42,12 @@ class StoreDown(Exception):
 
 class StoreAuthError(StoreDown):
     """The store will not take data from who we are (HTTP 401, 403), or we do not trust its
-    certificate: nothing was stored, and only other credentials (or a CA file) can help."""
+    certificate: nothing was stored, and only other credentials (or a CA file) can help.
+    ``trouble``: auth (401), forbidden (403) or tls."""
+
+    def __init__(self, why: str, trouble: str):
+        super().__init__(why)
+        self.trouble = trouble
 
 
 @dataclass
@@ -52,13 +59,14 @@ class Outcome:
     reasons: list[str] = field(default_factory=list)  # why items were refused (the first few)
     retry: bytes | None = None  # the items the store could not take now, to send again later
     retry_count: int = 0
+    forbidden: str = ""  # why some of them wait: who may not write where (documents answered 403)
 
     def merge(self, later: Outcome) -> None:
         """Add a later attempt's results (its retry part replaces ours)."""
         self.accepted += later.accepted
         self.refused += later.refused
         self.reasons = (self.reasons + later.reasons)[:MAX_REASONS]
-        self.retry, self.retry_count = later.retry, later.retry_count
+        self.retry, self.retry_count, self.forbidden = later.retry, later.retry_count, later.forbidden
 
 
 @dataclass(frozen=True)
@@ -108,12 +116,13 @@ class Writer:
     auth_key: ClassVar[tuple[str, str]]  # the key variable's name, and its Authorization scheme
 
     def __init__(self, url: str, target: str | None = None, *, timeout_s: float = 60.0,
-                 auth: StoreAuth | None = None):
+                 auth: StoreAuth | None = None, shown_url: str | None = None):
         """``auth``: who to log in as; by default the credentials of the environment and of the
         credentials file (flowstat.stores._auth). A URL holding credentials is refused
-        (CredentialsError)."""
-        refuse_secrets_in_url(url, self.auth_prefix)
+        (CredentialsError). ``shown_url``: the store as messages name it (an agent's sink URL)."""
+        refuse_secrets_in_url(url, self.auth_prefix, self.auth_key[0], f"--{self.option}")
         self.url = url.rstrip("/")
+        self.shown_url = shown_url or self.url
         self.target = target or self.default_target
         self.timeout_s = timeout_s
         self.auth = auth or StoreAuth.from_credentials(self.auth_prefix, *self.auth_key)
@@ -163,9 +172,10 @@ class Writer:
 
     # -- shared ---------------------------------------------------------------------------------
     def _http(self, method: str, url: str, body: bytes | None = None, content_type: str | None = None,
-              action: str | None = None, **kw) -> requests.Response:
+              action: Callable[[], str] | str | None = None, **kw) -> requests.Response:
         """One request; StoreDown for no answer or a "not now" status, StoreAuthError when the store
-        will not have us (``action``: what we asked, for its message), the response otherwise."""
+        will not have us (``action``: what we asked, for its message: "write flowstat-samples-..."),
+        the response otherwise."""
         headers = {"Content-Type": content_type or self.content_type} if body is not None else None
         self.requests += 1
         # given each time: requests prefers REQUESTS_CA_BUNDLE/CURL_CA_BUNDLE to the session's CA file
@@ -174,29 +184,39 @@ class Writer:
             resp = self.session.request(method, url, data=body, headers=headers, timeout=self.timeout_s,
                                         allow_redirects=False, **kw)
         except requests.exceptions.SSLError as exc:
-            raise StoreAuthError(self._tls_problem(exc)) from exc
+            raise StoreAuthError(self._tls_problem(exc), "tls") from exc
         except requests.RequestException as exc:
             raise StoreDown(f"{self.title} at {self.url} cannot be reached ({exc.__class__.__name__})") from exc
         if resp.status_code in (401, 403):
-            raise StoreAuthError(self._login_problem(resp, action or f"{method} {url.removeprefix(self.url)}"))
+            what = action() if callable(action) else action if action is not None else \
+                f"{method} {url.removeprefix(self.url)}"
+            raise StoreAuthError(self._login_problem(resp, what), "forbidden" if resp.status_code == 403 else "auth")
         if status_is_down(resp.status_code):
             raise StoreDown(f"{self.title} at {self.url}: HTTP {resp.status_code} {resp.text[:200].strip()}")
         return resp
 
     def _login_problem(self, resp: requests.Response, action: str) -> str:
-        reason = _reason(resp)
+        """What to say of a 401 or 403, as docs/security.md (and the C agent) say it."""
+        reason = self.auth.redact(_reason(resp))[:300]  # redacted whole, then cut: a cut secret would show
+        if not self.auth.given():
+            return f"{self.shown_url} needs credentials: set {self.auth.variables()} (HTTP {resp.status_code}: {reason})"
         if resp.status_code == 403:
-            return f"{self.auth.subject()} may not {action} at {self.url} ({self.title}: {reason})"
-        if self.auth.who() == "without credentials":
-            return f"{self.title} at {self.url} needs credentials: {self.auth.where_to_set()} ({reason})"
-        return (f"authentication failed {self.auth.who()} at {self.url} ({self.auth.where_to_set()}; "
-                f"{self.title}: {reason})")
+            return self.forbidden(action, reason)
+        return f"authentication failed {self.auth.who()} at {self.shown_url} (set {self.auth.variables()}): {reason}"
+
+    def forbidden(self, action: str | None, reason: str) -> str:
+        """Who may not do what where: "flowstat_agent may not write flowstat-samples-2026.11.26 at URL: ..."."""
+        if not action:
+            return f"{self.auth.subject()} may not write to {self.shown_url}: {reason}"
+        return f"{self.auth.subject()} may not {action} at {self.shown_url}: {reason}"
 
     def _tls_problem(self, exc: Exception) -> str:
-        host = self.url.split("://", 1)[-1]
-        if "CERTIFICATE_VERIFY_FAILED" in str(exc):
-            return f"TLS: the certificate of {host} is not trusted ({self.auth.ca_hint()})"
-        return f"TLS: no secure connection to {host}: {str(exc)[:200]}"
+        host = urlsplit(self.url).netloc
+        found = re.search(r"certificate verify failed: ([^(\"')]+)", str(exc))
+        if found:
+            return (f"TLS: the certificate of {host} is not trusted (set {self.auth.ca_variable()} to the CA that "
+                    f"signed it): {found.group(1).strip()}")
+        return f"TLS: no secure connection to {host}: {self.auth.redact(str(exc))[:200]}"
 
     def check(self) -> None:
         """Raise StoreDown unless the store answers now (a wrong address fails at once, rather than
@@ -225,6 +245,8 @@ class Writer:
                 total.merge(done)
                 if done.retry is None:
                     return total
+                if done.forbidden:
+                    raise StoreAuthError(done.forbidden, "forbidden")
                 if done.accepted or done.refused:  # progress: the store answers, item by item
                     deadline, delay = time.monotonic() + policy.give_up_s, policy.first_s
                 body, count = done.retry, done.retry_count
@@ -251,11 +273,20 @@ def register(cls: type[Writer]) -> type[Writer]:
 
 
 def _reason(resp: requests.Response) -> str:
-    """The store's own words for a refusal: Elasticsearch's error.reason, InfluxDB's error, or the text."""
+    """The store's own words for a refusal (its answer may echo a secret: redact it before showing)."""
     try:
         error = resp.json().get("error")
     except (ValueError, AttributeError):
         error = None
+    return error_reason(error, resp.text or f"HTTP {resp.status_code}")
+
+
+def error_reason(error, fallback: str = "") -> str:
+    """Elasticsearch's error.reason (with additional_unsuccessful_credentials, where an expired API
+    key is told), InfluxDB's error; else the fallback. On one line; whole (redact, then cut)."""
     if isinstance(error, dict):
-        error = error.get("reason") or error.get("type")
-    return " ".join(str(error or resp.text or f"HTTP {resp.status_code}").split())[:300]
+        more = error.get("additional_unsuccessful_credentials")
+        text = str(error.get("reason") or error.get("type") or fallback) + (f"; {more}" if isinstance(more, str) else "")
+    else:
+        text = str(error or fallback or "(no reason given)")
+    return " ".join(text.split())

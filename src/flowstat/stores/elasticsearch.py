@@ -19,7 +19,7 @@ from flowstat import schema
 from flowstat.schema import agent as agent_schema
 from flowstat.schema import run as run_schema
 
-from ._base import MAX_REASONS, BatchEncoder, Outcome, StoreDown, Writer, register
+from ._base import MAX_REASONS, BatchEncoder, Outcome, StoreDown, Writer, error_reason, register
 
 SAMPLES_INDEX = "flowstat-samples"
 RUNS_INDEX = "flowstat-runs"
@@ -72,10 +72,20 @@ class _BulkEncoder(BatchEncoder):
         return b"".join([head(ns // _DAY_NS) % dumps(i) + doc + b"\n" for i, doc, ns in zip(ids, encoded, stamps)])
 
 
+def _first_index(body: bytes) -> str:
+    """The index of a _bulk body's first action (what a 403 to the batch refused)."""
+    try:
+        return next(iter(orjson.loads(body[:body.index(b"\n")]).values()))["_index"]
+    except (ValueError, KeyError, StopIteration, TypeError, AttributeError):
+        return ""
+
+
 def bulk_outcome(body: bytes, answer: dict) -> Outcome:
     """What a ``_bulk`` answer with ``errors: true`` says about each document of ``body`` (an
     action line and a document line per item, as this module writes them): taken (2xx), to send
-    again (429, 5xx, or no status at all), or refused with its reason (any other status)."""
+    again (429, 5xx, no status at all, and 403: the user may not write that index, which other
+    credentials can change), or refused with its reason (any other status). The first 403's
+    ``write INDEX`` and reason are in ``forbidden``, a line apart."""
     lines = body.splitlines(keepends=True)
     out = Outcome()
     again: list[bytes] = []
@@ -85,9 +95,11 @@ def bulk_outcome(body: bytes, answer: dict) -> Outcome:
         status = result.get("status")
         if isinstance(status, int) and 200 <= status < 300:
             out.accepted += 1
-        elif not isinstance(status, int) or status == 429 or status >= 500:
+        elif not isinstance(status, int) or status in (403, 429) or status >= 500:
             again += lines[2 * i:2 * i + 2]
             out.retry_count += 1
+            if status == 403 and not out.forbidden:
+                out.forbidden = f"write {result.get('_index')}\n{error_reason(result.get('error'))}"
         else:
             out.refused += 1
             if len(out.reasons) < MAX_REASONS:
@@ -131,7 +143,7 @@ class Elasticsearch(Writer):
                         + agent_schema.to_json(d).encode() + b"\n" for d in docs)
 
     def post(self, body: bytes, count: int) -> Outcome:
-        resp = self._http("POST", f"{self.url}/_bulk", body, action=f"write into {self.target}*")
+        resp = self._http("POST", f"{self.url}/_bulk", body, action=lambda: f"write {_first_index(body)}")
         if resp.status_code >= 300:
             return Outcome(refused=count, reasons=[f"{self.title} {self.url}/_bulk: HTTP {resp.status_code}: "
                                                    f"{resp.text.strip()[:300]}"])
@@ -142,7 +154,12 @@ class Elasticsearch(Writer):
                             f"({resp.text[:100]!r}): is it {self.title}?") from None
         if not answer.get("errors"):
             return Outcome(accepted=count)
-        return bulk_outcome(body, answer)
+        out = bulk_outcome(body, answer)
+        out.reasons = [self.auth.redact(r) for r in out.reasons]  # a store may echo what it was sent
+        if out.forbidden:  # documents answered 403: kept, as a batch answered 403 is; who may not write where
+            action, reason = out.forbidden.split("\n", 1)
+            out.forbidden = self.forbidden(action, self.auth.redact(reason)[:300])
+        return out
 
     # -- set-up ---------------------------------------------------------------------------------
     def install(self) -> list[str]:

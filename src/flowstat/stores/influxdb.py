@@ -38,10 +38,10 @@ class InfluxDB(Writer):
     auth_key = ("TOKEN", "Token")
 
     def __init__(self, url: str, target: str | None = None, *, endpoint: str | None = None, timeout_s: float = 60.0,
-                 auth=None):
+                 auth=None, shown_url: str | None = None):
         """``endpoint``: post to this URL as it is instead of URL/write?db=TARGET (an InfluxDB-compatible
         listener, such as Telegraf's influxdb_listener)."""
-        super().__init__(url, target, timeout_s=timeout_s, auth=auth)
+        super().__init__(url, target, timeout_s=timeout_s, auth=auth, shown_url=shown_url)
         if endpoint:
             self.title = "the line protocol endpoint"  # Telegraf, often: not necessarily InfluxDB
         self.endpoint = endpoint or f"{self.url}/write"
@@ -61,7 +61,7 @@ class InfluxDB(Writer):
 
     def post(self, body: bytes, count: int) -> Outcome:
         resp = self._http("POST", self.endpoint, body, params=self.params,
-                          action=f"write into {self.target_kind} {self.target}" if self.params else "write")
+                          action=f"write {self.target}" if self.params else "")
         if resp.status_code < 300:
             return Outcome(accepted=count)
         return self.refusal(resp.status_code, resp.text, count)
@@ -69,7 +69,7 @@ class InfluxDB(Writer):
     def refusal(self, status: int, text: str, count: int) -> Outcome:
         """A 4xx answer. A partial write stored every point but those it could not write (dropped=N)
         and the lines it could not parse (one 'unable to parse' each: they are not in N)."""
-        why = f"{self.title} {self.endpoint}: HTTP {status}: {text.strip()[:300]}"
+        why = f"{self.title} {self.endpoint}: HTTP {status}: {self.auth.redact(text.strip())[:300]}"
         if "partial write" in text:
             found = _DROPPED.search(text)
             dropped = (int(found.group(1)) if found else 0) + text.count("unable to parse")

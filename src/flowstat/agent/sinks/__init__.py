@@ -30,6 +30,11 @@ def known_schemes() -> list[str]:
 def open_sink(url: str) -> Sink:
     """A sink from its URL; a URL that names no sink is an error naming what is wrong."""
     parts = urlsplit("stdout://" if url == "-" else url)
+    try:  # first: every message below names the URL, which must not show who logs in
+        es = parts.scheme.startswith("elasticsearch")
+        stores.refuse_secrets_in_url(url, "FLOWSTAT_ES" if es else "FLOWSTAT_INFLUX", "API_KEY" if es else "TOKEN")
+    except stores.CredentialsError as exc:
+        raise SinkURLError(str(exc)) from None
     query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
     fmt = query.get("format", "line")
     if fmt not in ("line", "json"):

@@ -23,7 +23,18 @@ log = logging.getLogger("flowstat.agent")
 
 
 class SinkDown(Exception):
-    """The sink cannot take data now (connection refused, 5xx, timeout): keep it and retry."""
+    """The sink cannot take data now: keep it and retry. ``trouble`` says why: down (connection
+    refused, 5xx, timeout), auth (the store refuses the credentials: 401), forbidden (the user may
+    not write there: 403), tls (its certificate is not trusted) (docs/security.md)."""
+
+    def __init__(self, why: str, trouble: str = "down"):
+        super().__init__(why)
+        self.trouble = trouble
+
+
+# What an agent says as each trouble ends (the C agent says the same: collectors/c/src/delivery.c).
+TROUBLE_OVER = {"auth": "the credentials work now", "forbidden": "it may be written now",
+                "tls": "its certificate is trusted now"}
 
 
 class SinkRejected(Exception):
@@ -121,6 +132,7 @@ class SinkRunner(threading.Thread):
         self.send_failures = 0  # sends that found the sink down
         self.failing = False  # the last send found the sink down (``down`` also covers waiting for a retry)
         self.down = False
+        self.trouble: str | None = None  # what keeps batches back, as logged when it began (SinkDown.trouble)
         self.next_retry = 0.0
         self.stop_by: float | None = None  # set by stop(): queued batches past it are spooled unsent
         self.late = False  # the sink was too slow for what was queued at stop
@@ -161,9 +173,7 @@ class SinkRunner(threading.Thread):
         try:
             outcome = self.sink.send(payload, count)
         except SinkDown as exc:
-            if not self.down:
-                log.error("sink %s is down (%s): %s", self.sink.url, exc,
-                          "spooling" if self.spool is not None else "samples are lost meanwhile")
+            self._trouble_begins(exc.trouble, str(exc))
             self.send_failures += 1
             self.failing = True
             self._went_down()
@@ -171,10 +181,10 @@ class SinkRunner(threading.Thread):
         except SinkRejected as exc:
             self.rejected += count
             self.down = self.failing = False  # it answered
-            log.error("sink %s rejected %d samples: %s", self.sink.url, count, exc)
+            log.error("sink %s: the store refused %d samples: %s", self.sink.url, count, exc)
             return None
-        if self.down:
-            log.warning("sink %s is back", self.sink.url)
+        if outcome is None or not outcome.forbidden:
+            self._trouble_ends()
         self.down = self.failing = False
         if outcome is None:
             self.delivered += count
@@ -185,9 +195,32 @@ class SinkRunner(threading.Thread):
             log.error("sink %s refused %d of %d samples: %s", self.sink.url, outcome.refused, count,
                       outcome.reasons[0] if outcome.reasons else "no reason given")
         if outcome.retry is not None:
+            if outcome.forbidden:  # documents the user may not write: kept, said once
+                self._trouble_begins("forbidden", outcome.forbidden)
             self._went_down()  # the store takes nothing more for now
             return outcome.retry, outcome.retry_count
         return None
+
+    def _trouble_begins(self, trouble: str, why: str) -> None:
+        """Said once as it begins, never at each resend (and once as it ends: _trouble_ends)."""
+        if self.trouble == trouble:
+            return
+        if self.trouble is not None:
+            self._trouble_ends()
+        self.trouble = trouble
+        if trouble == "down":
+            log.error("sink %s is down (%s): %s", self.sink.url, why,
+                      "spooling" if self.spool is not None else "samples are lost meanwhile")
+        else:
+            log.error("%s; %s", why, "spooling, to be sent once it works" if self.spool is not None
+                      else "the samples are lost meanwhile (no --spool-dir)")
+
+    def _trouble_ends(self) -> None:
+        if self.trouble == "down":
+            log.warning("sink %s is back", self.sink.url)
+        elif self.trouble is not None:
+            log.warning("sink %s takes batches again: %s", self.sink.url, TROUBLE_OVER[self.trouble])
+        self.trouble = None
 
     def _went_down(self) -> None:
         self.down = True

@@ -37,8 +37,8 @@ class StoreSink(Sink):
         host = f"[{host}]" if ":" in host else host  # an IPv6 address
         http = "https" if parts.scheme.endswith(TLS_SUFFIX) else "http"
         try:
-            stores.refuse_secrets_in_url(url, store.auth_prefix)
-            sink = cls(url, store(f"{http}://{host}:{port}", target, timeout_s=TIMEOUT_S))
+            stores.refuse_secrets_in_url(url, store.auth_prefix, store.auth_key[0])
+            sink = cls(url, store(f"{http}://{host}:{port}", target, timeout_s=TIMEOUT_S, shown_url=url))
         except CredentialsError as exc:
             raise SinkURLError(str(exc)) from None
         sink.scheme = store.name
@@ -57,7 +57,7 @@ class StoreSink(Sink):
         try:
             outcome = self.writer.post(payload, count)
         except StoreDown as exc:
-            raise SinkDown(str(exc)) from exc
+            raise SinkDown(str(exc), getattr(exc, "trouble", "down")) from exc
         if outcome.refused == count:
             raise SinkRejected(outcome.reasons[0] if outcome.reasons else "refused")
         return outcome
@@ -78,7 +78,8 @@ class HttpLineSink(StoreSink):
             raise SinkURLError(f"{url}: this sink sends line protocol: no ?format")
         host_port(url, parts, 443 if parts.scheme == "https" else 80)
         try:
-            return cls(url, stores.get("influxdb")(url, endpoint=url, timeout_s=TIMEOUT_S))
+            stores.refuse_secrets_in_url(url, "FLOWSTAT_INFLUX", "TOKEN")
+            return cls(url, stores.get("influxdb")(url, endpoint=url, timeout_s=TIMEOUT_S, shown_url=url))
         except CredentialsError as exc:
             raise SinkURLError(str(exc)) from None
 
