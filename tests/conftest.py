@@ -135,7 +135,8 @@ def stack():
 
     cache = ROOT / ".cache" / "test-stack"
     ports = {"influxdb": _free_port(), "elasticsearch": _free_port(), "telegraf": _free_port()}
-    s = Stack(cache, ports, options={"elastalert": {"rules_dirs": [ELASTALERT_RULES]}})
+    s = Stack(cache, ports, options={"elastalert": {"rules_dirs": [ELASTALERT_RULES]},
+                                     "influxdb": {"retention_check": "1s"}})  # test_stores sees retention delete
     try:
         s.up(report=lambda msg: None)
     except BaseException:

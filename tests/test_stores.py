@@ -14,6 +14,7 @@ import uuid
 import pytest
 import requests
 
+from agent_helpers import wait_until
 from flowstat import schema, stores
 from flowstat.stores import RetryPolicy
 from flowstat.stores.elasticsearch import Elasticsearch, bulk_outcome, daily_index
@@ -229,3 +230,28 @@ def test_influxdb_refuses_samples_older_than_its_retention_policy_and_says_so(st
         writer.close()
     assert (out.accepted, out.refused) == (1, 1) and "points beyond retention policy dropped=1" in out.reasons[0]
     assert influx_count(stack, "flowstat", run_id) == 1
+
+
+def test_influxdb_deletes_what_a_retention_policy_no_longer_keeps(stack):
+    """The mechanism flowstat's raw (30 days) and rollup (2 years) policies rely on, on the real
+    server: points older than a policy's duration are deleted (whole shard groups), the recent
+    ones kept. A policy of hours, shortened after the writes, stands in for a month passing."""
+    influx = stack["influxdb"]
+    db = f"retention_{uuid.uuid4().hex[:8]}"
+    influx.query(f'CREATE DATABASE "{db}" WITH DURATION 6h SHARD DURATION 1h NAME "short"')
+    try:
+        old, recent = samples(2, "retention", nodes=2)
+        old["time"] = iso_utc_ms(time.time() - 4 * 3600)  # its shard group ends 3 h ago at the latest
+        recent["time"] = iso_utc_ms(time.time() - 60)
+        writer = InfluxDB(influx.url, db)
+        try:
+            assert writer.write(writer.encode([old, recent]), 2).accepted == 2
+        finally:
+            writer.close()
+        count = lambda: len(influx.query('SELECT "seq" FROM "flowstat_node"', db)["results"][0].get("series", [{}])[0]
+                            .get("values", []))
+        assert count() == 2
+        influx.query(f'ALTER RETENTION POLICY "short" ON "{db}" DURATION 2h SHARD DURATION 1h')
+        wait_until(lambda: count() == 1, "InfluxDB's retention check to delete the old point", timeout=60)
+    finally:
+        influx.query(f'DROP DATABASE "{db}"')

@@ -14,7 +14,8 @@ from .base import Service, StackError, apt_install
 
 class InfluxDB(Service):
     """``extra={"auth": True}``: authentication on, as the compose stack runs it (the tests of
-    flowstat provision); flowstat stack runs it without."""
+    flowstat provision); flowstat stack runs it without. ``options={"retention_check": "1s"}``: how
+    often it deletes what its retention policies no longer keep (default InfluxDB's 30 minutes)."""
 
     health_timeout_s = 60.0
     default_port = 8086
@@ -52,6 +53,9 @@ bind-address = "127.0.0.1:{self.rpc_port}"
 [continuous_queries]
   enabled = true
   run-interval = "1s"
+[retention]
+  enabled = true
+  check-interval = "{self.options.get("retention_check", "30m")}"
 """)
 
     def command(self):
