@@ -74,8 +74,8 @@ class Pair:
         same = {k: v for k, v in a.counters().items() if k != "receive_overload_events"}  # the socket's business
         assert same == {k: v for k, v in b.counters().items() if k != "receive_overload_events"}
         for field in ("expected", "received", "merged_in"):
-            np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=field)
-        assert a.eos_count == b.eos_count
+            np.testing.assert_array_equal(getattr(a.seq, field), getattr(b.seq, field), err_msg=field)
+        assert a.seq.eos_count == b.seq.eos_count
         # every object's wait is measured, once
         assert a.latency.total()["input_latency_objects"] == b.latency.total()["input_latency_objects"] == a.objects_received
         got_a, got_b = (self.merged(m, out) for m, out in zip(self.mergers, self.outputs))
@@ -141,7 +141,7 @@ def test_a_batch_of_good_objects_is_taken_at_once_and_merged_exactly(pair_of):
     pair = pair_of([10, 11, 12])
     pair.feed(rounds(H1, [10, 11, 12], range(100)))
     got = pair.assert_same()
-    assert pair.batched.merges == 100 and pair.batched.objects_merged == 300 and pair.batched.gaps == 0
+    assert pair.batched.merges == 100 and pair.batched.objects_merged == 300 and pair.batched.seq.gaps == 0
     assert pair.taken_at_once == 300 - 1  # all but the first: its name was new
     assert all(h.n_inputs == 3 for h, _, _ in got)
 
@@ -180,7 +180,7 @@ def test_a_mixed_batch_gives_what_one_message_at_a_time_gives(pair_of, batch):
     pair.feed(msgs, batch)
     pair.assert_same()
     m = pair.batched
-    assert (m.malformed, m.unexpected, m.gaps, m.gap_events, m.reordered, m.eos_seen) == (4, 1, 5, 1, 1, 1)
+    assert (m.malformed, m.unexpected, m.seq.gaps, m.seq.gap_events, m.seq.reordered, m.seq.eos_seen) == (4, 1, 5, 1, 1, 1)
     assert m.objects_received == len(msgs) - 5 - 1
     if batch >= merger_module.MIN_BATCH:  # the good ones of known names went the batch way
         assert pair.taken_at_once >= (100 if batch == 256 else 50)
@@ -196,7 +196,7 @@ def test_a_batch_of_the_usual_name_with_a_stranger_and_a_gap(pair_of):
     pair.feed(first + then, batch=len(first))
     pair.assert_same()
     m = pair.batched
-    assert (m.unexpected, m.gaps, m.gap_events, m.objects_received) == (1, 2, 2, 78)
+    assert (m.unexpected, m.seq.gaps, m.seq.gap_events, m.objects_received) == (1, 2, 2, 78)
     assert pair.taken_at_once == 78 - 1
 
 
@@ -206,7 +206,7 @@ def test_end_of_stream_in_the_middle_of_a_batch_sees_only_what_came_before(pair_
             obj(H1, 11, 5), obj(H1, 11, 6)]
     pair.feed(msgs)
     pair.assert_same()
-    assert pair.batched.gaps == 2 and pair.batched.eos_count == [5, 7]
+    assert pair.batched.seq.gaps == 2 and pair.batched.seq.eos_count == [5, 7]
 
 
 def test_merges_that_span_batches(pair_of):
@@ -216,7 +216,7 @@ def test_merges_that_span_batches(pair_of):
     msgs[400], msgs[401] = msgs[401], msgs[400]  # two producers swap places: no reordering within one
     pair.feed(msgs)
     pair.assert_same()
-    assert pair.batched.merges == 3 and pair.batched.gaps == 0 and pair.batched.reordered == 0
+    assert pair.batched.merges == 3 and pair.batched.seq.gaps == 0 and pair.batched.seq.reordered == 0
     assert pair.taken_at_once == 900 - 1
 
 
@@ -249,12 +249,12 @@ def test_received_from_the_socket_in_batches(pair_of):
     for msg in msgs:
         push.send_multipart(msg.frames if isinstance(msg, Multipart) else [msg])
     deadline = time.monotonic() + 10
-    while m.objects_received + m.malformed + m.eos_seen < len(msgs) and time.monotonic() < deadline:
+    while m.objects_received + m.malformed + m.seq.eos_seen < len(msgs) and time.monotonic() < deadline:
         if m.data.poll(100):
             m.drain_input()
     pair.feed_one(msgs)
     got = pair.assert_same()
-    assert (m.malformed, m.eos_seen, m.gaps, m.objects_received) == (1, 2, 0, 802)
+    assert (m.malformed, m.seq.eos_seen, m.seq.gaps, m.objects_received) == (1, 2, 0, 802)
     assert pair.taken_at_once > 700
     names = [d.name for _, d, _ in got]
     assert names.count("big") == 1 and names.count("tree") == 1 and names.count("TH1F_0") == 399

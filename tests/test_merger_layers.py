@@ -15,7 +15,8 @@ import yaml
 
 from conftest import topology_dict
 from flowstat.harness.control import ControlClient
-from flowstat.harness.orchestrator import AgentOptions, run_topology
+from flowstat.harness.agents import AgentOptions
+from flowstat.harness.orchestrator import run_topology
 from flowstat.harness.topology import from_dict
 from test_harness_runs import assert_no_loss, wait_for_file
 

@@ -60,10 +60,10 @@ def test_injected_gap_is_counted(merger_and_output):
     z = np.zeros(10, np.float32)
     for seq in (0, 1, 2, 5, 6):  # 3 and 4 never come
         m.on_message(frame(desc, z, 11, seq))
-    assert m.gaps == 2 and m.gap_events == 1 and m.reordered == 0
+    assert m.seq.gaps == 2 and m.seq.gap_events == 1 and m.seq.reordered == 0
     m.on_message(frame(desc, z, 11, 4))  # late: a reordering
-    assert m.reordered == 1
-    assert m.received[1] == 6
+    assert m.seq.reordered == 1
+    assert m.seq.received[1] == 6
 
 
 def test_end_of_stream_reveals_objects_missing_at_the_tail(merger_and_output):
@@ -72,7 +72,7 @@ def test_end_of_stream_reveals_objects_missing_at_the_tail(merger_and_output):
     for seq in range(3):
         m.on_message(frame(desc, np.zeros(10, np.float32), 10, seq))
     m.on_message(wire.encode_eos(10, 5))  # the producer says it sent 5
-    assert m.gaps == 2 and m.eos_count[0] == 5
+    assert m.seq.gaps == 2 and m.seq.eos_count[0] == 5
 
 
 def test_garbage_and_strangers_are_counted_and_dropped(merger_and_output):
@@ -125,8 +125,8 @@ def feed(m, way, objects):
 
 
 def sequence_state(m):
-    return {"gaps": m.gaps, "gap_events": m.gap_events, "reordered": m.reordered,
-            "expected": m.expected.tolist(), "received": m.received.tolist()}
+    return {"gaps": m.seq.gaps, "gap_events": m.seq.gap_events, "reordered": m.seq.reordered,
+            "expected": m.seq.expected.tolist(), "received": m.seq.received.tolist()}
 
 
 WAYS = pytest.mark.parametrize("way", ["one", "batch"])
@@ -136,16 +136,16 @@ WAYS = pytest.mark.parametrize("way", ["one", "batch"])
 def test_a_clean_prefix_continues_every_sequence(merger_and_output, way):
     m, _ = merger_and_output
     one_by_one = []  # objects checked one at a time: a batch that continues every sequence needs none
-    check = m.check_sequence
-    m.check_sequence = lambda local, seq: (one_by_one.append(seq), check(local, seq))
+    check = m.seq.check_sequence
+    m.seq.check_sequence = lambda local, seq: (one_by_one.append(seq), check(local, seq))
     feed(m, way, PREFIX)
     assert one_by_one == []
     assert sequence_state(m) == {"gaps": 0, "gap_events": 0, "reordered": 0, "expected": [11, 11, 11],
                                  "received": [11, 11, 11]}
-    assert m.merges == 11 and m.merged_in.tolist() == [11, 11, 11] and m.objects_received == 33
+    assert m.merges == 11 and m.seq.merged_in.tolist() == [11, 11, 11] and m.objects_received == 33
     m.on_message(frame(H, np.ones(10, np.float32), 10, 11))  # the next one, on its own: no gap
     m.on_message(frame(H, np.ones(10, np.float32), 11, 12))  # one skipped
-    assert (m.gaps, m.gap_events, m.expected.tolist()) == (1, 1, [12, 13, 11])
+    assert (m.seq.gaps, m.seq.gap_events, m.seq.expected.tolist()) == (1, 1, [12, 13, 11])
 
 
 @WAYS
@@ -186,12 +186,12 @@ def test_end_of_stream_declared_against_received(merger_and_output, way):
     m, _ = merger_and_output
     # one more declared than received (a lost tail of one), one fewer, and as many
     feed(m, way, PREFIX + [wire.encode_eos(10, 12), wire.encode_eos(11, 10)])
-    assert (m.gaps, m.eos_seen, m.eos_count, m.all_ended()) == (1, 2, [12, 10, None], False)
+    assert (m.seq.gaps, m.seq.eos_seen, m.seq.eos_count, m.all_ended()) == (1, 2, [12, 10, None], False)
     m.on_message(wire.encode_eos(12, 11))
-    assert (m.gaps, m.eos_seen, m.eos_count, m.all_ended()) == (1, 3, [12, 10, 11], True)
+    assert (m.seq.gaps, m.seq.eos_seen, m.seq.eos_count, m.all_ended()) == (1, 3, [12, 10, 11], True)
     m.on_message(wire.encode_eos(10, 14))  # said again, and otherwise: counted once, the last word kept
-    assert (m.gaps, m.eos_seen, m.eos_count) == (4, 3, [14, 10, 11])
-    assert m.gap_events == 0 and m.received.tolist() == [11, 11, 11]
+    assert (m.seq.gaps, m.seq.eos_seen, m.seq.eos_count) == (4, 3, [14, 10, 11])
+    assert m.seq.gap_events == 0 and m.seq.received.tolist() == [11, 11, 11]
 
 
 @WAYS
@@ -207,17 +207,17 @@ def test_sequence_numbers_up_to_max_seq_are_taken_and_max_seq_is_malformed(merge
 def test_per_producer_counts_received_and_merged_in(merger_and_output, way):
     m, _ = merger_and_output
     feed(m, way, PREFIX + [(10, 11), (10, 12)])  # two more from one producer: held, not merged
-    assert m.received.tolist() == [13, 11, 11] and m.merged_in.tolist() == [11, 11, 11]
+    assert m.seq.received.tolist() == [13, 11, 11] and m.seq.merged_in.tolist() == [11, 11, 11]
     assert m.objects_held() == 2 and m.merges == 11 and m.objects_merged == 33
     m.flush()
-    assert m.merged_in.tolist() == [13, 11, 11] and m.merges == 12 and m.objects_merged == 35
+    assert m.seq.merged_in.tolist() == [13, 11, 11] and m.merges == 12 and m.objects_merged == 35
     assert m.counters()["sequence_gaps"] == 0 and m.counters()["objects_received"] == 35
 
 
 def test_gaps_and_reorderings_add_up_over_several_events(merger_and_output):
     m, _ = merger_and_output
     feed(m, "one", PREFIX + [(11, 13), (11, 17), (11, 12), (11, 14)])  # two gaps (2 and 3), two late
-    assert (m.gaps, m.gap_events, m.reordered) == (2 + 3, 2, 2)
+    assert (m.seq.gaps, m.seq.gap_events, m.seq.reordered) == (2 + 3, 2, 2)
 
 
 def test_the_log_names_the_merger_the_producer_and_the_sequence(merger_and_output, caplog):
@@ -234,6 +234,6 @@ def test_a_batch_checks_sequences_near_max_seq_exactly(merger_and_output):
     """Near 2**62 a float64 cannot tell seq n from n + 1: the batch check must compare integers."""
     m, _ = merger_and_output
     feed(m, "one", PREFIX + [(10, MAX_SEQ - 3)])
-    assert m.expected.tolist() == [MAX_SEQ - 2, 11, 11]
+    assert m.seq.expected.tolist() == [MAX_SEQ - 2, 11, 11]
     feed(m, "batch", [(10, MAX_SEQ - 1)] + [(p, s) for s in range(11, 11 + MIN_BATCH) for p in (11, 12)])
-    assert (m.gaps, m.gap_events) == (MAX_SEQ - 3 - 11 + 1, 2)
+    assert (m.seq.gaps, m.seq.gap_events) == (MAX_SEQ - 3 - 11 + 1, 2)

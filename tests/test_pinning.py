@@ -11,7 +11,8 @@ import pytest
 
 from conftest import TOPOLOGIES, topology_dict
 from flowstat.harness import topology as topology_module
-from flowstat.harness.orchestrator import find_c_agent, run_topology
+from flowstat.harness.agents import find_c_agent
+from flowstat.harness.orchestrator import run_topology
 from flowstat.harness.topology import TopologyError, from_dict, load
 from flowstat.proc.procfs import ProcessGone, descendants, format_cpu_list, status_fields
 from flowstat.schema import run as run_schema

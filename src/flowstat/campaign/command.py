@@ -120,7 +120,8 @@ def command_text(args: argparse.Namespace) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from flowstat.harness.orchestrator import AgentOptions, RunError
+    from flowstat.harness.agents import AgentOptions
+    from flowstat.harness.orchestrator import RunError
 
     from . import report
     from .runner import CampaignInterrupted, default_dir, recorded, run_campaign

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from flowstat.harness.orchestrator import AgentOptions, ProgressCallback, RunError, run_topology
+from flowstat.harness.agents import AgentOptions
+from flowstat.harness.orchestrator import ProgressCallback, RunError, run_topology
 from flowstat.timeutil import iso_utc_ms
 
 from .spec import Campaign, Configuration

@@ -65,7 +65,8 @@ def configure_run(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .orchestrator import AgentOptions, RunError, run_topology
+    from .agents import AgentOptions
+    from .orchestrator import RunError, run_topology
     from .summary import format_summary
     from .topology import TopologyError, load
 

@@ -27,19 +27,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from flowstat.proc.procfs import catches, format_cpu_list, log_tail, pin_threads, set_from_signal
+from flowstat.proc.procfs import format_cpu_list, log_tail, pin_threads, set_from_signal
 from flowstat.schema import PIPELINE_ROLES
 from flowstat.timeutil import compact_utc
 
+from .agents import AgentOptions, RunAgents
 from .control import ControlClient, ControlError
 from .online import OnlineJudge, reading
-from .summary import build_summary, run_document
-from .topology import AGENT_NODES, VIEWER_NODE, Topology, producer_process_name
+from .summary import RunOutcome, build_summary, run_document
+from .topology import VIEWER_NODE, Topology, producer_process_name
 
 READY_TIMEOUT_S = 60.0  # building a producer's pool of 50 MB objects takes a while
 STAGE_TIMEOUT_S = 60.0
-AGENT_START_S = 10.0  # how long an agent may take to start (the Python one imports) before it takes signals
-RUN_ENDING = signal.SIGUSR1  # the agents' run-ending notice (collectors/README.md)
 
 
 class RunError(RuntimeError):
@@ -67,36 +66,8 @@ class Device:
         return log_tail(self.log_path, lines)
 
 
-@dataclass
-class AgentOptions:
-    """The Python agent that watches every run (``flowstat run`` starts it unless told not to)."""
-
-    enabled: bool = True
-    interval_s: float = 1.0
-    sinks: list[str] = field(default_factory=list)
-    c_agent: bool = True  # also start the C agent, when it is built
-    self_interval_s: float = 5.0  # the agents' self-samples (flowstat_agent)
-
-
-C_AGENT = "flowstat-agent"
-
-
 # (seconds since the start, the run's length, every node's get-metrics reply, the mergers' verdicts)
 ProgressCallback = Callable[[float, float, list[dict], dict[str, dict]], None]
-
-
-def find_c_agent() -> Path | None:
-    """The C agent: $FLOWSTAT_C_AGENT, else beside this Python (make installs it into the venv's
-    bin/, as pip does console scripts), else on the PATH."""
-    import shutil
-
-    if os.environ.get("FLOWSTAT_C_AGENT"):
-        return Path(os.environ["FLOWSTAT_C_AGENT"])
-    beside = Path(sys.executable).parent / C_AGENT
-    if beside.exists():
-        return beside
-    found = shutil.which(C_AGENT)
-    return Path(found) if found else None
 
 
 class Orchestrator:
@@ -105,9 +76,7 @@ class Orchestrator:
                  agent: AgentOptions | None = None):
         self.topo, self.run_id, self.run_dir = topo, run_id, run_dir
         self.on_progress = on_progress
-        self.agent_options = agent or AgentOptions(enabled=False)
-        self.agent_procs: dict[str, subprocess.Popen] = {}
-        self.agent_cpus: dict[str, list[int] | None] = {}
+        self.agents = RunAgents(run_id, run_dir, agent or AgentOptions(enabled=False), self.pin)
         self.devices: list[Device] = []
         self.wakeup = threading.Event()  # set by a device's exit or by Ctrl-C
         self.interrupts = 0
@@ -163,8 +132,7 @@ class Orchestrator:
     def affinity(self) -> list[dict[str, Any]]:
         """The run document's affinity: every device's and agent's CPUs, as read back."""
         return ([{"node_id": d.name, "role": d.role, "cpus": d.cpus} for d in self.devices if d.cpus is not None]
-                + [{"node_id": name, "role": "agent", "cpus": cpus} for name, cpus in self.agent_cpus.items()
-                   if cpus is not None])
+                + self.agents.affinity())
 
     def _read_events(self, dev: Device) -> None:
         assert dev.proc is not None and dev.proc.stdout is not None
@@ -207,10 +175,7 @@ class Orchestrator:
                 pass
 
     def kill_all(self) -> None:
-        for proc in self.agent_procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        self.agents.kill()
         for dev in self.devices:
             self.signal(dev, signal.SIGKILL)
         for dev in self.devices:
@@ -244,7 +209,9 @@ class Orchestrator:
             self.clients[dev.name] = ControlClient(dev.ready["control"], timeout_s=2.0)
         self.write_endpoints()
         self.started_wall = time.time()  # the run's start for run.json, the run file and the summary
-        self.start_agent()
+        self.write_run_document()  # what the Python agent reads as it starts: what is run
+        self.agents.start()
+        self.write_run_document()  # again, with the agents' CPUs
         self.started_at = time.monotonic()
         for dev in producers:
             self.clients[dev.name].request("start")
@@ -284,91 +251,13 @@ class Orchestrator:
         tmp.write_text(json.dumps(doc, indent=1))
         os.replace(tmp, self.run_dir / "run.json")
 
-    def agent_commands(self) -> list[tuple[str, list[str]]]:
-        """The agents to start: the Python agent (it also records the run file), and the C agent
-        when it is built. Each ships to the user's sinks, or to a line-protocol file in the run."""
-        opts, rd = self.agent_options, self.run_dir.resolve()  # file:// URLs need absolute paths
-        common = ["--run-id", self.run_id, "--endpoints", str(rd / "endpoints.json"), "--interval", str(opts.interval_s),
-                  "--self-interval", str(opts.self_interval_s), "--rescan", str(max(opts.interval_s, 1.0)), "--quiet"]
-        py_agent, c_agent_name = AGENT_NODES
-        agents = [(py_agent, [sys.executable, "-m", "flowstat.agent", *common,
-                              "--run-file", str(rd / "samples.ndjson"), "--run-doc", str(rd / "run.json")])]
-        c_agent = find_c_agent()
-        if c_agent is not None and opts.c_agent:
-            agents.append((c_agent_name, [str(c_agent), *common]))
-        for name, cmd in agents:
-            cmd += ["--stats", str(rd / f"{name}-stats.json"), "--spool-dir", str(rd / "spool" / name)]
-            for url in opts.sinks or [f"file://{rd / f'samples-{name}.lp'}"]:
-                cmd += ["--sink", url]
-        return agents
-
-    def start_agent(self) -> None:
-        """Every run is monitored and recorded: the agents sample each node from the start."""
-        self.write_run_document()
-        if not self.agent_options.enabled:
-            return
-        # The agents stop with this process: by PDEATHSIG, or at once if it died before they could ask for it.
-        env = dict(os.environ, FLOWSTAT_DIE_WITH_PARENT=str(os.getpid()))
-        for name, cmd in self.agent_commands():
-            with open(self.run_dir / "logs" / f"{name}.log", "ab") as log:
-                proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
-                                        start_new_session=True, env=env)
-            self.agent_procs[name] = proc
-            self.agent_cpus[name] = self.pin(name, "agent", proc.pid)
-        self.write_run_document()  # again, with the agents' CPUs
-
-    def notice_run_ending(self) -> None:
-        """The run ends as planned: tell the agents (SIGUSR1) before any node is told to stop, so that
-        a node that exits from now on is reported STOPPED, not DOWN. An agent still starting has not
-        installed its handler yet, and the signal would kill it: it gets AGENT_START_S to do so."""
-        deadline = time.monotonic() + AGENT_START_S
-        for name, proc in self.agent_procs.items():
-            while proc.poll() is None and not catches(proc.pid, RUN_ENDING) and time.monotonic() < deadline:
-                time.sleep(0.05)  # polling /proc for the handler, with a deadline
-            if proc.poll() is None and catches(proc.pid, RUN_ENDING):
-                proc.send_signal(RUN_ENDING)
-            elif proc.poll() is None:  # not a failure of the run: its nodes will just show DOWN at the end
-                print(f"flowstat: {name} did not take the run-ending notice within {AGENT_START_S:.0f} s; log: "
-                      f"{self.run_dir / 'logs' / f'{name}.log'}", file=sys.stderr)
-
-    def stop_agent(self) -> dict | None:
-        """Let the agents take their last samples (nodes reported STOPPED, or DOWN without the
-        run-ending notice) and deliver what they hold."""
-        if not self.agent_procs:
-            return None
-        result = {}
-        for name, proc in self.agent_procs.items():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-                self.failures.append(f"{name} did not stop within 60 s; log: {self.run_dir / 'logs' / f'{name}.log'}")
-            try:
-                result[name] = json.loads((self.run_dir / f"{name}-stats.json").read_text())
-            except (OSError, ValueError):
-                self.failures.append(f"{name} ended with code {proc.returncode} and no statistics; "
-                                     f"log: {self.run_dir / 'logs' / f'{name}.log'}")
-        result["run_file"] = str(self.run_dir / "samples.ndjson")
-        return result
-
-    def send_run_document(self) -> str | None:
-        """The complete run document (run.json, written last) to the user's sinks, through the Python
-        agent's sinks and spool: the agent sent its first version as the run began (verdict
-        pending). Returns what went wrong, or None."""
-        opts = self.agent_options
-        if not (opts.enabled and opts.sinks):
-            return None
-        rd = self.run_dir.resolve()
-        cmd = [sys.executable, "-m", "flowstat.agent", "--send-run", str(rd / "run.json"), "--quiet",
-               "--spool-dir", str(rd / "spool" / AGENT_NODES[0]), *(a for url in opts.sinks for a in ("--sink", url))]
-        try:
-            done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
-        except subprocess.TimeoutExpired:
-            return "sending the run document to the sinks took more than 120 s: it may be missing from them"
-        return None if done.returncode == 0 else done.stderr.strip() or f"exit code {done.returncode}"
+    def outcome(self) -> RunOutcome:
+        """What the run ended with, for its summary."""
+        finals = {d.name: d.final for d in sorted(self.devices, key=self.stage_of) if d.final is not None}
+        return RunOutcome(self.run_id, self.run_dir, finals, {d.name: d.log_path for d in self.devices},
+                          max(0.0, self.stopped_at - self.started_at),
+                          self.failures + ["interrupted by the user"] * bool(self.interrupts),
+                          self.judge.verdicts(), self.affinity())
 
     def crashed(self) -> list[Device]:
         return [d for d in self.devices if d.exit_code is not None and (d.exit_code != 0 or d.final is None)
@@ -517,21 +406,21 @@ def run_topology(topo: Topology, *, duration: float | None = None, run_id: str |
         if started:
             orch.run_for(duration if duration is not None else topo.duration)
             if not orch.failures and not orch.crashed():  # its duration is over, or the user interrupted it
-                orch.notice_run_ending()
+                orch.agents.notice_run_ending()
         else:
             orch.stopped_at = orch.started_at = time.monotonic()
         orch.stop(force=not started)  # a device dead during the run: stop() chooses how (see there)
-        agent_stats = orch.stop_agent()
+        agent_stats = orch.agents.stop(orch.failures)
     finally:
         orch.kill_all()  # no-op when everything ended; never leave a device behind
         orch.close()
         for s, handler in previous.items():
             signal.signal(s, handler)
-    summary = build_summary(topo, orch, started_epoch=orch.started_wall)
+    summary = build_summary(topo, orch.outcome(), started_epoch=orch.started_wall)
     summary["agent"] = agent_stats
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     orch.write_run_document(summary)
-    problem = orch.send_run_document()
+    problem = orch.agents.send_run_document()
     if problem:
         print(f"flowstat: {problem}", file=sys.stderr)
     return summary

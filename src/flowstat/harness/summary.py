@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import platform
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flowstat import __version__
@@ -16,8 +18,21 @@ from flowstat.units import format_size
 from .conservation import check_conservation
 
 if TYPE_CHECKING:
-    from .orchestrator import Orchestrator
     from .topology import Topology
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What a run ended with, as the orchestrator hands it to the summary."""
+
+    run_id: str
+    run_dir: Path
+    finals: dict[str, dict[str, Any]]  # each device's final report, producers first, then each layer, the viewer
+    logs: dict[str, Path]  # each device's log
+    seconds: float  # from the start command to the stop signal
+    failures: list[str]
+    verdicts: dict[str, dict[str, Any]]  # each merger's online verdict
+    affinity: list[dict[str, Any]]  # every process's CPUs (the run document's affinity)
 
 
 def _node_row(fin: dict, seconds: float) -> dict[str, Any]:
@@ -33,18 +48,13 @@ def _node_row(fin: dict, seconds: float) -> dict[str, Any]:
     return {k: v for k, v in row.items() if v is not None}
 
 
-def build_summary(topo: "Topology", orch: "Orchestrator", started_epoch: float) -> dict[str, Any]:
-    finals = {d.name: d.final for d in sorted(orch.devices, key=orch.stage_of) if d.final is not None}
+def build_summary(topo: "Topology", run: RunOutcome, started_epoch: float) -> dict[str, Any]:
+    finals, logs, seconds, verdicts = run.finals, run.logs, run.seconds, run.verdicts
     producers = [f for f in finals.values() if f["role"] == "producer"]
     mergers = [f for f in finals.values() if f["role"] == "merger"]
     viewer = next((f for f in finals.values() if f["role"] == "viewer"), None)
-    seconds = max(0.0, orch.stopped_at - orch.started_at)
     conservation = check_conservation(topo, finals, producers, viewer) if producers and mergers else {"ok": False}
-    failures = list(orch.failures)
-    if orch.interrupts:
-        failures.append("interrupted by the user")
-    logs = {d.name: d.log_path for d in orch.devices}
-    verdicts = orch.judge.verdicts()
+    failures = list(run.failures)
     nodes = [_node_row(f, seconds) for f in finals.values()]
     for row in nodes:
         if row["node_id"] in verdicts:
@@ -57,15 +67,15 @@ def build_summary(topo: "Topology", orch: "Orchestrator", started_epoch: float) 
     if not producers or not mergers:
         failures.append("no-loss check impossible: the producers and mergers did not all report their totals")
     return {
-        "run_id": orch.run_id,
-        "run_dir": str(orch.run_dir),
+        "run_id": run.run_id,
+        "run_dir": str(run.run_dir),
         "topology": topo.source,
         "started": iso_utc_ms(started_epoch),
         "finished": iso_utc_ms(),
         "seconds": round(seconds, 3),
         "parameters": parameters(topo),
         "machine": {"host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version()},
-        "affinity": orch.affinity(),
+        "affinity": run.affinity,
         "nodes": nodes,
         "online": verdicts,
         "conservation": conservation,

@@ -1,0 +1,156 @@
+"""The agents that watch a run: started as its producers start, told when it ends in order, stopped
+and heard from (their statistics), and sent its complete run document at the end. Every run is
+monitored and recorded by the Python agent (it writes the run file); the C agent watches beside
+it when it is built."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from flowstat.proc.procfs import catches
+
+from .topology import AGENT_NODES
+
+AGENT_START_S = 10.0  # how long an agent may take to start (the Python one imports) before it takes signals
+RUN_ENDING = signal.SIGUSR1  # the agents' run-ending notice (collectors/README.md)
+C_AGENT = "flowstat-agent"
+
+
+@dataclass
+class AgentOptions:
+    """The Python agent that watches every run (``flowstat run`` starts it unless told not to)."""
+
+    enabled: bool = True
+    interval_s: float = 1.0
+    sinks: list[str] = field(default_factory=list)
+    c_agent: bool = True  # also start the C agent, when it is built
+    self_interval_s: float = 5.0  # the agents' self-samples (flowstat_agent)
+
+
+def find_c_agent() -> Path | None:
+    """The C agent: $FLOWSTAT_C_AGENT, else beside this Python (make installs it into the venv's
+    bin/, as pip does console scripts), else on the PATH."""
+    if os.environ.get("FLOWSTAT_C_AGENT"):
+        return Path(os.environ["FLOWSTAT_C_AGENT"])
+    beside = Path(sys.executable).parent / C_AGENT
+    if beside.exists():
+        return beside
+    found = shutil.which(C_AGENT)
+    return Path(found) if found else None
+
+
+class RunAgents:
+    """The agents of one run (``run_dir``: where they find its endpoints and write their files);
+    ``pin`` pins a process just started as the topology says and returns its CPUs."""
+
+    def __init__(self, run_id: str, run_dir: Path, options: AgentOptions,
+                 pin: Callable[[str, str, int], list[int] | None]):
+        self.run_id, self.run_dir, self.options, self.pin = run_id, run_dir, options, pin
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.cpus: dict[str, list[int] | None] = {}
+
+    def log(self, name: str) -> Path:
+        return self.run_dir / "logs" / f"{name}.log"
+
+    def commands(self) -> list[tuple[str, list[str]]]:
+        """The agents to start: the Python agent (it also records the run file), and the C agent
+        when it is built. Each ships to the user's sinks, or to a line-protocol file in the run."""
+        opts, rd = self.options, self.run_dir.resolve()  # file:// URLs need absolute paths
+        common = ["--run-id", self.run_id, "--endpoints", str(rd / "endpoints.json"), "--interval", str(opts.interval_s),
+                  "--self-interval", str(opts.self_interval_s), "--rescan", str(max(opts.interval_s, 1.0)), "--quiet"]
+        py_agent, c_agent_name = AGENT_NODES
+        agents = [(py_agent, [sys.executable, "-m", "flowstat.agent", *common,
+                              "--run-file", str(rd / "samples.ndjson"), "--run-doc", str(rd / "run.json")])]
+        c_agent = find_c_agent()
+        if c_agent is not None and opts.c_agent:
+            agents.append((c_agent_name, [str(c_agent), *common]))
+        for name, cmd in agents:
+            cmd += ["--stats", str(rd / f"{name}-stats.json"), "--spool-dir", str(rd / "spool" / name)]
+            for url in opts.sinks or [f"file://{rd / f'samples-{name}.lp'}"]:
+                cmd += ["--sink", url]
+        return agents
+
+    def start(self) -> None:
+        """Start the agents, each pinned as the topology says; they stop with this process (by
+        PDEATHSIG, or at once if it died before they could ask for it)."""
+        if not self.options.enabled:
+            return
+        env = dict(os.environ, FLOWSTAT_DIE_WITH_PARENT=str(os.getpid()))
+        for name, cmd in self.commands():
+            with open(self.log(name), "ab") as log:
+                proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                                        start_new_session=True, env=env)
+            self.procs[name] = proc
+            self.cpus[name] = self.pin(name, "agent", proc.pid)
+
+    def affinity(self) -> list[dict[str, Any]]:
+        """The run document's affinity entries of the agents: their CPUs, as read back."""
+        return [{"node_id": name, "role": "agent", "cpus": cpus} for name, cpus in self.cpus.items() if cpus is not None]
+
+    def notice_run_ending(self) -> None:
+        """The run ends as planned: tell the agents (SIGUSR1) before any node is told to stop, so that
+        a node that exits from now on is reported STOPPED, not DOWN. An agent still starting has not
+        installed its handler yet, and the signal would kill it: it gets AGENT_START_S to do so."""
+        deadline = time.monotonic() + AGENT_START_S
+        for name, proc in self.procs.items():
+            while proc.poll() is None and not catches(proc.pid, RUN_ENDING) and time.monotonic() < deadline:
+                time.sleep(0.05)  # polling /proc for the handler, with a deadline
+            if proc.poll() is None and catches(proc.pid, RUN_ENDING):
+                proc.send_signal(RUN_ENDING)
+            elif proc.poll() is None:  # not a failure of the run: its nodes will just show DOWN at the end
+                print(f"flowstat: {name} did not take the run-ending notice within {AGENT_START_S:.0f} s; log: "
+                      f"{self.log(name)}", file=sys.stderr)
+
+    def stop(self, failures: list[str]) -> dict | None:
+        """Let the agents take their last samples (nodes reported STOPPED, or DOWN without the
+        run-ending notice) and deliver what they hold; their statistics, by agent. What went wrong
+        is added to ``failures``."""
+        if not self.procs:
+            return None
+        result: dict[str, Any] = {}
+        for name, proc in self.procs.items():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                failures.append(f"{name} did not stop within 60 s; log: {self.log(name)}")
+            try:
+                result[name] = json.loads((self.run_dir / f"{name}-stats.json").read_text())
+            except (OSError, ValueError):
+                failures.append(f"{name} ended with code {proc.returncode} and no statistics; log: {self.log(name)}")
+        result["run_file"] = str(self.run_dir / "samples.ndjson")
+        return result
+
+    def kill(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    def send_run_document(self) -> str | None:
+        """The complete run document (run.json, written last) to the user's sinks, through the Python
+        agent's sinks and spool: the agent sent its first version as the run began (verdict
+        pending). Returns what went wrong, or None."""
+        opts = self.options
+        if not (opts.enabled and opts.sinks):
+            return None
+        rd = self.run_dir.resolve()
+        cmd = [sys.executable, "-m", "flowstat.agent", "--send-run", str(rd / "run.json"), "--quiet",
+               "--spool-dir", str(rd / "spool" / AGENT_NODES[0]), *(a for url in opts.sinks for a in ("--sink", url))]
+        try:
+            done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            return "sending the run document to the sinks took more than 120 s: it may be missing from them"
+        return None if done.returncode == 0 else done.stderr.strip() or f"exit code {done.returncode}"
