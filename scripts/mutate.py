@@ -35,7 +35,7 @@ EQUIVALENTS = ROOT / "tests" / "mutants-equivalent.toml"
 # method, "x_function" for a function).
 SCOPE: dict[str, list[str]] = {
     "conservation summary": ["flowstat.harness.conservation.*"],
-    "merger sequence checks": [f"flowstat.harness.devices.merger.xǁMergerǁ{m}__mutmut_*"
+    "merger sequence checks": [f"flowstat.harness.merging.sequences.xǁSequencesǁ{m}__mutmut_*"
                                for m in ("check_sequences", "check_sequence", "on_eos")],
     "schema encoding": ["flowstat.schema.lineprotocol.*"] + [
         f"flowstat.schema.sample.{f}__mutmut_*" for f in (
