@@ -35,9 +35,9 @@ def random_secret() -> str:
 
 
 def session_secrets() -> dict[str, str]:
-    """Every secret provision checks (flowstat.stack.provision.SECRETS), random, and the InfluxDB
+    """Every secret provision checks (flowstat.provision.SECRETS), random, and the InfluxDB
     users' names."""
-    from flowstat.stack import provision
+    from flowstat import provision
 
     env = {s.env: random_secret() + "x" * max(0, s.min_length - 24) for s in provision.SECRETS}
     env.update({"INFLUXDB_ADMIN_USER": "admin", "INFLUXDB_WRITER_USER": "telegraf",
@@ -107,7 +107,7 @@ class SecuredStack:
         """``who``: logstash, agent, grafana, elastalert (or elastic): (user, password)."""
         if who == "elastic":
             return self.elastic
-        from flowstat.stack import provision
+        from flowstat import provision
 
         user = next(u for u in provision.USERS if u.name == ES_USERS[who])
         return user.name, self.env[user.password_env]
@@ -139,7 +139,7 @@ class SecuredStack:
         """A new API key, made by elastic, limited to flowstat's role ``role`` (None: elastic's own
         privileges). The answer of POST /_security/api_key: id, name, api_key, encoded (for
         `Authorization: ApiKey ENCODED`), expiration."""
-        from flowstat.stack import provision
+        from flowstat import provision
 
         body: dict = {"name": name}
         if expiration:

@@ -127,7 +127,7 @@ def test_no_secret_ships_with_a_value():
 
 
 def test_every_secret_the_setup_checks_is_in_env_example_and_checked_first():
-    from flowstat.stack import provision
+    from flowstat import provision
 
     assert {s.env for s in provision.SECRETS} == secrets()
     check = services()["secrets"]
@@ -222,7 +222,7 @@ def test_every_client_of_elasticsearch_or_influxdb_has_credentials():
 
 
 def test_the_users_compose_names_are_the_ones_the_setup_makes():
-    from flowstat.stack import provision
+    from flowstat import provision
 
     made = {u.name: set(u.roles) for u in provision.USERS}
     svcs = services()
@@ -310,7 +310,7 @@ def test_setup_imports_the_committed_kibana_objects():
 
 
 def test_new_env_writes_random_secrets_that_pass_the_check(tmp_path):
-    from flowstat.stack import provision
+    from flowstat import provision
 
     out = subprocess.run([str(ROOT / "scripts" / "new-env"), str(tmp_path / ".env")], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

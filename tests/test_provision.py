@@ -80,7 +80,7 @@ def spec_allows(spec: dict, method: str, path: str) -> bool:
 
 
 def test_the_security_calls_match_elasticsearchs_rest_api_spec(rest_api_spec):
-    from flowstat.stack import provision
+    from flowstat import provision
 
     calls = provision.security_calls(SECRETS_ENV)
     assert {c.api for c in calls} == set(DOCUMENTED_BODY)
@@ -103,7 +103,7 @@ def test_the_security_calls_match_elasticsearchs_rest_api_spec(rest_api_spec):
 
 
 def test_the_roles_grant_each_client_only_what_it_needs():
-    from flowstat.stack import provision
+    from flowstat import provision
 
     def privileges(role: str, index: str) -> set[str]:
         return {p for g in provision.ROLES[role]["indices"] if index in g["names"] for p in g["privileges"]}
@@ -129,7 +129,7 @@ def test_the_check_refuses_placeholders_and_names_each(tmp_path):
                    if line.strip() and not line.startswith("#"))
     out = flowstat("provision", "--check", env=example)
     assert out.returncode == 2
-    from flowstat.stack import provision
+    from flowstat import provision
 
     for s in provision.SECRETS:
         assert f"{s.env} still holds .env.example's placeholder" in out.stderr
@@ -312,7 +312,7 @@ def test_a_wrong_influxdb_admin_password_is_named(secured_influx):
 
 
 def test_the_influxql_string_escapes_what_would_end_it():
-    from flowstat.stack.provision import influx_string, influx_user_statements
+    from flowstat.provision import influx_string, influx_user_statements
 
     assert influx_string("a'b\\c") == "'a\\'b\\\\c'"
     made = influx_user_statements({"u": ("p", "WRITE")}, {})
@@ -417,7 +417,7 @@ def test_a_degraded_kibana_whose_saved_objects_are_available_takes_the_import(re
 def test_a_refused_elastic_password_is_waited_for_then_named(recorder, monkeypatch):
     """A restarted Elasticsearch refuses every password until its security index has recovered:
     a 401 is retried for AUTH_GRACE_S, then named with what to do."""
-    from flowstat.stack import provision
+    from flowstat import provision
 
     url, rec = recorder
     rec.answers = {"/_cluster/health": (401, {"error": "unable to authenticate user [elastic]"})}
@@ -434,7 +434,7 @@ def test_a_refused_elastic_password_is_waited_for_then_named(recorder, monkeypat
 
 
 def test_import_answers_are_judged_on_every_field():
-    from flowstat.stack.provision import import_problems
+    from flowstat.provision import import_problems
 
     assert import_problems({"success": True, "successCount": 3}, 3) == []
     assert import_problems({"success": True, "successCount": 2}, 3) == ["2 of 3 objects imported"]
@@ -452,7 +452,7 @@ def test_a_kibana_that_stays_degraded_is_named(recorder):
 
 def test_the_command_line_keeps_secrets_out_of_its_options():
     """A command line is visible to every user of the machine: secrets come from the environment."""
-    from flowstat.stack import provision
+    from flowstat import provision
 
     p = argparse.ArgumentParser()
     provision.configure(p)

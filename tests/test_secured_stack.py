@@ -12,7 +12,7 @@ import uuid
 import pytest
 import requests
 
-from flowstat.stack import provision
+from flowstat import provision
 from flowstat.stores import elasticsearch as es_store
 from flowstat.stores import influxdb as influx_store
 from flowstat.timeutil import iso_utc_ms

@@ -14,7 +14,7 @@ from .harness import command as harness_command
 from .inbox import command as inbox_command
 from .report import command as report_command
 from .stack import command as stack_command
-from .stack import provision as provision_command
+from . import provision as provision_command
 
 
 STORE_CLIENTS = ("run", "agent", "replay", "campaign", "stack")  # the commands that log in to stores
