@@ -107,6 +107,18 @@ static const char *json_string(const cJSON *obj, const char *key, const char *fa
     return cJSON_IsString(item) && item->valuestring ? item->valuestring : fallback;
 }
 
+/* A node of endpoints.schema.json: node_id a string, pid an integer of a process (1 to PID_MAX_LIMIT),
+ * role and control, when present, strings. Any other node is left out, as the Python agent does. */
+static int node_conforms(const cJSON *node, const cJSON *pid, const char *node_id)
+{
+    const cJSON *role = cJSON_GetObjectItemCaseSensitive(node, "role");
+    const cJSON *control = cJSON_GetObjectItemCaseSensitive(node, "control");
+    if (!node_id || !cJSON_IsNumber(pid) || pid->valuedouble < 1 || pid->valuedouble > 4194304 ||
+        pid->valuedouble != (double)(long)pid->valuedouble)
+        return 0;
+    return (!role || cJSON_IsString(role)) && (!control || cJSON_IsString(control));
+}
+
 int targets_parse_endpoints(const char *text, size_t len, const char *run_id, target_found_fn fn, void *ctx)
 {
     cJSON *doc = cJSON_ParseWithLength(text, len);
@@ -121,7 +133,7 @@ int targets_parse_endpoints(const char *text, size_t len, const char *run_id, ta
     cJSON_ArrayForEach(node, nodes) {
         const cJSON *pid = cJSON_GetObjectItemCaseSensitive(node, "pid");
         const char *node_id = json_string(node, "node_id", NULL);
-        if (!cJSON_IsNumber(pid) || pid->valuedouble < 1 || pid->valuedouble > 4194304 || !node_id)
+        if (!node_conforms(node, pid, node_id))
             continue;
         struct target t;
         memset(&t, 0, sizeof t);

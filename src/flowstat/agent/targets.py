@@ -3,7 +3,6 @@ control endpoints; re-found periodically, so restarted nodes are picked up again
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -12,6 +11,7 @@ from pathlib import Path
 
 from flowstat.proc.reader import ProcessGone, ProcReader, ProcReading
 from flowstat.schema import DEFAULT_ROLE
+from flowstat.schema import endpoints as endpoints_schema
 
 log = logging.getLogger("flowstat.agent")
 
@@ -93,12 +93,15 @@ def discover(spec: TargetSpec, first: bool = True) -> list[Target]:
                 add(Target(pid, f"{process_name(pid)}-{pid}", run_id=spec.run_id, source="--pattern"))
     for path in spec.endpoints_files:
         try:
-            doc = json.loads(Path(path).read_text())
-            for node in doc["nodes"]:
-                add(Target(int(node["pid"]), str(node["node_id"]), node.get("role", DEFAULT_ROLE),
-                           spec.run_id or str(doc.get("run_id", "")), node.get("control"), source=path))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            run_id, nodes, bad = endpoints_schema.read(path)
+        except (OSError, ValueError) as exc:
             log.warning("endpoints file %s: %s", path, exc)
+            continue
+        for why in bad:
+            log.warning("endpoints file %s: left out: %s", path, why)
+        for node in nodes:
+            add(Target(node["pid"], node["node_id"], node.get("role", DEFAULT_ROLE), spec.run_id or run_id,
+                       node.get("control"), source=path))
     return list(found.values())
 
 

@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 from flowstat.proc.procfs import format_cpu_list, log_tail, pin_threads, set_from_signal
 from flowstat.schema import PIPELINE_ROLES
+from flowstat.schema import endpoints as endpoints_schema
 from flowstat.timeutil import compact_utc
 
 from .agents import AgentOptions, RunAgents
@@ -240,7 +241,8 @@ class Orchestrator:
         """Where each node's control socket is, for monitors (the agents) to find them."""
         nodes = [{"node_id": d.name, "role": d.role, "pid": d.proc.pid, "control": d.ready["control"],
                   "data": d.ready.get("data")} for d in self.devices]
-        (self.run_dir / "endpoints.json").write_text(json.dumps({"run_id": self.run_id, "nodes": nodes}, indent=1))
+        doc = endpoints_schema.document(self.run_id, nodes)
+        (self.run_dir / "endpoints.json").write_text(json.dumps(doc, indent=1))
 
     def write_run_document(self, summary: dict[str, Any] | None = None) -> None:
         """RUN_DIR/run.json: at the start what is run, at the end how it went (flowstat.schema.run)."""

@@ -1,0 +1,74 @@
+"""endpoints.json, the contract between flowstat run and the agents (flowstat/schema/endpoints.schema.json):
+what the harness writes conforms, and both agents take exactly the nodes that conform."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from agent_helpers import sleeper
+from flowstat.harness.topology import from_dict
+from flowstat.schema import endpoints
+
+
+def test_a_run_s_endpoints_file_conforms_and_names_every_node(runs_dir):
+    from conftest import topology_dict
+    from flowstat.harness.agents import AgentOptions
+    from flowstat.harness.orchestrator import run_topology
+
+    summary = run_topology(from_dict(topology_dict(duration=1)), runs_dir=runs_dir, agent=AgentOptions(enabled=False))
+    doc = json.loads((runs_dir / summary["run_id"] / "endpoints.json").read_text())
+    assert endpoints.validate(doc) == []
+    assert doc["run_id"] == summary["run_id"]
+    assert {n["node_id"] for n in doc["nodes"]} == {n["node_id"] for n in summary["nodes"]}
+    assert all(n["control"].startswith("tcp://127.0.0.1:") for n in doc["nodes"])
+
+
+@pytest.fixture
+def targets():
+    procs = [sleeper() for _ in range(2)]
+    yield [p.pid for p in procs]
+    for p in procs:
+        p.kill()
+
+
+def test_both_agents_take_exactly_the_nodes_that_conform(tmp_path, agent_command, targets):
+    ok, also_ok = targets
+    nodes = [
+        {"node_id": "good", "role": "merger", "pid": ok},
+        {"node_id": "extra-field", "pid": also_ok, "host": "n1"},  # fields beyond the schema's: taken
+        {"node_id": "no-pid", "role": "merger"},
+        {"pid": ok, "role": "merger"},  # no node_id
+        {"node_id": "pid-text", "pid": str(ok)},
+        {"node_id": "pid-zero", "pid": 0},
+        {"node_id": "pid-fraction", "pid": ok + 0.5},
+        {"node_id": "pid-too-big", "pid": 4194305},
+        {"node_id": "role-number", "pid": ok, "role": 3},
+        {"node_id": "control-null", "pid": ok, "control": None},
+        "not a node",
+    ]
+    doc = {"run_id": "ends", "nodes": nodes}
+    conforming = {n["node_id"] for n in nodes if isinstance(n, dict) and not endpoints.validate({"nodes": [n]})}
+    assert conforming == {"good", "extra-field"}  # the schema's own verdict, node by node
+    path = tmp_path / "endpoints.json"
+    path.write_text(json.dumps(doc))
+    out = subprocess.run([*agent_command, "--endpoints", str(path), "--count", "1", "--interval", "0.1",
+                          "--self-interval", "0", "--sink", "stdout://?format=json"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    sampled = {json.loads(line)["node_id"] for line in out.stdout.splitlines() if line.strip()}
+    assert sampled == conforming
+    assert all(json.loads(line)["run_id"] == "ends" for line in out.stdout.splitlines() if line.strip())
+
+
+def test_a_file_that_is_no_endpoints_document_is_said_and_nothing_taken(tmp_path):
+    path = tmp_path / "endpoints.json"
+    for text in ("[]", '{"nodes": 3}', "not json"):
+        path.write_text(text)
+        with pytest.raises(ValueError):
+            endpoints.read(path)
+    path.write_text(json.dumps({"nodes": [{"node_id": "a", "pid": 1}, {"node_id": "b"}]}))
+    run_id, good, bad = endpoints.read(path)
+    assert (run_id, [n["node_id"] for n in good]) == ("", ["a"]) and bad == ["nodes[1].pid: required field is missing"]
