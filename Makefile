@@ -13,13 +13,14 @@ C_DEPS := libzmq3-dev libcjson-dev libcurl4-openssl-dev pkg-config clang libclan
 # Named after the list: a checkout that installed an older list installs what was added.
 C_STAMP := .cache/c-deps-$(shell echo '$(C_DEPS)' | md5sum | cut -c1-8).installed
 
-.PHONY: help demo test bench mutate install clean c-agent
+.PHONY: help demo test bench mutate install clean c-agent generate
 
 help:
 	@echo "make demo   local InfluxDB/Elasticsearch/Telegraf + a harness run shipping into them"
 	@echo "make test   run the tests"
 	@echo "make bench  run the benchmarks and the campaigns at 20 s (about 90 minutes; JSON in benchmarks/results/)"
 	@echo "make mutate mutation testing of the code where a bug loses data (2 minutes; benchmarks/results/mutation.json)"
+	@echo "make generate  write again every generated file that follows from the checkout (src/flowstat/generate.py)"
 	@echo "make clean  remove the venv, caches and runs"
 
 $(BIN)/python:
@@ -51,6 +52,11 @@ c-agent: $(C_STAMP) $(BIN)/python
 	ln -sf ../../$(C_AGENT) $(BIN)/flowstat-agent
 
 install: $(STAMP) c-agent
+
+# Every file made from another (templates, dashboards, alert rules, schema tables, the thesis
+# comparison): flowstat.generate lists them; tests/test_generated.py keeps them current.
+generate: $(STAMP)
+	$(BIN)/python -m flowstat.generate .
 
 demo: $(STAMP) c-agent
 	scripts/demo

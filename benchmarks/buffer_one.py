@@ -302,6 +302,9 @@ def summary_of(runs: list[dict]) -> dict[str, Any]:
 
 
 # -- the plot and the doc -----------------------------------------------------------------------------
+SVG_NOTE = "<!-- Written by benchmarks/buffer_one.py (make bench): do not edit. -->"
+
+
 def svg_plot(runs: list[dict]) -> str:
     """Overload events/s against offered objects/s, log-log, one line per kernel buffer setting; a
     run without overloads sits on the 0 line at the bottom."""
@@ -318,7 +321,7 @@ def svg_plot(runs: list[dict]) -> str:
         return h - bottom - 20 - (math.log10(max(v, 10**y_lo)) - y_lo) / (y_hi - y_lo) * (h - bottom - 20 - top)
 
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
-             f'font-family="sans-serif" font-size="12">', f'<rect width="{w}" height="{h}" fill="white"/>']
+             f'font-family="sans-serif" font-size="12">', SVG_NOTE, f'<rect width="{w}" height="{h}" fill="white"/>']
     for d in range(x_lo, x_hi + 1):
         parts.append(f'<line x1="{x(10**d):.1f}" y1="{top}" x2="{x(10**d):.1f}" y2="{h - bottom}" stroke="#ddd"/>')
         parts.append(f'<text x="{x(10**d):.1f}" y="{h - bottom + 16}" text-anchor="middle">{10**d:,}</text>')

@@ -118,12 +118,12 @@ def test_enumerations_come_from_the_schema():
 def test_index_templates_and_generated_configs_are_current():
     from conftest import ROOT
     from flowstat.schema import run as run_schema
-    from flowstat.templates import render_files
+    from flowstat.generate import derived
 
-    files = render_files(ROOT)
-    assert {p.relative_to(ROOT).parts[0] for p in files} == {"dashboards", "index-templates", "pipelines"}
+    files = derived(ROOT)
+    assert {p.parts[0] for p in files} == {"dashboards", "index-templates", "pipelines", "docs"}
     for path, text in files.items():
-        assert path.read_text() == text, f"{path} is stale: run python -m flowstat.templates --write"
+        assert (ROOT / path).read_text() == text, f"{path} is stale: run make generate"
     mapping = json.loads((ROOT / "index-templates" / "elasticsearch" / "component-flowstat-sample-mappings.json").read_text())
     assert set(mapping["template"]["mappings"]["properties"]) == {f.name for f in schema.fields()}
     runs = json.loads((ROOT / "index-templates" / "elasticsearch" / "component-flowstat-run-mappings.json").read_text())

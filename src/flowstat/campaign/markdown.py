@@ -97,17 +97,21 @@ def plots(campaign: Campaign, rows: list[Row], folder: Path) -> list[tuple[str, 
         xs = [float(r.value) for r in known] if numeric else [float(i) for i, r in enumerate(measured) if r in known]
         line = svg.Line("mean ± std", xs, [r.stats[metric].mean for r in known], [r.stats[metric].std for r in known])
         text = svg.plot(f"{name}, steady state, all mergers", campaign.parameter_label, titled(metric), [line],
-                        None if numeric else [r.label for r in measured], log_x=log_x)
+                        None if numeric else [r.label for r in measured], log_x=log_x, note=WRITTEN_BY)
         file = f"{metric}-vs-{campaign.parameter.replace('.', '-')}.svg"
         (folder / file).write_text(text)
         made.append((f"{name} against {campaign.parameter_label}", f"{folder.name}/{file}"))
         lines = [svg.Line(r.label, list(map(float, r.series[metric][0])), list(map(float, r.series[metric][1])))
                  for r in measured if len(r.series.get(metric, ((), ()))[0])]
-        text = svg.plot(f"{name} over time, all mergers", "seconds since the start", titled(metric), lines)
+        text = svg.plot(f"{name} over time, all mergers", "seconds since the start", titled(metric), lines,
+                        note=WRITTEN_BY)
         file = f"{metric}-over-time.svg"
         (folder / file).write_text(text)
         made.append((f"{name} over time, one line per configuration", f"{folder.name}/{file}"))
     return made
+
+
+WRITTEN_BY = "Written by `flowstat campaign` (in the repository: make bench, benchmarks/run_campaigns.py): do not edit."
 
 
 def write(campaign: Campaign, rows: list[Row], out_dir: Path, command: str, facts: dict[str, Any]) -> Path:
@@ -115,7 +119,7 @@ def write(campaign: Campaign, rows: list[Row], out_dir: Path, command: str, fact
     md = out_dir / f"{campaign.name}.md"
     figures = plots(campaign, rows, out_dir / campaign.name)
     m = facts
-    text = [f"# {campaign.title}", ""]
+    text = [f"<!-- {WRITTEN_BY} -->", f"# {campaign.title}", ""]
     if campaign.description:
         text += [campaign.description, ""]
     text += ["Made by:", "", "```console", f"$ {command}", "```", "",

@@ -43,9 +43,9 @@ def _label(v: float) -> str:
 
 
 def plot(title: str, x_label: str, y_label: str, lines: list[Line], categories: list[str] | None = None,
-         log_x: bool = False) -> str:
+         log_x: bool = False, note: str = "") -> str:
     """The SVG text of ``lines`` on one pair of axes; y starts at 0. ``categories``: the x axis
-    names these (lines' x are their indexes)."""
+    names these (lines' x are their indexes); ``note``: a comment in the file (who made it)."""
     fx = (lambda v: math.log10(v)) if log_x else (lambda v: v)
     xs = [fx(v) for ln in lines for v in ln.x] or [0.0]
     tops = [y + (e if ln.err else 0) for ln in lines for y, e in zip(ln.y, ln.err or [0] * len(ln.y))]
@@ -63,6 +63,7 @@ def plot(title: str, x_label: str, y_label: str, lines: list[Line], categories: 
 
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
            f'font-family="sans-serif" font-size="11">',
+           *([f"<!-- {escape(note)} -->"] if note else []),
            f'<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>',
            f'<text x="{LEFT}" y="18" font-size="13" font-weight="bold">{escape(title)}</text>']
     for t in _ticks(0, y_hi):

@@ -34,6 +34,16 @@ from .sample import (
     validate,
 )
 
+
+
+def markdown_tables() -> str:
+    """The documentation of every schema, a table each (docs/schema.md ends with it)."""
+    from . import agent, run, sample
+
+    return ("## Sample\n\n" + sample.markdown_table() + "\n## Run\n\n" + run.markdown_table() + "\n## Agent\n\n"
+            + agent.markdown_table())
+
+
 __all__ = ["DEFAULT_ROLE", "INT64_MAX", "NODE_STATES", "PIPELINE_ROLES", "PY_TYPES", "ROLES", "SCHEMA_FILE",
            "STATE_DOWN", "STATE_STOPPED", "STATE_UP", "Field", "Layout", "document_id", "fields", "from_control_reply", "layout",
-           "markdown_table", "measurement", "schema", "time_ns", "to_json", "to_line_protocol", "validate"]
+           "markdown_table", "markdown_tables", "measurement", "schema", "time_ns", "to_json", "to_line_protocol", "validate"]

@@ -1,6 +1,6 @@
-"""``python -m flowstat.schema``: print the schemas' documentation (docs/schema.md embeds it)."""
+"""``python -m flowstat.schema``: print the schemas' documentation (docs/schema.md ends with it:
+`make generate` writes it there)."""
 
-from . import agent, run, sample
+from . import markdown_tables
 
-print("## Sample\n\n" + sample.markdown_table() + "\n## Run\n\n" + run.markdown_table() + "\n## Agent\n\n"
-      + agent.markdown_table(), end="")
+print(markdown_tables(), end="")
