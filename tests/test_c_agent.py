@@ -360,8 +360,9 @@ def test_cpu_clock_is_a_million_hz_for_a_busy_core_and_near_zero_for_an_idle_pro
     # the first sample of a process has no earlier reading to measure from
     busy_rates, idle_rates = [r for _, r in samples[busy.pid][1:]], [r for _, r in samples[idle.pid][1:]]
     assert len(busy_rates) == len(idle_rates) == 5
-    # two cores shared with other work may give the spinner well under a whole core: a wide band
-    assert 0.3e6 <= sum(busy_rates) / 5 <= 1.3e6, busy_rates
+    # one thread is never more than one core; how much of one it gets depends on what else runs (the
+    # scale itself is checked below, against the kernel's count)
+    assert 0 < sum(busy_rates) / 5 <= 1.3e6 and min(busy_rates) > 0, busy_rates
     assert all(0 <= r < 0.05e6 for r in idle_rates), idle_rates
     stamps = [t for t, _ in samples[busy.pid]]
     measured = sum(r * (b - a) for r, a, b in zip(busy_rates, stamps, stamps[1:])) / 1e6

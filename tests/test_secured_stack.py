@@ -13,6 +13,7 @@ import pytest
 import requests
 
 from flowstat import provision
+from flowstat.stores import StoreAuth, StoreAuthError
 from flowstat.stores import elasticsearch as es_store
 from flowstat.stores import influxdb as influx_store
 from flowstat.timeutil import iso_utc_ms
@@ -26,20 +27,19 @@ def sample(run_id: str, seq: int = 0, t: float | None = None) -> dict:
 
 def es_writer(s, index: str, who: str | None = None, api_key: str | None = None) -> es_store.Elasticsearch:
     """flowstat's own Elasticsearch writer (what the agents and replay write with), logged in."""
-    writer = es_store.Elasticsearch(s.es_url, index)
-    writer.session.verify = str(s.ca_file)
-    if who:
-        writer.session.auth = s.es_user(who)
-    if api_key:
-        writer.session.headers["Authorization"] = f"ApiKey {api_key}"
-    return writer
+    user, password = s.es_user(who) if who else (None, None)
+    auth = StoreAuth("FLOWSTAT_ES", "API_KEY", "ApiKey", user, password, api_key, str(s.ca_file))
+    return es_store.Elasticsearch(s.es_url, index, auth=auth)
 
 
 def write_sample(s, index: str, **login) -> tuple[int, list[str]]:
+    """(samples stored, why not): the store refusing who writes is said, not raised."""
     writer = es_writer(s, index, **login)
     try:
         out = writer.post(writer.encode([sample(f"sec-{uuid.uuid4().hex[:8]}")]), 1)
         return out.accepted, out.reasons
+    except StoreAuthError as exc:
+        return 0, [str(exc)]
     finally:
         writer.close()
 
@@ -211,9 +211,8 @@ def test_the_analysis_module_is_compiled_once(secured_stack):
 
 # -- InfluxDB ---------------------------------------------------------------------------------------
 def influx_as(s, who: str) -> influx_store.InfluxDB:
-    writer = influx_store.InfluxDB(s.influx_url, "flowstat")
-    writer.session.auth = s.influx_user(who)
-    return writer
+    user, password = s.influx_user(who)
+    return influx_store.InfluxDB(s.influx_url, "flowstat", auth=StoreAuth("FLOWSTAT_INFLUX", "TOKEN", "Token", user, password))
 
 
 def write_line(s, who: str, line: str) -> requests.Response:
@@ -235,7 +234,7 @@ def test_the_influxdb_users_and_the_replay_backfill(secured_stack):
     # replay's rollup backfill (SELECT ... INTO): refused to the writer (it needs READ too), done by replay
     writer = influx_as(s, "writer")
     try:
-        with pytest.raises(RuntimeError, match="requires READ on flowstat"):
+        with pytest.raises(StoreAuthError, match="requires READ on flowstat"):
             writer.loaded(now - 120_000_000_000, now)
     finally:
         writer.close()

@@ -39,7 +39,8 @@ from .summary import RunOutcome, build_summary, run_document
 from .topology import VIEWER_NODE, Topology, producer_process_name
 
 READY_TIMEOUT_S = 60.0  # building a producer's pool of 50 MB objects takes a while
-STAGE_TIMEOUT_S = 60.0
+STAGE_TIMEOUT_S = 60.0  # a stage stopping with nothing taken nor sent for this long is stopped
+PROGRESS_EVERY_S = 2.0  # how often a stopping stage's counters are read
 
 
 class RunError(RuntimeError):
@@ -339,10 +340,10 @@ class Orchestrator:
             if i == 0 or broken_upstream:
                 for dev in stage:
                     self.signal(dev, stop_signal)
-            if not self.wait_exit(stage, STAGE_TIMEOUT_S):
+            if not self.wait_exit(stage, STAGE_TIMEOUT_S, while_progressing=True):
                 for dev in stage:
                     if dev.exit_code is None:
-                        self.failures.append(f"{dev.name} did not finish within {STAGE_TIMEOUT_S:.0f} s; stopping it")
+                        self.failures.append(f"{dev.name} made no progress for {STAGE_TIMEOUT_S:.0f} s while stopping; stopping it")
                         self.signal(dev, signal.SIGUSR1)
                 if not self.wait_exit(stage, 10.0):
                     for dev in stage:
@@ -355,12 +356,21 @@ class Orchestrator:
                     if dev.final is None and not any(f.startswith(dev.name) for f in self.failures):
                         self.failures.append(f"{msg}; log: {dev.log_path}")
 
-    def wait_exit(self, stage: list[Device], timeout: float) -> bool:
+    def wait_exit(self, stage: list[Device], timeout: float, while_progressing: bool = False) -> bool:
+        """Wait for every device of ``stage`` to exit, at most ``timeout`` s; ``while_progressing``:
+        ``timeout`` s without progress (a merger draining a long queue takes what it takes, a hung one
+        is stopped: its counters tell them apart)."""
         deadline = time.monotonic() + timeout
+        last, next_look = None, time.monotonic() + PROGRESS_EVERY_S
         while any(d.exit_code is None for d in stage):
             if self.interrupts > 1:
                 self.kill_all()
                 return True
+            if while_progressing and time.monotonic() >= next_look:
+                now = self.stage_counters(stage)
+                if last is not None and now != last:
+                    deadline = time.monotonic() + timeout
+                last, next_look = now, time.monotonic() + PROGRESS_EVERY_S
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
@@ -370,6 +380,20 @@ class Orchestrator:
             if dev.proc is not None:
                 dev.proc.wait()
         return True
+
+    def stage_counters(self, stage: list[Device]) -> tuple:
+        """What a stage's running devices have taken and sent so far (None for one that does not answer)."""
+        out = []
+        for dev in stage:
+            if dev.exit_code is not None or dev.name not in self.clients:
+                continue
+            try:
+                reply = self.clients[dev.name].request("get-metrics")
+            except (ControlError, ValueError):
+                out.append(None)
+                continue
+            out.append(tuple(reply.get(k) for k in ("objects_received", "objects_merged", "objects_sent")))
+        return tuple(out)
 
     def close(self) -> None:
         for client in self.clients.values():
