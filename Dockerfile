@@ -7,8 +7,13 @@
 # What is in it and why: docs/compose.md, "The flowstat image". tests/test_dockerfile.py checks this
 # file against the checkout (no Docker needed).
 
+# The base of every stage: the official Python image, pinned. PYTHON_IMAGE names another one with
+# Python 3.11 as `python` on the PATH and Debian bookworm's apt (the compose tests build on one made
+# from Debian's packages: no image registry is reachable there).
+ARG PYTHON_IMAGE=python:3.11.17-slim-bookworm
+
 # -- the wheel, built as tests/test_wheel.py builds it: from src/, pyproject.toml and README.md only
-FROM python:3.11.17-slim-bookworm AS wheel
+FROM ${PYTHON_IMAGE} AS wheel
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore
 WORKDIR /source
 COPY pyproject.toml README.md ./
@@ -17,7 +22,7 @@ RUN python -m pip wheel -q --no-deps -w /dist /source
 
 # -- the C agent: collectors/c/Makefile (make's default compiler, cc: gcc on Debian), its schema
 # header generated from the package's schemas by gen_schema_header.py (python3 is this image's)
-FROM python:3.11.17-slim-bookworm AS agent
+FROM ${PYTHON_IMAGE} AS agent
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
        gcc libc6-dev make pkg-config libzmq3-dev libcjson-dev libcurl4-openssl-dev \
@@ -29,7 +34,7 @@ RUN make -C collectors/c all
 
 # -- the image: Python 3.11 (what requirements.lock was made for), the shared libraries the C
 # agent links (the runtime packages of the -dev ones above), flowstat and nothing to build with
-FROM python:3.11.17-slim-bookworm
+FROM ${PYTHON_IMAGE}
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libzmq5 libcjson1 libcurl4 \

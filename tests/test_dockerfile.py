@@ -89,11 +89,16 @@ def parse_dockerfile(text: str) -> list[Stage]:
         lines.append(pending + raw)
         pending = ""
     stages: list[Stage] = []
+    global_args: dict[str, str] = {}  # ARGs before the first FROM: what FROM lines may use, with their defaults
     for line in lines:
         keyword, _, args = line.strip().partition(" ")
         keyword, args = keyword.upper(), args.strip()
+        if keyword == "ARG" and not stages:
+            name, _, default = args.partition("=")
+            global_args[name] = default.strip('"')
+            continue
         if keyword == "FROM":
-            words = args.split()
+            words = re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: global_args[m[1] or m[2]], args).split()
             stages.append(Stage(words[0], words[2] if len(words) == 3 and words[1].upper() == "AS" else None))
             continue
         stage = stages[-1]
