@@ -106,12 +106,19 @@ def compose_binary() -> Path:
 
 # -- the engine -------------------------------------------------------------------------------------
 def _pid_alive(pid_file: Path) -> int | None:
+    """The pid the file names while that process runs (a zombie child of ours is reaped: ended)."""
     try:
         pid = int(pid_file.read_text().strip())
-        os.kill(pid, 0)
-        return pid
-    except (OSError, ValueError):
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, ValueError, IndexError):
         return None
+    if state == "Z":
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        return None
+    return pid
 
 
 def netns_exists() -> bool:
