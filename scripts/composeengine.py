@@ -426,6 +426,7 @@ def images(engine: Engine) -> list[Image]:
                       ROOT / "requirements.lock", *_tree(ROOT / "src"), *_tree(ROOT / "collectors" / "c", ("build",)),
                       ROOT / "benchmark-harness" / "topologies"]
     constraints = ROOT / "src" / "flowstat" / "stack" / "elastalert-files" / "constraints.txt"
+    launcher = constraints.with_name("launch.py")
     zip_or_version = (lambda: es.m2_zip(ev) if es.m2_zip(ev).exists() else ev)
     return [
         debian, python,
@@ -443,9 +444,9 @@ def images(engine: Engine) -> list[Image]:
         Image(STANDIN["telegraf"], lambda: digest(base("debian"), STAND_INS / "telegraf", tv, ",".join(telegraf.PLUGINS)),
               build(STANDIN["telegraf"], "telegraf", {"DEBIAN_IMAGE": BASES["debian"]},
                     lambda: {"telegraf": telegraf.build()})),
-        Image(STANDIN["elastalert"], lambda: digest(base("python"), STAND_INS / "elastalert", constraints, av),
+        Image(STANDIN["elastalert"], lambda: digest(base("python"), STAND_INS / "elastalert", constraints, launcher, av),
               build(STANDIN["elastalert"], "elastalert", {"PYTHON_IMAGE": BASES["python"], "ELASTALERT_VERSION": av},
-                    lambda: {"constraints.txt": constraints})),
+                    lambda: {"constraints.txt": constraints, "launch.py": launcher})),
         Image(STANDIN["logstash"], lambda: digest(image_id(engine, f"flowstat:{fv}"), STAND_INS / "logstash"),
               build(STANDIN["logstash"], "logstash", {"FLOWSTAT_IMAGE": f"flowstat:{fv}"})),
     ]

@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -40,6 +41,7 @@ PY_AGENT, C_AGENT = "flowstat-agent-py", "flowstat-agent-c"
 TOPOLOGIES = "/usr/local/share/flowstat/topologies"
 SINKS = ["--sink", "http://telegraf:8186/write", "--sink", "tcp://logstash:5044?format=json"]  # the harness's own
 
+HOSTNAME = {"FLOWSTAT_HOSTNAME": socket.gethostname()}  # the override resolves it (extra_hosts)
 MISSING = [p for p in ("dockerd", "containerd", "mmdebstrap", "ip", "nsenter")
            if not shutil.which(p) and not shutil.which(p, path="/usr/sbin:/sbin")]
 if os.geteuid() != 0:
@@ -59,7 +61,7 @@ def compose_config(*files: Path, env_file: Path) -> dict:
     """The merged configuration, as Compose v2 reads it."""
     out = subprocess.run([str(ce.compose_binary()), "--project-directory", str(ROOT), "--env-file", str(env_file),
                           *(a for f in files for a in ("-f", str(f))), "--profile", "harness", "config", "--format", "json"],
-                         capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
+                         capture_output=True, text=True, env={"PATH": os.environ["PATH"], **HOSTNAME})
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
@@ -96,9 +98,9 @@ def override_differences(base: dict, merged: dict) -> list[str]:
             if key == "ports" and not new:
                 continue  # meaningless with host networking
             if key == "extra_hosts" and old is None and all(
-                    re.fullmatch(r"([\w-]+)[:=]127\.0\.0\.1", h) and re.fullmatch(r"([\w-]+)[:=].*", h)[1] in names
-                    for h in new):
-                continue  # the service names, on loopback
+                    re.fullmatch(r"([\w.-]+)[:=]127\.0\.0\.1", h) and re.split("[:=]", h)[0] in
+                    names | {HOSTNAME["FLOWSTAT_HOSTNAME"]} for h in new):
+                continue  # the service names and the machine's name, on loopback
             if key == "environment":
                 for var in sorted(set(old) | set(new)):
                     if old.get(var) == new.get(var):
@@ -177,7 +179,7 @@ class Stack:
     def __call__(self, *args: str, check: bool = True, env: dict | None = None, timeout: float = 600,
                  stdin: str | None = None) -> subprocess.CompletedProcess:
         out = subprocess.run([*self.base, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                             env={**self.engine.env, **(env or {})}, input=stdin)
+                             env={**self.engine.env, **HOSTNAME, **(env or {})}, input=stdin)
         if check:
             assert out.returncode == 0, f"compose {' '.join(args)}: {out.stdout[-3000:]}\n{out.stderr[-3000:]}"
         return out
@@ -201,7 +203,8 @@ class Stack:
         out = subprocess.run([str(ROOT / "scripts" / "compose-check"), "--json", *extra, "--env-file", str(self.env_file),
                               "-f", str(COMPOSE_FILE), "-f", str(ce.OVERRIDE), "-p", PROJECT],
                              capture_output=True, text=True, timeout=300, cwd=ROOT,
-                             env={**self.engine.env, "COMPOSE": f"{ce.compose_binary()} --project-directory {ROOT}"})
+                             env={**self.engine.env, **HOSTNAME,
+                                  "COMPOSE": f"{ce.compose_binary()} --project-directory {ROOT}"})
         try:
             return out.returncode, json.loads(out.stdout), out.stderr
         except ValueError:
@@ -297,7 +300,8 @@ def test_the_secrets_gate_refuses_placeholders_and_a_short_secret_naming_each(st
         assert f"{var} still holds .env.example's placeholder" in log, log
     ps = stack.ps()
     assert ps["secrets"]["ExitCode"] == 2
-    assert "elasticsearch" not in ps and "influxdb" not in ps  # no store ever started with a placeholder
+    for store in ("elasticsearch", "influxdb"):  # created, never started: no store took a placeholder
+        assert stack.container(store)["State"]["StartedAt"].startswith("0001-01-01"), ps[store]
     stack("down", "-v")
     # scripts/new-env's secrets, one of them made short
     stack.env_file.unlink()
