@@ -29,7 +29,7 @@ def render_files(root: Path) -> dict[Path, str]:
         out[root / "dashboards" / "grafana" / name] = text
     for name, text in kibana.files().items():
         out[root / "dashboards" / "kibana" / name] = text
-    for name, text in elastalert.rules().items():
+    for name, text in elastalert_service.compose_rules().items():
         out[root / "dashboards" / "elastalert" / "rules" / name] = text
     out[root / "dashboards" / "elastalert" / "config.yaml"] = elastalert_service.compose_config_text()
     return out
