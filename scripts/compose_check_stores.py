@@ -67,8 +67,9 @@ def check_users() -> dict:
     for who in INFLUX_WHO:
         user = os.environ.get(f"INFLUXDB_{who}_USER", "")
         try:
-            r = influx("SHOW MEASUREMENTS", who)
-            ok = r.status_code == 200 and "error" not in r.text
+            r = influx("SHOW DATABASES", who)
+            # 401 is a wrong password; a 403 (the writer may not read) is a login that worked
+            ok = r.status_code in (200, 403) and "authorization failed" not in r.text
             out[f"influxdb:{user}"] = ok
             if not ok:
                 problems.append(f"InfluxDB refuses {user} (HTTP {r.status_code}: {r.text.strip()[:120]}): .env's "

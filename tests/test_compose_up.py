@@ -247,7 +247,7 @@ def run_file_counts(run_dir: Path) -> dict:
 
 def c_agent_samples(run_dir: Path) -> int:
     """Node samples the C agent took and delivered, by its statistics file."""
-    stats = json.loads((run_dir / "flowstat-agent-c-stats.json").read_text())
+    stats = json.loads((run_dir / "agent-c-stats.json").read_text())
     return stats["samples"]
 
 
