@@ -41,7 +41,7 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --system --gid 10001 flowstat \
     && useradd --system --uid 10001 --gid flowstat --home-dir /var/lib/flowstat --shell /usr/sbin/nologin flowstat \
-    && install -d -o flowstat -g flowstat -m 0755 /var/lib/flowstat /var/lib/flowstat/runs
+    && install -d -o flowstat -g flowstat -m 0755 /var/lib/flowstat /var/lib/flowstat/runs /var/lib/flowstat/alerts
 
 # Every dependency comes as a binary wheel (no compiler here): --only-binary makes sure of it.
 COPY requirements.lock /tmp/flowstat/requirements.lock
@@ -74,8 +74,9 @@ LABEL org.opencontainers.image.title="flowstat" \
       org.opencontainers.image.revision="${FLOWSTAT_REVISION}" \
       org.opencontainers.image.licenses="Apache-2.0"
 
-# Runs go to ./runs: /var/lib/flowstat/runs, the user's; the harness profile mounts a volume there
-# (a new named volume takes this folder's owner).
+# Runs go to ./runs: /var/lib/flowstat/runs, the user's; the harness profile mounts a volume there,
+# and the alerts service one at /var/lib/flowstat/alerts (a new named volume takes the owner of the
+# image's folder: a folder the image lacks is made root's, and the inbox could not write its log).
 USER 10001:10001
 WORKDIR /var/lib/flowstat
 ENV HOME=/var/lib/flowstat
