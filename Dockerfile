@@ -7,8 +7,13 @@
 # What is in it and why: docs/compose.md, "The flowstat image". tests/test_dockerfile.py checks this
 # file against the checkout (no Docker needed).
 
+# The base of every stage: the official Python image, pinned. PYTHON_IMAGE names another one with
+# Python 3.11 as `python` on the PATH and Debian bookworm's apt (the compose tests build on one made
+# from Debian's packages: no image registry is reachable there).
+ARG PYTHON_IMAGE=python:3.11.17-slim-bookworm
+
 # -- the wheel, built as tests/test_wheel.py builds it: from src/, pyproject.toml and README.md only
-FROM python:3.11.17-slim-bookworm AS wheel
+FROM ${PYTHON_IMAGE} AS wheel
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore
 WORKDIR /source
 COPY pyproject.toml README.md ./
@@ -17,7 +22,7 @@ RUN python -m pip wheel -q --no-deps -w /dist /source
 
 # -- the C agent: collectors/c/Makefile (make's default compiler, cc: gcc on Debian), its schema
 # header generated from the package's schemas by gen_schema_header.py (python3 is this image's)
-FROM python:3.11.17-slim-bookworm AS agent
+FROM ${PYTHON_IMAGE} AS agent
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
        gcc libc6-dev make pkg-config libzmq3-dev libcjson-dev libcurl4-openssl-dev \
@@ -29,14 +34,14 @@ RUN make -C collectors/c all
 
 # -- the image: Python 3.11 (what requirements.lock was made for), the shared libraries the C
 # agent links (the runtime packages of the -dev ones above), flowstat and nothing to build with
-FROM python:3.11.17-slim-bookworm
+FROM ${PYTHON_IMAGE}
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libzmq5 libcjson1 libcurl4 \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --system --gid 10001 flowstat \
     && useradd --system --uid 10001 --gid flowstat --home-dir /var/lib/flowstat --shell /usr/sbin/nologin flowstat \
-    && install -d -o flowstat -g flowstat -m 0755 /var/lib/flowstat /var/lib/flowstat/runs
+    && install -d -o flowstat -g flowstat -m 0755 /var/lib/flowstat /var/lib/flowstat/runs /var/lib/flowstat/alerts
 
 # Every dependency comes as a binary wheel (no compiler here): --only-binary makes sure of it.
 COPY requirements.lock /tmp/flowstat/requirements.lock
@@ -69,8 +74,9 @@ LABEL org.opencontainers.image.title="flowstat" \
       org.opencontainers.image.revision="${FLOWSTAT_REVISION}" \
       org.opencontainers.image.licenses="Apache-2.0"
 
-# Runs go to ./runs: /var/lib/flowstat/runs, the user's; the harness profile mounts a volume there
-# (a new named volume takes this folder's owner).
+# Runs go to ./runs: /var/lib/flowstat/runs, the user's; the harness profile mounts a volume there,
+# and the alerts service one at /var/lib/flowstat/alerts (a new named volume takes the owner of the
+# image's folder: a folder the image lacks is made root's, and the inbox could not write its log).
 USER 10001:10001
 WORKDIR /var/lib/flowstat
 ENV HOME=/var/lib/flowstat

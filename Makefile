@@ -9,11 +9,11 @@ STAMP := $(VENV)/.installed
 
 C_AGENT := collectors/c/build/flowstat-agent
 C_DEPS := libzmq3-dev libcjson-dev libcurl4-openssl-dev pkg-config clang libclang-rt-14-dev valgrind docker-compose \
-	chromium chromium-driver
+	chromium chromium-driver docker.io mmdebstrap iproute2
 # Named after the list: a checkout that installed an older list installs what was added.
 C_STAMP := .cache/c-deps-$(shell echo '$(C_DEPS)' | md5sum | cut -c1-8).installed
 
-.PHONY: help demo test bench mutate install clean c-agent generate
+.PHONY: help demo test bench mutate install clean c-agent generate compose-images
 
 help:
 	@echo "make demo   local InfluxDB/Elasticsearch/Telegraf + a harness run shipping into them"
@@ -34,7 +34,9 @@ $(STAMP): $(BIN)/python pyproject.toml requirements.lock
 	touch $@
 
 # Debian packages: the C agent's build dependencies, docker-compose to validate docker-compose.yml
-# offline, and chromium with its chromedriver, in which the tests open flowstat report's pages.
+# offline, chromium with its chromedriver, in which the tests open flowstat report's pages, and
+# docker.io (dockerd, containerd, runc, the docker client), mmdebstrap and iproute2 (ip netns), with
+# which the tests run docker-compose.yml for real (tests/test_compose_up.py).
 # Installed once (root, or sudo if present).
 $(C_STAMP):
 	@mkdir -p .cache
@@ -63,10 +65,17 @@ demo: $(STAMP) c-agent
 
 # The servers the tests use are downloaded and built first, on a quiet machine: the tests run on
 # two workers, and timing tests beside a Telegraf build would only measure the build.
-test: $(STAMP) c-agent
+test: $(STAMP) c-agent compose-images
 	$(BIN)/lint-imports
 	$(BIN)/flowstat stack install --cache .cache/test-stack
 	$(BIN)/python -m pytest -q -ra -n 2
+
+# The compose stack's images, built here (no image registry is reachable): Compose v2 from the Go
+# module proxy, Debian bases made with mmdebstrap, flowstat's from the Dockerfile, and the stand-ins
+# of scripts/compose-stand-ins/, each rebuilt only when its inputs change (about 6 minutes the first
+# time on a machine, a few seconds after: kept in /var/lib/flowstat/compose). Needs root.
+compose-images: $(STAMP) $(C_STAMP)
+	$(BIN)/python scripts/composeengine.py images
 
 bench: $(STAMP) c-agent
 	$(BIN)/python benchmarks/run_benchmarks.py --full

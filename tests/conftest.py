@@ -45,7 +45,7 @@ def runs_dir(tmp_path: Path) -> Path:
 
 
 # The modules that start, stop or use the real servers (the session's stack, or a stack of their own).
-SERVER_MODULES = {"test_campaign_stores.py", "test_compose.py", "test_dashboards.py", "test_demo.py", "test_elastalert.py", "test_ingest.py", "test_kibana.py", "test_provision.py",
+SERVER_MODULES = {"test_campaign_stores.py", "test_compose.py", "test_compose_up.py", "test_dashboards.py", "test_demo.py", "test_elastalert.py", "test_ingest.py", "test_kibana.py", "test_provision.py",
                   "test_secured_stack.py", "test_secured_clients.py", "test_sinks_real_servers.py", "test_stack.py", "test_stores.py", "test_wheel.py"}
 
 

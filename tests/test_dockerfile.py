@@ -89,11 +89,16 @@ def parse_dockerfile(text: str) -> list[Stage]:
         lines.append(pending + raw)
         pending = ""
     stages: list[Stage] = []
+    global_args: dict[str, str] = {}  # ARGs before the first FROM: what FROM lines may use, with their defaults
     for line in lines:
         keyword, _, args = line.strip().partition(" ")
         keyword, args = keyword.upper(), args.strip()
+        if keyword == "ARG" and not stages:
+            name, _, default = args.partition("=")
+            global_args[name] = default.strip('"')
+            continue
         if keyword == "FROM":
-            words = args.split()
+            words = re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: global_args[m[1] or m[2]], args).split()
             stages.append(Stage(words[0], words[2] if len(words) == 3 and words[1].upper() == "AS" else None))
             continue
         stage = stages[-1]
@@ -443,6 +448,12 @@ def test_the_user_owns_its_working_folder_and_runs(stages):
     assert {workdir, posixpath.join(workdir, "runs")} <= owned, owned
     env = {k: v for e in final.all("ENV") for k, _, v in (w.partition("=") for w in shlex.split(e.args))}
     assert env.get("HOME") in owned | {None}
+    # and every folder compose mounts a named volume on in a service of this image (a new volume takes
+    # the folder's owner; one the image lacks is made root's: the alert inbox could not write its log)
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    mounted = {v.split(":")[1] for svc in compose["services"].values() if str(svc.get("image", "")).startswith("flowstat:")
+               for v in svc.get("volumes", []) if not v.startswith((".", "/"))}
+    assert mounted and mounted <= owned, mounted - owned
 
 
 # -- the compose harness profile --------------------------------------------------------------------

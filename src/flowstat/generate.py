@@ -47,12 +47,13 @@ def _store_setup(root: Path) -> dict[Path, str]:
 def _views(root: Path) -> dict[Path, str]:
     from flowstat.stack import elastalert as elastalert_service
     from flowstat.stack import telegraf
-    from flowstat.views import elastalert, grafana, kibana
+    from flowstat.views import grafana, kibana
 
     out = {Path("pipelines") / "telegraf" / telegraf.CONFIG: telegraf.generated_config_text()}
     out.update({Path("dashboards") / "grafana" / name: text for name, text in grafana.files().items()})
     out.update({Path("dashboards") / "kibana" / name: text for name, text in kibana.files().items()})
-    out.update({Path("dashboards") / "elastalert" / "rules" / name: text for name, text in elastalert.rules().items()})
+    out.update({Path("dashboards") / "elastalert" / "rules" / name: text
+                for name, text in elastalert_service.compose_rules().items()})
     out[Path("dashboards") / "elastalert" / "config.yaml"] = elastalert_service.compose_config_text()
     return out
 

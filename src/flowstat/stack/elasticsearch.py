@@ -42,6 +42,16 @@ def m2_zip(version: str) -> Path:
             "elasticsearch" / version / f"elasticsearch-{version}.zip")
 
 
+def secured_distribution(cache: Path) -> Path:
+    """The unpacked zip of CACHE (downloaded and unpacked once) with the analysis module the
+    .security index needs compiled into it: what a secured node runs, e.g. in the compose tests'
+    Elasticsearch image (scripts/composeengine.py)."""
+    node = Elasticsearch("elasticsearch-image", cache, Elasticsearch.default_port, extra={"security": True})
+    node._unpack()
+    node._analysis_module()
+    return node.dist
+
+
 def unzip_keeping_modes(archive: Path, dest: Path) -> None:
     """zipfile drops permission bits; scripts under bin/ must stay executable."""
     with zipfile.ZipFile(archive) as z:

@@ -1,0 +1,21 @@
+#!/bin/bash
+# What the official image's entrypoint does that docker-compose.yml relies on: every environment
+# variable named like a setting (lower case, with a dot: discovery.type, xpack.security.enabled...)
+# is passed as -E NAME=VALUE, and ELASTIC_PASSWORD becomes the keystore's bootstrap.password (the
+# elastic user's password until the .security index holds one). Then Elasticsearch, as PID 1.
+set -euo pipefail
+cd /usr/share/elasticsearch
+settings=()
+while IFS= read -r -d '' pair; do
+  name="${pair%%=*}"
+  if [[ "$name" =~ ^[a-z0-9_]+\.[a-z0-9_.]+$ ]]; then
+    settings+=("-E" "$pair")
+  fi
+done < <(env -0)
+if [[ -n "${ELASTIC_PASSWORD:-}" ]]; then
+  [[ -f config/elasticsearch.keystore ]] || bin/elasticsearch-keystore create
+  if ! bin/elasticsearch-keystore list | grep -qx 'bootstrap.password'; then
+    printf '%s' "$ELASTIC_PASSWORD" | bin/elasticsearch-keystore add -x bootstrap.password
+  fi
+fi
+exec bin/elasticsearch "${settings[@]}" "$@"

@@ -1,0 +1,470 @@
+"""docker-compose.yml, up for real: the users' file plus one override
+(scripts/compose-stand-ins/docker-compose.stand-ins.yml) that only swaps images, puts every service
+on the host network and leaves out what has no stand-in here (Kibana, Grafana), on the suite's own
+Docker engine (scripts/composeengine.py: its own sockets and data root, no bridge, run inside a
+network namespace that holds only a loopback) with Compose v2.
+
+In order, as a person would: scripts/new-env, the secrets gate, `up` (every service healthy,
+every one-shot exited 0, scripts/compose-check all well), the harness profile's runs in both
+stores (with InfluxDB killed mid-run and restarted by its policy), an overload run's alert in the
+inbox, replay from the host and from the harness container, down then up keeping the data, and
+compose-check naming a stopped store. The images are built before (make compose-images); with
+CI set, a missing engine fails instead of skipping.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import composeengine as ce  # noqa: E402
+
+COMPOSE_FILE = ROOT / "docker-compose.yml"
+PROJECT = "flowstat-compose-test"
+LEFT_OUT = {"kibana", "setup-kibana", "grafana"}  # no source for Kibana or Grafana here
+FLOWSTAT_SERVICES = {"secrets", "setup", "setup-kibana", "alerts", "harness"}
+PY_AGENT, C_AGENT = "flowstat-agent-py", "flowstat-agent-c"
+TOPOLOGIES = "/usr/local/share/flowstat/topologies"
+SINKS = ["--sink", "http://telegraf:8186/write", "--sink", "tcp://logstash:5044?format=json"]  # the harness's own
+
+HOSTNAME = {"FLOWSTAT_HOSTNAME": socket.gethostname()}  # the override resolves it (extra_hosts)
+MISSING = [p for p in ("dockerd", "containerd", "mmdebstrap", "ip", "nsenter")
+           if not shutil.which(p) and not shutil.which(p, path="/usr/sbin:/sbin")]
+if os.geteuid() != 0:
+    MISSING.append("root")
+pytestmark = pytest.mark.skipif(bool(MISSING) and not os.environ.get("CI"),
+                                reason=f"needs {', '.join(MISSING)} (make test installs the engine and builds the images)")
+
+
+def host_addresses() -> list[tuple[str, str]]:
+    """Every interface of the machine and its addresses (`ip -j addr`)."""
+    out = subprocess.run(["ip", "-j", "addr"], capture_output=True, text=True, check=True).stdout
+    return sorted((link["ifname"], f"{a['local']}/{a['prefixlen']}") for link in json.loads(out)
+                  for a in link.get("addr_info", []) or [{"local": "", "prefixlen": ""}])
+
+
+def compose_config(*files: Path, env_file: Path) -> dict:
+    """The merged configuration, as Compose v2 reads it."""
+    out = subprocess.run([str(ce.compose_binary()), "--project-directory", str(ROOT), "--env-file", str(env_file),
+                          *(a for f in files for a in ("-f", str(f))), "--profile", "harness", "config", "--format", "json"],
+                         capture_output=True, text=True, env={"PATH": os.environ["PATH"], **HOSTNAME})
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+# -- the override changes nothing but images, networking and what is left out -----------------------
+BIND_KEYS = {"elasticsearch": {"network.host": "127.0.0.1"},
+             "influxdb": {"INFLUXDB_HTTP_BIND_ADDRESS": "127.0.0.1:8086"}}  # settings the images' own 0.0.0.0 gives way to
+
+
+def override_differences(base: dict, merged: dict) -> list[str]:
+    """Every difference between the users' configuration and the merged one that is not an image
+    swap, host networking (network_mode, ports, extra_hosts, binding 127.0.0.1 instead of
+    0.0.0.0) or a service left out: empty when the override does only what it says."""
+    wrong = []
+    names = set(base["services"])
+    if set(merged["services"]) != names - LEFT_OUT:
+        wrong.append(f"services: {sorted(set(merged['services']) ^ (names - LEFT_OUT))} differ")
+    for name, after in merged["services"].items():
+        before = base["services"][name]
+        for key in sorted(set(before) | set(after)):
+            old, new = before.get(key), after.get(key)
+            if old == new:
+                continue
+            if key == "image" and (name in FLOWSTAT_SERVICES) == (new == old) and (
+                    name in FLOWSTAT_SERVICES or new in ce.STANDIN.values()):
+                continue  # a stand-in; flowstat's own image keeps its tag (built here from the Dockerfile)
+            if key in ("pull_policy", "build") and name in FLOWSTAT_SERVICES and (
+                    (key, new) == ("pull_policy", "never") or (key, new) == ("build", None)):
+                continue  # built beforehand, by the suite, from the same Dockerfile
+            if key == "network_mode" and new == "host":
+                continue
+            if key == "networks" and new is None and old == {"default": None}:
+                continue  # the host network replaces the default network
+            if key == "ports" and not new:
+                continue  # meaningless with host networking
+            if key == "extra_hosts" and old is None and all(
+                    re.fullmatch(r"([\w.-]+)[:=]127\.0\.0\.1", h) and re.split("[:=]", h)[0] in
+                    names | {HOSTNAME["FLOWSTAT_HOSTNAME"]} for h in new):
+                continue  # the service names and the machine's name, on loopback
+            if key == "environment":
+                for var in sorted(set(old) | set(new)):
+                    if old.get(var) == new.get(var):
+                        continue
+                    if var in old and old[var].startswith("0.0.0.0:") and new.get(var) == "127.0.0.1:" + old[var][8:]:
+                        continue
+                    if var not in old and BIND_KEYS.get(name, {}).get(var) == new[var]:
+                        continue
+                    wrong.append(f"{name}.environment.{var}: {old.get(var)!r} -> {new.get(var)!r}")
+                continue
+            if key == "command" and [c.replace("0.0.0.0:", "127.0.0.1:") for c in old] == new:
+                continue
+            wrong.append(f"{name}.{key}: {json.dumps(old)[:120]} -> {json.dumps(new)[:120]}")
+    for key in sorted(set(base) | set(merged)):
+        if key in ("services", "name") or (key.startswith("x-") and key not in base):
+            continue  # the override's own anchors (x-host...) hold only what its services take
+        if key == "volumes":
+            used = {v["source"] for svc in merged["services"].values() for v in svc.get("volumes", [])
+                    if v["type"] == "volume"}
+            if {k: v for k, v in base["volumes"].items() if k in used} != merged["volumes"]:
+                wrong.append(f"volumes: {sorted(base['volumes'])} -> {sorted(merged['volumes'])}")
+            if set(base["volumes"]) - set(merged["volumes"]) != {"kibana-data", "grafana-data"}:
+                wrong.append(f"volumes left out: {sorted(set(base['volumes']) - set(merged['volumes']))}")
+            continue
+        if key == "networks" and "networks" not in merged:
+            continue  # no service uses a network any longer (each is on the host's): compose drops them
+        if base.get(key) != merged.get(key):
+            wrong.append(f"{key}: differs")
+    return wrong
+
+
+@pytest.fixture(scope="module")
+def compose_v2() -> Path:
+    if not Path(ce.state_root(), "go", f"compose-{ce.COMPOSE_VERSION}", "docker-compose").exists() \
+            and not os.environ.get("CI"):
+        pytest.skip("Compose v2 is not built yet: make compose-images")
+    return ce.compose_binary()
+
+
+def test_the_override_only_swaps_images_sets_host_networking_and_leaves_out_what_has_no_stand_in(compose_v2):
+    env = ROOT / ".env.example"
+    base = compose_config(COMPOSE_FILE, env_file=env)
+    merged = compose_config(COMPOSE_FILE, ce.OVERRIDE, env_file=env)
+    assert override_differences(base, merged) == []
+    # the default network, which a service without network_mode would join, is the host's: compose
+    # can never make a bridge for one
+    raw = yaml.safe_load(ce.OVERRIDE.read_text().replace("!reset", ""))
+    assert raw["networks"] == {"default": {"name": "host", "external": True}}
+    assert all(svc["network_mode"] == "host" for svc in merged["services"].values())
+    # and the guard catches what it must: another key, a changed value, a port that stays
+    broken = json.loads(json.dumps(merged))
+    broken["services"]["influxdb"]["mem_limit"] = 99
+    broken["services"]["telegraf"]["environment"]["FLOWSTAT_TELEGRAF_BUFFER"] = "1"
+    broken["services"]["alerts"]["command"][2] = "127.0.0.1:9096"
+    assert override_differences(base, broken) == [
+        "alerts.command: " + json.dumps(base["services"]["alerts"]["command"])[:120] + " -> "
+        + json.dumps(broken["services"]["alerts"]["command"])[:120],
+        "influxdb.mem_limit: " + json.dumps(base["services"]["influxdb"]["mem_limit"]) + " -> 99",
+        "telegraf.environment.FLOWSTAT_TELEGRAF_BUFFER: '200000' -> '1'"]
+    # every server the stack runs listens on loopback: none binds 0.0.0.0 any longer
+    assert "0.0.0.0" not in json.dumps(merged)
+    # the images of the override are the ones the suite builds
+    assert {s["image"] for n, s in merged["services"].items() if n not in FLOWSTAT_SERVICES} == set(ce.STANDIN.values())
+
+
+# -- the stack -------------------------------------------------------------------------------------
+class Stack:
+    """The compose project under test: compose commands, .env, the engine, the harness's runs."""
+
+    def __init__(self, engine: ce.Engine, env_file: Path):
+        self.engine = engine
+        self.env_file = env_file
+        self.base = [str(ce.compose_binary()), "--project-directory", str(ROOT), "-p", PROJECT,
+                     "--env-file", str(env_file), "-f", str(COMPOSE_FILE), "-f", str(ce.OVERRIDE)]
+
+    def __call__(self, *args: str, check: bool = True, env: dict | None = None, timeout: float = 600,
+                 stdin: str | None = None) -> subprocess.CompletedProcess:
+        out = subprocess.run([*self.base, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                             env={**self.engine.env, **HOSTNAME, **(env or {})}, input=stdin)
+        if check:
+            assert out.returncode == 0, f"compose {' '.join(args)}: {out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+        return out
+
+    @property
+    def values(self) -> dict[str, str]:
+        return dict(line.split("=", 1) for line in self.env_file.read_text().splitlines()
+                    if line.strip() and not line.startswith("#"))
+
+    def ps(self) -> dict[str, dict]:
+        out = self("ps", "--all", "--format", "json").stdout.strip()
+        rows = json.loads(out) if out.startswith("[") else [json.loads(x) for x in out.splitlines() if x.strip()]
+        return {r["Service"]: r for r in rows}
+
+    def container(self, service: str) -> dict:
+        cid = self("ps", "--all", "-q", service).stdout.split()[0]
+        return json.loads(self.engine.docker("inspect", cid).stdout)[0]
+
+    def check(self, *extra: str) -> tuple[int, dict, str]:
+        """scripts/compose-check --json, as a user runs it (with this project's options)."""
+        out = subprocess.run([str(ROOT / "scripts" / "compose-check"), "--json", *extra, "--env-file", str(self.env_file),
+                              "-f", str(COMPOSE_FILE), "-f", str(ce.OVERRIDE), "-p", PROJECT],
+                             capture_output=True, text=True, timeout=300, cwd=ROOT,
+                             env={**self.engine.env, **HOSTNAME,
+                                  "COMPOSE": f"{ce.compose_binary()} --project-directory {ROOT}"})
+        try:
+            return out.returncode, json.loads(out.stdout), out.stderr
+        except ValueError:
+            raise AssertionError(f"compose-check: {out.stdout[-2000:]}\n{out.stderr[-2000:]}") from None
+
+    def runs_dir(self) -> Path:
+        """The harness-runs volume, read from the engine's data root."""
+        return Path(self.engine.docker("volume", "inspect", "--format", "{{.Mountpoint}}",
+                                       f"{PROJECT}_harness-runs").stdout.strip())
+
+    def wait_healthy(self, service: str, timeout_s: float = 180) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            row = self.ps().get(service, {})
+            if row.get("State") == "running" and row.get("Health") in ("healthy", ""):
+                return
+            time.sleep(1)
+        raise AssertionError(f"{service} not healthy after {timeout_s:.0f} s: {self.ps().get(service)}\n"
+                             f"{self('logs', '--tail', '30', service, check=False).stdout}")
+
+    def new_run(self, before: set[str]) -> Path:
+        made = [d for d in self.runs_dir().iterdir() if d.name not in before]
+        assert len(made) == 1, f"runs made: {made}"
+        return made[0]
+
+
+def run_file_counts(run_dir: Path) -> dict:
+    nodes, selfs, overloaded = 0, 0, set()
+    for line in (run_dir / "samples.ndjson").read_text().splitlines():
+        doc = json.loads(line)
+        if "flowstat_agent" in doc:
+            selfs += 1
+        elif "node_id" in doc:
+            nodes += 1
+            if doc.get("send_buffer_overloaded") or doc.get("receive_buffer_overloaded"):
+                overloaded.add(doc["node_id"])
+    return {"nodes": nodes, "selfs": selfs, "overloaded": overloaded,
+            "run": json.loads((run_dir / "run.json").read_text())}
+
+
+def c_agent_samples(run_dir: Path) -> int:
+    """Node samples the C agent took and delivered, by its statistics file."""
+    stats = json.loads((run_dir / "agent-c-stats.json").read_text())
+    return stats["samples"]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    """The suite's engine, images ready, started in its namespace; stopped by its pid at the end,
+    after which the machine has exactly the interfaces and addresses it had before."""
+    if MISSING:
+        pytest.fail(f"CI is set and the engine cannot run: {', '.join(MISSING)} missing (make installs them)")
+    before = host_addresses()
+    e = ce.Engine(ce.state_root())
+    with ce.machine_lock(e.root):
+        t0 = time.monotonic()
+        built = ce.ensure_images(e, report=lambda m: print(m, file=sys.stderr))
+        print(f"images: {len(built)} built in {time.monotonic() - t0:.0f} s", file=sys.stderr)
+        e.start(isolated=True)
+        try:
+            yield e
+        finally:
+            e.stop()
+    after = host_addresses()
+    assert after == before, f"interfaces or addresses changed: {sorted(set(after) ^ set(before))}"
+    assert not ce.netns_exists()
+
+
+def test_the_engine_makes_no_network_and_no_address_outside_loopback(engine):
+    assert sorted(engine.networks()) == ["host", "none"]
+    addresses = ce.netns_addresses()
+    assert addresses and all(a.startswith("127.") or a == "::1/128" for a in addresses), addresses
+    # the stack's "host" network is the namespace, not the machine's: no interface of the machine in it
+    assert "eth0" not in subprocess.run(["ip", "-n", ce.NETNS, "-br", "link"], capture_output=True,
+                                        text=True).stdout
+
+
+@pytest.fixture(scope="module")
+def stack(engine, tmp_path_factory):
+    env_file = tmp_path_factory.mktemp("compose") / ".env"
+    s = Stack(engine, env_file)
+    s("down", "-v", "--remove-orphans", check=False)  # what an interrupted run left
+    yield s
+    s("--profile", "harness", "down", "-v", "--remove-orphans", "--timeout", "30", check=False)
+
+
+def test_the_secrets_gate_refuses_placeholders_and_a_short_secret_naming_each(stack):
+    shutil.copy(ROOT / ".env.example", stack.env_file)
+    out = stack("up", "-d", "--wait", check=False, timeout=300)
+    assert out.returncode != 0
+    log = stack("logs", "--no-color", "secrets").stdout
+    for var in ("ELASTIC_PASSWORD", "KIBANA_ENCRYPTION_KEY", "INFLUXDB_ADMIN_PASSWORD", "GRAFANA_ADMIN_PASSWORD"):
+        assert f"{var} still holds .env.example's placeholder" in log, log
+    ps = stack.ps()
+    assert ps["secrets"]["ExitCode"] == 2
+    for store in ("elasticsearch", "influxdb"):  # created, never started: no store took a placeholder
+        assert stack.container(store)["State"]["StartedAt"].startswith("0001-01-01"), ps[store]
+    stack("down", "-v")
+    # scripts/new-env's secrets, one of them made short
+    stack.env_file.unlink()
+    made = subprocess.run([str(ROOT / "scripts" / "new-env"), str(stack.env_file)], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    good = stack.env_file.read_text()
+    stack.env_file.write_text(re.sub(r"(?m)^INFLUXDB_WRITER_PASSWORD=.*$", "INFLUXDB_WRITER_PASSWORD=short1", good))
+    assert stack("up", "-d", "--wait", check=False, timeout=300).returncode != 0
+    log = stack("logs", "--no-color", "secrets").stdout
+    assert "INFLUXDB_WRITER_PASSWORD is 6 characters; 12 at least" in log, log
+    assert "placeholder" not in log
+    stack("down", "-v")
+    stack.env_file.write_text(good)
+
+
+def test_up_makes_every_service_healthy_and_every_one_shot_exit_0(stack):
+    t0 = time.monotonic()
+    stack("up", "-d", "--wait", timeout=600)
+    print(f"up: {time.monotonic() - t0:.0f} s", file=sys.stderr)
+    ps = stack.ps()
+    for name in ("secrets", "setup"):
+        assert (ps[name]["State"], ps[name]["ExitCode"]) == ("exited", 0), ps[name]
+    for name in ("elasticsearch", "influxdb", "telegraf", "logstash", "alerts", "elastalert"):
+        assert (ps[name]["State"], ps[name]["Health"]) == ("running", "healthy"), ps[name]
+    assert not set(ps) & LEFT_OUT
+    assert "flowstat provision: done" in stack("logs", "--no-color", "setup").stdout
+    code, report, err = stack.check()
+    assert (code, report["problems"]) == (0, []), err
+    assert all(report["users"].values()) and len(report["users"]) == 9
+
+
+def test_the_harness_profiles_runs_reach_both_stores_even_with_influxdb_killed_mid_run(stack):
+    """The users' harness service, as compose ships it: both agents to Telegraf (InfluxDB) and to
+    Logstash's input (the relay: Elasticsearch as flowstat_logstash). InfluxDB's process is killed
+    with SIGKILL mid-run: its restart policy brings it back, Telegraf's buffer holds the samples
+    meanwhile, and none is lost. `docker compose stop harness` ends the run in order."""
+    before = {d.name for d in stack.runs_dir().iterdir()} if stack("ps", "-q", "harness").stdout.strip() else set()
+    stack("--profile", "harness", "up", "-d", "harness")
+    deadline = time.monotonic() + 90
+    while not [d for d in stack.runs_dir().iterdir() if d.name not in before and (d / "samples.ndjson").exists()]:
+        assert time.monotonic() < deadline, stack("logs", "--tail", "30", "harness", check=False).stdout
+        time.sleep(1)
+    time.sleep(8)
+    influx = stack.container("influxdb")
+    os.kill(influx["State"]["Pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while stack.container("influxdb")["RestartCount"] < influx["RestartCount"] + 1:
+        assert time.monotonic() < deadline, "InfluxDB was not restarted by its policy"
+        time.sleep(0.5)
+    stack.wait_healthy("influxdb", 90)
+    time.sleep(5)
+    stack("--profile", "harness", "stop", "harness", timeout=120)
+    run = stack.new_run(before)
+    counts = run_file_counts(run)
+    assert counts["run"].get("finished") and counts["nodes"] > 50
+    c_samples = c_agent_samples(run)
+    time.sleep(3)  # Telegraf flushes every second; the relay every half second
+    code, report, err = stack.check()
+    got = report["runs"][run.name]
+    for store in ("elasticsearch", "influxdb"):
+        assert got[store]["node_samples"] == {PY_AGENT: counts["nodes"], C_AGENT: c_samples}, (store, got, err)
+        assert got[store]["run_document"] == {"finished": counts["run"]["finished"]}, (store, got)
+        assert got[store]["self_samples"] >= counts["selfs"] > 0, (store, got)
+    assert code == 0 and report["problems"] == [], report["problems"]
+    stack.__dict__["harness_run"] = run
+
+
+def test_an_overload_run_makes_elastalert_deliver_an_alert_to_the_inbox_naming_its_run_and_nodes(stack):
+    before = {d.name for d in stack.runs_dir().iterdir()}
+    stack("--profile", "harness", "run", "--rm", "--no-deps", "harness", "run", f"{TOPOLOGIES}/demo-overload.yaml",
+          *SINKS, timeout=180)
+    run = stack.new_run(before)
+    counts = run_file_counts(run)
+    assert counts["overloaded"], "the overload run overloaded no node"
+    deadline = time.monotonic() + 120
+    while True:
+        code, report, err = stack.check()
+        alerts = [a for a in report["alerts"]["alerts"] if a["run_id"] == run.name]
+        if alerts or time.monotonic() > deadline:
+            break
+        time.sleep(5)
+    assert alerts, f"no alert for {run.name} in the inbox after 120 s: {report}"
+    assert {a["source"] for a in alerts} == {"elastalert"}
+    assert {a["uid"] for a in alerts} >= {"flowstat-buffer-overload"}
+    overload = [a for a in alerts if a["uid"] == "flowstat-buffer-overload"]
+    assert {a["node_id"] for a in overload} <= counts["overloaded"] and overload[0]["node_id"], overload
+    # the run's samples and documents are in both stores too
+    got = report["runs"][run.name]
+    for store in ("elasticsearch", "influxdb"):
+        assert got[store]["node_samples"][PY_AGENT] == counts["nodes"], (store, got)
+        assert got[store]["run_document"] == {"finished": counts["run"]["finished"]}
+
+
+def _replay_env(values: dict) -> dict:
+    """The replay users' credentials from .env, as docs/compose.md's recipe passes them."""
+    return {"FLOWSTAT_ES_USER": "flowstat_agent", "FLOWSTAT_ES_PASSWORD": values["AGENT_ES_PASSWORD"],
+            "FLOWSTAT_INFLUX_USER": values["INFLUXDB_REPLAY_USER"],
+            "FLOWSTAT_INFLUX_PASSWORD": values["INFLUXDB_REPLAY_PASSWORD"]}
+
+
+def test_replay_from_the_harness_container_and_from_the_host_with_envs_credentials(stack, tmp_path):
+    values = stack.values
+    # a run in the volume that no store has seen (no sinks), replayed by docs/compose.md's recipe
+    before = {d.name for d in stack.runs_dir().iterdir()}
+    stack("--profile", "harness", "run", "--rm", "--no-deps", "harness", "run", f"{TOPOLOGIES}/smoke.yaml",
+          "--duration", "3", timeout=120)
+    in_volume = stack.new_run(before)
+    out = stack("--profile", "harness", "run", "--rm", "--no-deps", "-e", "FLOWSTAT_ES_USER", "-e", "FLOWSTAT_ES_PASSWORD",
+                "-e", "FLOWSTAT_INFLUX_USER", "-e", "FLOWSTAT_INFLUX_PASSWORD", "harness", "replay",
+                f"runs/{in_volume.name}", "--es", "http://elasticsearch:9200", "--influx", "http://influxdb:8086",
+                env=_replay_env(values), timeout=180)
+    assert values["AGENT_ES_PASSWORD"] not in out.stdout + out.stderr
+    # a run made on the host, replayed from the host into the published ports (the stack's
+    # network is the engine's namespace: the host's flowstat enters it)
+    host_runs = tmp_path / "runs"
+    made = subprocess.run([sys.executable, "-m", "flowstat.cli", "run", str(ROOT / "benchmark-harness/topologies/smoke.yaml"),
+                           "--duration", "3", "--runs-dir", str(host_runs), "--no-c-agent"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert made.returncode == 0, made.stderr[-2000:]
+    (on_host,) = host_runs.iterdir()
+    replayed = subprocess.run(["nsenter", f"--net=/run/netns/{ce.NETNS}", "--", sys.executable, "-m", "flowstat.cli",
+                               "replay", str(on_host), "--es", "http://127.0.0.1:9200", "--influx",
+                               "http://127.0.0.1:8086"], capture_output=True, text=True, timeout=180,
+                              env={**os.environ, **_replay_env(values)})
+    assert replayed.returncode == 0, replayed.stdout[-2000:] + replayed.stderr[-2000:]
+    # both, counted in the stores against their run files (compose-check reads the volume; the
+    # host's run is counted by the same queries)
+    code, report, err = stack.check()
+    got = report["runs"][in_volume.name]
+    counts = run_file_counts(in_volume)
+    for store in ("elasticsearch", "influxdb"):
+        assert got[store]["node_samples"] == {PY_AGENT: counts["nodes"]}, (store, got)  # the run file: the Python agent's
+        assert got[store]["self_samples"] == counts["selfs"], (store, got)
+        assert got[store]["run_document"] == {"finished": counts["run"]["finished"]}
+    host_counts = run_file_counts(on_host)
+    code, report, err = stack.check("--run", on_host.name)
+    got = report["runs"][on_host.name]
+    assert got["file"] is None  # not in the volume: counted by its id
+    for store in ("elasticsearch", "influxdb"):
+        assert got[store]["node_samples"] == {PY_AGENT: host_counts["nodes"]}, (store, got)
+        assert got[store]["self_samples"] == host_counts["selfs"], (store, got)
+        assert got[store]["run_document"] == {"finished": host_counts["run"]["finished"]}
+    assert code == 0 and report["problems"] == [], report["problems"]
+
+
+def test_down_then_up_keeps_the_data_and_the_setup_converges_again(stack):
+    _, before, _ = stack.check()
+    stack("--profile", "harness", "down", "--timeout", "30")
+    assert not stack.ps()
+    stack("up", "-d", "--wait", timeout=600)
+    assert "flowstat provision: done" in stack("logs", "--no-color", "setup").stdout
+    code, after, err = stack.check()
+    assert (code, after["problems"]) == (0, []), err
+    for run_id, run in before["runs"].items():
+        for store in ("elasticsearch", "influxdb"):
+            assert after["runs"][run_id][store]["node_samples"] == run[store]["node_samples"], (run_id, store)
+            assert after["runs"][run_id][store]["run_document"] == run[store]["run_document"]
+    assert len(after["alerts"]["alerts"]) >= len(before["alerts"]["alerts"]) > 0  # the inbox's volume too
+
+
+def test_compose_check_names_a_store_that_is_down(stack):
+    stack("stop", "influxdb")
+    code, report, _ = stack.check()
+    assert code == 1
+    assert any(p.startswith("influxdb: exited") for p in report["problems"]), report["problems"]
+    assert any("InfluxDB at http://influxdb:8086 does not answer" in p for p in report["problems"]), report["problems"]
