@@ -63,7 +63,7 @@ RUN if [ "$(flowstat --version)" != "flowstat ${FLOWSTAT_VERSION}" ]; then \
         exit 1; \
     fi \
     && flowstat-agent --help > /dev/null \
-    && python -c "from flowstat.harness.orchestrator import find_c_agent as f; assert str(f()) == '/usr/local/bin/flowstat-agent', f()"
+    && python -c "from flowstat.harness.agents import find_c_agent as f; assert str(f()) == '/usr/local/bin/flowstat-agent', f()"
 
 ARG FLOWSTAT_SOURCE=""
 ARG FLOWSTAT_REVISION=""

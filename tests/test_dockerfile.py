@@ -418,7 +418,7 @@ def test_the_c_agent_is_built_with_every_package_its_makefile_needs(stages):
 
 
 def test_the_c_agent_is_where_flowstat_run_finds_it(stages):
-    from flowstat.harness.orchestrator import C_AGENT
+    from flowstat.harness.agents import C_AGENT
 
     stage = stage_running(stages, r"make -C collectors/c")
     c_dir = posixpath.join(next(r for r in stage.all("RUN") if "make -C" in r.args).workdir, "collectors/c")
