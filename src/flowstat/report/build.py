@@ -66,16 +66,15 @@ def _each_run(doc, runs: list[Run], windows: list[figures.Window], spans: list[l
     from . import page, plots
 
     todo = [plots.plans(r) for r in runs]
-    count = sum(len(ps) for by_role in todo for ps, _ in by_role.values())
+    count = sum(len(rp.plots) for by_role in todo for rp in by_role)
     budget = plots.DATA_BUDGET // max(1, count)
     doc.html(f"<p class='note'>{escape(page.HOW_TO_READ.format(handful=figures.HANDFUL))}</p>")
     for i, (run, window, by_role, run_spans) in enumerate(zip(runs, windows, todo, spans)):
         page.run_section(doc, i, run, window)
         page.alerts_section(doc, run, run_spans)
-        for role, (role_plans, constants) in by_role.items():
-            nodes = sum(s.role == role for s in run.series)
-            page.role_heading(doc, i, role, nodes, len(role_plans), constants)
+        for rp in by_role:
+            page.role_section(doc, i, run, window, rp)
             doc.html('<div class="plots">')
-            for plan in role_plans:
+            for plan in rp.plots:
                 doc.plot(partial(plots.plot, run, plan, window, budget))
             doc.html("</div>")

@@ -13,6 +13,7 @@ thesis's tables give them per merger.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -156,11 +157,16 @@ def roles(run: Run) -> list[Role]:
     present = {s.role for s in run.series}
     out = []
     for name in [r for r in schema.ROLES if r in present] + sorted(present - set(schema.ROLES)):
-        series = tuple(s for s in run.series if s.role == name)
+        series = tuple(sorted((s for s in run.series if s.role == name), key=lambda s: natural(s.node_id)))
         rows = np.concatenate([np.arange(s.lo, s.hi) for s in series])
         out.append(Role(name, series, rows, run.t[rows],
                         np.repeat(np.arange(len(series)), [s.hi - s.lo for s in series])))
     return out
+
+
+def natural(name: str) -> tuple:
+    """A node's place in order: its numbers as numbers (producers~2 before producers~10)."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name))
 
 
 def raw(run: Run, role: Role, field: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -10,6 +10,7 @@ from html import escape
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 from bokeh.model import Model
 from bokeh.resources import INLINE
 
@@ -17,11 +18,10 @@ from flowstat import __version__
 from flowstat.harness.topology import IN_CODE
 from flowstat.timeutil import iso_utc_ms
 from flowstat.units import format_size
-
-from . import draw
 from flowstat.views.labels import LABELS
 
-from .figures import THESIS_METRICS, Parameter, Stat, Window, value
+from . import draw, figures
+from .figures import HANDFUL, THESIS_METRICS, Parameter, Stat, Window, value
 from .load import SHOWN_BAD_LINES, Run
 
 
@@ -299,20 +299,41 @@ def alerts_section(page: Page, run: Run, spans: list) -> None:
     page.html(text + "</section>")
 
 
-def role_heading(page: Page, i: int, role: str, nodes: int, plots: int, constants: list) -> None:
-    """A role's part of a run: its constants as a table (a field that kept one value all run, in every node)."""
-    text = f'<h3 id="run-{i}-{escape(role)}">{escape(role)}: {nodes} node(s), {plots} plots</h3>'
-    if constants:
+def role_section(page: Page, i: int, run: Run, window: Window, rp) -> None:
+    """A role's part of a run, before its plots: the fields that kept one value all run (a table, not
+    flat lines), and the fields no dashboard panel shows, over the steady state (a table)."""
+    role = rp.role
+    nodes = len(role.series)
+    text = (f'<h3 id="run-{i}-{escape(role.name)}">{escape(role.name)}: {nodes} node(s), {len(rp.plots)} plots'
+            + (f" (heat maps: more than {HANDFUL} nodes)" if nodes > HANDFUL else "") + "</h3>")
+    if rp.constants:
         rows = []
-        for c in constants:
+        for c in rp.constants:
             lab = LABELS[c.field]
             if lab.kind == "flag":
                 shown = "never" if not c.value else "all the time"
             else:
-                shown = f"{number(c.value * lab.scale)} {lab.amount_unit}"
-            rows.append([Html(f'<span data-field="{escape(c.field)}">{escape(lab.label)}</span>'), shown.strip(),
-                         "stayed at this total" if lab.kind == "counter" else
-                         "never true" if lab.kind == "flag" and not c.value else "the same all run"])
+                shown = f"{number(c.value * lab.scale)} {lab.amount_unit}".strip()
+            rows.append([Html(f'<span data-field="{escape(c.field)}">{escape(lab.label)}</span>'), shown,
+                         "its total stayed at this" if lab.kind == "counter" else
+                         "true at no sample" if lab.kind == "flag" and not c.value else "the same all run"])
         text += ("<p class='note'>The same in every node of the role, from its first sample to its last:</p>"
                  + table(["field", "value", ""], rows, "constants"))
+    if rp.others:
+        rows = []
+        for f in rp.others:
+            lab = LABELS[f]
+            per_node = figures.per_node_steady(run, role, f, window)
+            has = ~np.isnan(per_node)
+            if not has.any():
+                rows.append([Html(f'<span data-field="{escape(f)}">{escape(lab.titled())}</span>'), None, None, None])
+                continue
+            lo_i, hi_i = int(np.nanargmin(per_node)), int(np.nanargmax(per_node))
+            rows.append([Html(f'<span data-field="{escape(f)}">{escape(lab.titled())}</span>'),
+                         float(np.nanmean(per_node)),
+                         f"{number(float(per_node[lo_i]))} ({role.series[lo_i].node_id})",
+                         f"{number(float(per_node[hi_i]))} ({role.series[hi_i].node_id})"])
+        text += ("<p class='note'>Fields no dashboard panel shows: each node's mean over the steady state "
+                 "(counters: their rate):</p>"
+                 + table(["field", "mean per node", "lowest node", "highest node"], rows, "others"))
     page.html(text)

@@ -67,11 +67,21 @@ def _panels(role: str) -> list[Panel]:
             and all(v == role for k, v in p.where if k == "role")]
 
 
-def plans(run: Run) -> dict[str, tuple[list[Plan], list[Constant]]]:
-    """Per role: the plots to draw and the fields that stayed constant. Every labelled field any of
-    the role's nodes reported is in one or the other (a flag never true, and a counter that never
-    moved, are constants too)."""
-    out = {}
+@dataclass(frozen=True)
+class RolePlan:
+    """What a role's part of the report shows: the plots of the Run view's panels, the fields that
+    stayed constant (a table), and the fields no panel shows (a table of their steady state)."""
+
+    role: Role
+    plots: list[Plan]
+    constants: list[Constant]
+    others: list[str]
+
+
+def plans(run: Run) -> list[RolePlan]:
+    """Per role, what it shows. Every labelled field any of the role's nodes reported is in one of
+    the three (a flag never true, and a counter that never moved, are constants too)."""
+    out = []
     for role in figures.roles(run):
         has = {f for f in shown_fields() if LABELS[f].kind != "state" and f in run.values
                and not np.isnan(run.values[f][role.rows]).all()}
@@ -92,11 +102,8 @@ def plans(run: Run) -> dict[str, tuple[list[Plan], list[Constant]]]:
             else:
                 todo += [Plan(panel.title + (f": {name}" if name else ""), panel.title, ((f, name),), kind, role)
                          for f, name in fields]
-        for f in shown_fields():
-            if f in moving and f not in placed:
-                kind = "timeline" if LABELS[f].kind == "flag" else "heatmap" if many else "lines"
-                todo.append(Plan(LABELS[f].label, None, ((f, ""),), kind, role))
-        out[role.name] = (todo, [Constant(f, consts[f]) for f in shown_fields() if f in consts])
+        out.append(RolePlan(role, todo, [Constant(f, consts[f]) for f in shown_fields() if f in consts],
+                            [f for f in shown_fields() if f in moving and f not in placed]))
     return out
 
 
@@ -137,9 +144,10 @@ def _y_label(fields: tuple[tuple[str, str], ...]) -> str:
 def _title(plan: Plan) -> str:
     n = len(plan.role.series)
     who = f"{plan.role.name} {plan.role.series[0].node_id}" if n == 1 else f"{plan.role.name}, {n} nodes"
-    units = sorted({LABELS[f].unit for f, _ in plan.fields})
-    rate = " (rate of the node's counter)" if any(LABELS[f].kind == "counter" for f, _ in plan.fields) else ""
-    return f"{plan.title} ({', '.join(units)}){rate}: {who}"
+    units = sorted({LABELS[f].unit for f, _ in plan.fields} - {""})
+    units = [u for u in units if u not in plan.title]
+    rate = ", rate of a counter" if any(LABELS[f].kind == "counter" for f, _ in plan.fields) else ""
+    return plan.title + (f" ({', '.join(units)}{rate})" if units else "") + f": {who}"
 
 
 def line_plot(run: Run, plan: Plan, window: Window, budget: int) -> Plot:
@@ -167,7 +175,7 @@ def line_plot(run: Run, plan: Plan, window: Window, budget: int) -> Plot:
     if legend.items:
         p.add_layout(legend)
     unit = _y_label(plan.fields)
-    p.add_tools(HoverTool(renderers=lines, tooltips=[("node", "$name"), ("t", "@t{0.0} s"),
+    p.add_tools(HoverTool(renderers=lines, mode="vline", tooltips=[("node", "$name"), ("t", "@t{0.0} s"),
                                                      ("value", f"@y{{0,0.[000]}} {unit}")]))
     return p
 
@@ -178,8 +186,9 @@ def heatmap_plot(run: Run, plan: Plan, window: Window, budget: int) -> Plot:
     (field, _), = plan.fields
     lab, names = LABELS[field], plan.role.names
     n = len(names)
-    buckets = max(MIN_NODE_BUCKETS, min(HEAT_BUCKETS, budget // n))
     t, y, node = figures.shown(run, plan.role, field)
+    # at most a slice per sample of a node (a cell per sample: no empty columns between them)
+    buckets = max(4, min(HEAT_BUCKETS, budget // n, int(np.bincount(node).max()) if len(node) else 4))
     lo, hi = run.span
     width = (hi - lo) / buckets if hi > lo else 1.0
     b = np.clip(((t - lo) / width).astype(np.int64), 0, buckets - 1)
@@ -187,7 +196,7 @@ def heatmap_plot(run: Run, plan: Plan, window: Window, budget: int) -> Plot:
     np.maximum.at(cells, node.astype(np.int64) * buckets + b, y)
     cells[np.isinf(cells)] = np.nan
     image = _f32(cells.reshape(n, buckets))
-    p = _figure(f"{_title(plan)} - colour: each node's highest value in a time slice", run, window, "node",
+    p = _figure(f"{_title(plan)} (colour: highest per time slice)", run, window, "node",
                 height=min(420, max(HEIGHT, 60 + 2 * n)), y_grid=False)
     finite = y[np.isfinite(y)]
     mapper = LinearColorMapper(palette=Viridis256, low=float(finite.min()) if len(finite) else 0,
