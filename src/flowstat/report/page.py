@@ -311,12 +311,12 @@ def role_section(page: Page, i: int, run: Run, window: Window, rp) -> None:
         for c in rp.constants:
             lab = LABELS[c.field]
             if lab.kind == "flag":
-                shown = "never" if not c.value else "all the time"
+                shown = "never"
             else:
                 shown = f"{number(c.value * lab.scale)} {lab.amount_unit}".strip()
             rows.append([Html(f'<span data-field="{escape(c.field)}">{escape(lab.label)}</span>'), shown,
                          "its total stayed at this" if lab.kind == "counter" else
-                         "true at no sample" if lab.kind == "flag" and not c.value else "the same all run"])
+                         "true at no sample" if lab.kind == "flag" else "the same all run"])
         text += ("<p class='note'>The same in every node of the role, from its first sample to its last:</p>"
                  + table(["field", "value", ""], rows, "constants"))
     if rp.others:

@@ -80,12 +80,15 @@ class RolePlan:
 
 def plans(run: Run) -> list[RolePlan]:
     """Per role, what it shows. Every labelled field any of the role's nodes reported is in one of
-    the three (a flag never true, and a counter that never moved, are constants too)."""
+    the three (a flag never true, and a counter that never moved, are constants too; a flag true at
+    any sample is drawn)."""
     out = []
     for role in figures.roles(run):
         has = {f for f in shown_fields() if LABELS[f].kind != "state" and f in run.values
                and not np.isnan(run.values[f][role.rows]).all()}
-        consts = {f: c for f in has if (c := figures.constant(run, role, f)) is not None}
+        # a flag true at some sample is drawn as its spans, even if it was true at every one
+        consts = {f: c for f in has if (c := figures.constant(run, role, f)) is not None
+                  and not (LABELS[f].kind == "flag" and c)}
         moving = has - set(consts)
         many = len(role.series) > HANDFUL
         todo: list[Plan] = []
