@@ -178,6 +178,46 @@ def panel_where(title: str) -> tuple:
     return next(p.where for p in RUN_VIEW.panels() if p.title == title)
 
 
+def test_the_browser_checks_fail_on_a_report_that_breaks_them(runs, browser, tmp_path):
+    """Each check of reads_well, on the real report made wrong one way at a time: a wide table, the
+    first screen pushed down by a tall header, a plot without its hover tool, a plot that cannot draw."""
+    made = write_report([runs["healthy"]], tmp_path / "ok.html")
+    html = made.path.read_text()
+
+    def broken(name: str, text: str) -> Path:
+        assert text != html, name
+        path = tmp_path / f"{name}.html"
+        path.write_text(text)
+        return path
+
+    wide = broken("wide", html.replace("<table class=\"keys\">", "<table class=\"keys\" style=\"min-width: 1800px\">"))
+    open_report(browser, wide, made.plots)
+    assert any("table.keys" in x for x in shots.overflow(browser))
+    # the table of old: in a box of the page's width that scrolls sideways (its right part off screen)
+    boxed = broken("boxed", html.replace("<section class='alerts'>", "<div style='overflow-x: auto'><table><tr>"
+                                         + "<td style='white-space: nowrap'>a long cell</td>" * 60
+                                         + "</tr></table></div><section class='alerts'>", 1))
+    open_report(browser, boxed, made.plots)
+    assert [x for x in shots.overflow(browser) if "scrolls sideways" in x]
+    tall = broken("tall", html.replace("<p class='lead'>", "<p class='lead' style='height: 700px'>"))
+    open_report(browser, tall, made.plots)
+    assert [b["visible"] for b in shots.verdicts_above_fold(browser)] == [False] * 3
+    with pytest.raises(AssertionError):
+        reads_well(browser, [runs["healthy"]])
+    open_report(browser, made.path, made.plots)
+    assert shots.hover(browser, 0) != ""
+    browser.execute_script("""  // the plots' hover tools taken off
+        const hover = Bokeh.Models.get('HoverTool');
+        for (const v of Bokeh.index.all_views())
+          if (v.model instanceof Bokeh.Models.get('Plot'))
+            v.model.toolbar.tools = v.model.toolbar.tools.filter(t => !(t instanceof hover));""")
+    assert shots.hover(browser, 0) == ""
+    with pytest.raises(AssertionError, match="did not draw|drawn"):
+        page = open_report(browser, broken("undrawn", html.replace('<div class="plot" id="plot-0"></div>', "", 1)),
+                           made.plots, deadline_s=5)
+        assert page["drawn"] == made.plots, "drawn"
+
+
 def spans_of(spans) -> list[tuple]:
     return [(sp.alert.uid, sp.labels, sp.start, sp.end) for sp in spans]
 
