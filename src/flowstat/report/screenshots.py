@@ -169,7 +169,7 @@ def record_demo(runs_dir: Path) -> list[Path]:
     out = []
     for name in ("demo", "demo-overload"):
         topo = load(ROOT / "benchmark-harness" / "topologies" / f"{name}.yaml")
-        out.append(Path(run_topology(topo, runs_dir=runs_dir, quiet=True)["run_dir"]))
+        out.append(Path(run_topology(topo, runs_dir=runs_dir)["run_dir"]))
     return out
 
 
