@@ -18,7 +18,7 @@ import pytest
 
 import fixture_runs as fx
 from conftest import ROOT, topology_dict
-from flowstat import cli
+from flowstat import cli, schema
 from flowstat.harness.orchestrator import run_topology
 from flowstat.harness.topology import from_dict
 from flowstat.report import _alerts, figures, load
@@ -478,3 +478,21 @@ def test_a_flag_true_in_one_sample_still_shows_and_close_runs_are_joined():
     start, end = on_spans(t, on, min_gap=3)  # 11 -> 14: 3 s apart, two spans; 52 -> 53: one
     assert list(zip(start, end)) == [(10, 11), (14, 15), (50, 54), (90, 91)]
     assert on_spans(t, np.zeros(100, bool), 3)[0].size == 0
+
+
+def test_every_figure_is_traced_to_a_dashboard_panel_and_its_label():
+    """The first screen's key figures read the field of the Run view's panel they name; the panels of
+    one field are titled with its label (flowstat.views.labels, the one definition the report reads
+    too); a panel that scales a field scales it as the report does (the CPU's % of one core)."""
+    panels = {p.title: p for p in RUN_VIEW.panels()}
+    for key in figures.KEYS:
+        assert key.field in {m.field for m in panels[key.panel].metrics}, key
+    for p in RUN_VIEW.panels():
+        if p.source == "node" and len(p.metrics) == 1:
+            assert p.title.startswith(LABELS[p.metrics[0].field].label), p.title
+        for m in p.metrics:
+            if m.scale != 1.0:
+                assert m.scale == pytest.approx(LABELS[m.field].scale)
+    assert {f for f, lab in LABELS.items()} <= {f.name for f in schema.fields()}
+    assert LABELS["vmrss_kb"].unit == "MB" and LABELS["cpu_clock_hz"].unit == "% of one core"
+    assert LABELS["objects_sent"].unit == "objects/s" and LABELS["bytes_sent"].unit == "MB/s"
