@@ -13,13 +13,14 @@ C_DEPS := libzmq3-dev libcjson-dev libcurl4-openssl-dev pkg-config clang libclan
 # Named after the list: a checkout that installed an older list installs what was added.
 C_STAMP := .cache/c-deps-$(shell echo '$(C_DEPS)' | md5sum | cut -c1-8).installed
 
-.PHONY: help demo test bench mutate install clean c-agent
+.PHONY: help demo test bench mutate install clean c-agent screenshots
 
 help:
 	@echo "make demo   local InfluxDB/Elasticsearch/Telegraf + a harness run shipping into them"
 	@echo "make test   run the tests"
 	@echo "make bench  run the benchmarks and the campaigns at 20 s (about 90 minutes; JSON in benchmarks/results/)"
 	@echo "make mutate mutation testing of the code where a bug loses data (2 minutes; benchmarks/results/mutation.json)"
+	@echo "make screenshots  the report's screenshots in docs/img/ (records the demo's two runs; a minute)"
 	@echo "make clean  remove the venv, caches and runs"
 
 $(BIN)/python:
@@ -74,6 +75,12 @@ bench: $(STAMP) c-agent
 	for f in stat reply endpoints sink_url credentials; do mkdir -p .cache/fuzz/$$f && cp collectors/c/fuzz/corpus/$$f/* .cache/fuzz/$$f/ && \
 		collectors/c/build/fuzz_$$f -max_total_time=300 -timeout=5 .cache/fuzz/$$f || exit 1; done
 	$(BIN)/python benchmarks/buffer_one.py
+
+# The report's screenshots in docs/img/, made by the code the browser tests use (flowstat.report.screenshots:
+# records the demo's two runs, makes a 500-producer run from the first, writes and pictures their reports).
+# A `make generate` of the repository's generated files, when there is one, calls the same generate().
+screenshots: $(STAMP) c-agent
+	$(BIN)/python -m flowstat.report.screenshots
 
 # Mutation testing (mutmut, pinned in requirements.lock): not part of make test, as each of about a
 # thousand small changes to the code runs the unit tests that call it. scripts/mutate.py says what
