@@ -13,14 +13,14 @@ C_DEPS := libzmq3-dev libcjson-dev libcurl4-openssl-dev pkg-config clang libclan
 # Named after the list: a checkout that installed an older list installs what was added.
 C_STAMP := .cache/c-deps-$(shell echo '$(C_DEPS)' | md5sum | cut -c1-8).installed
 
-.PHONY: help demo test bench mutate install clean c-agent generate compose-images
+.PHONY: help demo test bench mutate install clean c-agent generate compose-images screenshots
 
 help:
 	@echo "make demo   local InfluxDB/Elasticsearch/Telegraf + a harness run shipping into them"
 	@echo "make test   run the tests"
 	@echo "make bench  run the benchmarks and the campaigns at 20 s (about 90 minutes; JSON in benchmarks/results/)"
 	@echo "make mutate mutation testing of the code where a bug loses data (2 minutes; benchmarks/results/mutation.json)"
-	@echo "make generate  write again every generated file that follows from the checkout (src/flowstat/generate.py)"
+	@echo "make generate  write again every generated file (src/flowstat/generate.py), the report's screenshots too (a minute)"
 	@echo "make clean  remove the venv, caches and runs"
 
 $(BIN)/python:
@@ -57,8 +57,9 @@ install: $(STAMP) c-agent
 
 # Every file made from another (templates, dashboards, alert rules, schema tables, the thesis
 # comparison): flowstat.generate lists them; tests/test_generated.py keeps them current.
-generate: $(STAMP)
+generate: $(STAMP) c-agent
 	$(BIN)/python -m flowstat.generate .
+	$(BIN)/python -m flowstat.report.screenshots
 
 demo: $(STAMP) c-agent
 	scripts/demo
@@ -89,6 +90,12 @@ bench: $(STAMP) c-agent
 	for f in stat reply endpoints sink_url credentials; do mkdir -p .cache/fuzz/$$f && cp collectors/c/fuzz/corpus/$$f/* .cache/fuzz/$$f/ && \
 		collectors/c/build/fuzz_$$f -max_total_time=300 -timeout=5 .cache/fuzz/$$f || exit 1; done
 	$(BIN)/python benchmarks/buffer_one.py
+
+# The report's screenshots in docs/img/, made by the code the browser tests use (flowstat.report.screenshots:
+# records the demo's two runs, makes a 500-producer run from the first, writes and pictures their reports).
+# make generate makes them too.
+screenshots: $(STAMP) c-agent
+	$(BIN)/python -m flowstat.report.screenshots
 
 # Mutation testing (mutmut, pinned in requirements.lock): not part of make test, as each of about a
 # thousand small changes to the code runs the unit tests that call it. scripts/mutate.py says what

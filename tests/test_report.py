@@ -18,18 +18,20 @@ import pytest
 
 import fixture_runs as fx
 from conftest import ROOT, topology_dict
-from flowstat import cli
+from flowstat import cli, schema
 from flowstat.harness.orchestrator import run_topology
 from flowstat.harness.topology import from_dict
-from flowstat.report import _alerts, load
+from flowstat.report import _alerts, figures, load
+from flowstat.report import screenshots as shots
 from flowstat.report.build import write_report
 from flowstat.report.load import load_run
 from flowstat.report.reduce import envelope, minmax, on_spans
 from flowstat.schema import runfile
 from flowstat.views import alerts
+from flowstat.views.labels import LABELS
+from flowstat.views.panels import RUN_VIEW
 
 ARTIFACTS = ROOT / ".cache" / "test-artifacts" / "report"
-CHROMEDRIVER = "/usr/bin/chromedriver"
 THESIS = ("cpu_clock_hz", "vmrss_kb", "average_merge_time_ms", "merged_objects_per_second")
 
 pytestmark = pytest.mark.integration
@@ -50,62 +52,72 @@ def runs(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def browser():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    assert Path(CHROMEDRIVER).exists(), "chromedriver missing: apt-get install chromium chromium-driver (make test does)"
-    profile = tempfile.mkdtemp(prefix="flowstat-chromium-")
-    opts = webdriver.ChromeOptions()
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-component-update", "--no-first-run", f"--user-data-dir={profile}", "--window-size=1400,1000"):
-        opts.add_argument(arg)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
-    yield driver
-    driver.quit()
-    shutil.rmtree(profile, ignore_errors=True)
-
-
-PLOT_VIEWS = """
-const plots = [...Bokeh.index.all_views()].filter(v => v.model instanceof Bokeh.Models.get('Plot'));
-return {plots: plots.length, drawn: plots.filter(v => v.has_finished() && v.canvas_view.bbox.width > 0).length};
-"""
+    """Headless Chromium at a laptop's screen, 1366 x 768 CSS pixels (flowstat.report.screenshots: the
+    docs' screenshots are taken by the same code)."""
+    with shots.browser(shots.LAPTOP) as driver:
+        yield driver
 
 
 def open_report(driver, path: Path, plots: int, deadline_s: float = 60) -> dict:
     """Load a report, wait until Bokeh has drawn as many plots as the report says it made (or the
     deadline); what the page drew, logged and requested."""
-    driver.get_log("browser"), driver.get_log("performance")  # what an earlier page left
-    driver.get(path.resolve().as_uri())
-    end = time.monotonic() + deadline_s
-    while True:
-        views = driver.execute_script("return window.Bokeh && Bokeh.documents.length "
-                                      "&& Bokeh.documents.every(d => d.is_idle) ? (() => {" + PLOT_VIEWS + "})() : null")
-        if (views and views["drawn"] >= plots) or time.monotonic() > end:
-            break
-        time.sleep(0.1)
-    assert views, f"{path}: Bokeh did not draw its documents in {deadline_s} s"
-    requests = [json.loads(e["message"])["message"]["params"]["request"]["url"]
-                for e in driver.get_log("performance")
-                if json.loads(e["message"])["message"]["method"] == "Network.requestWillBeSent"]
-    severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
-    return {**views, "requests": requests, "severe": severe}
+    return shots.open_report(driver, path, plots, deadline_s)
 
 
 def screenshot(driver, name: str, scroll_to: str | None = None) -> Path:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    if scroll_to:
-        driver.execute_script("document.getElementById(arguments[0]).scrollIntoView()", scroll_to)
-    path = ARTIFACTS / f"{name}.png"
-    driver.save_screenshot(str(path))
+    path = shots.screenshot(driver, ARTIFACTS / f"{name}.png", scroll_to)
     print(f"screenshot: {path}")
     return path
+
+
+def reads_well(driver, runs_shown: list[Path]) -> None:
+    """What a person sees at a laptop's width: nothing wider than the page (no sideways scroll, no
+    element past its edge, no box scrolling sideways), each run's three verdicts on the first screen
+    as its run.json says them, and values on hover over a plot."""
+    assert shots.overflow(driver) == []
+    badges = shots.verdicts_above_fold(driver)
+    for run_dir in runs_shown:
+        doc = json.loads((run_dir / "run.json").read_text())
+        mine = [b for b in badges if b["run"] == doc["run_id"]]
+        assert [b["verdict"].split(":")[0] for b in mine] == ["No loss", "Online", "Alerts"]
+        assert all(b["visible"] for b in mine), mine
+        v = doc["verdict"]
+        assert mine[0]["verdict"] == "No loss: " + ("OK" if v["ok"] else "FAILED")
+        assert mine[1]["verdict"] == "Online: " + ("ONLINE" if v["online"] else "NOT ONLINE")
+    tip = shots.hover(driver, 0)
+    assert re.search(r"node:\s*\S+", tip) and re.search(r"value:\s*[\d,.]+ \S", tip), tip
 
 
 def no_network_references(html: str) -> list[str]:
     """What in the page would reach the network: scripts, styles, fonts, images from a URL."""
     return re.findall(r"""<(?:script|link|img|iframe)[^>]+(?:src|href)\s*=\s*["']?(?:https?:)?//[^\s"'>]+"""
                       r"""|@import[^;]*|url\(\s*["']?(?:https?:)?//[^)]*\)""", html, flags=re.I)
+
+
+PLOTTED = """
+return [...Bokeh.index.all_views()].filter(v => v.model instanceof Bokeh.Models.get('Plot') && v.model.tags.length)
+  .map(v => ({...v.model.tags[0], title: v.model.title.text,
+              bars: v.model.renderers.length ? (v.model.renderers[0].data_source.data.left || []).length : 0}));
+"""
+
+
+def where_shown(driver) -> dict:
+    """Where the page shows each (role, field): 'plot' (with the panel it draws), 'constant' or 'other'
+    (a table row under the role's heading)."""
+    out = {}
+    for p in driver.execute_script(PLOTTED):
+        for f in p.get("fields", []):
+            out[(p["role"], f)] = ("plot", p["panel"])
+    rows = driver.execute_script("""
+        return [...document.querySelectorAll('h3[id^="run-0-"]')].flatMap(h => {
+          const role = h.id.slice('run-0-'.length), out = [];
+          for (let e = h.nextElementSibling; e && e.tagName !== 'H3' && e.tagName !== 'H2'; e = e.nextElementSibling)
+            for (const c of e.querySelectorAll('[data-field]'))
+              out.push([role, c.dataset.field, e.classList.contains('constants') ? 'constant' : 'other']);
+          return out;});""")
+    for role, f, where in rows:
+        out.setdefault((role, f), (where, None))
+    return out
 
 
 def test_an_overloaded_run_s_report_draws_every_plot_offline_in_a_browser(runs, browser, tmp_path):
@@ -115,16 +127,37 @@ def test_an_overloaded_run_s_report_draws_every_plot_offline_in_a_browser(runs, 
     assert no_network_references(html) == [] and "bokeh-widgets" not in html
     page = open_report(browser, out, made.plots)
     assert page["severe"] == []
-    assert page["plots"] == page["drawn"] == made.plots > 30
+    assert page["plots"] == page["drawn"] == made.plots >= 12
     assert [u for u in page["requests"] if u.startswith(("http:", "https:", "ws:", "wss:"))] == []
+    reads_well(browser, [runs["overload"]])
     screenshot(browser, "overload-top")
-    # the producers' buffer overloads: bars on their state timeline, as many spans as the run file says
+    # every labelled field a role's nodes reported is shown, from the run file: a field that changed is
+    # plotted, in the Run view's panel that holds it (the dashboards' definition) when one does; one that
+    # kept a single value all run (the same in every node of the role) is a constant's row, but for a
+    # flag true all along, drawn as its spans
+    _, nodes, _ = fx.samples(runs["overload"])
+    shown_agent = made.runs[0].agent
+    values: dict[tuple, set] = {}
+    for sm in nodes:
+        if sm["agent"] == shown_agent:
+            for f in LABELS:
+                if f in sm and LABELS[f].kind != "state":
+                    values.setdefault((sm["role"], f), set()).add(sm[f])
+    where = where_shown(browser)
+    panels = {m.field: p.title for p in RUN_VIEW.panels() if p.in_report and p.source == "node" for m in p.metrics}
+    assert set(where) == set(values)
+    for (role, f), seen in values.items():
+        if len(seen) == 1 and not (LABELS[f].kind == "flag" and True in seen):
+            assert where[(role, f)][0] == "constant", (role, f)
+        elif f in panels and all(v == role for k, v in panel_where(panels[f]) if k == "role"):
+            assert where[(role, f)] == ("plot", panels[f]), (role, f)
+        else:
+            assert where[(role, f)][0] == "other", (role, f)
+    # the producers' buffer overloads: bars on their state timeline, as the run file says they were
     flags = [json.loads(line).get("send_buffer_overloaded") for line in (runs["overload"] / "samples.ndjson").open()
              if '"role":"producer"' in line]
-    bars = browser.execute_script("""
-        const v = [...Bokeh.index.all_views()].find(v => v.model instanceof Bokeh.Models.get('Plot')
-            && v.model.title.text.startsWith('send_buffer_overloaded: producer'));
-        return v.model.renderers[0].data_source.data.left.length;""")
+    bars = next(p["bars"] for p in browser.execute_script(PLOTTED)
+                if p["role"] == "producer" and p["fields"] == ["send_buffer_overloaded"])
     assert any(flags) and bars >= 1
     screenshot(browser, "overload-merger-plots", scroll_to="run-0-merger")
     text = browser.find_element("tag name", "body").text
@@ -136,7 +169,53 @@ def test_an_overloaded_run_s_report_draws_every_plot_offline_in_a_browser(runs, 
     spans = [sp for sp in alerts.evaluate(shown, agents) if sp.alert.uid == "flowstat-buffer-overload"]
     assert "Which alert conditions held and when" in text and spans
     assert text.count("flowstat-buffer-overload") == len(spans)
+    # and its first screen says it: the alert held, on the nodes it held for
+    held = len({tuple(sorted(sp.labels.items())) for sp in spans})
+    assert f"Alerts: Buffer overloaded ({held} node{'s' if held > 1 else ''})" in text
 
+
+def panel_where(title: str) -> tuple:
+    return next(p.where for p in RUN_VIEW.panels() if p.title == title)
+
+
+def test_the_browser_checks_fail_on_a_report_that_breaks_them(runs, browser, tmp_path):
+    """Each check of reads_well, on the real report made wrong one way at a time: a wide table, the
+    first screen pushed down by a tall header, a plot without its hover tool, a plot that cannot draw."""
+    made = write_report([runs["healthy"]], tmp_path / "ok.html")
+    html = made.path.read_text()
+
+    def broken(name: str, text: str) -> Path:
+        assert text != html, name
+        path = tmp_path / f"{name}.html"
+        path.write_text(text)
+        return path
+
+    wide = broken("wide", html.replace("<table class=\"keys\">", "<table class=\"keys\" style=\"min-width: 1800px\">"))
+    open_report(browser, wide, made.plots)
+    assert any("table.keys" in x for x in shots.overflow(browser))
+    # the table of old: in a box of the page's width that scrolls sideways (its right part off screen)
+    boxed = broken("boxed", html.replace("<section class='alerts'>", "<div style='overflow-x: auto'><table><tr>"
+                                         + "<td style='white-space: nowrap'>a long cell</td>" * 60
+                                         + "</tr></table></div><section class='alerts'>", 1))
+    open_report(browser, boxed, made.plots)
+    assert [x for x in shots.overflow(browser) if "scrolls sideways" in x]
+    tall = broken("tall", html.replace("<p class='lead'>", "<p class='lead' style='height: 700px'>"))
+    open_report(browser, tall, made.plots)
+    assert [b["visible"] for b in shots.verdicts_above_fold(browser)] == [False] * 3
+    with pytest.raises(AssertionError):
+        reads_well(browser, [runs["healthy"]])
+    open_report(browser, made.path, made.plots)
+    assert shots.hover(browser, 0) != ""
+    browser.execute_script("""  // the plots' hover tools taken off
+        const hover = Bokeh.Models.get('HoverTool');
+        for (const v of Bokeh.index.all_views())
+          if (v.model instanceof Bokeh.Models.get('Plot'))
+            v.model.toolbar.tools = v.model.toolbar.tools.filter(t => !(t instanceof hover));""")
+    assert shots.hover(browser, 0) == ""
+    with pytest.raises(AssertionError, match="did not draw|drawn"):
+        page = open_report(browser, broken("undrawn", html.replace('<div class="plot" id="plot-0"></div>', "", 1)),
+                           made.plots, deadline_s=5)
+        assert page["drawn"] == made.plots, "drawn"
 
 
 def spans_of(spans) -> list[tuple]:
@@ -182,12 +261,14 @@ def test_a_report_of_several_runs_has_the_thesis_table_numpy_agrees_with(runs, b
     made = write_report(order, out)
     page = open_report(browser, out, made.plots)
     assert page["severe"] == [] and page["plots"] == page["drawn"] == made.plots
+    reads_well(browser, order)
     table = browser.execute_script("""
         const rows = [...document.querySelectorAll('table.thesis tr')].slice(1);
         return rows.map(r => ({run: r.cells[0].textContent,
             stats: [...r.querySelectorAll('[data-metric]')].map(s => [s.dataset.metric, +s.dataset.mean, +s.dataset.std]),
             cells: [...r.cells].map(c => c.textContent)}));""")
-    head = browser.execute_script("return [...document.querySelectorAll('table.thesis th')].map(c => c.textContent)")
+    head = browser.execute_script(
+        "return [...document.querySelectorAll('table.thesis th')].map(c => c.dataset.param || c.textContent)")
     assert [row["run"] for row in table] == [d.name for d in order]
     for row, run_dir in zip(table, order):
         assert [m for m, _, _ in row["stats"]] == list(THESIS)
@@ -196,14 +277,74 @@ def test_a_report_of_several_runs_has_the_thesis_table_numpy_agrees_with(runs, b
             assert n >= 5 and mean == pytest.approx(want_mean, rel=1e-9) and std == pytest.approx(want_std, rel=1e-9)
         params = json.loads((run_dir / "run.json").read_text())["parameters"]
         for key in ("buffer_size", "mergers", "producers"):  # what differs between the two runs
-            column = next(i for i, h in enumerate(head) if h.startswith(key))
+            column = head.index(key)
             assert row["cells"][column] == f"{params[key]:,}"
-    rate_plots = browser.execute_script("""
-        return [...Bokeh.index.all_views()].filter(v => v.model instanceof Bokeh.Models.get('Plot')
-            && v.model.title.text.startsWith('merged_objects_per_second in the steady state against')).length""")
-    # producers, rate, buffer size, mergers, kernel buffers and the merge cost per object differ
-    assert rate_plots == 6
-    screenshot(browser, "two-runs-table")
+        # the human figures in the cells are the raw ones in human units (VmRSS kB -> MB, CPU Hz -> %)
+        for metric, mean, _ in row["stats"]:
+            shown = row["cells"][head.index(LABELS[metric].titled())]
+            assert float(shown.split(" ± ")[0].replace(",", "")) == pytest.approx(mean * LABELS[metric].scale, rel=1e-3)
+    # the two runs differ in every parameter at once: no plot against any one of them, and the page
+    # says why, naming each (producers, rate, buffer size, mergers, kernel buffers, merge cost per object)
+    sweeps = [p for p in browser.execute_script(PLOTTED) if "sweep" in p]
+    assert sweeps == []
+    note = browser.execute_script("return document.querySelector('p.no-sweep').dataset.params").split(",")
+    assert sorted(note) == sorted(p.name for p in figures.varying(made.runs)) and len(note) == 6
+    screenshot(browser, "two-runs-table", scroll_to="thesis")
+
+
+def sweep_copy(source: Path, folder: Path, run_id: str, **params) -> Path:
+    """A copy of a run under another run id whose run document says other parameters (what the
+    report compares runs by)."""
+    out = folder / run_id
+    shutil.copytree(source, out)
+    old = json.loads((source / "run.json").read_text())["run_id"]
+    text = (out / "samples.ndjson").read_text()
+    (out / "samples.ndjson").write_text(text.replace(f'"{old}"', f'"{run_id}"'))
+    doc = json.loads((out / "run.json").read_text())
+    doc["run_id"] = run_id
+    doc["parameters"].update(params)
+    (out / "run.json").write_text(json.dumps(doc))
+    return out
+
+
+def test_a_figure_is_plotted_against_a_parameter_only_for_runs_that_differ_in_it_alone(runs, browser, tmp_path):
+    """Three runs that differ in the buffer size alone, and one that differs in everything: merged
+    objects/s against the buffer size for the three, and the others' parameters named as not plotted."""
+    swept = [sweep_copy(runs["healthy"], tmp_path, f"sweep-{b}", buffer_size=b) for b in (1000, 10, 100)]
+    made = write_report([*swept, runs["overload"]], tmp_path / "sweep.html")
+    assert [sw.parameter.name for sw in figures.sweeps(made.runs)] == ["buffer_size"]
+    page = open_report(browser, made.path, made.plots)
+    assert page["plots"] == page["drawn"] == made.plots
+    plotted = [p for p in browser.execute_script(PLOTTED) if "sweep" in p]
+    assert [(p["sweep"], p["field"], p["runs"]) for p in plotted] == [
+        ("buffer_size", "merged_objects_per_second", ["sweep-10", "sweep-100", "sweep-1000"])]
+    note = browser.execute_script("return document.querySelector('p.no-sweep').dataset.params").split(",")
+    assert "buffer_size" not in note and {"producers", "mergers", "rate_per_producer"} <= set(note)
+    assert shots.overflow(browser) == []
+
+
+def test_a_run_of_500_producers_is_one_picture_a_role(runs, browser, tmp_path):
+    """500 producer nodes: a heat map a field (a row per node), not 500 lines; drawn, no wider than the
+    page, a node named on hover."""
+    many = shots.many_producers(runs["healthy"], tmp_path / "healthy-500", producers=500)
+    made = write_report([many], tmp_path / "many.html")
+    page = open_report(browser, made.path, made.plots)
+    assert page["severe"] == [] and page["plots"] == page["drawn"] == made.plots
+    print(f"500 producers: {made.plots} plots drawn {page['drawn_ms']} ms after navigation start")
+    plotted = browser.execute_script(PLOTTED)
+    producer = [p for p in plotted if p["role"] == "producer"]
+    assert producer and {p["kind"] for p in producer} <= {"heatmap", "timeline"}
+    assert {p["kind"] for p in plotted if p["role"] == "merger"} <= {"lines", "timeline"}  # two mergers
+    rows = browser.execute_script("""
+        const v = [...Bokeh.index.all_views()].find(v => v.model instanceof Bokeh.Models.get('Plot')
+            && v.model.tags.length && v.model.tags[0].kind === 'heatmap');
+        const img = v.model.renderers.find(r => r.data_source.data.image).data_source.data.image[0];
+        return img.shape ? img.shape[0] : img.length;""")
+    assert rows == 500
+    assert shots.overflow(browser) == []
+    heat = next(i for i, p in enumerate(plotted) if p["kind"] == "heatmap")
+    assert re.search(r"node:\s*producers-0~\d+", shots.hover(browser, heat)), "no node on hover"
+    screenshot(browser, "500-producers", scroll_to="run-0-producer")
 
 
 # -- bad input -------------------------------------------------------------------------------------
@@ -337,3 +478,21 @@ def test_a_flag_true_in_one_sample_still_shows_and_close_runs_are_joined():
     start, end = on_spans(t, on, min_gap=3)  # 11 -> 14: 3 s apart, two spans; 52 -> 53: one
     assert list(zip(start, end)) == [(10, 11), (14, 15), (50, 54), (90, 91)]
     assert on_spans(t, np.zeros(100, bool), 3)[0].size == 0
+
+
+def test_every_figure_is_traced_to_a_dashboard_panel_and_its_label():
+    """The first screen's key figures read the field of the Run view's panel they name; the panels of
+    one field are titled with its label (flowstat.views.labels, the one definition the report reads
+    too); a panel that scales a field scales it as the report does (the CPU's % of one core)."""
+    panels = {p.title: p for p in RUN_VIEW.panels()}
+    for key in figures.KEYS:
+        assert key.field in {m.field for m in panels[key.panel].metrics}, key
+    for p in RUN_VIEW.panels():
+        if p.source == "node" and len(p.metrics) == 1:
+            assert p.title.startswith(LABELS[p.metrics[0].field].label), p.title
+        for m in p.metrics:
+            if m.scale != 1.0:
+                assert m.scale == pytest.approx(LABELS[m.field].scale)
+    assert {f for f, lab in LABELS.items()} <= {f.name for f in schema.fields()}
+    assert LABELS["vmrss_kb"].unit == "MB" and LABELS["cpu_clock_hz"].unit == "% of one core"
+    assert LABELS["objects_sent"].unit == "objects/s" and LABELS["bytes_sent"].unit == "MB/s"

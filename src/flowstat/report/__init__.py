@@ -1,10 +1,11 @@
 """``flowstat report``: runs looked at offline, in one self-contained HTML file.
 
-Per run: its parameters, the no-loss and online verdicts (run.json), which alert conditions held
-and when, and every numeric metric of the sample schema per node over time, grouped by role
-(Bokeh: zoom, pan, hover). For all runs together, the thesis-style table of the steady state, one
-row per run, and, for several runs, their merged objects/s against what differs between them.
-docs/report.md says how each figure is defined.
+First, per run, the verdicts and key figures (glance.py); for several runs, the thesis-style
+table of the steady state and merged objects/s against a parameter only for runs that differ in it
+alone; per run, its parameters, the no-loss and online verdicts (run.json), which alert conditions
+held and when, and per role the Run view's panels over time (flowstat.views: the dashboards'
+definitions; labels and human units from flowstat.views.labels), constants and other fields as
+tables (Bokeh: zoom, pan, hover). docs/report.md says how each figure is defined.
 
 Kept light: ``flowstat`` imports the command (report.command) at every start, and Bokeh only
 loads when a report is written (report.build.write_report).

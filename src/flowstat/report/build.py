@@ -30,43 +30,51 @@ def write_report(paths: list[Path], out: Path) -> Made:
     """Read the run directories ``paths`` and write their report to ``out``; ReportError names a run
     that cannot be read."""
     runs = [load_run(p, meanwhile=_load_bokeh) for p in paths]
-    from . import page  # loaded by now (_load_bokeh)
+    from . import glance, page  # loaded by now (_load_bokeh)
 
     windows = [figures.steady_window(r) for r in runs]
     stats = [figures.steady_stats(r, w) for r, w in zip(runs, windows)]
+    spans = [_alerts.evaluate(r) for r in runs]
     doc = page.Page("flowstat report: " + ", ".join(r.name for r in runs))
     page.header(doc, runs)
-    _side_by_side(doc, runs, windows, stats)
-    _each_run(doc, runs, windows)
+    doc.html(glance.first_screen(runs, windows, [figures.key_figures(r, w) for r, w in zip(runs, windows)], spans))
+    if len(runs) > 1:
+        _side_by_side(doc, runs, windows, stats)
+    _each_run(doc, runs, windows, spans)
     out.parent.mkdir(parents=True, exist_ok=True)
     doc.write(out)
     return Made(out, runs, len(doc.jobs))
 
 
 def _side_by_side(doc, runs: list[Run], windows: list[figures.Window], stats: list[dict]) -> None:
-    """The thesis-style table, and the rate against each parameter that differs between the runs."""
+    """The thesis-style table, and the figures against each parameter that some runs differ in alone."""
     from . import page, plots
 
     differ = figures.varying(runs)
     page.thesis_table(doc, runs, windows, stats, differ)
-    doc.html('<div class="side-by-side">')
-    for param in differ:
-        doc.plot(partial(plots.rate_plot, param, runs, [s[figures.RATE] for s in stats]))
+    found = figures.sweeps(runs)
+    page.sweeps_section(doc, runs, differ, found)
+    doc.html('<div class="plots">')
+    for sweep in found:
+        doc.plot(partial(plots.sweep_plot, figures.RATE, sweep, runs, stats))
     doc.html("</div>")
 
 
-def _each_run(doc, runs: list[Run], windows: list[figures.Window]) -> None:
-    """Per run: its parameters and verdicts, the alerts, and every metric per role (the page's data
-    budget shared out among all the runs' plots)."""
+def _each_run(doc, runs: list[Run], windows: list[figures.Window], spans: list[list]) -> None:
+    """Per run: its parameters and verdicts, the alerts, and per role its constants and plots (the
+    page's data budget shared out among all the runs' plots)."""
     from . import page, plots
 
     todo = [plots.plans(r) for r in runs]
-    budget = plots.DATA_BUDGET // max(1, sum(len(ps) for by_role in todo for ps in by_role.values()))
-    for i, (run, window, by_role) in enumerate(zip(runs, windows, todo)):
+    count = sum(len(rp.plots) for by_role in todo for rp in by_role)
+    budget = plots.DATA_BUDGET // max(1, count)
+    doc.html(f"<p class='note'>{escape(page.HOW_TO_READ.format(handful=figures.HANDFUL))}</p>")
+    for i, (run, window, by_role, run_spans) in enumerate(zip(runs, windows, todo, spans)):
         page.run_section(doc, i, run, window)
-        page.alerts_section(doc, run, _alerts.evaluate(run))
-        for role, role_plans in by_role.items():
-            nodes = len(role_plans[0].role.series) if role_plans else 0
-            doc.html(f'<h3 id="run-{i}-{escape(role)}">{escape(role)}: {nodes} node(s), {len(role_plans)} metrics</h3>')
-            for plan in role_plans:
+        page.alerts_section(doc, run, run_spans)
+        for rp in by_role:
+            page.role_section(doc, i, run, window, rp)
+            doc.html('<div class="plots">')
+            for plan in rp.plots:
                 doc.plot(partial(plots.plot, run, plan, window, budget))
+            doc.html("</div>")

@@ -10,14 +10,18 @@ from .load import SHOWN_BAD_LINES, ReportError
 
 DEFAULT_NAME = "report.html"
 HELP = "write one self-contained HTML report of recorded runs"
-PARSER = dict(description="Write one HTML file that shows recorded runs offline: per run its parameters, the no-loss "
-                          "and online verdicts, which alert conditions held and when, and every metric of every node "
-                          "over time (zoom, pan, hover), grouped by role; for all runs, a table of the steady state "
-                          "(mean ± std of CPU clock, VmRSS, merge time and merged objects/s, one row per run) and, "
-                          "for several runs, their rate against what differs between them. The file needs no network "
-                          "(its JavaScript is inline). A malformed or truncated line of a run file is reported with "
-                          "its line number and skipped; every good line is used. Exit status: 0 written, 1 written "
-                          "but some lines were skipped, 2 nothing written (a run cannot be read). See docs/report.md.")
+PARSER = dict(description="Write one HTML file that shows recorded runs offline. First, per run: the verdicts "
+                          "(no loss, online, alerts) and the key figures of the steady state (merged objects/s, merge "
+                          "time, input latency p99, CPU and memory per role, buffer overloads) with sparklines and the "
+                          "worst node. Then, for several runs, a table of the steady state (mean ± std of CPU, VmRSS, "
+                          "merge time and merged objects/s, one row per run) and merged objects/s against a parameter "
+                          "only for runs that differ in it alone; per run, its parameters, which alert conditions held "
+                          "and when, and per role the dashboards' run panels over time (zoom, pan, hover) in human "
+                          "units, counters as rates, constants as table rows, heat maps for many nodes. The file needs "
+                          "no network (its JavaScript is inline). A malformed or truncated line of a run file is "
+                          "reported with its line number and skipped; every good line is used. Exit status: 0 "
+                          "written, 1 written but some lines were skipped, 2 nothing written (a run cannot be read). "
+                          "See docs/report.md.")
 
 
 def configure(p: argparse.ArgumentParser) -> None:

@@ -10,32 +10,47 @@ from html import escape
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 from bokeh.model import Model
 from bokeh.resources import INLINE
 
-from flowstat import __version__, schema
+from flowstat import __version__
 from flowstat.harness.topology import IN_CODE
 from flowstat.timeutil import iso_utc_ms
 from flowstat.units import format_size
+from flowstat.views.labels import LABELS
 
-from . import draw
-from .figures import THESIS_METRICS, Parameter, Stat, Window, titled, value
+from . import draw, figures
+from .figures import HANDFUL, THESIS_METRICS, Parameter, Stat, Window, value
 from .load import SHOWN_BAD_LINES, Run
-
-_UNITS = {f.name: f.unit for f in schema.fields()}
 
 
 _STYLE = """
-body { font: 14px/1.45 system-ui, sans-serif; margin: 0 auto; padding: 1em 2em; max-width: 1500px; color: #222; }
-h1 { font-size: 1.6em; } h2 { border-top: 3px solid #1f77b4; padding-top: .6em; margin-top: 2em; }
-h3 { margin-top: 1.6em; } table { border-collapse: collapse; margin: .6em 0; }
-td, th { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; } th { background: #f2f2f2; }
+*, *::before, *::after { box-sizing: border-box; }
+body { font: 14px/1.4 system-ui, sans-serif; margin: 0 auto; padding: .6em 1.2em; max-width: 1500px; color: #222; }
+h1 { font-size: 1.3em; margin: .2em 0; } p.lead { margin: 0 0 .6em; color: #555; }
+h2 { border-top: 3px solid #1f77b4; padding-top: .5em; margin-top: 1.6em; }
+h3 { margin-top: 1.4em; } table { border-collapse: collapse; margin: .5em 0; max-width: 100%; }
+td, th { border: 1px solid #ccc; padding: 3px 7px; text-align: left; vertical-align: top; overflow-wrap: anywhere; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; } th { background: #f2f2f2; }
 .ok { color: #2ca02c; font-weight: bold; } .bad { color: #d62728; font-weight: bold; }
 .none { color: #7f7f7f; font-weight: bold; } .note { color: #555; }
-div.wide { overflow-x: auto; } div.side-by-side { display: flex; flex-wrap: wrap; gap: 1em; }
-div.plot { margin: .4em 0; }
+div.plots { display: grid; grid-template-columns: repeat(auto-fill, minmax(min(100%, 540px), 1fr)); gap: .3em 1.2em; }
+div.plot { margin: .3em 0; min-width: 0; }
 section.alerts { border: 2px dashed #9467bd; padding: 0 1em .6em; margin: 1.2em 0; }
+div.glance { display: grid; grid-template-columns: repeat(auto-fit, minmax(min(100%, 560px), 1fr)); gap: .8em; }
+section.card { border: 1px solid #ccc; border-radius: 6px; padding: .2em .8em .4em; min-width: 0; }
+section.card h2 { border: 0; margin: .2em 0 0; padding: 0; font-size: 1.2em; }
+section.card p { margin: .15em 0; } p.what { color: #555; font-size: .92em; }
+.badge { display: inline-block; padding: 1px 9px; border-radius: 10px; margin: 1px 4px 1px 0; color: #fff;
+  font-weight: bold; font-size: .95em; }
+.badge.ok { background: #2ca02c; color: #fff; } .badge.bad { background: #d62728; color: #fff; }
+.badge.none { background: #7f7f7f; color: #fff; }
+table.keys { width: 100%; margin: .3em 0 0; } table.keys td, table.keys th { padding: 1px 6px; border-color: #e3e3e3; }
+table.keys td { vertical-align: middle; } table.keys .big { font-weight: bold; font-size: 1.05em; }
+table.keys .role, table.keys .unit { color: #666; font-size: .88em; }
+svg.spark { display: block; } p.small { font-size: .85em; }
+table.thesis { width: 100%; }
 """
 
 # The plots' documents (draw.py), each root into its <div>, once the page is there.
@@ -54,10 +69,11 @@ def _h(value: Any) -> str:
 
 
 def table(header: list[str] | None, rows: list[list[Any]], cls: str = "") -> Html:
-    """A table (in a box that scrolls sideways when it is wider than the page)."""
+    """A table as wide as the page at most: its cells wrap (the browser tests hold every element to
+    the page's width)."""
     head = "<tr>" + "".join(f"<th>{_h(h)}</th>" for h in header) + "</tr>" if header else ""
     body = "".join("<tr>" + "".join(_cell(c) for c in row) + "</tr>" for row in rows)
-    return Html(f'<div class="wide"><table class="{cls}">{head}{body}</table></div>')
+    return Html(f'<table class="{cls}">{head}{body}</table>')
 
 
 def _cell(c: Any) -> str:
@@ -109,38 +125,70 @@ class Page:
 
 
 def header(page: Page, runs: list[Run]) -> None:
-    page.html(f"<h1>{escape(page.title)}</h1><p>{len(runs)} run(s), written {escape(iso_utc_ms())} by flowstat "
-              f"{escape(__version__)}. Plots: drag to pan; zoom with the mouse wheel once the wheel-zoom tool (at "
-              f"each plot's right) is on; reset to come back; hover for values. A run's plots all cover its whole "
-              f"time. Shaded green: the steady state. Every sample's peak is drawn: samples are reduced to the "
-              f"lowest and the highest of each time bucket (about a pixel), never dropped.</p>"
-              + "<ul>" + "".join(f'<li><a href="#run-{i}">{escape(r.name)}</a></li>' for i, r in enumerate(runs))
-              + "</ul>")
+    page.html(f"<h1>{escape(page.title)}</h1><p class='lead'>{len(runs)} run(s), written {escape(iso_utc_ms())} by "
+              f"flowstat {escape(__version__)}. At a glance first (each run's verdicts and key figures over its "
+              f"steady state, shaded green in the sparklines); the detail below.</p>")
+
+
+HOW_TO_READ = ("Plots: drag to pan; zoom with the mouse wheel once the wheel-zoom tool (at each plot's right) is "
+               "on; reset to come back; hover for values. A run's plots all cover its whole time; shaded green: "
+               "the steady state. Every sample's peak is drawn: samples are reduced to the lowest and the highest "
+               "of each time bucket (about a pixel), never dropped. Counters (objects, bytes, overloads since the "
+               "node started) are drawn as their rate per second; a field that kept one value all run is a table "
+               "row; a role of more than {handful} nodes is drawn as heat maps, a row per node.")
 
 
 def thesis_table(page: Page, runs: list[Run], windows: list[Window], stats: list[dict[str, Stat]],
                  params: list[Parameter]) -> None:
-    """One row per run: its varying parameters, then mean ± std of THESIS_METRICS in the steady state."""
-    head = (["run"] + [titled(p.label, p.unit) for p in params] + [titled(m, _UNITS[m]) for m in THESIS_METRICS]
-            + ["merger samples", "steady state (s)"])
+    """One row per run: its varying parameters, then mean ± std of THESIS_METRICS in the steady state,
+    in human units (the raw figures in the cells' data attributes)."""
+    head = ([Html("<th>run</th>")] + [Html(f'<th data-param="{escape(p.name)}">{escape(p.heading())}</th>')
+                                      for p in params]
+            + [Html(f'<th data-metric="{m}">{escape(LABELS[m].titled())}</th>') for m in THESIS_METRICS]
+            + [Html("<th>merger samples</th>"), Html("<th>steady state (s)</th>")])
     rows = []
     for run, window, st in zip(runs, windows, stats):
-        cells = [run.name] + [p.of(run.doc) for p in params]
+        cells = [run.name] + [Html(f'<td class="num">{escape(p.text(p.of(run.doc)))}</td>') for p in params]
         cells += [_stat_cell(m, st[m]) for m in THESIS_METRICS]
         cells += [max(st[m].n for m in THESIS_METRICS), window.text()]
         rows.append(cells)
+    body = "".join("<tr>" + "".join(c if isinstance(c, Html) and c.startswith("<td") else _cell(c) for c in row)
+                   + "</tr>" for row in rows)
     page.html('<h2 id="thesis">Runs side by side: the steady state</h2>'
               "<p>Mean ± standard deviation over every merger sample taken in the steady state (all mergers "
               "together, bounds included): from the end of start-up, max(3 s, 10% of the run's duration) after "
               "the run's start, to the stop signal; the drain after it is left out (the online verdict's window, "
-              "flowstat.harness.online).</p>" + table(head, rows, "thesis"))
+              "flowstat.harness.online).</p>"
+              f'<table class="thesis"><tr>{"".join(head)}</tr>{body}</table>')
 
 
 def _stat_cell(metric: str, s: Stat) -> Html:
     if s.mean is None:
         return Html("-")
+    k = LABELS[metric].scale
     return Html(f'<span data-metric="{metric}" data-mean="{s.mean!r}" data-std="{s.std!r}">'
-                f"{escape(number(s.mean))} ± {escape(number(s.std))}</span>")
+                f"{escape(number(s.mean * k))} ± {escape(number(s.std * k))}</span>")
+
+
+def sweeps_section(page: Page, runs: list[Run], params: list[Parameter], found: list) -> None:
+    """What the plots against a parameter are drawn for (runs that differ in it alone), and why the
+    others are not."""
+    swept = {sw.parameter.path for sw in found}
+    rest = [p for p in params if p.path not in swept]
+    text = ""
+    if found:
+        text += ("<p>Plotted against a parameter: only runs that differ in that parameter alone (every other "
+                 "parameter equal), so that the plot shows its effect: " + "; ".join(
+                     f"{escape(sw.parameter.label)}: {', '.join(escape(runs[i].name) for i in sw.runs)}"
+                     for sw in found) + ".</p>")
+    if rest:
+        names = ", ".join(escape(p.label) for p in rest)
+        text += (f'<p class="no-sweep" data-params="{escape(",".join(p.name for p in rest))}">Not plotted against '
+                 f"{names}: no runs here differ in {'it' if len(rest) == 1 else 'one of them'} alone (these runs "
+                 f"differ in {len(params)} parameters at once), so a plot against any one would show the others' "
+                 "effect as its own. The table above compares the runs; a campaign (flowstat campaign) sweeps one "
+                 "parameter.</p>")
+    page.html(text)
 
 
 def run_section(page: Page, i: int, run: Run, window: Window) -> None:
@@ -249,3 +297,43 @@ def alerts_section(page: Page, run: Run, spans: list) -> None:
                  f"{iso_utc_ms(sp.start)} - {iso_utc_ms(sp.end)}"] for sp in spans]
         text += table(["alert", "uid", "labels", "from (s)", "to (s)", "for (s)", "UTC"], rows)
     page.html(text + "</section>")
+
+
+def role_section(page: Page, i: int, run: Run, window: Window, rp) -> None:
+    """A role's part of a run, before its plots: the fields that kept one value all run (a table, not
+    flat lines), and the fields no dashboard panel shows, over the steady state (a table)."""
+    role = rp.role
+    nodes = len(role.series)
+    text = (f'<h3 id="run-{i}-{escape(role.name)}">{escape(role.name)}: {nodes} node(s), {len(rp.plots)} plots'
+            + (f" (heat maps: more than {HANDFUL} nodes)" if nodes > HANDFUL else "") + "</h3>")
+    if rp.constants:
+        rows = []
+        for c in rp.constants:
+            lab = LABELS[c.field]
+            if lab.kind == "flag":
+                shown = "never"
+            else:
+                shown = f"{number(c.value * lab.scale)} {lab.amount_unit}".strip()
+            rows.append([Html(f'<span data-field="{escape(c.field)}">{escape(lab.label)}</span>'), shown,
+                         "its total stayed at this" if lab.kind == "counter" else
+                         "true at no sample" if lab.kind == "flag" else "the same all run"])
+        text += ("<p class='note'>The same in every node of the role, from its first sample to its last:</p>"
+                 + table(["field", "value", ""], rows, "constants"))
+    if rp.others:
+        rows = []
+        for f in rp.others:
+            lab = LABELS[f]
+            per_node = figures.per_node_steady(run, role, f, window)
+            has = ~np.isnan(per_node)
+            if not has.any():
+                rows.append([Html(f'<span data-field="{escape(f)}">{escape(lab.titled())}</span>'), None, None, None])
+                continue
+            lo_i, hi_i = int(np.nanargmin(per_node)), int(np.nanargmax(per_node))
+            rows.append([Html(f'<span data-field="{escape(f)}">{escape(lab.titled())}</span>'),
+                         float(np.nanmean(per_node)),
+                         f"{number(float(per_node[lo_i]))} ({role.series[lo_i].node_id})",
+                         f"{number(float(per_node[hi_i]))} ({role.series[hi_i].node_id})"])
+        text += ("<p class='note'>Fields no dashboard panel shows: each node's mean over the steady state "
+                 "(counters: their rate):</p>"
+                 + table(["field", "mean per node", "lowest node", "highest node"], rows, "others"))
+    page.html(text)

@@ -1,84 +1,113 @@
-"""The report's Bokeh plots: every metric of the sample schema over time, per role, and the rate of
-several runs against what differs between them.
+"""The report's Bokeh plots: per role, the Run view's panels (flowstat.views.panels: the same
+fields, titles and units as Grafana's and Kibana's) and the other fields of the sample schema, each
+as people read it (flowstat.views.labels: human units, counters as rates); and a figure of several
+runs against the one parameter they differ in.
 
-Points are reduced before they go into the page (reduce.py: each time bucket's lowest and highest
-sample, so every peak stays): the whole report's data is held to DATA_BUDGET values, shared out
-evenly among its plots. A role with many nodes is drawn as its envelope (the lowest and highest
-value any of its nodes took in each bucket, at full resolution) over every node's own series
-(coarser when the budget asks it), all in one grey line broken between nodes; a role with a few
-nodes, one coloured line per node with a legend. Arrays go in as float32 numpy arrays, which Bokeh
-writes as base64; Bokeh's cost is per model and per array, so a plot holds few of each.
+A role of a handful of nodes (figures.HANDFUL) gets a coloured line per node; more nodes, a heat map
+(node x time), so 500 producers are one picture. Points are reduced before they go into the page
+(reduce.py: each time bucket's lowest and highest sample, so every peak stays; a heat map's cell is
+the node's highest value in its time slice): the whole report's data is held to DATA_BUDGET values,
+shared out evenly among its plots. Arrays go in as float32 numpy arrays, which Bokeh writes as
+base64; Bokeh's cost is per model and per array, so a plot holds few of each.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
-from bokeh.models import (BasicTickFormatter, BoxAnnotation, ColumnDataSource, CustomJSHover, CustomJSTickFormatter,
-                          DataRange1d, FixedTicker, Grid, HBar, HoverTool, Legend, LegendItem, Line, LinearAxis,
-                          PanTool, Plot, Range1d, ResetTool, Title, Toolbar, VArea, WheelZoomTool, Whisker)
-from bokeh.palettes import Category10_10
+from bokeh.models import (BasicTickFormatter, BoxAnnotation, ColorBar, ColumnDataSource, CustomJSHover, DataRange1d,
+                          FixedTicker, Grid, HBar, HoverTool, Image, Legend, LegendItem, Line, LinearAxis,
+                          LinearColorMapper, PanTool, Plot, Range1d, ResetTool, Title, Toolbar, WheelZoomTool,
+                          Whisker)
+from bokeh.palettes import Category10_10, Viridis256
 from bokeh.plotting import figure
 
-from flowstat import schema
+from flowstat.views.labels import LABELS, shown_fields
+from flowstat.views.panels import NODE, RUN_VIEW, Panel
 
-from .figures import RATE, Parameter, Stat, Window, titled
-from .load import Metric, Run, Series, metrics
-from .reduce import envelope, minmax, on_spans
+from . import figures
+from .figures import HANDFUL, Parameter, Role, Stat, Window
+from .load import Run
+from .reduce import minmax, on_spans
 
-BUCKETS = 1000  # about a plot's width in pixels: a lowest and a highest point per pixel
-ENVELOPE_FROM = 11  # nodes of one role from which the role's envelope is drawn
+BUCKETS = 600  # about a plot's width in pixels (two plots a row): a lowest and a highest point per pixel
+HEAT_BUCKETS = 300  # time slices of a heat map at most
 DATA_BUDGET = 1_200_000  # float32 values in the whole report (6.4 MB as base64), shared out among its plots
 MIN_NODE_BUCKETS = 16
-HEIGHT = 230
-TOOLS = "pan,wheel_zoom,reset"  # the rate plots' (the time plots build theirs: _figure)
-ENVELOPE_COLOUR, NODE_COLOUR, STEADY_COLOUR, FLAG_COLOUR = "#1f77b4", "#7f7f7f", "#2ca02c", "#d62728"
-_CORE = re.compile(r"10\^(\d+) = one full core")  # the schema's CPU unit: "Hz (10^6 = one full core)"
-
-
-@dataclass(frozen=True)
-class Role:
-    """The nodes of one role in a run, and where their samples are (worked out once for all the role's
-    plots): rows of the Run's arrays, node after node, their times and their node's number."""
-
-    name: str
-    series: tuple[Series, ...]
-    rows: np.ndarray
-    t: np.ndarray
-    node: np.ndarray
+HEIGHT = 240
+TOOLS = "pan,wheel_zoom,reset"  # the sweep plots' (the time plots build theirs: _figure)
+STEADY_COLOUR, FLAG_COLOUR, DOT_COLOUR = "#2ca02c", "#d62728", "#1f77b4"
+DASHES = ("solid", "dashed", "dotted")
 
 
 @dataclass(frozen=True)
 class Plan:
-    """One plot to draw: a metric of the nodes of one role."""
+    """One plot to draw: fields of the nodes of one role, as the Run view's panel ``panel`` shows them
+    (None: a field no dashboard panel shows), drawn as ``kind``: lines, heatmap or timeline."""
 
-    metric: Metric
+    title: str
+    panel: str | None
+    fields: tuple[tuple[str, str], ...]  # (field, its name in the plot: the panel's metric label, or "")
+    kind: str
     role: Role
 
-    def samples(self, run: Run) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The role's samples of the metric: times, values and node numbers, where there is a value."""
-        y = run.values[self.metric.name][self.role.rows]
-        has = ~np.isnan(y)
-        return self.role.t[has], y[has], self.role.node[has]
+
+@dataclass(frozen=True)
+class Constant:
+    """A field that kept one value over the run in every node of a role: a table row, not a flat line."""
+
+    field: str
+    value: float
 
 
-def _roles(run: Run) -> list[Role]:
-    """The run's roles, in pipeline order (schema.ROLES), then any other."""
-    present = {s.role for s in run.series}
+def _panels(role: str) -> list[Panel]:
+    """The Run view's node panels the report draws for a role (a panel for mergers only, for mergers)."""
+    return [p for p in RUN_VIEW.panels() if p.source == NODE and p.in_report and p.group == ("node_id",)
+            and all(v == role for k, v in p.where if k == "role")]
+
+
+@dataclass(frozen=True)
+class RolePlan:
+    """What a role's part of the report shows: the plots of the Run view's panels, the fields that
+    stayed constant (a table), and the fields no panel shows (a table of their steady state)."""
+
+    role: Role
+    plots: list[Plan]
+    constants: list[Constant]
+    others: list[str]
+
+
+def plans(run: Run) -> list[RolePlan]:
+    """Per role, what it shows. Every labelled field any of the role's nodes reported is in one of
+    the three (a flag never true, and a counter that never moved, are constants too; a flag true at
+    any sample is drawn)."""
     out = []
-    for name in [r for r in schema.ROLES if r in present] + sorted(present - set(schema.ROLES)):
-        series = tuple(s for s in run.series if s.role == name)
-        rows = np.concatenate([np.arange(s.lo, s.hi) for s in series])
-        out.append(Role(name, series, rows, run.t[rows], np.repeat(np.arange(len(series)), [s.hi - s.lo for s in series])))
+    for role in figures.roles(run):
+        has = {f for f in shown_fields() if LABELS[f].kind != "state" and f in run.values
+               and not np.isnan(run.values[f][role.rows]).all()}
+        # a flag true at some sample is drawn as its spans, even if it was true at every one
+        consts = {f: c for f in has if (c := figures.constant(run, role, f)) is not None
+                  and not (LABELS[f].kind == "flag" and c)}
+        moving = has - set(consts)
+        many = len(role.series) > HANDFUL
+        todo: list[Plan] = []
+        placed: set[str] = set()
+        for panel in _panels(role.name):
+            fields = tuple((m.field, m.label if len(panel.metrics) > 1 else "") for m in panel.metrics)
+            placed |= {f for f, _ in fields}
+            fields = tuple((f, name) for f, name in fields if f in moving)
+            if not fields:
+                continue
+            kind = "timeline" if LABELS[fields[0][0]].kind == "flag" else "heatmap" if many else "lines"
+            if kind == "lines":
+                todo.append(Plan(panel.title, panel.title, fields, kind, role))
+            else:
+                todo += [Plan(panel.title + (f": {name}" if name else ""), panel.title, ((f, name),), kind, role)
+                         for f, name in fields]
+        out.append(RolePlan(role, todo, [Constant(f, consts[f]) for f in shown_fields() if f in consts],
+                            [f for f in shown_fields() if f in moving and f not in placed]))
     return out
-
-
-def plans(run: Run) -> dict[str, list[Plan]]:
-    """Per role, a plot of each metric any of its nodes reported."""
-    return {role.name: [Plan(m, role) for m in metrics() if not np.isnan(run.values[m.name][role.rows]).all()]
-            for role in _roles(run)}
 
 
 def _f32(a) -> np.ndarray:
@@ -89,11 +118,11 @@ def _figure(title: str, run: Run, window: Window, y_label: str, height: int = HE
     """A plot over the run's time (all plots of a run span the same time), the steady state shaded.
     Built from its parts rather than by bokeh.plotting.figure: half the models, half the time."""
     lo, hi = run.span
-    x_axis = LinearAxis(axis_label=f"s since the run's start (shaded: the steady state, {window.text()} s)")
+    x_axis = LinearAxis(axis_label="s since the run's start")
     y_axis = LinearAxis(axis_label=y_label, formatter=BasicTickFormatter(use_scientific=False))  # 320000, not 3.2e+5
     p = Plot(title=Title(text=title, text_font_size="13px"), height=height, sizing_mode="stretch_width",
              x_range=Range1d(start=lo, end=hi), y_range=DataRange1d(), output_backend="canvas",
-             toolbar=Toolbar(tools=[PanTool(), WheelZoomTool(), ResetTool()]))
+             toolbar=Toolbar(tools=[PanTool(), WheelZoomTool(), ResetTool()]), min_border_right=10)
     p.add_layout(x_axis, "below")
     p.add_layout(y_axis, "left")
     p.add_layout(Grid(dimension=0, ticker=x_axis.ticker))
@@ -104,122 +133,156 @@ def _figure(title: str, run: Run, window: Window, y_label: str, height: int = HE
     return p
 
 
-def _core_axis(p: Plot, unit: str | None) -> None:
-    """CPU clock: a second axis in % of one core, from the unit the schema gives (10^N Hz = one core)."""
-    match = _CORE.search(unit or "")
-    if match:
-        per_percent = 10 ** int(match.group(1)) / 100
-        p.add_layout(LinearAxis(axis_label="% of one core", formatter=CustomJSTickFormatter(
-            code=f"return (+(tick / {per_percent:g}).toPrecision(3)) + '%'")), "right")
-
-
-def _node_name(series: tuple[Series, ...]) -> CustomJSHover:
+def _node_name(names: list[str], rounded: bool = False) -> CustomJSHover:
     """Hover: a sample's node, from its node number (one number a point is cheaper than a name)."""
-    return CustomJSHover(args={"names": [s.node_id for s in series]}, code="return names[value]")
+    return CustomJSHover(args={"names": names}, code="return names[Math.round(value)] || ''" if rounded
+                         else "return names[value]")
+
+
+def _y_label(fields: tuple[tuple[str, str], ...]) -> str:
+    units = {LABELS[f].unit for f, _ in fields}
+    return units.pop() if len(units) == 1 else ", ".join(LABELS[f].titled() for f, _ in fields)
+
+
+def _title(plan: Plan) -> str:
+    n = len(plan.role.series)
+    who = f"{plan.role.name} {plan.role.series[0].node_id}" if n == 1 else f"{plan.role.name}, {n} nodes"
+    units = sorted({LABELS[f].unit for f, _ in plan.fields} - {""})
+    units = [u for u in units if u not in plan.title]
+    rate = ", rate of a counter" if any(LABELS[f].kind == "counter" for f, _ in plan.fields) else ""
+    return plan.title + (f" ({', '.join(units)}{rate})" if units else "") + f": {who}"
 
 
 def line_plot(run: Run, plan: Plan, window: Window, budget: int) -> Plot:
-    """A metric of a role's nodes over time: one line per node, and the envelope of many."""
-    m, series = plan.metric, plan.role.series
-    n = len(series)
-    many = n >= ENVELOPE_FROM
-    per_point = 3 if many else 2  # values a point costs: time, value (and the node's number)
-    buckets = max(MIN_NODE_BUCKETS, min(BUCKETS, (budget - (3 * BUCKETS if many else 0)) // (2 * per_point * n)))
-    t, y, node = plan.samples(run)
-    keep = minmax(t, y, *run.span, buckets, node)
-    title = f"{m.name}: {plan.role.name}"
-    if many:
-        title += f" - {n} nodes: blue band = lowest to highest of any node; grey = each node ({buckets} buckets)"
-    elif n == 1:
-        title += f" {series[0].node_id}"
-    p = _figure(title, run, window, titled(m.name, m.unit))
-    _core_axis(p, m.unit)
-    value_tip = (m.name, "@y{0,0.[000]}")
-    if many:
-        cut = np.flatnonzero(np.diff(node[keep])) + 1  # a NaN between nodes breaks the line
-        src = ColumnDataSource({"t": _f32(np.insert(t[keep], cut, np.nan)), "y": _f32(np.insert(y[keep], cut, np.nan)),
-                                "node": np.insert(node[keep], cut, 0).astype(np.int32)})
-        lines = [p.add_glyph(src, Line(x="t", y="y", line_color=NODE_COLOUR, line_alpha=0.35))]
-        _envelope(p, run, t, y)
-        tips = [("node", "@node{custom}"), ("t", "@t{0.0} s"), value_tip]
-        formatters = {"@node": _node_name(series)}
-    else:
-        legend = Legend(location="top_left", click_policy="hide", label_text_font_size="11px")
-        lines = []
+    """Fields of a role's few nodes over time: a coloured line per node (a dash per field)."""
+    series, n = plan.role.series, len(plan.role.series)
+    buckets = max(MIN_NODE_BUCKETS, min(BUCKETS, budget // (4 * n * len(plan.fields))))
+    p = _figure(_title(plan), run, window, _y_label(plan.fields))
+    legend = Legend(location="top_left", click_policy="hide", label_text_font_size="11px", spacing=0,
+                    padding=4, margin=4, background_fill_alpha=0.6)
+    lines = []
+    for j, (field, name) in enumerate(plan.fields):
+        t, y, node = figures.shown(run, plan.role, field)
+        keep = minmax(t, y, *run.span, buckets, node)
         for i, s in enumerate(series):
             mine = keep[node[keep] == i]
+            if not len(mine):
+                continue
+            label = " ".join(x for x in (s.node_id if n > 1 else "", name) if x)
             lines.append(p.add_glyph(ColumnDataSource({"t": _f32(t[mine]), "y": _f32(y[mine])}),
-                                     Line(x="t", y="y", line_color=Category10_10[i % 10], line_width=1.5),
-                                     name=s.node_id))
-            legend.items.append(LegendItem(label=s.node_id, renderers=[lines[-1]]))
-        if n > 1:
-            p.add_layout(legend, "right")
-        tips, formatters = [("node", "$name"), ("t", "@t{0.0} s"), value_tip], {}
-    p.add_tools(HoverTool(renderers=lines, tooltips=tips, formatters=formatters))
+                                     Line(x="t", y="y", line_color=Category10_10[i % 10], line_width=1.5,
+                                          line_dash=DASHES[j % len(DASHES)]),
+                                     name=" ".join(x for x in (s.node_id, name) if x)))
+            if label:
+                legend.items.append(LegendItem(label=label, renderers=[lines[-1]]))
+    if legend.items:
+        p.add_layout(legend)
+    unit = _y_label(plan.fields)
+    p.add_tools(HoverTool(renderers=lines, mode="vline", tooltips=[("node", "$name"), ("t", "@t{0.0} s"),
+                                                     ("value", f"@y{{0,0.[000]}} {unit}")]))
     return p
 
 
-def _envelope(p: Plot, run: Run, t: np.ndarray, y: np.ndarray) -> None:
-    """The role's lowest and highest value per bucket, over all its nodes."""
-    env = envelope(t, y, *run.span, BUCKETS)
-    src = ColumnDataSource({"t": _f32(env.t), "low": _f32(env.low), "high": _f32(env.high)})
-    p.add_glyph(src, VArea(x="t", y1="low", y2="high", fill_color=ENVELOPE_COLOUR, fill_alpha=0.3))
-    top = p.add_glyph(src, Line(x="t", y="high", line_color=ENVELOPE_COLOUR, line_width=1))  # the peaks, hovered
-    p.add_tools(HoverTool(renderers=[top], mode="vline", tooltips=[
-        ("t", "@t{0.0} s"), ("lowest", "@low{0,0.[000]}"), ("highest", "@high{0,0.[000]}")]))
+def heatmap_plot(run: Run, plan: Plan, window: Window, budget: int) -> Plot:
+    """A field of a role's many nodes as a heat map: a row per node, a column per time slice, the
+    colour the node's highest value in it (every peak shows; a slice without a sample is blank)."""
+    (field, _), = plan.fields
+    lab, names = LABELS[field], plan.role.names
+    n = len(names)
+    t, y, node = figures.shown(run, plan.role, field)
+    # at most a slice per sample of a node (a cell per sample: no empty columns between them)
+    buckets = max(4, min(HEAT_BUCKETS, budget // n, int(np.bincount(node).max()) if len(node) else 4))
+    lo, hi = run.span
+    width = (hi - lo) / buckets if hi > lo else 1.0
+    b = np.clip(((t - lo) / width).astype(np.int64), 0, buckets - 1)
+    cells = np.full(n * buckets, -np.inf)
+    np.maximum.at(cells, node.astype(np.int64) * buckets + b, y)
+    cells[np.isinf(cells)] = np.nan
+    image = _f32(cells.reshape(n, buckets))
+    p = _figure(f"{_title(plan)} (colour: highest per time slice)", run, window, "node",
+                height=min(420, max(HEIGHT, 60 + 2 * n)), y_grid=False)
+    finite = y[np.isfinite(y)]
+    mapper = LinearColorMapper(palette=Viridis256, low=float(finite.min()) if len(finite) else 0,
+                               high=float(finite.max()) if len(finite) else 1, nan_color=(0, 0, 0, 0))
+    img = p.add_glyph(ColumnDataSource({"image": [image]}),
+                      Image(image="image", x=lo, y=-0.5, dw=hi - lo, dh=n, color_mapper=mapper))
+    p.add_layout(ColorBar(color_mapper=mapper, width=10, title=lab.unit, title_text_font_size="11px",
+                          formatter=BasicTickFormatter(use_scientific=False)), "right")
+    _node_axis(p, names)
+    p.add_tools(HoverTool(renderers=[img], tooltips=[("node", "$y{custom}"), ("t", "$x{0.0} s"),
+                                                     ("highest", f"@image{{0,0.[000]}} {lab.unit}")],
+                          formatters={"$y": _node_name(names, rounded=True)}))
+    return p
+
+
+def _node_axis(p: Plot, names: list[str]) -> None:
+    """The nodes on the y axis, the first on top (at most about 30 names written)."""
+    step = max(1, len(names) // 30)
+    p.yaxis.ticker = FixedTicker(ticks=list(range(0, len(names), step)))
+    p.yaxis.major_label_overrides = {i: names[i] for i in range(0, len(names), step)}
+    p.y_range = Range1d(start=len(names) - 0.5, end=-0.5)
 
 
 def timeline_plot(run: Run, plan: Plan, window: Window, budget: int) -> Plot:
     """A flag of a role's nodes as a state timeline: a row per node, a bar while it was true."""
-    m, series = plan.metric, plan.role.series
+    (field, _), = plan.fields
+    series = plan.role.series
     buckets = max(MIN_NODE_BUCKETS, min(BUCKETS, budget // (3 * len(series))))
     gap = (run.span[1] - run.span[0]) / buckets
     left, right, row = [], [], []
     for i, s in enumerate(series):
-        t, y = run.of(m.name, s)
+        t, y = run.of(field, s)
         start, end = on_spans(t, y > 0, gap)
         left.append(start)
         right.append(end)
         row.append(np.full(len(start), i, dtype=np.int32))
     spans = sum(map(len, left))
-    p = _figure(f"{m.name}: {plan.role.name} - a bar while true ({spans:,} spans)", run, window, "node",
-                height=min(600, max(HEIGHT, 40 + 14 * len(series))), y_grid=False)
+    n = len(series)
+    who = f"{plan.role.name} {series[0].node_id}" if n == 1 else f"{plan.role.name}, {n} nodes"
+    p = _figure(f"{plan.title}: {who} - a bar while true ({spans:,} spans)", run, window, "node",
+                height=min(420, max(150, 60 + 14 * n)), y_grid=False)
     p.add_glyph(ColumnDataSource({"row": np.concatenate(row), "left": _f32(np.concatenate(left)),
                                   "right": _f32(np.concatenate(right))}),
                 HBar(y="row", left="left", right="right", height=0.8, fill_color=FLAG_COLOUR, line_color=None))
-    step = max(1, len(series) // 40)  # at most about 40 names on the axis
-    p.yaxis.ticker = FixedTicker(ticks=list(range(0, len(series), step)))
-    p.yaxis.major_label_overrides = {i: series[i].node_id for i in range(0, len(series), step)}
-    p.y_range = Range1d(start=len(series) - 0.5, end=-0.5)  # the first node on top; set, as there may be no bar
+    _node_axis(p, plan.role.names)
     p.add_tools(HoverTool(tooltips=[("node", "@row{custom}"), ("from", "@left{0.0} s"), ("to", "@right{0.0} s")],
-                          formatters={"@row": _node_name(series)}))
+                          formatters={"@row": _node_name(plan.role.names)}))
     return p
 
 
 def plot(run: Run, plan: Plan, window: Window, budget: int) -> Plot:
-    draw = timeline_plot if plan.metric.type == "boolean" else line_plot
-    return draw(run, plan, window, budget)
+    draw = {"lines": line_plot, "heatmap": heatmap_plot, "timeline": timeline_plot}[plan.kind]
+    p = draw(run, plan, window, budget)
+    p.tags = [{"panel": plan.panel, "fields": [f for f, _ in plan.fields], "role": plan.role.name, "kind": plan.kind}]
+    return p
 
 
-def rate_plot(param: Parameter, runs: list[Run], stats: list[Stat]) -> figure:
-    """The runs' steady merged objects/s (mean, and a whisker of one standard deviation) against a
-    parameter that differs between them (as the thesis's figure 29)."""
-    xs = [param.of(r.doc) for r in runs]
+def sweep_plot(field: str, sweep: figures.Sweep, runs: list[Run], stats: list[dict[str, Stat]]) -> figure:
+    """A figure of runs that differ in one parameter alone (figures.sweeps) against that parameter: each
+    run's mean over its mergers' steady samples, and a whisker of one standard deviation (as the
+    thesis's figure 29)."""
+    lab, param = LABELS[field], sweep.parameter
+    chosen = [runs[i] for i in sweep.runs]
+    st = [stats[i][field] for i in sweep.runs]
+    xs = [param.of(r.doc) for r in chosen]
     numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs)
-    kw = {} if numeric else {"x_range": sorted({str(x) for x in xs})}
-    p = figure(title=f"{RATE} in the steady state against {param.label}", height=300, width=640, tools=TOOLS,
-               active_scroll=None, **kw)
-    known = [i for i, s in enumerate(stats) if s.mean is not None]
-    top = max((stats[i].mean + stats[i].std for i in known), default=1.0)
+    kw = {} if numeric else {"x_range": [param.text(x) for x in xs]}
+    p = figure(title=f"{lab.label} in the steady state against {param.label} ({len(chosen)} runs, all else equal)",
+               height=300, sizing_mode="stretch_width", tools=TOOLS, active_scroll=None, **kw)
+    known = [i for i, s in enumerate(st) if s.mean is not None]
+    scale = lab.scale
+    top = max(((st[i].mean + st[i].std) * scale for i in known), default=1.0)
     p.y_range = Range1d(start=0, end=top * 1.1 or 1.0)  # the whiskers, which the automatic range leaves out
     src = ColumnDataSource({
-        "x": [xs[i] if numeric else str(xs[i]) for i in known], "mean": [stats[i].mean for i in known],
-        "low": [stats[i].mean - stats[i].std for i in known], "high": [stats[i].mean + stats[i].std for i in known],
-        "std": [stats[i].std for i in known], "run": [runs[i].name for i in known]})
-    dots = p.scatter(x="x", y="mean", source=src, size=9, color=ENVELOPE_COLOUR)
+        "x": [xs[i] if numeric else param.text(xs[i]) for i in known], "mean": [st[i].mean * scale for i in known],
+        "low": [(st[i].mean - st[i].std) * scale for i in known],
+        "high": [(st[i].mean + st[i].std) * scale for i in known],
+        "std": [st[i].std * scale for i in known], "run": [chosen[i].name for i in known]})
+    dots = p.scatter(x="x", y="mean", source=src, size=9, color=DOT_COLOUR)
     p.add_layout(Whisker(base="x", lower="low", upper="high", source=src))
-    p.xaxis.axis_label = titled(param.label, param.unit)
-    p.yaxis.axis_label = titled("per merger: mean ± std", next(m.unit for m in metrics() if m.name == RATE))
+    p.xaxis.axis_label = param.heading()
+    p.yaxis.axis_label = f"per merger: mean ± std ({lab.unit})"
     p.add_tools(HoverTool(renderers=[dots], tooltips=[("run", "@run"), (param.label, "@x"),
-                                                       (RATE, "@mean{0,0.0} ± @std{0,0.0}")]))
+                                                       (lab.label, f"@mean{{0,0.0}} ± @std{{0,0.0}} {lab.unit}")]))
+    p.tags = [{"sweep": param.name, "field": field, "runs": [r.name for r in chosen]}]
     return p

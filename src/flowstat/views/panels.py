@@ -13,6 +13,8 @@ from flowstat import schema
 from flowstat.schema import run as run_schema
 from flowstat.schema import agent as agent_schema
 
+from .labels import label
+
 # How a metric is reduced per time bucket. "mean", "max" and "last" are what they say; "rate" is
 # the per-second increase of a counter (cumulative since the node started), "increase" its
 # increase per bucket.
@@ -63,6 +65,7 @@ class Panel:
     width: int = 12  # of Grafana's 24 columns
     rollup: bool = False  # from the InfluxDB rollup (sums over nodes per 10 s) instead of the raw samples
     where: tuple[tuple[str, str], ...] = ()  # fixed tag or field conditions (field, value)
+    in_report: bool = True  # drawn by flowstat report too (a node panel; see flowstat.report.plots)
 
     def __post_init__(self) -> None:
         _one_of(self.kind, KINDS, f"panel {self.title!r}: kind")
@@ -169,17 +172,18 @@ RUN_VIEW = View(
                   description="lost: objects sent minus objects received; merged/s in the steady state."),
         )),
         Row("CPU and memory", (
-            _series("CPU clock", "cpu_clock_hz", description="CPU time per second, in Hz (10^6 Hz = one full core)."),
-            _series("CPU, % of one core", "cpu_clock_hz", scale=100 / ONE_CORE_HZ, unit="percent"),
-            _series("VmRSS", "vmrss_kb", description="Resident memory (/proc/PID/status VmRSS)."),
-            _series("Threads", "threads"),
+            _series(f"{label('cpu_clock_hz')} clock", "cpu_clock_hz", in_report=False,
+                    description="CPU time per second, in Hz (10^6 Hz = one full core)."),
+            _series(f"{label('cpu_clock_hz')}, % of one core", "cpu_clock_hz", scale=100 / ONE_CORE_HZ, unit="percent"),
+            _series(label("vmrss_kb"), "vmrss_kb", description="Resident memory (/proc/PID/status VmRSS)."),
+            _series(label("threads"), "threads"),
         )),
         Row("Merging", (
-            _series("Average merge time", "average_merge_time_ms", where=(("role", "merger"),)),
-            _series("Merged objects/s", "merged_objects_per_second", where=(("role", "merger"),)),
-            _series("Input latency p99", "input_latency_p99_ms",
+            _series(label("average_merge_time_ms"), "average_merge_time_ms", where=(("role", "merger"),)),
+            _series(label("merged_objects_per_second"), "merged_objects_per_second", where=(("role", "merger"),)),
+            _series(label("input_latency_p99_ms"), "input_latency_p99_ms",
                     description="How long objects waited between being sent and being taken (p99 per sample)."),
-            _series("Objects in flight", "objects_in_flight", "max", where=(("role", "merger"),),
+            _series(label("objects_in_flight"), "objects_in_flight", "max", where=(("role", "merger"),),
                     description="Sent to the merger and not yet received: a lower bound of its queue."),
         )),
         Row("Flow", (
@@ -198,7 +202,8 @@ RUN_VIEW = View(
             Panel("Buffer overloaded", (Metric("send_buffer_overloaded", "last", label="send"),
                                         Metric("receive_buffer_overloaded", "last", label="receive")),
                   kind="state-timeline", description="Whether a node's buffer overloaded at any moment since the sample before."),
-            Panel("Node state", (Metric("node_state", "last"),), kind="state-timeline", width=24),
+            Panel(label("node_state"), (Metric("node_state", "last"),), kind="state-timeline", width=24,
+                  in_report=False),
         )),
     ),
     variables=("run", "agent", "role", "node"),
