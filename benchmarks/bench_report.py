@@ -31,12 +31,10 @@ from pathlib import Path
 
 from flowstat.harness.orchestrator import run_topology
 from flowstat.harness.topology import load
+from flowstat.synthetic import synthesize
 from flowstat.timeutil import compact_utc, iso_utc_ms
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # the run copier, shared with the tests
-
-from fixture_runs import synthesize  # noqa: E402
 
 TARGET_S, TARGET_BYTES = 10.0, 10 * 10**6
 TARGET_DRAWN_MS, BROWSER_OPENS = 3000, 5

@@ -2,7 +2,7 @@
 """Dashboard query speed (issue 10): the views' queries timed on real InfluxDB and Elasticsearch.
 
 The data. A short real harness run (the demo topology, 10 s, or --source) is replicated by
-tests/fixture_runs.synthesize into a run of NODES nodes x SECONDS samples (1 sample/s per node; default
+flowstat.synthetic.synthesize into a run of NODES nodes x SECONDS samples (1 sample/s per node; default
 500 x 300 = 150,000 samples, node copies named NODE~K), placed two hours before now, and RUNS
 smaller runs (default 50 of 20 nodes x 60 s) placed one after another before it, whose run
 documents say producers = 1, 2, ... RUNS: the parameter they differ in. Their samples are copies of
@@ -12,11 +12,11 @@ refreshed.
 
 The queries.
 run view    every panel of the Grafana run view (flowstat.views.panels.RUN_VIEW): its InfluxQL
-            expanded as Grafana expands it (tests/grafana_expand.py) for the whole run's time range
+            expanded as Grafana expands it (flowstat.views.emulate_grafana) for the whole run's time range
             (first sample - 5 s to last + 5 s), $__interval for a panel of --max-points pixels, the
             run, its agent, every role, and the node variable with all NODES nodes selected (the
             longest multi-value regex) or 10 nodes spread over the roles; and every Lens panel of
-            the Kibana run view as the Elasticsearch search Lens sends (tests/lens_es.py; the query
+            the Kibana run view as the Elasticsearch search Lens sends (flowstat.views.emulate_kibana; the query
             bar holding run_id, agent and, for 10 nodes, the nodes; "auto" intervals as Kibana
             picks them for the time range). The run view's variable queries (agent, node) too,
             reported apart: they are not panels.
@@ -69,12 +69,10 @@ import requests
 
 from flowstat.replay import replay
 from flowstat.timeutil import compact_utc, iso_utc_ms
+from flowstat.views import emulate_grafana as gx
+from flowstat.views import emulate_kibana as lens_es
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # Grafana's and Lens's requests, as the dashboard tests run them
-
-import grafana_expand as gx  # noqa: E402
-import lens_es  # noqa: E402
 
 DB, SAMPLES_INDEX = "flowstat", "flowstat-samples"
 TARGET_PANEL_MS, TARGET_CROSS_RUN_MS = 200.0, 1000.0
@@ -148,7 +146,7 @@ def p95(sorted_ms: list[float]) -> float:
 
 def make_runs(source: Path, tmp: Path, args, stamp: str) -> dict:
     """The big run and the cross-run runs, synthesised from the real run in ``source``."""
-    from fixture_runs import synthesize
+    from flowstat.synthetic import synthesize
     from flowstat.schema import time_ns
 
     started = time_ns(json.loads((source / "run.json").read_text())["started"]) / 1e9
@@ -243,7 +241,7 @@ def es_search(url: str, group: str, title: str, selection: str, index: str, body
 
 def lens_query(url: str, group: str, lens: dict, selection: str, time_range: tuple[int, int],
                filters: list[dict], **shown) -> Query:
-    """A Lens panel's search (tests/lens_es.py) with the Kibana query bar's filters."""
+    """A Lens panel's search (flowstat.views.emulate_kibana) with the Kibana query bar's filters."""
     auto = lens_es.auto_interval_s(time_range)
     search = lens_es.lens_search(lens, time_range, filters, auto)
     (layer,) = lens_es.layers(lens).values()

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from agent_helpers import HttpReceiver, StubNode, sleeper, wait_until
+from support.agents import HttpReceiver, StubNode, sleeper, wait_until
 from flowstat import schema
 from flowstat.agent.agent import Agent, AgentConfig
 from flowstat.proc.reader import ProcessGone, ProcFormatError, ProcReader, parse_stat, parse_statm
@@ -179,8 +179,8 @@ def flowstat_agent(*args) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("agent", ["py", "c"])
 def test_a_spool_left_behind_is_flushed_later_and_nothing_is_stranded(tmp_path, agent):
-    from agent_helpers import free_port
-    from conftest import ROOT
+    from support.common import free_port
+    from support.common import ROOT
 
     c_agent = ROOT / "collectors" / "c" / "build" / "flowstat-agent"
     if agent == "c" and not c_agent.exists():

@@ -1,5 +1,5 @@
 """Credentials, TLS and what an agent says when a store will not let it in (docs/security.md),
-against the real agent and scripted stores (tests/agent_helpers.py) on 127.0.0.1: secrets come
+against the real agent and scripted stores (tests/support/agents.py) on 127.0.0.1: secrets come
 from the environment or a credentials file only its owner may read, never show in the log, the
 stats, the spool or the command line; a 401, a 403 or an untrusted certificate keeps the samples
 (spooled, each delivered once when the store lets the agent in) and is logged once as it begins
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from agent_helpers import (ScriptedHttp, basic_header, credential_free_env, make_certificates, secret_forms, sleeper,
+from support.agents import (ScriptedHttp, basic_header, credential_free_env, make_certificates, secret_forms, sleeper,
                            wait_until, where_secrets_show, write_credentials)
-from conftest import C_ASAN, needs
+from support.common import C_ASAN, needs
 
 AGENTS = ["c", "py"]
 each_agent = pytest.mark.parametrize("agent_command", AGENTS, indirect=True)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_helpers import HttpReceiver, sleeper, wait_until
-from conftest import ROOT
+from support.agents import HttpReceiver, sleeper, wait_until
+from support.common import ROOT
 from flowstat import schema
 from flowstat.proc.procfs import catches
 from flowstat.schema import agent as agent_schema

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from agent_helpers import HttpReceiver, SocketReceiver, sleeper, wait_until
-from conftest import ROOT
+from support.agents import HttpReceiver, SocketReceiver, sleeper, wait_until
+from support.common import ROOT
 from flowstat import schema
 
 C_AGENT = ROOT / "collectors" / "c" / "build" / "flowstat-agent"

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from agent_helpers import HttpReceiver, StubNode, sleeper, spinner, wait_until
-from conftest import C_AGENT as AGENT, C_ASAN as ASAN, C_BUILD as BUILD, ROOT, needs
+from support.agents import HttpReceiver, StubNode, sleeper, spinner, wait_until
+from support.common import C_AGENT as AGENT, C_ASAN as ASAN, C_BUILD as BUILD, ROOT, needs
 from flowstat import schema
 from flowstat.schema import agent as agent_schema
 from flowstat.agent.agent import Agent, AgentConfig
@@ -160,7 +160,7 @@ def test_both_agents_take_identical_samples_of_the_same_node(tmp_path):
 
 @needs(AGENT)
 def test_both_agents_agree_on_live_harness_nodes(tmp_path):
-    from conftest import topology_dict
+    from support.common import topology_dict
     from flowstat.harness.orchestrator import Orchestrator
     from flowstat.harness.topology import from_dict
 

@@ -16,8 +16,10 @@ from datetime import datetime
 
 import pytest
 
-from agent_helpers import HttpReceiver, ScriptedHttp, free_port, sleeper, wait_until
-from conftest import C_AGENT as AGENT, C_ASAN as ASAN, PYTHON_AGENT, needs
+from support.agents import HttpReceiver, ScriptedHttp, sleeper, wait_until
+from support.common import free_port
+from support.common import C_AGENT as AGENT, C_ASAN as ASAN, PYTHON_AGENT, needs
+from support.agents import agent_cmd, endpoints_file, run_agent, sink_stats
 from flowstat import schema
 from flowstat.agent.spool import folder_name
 from flowstat.schema import agent as agent_schema
@@ -54,16 +56,6 @@ class TcpNeverReads:
         self.sock.close()
 
 
-def agent_cmd(*args, binary=AGENT, command=None) -> list[str]:
-    """No self-samples: the delivery of node samples is what these tests count, item by item."""
-    return [*(command or [str(binary)]), "--self-interval", "0", *map(str, args)]
-
-
-def run_agent(*args, binary=AGENT, command=None, wrap=(), timeout=120) -> subprocess.CompletedProcess:
-    return subprocess.run([*wrap, *agent_cmd(*args, binary=binary, command=command)], capture_output=True, text=True,
-                          timeout=timeout)
-
-
 def seq_of(line: str) -> int:
     return int(line.split("seq=")[1].split("i")[0])
 
@@ -87,19 +79,9 @@ def assert_on_schedule(path, interval: float) -> int:
     return sum(len(s) for s in nodes.values())
 
 
-def endpoints_file(tmp_path, pid: int, nodes=("a", "b", "c")):
-    path = tmp_path / "endpoints.json"
-    path.write_text(json.dumps({"run_id": "r", "nodes": [{"node_id": n, "role": "merger", "pid": pid} for n in nodes]}))
-    return path
-
-
 def lines_written(path) -> int:
     """Whole lines a file sink has written so far."""
     return path.read_bytes().count(b"\n") if path.exists() else 0
-
-
-def sink_stats(stats_path, url: str) -> dict:
-    return json.loads(stats_path.read_text())["sinks"][url]
 
 
 # -- a sink that hangs does not delay sampling ---------------------------------------------------

@@ -15,7 +15,8 @@ import yaml
 from flowstat.campaign import CampaignError, load
 from flowstat.campaign.spec import from_dict
 
-from conftest import ROOT
+from support.common import ROOT
+from support.runs import small
 
 CAMPAIGNS = sorted((ROOT / "benchmark-harness" / "campaigns").glob("*.yaml"))
 TINY_S = 5  # start-up is the first 3 s: a tiny run still has a steady state of two seconds
@@ -24,16 +25,6 @@ TINY_S = 5  # start-up is the first 3 s: a tiny run still has a steady state of 
 def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "flowstat.cli", "campaign", *args, "--quiet"], capture_output=True,
                           text=True, timeout=timeout)
-
-
-def small(**changes) -> dict:
-    """A campaign of two light configurations (4 producers, 1 kB, 1 merger)."""
-    data = {"campaign": "small", "duration": 20,
-            "topology": {"object": {"type": "TH1F", "size": "1kB"}, "producers": {"count": 4, "rate": 100},
-                         "mergers": 1},
-            "sweep": {"parameter": "buffer_size", "values": [10, 100]}}
-    data.update(changes)
-    return data
 
 
 def write(tmp_path: Path, data: dict, name: str = "small.yaml") -> Path:

@@ -9,7 +9,7 @@ import sys
 import requests
 import yaml
 
-from test_campaign import small
+from support.runs import small
 
 
 def test_replay_loads_every_run_of_the_campaign(stack, tmp_path):

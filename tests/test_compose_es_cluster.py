@@ -14,7 +14,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 import yaml
 
-from conftest import ROOT
+from support.common import ROOT
 
 BASE = ROOT / "docker-compose.yml"
 CLUSTER = ROOT / "docker-compose.es-cluster.yml"

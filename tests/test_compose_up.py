@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT
+from support.common import ROOT
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import composeengine as ce  # noqa: E402

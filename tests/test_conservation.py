@@ -9,7 +9,7 @@ import copy
 
 import pytest
 
-from conftest import topology_dict
+from support.common import topology_dict
 from flowstat.harness.conservation import check_conservation
 from flowstat.harness.topology import from_dict
 

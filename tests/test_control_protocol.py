@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import zmq
 
-from agent_helpers import Device, wait_until
-from conftest import C_AGENT
+from support.agents import Device, wait_until
+from support.common import C_AGENT
 from flowstat.agent.control import ControlPool
 from flowstat.harness import wire
 from flowstat.harness.control import MAX_REQUEST_BYTES, ControlClient, RateTracker, parse_request

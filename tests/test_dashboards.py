@@ -1,6 +1,6 @@
 """The generated Grafana dashboards and alert rules, run for real: every query expanded as Grafana
-expands it (tests/grafana_expand.py) and run on the real InfluxDB holding harness-made runs
-(tests/fixture_runs.py), compared with what this test computes from the run files itself."""
+expands it (src/flowstat/views/emulate_grafana.py) and run on the real InfluxDB holding harness-made runs
+(tests/support/fixture_runs.py), compared with what this test computes from the run files itself."""
 
 from __future__ import annotations
 
@@ -18,10 +18,11 @@ import pytest
 import requests
 import yaml
 
-import fixture_runs as fx
-import grafana_expand as gx
-import lens_es
+from support import fixture_runs as fx
+from flowstat.views import emulate_grafana as gx
+from flowstat.views import emulate_kibana as lens_es
 from flowstat import replay, schema
+from flowstat.synthetic import synthesize
 from flowstat.views import ALERTS, VIEWS, alerts, grafana, influxql, kibana, panels
 from flowstat.views.panels import AGGREGATE_VIEW, RUN_VIEW
 
@@ -141,7 +142,7 @@ def many_nodes(stack, fixture_runs, loaded, tmp_path_factory):
     nodes = panels.NODES_PER_PANEL + 40
     run_id = healthy.name.replace("fx-healthy-", f"fx-{nodes}-nodes-")
     run_dir = tmp_path_factory.mktemp("many") / run_id
-    fx.synthesize(healthy, run_dir, nodes, 6, run_id=run_id)
+    synthesize(healthy, run_dir, nodes, 6, run_id=run_id)
     replay.replay([run_dir / "samples.ndjson"], {"influxdb": (stack["influxdb"].url, "flowstat"),
                                                 "elasticsearch": (stack["elasticsearch"].url, "flowstat-samples")})
     requests.post(f"{stack['elasticsearch'].url}/flowstat-*/_refresh", timeout=30)
@@ -291,7 +292,7 @@ def rule_results(stack, rule, end_ms: int) -> dict[str, dict[tuple, list]]:
 
 def evaluations(stack, alert, samples: list[dict]) -> tuple[list[int], dict[tuple, list[bool]], list]:
     """Evaluate the provisioned rule every 10 s across the run as Grafana would: its queries on the
-    real InfluxDB, then its reduce, math and threshold expressions (grafana_expand.rule_values).
+    real InfluxDB, then its reduce, math and threshold expressions (emulate_grafana.rule_values).
     Returns the evaluation times, per group of this run whether its condition held at each (the
     stores hold every run: this run's groups are compared), and where the reduced values differ
     from the offline evaluation's (alerts.values_at)."""

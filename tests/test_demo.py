@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ELASTALERT_RULES, ROOT
+from support.common import ELASTALERT_RULES, ROOT
 from flowstat.views.alerts import ALERTS
 
 pytestmark = pytest.mark.integration

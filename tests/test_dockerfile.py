@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import pytest
 import yaml
 
-from conftest import ROOT, WHEEL_IGNORE, WHEEL_OPTIONS, WHEEL_SOURCES
+from support.common import ROOT, WHEEL_IGNORE, WHEEL_OPTIONS, WHEEL_SOURCES
 
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"

@@ -17,8 +17,8 @@ import pytest
 import requests
 import yaml
 
-from conftest import ELASTALERT_RULES, _free_port
-from inbox_helpers import Inbox
+from support.common import ELASTALERT_RULES, free_port
+from support.inbox import Inbox
 from flowstat.stack import Stack, StackError
 from flowstat.stack import elastalert as ea
 from flowstat.stores.elasticsearch import Elasticsearch
@@ -197,7 +197,7 @@ def test_cli_status_lists_it(stack):
 
 
 def test_elasticsearch_down_is_said_clearly(stack, reachable_tmp):
-    dead = _free_port()
+    dead = free_port()
     # A stack of its own whose Elasticsearch does not run: up refuses before installing anything.
     alone = Stack(reachable_tmp, {"elasticsearch": dead}, services=("elastalert",),
                   options={"elastalert": {"rules_dirs": [ELASTALERT_RULES]}})

@@ -11,7 +11,7 @@ import sys
 import pytest
 import yaml
 
-from conftest import ELASTALERT_RULES
+from support.common import ELASTALERT_RULES
 from flowstat.stack import StackError
 from flowstat.stack import elastalert as ea
 

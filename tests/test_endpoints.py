@@ -8,13 +8,13 @@ import subprocess
 
 import pytest
 
-from agent_helpers import sleeper
+from support.agents import sleeper
 from flowstat.harness.topology import from_dict
 from flowstat.schema import endpoints
 
 
 def test_a_run_s_endpoints_file_conforms_and_names_every_node(runs_dir):
-    from conftest import topology_dict
+    from support.common import topology_dict
     from flowstat.harness.agents import AgentOptions
     from flowstat.harness.orchestrator import run_topology
 

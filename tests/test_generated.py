@@ -8,7 +8,7 @@ import re
 import subprocess
 import sys
 
-from conftest import ROOT
+from support.common import ROOT
 from flowstat import generate
 
 COMMENTABLE = (".yaml", ".yml", ".conf", ".iql", ".md", ".svg")  # formats that take a comment

@@ -15,22 +15,15 @@ import time
 import pytest
 import uproot
 
-import fixture_runs
-from conftest import ROOT, TOPOLOGIES, pid_alive, topology_dict
+from support import fixture_runs
+from support.common import ROOT, TOPOLOGIES, pid_alive, topology_dict
+from support.runs import assert_no_loss, wait_for_file
 from flowstat.harness.control import ControlClient
 from flowstat.harness.orchestrator import Orchestrator, run_topology
 from flowstat.harness.topology import from_dict
 
 pytestmark = pytest.mark.integration
 
-
-def assert_no_loss(summary):
-    c = summary["conservation"]
-    assert c["ok"], (c, summary["failures"])
-    assert summary["ok"] and not summary["failures"]
-    assert c["objects_sent"] == c["objects_received"] == c["objects_merged_in"] > 0
-    assert c["sequence_gaps"] == 0 and c["reordered_objects"] == 0
-    assert c["entries_sent"] == c["entries_at_viewer"]
 
 
 def test_small_run_loses_nothing_and_writes_root(runs_dir):
@@ -295,13 +288,6 @@ def start_background_run(tmp_path, run_id, *extra):
     wait_for_file(endpoints, proc)
     return proc, json.loads(endpoints.read_text())["nodes"]
 
-
-def wait_for_file(path, proc, timeout=60):
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.05)  # polling for a file that a real process writes
 
 
 def wait_for_samples(run, proc, node: str) -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from support.common import ROOT
 
 SOURCE = ROOT / "tests" / "ilm-check" / "IlmCheck.java"
 TEMPLATES = ROOT / "index-templates" / "elasticsearch"

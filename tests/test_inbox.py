@@ -19,8 +19,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import requests
 
-from agent_helpers import wait_until
-from inbox_helpers import Inbox
+from support.agents import wait_until
+from support.inbox import Inbox
 from flowstat.inbox.alerts import Alert
 from flowstat.inbox.relay import Relay, Webhook
 from flowstat.views import ALERTS

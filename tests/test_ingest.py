@@ -14,14 +14,15 @@ from pathlib import Path
 import pytest
 import requests
 
-import grafana_expand as gx
-from agent_helpers import wait_until
-from conftest import TOPOLOGIES
+from flowstat.views import emulate_grafana as gx
+from support.agents import wait_until
+from support.common import TOPOLOGIES
 from flowstat import schema
 from flowstat.views import influxql
 from flowstat.views.panels import RUN_VIEW
 from flowstat.schema import agent as agent_schema
-from store_readback import NODE_KEY, SEQ, compare_es, compare_influx, influx_points
+from support.store_readback import NODE_KEY, SEQ, compare_es, compare_influx, influx_points
+from support.runs import make_run_file
 
 pytestmark = pytest.mark.integration
 
@@ -235,19 +236,6 @@ def test_a_store_down_for_ten_seconds_loses_and_duplicates_nothing(stack, runs_d
     assert spooled == 0  # what waited on disk has been delivered
     check_complete(stack, runs_dir, run_id, summary)
 
-
-def make_run_file(path: Path, run_id: str, n: int, nodes: int = 10) -> None:
-    from flowstat.timeutil import iso_utc_ms
-
-    t0 = 1_795_000_000.0
-    with open(path, "w") as f:
-        f.write(json.dumps({"flowstat_run": {"run_id": run_id, "parameters": {"producers": 3, "mergers": 1}}}) + "\n")
-        for i in range(n):
-            node = i % nodes
-            f.write(json.dumps({"time": iso_utc_ms(t0 + (i // nodes) * 0.1), "run_id": run_id, "host": "h",
-                                "node_id": f"node-{node}", "role": "merger", "agent": "flowstat-agent-py",
-                                "seq": i // nodes, "pid": 1000 + node, "node_state": "RUNNING",
-                                "vmrss_kb": 1000 + i, "cpu_clock_hz": 0.5 * i}) + "\n")
 
 
 def replay(*args) -> subprocess.CompletedProcess:

@@ -4,7 +4,7 @@ Kibana cannot run here, so the file is checked two ways. Offline, as Kibana's im
 it: every line an object, every reference and panel resolving, every field a Lens column uses in
 its data view's index template with a type that aggregates as used, the Lens state shaped as 8.19
 stores it. Against the real Elasticsearch: each Lens visualization is turned into the aggregation
-Kibana would send (tests/lens_es.py: buckets nested in column order, the metric per bucket,
+Kibana would send (src/flowstat/views/emulate_kibana.py: buckets nested in column order, the metric per bucket,
 counter rates, differences and formulas computed over the buckets as Lens does) and run over a real
 harness run replayed into the stack; its values must equal what the test computes from the run file
 itself.
@@ -25,13 +25,14 @@ from datetime import datetime, timezone
 import pytest
 import requests
 
-import fixture_runs
-from conftest import ROOT, topology_dict
+from support import fixture_runs
+from support.common import ROOT, topology_dict
 from flowstat.views import kibana
-from lens_es import (AUTO_INTERVAL_S, NDJSON, by_id, data_view_of, kql_terms, layers, objects, referenced, run_lens,
-                     shown)
+from flowstat.views.emulate_kibana import (AUTO_INTERVAL_S, by_id, data_view_of, kql_terms, layers, objects, referenced,
+                                           run_lens, shown)
 
 TEMPLATES = ROOT / "index-templates" / "elasticsearch"
+NDJSON = ROOT / "dashboards" / "kibana" / "flowstat.ndjson"  # the committed file Kibana imports
 VERSIONS = {"index-pattern": "8.0.0", "lens": "8.9.0", "dashboard": "10.2.0"}  # the kinds, in the file's order
 KEYS = {"type", "id", "attributes", "references", "coreMigrationVersion", "typeMigrationVersion"}
 NUMERIC = {"long", "integer", "short", "byte", "double", "float", "half_float", "scaled_float"}

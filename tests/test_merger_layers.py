@@ -13,12 +13,12 @@ import time
 import pytest
 import yaml
 
-from conftest import topology_dict
+from support.common import topology_dict
 from flowstat.harness.control import ControlClient
 from flowstat.harness.agents import AgentOptions
 from flowstat.harness.orchestrator import run_topology
 from flowstat.harness.topology import from_dict
-from test_harness_runs import assert_no_loss, wait_for_file
+from support.runs import assert_no_loss, wait_for_file
 
 pytestmark = pytest.mark.integration
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import zmq
 
-import fixture_runs
-from conftest import topology_dict
+from support import fixture_runs
+from support.common import topology_dict
 from flowstat.harness import wire
 from flowstat.harness.devices.merger import Merger
 from flowstat.harness.latency import LatencyRecorder

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TOPOLOGIES, topology_dict
+from support.common import TOPOLOGIES, topology_dict
 from flowstat.harness import topology as topology_module
 from flowstat.harness.agents import find_c_agent
 from flowstat.harness.orchestrator import run_topology

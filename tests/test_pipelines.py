@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from conftest import ROOT
+from support.common import ROOT
 from flowstat import schema
 
 LOGSTASH = ROOT / "pipelines" / "logstash" / "pipeline" / "flowstat.conf"

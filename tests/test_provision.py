@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from conftest import ROOT, _free_port, reachable_dir
+from support.common import ROOT, free_port, reachable_dir
 
 REST_API_SPEC = ("org.elasticsearch", "rest-api-spec", "9.1.5")
 # The bodies' documented shapes (elastic.co/docs/api/doc/elasticsearch: security-put-user,
@@ -171,7 +171,7 @@ def test_provision_installs_the_templates_into_the_real_elasticsearch(stack):
 
 
 def test_provision_waits_for_a_server_that_does_not_answer_and_names_it():
-    port = _free_port()
+    port = free_port()
     out = flowstat("provision", "--es", f"http://127.0.0.1:{port}", "--no-security", "--timeout", "3")
     assert out.returncode == 1
     assert f"Elasticsearch at http://127.0.0.1:{port} not ready after 3 s: no answer" in out.stderr
@@ -208,9 +208,9 @@ ADMIN = ("admin", "admin-pw-123456")
 @pytest.fixture(scope="module")
 def secured_influx(reachable_tmp_module):
     """An InfluxDB of this module's own (its tests make users drift): secured_stack.py's, with ADMIN."""
-    from secured_stack import influx_with_admin
+    from support.secured_stack import influx_with_admin
 
-    with influx_with_admin(reachable_tmp_module, "influxdb", _free_port(), ADMIN) as server:
+    with influx_with_admin(reachable_tmp_module, "influxdb", free_port(), ADMIN) as server:
         yield server
 
 
@@ -284,7 +284,7 @@ def test_telegraf_writes_into_the_secured_influxdb_as_the_writer(secured_influx,
     from flowstat.stack.telegraf import Telegraf
 
     assert flowstat("provision", "--influx", secured_influx.url, env=influx_env()).returncode == 0
-    telegraf = Telegraf("telegraf", reachable_tmp_module, _free_port(), extra={
+    telegraf = Telegraf("telegraf", reachable_tmp_module, free_port(), extra={
         "influx_url": secured_influx.url, "influx_user": "telegraf", "influx_password": "writer-pw-123456"})
     telegraf.up()
     try:

@@ -8,16 +8,14 @@ import dataclasses
 import json
 import re
 import shutil
-import tempfile
-import time
 from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-import fixture_runs as fx
-from conftest import ROOT, topology_dict
+from support import fixture_runs as fx
+from support.common import ROOT, topology_dict
 from flowstat import cli, schema
 from flowstat.harness.orchestrator import run_topology
 from flowstat.harness.topology import from_dict

@@ -64,7 +64,7 @@ def test_schema_docs_are_generated_from_the_schemas():
     import subprocess
     import sys
 
-    from conftest import ROOT
+    from support.common import ROOT
 
     docs = (ROOT / "docs" / "schema.md").read_text()
     tables = subprocess.run([sys.executable, "-m", "flowstat.schema"], capture_output=True, text=True, check=True)
@@ -76,7 +76,7 @@ def test_c_field_table_and_enumerations_are_generated_from_the_package_schema(tm
     import sys
     from importlib.resources import files
 
-    from conftest import ROOT
+    from support.common import ROOT
 
     from flowstat.schema import agent as agent_schema
 
@@ -116,7 +116,7 @@ def test_enumerations_come_from_the_schema():
 
 
 def test_index_templates_and_generated_configs_are_current():
-    from conftest import ROOT
+    from support.common import ROOT
     from flowstat.schema import run as run_schema
     from flowstat.generate import derived
 

@@ -1,4 +1,4 @@
-"""Every client of a store against the secured stores (tests/secured_stack.py: Elasticsearch with
+"""Every client of a store against the secured stores (tests/support/secured_stack.py: Elasticsearch with
 security and TLS on, InfluxDB with authentication on, provisioned by flowstat provision): each
 writes as its least-privileged user; a wrong password, a user without the privilege, an expired
 API key and an untrusted certificate each give the message of docs/security.md, and what the
@@ -10,18 +10,16 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-import requests
 import yaml
 
-from agent_helpers import sleeper
-from conftest import C_AGENT, PYTHON_AGENT, ROOT, TOPOLOGIES
+from support.agents import sleeper
+from support.common import C_AGENT, PYTHON_AGENT, TOPOLOGIES
 
 pytestmark = pytest.mark.integration
 SAMPLES = 6  # rounds an agent takes per case: 6 samples of one target

@@ -11,8 +11,8 @@ import uuid
 import pytest
 import requests
 
-from agent_helpers import sleeper, wait_until
-from conftest import ROOT
+from support.agents import sleeper, wait_until
+from support.common import ROOT
 
 
 C_AGENT = ROOT / "collectors" / "c" / "build" / "flowstat-agent"
@@ -87,7 +87,7 @@ def test_self_samples_reach_both_stores_and_show_a_sink_that_is_down(stack, agen
     flowstat-agents, beside the samples index its sink names), every field of the agent schema; a
     third sink down for a while: its spool grows in the self-samples the stores get, sinks_down is
     1, then both fall back to 0 once it is back."""
-    from agent_helpers import HttpReceiver
+    from support.agents import HttpReceiver
     from flowstat.schema import agent as agent_schema
 
     if agent == "c" and not C_AGENT.exists():
@@ -141,8 +141,9 @@ def test_every_field_an_agent_writes_reaches_both_stores_with_its_value(stack, a
     every node sample and the self-sample: a node answering every control field (booleans, large
     integers, many-digit numbers, timestamps), one answering garbage (control_errors), and a third
     sink down (send_failures, spooled_*, sinks_down) so that the self-sample's figures are not all 0."""
-    from agent_helpers import FULL_REPLY, StubNode, free_port
-    from store_readback import NODE_KEY, SEQ, compare_es, compare_influx
+    from support.agents import FULL_REPLY, StubNode
+    from support.common import free_port
+    from support.store_readback import NODE_KEY, SEQ, compare_es, compare_influx
     from flowstat import schema
     from flowstat.schema import agent as agent_schema
 

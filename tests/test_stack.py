@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import _free_port
+from support.common import free_port
 from flowstat.stack import Stack, StackError
 
 
@@ -59,8 +59,8 @@ def test_a_server_that_dies_while_starting_is_named_with_its_log(reachable_tmp):
     from flowstat.stack.elasticsearch import Elasticsearch
 
     # A heap of 1 kB: the JVM refuses to start, as a broken server would.
-    es = Elasticsearch("elasticsearch", reachable_tmp, _free_port(),
-                       {"java_opts": "-Xmx1k", "transport_port": _free_port()})
+    es = Elasticsearch("elasticsearch", reachable_tmp, free_port(),
+                       {"java_opts": "-Xmx1k", "transport_port": free_port()})
     with pytest.raises(StackError) as err:
         es.up()
     assert "elasticsearch died while starting" in str(err.value) and str(es.log_path) in str(err.value)
@@ -72,7 +72,7 @@ def test_a_cache_the_service_user_cannot_enter_is_named(tmp_path):
     private = tmp_path / "private"
     private.mkdir(mode=0o700)
     with pytest.raises(StackError) as err:
-        Stack(private / "stack", {"influxdb": _free_port()}, services=("influxdb",)).up(report=lambda m: None)
+        Stack(private / "stack", {"influxdb": free_port()}, services=("influxdb",)).up(report=lambda m: None)
     # root owns them all: the service user needs the others' x bit on every folder on the way
     blocked = next(p for p in reversed([private, *private.parents]) if not p.stat().st_mode & 0o001)
     assert f"user flowstat, which cannot enter {blocked} (mode" in str(err.value)

@@ -16,9 +16,10 @@ import sys
 
 import pytest
 
-from agent_helpers import ScriptedHttp, sleeper
-from test_c_agent_delivery import PYTHON_AGENT, endpoints_file, run_agent, sink_stats
-from test_ingest import make_run_file
+from support.agents import ScriptedHttp, sleeper
+from support.agents import endpoints_file, run_agent, sink_stats
+from support.common import PYTHON_AGENT
+from support.runs import make_run_file
 
 NOT_NOW = {"elasticsearch": b'{"error":{"type":"es_rejected_execution_exception","reason":"scripted"},"status":429}',
            "influxdb": b'{"error":"scripted"}'}

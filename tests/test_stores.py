@@ -14,7 +14,7 @@ import uuid
 import pytest
 import requests
 
-from agent_helpers import wait_until
+from support.agents import wait_until
 from flowstat import schema, stores
 from flowstat.stores import RetryPolicy
 from flowstat.stores.elasticsearch import Elasticsearch, bulk_outcome, daily_index

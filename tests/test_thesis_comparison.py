@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 import os
 
-from conftest import ROOT
+from support.common import ROOT
 
 
 def test_the_committed_comparison_is_what_the_script_makes(tmp_path, monkeypatch):

@@ -3,7 +3,7 @@ import os
 import pytest
 import yaml
 
-from conftest import TOPOLOGIES, topology_dict
+from support.common import TOPOLOGIES, topology_dict
 from flowstat.harness.topology import TopologyError, from_dict, load
 from flowstat.units import parse_size
 

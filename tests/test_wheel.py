@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from agent_helpers import sleeper
-from conftest import ROOT, TOPOLOGIES, WHEEL_IGNORE, WHEEL_OPTIONS, WHEEL_SOURCES, _free_port
+from support.agents import sleeper
+from support.common import ROOT, TOPOLOGIES, WHEEL_IGNORE, WHEEL_OPTIONS, WHEEL_SOURCES, free_port
 
 pytestmark = pytest.mark.integration
 C_AGENT_DIR = ROOT / "collectors" / "c" / "build"
@@ -104,7 +104,7 @@ def test_the_wheel_runs_the_whole_job_outside_the_checkout(wheel_venv, tmp_path)
     assert out.returncode == 0 and out.stdout.startswith("flowstat_node,agent=flowstat-agent-py"), out.stderr
 
     # the local stack with root's default cache, then the run replayed into it
-    ports = {"--influx-port": _free_port(), "--es-port": _free_port(), "--telegraf-port": _free_port()}
+    ports = {"--influx-port": free_port(), "--es-port": free_port(), "--telegraf-port": free_port()}
     args = [a for k, v in ports.items() for a in (k, v)]
     existed = SYSTEM_CACHE.exists()
     try:

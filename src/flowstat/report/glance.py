@@ -93,7 +93,7 @@ def _label(k: KeyValue) -> str:
 def _value(k: KeyValue) -> str:
     lab = LABELS[k.key.field]
     unit = lab.amount_unit if k.key.over == "run" else lab.unit
-    extra = f" in all" if k.key.total and k.key.over != "run" and k.nodes > 1 else ""
+    extra = " in all" if k.key.total and k.key.over != "run" and k.nodes > 1 else ""
     return f'<td class="num"><span class="big">{escape(_fmt(k.value))}</span> <span class="unit">{escape(unit + extra)}</span></td>'
 
 

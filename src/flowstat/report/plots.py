@@ -27,7 +27,7 @@ from flowstat.views.labels import LABELS, shown_fields
 from flowstat.views.panels import NODE, RUN_VIEW, Panel
 
 from . import figures
-from .figures import HANDFUL, Parameter, Role, Stat, Window
+from .figures import HANDFUL, Role, Stat, Window
 from .load import Run
 from .reduce import minmax, on_spans
 

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import zmq
 
+from .common import C_AGENT
+
 
 class HttpReceiver:
     """Accepts POSTs (204) and keeps their bodies; can be stopped and restarted on the same port."""
@@ -250,12 +252,6 @@ def wait_until(predicate, what: str, timeout: float = 20, poll: float = 0.02) ->
         time.sleep(poll)  # polling what a real process does: there is no event to wait on
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class SocketReceiver:
     """A UDP or TCP listener on loopback that keeps every line it receives."""
 
@@ -380,3 +376,24 @@ def credential_free_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in names}
     env.update(extra)
     return env
+
+
+# -- running an agent (the C agent unless told otherwise) ------------------------------------------
+def agent_cmd(*args, binary=C_AGENT, command=None) -> list[str]:
+    """No self-samples: the delivery of node samples is what these tests count, item by item."""
+    return [*(command or [str(binary)]), "--self-interval", "0", *map(str, args)]
+
+
+def run_agent(*args, binary=C_AGENT, command=None, wrap=(), timeout=120) -> subprocess.CompletedProcess:
+    return subprocess.run([*wrap, *agent_cmd(*args, binary=binary, command=command)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def endpoints_file(tmp_path, pid: int, nodes=("a", "b", "c")):
+    path = tmp_path / "endpoints.json"
+    path.write_text(json.dumps({"run_id": "r", "nodes": [{"node_id": n, "role": "merger", "pid": pid} for n in nodes]}))
+    return path
+
+
+def sink_stats(stats_path, url: str) -> dict:
+    return json.loads(stats_path.read_text())["sinks"][url]

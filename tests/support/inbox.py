@@ -8,15 +8,15 @@ from pathlib import Path
 
 import requests
 
-from agent_helpers import wait_until
-from conftest import _free_port
+from support.agents import wait_until
+from support.common import free_port
 
 
 class Inbox:
     """A `flowstat inbox` process on a free loopback port."""
 
     def __init__(self, log: Path, env: dict[str, str]):
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen([sys.executable, "-m", "flowstat.cli", "inbox", "--listen", f"127.0.0.1:{self.port}",
                                       "--log", str(log), "--grafana-url", "http://grafana.example:3000"],

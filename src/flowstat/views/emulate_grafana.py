@@ -1,5 +1,6 @@
 """Grafana's expansion of an InfluxQL panel or rule query, done the way Grafana does it, so that the
-generated queries can be run on the real InfluxDB (Grafana itself cannot run here).
+generated queries can be run on the real InfluxDB without Grafana (tests and benchmarks do: Grafana
+cannot run where flowstat is developed).
 
 Sources (read for Grafana 11-13): the front end's template interpolation and `escapeRegex`
 (@grafana/data), the InfluxDB back end's `Build` (pkg/tsdb/influxdb/influxql/models/query.go), and

@@ -1,0 +1,1 @@
+"""Helpers the tests share (tests/support/common.py: places, topologies, ports; the rest by subject)."""
