@@ -169,90 +169,131 @@ static void base_sample(struct agent *a, struct target *t, const char *stamp, in
     sample_set_str(s, FS_F_NODE_STATE, state);
 }
 
-static size_t sample_all(struct agent *a, struct fs_sample **out, size_t *out_cap)
-{
+/* When a round's samples are taken: the wall time they carry, the monotonic time rates are taken over. */
+struct round_time {
     char stamp[32];
     int64_t ms;
-    fs_iso_now(stamp, sizeof stamp, &ms);
-    double now = fs_monotonic();
+    double now;
+};
+
+/* Each target's control reply, asked of all the control channels at once: by_target[i] is target i's
+ * (NULL: none, or no channel), to be deleted by the caller. -1 if out of memory. */
+static int ask_controls(struct agent *a, cJSON **by_target)
+{
     size_t n = a->ntargets, nctl = 0;
-    if (n > *out_cap) {
-        struct fs_sample *grown = realloc(*out, n * sizeof *grown);
-        if (!grown)
-            return 0;
-        *out = grown;
-        *out_cap = n;
-    }
     const char **endpoints = calloc(n ? n : 1, sizeof *endpoints);
     size_t *owner = calloc(n ? n : 1, sizeof *owner);
     cJSON **replies = calloc(n ? n : 1, sizeof *replies);
-    cJSON **by_target = calloc(n ? n : 1, sizeof *by_target);
-    char *gone = calloc(n ? n : 1, 1); /* the targets reported gone, dropped after the loop */
-    if (!endpoints || !owner || !replies || !by_target || !gone) {
-        free(endpoints), free(owner), free(replies), free(by_target), free(gone);
-        return 0;
-    }
-    for (size_t i = 0; i < n; i++)
+    int ok = endpoints && owner && replies;
+    for (size_t i = 0; ok && i < n; i++)
         if (a->targets[i].control[0]) {
             endpoints[nctl] = a->targets[i].control;
             owner[nctl++] = i;
         }
-    if (nctl)
+    if (ok && nctl)
         control_query(&a->control, endpoints, nctl, replies);
-    for (size_t k = 0; k < nctl; k++)
+    for (size_t k = 0; ok && k < nctl; k++)
         by_target[owner[k]] = replies[k];
-    size_t count = 0;
-    for (size_t i = 0; i < n; i++) {
-        struct target *t = &a->targets[i];
-        struct proc_reading cur;
-        enum proc_status st = proc_reader_read(&t->reader, &cur);
-        if (st != PROC_OK) {
-            if (st != PROC_GONE) {
-                a->proc_errors++;
-                LOG_ERR("%s (pid %d): cannot read /proc (%s)", t->node_id, (int)t->pid,
-                        st == PROC_BAD_FORMAT ? "unexpected format" : strerror(errno));
-            }
-            /* Reported once, then dropped. The flag is read after the read that found the node gone:
-             * a notice sent before the node was stopped has been handled by then. */
-            int ended = ending_flag;
-            base_sample(a, t, stamp, ms, t->role, ended ? STATE_STOPPED : STATE_DOWN, &(*out)[count++]);
-            if (ended)
-                LOG_INFO("%s (pid %d) is gone (stopped with its run)", t->node_id, (int)t->pid);
-            else
-                LOG_WARN("%s (pid %d) is gone", t->node_id, (int)t->pid);
-            gone[i] = 1;
-            continue;
-        }
-        const cJSON *reply = by_target[i];
-        const cJSON *reply_role = reply ? cJSON_GetObjectItemCaseSensitive(reply, "role") : NULL;
-        const char *role = strcmp(t->role, FS_DEFAULT_ROLE) != 0 || !cJSON_IsString(reply_role) ? t->role
-                                                                                        : reply_role->valuestring;
-        const cJSON *state = reply ? cJSON_GetObjectItemCaseSensitive(reply, "node_state") : NULL;
-        struct fs_sample *s = &(*out)[count++];
-        int state_known = cJSON_IsString(state) && sample_value_allowed(FS_F_NODE_STATE, state->valuestring);
-        base_sample(a, t, stamp, ms, role, state_known ? state->valuestring : FS_DEFAULT_NODE_STATE, s);
-        double total, user, sys;
-        proc_cpu_rates(&t->prev, &cur, now - t->prev_t, &total, &user, &sys);
-        sample_set_int(s, FS_F_VMRSS_KB, cur.rss_kb);
-        sample_set_num(s, FS_F_CPU_CLOCK_HZ, total);
-        sample_set_num(s, FS_F_CPU_USER_HZ, user);
-        sample_set_num(s, FS_F_CPU_SYSTEM_HZ, sys);
-        sample_set_int(s, FS_F_THREADS, cur.threads);
-        if (reply)
-            control_fill_sample(reply, s);
-        t->prev = cur;
-        t->prev_t = now;
+    free(endpoints), free(owner), free(replies);
+    return ok ? 0 : -1;
+}
+
+/* The last sample of a target whose process is gone (or unreadable): DOWN, or STOPPED after the
+ * run-ending notice. Reported once, then dropped. */
+static void sample_gone(struct agent *a, struct target *t, enum proc_status st, const struct round_time *when,
+                        struct fs_sample *s)
+{
+    if (st != PROC_GONE) {
+        a->proc_errors++;
+        LOG_ERR("%s (pid %d): cannot read /proc (%s)", t->node_id, (int)t->pid,
+                st == PROC_BAD_FORMAT ? "unexpected format" : strerror(errno));
     }
-    for (size_t k = 0; k < nctl; k++)
-        cJSON_Delete(replies[k]);
+    /* The flag is read after the read that found the node gone: a notice sent before the node was
+     * stopped has been handled by then. */
+    int ended = ending_flag;
+    base_sample(a, t, when->stamp, when->ms, t->role, ended ? STATE_STOPPED : STATE_DOWN, s);
+    if (ended)
+        LOG_INFO("%s (pid %d) is gone (stopped with its run)", t->node_id, (int)t->pid);
+    else
+        LOG_WARN("%s (pid %d) is gone", t->node_id, (int)t->pid);
+}
+
+/* A live target's sample: /proc's reading, and its control reply's role, state and metrics. */
+static void sample_live(struct agent *a, struct target *t, const struct proc_reading *cur, const cJSON *reply,
+                        const struct round_time *when, struct fs_sample *s)
+{
+    const cJSON *reply_role = reply ? cJSON_GetObjectItemCaseSensitive(reply, "role") : NULL;
+    const char *role = strcmp(t->role, FS_DEFAULT_ROLE) != 0 || !cJSON_IsString(reply_role) ? t->role
+                                                                                    : reply_role->valuestring;
+    const cJSON *state = reply ? cJSON_GetObjectItemCaseSensitive(reply, "node_state") : NULL;
+    int state_known = cJSON_IsString(state) && sample_value_allowed(FS_F_NODE_STATE, state->valuestring);
+    base_sample(a, t, when->stamp, when->ms, role, state_known ? state->valuestring : FS_DEFAULT_NODE_STATE, s);
+    double total, user, sys;
+    proc_cpu_rates(&t->prev, cur, when->now - t->prev_t, &total, &user, &sys);
+    sample_set_int(s, FS_F_VMRSS_KB, cur->rss_kb);
+    sample_set_num(s, FS_F_CPU_CLOCK_HZ, total);
+    sample_set_num(s, FS_F_CPU_USER_HZ, user);
+    sample_set_num(s, FS_F_CPU_SYSTEM_HZ, sys);
+    sample_set_int(s, FS_F_THREADS, cur->threads);
+    if (reply)
+        control_fill_sample(reply, s);
+    t->prev = *cur;
+    t->prev_t = when->now;
+}
+
+/* One sample of the target: 1 if it is gone (its last one), else 0. */
+static int sample_target(struct agent *a, struct target *t, const cJSON *reply, const struct round_time *when,
+                         struct fs_sample *s)
+{
+    struct proc_reading cur;
+    enum proc_status st = proc_reader_read(&t->reader, &cur);
+    if (st != PROC_OK) {
+        sample_gone(a, t, st, when, s);
+        return 1;
+    }
+    sample_live(a, t, &cur, reply, when, s);
+    return 0;
+}
+
+static int grow_samples(struct fs_sample **samples, size_t *cap, size_t n)
+{
+    if (n <= *cap)
+        return 0;
+    struct fs_sample *grown = realloc(*samples, n * sizeof *grown);
+    if (!grown)
+        return -1;
+    *samples = grown;
+    *cap = n;
+    return 0;
+}
+
+/* A sample of every target, in (*out)[0..n): n, or 0 if out of memory. */
+static size_t sample_all(struct agent *a, struct fs_sample **out, size_t *out_cap)
+{
+    struct round_time when;
+    fs_iso_now(when.stamp, sizeof when.stamp, &when.ms);
+    when.now = fs_monotonic();
+    size_t n = a->ntargets;
+    if (grow_samples(out, out_cap, n) != 0)
+        return 0;
+    cJSON **by_target = calloc(n ? n : 1, sizeof *by_target);
+    char *gone = calloc(n ? n : 1, 1); /* the targets reported gone, dropped after the loop */
+    if (!by_target || !gone || ask_controls(a, by_target) != 0) {
+        free(by_target), free(gone);
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        gone[i] = (char)sample_target(a, &a->targets[i], by_target[i], &when, &(*out)[i]);
+        cJSON_Delete(by_target[i]);
+    }
     /* drop the targets reported gone: after the loop, and from the end (retire() moves the last
      * target into the place it frees, one already looked at) */
     for (size_t i = n; i-- > 0;)
         if (gone[i])
             retire(a, i);
-    free(endpoints), free(owner), free(replies), free(by_target), free(gone);
-    a->samples_taken += (long long)count;
-    return count;
+    free(by_target), free(gone);
+    a->samples_taken += (long long)n;
+    return n;
 }
 
 /* After the sink threads are joined: their counters are theirs until then. */
