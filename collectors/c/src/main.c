@@ -339,6 +339,24 @@ static void sample_and_submit(struct agent *a, struct fs_sample **samples, size_
 
 /* -- self-samples ----------------------------------------------------------------------------- */
 
+/* Delivery summed over the sinks, as each sink thread published its figures last. */
+static struct runner_figures sinks_figures(struct agent *a)
+{
+    struct runner_figures sum = {0}, one;
+    for (size_t i = 0; i < a->opt.nsinks; i++) {
+        runner_figures(&a->sinks[i], &one);
+        sum.delivered += one.delivered;
+        sum.rejected += one.rejected;
+        sum.lost += one.lost;
+        sum.send_failures += one.send_failures;
+        sum.spool_dropped += one.spool_dropped;
+        sum.spooled_batches += one.spooled_batches;
+        sum.spooled_samples += one.spooled_samples;
+        sum.down += one.down;
+    }
+    return sum;
+}
+
 /* The agent's figures now (the agent schema): delivery summed over its sinks, as each sink thread
  * published them last. */
 static void self_sample(struct agent *a, struct fs_sample *s)
@@ -353,18 +371,7 @@ static void self_sample(struct agent *a, struct fs_sample *s)
         fs_iso_from_ms(stamp, sizeof stamp, ms);
     }
     a->last_self_ms = ms;
-    struct runner_figures sum = {0}, one;
-    for (size_t i = 0; i < a->opt.nsinks; i++) {
-        runner_figures(&a->sinks[i], &one);
-        sum.delivered += one.delivered;
-        sum.rejected += one.rejected;
-        sum.lost += one.lost;
-        sum.send_failures += one.send_failures;
-        sum.spool_dropped += one.spool_dropped;
-        sum.spooled_batches += one.spooled_batches;
-        sum.spooled_samples += one.spooled_samples;
-        sum.down += one.down;
-    }
+    struct runner_figures sum = sinks_figures(a);
     sample_clear_as(s, &FS_AGENT_SCHEMA);
     s->time_ms = ms;
     sample_set_str(s, FS_A_TIME, stamp);
