@@ -297,6 +297,8 @@ def test_fuzz_parsers_briefly(tmp_path, target):
     (["--pid", "1", "--interval", "0"], "--interval: expected seconds >= 0.01"),
     (["--pid", "1", "--sink", "gopher://x:1"], "unknown sink"), (["--pid", "1", "--pattern", "("], "--pattern"),
     (["--pid", "1", "--sink", "udp://127.0.0.1:9?format=json"], "UDP carries line protocol only"),
+    (["--pid", "1", "--spool-max-mb", "0"], "--spool-max-mb: expected megabytes >= 0.001, got '0'"),
+    (["--pid", "1", "--count", ""], "--count: expected a number, got ''"),
 ])
 def test_bad_arguments_are_refused_clearly(args, message):
     out = c_agent(*args)

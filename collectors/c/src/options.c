@@ -69,16 +69,22 @@ void options_usage(FILE *out)
             "  a node that exits after it is reported once as STOPPED (it ended with its run) instead of DOWN.\n");
 }
 
-static int parse_seconds(const char *arg, const char *name, double lo, double *out)
+/* A number of `unit` (seconds, megabytes) >= lo, finite. */
+static int parse_number(const char *arg, const char *name, const char *unit, double lo, double *out)
 {
     char *end = NULL;
     double v = strtod(arg, &end);
     if (!*arg || *end || !isfinite(v) || v < lo) {
-        fprintf(stderr, "flowstat-agent: %s: expected seconds >= %g, got '%s'\n", name, lo, arg);
+        fprintf(stderr, "flowstat-agent: %s: expected %s >= %g, got '%s'\n", name, unit, lo, arg);
         return -1;
     }
     *out = v;
     return 0;
+}
+
+static int parse_seconds(const char *arg, const char *name, double lo, double *out)
+{
+    return parse_number(arg, name, "seconds", lo, out);
 }
 
 static int take_text(const char *arg, const char *name, size_t max, const char **out)
@@ -167,19 +173,21 @@ static int parse_count(const char *arg, long long *out)
 {
     char *end;
     *out = strtoll(arg, &end, 10);
-    if (*end || *out < 0) {
+    if (!*arg || *end || *out < 0) {
         fprintf(stderr, "flowstat-agent: --count: expected a number, got '%s'\n", arg);
         return -1;
     }
     return 0;
 }
 
+/* A bound past what a long long holds is no bound. */
 static int parse_megabytes(const char *arg, long long *bytes)
 {
     double v;
-    if (parse_seconds(arg, "--spool-max-mb", 0.001, &v) != 0)
+    if (parse_number(arg, "--spool-max-mb", "megabytes", 0.001, &v) != 0)
         return -1;
-    *bytes = (long long)(v * 1024 * 1024);
+    v *= 1024 * 1024;
+    *bytes = v < (double)LLONG_MAX ? (long long)v : LLONG_MAX;
     return 0;
 }
 
