@@ -223,8 +223,8 @@ static void sample_live(struct agent *a, struct target *t, const struct proc_rea
                         const struct round_time *when, struct fs_sample *s)
 {
     const cJSON *reply_role = reply ? cJSON_GetObjectItemCaseSensitive(reply, "role") : NULL;
-    const char *role = strcmp(t->role, FS_DEFAULT_ROLE) != 0 || !cJSON_IsString(reply_role) ? t->role
-                                                                                    : reply_role->valuestring;
+    const char *role =
+        strcmp(t->role, FS_DEFAULT_ROLE) != 0 || !cJSON_IsString(reply_role) ? t->role : reply_role->valuestring;
     const cJSON *state = reply ? cJSON_GetObjectItemCaseSensitive(reply, "node_state") : NULL;
     int state_known = cJSON_IsString(state) && sample_value_allowed(FS_F_NODE_STATE, state->valuestring);
     base_sample(a, t, when->stamp, when->ms, role, state_known ? state->valuestring : FS_DEFAULT_NODE_STATE, s);
@@ -304,18 +304,21 @@ static void write_stats(struct agent *a)
         LOG_ERR("--stats %s: %s", a->opt.stats_path, strerror(errno));
         return;
     }
-    fprintf(f, "{\"samples\": %lld, \"self_samples\": %lld, \"rounds\": %lld, \"skipped_rounds\": %lld, "
-               "\"targets\": %zu, \"gone\": %zu, \"control_errors\": %llu, \"proc_errors\": %lld, \"sinks\": {",
+    fprintf(f,
+            "{\"samples\": %lld, \"self_samples\": %lld, \"rounds\": %lld, \"skipped_rounds\": %lld, "
+            "\"targets\": %zu, \"gone\": %zu, \"control_errors\": %llu, \"proc_errors\": %lld, \"sinks\": {",
             a->samples_taken, a->self_seq, a->rounds, a->skipped_rounds, a->ntargets, a->ngone, a->control.errors,
             a->proc_errors);
     for (size_t i = 0; i < a->opt.nsinks; i++) {
         const struct sink_runner *r = &a->sinks[i];
         struct fs_buf url = {0};
         fs_buf_json_string(&url, r->sink.url);
-        fprintf(f, "%s%s: {\"delivered\": %lld, \"rejected\": %lld, \"lost\": %lld, \"spooled\": %llu, "
-                   "\"spooled_samples\": %lld, \"spool_dropped\": %lld}", i ? ", " : "", url.data ? url.data : "\"\"",
-                r->delivered, r->rejected, runner_lost(r), r->has_spool ? r->spool.next - r->spool.first : 0ULL,
-                r->has_spool ? r->spool.samples : 0LL, r->has_spool ? r->spool.dropped_samples : 0LL);
+        fprintf(f,
+                "%s%s: {\"delivered\": %lld, \"rejected\": %lld, \"lost\": %lld, \"spooled\": %llu, "
+                "\"spooled_samples\": %lld, \"spool_dropped\": %lld}",
+                i ? ", " : "", url.data ? url.data : "\"\"", r->delivered, r->rejected, runner_lost(r),
+                r->has_spool ? r->spool.next - r->spool.first : 0ULL, r->has_spool ? r->spool.samples : 0LL,
+                r->has_spool ? r->spool.dropped_samples : 0LL);
         fs_buf_free(&url);
     }
     fprintf(f, "}}\n");

@@ -206,18 +206,51 @@ static void set_defaults(struct options *o)
 }
 
 enum option_code {
-    O_PID = 1, O_PIDFILE, O_PATTERN, O_ENDPOINTS, O_SINK, O_INTERVAL, O_RESCAN, O_CTIMEOUT, O_SPOOL, O_SPOOLMAX,
-    O_RUNID, O_NAME, O_DURATION, O_COUNT, O_EXITDOWN, O_DRAIN, O_STATS, O_QUIET, O_HELP, O_SELF, O_CREDENTIALS
+    O_PID = 1,
+    O_PIDFILE,
+    O_PATTERN,
+    O_ENDPOINTS,
+    O_SINK,
+    O_INTERVAL,
+    O_RESCAN,
+    O_CTIMEOUT,
+    O_SPOOL,
+    O_SPOOLMAX,
+    O_RUNID,
+    O_NAME,
+    O_DURATION,
+    O_COUNT,
+    O_EXITDOWN,
+    O_DRAIN,
+    O_STATS,
+    O_QUIET,
+    O_HELP,
+    O_SELF,
+    O_CREDENTIALS
 };
 
-static const struct option long_options[] = {
-    {"pid", 1, 0, O_PID}, {"pidfile", 1, 0, O_PIDFILE}, {"pattern", 1, 0, O_PATTERN},
-    {"endpoints", 1, 0, O_ENDPOINTS}, {"sink", 1, 0, O_SINK}, {"interval", 1, 0, O_INTERVAL},
-    {"rescan", 1, 0, O_RESCAN}, {"control-timeout", 1, 0, O_CTIMEOUT}, {"spool-dir", 1, 0, O_SPOOL},
-    {"spool-max-mb", 1, 0, O_SPOOLMAX}, {"run-id", 1, 0, O_RUNID}, {"name", 1, 0, O_NAME},
-    {"duration", 1, 0, O_DURATION}, {"count", 1, 0, O_COUNT}, {"exit-when-all-down", 0, 0, O_EXITDOWN},
-    {"drain-timeout", 1, 0, O_DRAIN}, {"stats", 1, 0, O_STATS}, {"quiet", 0, 0, O_QUIET}, {"help", 0, 0, O_HELP},
-    {"self-interval", 1, 0, O_SELF}, {"credentials", 1, 0, O_CREDENTIALS}, {0, 0, 0, 0}};
+static const struct option long_options[] = {{"pid", 1, 0, O_PID},
+                                             {"pidfile", 1, 0, O_PIDFILE},
+                                             {"pattern", 1, 0, O_PATTERN},
+                                             {"endpoints", 1, 0, O_ENDPOINTS},
+                                             {"sink", 1, 0, O_SINK},
+                                             {"interval", 1, 0, O_INTERVAL},
+                                             {"rescan", 1, 0, O_RESCAN},
+                                             {"control-timeout", 1, 0, O_CTIMEOUT},
+                                             {"spool-dir", 1, 0, O_SPOOL},
+                                             {"spool-max-mb", 1, 0, O_SPOOLMAX},
+                                             {"run-id", 1, 0, O_RUNID},
+                                             {"name", 1, 0, O_NAME},
+                                             {"duration", 1, 0, O_DURATION},
+                                             {"count", 1, 0, O_COUNT},
+                                             {"exit-when-all-down", 0, 0, O_EXITDOWN},
+                                             {"drain-timeout", 1, 0, O_DRAIN},
+                                             {"stats", 1, 0, O_STATS},
+                                             {"quiet", 0, 0, O_QUIET},
+                                             {"help", 0, 0, O_HELP},
+                                             {"self-interval", 1, 0, O_SELF},
+                                             {"credentials", 1, 0, O_CREDENTIALS},
+                                             {0, 0, 0, 0}};
 
 /* One option of the command line, with its argument (NULL if it takes none): 0, or -1 once a
  * message said why it is refused. */

@@ -35,8 +35,8 @@ void fs_iso_from_ms(char *out, size_t n, int64_t ms)
     struct tm tm;
     time_t secs = (time_t)(ms / 1000);
     gmtime_r(&secs, &tm);
-    snprintf(out, n, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-             tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+    snprintf(out, n, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+             tm.tm_min, tm.tm_sec, (int)(ms % 1000));
 }
 
 void fs_iso_now(char *out, size_t n, int64_t *epoch_ms)
