@@ -11,7 +11,7 @@ int fs_quiet = 0;
 
 void fs_log(const char *level, const char *fmt, ...)
 {
-    char stamp[32];
+    char stamp[80]; /* what fs_iso_now could write for any year (gcc -O3 checks): 24 characters until 9999 */
     fs_iso_now(stamp, sizeof stamp, NULL);
     flockfile(stderr); /* the sink threads log too: one whole line at a time */
     fprintf(stderr, "%s flowstat-agent %s ", stamp, level);
