@@ -8,8 +8,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 C_AGENT := collectors/c/build/flowstat-agent
-C_DEPS := libzmq3-dev libcjson-dev libcurl4-openssl-dev pkg-config clang libclang-rt-14-dev valgrind docker-compose \
-	chromium chromium-driver
+C_DEPS := libzmq3-dev libcjson-dev libcurl4-openssl-dev pkg-config clang libclang-rt-14-dev clang-format valgrind \
+	docker-compose chromium chromium-driver
 # Named after the list: a checkout that installed an older list installs what was added.
 C_STAMP := .cache/c-deps-$(shell echo '$(C_DEPS)' | md5sum | cut -c1-8).installed
 
@@ -32,7 +32,7 @@ $(STAMP): $(BIN)/python pyproject.toml requirements.lock
 	$(BIN)/python -m pip install -q -c requirements.lock -e '.[test]'
 	touch $@
 
-# Debian packages: the C agent's build dependencies, docker-compose to validate docker-compose.yml
+# Debian packages: the C agent's build dependencies (clang-format for its format check), docker-compose to validate docker-compose.yml
 # offline, and chromium with its chromedriver, in which the tests open flowstat report's pages.
 # Installed once (root, or sudo if present).
 $(C_STAMP):
@@ -59,6 +59,7 @@ demo: $(STAMP) c-agent
 # two workers, and timing tests beside a Telegraf build would only measure the build.
 test: $(STAMP) c-agent
 	$(BIN)/lint-imports
+	$(MAKE) -C collectors/c format-check
 	$(BIN)/flowstat stack install --cache .cache/test-stack
 	$(BIN)/python -m pytest -q -ra -n 2
 
