@@ -8,8 +8,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 C_AGENT := collectors/c/build/flowstat-agent
-C_DEPS := libzmq3-dev libcjson-dev libcurl4-openssl-dev pkg-config clang libclang-rt-14-dev valgrind docker-compose \
-	chromium chromium-driver docker.io mmdebstrap iproute2
+C_DEPS := libzmq3-dev libcjson-dev libcurl4-openssl-dev pkg-config clang libclang-rt-14-dev clang-format valgrind \
+	docker-compose chromium chromium-driver docker.io mmdebstrap iproute2
 # Named after the list: a checkout that installed an older list installs what was added.
 C_STAMP := .cache/c-deps-$(shell echo '$(C_DEPS)' | md5sum | cut -c1-8).installed
 
@@ -33,10 +33,11 @@ $(STAMP): $(BIN)/python pyproject.toml requirements.lock
 	$(BIN)/python -m pip install -q -c requirements.lock -e '.[test]'
 	touch $@
 
-# Debian packages: the C agent's build dependencies, docker-compose to validate docker-compose.yml
-# offline, chromium with its chromedriver, in which the tests open flowstat report's pages, and
-# docker.io (dockerd, containerd, runc, the docker client), mmdebstrap and iproute2 (ip netns), with
-# which the tests run docker-compose.yml for real (tests/test_compose_up.py).
+# Debian packages: the C agent's build dependencies (clang-format for its format check),
+# docker-compose to validate docker-compose.yml offline, chromium with its chromedriver, in which the
+# tests open flowstat report's pages, and docker.io (dockerd, containerd, runc, the docker client),
+# mmdebstrap and iproute2 (ip netns), with which the tests run docker-compose.yml for real
+# (tests/test_compose_up.py).
 # Installed once (root, or sudo if present).
 $(C_STAMP):
 	@mkdir -p .cache
@@ -68,6 +69,7 @@ demo: $(STAMP) c-agent
 # two workers, and timing tests beside a Telegraf build would only measure the build.
 test: $(STAMP) c-agent compose-images
 	$(BIN)/lint-imports
+	$(MAKE) -C collectors/c format-check
 	$(BIN)/flowstat stack install --cache .cache/test-stack
 	$(BIN)/python -m pytest -q -ra -n 2
 

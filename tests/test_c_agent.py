@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import time
@@ -297,10 +298,22 @@ def test_fuzz_parsers_briefly(tmp_path, target):
     (["--pid", "1", "--interval", "0"], "--interval: expected seconds >= 0.01"),
     (["--pid", "1", "--sink", "gopher://x:1"], "unknown sink"), (["--pid", "1", "--pattern", "("], "--pattern"),
     (["--pid", "1", "--sink", "udp://127.0.0.1:9?format=json"], "UDP carries line protocol only"),
+    (["--pid", "1", "--spool-max-mb", "0"], "--spool-max-mb: expected megabytes >= 0.001, got '0'"),
+    (["--pid", "1", "--count", ""], "--count: expected a number, got ''"),
+    (["--pid", "1", "--bogus"], "unrecognized option '--bogus'"), (["--pid"], "option '--pid' requires an argument"),
+    (["--pid", "1", "stray"], "unexpected argument 'stray'"),
 ])
 def test_bad_arguments_are_refused_clearly(args, message):
     out = c_agent(*args)
     assert out.returncode == 2 and message in out.stderr
+
+
+@needs(AGENT)
+def test_help_names_every_option_the_agent_takes():
+    out = c_agent("--help")
+    assert out.returncode == 0 and out.stdout.startswith("usage: flowstat-agent") and not out.stderr
+    taken = re.findall(r'\{"([a-z-]+)", [01], ', (ROOT / "collectors" / "c" / "src" / "options.c").read_text())
+    assert len(taken) >= 20 and [name for name in taken if f"--{name} " not in out.stdout] == []
 
 
 @needs(AGENT)

@@ -9,12 +9,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char *const NAMES[FS_NCREDS] = {
-    [FS_INFLUX_USER] = "FLOWSTAT_INFLUX_USER",     [FS_INFLUX_PASSWORD] = "FLOWSTAT_INFLUX_PASSWORD",
-    [FS_INFLUX_TOKEN] = "FLOWSTAT_INFLUX_TOKEN",   [FS_ES_USER] = "FLOWSTAT_ES_USER",
-    [FS_ES_PASSWORD] = "FLOWSTAT_ES_PASSWORD",     [FS_ES_API_KEY] = "FLOWSTAT_ES_API_KEY",
-    [FS_INFLUX_CA_FILE] = "FLOWSTAT_INFLUX_CA_FILE", [FS_ES_CA_FILE] = "FLOWSTAT_ES_CA_FILE",
-    [FS_CA_FILE] = "FLOWSTAT_CA_FILE"};
+static const char *const NAMES[FS_NCREDS] = {[FS_INFLUX_USER] = "FLOWSTAT_INFLUX_USER",
+                                             [FS_INFLUX_PASSWORD] = "FLOWSTAT_INFLUX_PASSWORD",
+                                             [FS_INFLUX_TOKEN] = "FLOWSTAT_INFLUX_TOKEN",
+                                             [FS_ES_USER] = "FLOWSTAT_ES_USER",
+                                             [FS_ES_PASSWORD] = "FLOWSTAT_ES_PASSWORD",
+                                             [FS_ES_API_KEY] = "FLOWSTAT_ES_API_KEY",
+                                             [FS_INFLUX_CA_FILE] = "FLOWSTAT_INFLUX_CA_FILE",
+                                             [FS_ES_CA_FILE] = "FLOWSTAT_ES_CA_FILE",
+                                             [FS_CA_FILE] = "FLOWSTAT_CA_FILE"};
 
 const char *creds_name(enum fs_cred k)
 {
@@ -95,7 +98,8 @@ static int parse_line(char *line, long lineno, const char *path, char *got[], ch
     size_t vlen = strlen(value);
     int k = lookup(text);
     if (k < 0)
-        return fail(err, errlen, "credentials file %s line %ld: unknown name '%.60s' (FLOWSTAT_INFLUX_USER, "
+        return fail(err, errlen,
+                    "credentials file %s line %ld: unknown name '%.60s' (FLOWSTAT_INFLUX_USER, "
                     "FLOWSTAT_INFLUX_PASSWORD, FLOWSTAT_INFLUX_TOKEN, FLOWSTAT_ES_USER, FLOWSTAT_ES_PASSWORD, "
                     "FLOWSTAT_ES_API_KEY, FLOWSTAT_INFLUX_CA_FILE, FLOWSTAT_ES_CA_FILE, FLOWSTAT_CA_FILE)",
                     path, lineno, text);

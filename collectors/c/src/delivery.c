@@ -95,7 +95,8 @@ void runner_submit(struct sink_runner *r, const struct fs_sample *samples, size_
         LOG_ERR("sink %s: out of memory encoding %zu samples: they are lost", r->sink.url, n);
     if (dropped)
         LOG_ERR("sink %s has not taken a batch for a while and its queue is over %lld bytes: dropped the oldest "
-                "queued batch (%lld samples)", r->sink.url, r->queue_max, dropped);
+                "queued batch (%lld samples)",
+                r->sink.url, r->queue_max, dropped);
 }
 
 static int spool_pending(const struct sink_runner *r)
@@ -166,15 +167,16 @@ static void trouble_begins(const struct sink_runner *r, const struct sink_outcom
         LOG_ERR("sink %s is down (%s): %s", r->sink.url, o->why,
                 r->has_spool ? "spooling" : "samples are lost meanwhile");
     else
-        LOG_ERR("%s; %s", o->why, r->has_spool ? "spooling, to be sent once it works"
-                                               : "the samples are lost meanwhile (no --spool-dir)");
+        LOG_ERR("%s; %s", o->why,
+                r->has_spool ? "spooling, to be sent once it works"
+                             : "the samples are lost meanwhile (no --spool-dir)");
 }
 
 static void trouble_ends(const struct sink_runner *r)
 {
-    static const char *const over[] = {
-        [TROUBLE_AUTH] = "the credentials work now", [TROUBLE_FORBIDDEN] = "it may be written now",
-        [TROUBLE_TLS] = "its certificate is trusted now"};
+    static const char *const over[] = {[TROUBLE_AUTH] = "the credentials work now",
+                                       [TROUBLE_FORBIDDEN] = "it may be written now",
+                                       [TROUBLE_TLS] = "its certificate is trusted now"};
     if (r->trouble == TROUBLE_DOWN)
         LOG_WARN("sink %s is back", r->sink.url);
     else

@@ -2,8 +2,6 @@
  * The same targets, schema, sinks and spool as `flowstat agent`, for a fraction of the CPU; the
  * same self-samples (agent.schema.json) and run-ending notice (SIGUSR1). */
 #include <errno.h>
-#include <getopt.h>
-#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -18,14 +16,13 @@
 
 #include "control.h"
 #include "delivery.h"
+#include "options.h"
 #include "sample_json.h"
 #include "targets.h"
 
 #define AGENT_NAME "flowstat-agent-c"
 #define STATE_DOWN "DOWN" /* node_state once the process is gone (one of the schema's states) */
 #define STATE_STOPPED "STOPPED" /* instead, when it is gone after the run-ending notice */
-#define NAME_MAX_LEN 160 /* --name, in agent_name after AGENT_NAME "/" */
-#define RUN_ID_MAX_LEN 127 /* --run-id, as a target's run_id holds */
 
 static volatile sig_atomic_t stop_flag = 0;
 static volatile sig_atomic_t ending_flag = 0; /* the run-ending notice came: nodes gone now ended with their run */
@@ -41,17 +38,6 @@ static void on_notice(int sig)
     (void)sig;
     ending_flag = 1;
 }
-
-struct options {
-    struct target_spec spec;
-    const char **sinks;
-    size_t nsinks;
-    double interval, rescan, control_timeout, duration, drain_timeout, self_interval;
-    long long count;
-    const char *spool_dir, *name, *stats_path, *credentials;
-    long long spool_max;
-    int exit_when_all_down;
-};
 
 struct retired { /* nodes that were dropped: their seq continues if they are found again */
     char node_id[128];
@@ -78,281 +64,6 @@ struct agent {
     char targets_run_id[128];
     int targets_runs_differ;
 };
-
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: flowstat-agent TARGETS [options]\n"
-            "Samples processes (VmRSS, CPU clock, threads from /proc) and, for nodes with a control channel,\n"
-            "their own metrics; sends the samples (the sample schema, docs/schema.md) to sinks.\n\n"
-            "targets (at least one, each may repeat):\n"
-            "  --pid PID              a process id\n"
-            "  --pidfile FILE         a file holding a process id (re-read at each rescan)\n"
-            "  --pattern REGEX        processes whose command line matches (POSIX extended regex)\n"
-            "  --endpoints FILE       a harness run's endpoints.json: its nodes and control sockets\n"
-            "options:\n"
-            "  --sink URL             where samples go (default stdout://; repeat for several, each has\n"
-            "                         its own delivery thread, so a slow sink never delays sampling):\n"
-            "                         stdout://[?format=json]  file:///PATH[?format=json]  udp://HOST:PORT\n"
-            "                         tcp://HOST:PORT[?format=json]  http(s)://HOST:PORT/write\n"
-            "                         influxdb[+https]://HOST:PORT/DB  elasticsearch[+https]://HOST:PORT/INDEX\n"
-            "                         (Elasticsearch: daily indices INDEX-YYYY.MM.DD, self-samples in\n"
-            "                         flowstat-agents-YYYY.MM.DD, by each document's UTC day). A URL holding a\n"
-            "                         user or a password is refused: see --credentials\n"
-            "  --credentials FILE     the stores' credentials (default: $FLOWSTAT_CREDENTIALS), NAME=VALUE\n"
-            "                         lines (# comments); FILE must be readable by its owner only (chmod 600).\n"
-            "                         Names, also read from the environment, which wins over the file:\n"
-            "                         FLOWSTAT_INFLUX_USER, FLOWSTAT_INFLUX_PASSWORD or FLOWSTAT_INFLUX_TOKEN\n"
-            "                         (influxdb:// and http(s)://), FLOWSTAT_ES_USER, FLOWSTAT_ES_PASSWORD or\n"
-            "                         FLOWSTAT_ES_API_KEY (elasticsearch://); for https, the CA that signed the\n"
-            "                         store's certificate: FLOWSTAT_INFLUX_CA_FILE, FLOWSTAT_ES_CA_FILE, or\n"
-            "                         FLOWSTAT_CA_FILE for both (default: the system's CAs). A store that\n"
-            "                         answers 401 or 403, or whose certificate is not trusted, keeps the\n"
-            "                         samples as one that is down: spooled, resent once it works\n"
-            "                         (docs/security.md)\n"
-            "  --interval S           seconds between samples (default 1, min 0.01)\n"
-            "  --rescan S             seconds between target searches (default 5)\n"
-            "  --self-interval S      seconds between the agent's self-samples (measurement flowstat_agent:\n"
-            "                         rounds, samples, sink errors, spool depth...; the agent schema), after\n"
-            "                         a round, and one at exit (default 5; 0: none)\n"
-            "  --control-timeout S    control reply time-out (default 0.25)\n"
-            "  --spool-dir DIR        keep batches here while a sink is down (default: none); each sink's\n"
-            "                         folder in it has a file sink-url naming the sink\n"
-            "  --spool-max-mb MB      spool bound per sink, and bound of its queue in memory (default 64):\n"
-            "                         past it the oldest batch is dropped and counted\n"
-            "  --run-id ID            run id to put in samples (default: from --endpoints; at most 127\n"
-            "                         characters)\n"
-            "  --name NAME            instance name, appended to the agent tag (at most 160 characters)\n"
-            "  --duration S           stop after S seconds\n"
-            "  --count N              stop after N sampling rounds (rounds skipped by an overrun do not count)\n"
-            "  --exit-when-all-down   stop once every target has exited\n"
-            "  --drain-timeout S      at exit, keep resending what is spooled for a sink that is down,\n"
-            "                         up to S seconds (default 5); what is still queued for a slow sink\n"
-            "                         gets S (at least 5) seconds, then is spooled\n"
-            "  --stats FILE           write delivery statistics (JSON) here at exit\n"
-            "  --quiet                log warnings and errors only\n"
-            "  --encode line|json     read JSON samples (one a line) on stdin, write them encoded on stdout\n"
-            "                         (a run file's self-sample lines, {\"flowstat_agent\": {...}}, too)\n"
-            "  --help                 this text\n"
-            "signals: SIGTERM, SIGINT stop (one last round, then delivery); SIGUSR1 is the run-ending notice:\n"
-            "  a node that exits after it is reported once as STOPPED (it ended with its run) instead of DOWN.\n");
-}
-
-static int parse_seconds(const char *arg, const char *name, double lo, double *out)
-{
-    char *end = NULL;
-    double v = strtod(arg, &end);
-    if (!*arg || *end || !isfinite(v) || v < lo) {
-        fprintf(stderr, "flowstat-agent: %s: expected seconds >= %g, got '%s'\n", name, lo, arg);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-static int check_length(const char *arg, const char *name, size_t max)
-{
-    if (strlen(arg) <= max)
-        return 0;
-    fprintf(stderr, "flowstat-agent: %s: longer than the limit of %zu characters\n", name, max);
-    return -1;
-}
-
-/* Every list gets argc entries: each of its options takes at least one argument of the command
- * line, so no list can overflow, and none has a limit of its own. */
-static int allocate_lists(int argc, struct options *o)
-{
-    size_t n = (size_t)argc + 1; /* + the default sink */
-    o->spec.pids = calloc(n, sizeof *o->spec.pids);
-    o->spec.pidfiles = calloc(n, sizeof *o->spec.pidfiles);
-    o->spec.patterns = calloc(n, sizeof *o->spec.patterns);
-    o->spec.endpoints = calloc(n, sizeof *o->spec.endpoints);
-    o->sinks = calloc(n, sizeof *o->sinks);
-    if (o->spec.pids && o->spec.pidfiles && o->spec.patterns && o->spec.endpoints && o->sinks)
-        return 0;
-    fprintf(stderr, "flowstat-agent: out of memory\n");
-    return -1;
-}
-
-static void free_options(struct options *o)
-{
-    for (size_t i = 0; i < o->spec.npatterns; i++)
-        regfree(&o->spec.patterns[i]);
-    free(o->spec.pids);
-    free(o->spec.pidfiles);
-    free(o->spec.patterns);
-    free(o->spec.endpoints);
-    free(o->sinks);
-}
-
-static int add_pattern(struct options *o, const char *arg)
-{
-    regex_t *re = &o->spec.patterns[o->spec.npatterns];
-    int rc = regcomp(re, arg, REG_EXTENDED | REG_NOSUB);
-    if (rc != 0) {
-        char msg[128];
-        regerror(rc, re, msg, sizeof msg);
-        regfree(re);
-        fprintf(stderr, "flowstat-agent: --pattern '%s': %s\n", arg, msg);
-        return -1;
-    }
-    o->spec.npatterns++;
-    return 0;
-}
-
-/* The same URL twice would be one spool folder (and one file) for two delivery threads. A URL
- * holding a password is refused before any message could repeat it. */
-static int add_sink(struct options *o, const char *url)
-{
-    char err[900];
-    if (sink_check_userinfo(url, err, sizeof err) != 0) {
-        fprintf(stderr, "flowstat-agent: %s\n", err);
-        return -1;
-    }
-    for (size_t i = 0; i < o->nsinks; i++)
-        if (strcmp(o->sinks[i], url) == 0) {
-            fprintf(stderr, "flowstat-agent: --sink %s: given twice\n", url);
-            return -1;
-        }
-    o->sinks[o->nsinks++] = url;
-    return 0;
-}
-
-static int parse_options(int argc, char **argv, struct options *o)
-{
-    enum { O_PID = 1, O_PIDFILE, O_PATTERN, O_ENDPOINTS, O_SINK, O_INTERVAL, O_RESCAN, O_CTIMEOUT, O_SPOOL,
-           O_SPOOLMAX, O_RUNID, O_NAME, O_DURATION, O_COUNT, O_EXITDOWN, O_DRAIN, O_STATS, O_QUIET, O_HELP, O_SELF,
-           O_CREDENTIALS };
-    static const struct option longopts[] = {
-        {"pid", 1, 0, O_PID}, {"pidfile", 1, 0, O_PIDFILE}, {"pattern", 1, 0, O_PATTERN},
-        {"endpoints", 1, 0, O_ENDPOINTS}, {"sink", 1, 0, O_SINK}, {"interval", 1, 0, O_INTERVAL},
-        {"rescan", 1, 0, O_RESCAN}, {"control-timeout", 1, 0, O_CTIMEOUT}, {"spool-dir", 1, 0, O_SPOOL},
-        {"spool-max-mb", 1, 0, O_SPOOLMAX}, {"run-id", 1, 0, O_RUNID}, {"name", 1, 0, O_NAME},
-        {"duration", 1, 0, O_DURATION}, {"count", 1, 0, O_COUNT}, {"exit-when-all-down", 0, 0, O_EXITDOWN},
-        {"drain-timeout", 1, 0, O_DRAIN}, {"stats", 1, 0, O_STATS}, {"quiet", 0, 0, O_QUIET}, {"help", 0, 0, O_HELP},
-        {"self-interval", 1, 0, O_SELF}, {"credentials", 1, 0, O_CREDENTIALS}, {0, 0, 0, 0}};
-    memset(o, 0, sizeof *o);
-    if (allocate_lists(argc, o) != 0)
-        return -1;
-    o->spec.run_id = "";
-    o->interval = 1.0;
-    o->rescan = 5.0;
-    o->control_timeout = 0.25;
-    o->duration = -1;
-    o->count = -1;
-    o->drain_timeout = 5.0;
-    o->self_interval = 5.0;
-    o->spool_max = 64LL << 20;
-    o->name = "";
-    int c;
-    double v;
-    char *end;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (c) {
-        case O_PID: {
-            long pid = strtol(optarg, &end, 10);
-            if (*end || pid < 1 || pid > INT_MAX) {
-                fprintf(stderr, "flowstat-agent: --pid: bad process id '%s'\n", optarg);
-                return -1;
-            }
-            o->spec.pids[o->spec.npids++] = (pid_t)pid;
-            break;
-        }
-        case O_PIDFILE:
-            o->spec.pidfiles[o->spec.npidfiles++] = optarg;
-            break;
-        case O_PATTERN:
-            if (add_pattern(o, optarg) != 0)
-                return -1;
-            break;
-        case O_ENDPOINTS:
-            o->spec.endpoints[o->spec.nendpoints++] = optarg;
-            break;
-        case O_SINK:
-            if (add_sink(o, optarg) != 0)
-                return -1;
-            break;
-        case O_INTERVAL:
-            if (parse_seconds(optarg, "--interval", 0.01, &o->interval) != 0)
-                return -1;
-            break;
-        case O_RESCAN:
-            if (parse_seconds(optarg, "--rescan", 0.01, &o->rescan) != 0)
-                return -1;
-            break;
-        case O_CTIMEOUT:
-            if (parse_seconds(optarg, "--control-timeout", 0.001, &o->control_timeout) != 0)
-                return -1;
-            break;
-        case O_SPOOL:
-            o->spool_dir = optarg;
-            break;
-        case O_SPOOLMAX:
-            if (parse_seconds(optarg, "--spool-max-mb", 0.001, &v) != 0)
-                return -1;
-            o->spool_max = (long long)(v * 1024 * 1024);
-            break;
-        case O_RUNID:
-            if (check_length(optarg, "--run-id", RUN_ID_MAX_LEN) != 0)
-                return -1;
-            o->spec.run_id = optarg;
-            break;
-        case O_NAME:
-            if (check_length(optarg, "--name", NAME_MAX_LEN) != 0)
-                return -1;
-            o->name = optarg;
-            break;
-        case O_DURATION:
-            if (parse_seconds(optarg, "--duration", 0, &o->duration) != 0)
-                return -1;
-            break;
-        case O_COUNT:
-            o->count = strtoll(optarg, &end, 10);
-            if (*end || o->count < 0) {
-                fprintf(stderr, "flowstat-agent: --count: expected a number, got '%s'\n", optarg);
-                return -1;
-            }
-            break;
-        case O_EXITDOWN:
-            o->exit_when_all_down = 1;
-            break;
-        case O_DRAIN:
-            if (parse_seconds(optarg, "--drain-timeout", 0, &o->drain_timeout) != 0)
-                return -1;
-            break;
-        case O_SELF:
-            if (parse_seconds(optarg, "--self-interval", 0, &o->self_interval) != 0)
-                return -1;
-            break;
-        case O_STATS:
-            o->stats_path = optarg;
-            break;
-        case O_CREDENTIALS:
-            o->credentials = optarg;
-            break;
-        case O_QUIET:
-            fs_quiet = 1;
-            break;
-        case O_HELP:
-            usage(stdout);
-            exit(0);
-        default:
-            usage(stderr);
-            return -1;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "flowstat-agent: unexpected argument '%s'\n", argv[optind]);
-        return -1;
-    }
-    if (!o->spec.npids && !o->spec.npidfiles && !o->spec.npatterns && !o->spec.nendpoints) {
-        fprintf(stderr, "flowstat-agent: give at least one target: --pid, --pidfile, --pattern or --endpoints\n");
-        return -1;
-    }
-    if (!o->nsinks)
-        o->sinks[o->nsinks++] = "stdout://";
-    return 0;
-}
 
 /* -- targets ----------------------------------------------------------------------------------- */
 
@@ -458,90 +169,131 @@ static void base_sample(struct agent *a, struct target *t, const char *stamp, in
     sample_set_str(s, FS_F_NODE_STATE, state);
 }
 
-static size_t sample_all(struct agent *a, struct fs_sample **out, size_t *out_cap)
-{
+/* When a round's samples are taken: the wall time they carry, the monotonic time rates are taken over. */
+struct round_time {
     char stamp[32];
     int64_t ms;
-    fs_iso_now(stamp, sizeof stamp, &ms);
-    double now = fs_monotonic();
+    double now;
+};
+
+/* Each target's control reply, asked of all the control channels at once: by_target[i] is target i's
+ * (NULL: none, or no channel), to be deleted by the caller. -1 if out of memory. */
+static int ask_controls(struct agent *a, cJSON **by_target)
+{
     size_t n = a->ntargets, nctl = 0;
-    if (n > *out_cap) {
-        struct fs_sample *grown = realloc(*out, n * sizeof *grown);
-        if (!grown)
-            return 0;
-        *out = grown;
-        *out_cap = n;
-    }
     const char **endpoints = calloc(n ? n : 1, sizeof *endpoints);
     size_t *owner = calloc(n ? n : 1, sizeof *owner);
     cJSON **replies = calloc(n ? n : 1, sizeof *replies);
-    cJSON **by_target = calloc(n ? n : 1, sizeof *by_target);
-    char *gone = calloc(n ? n : 1, 1); /* the targets reported gone, dropped after the loop */
-    if (!endpoints || !owner || !replies || !by_target || !gone) {
-        free(endpoints), free(owner), free(replies), free(by_target), free(gone);
-        return 0;
-    }
-    for (size_t i = 0; i < n; i++)
+    int ok = endpoints && owner && replies;
+    for (size_t i = 0; ok && i < n; i++)
         if (a->targets[i].control[0]) {
             endpoints[nctl] = a->targets[i].control;
             owner[nctl++] = i;
         }
-    if (nctl)
+    if (ok && nctl)
         control_query(&a->control, endpoints, nctl, replies);
-    for (size_t k = 0; k < nctl; k++)
+    for (size_t k = 0; ok && k < nctl; k++)
         by_target[owner[k]] = replies[k];
-    size_t count = 0;
-    for (size_t i = 0; i < n; i++) {
-        struct target *t = &a->targets[i];
-        struct proc_reading cur;
-        enum proc_status st = proc_reader_read(&t->reader, &cur);
-        if (st != PROC_OK) {
-            if (st != PROC_GONE) {
-                a->proc_errors++;
-                LOG_ERR("%s (pid %d): cannot read /proc (%s)", t->node_id, (int)t->pid,
-                        st == PROC_BAD_FORMAT ? "unexpected format" : strerror(errno));
-            }
-            /* Reported once, then dropped. The flag is read after the read that found the node gone:
-             * a notice sent before the node was stopped has been handled by then. */
-            int ended = ending_flag;
-            base_sample(a, t, stamp, ms, t->role, ended ? STATE_STOPPED : STATE_DOWN, &(*out)[count++]);
-            if (ended)
-                LOG_INFO("%s (pid %d) is gone (stopped with its run)", t->node_id, (int)t->pid);
-            else
-                LOG_WARN("%s (pid %d) is gone", t->node_id, (int)t->pid);
-            gone[i] = 1;
-            continue;
-        }
-        const cJSON *reply = by_target[i];
-        const cJSON *reply_role = reply ? cJSON_GetObjectItemCaseSensitive(reply, "role") : NULL;
-        const char *role = strcmp(t->role, FS_DEFAULT_ROLE) != 0 || !cJSON_IsString(reply_role) ? t->role
-                                                                                        : reply_role->valuestring;
-        const cJSON *state = reply ? cJSON_GetObjectItemCaseSensitive(reply, "node_state") : NULL;
-        struct fs_sample *s = &(*out)[count++];
-        int state_known = cJSON_IsString(state) && sample_value_allowed(FS_F_NODE_STATE, state->valuestring);
-        base_sample(a, t, stamp, ms, role, state_known ? state->valuestring : FS_DEFAULT_NODE_STATE, s);
-        double total, user, sys;
-        proc_cpu_rates(&t->prev, &cur, now - t->prev_t, &total, &user, &sys);
-        sample_set_int(s, FS_F_VMRSS_KB, cur.rss_kb);
-        sample_set_num(s, FS_F_CPU_CLOCK_HZ, total);
-        sample_set_num(s, FS_F_CPU_USER_HZ, user);
-        sample_set_num(s, FS_F_CPU_SYSTEM_HZ, sys);
-        sample_set_int(s, FS_F_THREADS, cur.threads);
-        if (reply)
-            control_fill_sample(reply, s);
-        t->prev = cur;
-        t->prev_t = now;
+    free(endpoints), free(owner), free(replies);
+    return ok ? 0 : -1;
+}
+
+/* The last sample of a target whose process is gone (or unreadable): DOWN, or STOPPED after the
+ * run-ending notice. Reported once, then dropped. */
+static void sample_gone(struct agent *a, struct target *t, enum proc_status st, const struct round_time *when,
+                        struct fs_sample *s)
+{
+    if (st != PROC_GONE) {
+        a->proc_errors++;
+        LOG_ERR("%s (pid %d): cannot read /proc (%s)", t->node_id, (int)t->pid,
+                st == PROC_BAD_FORMAT ? "unexpected format" : strerror(errno));
     }
-    for (size_t k = 0; k < nctl; k++)
-        cJSON_Delete(replies[k]);
+    /* The flag is read after the read that found the node gone: a notice sent before the node was
+     * stopped has been handled by then. */
+    int ended = ending_flag;
+    base_sample(a, t, when->stamp, when->ms, t->role, ended ? STATE_STOPPED : STATE_DOWN, s);
+    if (ended)
+        LOG_INFO("%s (pid %d) is gone (stopped with its run)", t->node_id, (int)t->pid);
+    else
+        LOG_WARN("%s (pid %d) is gone", t->node_id, (int)t->pid);
+}
+
+/* A live target's sample: /proc's reading, and its control reply's role, state and metrics. */
+static void sample_live(struct agent *a, struct target *t, const struct proc_reading *cur, const cJSON *reply,
+                        const struct round_time *when, struct fs_sample *s)
+{
+    const cJSON *reply_role = reply ? cJSON_GetObjectItemCaseSensitive(reply, "role") : NULL;
+    const char *role =
+        strcmp(t->role, FS_DEFAULT_ROLE) != 0 || !cJSON_IsString(reply_role) ? t->role : reply_role->valuestring;
+    const cJSON *state = reply ? cJSON_GetObjectItemCaseSensitive(reply, "node_state") : NULL;
+    int state_known = cJSON_IsString(state) && sample_value_allowed(FS_F_NODE_STATE, state->valuestring);
+    base_sample(a, t, when->stamp, when->ms, role, state_known ? state->valuestring : FS_DEFAULT_NODE_STATE, s);
+    double total, user, sys;
+    proc_cpu_rates(&t->prev, cur, when->now - t->prev_t, &total, &user, &sys);
+    sample_set_int(s, FS_F_VMRSS_KB, cur->rss_kb);
+    sample_set_num(s, FS_F_CPU_CLOCK_HZ, total);
+    sample_set_num(s, FS_F_CPU_USER_HZ, user);
+    sample_set_num(s, FS_F_CPU_SYSTEM_HZ, sys);
+    sample_set_int(s, FS_F_THREADS, cur->threads);
+    if (reply)
+        control_fill_sample(reply, s);
+    t->prev = *cur;
+    t->prev_t = when->now;
+}
+
+/* One sample of the target: 1 if it is gone (its last one), else 0. */
+static int sample_target(struct agent *a, struct target *t, const cJSON *reply, const struct round_time *when,
+                         struct fs_sample *s)
+{
+    struct proc_reading cur;
+    enum proc_status st = proc_reader_read(&t->reader, &cur);
+    if (st != PROC_OK) {
+        sample_gone(a, t, st, when, s);
+        return 1;
+    }
+    sample_live(a, t, &cur, reply, when, s);
+    return 0;
+}
+
+static int grow_samples(struct fs_sample **samples, size_t *cap, size_t n)
+{
+    if (n <= *cap)
+        return 0;
+    struct fs_sample *grown = realloc(*samples, n * sizeof *grown);
+    if (!grown)
+        return -1;
+    *samples = grown;
+    *cap = n;
+    return 0;
+}
+
+/* A sample of every target, in (*out)[0..n): n, or 0 if out of memory. */
+static size_t sample_all(struct agent *a, struct fs_sample **out, size_t *out_cap)
+{
+    struct round_time when;
+    fs_iso_now(when.stamp, sizeof when.stamp, &when.ms);
+    when.now = fs_monotonic();
+    size_t n = a->ntargets;
+    if (grow_samples(out, out_cap, n) != 0)
+        return 0;
+    cJSON **by_target = calloc(n ? n : 1, sizeof *by_target);
+    char *gone = calloc(n ? n : 1, 1); /* the targets reported gone, dropped after the loop */
+    if (!by_target || !gone || ask_controls(a, by_target) != 0) {
+        free(by_target), free(gone);
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        gone[i] = (char)sample_target(a, &a->targets[i], by_target[i], &when, &(*out)[i]);
+        cJSON_Delete(by_target[i]);
+    }
     /* drop the targets reported gone: after the loop, and from the end (retire() moves the last
      * target into the place it frees, one already looked at) */
     for (size_t i = n; i-- > 0;)
         if (gone[i])
             retire(a, i);
-    free(endpoints), free(owner), free(replies), free(by_target), free(gone);
-    a->samples_taken += (long long)count;
-    return count;
+    free(by_target), free(gone);
+    a->samples_taken += (long long)n;
+    return n;
 }
 
 /* After the sink threads are joined: their counters are theirs until then. */
@@ -552,18 +304,21 @@ static void write_stats(struct agent *a)
         LOG_ERR("--stats %s: %s", a->opt.stats_path, strerror(errno));
         return;
     }
-    fprintf(f, "{\"samples\": %lld, \"self_samples\": %lld, \"rounds\": %lld, \"skipped_rounds\": %lld, "
-               "\"targets\": %zu, \"gone\": %zu, \"control_errors\": %llu, \"proc_errors\": %lld, \"sinks\": {",
+    fprintf(f,
+            "{\"samples\": %lld, \"self_samples\": %lld, \"rounds\": %lld, \"skipped_rounds\": %lld, "
+            "\"targets\": %zu, \"gone\": %zu, \"control_errors\": %llu, \"proc_errors\": %lld, \"sinks\": {",
             a->samples_taken, a->self_seq, a->rounds, a->skipped_rounds, a->ntargets, a->ngone, a->control.errors,
             a->proc_errors);
     for (size_t i = 0; i < a->opt.nsinks; i++) {
         const struct sink_runner *r = &a->sinks[i];
         struct fs_buf url = {0};
         fs_buf_json_string(&url, r->sink.url);
-        fprintf(f, "%s%s: {\"delivered\": %lld, \"rejected\": %lld, \"lost\": %lld, \"spooled\": %llu, "
-                   "\"spooled_samples\": %lld, \"spool_dropped\": %lld}", i ? ", " : "", url.data ? url.data : "\"\"",
-                r->delivered, r->rejected, runner_lost(r), r->has_spool ? r->spool.next - r->spool.first : 0ULL,
-                r->has_spool ? r->spool.samples : 0LL, r->has_spool ? r->spool.dropped_samples : 0LL);
+        fprintf(f,
+                "%s%s: {\"delivered\": %lld, \"rejected\": %lld, \"lost\": %lld, \"spooled\": %llu, "
+                "\"spooled_samples\": %lld, \"spool_dropped\": %lld}",
+                i ? ", " : "", url.data ? url.data : "\"\"", r->delivered, r->rejected, runner_lost(r),
+                r->has_spool ? r->spool.next - r->spool.first : 0ULL, r->has_spool ? r->spool.samples : 0LL,
+                r->has_spool ? r->spool.dropped_samples : 0LL);
         fs_buf_free(&url);
     }
     fprintf(f, "}}\n");
@@ -587,6 +342,24 @@ static void sample_and_submit(struct agent *a, struct fs_sample **samples, size_
 
 /* -- self-samples ----------------------------------------------------------------------------- */
 
+/* Delivery summed over the sinks, as each sink thread published its figures last. */
+static struct runner_figures sinks_figures(struct agent *a)
+{
+    struct runner_figures sum = {0}, one;
+    for (size_t i = 0; i < a->opt.nsinks; i++) {
+        runner_figures(&a->sinks[i], &one);
+        sum.delivered += one.delivered;
+        sum.rejected += one.rejected;
+        sum.lost += one.lost;
+        sum.send_failures += one.send_failures;
+        sum.spool_dropped += one.spool_dropped;
+        sum.spooled_batches += one.spooled_batches;
+        sum.spooled_samples += one.spooled_samples;
+        sum.down += one.down;
+    }
+    return sum;
+}
+
 /* The agent's figures now (the agent schema): delivery summed over its sinks, as each sink thread
  * published them last. */
 static void self_sample(struct agent *a, struct fs_sample *s)
@@ -601,18 +374,7 @@ static void self_sample(struct agent *a, struct fs_sample *s)
         fs_iso_from_ms(stamp, sizeof stamp, ms);
     }
     a->last_self_ms = ms;
-    struct runner_figures sum = {0}, one;
-    for (size_t i = 0; i < a->opt.nsinks; i++) {
-        runner_figures(&a->sinks[i], &one);
-        sum.delivered += one.delivered;
-        sum.rejected += one.rejected;
-        sum.lost += one.lost;
-        sum.send_failures += one.send_failures;
-        sum.spool_dropped += one.spool_dropped;
-        sum.spooled_batches += one.spooled_batches;
-        sum.spooled_samples += one.spooled_samples;
-        sum.down += one.down;
-    }
+    struct runner_figures sum = sinks_figures(a);
     sample_clear_as(s, &FS_AGENT_SCHEMA);
     s->time_ms = ms;
     sample_set_str(s, FS_A_TIME, stamp);
@@ -810,58 +572,81 @@ static int parent_already_gone(void)
     return getppid() != (pid_t)atol(parent);
 }
 
-int main(int argc, char **argv)
+/* Before any sampling: the agent's name, the stores' credentials, its sinks and control sockets.
+ * 0, or the exit status once a message said why not. */
+static int agent_open(struct agent *a)
 {
-    if (argc == 3 && strcmp(argv[1], "--encode") == 0 && (!strcmp(argv[2], "line") || !strcmp(argv[2], "json")))
-        return encode_stdin(strcmp(argv[2], "json") == 0);
-    struct agent a;
-    memset(&a, 0, sizeof a);
-    if (parse_options(argc, argv, &a.opt) != 0) {
-        free_options(&a.opt);
-        return 2;
-    }
-    gethostname(a.host, sizeof a.host - 1);
-    snprintf(a.agent_name, sizeof a.agent_name, "%s%s%s", AGENT_NAME, a.opt.name[0] ? "/" : "", a.opt.name);
+    gethostname(a->host, sizeof a->host - 1);
+    snprintf(a->agent_name, sizeof a->agent_name, "%s%s%s", AGENT_NAME, a->opt.name[0] ? "/" : "", a->opt.name);
     char err[900];
-    if (creds_load(&a.creds, a.opt.credentials, err, sizeof err) != 0) {
+    if (creds_load(&a->creds, a->opt.credentials, err, sizeof err) != 0) {
         fprintf(stderr, "flowstat-agent: %s\n", err);
-        free_options(&a.opt);
-        return 2;
+        return OPTIONS_REFUSED;
     }
     curl_global_init(CURL_GLOBAL_DEFAULT); /* before any thread: it is not thread-safe */
-    if (open_sinks(&a) != 0) {
-        close_sinks(&a);
-        creds_free(&a.creds);
-        free_options(&a.opt);
-        curl_global_cleanup();
-        return 2;
-    }
-    if (control_pool_init(&a.control, a.opt.control_timeout) != 0)
-        return 1;
+    if (open_sinks(a) != 0)
+        return OPTIONS_REFUSED;
+    return control_pool_init(&a->control, a->opt.control_timeout) == 0 ? 0 : 1;
+}
+
+/* Whatever agent_open got as far as, and the targets. */
+static void agent_close(struct agent *a)
+{
+    close_sinks(a);
+    creds_free(&a->creds);
+    while (a->ntargets)
+        retire(a, a->ntargets - 1);
+    control_pool_close(&a->control);
+    free(a->targets);
+    free(a->gone);
+    curl_global_cleanup(); /* nothing, if curl_global_init was not called */
+}
+
+static void handle_signals(void)
+{
     struct sigaction sa = {.sa_handler = on_signal}, notice = {.sa_handler = on_notice};
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGUSR1, &notice, NULL);
     signal(SIGPIPE, SIG_IGN);
+}
+
+/* Samples until told to stop or done, then delivers: 0, or 1 if samples were lost or a sink could
+ * not start. */
+static int agent_run(struct agent *a)
+{
+    handle_signals();
     if (parent_already_gone()) {
         LOG_WARN("the run that started this agent (pid %s) is gone: stopping", getenv("FLOWSTAT_DIE_WITH_PARENT"));
         stop_flag = 1;
     }
-    int started = start_sinks(&a) == 0;
+    int started = start_sinks(a) == 0;
     if (started)
-        sample_until_done(&a);
-    stop_sinks(&a);
-    long long lost = lost_samples(&a);
-    if (a.opt.stats_path)
-        write_stats(&a);
-    close_sinks(&a);
-    creds_free(&a.creds);
-    while (a.ntargets)
-        retire(&a, a.ntargets - 1);
-    control_pool_close(&a.control);
-    free(a.targets);
-    free(a.gone);
-    free_options(&a.opt);
-    curl_global_cleanup();
+        sample_until_done(a);
+    stop_sinks(a);
+    long long lost = lost_samples(a);
+    if (a->opt.stats_path)
+        write_stats(a);
     return !started ? 1 : lost ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    enum encode_format encode = options_encode_format(argc, argv);
+    if (encode != ENCODE_NONE)
+        return encode_stdin(encode == ENCODE_JSON);
+    struct agent a;
+    memset(&a, 0, sizeof a);
+    int rc = options_parse(argc, argv, &a.opt);
+    if (rc == 0 && a.opt.help)
+        options_usage(stdout);
+    if (rc == 0 && !a.opt.help) {
+        fs_quiet = a.opt.quiet;
+        rc = agent_open(&a);
+        if (rc == 0)
+            rc = agent_run(&a);
+        agent_close(&a);
+    }
+    options_free(&a.opt);
+    return rc;
 }

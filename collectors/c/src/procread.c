@@ -146,8 +146,8 @@ static double round1(double v)
     return round(v * 10.0) / 10.0;
 }
 
-void proc_cpu_rates(const struct proc_reading *prev, const struct proc_reading *cur, double elapsed,
-                    double *total, double *user, double *sys)
+void proc_cpu_rates(const struct proc_reading *prev, const struct proc_reading *cur, double elapsed, double *total,
+                    double *user, double *sys)
 {
     static long clk_tck = 0;
     if (clk_tck == 0)

@@ -3,11 +3,16 @@
 #include <stdio.h>
 #include <string.h>
 
-const struct fs_schema FS_SAMPLE_SCHEMA = {FS_MEASUREMENT, FS_FIELDS, FS_NFIELDS, FS_FIELDS_TAGS,
-                                           (int)(sizeof FS_FIELDS_TAGS / sizeof FS_FIELDS_TAGS[0]), FS_F_TIME, 0};
-const struct fs_schema FS_AGENT_SCHEMA = {FS_AGENT_MEASUREMENT, FS_AGENT_FIELDS, FS_NAGENT_FIELDS, FS_AGENT_FIELDS_TAGS,
+const struct fs_schema FS_SAMPLE_SCHEMA = {
+    FS_MEASUREMENT, FS_FIELDS, FS_NFIELDS, FS_FIELDS_TAGS, (int)(sizeof FS_FIELDS_TAGS / sizeof FS_FIELDS_TAGS[0]),
+    FS_F_TIME,      0};
+const struct fs_schema FS_AGENT_SCHEMA = {FS_AGENT_MEASUREMENT,
+                                          FS_AGENT_FIELDS,
+                                          FS_NAGENT_FIELDS,
+                                          FS_AGENT_FIELDS_TAGS,
                                           (int)(sizeof FS_AGENT_FIELDS_TAGS / sizeof FS_AGENT_FIELDS_TAGS[0]),
-                                          FS_A_TIME, 1};
+                                          FS_A_TIME,
+                                          1};
 
 void sample_clear_as(struct fs_sample *s, const struct fs_schema *schema)
 {

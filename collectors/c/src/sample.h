@@ -14,7 +14,7 @@
 struct fs_value {
     int set;
     long long i; /* integer, boolean */
-    double d;    /* number */
+    double d; /* number */
     char s[FS_STR_MAX];
 };
 

@@ -10,8 +10,8 @@
 long long parse_iso_ms(const char *text)
 {
     int y, mo, d, h, mi, sec, ms, used = 0;
-    if (sscanf(text, "%4d-%2d-%2dT%2d:%2d:%2d.%3dZ%n", &y, &mo, &d, &h, &mi, &sec, &ms, &used) != 7 ||
-        used != 24 || text[used] != '\0' || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60)
+    if (sscanf(text, "%4d-%2d-%2dT%2d:%2d:%2d.%3dZ%n", &y, &mo, &d, &h, &mi, &sec, &ms, &used) != 7 || used != 24 ||
+        text[used] != '\0' || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60)
         return -1;
     struct tm tm = {.tm_year = y - 1900, .tm_mon = mo - 1, .tm_mday = d, .tm_hour = h, .tm_min = mi, .tm_sec = sec};
     return (long long)timegm(&tm) * 1000 + ms;
@@ -53,7 +53,7 @@ static int fill_fields(const cJSON *obj, struct fs_sample *s, char *err, size_t 
             break;
         case FS_T_INTEGER:
             if ((ok = cJSON_IsNumber(item) && item->valuedouble >= 0 && item->valuedouble == floor(item->valuedouble) &&
-                      item->valuedouble <= 9.007199254740992e15))
+                     item->valuedouble <= 9.007199254740992e15))
                 sample_set_int(s, f, (long long)item->valuedouble);
             break;
         case FS_T_NUMBER:

@@ -32,14 +32,23 @@ struct store_names {
     enum fs_cred user, password, key, ca;
     const char *header; /* the Authorization header a key goes in */
     const char *key_is; /* how a message names the key */
-    const char *vars;   /* where credentials go */
+    const char *vars; /* where credentials go */
 };
 static const struct store_names INFLUX_NAMES = {
-    FS_INFLUX_USER, FS_INFLUX_PASSWORD, FS_INFLUX_TOKEN, FS_INFLUX_CA_FILE, "Authorization: Token ",
-    "the token (FLOWSTAT_INFLUX_TOKEN)", "FLOWSTAT_INFLUX_USER and FLOWSTAT_INFLUX_PASSWORD, or FLOWSTAT_INFLUX_TOKEN"};
-static const struct store_names ES_NAMES = {
-    FS_ES_USER, FS_ES_PASSWORD, FS_ES_API_KEY, FS_ES_CA_FILE, "Authorization: ApiKey ",
-    "the API key (FLOWSTAT_ES_API_KEY)", "FLOWSTAT_ES_USER and FLOWSTAT_ES_PASSWORD, or FLOWSTAT_ES_API_KEY"};
+    FS_INFLUX_USER,
+    FS_INFLUX_PASSWORD,
+    FS_INFLUX_TOKEN,
+    FS_INFLUX_CA_FILE,
+    "Authorization: Token ",
+    "the token (FLOWSTAT_INFLUX_TOKEN)",
+    "FLOWSTAT_INFLUX_USER and FLOWSTAT_INFLUX_PASSWORD, or FLOWSTAT_INFLUX_TOKEN"};
+static const struct store_names ES_NAMES = {FS_ES_USER,
+                                            FS_ES_PASSWORD,
+                                            FS_ES_API_KEY,
+                                            FS_ES_CA_FILE,
+                                            "Authorization: ApiKey ",
+                                            "the API key (FLOWSTAT_ES_API_KEY)",
+                                            "FLOWSTAT_ES_USER and FLOWSTAT_ES_PASSWORD, or FLOWSTAT_ES_API_KEY"};
 
 static const struct store_names *names_of(const struct sink *s)
 {
@@ -106,16 +115,25 @@ int sink_parse_url(const char *url, struct sink *s, char *err, size_t errlen)
         fs_strlcpy(s->path, rest, sizeof s->path);
         return 0;
     }
-    static const struct { const char *name; enum sink_kind kind; int default_port, tls; } kinds[] = {
-        {"udp", SINK_UDP, 0, 0}, {"tcp", SINK_TCP, 0, 0}, {"http", SINK_HTTP, 80, 0}, {"https", SINK_HTTP, 443, 1},
-        {"influxdb", SINK_INFLUX, 8086, 0}, {"influxdb+https", SINK_INFLUX, 8086, 1},
-        {"elasticsearch", SINK_ES, 9200, 0}, {"elasticsearch+https", SINK_ES, 9200, 1}};
+    static const struct {
+        const char *name;
+        enum sink_kind kind;
+        int default_port, tls;
+    } kinds[] = {{"udp", SINK_UDP, 0, 0},
+                 {"tcp", SINK_TCP, 0, 0},
+                 {"http", SINK_HTTP, 80, 0},
+                 {"https", SINK_HTTP, 443, 1},
+                 {"influxdb", SINK_INFLUX, 8086, 0},
+                 {"influxdb+https", SINK_INFLUX, 8086, 1},
+                 {"elasticsearch", SINK_ES, 9200, 0},
+                 {"elasticsearch+https", SINK_ES, 9200, 1}};
     size_t k;
     for (k = 0; k < sizeof kinds / sizeof kinds[0] && strcmp(scheme, kinds[k].name) != 0; k++)
         ;
     if (k == sizeof kinds / sizeof kinds[0])
-        return set_err(err, errlen, url, "unknown sink (stdout, file, udp, tcp, http, https, influxdb, "
-                                         "influxdb+https, elasticsearch, elasticsearch+https)");
+        return set_err(err, errlen, url,
+                       "unknown sink (stdout, file, udp, tcp, http, https, influxdb, "
+                       "influxdb+https, elasticsearch, elasticsearch+https)");
     s->kind = kinds[k].kind;
     s->tls = kinds[k].tls;
     char *slash = strchr(rest, '/');
@@ -215,8 +233,8 @@ static int take_credentials(struct sink *s, const struct fs_credentials *c, char
     const char *user = creds_get(c, n->user), *password = creds_get(c, n->password), *key = creds_get(c, n->key);
     s->creds = c;
     if (key && (user || password))
-        return creds_err(err, errlen, s, "%s and a user are both set: give one way to log in (%s)",
-                         creds_name(n->key), n->vars);
+        return creds_err(err, errlen, s, "%s and a user are both set: give one way to log in (%s)", creds_name(n->key),
+                         n->vars);
     if (!user != !password)
         return creds_err(err, errlen, s, "%s is set without %s", creds_name(user ? n->user : n->password),
                          creds_name(user ? n->password : n->user));
@@ -699,7 +717,7 @@ void sink_send(struct sink *s, const char *data, size_t len, int count, struct s
 /* INDEX-YYYY.MM.DD, the UTC day of the document's own time: retention deletes whole days. */
 static void put_daily_index(struct fs_buf *out, const char *index, int64_t ms)
 {
-    char name[sizeof ((struct sink *)0)->path + 64];
+    char name[sizeof((struct sink *)0)->path + 64];
     struct tm tm;
     time_t secs = (time_t)(ms >= 0 ? ms / 1000 : -((999 - ms) / 1000)); /* the second it falls in */
     if (!gmtime_r(&secs, &tm))

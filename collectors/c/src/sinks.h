@@ -28,7 +28,7 @@ struct sink {
     FILE *file;
     void *curl;
     char endpoint[800]; /* full HTTP URL for curl */
-    int tls;            /* https: the store's certificate is verified */
+    int tls; /* https: the store's certificate is verified */
     /* The store's credentials (the agent's, read only; NULL: none): basic authentication, or an
      * Authorization header of its own (ApiKey, Token), and the CA file for https. */
     const struct fs_credentials *creds;
@@ -40,10 +40,10 @@ struct sink {
  * and once as it ends (delivery.c), not at every resend. */
 enum sink_trouble {
     TROUBLE_NONE,
-    TROUBLE_DOWN,      /* no connection, a time-out, 408, 429, 5xx... */
-    TROUBLE_AUTH,      /* 401: no credentials, or wrong or expired ones */
+    TROUBLE_DOWN, /* no connection, a time-out, 408, 429, 5xx... */
+    TROUBLE_AUTH, /* 401: no credentials, or wrong or expired ones */
     TROUBLE_FORBIDDEN, /* 403: the user may not write there */
-    TROUBLE_TLS        /* the store's certificate is not trusted */
+    TROUBLE_TLS /* the store's certificate is not trusted */
 };
 
 /* What became of one batch of `count` samples. The store policy (both agents):
@@ -55,11 +55,11 @@ enum sink_trouble {
  *    again (their action and document lines are in `again`), any other status rejected. */
 struct sink_outcome {
     int down;
-    int rejected;       /* samples refused for good */
-    int again_count;    /* samples (documents) to send again later, in `again` */
+    int rejected; /* samples refused for good */
+    int again_count; /* samples (documents) to send again later, in `again` */
     struct fs_buf again;
     enum sink_trouble trouble; /* when down, or documents answered 403 are in `again` */
-    char why[1400];     /* then: what went wrong, secrets redacted */
+    char why[1400]; /* then: what went wrong, secrets redacted */
 };
 
 /* Fill s from url; on error returns -1 with a message naming what is wrong in err (a URL holding

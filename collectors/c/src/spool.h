@@ -10,7 +10,7 @@ struct spool {
     char dir[512];
     long long max_bytes, bytes;
     unsigned long long first, next; /* batch numbers in the spool: [first, next) */
-    long long samples;         /* in the spool now */
+    long long samples; /* in the spool now */
     long long dropped_samples; /* dropped past the bound */
 };
 

@@ -173,7 +173,8 @@ void targets_discover(const struct target_spec *spec, int first, target_found_fn
         size_t len = 0;
         char *text = read_file(spec->endpoints[i], 4 << 20, &len);
         if (!text || targets_parse_endpoints(text, len, spec->run_id, fn, ctx) < 0)
-            LOG_WARN("endpoints file %s: %s", spec->endpoints[i], text ? "not a flowstat endpoints document" : strerror(errno));
+            LOG_WARN("endpoints file %s: %s", spec->endpoints[i],
+                     text ? "not a flowstat endpoints document" : strerror(errno));
         free(text);
     }
 }

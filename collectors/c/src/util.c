@@ -11,7 +11,7 @@ int fs_quiet = 0;
 
 void fs_log(const char *level, const char *fmt, ...)
 {
-    char stamp[32];
+    char stamp[80]; /* what fs_iso_now could write for any year (gcc -O3 checks): 24 characters until 9999 */
     fs_iso_now(stamp, sizeof stamp, NULL);
     flockfile(stderr); /* the sink threads log too: one whole line at a time */
     fprintf(stderr, "%s flowstat-agent %s ", stamp, level);
@@ -35,8 +35,8 @@ void fs_iso_from_ms(char *out, size_t n, int64_t ms)
     struct tm tm;
     time_t secs = (time_t)(ms / 1000);
     gmtime_r(&secs, &tm);
-    snprintf(out, n, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-             tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+    snprintf(out, n, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+             tm.tm_min, tm.tm_sec, (int)(ms % 1000));
 }
 
 void fs_iso_now(char *out, size_t n, int64_t *epoch_ms)

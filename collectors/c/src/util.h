@@ -9,7 +9,11 @@
 extern int fs_quiet;
 
 void fs_log(const char *level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-#define LOG_INFO(...) do { if (!fs_quiet) fs_log("INFO", __VA_ARGS__); } while (0)
+#define LOG_INFO(...)                    \
+    do {                                 \
+        if (!fs_quiet)                   \
+            fs_log("INFO", __VA_ARGS__); \
+    } while (0)
 #define LOG_WARN(...) fs_log("WARNING", __VA_ARGS__)
 #define LOG_ERR(...) fs_log("ERROR", __VA_ARGS__)
 
