@@ -166,7 +166,7 @@ def percentile(sorted_values: list[float], p: float) -> float:
 
 
 def bench_interval(tmp: Path, rounds: int, interval_s: float = 0.01) -> dict:
-    from flowstat.schema import time_ns
+    from flowstat.schema.sample import time_ns
 
     target = subprocess.Popen(["sleep", TARGET_ARG])
     expected = (rounds - 1) * interval_s

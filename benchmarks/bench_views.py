@@ -147,7 +147,7 @@ def p95(sorted_ms: list[float]) -> float:
 def make_runs(source: Path, tmp: Path, args, stamp: str) -> dict:
     """The big run and the cross-run runs, synthesised from the real run in ``source``."""
     from flowstat.synthetic import synthesize
-    from flowstat.schema import time_ns
+    from flowstat.schema.sample import time_ns
 
     started = time_ns(json.loads((source / "run.json").read_text())["started"]) / 1e9
     big_start = time.time() - 7200
@@ -188,7 +188,7 @@ def load(stack, runs: dict) -> dict:
 
 def run_range(run_dir: Path) -> tuple[list[str], str, int, int]:
     """The run's nodes (sorted), its agent, and the time range of the whole run in ms (+-5 s)."""
-    from flowstat.schema import time_ns
+    from flowstat.schema.sample import time_ns
 
     nodes, agent, first, last = set(), None, None, None
     with open(run_dir / "samples.ndjson") as f:

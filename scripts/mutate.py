@@ -42,7 +42,7 @@ SCOPE: dict[str, list[str]] = {
             "x_from_control_reply", "x_time_ns", "x__line_plan", "x__series", "x_to_line_protocol", "x__getter",
             "xǁLayoutǁline", "x_layout", "x_to_json", "x_document_id")],
     "replay validation": [f"flowstat.schema.runfile.{f}__mutmut_*" for f in (
-        "x_field_types", "x_bad_field", "x_spans", "x_samples", "x__keep_agent_sample", "x__conforming",
+        "x_field_types", "x_bad_field", "x_spans", "x_samples", "x__keep_self_sample", "x__conforming",
         "x__run_json", "x_run_document")],
     "Python spool": ["flowstat.agent.spool.*"],
 }

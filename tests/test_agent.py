@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from support.agents import HttpReceiver, StubNode, sleeper, wait_until
-from flowstat import schema
+from flowstat.schema import sample as sample_schema
 from flowstat.agent.agent import Agent, AgentConfig
 from flowstat.proc.reader import ProcessGone, ProcFormatError, ProcReader, parse_stat, parse_statm
 from flowstat.agent.sinks import SinkURLError, open_sink
@@ -89,10 +89,10 @@ def test_samples_conform_to_the_schema(tmp_path):
     docs = [json.loads(line) for line in open(tmp_path / "s.json")]
     assert [d["seq"] for d in docs] == [0, 1, 2, 3, 4]
     for d in docs:
-        assert schema.validate(d) == [], d
+        assert sample_schema.validate(d) == [], d
         assert d["pid"] == proc.pid and d["node_state"] == "UP" and d["vmrss_kb"] > 0
     lines = open(tmp_path / "s.lp").read().splitlines()
-    assert lines == [schema.to_line_protocol(d) for d in docs]
+    assert lines == [sample_schema.to_line_protocol(d) for d in docs]
 
 
 def test_a_target_that_exits_is_reported_down_once(tmp_path):

@@ -239,7 +239,7 @@ def check_refused_login(tmp_path, target, agent_command, c: dict) -> str:
     keys = sorted(k for body in store.taken for k in sample_keys(c["scheme"], body))
     assert keys == [("r", seq) for seq in range(everything["samples"])]  # every sample once, those refused too
     sink = everything["sinks"][url]
-    assert (sink["delivered"], sink["rejected"], sink["lost"], sink["spooled"]) == (everything["samples"], 0, 0, 0)
+    assert (sink["delivered"], sink["refused"], sink["lost"], sink["spooled"]) == (everything["samples"], 0, 0, 0)
     return log
 
 
@@ -285,7 +285,7 @@ def test_documents_answered_403_are_kept_and_sent_again_the_rest_stored(tmp_path
     everything = json.loads(stats.read_text())
     assert len(stored) == everything["samples"] + everything["self_samples"] and set(stored.values()) == {1}
     sink = everything["sinks"][url]
-    assert (sink["rejected"], sink["lost"], sink["spooled"]) == (0, 0, 0)
+    assert (sink["refused"], sink["lost"], sink["spooled"]) == (0, 0, 0)
     assert sink["delivered"] == everything["samples"] + everything["self_samples"]
 
 
@@ -313,7 +313,7 @@ def test_the_next_agent_with_good_credentials_delivers_what_was_spooled_meanwhil
         assert wrong.returncode == 0, wrong.stderr
         assert wrong.stderr.count("authentication failed as flowstat_agent") == 1, wrong.stderr
         sink = json.loads(stats.read_text())["sinks"][url]
-        assert (sink["spooled_samples"], sink["delivered"], sink["rejected"]) == (5, 0, 0)
+        assert (sink["spooled_samples"], sink["delivered"], sink["refused"]) == (5, 0, 0)
         creds = write_credentials(tmp_path / "credentials", {"FLOWSTAT_ES_USER": "flowstat_agent",
                                                              "FLOWSTAT_ES_PASSWORD": PASSWORD}, mode=0o400)
         right = run_agent(agent_command, *common, "--count", 2, "--run-id", "second", "--credentials", creds,
@@ -325,7 +325,7 @@ def test_the_next_agent_with_good_credentials_delivers_what_was_spooled_meanwhil
     keys = [k for body in taken for k in sample_keys("elasticsearch", body)]
     assert keys == [("first", s) for s in range(5)] + [("second", s) for s in range(2)]  # the spool first
     sink = json.loads(stats.read_text())["sinks"][url]
-    assert (sink["delivered"], sink["spooled"], sink["rejected"]) == (7, 0, 0)
+    assert (sink["delivered"], sink["spooled"], sink["refused"]) == (7, 0, 0)
     assert where_secrets_show([PASSWORD, "wrong"], texts={"first": wrong.stderr, "second": right.stderr},
                               paths=[spool, stats]) == []
 
@@ -347,7 +347,7 @@ def test_without_credentials_the_agent_says_which_variables_to_set(tmp_path, tar
     assert all("authorization" not in h for h in server.headers)
     assert len(server.requests) >= 2  # sent again at exit, and said no more
     sink = json.loads(stats.read_text())["sinks"][url]
-    assert (sink["spooled_samples"], sink["rejected"], sink["lost"]) == (3, 0, 0)
+    assert (sink["spooled_samples"], sink["refused"], sink["lost"]) == (3, 0, 0)
 
 
 @each_agent
@@ -544,7 +544,7 @@ def test_a_short_password_spoils_neither_the_answers_nor_the_log(tmp_path, targe
     assert out.returncode == 0, out.stderr
     assert len(server.requests) == 3  # nothing sent again
     sink = json.loads(stats.read_text())["sinks"][url]
-    assert (sink["delivered"], sink["rejected"], sink["lost"], sink["spooled"]) == (2, 1, 0, 0)
+    assert (sink["delivered"], sink["refused"], sink["lost"], sink["spooled"]) == (2, 1, 0, 0)
     # each agent's words for it: the C agent logs the store's error object, the Python agent its reason
     mark = "status 400: " if agent_command[0].endswith("flowstat-agent") else "HTTP 400: "
     refused = [line for line in out.stderr.splitlines() if "refused" in line and mark in line]

@@ -15,7 +15,7 @@ import pytest
 
 from support.agents import HttpReceiver, sleeper, wait_until
 from support.common import ROOT
-from flowstat import schema
+from flowstat.schema import sample as sample_schema
 from flowstat.proc.procfs import catches
 from flowstat.schema import agent as agent_schema
 
@@ -132,7 +132,7 @@ def test_self_samples_have_strictly_increasing_times_even_at_exit(agent, tmp_pat
         target.kill()
     selves = [d for d in map(json.loads, out.read_text().splitlines()) if "node_id" not in d]
     assert [s["seq"] for s in selves] == list(range(len(selves))) and len(selves) >= 10
-    stamps = [schema.time_ns(s["time"]) for s in selves]
+    stamps = [sample_schema.time_ns(s["time"]) for s in selves]
     assert all(b > a for a, b in zip(stamps, stamps[1:])), [s["time"] for s in selves]
 
 

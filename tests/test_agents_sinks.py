@@ -12,7 +12,7 @@ import pytest
 
 from support.agents import HttpReceiver, SocketReceiver, sleeper, wait_until
 from support.common import ROOT
-from flowstat import schema
+from flowstat.schema import sample as sample_schema
 
 C_AGENT = ROOT / "collectors" / "c" / "build" / "flowstat-agent"
 AGENTS = {"c": [str(C_AGENT)], "py": [sys.executable, "-m", "flowstat.cli", "agent"],
@@ -46,7 +46,7 @@ def test_socket_sinks_deliver_every_sample(agent, kind, fmt):
     assert len(lines) == 40
     if fmt == "json":
         docs = [json.loads(x) for x in lines]
-        assert all(schema.validate(d) == [] for d in docs)
+        assert all(sample_schema.validate(d) == [] for d in docs)
         assert sorted(d["seq"] for d in docs if d["pid"] == procs[0].pid) == list(range(20))
     else:
         assert all(x.startswith("flowstat_node,") for x in lines)
@@ -101,7 +101,7 @@ def test_ten_millisecond_interval_delivers_every_sample_in_order(agent, tmp_path
     assert out.returncode == 0, out.stderr
     docs = [json.loads(x) for x in open(tmp_path / "s.json")]
     assert [d["seq"] for d in docs] == list(range(100))
-    stamps = [schema.time_ns(d["time"]) for d in docs]
+    stamps = [sample_schema.time_ns(d["time"]) for d in docs]
     assert all(a < b for a, b in zip(stamps, stamps[1:]))
     assert json.loads(stats.read_text())["samples"] == 100
 

@@ -15,7 +15,7 @@ import pytest
 
 from support.agents import HttpReceiver, StubNode, sleeper, spinner, wait_until
 from support.common import C_AGENT as AGENT, C_ASAN as ASAN, C_BUILD as BUILD, ROOT, needs
-from flowstat import schema
+from flowstat.schema import sample as sample_schema
 from flowstat.schema import agent as agent_schema
 from flowstat.agent.agent import Agent, AgentConfig
 from flowstat.agent.targets import TargetSpec
@@ -31,7 +31,7 @@ def c_agent(*args, binary=AGENT, timeout=60, **kw):
 def random_sample(rng: random.Random) -> dict:
     s = {}
     texts = ["merger-0", "a b,c=d", 'q"uote', "back\\slash", "ünïcode", "tab\there", "x" * 100]
-    for f in schema.fields():
+    for f in sample_schema.fields():
         if not f.required and rng.random() < 0.3:
             continue
         if f.influx == "time":
@@ -54,13 +54,13 @@ def random_sample(rng: random.Random) -> dict:
 def test_both_agents_encode_every_sample_byte_for_byte_alike():
     rng = random.Random(7)
     samples = [random_sample(rng) for _ in range(2000)]
-    assert all(schema.validate(s) == [] for s in samples)
+    assert all(sample_schema.validate(s) == [] for s in samples)
     stdin = "".join(json.dumps(s) + "\n" for s in samples)
     line = c_agent("--encode", "line", input=stdin)
     assert line.returncode == 0, line.stderr
-    assert line.stdout.splitlines() == [schema.to_line_protocol(s) for s in samples]
+    assert line.stdout.splitlines() == [sample_schema.to_line_protocol(s) for s in samples]
     js = c_agent("--encode", "json", input=stdin)
-    assert js.stdout.splitlines() == [schema.to_json(s) for s in samples]
+    assert js.stdout.splitlines() == [sample_schema.to_json(s) for s in samples]
 
 
 def random_self_sample(rng: random.Random) -> dict:
@@ -130,7 +130,7 @@ def test_both_agents_emit_the_same_self_sample_fields(tmp_path):
         last[name] = selves[-1]
     c, py = last["c.json"], last["py.json"]
     assert (c["agent"], py["agent"]) == ("flowstat-agent-c", "flowstat-agent-py")
-    same = ("run_id", "host", "interval_s", "rounds", "samples", "targets", "proc_errors", "rejected", "lost",
+    same = ("run_id", "host", "interval_s", "rounds", "samples", "targets", "proc_errors", "refused", "lost",
             "spool_dropped", "spooled_batches", "spooled_samples", "sinks_down", "send_failures")
     assert {k: c[k] for k in same} == {k: py[k] for k in same}
     assert (c["run_id"], c["interval_s"], c["rounds"], c["samples"], c["targets"]) == ("conf", 0.1, 6, 6, 1)
@@ -153,7 +153,7 @@ def test_both_agents_take_identical_samples_of_the_same_node(tmp_path):
     py = [json.loads(x) for x in open(tmp_path / "py.json")]
     assert len(c) == len(py) == 3
     for a, b in zip(c, py):
-        assert schema.validate(a) == []
+        assert sample_schema.validate(a) == []
         assert a["agent"] == "flowstat-agent-c" and b["agent"] == "flowstat-agent-py"
         strip = lambda d: {k: v for k, v in d.items() if k not in ("time", "agent")}
         assert strip(a) == strip(b)
@@ -186,7 +186,7 @@ def test_both_agents_agree_on_live_harness_nodes(tmp_path):
         ps = [x for x in py if x["node_id"] == node]
         assert len(cs) == len(ps) == 6
         for a, b in zip(cs, ps):
-            assert schema.validate(a) == [], a
+            assert sample_schema.validate(a) == [], a
             assert set(a) == set(b)  # the same fields, from the same control reply fields
             for key in ("run_id", "host", "node_id", "role", "pid", "seq", "node_state", "receive_buffer_size",
                         "send_buffer_size", "threads"):
@@ -323,7 +323,7 @@ def test_both_agents_keep_roles_and_states_to_the_schemas_lists(tmp_path):
     node, proc = StubNode("unknown"), sleeper()
     endpoints = tmp_path / "endpoints.json"
     endpoints.write_text(json.dumps({"run_id": "r", "nodes": [
-        {"node_id": "odd", "role": schema.DEFAULT_ROLE, "pid": proc.pid, "control": node.endpoint}]}))
+        {"node_id": "odd", "role": sample_schema.DEFAULT_ROLE, "pid": proc.pid, "control": node.endpoint}]}))
     try:
         out = c_agent("--endpoints", endpoints, "--count", 2, "--interval", 0.05, "--self-interval", 0, "--sink",
                       f"file://{tmp_path}/c.json?format=json", "--quiet")
@@ -335,7 +335,7 @@ def test_both_agents_keep_roles_and_states_to_the_schemas_lists(tmp_path):
         node.close()
     for name in ("c.json", "py.json"):
         docs = [json.loads(x) for x in open(tmp_path / name)]
-        assert len(docs) == 2 and all(schema.validate(d) == [] for d in docs)
+        assert len(docs) == 2 and all(sample_schema.validate(d) == [] for d in docs)
         assert {(d["role"], d["node_state"], d["objects_received"]) for d in docs} == {("other", "UP", 10)}
 
 
@@ -350,7 +350,7 @@ def cpu_by_pid(path) -> dict[int, list[tuple[float, float]]]:
     """(time, cpu_clock_hz) of each process's samples, in order."""
     out: dict[int, list[tuple[float, float]]] = {}
     for doc in map(json.loads, open(path)):
-        out.setdefault(doc["pid"], []).append((schema.time_ns(doc["time"]) / 1e9, doc["cpu_clock_hz"]))
+        out.setdefault(doc["pid"], []).append((sample_schema.time_ns(doc["time"]) / 1e9, doc["cpu_clock_hz"]))
     return out
 
 

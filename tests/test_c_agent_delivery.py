@@ -20,7 +20,7 @@ from support.agents import HttpReceiver, ScriptedHttp, sleeper, wait_until
 from support.common import free_port
 from support.common import C_AGENT as AGENT, C_ASAN as ASAN, PYTHON_AGENT, needs
 from support.agents import agent_cmd, endpoints_file, run_agent, sink_stats
-from flowstat import schema
+from flowstat.schema import sample as sample_schema
 from flowstat.agent.spool import folder_name
 from flowstat.schema import agent as agent_schema
 
@@ -116,7 +116,7 @@ def test_an_http_sink_that_never_answers_does_not_delay_sampling(tmp_path, agent
     assert seqs == list(range(everything["samples"]))  # each sample once: no gap, no duplicate
     sink = everything["sinks"][url]
     assert sink["delivered"] == everything["samples"] and sink["lost"] == 0 and sink["spooled"] == 0
-    assert sink["rejected"] == 0
+    assert sink["refused"] == 0
 
 
 @needs(AGENT)
@@ -280,7 +280,7 @@ def test_elasticsearch_documents_are_settled_one_by_one(tmp_path, build):
     assert all(b'"node_id":"b"' not in body for body in resends)
     assert "mapper_parsing_exception" in out.stderr  # the reason of the refusal is told
     sink = sink_stats(stats, url)
-    assert sink == {"delivered": 9, "rejected": 3, "lost": 0, "spooled": 0, "spooled_samples": 0,
+    assert sink == {"delivered": 9, "refused": 3, "lost": 0, "spooled": 0, "spooled_samples": 0,
                     "spool_dropped": 0}
 
 
@@ -302,7 +302,7 @@ def test_an_influxdb_partial_write_stores_the_rest_and_resends_nothing(tmp_path,
     assert len(server.requests) == 4 and len(server.lines()) == 12  # four batches of three, none twice
     assert all(path.startswith("/write") for path, _, _ in server.requests)
     sink = sink_stats(stats, url)
-    assert (sink["delivered"], sink["rejected"], sink["lost"], sink["spooled"]) == (11, 1, 0, 0)
+    assert (sink["delivered"], sink["refused"], sink["lost"], sink["spooled"]) == (11, 1, 0, 0)
     assert "partial write" in out.stderr
 
 
@@ -325,10 +325,10 @@ def test_http_statuses_follow_the_store_policy(tmp_path, status, down, agent_com
     seqs = [seq_of(line) for line in server.lines()]
     sink = sink_stats(stats, url)
     if down:
-        assert seqs == [0, 0, 1, 2] and (sink["delivered"], sink["rejected"]) == (3, 0)
+        assert seqs == [0, 0, 1, 2] and (sink["delivered"], sink["refused"]) == (3, 0)
         assert "is down (" in out.stderr and f"HTTP {status}" in out.stderr, out.stderr
     else:
-        assert seqs == [0, 1, 2] and (sink["delivered"], sink["rejected"]) == (2, 1)
+        assert seqs == [0, 1, 2] and (sink["delivered"], sink["refused"]) == (2, 1)
         assert f"HTTP {status}" in out.stderr and "scripted" in out.stderr, out.stderr
     assert sink["lost"] == 0 and sink["spooled"] == 0
 
@@ -356,7 +356,7 @@ def test_a_batch_refused_after_an_outage_neither_stalls_nor_spins(tmp_path, agen
     assert out.returncode == 0, out.stderr
     assert [seq_of(line) for line in server.lines()] == [0, 0, 1]  # 0 refused on its resend
     sink = sink_stats(stats, url)
-    assert (sink["delivered"], sink["rejected"], sink["lost"], sink["spooled"]) == (1, 1, 0, 0)
+    assert (sink["delivered"], sink["refused"], sink["lost"], sink["spooled"]) == (1, 1, 0, 0)
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     assert cpu < 1.0, f"{cpu:.2f} s of CPU for 5 s of sampling one process: spinning"
 
@@ -410,7 +410,7 @@ def test_each_spool_folder_names_its_sink_and_is_resent_by_the_next_agent(tmp_pa
 def line_protocol(doc: dict) -> str:
     """A sample or self-sample as a spooled batch of one holds it (either agent encodes them alike:
     test_c_agent.py)."""
-    return (schema if "node_id" in doc else agent_schema).to_line_protocol(doc) + "\n"
+    return (sample_schema if "node_id" in doc else agent_schema).to_line_protocol(doc) + "\n"
 
 
 def test_a_spool_past_its_bound_keeps_the_newest_batches_and_counts_the_dropped(tmp_path, agent_command):

@@ -13,7 +13,7 @@ from flowstat.agent.control import ControlPool
 from flowstat.harness import wire
 from flowstat.harness.control import MAX_REQUEST_BYTES, ControlClient, RateTracker, parse_request
 from flowstat.harness.qcobjects import Kind, make_desc
-from flowstat.schema import time_ns
+from flowstat.schema.sample import time_ns
 
 
 def test_parse_request_accepts_known_commands():

@@ -21,7 +21,8 @@ import yaml
 from support import fixture_runs as fx
 from flowstat.views import emulate_grafana as gx
 from flowstat.views import emulate_kibana as lens_es
-from flowstat import replay, schema
+from flowstat import replay
+from flowstat.schema import sample as sample_schema
 from flowstat.synthetic import synthesize
 from flowstat.views import ALERTS, VIEWS, alerts, grafana, influxql, kibana, panels
 from flowstat.views.panels import AGGREGATE_VIEW, RUN_VIEW
@@ -61,7 +62,7 @@ def influx(stack, query: str) -> list[dict]:
 
 
 def ms(iso: str) -> int:
-    return schema.time_ns(iso) // 1_000_000
+    return sample_schema.time_ns(iso) // 1_000_000
 
 
 def span_ms(samples: list[dict]) -> tuple[int, int]:
@@ -480,8 +481,8 @@ def _edges_node_down(alert) -> list[EdgeCase]:
     return [EdgeCase(f"down-{fire}", every([up] * (n - fire) + [{"node_state": down}] * fire), True, True,
                      f"{fire} {down} sample(s): just above {a.threshold:g}"),
             EdgeCase(f"down-{fire - 1}", every([up] * (n - fire) + [{"node_state": down}] * (fire - 1)
-                                               + [{"node_state": schema.STATE_STOPPED}]), False, False,
-                     f"{fire - 1} {down} sample(s), then gone in order ({schema.STATE_STOPPED}): at {a.threshold:g}")]
+                                               + [{"node_state": sample_schema.STATE_STOPPED}]), False, False,
+                     f"{fire - 1} {down} sample(s), then gone in order ({sample_schema.STATE_STOPPED}): at {a.threshold:g}")]
 
 
 def _staircase(level, rise, holds: int, w: int) -> list:
@@ -650,7 +651,7 @@ def edges(stack, fixture_runs) -> dict[str, EdgeRun]:
                 if alert.source == panels.AGENT:
                     lines.append({"flowstat_agent": {**agent_template, "time": stamp, "run_id": run_id,
                                                      "host": case.name, "agent": AGENT, "seq": seq, **fields}})
-                elif fields.get("node_state") in (schema.STATE_DOWN, schema.STATE_STOPPED):
+                elif fields.get("node_state") in (sample_schema.STATE_DOWN, sample_schema.STATE_STOPPED):
                     # gone: the agent reports its base fields only (flowstat.agent.agent._base)
                     lines.append({"time": stamp, "run_id": run_id, "host": node_template["host"], "node_id": case.name,
                                   "role": node_template["role"], "agent": AGENT, "seq": seq,

@@ -47,7 +47,7 @@ def test_small_run_loses_nothing_and_writes_root(runs_dir):
 
 
 def test_every_run_is_monitored_and_recorded(runs_dir):
-    from flowstat import schema
+    from flowstat.schema import sample as sample_schema
     from flowstat.schema import agent as agent_schema
 
     topo = from_dict(topology_dict(duration=3, producers={"count": 2, "rate": 100}, mergers=1))
@@ -75,7 +75,7 @@ def test_every_run_is_monitored_and_recorded(runs_dir):
     assert s["agent"]["agent-c"]["self_samples"] == len(c_lines) - len(c_samples) >= 1
     assert c_lines[-1].startswith(f"flowstat_agent,agent=flowstat-agent-c,host={header['host']},run_id={s['run_id']} ")
     for sample in samples:
-        assert schema.validate(sample) == [], sample
+        assert sample_schema.validate(sample) == [], sample
     nodes = {n["node_id"] for n in s["nodes"]}
     for node in nodes:  # the run ended in order: every node's last sample says it stopped with it (both agents)
         mine = [x for x in samples if x["node_id"] == node]

@@ -200,7 +200,7 @@ def written_names() -> dict[str, set[str]]:
     """The index names flowstat's writers put in their _bulk requests for a document of each of
     TIMES: the samples' (one at a time and the batch encoder's), the self-samples' and the legacy
     move's (daily_index) -> the names."""
-    from flowstat import schema
+    from flowstat.schema import sample as sample_schema
     from flowstat.stores.elasticsearch import AGENTS_INDEX, SAMPLES_INDEX, Elasticsearch, daily_index
 
     writer = Elasticsearch("http://127.0.0.1:9")
@@ -211,10 +211,10 @@ def written_names() -> dict[str, set[str]]:
     try:
         out = {}
         for iso in TIMES:
-            ns = schema.time_ns(iso)
+            ns = sample_schema.time_ns(iso)
             bodies = [writer.encode([{"time": iso, "run_id": "r", "agent": "a", "node_id": "n", "seq": 1}]),
                       writer.encoder().encode([b"{}"], ["r/a/n/1"], [ns]),
-                      writer.encode_agent([{"time": iso, "host": "h", "agent": "a", "seq": 1}])]
+                      writer.encode_self_samples([{"time": iso, "host": "h", "agent": "a", "seq": 1}])]
             out[iso] = {index_of(b) for b in bodies} | {daily_index(SAMPLES_INDEX, ns), daily_index(AGENTS_INDEX, ns)}
         return out
     finally:

@@ -17,7 +17,7 @@ import requests
 from flowstat.views import emulate_grafana as gx
 from support.agents import wait_until
 from support.common import TOPOLOGIES
-from flowstat import schema
+from flowstat.schema import sample as sample_schema
 from flowstat.views import influxql
 from flowstat.views.panels import RUN_VIEW
 from flowstat.schema import agent as agent_schema
@@ -95,8 +95,8 @@ def check_as_recorded(stack, run_id: str, samples: list[dict], selves: list[dict
     influx, es = stack["influxdb"], stack["elasticsearch"]
     where = f"\"run_id\" = '{run_id}'" + (f" AND \"agent\" = '{agent}'" if agent else "")
     query = {"bool": {"filter": [{"term": {"run_id": run_id}}] + ([{"term": {"agent": agent}}] if agent else [])}}
-    compare_influx(influx, "flowstat", schema, {NODE_KEY(d): d for d in samples}, NODE_KEY, where)
-    compare_es(es, "flowstat-samples*", schema, {NODE_KEY(d): d for d in samples}, NODE_KEY, query)
+    compare_influx(influx, "flowstat", sample_schema, {NODE_KEY(d): d for d in samples}, NODE_KEY, where)
+    compare_es(es, "flowstat-samples*", sample_schema, {NODE_KEY(d): d for d in samples}, NODE_KEY, query)
     if selves:
         compare_influx(influx, "flowstat", agent_schema, {SEQ(d): d for d in selves}, SEQ, where)
         compare_es(es, "flowstat-agents*", agent_schema, {SEQ(d): d for d in selves}, SEQ, query)
@@ -181,7 +181,7 @@ def test_a_live_run_is_in_the_run_views_from_its_start_and_complete_at_its_end_w
     landed(lambda: points()[0].get("finished"), timeout=60, what="the complete run document in InfluxDB (through Telegraf)")
     assert len(points()) == 1 and points()[0]["finished"] == final["finished"]  # the first point, overwritten
     samples, _ = run_file(runs_dir, run_id)
-    from_ms, to_ms = (schema.time_ns(samples[i]["time"]) // 10**6 + d for i, d in ((0, -5000), (-1, 5000)))
+    from_ms, to_ms = (sample_schema.time_ns(samples[i]["time"]) // 10**6 + d for i, d in ((0, -5000), (-1, 5000)))
     variables = {"run": [run_id], "agent": ["flowstat-agent-py"], "role": ["producer", "merger", "viewer", "other"],
                  "node": sorted({d["node_id"] for d in samples})}
     empty = [p.title for p in RUN_VIEW.panels()
@@ -279,7 +279,7 @@ def test_replay_skips_bad_lines_loads_the_rest_and_is_idempotent(stack, tmp_path
 def self_sample(run_id: str, seq: int) -> dict:
     from flowstat.timeutil import iso_utc_ms
 
-    figures = ("rounds", "skipped_rounds", "samples", "control_errors", "proc_errors", "delivered", "rejected", "lost",
+    figures = ("rounds", "skipped_rounds", "samples", "control_errors", "proc_errors", "delivered", "refused", "lost",
                "send_failures", "spool_dropped", "targets", "spooled_batches", "spooled_samples", "sinks_down")
     return {"time": iso_utc_ms(1_795_000_000.0 + 5 * seq), "run_id": run_id, "host": "h", "agent": "flowstat-agent-py",
             "seq": seq, "interval_s": 0.1, **{k: 10 * seq + i for i, k in enumerate(figures)}}

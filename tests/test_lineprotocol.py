@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from flowstat import schema
+from flowstat.schema import sample as sample_schema
 from flowstat.schema import lineprotocol
 from flowstat.schema import sample as sample_module
 from flowstat.schema.runfile import FileReport, samples
@@ -41,11 +41,11 @@ EVERY_FIELD_LINE = (
 
 def test_the_sample_holds_every_field_of_the_schema():
     """A field added to the schema must be added here, and to the expected line."""
-    assert list(EVERY_FIELD) == [f.name for f in schema.fields()] and schema.validate(EVERY_FIELD) == []
+    assert list(EVERY_FIELD) == [f.name for f in sample_schema.fields()] and sample_schema.validate(EVERY_FIELD) == []
 
 
 def test_every_field_is_encoded_as_line_protocol_byte_for_byte():
-    assert schema.to_line_protocol(EVERY_FIELD) == EVERY_FIELD_LINE
+    assert sample_schema.to_line_protocol(EVERY_FIELD) == EVERY_FIELD_LINE
 
 
 def test_the_run_files_fast_path_writes_the_same_line(tmp_path):
@@ -63,33 +63,33 @@ def test_the_fast_path_writes_both_booleans_both_ways(tmp_path):
     (doc, values, keys, lay, raw, ns), = samples(path, FileReport(str(path)))
     want = EVERY_FIELD_LINE.replace("receive_buffer_overloaded=false,send_buffer_overloaded=true",
                                     "receive_buffer_overloaded=true,send_buffer_overloaded=false")
-    assert lay.line(values, ns) == want + "\n" == schema.to_line_protocol(flipped) + "\n"
+    assert lay.line(values, ns) == want + "\n" == sample_schema.to_line_protocol(flipped) + "\n"
 
 
 def test_an_integer_in_a_number_field_is_written_as_a_float():
-    line = schema.to_line_protocol({**EVERY_FIELD, "cpu_clock_hz": 412000})
+    line = sample_schema.to_line_protocol({**EVERY_FIELD, "cpu_clock_hz": 412000})
     assert ",cpu_clock_hz=412000.0," in line and line == EVERY_FIELD_LINE
 
 
 def test_fields_left_out_are_not_written_and_required_ones_stay():
     minimal = {k: EVERY_FIELD[k] for k in ("time", "run_id", "host", "node_id", "role", "agent", "seq", "pid",
                                           "node_state")}
-    assert schema.to_line_protocol(minimal) == (
+    assert sample_schema.to_line_protocol(minimal) == (
         "flowstat_node,agent=flowstat-agent-py,host=vm-1,node_id=merger-0,role=merger,run_id=r1 "
         'seq=7i,pid=4242i,node_state="RUNNING" 1795344674123000000')
 
 
 def test_tags_and_strings_are_escaped():
-    line = schema.to_line_protocol({**EVERY_FIELD, "node_id": 'a b,c=d\\e', "host": "", "request_timestamp": 'x"y\\z'})
+    line = sample_schema.to_line_protocol({**EVERY_FIELD, "node_id": 'a b,c=d\\e', "host": "", "request_timestamp": 'x"y\\z'})
     assert line.startswith("flowstat_node,agent=flowstat-agent-py,node_id=a\\ b\\,c\\=d\\\\e,role=merger,run_id=r1 ")
     assert ',request_timestamp="x\\"y\\\\z",' in line
 
 
 def test_every_field_is_encoded_as_the_json_document():
-    text = schema.to_json(EVERY_FIELD)
+    text = sample_schema.to_json(EVERY_FIELD)
     assert json.loads(text) == EVERY_FIELD and list(json.loads(text)) == list(EVERY_FIELD)
     assert '"cpu_clock_hz":412000.0' in text.replace(" ", "") and '"send_buffer_overloaded":true' in text.replace(" ", "")
-    assert schema.document_id(EVERY_FIELD) == "r1/flowstat-agent-py/merger-0/7"
+    assert sample_schema.document_id(EVERY_FIELD) == "r1/flowstat-agent-py/merger-0/7"
 
 
 @pytest.mark.parametrize("text,key,string", [
@@ -126,8 +126,8 @@ def clear_caches():
 
 def test_lines_are_the_same_from_cold_caches_and_warm_ones(tmp_path):
     clear_caches()
-    assert schema.to_line_protocol(EVERY_FIELD) == EVERY_FIELD_LINE  # cold
-    assert schema.to_line_protocol(EVERY_FIELD) == EVERY_FIELD_LINE  # warm
+    assert sample_schema.to_line_protocol(EVERY_FIELD) == EVERY_FIELD_LINE  # cold
+    assert sample_schema.to_line_protocol(EVERY_FIELD) == EVERY_FIELD_LINE  # warm
     path = tmp_path / "samples.ndjson"
     path.write_text(json.dumps(EVERY_FIELD) + "\n")
     (doc, values, keys, lay, raw, ns), = samples(path, FileReport(str(path)))
@@ -138,7 +138,7 @@ def test_lines_are_the_same_from_cold_caches_and_warm_ones(tmp_path):
 
 def test_a_series_left_without_some_tags_is_written_without_them():
     clear_caches()
-    line = schema.to_line_protocol({**EVERY_FIELD, "host": "", "run_id": "run 2"})
+    line = sample_schema.to_line_protocol({**EVERY_FIELD, "host": "", "run_id": "run 2"})
     assert line.startswith("flowstat_node,agent=flowstat-agent-py,node_id=merger-0,role=merger,run_id=run\\ 2 seq=7i,")
 
 
@@ -152,22 +152,22 @@ def test_a_series_left_without_some_tags_is_written_without_them():
 ])
 def test_times_are_nanoseconds_since_the_epoch_in_whole_milliseconds(iso, ns):
     clear_caches()
-    assert schema.time_ns(iso) == ns and type(schema.time_ns(iso)) is int
-    assert schema.time_ns(iso) == ns  # warm
+    assert sample_schema.time_ns(iso) == ns and type(sample_schema.time_ns(iso)) is int
+    assert sample_schema.time_ns(iso) == ns  # warm
 
 
 def test_a_time_without_a_zone_is_refused_by_name():
     clear_caches()
     with pytest.raises(ValueError) as err:
-        schema.time_ns("2026-11-22T10:51:14.123")
+        sample_schema.time_ns("2026-11-22T10:51:14.123")
     assert str(err.value) == "'2026-11-22T10:51:14.123': no time zone (flowstat writes UTC, with a Z)"
 
 
 def test_control_replies_become_sample_fields_of_the_schemas_types():
-    got = schema.from_control_reply({"average_merge_time": 1, "merged_objects_per_second": 2.5, "objects_sent": 0,
+    got = sample_schema.from_control_reply({"average_merge_time": 1, "merged_objects_per_second": 2.5, "objects_sent": 0,
                                      "objects_received": 2**63 - 1, "objects_merged": 2**63, "objects_held": -1,
                                      "send_buffer_overloaded": False, "node_state": "DRAINING"})
     assert got == {"average_merge_time_ms": 1.0, "merged_objects_per_second": 2.5, "objects_sent": 0,
                    "objects_received": 2**63 - 1, "send_buffer_overloaded": False, "node_state": "DRAINING"}
     assert type(got["average_merge_time_ms"]) is float  # an integer in a number field is a float
-    assert schema.from_control_reply({"average_merge_time": "1", "node_state": "NAPPING", "objects_sent": 1.0}) == {}
+    assert sample_schema.from_control_reply({"average_merge_time": "1", "node_state": "NAPPING", "objects_sent": 1.0}) == {}

@@ -8,7 +8,7 @@ import re
 import subprocess
 
 from support.common import ROOT
-from flowstat import schema
+from flowstat.schema import sample as sample_schema
 
 LOGSTASH = ROOT / "pipelines" / "logstash" / "pipeline" / "flowstat.conf"
 
@@ -61,12 +61,12 @@ def test_logstash_pipeline_parses_and_matches_the_agents():
     # a node sample has a node_id (required), a self-sample has none but an agent (required), a run
     # document neither: that is what tells them apart
     assert set(routes) == {"[node_id]", "[agent]", "else", "[node_id] or [agent]"}
-    assert "node_id" in schema.schema()["required"] and "node_id" not in agent_schema.schema()["properties"]
+    assert "node_id" in sample_schema.schema()["required"] and "node_id" not in agent_schema.schema()["properties"]
     assert "agent" in agent_schema.schema()["required"]
     assert not {"node_id", "agent"} & set(run_schema.schema()["properties"])
     node, agent, run = (dict(settings(routes[k][0][1])["add_field"]) for k in ("[node_id]", "[agent]", "else"))
     sample = {"run_id": "r", "agent": "a", "node_id": "n", "seq": 7}
-    assert render(node["[@metadata][doc_id]"][0], sample) == schema.document_id(sample)  # the agents' _bulk _id
+    assert render(node["[@metadata][doc_id]"][0], sample) == sample_schema.document_id(sample)  # the agents' _bulk _id
     assert node["[@metadata][index]"] == [SAMPLES_INDEX]
     self_sample = {"host": "h", "agent": "a", "time": "2026-11-22T10:51:14.123Z", "seq": 3}
     assert render(agent["[@metadata][doc_id]"][0], self_sample) == agent_schema.document_id(self_sample)
@@ -79,10 +79,10 @@ def test_logstash_pipeline_parses_and_matches_the_agents():
     assert steps[2]["replace"] == [["[@metadata][index]", ["%{[@metadata][index]}-%{[@metadata][day]}"]]]
     for stamp in ("2026-11-22T10:51:14.123Z", "2026-01-01T00:00:00.000Z", "2025-12-31T23:59:59.999Z"):
         day = re.sub(pattern, replacement, stamp)
-        assert f"{SAMPLES_INDEX}-{day}" == daily_index(SAMPLES_INDEX, schema.time_ns(stamp))
+        assert f"{SAMPLES_INDEX}-{day}" == daily_index(SAMPLES_INDEX, sample_schema.time_ns(stamp))
     removed = set(plugin(tree, "filter", "mutate")["remove_field"])
     assert {"@timestamp", "@version", "tags", "port"} <= removed
-    assert not removed & {f.name for f in schema.fields() + agent_schema.fields()}  # never a field of ours
+    assert not removed & {f.name for f in sample_schema.fields() + agent_schema.fields()}  # never a field of ours
     es = plugin(tree, "output", "elasticsearch")
     assert es["index"] == "%{[@metadata][index]}" and es["document_id"] == "%{[@metadata][doc_id]}"
     assert es["manage_template"] is False  # the index templates come from index-templates/

@@ -1,4 +1,4 @@
-"""Replay's reading of run files, without servers: the fast path (schema.Layout) and the
+"""Replay's reading of run files, without servers: the fast path (sample_schema.Layout) and the
 field-by-field path must agree on every sample, valid or not, and encode it byte for byte alike."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from flowstat import replay as R
-from flowstat import schema
+from flowstat.schema import sample as sample_schema
 from flowstat.schema import runfile
 from flowstat.stores import WriterProcess
 from flowstat.stores.elasticsearch import Elasticsearch, daily_index
@@ -35,7 +35,7 @@ def random_sample(rnd: random.Random, valid: bool) -> dict:
     are plain (no quote or backslash in a string, floats in number fields): the fast path's own."""
     plain = rnd.random() < 0.5
     s = {}
-    for f in schema.fields():
+    for f in sample_schema.fields():
         if not f.required and rnd.random() < 0.3:
             continue
         if f.enum:
@@ -54,7 +54,7 @@ def random_sample(rnd: random.Random, valid: bool) -> dict:
         if mistake == 0:
             s[rnd.choice(list(s))] = rnd.choice(["1", 1.5, True, None, [1]])
         elif mistake == 1:
-            s.pop(rnd.choice([f.name for f in schema.fields() if f.required]))
+            s.pop(rnd.choice([f.name for f in sample_schema.fields() if f.required]))
         elif mistake == 2:
             s["unknown_field"] = 1
         elif mistake == 3:
@@ -74,13 +74,13 @@ def test_fast_and_careful_checks_agree_and_encode_alike(tmp_path):
     path.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in docs))
     report = R.FileReport(str(path))
     lp = b"".join(b for (b,), _ in R.read_batches(path, report, influx_only())).decode()
-    refused = {i + 1 for i, d in enumerate(docs) if schema.validate(d)}
+    refused = {i + 1 for i, d in enumerate(docs) if sample_schema.validate(d)}
     assert {lineno for lineno, _ in report.bad} == refused
-    assert lp.splitlines() == [schema.to_line_protocol(d) for i, d in enumerate(docs) if i + 1 not in refused]
+    assert lp.splitlines() == [sample_schema.to_line_protocol(d) for i, d in enumerate(docs) if i + 1 not in refused]
     # every path was exercised: the fast one, the careful one with good samples, and refusals
     careful_good = sum(1 for i, d in enumerate(docs) if i + 1 not in refused and (
         any(isinstance(v, str) and ('"' in v or "\\" in v) for v in d.values())
-        or any(type(d.get(f.name)) is int for f in schema.fields() if f.type == "number")))
+        or any(type(d.get(f.name)) is int for f in sample_schema.fields() if f.type == "number")))
     assert min(len(refused), careful_good, len(docs) - len(refused) - careful_good) > 300
 
 
@@ -124,10 +124,10 @@ def test_read_batches_encodes_every_good_line_and_names_every_bad_one(tmp_path):
         assert got_bad[lineno].startswith(why), (lineno, got_bad[lineno])
     assert got_bad[len(lines)] == "truncated line"
     lp = b"".join(b for (b, _), _ in batches).decode().splitlines()
-    assert lp == [schema.to_line_protocol(docs[i]) for i in sorted(docs)]
+    assert lp == [sample_schema.to_line_protocol(docs[i]) for i in sorted(docs)]
     bulk = b"".join(b for (_, b), _ in batches).decode().splitlines()
     assert [json.loads(x) for x in bulk[0::2]] == [
-        {"index": {"_index": daily_index("idx", schema.time_ns(docs[i]["time"])), "_id": schema.document_id(docs[i])}}
+        {"index": {"_index": daily_index("idx", sample_schema.time_ns(docs[i]["time"])), "_id": sample_schema.document_id(docs[i])}}
         for i in sorted(docs)]
     assert [json.loads(x) for x in bulk[1::2]] == [docs[i] for i in sorted(docs)]
     assert (report.first_time, report.last_time) == (docs[1]["time"], docs[29]["time"])
@@ -158,10 +158,10 @@ def test_read_batches_rebases_time_for_both_stores(tmp_path):
     start_ms = 1_900_000_000_000
     ((lp, bulk), n), = R.read_batches(path, report, both("idx"), rebase_ms=start_ms)
     stamps = [int(x.rsplit(" ", 1)[1]) for x in lp.decode().splitlines()]
-    first = schema.time_ns(good(1)["time"])
-    assert stamps == [start_ms * 10**6 + schema.time_ns(good(i)["time"]) - first for i in (1, 2, 3)]
+    first = sample_schema.time_ns(good(1)["time"])
+    assert stamps == [start_ms * 10**6 + sample_schema.time_ns(good(i)["time"]) - first for i in (1, 2, 3)]
     docs = [json.loads(x) for x in bulk.decode().splitlines()[1::2]]
-    assert [schema.time_ns(d["time"]) for d in docs] == stamps
+    assert [sample_schema.time_ns(d["time"]) for d in docs] == stamps
     assert (report.first_time, report.last_time) == (docs[0]["time"], docs[-1]["time"])
 
 
@@ -232,7 +232,7 @@ def test_a_rebased_run_moves_its_run_document_with_its_samples(tmp_path):
     start_ms = 1_900_000_000_000
     list(R.read_batches(path, report, [], rebase_ms=start_ms))
     doc = R.run_document(report)
-    assert schema.time_ns(doc["started"]) == start_ms * 10**6 == schema.time_ns(report.first_time)
+    assert sample_schema.time_ns(doc["started"]) == start_ms * 10**6 == sample_schema.time_ns(report.first_time)
     assert doc["finished"] == report.last_time
 
 
@@ -257,7 +257,7 @@ def test_samples_go_to_the_daily_index_of_their_own_utc_day_live_and_replayed(tm
     live = Elasticsearch("http://unused", "idx").encode(docs).decode().splitlines()[0::2]
     assert [json.loads(x)["index"]["_index"] for x in live] == want
     batch = Elasticsearch("http://unused", "idx").encoder().encode([b"{}"] * 3, ["a", "b", "c"],
-                                                                 [schema.time_ns(t) for t in stamps])
+                                                                 [sample_schema.time_ns(t) for t in stamps])
     assert [json.loads(x)["index"]["_index"] for x in batch.decode().splitlines()[0::2]] == want
     run = Elasticsearch("http://unused", "idx").encode_run({"run_id": "r", "started": stamps[0]})
     assert json.loads(run.splitlines()[0])["index"] == {"_index": "flowstat-runs", "_id": "r"}

@@ -16,7 +16,8 @@ import pytest
 
 from support import fixture_runs as fx
 from support.common import ROOT, topology_dict
-from flowstat import cli, schema
+from flowstat import cli
+from flowstat.schema import sample as sample_schema
 from flowstat.harness.orchestrator import run_topology
 from flowstat.harness.topology import from_dict
 from flowstat.report import _alerts, figures, load
@@ -400,7 +401,7 @@ def test_a_run_file_read_in_parts_reads_as_one(runs, tmp_path, monkeypatch):
     assert len(runfile.spans(path, 3)) == 3
     selves = sum(line.startswith(b'{"flowstat_agent"') for line in lines)
     assert parts.file.good == whole.file.good == len(lines) - 4 - selves and parts.file.header == whole.file.header
-    assert selves and parts.file.agent_samples == whole.file.agent_samples and len(whole.file.agent_samples) == selves
+    assert selves and parts.file.self_samples == whole.file.self_samples and len(whole.file.self_samples) == selves
     inserted = [n for n, line in enumerate(lines, 1) if line.startswith(b'{"not"')]
     assert parts.file.bad == whole.file.bad == [(n, "field 'not': not in the schema") for n in inserted]
     assert parts.series == whole.series and np.array_equal(parts.t, whole.t)
@@ -491,6 +492,6 @@ def test_every_figure_is_traced_to_a_dashboard_panel_and_its_label():
         for m in p.metrics:
             if m.scale != 1.0:
                 assert m.scale == pytest.approx(LABELS[m.field].scale)
-    assert {f for f, lab in LABELS.items()} <= {f.name for f in schema.fields()}
+    assert {f for f, lab in LABELS.items()} <= {f.name for f in sample_schema.fields()}
     assert LABELS["vmrss_kb"].unit == "MB" and LABELS["cpu_clock_hz"].unit == "% of one core"
     assert LABELS["objects_sent"].unit == "objects/s" and LABELS["bytes_sent"].unit == "MB/s"

@@ -25,7 +25,7 @@ def node(seq: int = 1, **kw) -> dict:
 
 def self_sample(**kw) -> dict:
     d = {"time": T0, "host": "h", "agent": "flowstat-agent-py", "interval_s": 1.0, "seq": 3, "rounds": 1,
-         "skipped_rounds": 0, "samples": 2, "control_errors": 0, "proc_errors": 0, "delivered": 2, "rejected": 0,
+         "skipped_rounds": 0, "samples": 2, "control_errors": 0, "proc_errors": 0, "delivered": 2, "refused": 0,
          "lost": 0, "send_failures": 0, "spool_dropped": 0, "targets": 1, "spooled_batches": 0, "spooled_samples": 0,
          "sinks_down": 0}
     return {**d, **kw}
@@ -103,11 +103,19 @@ def test_self_samples_are_kept_or_named(tmp_path):
     lines = [node(1), {key: self_sample()}, {key: self_sample(), "seq": 1}, {key: [1]},
              {key: self_sample(seq="y" * 300)}, {key: self_sample(time="yesterday", seq=4)}, node(2)]
     report, got = read(run_file(tmp_path, lines))
-    assert report.agent_samples == [self_sample()] and report.good == 2
+    assert report.self_samples == [self_sample()] and report.good == 2
     alone = f"{key}: not a self-sample (one object alone on its line)"
     long = f"{key}.seq: expected integer, got str '" + "y" * 200
     assert report.bad == [(3, alone), (4, alone), (5, long[:160]),
                           (6, f"{key}.time: not an ISO-8601 UTC time ('yesterday')")]
+
+
+def test_a_self_sample_written_under_a_field_s_old_name_is_read_under_its_new_one(tmp_path):
+    """Run files recorded before issue 24 count a sink's refusals as "rejected": still replayable."""
+    old = {("rejected" if k == "refused" else k): v for k, v in self_sample(refused=4).items()}
+    report, _ = read(run_file(tmp_path, [node(1), {"flowstat_agent": old}]))
+    assert report.bad == [] and report.self_samples == [self_sample(refused=4)]
+    assert list(report.self_samples[0]) == list(self_sample())  # in the schema's order, not at the end
 
 
 def test_the_report_holds_the_first_and_last_sample_as_the_caller_left_them(tmp_path):

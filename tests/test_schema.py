@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from flowstat import schema
+from flowstat.schema import sample as sample_schema
 
 
 def sample(**kw):
@@ -14,14 +14,14 @@ def sample(**kw):
 
 
 def test_schema_file_is_the_definition():
-    names = [f.name for f in schema.fields()]
+    names = [f.name for f in sample_schema.fields()]
     assert names[:3] == ["time", "run_id", "host"]
-    assert {f.name for f in schema.fields() if f.influx == "tag"} == {"run_id", "host", "node_id", "role", "agent"}
-    assert all(f.unit for f in schema.fields() if f.name.endswith(("_kb", "_hz", "_ms")))
+    assert {f.name for f in sample_schema.fields() if f.influx == "tag"} == {"run_id", "host", "node_id", "role", "agent"}
+    assert all(f.unit for f in sample_schema.fields() if f.name.endswith(("_kb", "_hz", "_ms")))
 
 
 def test_valid_sample_has_no_errors():
-    assert schema.validate(sample()) == []
+    assert sample_schema.validate(sample()) == []
 
 
 @pytest.mark.parametrize("change,error", [
@@ -31,17 +31,17 @@ def test_valid_sample_has_no_errors():
     ({"send_buffer_overloaded": "false"}, "expected boolean"), ({"cpu_clock_hz": float("nan")}, "expected number"),
 ])
 def test_invalid_samples_name_the_field(change, error):
-    assert any(error in e for e in schema.validate(sample(**change)))
+    assert any(error in e for e in sample_schema.validate(sample(**change)))
 
 
 def test_missing_required_field():
     s = sample()
     del s["pid"]
-    assert schema.validate(s) == ["pid: required field is missing"]
+    assert sample_schema.validate(s) == ["pid: required field is missing"]
 
 
 def test_line_protocol():
-    line = schema.to_line_protocol(sample(node_id="a b,c=d", node_state='say "hi"'))
+    line = sample_schema.to_line_protocol(sample(node_id="a b,c=d", node_state='say "hi"'))
     stamp = line.rsplit(" ", 1)[1]
     assert line.startswith("flowstat_node,agent=flowstat-agent-py,host=h,node_id=a\\ b\\,c\\=d,role=merger,run_id=r1 ")
     assert 'seq=7i,pid=42i,node_state="say \\"hi\\"",vmrss_kb=1000i,cpu_clock_hz=12.5,send_buffer_overloaded=false' in line
@@ -49,13 +49,13 @@ def test_line_protocol():
 
 
 def test_json_document_keeps_schema_order_and_types():
-    doc = json.loads(schema.to_json(sample()))
+    doc = json.loads(sample_schema.to_json(sample()))
     assert list(doc)[:4] == ["time", "run_id", "host", "node_id"] and doc["seq"] == 7
-    assert schema.document_id(sample()) == "r1/flowstat-agent-py/merger-0/7"
+    assert sample_schema.document_id(sample()) == "r1/flowstat-agent-py/merger-0/7"
 
 
 def test_control_reply_mapping_drops_wrong_types():
-    got = schema.from_control_reply({"average_merge_time": 1, "objects_held": "x", "send_buffer_overloaded": True,
+    got = sample_schema.from_control_reply({"average_merge_time": 1, "objects_held": "x", "send_buffer_overloaded": True,
                                      "merged_objects_per_second": None, "objects_sent": -3, "node_state": "RUNNING"})
     assert got == {"average_merge_time_ms": 1.0, "send_buffer_overloaded": True, "node_state": "RUNNING"}
 
@@ -68,7 +68,7 @@ def test_schema_docs_are_generated_from_the_schemas():
 
     docs = (ROOT / "docs" / "schema.md").read_text()
     tables = subprocess.run([sys.executable, "-m", "flowstat.schema"], capture_output=True, text=True, check=True)
-    assert docs.endswith(tables.stdout) and schema.markdown_table() in tables.stdout
+    assert docs.endswith(tables.stdout) and sample_schema.markdown_table() in tables.stdout
 
 
 def test_c_field_table_and_enumerations_are_generated_from_the_package_schema(tmp_path):
@@ -81,7 +81,7 @@ def test_c_field_table_and_enumerations_are_generated_from_the_package_schema(tm
     from flowstat.schema import agent as agent_schema
 
     out = tmp_path / "fields.h"
-    packaged = [files("flowstat.schema") / name for name in (schema.SCHEMA_FILE, agent_schema.SCHEMA_FILE)]
+    packaged = [files("flowstat.schema") / name for name in (sample_schema.SCHEMA_FILE, agent_schema.SCHEMA_FILE)]
     makefile = (ROOT / "collectors" / "c" / "Makefile").read_text()
     # the C build reads the same files
     assert "SCHEMA := ../../src/flowstat/schema/sample.schema.json" in makefile
@@ -91,28 +91,28 @@ def test_c_field_table_and_enumerations_are_generated_from_the_package_schema(tm
     subprocess.run([sys.executable, str(ROOT / "collectors" / "c" / "gen_schema_header.py"), *map(str, packaged),
                     str(out)], check=True)
     text = out.read_text()
-    for f in schema.fields():
+    for f in sample_schema.fields():
         assert f'{{"{f.name}", FS_T_{f.type.upper()}, FS_I_{f.influx.upper()}' in text
     agent_table = text.split("FS_AGENT_FIELDS[FS_NAGENT_FIELDS] = {")[1].split("};")[0]
     assert [line.split('"')[1] for line in agent_table.strip().splitlines()] == [f.name for f in agent_schema.fields()]
     assert f'#define FS_AGENT_MEASUREMENT "{agent_schema.measurement()}"' in text
     assert "FS_AGENT_FIELDS_TAGS[3] = {FS_A_AGENT, FS_A_HOST, FS_A_RUN_ID}" in text  # line protocol's order
-    assert f"FS_ENUM_ROLE[{len(schema.ROLES)}] = {{" + ", ".join(f'"{r}"' for r in schema.ROLES) + "}" in text
-    assert (f"FS_ENUM_NODE_STATE[{len(schema.NODE_STATES)}] = {{" + ", ".join(f'"{s}"' for s in schema.NODE_STATES)
+    assert f"FS_ENUM_ROLE[{len(sample_schema.ROLES)}] = {{" + ", ".join(f'"{r}"' for r in sample_schema.ROLES) + "}" in text
+    assert (f"FS_ENUM_NODE_STATE[{len(sample_schema.NODE_STATES)}] = {{" + ", ".join(f'"{s}"' for s in sample_schema.NODE_STATES)
             + "}") in text
-    assert f'#define FS_DEFAULT_ROLE "{schema.DEFAULT_ROLE}"' in text
-    assert f'#define FS_DEFAULT_NODE_STATE "{schema.STATE_UP}"' in text
-    assert f'{{"role", FS_T_STRING, FS_I_TAG, NULL, 1, FS_ENUM_ROLE, {len(schema.ROLES)}}}' in text
+    assert f'#define FS_DEFAULT_ROLE "{sample_schema.DEFAULT_ROLE}"' in text
+    assert f'#define FS_DEFAULT_NODE_STATE "{sample_schema.STATE_UP}"' in text
+    assert f'{{"role", FS_T_STRING, FS_I_TAG, NULL, 1, FS_ENUM_ROLE, {len(sample_schema.ROLES)}}}' in text
 
 
 def test_enumerations_come_from_the_schema():
-    assert schema.ROLES == ("producer", "merger", "viewer", "other") and schema.DEFAULT_ROLE == "other"
-    assert schema.PIPELINE_ROLES == ("producer", "merger", "viewer")
-    assert {"RUNNING", "UP", "DOWN"} <= set(schema.NODE_STATES) and schema.STATE_UP == "UP"
-    assert schema.validate(sample(node_state="SLEEPING")) == [
-        "node_state: 'SLEEPING' is not one of " + ", ".join(schema.NODE_STATES)]
+    assert sample_schema.ROLES == ("producer", "merger", "viewer", "other") and sample_schema.DEFAULT_ROLE == "other"
+    assert sample_schema.PIPELINE_ROLES == ("producer", "merger", "viewer")
+    assert {"RUNNING", "UP", "DOWN"} <= set(sample_schema.NODE_STATES) and sample_schema.STATE_UP == "UP"
+    assert sample_schema.validate(sample(node_state="SLEEPING")) == [
+        "node_state: 'SLEEPING' is not one of " + ", ".join(sample_schema.NODE_STATES)]
     # a node that reports a state outside the list: left out, the agent says UP
-    assert "node_state" not in schema.from_control_reply({"node_state": "SLEEPING", "average_merge_time": 1.0})
+    assert "node_state" not in sample_schema.from_control_reply({"node_state": "SLEEPING", "average_merge_time": 1.0})
 
 
 def test_index_templates_and_generated_configs_are_current():
@@ -125,7 +125,7 @@ def test_index_templates_and_generated_configs_are_current():
     for path, text in files.items():
         assert (ROOT / path).read_text() == text, f"{path} is stale: run make generate"
     mapping = json.loads((ROOT / "index-templates" / "elasticsearch" / "component-flowstat-sample-mappings.json").read_text())
-    assert set(mapping["template"]["mappings"]["properties"]) == {f.name for f in schema.fields()}
+    assert set(mapping["template"]["mappings"]["properties"]) == {f.name for f in sample_schema.fields()}
     runs = json.loads((ROOT / "index-templates" / "elasticsearch" / "component-flowstat-run-mappings.json").read_text())
     props = runs["template"]["mappings"]["properties"]
     assert set(props) == set(run_schema.schema()["properties"])
@@ -135,7 +135,7 @@ def test_index_templates_and_generated_configs_are_current():
                                                 "role": {"type": "keyword", "ignore_above": 256},
                                                 "cpus": {"type": "long"}}}
     iql = (ROOT / "index-templates" / "influxdb" / "setup.iql").read_text()
-    assert all(f'sum("mean_{f.name}")' in iql for f in schema.fields() if f.rollup == "sum")
+    assert all(f'sum("mean_{f.name}")' in iql for f in sample_schema.fields() if f.rollup == "sum")
 
 
 def run_doc(**kw):

@@ -144,7 +144,7 @@ def test_every_field_an_agent_writes_reaches_both_stores_with_its_value(stack, a
     from support.agents import FULL_REPLY, StubNode
     from support.common import free_port
     from support.store_readback import NODE_KEY, SEQ, compare_es, compare_influx
-    from flowstat import schema
+    from flowstat.schema import sample as sample_schema
     from flowstat.schema import agent as agent_schema
 
     if agent == "c" and not C_AGENT.exists():
@@ -180,17 +180,17 @@ def test_every_field_an_agent_writes_reaches_both_stores_with_its_value(stack, a
     samples = {(d["node_id"], d["seq"]): d for d in lines if "node_id" in d}
     selves = {d["seq"]: d for d in lines if "node_id" not in d}
     assert len(samples) == 12 and list(selves) == [0]
-    assert all(schema.validate(d) == [] for d in samples.values())
+    assert all(sample_schema.validate(d) == [] for d in samples.values())
     assert agent_schema.validate(selves[0]) == []
     # the node that answers every control field gives a sample of every field the agents fill in
-    everything = {f.name for f in schema.fields()}
+    everything = {f.name for f in sample_schema.fields()}
     assert set(samples["full", 0]) == everything, everything - set(samples["full", 0])
     assert samples["full", 0]["bytes_sent"] == FULL_REPLY["bytes_sent"]
     me = selves[0]
     assert me["control_errors"] > 0 and me["send_failures"] > 0 and me["sinks_down"] == 1 and me["spooled_samples"] > 0
 
     where, query = f"\"run_id\" = '{run_id}'", {"term": {"run_id": run_id}}
-    compare_influx(influx, db, schema, samples, NODE_KEY, where)
+    compare_influx(influx, db, sample_schema, samples, NODE_KEY, where)
     compare_influx(influx, db, agent_schema, selves, SEQ, where)
-    compare_es(es, f"{index}*", schema, samples, NODE_KEY, query)
+    compare_es(es, f"{index}*", sample_schema, samples, NODE_KEY, query)
     compare_es(es, "flowstat-agents*", agent_schema, selves, SEQ, query)

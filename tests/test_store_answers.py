@@ -141,7 +141,7 @@ def test_a_store_sink_answered_not_now_sends_the_batch_again_and_it_is_stored_on
     writes = store.sample_writes()
     assert writes[0] == writes[1] and len(writes) == 4  # the first batch again, as it was, then the rest
     assert sorted(store.stored) == every("abc", range(3))  # each sample stored once
-    assert (sink["delivered"], sink["rejected"], sink["lost"], sink["spooled"], sink["spooled_samples"]) == \
+    assert (sink["delivered"], sink["refused"], sink["lost"], sink["spooled"], sink["spooled_samples"]) == \
         (9, 0, 0, 0, 0)
     assert "is down" in out.stderr and "is back" in out.stderr
 
@@ -154,7 +154,7 @@ def test_a_store_sink_answered_400_drops_that_batch_and_counts_it_rejected(tmp_p
     writes = store.sample_writes()
     assert len(writes) == 3 and sorted(items(writes[0])) == every("abc", [0])  # never sent again
     assert sorted(store.stored) == every("abc", [1, 2])
-    assert (sink["delivered"], sink["rejected"], sink["lost"], sink["spooled"]) == (6, 3, 0, 0)
+    assert (sink["delivered"], sink["refused"], sink["lost"], sink["spooled"]) == (6, 3, 0, 0)
     assert "the store refused 3 samples" in out.stderr and "HTTP 400" in out.stderr
 
 

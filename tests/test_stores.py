@@ -15,7 +15,8 @@ import pytest
 import requests
 
 from support.agents import wait_until
-from flowstat import schema, stores
+from flowstat import stores
+from flowstat.schema import sample as sample_schema
 from flowstat.stores import RetryPolicy
 from flowstat.stores.elasticsearch import Elasticsearch, bulk_outcome, daily_index
 from flowstat.stack.base import port_free
@@ -91,7 +92,7 @@ def test_elasticsearch_bulk_with_per_document_errors(stack):
     body[9] = body[9].replace(b'{"time"', b'{"colour":"red","time"')  # document 4: outside the schema
     out = writer.write(b"".join(body), 20)
     assert (out.accepted, out.refused, out.retry) == (18, 2, None) and writer.retries == 0
-    ids = [schema.document_id(batch[i]) for i in (1, 4)]
+    ids = [sample_schema.document_id(batch[i]) for i in (1, 4)]
     assert [r.split(":")[0] for r in out.reasons] == [f"document {i}" for i in ids]
     assert "failed to parse field [vmrss_kb]" in out.reasons[0]
     assert "strict_dynamic_mapping_exception" in out.reasons[1] and "[colour]" in out.reasons[1]
@@ -112,7 +113,7 @@ def test_install_gives_an_older_index_the_new_fields_and_names_one_it_cannot(sta
     try:
         requests.delete(f"{es}/_index_template/flowstat-samples", timeout=30).raise_for_status()
         doc = {**samples(1, "older")[0], "input_latency_p50_ms": 1.5}
-        made = daily_index(older, schema.time_ns(doc["time"]))  # the day its sample goes to
+        made = daily_index(older, sample_schema.time_ns(doc["time"]))  # the day its sample goes to
         requests.put(f"{es}/{made}", json={"mappings": {"dynamic": "strict", "properties": props}},
                      timeout=30).raise_for_status()  # as an older version made it
         assert writer.write(writer.encode([doc]), 1).refused == 1  # strict: the field is unknown
@@ -193,17 +194,17 @@ def test_an_older_flowstat_s_single_index_is_moved_into_daily_indices_and_resend
     docs = samples(40, run_id)
     for i, d in enumerate(docs):  # two days: the older half a day and more earlier
         if i % 2:
-            d["time"] = iso_utc_ms(schema.time_ns(d["time"]) / 1e9 - 36 * 3600)
+            d["time"] = iso_utc_ms(sample_schema.time_ns(d["time"]) / 1e9 - 36 * 3600)
     writer = Elasticsearch(es)
-    old_way = b"".join(b'{"index":{"_index":"flowstat-samples","_id":' + json.dumps(schema.document_id(d)).encode()
-                       + b"}}\n" + schema.to_json(d).encode() + b"\n" for d in docs)
+    old_way = b"".join(b'{"index":{"_index":"flowstat-samples","_id":' + json.dumps(sample_schema.document_id(d)).encode()
+                       + b"}}\n" + sample_schema.to_json(d).encode() + b"\n" for d in docs)
     try:
         assert writer.write(old_way, len(docs)).accepted == len(docs)
         requests.post(f"{es}/flowstat-samples/_refresh", timeout=30).raise_for_status()
         done = writer.install()
         assert f"flowstat-samples: {len(docs)} documents moved to daily indices flowstat-samples-YYYY.MM.DD" in done
         assert requests.get(f"{es}/flowstat-samples", timeout=30).status_code == 404  # the old index is gone
-        days = {daily_index("flowstat-samples", schema.time_ns(d["time"])) for d in docs}
+        days = {daily_index("flowstat-samples", sample_schema.time_ns(d["time"])) for d in docs}
         counts = {day: requests.get(f"{es}/{day}/_count", params={"q": f"run_id:{run_id}"}, timeout=30).json()["count"]
                   for day in days}
         assert len(days) == 2 and sum(counts.values()) == len(docs) and all(counts.values())

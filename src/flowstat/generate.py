@@ -66,11 +66,11 @@ def _views(root: Path) -> dict[Path, str]:
 
 def _schema_doc(root: Path) -> dict[Path, str]:
     """docs/schema.md: what people wrote, then the tables of every schema, from the schemas."""
-    from flowstat import schema
+    from flowstat.schema import markdown_tables
 
     text = (root / SCHEMA_DOC).read_text()
     head = text.split(SCHEMA_DOC_TAIL, 1)[0]
-    return {SCHEMA_DOC: head + SCHEMA_DOC_TAIL + schema.markdown_tables()}
+    return {SCHEMA_DOC: head + SCHEMA_DOC_TAIL + markdown_tables()}
 
 
 def _thesis(root: Path) -> dict[Path, str]:

@@ -18,7 +18,9 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from flowstat import schema, stores
+from flowstat import stores
+
+from flowstat.schema import sample as sample_schema
 from flowstat.progress import Progress
 from flowstat.schema import runfile
 from flowstat.schema.runfile import FileReport
@@ -38,7 +40,7 @@ def read_batches(path: Path, report: FileReport, encoders: list[BatchEncoder], *
     and the number of samples. Bad lines go to the report with their number (runfile.samples).
 
     The hot loop of replay (millions of lines): a line's line protocol comes from its
-    schema.Layout, and its JSON document is the line as read; each sample is encoded once in each
+    sample_schema.Layout, and its JSON document is the line as read; each sample is encoded once in each
     of the schema's encodings a store wants, and each store's encoder puts the batch together. A
     line the layout cannot encode goes through to_line_protocol, with the same result.
     """
@@ -58,10 +60,10 @@ def read_batches(path: Path, report: FileReport, encoders: list[BatchEncoder], *
             doc["time"] = iso_utc_ms(ns / 1e9)
             fast, line = False, None
         if lp:
-            lines.append(layout.line(values, ns) if fast else schema.to_line_protocol(doc) + "\n")
+            lines.append(layout.line(values, ns) if fast else sample_schema.to_line_protocol(doc) + "\n")
         if js:  # a validated line is already the document: it is sent as read, not rebuilt
-            docs.append(line.rstrip(b"\r\n") if line is not None else schema.to_json(doc).encode())
-            ids.append(schema.document_id(doc))
+            docs.append(line.rstrip(b"\r\n") if line is not None else sample_schema.to_json(doc).encode())
+            ids.append(sample_schema.document_id(doc))
             stamps.append(ns)
         n += 1
         if n == batch:
@@ -76,24 +78,24 @@ def _rebased(docs: list[dict], report: FileReport, rebase_ms: int) -> list[dict]
     """Self-samples moved in time as the file's samples were (or, in a file of self-samples only,
     so that the first starts at rebase_ms)."""
     if not report.shift_ns and report.good == 0 and docs:
-        report.shift_ns = rebase_ms * 1_000_000 - schema.time_ns(docs[0]["time"])
-    return [{**d, "time": iso_utc_ms((schema.time_ns(d["time"]) + report.shift_ns) / 1e9)} for d in docs]
+        report.shift_ns = rebase_ms * 1_000_000 - sample_schema.time_ns(docs[0]["time"])
+    return [{**d, "time": iso_utc_ms((sample_schema.time_ns(d["time"]) + report.shift_ns) / 1e9)} for d in docs]
 
 
-def agent_batches(report: FileReport, writers: dict, *, rebase_ms: int | None = None,
+def self_sample_batches(report: FileReport, writers: dict, *, rebase_ms: int | None = None,
                   batch: int = BATCH) -> Iterator[tuple[list[bytes], int]]:
     """The run file's self-samples as batches ready to write: one body per writer, and their number."""
-    docs = report.agent_samples if rebase_ms is None else _rebased(report.agent_samples, report, rebase_ms)
+    docs = report.self_samples if rebase_ms is None else _rebased(report.self_samples, report, rebase_ms)
     for start in range(0, len(docs), batch):
         chunk = docs[start:start + batch]
-        yield [w.encode_agent(chunk) for w in writers.values()], len(chunk)
+        yield [w.encode_self_samples(chunk) for w in writers.values()], len(chunk)
 
 
 def run_document(report: FileReport) -> dict:
     """The run's document (runfile.run_document); with --rebase-time its times move as the samples did."""
     shift = report.shift_ns
     try:
-        return runfile.run_document(report, retime=(lambda t: iso_utc_ms((schema.time_ns(t) + shift) / 1e9))
+        return runfile.run_document(report, retime=(lambda t: iso_utc_ms((sample_schema.time_ns(t) + shift) / 1e9))
                                     if shift else None)
     except ValueError as exc:
         raise ReplayError(str(exc)) from None
@@ -128,7 +130,7 @@ def replay(paths: list[Path], targets: dict[str, tuple[str, str]], *, rebase: bo
                     shown = report.bytes_read
             if progress:  # what follows the last batch (bad lines, or a file that ends on a batch)
                 progress(report.bytes_read - shown)
-            for bodies, count in agent_batches(report, writers, rebase_ms=rebase_ms, batch=batch):
+            for bodies, count in self_sample_batches(report, writers, rebase_ms=rebase_ms, batch=batch):
                 for proc, body in zip(procs.values(), bodies):
                     proc.put(body, count)
             if report.good and report.run_id:
@@ -186,8 +188,8 @@ def _loaded(reports: list[FileReport], writers: dict) -> None:
     for report in reports:
         if not report.good:
             continue
-        start = schema.time_ns(report.first_time)  # already moved by --rebase-time
-        end = schema.time_ns(report.last_time)
+        start = sample_schema.time_ns(report.first_time)  # already moved by --rebase-time
+        end = sample_schema.time_ns(report.last_time)
         for w in writers.values():
             try:
                 w.loaded(start, end)
@@ -227,7 +229,7 @@ def main(args: argparse.Namespace) -> int:
     bar.close()
     status = 0
     for r in reports:
-        print(f"{r.path}: {r.good:,} samples loaded (run {r.run_id}), {len(r.agent_samples):,} agent self-samples, "
+        print(f"{r.path}: {r.good:,} samples loaded (run {r.run_id}), {len(r.self_samples):,} agent self-samples, "
               f"{len(r.bad)} bad lines skipped")
         for note in r.notes:
             print(f"  note: {note}", file=sys.stderr)

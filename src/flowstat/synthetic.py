@@ -52,9 +52,9 @@ def synthesize(source: Path, out: Path, nodes: int, samples: int, *, run_id: str
                 ns += i // len(series) * period_ns + shift_ns
                 stamp = stamps.get(ns) or stamps.setdefault(ns, iso_utc_ms(ns / 1e9))
                 f.write(orjson.dumps({**doc, **relabel, "time": stamp, "node_id": name, "seq": i}) + b"\n")
-            if report.agent_samples and i % SELF_SAMPLE_TICKS == SELF_SAMPLE_TICKS - 1:  # as the agent's own
+            if report.self_samples and i % SELF_SAMPLE_TICKS == SELF_SAMPLE_TICKS - 1:  # as the agent's own
                 k = i // SELF_SAMPLE_TICKS
-                own = report.agent_samples[k % len(report.agent_samples)]
+                own = report.self_samples[k % len(report.self_samples)]
                 f.write(orjson.dumps({"flowstat_agent": {**own, **relabel, "time": stamp, "seq": k}}) + b"\n")
     last = max(series[(samples - 1) % len(series)][0] + (samples - 1) // len(series) * period_ns
                for _, series in copies)

@@ -10,7 +10,7 @@ import math
 
 import requests
 
-from flowstat.schema import time_ns
+from flowstat.schema.sample import time_ns
 
 INFLUX_TYPES = {"integer": "integer", "number": "float", "boolean": "boolean", "string": "string"}
 ES_MAPPED = {"integer": "long", "number": "double", "boolean": "boolean", "string": "keyword"}

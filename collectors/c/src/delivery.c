@@ -109,7 +109,7 @@ static void publish(struct sink_runner *r)
 {
     struct runner_figures *p = &r->published;
     p->delivered = r->delivered;
-    p->rejected = r->rejected;
+    p->refused = r->refused;
     p->lost = r->lost;
     p->send_failures = r->send_failures;
     p->spool_dropped = r->has_spool ? r->spool.dropped_samples : 0;
@@ -246,8 +246,8 @@ static int deliver(struct sink_runner *r, const char *data, size_t len, int coun
         fs_buf_free(&o.again);
         return -1;
     }
-    r->rejected += o.rejected;
-    r->delivered += count - o.rejected - o.again_count;
+    r->refused += o.refused;
+    r->delivered += count - o.refused - o.again_count;
     if (o.again_count)
         send_again_later(r, &o);
     fs_buf_free(&o.again);

@@ -18,7 +18,7 @@ struct batch;
 
 /* What became of a sink's samples so far, and what waits in its spool: a self-sample's figures. */
 struct runner_figures {
-    long long delivered, rejected, lost, send_failures, spool_dropped;
+    long long delivered, refused, lost, send_failures, spool_dropped;
     long long spooled_batches, spooled_samples;
     int down; /* its last send found it down */
 };
@@ -31,7 +31,7 @@ struct sink_runner {
     int has_spool, down;
     enum sink_trouble trouble; /* what the last send found wrong, logged as it began */
     double next_retry, drain_timeout;
-    long long delivered, rejected, lost;
+    long long delivered, refused, lost;
     long long send_failures; /* sends that found the sink down */
     int put_aside; /* batches spooled unsent at exit: the sink was too slow */
 
@@ -63,7 +63,7 @@ void runner_submit(struct sink_runner *r, const struct fs_sample *samples, size_
  * spooled (what it does not take stays spooled), and ends. */
 void runner_stop(struct sink_runner *r);
 void runner_join(struct sink_runner *r);
-/* Samples lost for good (not delivered, not rejected, not spooled); after runner_join. */
+/* Samples lost for good (not delivered, not refused, not spooled); after runner_join. */
 long long runner_lost(const struct sink_runner *r);
 /* Any thread, any time: the figures the sink thread published last (it does after each batch it
  * settled, before it waits for the next), its queue's losses included. */

@@ -314,9 +314,9 @@ static void write_stats(struct agent *a)
         struct fs_buf url = {0};
         fs_buf_json_string(&url, r->sink.url);
         fprintf(f,
-                "%s%s: {\"delivered\": %lld, \"rejected\": %lld, \"lost\": %lld, \"spooled\": %llu, "
+                "%s%s: {\"delivered\": %lld, \"refused\": %lld, \"lost\": %lld, \"spooled\": %llu, "
                 "\"spooled_samples\": %lld, \"spool_dropped\": %lld}",
-                i ? ", " : "", url.data ? url.data : "\"\"", r->delivered, r->rejected, runner_lost(r),
+                i ? ", " : "", url.data ? url.data : "\"\"", r->delivered, r->refused, runner_lost(r),
                 r->has_spool ? r->spool.next - r->spool.first : 0ULL, r->has_spool ? r->spool.samples : 0LL,
                 r->has_spool ? r->spool.dropped_samples : 0LL);
         fs_buf_free(&url);
@@ -349,7 +349,7 @@ static struct runner_figures sinks_figures(struct agent *a)
     for (size_t i = 0; i < a->opt.nsinks; i++) {
         runner_figures(&a->sinks[i], &one);
         sum.delivered += one.delivered;
-        sum.rejected += one.rejected;
+        sum.refused += one.refused;
         sum.lost += one.lost;
         sum.send_failures += one.send_failures;
         sum.spool_dropped += one.spool_dropped;
@@ -392,7 +392,7 @@ static void self_sample(struct agent *a, struct fs_sample *s)
     sample_set_int(s, FS_A_CONTROL_ERRORS, (long long)a->control.errors);
     sample_set_int(s, FS_A_PROC_ERRORS, a->proc_errors);
     sample_set_int(s, FS_A_DELIVERED, sum.delivered);
-    sample_set_int(s, FS_A_REJECTED, sum.rejected);
+    sample_set_int(s, FS_A_REFUSED, sum.refused);
     sample_set_int(s, FS_A_LOST, sum.lost);
     sample_set_int(s, FS_A_SEND_FAILURES, sum.send_failures);
     sample_set_int(s, FS_A_SPOOL_DROPPED, sum.spool_dropped);

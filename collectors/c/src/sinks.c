@@ -472,7 +472,7 @@ static void judge_bulk_items(const struct sink *s, const struct fs_buf *body, co
         again[i++] = v == DOWN || v == FORBIDDEN;
         if (v == FORBIDDEN && !first_forbidden)
             first_forbidden = item->child;
-        if (v == REFUSED && o->rejected++ == 0) {
+        if (v == REFUSED && o->refused++ == 0) {
             first_error = cJSON_GetObjectItemCaseSensitive(item->child, "error");
             first_status = status;
         }
@@ -480,8 +480,8 @@ static void judge_bulk_items(const struct sink *s, const struct fs_buf *body, co
     memset(again + i, 1, (size_t)(count - i));
     for (int k = 0; k < count; k++)
         o->again_count += again[k];
-    if (o->rejected)
-        log_refused_document(s, o->rejected, count, first_status, first_error);
+    if (o->refused)
+        log_refused_document(s, o->refused, count, first_status, first_error);
     if (first_forbidden)
         forbidden_documents(s, first_forbidden, o);
     if (o->again_count)
@@ -508,9 +508,9 @@ static void judge_answer(const struct sink *s, long status, const struct fs_buf 
     }
     int dropped = status == 400 && s->kind != SINK_ES ? partial_write_dropped(text) : -1;
     if (dropped >= 0) {
-        o->rejected = dropped < count ? dropped : count;
+        o->refused = dropped < count ? dropped : count;
         char head[80];
-        snprintf(head, sizeof head, "partial write, %d of %d samples refused", o->rejected, count);
+        snprintf(head, sizeof head, "partial write, %d of %d samples refused", o->refused, count);
         log_refused(s, head, text);
         return;
     }
@@ -524,7 +524,7 @@ static void judge_answer(const struct sink *s, long status, const struct fs_buf 
     case REFUSED:
     case FORBIDDEN: { /* not from judge_status: judge_login's */
         char head[80];
-        o->rejected = count;
+        o->refused = count;
         snprintf(head, sizeof head, "HTTP %ld, %d samples refused", status, count);
         log_refused(s, head, text);
         return;

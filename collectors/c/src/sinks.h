@@ -49,13 +49,13 @@ enum sink_trouble {
 /* What became of one batch of `count` samples. The store policy (both agents):
  *  - no connection, a time-out, a cut answer; HTTP 408, 429, 5xx (and anything not 2xx or 4xx):
  *    down: nothing was stored, the whole batch is to be sent again later;
- *  - HTTP 2xx: stored; other 4xx: the data is refused (rejected), never sent again;
- *  - InfluxDB partial write (400, "partial write ... dropped=N"): N rejected, the rest stored;
+ *  - HTTP 2xx: stored; other 4xx: the data is refused for good, never sent again;
+ *  - InfluxDB partial write (400, "partial write ... dropped=N"): N refused, the rest stored;
  *  - Elasticsearch _bulk with "errors": true: per document, 2xx stored, 429 and 5xx to be sent
- *    again (their action and document lines are in `again`), any other status rejected. */
+ *    again (their action and document lines are in `again`), any other status refused. */
 struct sink_outcome {
     int down;
-    int rejected; /* samples refused for good */
+    int refused; /* samples refused for good */
     int again_count; /* samples (documents) to send again later, in `again` */
     struct fs_buf again;
     enum sink_trouble trouble; /* when down, or documents answered 403 are in `again` */

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flowstat import schema
+from flowstat.schema import sample as sample_schema
 from flowstat.proc.reader import ProcessGone, ProcFormatError, cpu_rates
 from flowstat.timeutil import iso_utc_from_ms, iso_utc_ms
 
@@ -92,7 +92,7 @@ class Agent:
         head = {"run_id": self.cfg.spec.run_id, "host": self.host, "started": iso_utc_ms(),
                 **{k: doc[k] for k in RUN_FIELDS_IN_HEADER if k in doc}}
         return {"flowstat_run": {**head, "agent": self.agent_name, "interval_s": self.cfg.interval_s,
-                                 "schema": schema.schema()["$id"]}}
+                                 "schema": sample_schema.schema()["$id"]}}
 
     # -- targets --------------------------------------------------------------------------------
     def rescan(self, first: bool = False) -> None:
@@ -123,7 +123,7 @@ class Agent:
 
     def _base(self, t: Target, stamp: str, role: str, state: str) -> dict:
         return {"time": stamp, "run_id": t.run_id, "host": self.host, "node_id": t.node_id,
-                "role": role if role in schema.ROLES else schema.DEFAULT_ROLE, "agent": self.agent_name,
+                "role": role if role in sample_schema.ROLES else sample_schema.DEFAULT_ROLE, "agent": self.agent_name,
                 "seq": self._next_seq(t.node_id), "pid": t.pid, "node_state": state}
 
     def notice_run_ending(self) -> None:
@@ -147,7 +147,7 @@ class Agent:
                 # Reported once, then dropped. Read ``ending`` after the read that found it gone: a
                 # notice sent before the node was stopped has been handled by then.
                 ended = self.ending
-                samples.append(self._base(t, stamp, t.role, schema.STATE_STOPPED if ended else schema.STATE_DOWN))
+                samples.append(self._base(t, stamp, t.role, sample_schema.STATE_STOPPED if ended else sample_schema.STATE_DOWN))
                 log.log(logging.INFO if ended else logging.WARNING, "%s (pid %d) is gone%s", t.node_id, t.pid,
                         " (stopped with its run)" if ended else "")
                 t.reader.close()
@@ -157,9 +157,9 @@ class Agent:
                     self.control.forget(t.control)
                 continue
             reply = replies.get(t.control) if t.control else None
-            metrics = schema.from_control_reply(reply) if reply else {}
-            role = t.role if t.role != schema.DEFAULT_ROLE else (reply or {}).get("role", schema.DEFAULT_ROLE)
-            sample = self._base(t, stamp, role, metrics.pop("node_state", schema.STATE_UP))
+            metrics = sample_schema.from_control_reply(reply) if reply else {}
+            role = t.role if t.role != sample_schema.DEFAULT_ROLE else (reply or {}).get("role", sample_schema.DEFAULT_ROLE)
+            sample = self._base(t, stamp, role, metrics.pop("node_state", sample_schema.STATE_UP))
             total, user, system = cpu_rates(t.prev, reading, now - t.prev_t)
             sample.update(vmrss_kb=reading.rss_kb, cpu_clock_hz=total, cpu_user_hz=user, cpu_system_hz=system,
                           threads=reading.threads)
@@ -181,7 +181,7 @@ class Agent:
                "seq": self.self_seq, "interval_s": float(self.cfg.interval_s), "rounds": self.rounds,
                "skipped_rounds": self.skipped_rounds, "samples": self.samples_taken,
                "control_errors": self.control.errors, "proc_errors": self.proc_errors,
-               "delivered": sum(r.delivered for r in sinks), "rejected": sum(r.rejected for r in sinks),
+               "delivered": sum(r.delivered for r in sinks), "refused": sum(r.refused for r in sinks),
                "lost": sum(r.lost for r in sinks), "send_failures": sum(r.send_failures for r in sinks),
                "spool_dropped": sum(s.dropped_samples for s in spools), "targets": len(self.targets),
                "spooled_batches": sum(len(s) for s in spools), "spooled_samples": sum(s.samples for s in spools),
@@ -194,7 +194,7 @@ class Agent:
     def _submit_self_sample(self) -> None:
         doc = self.self_sample()
         for r in self.runners:
-            r.submit_agent(doc)
+            r.submit_self_sample(doc)
 
     # -- loop -----------------------------------------------------------------------------------
     def run(self) -> int:
@@ -267,7 +267,7 @@ class Agent:
         return {"samples": self.samples_taken, "self_samples": self.self_seq, "rounds": self.rounds,
                 "skipped_rounds": self.skipped_rounds, "targets": len(self.targets), "gone": len(self.gone),
                 "control_errors": self.control.errors, "proc_errors": self.proc_errors,
-                "sinks": {r.sink.url: {"delivered": r.delivered, "rejected": r.rejected, "lost": r.lost,
+                "sinks": {r.sink.url: {"delivered": r.delivered, "refused": r.refused, "lost": r.lost,
                                        "spooled": len(r.spool) if r.spool else 0,
                                        "spooled_samples": r.spool.samples if r.spool else 0,
                                        "spool_dropped": r.spool.dropped_samples if r.spool else 0}

@@ -92,7 +92,7 @@ def _flush_spools(args: argparse.Namespace) -> int:
             continue
         left = f"{done.left_batches} batches ({done.left_samples:,} samples) still spooled" if done.left_batches \
             else "spool empty"
-        print(f"{folder}: {done.delivered:,} samples sent to {done.url}, {done.rejected:,} refused; {left}")
+        print(f"{folder}: {done.delivered:,} samples sent to {done.url}, {done.refused:,} refused; {left}")
         if done.left_batches:
             status = max(status, 1)
     return status
@@ -130,7 +130,7 @@ def _send_run(args: argparse.Namespace) -> int:
         r.join()
     late = [r for r in runners if not r.delivered]
     for r in late:
-        what = ("refused" if r.rejected else f"spooled in {r.spool.folder} (flowstat agent --flush-spool sends it)"
+        what = ("refused" if r.refused else f"spooled in {r.spool.folder} (flowstat agent --flush-spool sends it)"
                 if r.spool is not None and not r.lost else "lost")
         print(f"flowstat agent: the run document of {doc['run_id']} did not reach {r.sink.url}: {what}",
               file=sys.stderr)

@@ -20,7 +20,7 @@ class Flushed:
     folder: Path
     url: str
     delivered: int
-    rejected: int
+    refused: int
     left_batches: int
     left_samples: int
 
@@ -49,4 +49,4 @@ def flush(folder: Path, url: str | None = None, wait_s: float = 5.0) -> Flushed:
     runner.start()
     runner.stop()
     runner.join()
-    return Flushed(folder, url, runner.delivered, runner.rejected, len(spool), spool.samples)
+    return Flushed(folder, url, runner.delivered, runner.refused, len(spool), spool.samples)

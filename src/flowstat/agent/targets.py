@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from flowstat.proc.reader import ProcessGone, ProcReader, ProcReading
-from flowstat.schema import DEFAULT_ROLE
+from flowstat.schema.sample import DEFAULT_ROLE
 from flowstat.schema import endpoints as endpoints_schema
 
 log = logging.getLogger("flowstat.agent")

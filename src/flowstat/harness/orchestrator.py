@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from flowstat.proc.procfs import format_cpu_list, log_tail, pin_threads, set_from_signal
-from flowstat.schema import PIPELINE_ROLES
+from flowstat.schema.sample import PIPELINE_ROLES
 from flowstat.schema import endpoints as endpoints_schema
 from flowstat.timeutil import compact_utc
 

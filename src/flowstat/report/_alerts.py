@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from flowstat import schema
+from flowstat.schema import sample as sample_schema
 from flowstat.views.alerts import Columns, Span, columns, evaluate as evaluate_columns, needed_fields
 from flowstat.views.panels import AGENT, NODE
 
 from .load import Run
 
-_STATES = np.array([*schema.NODE_STATES, None], dtype=object)  # index -1 (a state outside the schema): None
+_STATES = np.array([*sample_schema.NODE_STATES, None], dtype=object)  # index -1 (a state outside the schema): None
 
 
 def node_columns(run: Run) -> list[Columns]:
@@ -32,4 +32,4 @@ def node_columns(run: Run) -> list[Columns]:
 
 def evaluate(run: Run) -> list[Span]:
     """Where each alert condition held over the run: its spans, in epoch seconds."""
-    return evaluate_columns(node_columns(run), columns(run.file.agent_samples, AGENT))
+    return evaluate_columns(node_columns(run), columns(run.file.self_samples, AGENT))

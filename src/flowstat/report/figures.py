@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flowstat import schema
+from flowstat.schema import sample as sample_schema
 from flowstat.harness.online import startup_s
 from flowstat.schema import run as run_schema
 from flowstat.units import format_size
@@ -153,10 +153,10 @@ class Role:
 
 
 def roles(run: Run) -> list[Role]:
-    """The run's roles, in pipeline order (schema.ROLES), then any other."""
+    """The run's roles, in pipeline order (sample_schema.ROLES), then any other."""
     present = {s.role for s in run.series}
     out = []
-    for name in [r for r in schema.ROLES if r in present] + sorted(present - set(schema.ROLES)):
+    for name in [r for r in sample_schema.ROLES if r in present] + sorted(present - set(sample_schema.ROLES)):
         series = tuple(sorted((s for s in run.series if s.role == name), key=lambda s: natural(s.node_id)))
         rows = np.concatenate([np.arange(s.lo, s.hi) for s in series])
         out.append(Role(name, series, rows, run.t[rows],

@@ -19,13 +19,13 @@ from typing import Callable
 
 import numpy as np
 
-from flowstat import schema
+from flowstat.schema import sample as sample_schema
 from flowstat.schema import runfile
 
 RUN_FILE = "samples.ndjson"
 PARALLEL_BYTES = 32 * 2**20  # a smaller run file is read in this process: starting others costs more
 SHOWN_BAD_LINES = 20  # bad lines named one by one (the rest are counted)
-_STATE = {s: i for i, s in enumerate(schema.NODE_STATES)}
+_STATE = {s: i for i, s in enumerate(sample_schema.NODE_STATES)}
 _CHUNK = 65536  # samples turned into an array at a time (a million as tuples would take gigabytes)
 
 
@@ -46,8 +46,8 @@ class Metric:
 def metrics() -> tuple[Metric, ...]:
     """The sample schema's metrics: its optional numeric and boolean fields (the required ones, seq
     and pid, identify a sample; they measure nothing)."""
-    props = schema.schema()["properties"]
-    return tuple(Metric(f.name, f.type, f.unit, props[f.name]["description"]) for f in schema.fields()
+    props = sample_schema.schema()["properties"]
+    return tuple(Metric(f.name, f.type, f.unit, props[f.name]["description"]) for f in sample_schema.fields()
                  if not f.required and f.type in ("integer", "number", "boolean"))
 
 
@@ -71,7 +71,7 @@ class Run:
     start_ns: int  # time 0 of the report: the run's start (run.json's started)
     t: np.ndarray  # seconds since start_ns, per sample
     ns: np.ndarray  # the sample's time, ns since the epoch
-    state: np.ndarray  # the node_state per sample, as its index in schema.NODE_STATES
+    state: np.ndarray  # the node_state per sample, as its index in sample_schema.NODE_STATES
     values: dict[str, np.ndarray]  # metric -> its value per sample (float64; NaN where absent)
     series: list[Series]
     agent: str | None  # the agent whose samples these are
@@ -179,7 +179,7 @@ def _merged(parts: list[_Part]) -> runfile.FileReport:
         out.good += r.good
         out.bytes_read += r.bytes_read
         out.nodes |= r.nodes
-        out.agent_samples += r.agent_samples
+        out.self_samples += r.self_samples
     if read:
         out.run_id, out.host, out.first_time, out.last_time = (read[0].run_id, read[0].host, read[0].first_time,
                                                                read[-1].last_time)
@@ -264,7 +264,7 @@ def load_run(path: Path, meanwhile: Callable[[], None] = lambda: None) -> Run:
     bounds = np.searchsorted(sid, np.arange(len(every) + 1))
     series = [Series(node, role, int(bounds[i]), int(bounds[i + 1])) for i, (node, role, a) in enumerate(every)
               if a == agent]
-    start_ns = schema.time_ns(doc["started"])
+    start_ns = sample_schema.time_ns(doc["started"])
     left_out = report.good - len(order)
     run = Run(path, doc, report, start_ns, (ns - start_ns) / 1e9, ns, state,
               values, series, agent, left_out)

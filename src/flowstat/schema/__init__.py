@@ -1,39 +1,15 @@
-"""What flowstat stores: the sample (one observation of one node by one agent), the run, and the
-agents' self-samples.
+"""What flowstat stores and exchanges, one module per document, each beside its JSON Schema file:
 
-The JSON Schema files beside this module are the one definition; everything else (both agents,
-the stores' templates and rollups, replay, the dashboards) derives from them or is tested against
-them. The sample's API is re-exported here (``from flowstat import schema;
-schema.validate(sample)``); the run document's is ``flowstat.schema.run``, the self-sample's
-``flowstat.schema.agent``.
+- ``flowstat.schema.sample``: the sample, one observation of one node by one agent;
+- ``flowstat.schema.run``: the run document, what a run was;
+- ``flowstat.schema.agent``: an agent's self-sample, how the agent itself is doing;
+- ``flowstat.schema.endpoints``: endpoints.json, the nodes a harness run tells its agents to watch.
+
+The JSON Schema files are the one definition; everything else (both agents, the stores' templates
+and rollups, replay, the dashboards) derives from them or is tested against them. Import the
+module you mean (``from flowstat.schema import sample as sample_schema``): the package itself
+re-exports nothing, so that a name says which document it belongs to.
 """
-
-from .sample import (
-    DEFAULT_ROLE,
-    INT64_MAX,
-    NODE_STATES,
-    PIPELINE_ROLES,
-    PY_TYPES,
-    ROLES,
-    SCHEMA_FILE,
-    STATE_DOWN,
-    STATE_STOPPED,
-    STATE_UP,
-    Field,
-    Layout,
-    document_id,
-    fields,
-    from_control_reply,
-    layout,
-    markdown_table,
-    measurement,
-    schema,
-    time_ns,
-    to_json,
-    to_line_protocol,
-    validate,
-)
-
 
 
 def markdown_tables() -> str:
@@ -44,6 +20,4 @@ def markdown_tables() -> str:
             + agent.markdown_table())
 
 
-__all__ = ["DEFAULT_ROLE", "INT64_MAX", "NODE_STATES", "PIPELINE_ROLES", "PY_TYPES", "ROLES", "SCHEMA_FILE",
-           "STATE_DOWN", "STATE_STOPPED", "STATE_UP", "Field", "Layout", "document_id", "fields", "from_control_reply", "layout",
-           "markdown_table", "markdown_tables", "measurement", "schema", "time_ns", "to_json", "to_line_protocol", "validate"]
+__all__ = ["markdown_tables"]

@@ -39,6 +39,18 @@ RUN_FILE_KEY = measurement()  # a run file's line {"flowstat_agent": {...}} hold
 _NUMBERS = frozenset(f.name for f in fields() if f.type == "number")
 
 
+# Fields renamed since: a self-sample written before under the old name is read under the new one
+# (run files recorded earlier still replay).
+RENAMED = {"rejected": "refused"}
+
+
+def upgraded(doc: dict) -> dict:
+    """The self-sample with its fields under today's names (RENAMED); the same dict when none is old."""
+    if not any(old in doc for old in RENAMED):
+        return doc
+    return {RENAMED.get(k, k) if RENAMED.get(k, k) not in doc else k: v for k, v in doc.items()}
+
+
 def validate(doc: dict) -> list[str]:
     """Everything wrong with a self-sample, as texts naming the field; [] when it conforms."""
     errors = problems(doc, fields())

@@ -42,7 +42,7 @@ class FileReport:
     host: str | None = None
     bytes_read: int = 0  # for a progress bar: the file is read once, its size comes from stat()
     shift_ns: int = 0  # replay --rebase-time: how far the samples were moved
-    agent_samples: list[dict] = field(default_factory=list)  # the agent's self-samples (a few a minute)
+    self_samples: list[dict] = field(default_factory=list)  # the agent's self-samples (a few a minute)
 
 
 def field_types() -> tuple[dict[str, tuple], list[str]]:
@@ -133,7 +133,7 @@ def samples(path: Path, report: FileReport, span: tuple[int, int] | None = None)
                         report.header = doc["flowstat_run"] if isinstance(doc["flowstat_run"], dict) else {}
                     continue
                 if agent_schema.RUN_FILE_KEY in doc:
-                    _keep_agent_sample(doc, lineno, report)
+                    _keep_self_sample(doc, lineno, report)
                     continue
                 why = bad_field(doc, types, required)
                 if why:
@@ -164,18 +164,19 @@ def samples(path: Path, report: FileReport, span: tuple[int, int] | None = None)
         report.last_time = last["time"]
 
 
-def _keep_agent_sample(line: dict, lineno: int, report: FileReport) -> None:
+def _keep_self_sample(line: dict, lineno: int, report: FileReport) -> None:
     """A run file's self-sample line ({"flowstat_agent": {...}}): kept when it conforms, else
     reported by its line number and the field."""
     doc = line[agent_schema.RUN_FILE_KEY]
     if len(line) != 1 or not isinstance(doc, dict):
         report.bad.append((lineno, f"{agent_schema.RUN_FILE_KEY}: not a self-sample (one object alone on its line)"))
         return
+    doc = agent_schema.upgraded(doc)
     errors = agent_schema.validate(doc)
     if errors:
         report.bad.append((lineno, f"{agent_schema.RUN_FILE_KEY}.{errors[0]}"[:160]))
     else:
-        report.agent_samples.append(doc)
+        report.self_samples.append(doc)
 
 
 def _conforming(doc: dict, report: FileReport, source: str) -> dict:

@@ -147,7 +147,7 @@ class Writer:
         """A request body holding one run document (run.schema.json)."""
         raise NotImplementedError
 
-    def encode_agent(self, docs: Iterable[dict]) -> bytes:
+    def encode_self_samples(self, docs: Iterable[dict]) -> bytes:
         """A request body holding agents' self-samples (agent.schema.json)."""
         raise NotImplementedError
 

@@ -15,7 +15,7 @@ from typing import Iterable
 
 import orjson
 
-from flowstat import schema
+from flowstat.schema import sample as sample_schema
 from flowstat.schema import agent as agent_schema
 from flowstat.schema import run as run_schema
 
@@ -129,8 +129,8 @@ class Elasticsearch(Writer):
     auth_key = ("API_KEY", "ApiKey")
 
     def encode(self, samples: Iterable[dict]) -> bytes:
-        return b"".join(_action(daily_index(self.target, schema.time_ns(s["time"])), schema.document_id(s))
-                        + schema.to_json(s).encode() + b"\n" for s in samples)
+        return b"".join(_action(daily_index(self.target, sample_schema.time_ns(s["time"])), sample_schema.document_id(s))
+                        + sample_schema.to_json(s).encode() + b"\n" for s in samples)
 
     def encoder(self) -> BatchEncoder:
         return _BulkEncoder(self.target)
@@ -138,8 +138,8 @@ class Elasticsearch(Writer):
     def encode_run(self, doc: dict) -> bytes:
         return _action(RUNS_INDEX, doc["run_id"]) + orjson.dumps(doc) + b"\n"
 
-    def encode_agent(self, docs: Iterable[dict]) -> bytes:
-        return b"".join(_action(daily_index(AGENTS_INDEX, schema.time_ns(d["time"])), agent_schema.document_id(d))
+    def encode_self_samples(self, docs: Iterable[dict]) -> bytes:
+        return b"".join(_action(daily_index(AGENTS_INDEX, sample_schema.time_ns(d["time"])), agent_schema.document_id(d))
                         + agent_schema.to_json(d).encode() + b"\n" for d in docs)
 
     def post(self, body: bytes, count: int) -> Outcome:
@@ -193,7 +193,7 @@ class Elasticsearch(Writer):
         under its own id, then delete the old index. Safe to interrupt and run again: a document
         copied twice overwrites itself. Returns what was done."""
         done = []
-        for legacy, module in ((SAMPLES_INDEX, schema), (AGENTS_INDEX, agent_schema)):
+        for legacy, module in ((SAMPLES_INDEX, sample_schema), (AGENTS_INDEX, agent_schema)):
             resp = self._http("GET", f"{self.url}/{legacy}/_count")
             if resp.status_code == 404:
                 continue
@@ -203,7 +203,7 @@ class Elasticsearch(Writer):
                 continue  # an alias, not an index of an older flowstat: not ours to move
             total, moved = resp.json()["count"], 0
             for hits in self._scroll(legacy, page):
-                body = b"".join(_action(daily_index(legacy, schema.time_ns(h["_source"]["time"])), h["_id"])
+                body = b"".join(_action(daily_index(legacy, sample_schema.time_ns(h["_source"]["time"])), h["_id"])
                                 + orjson.dumps(h["_source"]) + b"\n" for h in hits)
                 outcome = self.write(body, len(hits))
                 if outcome.refused:
@@ -276,11 +276,11 @@ def templates() -> dict[str, dict]:
     # one replica once a second node is there (docker-compose.es-cluster.yml), none on a single node
     settings = {"template": {"settings": {"number_of_shards": 1, "auto_expand_replicas": "0-1", "refresh_interval": "1s"}}}
     mappings = {name: {"dynamic": "strict", "properties": mapping(module.schema()["properties"])}
-                for name, module in (("sample", schema), ("run", run_schema), ("agent", agent_schema))}
+                for name, module in (("sample", sample_schema), ("run", run_schema), ("agent", agent_schema))}
     return {
         "component-flowstat-settings.json": settings,
         "component-flowstat-sample-mappings.json": {
-            "template": {"mappings": mappings["sample"]}, "_meta": {"source": f"flowstat/schema/{schema.SCHEMA_FILE}"}},
+            "template": {"mappings": mappings["sample"]}, "_meta": {"source": f"flowstat/schema/{sample_schema.SCHEMA_FILE}"}},
         "component-flowstat-run-mappings.json": {
             "template": {"mappings": mappings["run"]}, "_meta": {"source": f"flowstat/schema/{run_schema.SCHEMA_FILE}"}},
         "component-flowstat-agent-mappings.json": {

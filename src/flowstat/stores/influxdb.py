@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-from flowstat import schema
+from flowstat.schema import sample as sample_schema
 from flowstat.schema import agent as agent_schema
 from flowstat.schema import run as run_schema
 
@@ -48,7 +48,7 @@ class InfluxDB(Writer):
         self.params = None if endpoint else {"db": self.target, "precision": "ns"}
 
     def encode(self, samples: Iterable[dict]) -> bytes:
-        return "".join(schema.to_line_protocol(s) + "\n" for s in samples).encode()
+        return "".join(sample_schema.to_line_protocol(s) + "\n" for s in samples).encode()
 
     def encoder(self) -> BatchEncoder:
         return _LineEncoder()
@@ -56,7 +56,7 @@ class InfluxDB(Writer):
     def encode_run(self, doc: dict) -> bytes:
         return (run_schema.to_line_protocol(doc) + "\n").encode()
 
-    def encode_agent(self, docs: Iterable[dict]) -> bytes:
+    def encode_self_samples(self, docs: Iterable[dict]) -> bytes:
         return "".join(agent_schema.to_line_protocol(d) + "\n" for d in docs).encode()
 
     def post(self, body: bytes, count: int) -> Outcome:
@@ -123,7 +123,7 @@ class InfluxDB(Writer):
 
 def rollup_fields() -> list[str]:
     """The sample fields totalled over a run's nodes (x-rollup: sum in the sample schema)."""
-    return [f.name for f in schema.fields() if f.rollup == "sum"]
+    return [f.name for f in sample_schema.fields() if f.rollup == "sum"]
 
 
 RAW_POLICY, ROLLUP_POLICY = "raw", "rollup"
@@ -149,7 +149,7 @@ def rollup_queries(db: str = DATABASE, where: str = "") -> list[tuple[str, str, 
     """
     where = f" WHERE {where}" if where else ""
     totals = ", ".join(f'sum("mean_{f}") AS "{f}"' for f in rollup_fields())
-    node = schema.measurement()
+    node = sample_schema.measurement()
     out = []
     for every, resample in ROLLUP_BUCKETS:
         out.append((f"{node}_{every}", "", f'SELECT mean(*) INTO "{db}"."{ROLLUP_POLICY}"."{node}_{every}" '

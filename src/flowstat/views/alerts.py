@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from flowstat import schema
+from flowstat.schema import sample as sample_schema
 
 from .panels import AGENT, NODE
 
@@ -108,7 +108,7 @@ ALERTS: tuple[Alert, ...] = (
           "A node the agents saw vanish before the harness announced the run's end (an orderly end is "
           "reported STOPPED): a crash, a kill, the OOM killer.",
           NODE, ("run_id", "node_id", "agent"), 60, 0,
-          (Quantity("A", "count", "node_state", where=(("node_state", schema.STATE_DOWN),)),),
+          (Quantity("A", "count", "node_state", where=(("node_state", sample_schema.STATE_DOWN),)),),
           ((Above("A", 0),),)),
     Alert("flowstat-agent-spooling", "Agent cannot deliver",
           "agent {{ $labels.agent }} on {{ $labels.host }} cannot deliver: its spool grew in the last minute",
@@ -163,7 +163,7 @@ def columns(samples: Sequence[dict], source: str) -> list[Columns]:
     wanted = needed_fields(source)
     out = []
     for key, docs in rows.items():
-        ns = [schema.time_ns(d["time"]) for d in docs]
+        ns = [sample_schema.time_ns(d["time"]) for d in docs]
         order = sorted(range(len(docs)), key=ns.__getitem__)
         docs, ns = [docs[i] for i in order], [ns[i] for i in order]
         fields = {}
@@ -306,13 +306,13 @@ def _spans(alert: Alert, key: tuple, ends: np.ndarray, holds: np.ndarray) -> lis
     return out
 
 
-def evaluate(node_samples: Sequence[dict] | Sequence[Columns], agent_samples: Sequence[dict] | Sequence[Columns] = (),
+def evaluate(node_samples: Sequence[dict] | Sequence[Columns], self_samples: Sequence[dict] | Sequence[Columns] = (),
              *, every_s: float = EVALUATE_EVERY_S) -> list[Span]:
     """Where each alert would have fired over these samples (documents, or series of arrays from
     ``columns``): evaluated every ``every_s`` (at whole multiples of it) from the first sample to one
     window past the last, as Grafana evaluates a rule group; a span starts once its condition has
     held for the alert's ``for``. In the order of ALERTS, then of their start."""
-    given = {NODE: node_samples, AGENT: agent_samples}
+    given = {NODE: node_samples, AGENT: self_samples}
     parts = {src: list(s) if not s or isinstance(s[0], Columns) else columns(s, src) for src, s in given.items()}
     spans: list[Span] = []
     for alert in ALERTS:

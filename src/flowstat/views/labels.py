@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from flowstat import schema
+from flowstat.schema import sample as sample_schema
 
 KINDS = ("gauge", "counter", "constant", "flag", "state")
 
@@ -76,7 +76,7 @@ class Label:
 
 @lru_cache(maxsize=1)
 def _units() -> dict[str, str | None]:
-    return {f.name: f.unit for f in schema.fields()}
+    return {f.name: f.unit for f in sample_schema.fields()}
 
 
 _LABELS = (
@@ -117,7 +117,7 @@ def label(field: str) -> str:
 
 def shown_fields() -> list[str]:
     """The sample fields a person reads (with a label): every optional numeric, boolean or state field."""
-    return [f.name for f in schema.fields() if f.name in LABELS]
+    return [f.name for f in sample_schema.fields() if f.name in LABELS]
 
 
 # The run parameters (run.schema.json's parameters, and the machine's CPUs) as people read them; the

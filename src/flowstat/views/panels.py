@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from flowstat import schema
+from flowstat.schema import sample as sample_schema
 from flowstat.schema import run as run_schema
 from flowstat.schema import agent as agent_schema
 
@@ -115,7 +115,7 @@ def _schema_field(source: str, name: str) -> tuple[str, str | None] | None:
     """A field's (type, unit) in the schema of ``source``; None when it has no such field."""
     if source == RUN:
         return next(((leaf.type, leaf.unit) for leaf in run_schema.leaves() if leaf.name == name), None)
-    fields = agent_fields() if source == AGENT else {f.name: (f.type, f.unit) for f in schema.fields()}
+    fields = self_sample_fields() if source == AGENT else {f.name: (f.type, f.unit) for f in sample_schema.fields()}
     return fields.get(name)
 
 
@@ -138,7 +138,7 @@ def grafana_unit(panel: Panel, metric: Metric) -> str:
 
 
 @lru_cache(maxsize=1)
-def agent_fields() -> dict[str, tuple[str, str | None]]:
+def self_sample_fields() -> dict[str, tuple[str, str | None]]:
     """The agents' self-sample fields (agent.schema.json), their types and units."""
     return {f.name: (f.type, f.unit) for f in agent_schema.fields()}
 

@@ -12,7 +12,7 @@ from urllib.parse import SplitResult
 
 import json
 
-from flowstat import schema
+from flowstat.schema import sample as sample_schema
 from flowstat.schema import agent as agent_schema
 from flowstat.schema import run as run_schema
 from flowstat.stores import Outcome
@@ -62,10 +62,10 @@ class Sink:
         raise NotImplementedError
 
     def encode(self, samples: Iterable[dict]) -> bytes:
-        encode = schema.to_line_protocol if self.format == "line" else schema.to_json
+        encode = sample_schema.to_line_protocol if self.format == "line" else sample_schema.to_json
         return "".join(encode(s) + "\n" for s in samples).encode()
 
-    def encode_agent(self, docs: Iterable[dict]) -> bytes:
+    def encode_self_samples(self, docs: Iterable[dict]) -> bytes:
         """The agent's self-samples (flowstat.schema.agent), as ``encode`` does samples."""
         encode = agent_schema.to_line_protocol if self.format == "line" else agent_schema.to_json
         return "".join(encode(d) + "\n" for d in docs).encode()
@@ -128,7 +128,7 @@ class SinkRunner(threading.Thread):
         super().__init__(daemon=True, name=f"sink-{sink.scheme}")
         self.sink, self.spool, self.retry_s, self.drain_s = sink, spool, retry_s, drain_s
         self.queue: "queue.Queue[tuple[bytes, int] | None]" = queue.Queue()
-        self.delivered = self.rejected = self.lost = 0
+        self.delivered = self.refused = self.lost = 0
         self.send_failures = 0  # sends that found the sink down
         self.failing = False  # the last send found the sink down (``down`` also covers waiting for a retry)
         self.down = False
@@ -142,9 +142,9 @@ class SinkRunner(threading.Thread):
         if samples:
             self.queue.put((self.sink.encode(samples), len(samples)))
 
-    def submit_agent(self, doc: dict) -> None:
+    def submit_self_sample(self, doc: dict) -> None:
         """The agent's self-sample, queued behind the samples before it (a batch of one)."""
-        self.queue.put((self.sink.encode_agent([doc]), 1))
+        self.queue.put((self.sink.encode_self_samples([doc]), 1))
 
     def submit_run(self, doc: dict) -> None:
         """A run document (a batch of one); sent again later, it replaces itself in every store."""
@@ -179,7 +179,7 @@ class SinkRunner(threading.Thread):
             self._went_down()
             return payload, count
         except SinkRejected as exc:
-            self.rejected += count
+            self.refused += count
             self.down = self.failing = False  # it answered
             log.error("sink %s: the store refused %d samples: %s", self.sink.url, count, exc)
             return None
@@ -190,7 +190,7 @@ class SinkRunner(threading.Thread):
             self.delivered += count
             return None
         self.delivered += outcome.accepted
-        self.rejected += outcome.refused
+        self.refused += outcome.refused
         if outcome.refused:
             log.error("sink %s refused %d of %d samples: %s", self.sink.url, outcome.refused, count,
                       outcome.reasons[0] if outcome.reasons else "no reason given")

@@ -68,7 +68,7 @@ class RunFileSink(FileSink):
     scheme = "runfile"
     format = "json"
 
-    def encode_agent(self, docs: Iterable[dict]) -> bytes:
+    def encode_self_samples(self, docs: Iterable[dict]) -> bytes:
         return "".join(f'{{"{agent_schema.RUN_FILE_KEY}":{agent_schema.to_json(d)}}}\n' for d in docs).encode()
 
     def __init__(self, path: str, header: dict):

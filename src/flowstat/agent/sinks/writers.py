@@ -47,8 +47,8 @@ class StoreSink(Sink):
     def encode(self, samples: Iterable[dict]) -> bytes:
         return self.writer.encode(samples)
 
-    def encode_agent(self, docs: Iterable[dict]) -> bytes:
-        return self.writer.encode_agent(docs)
+    def encode_self_samples(self, docs: Iterable[dict]) -> bytes:
+        return self.writer.encode_self_samples(docs)
 
     def encode_run(self, doc: dict) -> bytes:
         return self.writer.encode_run(doc)

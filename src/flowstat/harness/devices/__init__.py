@@ -8,7 +8,7 @@ import importlib
 import json
 import logging
 
-from flowstat.schema import PIPELINE_ROLES
+from flowstat.schema.sample import PIPELINE_ROLES
 
 from .node import Node, configure_logging
 
