@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -33,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from flowstat.proc.machine import describe
 from flowstat.timeutil import compact_utc, iso_utc_ms
 from flowstat.harness.orchestrator import run_topology
 from flowstat.harness.qcobjects import Kind, fill_gaussian, make_desc, merge, shape_for_size
@@ -42,16 +42,8 @@ THESIS = {"merge_time_500kB_ms": 1.478, "peak_merged_per_s_one_merger": 37307, "
 
 
 def machine() -> dict:
-    model = "unknown"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": model, "cores": os.cpu_count(), "python": platform.python_version(),
-            "numpy": np.__version__, "kernel": platform.release()}
+    """flowstat's description of this machine (flowstat.proc.machine), and numpy's version."""
+    return {**describe(), "numpy": np.__version__}
 
 
 def save_results(results: dict, out: Path, quiet: bool = False) -> None:

@@ -55,3 +55,17 @@ def test_parse_size(text, value):
 def test_parse_size_rejects(bad):
     with pytest.raises(ValueError):
         parse_size(bad)
+
+
+def test_the_machine_is_described_once_with_its_cpu_model_or_empty(tmp_path):
+    from flowstat.proc import machine
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: X\nmodel name\t: Some CPU @ 2.0GHz\n\nprocessor\t: 1\n"
+                    "model name\t: Some CPU @ 2.0GHz\n")
+    assert machine.cpu_model(info) == "Some CPU @ 2.0GHz"
+    info.write_text("processor\t: 0\nBogoMIPS\t: 50.00\n")  # an ARM kernel names no model
+    assert machine.cpu_model(info) == "" and machine.cpu_model(tmp_path / "missing") == ""
+    here = machine.describe()
+    assert set(here) == set(machine.Machine.__annotations__)
+    assert 1 <= here["usable_cpus"] <= here["cpus"] and here["kernel"] and here["flowstat_version"]

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Install flowstat's Elasticsearch templates (the JSON files beside this script) into ES_URL.
-# Used by the compose stack's one-shot `elasticsearch-setup` service; idempotent. The lifecycle
+# For a server set up by hand (the compose stack's `setup` service and `flowstat stack up` install the
+# same files with `flowstat provision`); idempotent. The lifecycle
 # policy goes in only where the server has ILM. Indices an older flowstat made get this version's
 # new fields (mapping-*.json); one whose field changed type is named. Needs curl.
 set -eu

@@ -54,7 +54,7 @@ PARSER = dict(description="Converge running servers to what flowstat needs; idem
 PLACEHOLDER = "change-me"  # what .env.example holds instead of each secret
 ELASTIC_USER = "elastic"
 INFLUX_DB = influx_store.DATABASE
-ES_INDICES = [f"{es_store.SAMPLES_INDEX}*", "flowstat-agents*", f"{es_store.RUNS_INDEX}*"]
+ES_INDICES = [f"{es_store.SAMPLES_INDEX}*", f"{es_store.AGENTS_INDEX}*", f"{es_store.RUNS_INDEX}*"]
 ELASTALERT_INDEX = "flowstat-elastalert*"  # ElastAlert's writeback index and its _status, _error... siblings
 AUTH_GRACE_S = 90.0  # how long a restarted Elasticsearch may refuse the right password (security index recovering)
 

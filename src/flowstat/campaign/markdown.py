@@ -3,12 +3,9 @@ DIR/<name>/*.svg)."""
 
 from __future__ import annotations
 
-import os
-import platform
 from pathlib import Path
 from typing import Any
 
-from flowstat import __version__
 from flowstat.report.figures import THESIS_METRICS, Stat
 
 from . import svg
@@ -24,18 +21,6 @@ def titled(metric: str) -> str:
     """A metric's name with its unit ("VmRSS (kB)"; "merged objects/s" says its own)."""
     name, unit = TITLES[metric]
     return name if name.endswith(unit) else f"{name} ({unit})"
-
-
-def machine() -> dict[str, Any]:
-    """What the figures were measured on."""
-    model = ""
-    try:
-        model = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                      if ln.startswith("model name")), "")
-    except OSError:
-        pass
-    return {"cpus": os.cpu_count(), "cpu_model": model, "kernel": platform.release(),
-            "python": platform.python_version(), "flowstat": __version__}
 
 
 def fmt(x: float | None, digits: int = 0) -> str:
@@ -124,7 +109,7 @@ def write(campaign: Campaign, rows: list[Row], out_dir: Path, command: str, fact
         text += [campaign.description, ""]
     text += ["Made by:", "", "```console", f"$ {command}", "```", "",
              f"Machine: {m['cpus']} CPUs ({m['cpu_model'] or 'model unknown'}), Linux {m['kernel']}, Python "
-             f"{m['python']}, flowstat {m['flowstat']}. Each configuration ran {campaign.duration:g} s, sampled every "
+             f"{m['python']}, flowstat {m['flowstat_version']}. Each configuration ran {campaign.duration:g} s, sampled every "
              f"second by the agents; pinned as the campaign file says ({campaign.source}).", "",
              "Every figure is over the steady state (from the end of start-up, max(3 s, 10% of the run), to the stop "
              "signal: the final drain is left out) and over all the mergers together: each second their CPU clock, "

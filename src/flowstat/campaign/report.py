@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from flowstat.proc import machine
+
 from . import markdown, results
 from .runner import Outcome
 from .spec import Campaign
@@ -22,7 +24,7 @@ def write(campaign: Campaign, outcomes: list[Outcome], out: Path, report_dir: Pa
           html: bool = True) -> Made:
     """The campaign's figures into ``out``/results.json, its tables and plots into ``report_dir``."""
     rows = results.rows(campaign, outcomes, out)
-    facts = markdown.machine()
+    facts = machine.describe()
     files = [out / RESULTS]
     results.write_json(campaign, rows, files[0], command, facts)
     files.append(markdown.write(campaign, rows, report_dir, command, facts))

@@ -3,13 +3,12 @@ document (flowstat.schema.run) that describes the run to the stores and dashboar
 
 from __future__ import annotations
 
-import os
 import platform
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flowstat import __version__
+from flowstat.proc import machine
 from flowstat.proc.procfs import format_cpu_list
 from flowstat.schema import run as run_schema
 from flowstat.timeutil import iso_utc_ms
@@ -74,7 +73,7 @@ def build_summary(topo: "Topology", run: RunOutcome, started_epoch: float) -> di
         "finished": iso_utc_ms(),
         "seconds": round(seconds, 3),
         "parameters": parameters(topo),
-        "machine": {"host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version()},
+        "machine": dict(machine.describe()),
         "affinity": run.affinity,
         "nodes": nodes,
         "online": verdicts,
@@ -102,6 +101,12 @@ def parameters(topo: "Topology") -> dict[str, Any]:
     return out
 
 
+def run_machine() -> dict[str, Any]:
+    """This machine as a run document records it (flowstat.schema.run's ``machine``)."""
+    known = run_schema.schema()["properties"]["machine"]["properties"]
+    return {k: v for k, v in machine.describe().items() if k in known}
+
+
 def run_document(topo: "Topology", run_id: str, started_epoch: float, summary: dict[str, Any] | None = None,
                  nodes: list[str] | None = None, affinity: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The run as flowstat.schema.run describes it: at the start (what and where), or, given the
@@ -109,8 +114,7 @@ def run_document(topo: "Topology", run_id: str, started_epoch: float, summary: d
     each process may run on (Orchestrator.affinity)."""
     doc: dict[str, Any] = {"run_id": run_id, "topology": topo.source, "started": iso_utc_ms(started_epoch),
                            "host": platform.node(),
-                           "machine": {"cpus": os.cpu_count() or 0, "python": platform.python_version(),
-                                       "flowstat_version": __version__},
+                           "machine": run_machine(),
                            "parameters": parameters(topo)}
     doc["label"] = run_schema.label(doc)
     if topo.description:

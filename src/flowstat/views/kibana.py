@@ -55,7 +55,7 @@ class DataView:
 DATA_VIEWS = {
     NODE: DataView("flowstat-samples", f"{es_store.SAMPLES_INDEX}*", "time", "flowstat samples"),
     RUN: DataView("flowstat-runs", f"{es_store.RUNS_INDEX}*", "started", "flowstat runs"),
-    AGENT: DataView("flowstat-agents", "flowstat-agents*", "time", "flowstat agents"),
+    AGENT: DataView("flowstat-agents", f"{es_store.AGENTS_INDEX}*", "time", "flowstat agents"),
 }
 
 AGENT_MAPPINGS = "component-flowstat-agent-mappings.json"
