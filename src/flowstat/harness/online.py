@@ -2,7 +2,7 @@
 
 Every second the orchestrator reads each merger's producers (objects sent to it), then the merger
 (objects merged and received, VmRSS, input latency over the second). The verdict looks only at the
-steady state: from the end of start-up (STARTUP_FRACTION of the run, at least STARTUP_MIN_S) to the
+steady state: from the end of start-up (flowstat.schema.run.startup_s: a tenth of the run, at least 3 s) to the
 stop signal. The final drain, when the merger empties its queues after the producers stopped, is
 never in it: a merger that catches up only then was not online.
 
@@ -28,8 +28,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-STARTUP_MIN_S = 3.0
-STARTUP_FRACTION = 0.1
+from flowstat.schema.run import startup_s
+
 MIN_READINGS = 5
 RATE_RATIO_MIN = 0.95
 LATENCY_P99_BOUND_MS = 1000.0
@@ -66,11 +66,6 @@ def reading(reply: dict[str, Any], t: float, offered: int, refusals: int) -> Rea
     return Reading(t, int(reply.get("objects_merged") or 0), int(reply.get("objects_received") or 0), offered,
                    refusals, reply.get("VmRSS"), reply.get("input_latency_p50_ms"), reply.get("input_latency_p99_ms"),
                    reply.get("input_latency_max_ms"), int(reply.get("input_latency_objects") or 0))
-
-
-def startup_s(duration_s: float) -> float:
-    """How long start-up lasts in a run of ``duration_s``: the steady state begins after it."""
-    return max(STARTUP_MIN_S, STARTUP_FRACTION * duration_s)
 
 
 def _slope_per_s(points: list[tuple[float, float]]) -> float:

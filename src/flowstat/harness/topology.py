@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from flowstat.proc.procfs import format_cpu_list
-from flowstat.schema.run import AFFINITY_ROLES
+from flowstat.schema.run import AFFINITY_ROLES, IN_CODE
 from flowstat.units import parse_duration, parse_size
 
 from .mergecost import MergeCost
@@ -51,7 +51,6 @@ class TopologyError(ValueError):
     """A topology that cannot run; the message names the file and the field."""
 
 
-IN_CODE = "<dict>"  # the source of a topology built in code (from_dict), not read from a file
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from flowstat.schema import sample as sample_schema
-from flowstat.harness.online import startup_s
+from flowstat.schema.run import startup_s
 from flowstat.schema import run as run_schema
 from flowstat.units import format_size
 from flowstat.views.labels import HUMAN_UNITS, LABELS, parameter_label

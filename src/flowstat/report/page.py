@@ -15,7 +15,7 @@ from bokeh.model import Model
 from bokeh.resources import INLINE
 
 from flowstat import __version__
-from flowstat.harness.topology import IN_CODE
+from flowstat.schema.run import IN_CODE
 from flowstat.timeutil import iso_utc_ms
 from flowstat.units import format_size
 from flowstat.views.labels import LABELS

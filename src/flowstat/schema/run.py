@@ -15,6 +15,17 @@ from .lineprotocol import point
 from .sample import time_ns
 
 SCHEMA_FILE = "run.schema.json"
+IN_CODE = "<dict>"  # the ``topology`` of a run whose topology was built in code, not read from a file
+
+# The steady state of a run (its figures and the online verdict) begins after start-up: a tenth of
+# the run, at least 3 s. A rule of the run document: the harness judges by it, the report draws it.
+STARTUP_MIN_S = 3.0
+STARTUP_FRACTION = 0.1
+
+
+def startup_s(duration_s: float) -> float:
+    """How long start-up lasts in a run of ``duration_s``: the steady state begins after it."""
+    return max(STARTUP_MIN_S, STARTUP_FRACTION * duration_s)
 
 
 def schema() -> dict:
