@@ -46,7 +46,8 @@ RUN apt-get update \
 # Every dependency comes as a binary wheel (no compiler here): --only-binary makes sure of it.
 COPY requirements.lock /tmp/flowstat/requirements.lock
 COPY --from=wheel /dist/ /tmp/flowstat/dist/
-RUN python -m pip install -q --only-binary=:all: -c /tmp/flowstat/requirements.lock /tmp/flowstat/dist/flowstat-*.whl \
+# flowstat[all]: the harness, the report and the stack beside the agent (pyproject.toml's extras).
+RUN python -m pip install -q --only-binary=:all: -c /tmp/flowstat/requirements.lock "$(ls /tmp/flowstat/dist/flowstat-*.whl)[all]" \
     && rm -rf /tmp/flowstat
 
 # Beside the Python that runs flowstat, where `flowstat run` looks for it first (and on the PATH).

@@ -30,7 +30,7 @@ $(BIN)/python:
 
 $(STAMP): $(BIN)/python pyproject.toml requirements.lock
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -c requirements.lock -e '.[test]'
+	$(BIN)/python -m pip install -q -c requirements.lock -e '.[all,test]'
 	touch $@
 
 # Debian packages: the C agent's build dependencies (clang-format for its format check),
@@ -104,7 +104,7 @@ screenshots: $(STAMP) c-agent
 # is judged and writes the score; it fails below 90% caught in any part.
 MUTATE_STAMP := $(VENV)/.mutate-installed
 $(MUTATE_STAMP): $(STAMP)
-	$(BIN)/python -m pip install -q -c requirements.lock -e '.[test,mutate]'
+	$(BIN)/python -m pip install -q -c requirements.lock -e '.[all,test,mutate]'
 	touch $@
 
 mutate: $(MUTATE_STAMP) c-agent

@@ -365,7 +365,11 @@ def test_the_wheel_is_built_as_test_wheel_builds_it(stages):
     lock = options.pop("-c", None) or options.pop("--constraint", None)
     assert lock and to_context(final, lock) == "requirements.lock", f"pip install -c {lock}: not requirements.lock"
     assert set(options) <= PIP_NEUTRAL | PIP_INSTALL_EXTRA, f"pip install options {sorted(options)}"
-    wheel, = positional
+    wanted, = positional
+    # the wheel with every extra (the harness, report and stack: the image runs them all)
+    found = re.fullmatch(r"\$\(ls (\S+)\)\[all\]", wanted)
+    assert found, f"pip install {wanted}: not the wheel with its [all] extra"
+    wheel = found[1]
     assert posixpath.dirname(wheel) in wheels and fnmatch.fnmatch(posixpath.basename(wheel), "flowstat-*.whl")
 
 

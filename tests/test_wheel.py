@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,7 +23,7 @@ SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # 
 
 
 @pytest.fixture(scope="module")
-def wheel_venv(tmp_path_factory) -> Path:
+def wheel_file(tmp_path_factory) -> Path:
     # built from a copy of what the wheel is made of: a build/ left in the checkout must not leak in
     source, dist = tmp_path_factory.mktemp("source"), tmp_path_factory.mktemp("dist")
     for name in WHEEL_SOURCES:
@@ -34,12 +35,35 @@ def wheel_venv(tmp_path_factory) -> Path:
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     wheel, = dist.glob("flowstat-*.whl")
+    return wheel
+
+
+def install(tmp_path_factory, requirement: str) -> Path:
+    """A fresh venv with REQUIREMENT installed (pinned by requirements.lock)."""
     venv = tmp_path_factory.mktemp("venv")
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    out = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "-c", str(ROOT / "requirements.lock"), str(wheel)],
+    out = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "-c", str(ROOT / "requirements.lock"), requirement],
                          capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-2000:]
     return venv
+
+
+@pytest.fixture(scope="module")
+def wheel_venv(tmp_path_factory, wheel_file) -> Path:
+    """The full install: flowstat[all], as the image and `make` have it."""
+    return install(tmp_path_factory, f"{wheel_file}[all]")
+
+
+@pytest.fixture(scope="module")
+def slim_venv(tmp_path_factory, wheel_file) -> Path:
+    """An agent-only host's install: the wheel without extras."""
+    return install(tmp_path_factory, str(wheel_file))
+
+
+def installed(venv: Path) -> set[str]:
+    out = subprocess.run([str(venv / "bin" / "pip"), "list", "--format", "json"], capture_output=True, text=True,
+                         check=True, timeout=120)
+    return {p["name"].lower() for p in json.loads(out.stdout)}
 
 
 def flowstat(venv: Path, cwd: Path, *args, timeout=600, env=None) -> subprocess.CompletedProcess:
@@ -52,7 +76,7 @@ def flowstat(venv: Path, cwd: Path, *args, timeout=600, env=None) -> subprocess.
 
 def test_the_installed_package_is_not_the_checkout(wheel_venv, tmp_path):
     out = subprocess.run([str(wheel_venv / "bin" / "python"), "-c",
-                          "import flowstat, flowstat.schema as s; print(flowstat.__file__, flowstat.__version__); "
+                          "import flowstat; from flowstat.schema import sample as s; print(flowstat.__file__, flowstat.__version__); "
                           "print(len(s.fields()))"], cwd=tmp_path, capture_output=True, text=True, check=True)
     where, version = out.stdout.split("\n")[0].split()
     assert str(ROOT) not in where and "site-packages" in where
@@ -128,3 +152,54 @@ def test_the_wheel_runs_the_whole_job_outside_the_checkout(wheel_venv, tmp_path)
         if not existed:
             shutil.rmtree(SYSTEM_CACHE, ignore_errors=True)
     assert down.returncode == 0 and "stopped" in down.stdout, down.stdout + down.stderr
+
+
+# -- the slim install: an agent-only host -------------------------------------------------------------
+
+HEAVY = {"numpy", "pyyaml", "bokeh", "boost-histogram", "uproot"}
+
+
+def test_an_agent_only_install_has_none_of_the_harness_report_or_stack_packages(slim_venv, wheel_venv):
+    assert installed(slim_venv) & HEAVY == set()
+    assert installed(wheel_venv) >= HEAVY  # the full install, for contrast: [all] brings them
+
+
+def test_the_slim_install_samples_and_ships_with_the_agent_and_replays(slim_venv, tmp_path, stack):
+    with sleeper() as proc:
+        out = flowstat(slim_venv, tmp_path, "agent", "--pid", proc.pid, "--count", 2, "--interval", 0.05, "--quiet",
+                       "--run-id", "slim", "--sink", f"{stack['influxdb'].url.replace('http', 'influxdb', 1)}/flowstat",
+                       "--run-file", "run.ndjson")
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(line) for line in (tmp_path / "run.ndjson").read_text().splitlines()]
+    assert [d["seq"] for d in lines if d.get("pid") == proc.pid] == [0, 1]
+    body = requests.post(f"{stack['influxdb'].url}/query", timeout=30, params={
+        "db": "flowstat", "q": "SELECT count(seq) FROM flowstat_node WHERE run_id = 'slim'"}).json()
+    assert body["results"][0]["series"][0]["values"][0][1] == 2
+    out = flowstat(slim_venv, tmp_path, "replay", "run.ndjson", "--es", stack["elasticsearch"].url, "--quiet")
+    assert out.returncode == 0 and "2 samples loaded (run slim)" in out.stdout, out.stdout + out.stderr
+
+
+def test_the_command_line_knows_the_extras_as_pyproject_lists_them():
+    import tomllib
+
+    from flowstat.cli import EXTRAS, OPTIONAL_MODULES
+
+    listed = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    packages = {extra: {re.split(r"[<>=\[]", r)[0] for r in reqs} for extra, reqs in listed.items()}
+    packages["all"] = set().union(*(packages[e] for e in re.search(r"\[(.*)\]", listed["all"][0])[1].split(",")))
+    for extra, modules in EXTRAS.items():
+        assert {OPTIONAL_MODULES[m] for m in modules} == packages[extra], extra
+
+
+@pytest.mark.parametrize("command,extra,package", [
+    (["run", "any.yaml"], "harness", "numpy|PyYAML"), (["validate", "any.yaml"], "harness", "numpy|PyYAML"),
+    (["report", "runs/x"], "report", "numpy|bokeh"), (["report", "--help"], "report", "numpy|bokeh"),
+    (["stack", "up"], "stack", "PyYAML"), (["campaign", "run", "x.yaml"], "all", "numpy|PyYAML|bokeh")])
+def test_a_command_the_slim_install_cannot_run_names_the_extra_to_install(slim_venv, tmp_path, command, extra,
+                                                                          package):
+    out = flowstat(slim_venv, tmp_path, *command)
+    assert out.returncode == 2 and out.stdout == ""
+    assert re.fullmatch(rf"flowstat {command[0]}: needs ({package}), which this install does not have: "
+                        rf"pip install 'flowstat\[{extra}\]'\n", out.stderr), out.stderr
+    listed = flowstat(slim_venv, tmp_path, "--help")
+    assert f"(not installed: pip install 'flowstat[{extra}]')" in listed.stdout

@@ -4,20 +4,58 @@ only puts them together."""
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import sys
+from typing import Any
 
 from . import __version__, stores
-from . import replay as replay_command
-from .agent import command as agent_command
-from .campaign import command as campaign_command
-from .harness import command as harness_command
-from .inbox import command as inbox_command
-from .report import command as report_command
-from .stack import command as stack_command
-from . import provision as provision_command
-
 
 STORE_CLIENTS = ("run", "agent", "replay", "campaign", "stack")  # the commands that log in to stores
+
+# Every command: (name, module, the prefix of its attributes, the extra of pyproject.toml it needs
+# beyond what every install has; None: nothing more). An agent-only install has no numpy, PyYAML,
+# Bokeh, boost-histogram or uproot: a command that needs them says which extra to install.
+COMMANDS: tuple[tuple[str, str, str, str | None], ...] = (
+    ("run", "flowstat.harness.command", "RUN", "harness"),
+    ("validate", "flowstat.harness.command", "VALIDATE", "harness"),
+    ("ctl", "flowstat.harness.command", "CTL", None),
+    ("agent", "flowstat.agent.command", "", None),
+    ("stack", "flowstat.stack.command", "", "stack"),
+    ("provision", "flowstat.provision", "", None),
+    ("replay", "flowstat.replay", "", None),
+    ("campaign", "flowstat.campaign.command", "", "all"),
+    ("report", "flowstat.report.command", "", "report"),
+    ("inbox", "flowstat.inbox.command", "", None),
+)
+# The modules each extra brings (import names), as pyproject.toml lists them (a test holds them
+# alike); only their absence is a missing extra.
+OPTIONAL_MODULES = {"numpy": "numpy", "yaml": "PyYAML", "bokeh": "bokeh", "boost_histogram": "boost-histogram",
+                    "uproot": "uproot"}  # import name -> what pip calls it
+EXTRAS: dict[str, tuple[str, ...]] = {"harness": ("numpy", "yaml", "boost_histogram", "uproot"),
+                                      "report": ("numpy", "bokeh"), "stack": ("yaml",),
+                                      "all": tuple(OPTIONAL_MODULES)}
+
+
+class MissingExtra(Exception):
+    def __init__(self, command: str, extra: str | None, module: str):
+        package = OPTIONAL_MODULES.get(module.split(".")[0], module)
+        super().__init__(f"flowstat {command}: needs {package}, which this install does not have: "
+                         f"pip install 'flowstat[{extra or 'all'}]'")
+
+
+def _missing(exc: ModuleNotFoundError) -> bool:
+    return (exc.name or "").split(".")[0] in OPTIONAL_MODULES
+
+
+def _command_parts(module_name: str, prefix: str) -> tuple[str, dict[str, Any], Any, Any]:
+    """The command's help, its parser's keywords, the function adding its options, its work."""
+    module = importlib.import_module(module_name)
+    if prefix:
+        low = prefix.lower()
+        return (getattr(module, f"{prefix}_HELP"), getattr(module, f"{prefix}_PARSER", {}),
+                getattr(module, f"configure_{low}"), getattr(module, low))
+    return module.HELP, module.PARSER, module.configure, module.main
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,34 +65,25 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Run 'flowstat COMMAND --help' for a command's options. Docs: docs/ in the repository.")
     parser.add_argument("--version", action="version", version=f"flowstat {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    commands = [
-        ("run", harness_command.RUN_HELP, harness_command.RUN_PARSER, harness_command.configure_run,
-         harness_command.run),
-        ("validate", harness_command.VALIDATE_HELP, {}, harness_command.configure_validate, harness_command.validate),
-        ("ctl", harness_command.CTL_HELP, harness_command.CTL_PARSER, harness_command.configure_ctl,
-         harness_command.ctl),
-        ("agent", agent_command.HELP, agent_command.PARSER, agent_command.configure, agent_command.main),
-        ("stack", stack_command.HELP, stack_command.PARSER, stack_command.configure, stack_command.main),
-        ("provision", provision_command.HELP, provision_command.PARSER, provision_command.configure,
-         provision_command.main),
-        ("replay", replay_command.HELP, replay_command.PARSER, replay_command.configure, replay_command.main),
-        ("campaign", campaign_command.HELP, campaign_command.PARSER, campaign_command.configure,
-         campaign_command.main),
-        ("report", report_command.HELP, report_command.PARSER, report_command.configure, report_command.main),
-        ("inbox", inbox_command.HELP, inbox_command.PARSER, inbox_command.configure, inbox_command.main),
-    ]
-    for name, help_text, parser_kw, configure, func in commands:
+    for name, module_name, prefix, extra in COMMANDS:
+        absent = [m for m in EXTRAS.get(extra or "", ()) if importlib.util.find_spec(m) is None]
+        if absent:
+            _add_unavailable(sub, name, extra, absent[0])
+            continue
+        help_text, parser_kw, configure, func = _command_parts(module_name, prefix)
         p = sub.add_parser(name, help=help_text, **parser_kw)
         configure(p)
         if name in STORE_CLIENTS and name != "agent":  # the agent's own configure has it
             stores.add_credentials_option(p)
-        p.set_defaults(func=func)
+        p.set_defaults(func=func, extra=extra)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and not getattr(args, "unavailable", False):
+        args = parser.parse_args(argv)  # argparse's own error, naming what it does not know
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -64,6 +93,24 @@ def main(argv: list[str] | None = None) -> int:
     except stores.CredentialsError as exc:  # a credentials file others may read, a URL holding a password
         print(f"flowstat {args.command}: {exc}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as exc:  # a module imported only when the work needs it (Bokeh, for a page)
+        if not _missing(exc):
+            raise
+        print(MissingExtra(args.command, args.extra, exc.name or ""), file=sys.stderr)
+        return 2
+
+
+def _add_unavailable(sub: Any, name: str, extra: str | None, module: str) -> None:
+    """The command, in --help and on the command line, where this install lacks what it needs."""
+    missing = MissingExtra(name, extra, module)
+    p = sub.add_parser(name, help=f"(not installed: pip install 'flowstat[{extra or 'all'}]')", add_help=False)
+    p.add_argument("rest", nargs="*")  # whatever was asked (--help included): the answer is the same
+
+    def unavailable(_args: argparse.Namespace) -> int:
+        print(missing, file=sys.stderr)
+        return 2
+
+    p.set_defaults(func=unavailable, extra=extra, unavailable=True)
 
 
 if __name__ == "__main__":
