@@ -72,13 +72,39 @@ def bench_cpu(tmp: Path, n: int, seconds: float, telegraf: str | None) -> dict:
     pid_args = [a for pid in pids for a in ("--pid", pid)]
     try:
         if telegraf:
-            monitors["telegraf"] = subprocess.Popen([telegraf, "--config", str(telegraf_config(tmp, outputs["telegraf"], "1s"))],
-                                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        monitors["c_agent"] = subprocess.Popen([str(C_AGENT), *pid_args, "--interval", "1", "--duration", str(total),
-                                                "--sink", f"file://{outputs['c_agent']}", "--quiet"])
-        monitors["python_agent"] = subprocess.Popen([sys.executable, "-m", "flowstat.agent", *pid_args,
-                                                     "--interval", "1", "--duration", str(total),
-                                                     "--sink", f"file://{outputs['python_agent']}", "--quiet"])
+            monitors["telegraf"] = subprocess.Popen(
+                [telegraf, "--config", str(telegraf_config(tmp, outputs["telegraf"], "1s"))],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        monitors["c_agent"] = subprocess.Popen(
+            [
+                str(C_AGENT),
+                *pid_args,
+                "--interval",
+                "1",
+                "--duration",
+                str(total),
+                "--sink",
+                f"file://{outputs['c_agent']}",
+                "--quiet",
+            ]
+        )
+        monitors["python_agent"] = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "flowstat.agent",
+                *pid_args,
+                "--interval",
+                "1",
+                "--duration",
+                str(total),
+                "--sink",
+                f"file://{outputs['python_agent']}",
+                "--quiet",
+            ]
+        )
         monitors["floor"] = subprocess.Popen([str(floor), "1", str(total), *pids], stdout=subprocess.PIPE, text=True)
         time.sleep(5)  # start-up (imports, first /proc scan) is not what is measured
         start = {k: cpu_seconds(p.pid) for k, p in monitors.items()}
@@ -101,19 +127,28 @@ def bench_cpu(tmp: Path, n: int, seconds: float, telegraf: str | None) -> dict:
     for k in monitors:
         cpu = end[k] - start[k]
         written = lines1.get(k, 0) - lines0.get(k, 0)
-        res["monitors"][k] = {"cpu_seconds": round(cpu, 6), "us_per_process_sample": round(cpu / process_samples * 1e6, 3),
-                              "lines_written_in_window": written if k != "floor" else None}
+        res["monitors"][k] = {
+            "cpu_seconds": round(cpu, 6),
+            "us_per_process_sample": round(cpu / process_samples * 1e6, 3),
+            "lines_written_in_window": written if k != "floor" else None,
+        }
     m = res["monitors"]
     floor_us = max(m["floor"]["us_per_process_sample"], 1e-3)
-    res["ratios"] = {"c_agent_to_floor": round(m["c_agent"]["us_per_process_sample"] / floor_us, 3),
-                     "python_agent_to_floor": round(m["python_agent"]["us_per_process_sample"] / floor_us, 3)}
+    res["ratios"] = {
+        "c_agent_to_floor": round(m["c_agent"]["us_per_process_sample"] / floor_us, 3),
+        "python_agent_to_floor": round(m["python_agent"]["us_per_process_sample"] / floor_us, 3),
+    }
     if "telegraf" in m:
         t = m["telegraf"]["us_per_process_sample"]
-        res["ratios"].update(telegraf_to_c_agent=round(t / max(m["c_agent"]["us_per_process_sample"], 1e-3), 1),
-                             python_agent_to_telegraf=round(m["python_agent"]["us_per_process_sample"] / t, 4))
-        res["targets_met"] = {"c_agent_le_1.5x_floor": res["ratios"]["c_agent_to_floor"] <= 1.5,
-                              "c_agent_ge_100x_cheaper_than_telegraf": res["ratios"]["telegraf_to_c_agent"] >= 100,
-                              "python_agent_le_tenth_of_telegraf": res["ratios"]["python_agent_to_telegraf"] <= 0.1}
+        res["ratios"].update(
+            telegraf_to_c_agent=round(t / max(m["c_agent"]["us_per_process_sample"], 1e-3), 1),
+            python_agent_to_telegraf=round(m["python_agent"]["us_per_process_sample"] / t, 4),
+        )
+        res["targets_met"] = {
+            "c_agent_le_1.5x_floor": res["ratios"]["c_agent_to_floor"] <= 1.5,
+            "c_agent_ge_100x_cheaper_than_telegraf": res["ratios"]["telegraf_to_c_agent"] >= 100,
+            "python_agent_le_tenth_of_telegraf": res["ratios"]["python_agent_to_telegraf"] <= 0.1,
+        }
     return res
 
 
@@ -130,11 +165,34 @@ def bench_rss(tmp: Path, n: int, seconds: float) -> dict:
     targets = spawn_targets(n)
     pid_args = [a for p in targets for a in ("--pid", str(p.pid))]
     agents = {
-        "c_agent": subprocess.Popen([str(C_AGENT), *pid_args, "--interval", "0.1", "--duration", str(seconds + 5),
-                                     "--sink", f"file://{tmp / 'soak-c.lp'}", "--quiet"]),
-        "python_agent": subprocess.Popen([sys.executable, "-m", "flowstat.agent", *pid_args, "--interval", "0.1",
-                                          "--duration", str(seconds + 5), "--sink", f"file://{tmp / 'soak-py.lp'}",
-                                          "--quiet"]),
+        "c_agent": subprocess.Popen(
+            [
+                str(C_AGENT),
+                *pid_args,
+                "--interval",
+                "0.1",
+                "--duration",
+                str(seconds + 5),
+                "--sink",
+                f"file://{tmp / 'soak-c.lp'}",
+                "--quiet",
+            ]
+        ),
+        "python_agent": subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "flowstat.agent",
+                *pid_args,
+                "--interval",
+                "0.1",
+                "--duration",
+                str(seconds + 5),
+                "--sink",
+                f"file://{tmp / 'soak-py.lp'}",
+                "--quiet",
+            ]
+        ),
     }
     series: dict[str, list[tuple[float, int]]] = {k: [] for k in agents}
     t0 = time.monotonic()
@@ -154,10 +212,15 @@ def bench_rss(tmp: Path, n: int, seconds: float) -> dict:
     out = {"targets": n, "interval_s": 0.1, "seconds": seconds, "agents": {}}
     for k, s in series.items():
         settled = [kb for t, kb in s if t >= 30] or [kb for _, kb in s]
-        out["agents"][k] = {"vmrss_kb_series": s, "vmrss_kb_after_30s": settled[0], "vmrss_kb_last": settled[-1],
-                            "vmrss_kb_max": max(settled), "samples_written": lines[k],
-                            "samples_per_second": round(lines[k] / seconds, 1),
-                            "flat": settled[-1] <= settled[0] * 1.05 + 1024}
+        out["agents"][k] = {
+            "vmrss_kb_series": s,
+            "vmrss_kb_after_30s": settled[0],
+            "vmrss_kb_last": settled[-1],
+            "vmrss_kb_max": max(settled),
+            "samples_written": lines[k],
+            "samples_per_second": round(lines[k] / seconds, 1),
+            "flat": settled[-1] <= settled[0] * 1.05 + 1024,
+        }
     return out
 
 
@@ -174,21 +237,46 @@ def bench_interval(tmp: Path, rounds: int, interval_s: float = 0.01) -> dict:
     try:
         for name, command in (("c_agent", [str(C_AGENT)]), ("python_agent", [sys.executable, "-m", "flowstat.agent"])):
             samples, stats = tmp / f"interval-{name}.json", tmp / f"interval-{name}-stats.json"
-            subprocess.run([*command, "--pid", str(target.pid), "--interval", str(interval_s), "--count", str(rounds),
-                            "--self-interval", "0", "--quiet", "--sink", f"file://{samples}?format=json",
-                            "--stats", str(stats)], check=True, timeout=rounds * interval_s + 60)
+            subprocess.run(
+                [
+                    *command,
+                    "--pid",
+                    str(target.pid),
+                    "--interval",
+                    str(interval_s),
+                    "--count",
+                    str(rounds),
+                    "--self-interval",
+                    "0",
+                    "--quiet",
+                    "--sink",
+                    f"file://{samples}?format=json",
+                    "--stats",
+                    str(stats),
+                ],
+                check=True,
+                timeout=rounds * interval_s + 60,
+            )
             stamps_ms = [time_ns(json.loads(line)["time"]) // 1_000_000 for line in open(samples)]  # whole ms
-            gaps = sorted(b - a for a, b in zip(stamps_ms, stamps_ms[1:]))
+            gaps = sorted(b - a for a, b in zip(stamps_ms, stamps_ms[1:], strict=False))
             jitter = sorted(abs(g - round(interval_s * 1000)) for g in gaps)
             span_ms = stamps_ms[-1] - stamps_ms[0]
             out["agents"][name] = {
-                "samples": len(stamps_ms), "skipped_rounds": json.loads(stats.read_text())["skipped_rounds"],
-                "span_s": span_ms / 1000, "span_minus_expected_ms": span_ms - round(expected * 1000),
-                "gap_ms": {"min": gaps[0], "p50": percentile(gaps, 50), "p99": percentile(gaps, 99), "max": gaps[-1],
-                           "mean": round(sum(gaps) / len(gaps), 3)},
+                "samples": len(stamps_ms),
+                "skipped_rounds": json.loads(stats.read_text())["skipped_rounds"],
+                "span_s": span_ms / 1000,
+                "span_minus_expected_ms": span_ms - round(expected * 1000),
+                "gap_ms": {
+                    "min": gaps[0],
+                    "p50": percentile(gaps, 50),
+                    "p99": percentile(gaps, 99),
+                    "max": gaps[-1],
+                    "mean": round(sum(gaps) / len(gaps), 3),
+                },
                 "jitter_ms": {"p50": percentile(jitter, 50), "p99": percentile(jitter, 99), "max": jitter[-1]},
                 # what the functional test once asserted: 299 intervals within +-0.1 s
-                "span_within_1_percent": abs(span_ms / 1000 - expected) <= 0.01 * expected + 0.01}
+                "span_within_1_percent": abs(span_ms / 1000 - expected) <= 0.01 * expected + 0.01,
+            }
     finally:
         target.kill()
         target.wait()
@@ -218,22 +306,41 @@ def main() -> int:
 
         telegraf = str(build())
     from run_benchmarks import machine, save_results  # shared with the harness benchmarks
+
     from flowstat.timeutil import compact_utc, iso_utc_ms
 
     results = {"started": iso_utc_ms(), "machine": machine(), "command": " ".join(sys.argv), "benchmarks": {}}
     out = args.out or ROOT / "benchmarks" / "results" / f"agents-{compact_utc()}.json"
-    steps = [(f"CPU per process-sample: {args.targets} processes, 1 Hz, {args.seconds:g} s", "cpu_per_process_sample",
-              lambda tmp: bench_cpu(tmp, args.targets, args.seconds, telegraf)),
-             # Telegraf's cost per process falls as it watches more (its per-gather overhead is
-             # shared): the 50-process case is where ~0.6 ms per process-sample was first measured.
-             (f"CPU per process-sample: 50 processes, 1 Hz, {args.seconds:g} s", "cpu_per_process_sample_50",
-              lambda tmp: bench_cpu(tmp, 50, args.seconds, telegraf))]
+    steps = [
+        (
+            f"CPU per process-sample: {args.targets} processes, 1 Hz, {args.seconds:g} s",
+            "cpu_per_process_sample",
+            lambda tmp: bench_cpu(tmp, args.targets, args.seconds, telegraf),
+        ),
+        # Telegraf's cost per process falls as it watches more (its per-gather overhead is
+        # shared): the 50-process case is where ~0.6 ms per process-sample was first measured.
+        (
+            f"CPU per process-sample: 50 processes, 1 Hz, {args.seconds:g} s",
+            "cpu_per_process_sample_50",
+            lambda tmp: bench_cpu(tmp, 50, args.seconds, telegraf),
+        ),
+    ]
     if args.rounds:
-        steps.append((f"10 ms interval: {args.rounds} rounds of one process", "interval_10ms",
-                      lambda tmp: bench_interval(tmp, args.rounds)))
+        steps.append(
+            (
+                f"10 ms interval: {args.rounds} rounds of one process",
+                "interval_10ms",
+                lambda tmp: bench_interval(tmp, args.rounds),
+            )
+        )
     if args.soak:
-        steps.append((f"agent RSS: 1000 processes, 10 Hz, {args.soak:g} s", "rss_soak",
-                      lambda tmp: bench_rss(tmp, 1000, args.soak)))
+        steps.append(
+            (
+                f"agent RSS: 1000 processes, 10 Hz, {args.soak:g} s",
+                "rss_soak",
+                lambda tmp: bench_rss(tmp, 1000, args.soak),
+            )
+        )
     with tempfile.TemporaryDirectory(prefix="flowstat-agents-") as tmp:
         for title, key, bench in steps:
             print(f"{title} ...", flush=True)

@@ -58,13 +58,32 @@ def make_run_file(path: Path, run_id: str, n: int, nodes: int = 100) -> None:
         f.write(json.dumps({"flowstat_run": {"run_id": run_id, "parameters": {"producers": nodes}}}) + "\n")
         for i in range(n):
             node, seq = i % nodes, i // nodes
-            f.write(json.dumps({"time": iso_utc_ms(t0 + seq * 0.1), "run_id": run_id, "host": "bench",
-                                "node_id": f"node-{node:03d}", "role": "merger", "agent": "flowstat-agent-c",
-                                "seq": seq, "pid": 10000 + node, "node_state": "RUNNING", "vmrss_kb": 30000 + i % 977,
-                                "cpu_clock_hz": round(1000.0 + i % 5000 / 10, 1), "cpu_user_hz": 900.5,
-                                "cpu_system_hz": 100.0, "threads": 4, "average_merge_time_ms": 0.012,
-                                "merged_objects_per_second": 400.0, "objects_received": i, "objects_held": i % 7,
-                                "send_buffer_overloaded": False}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "time": iso_utc_ms(t0 + seq * 0.1),
+                        "run_id": run_id,
+                        "host": "bench",
+                        "node_id": f"node-{node:03d}",
+                        "role": "merger",
+                        "agent": "flowstat-agent-c",
+                        "seq": seq,
+                        "pid": 10000 + node,
+                        "node_state": "RUNNING",
+                        "vmrss_kb": 30000 + i % 977,
+                        "cpu_clock_hz": round(1000.0 + i % 5000 / 10, 1),
+                        "cpu_user_hz": 900.5,
+                        "cpu_system_hz": 100.0,
+                        "threads": 4,
+                        "average_merge_time_ms": 0.012,
+                        "merged_objects_per_second": 400.0,
+                        "objects_received": i,
+                        "objects_held": i % 7,
+                        "send_buffer_overloaded": False,
+                    }
+                )
+                + "\n"
+            )
 
 
 def serialise(path: Path, store: str, target: str) -> list[tuple[bytes, int]]:
@@ -97,11 +116,16 @@ def measured(n: int, server_pid: int, work, beside=None) -> dict:
     if wait:
         wait()
     kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {"samples": n, "seconds": round(elapsed, 3), "samples_per_second": round(n / elapsed, 1),
-            "client_cpu_us_per_sample": round((time.process_time() - own0) / n * 1e6, 2),
-            "client_children_cpu_us_per_sample": round((kids1.ru_utime + kids1.ru_stime - kids0.ru_utime
-                                                        - kids0.ru_stime) / n * 1e6, 2),
-            "server_cpu_s": round(tree_cpu_seconds(server_pid) - server0, 2)}
+    return {
+        "samples": n,
+        "seconds": round(elapsed, 3),
+        "samples_per_second": round(n / elapsed, 1),
+        "client_cpu_us_per_sample": round((time.process_time() - own0) / n * 1e6, 2),
+        "client_children_cpu_us_per_sample": round(
+            (kids1.ru_utime + kids1.ru_stime - kids0.ru_utime - kids0.ru_stime) / n * 1e6, 2
+        ),
+        "server_cpu_s": round(tree_cpu_seconds(server_pid) - server0, 2),
+    }
 
 
 def post_batches(store: str, url: str, target: str, batches: list[tuple[bytes, int]]) -> None:
@@ -127,7 +151,7 @@ def replay_rate(store: str, url: str, target: str, path: Path, n: int, server_pi
 
 def stored_count(store: str, stack, target: str, run_id: str) -> int:
     if store == "influxdb":
-        body = stack["influxdb"].query(f"SELECT count(\"seq\") FROM \"flowstat_node\" WHERE run_id = '{run_id}'", target)
+        body = stack["influxdb"].query(f'SELECT count("seq") FROM "flowstat_node" WHERE run_id = \'{run_id}\'', target)
         return body["results"][0]["series"][0]["values"][0][1]
     es = stack["elasticsearch"].url
     requests.post(f"{es}/{target}/_refresh", timeout=120)
@@ -150,8 +174,11 @@ def drop_target(stack, store: str, name: str) -> None:
 
 def retarget(batches: list[tuple[bytes, int]], store: str, old: str, new: str) -> list[tuple[bytes, int]]:
     """The baseline's batches aimed at another index (the _bulk action lines name it)."""
-    return [(b.replace(f'"_index":"{old}"'.encode(), f'"_index":"{new}"'.encode()), c) for b, c in batches] \
-        if store == "elasticsearch" else batches
+    return (
+        [(b.replace(f'"_index":"{old}"'.encode(), f'"_index":"{new}"'.encode()), c) for b, c in batches]
+        if store == "elasticsearch"
+        else batches
+    )
 
 
 def bench_replay(stack, tmp: Path, n: int, rounds: int) -> dict:
@@ -159,13 +186,16 @@ def bench_replay(stack, tmp: Path, n: int, rounds: int) -> dict:
     make_run_file(path, "bench-replay", n)
     out = {"samples": n, "batch": BATCH, "rounds": rounds}
     for store, url in (("influxdb", stack["influxdb"].url), ("elasticsearch", stack["elasticsearch"].url)):
-        name = (lambda kind, r: f"bench_{kind}_{r}") if store == "influxdb" else \
-            (lambda kind, r: f"flowstat-samples-bench-{kind}-{r}")
+        name = (
+            (lambda kind, r: f"bench_{kind}_{r}")
+            if store == "influxdb"
+            else (lambda kind, r: f"flowstat-samples-bench-{kind}-{r}")
+        )
         print(f"  {store}: serialising the baseline ...", flush=True)
         batches = serialise(path, store, name("base", 0))
         # Warm the store up first (JIT, caches), into a target thrown away: whichever of baseline
         # and replay ran first on a cold store would otherwise look slower (ES: 1.19x once).
-        warm = retarget(batches[:len(batches) // 5], store, name("base", 0), name("warmup", 0))
+        warm = retarget(batches[: len(batches) // 5], store, name("base", 0), name("warmup", 0))
         create_target(stack, store, name("warmup", 0))
         print(f"  {store}: warm-up with {len(warm) * BATCH:,} samples ...", flush=True)
         post_batches(store, url, name("warmup", 0), warm)
@@ -182,25 +212,28 @@ def bench_replay(stack, tmp: Path, n: int, rounds: int) -> dict:
                 print(f"  {store}: round {r + 1}/{rounds}: {kind} ...", flush=True)
                 server = stack[store].pid()
                 if kind == "baseline":
-                    result[kind] = baseline(store, url, target, retarget(batches, store, name("base", 0), target), n,
-                                            server)
+                    result[kind] = baseline(
+                        store, url, target, retarget(batches, store, name("base", 0), target), n, server
+                    )
                 else:
                     result[kind] = replay_rate(store, url, target, path, n, server)
                 result[kind]["stored"] = stored_count(store, stack, target, "bench-replay")
                 drop_target(stack, store, target)
-            result["ratio_to_baseline"] = round(result["replay"]["samples_per_second"]
-                                                / result["baseline"]["samples_per_second"], 3)
+            result["ratio_to_baseline"] = round(
+                result["replay"]["samples_per_second"] / result["baseline"]["samples_per_second"], 3
+            )
             measured.append(result)
         del batches
         ratios = [m["ratio_to_baseline"] for m in measured]
-        out[store] = {"rounds": measured,
-                      "baseline_samples_per_second_median": median(m["baseline"]["samples_per_second"]
-                                                                   for m in measured),
-                      "replay_samples_per_second_median": median(m["replay"]["samples_per_second"] for m in measured),
-                      "ratio_to_baseline_median": round(median(ratios), 3),
-                      "ratio_to_baseline_min_max": [min(ratios), max(ratios)],
-                      "all_stored": all(m[k]["stored"] == n for m in measured for k in ("baseline", "replay")),
-                      "target_met": median(ratios) >= 0.8}
+        out[store] = {
+            "rounds": measured,
+            "baseline_samples_per_second_median": median(m["baseline"]["samples_per_second"] for m in measured),
+            "replay_samples_per_second_median": median(m["replay"]["samples_per_second"] for m in measured),
+            "ratio_to_baseline_median": round(median(ratios), 3),
+            "ratio_to_baseline_min_max": [min(ratios), max(ratios)],
+            "all_stored": all(m[k]["stored"] == n for m in measured for k in ("baseline", "replay")),
+            "target_met": median(ratios) >= 0.8,
+        }
     return out
 
 
@@ -210,10 +243,12 @@ def bench_posting_contention(stack, tmp: Path, n: int) -> dict:
     path = tmp / "samples.ndjson"
     url, server = stack["influxdb"].url, stack["influxdb"].pid()
     batches = serialise(path, "influxdb", "bench_contention")
-    parse = ("from pathlib import Path; from flowstat.replay import FileReport, read_batches; "
-             "from flowstat.stores.influxdb import InfluxDB; "
-             f"p = Path({str(path)!r}); r = FileReport(str(p)); "
-             "[None for _ in read_batches(p, r, [InfluxDB('http://unused').encoder()])]")
+    parse = (
+        "from pathlib import Path; from flowstat.replay import FileReport, read_batches; "
+        "from flowstat.stores.influxdb import InfluxDB; "
+        f"p = Path({str(path)!r}); r = FileReport(str(p)); "
+        "[None for _ in read_batches(p, r, [InfluxDB('http://unused').encoder()])]"
+    )
 
     def in_a_thread():
         t = threading.Thread(target=exec, args=(parse, {}))
@@ -224,8 +259,12 @@ def bench_posting_contention(stack, tmp: Path, n: int) -> dict:
         return subprocess.Popen([sys.executable, "-c", parse]).wait
 
     out = {"samples": n}
-    for case, beside in (("alone", None), ("parsing in a thread", in_a_thread),
-                         ("parsing in another process", in_a_process), ("alone again", None)):
+    for case, beside in (
+        ("alone", None),
+        ("parsing in a thread", in_a_thread),
+        ("parsing in another process", in_a_process),
+        ("alone again", None),
+    ):
         create_target(stack, "influxdb", "bench_contention")
         print(f"  posting {case} ...", flush=True)
         out[case] = measured(n, server, lambda: post_batches("influxdb", url, "bench_contention", batches), beside)
@@ -245,8 +284,10 @@ def bench_latency(stack, seconds: float) -> dict:
         influx = stack["influxdb"]
         last = 0
         while not stop.is_set():
-            body = influx.query(f"SELECT \"seq\" FROM \"flowstat_node\" WHERE run_id = '{run_id}' AND time > {last} "
-                                f"GROUP BY node_id", "flowstat")
+            body = influx.query(
+                f'SELECT "seq" FROM "flowstat_node" WHERE run_id = \'{run_id}\' AND time > {last} ' f"GROUP BY node_id",
+                "flowstat",
+            )
             now = time.time()
             for s in body["results"][0].get("series", []):
                 for t, seq in s["values"]:
@@ -260,9 +301,15 @@ def bench_latency(stack, seconds: float) -> dict:
         es = stack["elasticsearch"].url
         last = 0
         while not stop.is_set():
-            body = requests.post(f"{es}/flowstat-samples*/_search", json={
-                "size": 10000, "_source": ["node_id", "seq", "time"], "query": {"bool": {"filter": [
-                    {"term": {"run_id": run_id}}, {"range": {"time": {"gte": last}}}]}}}, timeout=10).json()
+            body = requests.post(
+                f"{es}/flowstat-samples*/_search",
+                json={
+                    "size": 10000,
+                    "_source": ["node_id", "seq", "time"],
+                    "query": {"bool": {"filter": [{"term": {"run_id": run_id}}, {"range": {"time": {"gte": last}}}]}},
+                },
+                timeout=10,
+            ).json()
             now = time.time()
             for h in body.get("hits", {}).get("hits", []):
                 src = h["_source"]
@@ -272,10 +319,25 @@ def bench_latency(stack, seconds: float) -> dict:
     pollers = [threading.Thread(target=poll_influx, daemon=True), threading.Thread(target=poll_es, daemon=True)]
     for t in pollers:
         t.start()
-    agent = subprocess.run([str(C_AGENT), *args, "--run-id", run_id, "--interval", "0.1", "--duration", str(seconds),
-                            "--sink", stack["telegraf"].write_url,
-                            "--sink", f"elasticsearch://127.0.0.1:{stack['elasticsearch'].port}/flowstat-samples",
-                            "--quiet"], capture_output=True, text=True)
+    agent = subprocess.run(
+        [
+            str(C_AGENT),
+            *args,
+            "--run-id",
+            run_id,
+            "--interval",
+            "0.1",
+            "--duration",
+            str(seconds),
+            "--sink",
+            stack["telegraf"].write_url,
+            "--sink",
+            f"elasticsearch://127.0.0.1:{stack['elasticsearch'].port}/flowstat-samples",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+    )
     time.sleep(5)  # let the last samples arrive before the pollers stop
     stop.set()
     for t in pollers:
@@ -283,16 +345,26 @@ def bench_latency(stack, seconds: float) -> dict:
     for p in targets:
         p.kill()
         p.wait()
-    out = {"processes": 20, "interval_s": 0.1, "seconds": seconds, "agent_exit": agent.returncode,
-           "polling_granularity_s": 0.1}
+    out = {
+        "processes": 20,
+        "interval_s": 0.1,
+        "seconds": seconds,
+        "agent_exit": agent.returncode,
+        "polling_granularity_s": 0.1,
+    }
     for store, first_seen in seen.items():
         lat = sorted(first_seen[k] - stamps[k] for k in first_seen if k in stamps)
         if not lat:
             out[store] = {"samples": 0}
             continue
-        pct = lambda q: round(lat[min(len(lat) - 1, int(q * len(lat)))], 3)
-        out[store] = {"samples": len(lat), "p50_s": pct(0.5), "p99_s": pct(0.99), "max_s": round(lat[-1], 3),
-                      "target_p99_le_2s": pct(0.99) <= 2.0}
+        pct = lambda q, lat=lat: round(lat[min(len(lat) - 1, int(q * len(lat)))], 3)
+        out[store] = {
+            "samples": len(lat),
+            "p50_s": pct(0.5),
+            "p99_s": pct(0.99),
+            "max_s": round(lat[-1], 3),
+            "target_p99_le_2s": pct(0.99) <= 2.0,
+        }
     return out
 
 
@@ -306,9 +378,10 @@ def main() -> int:
     args = ap.parse_args()
     if args.quick:
         args.samples, args.latency_seconds, args.rounds = 50_000, 10, 1
+    from run_benchmarks import machine, save_results
+
     from flowstat.stack import Stack
     from flowstat.timeutil import compact_utc, iso_utc_ms
-    from run_benchmarks import machine, save_results
 
     cache = ROOT / ".cache" / "bench-stack"
     stack = Stack(cache, {"influxdb": free_port(), "elasticsearch": free_port(), "telegraf": free_port()})
@@ -325,6 +398,7 @@ def main() -> int:
     finally:
         stack.down()
         import shutil
+
         for sub in ("influxdb/data", "influxdb/meta", "influxdb/wal", "elasticsearch/data"):
             shutil.rmtree(cache / sub, ignore_errors=True)
     save_results(results, args.out or ROOT / "benchmarks" / "results" / f"ingest-{compact_utc()}.json")

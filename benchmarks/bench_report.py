@@ -49,8 +49,11 @@ def record_run(runs_dir: Path, seconds: float) -> Path:
 
 def _cpu() -> float:
     """CPU seconds of this process and of the workers it waited for (the report's reading and drawing)."""
-    return sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
-               for f in ("ru_utime", "ru_stime"))
+    return sum(
+        getattr(resource.getrusage(who), f)
+        for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+        for f in ("ru_utime", "ru_stime")
+    )
 
 
 def bench_report(run_dir: Path, html: Path) -> dict:
@@ -61,10 +64,17 @@ def bench_report(run_dir: Path, html: Path) -> dict:
     subprocess.run([sys.executable, "-m", "flowstat", "report", str(run_dir), "-o", str(html)], check=True)
     seconds, cpu = time.perf_counter() - t0, _cpu() - cpu0
     size = html.stat().st_size
-    return {"seconds": round(seconds, 2), "cpu_seconds": round(cpu, 2), "html_bytes": size,
-            "plots": html.read_text().count('class="plot"'), "load_average_before": load_before,
-            "load_average_after": os.getloadavg()[0], "target_seconds": TARGET_S, "target_html_bytes": TARGET_BYTES,
-            "target_met": seconds <= TARGET_S and size <= TARGET_BYTES}
+    return {
+        "seconds": round(seconds, 2),
+        "cpu_seconds": round(cpu, 2),
+        "html_bytes": size,
+        "plots": html.read_text().count('class="plot"'),
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg()[0],
+        "target_seconds": TARGET_S,
+        "target_html_bytes": TARGET_BYTES,
+        "target_met": seconds <= TARGET_S and size <= TARGET_BYTES,
+    }
 
 
 def bench_browser(html: Path, plots: int) -> dict:
@@ -79,9 +89,15 @@ def bench_browser(html: Path, plots: int) -> dict:
             assert page["drawn"] == plots, page
             times.append(page["drawn_ms"])
     median = sorted(times)[len(times) // 2]
-    return {"plots": plots, "drawn_ms": times, "median_drawn_ms": median, "load_average_before": load_before,
-            "load_average_after": os.getloadavg()[0], "target_ms": TARGET_DRAWN_MS,
-            "target_met": median <= TARGET_DRAWN_MS}
+    return {
+        "plots": plots,
+        "drawn_ms": times,
+        "median_drawn_ms": median,
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg()[0],
+        "target_ms": TARGET_DRAWN_MS,
+        "target_met": median <= TARGET_DRAWN_MS,
+    }
 
 
 def main() -> int:
@@ -104,12 +120,17 @@ def main() -> int:
         n = synthesize(source, run_dir, args.nodes, args.samples)
         print(f"report of {n:,} samples ...", flush=True)
         html = Path(tmp) / "report.html"
-        results["benchmarks"]["report"] = {"samples": n, "nodes": args.nodes, "run_file_bytes":
-                                           (run_dir / "samples.ndjson").stat().st_size,
-                                           **bench_report(run_dir, html)}
+        results["benchmarks"]["report"] = {
+            "samples": n,
+            "nodes": args.nodes,
+            "run_file_bytes": (run_dir / "samples.ndjson").stat().st_size,
+            **bench_report(run_dir, html),
+        }
         print(f"the report of {args.nodes} nodes in Chromium ...", flush=True)
-        results["benchmarks"]["report_in_browser"] = {"nodes": args.nodes,
-                                                      **bench_browser(html, results["benchmarks"]["report"]["plots"])}
+        results["benchmarks"]["report_in_browser"] = {
+            "nodes": args.nodes,
+            **bench_browser(html, results["benchmarks"]["report"]["plots"]),
+        }
     save_results(results, args.out or ROOT / "benchmarks" / "results" / f"report-{compact_utc()}.json")
     return 0
 

@@ -59,10 +59,10 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
-from typing import Callable
 from urllib.parse import urlencode
 
 import requests
@@ -114,10 +114,20 @@ class Query:
 
     def summary(self) -> dict:
         ms = sorted(self.ms)
-        return {"group": self.group, "store": self.store, "title": self.title, "selection": self.selection,
-                "runs": len(ms), "p50_ms": round(median(ms), 1), "p95_ms": round(p95(ms), 1),
-                "max_ms": round(ms[-1], 1), "response_bytes": self.response_bytes, **self.held,
-                **({"profile": self.profile} if self.profile else {}), **self.shown}
+        return {
+            "group": self.group,
+            "store": self.store,
+            "title": self.title,
+            "selection": self.selection,
+            "runs": len(ms),
+            "p50_ms": round(median(ms), 1),
+            "p95_ms": round(p95(ms), 1),
+            "max_ms": round(ms[-1], 1),
+            "response_bytes": self.response_bytes,
+            **self.held,
+            **({"profile": self.profile} if self.profile else {}),
+            **self.shown,
+        }
 
     def profiled_ms(self, session: requests.Session) -> dict:
         """The store's own account of the query (ms): InfluxDB's EXPLAIN ANALYZE, Elasticsearch's profile."""
@@ -125,11 +135,15 @@ class Query:
         answer = session.post(url, data=body, headers={"Content-Type": self.content_type}, timeout=120).json()
         if self.store == "influxdb":
             lines = [row[0] for row in answer["results"][0]["series"][0]["values"]]
-            return {key: _go_ms(next(line for line in lines if f"{key}:" in line))
-                    for key in ("planning_time", "execution_time")}
+            return {
+                key: _go_ms(next(line for line in lines if f"{key}:" in line))
+                for key in ("planning_time", "execution_time")
+            }
         shards = answer["profile"]["shards"]
-        return {"query": sum(q["time_in_nanos"] for s in shards for search in s["searches"] for q in search["query"])
-                / 1e6, "aggregations": sum(a["time_in_nanos"] for s in shards for a in s["aggregations"]) / 1e6}
+        return {
+            "query": sum(q["time_in_nanos"] for s in shards for search in s["searches"] for q in search["query"]) / 1e6,
+            "aggregations": sum(a["time_in_nanos"] for s in shards for a in s["aggregations"]) / 1e6,
+        }
 
 
 def _go_ms(line: str) -> float:
@@ -144,10 +158,11 @@ def p95(sorted_ms: list[float]) -> float:
 
 # -- the data -----------------------------------------------------------------------------------------
 
+
 def make_runs(source: Path, tmp: Path, args, stamp: str) -> dict:
     """The big run and the cross-run runs, synthesised from the real run in ``source``."""
-    from flowstat.synthetic import synthesize
     from flowstat.schema.sample import time_ns
+    from flowstat.synthetic import synthesize
 
     started = time_ns(json.loads((source / "run.json").read_text())["started"]) / 1e9
     big_start = time.time() - 7200
@@ -159,8 +174,15 @@ def make_runs(source: Path, tmp: Path, args, stamp: str) -> dict:
     say(f"synthesising {args.runs} runs of {args.run_nodes} nodes x {args.run_seconds} s ...")
     for k in range(args.runs):
         run_id = f"views-cross-{k + 1:02d}-{stamp}"
-        synthesize(source, tmp / run_id, args.run_nodes, args.run_seconds, run_id=run_id,
-                   parameters={"producers": k + 1}, shift_s=big_start - (args.runs - k) * step - 60 - started)
+        synthesize(
+            source,
+            tmp / run_id,
+            args.run_nodes,
+            args.run_seconds,
+            run_id=run_id,
+            parameters={"producers": k + 1},
+            shift_s=big_start - (args.runs - k) * step - 60 - started,
+        )
         cross.append(run_id)
     return {"big": big_id, "big_samples": n, "cross": cross, "dirs": [tmp / big_id, *(tmp / c for c in cross)]}
 
@@ -177,10 +199,16 @@ def load(stack, runs: dict) -> dict:
     assert not any(r.bad for r in reports), [r.bad[:3] for r in reports if r.bad]
     body = stack["influxdb"].query(f"SELECT count(\"seq\") FROM \"flowstat_node\" WHERE run_id = '{runs['big']}'", DB)
     in_influx = body["results"][0]["series"][0]["values"][0][1]
-    in_es = requests.post(f"{es}/{SAMPLES_INDEX}/_count", json={"query": {"term": {"run_id": runs["big"]}}},
-                          timeout=60).json()["count"]
-    out = {"samples": good, "seconds": round(seconds, 1), "big_run_samples": runs["big_samples"],
-           "big_run_in_influxdb": in_influx, "big_run_in_elasticsearch": in_es}
+    in_es = requests.post(
+        f"{es}/{SAMPLES_INDEX}/_count", json={"query": {"term": {"run_id": runs["big"]}}}, timeout=60
+    ).json()["count"]
+    out = {
+        "samples": good,
+        "seconds": round(seconds, 1),
+        "big_run_samples": runs["big_samples"],
+        "big_run_in_influxdb": in_influx,
+        "big_run_in_elasticsearch": in_es,
+    }
     if not in_influx == in_es == runs["big_samples"]:
         raise RuntimeError(f"the big run is not all stored: {out}")
     return out
@@ -210,6 +238,7 @@ def spread(nodes: list[str], k: int) -> list[str]:
 
 # -- the queries --------------------------------------------------------------------------------------
 
+
 def _influx_held(answer: dict) -> dict:
     result = answer["results"][0]
     if "error" in result:
@@ -225,22 +254,41 @@ def _influx_held(answer: dict) -> dict:
 def influx_query(url: str, group: str, title: str, selection: str, query: str, **shown) -> Query:
     """A query as Grafana's InfluxQL back end sends it in POST mode: q in the form body, db and epoch=ms."""
     endpoint = f"{url}/query?{urlencode({'db': DB, 'epoch': 'ms'})}"
-    return Query(group, "influxdb", title, selection, endpoint, urlencode({"q": query}).encode(),
-                 "application/x-www-form-urlencoded", _influx_held,
-                 {**shown, "query_chars": len(query)} | ({"query": query} if len(query) < 2000 else {}),
-                 (endpoint, urlencode({"q": f"EXPLAIN ANALYZE {query}"}).encode()))
+    return Query(
+        group,
+        "influxdb",
+        title,
+        selection,
+        endpoint,
+        urlencode({"q": query}).encode(),
+        "application/x-www-form-urlencoded",
+        _influx_held,
+        {**shown, "query_chars": len(query)} | ({"query": query} if len(query) < 2000 else {}),
+        (endpoint, urlencode({"q": f"EXPLAIN ANALYZE {query}"}).encode()),
+    )
 
 
-def es_search(url: str, group: str, title: str, selection: str, index: str, body: dict,
-              check: Callable[[dict], dict], **shown) -> Query:
+def es_search(
+    url: str, group: str, title: str, selection: str, index: str, body: dict, check: Callable[[dict], dict], **shown
+) -> Query:
     endpoint = f"{url}/{index}/_search?request_cache=false"
-    return Query(group, "elasticsearch", title, selection, endpoint, json.dumps(body).encode(), "application/json",
-                 check, {**shown, "index": index} | ({"body": body} if len(json.dumps(body)) < 3000 else {}),
-                 (endpoint, json.dumps({**body, "profile": True}).encode()))
+    return Query(
+        group,
+        "elasticsearch",
+        title,
+        selection,
+        endpoint,
+        json.dumps(body).encode(),
+        "application/json",
+        check,
+        {**shown, "index": index} | ({"body": body} if len(json.dumps(body)) < 3000 else {}),
+        (endpoint, json.dumps({**body, "profile": True}).encode()),
+    )
 
 
-def lens_query(url: str, group: str, lens: dict, selection: str, time_range: tuple[int, int],
-               filters: list[dict], **shown) -> Query:
+def lens_query(
+    url: str, group: str, lens: dict, selection: str, time_range: tuple[int, int], filters: list[dict], **shown
+) -> Query:
     """A Lens panel's search (flowstat.views.emulate_kibana) with the Kibana query bar's filters."""
     auto = lens_es.auto_interval_s(time_range)
     search = lens_es.lens_search(lens, time_range, filters, auto)
@@ -253,8 +301,19 @@ def lens_query(url: str, group: str, lens: dict, selection: str, time_range: tup
         if not values:
             raise NoData("no values")
         return {"rows": len(rows), "values": len(values)}
-    return es_search(url, group, lens["attributes"]["title"], selection, search.index, search.body, check,
-                     lens=lens["id"], auto_interval_s=auto, **shown)
+
+    return es_search(
+        url,
+        group,
+        lens["attributes"]["title"],
+        selection,
+        search.index,
+        search.body,
+        check,
+        lens=lens["id"],
+        auto_interval_s=auto,
+        **shown,
+    )
 
 
 def _buckets_held(answer: dict) -> dict:
@@ -284,8 +343,9 @@ def run_view_queries(stack, run_id: str, run_dir: Path, max_points: int) -> list
     for label, chosen in selections.items():
         variables = {"run": [run_id], "agent": [agent], "role": every_role, "node": chosen}
         for name in ("agent", "node"):
-            q = gx.expand(gx.interpolate(influxql.variable_query(name), variables, {"role", "node"}), from_ms, to_ms,
-                          1000)
+            q = gx.expand(
+                gx.interpolate(influxql.variable_query(name), variables, {"role", "node"}), from_ms, to_ms, 1000
+            )
             out.append(influx_query(influx, "run view variables", f"${name}", label, q))
         for panel in RUN_VIEW.panels():
             q, interval = gx.panel_query(RUN_VIEW, panel, variables, from_ms, to_ms, max_points)
@@ -293,7 +353,8 @@ def run_view_queries(stack, run_id: str, run_dir: Path, max_points: int) -> list
             lens = lenses[kibana.lens_id(RUN_VIEW, panel)]
             filters = [{"term": {"run_id": run_id}}]
             if lens_es.data_view_of(lens, next(iter(lens_es.layers(lens))))["attributes"]["title"].startswith(
-                    SAMPLES_INDEX):
+                SAMPLES_INDEX
+            ):
                 filters.append({"term": {"agent": agent}})
                 if len(chosen) < len(nodes):
                     filters.append({"terms": {"node_id": chosen}})
@@ -312,27 +373,60 @@ def cross_run_queries(stack, run_ids: list[str], dirs: list[Path], max_points: i
     label = f"{len(run_ids)} runs"
     variables = {"runs": run_ids, "agent": [agent], "param": ["producers"]}
     panels = {p.title: p for p in AGGREGATE_VIEW.panels()}
-    table, chart = panels["Mean and standard deviation per run"], panels["Merged objects/s (steady) against the parameter"]
+    table, chart = (
+        panels["Mean and standard deviation per run"],
+        panels["Merged objects/s (steady) against the parameter"],
+    )
     lenses = lens_es.by_id("lens")
-    out = [influx_query(influx, "cross-run", "$runs (the runs to compare)", "the time range",
-                        gx.expand(influxql.variable_query("runs"), from_ms, to_ms, 1000))]
+    out = [
+        influx_query(
+            influx,
+            "cross-run",
+            "$runs (the runs to compare)",
+            "the time range",
+            gx.expand(influxql.variable_query("runs"), from_ms, to_ms, 1000),
+        )
+    ]
     q, _ = gx.panel_query(AGGREGATE_VIEW, table, variables, from_ms, to_ms, max_points)
     out.append(influx_query(influx, "cross-run", table.title, label, q))
     index, body = gx.elasticsearch_request(grafana._target(AGGREGATE_VIEW, chart), variables, from_ms, to_ms)
     out.append(es_search(es, "cross-run", chart.title + " (Grafana)", label, index, body, _buckets_held))
     for panel in (table, chart):
-        out.append(lens_query(es, "cross-run", lenses[kibana.lens_id(AGGREGATE_VIEW, panel)], label,
-                              (from_ms, to_ms), [{"terms": {"run_id": run_ids}}]))
+        out.append(
+            lens_query(
+                es,
+                "cross-run",
+                lenses[kibana.lens_id(AGGREGATE_VIEW, panel)],
+                label,
+                (from_ms, to_ms),
+                [{"terms": {"run_id": run_ids}}],
+            )
+        )
     return out
 
 
 def baselines(stack, run_id: str) -> list[Query]:
     influx, es = stack["influxdb"].url, stack["elasticsearch"].url
-    return [influx_query(influx, "baseline", "count of the run's samples", "the run",
-                         f"SELECT count(\"seq\") FROM \"flowstat_node\" WHERE \"run_id\" = '{run_id}'"),
-            Query("baseline", "elasticsearch", "_count of the run's documents", "the run",
-                  f"{es}/{SAMPLES_INDEX}/_count", json.dumps({"query": {"term": {"run_id": run_id}}}).encode(),
-                  "application/json", _count_held, {"index": SAMPLES_INDEX})]
+    return [
+        influx_query(
+            influx,
+            "baseline",
+            "count of the run's samples",
+            "the run",
+            f'SELECT count("seq") FROM "flowstat_node" WHERE "run_id" = \'{run_id}\'',
+        ),
+        Query(
+            "baseline",
+            "elasticsearch",
+            "_count of the run's documents",
+            "the run",
+            f"{es}/{SAMPLES_INDEX}/_count",
+            json.dumps({"query": {"term": {"run_id": run_id}}}).encode(),
+            "application/json",
+            _count_held,
+            {"index": SAMPLES_INDEX},
+        ),
+    ]
 
 
 TARGETS = {"run view": TARGET_PANEL_MS, "cross-run": TARGET_CROSS_RUN_MS}
@@ -350,7 +444,7 @@ def measure(queries: list[Query], repeats: int) -> None:
             raise NoData(f"{q.store} {q.title} ({q.selection}) returned no data ({exc}): {q.shown}") from None
     for i in range(repeats):
         say(f"round {i + 1}/{repeats} ...")
-        for q in queries[i % len(queries):] + queries[:i % len(queries)]:
+        for q in queries[i % len(queries) :] + queries[: i % len(queries)]:
             t0 = time.perf_counter()
             q.send(session)  # an answer other than 200 raises
             q.ms.append((time.perf_counter() - t0) * 1000)
@@ -373,13 +467,18 @@ def verdicts(queries: list[Query]) -> dict:
             if not ours:
                 continue
             worst = max(ours, key=lambda q: p95(sorted(q.ms)))
-            per_store[store] = {"queries": len(ours), "worst_p95_ms": round(p95(sorted(worst.ms)), 1),
-                                "worst": f"{worst.title} ({worst.selection})",
-                                "over_target": [f"{q.title} ({q.selection})" for q in ours
-                                                if p95(sorted(q.ms)) > target],
-                                "median_p50_ms": round(median(median(q.ms) for q in ours), 1)}
-        out[group] = {"target_p95_ms": target, **per_store,
-                      "target_met": all(not s["over_target"] for s in per_store.values())}
+            per_store[store] = {
+                "queries": len(ours),
+                "worst_p95_ms": round(p95(sorted(worst.ms)), 1),
+                "worst": f"{worst.title} ({worst.selection})",
+                "over_target": [f"{q.title} ({q.selection})" for q in ours if p95(sorted(q.ms)) > target],
+                "median_p50_ms": round(median(median(q.ms) for q in ours), 1),
+            }
+        out[group] = {
+            "target_p95_ms": target,
+            **per_store,
+            "target_met": all(not s["over_target"] for s in per_store.values()),
+        }
     return out
 
 
@@ -387,8 +486,10 @@ def table(queries: list[Query]) -> str:
     lines = [f"{'group':<19} {'store':<13} {'query':<52} {'selection':<15} {'p50':>7} {'p95':>7} {'max':>7}"]
     for q in queries:
         ms = sorted(q.ms)
-        lines.append(f"{q.group:<19} {q.store:<13} {q.title[:52]:<52} {q.selection:<15} {median(ms):7.1f} "
-                     f"{p95(ms):7.1f} {ms[-1]:7.1f}")
+        lines.append(
+            f"{q.group:<19} {q.store:<13} {q.title[:52]:<52} {q.selection:<15} {median(ms):7.1f} "
+            f"{p95(ms):7.1f} {ms[-1]:7.1f}"
+        )
     return "\n".join(lines)
 
 
@@ -407,8 +508,12 @@ def main() -> int:
     ap.add_argument("--run-nodes", type=int, default=20, help="nodes of each compared run (default 20)")
     ap.add_argument("--run-seconds", type=int, default=60, help="samples per node of each compared run (default 60)")
     ap.add_argument("--repeats", type=int, default=20, help="timed rounds after the warm-up (default 20)")
-    ap.add_argument("--max-points", type=int, default=1500, help="a Grafana panel's max data points: its width in "
-                                                                 "pixels (default 1500)")
+    ap.add_argument(
+        "--max-points",
+        type=int,
+        default=1500,
+        help="a Grafana panel's max data points: its width in " "pixels (default 1500)",
+    )
     ap.add_argument("--source", type=Path, help="a run directory to replicate (default: record a 10 s demo run)")
     ap.add_argument("--out", type=Path, help="JSON output file")
     args = ap.parse_args()
@@ -417,14 +522,21 @@ def main() -> int:
     from bench_ingest import free_port
     from bench_report import record_run
     from run_benchmarks import machine, save_results
+
     from flowstat.stack import Stack
 
     stamp = compact_utc()
-    results = {"started": iso_utc_ms(), "machine": machine(), "command": " ".join(sys.argv),
-               "parameters": {k: v for k, v in vars(args).items() if k not in ("out", "source")}, "benchmarks": {}}
+    results = {
+        "started": iso_utc_ms(),
+        "machine": machine(),
+        "command": " ".join(sys.argv),
+        "parameters": {k: v for k, v in vars(args).items() if k not in ("out", "source")},
+        "benchmarks": {},
+    }
     cache = ROOT / ".cache" / "bench-stack"
-    stack = Stack(cache, {"influxdb": free_port(), "elasticsearch": free_port()},
-                  services=("influxdb", "elasticsearch"))
+    stack = Stack(
+        cache, {"influxdb": free_port(), "elasticsearch": free_port()}, services=("influxdb", "elasticsearch")
+    )
     with tempfile.TemporaryDirectory(prefix="flowstat-views-") as tmp:
         source = args.source
         if source is None:
@@ -435,9 +547,11 @@ def main() -> int:
         try:
             stack.up(report=say)
             results["benchmarks"]["replay"] = load(stack, runs)
-            queries = (run_view_queries(stack, runs["big"], runs["dirs"][0], args.max_points)
-                       + cross_run_queries(stack, runs["cross"], runs["dirs"][1:], args.max_points)
-                       + baselines(stack, runs["big"]))
+            queries = (
+                run_view_queries(stack, runs["big"], runs["dirs"][0], args.max_points)
+                + cross_run_queries(stack, runs["cross"], runs["dirs"][1:], args.max_points)
+                + baselines(stack, runs["big"])
+            )
             load_before = os.getloadavg()
             measure(queries, args.repeats)
             results["benchmarks"]["load_average"] = {"before": load_before, "after": os.getloadavg()}

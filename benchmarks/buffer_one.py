@@ -47,7 +47,18 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "buffer-one.json"
 DOC = ROOT / "docs" / "buffer-one.md"
 SVG = ROOT / "docs" / "img" / "buffer-one.svg"
-RATES = [100, 500, 750, 900, 1000, 2000, 4000, 8000, 16000, 0]  # objects/s per producer; 0 = as fast as it can (500-900: where overloads start)
+RATES = [
+    100,
+    500,
+    750,
+    900,
+    1000,
+    2000,
+    4000,
+    8000,
+    16000,
+    0,
+]  # objects/s per producer; 0 = as fast as it can (500-900: where overloads start)
 KERNEL_BUFFERS: list[int | None] = [None, 4096]  # None: the kernel's auto-tuning
 PRODUCERS = 4
 PINS = {"merger": 1, "producer": 0, "viewer": 0, "agent": 0}  # the merger alone on CPU 1
@@ -57,9 +68,13 @@ ESTABLISHED = "01"  # /proc/net/tcp's st column
 
 def machine() -> dict[str, Any]:
     """flowstat's description of this machine (flowstat.proc.machine) and the socket buffer limits."""
-    return {**describe(),
-            "tcp_wmem": read_sysctl("net/ipv4/tcp_wmem"), "tcp_rmem": read_sysctl("net/ipv4/tcp_rmem"),
-            "wmem_max": read_sysctl("net/core/wmem_max"), "rmem_max": read_sysctl("net/core/rmem_max")}
+    return {
+        **describe(),
+        "tcp_wmem": read_sysctl("net/ipv4/tcp_wmem"),
+        "tcp_rmem": read_sysctl("net/ipv4/tcp_rmem"),
+        "wmem_max": read_sysctl("net/core/wmem_max"),
+        "rmem_max": read_sysctl("net/core/rmem_max"),
+    }
 
 
 def read_sysctl(name: str) -> str | None:
@@ -74,9 +89,15 @@ def key(rate: int, kbuf: int | None) -> str:
 
 
 def topology(rate: int, kbuf: int | None, duration: float) -> dict[str, Any]:
-    topo = {"run_id": f"buffer-one-{key(rate, kbuf)}", "duration": duration, "buffer_size": 1,
-            "object": {"type": "TH1F", "size": "1kB"}, "producers": {"count": PRODUCERS, "rate": rate, "processes": 1},
-            "mergers": 1, "cpus": PINS}
+    topo = {
+        "run_id": f"buffer-one-{key(rate, kbuf)}",
+        "duration": duration,
+        "buffer_size": 1,
+        "object": {"type": "TH1F", "size": "1kB"},
+        "producers": {"count": PRODUCERS, "rate": rate, "processes": 1},
+        "mergers": 1,
+        "cpus": PINS,
+    }
     if kbuf is not None:
         topo["kernel_buffer_size"] = kbuf
     return topo
@@ -147,8 +168,12 @@ def measure(rate: int, kbuf: int | None, duration: float, runs_dir: Path) -> dic
         seconds.append(per_second(elapsed, metrics))
         if int(elapsed) % 5 == 0:
             last = seconds[-1]
-            print(f"    {elapsed:4.0f} s: sent {last['sent']:,}, merged {last['merged']:,}, "
-                  f"overload events {last['overload_events']:,}", file=sys.stderr, flush=True)
+            print(
+                f"    {elapsed:4.0f} s: sent {last['sent']:,}, merged {last['merged']:,}, "
+                f"overload events {last['overload_events']:,}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     sampler = threading.Thread(target=sample_queues, args=(runs_dir / run_id, ended, queues), daemon=True)
     sampler.start()
@@ -164,10 +189,14 @@ def per_second(elapsed: float, metrics: list[dict]) -> dict[str, Any]:
     """The counters of one progress reading (totals since the start)."""
     producers = [m for m in metrics if m.get("role") == "producer"]
     merger = next((m for m in metrics if m.get("role") == "merger"), {})
-    return {"t": round(elapsed, 2), "sent": sum(p.get("objects_sent") or 0 for p in producers),
-            "overload_events": sum(p.get("send_overload_events") or 0 for p in producers),
-            "received": merger.get("objects_received") or 0, "merged": merger.get("objects_merged") or 0,
-            "in_flight": merger.get("objects_in_flight")}
+    return {
+        "t": round(elapsed, 2),
+        "sent": sum(p.get("objects_sent") or 0 for p in producers),
+        "overload_events": sum(p.get("send_overload_events") or 0 for p in producers),
+        "received": merger.get("objects_received") or 0,
+        "merged": merger.get("objects_merged") or 0,
+        "in_flight": merger.get("objects_in_flight"),
+    }
 
 
 def result(rate: int, kbuf: int | None, s: dict, seconds: list[dict], queues: list, t0: float | None) -> dict:
@@ -178,15 +207,23 @@ def result(rate: int, kbuf: int | None, s: dict, seconds: list[dict], queues: li
     steady = [q for q in rel if window[0] <= q[0] <= window[1]]
     producers = [n for n in s["nodes"] if n["role"] == "producer"]
     return {
-        "rate_per_producer": rate, "kernel_buffer_bytes": kbuf, "run_id": s["run_id"], "seconds": s["seconds"],
-        "no_loss": s["conservation"]["ok"], "ok": s["ok"], "failures": s["failures"],
-        "window_s": window, "verdict": v.get("state"),
-        "offered_per_second": v.get("offered_per_second"), "merged_per_second": v.get("merged_per_second"),
+        "rate_per_producer": rate,
+        "kernel_buffer_bytes": kbuf,
+        "run_id": s["run_id"],
+        "seconds": s["seconds"],
+        "no_loss": s["conservation"]["ok"],
+        "ok": s["ok"],
+        "failures": s["failures"],
+        "window_s": window,
+        "verdict": v.get("state"),
+        "offered_per_second": v.get("offered_per_second"),
+        "merged_per_second": v.get("merged_per_second"),
         "overload_events_steady": v.get("producer_refusals"),
         "overload_events_per_second": round(v["producer_refusals"] / span, 2) if span > 0 else None,
         "overload_events_whole_run": sum(p.get("send_overload_events") or 0 for p in producers),
         "input_latency_p99_ms_worst_second": v.get("latency_p99_ms_worst_second"),
-        "queues_steady": queue_stats(steady), "queues_whole_run": queue_stats(rel),
+        "queues_steady": queue_stats(steady),
+        "queues_whole_run": queue_stats(rel),
         "per_second": seconds,
         # the series as (s since the start, send queue bytes, receive queue bytes), summed over connections
         "queue_series": [(round(t, 2), sum(snd), sum(rcv)) for t, snd, rcv in rel],
@@ -227,32 +264,46 @@ for _ in range(n):
             except zmq.Again: pass
         waits.append((time.perf_counter() - t0) * 1e6)
     time.sleep(0.003)
-print(json.dumps({"refused_fraction": refused / n, "until_sent_us_median": statistics.median(waits) if waits else None}))
+median = statistics.median(waits) if waits else None
+print(json.dumps({"refused_fraction": refused / n, "until_sent_us_median": median}))
 """
-PROBE_CASES = [(cpus, gap, events) for events in (False, True) for cpus in ("0", "0,1")
-               for gap in (0.0, 50e-6, 500e-6, 1e-3, 2e-3)]
+PROBE_CASES = [
+    (cpus, gap, events) for events in (False, True) for cpus in ("0", "0,1") for gap in (0.0, 50e-6, 500e-6, 1e-3, 2e-3)
+]
 
 
 def pipe_probe() -> list[dict]:
     out = []
     for cpus, gap, events in PROBE_CASES:
-        proc = subprocess.run([sys.executable, "-c", PROBE, cpus, str(gap), "1" if events else "0"],
-                              capture_output=True, text=True, check=True, timeout=120)
-        out.append({"sender_cpus": cpus, "gap_us": round(gap * 1e6), "events_read_first": events,
-                    **json.loads(proc.stdout)})
+        proc = subprocess.run(
+            [sys.executable, "-c", PROBE, cpus, str(gap), "1" if events else "0"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        )
+        out.append(
+            {"sender_cpus": cpus, "gap_us": round(gap * 1e6), "events_read_first": events, **json.loads(proc.stdout)}
+        )
     return out
 
 
 def probe_section(probe: list[dict]) -> list[str]:
-    lines = ["", "The pipe alone (`PROBE` in the script): a PUSH of high-water mark 1 sends a 1 kB message, then "
-             "tries a second one without blocking after a busy wait of the gap given; its receiver, on CPU 1, "
-             "never reads. Refused: share of 300 tries; until it went: median, from the first send, of the refused "
-             "ones.", "",
-             "| sender's threads on CPUs | gap us | ZMQ_EVENTS read first | refused | until it went us |",
-             "|---|---:|---|---:|---:|"]
+    lines = [
+        "",
+        "The pipe alone (`PROBE` in the script): a PUSH of high-water mark 1 sends a 1 kB message, then "
+        "tries a second one without blocking after a busy wait of the gap given; its receiver, on CPU 1, "
+        "never reads. Refused: share of 300 tries; until it went: median, from the first send, of the refused "
+        "ones.",
+        "",
+        "| sender's threads on CPUs | gap us | ZMQ_EVENTS read first | refused | until it went us |",
+        "|---|---:|---|---:|---:|",
+    ]
     for p in probe:
-        lines.append(f"| {p['sender_cpus']} | {p['gap_us']} | {'yes' if p['events_read_first'] else 'no'} | "
-                     f"{p['refused_fraction']:.0%} | {fmt(p['until_sent_us_median'])} |")
+        lines.append(
+            f"| {p['sender_cpus']} | {p['gap_us']} | {'yes' if p['events_read_first'] else 'no'} | "
+            f"{p['refused_fraction']:.0%} | {fmt(p['until_sent_us_median'])} |"
+        )
     return lines
 
 
@@ -271,17 +322,23 @@ def sweep(args: argparse.Namespace, cache: Path) -> list[dict]:
             print(f"{label}: {args.duration:g} s ...", file=sys.stderr, flush=True)
             path.write_text(json.dumps(measure(rate, kbuf, args.duration, runs_dir)))
         r = json.loads(path.read_text())
-        print(f"{label}: merged {r['merged_per_second']}/s of {r['offered_per_second']}/s, "
-              f"{r['overload_events_per_second']} overload events/s, send queue max "
-              f"{r['queues_steady']['send_queue_max_bytes']} B, receive queue max "
-              f"{r['queues_steady']['receive_queue_max_bytes']} B", file=sys.stderr, flush=True)
+        print(
+            f"{label}: merged {r['merged_per_second']}/s of {r['offered_per_second']}/s, "
+            f"{r['overload_events_per_second']} overload events/s, send queue max "
+            f"{r['queues_steady']['send_queue_max_bytes']} B, receive queue max "
+            f"{r['queues_steady']['receive_queue_max_bytes']} B",
+            file=sys.stderr,
+            flush=True,
+        )
         out.append(r)
     return out
 
 
 def first_overloading(runs: list[dict], kbuf: int | None) -> dict | None:
     """The paced run of lowest rate whose producers overloaded in the steady state (unlimited last)."""
-    mine = sorted((r for r in runs if r["kernel_buffer_bytes"] == kbuf), key=lambda r: r["rate_per_producer"] or math.inf)
+    mine = sorted(
+        (r for r in runs if r["kernel_buffer_bytes"] == kbuf), key=lambda r: r["rate_per_producer"] or math.inf
+    )
     return next((r for r in mine if (r["overload_events_steady"] or 0) > 0), None)
 
 
@@ -289,12 +346,18 @@ def summary_of(runs: list[dict]) -> dict[str, Any]:
     out = {}
     for kbuf in KERNEL_BUFFERS:
         r = first_overloading(runs, kbuf)
-        out[f"kernel_{kbuf or 'auto'}"] = None if r is None else {
-            "rate_per_producer": r["rate_per_producer"], "overload_events_per_second": r["overload_events_per_second"],
-            "send_queue_max_bytes": r["queues_steady"]["send_queue_max_bytes"],
-            "send_queue_mean_bytes": r["queues_steady"]["send_queue_mean_bytes"],
-            "receive_queue_max_bytes": r["queues_steady"]["receive_queue_max_bytes"],
-            "receive_queue_mean_bytes": r["queues_steady"]["receive_queue_mean_bytes"]}
+        out[f"kernel_{kbuf or 'auto'}"] = (
+            None
+            if r is None
+            else {
+                "rate_per_producer": r["rate_per_producer"],
+                "overload_events_per_second": r["overload_events_per_second"],
+                "send_queue_max_bytes": r["queues_steady"]["send_queue_max_bytes"],
+                "send_queue_mean_bytes": r["queues_steady"]["send_queue_mean_bytes"],
+                "receive_queue_max_bytes": r["queues_steady"]["receive_queue_max_bytes"],
+                "receive_queue_mean_bytes": r["queues_steady"]["receive_queue_mean_bytes"],
+            }
+        )
     return {"lowest_overloading_rate": out}
 
 
@@ -317,8 +380,12 @@ def svg_plot(runs: list[dict]) -> str:
             return zero_y
         return h - bottom - 20 - (math.log10(max(v, 10**y_lo)) - y_lo) / (y_hi - y_lo) * (h - bottom - 20 - top)
 
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
-             f'font-family="sans-serif" font-size="12">', SVG_NOTE, f'<rect width="{w}" height="{h}" fill="white"/>']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
+        f'font-family="sans-serif" font-size="12">',
+        SVG_NOTE,
+        f'<rect width="{w}" height="{h}" fill="white"/>',
+    ]
     for d in range(x_lo, x_hi + 1):
         parts.append(f'<line x1="{x(10**d):.1f}" y1="{top}" x2="{x(10**d):.1f}" y2="{h - bottom}" stroke="#ddd"/>')
         parts.append(f'<text x="{x(10**d):.1f}" y="{h - bottom + 16}" text-anchor="middle">{10**d:,}</text>')
@@ -327,26 +394,42 @@ def svg_plot(runs: list[dict]) -> str:
         parts.append(f'<text x="{left - 6}" y="{y(10**d) + 4:.1f}" text-anchor="end">{10**d:,g}</text>')
     parts.append(f'<text x="{left - 6}" y="{zero_y + 4}" text-anchor="end">0</text>')
     parts.append(f'<line x1="{left}" y1="{zero_y}" x2="{w - right}" y2="{zero_y}" stroke="#999"/>')
-    parts.append(f'<text x="{(left + w - right) / 2}" y="{h - 18}" text-anchor="middle">offered objects/s '
-                 f'(4 producers together, steady state)</text>')
-    parts.append(f'<text transform="translate(16 {(top + h - bottom) / 2}) rotate(-90)" text-anchor="middle">'
-                 f'producers\' overload events/s</text>')
-    parts.append(f'<text x="{left}" y="{top - 10}">Buffer of one, 4 producers of 1 kB TH1F, 1 pinned merger '
-                 f'(labels: rate asked per producer)</text>')
-    for i, (kbuf, colour) in enumerate(zip(KERNEL_BUFFERS, ("#1f77b4", "#d62728"))):
+    parts.append(
+        f'<text x="{(left + w - right) / 2}" y="{h - 18}" text-anchor="middle">offered objects/s '
+        f"(4 producers together, steady state)</text>"
+    )
+    parts.append(
+        f'<text transform="translate(16 {(top + h - bottom) / 2}) rotate(-90)" text-anchor="middle">'
+        f"producers' overload events/s</text>"
+    )
+    parts.append(
+        f'<text x="{left}" y="{top - 10}">Buffer of one, 4 producers of 1 kB TH1F, 1 pinned merger '
+        f"(labels: rate asked per producer)</text>"
+    )
+    for i, (kbuf, colour) in enumerate(zip(KERNEL_BUFFERS, ("#1f77b4", "#d62728"), strict=False)):
         # in the order of the rate asked for (unlimited last), each point labelled with it: producers
         # that cannot keep up offer less than asked, and the line may turn back
-        mine = sorted((r for r in runs if r["kernel_buffer_bytes"] == kbuf), key=lambda r: r["rate_per_producer"] or math.inf)
+        mine = sorted(
+            (r for r in runs if r["kernel_buffer_bytes"] == kbuf), key=lambda r: r["rate_per_producer"] or math.inf
+        )
         points = [(x(r["offered_per_second"] or 0), y(r["overload_events_per_second"] or 0)) for r in mine]
-        parts += [f'<text x="{px + 5:.1f}" y="{py + (-6 if i == 0 else 14):.1f}" font-size="10" fill="{colour}">'
-                  f'{r["rate_per_producer"] or "unl."}</text>' for r, (px, py) in zip(mine, points)]
-        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="'
-                     + " ".join(f"{px:.1f},{py:.1f}" for px, py in points) + '"/>')
+        parts += [
+            f'<text x="{px + 5:.1f}" y="{py + (-6 if i == 0 else 14):.1f}" font-size="10" fill="{colour}">'
+            f'{r["rate_per_producer"] or "unl."}</text>'
+            for r, (px, py) in zip(mine, points, strict=False)
+        ]
+        parts.append(
+            f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="'
+            + " ".join(f"{px:.1f},{py:.1f}" for px, py in points)
+            + '"/>'
+        )
         parts += [f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3.5" fill="{colour}"/>' for px, py in points]
         ly = top + 14 + 18 * i
         name = f"kernel buffers {kbuf} B (SO_SNDBUF/SO_RCVBUF)" if kbuf else "kernel buffers auto-tuned"
-        parts.append(f'<line x1="{left + 12}" y1="{ly - 4}" x2="{left + 36}" y2="{ly - 4}" stroke="{colour}" '
-                     f'stroke-width="2"/><text x="{left + 42}" y="{ly}">{name}</text>')
+        parts.append(
+            f'<line x1="{left + 12}" y1="{ly - 4}" x2="{left + 36}" y2="{ly - 4}" stroke="{colour}" '
+            f'stroke-width="2"/><text x="{left + 42}" y="{ly}">{name}</text>'
+        )
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
 
@@ -360,15 +443,21 @@ def fmt(v: Any, digits: int = 0) -> str:
 def results_section(results: dict) -> str:
     m, runs = results["machine"], results["runs"]
     lines = [
-        "## Results", "",
+        "## Results",
+        "",
         "Generated by `benchmarks/buffer_one.py` from `benchmarks/results/buffer-one.json`: do not edit below this "
-        "line by hand.", "",
-        f"Command: `{results['command']}` ({results['duration_s']:g} s per run, finished {results['finished']}).", "",
-        f"Machine: {m['host']}, nproc {m['usable_cpus']}, kernel {m['kernel']}, {m['cpu_model']}; tcp_wmem {m['tcp_wmem']}, "
-        f"tcp_rmem {m['tcp_rmem']}, wmem_max {m['wmem_max']}, rmem_max {m['rmem_max']}.", "",
+        "line by hand.",
+        "",
+        f"Command: `{results['command']}` ({results['duration_s']:g} s per run, finished {results['finished']}).",
+        "",
+        f"Machine: {m['host']}, nproc {m['usable_cpus']}, kernel {m['kernel']}, {m['cpu_model']}; tcp_wmem "
+        f"{m['tcp_wmem']}, "
+        f"tcp_rmem {m['tcp_rmem']}, wmem_max {m['wmem_max']}, rmem_max {m['rmem_max']}.",
+        "",
         "Steady state only (start-up and drain excluded: the online verdict's window). Queues: bytes summed over "
         "the 4 producer->merger connections, read every 0.1 s from /proc/net/tcp (send: tx_queue of the producers' "
-        "ends; receive: rx_queue of the merger's end); empty: the share of readings at 0.", "",
+        "ends; receive: rx_queue of the merger's end); empty: the share of readings at 0.",
+        "",
         "| rate/producer | kernel buffer | offered/s | merged/s | overload events/s | send queue max / mean B "
         "| send queue empty | receive queue max / mean B | receive queue empty | verdict |",
         "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
@@ -377,21 +466,30 @@ def results_section(results: dict) -> str:
         q = r["queues_steady"]
         lines.append(
             f"| {r['rate_per_producer'] or 'unlimited'} | {r['kernel_buffer_bytes'] or 'auto'} | "
-            f"{fmt(r['offered_per_second'])} | {fmt(r['merged_per_second'])} | {fmt(r['overload_events_per_second'], 1)} | "
-            f"{fmt(q['send_queue_max_bytes'])} / {fmt(q['send_queue_mean_bytes'])} | {fmt(q['send_queue_empty_fraction'], 2)} | "
+            f"{fmt(r['offered_per_second'])} | {fmt(r['merged_per_second'])} | "
+            f"{fmt(r['overload_events_per_second'], 1)} | "
+            f"{fmt(q['send_queue_max_bytes'])} / {fmt(q['send_queue_mean_bytes'])} | "
+            f"{fmt(q['send_queue_empty_fraction'], 2)} | "
             f"{fmt(q['receive_queue_max_bytes'])} / {fmt(q['receive_queue_mean_bytes'])} | "
-            f"{fmt(q['receive_queue_empty_fraction'], 2)} | {r['verdict']}{'' if r['no_loss'] else ', LOSS'} |")
+            f"{fmt(q['receive_queue_empty_fraction'], 2)} | {r['verdict']}{'' if r['no_loss'] else ', LOSS'} |"
+        )
     lines += ["", "![overload events/s against offered rate](img/buffer-one.svg)", ""]
     if results.get("pipe_probe"):
         lines += probe_section(results["pipe_probe"]) + [""]
     for kbuf in KERNEL_BUFFERS:
         first = results["summary"]["lowest_overloading_rate"][f"kernel_{kbuf or 'auto'}"]
         name = f"kernel buffers of {kbuf} bytes" if kbuf else "auto-tuned kernel buffers"
-        lines.append(f"- Lowest rate with overloads, {name}: " + (
-            "none" if first is None else
-            f"{first['rate_per_producer'] or 'unlimited'}/s per producer ({first['overload_events_per_second']} events/s; "
-            f"send queue max {first['send_queue_max_bytes']} B, mean {first['send_queue_mean_bytes']} B; receive "
-            f"queue max {first['receive_queue_max_bytes']} B, mean {first['receive_queue_mean_bytes']} B)."))
+        lines.append(
+            f"- Lowest rate with overloads, {name}: "
+            + (
+                "none"
+                if first is None
+                else f"{first['rate_per_producer'] or 'unlimited'}/s per producer "
+                f"({first['overload_events_per_second']} events/s; "
+                f"send queue max {first['send_queue_max_bytes']} B, mean {first['send_queue_mean_bytes']} B; receive "
+                f"queue max {first['receive_queue_max_bytes']} B, mean {first['receive_queue_mean_bytes']} B)."
+            )
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -412,8 +510,12 @@ def write_doc(results: dict) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=float, default=20, help="seconds per run (default 20)")
-    ap.add_argument("--rates", type=lambda s: [int(x) for x in s.split(",")], default=RATES,
-                    help="objects/s per producer, comma-separated; 0 = unlimited (default: %(default)s)")
+    ap.add_argument(
+        "--rates",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=RATES,
+        help="objects/s per producer, comma-separated; 0 = unlimited (default: %(default)s)",
+    )
     ap.add_argument("--redo", action="store_true", help="measure again what .cache/buffer-one/ holds")
     ap.add_argument("--out", type=Path, default=RESULTS, help="JSON output (default: %(default)s)")
     ap.add_argument("--no-probe", action="store_true", help="skip the pipe's round trip measured alone")
@@ -426,10 +528,19 @@ def main() -> int:
     cache.mkdir(parents=True, exist_ok=True)
     started = iso_utc_ms()
     runs = sweep(args, cache)
-    results = {"started": started, "finished": iso_utc_ms(), "machine": machine(),
-               "command": "benchmarks/buffer_one.py " + " ".join(sys.argv[1:]) if sys.argv[1:] else "benchmarks/buffer_one.py",
-               "duration_s": args.duration, "producers": PRODUCERS, "object": "TH1F 1 kB", "buffer_size": 1,
-               "cpus": PINS, "runs": runs, "summary": summary_of(runs)}
+    results = {
+        "started": started,
+        "finished": iso_utc_ms(),
+        "machine": machine(),
+        "command": "benchmarks/buffer_one.py " + " ".join(sys.argv[1:]) if sys.argv[1:] else "benchmarks/buffer_one.py",
+        "duration_s": args.duration,
+        "producers": PRODUCERS,
+        "object": "TH1F 1 kB",
+        "buffer_size": 1,
+        "cpus": PINS,
+        "runs": runs,
+        "summary": summary_of(runs),
+    }
     if not args.no_probe:
         print("the pipe's round trip, alone ...", file=sys.stderr, flush=True)
         results["pipe_probe"] = pipe_probe()

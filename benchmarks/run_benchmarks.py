@@ -32,13 +32,17 @@ from pathlib import Path
 
 import numpy as np
 
-from flowstat.proc.machine import describe
-from flowstat.timeutil import compact_utc, iso_utc_ms
 from flowstat.harness.orchestrator import run_topology
 from flowstat.harness.qcobjects import Kind, fill_gaussian, make_desc, merge, shape_for_size
 from flowstat.harness.topology import from_dict
+from flowstat.proc.machine import describe
+from flowstat.timeutil import compact_utc, iso_utc_ms
 
-THESIS = {"merge_time_500kB_ms": 1.478, "peak_merged_per_s_one_merger": 37307, "merged_per_s_500_producers_1_merger": 36341}
+THESIS = {
+    "merge_time_500kB_ms": 1.478,
+    "peak_merged_per_s_one_merger": 37307,
+    "merged_per_s_500_producers_1_merger": 36341,
+}
 
 
 def machine() -> dict:
@@ -75,11 +79,14 @@ def bench_merge_time(reps: int) -> dict:
     ours = timed(lambda: merge(desc, [a, b]))
     floor = timed(lambda: np.add(a, b))
     return {
-        "object": f"TH1F {desc.shape[0] - 2} bins, {desc.nbytes} bytes", "repetitions": reps,
-        "merge_ms_median": statistics.median(ours), "merge_ms_p99": float(np.percentile(ours, 99)),
+        "object": f"TH1F {desc.shape[0] - 2} bins, {desc.nbytes} bytes",
+        "repetitions": reps,
+        "merge_ms_median": statistics.median(ours),
+        "merge_ms_p99": float(np.percentile(ours, 99)),
         "numpy_add_ms_median": statistics.median(floor),
         "ratio_to_numpy_add": statistics.median(ours) / statistics.median(floor),
-        "thesis_ms": THESIS["merge_time_500kB_ms"], "target_ms": 0.1,
+        "thesis_ms": THESIS["merge_time_500kB_ms"],
+        "target_ms": 0.1,
         "target_met": statistics.median(ours) <= 0.1,
     }
 
@@ -93,13 +100,26 @@ def merger_rows(summary: dict) -> list[dict]:
 
 
 def bench_live_merge_time(runs_dir: Path, seconds: float) -> dict:
-    s = run({"run_id": "bench-merge-500kB", "duration": seconds, "buffer_size": 100000,
-             "object": {"type": "TH1F", "size": "500kB"}, "producers": {"count": 2, "rate": 20}, "mergers": 1},
-            runs_dir)
+    s = run(
+        {
+            "run_id": "bench-merge-500kB",
+            "duration": seconds,
+            "buffer_size": 100000,
+            "object": {"type": "TH1F", "size": "500kB"},
+            "producers": {"count": 2, "rate": 20},
+            "mergers": 1,
+        },
+        runs_dir,
+    )
     m = merger_rows(s)[0]
-    return {"topology": "2 producers x 20 obj/s, 500 kB TH1F (thesis 5.2)", "seconds": s["seconds"],
-            "merges": m["merges"], "mean_merge_ms": m["mean_merge_time"],
-            "average_merge_time_last10_ms": m["average_merge_time"], "no_loss": s["conservation"]["ok"]}
+    return {
+        "topology": "2 producers x 20 obj/s, 500 kB TH1F (thesis 5.2)",
+        "seconds": s["seconds"],
+        "merges": m["merges"],
+        "mean_merge_ms": m["mean_merge_time"],
+        "average_merge_time_last10_ms": m["average_merge_time"],
+        "no_loss": s["conservation"]["ok"],
+    }
 
 
 TRANSPORT_SINK = r"""
@@ -132,9 +152,16 @@ def bench_transport_floor(seconds: float, producers: int, startup_s: float) -> d
     sink = subprocess.Popen([sys.executable, "-c", TRANSPORT_SINK], stdout=subprocess.PIPE, text=True)
     port = int(sink.stdout.readline())
     from flowstat.harness.devices.producer import Producer
-    cfg = {"node_id": "floor", "producers": list(range(producers)), "rate": 0, "buffer_size": 1000,
-           "endpoints": [f"tcp://127.0.0.1:{port}"] * producers, "seed": 0,
-           "object": {"type": "TH1F", "shape": list(shape_for_size(Kind.TH1F, 1000)), "entries": 1000, "names": 1}}
+
+    cfg = {
+        "node_id": "floor",
+        "producers": list(range(producers)),
+        "rate": 0,
+        "buffer_size": 1000,
+        "endpoints": [f"tcp://127.0.0.1:{port}"] * producers,
+        "seed": 0,
+        "object": {"type": "TH1F", "shape": list(shape_for_size(Kind.TH1F, 1000)), "entries": 1000, "names": 1},
+    }
     p = Producer(cfg)
     p.state, p.t0 = "RUNNING", time.monotonic()
     end = p.t0 + seconds
@@ -147,80 +174,144 @@ def bench_transport_floor(seconds: float, producers: int, startup_s: float) -> d
     p.close()
     counts = [(float(t), int(c)) for t, c in (x.split(":") for x in sink.stdout.readline().split())]
     sink.wait()
-    return {"objects": counts[-1][1], "objects_per_second": window_rate(counts, startup_s, seconds),
-            "window_s": [startup_s, seconds]}
+    return {
+        "objects": counts[-1][1],
+        "objects_per_second": window_rate(counts, startup_s, seconds),
+        "window_s": [startup_s, seconds],
+    }
 
 
 def steady(summary: dict, merger: str = "merger-0") -> dict:
     """A merger's steady-state figures and verdict (flowstat.harness.online): start-up and drain out."""
     v = summary["online"][merger]
-    keys = ("online", "state", "why", "window_s", "offered_per_second", "merged_per_second", "merged_to_offered",
-            "latency_p50_ms_median_second", "latency_p99_ms_worst_second", "latency_p99_ms_first_third",
-            "latency_p99_ms_last_third", "vmrss_slope_mb_per_min", "in_flight_max", "producer_refusals")
+    keys = (
+        "online",
+        "state",
+        "why",
+        "window_s",
+        "offered_per_second",
+        "merged_per_second",
+        "merged_to_offered",
+        "latency_p50_ms_median_second",
+        "latency_p99_ms_worst_second",
+        "latency_p99_ms_first_third",
+        "latency_p99_ms_last_third",
+        "vmrss_slope_mb_per_min",
+        "in_flight_max",
+        "producer_refusals",
+    )
     return {k: v.get(k) for k in keys}
 
 
 def bench_throughput(runs_dir: Path, seconds: float, producers: int) -> dict:
     """Merged objects/s while the merger's input never runs dry: unthrottled producers; the rate over
     the steady window (its verdict will say "saturated": it sets the producers' pace, by design)."""
-    s = run({"run_id": "bench-throughput", "duration": seconds, "buffer_size": 1000,
-             "object": {"type": "TH1F", "size": "1kB"}, "producers": {"count": producers, "rate": 0},
-             "mergers": 1}, runs_dir)
+    s = run(
+        {
+            "run_id": "bench-throughput",
+            "duration": seconds,
+            "buffer_size": 1000,
+            "object": {"type": "TH1F", "size": "1kB"},
+            "producers": {"count": producers, "rate": 0},
+            "mergers": 1,
+        },
+        runs_dir,
+    )
     st = steady(s)
     floor = bench_transport_floor(seconds, producers, st["window_s"][0])
     rate = st["merged_per_second"]
     whole_run = merger_rows(s)[0]["merged_objects_per_second_whole_run"]
-    return {"topology": f"{producers} producers unthrottled, 1 kB TH1F, buffer 1000, 1 merger",
-            "seconds": s["seconds"], "objects_merged": merger_rows(s)[0]["objects_merged"],
-            "steady_merged_objects_per_second": rate, "steady": st,
-            "merged_objects_per_second_whole_run": whole_run, "no_loss": s["conservation"]["ok"],
-            "transport_floor_objects_per_second": floor["objects_per_second"],
-            "ratio_to_transport": rate / floor["objects_per_second"], "target_ratio": 0.5,
-            "target_met": rate >= 0.5 * floor["objects_per_second"] and s["conservation"]["ok"],
-            "thesis_peak": THESIS["peak_merged_per_s_one_merger"], "ratio_to_thesis": rate / THESIS["peak_merged_per_s_one_merger"]}
+    return {
+        "topology": f"{producers} producers unthrottled, 1 kB TH1F, buffer 1000, 1 merger",
+        "seconds": s["seconds"],
+        "objects_merged": merger_rows(s)[0]["objects_merged"],
+        "steady_merged_objects_per_second": rate,
+        "steady": st,
+        "merged_objects_per_second_whole_run": whole_run,
+        "no_loss": s["conservation"]["ok"],
+        "transport_floor_objects_per_second": floor["objects_per_second"],
+        "ratio_to_transport": rate / floor["objects_per_second"],
+        "target_ratio": 0.5,
+        "target_met": rate >= 0.5 * floor["objects_per_second"] and s["conservation"]["ok"],
+        "thesis_peak": THESIS["peak_merged_per_s_one_merger"],
+        "ratio_to_thesis": rate / THESIS["peak_merged_per_s_one_merger"],
+    }
 
 
 PINNED = {"merger": 1, "producer": 0, "viewer": 0, "agent": 0}  # the merger alone on CPU 1
 
 
 def bench_scale(runs_dir: Path, seconds: float, mergers: int, producers: int = 500, pinned: bool = False) -> dict:
-    topo = {"run_id": f"bench-{producers}x100-{mergers}m{'-pinned' if pinned else ''}", "duration": seconds,
-            "buffer_size": 100000, "object": {"type": "TH1F", "size": "1kB"},
-            "producers": {"count": producers, "rate": 100, "processes": max(2, -(-producers // 250))},
-            "mergers": mergers}
+    topo = {
+        "run_id": f"bench-{producers}x100-{mergers}m{'-pinned' if pinned else ''}",
+        "duration": seconds,
+        "buffer_size": 100000,
+        "object": {"type": "TH1F", "size": "1kB"},
+        "producers": {"count": producers, "rate": 100, "processes": max(2, -(-producers // 250))},
+        "mergers": mergers,
+    }
     if pinned:
         topo["cpus"] = PINNED
     s = run(topo, runs_dir)
     verdicts = {m: steady(s, m) for m in s["online"]}
     offered = sum(v["offered_per_second"] or 0 for v in verdicts.values())
     sent, nominal_sent = s["conservation"]["objects_sent"], producers * 100 * seconds
-    return {"topology": f"{producers} producers x 100 obj/s, 1 kB TH1F, buffer 100000, {mergers} merger(s)"
-                        + (", merger pinned to CPU 1, everything else on CPU 0" if pinned else ", not pinned"),
-            "seconds": s["seconds"], "nominal_objects_per_second": producers * 100,
-            "steady_offered_objects_per_second": offered, "offered_to_nominal": offered / (producers * 100),
-            # the share of the nominal objects (rate x duration) the producers got out in the run
-            "objects_sent": sent, "objects_sent_of_nominal": sent / nominal_sent, "target_sent_of_nominal": 0.9,
-            "sent_target_met": sent >= 0.9 * nominal_sent,
-            "steady_merged_objects_per_second": sum(v["merged_per_second"] or 0 for v in verdicts.values()),
-            "online": all(v["online"] for v in verdicts.values()), "mergers": verdicts,
-            "merged_objects_per_second_whole_run": sum(n["merged_objects_per_second_whole_run"] or 0 for n in merger_rows(s)),
-            "no_loss": s["conservation"]["ok"],
-            "thesis_merged_per_s": THESIS["merged_per_s_500_producers_1_merger"] if mergers == 1 and producers == 500 else None}
+    return {
+        "topology": f"{producers} producers x 100 obj/s, 1 kB TH1F, buffer 100000, {mergers} merger(s)"
+        + (", merger pinned to CPU 1, everything else on CPU 0" if pinned else ", not pinned"),
+        "seconds": s["seconds"],
+        "nominal_objects_per_second": producers * 100,
+        "steady_offered_objects_per_second": offered,
+        "offered_to_nominal": offered / (producers * 100),
+        # the share of the nominal objects (rate x duration) the producers got out in the run
+        "objects_sent": sent,
+        "objects_sent_of_nominal": sent / nominal_sent,
+        "target_sent_of_nominal": 0.9,
+        "sent_target_met": sent >= 0.9 * nominal_sent,
+        "steady_merged_objects_per_second": sum(v["merged_per_second"] or 0 for v in verdicts.values()),
+        "online": all(v["online"] for v in verdicts.values()),
+        "mergers": verdicts,
+        "merged_objects_per_second_whole_run": sum(
+            n["merged_objects_per_second_whole_run"] or 0 for n in merger_rows(s)
+        ),
+        "no_loss": s["conservation"]["ok"],
+        "thesis_merged_per_s": THESIS["merged_per_s_500_producers_1_merger"]
+        if mergers == 1 and producers == 500
+        else None,
+    }
 
 
 def bench_paced(runs_dir: Path, seconds: float) -> dict:
     """8 producers x 100 obj/s of 1 kB TH1F: far under what one merger takes, so it should be
     online with its inputs waiting well under 100 ms in every second."""
-    s = run({"run_id": "bench-paced-8x100", "duration": seconds, "buffer_size": 100,
-             "object": {"type": "TH1F", "size": "1kB"}, "producers": {"count": 8, "rate": 100}, "mergers": 1}, runs_dir)
+    s = run(
+        {
+            "run_id": "bench-paced-8x100",
+            "duration": seconds,
+            "buffer_size": 100,
+            "object": {"type": "TH1F", "size": "1kB"},
+            "producers": {"count": 8, "rate": 100},
+            "mergers": 1,
+        },
+        runs_dir,
+    )
     st = steady(s)
     p99 = merger_rows(s)[0]["input_latency"]["input_latency_p99_ms"]
     worst = st["latency_p99_ms_worst_second"]
-    return {"topology": "8 producers x 100 obj/s, 1 kB TH1F, buffer 100, 1 merger", "seconds": s["seconds"],
-            "steady": st, "input_latency_p99_ms_whole_run": p99, "no_loss": s["conservation"]["ok"],
-            "target_latency_p99_ms": 100, "target_merged_to_offered": 0.95,
-            "target_met": bool(st["online"]) and worst is not None and worst < 100 and p99 < 100
-                          and (st["merged_to_offered"] or 0) >= 0.95}
+    return {
+        "topology": "8 producers x 100 obj/s, 1 kB TH1F, buffer 100, 1 merger",
+        "seconds": s["seconds"],
+        "steady": st,
+        "input_latency_p99_ms_whole_run": p99,
+        "no_loss": s["conservation"]["ok"],
+        "target_latency_p99_ms": 100,
+        "target_merged_to_offered": 0.95,
+        "target_met": bool(st["online"])
+        and worst is not None
+        and worst < 100
+        and p99 < 100
+        and (st["merged_to_offered"] or 0) >= 0.95,
+    }
 
 
 def bench_saturation(runs_dir: Path, seconds: float, counts: list[int]) -> dict:
@@ -232,20 +323,25 @@ def bench_saturation(runs_dir: Path, seconds: float, counts: list[int]) -> dict:
         step = bench_scale(runs_dir, seconds, 1, producers=n, pinned=True)
         steps.append(step)
         # Producers that cannot offer their rate on their one CPU: the merger is no longer what is measured.
-        step["producers_reached_nominal"] = step["steady_offered_objects_per_second"] >= 0.95 * step["nominal_objects_per_second"]
+        step["producers_reached_nominal"] = (
+            step["steady_offered_objects_per_second"] >= 0.95 * step["nominal_objects_per_second"]
+        )
         if not step["online"] or not step["producers_reached_nominal"]:
             limited_by_producers = step["online"]
             break
     online = [x for x in steps if x["online"]]
     best = max(online, key=lambda x: x["steady_merged_objects_per_second"]) if online else None
-    return {"steps": steps, "limited_by_producers": limited_by_producers,
-            "highest_online_producers": best and best["nominal_objects_per_second"] // 100,
-            "highest_online_merged_per_second": best and best["steady_merged_objects_per_second"],
-            "first_not_online_producers": None if steps[-1]["online"] else steps[-1]["nominal_objects_per_second"] // 100,
-            "target_online_merged_per_second": 75_000,
-            # the load it was online at (what its producers were asked to offer), not the window's
-            # measured rate, which wobbles by a few objects per second around it
-            "target_met": bool(best) and best["nominal_objects_per_second"] >= 75_000}
+    return {
+        "steps": steps,
+        "limited_by_producers": limited_by_producers,
+        "highest_online_producers": best and best["nominal_objects_per_second"] // 100,
+        "highest_online_merged_per_second": best and best["steady_merged_objects_per_second"],
+        "first_not_online_producers": None if steps[-1]["online"] else steps[-1]["nominal_objects_per_second"] // 100,
+        "target_online_merged_per_second": 75_000,
+        # the load it was online at (what its producers were asked to offer), not the window's
+        # measured rate, which wobbles by a few objects per second around it
+        "target_met": bool(best) and best["nominal_objects_per_second"] >= 75_000,
+    }
 
 
 def main() -> int:
@@ -270,7 +366,7 @@ def main() -> int:
         b["paced_8_producers_1_merger"] = bench_paced(runs, max(10, secs / 3))
         save_results(results, out, quiet=True)
         pin = (os.cpu_count() or 1) >= 2
-        for m in ((1, 2, 4) if args.full else (1,)):
+        for m in (1, 2, 4) if args.full else (1,):
             print(f"500 producers x 100 obj/s, {m} merger(s) ...", flush=True)
             b[f"scale_500_producers_{m}_merger"] = bench_scale(runs, secs, m)
             save_results(results, out, quiet=True)
@@ -280,7 +376,9 @@ def main() -> int:
             save_results(results, out, quiet=True)
         if pin and args.full:
             print("saturation of one pinned merger ...", flush=True)
-            b["saturation_one_pinned_merger"] = bench_saturation(runs, secs, [500, 750, 1000, 1250, 1500, 2000, 2500, 3000])
+            b["saturation_one_pinned_merger"] = bench_saturation(
+                runs, secs, [500, 750, 1000, 1250, 1500, 2000, 2500, 3000]
+            )
         else:
             b["saturation_one_pinned_merger"] = {"skipped": "needs --full and 2 CPUs"}
     save_results(results, out)

@@ -19,16 +19,24 @@ import sys
 from pathlib import Path
 
 from flowstat.campaign import load, run_campaign
-from flowstat.campaign.runner import CampaignInterrupted, recorded
-from flowstat.harness.orchestrator import RunError
 from flowstat.campaign import report as campaign_report
 from flowstat.campaign.command import Bar
+from flowstat.campaign.runner import CampaignInterrupted, recorded
+from flowstat.harness.orchestrator import RunError
 
 ROOT = Path(__file__).resolve().parents[1]
 CAMPAIGNS = Path("benchmark-harness") / "campaigns"  # relative: from the checkout's root (main goes there)
 # The thesis's order, then what goes past it.
-ORDER = ("thesis-5.1-buffer-size", "thesis-5.2-object-size", "thesis-5.2.1-50MB-producers", "thesis-5.3-object-type",
-         "thesis-5.4-producers", "thesis-5.5-mergers", "merger-saturation", "merger-layers")
+ORDER = (
+    "thesis-5.1-buffer-size",
+    "thesis-5.2-object-size",
+    "thesis-5.2.1-50MB-producers",
+    "thesis-5.3-object-type",
+    "thesis-5.4-producers",
+    "thesis-5.5-mergers",
+    "merger-saturation",
+    "merger-layers",
+)
 
 
 def files() -> list[Path]:
@@ -47,8 +55,11 @@ def places(duration: float) -> tuple[Path, Path, Path]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=float, default=20.0, metavar="S", help="seconds per configuration (default 20)")
-    ap.add_argument("--only", metavar="NAME", help="these campaigns only (comma-separated names); the others' "
-                                                   "results are kept in the JSON")
+    ap.add_argument(
+        "--only",
+        metavar="NAME",
+        help="these campaigns only (comma-separated names); the others' " "results are kept in the JSON",
+    )
     ap.add_argument("--retry-failed", action="store_true", help="run again the configurations that failed")
     args = ap.parse_args()
     os.chdir(ROOT)  # every path written down (the tables' commands, results.json) is the checkout's, not this machine's
@@ -62,18 +73,27 @@ def main() -> int:
     status = 0
     for path in chosen:
         campaign = load(path).with_duration(args.duration)
-        print(f"== {campaign.name}: {len(campaign.configurations)} configurations x {args.duration:g} s", file=sys.stderr)
+        print(
+            f"== {campaign.name}: {len(campaign.configurations)} configurations x {args.duration:g} s", file=sys.stderr
+        )
         try:
-            outcomes = run_campaign(campaign, runs / campaign.name, retry_failed=args.retry_failed,
-                                    events=Bar(len(campaign.configurations), campaign.duration))
+            outcomes = run_campaign(
+                campaign,
+                runs / campaign.name,
+                retry_failed=args.retry_failed,
+                events=Bar(len(campaign.configurations), campaign.duration),
+            )
         except (CampaignInterrupted, KeyboardInterrupt, RunError) as exc:  # what finished is kept: write it down
-            print(f"run_campaigns: {campaign.name}: {str(exc) or 'interrupted'}; run the same command to go on",
-                  file=sys.stderr)
+            print(
+                f"run_campaigns: {campaign.name}: {str(exc) or 'interrupted'}; run the same command to go on",
+                file=sys.stderr,
+            )
             status = 130 if not isinstance(exc, RunError) else 2
             break
         command = f"flowstat campaign {path} --duration {args.duration:g}"
-        made = campaign_report.write(campaign, recorded(campaign, runs / campaign.name), runs / campaign.name, docs,
-                                     command, html=False)
+        made = campaign_report.write(
+            campaign, recorded(campaign, runs / campaign.name), runs / campaign.name, docs, command, html=False
+        )
         # The HTML (Bokeh inline: a megabyte or more) stays beside the runs; the Markdown is committed.
         from flowstat.campaign import htmlpage
 

@@ -29,9 +29,13 @@ INBOX = os.environ.get("CHECK_INBOX", "http://alerts:9095")
 RUNS = Path(os.environ.get("CHECK_RUNS", "/var/lib/flowstat/runs"))
 NEWEST = int(os.environ.get("CHECK_RUNS_NEWEST", "5"))
 ALSO = [r for r in os.environ.get("CHECK_RUN_IDS", "").split(",") if r]  # runs to count that are not in the volume
-ES_USERS = {"elastic": "ELASTIC_PASSWORD", "flowstat_logstash": "LOGSTASH_ES_PASSWORD",
-            "flowstat_agent": "AGENT_ES_PASSWORD", "flowstat_grafana": "GRAFANA_ES_PASSWORD",
-            "flowstat_elastalert": "ELASTALERT_ES_PASSWORD"}
+ES_USERS = {
+    "elastic": "ELASTIC_PASSWORD",
+    "flowstat_logstash": "LOGSTASH_ES_PASSWORD",
+    "flowstat_agent": "AGENT_ES_PASSWORD",
+    "flowstat_grafana": "GRAFANA_ES_PASSWORD",
+    "flowstat_elastalert": "ELASTALERT_ES_PASSWORD",
+}
 INFLUX_WHO = ("ADMIN", "WRITER", "READER", "REPLAY")
 problems: list[str] = []
 
@@ -45,8 +49,12 @@ def es(method: str, path: str, user: str = "flowstat_grafana", **kw) -> requests
 
 
 def influx(q: str, who: str = "READER") -> requests.Response:
-    return requests.post(f"{INFLUX}/query", params={"q": q, "db": "flowstat", "epoch": "ns"}, timeout=30,
-                         auth=(os.environ.get(f"INFLUXDB_{who}_USER", ""), os.environ.get(f"INFLUXDB_{who}_PASSWORD", "")))
+    return requests.post(
+        f"{INFLUX}/query",
+        params={"q": q, "db": "flowstat", "epoch": "ns"},
+        timeout=30,
+        auth=(os.environ.get(f"INFLUXDB_{who}_USER", ""), os.environ.get(f"INFLUXDB_{who}_PASSWORD", "")),
+    )
 
 
 def check_users() -> dict:
@@ -56,13 +64,16 @@ def check_users() -> dict:
             r = es("GET", "/_security/_authenticate", user)
             out[f"elasticsearch:{user}"] = r.status_code == 200
             if r.status_code != 200:
-                problems.append(f"Elasticsearch refuses {user} (HTTP {r.status_code}): .env's {var} is not its "
-                                f"password there (`docker compose up setup` sets it; ELASTIC_PASSWORD is taken at "
-                                f"the first start only)")
+                problems.append(
+                    f"Elasticsearch refuses {user} (HTTP {r.status_code}): .env's {var} is not its "
+                    f"password there (`docker compose up setup` sets it; ELASTIC_PASSWORD is taken at "
+                    f"the first start only)"
+                )
         except requests.RequestException as exc:
             out[f"elasticsearch:{user}"] = False
-            problems.append(f"Elasticsearch at {ES} does not answer ({type(exc).__name__}): "
-                            f"`docker compose logs elasticsearch`")
+            problems.append(
+                f"Elasticsearch at {ES} does not answer ({type(exc).__name__}): " f"`docker compose logs elasticsearch`"
+            )
             break
     for who in INFLUX_WHO:
         user = os.environ.get(f"INFLUXDB_{who}_USER", "")
@@ -72,11 +83,15 @@ def check_users() -> dict:
             ok = r.status_code in (200, 403) and "authorization failed" not in r.text
             out[f"influxdb:{user}"] = ok
             if not ok:
-                problems.append(f"InfluxDB refuses {user} (HTTP {r.status_code}: {r.text.strip()[:120]}): .env's "
-                                f"INFLUXDB_{who}_PASSWORD is not its password there (`docker compose up setup`)")
+                problems.append(
+                    f"InfluxDB refuses {user} (HTTP {r.status_code}: {r.text.strip()[:120]}): .env's "
+                    f"INFLUXDB_{who}_PASSWORD is not its password there (`docker compose up setup`)"
+                )
         except requests.RequestException as exc:
             out[f"influxdb:{user}"] = False
-            problems.append(f"InfluxDB at {INFLUX} does not answer ({type(exc).__name__}): `docker compose logs influxdb`")
+            problems.append(
+                f"InfluxDB at {INFLUX} does not answer ({type(exc).__name__}): `docker compose logs influxdb`"
+            )
             break
     return out
 
@@ -95,8 +110,12 @@ def run_file(run_dir: Path) -> dict:
         doc = json.loads((run_dir / "run.json").read_text())
     except (OSError, ValueError):
         doc = {}
-    return {"node_samples": nodes, "self_samples": selfs, "finished": doc.get("finished"),
-            "verdict": (doc.get("verdict") or {}).get("ok") if isinstance(doc.get("verdict"), dict) else doc.get("verdict")}
+    return {
+        "node_samples": nodes,
+        "self_samples": selfs,
+        "finished": doc.get("finished"),
+        "verdict": (doc.get("verdict") or {}).get("ok") if isinstance(doc.get("verdict"), dict) else doc.get("verdict"),
+    }
 
 
 def es_counts(run_id: str) -> dict:
@@ -106,8 +125,11 @@ def es_counts(run_id: str) -> dict:
     r = es("POST", "/flowstat-agents*/_count", json={"query": {"term": {"run_id": run_id}}})
     r_doc = es("GET", f"/flowstat-runs/_doc/{run_id}")
     doc = r_doc.json().get("_source") if r_doc.status_code == 200 else None
-    return {"node_samples": counts, "self_samples": r.json().get("count") if r.ok else None,
-            "run_document": None if doc is None else {"finished": doc.get("finished")}}
+    return {
+        "node_samples": counts,
+        "self_samples": r.json().get("count") if r.ok else None,
+        "run_document": None if doc is None else {"finished": doc.get("finished")},
+    }
 
 
 def influx_counts(run_id: str) -> dict:
@@ -116,18 +138,32 @@ def influx_counts(run_id: str) -> dict:
         return (r.json()["results"][0].get("series") or []) if r.ok else []
 
     rid = run_id.replace("'", "\\'")
-    nodes = {s["tags"]["agent"]: s["values"][0][1] for s in series(
-        f"""SELECT count("seq") FROM "flowstat"."raw"."flowstat_node" WHERE "run_id" = '{rid}' GROUP BY "agent" """)}
-    selfs = sum(s["values"][0][1] for s in series(
-        f"""SELECT count("seq") FROM "flowstat"."raw"."flowstat_agent" WHERE "run_id" = '{rid}' GROUP BY "agent" """))
+    nodes = {
+        s["tags"]["agent"]: s["values"][0][1]
+        for s in series(
+            f"""SELECT count("seq") FROM "flowstat"."raw"."flowstat_node" WHERE "run_id" = '{rid}' GROUP BY "agent" """
+        )
+    }
+    selfs = sum(
+        s["values"][0][1]
+        for s in series(
+            f"""SELECT count("seq") FROM "flowstat"."raw"."flowstat_agent" WHERE "run_id" = '{rid}' GROUP BY "agent" """
+        )
+    )
     docs = series(f"""SELECT "finished" FROM "flowstat"."raw"."flowstat_run" WHERE "run_id" = '{rid}' """)
-    return {"node_samples": nodes, "self_samples": selfs,
-            "run_document": {"finished": docs[0]["values"][-1][1]} if docs else None}
+    return {
+        "node_samples": nodes,
+        "self_samples": selfs,
+        "run_document": {"finished": docs[0]["values"][-1][1]} if docs else None,
+    }
 
 
 def check_runs() -> dict:
-    dirs = sorted((d for d in RUNS.iterdir() if (d / "samples.ndjson").exists()),
-                  key=lambda d: d.stat().st_mtime) if RUNS.is_dir() else []
+    dirs = (
+        sorted((d for d in RUNS.iterdir() if (d / "samples.ndjson").exists()), key=lambda d: d.stat().st_mtime)
+        if RUNS.is_dir()
+        else []
+    )
     out = {}
     for d in [*dirs[-NEWEST:], *(RUNS / r for r in ALSO if not (RUNS / r).exists())]:
         f = run_file(d) if d.exists() else None
@@ -141,14 +177,18 @@ def check_runs() -> dict:
             if got["run_document"] is None:
                 problems.append(f"run {d.name}: no run document in {store}")
             elif f and f["finished"] and got["run_document"]["finished"] != f["finished"]:
-                problems.append(f"run {d.name}: {store}'s run document is not the final one "
-                                f"(finished {got['run_document']['finished']!r}, the run file's {f['finished']!r})")
+                problems.append(
+                    f"run {d.name}: {store}'s run document is not the final one "
+                    f"(finished {got['run_document']['finished']!r}, the run file's {f['finished']!r})"
+                )
             if f and f["finished"]:
                 py = got["node_samples"].get("flowstat-agent-py", 0)
                 if py != f["node_samples"]:
-                    problems.append(f"run {d.name}: {store} holds {py} of the Python agent's samples, its run file "
-                                    f"{f['node_samples']}" + (" (Logstash's path)" if store == "Elasticsearch"
-                                                              else " (Telegraf's path)"))
+                    problems.append(
+                        f"run {d.name}: {store} holds {py} of the Python agent's samples, its run file "
+                        f"{f['node_samples']}"
+                        + (" (Logstash's path)" if store == "Elasticsearch" else " (Telegraf's path)")
+                    )
     return out
 
 
@@ -158,14 +198,21 @@ def check_alerts() -> dict:
         out["inbox"] = requests.get(f"{INBOX}/health", timeout=10).status_code == 200
         alerts = requests.get(f"{INBOX}/alerts.json", timeout=10).json()
         alerts = alerts.get("alerts", alerts) if isinstance(alerts, dict) else alerts
-        out["alerts"] = [{k: a.get(k) for k in ("rule", "uid", "run_id", "node_id", "source", "agent", "at")}
-                         for a in alerts]
+        out["alerts"] = [
+            {k: a.get(k) for k in ("rule", "uid", "run_id", "node_id", "source", "agent", "at")} for a in alerts
+        ]
     except (requests.RequestException, ValueError) as exc:
         out["inbox"] = False
-        problems.append(f"the alert inbox at {INBOX} does not answer ({type(exc).__name__}): `docker compose logs alerts`")
+        problems.append(
+            f"the alert inbox at {INBOX} does not answer ({type(exc).__name__}): `docker compose logs alerts`"
+        )
     try:
-        r = es("POST", "/flowstat-elastalert_status/_count", "flowstat_elastalert",
-               json={"query": {"range": {"@timestamp": {"gt": "now-2m"}}}})
+        r = es(
+            "POST",
+            "/flowstat-elastalert_status/_count",
+            "flowstat_elastalert",
+            json={"query": {"range": {"@timestamp": {"gt": "now-2m"}}}},
+        )
         out["elastalert_runs_2min"] = r.json().get("count") if r.ok else None
         if not out["elastalert_runs_2min"]:
             problems.append("ElastAlert2 ran no rule in the last 2 minutes: `docker compose logs elastalert`")

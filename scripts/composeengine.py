@@ -39,10 +39,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 STAND_INS = ROOT / "scripts" / "compose-stand-ins"
@@ -95,11 +95,27 @@ def compose_binary() -> Path:
     if binary.exists():
         return binary
     binary.parent.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, GOBIN=str(binary.parent), GOMODCACHE=str(top / "mod"), GOCACHE=str(top / "build"),
-               GOPATH=str(top), GOFLAGS="-modcacherw", CGO_ENABLED="0")
+    env = dict(
+        os.environ,
+        GOBIN=str(binary.parent),
+        GOMODCACHE=str(top / "mod"),
+        GOCACHE=str(top / "build"),
+        GOPATH=str(top),
+        GOFLAGS="-modcacherw",
+        CGO_ENABLED="0",
+    )
     say(f"building Compose {COMPOSE_VERSION} from the Go module proxy (about 2 minutes, once)")
-    _run([go(), "install", "-ldflags", f"-s -w -X github.com/docker/compose/v2/internal.Version={COMPOSE_VERSION}",
-          f"github.com/docker/compose/v2/cmd@{COMPOSE_VERSION}"], f"building Compose {COMPOSE_VERSION}", env=env)
+    _run(
+        [
+            go(),
+            "install",
+            "-ldflags",
+            f"-s -w -X github.com/docker/compose/v2/internal.Version={COMPOSE_VERSION}",
+            f"github.com/docker/compose/v2/cmd@{COMPOSE_VERSION}",
+        ],
+        f"building Compose {COMPOSE_VERSION}",
+        env=env,
+    )
     (binary.parent / "cmd").rename(binary)
     return binary
 
@@ -162,9 +178,14 @@ class Engine:
     @property
     def env(self) -> dict[str, str]:
         """For docker and compose: this engine, the classic builder (no buildx here), no stray config."""
-        return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/root"),
-                "DOCKER_HOST": self.host, "DOCKER_BUILDKIT": "0", "COMPOSE_DOCKER_CLI_BUILD": "0",
-                "DOCKER_CONFIG": str(self.root / "client-config")}
+        return {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": os.environ.get("HOME", "/root"),
+            "DOCKER_HOST": self.host,
+            "DOCKER_BUILDKIT": "0",
+            "COMPOSE_DOCKER_CLI_BUILD": "0",
+            "DOCKER_CONFIG": str(self.root / "client-config"),
+        }
 
     @property
     def dockerd_pid(self) -> Path:
@@ -196,7 +217,9 @@ class Engine:
             self.stop()
         for program in ("dockerd", "containerd", "runc", "nsenter", "ip"):
             if not shutil.which(program) and not shutil.which(program, path="/usr/sbin:/sbin"):
-                raise EngineError(f"`{program}` is missing (make installs docker.io: Debian's dockerd, containerd, runc)")
+                raise EngineError(
+                    f"`{program}` is missing (make installs docker.io: Debian's dockerd, containerd, runc)"
+                )
         self.root.mkdir(parents=True, exist_ok=True)
         self.run.mkdir(parents=True, exist_ok=True)
         (self.root / "client-config").mkdir(exist_ok=True)
@@ -210,23 +233,66 @@ class Engine:
         config.write_text('version = 2\ndisabled_plugins = ["io.containerd.grpc.v1.cri"]\n')
         csock = self.run / "containerd.sock"
         with open(self.root / "containerd.log", "ab") as log:
-            proc = subprocess.Popen(prefix + ["containerd", "--config", str(config), "--root", str(self.root / "containerd"),
-                                              "--state", str(self.run / "containerd-state"), "--address", str(csock)],
-                                    stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+            proc = subprocess.Popen(
+                prefix
+                + [
+                    "containerd",
+                    "--config",
+                    str(config),
+                    "--root",
+                    str(self.root / "containerd"),
+                    "--state",
+                    str(self.run / "containerd-state"),
+                    "--address",
+                    str(csock),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
         self.containerd_pid.write_text(str(proc.pid))
         self._wait(lambda: csock.exists(), "containerd's socket", timeout_s, self.root / "containerd.log", proc)
         with open(self.root / "dockerd.log", "ab") as log:
-            proc = subprocess.Popen(prefix + [
-                "dockerd", "--data-root", str(self.root / "data"), "--exec-root", str(self.run / "exec"),
-                "--pidfile", str(self.dockerd_pid), "-H", self.host, "--containerd", str(csock),
-                "--bridge=none", "--iptables=false", "--ip6tables=false", "--ip-forward=false", "--ip-masq=false",
-                "--userland-proxy=false", "--storage-driver=overlay2", "--log-driver=json-file",
-                "--log-opt", "max-size=10m"],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+            proc = subprocess.Popen(
+                prefix
+                + [
+                    "dockerd",
+                    "--data-root",
+                    str(self.root / "data"),
+                    "--exec-root",
+                    str(self.run / "exec"),
+                    "--pidfile",
+                    str(self.dockerd_pid),
+                    "-H",
+                    self.host,
+                    "--containerd",
+                    str(csock),
+                    "--bridge=none",
+                    "--iptables=false",
+                    "--ip6tables=false",
+                    "--ip-forward=false",
+                    "--ip-masq=false",
+                    "--userland-proxy=false",
+                    "--storage-driver=overlay2",
+                    "--log-driver=json-file",
+                    "--log-opt",
+                    "max-size=10m",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
         self.mode_file.write_text(want)
-        self._wait(lambda: self.socket.exists() and subprocess.run(
-            [DOCKER_CLI, "version"], env=self.env, capture_output=True).returncode == 0,
-                   "dockerd", timeout_s, self.root / "dockerd.log", proc)
+        self._wait(
+            lambda: self.socket.exists()
+            and subprocess.run([DOCKER_CLI, "version"], env=self.env, capture_output=True).returncode == 0,
+            "dockerd",
+            timeout_s,
+            self.root / "dockerd.log",
+            proc,
+        )
         networks = self.networks()
         if set(networks) != {"host", "none"}:
             self.stop()
@@ -300,8 +366,12 @@ def digest(*parts: bytes | str | Path) -> str:
 
 
 def image_inputs(engine: Engine, tag: str) -> str | None:
-    out = subprocess.run([DOCKER_CLI, "image", "inspect", "--format", f'{{{{index .Config.Labels "{INPUTS_LABEL}"}}}}',
-                          tag], env=engine.env, capture_output=True, text=True)
+    out = subprocess.run(
+        [DOCKER_CLI, "image", "inspect", "--format", f'{{{{index .Config.Labels "{INPUTS_LABEL}"}}}}', tag],
+        env=engine.env,
+        capture_output=True,
+        text=True,
+    )
     return out.stdout.strip() if out.returncode == 0 else None
 
 
@@ -331,20 +401,35 @@ def mmdebstrap_image(engine: Engine, tag: str, include: list[str], customize: li
         with tempfile.TemporaryDirectory(prefix="mmdebstrap-", dir=state_root()) as tmp:
             for c in certs:
                 shutil.copy(c, Path(tmp) / c.name)
-            hooks = [f'mkdir -p "$1/usr/local/share/ca-certificates" && cp {tmp}/*.crt "$1/usr/local/share/ca-certificates/"',
-                     'chroot "$1" update-ca-certificates', *customize,
-                     'rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin']
+            hooks = [
+                f'mkdir -p "$1/usr/local/share/ca-certificates" && cp {tmp}/*.crt '
+                '"$1/usr/local/share/ca-certificates/"',
+                'chroot "$1" update-ca-certificates',
+                *customize,
+                'rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin',
+            ]
             out = Path(tmp) / "rootfs.tar"
-            _run(["mmdebstrap", "--variant=minbase", "--mode=root", f"--include={','.join(include)}",
-                  *(f"--customize-hook={h}" for h in hooks), DEBIAN_SUITE, out,
-                  "deb http://deb.debian.org/debian bookworm main",
-                  "deb http://deb.debian.org/debian bookworm-updates main",
-                  "deb http://deb.debian.org/debian-security bookworm-security main"], f"mmdebstrap for {tag}")
+            _run(
+                [
+                    "mmdebstrap",
+                    "--variant=minbase",
+                    "--mode=root",
+                    f"--include={','.join(include)}",
+                    *(f"--customize-hook={h}" for h in hooks),
+                    DEBIAN_SUITE,
+                    out,
+                    "deb http://deb.debian.org/debian bookworm main",
+                    "deb http://deb.debian.org/debian bookworm-updates main",
+                    "deb http://deb.debian.org/debian-security bookworm-security main",
+                ],
+                f"mmdebstrap for {tag}",
+            )
             args = [a for c in [*changes, f"LABEL {INPUTS_LABEL}={inputs}"] for a in ("--change", c)]
             engine.docker("import", *args, str(out), tag, what=f"docker import {tag}")
 
-    return Image(tag, lambda: digest(DEBIAN_SUITE, ",".join(include), "\n".join(customize), "\n".join(changes),
-                                     *certs), make)
+    return Image(
+        tag, lambda: digest(DEBIAN_SUITE, ",".join(include), "\n".join(customize), "\n".join(changes), *certs), make
+    )
 
 
 def docker_build(engine: Engine, tag: str, context: Path, inputs: str, args: dict[str, str]) -> None:
@@ -373,23 +458,34 @@ def _staged(name: str, sources: dict[str, Path]) -> Path:
 
 
 def env_example() -> dict[str, str]:
-    return dict(line.split("=", 1) for line in (ROOT / ".env.example").read_text().splitlines()
-                if line.strip() and not line.startswith("#"))
+    return dict(
+        line.split("=", 1)
+        for line in (ROOT / ".env.example").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    )
 
 
-STANDIN = {"elasticsearch": "flowstat-standin/elasticsearch:8.19.21",
-           "influxdb": "flowstat-standin/influxdb:1.6.7",
-           "telegraf": "flowstat-standin/telegraf:1.37.2",
-           "elastalert": "flowstat-standin/elastalert2:2.19.0",
-           "logstash": "flowstat-standin/logstash-relay:0.1.0"}
+STANDIN = {
+    "elasticsearch": "flowstat-standin/elasticsearch:8.19.21",
+    "influxdb": "flowstat-standin/influxdb:1.6.7",
+    "telegraf": "flowstat-standin/telegraf:1.37.2",
+    "elastalert": "flowstat-standin/elastalert2:2.19.0",
+    "logstash": "flowstat-standin/logstash-relay:0.1.0",
+}
 BASES = {"debian": "flowstat-local/debian:bookworm", "python": "flowstat-local/python:3.11-bookworm"}
 
 
 def _tree(top: Path, skip: tuple[str, ...] = ()) -> list[Path]:
     """The files of a source folder that a build context holds (no caches, no build outputs)."""
-    return [p for p in sorted(top.rglob("*")) if p.is_file() and "__pycache__" not in p.parts
-            and not p.name.endswith(".pyc") and not any(part.endswith(".egg-info") for part in p.parts)
-            and not any(s in p.relative_to(top).parts[:1] for s in skip)]
+    return [
+        p
+        for p in sorted(top.rglob("*"))
+        if p.is_file()
+        and "__pycache__" not in p.parts
+        and not p.name.endswith(".pyc")
+        and not any(part.endswith(".egg-info") for part in p.parts)
+        and not any(s in p.relative_to(top).parts[:1] for s in skip)
+    ]
 
 
 def images(engine: Engine) -> list[Image]:
@@ -401,11 +497,14 @@ def images(engine: Engine) -> list[Image]:
     from flowstat.stack import telegraf
 
     versions = env_example()
-    fv, ev, tv, av = (versions[k] for k in ("FLOWSTAT_VERSION", "ELASTIC_VERSION", "TELEGRAF_VERSION",
-                                           "ELASTALERT_VERSION"))
+    fv, ev, tv, av = (
+        versions[k] for k in ("FLOWSTAT_VERSION", "ELASTIC_VERSION", "TELEGRAF_VERSION", "ELASTALERT_VERSION")
+    )
     if ev != es.ES_VERSION or "v" + tv != telegraf.VERSION:
-        raise EngineError(f".env.example pins Elasticsearch {ev} and Telegraf {tv}; flowstat builds "
-                          f"{es.ES_VERSION} and {telegraf.VERSION}")
+        raise EngineError(
+            f".env.example pins Elasticsearch {ev} and Telegraf {tv}; flowstat builds "
+            f"{es.ES_VERSION} and {telegraf.VERSION}"
+        )
 
     def base(name: str) -> str:
         return image_id(engine, BASES[name])
@@ -413,42 +512,97 @@ def images(engine: Engine) -> list[Image]:
     def build(tag: str, name: str, args: dict[str, str], sources: Callable[[], dict[str, Path]] = dict):
         return lambda inputs: docker_build(engine, tag, _staged(name, sources()), inputs, args)
 
-    debian = mmdebstrap_image(engine, BASES["debian"], ["ca-certificates", "passwd", "curl", "procps"], [],
-                              ['CMD ["bash"]', "ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt"])
+    debian = mmdebstrap_image(
+        engine,
+        BASES["debian"],
+        ["ca-certificates", "passwd", "curl", "procps"],
+        [],
+        ['CMD ["bash"]', "ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt"],
+    )
     # Python 3.11 where the official image has it: `python` and `pip` in /usr/local/bin (a venv,
     # as Debian keeps pip out of its own Python), and the CA bundle for pip.
-    python = mmdebstrap_image(engine, BASES["python"], ["ca-certificates", "passwd", "python3", "python3-venv"],
-                              ['chroot "$1" python3 -m venv /usr/local'],
-                              ['CMD ["python3"]', "ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt",
-                               "ENV PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin",
-                               "ENV LANG=C.UTF-8"])
-    flowstat_files = [ROOT / "Dockerfile", ROOT / ".dockerignore", ROOT / "pyproject.toml", ROOT / "README.md",
-                      ROOT / "requirements.lock", *_tree(ROOT / "src"), *_tree(ROOT / "collectors" / "c", ("build",)),
-                      ROOT / "benchmark-harness" / "topologies"]
+    python = mmdebstrap_image(
+        engine,
+        BASES["python"],
+        ["ca-certificates", "passwd", "python3", "python3-venv"],
+        ['chroot "$1" python3 -m venv /usr/local'],
+        [
+            'CMD ["python3"]',
+            "ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt",
+            "ENV PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "ENV LANG=C.UTF-8",
+        ],
+    )
+    flowstat_files = [
+        ROOT / "Dockerfile",
+        ROOT / ".dockerignore",
+        ROOT / "pyproject.toml",
+        ROOT / "README.md",
+        ROOT / "requirements.lock",
+        *_tree(ROOT / "src"),
+        *_tree(ROOT / "collectors" / "c", ("build",)),
+        ROOT / "benchmark-harness" / "topologies",
+    ]
     constraints = ROOT / "src" / "flowstat" / "stack" / "elastalert-files" / "constraints.txt"
     launcher = constraints.with_name("launch.py")
-    zip_or_version = (lambda: es.m2_zip(ev) if es.m2_zip(ev).exists() else ev)
+    zip_or_version = lambda: es.m2_zip(ev) if es.m2_zip(ev).exists() else ev
     return [
-        debian, python,
+        debian,
+        python,
         # flowstat's image: the project's Dockerfile, unchanged, on the Python base (PYTHON_IMAGE)
-        Image(f"flowstat:{fv}", lambda: digest(base("python"), fv, *flowstat_files),
-              lambda inputs: docker_build(engine, f"flowstat:{fv}", ROOT, inputs,
-                                          {"FLOWSTAT_VERSION": fv, "PYTHON_IMAGE": BASES["python"]})),
-        Image(STANDIN["elasticsearch"],
-              lambda: digest(base("debian"), STAND_INS / "elasticsearch", ev, zip_or_version(),
-                             ROOT / "src" / "flowstat" / "stack" / "es-analysis"),
-              build(STANDIN["elasticsearch"], "elasticsearch", {"DEBIAN_IMAGE": BASES["debian"]},
-                    lambda: {"elasticsearch": es.secured_distribution(ROOT / ".cache" / "test-stack")})),
-        Image(STANDIN["influxdb"], lambda: digest(base("debian"), STAND_INS / "influxdb"),
-              build(STANDIN["influxdb"], "influxdb", {"DEBIAN_IMAGE": BASES["debian"]})),
-        Image(STANDIN["telegraf"], lambda: digest(base("debian"), STAND_INS / "telegraf", tv, ",".join(telegraf.PLUGINS)),
-              build(STANDIN["telegraf"], "telegraf", {"DEBIAN_IMAGE": BASES["debian"]},
-                    lambda: {"telegraf": telegraf.build()})),
-        Image(STANDIN["elastalert"], lambda: digest(base("python"), STAND_INS / "elastalert", constraints, launcher, av),
-              build(STANDIN["elastalert"], "elastalert", {"PYTHON_IMAGE": BASES["python"], "ELASTALERT_VERSION": av},
-                    lambda: {"constraints.txt": constraints, "launch.py": launcher})),
-        Image(STANDIN["logstash"], lambda: digest(image_id(engine, f"flowstat:{fv}"), STAND_INS / "logstash"),
-              build(STANDIN["logstash"], "logstash", {"FLOWSTAT_IMAGE": f"flowstat:{fv}"})),
+        Image(
+            f"flowstat:{fv}",
+            lambda: digest(base("python"), fv, *flowstat_files),
+            lambda inputs: docker_build(
+                engine, f"flowstat:{fv}", ROOT, inputs, {"FLOWSTAT_VERSION": fv, "PYTHON_IMAGE": BASES["python"]}
+            ),
+        ),
+        Image(
+            STANDIN["elasticsearch"],
+            lambda: digest(
+                base("debian"),
+                STAND_INS / "elasticsearch",
+                ev,
+                zip_or_version(),
+                ROOT / "src" / "flowstat" / "stack" / "es-analysis",
+            ),
+            build(
+                STANDIN["elasticsearch"],
+                "elasticsearch",
+                {"DEBIAN_IMAGE": BASES["debian"]},
+                lambda: {"elasticsearch": es.secured_distribution(ROOT / ".cache" / "test-stack")},
+            ),
+        ),
+        Image(
+            STANDIN["influxdb"],
+            lambda: digest(base("debian"), STAND_INS / "influxdb"),
+            build(STANDIN["influxdb"], "influxdb", {"DEBIAN_IMAGE": BASES["debian"]}),
+        ),
+        Image(
+            STANDIN["telegraf"],
+            lambda: digest(base("debian"), STAND_INS / "telegraf", tv, ",".join(telegraf.PLUGINS)),
+            build(
+                STANDIN["telegraf"],
+                "telegraf",
+                {"DEBIAN_IMAGE": BASES["debian"]},
+                lambda: {"telegraf": telegraf.build()},
+            ),
+        ),
+        Image(
+            STANDIN["elastalert"],
+            lambda: digest(base("python"), STAND_INS / "elastalert", constraints, launcher, av),
+            build(
+                STANDIN["elastalert"],
+                "elastalert",
+                {"PYTHON_IMAGE": BASES["python"], "ELASTALERT_VERSION": av},
+                lambda: {"constraints.txt": constraints, "launch.py": launcher},
+            ),
+        ),
+        Image(
+            STANDIN["logstash"],
+            lambda: digest(image_id(engine, f"flowstat:{fv}"), STAND_INS / "logstash"),
+            build(STANDIN["logstash"], "logstash", {"FLOWSTAT_IMAGE": f"flowstat:{fv}"}),
+        ),
     ]
 
 

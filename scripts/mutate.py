@@ -35,22 +35,47 @@ EQUIVALENTS = ROOT / "tests" / "mutants-equivalent.toml"
 # method, "x_function" for a function).
 SCOPE: dict[str, list[str]] = {
     "conservation summary": ["flowstat.harness.conservation.*"],
-    "merger sequence checks": [f"flowstat.harness.merging.sequences.xǁSequencesǁ{m}__mutmut_*"
-                               for m in ("check_sequences", "check_sequence", "on_eos")],
-    "schema encoding": ["flowstat.schema.lineprotocol.*"] + [
-        f"flowstat.schema.sample.{f}__mutmut_*" for f in (
-            "x_from_control_reply", "x_time_ns", "x__line_plan", "x__series", "x_to_line_protocol", "x__getter",
-            "xǁLayoutǁline", "x_layout", "x_to_json", "x_document_id")],
-    "replay validation": [f"flowstat.schema.runfile.{f}__mutmut_*" for f in (
-        "x_field_types", "x_bad_field", "x_spans", "x_samples", "x__keep_self_sample", "x__conforming",
-        "x__run_json", "x_run_document")],
+    "merger sequence checks": [
+        f"flowstat.harness.merging.sequences.xǁSequencesǁ{m}__mutmut_*"
+        for m in ("check_sequences", "check_sequence", "on_eos")
+    ],
+    "schema encoding": ["flowstat.schema.lineprotocol.*"]
+    + [
+        f"flowstat.schema.sample.{f}__mutmut_*"
+        for f in (
+            "x_from_control_reply",
+            "x_time_ns",
+            "x__line_plan",
+            "x__series",
+            "x_to_line_protocol",
+            "x__getter",
+            "xǁLayoutǁline",
+            "x_layout",
+            "x_to_json",
+            "x_document_id",
+        )
+    ],
+    "replay validation": [
+        f"flowstat.schema.runfile.{f}__mutmut_*"
+        for f in (
+            "x_field_types",
+            "x_bad_field",
+            "x_spans",
+            "x_samples",
+            "x__keep_self_sample",
+            "x__conforming",
+            "x__run_json",
+            "x_run_document",
+        )
+    ],
     "Python spool": ["flowstat.agent.spool.*"],
 }
 
 
 def mutmut(*args: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "mutmut", *args], cwd=ROOT, text=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out = subprocess.run(
+        [sys.executable, "-m", "mutmut", *args], cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     if out.returncode != 0:
         raise SystemExit(f"mutmut {' '.join(args[:1])} failed (exit {out.returncode}):\n{out.stdout[-3000:]}")
     return out.stdout
@@ -67,8 +92,9 @@ def statuses() -> dict[str, str]:
 
 
 def diff(name: str) -> str:
-    return "\n".join(line for line in mutmut("show", name).splitlines()
-                     if line[:1] in "+-" and not line.startswith(("+++", "---")))
+    return "\n".join(
+        line for line in mutmut("show", name).splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    )
 
 
 def equivalents() -> dict[str, str]:
@@ -80,7 +106,9 @@ def equivalents() -> dict[str, str]:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--only", choices=sorted(SCOPE), action="append", help="judge only this part (repeatable)")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "mutation.json")
     p.add_argument("--max-children", type=int, default=os.cpu_count() or 2, help="mutants run at once")
@@ -95,8 +123,14 @@ def main() -> int:
     found = statuses()
     known = equivalents()
 
-    report: dict = {"tool": f"mutmut {version('mutmut')}", "target": TARGET, "parts": {}, "survivors": [],
-                    "equivalent": [], "seconds": round(time.monotonic() - started, 1)}
+    report: dict = {
+        "tool": f"mutmut {version('mutmut')}",
+        "target": TARGET,
+        "parts": {},
+        "survivors": [],
+        "equivalent": [],
+        "seconds": round(time.monotonic() - started, 1),
+    }
     failed = []
     judged_all = caught_all = 0
     for part, pats in parts.items():
@@ -116,8 +150,10 @@ def main() -> int:
         score = caught / judged if judged else 1.0
         judged_all, caught_all = judged_all + judged, caught_all + caught
         report["parts"][part] = {"mutants": len(names), **dict(sorted(counts.items())), "score": round(score, 4)}
-        print(f"  {part:24} {caught:4} of {judged:4} caught  {score:6.1%}"
-              + (f"  ({counts['equivalent']} equivalent)" if counts.get("equivalent") else ""))
+        print(
+            f"  {part:24} {caught:4} of {judged:4} caught  {score:6.1%}"
+            + (f"  ({counts['equivalent']} equivalent)" if counts.get("equivalent") else "")
+        )
         if score < TARGET:
             failed.append(part)
     in_scope = {n for n in known if any(fnmatch.fnmatch(n, pat) for pat in patterns)}

@@ -27,8 +27,23 @@ def runs_dir(tmp_path: Path) -> Path:
 
 
 # The modules that start, stop or use the real servers (the session's stack, or a stack of their own).
-SERVER_MODULES = {"test_campaign_stores.py", "test_compose.py", "test_compose_up.py", "test_dashboards.py", "test_demo.py", "test_elastalert.py", "test_ingest.py", "test_kibana.py", "test_provision.py",
-                  "test_secured_stack.py", "test_secured_clients.py", "test_sinks_real_servers.py", "test_stack.py", "test_stores.py", "test_wheel.py"}
+SERVER_MODULES = {
+    "test_campaign_stores.py",
+    "test_compose.py",
+    "test_compose_up.py",
+    "test_dashboards.py",
+    "test_demo.py",
+    "test_elastalert.py",
+    "test_ingest.py",
+    "test_kibana.py",
+    "test_provision.py",
+    "test_secured_stack.py",
+    "test_secured_clients.py",
+    "test_sinks_real_servers.py",
+    "test_stack.py",
+    "test_stores.py",
+    "test_wheel.py",
+}
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -64,8 +79,9 @@ def stack():
 
     cache = ROOT / ".cache" / "test-stack"
     ports = {"influxdb": free_port(), "elasticsearch": free_port(), "telegraf": free_port()}
-    s = Stack(cache, ports, options={"elastalert": {"rules_dirs": [ELASTALERT_RULES]},
-                                     "influxdb": {"retention_check": "1s"}})  # test_stores sees retention delete
+    s = Stack(
+        cache, ports, options={"elastalert": {"rules_dirs": [ELASTALERT_RULES]}, "influxdb": {"retention_check": "1s"}}
+    )  # test_stores sees retention delete
     try:
         s.up(report=lambda msg: None)
     except BaseException:
@@ -73,8 +89,14 @@ def stack():
         raise
     yield s
     s.down(report=lambda msg: None)
-    for sub in ("influxdb/data", "influxdb/meta", "influxdb/wal", "elasticsearch/data", "elastalert/alerts.log",
-                "stack.json"):
+    for sub in (
+        "influxdb/data",
+        "influxdb/meta",
+        "influxdb/wal",
+        "elasticsearch/data",
+        "elastalert/alerts.log",
+        "stack.json",
+    ):
         target = cache / sub
         if target.is_dir():
             shutil.rmtree(target, ignore_errors=True)

@@ -10,13 +10,13 @@ import threading
 
 import pytest
 
-from support.agents import HttpReceiver, StubNode, sleeper, wait_until
-from flowstat.schema import sample as sample_schema
 from flowstat.agent.agent import Agent, AgentConfig
-from flowstat.proc.reader import ProcessGone, ProcFormatError, ProcReader, parse_stat, parse_statm
 from flowstat.agent.sinks import SinkURLError, open_sink
 from flowstat.agent.spool import Spool
 from flowstat.agent.targets import TargetSpec
+from flowstat.proc.reader import ProcessGone, ProcFormatError, ProcReader, parse_stat, parse_statm
+from flowstat.schema import sample as sample_schema
+from support.agents import HttpReceiver, StubNode, sleeper, wait_until
 
 
 def test_parse_stat_counts_fields_after_the_last_parenthesis():
@@ -64,8 +64,18 @@ def test_spool_is_fifo_bounded_and_persistent(tmp_path):
     assert full.dropped_samples == 0 and len(full) == 2 and len(list((tmp_path / "full").glob("*.batch"))) == 2
 
 
-@pytest.mark.parametrize("url", ["udp://127.0.0.1", "tcp://:80", "influxdb://127.0.0.1:8086/", "ftp://x:1",
-                                 "stdout://?format=xml", "udp://127.0.0.1:9?format=json", "file://"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "udp://127.0.0.1",
+        "tcp://:80",
+        "influxdb://127.0.0.1:8086/",
+        "ftp://x:1",
+        "stdout://?format=xml",
+        "udp://127.0.0.1:9?format=json",
+        "file://",
+    ],
+)
 def test_bad_sink_urls(url):
     with pytest.raises(SinkURLError):
         open_sink(url)
@@ -73,8 +83,16 @@ def test_bad_sink_urls(url):
 
 def run_agent(tmp_path, sinks, count=None, duration=None, interval=0.05, **spec):
     """The agent in this process; no self-samples: what is checked here is the node samples."""
-    cfg = AgentConfig(TargetSpec(**spec), sinks, interval_s=interval, rescan_s=0.2, spool_dir=str(tmp_path / "spool"),
-                      duration_s=duration, count=count, self_interval_s=0)
+    cfg = AgentConfig(
+        TargetSpec(**spec),
+        sinks,
+        interval_s=interval,
+        rescan_s=0.2,
+        spool_dir=str(tmp_path / "spool"),
+        duration_s=duration,
+        count=count,
+        self_interval_s=0,
+    )
     agent = Agent(cfg)
     return agent, agent.run()
 
@@ -82,8 +100,13 @@ def run_agent(tmp_path, sinks, count=None, duration=None, interval=0.05, **spec)
 def test_samples_conform_to_the_schema(tmp_path):
     proc = sleeper()
     try:
-        agent, _ = run_agent(tmp_path, [f"file://{tmp_path}/s.json?format=json", f"file://{tmp_path}/s.lp"],
-                             count=5, pids=[proc.pid], run_id="r")
+        agent, _ = run_agent(
+            tmp_path,
+            [f"file://{tmp_path}/s.json?format=json", f"file://{tmp_path}/s.lp"],
+            count=5,
+            pids=[proc.pid],
+            run_id="r",
+        )
     finally:
         proc.kill()
     docs = [json.loads(line) for line in open(tmp_path / "s.json")]
@@ -109,12 +132,21 @@ def test_hung_and_garbage_control_sockets_cost_a_timeout_not_a_crash(tmp_path):
     hung, garbage, ok = StubNode("hang"), StubNode("garbage"), StubNode("ok")
     procs = [sleeper(), sleeper(), sleeper()]
     endpoints = tmp_path / "endpoints.json"
-    endpoints.write_text(json.dumps({"run_id": "r", "nodes": [
-        {"node_id": f"n{i}", "role": "merger", "pid": p.pid, "control": node.endpoint}
-        for i, (p, node) in enumerate(zip(procs, (hung, garbage, ok)))]}))
+    endpoints.write_text(
+        json.dumps(
+            {
+                "run_id": "r",
+                "nodes": [
+                    {"node_id": f"n{i}", "role": "merger", "pid": p.pid, "control": node.endpoint}
+                    for i, (p, node) in enumerate(zip(procs, (hung, garbage, ok), strict=False))
+                ],
+            }
+        )
+    )
     try:
-        agent, _ = run_agent(tmp_path, [f"file://{tmp_path}/s.json?format=json"], count=4, interval=0.5,
-                             endpoints_files=[str(endpoints)])
+        agent, _ = run_agent(
+            tmp_path, [f"file://{tmp_path}/s.json?format=json"], count=4, interval=0.5, endpoints_files=[str(endpoints)]
+        )
     finally:
         for p in procs:
             p.kill()
@@ -139,18 +171,31 @@ def test_receiver_down_for_seconds_loses_and_duplicates_nothing(tmp_path):
     receiver = HttpReceiver()
     proc = sleeper()
     url = f"http://127.0.0.1:{receiver.port}/write"
-    agent = Agent(AgentConfig(TargetSpec(pids=[proc.pid], run_id="r"), [url], interval_s=0.05, rescan_s=0.2,
-                              spool_dir=str(tmp_path / "spool"), self_interval_s=0))
+    agent = Agent(
+        AgentConfig(
+            TargetSpec(pids=[proc.pid], run_id="r"),
+            [url],
+            interval_s=0.05,
+            rescan_s=0.2,
+            spool_dir=str(tmp_path / "spool"),
+            self_interval_s=0,
+        )
+    )
     runner = threading.Thread(target=agent.run)
     runner.start()
     try:
         wait_until(lambda: len(receiver.lines()) >= 10, timeout=30, what="the first ten samples at the receiver")
         receiver.stop()
         spool = agent.runners[0].spool
-        wait_until(lambda: spool.samples > 20, timeout=30, what="more than 20 samples spooled while the receiver is down")
+        wait_until(
+            lambda: spool.samples > 20, timeout=30, what="more than 20 samples spooled while the receiver is down"
+        )
         receiver.start()  # back on the same port
-        wait_until(lambda: spool.samples == 0 and len(receiver.lines()) > 30, timeout=30,
-                   what="the spool resent, and samples taken since arriving live")
+        wait_until(
+            lambda: spool.samples == 0 and len(receiver.lines()) > 30,
+            timeout=30,
+            what="the spool resent, and samples taken since arriving live",
+        )
     finally:
         agent.stop_event.set()
         runner.join(30)
@@ -173,14 +218,14 @@ def test_cli_refuses_no_targets_and_bad_sinks():
 
 
 def flowstat_agent(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "flowstat", "agent", *map(str, args)], capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "flowstat", "agent", *map(str, args)], capture_output=True, text=True, timeout=120
+    )
 
 
 @pytest.mark.parametrize("agent", ["py", "c"])
 def test_a_spool_left_behind_is_flushed_later_and_nothing_is_stranded(tmp_path, agent):
-    from support.common import free_port
-    from support.common import ROOT
+    from support.common import ROOT, free_port
 
     c_agent = ROOT / "collectors" / "c" / "build" / "flowstat-agent"
     if agent == "c" and not c_agent.exists():
@@ -190,15 +235,36 @@ def test_a_spool_left_behind_is_flushed_later_and_nothing_is_stranded(tmp_path, 
     url = f"http://127.0.0.1:{port}/write"
     proc = sleeper()
     try:  # the sink is down for the agent's whole life, and it gives up at once at exit
-        r = subprocess.run([*command, "--pid", str(proc.pid), "--count", "20", "--interval", "0.02", "--sink", url,
-                            "--self-interval", "0",
-                            "--spool-dir", str(tmp_path / "spool"), "--drain-timeout", "0", "--stats",
-                            str(tmp_path / "stats.json"), "--quiet"], capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            [
+                *command,
+                "--pid",
+                str(proc.pid),
+                "--count",
+                "20",
+                "--interval",
+                "0.02",
+                "--sink",
+                url,
+                "--self-interval",
+                "0",
+                "--spool-dir",
+                str(tmp_path / "spool"),
+                "--drain-timeout",
+                "0",
+                "--stats",
+                str(tmp_path / "stats.json"),
+                "--quiet",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
         proc.kill()
     assert r.returncode == 0, r.stderr  # nothing lost: it waits in the spool
     assert json.loads((tmp_path / "stats.json").read_text())["sinks"][url]["spooled_samples"] == 20
-    folder, = [p.parent for p in (tmp_path / "spool").rglob("sink-url")]
+    (folder,) = [p.parent for p in (tmp_path / "spool").rglob("sink-url")]
     assert (folder / "sink-url").read_text() == url + "\n"
 
     still_down = flowstat_agent("--flush-spool", tmp_path / "spool", "--drain-timeout", 0.5)
@@ -226,9 +292,10 @@ def test_spool_folders_keep_sinks_apart_and_are_named_as_the_c_agent_names_them(
 
     long = "file:///tmp/" + "x" * 100
     assert folder_name(long + "/a.lp") != folder_name(long + "/b.lp")  # the same first 64 bytes
-    assert folder_name("http://127.0.0.1:8186/write") == "http___127_0_0_1_8186_write-" + "%08x" % fnv1a(
-        b"http://127.0.0.1:8186/write")
-    assert folder_name("file:///tmp/é") == "file____tmp___-" + "%08x" % fnv1a("file:///tmp/é".encode())
+    assert folder_name("http://127.0.0.1:8186/write") == "http___127_0_0_1_8186_write-" + "{:08x}".format(
+        fnv1a(b"http://127.0.0.1:8186/write")
+    )
+    assert folder_name("file:///tmp/é") == "file____tmp___-" + "{:08x}".format(fnv1a("file:///tmp/é".encode()))
 
 
 def fnv1a(data: bytes) -> int:

@@ -15,13 +15,22 @@ import re
 import signal
 import subprocess
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from support.agents import (ScriptedHttp, basic_header, credential_free_env, make_certificates, secret_forms, sleeper,
-                           wait_until, where_secrets_show, write_credentials)
+from support.agents import (
+    ScriptedHttp,
+    basic_header,
+    credential_free_env,
+    make_certificates,
+    secret_forms,
+    sleeper,
+    wait_until,
+    where_secrets_show,
+    write_credentials,
+)
 from support.common import C_ASAN, needs
 
 AGENTS = ["c", "py"]
@@ -68,13 +77,13 @@ def run_agent(command, *args, env: dict, timeout: float = 120) -> subprocess.Com
 
 def day(stamp: str) -> str:
     """The UTC day of an ISO time, as a daily index names it: 2026.11.26."""
-    t = datetime.fromisoformat(stamp.replace("Z", "+00:00")).astimezone(timezone.utc)
+    t = datetime.fromisoformat(stamp.replace("Z", "+00:00")).astimezone(UTC)
     return t.strftime("%Y.%m.%d")
 
 
 def bulk_pairs(body: bytes) -> list[tuple[dict, dict]]:
     lines = body.decode().splitlines()
-    return [(json.loads(a), json.loads(d)) for a, d in zip(lines[::2], lines[1::2])]
+    return [(json.loads(a), json.loads(d)) for a, d in zip(lines[::2], lines[1::2], strict=False)]
 
 
 def bulk_ok(body: bytes, status=lambda action, doc: 201) -> bytes:
@@ -85,13 +94,16 @@ def bulk_ok(body: bytes, status=lambda action, doc: 201) -> bytes:
         item = {"_index": action["index"]["_index"], "_id": action["index"]["_id"], "status": st}
         if st >= 300:
             user = "flowstat_agent"
-            item["error"] = {"type": "security_exception", "reason": (
-                f"action [indices:data/write/bulk[s]] is unauthorized for user [{user}] with effective roles "
-                f"[flowstat_writer] on indices [{item['_index']}], this action is granted by the index privileges "
-                f"[create_doc,create,delete,index,write,all]")}
+            item["error"] = {
+                "type": "security_exception",
+                "reason": (
+                    f"action [indices:data/write/bulk[s]] is unauthorized for user [{user}] with effective roles "
+                    f"[flowstat_writer] on indices [{item['_index']}], this action is granted by the index privileges "
+                    f"[create_doc,create,delete,index,write,all]"
+                ),
+            }
         items.append({"index": item})
-    return json.dumps({"took": 1, "errors": any(i["index"]["status"] >= 300 for i in items),
-                       "items": items}).encode()
+    return json.dumps({"took": 1, "errors": any(i["index"]["status"] >= 300 for i in items), "items": items}).encode()
 
 
 RUN_TAG, SEQ_FIELD = re.compile(r",run_id=([^, ]+)"), re.compile(r"[ ,]seq=(\d+)i")
@@ -107,58 +119,95 @@ def sample_keys(kind: str, body: bytes) -> list[tuple[str, int]]:
 
 # -- 401 and 403: kept, said once, delivered once; no secret anywhere ---------------------------------
 
+
 def es_refusal(status: int, auth: str, key: bool) -> bytes:
     """What Elasticsearch answers a 401 (the Authorization header echoed: a store that does so must
     not get a secret into the agent's log) or a 403 (naming the user's roles)."""
     if status == 403:
-        reason = ("action [indices:data/write/bulk] is unauthorized for user [flowstat_agent] with effective roles "
-                  "[flowstat_grafana], this action is granted by the index privileges [create_doc,create,delete,"
-                  "index,write,all]")
-        error = {"root_cause": [{"type": "security_exception", "reason": reason}], "type": "security_exception",
-                 "reason": reason}
+        reason = (
+            "action [indices:data/write/bulk] is unauthorized for user [flowstat_agent] with effective roles "
+            "[flowstat_grafana], this action is granted by the index privileges [create_doc,create,delete,"
+            "index,write,all]"
+        )
+        error = {
+            "root_cause": [{"type": "security_exception", "reason": reason}],
+            "type": "security_exception",
+            "reason": reason,
+        }
     elif key:
-        error = {"type": "security_exception", "reason": "unable to authenticate with provided credentials and "
-                 f"anonymous access is not allowed for this request (Authorization: {auth})",
-                 "additional_unsuccessful_credentials": "API key: api key is expired"}
+        error = {
+            "type": "security_exception",
+            "reason": "unable to authenticate with provided credentials and "
+            f"anonymous access is not allowed for this request (Authorization: {auth})",
+            "additional_unsuccessful_credentials": "API key: api key is expired",
+        }
     else:
-        error = {"type": "security_exception",
-                 "reason": f"unable to authenticate user [flowstat_agent] for REST request [/_bulk] ({auth})"}
+        error = {
+            "type": "security_exception",
+            "reason": f"unable to authenticate user [flowstat_agent] for REST request [/_bulk] ({auth})",
+        }
     return json.dumps({"error": error, "status": status}).encode()
 
 
 CASES = {
     # name: sink (scheme, path), where the credentials are (env, file), the answer, the header expected,
     # what the agent says (URL and DAY filled in)
-    "es-user-401": dict(scheme="elasticsearch", path="flowstat-samples", env={"FLOWSTAT_ES_USER": "flowstat_agent"},
-                        file={"FLOWSTAT_ES_PASSWORD": PASSWORD}, status=401,
-                        header=basic_header("flowstat_agent", PASSWORD),
-                        says=f"authentication failed as flowstat_agent at URL (set {ES_VARS}): unable to authenticate "
-                             "user [flowstat_agent] for REST request [/_bulk] (Basic ***)",
-                        ends="takes batches again: the credentials work now"),
-    "es-user-403": dict(scheme="elasticsearch", path="flowstat-samples", env={},
-                        file={"FLOWSTAT_ES_USER": "flowstat_agent", "FLOWSTAT_ES_PASSWORD": PASSWORD}, status=403,
-                        header=basic_header("flowstat_agent", PASSWORD),
-                        says="flowstat_agent may not write flowstat-samples-DAY at URL: action "
-                             "[indices:data/write/bulk] is unauthorized for user [flowstat_agent] with effective roles "
-                             "[flowstat_grafana]",
-                        ends="takes batches again: it may be written now"),
-    "es-api-key-401": dict(scheme="elasticsearch", path="flowstat-samples", env={"FLOWSTAT_ES_API_KEY": API_KEY},
-                           file={}, status=401, header=f"ApiKey {API_KEY}",
-                           says=f"authentication failed with the API key (FLOWSTAT_ES_API_KEY) at URL (set {ES_VARS}): "
-                                "unable to authenticate with provided credentials and anonymous access is not allowed "
-                                "for this request (Authorization: ApiKey ***); API key: api key is expired",
-                           ends="takes batches again: the credentials work now"),
-    "influxdb-token-401": dict(scheme="influxdb", path="flowstat", env={}, file={"FLOWSTAT_INFLUX_TOKEN": TOKEN},
-                               status=401, header=f"Token {TOKEN}",
-                               says=f"authentication failed with the token (FLOWSTAT_INFLUX_TOKEN) at URL (set "
-                                    f"{INFLUX_VARS}): authorization failed (Token ***)",
-                               ends="takes batches again: the credentials work now"),
-    "line-protocol-user-401": dict(scheme="http", path="write", env={"FLOWSTAT_INFLUX_PASSWORD": PASSWORD},
-                                   file={"FLOWSTAT_INFLUX_USER": "telegraf"}, status=401,
-                                   header=basic_header("telegraf", PASSWORD),
-                                   says=f"authentication failed as telegraf at URL (set {INFLUX_VARS}): authorization "
-                                        "failed (Basic ***)",
-                                   ends="takes batches again: the credentials work now"),
+    "es-user-401": dict(
+        scheme="elasticsearch",
+        path="flowstat-samples",
+        env={"FLOWSTAT_ES_USER": "flowstat_agent"},
+        file={"FLOWSTAT_ES_PASSWORD": PASSWORD},
+        status=401,
+        header=basic_header("flowstat_agent", PASSWORD),
+        says=f"authentication failed as flowstat_agent at URL (set {ES_VARS}): unable to authenticate "
+        "user [flowstat_agent] for REST request [/_bulk] (Basic ***)",
+        ends="takes batches again: the credentials work now",
+    ),
+    "es-user-403": dict(
+        scheme="elasticsearch",
+        path="flowstat-samples",
+        env={},
+        file={"FLOWSTAT_ES_USER": "flowstat_agent", "FLOWSTAT_ES_PASSWORD": PASSWORD},
+        status=403,
+        header=basic_header("flowstat_agent", PASSWORD),
+        says="flowstat_agent may not write flowstat-samples-DAY at URL: action "
+        "[indices:data/write/bulk] is unauthorized for user [flowstat_agent] with effective roles "
+        "[flowstat_grafana]",
+        ends="takes batches again: it may be written now",
+    ),
+    "es-api-key-401": dict(
+        scheme="elasticsearch",
+        path="flowstat-samples",
+        env={"FLOWSTAT_ES_API_KEY": API_KEY},
+        file={},
+        status=401,
+        header=f"ApiKey {API_KEY}",
+        says=f"authentication failed with the API key (FLOWSTAT_ES_API_KEY) at URL (set {ES_VARS}): "
+        "unable to authenticate with provided credentials and anonymous access is not allowed "
+        "for this request (Authorization: ApiKey ***); API key: api key is expired",
+        ends="takes batches again: the credentials work now",
+    ),
+    "influxdb-token-401": dict(
+        scheme="influxdb",
+        path="flowstat",
+        env={},
+        file={"FLOWSTAT_INFLUX_TOKEN": TOKEN},
+        status=401,
+        header=f"Token {TOKEN}",
+        says=f"authentication failed with the token (FLOWSTAT_INFLUX_TOKEN) at URL (set "
+        f"{INFLUX_VARS}): authorization failed (Token ***)",
+        ends="takes batches again: the credentials work now",
+    ),
+    "line-protocol-user-401": dict(
+        scheme="http",
+        path="write",
+        env={"FLOWSTAT_INFLUX_PASSWORD": PASSWORD},
+        file={"FLOWSTAT_INFLUX_USER": "telegraf"},
+        status=401,
+        header=basic_header("telegraf", PASSWORD),
+        says=f"authentication failed as telegraf at URL (set {INFLUX_VARS}): authorization " "failed (Basic ***)",
+        ends="takes batches again: the credentials work now",
+    ),
 }
 
 
@@ -192,7 +241,8 @@ class RefusingStore:
 @each_agent
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_store_that_refuses_the_login_gets_every_sample_once_it_lets_the_agent_in_and_no_secret_shows(
-        tmp_path, target, agent_command, case):
+    tmp_path, target, agent_command, case
+):
     check_refused_login(tmp_path, target, agent_command, CASES[case])
 
 
@@ -212,17 +262,41 @@ def check_refused_login(tmp_path, target, agent_command, c: dict) -> str:
     spool, stats = tmp_path / "spool", tmp_path / "stats.json"
     creds = write_credentials(tmp_path / "credentials", c["file"])
     secrets = secret_forms(PASSWORD, TOKEN, API_KEY, basic=("flowstat_agent", PASSWORD)) + secret_forms(
-        basic=("telegraf", PASSWORD))
-    agent = Agent(agent_command, ["--pid", target, "--interval", 0.1, "--self-interval", 0, "--run-id", "r",
-                                  "--sink", url, "--spool-dir", spool, "--stats", stats, "--credentials", creds],
-                  credential_free_env(**c["env"]), tmp_path / "agent.log")
+        basic=("telegraf", PASSWORD)
+    )
+    agent = Agent(
+        agent_command,
+        [
+            "--pid",
+            target,
+            "--interval",
+            0.1,
+            "--self-interval",
+            0,
+            "--run-id",
+            "r",
+            "--sink",
+            url,
+            "--spool-dir",
+            spool,
+            "--stats",
+            stats,
+            "--credentials",
+            creds,
+        ],
+        credential_free_env(**c["env"]),
+        tmp_path / "agent.log",
+    )
     try:
         wait_until(lambda: store.refused >= 3, "three sends refused (two resends)", timeout=15)
         wait_until(lambda: list(spool.rglob("*.batch")), "batches spooled while refused", timeout=5)
         while_refused = where_secrets_show(secrets, paths=[spool], pids=[agent.proc.pid])
         store.refusing.clear()
-        wait_until(lambda: c["ends"] in agent.text() and not list(spool.rglob("*.batch")),
-                   "the spool resent once the store lets the agent in", timeout=15)
+        wait_until(
+            lambda: c["ends"] in agent.text() and not list(spool.rglob("*.batch")),
+            "the spool resent once the store lets the agent in",
+            timeout=15,
+        )
         assert agent.stop() == 0, agent.text()
     finally:
         agent.kill()
@@ -253,8 +327,11 @@ def test_documents_answered_403_are_kept_and_sent_again_the_rest_stored(tmp_path
     stored: dict[str, int] = {}
 
     def answer(path, body, n):
-        status = lambda action, doc: 403 if forbid.is_set() and action["index"]["_index"].startswith(
-            "flowstat-agents-") else 201
+        status = (
+            lambda action, doc: 403
+            if forbid.is_set() and action["index"]["_index"].startswith("flowstat-agents-")
+            else 201
+        )
         for action, doc in bulk_pairs(body):
             if status(action, doc) == 201:
                 stored[action["index"]["_id"]] = stored.get(action["index"]["_id"], 0) + 1
@@ -264,8 +341,27 @@ def test_documents_answered_403_are_kept_and_sent_again_the_rest_stored(tmp_path
     url = f"elasticsearch://127.0.0.1:{server.port}/flowstat-samples"
     spool, stats = tmp_path / "spool", tmp_path / "stats.json"
     env = credential_free_env(FLOWSTAT_ES_USER="flowstat_agent", FLOWSTAT_ES_PASSWORD=PASSWORD)
-    agent = Agent(agent_command, ["--pid", target, "--interval", 0.1, "--self-interval", 0.3, "--run-id", "r",
-                                  "--sink", url, "--spool-dir", spool, "--stats", stats], env, tmp_path / "agent.log")
+    agent = Agent(
+        agent_command,
+        [
+            "--pid",
+            target,
+            "--interval",
+            0.1,
+            "--self-interval",
+            0.3,
+            "--run-id",
+            "r",
+            "--sink",
+            url,
+            "--spool-dir",
+            spool,
+            "--stats",
+            stats,
+        ],
+        env,
+        tmp_path / "agent.log",
+    )
     try:
         wait_until(lambda: "may not write flowstat-agents-" in agent.text(), "the 403 said", timeout=15)
         wait_until(lambda: len(server.requests) >= 12, "resends while refused", timeout=15)
@@ -276,10 +372,16 @@ def test_documents_answered_403_are_kept_and_sent_again_the_rest_stored(tmp_path
         agent.kill()
         server.close()
     log = agent.text()
-    first = next(a["index"]["_index"] for b in server.bodies() for a, _ in bulk_pairs(b)
-                 if a["index"]["_index"].startswith("flowstat-agents-"))
-    says = (f"flowstat_agent may not write {first} at {url}: action [indices:data/write/bulk[s]] is unauthorized for "
-            f"user [flowstat_agent] with effective roles [flowstat_writer] on indices [{first}]")
+    first = next(
+        a["index"]["_index"]
+        for b in server.bodies()
+        for a, _ in bulk_pairs(b)
+        if a["index"]["_index"].startswith("flowstat-agents-")
+    )
+    says = (
+        f"flowstat_agent may not write {first} at {url}: action [indices:data/write/bulk[s]] is unauthorized for "
+        f"user [flowstat_agent] with effective roles [flowstat_writer] on indices [{first}]"
+    )
     assert log.count(says) == 1 and log.count("takes batches again: it may be written now") == 1, log
     assert "not taken for now" not in log  # the 403s are one trouble, said once
     everything = json.loads(stats.read_text())
@@ -305,19 +407,52 @@ def test_the_next_agent_with_good_credentials_delivers_what_was_spooled_meanwhil
     server = ScriptedHttp(answer)
     url = f"elasticsearch://127.0.0.1:{server.port}/flowstat-samples"
     spool, stats = tmp_path / "spool", tmp_path / "stats.json"
-    common = ["--pid", target, "--interval", 0.05, "--self-interval", 0, "--sink", url, "--spool-dir", spool,
-              "--stats", stats]
+    common = [
+        "--pid",
+        target,
+        "--interval",
+        0.05,
+        "--self-interval",
+        0,
+        "--sink",
+        url,
+        "--spool-dir",
+        spool,
+        "--stats",
+        stats,
+    ]
     try:
-        wrong = run_agent(agent_command, *common, "--count", 5, "--drain-timeout", 0, "--run-id", "first",
-                          env=credential_free_env(FLOWSTAT_ES_USER="flowstat_agent", FLOWSTAT_ES_PASSWORD="wrong"))
+        wrong = run_agent(
+            agent_command,
+            *common,
+            "--count",
+            5,
+            "--drain-timeout",
+            0,
+            "--run-id",
+            "first",
+            env=credential_free_env(FLOWSTAT_ES_USER="flowstat_agent", FLOWSTAT_ES_PASSWORD="wrong"),
+        )
         assert wrong.returncode == 0, wrong.stderr
         assert wrong.stderr.count("authentication failed as flowstat_agent") == 1, wrong.stderr
         sink = json.loads(stats.read_text())["sinks"][url]
         assert (sink["spooled_samples"], sink["delivered"], sink["refused"]) == (5, 0, 0)
-        creds = write_credentials(tmp_path / "credentials", {"FLOWSTAT_ES_USER": "flowstat_agent",
-                                                             "FLOWSTAT_ES_PASSWORD": PASSWORD}, mode=0o400)
-        right = run_agent(agent_command, *common, "--count", 2, "--run-id", "second", "--credentials", creds,
-                          env=credential_free_env())
+        creds = write_credentials(
+            tmp_path / "credentials",
+            {"FLOWSTAT_ES_USER": "flowstat_agent", "FLOWSTAT_ES_PASSWORD": PASSWORD},
+            mode=0o400,
+        )
+        right = run_agent(
+            agent_command,
+            *common,
+            "--count",
+            2,
+            "--run-id",
+            "second",
+            "--credentials",
+            creds,
+            env=credential_free_env(),
+        )
     finally:
         server.close()
     assert right.returncode == 0, right.stderr
@@ -326,8 +461,12 @@ def test_the_next_agent_with_good_credentials_delivers_what_was_spooled_meanwhil
     assert keys == [("first", s) for s in range(5)] + [("second", s) for s in range(2)]  # the spool first
     sink = json.loads(stats.read_text())["sinks"][url]
     assert (sink["delivered"], sink["spooled"], sink["refused"]) == (7, 0, 0)
-    assert where_secrets_show([PASSWORD, "wrong"], texts={"first": wrong.stderr, "second": right.stderr},
-                              paths=[spool, stats]) == []
+    assert (
+        where_secrets_show(
+            [PASSWORD, "wrong"], texts={"first": wrong.stderr, "second": right.stderr}, paths=[spool, stats]
+        )
+        == []
+    )
 
 
 @each_agent
@@ -336,9 +475,26 @@ def test_without_credentials_the_agent_says_which_variables_to_set(tmp_path, tar
     url = f"elasticsearch://127.0.0.1:{server.port}/flowstat-samples"
     stats = tmp_path / "stats.json"
     try:
-        out = run_agent(agent_command, "--pid", target, "--interval", 0.05, "--count", 3, "--self-interval", 0,
-                        "--sink", url, "--spool-dir", tmp_path / "spool", "--drain-timeout", 1.5, "--stats", stats,
-                        env=credential_free_env())
+        out = run_agent(
+            agent_command,
+            "--pid",
+            target,
+            "--interval",
+            0.05,
+            "--count",
+            3,
+            "--self-interval",
+            0,
+            "--sink",
+            url,
+            "--spool-dir",
+            tmp_path / "spool",
+            "--drain-timeout",
+            1.5,
+            "--stats",
+            stats,
+            env=credential_free_env(),
+        )
     finally:
         server.close()
     assert out.returncode == 0, out.stderr
@@ -351,17 +507,28 @@ def test_without_credentials_the_agent_says_which_variables_to_set(tmp_path, tar
 
 
 @each_agent
-def test_the_environment_wins_over_the_credentials_file_named_by_flowstat_credentials(tmp_path, target,
-                                                                                     agent_command):
+def test_the_environment_wins_over_the_credentials_file_named_by_flowstat_credentials(tmp_path, target, agent_command):
     server = ScriptedHttp(lambda path, body, n: (204, b""))
     creds = tmp_path / "credentials"
-    creds.write_text(f"# the writer\n\n  FLOWSTAT_INFLUX_USER=writer\nFLOWSTAT_INFLUX_PASSWORD=from-the-file\n"
-                     f"FLOWSTAT_ES_API_KEY={API_KEY}\n")
+    creds.write_text(
+        f"# the writer\n\n  FLOWSTAT_INFLUX_USER=writer\nFLOWSTAT_INFLUX_PASSWORD=from-the-file\n"
+        f"FLOWSTAT_ES_API_KEY={API_KEY}\n"
+    )
     creds.chmod(0o600)
     url = f"influxdb://127.0.0.1:{server.port}/flowstat"
     try:
-        out = run_agent(agent_command, "--pid", target, "--interval", 0.05, "--count", 2, "--sink", url,
-                        env=credential_free_env(FLOWSTAT_CREDENTIALS=str(creds), FLOWSTAT_INFLUX_PASSWORD=PASSWORD))
+        out = run_agent(
+            agent_command,
+            "--pid",
+            target,
+            "--interval",
+            0.05,
+            "--count",
+            2,
+            "--sink",
+            url,
+            env=credential_free_env(FLOWSTAT_CREDENTIALS=str(creds), FLOWSTAT_INFLUX_PASSWORD=PASSWORD),
+        )
     finally:
         server.close()
     assert out.returncode == 0, out.stderr
@@ -370,6 +537,7 @@ def test_the_environment_wins_over_the_credentials_file_named_by_flowstat_creden
 
 
 # -- refused at start ----------------------------------------------------------------------------
+
 
 @each_agent
 @pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660, 0o700])
@@ -386,15 +554,19 @@ def test_a_credentials_file_others_may_read_is_refused_with_the_chmod_to_run(tmp
 
 
 @each_agent
-@pytest.mark.parametrize("content,says", [
-    ("export FLOWSTAT_ES_PASSWORD=SECRET\n", "line 1: NAME=VALUE, without export"),
-    ("# a comment\nSECRET\n", "line 2: expected NAME=VALUE"),
-    ("FLOWSTAT_ES_PASSWORD='SECRET'\n", "line 1: the value of FLOWSTAT_ES_PASSWORD is quoted"),
-    ("FLOWSTAT_ES_PASWORD=SECRET\n", "line 1: unknown name 'FLOWSTAT_ES_PASWORD'"),
-    ("FLOWSTAT_ES_PASSWORD=SECRET\nFLOWSTAT_ES_PASSWORD=SECRET\n", "line 2: FLOWSTAT_ES_PASSWORD given twice"),
-])
+@pytest.mark.parametrize(
+    "content,says",
+    [
+        ("export FLOWSTAT_ES_PASSWORD=SECRET\n", "line 1: NAME=VALUE, without export"),
+        ("# a comment\nSECRET\n", "line 2: expected NAME=VALUE"),
+        ("FLOWSTAT_ES_PASSWORD='SECRET'\n", "line 1: the value of FLOWSTAT_ES_PASSWORD is quoted"),
+        ("FLOWSTAT_ES_PASWORD=SECRET\n", "line 1: unknown name 'FLOWSTAT_ES_PASWORD'"),
+        ("FLOWSTAT_ES_PASSWORD=SECRET\nFLOWSTAT_ES_PASSWORD=SECRET\n", "line 2: FLOWSTAT_ES_PASSWORD given twice"),
+    ],
+)
 def test_a_credentials_file_line_that_is_not_name_equals_value_is_refused_without_its_value(
-        tmp_path, target, agent_command, content, says):
+    tmp_path, target, agent_command, content, says
+):
     creds = tmp_path / "credentials"
     creds.write_text(content.replace("SECRET", PASSWORD))
     creds.chmod(0o600)
@@ -415,18 +587,35 @@ def test_a_credentials_file_that_is_no_file_is_refused(tmp_path, target, agent_c
 
 
 @each_agent
-@pytest.mark.parametrize("url,vars_", [
-    ("http://flowstat:SECRET@127.0.0.1:1/write", "FLOWSTAT_INFLUX_USER and FLOWSTAT_INFLUX_PASSWORD"),
-    ("influxdb+https://flowstat:SECRET@127.0.0.1:8086/flowstat", "FLOWSTAT_INFLUX_USER and FLOWSTAT_INFLUX_PASSWORD"),
-    ("elasticsearch://SECRET@127.0.0.1:9200/flowstat-samples", "FLOWSTAT_ES_USER and FLOWSTAT_ES_PASSWORD"),
-    ("elasticsearch+https://elastic:SECRET@127.0.0.1:9200/flowstat-samples?format=json",
-     "FLOWSTAT_ES_USER and FLOWSTAT_ES_PASSWORD"),
-])
+@pytest.mark.parametrize(
+    "url,vars_",
+    [
+        ("http://flowstat:SECRET@127.0.0.1:1/write", "FLOWSTAT_INFLUX_USER and FLOWSTAT_INFLUX_PASSWORD"),
+        (
+            "influxdb+https://flowstat:SECRET@127.0.0.1:8086/flowstat",
+            "FLOWSTAT_INFLUX_USER and FLOWSTAT_INFLUX_PASSWORD",
+        ),
+        ("elasticsearch://SECRET@127.0.0.1:9200/flowstat-samples", "FLOWSTAT_ES_USER and FLOWSTAT_ES_PASSWORD"),
+        (
+            "elasticsearch+https://elastic:SECRET@127.0.0.1:9200/flowstat-samples?format=json",
+            "FLOWSTAT_ES_USER and FLOWSTAT_ES_PASSWORD",
+        ),
+    ],
+)
 @pytest.mark.parametrize("twice", [False, True])
 def test_a_url_holding_a_password_is_refused_without_repeating_it(target, agent_command, url, vars_, twice):
     url = url.replace("SECRET", PASSWORD.replace(" ", "_").replace("#", "_"))
-    out = run_agent(agent_command, "--pid", target, "--count", 1, "--sink", url, *(["--sink", url] if twice else []),
-                    env=credential_free_env())
+    out = run_agent(
+        agent_command,
+        "--pid",
+        target,
+        "--count",
+        1,
+        "--sink",
+        url,
+        *(["--sink", url] if twice else []),
+        env=credential_free_env(),
+    )
     assert out.returncode == 2, out.stderr
     assert "a user or password in a URL shows in process lists and logs" in out.stderr, out.stderr
     assert vars_ in out.stderr and "--credentials" in out.stderr
@@ -434,22 +623,38 @@ def test_a_url_holding_a_password_is_refused_without_repeating_it(target, agent_
 
 
 @each_agent
-@pytest.mark.parametrize("env,says", [
-    ({"FLOWSTAT_ES_USER": "flowstat_agent", "FLOWSTAT_ES_API_KEY": API_KEY},
-     f"FLOWSTAT_ES_API_KEY and a user are both set: give one way to log in ({ES_VARS})"),
-    ({"FLOWSTAT_ES_USER": "flowstat_agent"}, "FLOWSTAT_ES_USER is set without FLOWSTAT_ES_PASSWORD"),
-    ({"FLOWSTAT_ES_PASSWORD": PASSWORD}, "FLOWSTAT_ES_PASSWORD is set without FLOWSTAT_ES_USER"),
-    ({"FLOWSTAT_ES_CA_FILE": "/no/such/ca.pem"},
-     "FLOWSTAT_ES_CA_FILE=/no/such/ca.pem: cannot read that CA file: No such file or directory"),
-])
+@pytest.mark.parametrize(
+    "env,says",
+    [
+        (
+            {"FLOWSTAT_ES_USER": "flowstat_agent", "FLOWSTAT_ES_API_KEY": API_KEY},
+            f"FLOWSTAT_ES_API_KEY and a user are both set: give one way to log in ({ES_VARS})",
+        ),
+        ({"FLOWSTAT_ES_USER": "flowstat_agent"}, "FLOWSTAT_ES_USER is set without FLOWSTAT_ES_PASSWORD"),
+        ({"FLOWSTAT_ES_PASSWORD": PASSWORD}, "FLOWSTAT_ES_PASSWORD is set without FLOWSTAT_ES_USER"),
+        (
+            {"FLOWSTAT_ES_CA_FILE": "/no/such/ca.pem"},
+            "FLOWSTAT_ES_CA_FILE=/no/such/ca.pem: cannot read that CA file: No such file or directory",
+        ),
+    ],
+)
 def test_credentials_that_do_not_fit_together_are_refused_at_start(target, agent_command, env, says):
-    out = run_agent(agent_command, "--pid", target, "--count", 1, "--sink",
-                    "elasticsearch+https://127.0.0.1:1/flowstat-samples", env=credential_free_env(**env))
+    out = run_agent(
+        agent_command,
+        "--pid",
+        target,
+        "--count",
+        1,
+        "--sink",
+        "elasticsearch+https://127.0.0.1:1/flowstat-samples",
+        env=credential_free_env(**env),
+    )
     assert out.returncode == 2 and says in out.stderr, out.stderr
     assert where_secrets_show([PASSWORD, API_KEY], texts={"stderr": out.stderr}) == []
 
 
 # -- TLS -----------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def certificates(tmp_path_factory):
@@ -457,56 +662,111 @@ def certificates(tmp_path_factory):
 
 
 @each_agent
-@pytest.mark.parametrize("scheme,path,ca_var,named", [
-    ("elasticsearch+https", "flowstat-samples", "FLOWSTAT_ES_CA_FILE", "FLOWSTAT_ES_CA_FILE"),
-    ("influxdb+https", "flowstat", "FLOWSTAT_INFLUX_CA_FILE", "FLOWSTAT_INFLUX_CA_FILE"),
-    ("https", "write", "FLOWSTAT_CA_FILE", "FLOWSTAT_INFLUX_CA_FILE"),  # the default for both stores
-])
-def test_an_untrusted_certificate_keeps_the_samples_until_the_ca_file_is_given(tmp_path, target, agent_command,
-                                                                                certificates, scheme, path, ca_var,
-                                                                                named):
+@pytest.mark.parametrize(
+    "scheme,path,ca_var,named",
+    [
+        ("elasticsearch+https", "flowstat-samples", "FLOWSTAT_ES_CA_FILE", "FLOWSTAT_ES_CA_FILE"),
+        ("influxdb+https", "flowstat", "FLOWSTAT_INFLUX_CA_FILE", "FLOWSTAT_INFLUX_CA_FILE"),
+        ("https", "write", "FLOWSTAT_CA_FILE", "FLOWSTAT_INFLUX_CA_FILE"),  # the default for both stores
+    ],
+)
+def test_an_untrusted_certificate_keeps_the_samples_until_the_ca_file_is_given(
+    tmp_path, target, agent_command, certificates, scheme, path, ca_var, named
+):
     kind = "elasticsearch" if scheme.startswith("elasticsearch") else "influxdb"
     store = RefusingStore(scheme, 0, key=False, tls=(certificates.cert, certificates.key))
     store.refusing.clear()  # it takes whatever reaches it: what stops the samples is the certificate
     url = f"{scheme}://127.0.0.1:{store.port}/{path}"
     spool, stats = tmp_path / "spool", tmp_path / "stats.json"
-    login = ({"FLOWSTAT_ES_USER": "flowstat_agent", "FLOWSTAT_ES_PASSWORD": PASSWORD} if kind == "elasticsearch"
-             else {"FLOWSTAT_INFLUX_TOKEN": TOKEN})
-    common = ["--pid", target, "--interval", 0.05, "--self-interval", 0, "--sink", url, "--spool-dir", spool,
-              "--stats", stats]
+    login = (
+        {"FLOWSTAT_ES_USER": "flowstat_agent", "FLOWSTAT_ES_PASSWORD": PASSWORD}
+        if kind == "elasticsearch"
+        else {"FLOWSTAT_INFLUX_TOKEN": TOKEN}
+    )
+    common = [
+        "--pid",
+        target,
+        "--interval",
+        0.05,
+        "--self-interval",
+        0,
+        "--sink",
+        url,
+        "--spool-dir",
+        spool,
+        "--stats",
+        stats,
+    ]
     try:
-        untrusted = run_agent(agent_command, *common, "--count", 3, "--drain-timeout", 1.5, "--run-id", "first",
-                              env=credential_free_env(**login))
+        untrusted = run_agent(
+            agent_command,
+            *common,
+            "--count",
+            3,
+            "--drain-timeout",
+            1.5,
+            "--run-id",
+            "first",
+            env=credential_free_env(**login),
+        )
         assert untrusted.returncode == 0, untrusted.stderr
-        says = (f"TLS: the certificate of 127.0.0.1:{store.port} is not trusted (set {named} to the CA that "
-                f"signed it)")
+        says = (
+            f"TLS: the certificate of 127.0.0.1:{store.port} is not trusted (set {named} to the CA that " f"signed it)"
+        )
         assert untrusted.stderr.count(says) == 1, untrusted.stderr
         assert not store.server.requests  # nothing went out: not even the credentials
         assert json.loads(stats.read_text())["sinks"][url]["spooled_samples"] == 3
-        trusted = run_agent(agent_command, *common, "--count", 2, "--run-id", "second",
-                            env=credential_free_env(**login, **{ca_var: str(certificates.ca)}))
+        trusted = run_agent(
+            agent_command,
+            *common,
+            "--count",
+            2,
+            "--run-id",
+            "second",
+            env=credential_free_env(**login, **{ca_var: str(certificates.ca)}),
+        )
     finally:
         store.close()
     assert trusted.returncode == 0, trusted.stderr
     assert "TLS" not in trusted.stderr
-    keys = [k for body in store.taken for k in sample_keys("elasticsearch" if kind == "elasticsearch" else "lp",
-                                                           body)]
+    keys = [k for body in store.taken for k in sample_keys("elasticsearch" if kind == "elasticsearch" else "lp", body)]
     assert keys == [("first", s) for s in range(3)] + [("second", s) for s in range(2)]
     expected = basic_header("flowstat_agent", PASSWORD) if kind == "elasticsearch" else f"Token {TOKEN}"
     assert {h.get("authorization") for h in store.server.headers} == {expected}
-    assert where_secrets_show(secret_forms(PASSWORD, TOKEN, basic=("flowstat_agent", PASSWORD)),
-                              texts={"first": untrusted.stderr, "second": trusted.stderr}, paths=[spool, stats]) == []
+    assert (
+        where_secrets_show(
+            secret_forms(PASSWORD, TOKEN, basic=("flowstat_agent", PASSWORD)),
+            texts={"first": untrusted.stderr, "second": trusted.stderr},
+            paths=[spool, stats],
+        )
+        == []
+    )
 
 
 # -- retention: daily indices --------------------------------------------------------------------
+
 
 @each_agent
 def test_elasticsearch_documents_go_to_the_daily_index_of_their_own_time(tmp_path, target, agent_command):
     server = ScriptedHttp(lambda path, body, n: (200, bulk_ok(body)))
     url = f"elasticsearch://127.0.0.1:{server.port}/flowstat-samples"
     try:
-        out = run_agent(agent_command, "--pid", target, "--interval", 0.05, "--count", 4, "--self-interval", 0.1,
-                        "--run-id", "r", "--sink", url, env=credential_free_env())
+        out = run_agent(
+            agent_command,
+            "--pid",
+            target,
+            "--interval",
+            0.05,
+            "--count",
+            4,
+            "--self-interval",
+            0.1,
+            "--run-id",
+            "r",
+            "--sink",
+            url,
+            env=credential_free_env(),
+        )
     finally:
         server.close()
     assert out.returncode == 0, out.stderr
@@ -515,11 +775,19 @@ def test_elasticsearch_documents_go_to_the_daily_index_of_their_own_time(tmp_pat
     selves = [(a, d) for a, d in pairs if "node_id" not in d]
     assert len(samples) == 4 and selves
     for action, doc in samples:
-        assert action == {"index": {"_index": f"flowstat-samples-{day(doc['time'])}",
-                                    "_id": f"r/{doc['agent']}/{doc['node_id']}/{doc['seq']}"}}
+        assert action == {
+            "index": {
+                "_index": f"flowstat-samples-{day(doc['time'])}",
+                "_id": f"r/{doc['agent']}/{doc['node_id']}/{doc['seq']}",
+            }
+        }
     for action, doc in selves:
-        assert action == {"index": {"_index": f"flowstat-agents-{day(doc['time'])}",
-                                    "_id": f"{doc['host']}/{doc['agent']}/{doc['time']}/{doc['seq']}"}}
+        assert action == {
+            "index": {
+                "_index": f"flowstat-agents-{day(doc['time'])}",
+                "_id": f"{doc['host']}/{doc['agent']}/{doc['time']}/{doc['seq']}",
+            }
+        }
     first = server.bodies()[0].decode().splitlines()[0]  # the action line's bytes: as before, but for the name
     assert re.fullmatch(r'\{"index":\{"_index":"flowstat-samples-\d{4}\.\d{2}\.\d{2}","_id":"[^"]+"\}\}', first)
 
@@ -536,9 +804,24 @@ def test_a_short_password_spoils_neither_the_answers_nor_the_log(tmp_path, targe
     url = f"elasticsearch://127.0.0.1:{server.port}/flowstat-samples"
     stats = tmp_path / "stats.json"
     try:
-        out = run_agent(agent_command, "--pid", target, "--interval", 0.05, "--count", 3, "--self-interval", 0,
-                        "--sink", url, "--spool-dir", tmp_path / "spool", "--stats", stats,
-                        env=credential_free_env(FLOWSTAT_ES_USER="flowstat_agent", FLOWSTAT_ES_PASSWORD="s"))
+        out = run_agent(
+            agent_command,
+            "--pid",
+            target,
+            "--interval",
+            0.05,
+            "--count",
+            3,
+            "--self-interval",
+            0,
+            "--sink",
+            url,
+            "--spool-dir",
+            tmp_path / "spool",
+            "--stats",
+            stats,
+            env=credential_free_env(FLOWSTAT_ES_USER="flowstat_agent", FLOWSTAT_ES_PASSWORD="s"),
+        )
     finally:
         server.close()
     assert out.returncode == 0, out.stderr

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from support.agents import HttpReceiver, sleeper, wait_until
-from support.common import ROOT
-from flowstat.schema import sample as sample_schema
 from flowstat.proc.procfs import catches
 from flowstat.schema import agent as agent_schema
+from flowstat.schema import sample as sample_schema
+from support.agents import HttpReceiver, sleeper, wait_until
+from support.common import ROOT
 
 C_AGENT = ROOT / "collectors" / "c" / "build" / "flowstat-agent"
 AGENTS = {"c": [str(C_AGENT)], "py": [sys.executable, "-m", "flowstat.agent"]}
@@ -42,8 +42,20 @@ def states(path: Path, pid: int) -> list[str]:
 def test_a_node_gone_before_the_run_ending_notice_is_down_one_gone_after_it_stopped(agent, tmp_path):
     early, late = sleeper(), sleeper()
     out, log = tmp_path / "s.json", tmp_path / "agent.log"
-    proc = start(agent, log, "--pid", early.pid, "--pid", late.pid, "--interval", 0.05, "--self-interval", 0,
-                 "--sink", f"file://{out}?format=json")
+    proc = start(
+        agent,
+        log,
+        "--pid",
+        early.pid,
+        "--pid",
+        late.pid,
+        "--interval",
+        0.05,
+        "--self-interval",
+        0,
+        "--sink",
+        f"file://{out}?format=json",
+    )
     try:
         wait_until(lambda: states(out, early.pid) and states(out, late.pid), "the first samples")
         # what flowstat run checks before it sends the notice (a process without a handler would die of it)
@@ -74,8 +86,10 @@ def self_samples(lines: list[str]) -> list[dict]:
         if line.startswith(agent_schema.measurement() + ","):
             head, fields, _ = line.split(" ")
             doc = dict(kv.split("=", 1) for kv in head.split(",")[1:])
-            doc.update((k, float(v) if "." in v else int(v.rstrip("i"))) for k, v in (kv.split("=", 1)
-                                                                                      for kv in fields.split(",")))
+            doc.update(
+                (k, float(v) if "." in v else int(v.rstrip("i")))
+                for k, v in (kv.split("=", 1) for kv in fields.split(","))
+            )
             out.append(doc)
     return out
 
@@ -89,15 +103,33 @@ def test_a_sink_that_is_down_shows_in_the_self_samples_the_other_sink_gets(agent
     down.stop()
     url = f"http://127.0.0.1:{down.port}/write"
     target = sleeper()
-    proc = start(agent, tmp_path / "agent.log", "--pid", target.pid, "--interval", 0.05, "--self-interval", 0.2,
-                 "--sink", url, "--sink", f"http://127.0.0.1:{up.port}/write", "--spool-dir", tmp_path / "spool",
-                 "--quiet")
+    proc = start(
+        agent,
+        tmp_path / "agent.log",
+        "--pid",
+        target.pid,
+        "--interval",
+        0.05,
+        "--self-interval",
+        0.2,
+        "--sink",
+        url,
+        "--sink",
+        f"http://127.0.0.1:{up.port}/write",
+        "--spool-dir",
+        tmp_path / "spool",
+        "--quiet",
+    )
     try:
-        wait_until(lambda: len([s for s in self_samples(up.lines()) if s["sinks_down"] == 1]) >= 3,
-                   "three self-samples while the sink is down")
+        wait_until(
+            lambda: len([s for s in self_samples(up.lines()) if s["sinks_down"] == 1]) >= 3,
+            "three self-samples while the sink is down",
+        )
         down.start()  # back on the same port
-        wait_until(lambda: (s := self_samples(up.lines())) and s[-1]["sinks_down"] == 0 and s[-1]["spooled_samples"] == 0,
-                   "a self-sample after the sink came back")
+        wait_until(
+            lambda: (s := self_samples(up.lines())) and s[-1]["sinks_down"] == 0 and s[-1]["spooled_samples"] == 0,
+            "a self-sample after the sink came back",
+        )
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
     finally:
@@ -111,7 +143,7 @@ def test_a_sink_that_is_down_shows_in_the_self_samples_the_other_sink_gets(agent
     assert spooled == sorted(spooled) and spooled[-1] > spooled[0] > 0  # it cannot deliver: the spool grows
     assert while_down[-1]["spooled_batches"] > 0 and while_down[-1]["send_failures"] >= 1
     assert all(s["agent"] == f"flowstat-agent-{agent}" for s in seen)
-    back = seen[seen.index(while_down[-1]) + 1:]
+    back = seen[seen.index(while_down[-1]) + 1 :]
     assert back and back[-1]["sinks_down"] == 0 and back[-1]["spooled_samples"] == 0
     assert [s["seq"] for s in seen] == list(range(len(seen)))
     # the sink that was down got everything too, its spool first: every self-sample once, in order
@@ -125,35 +157,65 @@ def test_self_samples_have_strictly_increasing_times_even_at_exit(agent, tmp_pat
     target = sleeper()
     out = tmp_path / "s.json"
     try:
-        proc = start(agent, tmp_path / "log", "--pid", target.pid, "--interval", 0.01, "--count", 30,
-                     "--self-interval", 0.01, "--sink", f"file://{out}?format=json", "--quiet")
+        proc = start(
+            agent,
+            tmp_path / "log",
+            "--pid",
+            target.pid,
+            "--interval",
+            0.01,
+            "--count",
+            30,
+            "--self-interval",
+            0.01,
+            "--sink",
+            f"file://{out}?format=json",
+            "--quiet",
+        )
         assert proc.wait(60) == 0, (tmp_path / "log").read_text()
     finally:
         target.kill()
     selves = [d for d in map(json.loads, out.read_text().splitlines()) if "node_id" not in d]
     assert [s["seq"] for s in selves] == list(range(len(selves))) and len(selves) >= 10
     stamps = [sample_schema.time_ns(s["time"]) for s in selves]
-    assert all(b > a for a, b in zip(stamps, stamps[1:])), [s["time"] for s in selves]
+    assert all(b > a for a, b in zip(stamps, stamps[1:], strict=False)), [s["time"] for s in selves]
 
 
 @pytest.mark.parametrize("agent", ["c", "py"])
-@pytest.mark.parametrize("runs,given,expected", [
-    (["run-a"], None, "run-a"),  # from its endpoints file
-    (["run-a", "run-a"], None, "run-a"),
-    (["run-a", "run-b"], None, None),  # two runs: the self-samples belong to neither
-    (["run-a"], "mine", "mine"),  # --run-id wins
-])
+@pytest.mark.parametrize(
+    "runs,given,expected",
+    [
+        (["run-a"], None, "run-a"),  # from its endpoints file
+        (["run-a", "run-a"], None, "run-a"),
+        (["run-a", "run-b"], None, None),  # two runs: the self-samples belong to neither
+        (["run-a"], "mine", "mine"),  # --run-id wins
+    ],
+)
 def test_self_samples_belong_to_the_run_their_targets_name(agent, tmp_path, runs, given, expected):
     targets = [sleeper() for _ in runs]
     files = []
-    for i, (run_id, proc) in enumerate(zip(runs, targets)):
+    for i, (run_id, proc) in enumerate(zip(runs, targets, strict=False)):
         files += ["--endpoints", tmp_path / f"endpoints-{i}.json"]
-        files[-1].write_text(json.dumps({"run_id": run_id, "nodes": [
-            {"node_id": f"n{i}", "role": "merger", "pid": proc.pid}]}))
+        files[-1].write_text(
+            json.dumps({"run_id": run_id, "nodes": [{"node_id": f"n{i}", "role": "merger", "pid": proc.pid}]})
+        )
     out = tmp_path / "s.json"
     try:
-        proc = start(agent, tmp_path / "log", *files, *(["--run-id", given] if given else []), "--interval", 0.05,
-                     "--count", 4, "--self-interval", 0.05, "--sink", f"file://{out}?format=json", "--quiet")
+        proc = start(
+            agent,
+            tmp_path / "log",
+            *files,
+            *(["--run-id", given] if given else []),
+            "--interval",
+            0.05,
+            "--count",
+            4,
+            "--self-interval",
+            0.05,
+            "--sink",
+            f"file://{out}?format=json",
+            "--quiet",
+        )
         assert proc.wait(60) == 0, (tmp_path / "log").read_text()
     finally:
         for t in targets:

@@ -13,12 +13,15 @@ import time
 
 import pytest
 
-from support.agents import HttpReceiver, StubNode, sleeper, spinner, wait_until
-from support.common import C_AGENT as AGENT, C_ASAN as ASAN, C_BUILD as BUILD, ROOT, needs
-from flowstat.schema import sample as sample_schema
-from flowstat.schema import agent as agent_schema
 from flowstat.agent.agent import Agent, AgentConfig
 from flowstat.agent.targets import TargetSpec
+from flowstat.schema import agent as agent_schema
+from flowstat.schema import sample as sample_schema
+from support.agents import HttpReceiver, StubNode, sleeper, spinner, wait_until
+from support.common import C_AGENT as AGENT
+from support.common import C_ASAN as ASAN
+from support.common import C_BUILD as BUILD
+from support.common import ROOT, needs
 
 FUZZ_SECONDS = int(os.environ.get("FLOWSTAT_FUZZ_SECONDS", "4"))  # a smoke test: make bench fuzzes 5 minutes each
 FUZZ_TARGETS = ("stat", "reply", "endpoints", "sink_url", "credentials")
@@ -35,7 +38,10 @@ def random_sample(rng: random.Random) -> dict:
         if not f.required and rng.random() < 0.3:
             continue
         if f.influx == "time":
-            s[f.name] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(rng.randrange(0, 2**31))) + f".{rng.randrange(1000):03d}Z"
+            s[f.name] = (
+                time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(rng.randrange(0, 2**31)))
+                + f".{rng.randrange(1000):03d}Z"
+            )
         elif f.enum:
             s[f.name] = rng.choice(f.enum)
         elif f.type == "string":
@@ -43,8 +49,18 @@ def random_sample(rng: random.Random) -> dict:
         elif f.type == "integer":
             s[f.name] = rng.choice([0, 1, 42, 2**31, 2**53, rng.randrange(10**12)])
         elif f.type == "number":
-            s[f.name] = rng.choice([0.0, 0.1, 100.0, 1e-05, 1.5e20, 123456.789, rng.random() * 10**rng.randrange(-8, 20),
-                                    round(rng.random() * 2e6, 1)])
+            s[f.name] = rng.choice(
+                [
+                    0.0,
+                    0.1,
+                    100.0,
+                    1e-05,
+                    1.5e20,
+                    123456.789,
+                    rng.random() * 10 ** rng.randrange(-8, 20),
+                    round(rng.random() * 2e6, 1),
+                ]
+            )
         else:
             s[f.name] = rng.random() < 0.5
     return s
@@ -68,13 +84,18 @@ def random_self_sample(rng: random.Random) -> dict:
     doc = {}
     for f in agent_schema.fields():
         if f.influx == "time":
-            doc[f.name] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(rng.randrange(0, 2**31))) + f".{rng.randrange(1000):03d}Z"
+            doc[f.name] = (
+                time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(rng.randrange(0, 2**31)))
+                + f".{rng.randrange(1000):03d}Z"
+            )
         elif f.type == "string":
             doc[f.name] = rng.choice(["flowstat-agent-c", "flowstat-agent-py/a b,c=d", 'q"uote', "ünïcode", "r1"])
         elif f.type == "integer":
             doc[f.name] = rng.choice([0, 1, 42, 2**31, 2**53, rng.randrange(10**12)])
         else:
-            doc[f.name] = rng.choice([0.01, 0.5, 1.0, 5, 3600.0, 1, rng.random() * 10])  # a whole number too: written as a float
+            doc[f.name] = rng.choice(
+                [0.01, 0.5, 1.0, 5, 3600.0, 1, rng.random() * 10]
+            )  # a whole number too: written as a float
     if rng.random() < 0.3:
         del doc["run_id"]
     return doc
@@ -96,7 +117,10 @@ def test_both_agents_encode_every_self_sample_byte_for_byte_alike():
     bad = json.dumps({agent_schema.RUN_FILE_KEY: {**docs[0], "sinks_down": -1}})
     out = c_agent("--encode", "line", input=f"{bad}\n" + json.dumps({agent_schema.RUN_FILE_KEY: 3}) + "\n")
     assert out.returncode == 1 and not out.stdout
-    assert "stdin line 1: sinks_down: wrong type" in out.stderr and "stdin line 2: flowstat_agent: not a JSON object" in out.stderr
+    assert (
+        "stdin line 1: sinks_down: wrong type" in out.stderr
+        and "stdin line 2: flowstat_agent: not a JSON object" in out.stderr
+    )
 
 
 def both_agents_on_a_stopped_process(tmp_path, *, count: int, interval_s: float, self_interval_s: float) -> None:
@@ -105,11 +129,31 @@ def both_agents_on_a_stopped_process(tmp_path, *, count: int, interval_s: float,
     proc = sleeper()
     os.kill(proc.pid, signal.SIGSTOP)
     try:
-        out = c_agent("--pid", proc.pid, "--count", count, "--interval", interval_s, "--run-id", "conf",
-                      "--self-interval", self_interval_s, "--sink", f"file://{tmp_path}/c.json?format=json", "--quiet")
+        out = c_agent(
+            "--pid",
+            proc.pid,
+            "--count",
+            count,
+            "--interval",
+            interval_s,
+            "--run-id",
+            "conf",
+            "--self-interval",
+            self_interval_s,
+            "--sink",
+            f"file://{tmp_path}/c.json?format=json",
+            "--quiet",
+        )
         assert out.returncode == 0, out.stderr
-        Agent(AgentConfig(TargetSpec(pids=[proc.pid], run_id="conf"), [f"file://{tmp_path}/py.json?format=json"],
-                          interval_s=interval_s, count=count, self_interval_s=self_interval_s)).run()
+        Agent(
+            AgentConfig(
+                TargetSpec(pids=[proc.pid], run_id="conf"),
+                [f"file://{tmp_path}/py.json?format=json"],
+                interval_s=interval_s,
+                count=count,
+                self_interval_s=self_interval_s,
+            )
+        ).run()
     finally:
         proc.kill()
 
@@ -130,8 +174,22 @@ def test_both_agents_emit_the_same_self_sample_fields(tmp_path):
         last[name] = selves[-1]
     c, py = last["c.json"], last["py.json"]
     assert (c["agent"], py["agent"]) == ("flowstat-agent-c", "flowstat-agent-py")
-    same = ("run_id", "host", "interval_s", "rounds", "samples", "targets", "proc_errors", "refused", "lost",
-            "spool_dropped", "spooled_batches", "spooled_samples", "sinks_down", "send_failures")
+    same = (
+        "run_id",
+        "host",
+        "interval_s",
+        "rounds",
+        "samples",
+        "targets",
+        "proc_errors",
+        "refused",
+        "lost",
+        "spool_dropped",
+        "spooled_batches",
+        "spooled_samples",
+        "sinks_down",
+        "send_failures",
+    )
     assert {k: c[k] for k in same} == {k: py[k] for k in same}
     assert (c["run_id"], c["interval_s"], c["rounds"], c["samples"], c["targets"]) == ("conf", 0.1, 6, 6, 1)
 
@@ -152,7 +210,7 @@ def test_both_agents_take_identical_samples_of_the_same_node(tmp_path):
     c = [json.loads(x) for x in open(tmp_path / "c.json")]
     py = [json.loads(x) for x in open(tmp_path / "py.json")]
     assert len(c) == len(py) == 3
-    for a, b in zip(c, py):
+    for a, b in zip(c, py, strict=False):
         assert sample_schema.validate(a) == []
         assert a["agent"] == "flowstat-agent-c" and b["agent"] == "flowstat-agent-py"
         strip = lambda d: {k: v for k, v in d.items() if k not in ("time", "agent")}
@@ -161,19 +219,40 @@ def test_both_agents_take_identical_samples_of_the_same_node(tmp_path):
 
 @needs(AGENT)
 def test_both_agents_agree_on_live_harness_nodes(tmp_path):
-    from support.common import topology_dict
     from flowstat.harness.orchestrator import Orchestrator
     from flowstat.harness.topology import from_dict
+    from support.common import topology_dict
 
     orch = Orchestrator(from_dict(topology_dict(duration=30)), "live", tmp_path / "live")
     orch.start()
     try:
         orch.poll_metrics()  # as flowstat run does every second: the merger learns what is in flight to it
         endpoints = tmp_path / "live" / "endpoints.json"
-        c = subprocess.Popen([str(AGENT), "--endpoints", str(endpoints), "--count", "6", "--interval", "0.2",
-                              "--self-interval", "0", "--sink", f"file://{tmp_path}/c.json?format=json", "--quiet"])
-        Agent(AgentConfig(TargetSpec(endpoints_files=[str(endpoints)]), [f"file://{tmp_path}/py.json?format=json"],
-                          interval_s=0.2, count=6, self_interval_s=0)).run()
+        c = subprocess.Popen(
+            [
+                str(AGENT),
+                "--endpoints",
+                str(endpoints),
+                "--count",
+                "6",
+                "--interval",
+                "0.2",
+                "--self-interval",
+                "0",
+                "--sink",
+                f"file://{tmp_path}/c.json?format=json",
+                "--quiet",
+            ]
+        )
+        Agent(
+            AgentConfig(
+                TargetSpec(endpoints_files=[str(endpoints)]),
+                [f"file://{tmp_path}/py.json?format=json"],
+                interval_s=0.2,
+                count=6,
+                self_interval_s=0,
+            )
+        ).run()
         assert c.wait(30) == 0
     finally:
         orch.stop()
@@ -185,17 +264,33 @@ def test_both_agents_agree_on_live_harness_nodes(tmp_path):
         cs = [x for x in c if x["node_id"] == node]
         ps = [x for x in py if x["node_id"] == node]
         assert len(cs) == len(ps) == 6
-        for a, b in zip(cs, ps):
+        for a, b in zip(cs, ps, strict=False):
             assert sample_schema.validate(a) == [], a
             assert set(a) == set(b)  # the same fields, from the same control reply fields
-            for key in ("run_id", "host", "node_id", "role", "pid", "seq", "node_state", "receive_buffer_size",
-                        "send_buffer_size", "threads"):
+            for key in (
+                "run_id",
+                "host",
+                "node_id",
+                "role",
+                "pid",
+                "seq",
+                "node_state",
+                "receive_buffer_size",
+                "send_buffer_size",
+                "threads",
+            ):
                 assert a.get(key) == b.get(key), (node, key)
             assert abs(a["vmrss_kb"] - b["vmrss_kb"]) <= 0.05 * b["vmrss_kb"]
         if node == "merger-0":  # issue 9's fields, from the merger's reply, in both agents' samples
             for sample in (cs[-1], ps[-1]):
-                assert {"objects_in_flight", "objects_held", "input_latency_objects", "input_latency_p50_ms",
-                        "input_latency_p99_ms", "input_latency_max_ms"} <= set(sample), sample
+                assert {
+                    "objects_in_flight",
+                    "objects_held",
+                    "input_latency_objects",
+                    "input_latency_p50_ms",
+                    "input_latency_p99_ms",
+                    "input_latency_max_ms",
+                } <= set(sample), sample
                 assert 0 < sample["input_latency_p50_ms"] <= sample["input_latency_max_ms"] < 30_000
 
 
@@ -204,9 +299,28 @@ def test_receiver_down_for_seconds_loses_and_duplicates_nothing(tmp_path):
     receiver = HttpReceiver()
     proc = sleeper()
     url = f"http://127.0.0.1:{receiver.port}/write"
-    agent = subprocess.Popen([str(AGENT), "--pid", str(proc.pid), "--interval", "0.05", "--duration", "6",
-                              "--self-interval", "0", "--sink", url, "--spool-dir", str(tmp_path / "spool"), "--stats",
-                              str(tmp_path / "stats.json"), "--quiet"], stderr=subprocess.PIPE, text=True)
+    agent = subprocess.Popen(
+        [
+            str(AGENT),
+            "--pid",
+            str(proc.pid),
+            "--interval",
+            "0.05",
+            "--duration",
+            "6",
+            "--self-interval",
+            "0",
+            "--sink",
+            url,
+            "--spool-dir",
+            str(tmp_path / "spool"),
+            "--stats",
+            str(tmp_path / "stats.json"),
+            "--quiet",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     spooled = lambda: len(list((tmp_path / "spool").rglob("*.batch")))
     try:
         wait_until(lambda: len(receiver.lines()) >= 10, "10 samples delivered before the outage", timeout=10)
@@ -230,15 +344,42 @@ def run_scenario(binary, tmp_path, wrap=()):
     hung, garbage, ok = StubNode("hang"), StubNode("garbage"), StubNode("ok")
     procs = [sleeper(), sleeper(), sleeper(), sleeper(1.0)]
     endpoints = tmp_path / "endpoints.json"
-    endpoints.write_text(json.dumps({"run_id": "r", "nodes": [
-        {"node_id": f"n{i}", "role": "merger", "pid": p.pid, "control": n.endpoint}
-        for i, (p, n) in enumerate(zip(procs, (hung, garbage, ok)))] + [
-        {"node_id": "short", "role": "producer", "pid": procs[3].pid}]}))
+    endpoints.write_text(
+        json.dumps(
+            {
+                "run_id": "r",
+                "nodes": [
+                    {"node_id": f"n{i}", "role": "merger", "pid": p.pid, "control": n.endpoint}
+                    for i, (p, n) in enumerate(zip(procs, (hung, garbage, ok), strict=False))
+                ]
+                + [{"node_id": "short", "role": "producer", "pid": procs[3].pid}],
+            }
+        )
+    )
     try:
-        out = subprocess.run([*wrap, str(binary), "--endpoints", str(endpoints), "--count", "12", "--interval", "0.2",
-                              "--control-timeout", "0.1", "--self-interval", "0.5",
-                              "--sink", f"file://{tmp_path}/s.json?format=json",
-                              "--stats", str(tmp_path / "stats.json")], capture_output=True, text=True, timeout=300)
+        out = subprocess.run(
+            [
+                *wrap,
+                str(binary),
+                "--endpoints",
+                str(endpoints),
+                "--count",
+                "12",
+                "--interval",
+                "0.2",
+                "--control-timeout",
+                "0.1",
+                "--self-interval",
+                "0.5",
+                "--sink",
+                f"file://{tmp_path}/s.json?format=json",
+                "--stats",
+                str(tmp_path / "stats.json"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     finally:
         for p in procs:
             p.kill()
@@ -264,9 +405,11 @@ def test_vanished_target_hung_and_garbage_control(tmp_path):
 @needs(AGENT)
 @pytest.mark.skipif(subprocess.run(["which", "valgrind"], capture_output=True).returncode != 0, reason="no valgrind")
 def test_clean_under_valgrind(tmp_path):
-    out, docs, selves = run_scenario(AGENT, tmp_path, wrap=("valgrind", "--leak-check=full",
-                                                             "--errors-for-leak-kinds=definite", "--error-exitcode=99",
-                                                             "--quiet"))
+    out, docs, selves = run_scenario(
+        AGENT,
+        tmp_path,
+        wrap=("valgrind", "--leak-check=full", "--errors-for-leak-kinds=definite", "--error-exitcode=99", "--quiet"),
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert len(docs) >= 30 and [d["seq"] for d in selves] == list(range(len(selves))) and len(selves) >= 2
 
@@ -286,23 +429,34 @@ def test_fuzz_parsers_briefly(tmp_path, target):
     corpus.mkdir()
     for seed in (ROOT / "collectors" / "c" / "fuzz" / "corpus" / target).iterdir():
         (corpus / seed.name).write_bytes(seed.read_bytes())
-    out = subprocess.run([str(fuzzer), f"-max_total_time={FUZZ_SECONDS}", "-timeout=5", "-rss_limit_mb=1024",
-                          str(corpus)], capture_output=True, text=True, timeout=FUZZ_SECONDS + 120, cwd=tmp_path)
+    out = subprocess.run(
+        [str(fuzzer), f"-max_total_time={FUZZ_SECONDS}", "-timeout=5", "-rss_limit_mb=1024", str(corpus)],
+        capture_output=True,
+        text=True,
+        timeout=FUZZ_SECONDS + 120,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "Done" in out.stderr
 
 
 @needs(AGENT)
-@pytest.mark.parametrize("args,message", [
-    ([], "give at least one target"), (["--pid", "x"], "--pid: bad process id"),
-    (["--pid", "1", "--interval", "0"], "--interval: expected seconds >= 0.01"),
-    (["--pid", "1", "--sink", "gopher://x:1"], "unknown sink"), (["--pid", "1", "--pattern", "("], "--pattern"),
-    (["--pid", "1", "--sink", "udp://127.0.0.1:9?format=json"], "UDP carries line protocol only"),
-    (["--pid", "1", "--spool-max-mb", "0"], "--spool-max-mb: expected megabytes >= 0.001, got '0'"),
-    (["--pid", "1", "--count", ""], "--count: expected a number, got ''"),
-    (["--pid", "1", "--bogus"], "unrecognized option '--bogus'"), (["--pid"], "option '--pid' requires an argument"),
-    (["--pid", "1", "stray"], "unexpected argument 'stray'"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        ([], "give at least one target"),
+        (["--pid", "x"], "--pid: bad process id"),
+        (["--pid", "1", "--interval", "0"], "--interval: expected seconds >= 0.01"),
+        (["--pid", "1", "--sink", "gopher://x:1"], "unknown sink"),
+        (["--pid", "1", "--pattern", "("], "--pattern"),
+        (["--pid", "1", "--sink", "udp://127.0.0.1:9?format=json"], "UDP carries line protocol only"),
+        (["--pid", "1", "--spool-max-mb", "0"], "--spool-max-mb: expected megabytes >= 0.001, got '0'"),
+        (["--pid", "1", "--count", ""], "--count: expected a number, got ''"),
+        (["--pid", "1", "--bogus"], "unrecognized option '--bogus'"),
+        (["--pid"], "option '--pid' requires an argument"),
+        (["--pid", "1", "stray"], "unexpected argument 'stray'"),
+    ],
+)
 def test_bad_arguments_are_refused_clearly(args, message):
     out = c_agent(*args)
     assert out.returncode == 2 and message in out.stderr
@@ -322,14 +476,40 @@ def test_both_agents_keep_roles_and_states_to_the_schemas_lists(tmp_path):
     UP (the schema's defaults), never a value the stores and dashboards do not know."""
     node, proc = StubNode("unknown"), sleeper()
     endpoints = tmp_path / "endpoints.json"
-    endpoints.write_text(json.dumps({"run_id": "r", "nodes": [
-        {"node_id": "odd", "role": sample_schema.DEFAULT_ROLE, "pid": proc.pid, "control": node.endpoint}]}))
+    endpoints.write_text(
+        json.dumps(
+            {
+                "run_id": "r",
+                "nodes": [
+                    {"node_id": "odd", "role": sample_schema.DEFAULT_ROLE, "pid": proc.pid, "control": node.endpoint}
+                ],
+            }
+        )
+    )
     try:
-        out = c_agent("--endpoints", endpoints, "--count", 2, "--interval", 0.05, "--self-interval", 0, "--sink",
-                      f"file://{tmp_path}/c.json?format=json", "--quiet")
+        out = c_agent(
+            "--endpoints",
+            endpoints,
+            "--count",
+            2,
+            "--interval",
+            0.05,
+            "--self-interval",
+            0,
+            "--sink",
+            f"file://{tmp_path}/c.json?format=json",
+            "--quiet",
+        )
         assert out.returncode == 0, out.stderr
-        Agent(AgentConfig(TargetSpec(endpoints_files=[str(endpoints)]), [f"file://{tmp_path}/py.json?format=json"],
-                          interval_s=0.05, count=2, self_interval_s=0)).run()
+        Agent(
+            AgentConfig(
+                TargetSpec(endpoints_files=[str(endpoints)]),
+                [f"file://{tmp_path}/py.json?format=json"],
+                interval_s=0.05,
+                count=2,
+                self_interval_s=0,
+            )
+        ).run()
     finally:
         proc.kill()
         node.close()
@@ -361,9 +541,32 @@ def test_cpu_clock_is_a_million_hz_for_a_busy_core_and_near_zero_for_an_idle_pro
     busy, idle = spinner(), sleeper()
     try:
         cpu_before, wall_before = cpu_seconds(busy.pid), time.time()
-        out = subprocess.run([*agent_command, *map(str, ("--pid", busy.pid, "--pid", idle.pid, "--count", 6, "--interval",
-                              0.25, "--self-interval", 0, "--sink", f"file://{tmp_path}/s.json?format=json", "--quiet"))],
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [
+                *agent_command,
+                *map(
+                    str,
+                    (
+                        "--pid",
+                        busy.pid,
+                        "--pid",
+                        idle.pid,
+                        "--count",
+                        6,
+                        "--interval",
+                        0.25,
+                        "--self-interval",
+                        0,
+                        "--sink",
+                        f"file://{tmp_path}/s.json?format=json",
+                        "--quiet",
+                    ),
+                ),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         cpu_used, wall = cpu_seconds(busy.pid) - cpu_before, time.time() - wall_before
     finally:
         busy.kill()
@@ -378,7 +581,7 @@ def test_cpu_clock_is_a_million_hz_for_a_busy_core_and_near_zero_for_an_idle_pro
     assert 0 < sum(busy_rates) / 5 <= 1.3e6 and min(busy_rates) > 0, busy_rates
     assert all(0 <= r < 0.05e6 for r in idle_rates), idle_rates
     stamps = [t for t, _ in samples[busy.pid]]
-    measured = sum(r * (b - a) for r, a, b in zip(busy_rates, stamps, stamps[1:])) / 1e6
+    measured = sum(r * (b - a) for r, a, b in zip(busy_rates, stamps, stamps[1:], strict=False)) / 1e6
     # what the kernel counted around the agent's run, less at most one core outside the sampled window
     outside = wall - (stamps[-1] - stamps[0])
     tick = 1 / os.sysconf("SC_CLK_TCK")

@@ -16,15 +16,25 @@ from datetime import datetime
 
 import pytest
 
-from support.agents import HttpReceiver, ScriptedHttp, sleeper, wait_until
-from support.common import free_port
-from support.common import C_AGENT as AGENT, C_ASAN as ASAN, PYTHON_AGENT, needs
-from support.agents import agent_cmd, endpoints_file, run_agent, sink_stats
-from flowstat.schema import sample as sample_schema
 from flowstat.agent.spool import folder_name
 from flowstat.schema import agent as agent_schema
+from flowstat.schema import sample as sample_schema
+from support.agents import (
+    HttpReceiver,
+    ScriptedHttp,
+    agent_cmd,
+    endpoints_file,
+    run_agent,
+    sink_stats,
+    sleeper,
+    wait_until,
+)
+from support.common import C_AGENT as AGENT
+from support.common import C_ASAN as ASAN
+from support.common import PYTHON_AGENT, free_port, needs
 
 HAS_VALGRIND = subprocess.run(["which", "valgrind"], capture_output=True).returncode == 0
+
 
 class TcpNeverReads:
     """Accepts connections and never reads: the agent's socket buffer fills, then send() waits."""
@@ -45,7 +55,7 @@ class TcpNeverReads:
         while self.running:
             try:
                 self.conns.append(self.sock.accept()[0])
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
 
     def close(self) -> None:
@@ -74,7 +84,7 @@ def assert_on_schedule(path, interval: float) -> int:
     nodes = stamps_by_node(path)
     assert nodes
     for node, stamps in nodes.items():
-        gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+        gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
         assert max(gaps) <= 2 * interval + 0.02, (node, max(gaps))
     return sum(len(s) for s in nodes.values())
 
@@ -86,15 +96,34 @@ def lines_written(path) -> int:
 
 # -- a sink that hangs does not delay sampling ---------------------------------------------------
 
+
 def test_an_http_sink_that_never_answers_does_not_delay_sampling(tmp_path, agent_command):
     server = ScriptedHttp(hold=True)
     proc = sleeper()
     url = f"http://127.0.0.1:{server.port}/write"
     samples, stats = tmp_path / "s.json", tmp_path / "stats.json"
-    agent = subprocess.Popen(agent_cmd("--pid", proc.pid, "--interval", 0.1, "--duration", 5, "--quiet",
-                                       "--sink", url, "--sink", f"file://{samples}?format=json",
-                                       "--spool-dir", tmp_path / "spool", "--stats", stats, command=agent_command),
-                             stderr=subprocess.PIPE, text=True)
+    agent = subprocess.Popen(
+        agent_cmd(
+            "--pid",
+            proc.pid,
+            "--interval",
+            0.1,
+            "--duration",
+            5,
+            "--quiet",
+            "--sink",
+            url,
+            "--sink",
+            f"file://{samples}?format=json",
+            "--spool-dir",
+            tmp_path / "spool",
+            "--stats",
+            stats,
+            command=agent_command,
+        ),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     written = lambda: lines_written(samples)
     try:
         wait_until(lambda: server.requests, "the agent's first post", timeout=10)
@@ -128,9 +157,26 @@ def test_a_tcp_sink_that_never_reads_does_not_delay_sampling(tmp_path):
     url = f"tcp://127.0.0.1:{receiver.port}?format=json"
     samples, stats = tmp_path / "s.json", tmp_path / "stats.json"
     pids = [arg for p in procs for arg in ("--pid", p.pid)]
-    agent = subprocess.Popen(agent_cmd(*pids, "--interval", 0.1, "--sink", url, "--drain-timeout", 0, "--quiet",
-                                       "--sink", f"file://{samples}?format=json", "--spool-dir", tmp_path / "spool",
-                                       "--stats", stats), stderr=subprocess.PIPE, text=True)
+    agent = subprocess.Popen(
+        agent_cmd(
+            *pids,
+            "--interval",
+            0.1,
+            "--sink",
+            url,
+            "--drain-timeout",
+            0,
+            "--quiet",
+            "--sink",
+            f"file://{samples}?format=json",
+            "--spool-dir",
+            tmp_path / "spool",
+            "--stats",
+            stats,
+        ),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     log: list[str] = []
     blocked = threading.Event()
 
@@ -147,7 +193,9 @@ def test_a_tcp_sink_that_never_reads_does_not_delay_sampling(tmp_path):
         assert blocked.wait(60), "the socket buffer never filled:\n" + "".join(log)
         blocked_at = written()
         # sampling goes on after the send timed out: ten more rounds of 500 targets
-        wait_until(lambda: written() >= blocked_at + 10 * 500, "ten rounds sampled after the send timed out", timeout=30)
+        wait_until(
+            lambda: written() >= blocked_at + 10 * 500, "ten rounds sampled after the send timed out", timeout=30
+        )
         agent.send_signal(signal.SIGTERM)
         assert agent.wait(60) == 0, "".join(log)
     finally:
@@ -177,11 +225,30 @@ def test_a_full_queue_drops_its_oldest_batch_and_says_so(tmp_path):
     url = f"http://127.0.0.1:{server.port}/write"
     stats, log_path = tmp_path / "stats.json", tmp_path / "agent.log"
     with open(log_path, "w") as log_file:
-        agent = subprocess.Popen(agent_cmd("--pid", proc.pid, "--interval", 0.02, "--duration", 4, "--quiet",
-                                           "--sink", url, "--spool-max-mb", 0.005, "--stats", stats), stderr=log_file)
+        agent = subprocess.Popen(
+            agent_cmd(
+                "--pid",
+                proc.pid,
+                "--interval",
+                0.02,
+                "--duration",
+                4,
+                "--quiet",
+                "--sink",
+                url,
+                "--spool-max-mb",
+                0.005,
+                "--stats",
+                stats,
+            ),
+            stderr=log_file,
+        )
     try:
-        wait_until(lambda: "dropped the oldest queued batch" in log_path.read_text(),
-                   "the queue behind the held post to overflow", timeout=10)
+        wait_until(
+            lambda: "dropped the oldest queued batch" in log_path.read_text(),
+            "the queue behind the held post to overflow",
+            timeout=10,
+        )
         server.release.set()
         assert agent.wait(30) == 1
         log = log_path.read_text()
@@ -204,8 +271,24 @@ def test_a_slow_sink_cannot_hold_the_exit(tmp_path, agent_command):
     url = f"http://127.0.0.1:{server.port}/write"
     stats = tmp_path / "stats.json"
     try:
-        out = run_agent("--pid", proc.pid, "--interval", 0.05, "--duration", 2, "--sink", url, "--quiet",
-                        "--spool-dir", tmp_path / "spool", "--drain-timeout", 0, "--stats", stats, command=agent_command)
+        out = run_agent(
+            "--pid",
+            proc.pid,
+            "--interval",
+            0.05,
+            "--duration",
+            2,
+            "--sink",
+            url,
+            "--quiet",
+            "--spool-dir",
+            tmp_path / "spool",
+            "--drain-timeout",
+            0,
+            "--stats",
+            stats,
+            command=agent_command,
+        )
     finally:
         proc.kill()
         server.close()
@@ -220,6 +303,7 @@ def test_a_slow_sink_cannot_hold_the_exit(tmp_path, agent_command):
 
 # -- the store policy ----------------------------------------------------------------------------
 
+
 def bulk_answer(seen: dict[str, int]):
     """Per document, by node: a stored (201), b refused (400), c and d refused for now (429, 503)
     the first time its _id comes, stored the second. The answer itself is a 200."""
@@ -228,13 +312,18 @@ def bulk_answer(seen: dict[str, int]):
         assert path == "/_bulk"
         lines = body.decode().splitlines()
         items = []
-        for action, doc in zip(lines[::2], lines[1::2]):
+        for action, doc in zip(lines[::2], lines[1::2], strict=False):
             _id, node = json.loads(action)["index"]["_id"], json.loads(doc)["node_id"]
             seen[_id] = seen.get(_id, 0) + 1
             item = {"_index": "flowstat", "_id": _id, "status": 201}
             if node == "b":
-                item.update(status=400, error={"type": "mapper_parsing_exception",
-                                               "reason": "failed to parse field [threads] of type [long]"})
+                item.update(
+                    status=400,
+                    error={
+                        "type": "mapper_parsing_exception",
+                        "reason": "failed to parse field [threads] of type [long]",
+                    },
+                )
             elif node == "c" and seen[_id] == 1:
                 item.update(status=429, error={"type": "es_rejected_execution_exception", "reason": "queue full"})
             elif node == "d" and seen[_id] == 1:
@@ -253,18 +342,37 @@ def test_elasticsearch_documents_are_settled_one_by_one(tmp_path, build):
     binary = ASAN if build == "asan" else AGENT
     if build != "python" and not binary.exists():
         pytest.skip(f"no {binary.name}: run `make c-agent` (make test does)")
-    wrap = ("valgrind", "--leak-check=full", "--errors-for-leak-kinds=definite", "--error-exitcode=99",
-            "--quiet") if build == "valgrind" else ()
+    wrap = (
+        ("valgrind", "--leak-check=full", "--errors-for-leak-kinds=definite", "--error-exitcode=99", "--quiet")
+        if build == "valgrind"
+        else ()
+    )
     seen: dict[str, int] = {}
     server = ScriptedHttp(bulk_answer(seen))
     proc = sleeper()
     url = f"elasticsearch://127.0.0.1:{server.port}/flowstat"
     stats = tmp_path / "stats.json"
     try:
-        out = run_agent("--endpoints", endpoints_file(tmp_path, proc.pid, nodes=("a", "b", "c", "d")), "--count", 3,
-                        "--interval", 0.2, "--sink", url, "--spool-dir", tmp_path / "spool", "--drain-timeout", 20,
-                        "--stats", stats,
-                        binary=binary, command=PYTHON_AGENT if build == "python" else None, wrap=wrap, timeout=300)
+        out = run_agent(
+            "--endpoints",
+            endpoints_file(tmp_path, proc.pid, nodes=("a", "b", "c", "d")),
+            "--count",
+            3,
+            "--interval",
+            0.2,
+            "--sink",
+            url,
+            "--spool-dir",
+            tmp_path / "spool",
+            "--drain-timeout",
+            20,
+            "--stats",
+            stats,
+            binary=binary,
+            command=PYTHON_AGENT if build == "python" else None,
+            wrap=wrap,
+            timeout=300,
+        )
     finally:
         proc.kill()
         server.close()
@@ -280,21 +388,35 @@ def test_elasticsearch_documents_are_settled_one_by_one(tmp_path, build):
     assert all(b'"node_id":"b"' not in body for body in resends)
     assert "mapper_parsing_exception" in out.stderr  # the reason of the refusal is told
     sink = sink_stats(stats, url)
-    assert sink == {"delivered": 9, "refused": 3, "lost": 0, "spooled": 0, "spooled_samples": 0,
-                    "spool_dropped": 0}
+    assert sink == {"delivered": 9, "refused": 3, "lost": 0, "spooled": 0, "spooled_samples": 0, "spool_dropped": 0}
 
 
 @pytest.mark.parametrize("scheme", ["influxdb", "http"])
 def test_an_influxdb_partial_write_stores_the_rest_and_resends_nothing(tmp_path, scheme, agent_command):
-    conflict = (b'{"error":"partial write: field type conflict: input field \\"threads\\" on measurement '
-                b'\\"flowstat_node\\" is type float, already exists as type integer dropped=1"}')
+    conflict = (
+        b'{"error":"partial write: field type conflict: input field \\"threads\\" on measurement '
+        b'\\"flowstat_node\\" is type float, already exists as type integer dropped=1"}'
+    )
     server = ScriptedHttp(lambda path, body, n: (400, conflict) if n == 0 else (204, b""))
     proc = sleeper()
     url = f"{scheme}://127.0.0.1:{server.port}/" + ("flowstat" if scheme == "influxdb" else "write")
     stats = tmp_path / "stats.json"
     try:
-        out = run_agent("--endpoints", endpoints_file(tmp_path, proc.pid), "--count", 4, "--interval", 0.1,
-                        "--sink", url, "--spool-dir", tmp_path / "spool", "--stats", stats, command=agent_command)
+        out = run_agent(
+            "--endpoints",
+            endpoints_file(tmp_path, proc.pid),
+            "--count",
+            4,
+            "--interval",
+            0.1,
+            "--sink",
+            url,
+            "--spool-dir",
+            tmp_path / "spool",
+            "--stats",
+            stats,
+            command=agent_command,
+        )
     finally:
         proc.kill()
         server.close()
@@ -306,8 +428,9 @@ def test_an_influxdb_partial_write_stores_the_rest_and_resends_nothing(tmp_path,
     assert "partial write" in out.stderr
 
 
-@pytest.mark.parametrize("status,down", [(408, True), (429, True), (500, True), (503, True), (400, False),
-                                         (404, False), (413, False)])
+@pytest.mark.parametrize(
+    "status,down", [(408, True), (429, True), (500, True), (503, True), (400, False), (404, False), (413, False)]
+)
 def test_http_statuses_follow_the_store_policy(tmp_path, status, down, agent_command):
     """The first batch is answered `status`: down means sent again later, else refused for good,
     and said so with the store's answer."""
@@ -316,8 +439,24 @@ def test_http_statuses_follow_the_store_policy(tmp_path, status, down, agent_com
     url = f"http://127.0.0.1:{server.port}/write"
     stats = tmp_path / "stats.json"
     try:
-        out = run_agent("--pid", proc.pid, "--count", 3, "--interval", 0.1, "--sink", url, "--quiet",
-                        "--spool-dir", tmp_path / "spool", "--drain-timeout", 10, "--stats", stats, command=agent_command)
+        out = run_agent(
+            "--pid",
+            proc.pid,
+            "--count",
+            3,
+            "--interval",
+            0.1,
+            "--sink",
+            url,
+            "--quiet",
+            "--spool-dir",
+            tmp_path / "spool",
+            "--drain-timeout",
+            10,
+            "--stats",
+            stats,
+            command=agent_command,
+        )
     finally:
         proc.kill()
         server.close()
@@ -347,8 +486,22 @@ def test_a_batch_refused_after_an_outage_neither_stalls_nor_spins(tmp_path, agen
     try:
         # the resend (1 s after the outage) comes 1.5 s before the next tick: the refused batch is the
         # only one spooled, and nothing else is due for a while
-        out = run_agent("--pid", proc.pid, "--count", 2, "--interval", 2.5, "--sink", url, "--quiet",
-                        "--spool-dir", tmp_path / "spool", "--stats", stats, command=agent_command)
+        out = run_agent(
+            "--pid",
+            proc.pid,
+            "--count",
+            2,
+            "--interval",
+            2.5,
+            "--sink",
+            url,
+            "--quiet",
+            "--spool-dir",
+            tmp_path / "spool",
+            "--stats",
+            stats,
+            command=agent_command,
+        )
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
     finally:
         proc.kill()
@@ -363,6 +516,7 @@ def test_a_batch_refused_after_an_outage_neither_stalls_nor_spins(tmp_path, agen
 
 # -- the spool names its sink, and the next agent resends it --------------------------------------
 
+
 def batch_files(folder) -> list:
     """A spool folder's batches, oldest first (their names start with their number)."""
     return sorted(folder.glob("*.batch"))
@@ -373,8 +527,21 @@ def test_each_spool_folder_names_its_sink_and_is_resent_by_the_next_agent(tmp_pa
     proc = sleeper()
     http_url, file_url = f"http://127.0.0.1:{port}/write", f"file://{tmp_path}/{'samples-' * 12}.lp"
     spool, stats = tmp_path / "spool", tmp_path / "stats.json"
-    common = ("--pid", proc.pid, "--interval", 0.05, "--sink", http_url, "--sink", file_url, "--spool-dir", spool,
-              "--stats", stats, "--quiet")
+    common = (
+        "--pid",
+        proc.pid,
+        "--interval",
+        0.05,
+        "--sink",
+        http_url,
+        "--sink",
+        file_url,
+        "--spool-dir",
+        spool,
+        "--stats",
+        stats,
+        "--quiet",
+    )
     try:
         first = run_agent(*common, "--count", 5, "--drain-timeout", 0, command=agent_command)
         assert first.returncode == 0, first.stderr
@@ -407,6 +574,7 @@ def test_each_spool_folder_names_its_sink_and_is_resent_by_the_next_agent(tmp_pa
 
 # -- the spool's bound ---------------------------------------------------------------------------
 
+
 def line_protocol(doc: dict) -> str:
     """A sample or self-sample as a spooled batch of one holds it (either agent encodes them alike:
     test_c_agent.py)."""
@@ -424,9 +592,30 @@ def test_a_spool_past_its_bound_keeps_the_newest_batches_and_counts_the_dropped(
     bound = int(0.002 * 1024 * 1024)
     try:
         # self-samples too (a later --self-interval wins over agent_cmd's): they report spool_dropped
-        out = run_agent("--pid", proc.pid, "--count", 60, "--interval", 0.05, "--self-interval", 0.5, "--sink", url,
-                        "--sink", f"file://{samples}?format=json", "--spool-dir", spool, "--spool-max-mb", 0.002,
-                        "--drain-timeout", 0, "--stats", stats, "--quiet", command=agent_command)
+        out = run_agent(
+            "--pid",
+            proc.pid,
+            "--count",
+            60,
+            "--interval",
+            0.05,
+            "--self-interval",
+            0.5,
+            "--sink",
+            url,
+            "--sink",
+            f"file://{samples}?format=json",
+            "--spool-dir",
+            spool,
+            "--spool-max-mb",
+            0.002,
+            "--drain-timeout",
+            0,
+            "--stats",
+            stats,
+            "--quiet",
+            command=agent_command,
+        )
     finally:
         proc.kill()
     assert out.returncode == 1, out.stderr  # samples were lost
@@ -443,7 +632,11 @@ def test_a_spool_past_its_bound_keeps_the_newest_batches_and_counts_the_dropped(
     assert kept <= bound < kept + len(line_protocol(docs[first - 1]))  # all that fits: the last dropped did not
     sink = everything["sinks"][url]
     assert (sink["spool_dropped"], sink["spooled"], sink["spooled_samples"], sink["lost"]) == (
-        first, len(batches), len(batches), 0)
+        first,
+        len(batches),
+        len(batches),
+        0,
+    )
     selves = [d for d in docs if "node_id" not in d]
     dropped = [d["spool_dropped"] for d in selves]
     # as the sink thread had published it when each was taken: it only grows, up to the final count
@@ -454,6 +647,7 @@ def test_a_spool_past_its_bound_keeps_the_newest_batches_and_counts_the_dropped(
 
 # -- options without silent limits ---------------------------------------------------------------
 
+
 @pytest.fixture
 def target():
     proc = sleeper()
@@ -462,16 +656,28 @@ def target():
 
 
 @needs(AGENT)
-@pytest.mark.parametrize("option,count", [("--pid", 5000), ("--pidfile", 5000), ("--endpoints", 5000),
-                                          ("--pattern", 300)])
+@pytest.mark.parametrize(
+    "option,count", [("--pid", 5000), ("--pidfile", 5000), ("--endpoints", 5000), ("--pattern", 300)]
+)
 def test_long_target_lists_are_all_taken(tmp_path, target, option, count):
     pidfile, endpoints = tmp_path / "pid", tmp_path / "endpoints.json"
     pidfile.write_text(f"{target}\n")
     endpoints.write_text(json.dumps({"run_id": "r", "nodes": [{"node_id": "n", "role": "merger", "pid": target}]}))
-    values = {"--pid": [target] * count, "--pidfile": [pidfile] * count, "--endpoints": [endpoints] * count,
-              "--pattern": [f"no-such-command-{i}" for i in range(count - 1)] + ["time.sleep"]}[option]
-    out = run_agent(*[arg for v in values for arg in (option, v)], "--count", 2, "--interval", 0.05,
-                    "--sink", f"file://{tmp_path}/s.json?format=json")
+    values = {
+        "--pid": [target] * count,
+        "--pidfile": [pidfile] * count,
+        "--endpoints": [endpoints] * count,
+        "--pattern": [f"no-such-command-{i}" for i in range(count - 1)] + ["time.sleep"],
+    }[option]
+    out = run_agent(
+        *[arg for v in values for arg in (option, v)],
+        "--count",
+        2,
+        "--interval",
+        0.05,
+        "--sink",
+        f"file://{tmp_path}/s.json?format=json",
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     docs = [json.loads(x) for x in open(tmp_path / "s.json")]
     assert [d["pid"] for d in docs if d["pid"] == target] == [target, target]
@@ -487,15 +693,20 @@ def test_a_hundred_sinks_all_get_every_sample(tmp_path, target):
 
 
 @needs(AGENT)
-@pytest.mark.parametrize("args,message", [
-    (["--sink", "http://127.0.0.1:1/" + "w" * 520], "--sink: URL longer than the limit of 511 characters"),
-    (["--sink", "file:///tmp/x.lp", "--sink", "file:///tmp/x.lp"], "--sink file:///tmp/x.lp: given twice"),
-    (["--sink", "file:///tmp/x.lp", "--spool-dir", "/tmp/" + "d" * 400],
-     "--spool-dir: a path longer than the limit of 400 characters"),
-    (["--name", "n" * 161], "--name: longer than the limit of 160 characters"),
-    (["--run-id", "r" * 128], "--run-id: longer than the limit of 127 characters"),
-    (["--pid", "99999999999"], "--pid: bad process id"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--sink", "http://127.0.0.1:1/" + "w" * 520], "--sink: URL longer than the limit of 511 characters"),
+        (["--sink", "file:///tmp/x.lp", "--sink", "file:///tmp/x.lp"], "--sink file:///tmp/x.lp: given twice"),
+        (
+            ["--sink", "file:///tmp/x.lp", "--spool-dir", "/tmp/" + "d" * 400],
+            "--spool-dir: a path longer than the limit of 400 characters",
+        ),
+        (["--name", "n" * 161], "--name: longer than the limit of 160 characters"),
+        (["--run-id", "r" * 128], "--run-id: longer than the limit of 127 characters"),
+        (["--pid", "99999999999"], "--pid: bad process id"),
+    ],
+)
 def test_options_past_their_limits_are_refused_clearly(args, message):
     out = run_agent("--pid", 1, *args)
     assert out.returncode == 2 and message in out.stderr, out.stderr

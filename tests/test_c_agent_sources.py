@@ -7,15 +7,16 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from conftest import ROOT, needs
+from support.common import ROOT, needs
 
 C_DIR = ROOT / "collectors" / "c"
 CLANG_FORMAT = Path(shutil.which("clang-format") or "/usr/bin/clang-format")
 
 
 def make(*args: str, cwd: Path = C_DIR) -> subprocess.CompletedProcess:
-    return subprocess.run(["make", "--no-print-directory", "-C", str(cwd), *args], capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        ["make", "--no-print-directory", "-C", str(cwd), *args], capture_output=True, text=True, timeout=300
+    )
 
 
 @needs(CLANG_FORMAT)

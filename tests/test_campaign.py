@@ -14,7 +14,6 @@ import yaml
 
 from flowstat.campaign import CampaignError, load
 from flowstat.campaign.spec import from_dict
-
 from support.common import ROOT
 from support.runs import small
 
@@ -23,8 +22,12 @@ TINY_S = 5  # start-up is the first 3 s: a tiny run still has a steady state of 
 
 
 def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "flowstat.cli", "campaign", *args, "--quiet"], capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "flowstat.cli", "campaign", *args, "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def write(tmp_path: Path, data: dict, name: str = "small.yaml") -> Path:
@@ -35,10 +38,18 @@ def write(tmp_path: Path, data: dict, name: str = "small.yaml") -> Path:
 
 # -- the files ----------------------------------------------------------------------------------
 
+
 def test_there_are_the_thesis_campaigns_and_past_it():
     names = {p.stem for p in CAMPAIGNS}
-    assert {"thesis-5.1-buffer-size", "thesis-5.2-object-size", "thesis-5.2.1-50MB-producers",
-            "thesis-5.3-object-type", "thesis-5.4-producers", "thesis-5.5-mergers", "merger-saturation"} <= names
+    assert {
+        "thesis-5.1-buffer-size",
+        "thesis-5.2-object-size",
+        "thesis-5.2.1-50MB-producers",
+        "thesis-5.3-object-type",
+        "thesis-5.4-producers",
+        "thesis-5.5-mergers",
+        "merger-saturation",
+    } <= names
 
 
 def test_thesis_campaigns_have_the_thesis_parameters():
@@ -47,12 +58,19 @@ def test_thesis_campaigns_have_the_thesis_parameters():
     for c in got.values():
         assert c.duration == 300
         for config in c.configurations:
-            assert config.topology.cpus["merger"] == frozenset({1}) and config.topology.cpus["producer"] == frozenset({0})
+            assert config.topology.cpus["merger"] == frozenset({1}) and config.topology.cpus["producer"] == frozenset(
+                {0}
+            )
     assert [c.value for c in got["thesis-5.1-buffer-size"].configurations] == [1, 4, 20, 50, 100, 1000]
     assert [c.value for c in got["thesis-5.4-producers"].configurations] == [2, 5, 10, 50, 100, 250, 375, 425, 500]
     assert [len(c.topology.mergers) for c in got["thesis-5.5-mergers"].configurations] == [1, 2, 4]
     assert [c.topology.obj.kind.name for c in got["thesis-5.3-object-type"].configurations] == [
-        "TH1F", "TH2F", "TH3F", "THnF", "TTree"]
+        "TH1F",
+        "TH2F",
+        "TH3F",
+        "THnF",
+        "TTree",
+    ]
     t53 = got["thesis-5.3-object-type"].configurations[0].topology
     assert (t53.n_producers, t53.rate, t53.buffer_size, t53.obj.nbytes) == (20, 20, 100000, 500_000)
     sizes = [(c.topology.obj.nbytes, c.topology.rate) for c in got["thesis-5.2-object-size"].configurations]
@@ -69,8 +87,17 @@ def test_each_campaign_file_runs_one_configuration(path, tmp_path):
     campaign = load(path)
     first = TRIED.get(campaign.name, campaign.configurations[0].key)
     config = next(c for c in campaign.configurations if c.key == first)
-    result = cli(str(path), "--duration", str(TINY_S), "--only", first, "--out", str(tmp_path / "out"),
-                 "--report", str(tmp_path / "report"))
+    result = cli(
+        str(path),
+        "--duration",
+        str(TINY_S),
+        "--only",
+        first,
+        "--out",
+        str(tmp_path / "out"),
+        "--report",
+        str(tmp_path / "report"),
+    )
     assert result.returncode == 0, result.stderr
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     (row,) = results["configurations"]
@@ -84,19 +111,28 @@ def test_each_campaign_file_runs_one_configuration(path, tmp_path):
 
 # -- the file format ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("change, message", [
-    ({"sweep": {"parameter": "buffer_size"}}, "sweep: give exactly one of values"),
-    ({"sweep": {"parameter": "Buffer Size", "values": [1]}}, "sweep.parameter: expected a topology field"),
-    ({"sweep": {"parameter": "buffer_size", "values": [1, 0]}}, "(sweep.values[1]: buffer-size-0): buffer_size: must be >= 1"),
-    ({"sweep": {"parameter": "buffer_size", "values": [1, 1]}}, "two configurations are both 'buffer-size-1'"),
-    ({"sweep": {"parameter": "buffer_size", "configurations": [{"value": 1, "set": {"producers.rate": -1}}]}},
-     "producers.rate: must be >= 0"),
-    ({"sweep": {"parameter": "buffer_size", "configurations": [{"set": {}}]}}, "configurations[0].value: required"),
-    ({"duration": 0}, "duration: expected seconds > 0"),
-    ({"topology": {"run_id": "x"}}, "topology.run_id: set by the campaign"),
-    ({"campaign": "no spaces"}, "campaign: expected a name"),
-    ({"sweeps": {}}, "sweeps: unknown field"),
-])
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"sweep": {"parameter": "buffer_size"}}, "sweep: give exactly one of values"),
+        ({"sweep": {"parameter": "Buffer Size", "values": [1]}}, "sweep.parameter: expected a topology field"),
+        (
+            {"sweep": {"parameter": "buffer_size", "values": [1, 0]}},
+            "(sweep.values[1]: buffer-size-0): buffer_size: must be >= 1",
+        ),
+        ({"sweep": {"parameter": "buffer_size", "values": [1, 1]}}, "two configurations are both 'buffer-size-1'"),
+        (
+            {"sweep": {"parameter": "buffer_size", "configurations": [{"value": 1, "set": {"producers.rate": -1}}]}},
+            "producers.rate: must be >= 0",
+        ),
+        ({"sweep": {"parameter": "buffer_size", "configurations": [{"set": {}}]}}, "configurations[0].value: required"),
+        ({"duration": 0}, "duration: expected seconds > 0"),
+        ({"topology": {"run_id": "x"}}, "topology.run_id: set by the campaign"),
+        ({"campaign": "no spaces"}, "campaign: expected a name"),
+        ({"sweeps": {}}, "sweeps: unknown field"),
+    ],
+)
 def test_a_bad_campaign_is_refused_naming_the_field(change, message):
     with pytest.raises(CampaignError) as err:
         from_dict(small(**change), "c.yaml")
@@ -120,6 +156,7 @@ def test_only_names_configurations_by_value_or_id():
 
 # -- running, resuming, failing -----------------------------------------------------------------
 
+
 def test_a_resumed_campaign_skips_what_it_finished(tmp_path):
     path, out = write(tmp_path, small()), tmp_path / "out"
     first = cli(str(path), "--duration", "3", "--only", "10", "--out", str(out))
@@ -132,8 +169,10 @@ def test_a_resumed_campaign_skips_what_it_finished(tmp_path):
     assert "buffer-size-100: ok" in second.stderr
     assert run10.stat().st_mtime_ns == before  # not rerun
     state = json.loads((out / "campaign.json").read_text())
-    assert {k: v["status"] for k, v in state["configurations"].items()} == {"buffer-size-10": "ok",
-                                                                            "buffer-size-100": "ok"}
+    assert {k: v["status"] for k, v in state["configurations"].items()} == {
+        "buffer-size-10": "ok",
+        "buffer-size-100": "ok",
+    }
     results = json.loads((out / "results.json").read_text())
     assert [r["key"] for r in results["configurations"]] == ["buffer-size-10", "buffer-size-100"]
     # An edited configuration is not the one that finished: it runs again, the old run kept aside.
@@ -147,8 +186,12 @@ def test_a_resumed_campaign_skips_what_it_finished(tmp_path):
 
 def test_a_failed_configuration_is_recorded_and_the_campaign_goes_on(tmp_path):
     """192.0.2.1 (TEST-NET-1) is no address of this machine: that configuration's nodes cannot bind."""
-    data = small(sweep={"parameter": "host", "configurations": [{"value": "192.0.2.1", "id": "unbindable"},
-                                                                 {"value": "127.0.0.1", "id": "loopback"}]})
+    data = small(
+        sweep={
+            "parameter": "host",
+            "configurations": [{"value": "192.0.2.1", "id": "unbindable"}, {"value": "127.0.0.1", "id": "loopback"}],
+        }
+    )
     path, out = write(tmp_path, data), tmp_path / "out"
     result = cli(str(path), "--duration", "3", "--out", str(out))
     assert result.returncode == 1
@@ -167,8 +210,11 @@ def test_an_interrupted_campaign_keeps_what_finished_and_resumes(tmp_path):
     path, out = write(tmp_path, small()), tmp_path / "out"
     first = cli(str(path), "--duration", "8", "--only", "10", "--out", str(out))
     assert first.returncode == 0, first.stderr
-    proc = subprocess.Popen([sys.executable, "-m", "flowstat.cli", "campaign", str(path), "--duration", "8",
-                             "--out", str(out), "--quiet"], stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flowstat.cli", "campaign", str(path), "--duration", "8", "--out", str(out), "--quiet"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     endpoints = out / "runs" / "small-buffer-size-100" / "endpoints.json"
     deadline = time.monotonic() + 60
     while not endpoints.exists():
@@ -202,8 +248,12 @@ def test_figures_are_of_all_mergers_together(tmp_path):
     section 5.5), the offered rate; pooling their samples would give half of it. With a merger
     above them, the rate is still the first layer's (the final merger merges merged objects), and
     CPU and memory count every merger."""
-    data = small(sweep={"parameter": "mergers", "configurations": [
-        {"value": 1}, {"value": 2}, {"value": 2, "id": "2-1", "set": {"merger_layers": [1]}}]})
+    data = small(
+        sweep={
+            "parameter": "mergers",
+            "configurations": [{"value": 1}, {"value": 2}, {"value": 2, "id": "2-1", "set": {"merger_layers": [1]}}],
+        }
+    )
     result = cli(str(write(tmp_path, data)), "--duration", "10", "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
     rows = json.loads((tmp_path / "out" / "results.json").read_text())["configurations"]
@@ -226,8 +276,18 @@ def test_per_second_sums_each_merger_once_a_second_inside_the_window():
     # merger a: t = 1.1, 1.6 (twice in second 1), 2.2, 3.9 (after hi); merger b: 1.2, 2.1, 3.1
     t = np.array([1.1, 1.6, 2.2, 3.9, 1.2, 2.1, 3.1])
     y = np.array([10.0, 20.0, 30.0, 99.0, 1.0, 2.0, 3.0])
-    run = Run(Path("x"), {}, None, 0, t, t, np.zeros(7), {"merged_objects_per_second": y, "average_merge_time_ms": y},
-              [Series("a", "merger", 0, 4), Series("b", "merger", 4, 7)], None)
+    run = Run(
+        Path("x"),
+        {},
+        None,
+        0,
+        t,
+        t,
+        np.zeros(7),
+        {"merged_objects_per_second": y, "average_merge_time_ms": y},
+        [Series("a", "merger", 0, 4), Series("b", "merger", 4, 7)],
+        None,
+    )
     secs, sums = per_second(run, "merged_objects_per_second", ["a", "b"], 0.0, 3.5)
     assert secs.tolist() == [1.0, 2.0] and sums.tolist() == [21.0, 32.0]
     secs, means = per_second(run, "average_merge_time_ms", ["a", "b"])

@@ -21,12 +21,23 @@ COMPOSE = ROOT / "docker-compose.yml"
 ENV_EXAMPLE = ROOT / ".env.example"
 VARIABLE = re.compile(r"\$\{(\w+)(:?[?-])?([^}]*)\}")
 # Not secrets, with a default where .env does not say: where the ports are published.
-OPTIONAL = {"BIND_ADDRESS", "ALERT_WEBHOOK_URL", "ALERT_EMAIL_TO", "SMTP_HOST", "SMTP_PORT", "SMTP_USER", "SMTP_PASSWORD",
-            "SMTP_FROM", "SMTP_STARTTLS"}  # the alert inbox forwards to those that are set
+OPTIONAL = {
+    "BIND_ADDRESS",
+    "ALERT_WEBHOOK_URL",
+    "ALERT_EMAIL_TO",
+    "SMTP_HOST",
+    "SMTP_PORT",
+    "SMTP_USER",
+    "SMTP_PASSWORD",
+    "SMTP_FROM",
+    "SMTP_STARTTLS",
+}  # the alert inbox forwards to those that are set
 STORES = {"elasticsearch:9200": "Elasticsearch", "influxdb:8086": "InfluxDB"}
 
-needs_compose = pytest.mark.skipif(not shutil.which("docker-compose") and not os.environ.get("CI"),
-                                   reason="make test installs docker-compose (Debian's)")
+needs_compose = pytest.mark.skipif(
+    not shutil.which("docker-compose") and not os.environ.get("CI"),
+    reason="make test installs docker-compose (Debian's)",
+)
 
 
 def compose() -> dict:
@@ -38,8 +49,9 @@ def services() -> dict[str, dict]:
 
 
 def env_example() -> dict[str, str]:
-    return dict(line.split("=", 1) for line in ENV_EXAMPLE.read_text().splitlines()
-                if line.strip() and not line.startswith("#"))
+    return dict(
+        line.split("=", 1) for line in ENV_EXAMPLE.read_text().splitlines() if line.strip() and not line.startswith("#")
+    )
 
 
 def secrets() -> set[str]:
@@ -56,8 +68,9 @@ def stores_reached(svc: dict) -> list[str]:
     """The stores a service talks to, by their addresses in its environment and command."""
     env = environment(svc)
     talks = " ".join([*env.values(), *map(str, svc.get("command") or [])])
-    return [store for address, store in STORES.items()
-            if address in talks or env.get("ES_HOST") == address.split(":")[0]]
+    return [
+        store for address, store in STORES.items() if address in talks or env.get("ES_HOST") == address.split(":")[0]
+    ]
 
 
 def bind_mounts(svc: dict) -> dict[str, str]:
@@ -74,8 +87,9 @@ def run_compose(*args: str, env_file: Path, files=(COMPOSE,)) -> subprocess.Comp
     cmd = ["docker-compose", "--env-file", str(env_file)]
     for f in files:
         cmd += ["-f", str(f)]
-    return subprocess.run([*cmd, *args], capture_output=True, text=True, cwd=ROOT,
-                          env={"PATH": os.environ["PATH"]})  # nothing of this shell's environment leaks in
+    return subprocess.run(
+        [*cmd, *args], capture_output=True, text=True, cwd=ROOT, env={"PATH": os.environ["PATH"]}
+    )  # nothing of this shell's environment leaks in
 
 
 # -- the validator ------------------------------------------------------------------------------
@@ -108,8 +122,9 @@ def test_every_variable_is_required_and_named_in_env_example():
         assert name in example, f"${{{name}}} is used by docker-compose.yml but .env.example does not set it"
         if name in OPTIONAL:
             continue
-        assert op == ":?" and message == f"set {name} in .env (see .env.example)", \
-            f"${{{name}{op}{message}}}: every variable is required, with the message naming it"
+        assert (
+            op == ":?" and message == f"set {name} in .env (see .env.example)"
+        ), f"${{{name}{op}{message}}}: every variable is required, with the message naming it"
     # and nothing of .env.example is left unused
     assert set(example) <= {name for name, _, _ in found}, set(example) - {name for name, _, _ in found}
 
@@ -118,8 +133,12 @@ def test_no_secret_ships_with_a_value():
     example = env_example()
     for name in secrets():
         assert example[name].startswith("change-me"), f".env.example gives {name} a value"
-    for path in [COMPOSE, *ROOT.glob("pipelines/**/*.conf"), *ROOT.glob("pipelines/**/*.yml"),
-                 *ROOT.glob("dashboards/**/*.yaml")]:
+    for path in [
+        COMPOSE,
+        *ROOT.glob("pipelines/**/*.conf"),
+        *ROOT.glob("pipelines/**/*.yml"),
+        *ROOT.glob("dashboards/**/*.yaml"),
+    ]:
         for line in path.read_text().splitlines():
             m = re.search(r"(password|passwd|secret|encryptionkey)\w*\s*[:=]>?\s*(.+)", line, re.I)
             if m and not line.lstrip().startswith("#"):
@@ -144,7 +163,7 @@ def test_healthy_dependencies_have_healthchecks_and_long_running_services_have_o
             assert "healthcheck" in svc, f"{name} runs for long and has no healthcheck"
             assert svc.get("mem_limit"), f"{name} has no memory limit"
         else:
-            assert svc.get("restart") == "no", f"{name}: a one-shot service says restart: \"no\""
+            assert svc.get("restart") == "no", f'{name}: a one-shot service says restart: "no"'
         for dep, cond in (svc.get("depends_on") or {}).items():
             assert dep in svcs, f"{name} depends on {dep}, which is not a service"
             if cond["condition"] == "service_healthy":
@@ -176,7 +195,9 @@ def test_every_mounted_file_exists_and_is_read_only():
                 # read-only, and relabelled for this container on an SELinux host (else it cannot read it)
                 assert mode == ["ro,Z"], f"{name}: {source} should be mounted read-only with its own label (ro,Z)"
             else:
-                assert source in compose()["volumes"], f"{name}: {source} is neither in the repository nor a named volume"
+                assert (
+                    source in compose()["volumes"]
+                ), f"{name}: {source} is neither in the repository nor a named volume"
     assert mounts >= 8
 
 
@@ -251,9 +272,11 @@ def test_the_users_compose_names_are_the_ones_the_setup_makes():
 def test_every_variable_a_mounted_config_reads_is_set_by_its_service():
     """Telegraf, Logstash and Grafana expand ${VAR} in the files they are given: an unset one is
     an empty address or password at run time (Grafana does not even complain)."""
-    files = {"telegraf": ["pipelines/telegraf/telegraf.conf"],
-             "logstash": ["pipelines/logstash/pipeline/flowstat.conf"],
-             "grafana": [str(p.relative_to(ROOT)) for p in (ROOT / "dashboards/grafana/provisioning").rglob("*.yaml")]}
+    files = {
+        "telegraf": ["pipelines/telegraf/telegraf.conf"],
+        "logstash": ["pipelines/logstash/pipeline/flowstat.conf"],
+        "grafana": [str(p.relative_to(ROOT)) for p in (ROOT / "dashboards/grafana/provisioning").rglob("*.yaml")],
+    }
     for name, paths in files.items():
         env = environment(services()[name])
         for path in paths:
@@ -277,7 +300,10 @@ def test_elastalert_mounts_the_generated_settings_and_rules():
     # every rule alerts as the settings say (a rule's own keys would win): a POST to the alert inbox,
     # with the rule's name and flowstat id beside the matching document's fields
     assert (config["alert"], config["http_post2_url"], config["http_post2_all_values"]) == (
-        ["post2"], elastalert.COMPOSE_INBOX, True)
+        ["post2"],
+        elastalert.COMPOSE_INBOX,
+        True,
+    )
     rules = {p.stem: yaml.safe_load(p.read_text()) for p in (ROOT / "dashboards/elastalert/rules").glob("*.yaml")}
     # each rule names its alerter, as ElastAlert2 requires of a rule before it fills in the settings'
     # defaults (it refuses the rule otherwise: "'alert' is a required property"); the URL stays there
@@ -307,7 +333,7 @@ def test_setup_imports_the_committed_kibana_objects():
     mounted = command[command.index("--kibana-objects") + 1]
     mounts = {target: source for source, target in bind_mounts(svc).items()}
     source = ROOT / mounts[str(Path(mounted).parent)] / Path(mounted).name
-    (name, text), = kibana.files().items()
+    ((name, text),) = kibana.files().items()
     assert source.name == name and source.read_text() == text
 
 
@@ -316,8 +342,11 @@ def test_new_env_writes_random_secrets_that_pass_the_check(tmp_path):
 
     out = subprocess.run([str(ROOT / "scripts" / "new-env"), str(tmp_path / ".env")], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    made = dict(line.split("=", 1) for line in (tmp_path / ".env").read_text().splitlines()
-                if line.strip() and not line.startswith("#"))
+    made = dict(
+        line.split("=", 1)
+        for line in (tmp_path / ".env").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    )
     assert set(made) == set(env_example())
     assert provision.secret_problems(made) == []
     assert provision.secret_problems(env_example())  # the placeholders do not pass
@@ -325,5 +354,11 @@ def test_new_env_writes_random_secrets_that_pass_the_check(tmp_path):
     assert (tmp_path / ".env").stat().st_mode & 0o077 == 0
     again = subprocess.run([str(ROOT / "scripts" / "new-env"), str(tmp_path / ".env")], capture_output=True, text=True)
     assert again.returncode == 1 and "not overwritten" in again.stderr
-    assert dict(line.split("=", 1) for line in (tmp_path / ".env").read_text().splitlines()
-                if line.strip() and not line.startswith("#")) == made
+    assert (
+        dict(
+            line.split("=", 1)
+            for line in (tmp_path / ".env").read_text().splitlines()
+            if line.strip() and not line.startswith("#")
+        )
+        == made
+    )

@@ -44,8 +44,9 @@ def compose_config(tmp: Path, *files: Path, quiet: bool = False) -> subprocess.C
     for f in files:
         args += ["-f", str(f)]
     # no variable from this shell: compose must take everything from the project's .env
-    return subprocess.run([*args, "config", *(["-q"] if quiet else [])], capture_output=True, text=True,
-                          env={"PATH": os.environ["PATH"]})
+    return subprocess.run(
+        [*args, "config", *(["-q"] if quiet else [])], capture_output=True, text=True, env={"PATH": os.environ["PATH"]}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +69,11 @@ def merged(configs) -> dict:
 
 def es_nodes(config: dict) -> dict[str, dict]:
     """The services that run an Elasticsearch node: the Elasticsearch image with a node name."""
-    return {name: svc for name, svc in config["services"].items()
-            if "/elasticsearch/elasticsearch:" in svc.get("image", "") and "node.name" in svc.get("environment", {})}
+    return {
+        name: svc
+        for name, svc in config["services"].items()
+        if "/elasticsearch/elasticsearch:" in svc.get("image", "") and "node.name" in svc.get("environment", {})
+    }
 
 
 def env_list(value: str) -> list[str]:
@@ -97,7 +101,9 @@ def certs_volume(merged: dict) -> tuple[str, PurePosixPath]:
     svc = merged["services"]["es-certs"]
     written = PurePosixPath(svc["working_dir"]) / re.search(r"^certs=(\S+)$", certs_script(merged), re.M).group(1)
     source, mode = mounts(svc).get(written, (None, None))
-    assert mode == "rw" and source in merged["volumes"], f"es-certs writes {written}: no named volume is mounted there, writable"
+    assert (
+        mode == "rw" and source in merged["volumes"]
+    ), f"es-certs writes {written}: no named volume is mounted there, writable"
     return source, written
 
 
@@ -155,7 +161,11 @@ def test_the_certificates_each_node_reads_are_in_the_volume_es_certs_fills(merge
         env = svc["environment"]
         source, mode = mounts(svc).get(written, (None, None))
         assert source == volume and mode == "ro", f"{name}: {volume} mounted read-only at {written}"
-        expected = {"key": f"{name}/{name}.key", "certificate": f"{name}/{name}.crt", "certificate_authorities": "ca/ca.crt"}
+        expected = {
+            "key": f"{name}/{name}.key",
+            "certificate": f"{name}/{name}.crt",
+            "certificate_authorities": "ca/ca.crt",
+        }
         for key, inside in expected.items():
             path = ES_CONFIG / env[f"xpack.security.transport.ssl.{key}"]
             assert path == written / inside, f"{name}: {key} is {path}; certutil writes {written / inside}"
@@ -171,7 +181,9 @@ def test_every_node_waits_for_the_certificates(merged):
 def test_no_port_is_published_beyond_the_base_files(configs):
     base, merged = configs["base"]["services"], configs["merged"]["services"]
     for name, svc in merged.items():
-        assert sorted(svc.get("ports", [])) == sorted(base.get(name, {}).get("ports", [])), f"{name}: {svc.get('ports')}"
+        assert sorted(svc.get("ports", [])) == sorted(
+            base.get(name, {}).get("ports", [])
+        ), f"{name}: {svc.get('ports')}"
     assert merged["elasticsearch"]["ports"], "clients reach the cluster through elasticsearch's published port"
 
 
@@ -192,8 +204,9 @@ def test_every_node_has_the_heap_and_memory_limit_of_the_single_node(configs):
         xms, xmx = (re.search(rf"-{flag}(\d+[kmgt]?)\b", heap, re.I) for flag in ("Xms", "Xmx"))
         assert xms and xmx and xms.group(1) == xmx.group(1), f"{name}: ES_JAVA_OPTS {heap!r}: -Xms and -Xmx, equal"
         assert svc.get("mem_limit") == single["mem_limit"], f"{name}: mem_limit {svc.get('mem_limit')}"
-        assert 2 * size_bytes(xmx.group(1)) <= size_bytes(svc["mem_limit"]), \
-            f"{name}: heap {xmx.group(1)} over half of mem_limit {svc['mem_limit']} (Lucene needs the rest)"
+        assert 2 * size_bytes(xmx.group(1)) <= size_bytes(
+            svc["mem_limit"]
+        ), f"{name}: heap {xmx.group(1)} over half of mem_limit {svc['mem_limit']} (Lucene needs the rest)"
 
 
 def test_dependencies_on_healthy_services_still_have_healthchecks(merged):
@@ -211,7 +224,9 @@ def _local_es() -> tuple[Path, str] | None:
     from flowstat.stack.elasticsearch import ES_VERSION, JAVA_HOMES
 
     dist = ROOT / ".cache" / "test-stack" / "elasticsearch" / f"elasticsearch-{ES_VERSION}"
-    java = next((h for h in (os.environ.get("ES_JAVA_HOME"), *JAVA_HOMES) if h and Path(h, "bin", "java").exists()), None)
+    java = next(
+        (h for h in (os.environ.get("ES_JAVA_HOME"), *JAVA_HOMES) if h and Path(h, "bin", "java").exists()), None
+    )
     return (dist, java) if (dist / "bin" / "elasticsearch-certutil").exists() and java else None
 
 
@@ -229,16 +244,25 @@ def test_the_certificate_script_makes_what_the_nodes_read_once(merged, tmp_path)
     certs = home / written.relative_to(ES_HOME)
 
     def run() -> str:
-        done = subprocess.run(["bash", "-c", certs_script(merged)], cwd=home, capture_output=True, text=True,
-                              env={"PATH": "/usr/bin:/bin", "ES_JAVA_HOME": java}, timeout=120)
+        done = subprocess.run(
+            ["bash", "-c", certs_script(merged)],
+            cwd=home,
+            capture_output=True,
+            text=True,
+            env={"PATH": "/usr/bin:/bin", "ES_JAVA_HOME": java},
+            timeout=120,
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
 
     first = run()
     assert "making a certificate authority" in first
     for name, svc in es_nodes(merged).items():
-        files = [certs / PurePosixPath(ES_CONFIG / svc["environment"][f"xpack.security.transport.ssl.{key}"])
-                 .relative_to(written) for key in ("key", "certificate", "certificate_authorities")]
+        files = [
+            certs
+            / PurePosixPath(ES_CONFIG / svc["environment"][f"xpack.security.transport.ssl.{key}"]).relative_to(written)
+            for key in ("key", "certificate", "certificate_authorities")
+        ]
         for f in files:
             assert f.is_file() and f.stat().st_size > 0, f"{name}: es-certs did not make {f.relative_to(certs)}"
             assert (f.stat().st_uid, f.stat().st_mode & 0o777) == (1000, 0o640), f"{f}: the node (uid 1000) reads it"
@@ -246,8 +270,9 @@ def test_the_certificate_script_makes_what_the_nodes_read_once(merged, tmp_path)
             _, crt, ca = files
             check = subprocess.run(["openssl", "verify", "-CAfile", str(ca), str(crt)], capture_output=True, text=True)
             assert check.returncode == 0, check.stdout + check.stderr
-            san = subprocess.run(["openssl", "x509", "-in", str(crt), "-noout", "-ext", "subjectAltName"],
-                                 capture_output=True, text=True).stdout
+            san = subprocess.run(
+                ["openssl", "x509", "-in", str(crt), "-noout", "-ext", "subjectAltName"], capture_output=True, text=True
+            ).stdout
             assert f"DNS:{name}," in san or san.rstrip().endswith(f"DNS:{name}"), f"{name}: {san}"
     ca_key = certs / "ca" / "ca.key"
     assert (ca_key.stat().st_uid, ca_key.stat().st_mode & 0o777) == (0, 0o600), "the CA's key stays root's"

@@ -42,33 +42,58 @@ TOPOLOGIES = "/usr/local/share/flowstat/topologies"
 SINKS = ["--sink", "http://telegraf:8186/write", "--sink", "tcp://logstash:5044?format=json"]  # the harness's own
 
 HOSTNAME = {"FLOWSTAT_HOSTNAME": socket.gethostname()}  # the override resolves it (extra_hosts)
-MISSING = [p for p in ("dockerd", "containerd", "mmdebstrap", "ip", "nsenter")
-           if not shutil.which(p) and not shutil.which(p, path="/usr/sbin:/sbin")]
+MISSING = [
+    p
+    for p in ("dockerd", "containerd", "mmdebstrap", "ip", "nsenter")
+    if not shutil.which(p) and not shutil.which(p, path="/usr/sbin:/sbin")
+]
 if os.geteuid() != 0:
     MISSING.append("root")
-pytestmark = pytest.mark.skipif(bool(MISSING) and not os.environ.get("CI"),
-                                reason=f"needs {', '.join(MISSING)} (make test installs the engine and builds the images)")
+pytestmark = pytest.mark.skipif(
+    bool(MISSING) and not os.environ.get("CI"),
+    reason=f"needs {', '.join(MISSING)} (make test installs the engine and builds the images)",
+)
 
 
 def host_addresses() -> list[tuple[str, str]]:
     """Every interface of the machine and its addresses (`ip -j addr`)."""
     out = subprocess.run(["ip", "-j", "addr"], capture_output=True, text=True, check=True).stdout
-    return sorted((link["ifname"], f"{a['local']}/{a['prefixlen']}") for link in json.loads(out)
-                  for a in link.get("addr_info", []) or [{"local": "", "prefixlen": ""}])
+    return sorted(
+        (link["ifname"], f"{a['local']}/{a['prefixlen']}")
+        for link in json.loads(out)
+        for a in link.get("addr_info", []) or [{"local": "", "prefixlen": ""}]
+    )
 
 
 def compose_config(*files: Path, env_file: Path) -> dict:
     """The merged configuration, as Compose v2 reads it."""
-    out = subprocess.run([str(ce.compose_binary()), "--project-directory", str(ROOT), "--env-file", str(env_file),
-                          *(a for f in files for a in ("-f", str(f))), "--profile", "harness", "config", "--format", "json"],
-                         capture_output=True, text=True, env={"PATH": os.environ["PATH"], **HOSTNAME})
+    out = subprocess.run(
+        [
+            str(ce.compose_binary()),
+            "--project-directory",
+            str(ROOT),
+            "--env-file",
+            str(env_file),
+            *(a for f in files for a in ("-f", str(f))),
+            "--profile",
+            "harness",
+            "config",
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ["PATH"], **HOSTNAME},
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
 
 # -- the override changes nothing but images, networking and what is left out -----------------------
-BIND_KEYS = {"elasticsearch": {"network.host": "127.0.0.1"},
-             "influxdb": {"INFLUXDB_HTTP_BIND_ADDRESS": "127.0.0.1:8086"}}  # settings the images' own 0.0.0.0 gives way to
+BIND_KEYS = {
+    "elasticsearch": {"network.host": "127.0.0.1"},
+    "influxdb": {"INFLUXDB_HTTP_BIND_ADDRESS": "127.0.0.1:8086"},
+}  # settings the images' own 0.0.0.0 gives way to
 
 
 def override_differences(base: dict, merged: dict) -> list[str]:
@@ -85,11 +110,17 @@ def override_differences(base: dict, merged: dict) -> list[str]:
             old, new = before.get(key), after.get(key)
             if old == new:
                 continue
-            if key == "image" and (name in FLOWSTAT_SERVICES) == (new == old) and (
-                    name in FLOWSTAT_SERVICES or new in ce.STANDIN.values()):
+            if (
+                key == "image"
+                and (name in FLOWSTAT_SERVICES) == (new == old)
+                and (name in FLOWSTAT_SERVICES or new in ce.STANDIN.values())
+            ):
                 continue  # a stand-in; flowstat's own image keeps its tag (built here from the Dockerfile)
-            if key in ("pull_policy", "build") and name in FLOWSTAT_SERVICES and (
-                    (key, new) == ("pull_policy", "never") or (key, new) == ("build", None)):
+            if (
+                key in ("pull_policy", "build")
+                and name in FLOWSTAT_SERVICES
+                and ((key, new) == ("pull_policy", "never") or (key, new) == ("build", None))
+            ):
                 continue  # built beforehand, by the suite, from the same Dockerfile
             if key == "network_mode" and new == "host":
                 continue
@@ -97,9 +128,15 @@ def override_differences(base: dict, merged: dict) -> list[str]:
                 continue  # the host network replaces the default network
             if key == "ports" and not new:
                 continue  # meaningless with host networking
-            if key == "extra_hosts" and old is None and all(
-                    re.fullmatch(r"([\w.-]+)[:=]127\.0\.0\.1", h) and re.split("[:=]", h)[0] in
-                    names | {HOSTNAME["FLOWSTAT_HOSTNAME"]} for h in new):
+            if (
+                key == "extra_hosts"
+                and old is None
+                and all(
+                    re.fullmatch(r"([\w.-]+)[:=]127\.0\.0\.1", h)
+                    and re.split("[:=]", h)[0] in names | {HOSTNAME["FLOWSTAT_HOSTNAME"]}
+                    for h in new
+                )
+            ):
                 continue  # the service names and the machine's name, on loopback
             if key == "environment":
                 for var in sorted(set(old) | set(new)):
@@ -118,8 +155,12 @@ def override_differences(base: dict, merged: dict) -> list[str]:
         if key in ("services", "name") or (key.startswith("x-") and key not in base):
             continue  # the override's own anchors (x-host...) hold only what its services take
         if key == "volumes":
-            used = {v["source"] for svc in merged["services"].values() for v in svc.get("volumes", [])
-                    if v["type"] == "volume"}
+            used = {
+                v["source"]
+                for svc in merged["services"].values()
+                for v in svc.get("volumes", [])
+                if v["type"] == "volume"
+            }
             if {k: v for k, v in base["volumes"].items() if k in used} != merged["volumes"]:
                 wrong.append(f"volumes: {sorted(base['volumes'])} -> {sorted(merged['volumes'])}")
             if set(base["volumes"]) - set(merged["volumes"]) != {"kibana-data", "grafana-data"}:
@@ -134,8 +175,9 @@ def override_differences(base: dict, merged: dict) -> list[str]:
 
 @pytest.fixture(scope="module")
 def compose_v2() -> Path:
-    if not Path(ce.state_root(), "go", f"compose-{ce.COMPOSE_VERSION}", "docker-compose").exists() \
-            and not os.environ.get("CI"):
+    if not Path(
+        ce.state_root(), "go", f"compose-{ce.COMPOSE_VERSION}", "docker-compose"
+    ).exists() and not os.environ.get("CI"):
         pytest.skip("Compose v2 is not built yet: make compose-images")
     return ce.compose_binary()
 
@@ -156,10 +198,13 @@ def test_the_override_only_swaps_images_sets_host_networking_and_leaves_out_what
     broken["services"]["telegraf"]["environment"]["FLOWSTAT_TELEGRAF_BUFFER"] = "1"
     broken["services"]["alerts"]["command"][2] = "127.0.0.1:9096"
     assert override_differences(base, broken) == [
-        "alerts.command: " + json.dumps(base["services"]["alerts"]["command"])[:120] + " -> "
+        "alerts.command: "
+        + json.dumps(base["services"]["alerts"]["command"])[:120]
+        + " -> "
         + json.dumps(broken["services"]["alerts"]["command"])[:120],
         "influxdb.mem_limit: " + json.dumps(base["services"]["influxdb"]["mem_limit"]) + " -> 99",
-        "telegraf.environment.FLOWSTAT_TELEGRAF_BUFFER: '200000' -> '1'"]
+        "telegraf.environment.FLOWSTAT_TELEGRAF_BUFFER: '200000' -> '1'",
+    ]
     # every server the stack runs listens on loopback: none binds 0.0.0.0 any longer
     assert "0.0.0.0" not in json.dumps(merged)
     # the images of the override are the ones the suite builds
@@ -173,21 +218,43 @@ class Stack:
     def __init__(self, engine: ce.Engine, env_file: Path):
         self.engine = engine
         self.env_file = env_file
-        self.base = [str(ce.compose_binary()), "--project-directory", str(ROOT), "-p", PROJECT,
-                     "--env-file", str(env_file), "-f", str(COMPOSE_FILE), "-f", str(ce.OVERRIDE)]
+        self.base = [
+            str(ce.compose_binary()),
+            "--project-directory",
+            str(ROOT),
+            "-p",
+            PROJECT,
+            "--env-file",
+            str(env_file),
+            "-f",
+            str(COMPOSE_FILE),
+            "-f",
+            str(ce.OVERRIDE),
+        ]
 
-    def __call__(self, *args: str, check: bool = True, env: dict | None = None, timeout: float = 600,
-                 stdin: str | None = None) -> subprocess.CompletedProcess:
-        out = subprocess.run([*self.base, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                             env={**self.engine.env, **HOSTNAME, **(env or {})}, input=stdin)
+    def __call__(
+        self, *args: str, check: bool = True, env: dict | None = None, timeout: float = 600, stdin: str | None = None
+    ) -> subprocess.CompletedProcess:
+        out = subprocess.run(
+            [*self.base, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=ROOT,
+            env={**self.engine.env, **HOSTNAME, **(env or {})},
+            input=stdin,
+        )
         if check:
             assert out.returncode == 0, f"compose {' '.join(args)}: {out.stdout[-3000:]}\n{out.stderr[-3000:]}"
         return out
 
     @property
     def values(self) -> dict[str, str]:
-        return dict(line.split("=", 1) for line in self.env_file.read_text().splitlines()
-                    if line.strip() and not line.startswith("#"))
+        return dict(
+            line.split("=", 1)
+            for line in self.env_file.read_text().splitlines()
+            if line.strip() and not line.startswith("#")
+        )
 
     def ps(self) -> dict[str, dict]:
         out = self("ps", "--all", "--format", "json").stdout.strip()
@@ -200,11 +267,26 @@ class Stack:
 
     def check(self, *extra: str) -> tuple[int, dict, str]:
         """scripts/compose-check --json, as a user runs it (with this project's options)."""
-        out = subprocess.run([str(ROOT / "scripts" / "compose-check"), "--json", *extra, "--env-file", str(self.env_file),
-                              "-f", str(COMPOSE_FILE), "-f", str(ce.OVERRIDE), "-p", PROJECT],
-                             capture_output=True, text=True, timeout=300, cwd=ROOT,
-                             env={**self.engine.env, **HOSTNAME,
-                                  "COMPOSE": f"{ce.compose_binary()} --project-directory {ROOT}"})
+        out = subprocess.run(
+            [
+                str(ROOT / "scripts" / "compose-check"),
+                "--json",
+                *extra,
+                "--env-file",
+                str(self.env_file),
+                "-f",
+                str(COMPOSE_FILE),
+                "-f",
+                str(ce.OVERRIDE),
+                "-p",
+                PROJECT,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=ROOT,
+            env={**self.engine.env, **HOSTNAME, "COMPOSE": f"{ce.compose_binary()} --project-directory {ROOT}"},
+        )
         try:
             return out.returncode, json.loads(out.stdout), out.stderr
         except ValueError:
@@ -212,8 +294,11 @@ class Stack:
 
     def runs_dir(self) -> Path:
         """The harness-runs volume, read from the engine's data root."""
-        return Path(self.engine.docker("volume", "inspect", "--format", "{{.Mountpoint}}",
-                                       f"{PROJECT}_harness-runs").stdout.strip())
+        return Path(
+            self.engine.docker(
+                "volume", "inspect", "--format", "{{.Mountpoint}}", f"{PROJECT}_harness-runs"
+            ).stdout.strip()
+        )
 
     def wait_healthy(self, service: str, timeout_s: float = 180) -> None:
         deadline = time.monotonic() + timeout_s
@@ -222,8 +307,10 @@ class Stack:
             if row.get("State") == "running" and row.get("Health") in ("healthy", ""):
                 return
             time.sleep(1)
-        raise AssertionError(f"{service} not healthy after {timeout_s:.0f} s: {self.ps().get(service)}\n"
-                             f"{self('logs', '--tail', '30', service, check=False).stdout}")
+        raise AssertionError(
+            f"{service} not healthy after {timeout_s:.0f} s: {self.ps().get(service)}\n"
+            f"{self('logs', '--tail', '30', service, check=False).stdout}"
+        )
 
     def new_run(self, before: set[str]) -> Path:
         made = [d for d in self.runs_dir().iterdir() if d.name not in before]
@@ -241,8 +328,12 @@ def run_file_counts(run_dir: Path) -> dict:
             nodes += 1
             if doc.get("send_buffer_overloaded") or doc.get("receive_buffer_overloaded"):
                 overloaded.add(doc["node_id"])
-    return {"nodes": nodes, "selfs": selfs, "overloaded": overloaded,
-            "run": json.loads((run_dir / "run.json").read_text())}
+    return {
+        "nodes": nodes,
+        "selfs": selfs,
+        "overloaded": overloaded,
+        "run": json.loads((run_dir / "run.json").read_text()),
+    }
 
 
 def c_agent_samples(run_dir: Path) -> int:
@@ -278,8 +369,7 @@ def test_the_engine_makes_no_network_and_no_address_outside_loopback(engine):
     addresses = ce.netns_addresses()
     assert addresses and all(a.startswith("127.") or a == "::1/128" for a in addresses), addresses
     # the stack's "host" network is the namespace, not the machine's: no interface of the machine in it
-    assert "eth0" not in subprocess.run(["ip", "-n", ce.NETNS, "-br", "link"], capture_output=True,
-                                        text=True).stdout
+    assert "eth0" not in subprocess.run(["ip", "-n", ce.NETNS, "-br", "link"], capture_output=True, text=True).stdout
 
 
 @pytest.fixture(scope="module")
@@ -371,8 +461,18 @@ def test_the_harness_profiles_runs_reach_both_stores_even_with_influxdb_killed_m
 
 def test_an_overload_run_makes_elastalert_deliver_an_alert_to_the_inbox_naming_its_run_and_nodes(stack):
     before = {d.name for d in stack.runs_dir().iterdir()}
-    stack("--profile", "harness", "run", "--rm", "--no-deps", "harness", "run", f"{TOPOLOGIES}/demo-overload.yaml",
-          *SINKS, timeout=180)
+    stack(
+        "--profile",
+        "harness",
+        "run",
+        "--rm",
+        "--no-deps",
+        "harness",
+        "run",
+        f"{TOPOLOGIES}/demo-overload.yaml",
+        *SINKS,
+        timeout=180,
+    )
     run = stack.new_run(before)
     counts = run_file_counts(run)
     assert counts["overloaded"], "the overload run overloaded no node"
@@ -397,35 +497,100 @@ def test_an_overload_run_makes_elastalert_deliver_an_alert_to_the_inbox_naming_i
 
 def _replay_env(values: dict) -> dict:
     """The replay users' credentials from .env, as docs/compose.md's recipe passes them."""
-    return {"FLOWSTAT_ES_USER": "flowstat_agent", "FLOWSTAT_ES_PASSWORD": values["AGENT_ES_PASSWORD"],
-            "FLOWSTAT_INFLUX_USER": values["INFLUXDB_REPLAY_USER"],
-            "FLOWSTAT_INFLUX_PASSWORD": values["INFLUXDB_REPLAY_PASSWORD"]}
+    return {
+        "FLOWSTAT_ES_USER": "flowstat_agent",
+        "FLOWSTAT_ES_PASSWORD": values["AGENT_ES_PASSWORD"],
+        "FLOWSTAT_INFLUX_USER": values["INFLUXDB_REPLAY_USER"],
+        "FLOWSTAT_INFLUX_PASSWORD": values["INFLUXDB_REPLAY_PASSWORD"],
+    }
 
 
 def test_replay_from_the_harness_container_and_from_the_host_with_envs_credentials(stack, tmp_path):
     values = stack.values
     # a run in the volume that no store has seen (no sinks), replayed by docs/compose.md's recipe
     before = {d.name for d in stack.runs_dir().iterdir()}
-    stack("--profile", "harness", "run", "--rm", "--no-deps", "harness", "run", f"{TOPOLOGIES}/smoke.yaml",
-          "--duration", "3", timeout=120)
+    stack(
+        "--profile",
+        "harness",
+        "run",
+        "--rm",
+        "--no-deps",
+        "harness",
+        "run",
+        f"{TOPOLOGIES}/smoke.yaml",
+        "--duration",
+        "3",
+        timeout=120,
+    )
     in_volume = stack.new_run(before)
-    out = stack("--profile", "harness", "run", "--rm", "--no-deps", "-e", "FLOWSTAT_ES_USER", "-e", "FLOWSTAT_ES_PASSWORD",
-                "-e", "FLOWSTAT_INFLUX_USER", "-e", "FLOWSTAT_INFLUX_PASSWORD", "harness", "replay",
-                f"runs/{in_volume.name}", "--es", "http://elasticsearch:9200", "--influx", "http://influxdb:8086",
-                env=_replay_env(values), timeout=180)
+    out = stack(
+        "--profile",
+        "harness",
+        "run",
+        "--rm",
+        "--no-deps",
+        "-e",
+        "FLOWSTAT_ES_USER",
+        "-e",
+        "FLOWSTAT_ES_PASSWORD",
+        "-e",
+        "FLOWSTAT_INFLUX_USER",
+        "-e",
+        "FLOWSTAT_INFLUX_PASSWORD",
+        "harness",
+        "replay",
+        f"runs/{in_volume.name}",
+        "--es",
+        "http://elasticsearch:9200",
+        "--influx",
+        "http://influxdb:8086",
+        env=_replay_env(values),
+        timeout=180,
+    )
     assert values["AGENT_ES_PASSWORD"] not in out.stdout + out.stderr
     # a run made on the host, replayed from the host into the published ports (the stack's
     # network is the engine's namespace: the host's flowstat enters it)
     host_runs = tmp_path / "runs"
-    made = subprocess.run([sys.executable, "-m", "flowstat.cli", "run", str(ROOT / "benchmark-harness/topologies/smoke.yaml"),
-                           "--duration", "3", "--runs-dir", str(host_runs), "--no-c-agent"],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "flowstat.cli",
+            "run",
+            str(ROOT / "benchmark-harness/topologies/smoke.yaml"),
+            "--duration",
+            "3",
+            "--runs-dir",
+            str(host_runs),
+            "--no-c-agent",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert made.returncode == 0, made.stderr[-2000:]
     (on_host,) = host_runs.iterdir()
-    replayed = subprocess.run(["nsenter", f"--net=/run/netns/{ce.NETNS}", "--", sys.executable, "-m", "flowstat.cli",
-                               "replay", str(on_host), "--es", "http://127.0.0.1:9200", "--influx",
-                               "http://127.0.0.1:8086"], capture_output=True, text=True, timeout=180,
-                              env={**os.environ, **_replay_env(values)})
+    replayed = subprocess.run(
+        [
+            "nsenter",
+            f"--net=/run/netns/{ce.NETNS}",
+            "--",
+            sys.executable,
+            "-m",
+            "flowstat.cli",
+            "replay",
+            str(on_host),
+            "--es",
+            "http://127.0.0.1:9200",
+            "--influx",
+            "http://127.0.0.1:8086",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, **_replay_env(values)},
+    )
     assert replayed.returncode == 0, replayed.stdout[-2000:] + replayed.stderr[-2000:]
     # both, counted in the stores against their run files (compose-check reads the volume; the
     # host's run is counted by the same queries)
@@ -433,7 +598,10 @@ def test_replay_from_the_harness_container_and_from_the_host_with_envs_credentia
     got = report["runs"][in_volume.name]
     counts = run_file_counts(in_volume)
     for store in ("elasticsearch", "influxdb"):
-        assert got[store]["node_samples"] == {PY_AGENT: counts["nodes"]}, (store, got)  # the run file: the Python agent's
+        assert got[store]["node_samples"] == {PY_AGENT: counts["nodes"]}, (
+            store,
+            got,
+        )  # the run file: the Python agent's
         assert got[store]["self_samples"] == counts["selfs"], (store, got)
         assert got[store]["run_document"] == {"finished": counts["run"]["finished"]}
     host_counts = run_file_counts(on_host)

@@ -9,9 +9,9 @@ import copy
 
 import pytest
 
-from support.common import topology_dict
 from flowstat.harness.conservation import check_conservation
 from flowstat.harness.topology import from_dict
+from support.common import topology_dict
 
 ENTRIES = 100.0  # per producer object
 
@@ -21,28 +21,54 @@ def finals_of(topo) -> tuple[dict[str, dict], list[dict], dict]:
     each merger merged as often as its busiest input sent, and the viewer got every merged object
     of the last layer."""
     finals: dict[str, dict] = {}
-    producers = {"role": "producer", "entries_per_object": ENTRIES,
-                 "per_producer": [{"producer": p, "sent": 10 + p} for p in range(topo.n_producers)]}
+    producers = {
+        "role": "producer",
+        "entries_per_object": ENTRIES,
+        "per_producer": [{"producer": p, "sent": 10 + p} for p in range(topo.n_producers)],
+    }
     sent = {p["producer"]: p["sent"] for p in producers["per_producer"]}
     for m in topo.mergers:
         counts = [sent[p] for p in m.producers]
-        finals[m.node_id] = {"role": "merger", "merges": max(counts), "objects_sent": max(counts),
-                             "sequence_gaps": 0, "reordered_objects": 0,
-                             "entries_merged": sum(counts) * ENTRIES,
-                             "per_producer": {"producer": list(m.producers), "received": list(counts),
-                                              "merged_in": list(counts), "declared_sent": list(counts)}}
+        finals[m.node_id] = {
+            "role": "merger",
+            "merges": max(counts),
+            "objects_sent": max(counts),
+            "sequence_gaps": 0,
+            "reordered_objects": 0,
+            "entries_merged": sum(counts) * ENTRIES,
+            "per_producer": {
+                "producer": list(m.producers),
+                "received": list(counts),
+                "merged_in": list(counts),
+                "declared_sent": list(counts),
+            },
+        }
     for upper, inputs in topo.merger_inputs().items():
         layer = topo.layers()[topo.layer_of()[upper] - 2]
         counts = [finals[m]["objects_sent"] for m in inputs]
-        finals[upper] = {"role": "merger", "merges": max(counts), "objects_sent": max(counts),
-                         "sequence_gaps": 0, "reordered_objects": 0,
-                         "entries_merged": sum(finals[m]["entries_merged"] for m in inputs),
-                         "per_producer": {"producer": [layer.index(m) for m in inputs], "received": list(counts),
-                                          "merged_in": list(counts), "declared_sent": list(counts)}}
+        finals[upper] = {
+            "role": "merger",
+            "merges": max(counts),
+            "objects_sent": max(counts),
+            "sequence_gaps": 0,
+            "reordered_objects": 0,
+            "entries_merged": sum(finals[m]["entries_merged"] for m in inputs),
+            "per_producer": {
+                "producer": [layer.index(m) for m in inputs],
+                "received": list(counts),
+                "merged_in": list(counts),
+                "declared_sent": list(counts),
+            },
+        }
     last = topo.layers()[-1]
-    viewer = {"role": "viewer", "objects_received": sum(finals[m]["merges"] for m in last),
-              "inputs_received": sum(sent.values()), "entries_received": sum(sent.values()) * ENTRIES,
-              "content_mismatches": 0, "sequence_gaps": 0}
+    viewer = {
+        "role": "viewer",
+        "objects_received": sum(finals[m]["merges"] for m in last),
+        "inputs_received": sum(sent.values()),
+        "entries_received": sum(sent.values()) * ENTRIES,
+        "content_mismatches": 0,
+        "sequence_gaps": 0,
+    }
     finals["viewer"] = viewer
     return finals, [producers], viewer
 
@@ -89,17 +115,29 @@ def _first_layer(finals, topo, merger=0):
 # checks that must fail are exactly these (the others hold: each check judges one thing).
 PRODUCER_FAULTS = {
     "lost on the way (received one less)": (
-        lambda f, topo: _first_layer(f, topo)["received"].__setitem__(1, 10), {"every_producer_sent_eq_received_eq_merged"}),
+        lambda f, topo: _first_layer(f, topo)["received"].__setitem__(1, 10),
+        {"every_producer_sent_eq_received_eq_merged"},
+    ),
     "received twice": (
-        lambda f, topo: _first_layer(f, topo)["received"].__setitem__(1, 12), {"every_producer_sent_eq_received_eq_merged"}),
+        lambda f, topo: _first_layer(f, topo)["received"].__setitem__(1, 12),
+        {"every_producer_sent_eq_received_eq_merged"},
+    ),
     "received but not merged": (
-        lambda f, topo: _first_layer(f, topo)["merged_in"].__setitem__(1, 10), {"every_producer_sent_eq_received_eq_merged"}),
+        lambda f, topo: _first_layer(f, topo)["merged_in"].__setitem__(1, 10),
+        {"every_producer_sent_eq_received_eq_merged"},
+    ),
     "merged twice": (
-        lambda f, topo: _first_layer(f, topo)["merged_in"].__setitem__(1, 12), {"every_producer_sent_eq_received_eq_merged"}),
+        lambda f, topo: _first_layer(f, topo)["merged_in"].__setitem__(1, 12),
+        {"every_producer_sent_eq_received_eq_merged"},
+    ),
     "declared other than it sent": (
-        lambda f, topo: _first_layer(f, topo)["declared_sent"].__setitem__(1, 12), {"every_producer_sent_eq_received_eq_merged"}),
+        lambda f, topo: _first_layer(f, topo)["declared_sent"].__setitem__(1, 12),
+        {"every_producer_sent_eq_received_eq_merged"},
+    ),
     "never declared its end (killed)": (
-        lambda f, topo: _first_layer(f, topo)["declared_sent"].__setitem__(1, None), {"every_producer_sent_eq_received_eq_merged"}),
+        lambda f, topo: _first_layer(f, topo)["declared_sent"].__setitem__(1, None),
+        {"every_producer_sent_eq_received_eq_merged"},
+    ),
 }
 
 
@@ -149,26 +187,56 @@ def _viewer(finals, key, value):
 
 # One fault per check, whose failure says what it counted.
 CHECK_FAULTS = {
-    "sequence gap at a merger": (lambda f, t: _merger(f, t, "sequence_gaps", 2),
-                                 "no_sequence_gaps", "2 objects missing from sequences"),
-    "sequence gap at the viewer": (lambda f, t: _viewer(f, "sequence_gaps", 1),
-                                   "no_sequence_gaps", "1 objects missing from sequences"),
-    "reordering": (lambda f, t: _merger(f, t, "reordered_objects", 3),
-                   "no_reordering", "3 objects arrived out of order"),
-    "viewer missed a merged object": (lambda f, t: _viewer(f, "objects_received", 11),
-                                      "viewer_received_every_merged_object", "the viewer received 11 of 12 merged"),
-    "viewer got one more": (lambda f, t: _viewer(f, "objects_received", 13),
-                            "viewer_received_every_merged_object", "the viewer received 13 of 12 merged"),
-    "merged objects hold fewer inputs": (lambda f, t: _viewer(f, "inputs_received", 32),
-                                         "viewer_inputs_eq_objects_sent", "hold 32 inputs, 33 were sent"),
-    "entries lost before the viewer": (lambda f, t: _viewer(f, "entries_received", 3299.0),
-                                       "entries_sent_eq_entries_at_viewer", "3,300 entries sent, 3299.0 at the viewer"),
-    "merged contents wrong": (lambda f, t: _viewer(f, "content_mismatches", 1),
-                              "merged_contents_eq_declared_entries", "1 merged objects whose cells"),
-    "entries lost in a merger": (lambda f, t: _merger(f, t, "entries_merged", 3200.0),
-                                 "entries_conserved_in_every_layer", "the merged objects of merger-0 do not hold"),
-    "malformed messages dropped": (lambda f, t: _merger(f, t, "malformed_messages", 4),
-                                   "no_malformed_messages", "malformed messages dropped: merger-0 4"),
+    "sequence gap at a merger": (
+        lambda f, t: _merger(f, t, "sequence_gaps", 2),
+        "no_sequence_gaps",
+        "2 objects missing from sequences",
+    ),
+    "sequence gap at the viewer": (
+        lambda f, t: _viewer(f, "sequence_gaps", 1),
+        "no_sequence_gaps",
+        "1 objects missing from sequences",
+    ),
+    "reordering": (
+        lambda f, t: _merger(f, t, "reordered_objects", 3),
+        "no_reordering",
+        "3 objects arrived out of order",
+    ),
+    "viewer missed a merged object": (
+        lambda f, t: _viewer(f, "objects_received", 11),
+        "viewer_received_every_merged_object",
+        "the viewer received 11 of 12 merged",
+    ),
+    "viewer got one more": (
+        lambda f, t: _viewer(f, "objects_received", 13),
+        "viewer_received_every_merged_object",
+        "the viewer received 13 of 12 merged",
+    ),
+    "merged objects hold fewer inputs": (
+        lambda f, t: _viewer(f, "inputs_received", 32),
+        "viewer_inputs_eq_objects_sent",
+        "hold 32 inputs, 33 were sent",
+    ),
+    "entries lost before the viewer": (
+        lambda f, t: _viewer(f, "entries_received", 3299.0),
+        "entries_sent_eq_entries_at_viewer",
+        "3,300 entries sent, 3299.0 at the viewer",
+    ),
+    "merged contents wrong": (
+        lambda f, t: _viewer(f, "content_mismatches", 1),
+        "merged_contents_eq_declared_entries",
+        "1 merged objects whose cells",
+    ),
+    "entries lost in a merger": (
+        lambda f, t: _merger(f, t, "entries_merged", 3200.0),
+        "entries_conserved_in_every_layer",
+        "the merged objects of merger-0 do not hold",
+    ),
+    "malformed messages dropped": (
+        lambda f, t: _merger(f, t, "malformed_messages", 4),
+        "no_malformed_messages",
+        "malformed messages dropped: merger-0 4",
+    ),
 }
 
 
@@ -199,10 +267,16 @@ def test_no_viewer_fails_every_viewer_check(one_merger):
     finals, producers, _ = finals_of(one_merger)
     del finals["viewer"]
     result = check_conservation(one_merger, finals, producers, None)
-    assert failed(result) == {"viewer_received_every_merged_object", "viewer_inputs_eq_objects_sent",
-                              "entries_sent_eq_entries_at_viewer", "merged_contents_eq_declared_entries"}
-    assert "the viewer received None of 12 merged objects" in result["failed_checks"][
-        "viewer_received_every_merged_object"]
+    assert failed(result) == {
+        "viewer_received_every_merged_object",
+        "viewer_inputs_eq_objects_sent",
+        "entries_sent_eq_entries_at_viewer",
+        "merged_contents_eq_declared_entries",
+    }
+    assert (
+        "the viewer received None of 12 merged objects"
+        in result["failed_checks"]["viewer_received_every_merged_object"]
+    )
 
 
 def test_a_merger_that_never_reported_fails_the_entries_check(one_merger):
@@ -300,7 +374,8 @@ def test_many_failures_are_listed_up_to_twenty_and_said_up_to_ten():
     result = check_conservation(topo, finals, producers, viewer)
     assert result["producers_not_conserved"] == list(range(20))
     assert result["failed_checks"]["every_producer_sent_eq_received_eq_merged"] == (
-        f"sent, received and merged-in counts differ for producers {list(range(10))}")
+        f"sent, received and merged-in counts differ for producers {list(range(10))}"
+    )
 
 
 def test_failures_of_several_nodes_are_said_in_a_list():
@@ -316,10 +391,11 @@ def test_failures_of_several_nodes_are_said_in_a_list():
     result = check_conservation(topo, finals, producers, viewer)
     why = result["failed_checks"]
     assert why["every_merger_sent_eq_received_eq_merged"] == (
-        "sent, received and merged-in counts differ between mergers "
-        + ", ".join(f"{m}->{upper}" for m in firsts[:10]))
+        "sent, received and merged-in counts differ between mergers " + ", ".join(f"{m}->{upper}" for m in firsts[:10])
+    )
     assert why["entries_conserved_in_every_layer"] == (
-        f"the merged objects of {', '.join(firsts[:10])} do not hold the entries their inputs sent them")
+        f"the merged objects of {', '.join(firsts[:10])} do not hold the entries their inputs sent them"
+    )
     assert why["no_malformed_messages"] == f"malformed messages dropped: {firsts[0]} 1, {firsts[1]} 2,000"
     assert result["merger_inputs_not_conserved"] == [f"{m}->{upper}" for m in firsts[:20]]
     assert result["mergers_entries_not_conserved"] == list(firsts[:20])

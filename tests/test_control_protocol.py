@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import zmq
 
-from support.agents import Device, wait_until
-from support.common import C_AGENT
 from flowstat.agent.control import ControlPool
 from flowstat.harness import wire
 from flowstat.harness.control import MAX_REQUEST_BYTES, ControlClient, RateTracker, parse_request
 from flowstat.harness.qcobjects import Kind, make_desc
 from flowstat.schema.sample import time_ns
+from support.agents import Device, wait_until
+from support.common import C_AGENT
 
 
 def test_parse_request_accepts_known_commands():
@@ -46,14 +46,24 @@ def test_rates_and_overload_episodes_are_per_client():
 # -- over a real socket, against a real node ------------------------------------------------------
 # A merger process started as the orchestrator starts it; its downstream is a PULL socket here.
 
+
 @pytest.fixture
 def merger():
     ctx = zmq.Context()
     downstream = ctx.socket(zmq.PULL)
     port = downstream.bind_to_random_port("tcp://127.0.0.1")
-    node = Device("merger", {"node_id": "merger-0", "run_id": "ctl", "index": 0, "producers": [0, 1],
-                             "buffer_size": 100, "send_buffer": 100,
-                             "downstream_endpoint": f"tcp://127.0.0.1:{port}"})
+    node = Device(
+        "merger",
+        {
+            "node_id": "merger-0",
+            "run_id": "ctl",
+            "index": 0,
+            "producers": [0, 1],
+            "buffer_size": 100,
+            "send_buffer": 100,
+            "downstream_endpoint": f"tcp://127.0.0.1:{port}",
+        },
+    )
     client = ControlClient(node.ready["control"], ctx)
     yield node, client, downstream
     client.close()
@@ -124,15 +134,23 @@ def test_stop_ends_the_node_with_exit_code_0_and_its_final_counters(merger):
     assert node.proc.wait(30) == 0, node.stderr()
     # what it held is merged at the end (a merge of one), and its end of stream says 2 merges
     assert (final["objects_received"], final["objects_merged"], final["merges"], final["objects_held"]) == (3, 3, 2, 0)
-    assert final["per_producer"] == {"producer": [0, 1], "received": [2, 1], "merged_in": [2, 1],
-                                     "declared_sent": [None, None]}
+    assert final["per_producer"] == {
+        "producer": [0, 1],
+        "received": [2, 1],
+        "merged_in": [2, 1],
+        "declared_sent": [None, None],
+    }
     assert final["sequence_gaps"] == 0 and final["eos_received"] == 0
     got = []
     while downstream.poll(5000):
         got.append(wire.decode_header(downstream.recv_multipart()[0]))
         if got[-1].flags & wire.FLAG_EOS:
             break
-    assert [(h.seq, h.n_inputs, bool(h.flags & wire.FLAG_EOS)) for h in got] == [(0, 2, False), (1, 1, False), (2, 0, True)]
+    assert [(h.seq, h.n_inputs, bool(h.flags & wire.FLAG_EOS)) for h in got] == [
+        (0, 2, False),
+        (1, 1, False),
+        (2, 0, True),
+    ]
 
 
 def complete_lines(path) -> list[dict]:
@@ -149,10 +167,32 @@ def test_the_c_agent_takes_no_late_reply_for_a_later_round(merger, tmp_path):
     carry a request_timestamp older than the round itself."""
     node, _, _ = merger
     endpoints, out = tmp_path / "endpoints.json", tmp_path / "c.json"
-    endpoints.write_text(json.dumps({"run_id": "ctl", "nodes": [
-        {"node_id": "merger-0", "role": "merger", "pid": node.proc.pid, "control": node.ready["control"]}]}))
-    agent = subprocess.Popen([str(C_AGENT), "--endpoints", str(endpoints), "--interval", "0.2", "--control-timeout",
-                              "0.1", "--self-interval", "0", "--sink", f"file://{out}?format=json", "--quiet"])
+    endpoints.write_text(
+        json.dumps(
+            {
+                "run_id": "ctl",
+                "nodes": [
+                    {"node_id": "merger-0", "role": "merger", "pid": node.proc.pid, "control": node.ready["control"]}
+                ],
+            }
+        )
+    )
+    agent = subprocess.Popen(
+        [
+            str(C_AGENT),
+            "--endpoints",
+            str(endpoints),
+            "--interval",
+            "0.2",
+            "--control-timeout",
+            "0.1",
+            "--self-interval",
+            "0",
+            "--sink",
+            f"file://{out}?format=json",
+            "--quiet",
+        ]
+    )
     answered = lambda: [s for s in complete_lines(out) if "request_timestamp" in s]
     try:
         wait_until(lambda: len(answered()) >= 2, "two answered rounds")

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
-from datetime import datetime, timezone
 from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
 
@@ -18,14 +18,14 @@ import pytest
 import requests
 import yaml
 
-from support import fixture_runs as fx
-from flowstat.views import emulate_grafana as gx
-from flowstat.views import emulate_kibana as lens_es
 from flowstat import replay
 from flowstat.schema import sample as sample_schema
 from flowstat.synthetic import synthesize
 from flowstat.views import ALERTS, VIEWS, alerts, grafana, influxql, kibana, panels
+from flowstat.views import emulate_grafana as gx
+from flowstat.views import emulate_kibana as lens_es
 from flowstat.views.panels import AGGREGATE_VIEW, RUN_VIEW
+from support import fixture_runs as fx
 
 ROOT = Path(__file__).resolve().parents[1]
 AGENT = "flowstat-agent-py"  # the agent whose samples the run file holds
@@ -35,9 +35,13 @@ MAX_POINTS = 1000
 @pytest.fixture(scope="module")
 def loaded(stack, fixture_runs):
     """The fixture runs replayed into the stack's InfluxDB and Elasticsearch (idempotent)."""
-    replay.replay([d / "samples.ndjson" for d in fixture_runs.values()],
-                  {"influxdb": (stack["influxdb"].url, "flowstat"),
-                   "elasticsearch": (stack["elasticsearch"].url, "flowstat-samples")})
+    replay.replay(
+        [d / "samples.ndjson" for d in fixture_runs.values()],
+        {
+            "influxdb": (stack["influxdb"].url, "flowstat"),
+            "elasticsearch": (stack["elasticsearch"].url, "flowstat-samples"),
+        },
+    )
     requests.post(f"{stack['elasticsearch'].url}/flowstat-*/_refresh", timeout=30)
     return {name: (d, *fx.samples(d)) for name, d in fixture_runs.items()}
 
@@ -47,15 +51,21 @@ def memory(stack, fixture_runs, loaded):
     """Seven minutes of one merger's memory growing beside a flat one (fixture_runs.memory_growth),
     replayed into both stores."""
     run_dir = fx.memory_growth(fixture_runs["healthy"], fixture_runs["healthy"].parents[1])
-    replay.replay([run_dir / "samples.ndjson"], {"influxdb": (stack["influxdb"].url, "flowstat"),
-                                                "elasticsearch": (stack["elasticsearch"].url, "flowstat-samples")})
+    replay.replay(
+        [run_dir / "samples.ndjson"],
+        {
+            "influxdb": (stack["influxdb"].url, "flowstat"),
+            "elasticsearch": (stack["elasticsearch"].url, "flowstat-samples"),
+        },
+    )
     requests.post(f"{stack['elasticsearch'].url}/flowstat-*/_refresh", timeout=30)
     return (run_dir, *fx.samples(run_dir))
 
 
 def influx(stack, query: str) -> list[dict]:
-    r = requests.post(f"{stack['influxdb'].url}/query", params={"db": "flowstat", "q": query, "epoch": "ms"},
-                      timeout=30)
+    r = requests.post(
+        f"{stack['influxdb'].url}/query", params={"db": "flowstat", "q": query, "epoch": "ms"}, timeout=30
+    )
     body = r.json()
     assert r.status_code == 200 and "error" not in body["results"][0], (query, body)
     return body["results"][0].get("series", [])
@@ -75,17 +85,21 @@ def panel(view, title):
 
 
 def run_view_query(p, run_id: str, from_ms: int, to_ms: int, node: list[str] | None = None) -> tuple[str, int]:
-    variables = {"run": [run_id], "agent": [AGENT], "role": ["producer", "merger", "viewer", "other"],
-                 "node": node or ["merger-0", "producers-0", "producers-1", "viewer"]}
+    variables = {
+        "run": [run_id],
+        "agent": [AGENT],
+        "role": ["producer", "merger", "viewer", "other"],
+        "node": node or ["merger-0", "producers-0", "producers-1", "viewer"],
+    }
     return gx.panel_query(RUN_VIEW, p, variables, from_ms, to_ms, MAX_POINTS)
 
 
 # -- generated files ----------------------------------------------------------------------------
 
+
 def test_every_panel_and_rule_uses_the_provisioned_datasources_and_allowed_panel_types():
     files = grafana.files()
-    uids = {d["uid"] for d in yaml.safe_load(files["provisioning/datasources/flowstat.yaml"])
-            ["datasources"]}
+    uids = {d["uid"] for d in yaml.safe_load(files["provisioning/datasources/flowstat.yaml"])["datasources"]}
     for view in VIEWS:
         dash = json.loads(files[f"dashboards/{view.uid}.json"])
         for p in dash["panels"]:
@@ -102,21 +116,28 @@ def test_every_panel_and_rule_uses_the_provisioned_datasources_and_allowed_panel
         for d in r["data"]:
             assert d["datasourceUid"] in uids | {"__expr__"}
             if d["datasourceUid"] == "__expr__" and "expression" in d["model"]:
-                assert all(ref.lstrip("$") in refs for ref in d["model"]["expression"].replace("(", " ")
-                           .replace(")", " ").split() if ref.startswith("$")), d
+                assert all(
+                    ref.lstrip("$") in refs
+                    for ref in d["model"]["expression"].replace("(", " ").replace(")", " ").split()
+                    if ref.startswith("$")
+                ), d
     assert "password" not in files["provisioning/datasources/flowstat.yaml"].replace("Password}", "").replace(
-        "password: ${", "")
+        "password: ${", ""
+    )
 
 
 # -- the run view -------------------------------------------------------------------------------
+
 
 def test_the_run_variable_lists_runs_newest_first_labelled_with_their_parameters(stack, loaded):
     series = influx(stack, gx.expand(influxql.variable_query("run"), 0, 0, 1000))
     values = [row[1] for row in series[0]["values"]]
     options = gx.variable_options(values, influxql.RUN_LABEL_REGEX)
     ids = [v for _, v in options]
-    started = {json.loads((d / "run.json").read_text())["run_id"]: json.loads((d / "run.json").read_text())["started"]
-               for d, _, _, _ in loaded.values()}
+    started = {
+        json.loads((d / "run.json").read_text())["run_id"]: json.loads((d / "run.json").read_text())["started"]
+        for d, _, _, _ in loaded.values()
+    }
     ours = [i for i in ids if i in started]
     assert ours == sorted(started, key=started.get, reverse=True)
     text = dict((v, t) for t, v in options)[loaded["healthy"][1]["flowstat_run"]["run_id"]]
@@ -144,8 +165,13 @@ def many_nodes(stack, fixture_runs, loaded, tmp_path_factory):
     run_id = healthy.name.replace("fx-healthy-", f"fx-{nodes}-nodes-")
     run_dir = tmp_path_factory.mktemp("many") / run_id
     synthesize(healthy, run_dir, nodes, 6, run_id=run_id)
-    replay.replay([run_dir / "samples.ndjson"], {"influxdb": (stack["influxdb"].url, "flowstat"),
-                                                "elasticsearch": (stack["elasticsearch"].url, "flowstat-samples")})
+    replay.replay(
+        [run_dir / "samples.ndjson"],
+        {
+            "influxdb": (stack["influxdb"].url, "flowstat"),
+            "elasticsearch": (stack["elasticsearch"].url, "flowstat-samples"),
+        },
+    )
     requests.post(f"{stack['elasticsearch'].url}/flowstat-*/_refresh", timeout=30)
     return (run_dir, *fx.samples(run_dir))
 
@@ -154,7 +180,7 @@ def test_a_per_node_panel_draws_the_first_selected_nodes_by_name_the_same_in_gra
     _, head, samples, _ = many_nodes
     run_id = head["flowstat_run"]["run_id"]
     names = sorted({s["node_id"] for s in samples})
-    first = names[:panels.NODES_PER_PANEL]
+    first = names[: panels.NODES_PER_PANEL]
     assert len(names) > len(first) and "merger-0~10" in first and "merger-0~2" in first
     from_ms, to_ms = span_ms(samples)
     for p in [p for p in RUN_VIEW.panels() if panels.per_node(p)]:
@@ -162,16 +188,22 @@ def test_a_per_node_panel_draws_the_first_selected_nodes_by_name_the_same_in_gra
         series = influx(stack, query)
         assert series, (p.title, query)
         drawn = {s["tags"]["node_id"] for s in series}
-        have = {s["node_id"] for s in samples if any(s.get(m.field) is not None for m in p.metrics)
-                and all(s.get(k) == v for k, v in p.where)}
+        have = {
+            s["node_id"]
+            for s in samples
+            if any(s.get(m.field) is not None for m in p.metrics) and all(s.get(k) == v for k, v in p.where)
+        }
         # The first nodes by name take the places, a node without the metric too (it draws nothing)
         assert drawn == have & set(first), p.title
         lens = lens_es.by_id("lens")[kibana.lens_id(RUN_VIEW, p)]
         (layer,) = lens_es.layers(lens).values()
         (split,) = [c for c, col in layer["columns"].items() if col.get("sourceField") == "node_id"]
         rows = lens_es.run_lens(stack["elasticsearch"].url, lens, (from_ms, to_ms), run_id)
-        drawn_by_lens = {r[split].split("|")[0]  # node state's split: "node|state"
-                         for r in rows if any(r[c] is not None for c in lens_es.shown(layer))}
+        drawn_by_lens = {
+            r[split].split("|")[0]  # node state's split: "node|state"
+            for r in rows
+            if any(r[c] is not None for c in lens_es.shown(layer))
+        }
         assert drawn_by_lens == drawn, p.title
     vmrss = influx(stack, run_view_query(panel(RUN_VIEW, "VmRSS"), run_id, from_ms, to_ms, node=names)[0])
     assert [s["tags"]["node_id"] for s in vmrss] == first  # every node has a VmRSS: all of the first
@@ -200,7 +232,7 @@ def test_the_run_stats_show_the_runs_parameters_and_verdicts(stack, loaded):
     for title in ("Parameters", "Verdicts", "Lost and steady rate"):
         query, _ = run_view_query(panel(RUN_VIEW, title), doc["run_id"], 0, 0)
         (series,) = influx(stack, query)
-        row = dict(zip(series["columns"], series["values"][0]))
+        row = dict(zip(series["columns"], series["values"][0], strict=False))
         if title == "Parameters":
             assert row["producers"] == doc["parameters"]["producers"] == 4
             assert row["buffer_size"] == doc["parameters"]["buffer_size"]
@@ -212,6 +244,7 @@ def test_the_run_stats_show_the_runs_parameters_and_verdicts(stack, loaded):
 
 # -- the aggregate view -------------------------------------------------------------------------
 
+
 def test_the_rollup_sums_over_nodes_per_ten_second_bucket(stack, loaded):
     _, head, samples, _ = loaded["overload"]
     run_id = head["flowstat_run"]["run_id"]
@@ -219,8 +252,11 @@ def test_the_rollup_sums_over_nodes_per_ten_second_bucket(stack, loaded):
     from_ms -= from_ms % 10_000  # a rollup point is stamped with its bucket's start
     target = grafana._target(AGGREGATE_VIEW, panel(AGGREGATE_VIEW, "Total vmrss_kb"))
     q = gx.interpolate(target["query"], {"run": [run_id], "agent": [AGENT]}, multi=set())
-    got = {(s["tags"]["role"], row[0]): row[1] for s in influx(stack, gx.expand(q, from_ms, to_ms, 10_000))
-           for row in s["values"]}
+    got = {
+        (s["tags"]["role"], row[0]): row[1]
+        for s in influx(stack, gx.expand(q, from_ms, to_ms, 10_000))
+        for row in s["values"]
+    }
     per_node = defaultdict(list)
     for s in samples:
         if s.get("vmrss_kb") is not None:
@@ -237,11 +273,12 @@ def test_the_rollup_sums_over_nodes_per_ten_second_bucket(stack, loaded):
 def test_the_cross_run_table_has_each_runs_mean_and_std(stack, loaded):
     ids = {name: h["flowstat_run"]["run_id"] for name, (_, h, _, _) in loaded.items()}
     target = grafana._target(AGGREGATE_VIEW, panel(AGGREGATE_VIEW, "Mean and standard deviation per run"))
-    q = gx.expand(gx.interpolate(target["query"], {"runs": list(ids.values()), "agent": [AGENT]},
-                                 multi={"runs"}), 0, 0, 1000)
-    rows = {s["tags"]["run_id"]: dict(zip(s["columns"], s["values"][0])) for s in influx(stack, q)}
+    q = gx.expand(
+        gx.interpolate(target["query"], {"runs": list(ids.values()), "agent": [AGENT]}, multi={"runs"}), 0, 0, 1000
+    )
+    rows = {s["tags"]["run_id"]: dict(zip(s["columns"], s["values"][0], strict=False)) for s in influx(stack, q)}
     assert set(rows) == set(ids.values())
-    for name, (_, head, samples, _) in loaded.items():
+    for name, (_, _head, samples, _) in loaded.items():
         values = [s["cpu_clock_hz"] for s in samples if s["role"] == "merger" and s["node_state"] == "RUNNING"]
         row = rows[ids[name]]
         assert row["cpu_clock_hz mean"] == pytest.approx(np.mean(values), rel=1e-9)
@@ -263,7 +300,8 @@ def test_the_parameter_chart_buckets_the_runs_steady_rate_by_parameter(stack, lo
         if "steady_merged_objects_per_second" in doc.get("summary", {}):
             by_producers[doc["parameters"]["producers"]].append(doc["summary"]["steady_merged_objects_per_second"])
     assert {b["key"]: b["1"]["value"] for b in buckets} == pytest.approx(
-        {k: float(np.mean(v)) for k, v in by_producers.items()})
+        {k: float(np.mean(v)) for k, v in by_producers.items()}
+    )
     assert buckets
 
 
@@ -310,7 +348,7 @@ def evaluations(stack, alert, samples: list[dict]) -> tuple[list[int], dict[tupl
 
     held: dict[tuple, list[bool]] = defaultdict(lambda: [False] * len(ends))
     mismatches = []
-    for i, (end, want) in enumerate(zip(ends, offline)):
+    for i, (end, want) in enumerate(zip(ends, offline, strict=False)):
         values = gx.rule_values(rule, rule_results(stack, rule, end))
         got: dict[tuple, dict[str, float]] = defaultdict(dict)
         for reduce_ref, query_ref in reduces.items():
@@ -334,8 +372,13 @@ def crossed(stack, alert, samples: list[dict]) -> tuple[set, list]:
     return {key for key, h in held.items() if any(h)}, mismatches
 
 
-BAD_RUN = {"flowstat-buffer-overload": "overload", "flowstat-merger-behind": "behind",
-           "flowstat-vmrss-growing": "memory", "flowstat-node-down": "killed", "flowstat-agent-spooling": "spooling"}
+BAD_RUN = {
+    "flowstat-buffer-overload": "overload",
+    "flowstat-merger-behind": "behind",
+    "flowstat-vmrss-growing": "memory",
+    "flowstat-node-down": "killed",
+    "flowstat-agent-spooling": "spooling",
+}
 
 
 def rule_samples(alert, run) -> list[dict]:
@@ -363,8 +406,10 @@ def test_each_rule_crosses_its_threshold_on_the_bad_run_and_not_on_the_healthy_o
 
 # -- ElastAlert rules ---------------------------------------------------------------------------
 
-def elastalert_rule_run(stack, alert, run_id: str, folder: Path, start_s: float, end_s: float,
-                        terms: tuple[tuple[str, str], ...] = ()):
+
+def elastalert_rule_run(
+    stack, alert, run_id: str, folder: Path, start_s: float, end_s: float, terms: tuple[tuple[str, str], ...] = ()
+):
     """elastalert-test-rule with the generated rule (the file, read at each call) from start_s to
     end_s (epoch s), scoped to the run (and to terms) by a filter: the stores hold every run."""
     from flowstat.stack import elastalert as ea
@@ -373,15 +418,22 @@ def elastalert_rule_run(stack, alert, run_id: str, folder: Path, start_s: float,
     rule["filter"] = [*rule.get("filter", []), {"term": {"run_id": run_id}}, *({"term": {k: v}} for k, v in terms)]
     path = folder / f"{alert.uid}-{run_id}-{'-'.join(v for _, v in terms) or None}.yaml"
     path.write_text(yaml.safe_dump(rule))
-    return ea.test_rule(stack, path, *(datetime.fromtimestamp(t, timezone.utc) for t in (start_s, end_s)))
+    return ea.test_rule(stack, path, *(datetime.fromtimestamp(t, UTC) for t in (start_s, end_s)))
 
 
 def elastalert_test_rule(stack, alert, run, folder: Path, node: str | None = None):
     """elastalert_rule_run over the run's samples (and a window's margin either side)."""
     samples = rule_samples(alert, run)
     first, last = span_ms(samples)
-    return elastalert_rule_run(stack, alert, samples[0]["run_id"], folder, first / 1000 - alert.window_s,
-                               last / 1000 + alert.window_s, (("node_id", node),) if node else ())
+    return elastalert_rule_run(
+        stack,
+        alert,
+        samples[0]["run_id"],
+        folder,
+        first / 1000 - alert.window_s,
+        last / 1000 + alert.window_s,
+        (("node_id", node),) if node else (),
+    )
 
 
 @pytest.mark.parametrize("alert", ALERTS, ids=lambda a: a.uid)
@@ -423,8 +475,12 @@ def test_each_elastalert_rule_matches_on_the_bad_run_and_not_on_the_healthy_one(
 #   keeps for a node gone quiet (moved to 0, the quiet cases here fire); moved up, no VmRSS comes
 #   near it.
 
-EDGE_STEP = {"input_latency_p99_ms": Fraction(1, 1000),  # flowstat.harness.latency rounds to the microsecond
-             "objects_in_flight": 1, "vmrss_kb": 1, "spooled_samples": 1}  # whole objects, kB, samples
+EDGE_STEP = {
+    "input_latency_p99_ms": Fraction(1, 1000),  # flowstat.harness.latency rounds to the microsecond
+    "objects_in_flight": 1,
+    "vmrss_kb": 1,
+    "spooled_samples": 1,
+}  # whole objects, kB, samples
 COUNT_STEP = 1  # a count of samples
 EDGE_PERIOD_S = alerts.EVALUATE_EVERY_S  # a sample per evaluation interval, in its middle
 
@@ -466,10 +522,25 @@ def _edges_buffer_overload(alert) -> list[EdgeCase]:
         return every([calm] * (n - k) + [{**calm, flag: dict(q.any_of)[flag]}] * k)
 
     first_flag = q.any_of[0][0]
-    return [*(EdgeCase(f"{flag.split('_')[0]}-{fire}", series(fire, flag), True, True,
-                       f"{fire} sample(s) with {flag}: just above {a.threshold:g}") for flag, _ in q.any_of),
-            EdgeCase(f"overloaded-{fire - 1}", series(fire - 1, first_flag), False, False,
-                     f"{fire - 1} overloaded sample(s): at {a.threshold:g}")]
+    return [
+        *(
+            EdgeCase(
+                f"{flag.split('_')[0]}-{fire}",
+                series(fire, flag),
+                True,
+                True,
+                f"{fire} sample(s) with {flag}: just above {a.threshold:g}",
+            )
+            for flag, _ in q.any_of
+        ),
+        EdgeCase(
+            f"overloaded-{fire - 1}",
+            series(fire - 1, first_flag),
+            False,
+            False,
+            f"{fire - 1} overloaded sample(s): at {a.threshold:g}",
+        ),
+    ]
 
 
 def _edges_node_down(alert) -> list[EdgeCase]:
@@ -478,11 +549,24 @@ def _edges_node_down(alert) -> list[EdgeCase]:
     fire = int(above(a.threshold, COUNT_STEP))
     n = alert.window_s // EDGE_PERIOD_S
     up: dict = {}  # the template's: RUNNING
-    return [EdgeCase(f"down-{fire}", every([up] * (n - fire) + [{"node_state": down}] * fire), True, True,
-                     f"{fire} {down} sample(s): just above {a.threshold:g}"),
-            EdgeCase(f"down-{fire - 1}", every([up] * (n - fire) + [{"node_state": down}] * (fire - 1)
-                                               + [{"node_state": sample_schema.STATE_STOPPED}]), False, False,
-                     f"{fire - 1} {down} sample(s), then gone in order ({sample_schema.STATE_STOPPED}): at {a.threshold:g}")]
+    return [
+        EdgeCase(
+            f"down-{fire}",
+            every([up] * (n - fire) + [{"node_state": down}] * fire),
+            True,
+            True,
+            f"{fire} {down} sample(s): just above {a.threshold:g}",
+        ),
+        EdgeCase(
+            f"down-{fire - 1}",
+            every(
+                [up] * (n - fire) + [{"node_state": down}] * (fire - 1) + [{"node_state": sample_schema.STATE_STOPPED}]
+            ),
+            False,
+            False,
+            f"{fire - 1} {down} sample(s), then gone in order ({sample_schema.STATE_STOPPED}): at {a.threshold:g}",
+        ),
+    ]
 
 
 def _staircase(level, rise, holds: int, w: int) -> list:
@@ -514,21 +598,56 @@ def _edges_merger_behind(alert) -> list[EdgeCase]:
 
     at = at_most(a.threshold, step)
     return [
-        EdgeCase("latency-above", lat(_staircase(level, rise, holds, w)), True, None,
-                 f"last {float(level + rise)} > {a.threshold:g}, rising by {float(rise)}, for {alert.for_s} s"),
-        EdgeCase("latency-at", lat(_staircase(level - step, rise, holds, w)), False, None,
-                 f"one step lower: last at {a.threshold:g} at the first evaluation"),
-        EdgeCase("latency-flat", lat(_staircase(level + rise, at_most(b.threshold, step), holds, w)), False, None,
-                 f"last above {a.threshold:g}, rising by {float(at_most(b.threshold, step))}"),
-        EdgeCase("latency-short", lat(_staircase(level, rise, holds - 1, w)), False, None,
-                 f"held one evaluation short of {alert.for_s} s"),
-        EdgeCase("in-flight-above", fl(_staircase(0, above(c.threshold, one), holds, w)), True, None,
-                 f"in flight rising by {above(c.threshold, one)} per window, for {alert.for_s} s"),
-        EdgeCase("in-flight-at", fl(_staircase(0, at_most(c.threshold, one), holds, w)), False, None,
-                 f"in flight rising by {at_most(c.threshold, one)} per window"),
+        EdgeCase(
+            "latency-above",
+            lat(_staircase(level, rise, holds, w)),
+            True,
+            None,
+            f"last {float(level + rise)} > {a.threshold:g}, rising by {float(rise)}, for {alert.for_s} s",
+        ),
+        EdgeCase(
+            "latency-at",
+            lat(_staircase(level - step, rise, holds, w)),
+            False,
+            None,
+            f"one step lower: last at {a.threshold:g} at the first evaluation",
+        ),
+        EdgeCase(
+            "latency-flat",
+            lat(_staircase(level + rise, at_most(b.threshold, step), holds, w)),
+            False,
+            None,
+            f"last above {a.threshold:g}, rising by {float(at_most(b.threshold, step))}",
+        ),
+        EdgeCase(
+            "latency-short",
+            lat(_staircase(level, rise, holds - 1, w)),
+            False,
+            None,
+            f"held one evaluation short of {alert.for_s} s",
+        ),
+        EdgeCase(
+            "in-flight-above",
+            fl(_staircase(0, above(c.threshold, one), holds, w)),
+            True,
+            None,
+            f"in flight rising by {above(c.threshold, one)} per window, for {alert.for_s} s",
+        ),
+        EdgeCase(
+            "in-flight-at",
+            fl(_staircase(0, at_most(c.threshold, one), holds, w)),
+            False,
+            None,
+            f"in flight rising by {at_most(c.threshold, one)} per window",
+        ),
         # ElastAlert's rule: the highest latency of a window above the threshold.
-        EdgeCase("ea-latency-above", lat([at] * (w // 2) + [above(a.threshold, step)] + [at] * (w - w // 2 - 1)),
-                 None, True, f"one sample at {float(above(a.threshold, step))}, the others at {a.threshold:g}"),
+        EdgeCase(
+            "ea-latency-above",
+            lat([at] * (w // 2) + [above(a.threshold, step)] + [at] * (w - w // 2 - 1)),
+            None,
+            True,
+            f"one sample at {float(above(a.threshold, step))}, the others at {a.threshold:g}",
+        ),
         EdgeCase("ea-latency-at", lat([at] * w), None, False, f"every sample at {a.threshold:g}"),
     ]
 
@@ -551,12 +670,27 @@ def _edges_vmrss_growing(alert, vmrss: int) -> list[EdgeCase]:
     # n buckets' time, per minute.
     per_minute = Fraction(alerts.SLOPE_BUCKET_S, 60)
     cases = [
-        EdgeCase(f"slope-above-{n}", every(_growth(vmrss, n, above(a.threshold * n * per_minute, step))), True, None,
-                 f"{n} slopes > {b.threshold:g}, their mean just above {a.threshold:g} kB/min"),
-        EdgeCase(f"slope-at-{n}", every(_growth(vmrss, n, at_most(a.threshold * n * per_minute, step))), False, None,
-                 f"{n} slopes, their mean at {a.threshold:g} kB/min"),
-        EdgeCase(f"slope-above-{n - 1}", every(_growth(vmrss, n - 1, above(a.threshold * (n - 1) * per_minute, step))),
-                 False, None, f"{n - 1} slopes (at {b.threshold:g}), their mean just above {a.threshold:g} kB/min"),
+        EdgeCase(
+            f"slope-above-{n}",
+            every(_growth(vmrss, n, above(a.threshold * n * per_minute, step))),
+            True,
+            None,
+            f"{n} slopes > {b.threshold:g}, their mean just above {a.threshold:g} kB/min",
+        ),
+        EdgeCase(
+            f"slope-at-{n}",
+            every(_growth(vmrss, n, at_most(a.threshold * n * per_minute, step))),
+            False,
+            None,
+            f"{n} slopes, their mean at {a.threshold:g} kB/min",
+        ),
+        EdgeCase(
+            f"slope-above-{n - 1}",
+            every(_growth(vmrss, n - 1, above(a.threshold * (n - 1) * per_minute, step))),
+            False,
+            None,
+            f"{n - 1} slopes (at {b.threshold:g}), their mean just above {a.threshold:g} kB/min",
+        ),
     ]
     # ElastAlert's spike: queries of RUN_EVERY_S, each the node's highest VmRSS when it has at least
     # SPIKE_MIN_DOCS samples; two windows of half the alert's, compared once a key has two windows
@@ -571,16 +705,32 @@ def _edges_vmrss_growing(alert, vmrss: int) -> list[EdgeCase]:
     def spike(peak: int, docs: int) -> list[tuple[float, dict]]:
         def piece(j: int, value: int, k: int) -> list[tuple[float, dict]]:
             return [(RUN_EVERY_S * (j + (i + 1) / (k + 1)), {"vmrss_kb": value}) for i in range(k)]
+
         flat = 2 * half // RUN_EVERY_S
         return [s for j in range(flat) for s in piece(j, vmrss, SPIKE_MIN_DOCS)] + piece(flat, peak, docs)
 
     return cases + [
-        EdgeCase("spike-above", spike(top, SPIKE_MIN_DOCS), None, True,
-                 f"{top} kB after {2 * half} s at {vmrss}: {SPIKE_HEIGHT} times or more"),
-        EdgeCase("spike-below", spike(top - 1, SPIKE_MIN_DOCS), None, False,
-                 f"{top - 1} kB after {2 * half} s at {vmrss}: under {SPIKE_HEIGHT} times"),
-        EdgeCase("spike-sparse", spike(top, SPIKE_MIN_DOCS - 1), None, False,
-                 f"{top} kB in a query of {SPIKE_MIN_DOCS - 1} samples"),
+        EdgeCase(
+            "spike-above",
+            spike(top, SPIKE_MIN_DOCS),
+            None,
+            True,
+            f"{top} kB after {2 * half} s at {vmrss}: {SPIKE_HEIGHT} times or more",
+        ),
+        EdgeCase(
+            "spike-below",
+            spike(top - 1, SPIKE_MIN_DOCS),
+            None,
+            False,
+            f"{top - 1} kB after {2 * half} s at {vmrss}: under {SPIKE_HEIGHT} times",
+        ),
+        EdgeCase(
+            "spike-sparse",
+            spike(top, SPIKE_MIN_DOCS - 1),
+            None,
+            False,
+            f"{top} kB in a query of {SPIKE_MIN_DOCS - 1} samples",
+        ),
     ]
 
 
@@ -595,12 +745,24 @@ def _edges_agent_spooling(alert) -> list[EdgeCase]:
     return [
         # Grafana: last and rise each just above; ElastAlert (the window's least above the
         # threshold): its least at the threshold.
-        EdgeCase("spool-rises", every([{field: at}] * (n - 1) + [{field: at + above(b.threshold, step)}]), True, False,
-                 f"{field} {at} then {at + above(b.threshold, step)}"),
+        EdgeCase(
+            "spool-rises",
+            every([{field: at}] * (n - 1) + [{field: at + above(b.threshold, step)}]),
+            True,
+            False,
+            f"{field} {at} then {at + above(b.threshold, step)}",
+        ),
         # Grafana: last just above, rise at its threshold; ElastAlert: its least just above.
-        EdgeCase("spool-holds", every([{field: above(a.threshold, step)}] * (n - 1)
-                                      + [{field: above(a.threshold, step) + at_most(b.threshold, step)}]), False, True,
-                 f"{field} {above(a.threshold, step)}, rising by {at_most(b.threshold, step)}"),
+        EdgeCase(
+            "spool-holds",
+            every(
+                [{field: above(a.threshold, step)}] * (n - 1)
+                + [{field: above(a.threshold, step) + at_most(b.threshold, step)}]
+            ),
+            False,
+            True,
+            f"{field} {above(a.threshold, step)}, rising by {at_most(b.threshold, step)}",
+        ),
     ]
 
 
@@ -635,9 +797,13 @@ def edges(stack, fixture_runs) -> dict[str, EdgeRun]:
     node_template = next(s for s in nodes if s["role"] == "merger" and s["node_state"] == "RUNNING")
     agent_template = agents[0]
     start = (int(time.time()) - 3600) // 600 * 600
-    build = {"flowstat-buffer-overload": _edges_buffer_overload, "flowstat-node-down": _edges_node_down,
-             "flowstat-merger-behind": _edges_merger_behind, "flowstat-agent-spooling": _edges_agent_spooling,
-             "flowstat-vmrss-growing": lambda a: _edges_vmrss_growing(a, node_template["vmrss_kb"])}
+    build = {
+        "flowstat-buffer-overload": _edges_buffer_overload,
+        "flowstat-node-down": _edges_node_down,
+        "flowstat-merger-behind": _edges_merger_behind,
+        "flowstat-agent-spooling": _edges_agent_spooling,
+        "flowstat-vmrss-growing": lambda a: _edges_vmrss_growing(a, node_template["vmrss_kb"]),
+    }
     out, paths = {}, []
     for alert in ALERTS:
         name = alert.uid.removeprefix("flowstat-")
@@ -649,25 +815,61 @@ def edges(stack, fixture_runs) -> dict[str, EdgeRun]:
                 stamp = iso_utc_ms(start + t)
                 fields = {k: _number(v) for k, v in fields.items()}
                 if alert.source == panels.AGENT:
-                    lines.append({"flowstat_agent": {**agent_template, "time": stamp, "run_id": run_id,
-                                                     "host": case.name, "agent": AGENT, "seq": seq, **fields}})
+                    lines.append(
+                        {
+                            "flowstat_agent": {
+                                **agent_template,
+                                "time": stamp,
+                                "run_id": run_id,
+                                "host": case.name,
+                                "agent": AGENT,
+                                "seq": seq,
+                                **fields,
+                            }
+                        }
+                    )
                 elif fields.get("node_state") in (sample_schema.STATE_DOWN, sample_schema.STATE_STOPPED):
                     # gone: the agent reports its base fields only (flowstat.agent.agent._base)
-                    lines.append({"time": stamp, "run_id": run_id, "host": node_template["host"], "node_id": case.name,
-                                  "role": node_template["role"], "agent": AGENT, "seq": seq,
-                                  "pid": node_template["pid"], **fields})
+                    lines.append(
+                        {
+                            "time": stamp,
+                            "run_id": run_id,
+                            "host": node_template["host"],
+                            "node_id": case.name,
+                            "role": node_template["role"],
+                            "agent": AGENT,
+                            "seq": seq,
+                            "pid": node_template["pid"],
+                            **fields,
+                        }
+                    )
                 else:
-                    lines.append({**node_template, "time": stamp, "run_id": run_id, "node_id": case.name,
-                                  "agent": AGENT, "seq": seq, "request_timestamp": stamp, "response_timestamp": stamp,
-                                  **fields})
+                    lines.append(
+                        {
+                            **node_template,
+                            "time": stamp,
+                            "run_id": run_id,
+                            "node_id": case.name,
+                            "agent": AGENT,
+                            "seq": seq,
+                            "request_timestamp": stamp,
+                            "response_timestamp": stamp,
+                            **fields,
+                        }
+                    )
         path = fixture_runs["healthy"].parents[1] / "runs" / run_id / "samples.ndjson"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(json.dumps(line) + "\n" for line in lines))
         paths.append(path)
         _, node_docs, agent_docs = fx.samples(path.parent)
         out[alert.uid] = EdgeRun(alert, run_id, start, cases, agent_docs if alert.source == panels.AGENT else node_docs)
-    replay.replay(paths, {"influxdb": (stack["influxdb"].url, "flowstat"),
-                          "elasticsearch": (stack["elasticsearch"].url, "flowstat-samples")})
+    replay.replay(
+        paths,
+        {
+            "influxdb": (stack["influxdb"].url, "flowstat"),
+            "elasticsearch": (stack["elasticsearch"].url, "flowstat-samples"),
+        },
+    )
     requests.post(f"{stack['elasticsearch'].url}/flowstat-*/_refresh", timeout=30)
     return out
 
@@ -689,8 +891,11 @@ def test_each_grafana_rule_fires_at_its_edge_and_not_one_step_below(stack, edges
     assert not mismatches, mismatches[:3]
     rule = provisioned_rule(alert)
     fired = {key for key, h in held.items() if any(gx.alerting(rule, ends, h))}
-    wrong = [(c.name, c.why, "fired" if c.grafana is False else "stayed quiet") for c in cases
-             if (run.key(c) in fired) != c.grafana]
+    wrong = [
+        (c.name, c.why, "fired" if c.grafana is False else "stayed quiet")
+        for c in cases
+        if (run.key(c) in fired) != c.grafana
+    ]
     assert not wrong, wrong
 
 
@@ -712,6 +917,9 @@ def test_each_elastalert_rule_fires_at_its_edge_and_not_one_step_below(stack, ed
     assert not result.errors, result.output[-3000:]
     alerted = elastalert_alerted(result, name)
     cases = [c for c in run.cases if c.elastalert is not None]
-    wrong = [(c.name, c.why, "fired" if c.elastalert is False else "stayed quiet") for c in cases
-             if (run.key(c) in alerted) != c.elastalert]
+    wrong = [
+        (c.name, c.why, "fired" if c.elastalert is False else "stayed quiet")
+        for c in cases
+        if (run.key(c) in alerted) != c.elastalert
+    ]
     assert not wrong, (wrong, result.output[-3000:])

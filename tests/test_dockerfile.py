@@ -38,6 +38,7 @@ COMPILERS = {"cc": "gcc", "gcc": "gcc", "clang": "clang"}  # a Makefile's CC, an
 
 # -- the Dockerfile, parsed -------------------------------------------------------------------------
 
+
 @dataclass
 class Instruction:
     keyword: str
@@ -150,7 +151,7 @@ def to_context(stage: Stage, image_path: str) -> str | None:
         if image_path == target:
             return source
         if image_path.startswith(target + "/"):
-            return posixpath.join(source, image_path[len(target) + 1:])
+            return posixpath.join(source, image_path[len(target) + 1 :])
     return None
 
 
@@ -175,6 +176,7 @@ def apt_installed(stage: Stage) -> set[str]:
 
 # -- .dockerignore: Docker's rules (moby/patternmatcher) ------------------------------------------
 
+
 def _glob_regex(pattern: str) -> re.Pattern:
     """* and ? stop at a slash, ** spans any number of directories, [...] is a class."""
     out, i = "", 0
@@ -189,7 +191,7 @@ def _glob_regex(pattern: str) -> re.Pattern:
             out, i = out + "[^/]", i + 1
         elif pattern[i] == "[":
             end = pattern.index("]", i + 1)
-            body = pattern[i + 1:end]
+            body = pattern[i + 1 : end]
             out, i = out + "[" + ("^" + body[1:] if body[:1] in "!^" and body else body) + "]", end + 1
         elif pattern[i] == "\\" and i + 1 < len(pattern):
             out, i = out + re.escape(pattern[i + 1]), i + 2
@@ -232,11 +234,13 @@ def files_under(folder: str, keep) -> set[str]:
 
 
 def git_files(path: str) -> list[str]:
-    return subprocess.run(["git", "ls-files", "--", path], cwd=ROOT, capture_output=True, text=True,
-                          check=True).stdout.split()
+    return subprocess.run(
+        ["git", "ls-files", "--", path], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
 
 
 # -- the build context ------------------------------------------------------------------------------
+
 
 def test_every_copied_source_is_in_the_build_context(stages):
     rules = ignore_rules()
@@ -256,18 +260,37 @@ def test_every_copied_source_is_in_the_build_context(stages):
 def test_the_build_context_leaves_out_secrets_and_what_builds_and_runs_leave():
     rules = ignore_rules()
     # what this checkout's installs, builds and runs left (git ignores them), and what any may leave
-    ignored = subprocess.run(["git", "ls-files", "--others", "--ignored", "--exclude-standard", "--directory"],
-                             cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
-    made_up = [".env", ".git/HEAD", ".venv/bin/python", ".cache/test-stack/stack.json", "runs/demo/run.json",
-               "benchmarks/results/harness-x.json", "collectors/c/build/flowstat-agent", "dist/flowstat.whl",
-               "build/lib/flowstat/cli.py", ".pytest_cache/v/cache/nodeids", "tests/test_wheel.py"]
-    made_up += [f"{folder}/{pattern.replace('*', 'flowstat')}/x" for pattern in WHEEL_IGNORE
-                for folder in ("src", "src/flowstat", "src/flowstat/harness")]
+    ignored = subprocess.run(
+        ["git", "ls-files", "--others", "--ignored", "--exclude-standard", "--directory"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    made_up = [
+        ".env",
+        ".git/HEAD",
+        ".venv/bin/python",
+        ".cache/test-stack/stack.json",
+        "runs/demo/run.json",
+        "benchmarks/results/harness-x.json",
+        "collectors/c/build/flowstat-agent",
+        "dist/flowstat.whl",
+        "build/lib/flowstat/cli.py",
+        ".pytest_cache/v/cache/nodeids",
+        "tests/test_wheel.py",
+    ]
+    made_up += [
+        f"{folder}/{pattern.replace('*', 'flowstat')}/x"
+        for pattern in WHEEL_IGNORE
+        for folder in ("src", "src/flowstat", "src/flowstat/harness")
+    ]
     sent = [p for p in ignored + made_up if in_context(p.rstrip("/"), rules)]
     assert not sent, f"sent to the build: {sent}"
 
 
 # -- the stages ---------------------------------------------------------------------------------------
+
 
 def test_base_images_are_pinned_to_full_versions(stages):
     names = {s.name for s in stages if s.name}
@@ -276,8 +299,9 @@ def test_base_images_are_pinned_to_full_versions(stages):
     for base in bases:
         m = re.fullmatch(r"(?P<repo>[\w./-]+):(?P<tag>[\w.-]+)(?:@sha256:[0-9a-f]{64})?", base)
         assert m, f"FROM {base}: no tag"
-        assert re.match(r"\d+\.\d+\.\d+(?:$|[-.])", m["tag"]) and "latest" not in m["tag"], \
-            f"FROM {base}: not pinned to a full version"
+        assert (
+            re.match(r"\d+\.\d+\.\d+(?:$|[-.])", m["tag"]) and "latest" not in m["tag"]
+        ), f"FROM {base}: not pinned to a full version"
     # the image's Python is the one requirements.lock was made for: the oldest pyproject.toml allows
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     oldest = re.fullmatch(r">=\s*(\d+\.\d+)", project["requires-python"])[1]
@@ -313,8 +337,11 @@ def test_the_entrypoint_is_the_flowstat_cli(stages):
 
 def _pip(stage: Stage, verb: str) -> list[str]:
     """The arguments after `pip VERB` of the stage's one such command."""
-    found = [w[w.index(verb) + 1:] for w in stage.commands() if "pip" in w and verb in w
-             and w.index(verb) == w.index("pip") + 1]
+    found = [
+        w[w.index(verb) + 1 :]
+        for w in stage.commands()
+        if "pip" in w and verb in w and w.index(verb) == w.index("pip") + 1
+    ]
     assert len(found) == 1, f"{len(found)} `pip {verb}` commands"
     return found[0]
 
@@ -338,7 +365,7 @@ def test_the_wheel_is_built_as_test_wheel_builds_it(stages):
     dist = options.pop("-w", None) or options.pop("--wheel-dir", None)
     assert dist, "pip wheel without -w"
     assert set(options) - PIP_NEUTRAL == set(WHEEL_OPTIONS), f"pip wheel options {sorted(options)}"
-    source, = positional
+    (source,) = positional
     assert source.startswith("/"), f"pip wheel {source}: a relative path may be taken for a package name"
     # from WHEEL_SOURCES alone, copied there, and nothing else done in the stage
     assert copied(stage) == {posixpath.join(source, name): name for name in WHEEL_SOURCES}
@@ -354,18 +381,23 @@ def test_the_wheel_is_built_as_test_wheel_builds_it(stages):
             continue
         sent = files_under(name, lambda path, _: in_context(path, rules))
         copied_by_test = files_under(name, lambda _, base: not any(fnmatch.fnmatch(base, p) for p in WHEEL_IGNORE))
-        assert sent == copied_by_test, f"sent, not in test_wheel's copy: {sorted(sent - copied_by_test)[:5]}; " \
-                                       f"the other way: {sorted(copied_by_test - sent)[:5]}"
+        assert sent == copied_by_test, (
+            f"sent, not in test_wheel's copy: {sorted(sent - copied_by_test)[:5]}; "
+            f"the other way: {sorted(copied_by_test - sent)[:5]}"
+        )
     # and the image installs that wheel, with the lock, as test_wheel.py does
     final = stages[-1]
-    wheels = {target: src for target, src in copied(final, from_stage=stage.name).items()
-              if posixpath.normpath(src) == posixpath.normpath(dist)}
+    wheels = {
+        target: src
+        for target, src in copied(final, from_stage=stage.name).items()
+        if posixpath.normpath(src) == posixpath.normpath(dist)
+    }
     assert wheels, f"the image does not take {dist} from the {stage.name} stage"
     options, positional = _options(_pip(final, "install"), {"-c", "--constraint"})
     lock = options.pop("-c", None) or options.pop("--constraint", None)
     assert lock and to_context(final, lock) == "requirements.lock", f"pip install -c {lock}: not requirements.lock"
     assert set(options) <= PIP_NEUTRAL | PIP_INSTALL_EXTRA, f"pip install options {sorted(options)}"
-    wanted, = positional
+    (wanted,) = positional
     # the wheel with every extra (the harness, report and stack: the image runs them all)
     found = re.fullmatch(r"\$\(ls (\S+)\)\[all\]", wanted)
     assert found, f"pip install {wanted}: not the wheel with its [all] extra"
@@ -386,8 +418,9 @@ def _dev_package(pc_name: str) -> tuple[str, str]:
     out = subprocess.run(["dpkg", "-S", f"*/pkgconfig/{pc_name}.pc"], capture_output=True, text=True)
     assert out.returncode == 0, f"{pc_name}.pc: no installed package has it ({out.stderr.strip()}); run make install"
     dev = out.stdout.split(":")[0]
-    depends = subprocess.run(["dpkg-query", "-W", "-f=${Depends}", dev], capture_output=True, text=True,
-                             check=True).stdout
+    depends = subprocess.run(
+        ["dpkg-query", "-W", "-f=${Depends}", dev], capture_output=True, text=True, check=True
+    ).stdout
     library = [d.split()[0] for d in depends.split(",") if "(= " in d]
     assert len(library) == 1, f"{dev}: which library? {depends}"
     return dev, library[0].split(":")[0]
@@ -455,12 +488,18 @@ def test_the_user_owns_its_working_folder_and_runs(stages):
     # and every folder compose mounts a named volume on in a service of this image (a new volume takes
     # the folder's owner; one the image lacks is made root's: the alert inbox could not write its log)
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-    mounted = {v.split(":")[1] for svc in compose["services"].values() if str(svc.get("image", "")).startswith("flowstat:")
-               for v in svc.get("volumes", []) if not v.startswith((".", "/"))}
+    mounted = {
+        v.split(":")[1]
+        for svc in compose["services"].values()
+        if str(svc.get("image", "")).startswith("flowstat:")
+        for v in svc.get("volumes", [])
+        if not v.startswith((".", "/"))
+    }
     assert mounted and mounted <= owned, mounted - owned
 
 
 # -- the compose harness profile --------------------------------------------------------------------
+
 
 def strings(value):
     if isinstance(value, dict):
@@ -489,8 +528,11 @@ def test_the_harness_profile_runs_a_topology_flowstat_takes(stages, tmp_path):
     variable = "${FLOWSTAT_VERSION:?set FLOWSTAT_VERSION in .env (see .env.example)}"
     assert harness["image"] == f"flowstat:{variable}"
     assert build.get("args", {}).get("FLOWSTAT_VERSION") == variable  # the build checks it is the package's
-    env = dict(line.split("=", 1) for line in (ROOT / ".env.example").read_text().splitlines()
-               if line and not line.startswith("#"))
+    env = dict(
+        line.split("=", 1)
+        for line in (ROOT / ".env.example").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
     assert env.get("FLOWSTAT_VERSION") == __version__, "FLOWSTAT_VERSION in .env.example"
 
     # the command is one flowstat takes, its topology one the image has and flowstat validates
@@ -521,17 +563,35 @@ def test_the_harness_profile_runs_a_topology_flowstat_takes(stages, tmp_path):
     # each sink: a service the harness waits for, on the port it listens on; both agents take it
     sinks = {re.match(r"(\w+)://([\w.-]+):(\d+)", url).groups(): url for url in args.sink}
     assert {(scheme, host) for scheme, host, _ in sinks} == {("http", "telegraf"), ("tcp", "logstash")}
-    listens = {"telegraf": services["telegraf"]["environment"]["FLOWSTAT_TELEGRAF_HTTP"].rsplit(":", 1)[1],
-               "logstash": re.search(r"tcp\s*\{\s*port\s*=>\s*(\d+)",
-                                     (ROOT / "pipelines/logstash/pipeline/flowstat.conf").read_text())[1]}
-    for (scheme, host, port), url in sinks.items():
+    listens = {
+        "telegraf": services["telegraf"]["environment"]["FLOWSTAT_TELEGRAF_HTTP"].rsplit(":", 1)[1],
+        "logstash": re.search(
+            r"tcp\s*\{\s*port\s*=>\s*(\d+)", (ROOT / "pipelines/logstash/pipeline/flowstat.conf").read_text()
+        )[1],
+    }
+    for (_scheme, host, port), url in sinks.items():
         assert port == listens[host], url
         assert harness["depends_on"][host] == {"condition": "service_healthy"} and "healthcheck" in services[host]
         open_sink(url).close()
     assert sinks[("tcp", "logstash", listens["logstash"])].endswith("?format=json")
     c_agent = ROOT / "collectors" / "c" / "build" / "flowstat-agent"
     if c_agent.exists():  # make test builds it; a URL it refuses exits 2 at once
-        out = subprocess.run([str(c_agent), "--pid", str(os.getpid()), "--count", "1", "--self-interval", "0",
-                              "--drain-timeout", "0", "--quiet", *[a for url in args.sink for a in ("--sink", url)]],
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [
+                str(c_agent),
+                "--pid",
+                str(os.getpid()),
+                "--count",
+                "1",
+                "--self-interval",
+                "0",
+                "--drain-timeout",
+                "0",
+                "--quiet",
+                *[a for url in args.sink for a in ("--sink", url)],
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert out.returncode != 2, out.stderr

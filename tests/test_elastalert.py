@@ -10,19 +10,19 @@ import subprocess
 import sys
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib.resources import files
 
 import pytest
 import requests
 import yaml
 
-from support.common import ELASTALERT_RULES, free_port
-from support.inbox import Inbox
 from flowstat.stack import Stack, StackError
 from flowstat.stack import elastalert as ea
 from flowstat.stores.elasticsearch import Elasticsearch
 from flowstat.timeutil import iso_utc_ms
+from support.common import ELASTALERT_RULES, free_port
+from support.inbox import Inbox
 
 pytestmark = pytest.mark.integration
 RULE = ELASTALERT_RULES / "send-buffer-overloaded.yaml"
@@ -60,9 +60,21 @@ def alerting(stack, tmp_path_factory):
 
 
 def samples(run_id: str, t0: float, overloaded_seq: int | None) -> list[dict]:
-    return [{"time": iso_utc_ms(t0 + seq), "run_id": run_id, "host": "h", "node_id": "producer-0", "role": "producer",
-             "agent": "flowstat-agent-py", "seq": seq, "pid": 4242, "node_state": "RUNNING",
-             "send_buffer_overloaded": seq == overloaded_seq} for seq in range(5)]
+    return [
+        {
+            "time": iso_utc_ms(t0 + seq),
+            "run_id": run_id,
+            "host": "h",
+            "node_id": "producer-0",
+            "role": "producer",
+            "agent": "flowstat-agent-py",
+            "seq": seq,
+            "pid": 4242,
+            "node_state": "RUNNING",
+            "send_buffer_overloaded": seq == overloaded_seq,
+        }
+        for seq in range(5)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -71,8 +83,10 @@ def written(stack, alerting) -> dict:
     (no overload) from now, then "bad" (seq 3 overloaded). Not stamped in the past: after a restart
     ElastAlert queries from where its previous process stopped, never before."""
     now = time.time()
-    runs = {"good": (f"ea-good-{uuid.uuid4().hex[:8]}", now, None),
-            "bad": (f"ea-bad-{uuid.uuid4().hex[:8]}", now + 5, 3)}
+    runs = {
+        "good": (f"ea-good-{uuid.uuid4().hex[:8]}", now, None),
+        "bad": (f"ea-bad-{uuid.uuid4().hex[:8]}", now + 5, 3),
+    }
     writer = Elasticsearch(stack["elasticsearch"].url)
     try:
         for run_id, t0, overloaded in runs.values():
@@ -91,7 +105,9 @@ def test_up_returns_once_elastalert_has_run_its_rules(alerting):
     service, _ = alerting
     names = {RULE_NAME} | {yaml.safe_load(text)["name"] for text in ea.packaged_rules().values()}
     assert len(names) == 1 + len(ea.packaged_rules()) == 6
-    assert service.ran_at_up and service.ran_at_up <= names  # recorded in its writeback index by the process `up` started
+    assert (
+        service.ran_at_up and service.ran_at_up <= names
+    )  # recorded in its writeback index by the process `up` started
     wait_for(lambda: service.rules_run(service.pid()) == names, "run of every rule")
 
 
@@ -99,21 +115,26 @@ def test_an_overloaded_send_buffer_is_alerted_in_the_log_and_in_the_alert_inbox(
     service, inbox = alerting
     run_id = written["bad"][0]
     # flowstat's own "Buffer overloaded" rule matches the same sample: the tests' rule is looked at
-    logged = wait_for(lambda: [a for a in alert_lines(service) if a["match"].get("run_id") == run_id
-                               and a["rule"] == RULE_NAME],
-                      f"line for {run_id} in {service.alerts_log}")
+    logged = wait_for(
+        lambda: [a for a in alert_lines(service) if a["match"].get("run_id") == run_id and a["rule"] == RULE_NAME],
+        f"line for {run_id} in {service.alerts_log}",
+    )
     assert len(logged) == 1, logged  # only the overloaded sample
     assert logged[0]["rule"] == RULE_NAME
     assert logged[0]["match"]["seq"] == 3 and logged[0]["match"]["send_buffer_overloaded"] is True
     assert logged[0]["match"]["time"] == iso_utc_ms(written["bad"][1] + 3)
     assert time.time() - 120 < datetime.fromisoformat(logged[0]["time"]).timestamp() <= time.time()
     # in the inbox: the rule, the run, the node, the overloaded sample's time, a link to the run view
-    posted = wait_for(lambda: [a for a in inbox.listed(run_id) if a["rule"] == RULE_NAME], f"{run_id} in the alert inbox")
+    posted = wait_for(
+        lambda: [a for a in inbox.listed(run_id) if a["rule"] == RULE_NAME], f"{run_id} in the alert inbox"
+    )
     assert len(posted) == 1 and (posted[0]["source"], posted[0]["node_id"], posted[0]["at"]) == (
-        "elastalert", "producer-0", iso_utc_ms(written["bad"][1] + 3))
+        "elastalert",
+        "producer-0",
+        iso_utc_ms(written["bad"][1] + 3),
+    )
     assert f"var-run={run_id}&var-node=producer-0" in posted[0]["dashboard"]
     assert service.status()["alerts"] >= 1
-
 
 
 def test_cli_alerts_prints_a_run_s_alerts_and_says_when_there_is_none(stack, alerting, written):
@@ -134,15 +155,20 @@ def test_cli_alerts_prints_a_run_s_alerts_and_says_when_there_is_none(stack, ale
 def test_a_bad_line_in_the_alert_log_is_named_and_the_others_kept(tmp_path):
     log = tmp_path / "alerts.log"
     good = {"time": "2026-11-23T01:29:16.548Z", "rule": "r", "match": {"run_id": "a", "node_id": "n"}}
-    log.write_bytes(json.dumps(good).encode() + b"\n\x00garbage\n"
-                    + json.dumps({**good, "rule": "s", "match": {"run_id": "b"}}).encode()
-                    + b"\n" + b'{"time": "2026-11-23T01:2')  # the last line: still being written
+    log.write_bytes(
+        json.dumps(good).encode()
+        + b"\n\x00garbage\n"
+        + json.dumps({**good, "rule": "s", "match": {"run_id": "b"}}).encode()
+        + b"\n"
+        + b'{"time": "2026-11-23T01:2'
+    )  # the last line: still being written
     found = ea.read_alerts(log)
     assert [a["match"]["run_id"] for a in found.alerts] == ["a", "b"]
     assert found.bad == [f"{log}:2: not an alert (a JSON object with time, rule and match)"]
     assert ea.read_alerts(log, "b").alerts == [found.alerts[1]]
     assert ea.read_alerts(log, rule="r").alerts == [found.alerts[0]] and not ea.read_alerts(log, "a", "other").alerts
     assert ea.read_alerts(tmp_path / "none.log") == ea.Alerts([], [])
+
 
 def test_samples_without_it_raise_no_alert(alerting, stack, written):
     service, inbox = alerting
@@ -152,9 +178,15 @@ def test_samples_without_it_raise_no_alert(alerting, stack, written):
     def a_run_over_the_good_samples() -> bool:
         # a run of the rule whose query began after the samples were searchable and spanned them
         after = max(written["written_at"], t0 + 4.001)
-        query = {"bool": {"filter": [{"term": {"rule_name": RULE_NAME}},
-                                     {"range": {"endtime": {"gt": iso_utc_ms(after)}}},
-                                     {"range": {"starttime": {"lte": iso_utc_ms(t0)}}}]}}
+        query = {
+            "bool": {
+                "filter": [
+                    {"term": {"rule_name": RULE_NAME}},
+                    {"range": {"endtime": {"gt": iso_utc_ms(after)}}},
+                    {"range": {"starttime": {"lte": iso_utc_ms(t0)}}},
+                ]
+            }
+        }
         r = requests.post(f"{es}/{ea.WRITEBACK_INDEX}_status/_search", json={"query": query, "size": 1}, timeout=10)
         return r.status_code == 200 and bool(r.json()["hits"]["hits"])
 
@@ -166,7 +198,7 @@ def test_samples_without_it_raise_no_alert(alerting, stack, written):
 def test_test_rule_matches_the_bad_samples_and_not_the_good(stack, written):
     def window(run: str) -> tuple[datetime, datetime]:
         t0 = written[run][1]
-        return (datetime.fromtimestamp(t0 - 0.5, tz=timezone.utc), datetime.fromtimestamp(t0 + 4.5, tz=timezone.utc))
+        return (datetime.fromtimestamp(t0 - 0.5, tz=UTC), datetime.fromtimestamp(t0 + 4.5, tz=UTC))
 
     bad = ea.test_rule(stack, RULE, *window("bad"))
     assert (bad.rule, bad.matches, bad.hits, bad.errors, bad.fired) == (RULE_NAME, 1, 1, (), True), bad.output
@@ -199,8 +231,12 @@ def test_cli_status_lists_it(stack):
 def test_elasticsearch_down_is_said_clearly(stack, reachable_tmp):
     dead = free_port()
     # A stack of its own whose Elasticsearch does not run: up refuses before installing anything.
-    alone = Stack(reachable_tmp, {"elasticsearch": dead}, services=("elastalert",),
-                  options={"elastalert": {"rules_dirs": [ELASTALERT_RULES]}})
+    alone = Stack(
+        reachable_tmp,
+        {"elasticsearch": dead},
+        services=("elastalert",),
+        options={"elastalert": {"rules_dirs": [ELASTALERT_RULES]}},
+    )
     says = f"Elasticsearch at http://127.0.0.1:{dead} does not answer"
     with pytest.raises(StackError, match=f"elastalert: {says}"):
         alone.up(report=lambda m: None)
@@ -218,9 +254,16 @@ def test_the_pins_are_what_the_stack_runs(stack):
     assert f"elastalert2=={ea.VERSION}\n" in pins and "\npytz==" in pins and "\nelasticsearch==7.10.1\n" in pins
     installed = stack["elastalert"].venv
     assert (installed / "flowstat-constraints.txt").read_text() == pins
-    out = subprocess.run([str(installed / "bin" / "python"), "-c", "import elastalert, importlib.metadata as m; "
-                          "print(m.version('elastalert2'), m.version('elasticsearch'))"],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            str(installed / "bin" / "python"),
+            "-c",
+            "import elastalert, importlib.metadata as m; "
+            "print(m.version('elastalert2'), m.version('elasticsearch'))",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert out.stdout.split() == [ea.VERSION, "7.10.1"], out.stderr
     # flowstat's own venv is untouched
     with pytest.raises(ModuleNotFoundError):

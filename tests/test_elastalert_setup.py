@@ -11,25 +11,37 @@ import sys
 import pytest
 import yaml
 
-from support.common import ELASTALERT_RULES
 from flowstat.stack import StackError
 from flowstat.stack import elastalert as ea
+from support.common import ELASTALERT_RULES
 
 RULE = ELASTALERT_RULES / "send-buffer-overloaded.yaml"
 
 
 def test_rules_are_prepared_with_the_alerters_or_refused_by_name(tmp_path):
-    service = ea.ElastAlert("elastalert", tmp_path, 0, extra={"es_url": "http://127.0.0.1:1"},
-                            options={"webhook": "http://127.0.0.1:9/hook"})
+    service = ea.ElastAlert(
+        "elastalert",
+        tmp_path,
+        0,
+        extra={"es_url": "http://127.0.0.1:1"},
+        options={"webhook": "http://127.0.0.1:9/hook"},
+    )
     name, text = service.prepare_rule("name: mine\ntype: any\nindex: x\nalert: debug\n", "mine.yaml")
     rule = yaml.safe_load(text)
     assert name == "mine" and rule["alert"] == ["debug", "command", "post2"]  # a rule's own alerter is kept
-    assert rule["command"] == [str(service.venv / "bin" / "python"), str(service.home / "alert_log.py"),
-                               str(service.alerts_log), "mine"]
+    assert rule["command"] == [
+        str(service.venv / "bin" / "python"),
+        str(service.home / "alert_log.py"),
+        str(service.alerts_log),
+        "mine",
+    ]
     assert rule["http_post2_url"] == "http://127.0.0.1:9/hook" and rule["http_post2_payload"] == {"rule": "mine"}
-    for bad, says in [("name: [unclosed\n", "mine.yaml: not valid YAML"),
-                      ("type: any\n", "mine.yaml: an ElastAlert rule"), ("name: 100% {x}\n", "must not hold %"),
-                      ("name: n\ncommand: [ls]\n", "mine.yaml: sets command, which flowstat's alerters use")]:
+    for bad, says in [
+        ("name: [unclosed\n", "mine.yaml: not valid YAML"),
+        ("type: any\n", "mine.yaml: an ElastAlert rule"),
+        ("name: 100% {x}\n", "must not hold %"),
+        ("name: n\ncommand: [ls]\n", "mine.yaml: sets command, which flowstat's alerters use"),
+    ]:
         with pytest.raises(StackError, match=says):
             service.prepare_rule(bad, "mine.yaml")
     twins = tmp_path / "twins"
@@ -57,9 +69,24 @@ def test_rules_are_prepared_with_the_alerters_or_refused_by_name(tmp_path):
 
 
 def test_cli_takes_the_webhook_from_the_environment(reachable_tmp):
-    out = subprocess.run([sys.executable, "-m", "flowstat.cli", "stack", "up", "--only", "elastalert", "--cache",
-                          str(reachable_tmp), "--alert-rules", str(ELASTALERT_RULES)],
-                         env={**os.environ, "FLOWSTAT_ALERT_WEBHOOK": "ftp://from-env"}, capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "flowstat.cli",
+            "stack",
+            "up",
+            "--only",
+            "elastalert",
+            "--cache",
+            str(reachable_tmp),
+            "--alert-rules",
+            str(ELASTALERT_RULES),
+        ],
+        env={**os.environ, "FLOWSTAT_ALERT_WEBHOOK": "ftp://from-env"},
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 1 and "webhook 'ftp://from-env' is not an http:// or https:// URL" in out.stderr
 
 

@@ -8,15 +8,15 @@ import subprocess
 
 import pytest
 
-from support.agents import sleeper
 from flowstat.harness.topology import from_dict
 from flowstat.schema import endpoints
+from support.agents import sleeper
 
 
 def test_a_run_s_endpoints_file_conforms_and_names_every_node(runs_dir):
-    from support.common import topology_dict
     from flowstat.harness.agents import AgentOptions
     from flowstat.harness.orchestrator import run_topology
+    from support.common import topology_dict
 
     summary = run_topology(from_dict(topology_dict(duration=1)), runs_dir=runs_dir, agent=AgentOptions(enabled=False))
     doc = json.loads((runs_dir / summary["run_id"] / "endpoints.json").read_text())
@@ -54,9 +54,24 @@ def test_both_agents_take_exactly_the_nodes_that_conform(tmp_path, agent_command
     assert conforming == {"good", "extra-field"}  # the schema's own verdict, node by node
     path = tmp_path / "endpoints.json"
     path.write_text(json.dumps(doc))
-    out = subprocess.run([*agent_command, "--endpoints", str(path), "--count", "1", "--interval", "0.1",
-                          "--self-interval", "0", "--sink", "stdout://?format=json"],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [
+            *agent_command,
+            "--endpoints",
+            str(path),
+            "--count",
+            "1",
+            "--interval",
+            "0.1",
+            "--self-interval",
+            "0",
+            "--sink",
+            "stdout://?format=json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     sampled = {json.loads(line)["node_id"] for line in out.stdout.splitlines() if line.strip()}
     assert sampled == conforming

@@ -8,8 +8,8 @@ import re
 import subprocess
 import sys
 
-from support.common import ROOT
 from flowstat import generate
+from support.common import ROOT
 
 COMMENTABLE = (".yaml", ".yml", ".conf", ".iql", ".md", ".svg")  # formats that take a comment
 
@@ -19,7 +19,9 @@ def tracked() -> list[str]:
 
 
 def test_every_derived_file_and_gitattributes_are_current():
-    out = subprocess.run([sys.executable, "-m", "flowstat.generate", "--check", str(ROOT)], capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "flowstat.generate", "--check", str(ROOT)], capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -37,8 +39,12 @@ def test_every_generated_file_says_so_where_its_format_allows():
 
 
 def test_hand_written_files_beside_generated_ones_are_not_in_the_lists():
-    for path in ("index-templates/elasticsearch/install.sh", "pipelines/telegraf/procstat-fallback.conf",
-                 "index-templates/README.md", "dashboards/grafana/provisioning/dashboards/README.md"):
+    for path in (
+        "index-templates/elasticsearch/install.sh",
+        "pipelines/telegraf/procstat-fallback.conf",
+        "index-templates/README.md",
+        "dashboards/grafana/provisioning/dashboards/README.md",
+    ):
         if (ROOT / path).exists():
             assert not generate.is_generated(path, ROOT), path
             assert "make generate" not in (ROOT / path).read_text().splitlines()[0], path
@@ -49,8 +55,10 @@ def test_hand_written_files_beside_generated_ones_are_not_in_the_lists():
 
 
 # -- paths the docs name ----------------------------------------------------------------------------
-DOC_PATH = re.compile(r"(?<![\w./-])((?:src|docs|tests|benchmarks|benchmark-harness|collectors|pipelines|dashboards|"
-                      r"index-templates|scripts)/[\w./-]*[\w/])")
+DOC_PATH = re.compile(
+    r"(?<![\w./-])((?:src|docs|tests|benchmarks|benchmark-harness|collectors|pipelines|dashboards|"
+    r"index-templates|scripts)/[\w./-]*[\w/])"
+)
 NOT_REPO = {"benchmarks/results/harness"}  # prefixes of files a command writes, not in the repository
 
 

@@ -15,20 +15,20 @@ import time
 import pytest
 import uproot
 
-from support import fixture_runs
-from support.common import ROOT, TOPOLOGIES, pid_alive, topology_dict
-from support.runs import assert_no_loss, wait_for_file
 from flowstat.harness.control import ControlClient
 from flowstat.harness.orchestrator import Orchestrator, run_topology
 from flowstat.harness.topology import from_dict
+from support import fixture_runs
+from support.common import ROOT, TOPOLOGIES, pid_alive, topology_dict
+from support.runs import assert_no_loss, wait_for_file
 
 pytestmark = pytest.mark.integration
 
 
-
 def test_small_run_loses_nothing_and_writes_root(runs_dir):
-    topo = from_dict(topology_dict(duration=3, object={"type": "TH1F", "size": "1kB"},
-                                   producers={"count": 4, "rate": 200}))
+    topo = from_dict(
+        topology_dict(duration=3, object={"type": "TH1F", "size": "1kB"}, producers={"count": 4, "rate": 200})
+    )
     s = run_topology(topo, runs_dir=runs_dir)
     assert_no_loss(s)
     # (whether the pacing holds the rate is a benchmark's figure: offered_to_nominal in
@@ -47,8 +47,8 @@ def test_small_run_loses_nothing_and_writes_root(runs_dir):
 
 
 def test_every_run_is_monitored_and_recorded(runs_dir):
-    from flowstat.schema import sample as sample_schema
     from flowstat.schema import agent as agent_schema
+    from flowstat.schema import sample as sample_schema
 
     topo = from_dict(topology_dict(duration=3, producers={"count": 2, "rate": 100}, mergers=1))
     s = run_topology(topo, runs_dir=runs_dir)
@@ -60,14 +60,17 @@ def test_every_run_is_monitored_and_recorded(runs_dir):
     run_doc = json.loads((runs_dir / s["run_id"] / "run.json").read_text())
     assert "cpus" not in run_doc["parameters"]
     assert {a["node_id"]: a["cpus"] for a in run_doc["affinity"]} == {
-        n: sorted(os.sched_getaffinity(0)) for n in ("viewer", "merger-0", "producers-0", "agent-py", "agent-c")}
+        n: sorted(os.sched_getaffinity(0)) for n in ("viewer", "merger-0", "producers-0", "agent-py", "agent-c")
+    }
     docs = [json.loads(line) for line in lines[1:]]
     samples = [d for d in docs if "flowstat_agent" not in d]
     selves = [d["flowstat_agent"] for d in docs if "flowstat_agent" in d]
     assert s["agent"]["agent-py"]["samples"] == len(samples)
     # its self-samples are in the run file too: one at least (at exit), each valid, seq from 0
     assert s["agent"]["agent-py"]["self_samples"] == len(selves) >= 1 and docs[-1] == {"flowstat_agent": selves[-1]}
-    assert [d["seq"] for d in selves] == list(range(len(selves))) and all(agent_schema.validate(d) == [] for d in selves)
+    assert [d["seq"] for d in selves] == list(range(len(selves))) and all(
+        agent_schema.validate(d) == [] for d in selves
+    )
     assert selves[-1]["samples"] == len(samples) and selves[-1]["run_id"] == s["run_id"]
     c_lines = (runs_dir / s["run_id"] / "samples-agent-c.lp").read_text().splitlines()
     c_samples = [x for x in c_lines if x.startswith("flowstat_node,")]
@@ -100,11 +103,17 @@ def test_buffer_of_one_overloads_and_still_loses_nothing(runs_dir):
 def data_connections(port: int) -> dict[str, dict[str, int]]:
     """The established TCP connections to or from ``port`` as `ss -tmn` shows them, by
     "local->peer": each one's skmem (rb: receive buffer, tb: send buffer, in bytes)."""
-    out = subprocess.run(["ss", "-tmnH", "state", "established", f"( sport = :{port} or dport = :{port} )"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["ss", "-tmnH", "state", "established", f"( sport = :{port} or dport = :{port} )"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     found = re.findall(r"(\S+)\s+(\S+)\s*\n\s*skmem:\(([^)]*)\)", out)
-    return {f"{local}->{peer}": {m[0]: int(m[1]) for m in re.findall(r"([a-z]+)(\d+)", skmem)}
-            for local, peer, skmem in found}
+    return {
+        f"{local}->{peer}": {m[0]: int(m[1]) for m in re.findall(r"([a-z]+)(\d+)", skmem)}
+        for local, peer, skmem in found
+    }
 
 
 def watch_data_connections(run_dir, want: int, ended: threading.Event, seen: dict) -> None:
@@ -146,8 +155,9 @@ def test_kernel_buffer_size_sets_both_ends_of_every_data_connection(runs_dir):
 
 @pytest.mark.parametrize("kind", ["TH2F", "TH3F", "THnF", "TTree"])
 def test_every_object_type_runs_without_loss(runs_dir, kind):
-    topo = from_dict(topology_dict(duration=2, object={"type": kind, "size": "20kB"},
-                                   producers={"count": 3, "rate": 50}))
+    topo = from_dict(
+        topology_dict(duration=2, object={"type": kind, "size": "20kB"}, producers={"count": 3, "rate": 50})
+    )
     s = run_topology(topo, runs_dir=runs_dir)
     assert_no_loss(s)
     with uproot.open(s["viewer_output"]) as f:
@@ -159,8 +169,9 @@ def test_every_object_type_runs_without_loss(runs_dir, kind):
 
 
 def test_large_objects_take_the_zero_copy_path(runs_dir):
-    topo = from_dict(topology_dict(duration=2, object={"type": "TH1F", "size": "500kB"},
-                                   producers={"count": 2, "rate": 20}))
+    topo = from_dict(
+        topology_dict(duration=2, object={"type": "TH1F", "size": "500kB"}, producers={"count": 2, "rate": 20})
+    )
     s = run_topology(topo, runs_dir=runs_dir)
     assert_no_loss(s)
     merger = next(n for n in s["nodes"] if n["role"] == "merger")
@@ -168,8 +179,13 @@ def test_large_objects_take_the_zero_copy_path(runs_dir):
 
 
 def test_producers_split_over_explicit_mergers(runs_dir):
-    topo = from_dict(topology_dict(duration=2, producers={"count": 6, "rate": 100, "processes": 2},
-                                   mergers=[{"id": "left", "producers": "0-3"}, {"id": "right", "producers": "4-5"}]))
+    topo = from_dict(
+        topology_dict(
+            duration=2,
+            producers={"count": 6, "rate": 100, "processes": 2},
+            mergers=[{"id": "left", "producers": "0-3"}, {"id": "right", "producers": "4-5"}],
+        )
+    )
     s = run_topology(topo, runs_dir=runs_dir)
     assert_no_loss(s)
     mergers = {n["node_id"]: n for n in s["nodes"] if n["role"] == "merger"}
@@ -209,8 +225,18 @@ class TestControlChannel:
     def test_check_state_and_get_metrics_fields(self, running):
         client = self.merger_client(running)
         state = client.request("check-state")
-        for key in ("command", "node_id", "node_state", "PID", "request_timestamp", "response_timestamp",
-                    "receive_buffer_size", "receive_buffer_overloaded", "send_buffer_size", "send_buffer_overloaded"):
+        for key in (
+            "command",
+            "node_id",
+            "node_state",
+            "PID",
+            "request_timestamp",
+            "response_timestamp",
+            "receive_buffer_size",
+            "receive_buffer_overloaded",
+            "send_buffer_size",
+            "send_buffer_overloaded",
+        ):
             assert key in state
         assert state["command"] == "check-state" and state["node_state"] == "RUNNING"
         assert isinstance(state["PID"], int) and isinstance(state["receive_buffer_overloaded"], bool)
@@ -226,8 +252,15 @@ class TestControlChannel:
         assert m["cpu_clock"] > 0 and m["merged_objects_per_second"] > 0
         assert isinstance(m["average_merge_time"], float) and m["average_merge_time"] > 0
         assert m["PID"] == next(d for d in running.devices if d.role == "merger").proc.pid
-        for key in ("objects_received", "objects_merged", "bytes_received", "objects_held", "sequence_gaps",
-                    "send_overload_events", "merges"):
+        for key in (
+            "objects_received",
+            "objects_merged",
+            "bytes_received",
+            "objects_held",
+            "sequence_gaps",
+            "send_overload_events",
+            "merges",
+        ):
             assert isinstance(m[key], int)
         client.close()
 
@@ -242,6 +275,7 @@ class TestControlChannel:
 
     def test_garbage_on_the_data_socket_is_counted(self, running):
         import zmq
+
         merger = next(d for d in running.devices if d.role == "merger")
         ctx = zmq.Context.instance()
         push = ctx.socket(zmq.PUSH)
@@ -272,8 +306,9 @@ def test_malformed_topology_is_refused_before_anything_starts(tmp_path):
 
 
 def test_cli_json_summary(tmp_path):
-    result = run_cli(["run", str(TOPOLOGIES / "smoke.yaml"), "--duration", "2", "--json",
-                      "--runs-dir", str(tmp_path)], timeout=120)
+    result = run_cli(
+        ["run", str(TOPOLOGIES / "smoke.yaml"), "--duration", "2", "--json", "--runs-dir", str(tmp_path)], timeout=120
+    )
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert_no_loss(summary)
@@ -281,13 +316,28 @@ def test_cli_json_summary(tmp_path):
 
 def start_background_run(tmp_path, run_id, *extra):
     """A `flowstat run` of the smoke topology in the background; returns it and its nodes once running."""
-    proc = subprocess.Popen([sys.executable, "-m", "flowstat.cli", "run", str(TOPOLOGIES / "smoke.yaml"),
-                             "--duration", "60", "--run-id", run_id, "--runs-dir", str(tmp_path), *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "flowstat.cli",
+            "run",
+            str(TOPOLOGIES / "smoke.yaml"),
+            "--duration",
+            "60",
+            "--run-id",
+            run_id,
+            "--runs-dir",
+            str(tmp_path),
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     endpoints = tmp_path / run_id / "endpoints.json"
     wait_for_file(endpoints, proc)
     return proc, json.loads(endpoints.read_text())["nodes"]
-
 
 
 def wait_for_samples(run, proc, node: str) -> None:
@@ -302,10 +352,16 @@ def wait_for_samples(run, proc, node: str) -> None:
 
 def node_states(run, node: str) -> tuple[list[str], list[str]]:
     """The node's states in its samples, in order: the Python agent's (run file), the C agent's."""
-    py = [d["node_state"] for d in map(json.loads, (run / "samples.ndjson").read_text().splitlines()[1:])
-          if d.get("node_id") == node]
-    c = [x.split('node_state="')[1].split('"')[0] for x in (run / "samples-agent-c.lp").read_text().splitlines()
-         if x.startswith("flowstat_node,") and f",node_id={node}," in x]
+    py = [
+        d["node_state"]
+        for d in map(json.loads, (run / "samples.ndjson").read_text().splitlines()[1:])
+        if d.get("node_id") == node
+    ]
+    c = [
+        x.split('node_state="')[1].split('"')[0]
+        for x in (run / "samples-agent-c.lp").read_text().splitlines()
+        if x.startswith("flowstat_node,") and f",node_id={node}," in x
+    ]
     return py, c
 
 
@@ -366,8 +422,24 @@ def test_killing_the_orchestrator_leaves_no_orphans(tmp_path):
 
 
 def test_default_relative_runs_directory(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "flowstat.cli", "run", str(TOPOLOGIES / "smoke.yaml"), "--duration",
-                             "2", "--run-id", "rel", "--quiet"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "flowstat.cli",
+            "run",
+            str(TOPOLOGIES / "smoke.yaml"),
+            "--duration",
+            "2",
+            "--run-id",
+            "rel",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     run = tmp_path / "runs" / "rel"
     assert (run / "samples.ndjson").exists() and (run / "samples-agent-py.lp").stat().st_size > 0
@@ -376,9 +448,26 @@ def test_default_relative_runs_directory(tmp_path):
 def test_a_run_whose_merger_got_garbage_says_why_it_failed(tmp_path):
     import zmq
 
-    proc = subprocess.Popen([sys.executable, "-m", "flowstat.cli", "run", str(TOPOLOGIES / "smoke.yaml"),
-                             "--duration", "3", "--run-id", "garbage", "--runs-dir", str(tmp_path), "--json",
-                             "--no-agent"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "flowstat.cli",
+            "run",
+            str(TOPOLOGIES / "smoke.yaml"),
+            "--duration",
+            "3",
+            "--run-id",
+            "garbage",
+            "--runs-dir",
+            str(tmp_path),
+            "--json",
+            "--no-agent",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     endpoints = tmp_path / "garbage" / "endpoints.json"
     wait_for_file(endpoints, proc)
     merger = next(n for n in json.loads(endpoints.read_text())["nodes"] if n["role"] == "merger")
@@ -391,13 +480,21 @@ def test_a_run_whose_merger_got_garbage_says_why_it_failed(tmp_path):
     out, _ = proc.communicate(timeout=120)
     summary = json.loads(out)
     assert proc.returncode == 1 and not summary["ok"]
-    assert [name for name, passed in summary["conservation"]["checks"].items() if not passed] == ["no_malformed_messages"]
+    assert [name for name, passed in summary["conservation"]["checks"].items() if not passed] == [
+        "no_malformed_messages"
+    ]
     log = tmp_path / "garbage" / "logs" / "merger-0.log"
-    assert summary["failures"] == [f"no-loss check failed: no_malformed_messages: malformed messages dropped: "
-                                   f"merger-0 2 (each node's log names the socket and what was wrong: {log})"]
+    assert summary["failures"] == [
+        f"no-loss check failed: no_malformed_messages: malformed messages dropped: "
+        f"merger-0 2 (each node's log names the socket and what was wrong: {log})"
+    ]
     verdict = json.loads((tmp_path / "garbage" / "run.json").read_text())["verdict"]
-    assert verdict == {"ok": False, "conserved": False, "failed_checks": ["no_malformed_messages"],
-                       "failures": summary["failures"]}
+    assert verdict == {
+        "ok": False,
+        "conserved": False,
+        "failed_checks": ["no_malformed_messages"],
+        "failures": summary["failures"],
+    }
 
 
 def test_a_run_whose_producer_was_killed_is_not_conserved_and_names_its_producers(runs_dir):
@@ -422,8 +519,12 @@ def test_a_run_whose_producer_was_killed_is_not_conserved_and_names_its_producer
     # survivors were stopped as at a run's end (their merger is alive), delivered and declared all.
     assert c["producers_not_conserved"] == sorted(victim) and not set(survivor) & set(c["producers_not_conserved"])
     assert f"for producers {sorted(victim)}" in c["failed_checks"]["every_producer_sent_eq_received_eq_merged"]
-    assert sorted(c["failed_checks"]) == ["entries_conserved_in_every_layer", "entries_sent_eq_entries_at_viewer",
-                                          "every_producer_sent_eq_received_eq_merged", "viewer_inputs_eq_objects_sent"]
+    assert sorted(c["failed_checks"]) == [
+        "entries_conserved_in_every_layer",
+        "entries_sent_eq_entries_at_viewer",
+        "every_producer_sent_eq_received_eq_merged",
+        "viewer_inputs_eq_objects_sent",
+    ]
     assert c["mergers_entries_not_conserved"] == ["merger-0"]
     # what was sent is the survivor's alone; the merger received the victim's objects too
     survivor_sent = next(n["objects_sent"] for n in s["nodes"] if n["node_id"] == "producers-1")
@@ -436,11 +537,26 @@ def test_a_run_whose_producer_was_killed_is_not_conserved_and_names_its_producer
 def test_the_summary_says_how_to_send_what_is_still_spooled():
     from flowstat.harness.summary import format_summary
 
-    s = {"run_id": "x", "run_dir": "runs/x", "seconds": 1.0, "nodes": [], "conservation": {}, "failures": [],
-         "parameters": {"producers": 1, "rate_per_producer": 1.0, "object_type": "TH1F", "object_bytes": 1000,
-                        "buffer_size": 1, "mergers": 1},
-         "agent": {"agent-c": {"samples": 3, "sinks": {"http://a/write": {"delivered": 1, "spooled": 2}}},
-                   "run_file": "runs/x/samples.ndjson"}}
+    s = {
+        "run_id": "x",
+        "run_dir": "runs/x",
+        "seconds": 1.0,
+        "nodes": [],
+        "conservation": {},
+        "failures": [],
+        "parameters": {
+            "producers": 1,
+            "rate_per_producer": 1.0,
+            "object_type": "TH1F",
+            "object_bytes": 1000,
+            "buffer_size": 1,
+            "mergers": 1,
+        },
+        "agent": {
+            "agent-c": {"samples": 3, "sinks": {"http://a/write": {"delivered": 1, "spooled": 2}}},
+            "run_file": "runs/x/samples.ndjson",
+        },
+    }
     assert "still spooled:  2 batches" in format_summary(s)
     assert "flowstat agent --flush-spool runs/x/spool" in format_summary(s)
     s["agent"]["agent-c"]["sinks"]["http://a/write"]["spooled"] = 0

@@ -54,29 +54,41 @@ TIMES = {
 }
 
 # Names flowstat must never write into an index that carries the lifecycle: not PREFIX-YYYY.MM.DD.
-NOT_DAILY = ["flowstat-samples", "flowstat-agents", "flowstat-samples-2026-11-26", "flowstat-agents-20261126",
-             "flowstat-samples-26.11.2026", "flowstat-samples-2026.11.26-reindexed", "flowstat-samples-2026.13.01",
-             "flowstat-samples-2026.02.30"]
+NOT_DAILY = [
+    "flowstat-samples",
+    "flowstat-agents",
+    "flowstat-samples-2026-11-26",
+    "flowstat-agents-20261126",
+    "flowstat-samples-26.11.2026",
+    "flowstat-samples-2026.11.26-reindexed",
+    "flowstat-samples-2026.13.01",
+    "flowstat-samples-2026.02.30",
+]
 
 # Broken copies of the policy, each with what Elasticsearch must say of it.
 BROKEN_POLICIES = {
-    "unknown-action": ({"delete": {"min_age": "90d", "actions": {"delete": {}, "shred": {}}}},
-                       "[shred]"),
-    "delete-in-hot": ({"hot": {"min_age": "0ms", "actions": {"delete": {}}}},
-                      "invalid action [delete] defined in phase [hot]"),
-    "unknown-phase": ({"archive": {"min_age": "90d", "actions": {"delete": {}}}},
-                      "does not support phase [archive]"),
-    "min-age-in-words": ({"delete": {"min_age": "90 days", "actions": {"delete": {}}}},
-                         "90 days"),
-    "timings-decreasing": ({"warm": {"min_age": "100d", "actions": {"readonly": {}}},
-                            "delete": {"min_age": "90d", "actions": {"delete": {}}}},
-                           "run the delete phase (min_age: 90d) before the warm phase"),
+    "unknown-action": ({"delete": {"min_age": "90d", "actions": {"delete": {}, "shred": {}}}}, "[shred]"),
+    "delete-in-hot": (
+        {"hot": {"min_age": "0ms", "actions": {"delete": {}}}},
+        "invalid action [delete] defined in phase [hot]",
+    ),
+    "unknown-phase": ({"archive": {"min_age": "90d", "actions": {"delete": {}}}}, "does not support phase [archive]"),
+    "min-age-in-words": ({"delete": {"min_age": "90 days", "actions": {"delete": {}}}}, "90 days"),
+    "timings-decreasing": (
+        {
+            "warm": {"min_age": "100d", "actions": {"readonly": {}}},
+            "delete": {"min_age": "90d", "actions": {"delete": {}}},
+        },
+        "run the delete phase (min_age: 90d) before the warm phase",
+    ),
 }
 # Broken copies of the lifecycle component's settings, each with what Elasticsearch must say.
 BROKEN_SETTINGS = {
     "misspelt-key": ({"index.lifecycle.nmae": "flowstat"}, "unknown setting [index.lifecycle.nmae]"),
-    "not-a-boolean": ({"index.lifecycle.name": "flowstat", "index.lifecycle.parse_origination_date": "yes"},
-                      "Failed to parse value [yes]"),
+    "not-a-boolean": (
+        {"index.lifecycle.name": "flowstat", "index.lifecycle.parse_origination_date": "yes"},
+        "Failed to parse value [yes]",
+    ),
 }
 
 
@@ -87,8 +99,10 @@ def _fail(what: str) -> None:
 def java_tools() -> tuple[Path, Path]:
     javac, java = JDK / "bin" / "javac", JDK / "bin" / "java"
     if not (javac.exists() and java.exists()):
-        _fail(f"a JDK 17 at {JDK} (its javac compiles tests/ilm-check/IlmCheck.java): "
-              "apt-get install openjdk-17-jdk-headless")
+        _fail(
+            f"a JDK 17 at {JDK} (its javac compiles tests/ilm-check/IlmCheck.java): "
+            "apt-get install openjdk-17-jdk-headless"
+        )
     return javac, java
 
 
@@ -103,8 +117,10 @@ def es_classpath() -> str:
         if not (dist / "modules" / "x-pack-core" / f"x-pack-core-{ES_VERSION}.jar").exists():
             archive = m2_zip(ES_VERSION)
             if not archive.exists():
-                _fail(f"Elasticsearch {ES_VERSION}'s integ-test zip ({archive}): `flowstat stack install "
-                      f"--cache .cache/test-stack` fetches it (make test does)")
+                _fail(
+                    f"Elasticsearch {ES_VERSION}'s integ-test zip ({archive}): `flowstat stack install "
+                    f"--cache .cache/test-stack` fetches it (make test does)"
+                )
             _extract_jars(archive, dist)
     return f"{dist / 'lib' / '*'}{os.pathsep}{dist / 'modules' / 'x-pack-core' / '*'}"
 
@@ -117,8 +133,12 @@ def _extract_jars(archive: Path, dest: Path) -> None:
         with zipfile.ZipFile(archive) as z:
             for name in z.namelist():
                 parts = name.split("/")
-                if name.endswith(".jar") and (parts[1:2] == ["lib"] and len(parts) == 3
-                                              or parts[1:3] == ["modules", "x-pack-core"] and len(parts) == 4):
+                if name.endswith(".jar") and (
+                    parts[1:2] == ["lib"]
+                    and len(parts) == 3
+                    or parts[1:3] == ["modules", "x-pack-core"]
+                    and len(parts) == 4
+                ):
                     target = tmp / "/".join(parts[1:])
                     target.parent.mkdir(parents=True, exist_ok=True)
                     with z.open(name) as src, open(target, "wb") as out:
@@ -143,8 +163,12 @@ def compiled(javac: Path, classpath: str) -> Path:
     CACHE.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=CACHE, prefix=".classes-"))
     try:
-        out = subprocess.run([str(javac), "--release", "17", "-Xlint:-options", "-cp", classpath, "-d", str(tmp),
-                              str(SOURCE)], capture_output=True, text=True, timeout=300)
+        out = subprocess.run(
+            [str(javac), "--release", "17", "-Xlint:-options", "-cp", classpath, "-d", str(tmp), str(SOURCE)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert out.returncode == 0, f"javac {SOURCE.name}:\n{out.stdout}{out.stderr}"
         try:
             tmp.rename(classes)
@@ -212,9 +236,11 @@ def written_names() -> dict[str, set[str]]:
         out = {}
         for iso in TIMES:
             ns = sample_schema.time_ns(iso)
-            bodies = [writer.encode([{"time": iso, "run_id": "r", "agent": "a", "node_id": "n", "seq": 1}]),
-                      writer.encoder().encode([b"{}"], ["r/a/n/1"], [ns]),
-                      writer.encode_self_samples([{"time": iso, "host": "h", "agent": "a", "seq": 1}])]
+            bodies = [
+                writer.encode([{"time": iso, "run_id": "r", "agent": "a", "node_id": "n", "seq": 1}]),
+                writer.encoder().encode([b"{}"], ["r/a/n/1"], [ns]),
+                writer.encode_self_samples([{"time": iso, "host": "h", "agent": "a", "seq": 1}]),
+            ]
             out[iso] = {index_of(b) for b in bodies} | {daily_index(SAMPLES_INDEX, ns), daily_index(AGENTS_INDEX, ns)}
         return out
     finally:
@@ -243,13 +269,18 @@ def ilm(tmp_path_factory) -> dict:
     request = {
         "policies": policies,
         "component_templates": components,
-        "index_templates": {p.split("/", 1)[1]: str(_file_of(b)) for p, b in puts.items()
-                            if p.startswith("_index_template/")},
+        "index_templates": {
+            p.split("/", 1)[1]: str(_file_of(b)) for p, b in puts.items() if p.startswith("_index_template/")
+        },
         "indices": sorted(set().union(*written_names().values())) + NOT_DAILY + ["flowstat-runs"],
     }
     (tmp / "request.json").write_text(json.dumps(request, indent=1))
-    out = subprocess.run([str(java), "-cp", f"{classes}{os.pathsep}{classpath}", "IlmCheck", str(tmp / "request.json")],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [str(java), "-cp", f"{classes}{os.pathsep}{classpath}", "IlmCheck", str(tmp / "request.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, f"IlmCheck:\n{out.stdout[-3000:]}{out.stderr[-3000:]}"
     return {"answer": json.loads(out.stdout), "puts": puts, "request": request}
 
@@ -291,10 +322,16 @@ def test_the_lifecycle_settings_are_ilms_and_well_typed(ilm):
     got = ilm["answer"]["component_templates"]["flowstat-lifecycle"]
     assert got["ok"], got["error"]
     assert got["settings"] == {
-        "index.lifecycle.name": {"value": policy_name, "type": "String",
-                                 "ilm_setting": "LifecycleSettings.LIFECYCLE_NAME_SETTING"},
-        "index.lifecycle.parse_origination_date": {"value": True, "type": "Boolean",
-                                                   "ilm_setting": "IndexSettings.LIFECYCLE_PARSE_ORIGINATION_DATE_SETTING"},
+        "index.lifecycle.name": {
+            "value": policy_name,
+            "type": "String",
+            "ilm_setting": "LifecycleSettings.LIFECYCLE_NAME_SETTING",
+        },
+        "index.lifecycle.parse_origination_date": {
+            "value": True,
+            "type": "Boolean",
+            "ilm_setting": "IndexSettings.LIFECYCLE_PARSE_ORIGINATION_DATE_SETTING",
+        },
     }
     for name, got in ilm["answer"]["component_templates"].items():  # the others are valid index settings too
         if not name.startswith("broken-"):
@@ -347,7 +384,9 @@ def test_only_the_daily_indices_carry_the_lifecycle(ilm):
     from flowstat.stores.elasticsearch import AGENTS_INDEX, RUNS_INDEX, SAMPLES_INDEX
 
     templates = {p.split("/", 1)[1]: b for p, b in ilm["puts"].items() if p.startswith("_index_template/")}
-    with_lifecycle = {name: t["index_patterns"] for name, t in templates.items() if "flowstat-lifecycle" in t["composed_of"]}
+    with_lifecycle = {
+        name: t["index_patterns"] for name, t in templates.items() if "flowstat-lifecycle" in t["composed_of"]
+    }
     assert with_lifecycle == {SAMPLES_INDEX: [f"{SAMPLES_INDEX}*"], AGENTS_INDEX: [f"{AGENTS_INDEX}*"]}
     runs = ilm["answer"]["indices"][RUNS_INDEX]
     assert runs["templates"] == [RUNS_INDEX] and runs["lifecycle_name"] == "" and not runs["parse_origination_date"]

@@ -19,33 +19,72 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import requests
 
-from support.agents import wait_until
-from support.inbox import Inbox
 from flowstat.inbox.alerts import Alert
 from flowstat.inbox.relay import Relay, Webhook
 from flowstat.views import ALERTS
 from flowstat.views.panels import RUN_VIEW
+from support.agents import wait_until
+from support.inbox import Inbox
 
 OVERLOAD = next(a for a in ALERTS if a.uid == "flowstat-buffer-overload")
 
 # Grafana's webhook body, as its documentation shows it, with the labels flowstat's rules give an
 # alert (the rule's own, and the tags its query groups by)
-GRAFANA = {"receiver": "flowstat-webhook", "status": "firing", "orgId": 1, "alerts": [{
+GRAFANA = {
+    "receiver": "flowstat-webhook",
     "status": "firing",
-    "labels": {"alertname": OVERLOAD.title, "grafana_folder": "flowstat", "alert": OVERLOAD.uid, "source": "flowstat",
-               "run_id": "demo-overload-20261126T101500Z", "node_id": "producers-0", "agent": "flowstat-agent-c"},
-    "annotations": {"summary": "producers-0 of run demo-overload-20261126T101500Z: its send or receive buffer was "
-                               "overloaded in the last minute", "description": OVERLOAD.why},
-    "startsAt": "2026-11-26T11:15:03.157076+01:00", "endsAt": "0001-01-01T00:00:00Z",
-    "generatorURL": "http://grafana:3000/alerting/grafana/flowstat-buffer-overload/view", "fingerprint": "c6eadffa33fcdf37",
-    "silenceURL": "", "dashboardURL": "", "panelURL": "", "values": {"A": 3, "THRESHOLD": 1}}],
+    "orgId": 1,
+    "alerts": [
+        {
+            "status": "firing",
+            "labels": {
+                "alertname": OVERLOAD.title,
+                "grafana_folder": "flowstat",
+                "alert": OVERLOAD.uid,
+                "source": "flowstat",
+                "run_id": "demo-overload-20261126T101500Z",
+                "node_id": "producers-0",
+                "agent": "flowstat-agent-c",
+            },
+            "annotations": {
+                "summary": "producers-0 of run demo-overload-20261126T101500Z: its send or receive buffer was "
+                "overloaded in the last minute",
+                "description": OVERLOAD.why,
+            },
+            "startsAt": "2026-11-26T11:15:03.157076+01:00",
+            "endsAt": "0001-01-01T00:00:00Z",
+            "generatorURL": "http://grafana:3000/alerting/grafana/flowstat-buffer-overload/view",
+            "fingerprint": "c6eadffa33fcdf37",
+            "silenceURL": "",
+            "dashboardURL": "",
+            "panelURL": "",
+            "values": {"A": 3, "THRESHOLD": 1},
+        }
+    ],
     "groupLabels": {"alertname": OVERLOAD.title, "run_id": "demo-overload-20261126T101500Z"},
-    "commonLabels": {}, "commonAnnotations": {}, "externalURL": "http://grafana:3000/", "version": "1",
-    "groupKey": "{}:{}", "truncatedAlerts": 0, "title": "[FIRING:1]", "state": "alerting", "message": ""}
+    "commonLabels": {},
+    "commonAnnotations": {},
+    "externalURL": "http://grafana:3000/",
+    "version": "1",
+    "groupKey": "{}:{}",
+    "truncatedAlerts": 0,
+    "title": "[FIRING:1]",
+    "state": "alerting",
+    "message": "",
+}
 # ElastAlert2's HTTP POST 2 alerter: the matching sample's fields, and the rule's payload
-ELASTALERT = {"time": "2026-11-26T10:15:04.000Z", "run_id": "demo-overload-20261126T101500Z", "host": "vm",
-              "node_id": "merger-0", "role": "merger", "agent": "flowstat-agent-py", "seq": 3,
-              "receive_buffer_overloaded": True, "rule": OVERLOAD.title, "alert": OVERLOAD.uid}
+ELASTALERT = {
+    "time": "2026-11-26T10:15:04.000Z",
+    "run_id": "demo-overload-20261126T101500Z",
+    "host": "vm",
+    "node_id": "merger-0",
+    "role": "merger",
+    "agent": "flowstat-agent-py",
+    "seq": 3,
+    "receive_buffer_overloaded": True,
+    "rule": OVERLOAD.title,
+    "alert": OVERLOAD.uid,
+}
 
 
 class SmtpSink(socketserver.ThreadingTCPServer):
@@ -106,9 +145,14 @@ def hook():
 @pytest.fixture
 def inbox_env(hook):
     smtp = SmtpSink()
-    env = {"PATH": "/usr/bin:/bin", "FLOWSTAT_RELAY_WEBHOOK": f"http://127.0.0.1:{hook.server_port}/alerts?token=t0ken",
-           "FLOWSTAT_RELAY_EMAIL_TO": "oncall@example.org, lead@example.org", "FLOWSTAT_SMTP_HOST": "127.0.0.1",
-           "FLOWSTAT_SMTP_PORT": str(smtp.server_address[1]), "FLOWSTAT_SMTP_FROM": "flowstat@example.org"}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "FLOWSTAT_RELAY_WEBHOOK": f"http://127.0.0.1:{hook.server_port}/alerts?token=t0ken",
+        "FLOWSTAT_RELAY_EMAIL_TO": "oncall@example.org, lead@example.org",
+        "FLOWSTAT_SMTP_HOST": "127.0.0.1",
+        "FLOWSTAT_SMTP_PORT": str(smtp.server_address[1]),
+        "FLOWSTAT_SMTP_FROM": "flowstat@example.org",
+    }
     yield env, smtp
     smtp.shutdown()
     smtp.server_close()
@@ -124,10 +168,13 @@ def test_an_alert_of_each_source_is_shown_logged_and_forwarded_with_its_run_node
         got = inbox.listed("demo-overload-20261126T101500Z")
         assert [(a["source"], a["rule"], a["uid"], a["node_id"], a["status"]) for a in got] == [
             ("elastalert", OVERLOAD.title, OVERLOAD.uid, "merger-0", "firing"),  # newest first
-            ("grafana", OVERLOAD.title, OVERLOAD.uid, "producers-0", "firing")]
+            ("grafana", OVERLOAD.title, OVERLOAD.uid, "producers-0", "firing"),
+        ]
         assert got[1]["agent"] == "flowstat-agent-c" and got[1]["summary"].startswith("producers-0 of run")
         assert got[0]["at"] == ELASTALERT["time"] and got[0]["host"] == "vm"
-        for a, at in zip(got, (ELASTALERT["time"], GRAFANA["alerts"][0]["startsAt"])):  # the run view, node, time
+        for a, at in zip(
+            got, (ELASTALERT["time"], GRAFANA["alerts"][0]["startsAt"]), strict=False
+        ):  # the run view, node, time
             at_ms = int(datetime.fromisoformat(at).timestamp() * 1000)
             link = urlsplit(a["dashboard"])
             q = parse_qs(link.query)
@@ -141,12 +188,17 @@ def test_an_alert_of_each_source_is_shown_logged_and_forwarded_with_its_run_node
         wait_until(lambda: len(hook.posts) == 2 and len(smtp.messages) == 2, "both relays", timeout=30)
         assert sorted(hook.posts, key=lambda p: p["source"]) == sorted(got, key=lambda p: p["source"])
         subjects = sorted(m["Subject"].strip() for m in smtp.messages)  # folded: a long line
-        assert subjects == [f"flowstat: {OVERLOAD.title}: merger-0 of run demo-overload-20261126T101500Z",
-                            f"flowstat: {OVERLOAD.title}: producers-0 of run demo-overload-20261126T101500Z"]
+        assert subjects == [
+            f"flowstat: {OVERLOAD.title}: merger-0 of run demo-overload-20261126T101500Z",
+            f"flowstat: {OVERLOAD.title}: producers-0 of run demo-overload-20261126T101500Z",
+        ]
         assert all(m["To"] == "oncall@example.org, lead@example.org" for m in smtp.messages)
         assert sorted(a["dashboard"] for a in got) == sorted(
-            line.removeprefix("dashboard: ") for m in smtp.messages for line in m.get_content().splitlines()
-            if line.startswith("dashboard: "))
+            line.removeprefix("dashboard: ")
+            for m in smtp.messages
+            for line in m.get_content().splitlines()
+            if line.startswith("dashboard: ")
+        )
     finally:
         out, err = inbox.stop()
     printed = [line for line in out.splitlines() if OVERLOAD.title in line]
@@ -162,10 +214,12 @@ def test_bad_payloads_are_refused_saying_why_and_nothing_is_lost_across_a_restar
     inbox = Inbox(log, env)
     try:
         assert requests.post(f"{inbox.url}/elastalert", json=ELASTALERT, timeout=5).status_code == 200
-        for path, body, why in (("grafana", {"alerts": "x"}, "list `alerts`"),
-                                ("elastalert", {"run_id": "r"}, "`rule`"),
-                                ("elastalert", [1, 2], "JSON object"),
-                                ("nagios", {"x": 1}, "unknown source 'nagios'")):
+        for path, body, why in (
+            ("grafana", {"alerts": "x"}, "list `alerts`"),
+            ("elastalert", {"run_id": "r"}, "`rule`"),
+            ("elastalert", [1, 2], "JSON object"),
+            ("nagios", {"x": 1}, "unknown source 'nagios'"),
+        ):
             resp = requests.post(f"{inbox.url}/{path}", json=body, timeout=5)
             assert resp.status_code == 400 and why in resp.json()["error"], (path, resp.text)
         resp = requests.post(f"{inbox.url}/grafana", data=b"{not json", timeout=5)
@@ -185,19 +239,37 @@ def test_bad_payloads_are_refused_saying_why_and_nothing_is_lost_across_a_restar
 
 
 def test_a_relay_retries_a_destination_that_fails_then_gives_up_saying_so_once(hook, caplog):
-    alert = Alert("2026-11-26T10:15:05.000Z", "elastalert", OVERLOAD.title, OVERLOAD.uid, "firing", "r", "n", "a", "h",
-                  "2026-11-26T10:15:04.000Z", "s", "")
+    alert = Alert(
+        "2026-11-26T10:15:05.000Z",
+        "elastalert",
+        OVERLOAD.title,
+        OVERLOAD.uid,
+        "firing",
+        "r",
+        "n",
+        "a",
+        "h",
+        "2026-11-26T10:15:04.000Z",
+        "s",
+        "",
+    )
     relay = Relay(Webhook(f"http://127.0.0.1:{hook.server_port}/alerts"), retry_for_s=2.0)
     hook.status = 503
     assert relay.deliver(alert) is False and len(hook.posts) >= 2  # retried, then given up
     assert [r.message for r in caplog.records].count(
-        f"relay to webhook http://127.0.0.1:{hook.server_port}/alerts: gave up on an alert of {OVERLOAD.title} (HTTP 503)") == 1
+        f"relay to webhook http://127.0.0.1:{hook.server_port}/alerts: gave up on an alert of {OVERLOAD.title} "
+        "(HTTP 503)"
+    ) == 1
     hook.status = 200
     assert relay.deliver(alert) is True and hook.posts[-1] == alert.as_dict()
 
 
 def test_a_relay_the_environment_cannot_describe_stops_the_inbox_naming_it(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "flowstat.cli", "inbox", "--listen", "127.0.0.1:0"],
-                         env={"PATH": "/usr/bin:/bin", "FLOWSTAT_RELAY_EMAIL_TO": "a@example.org"},
-                         capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        [sys.executable, "-m", "flowstat.cli", "inbox", "--listen", "127.0.0.1:0"],
+        env={"PATH": "/usr/bin:/bin", "FLOWSTAT_RELAY_EMAIL_TO": "a@example.org"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.returncode == 2 and "FLOWSTAT_SMTP_HOST must say which SMTP server sends" in out.stderr

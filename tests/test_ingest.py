@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 import requests
 
-from flowstat.views import emulate_grafana as gx
-from support.agents import wait_until
-from support.common import TOPOLOGIES
+from flowstat.schema import agent as agent_schema
 from flowstat.schema import sample as sample_schema
+from flowstat.views import emulate_grafana as gx
 from flowstat.views import influxql
 from flowstat.views.panels import RUN_VIEW
-from flowstat.schema import agent as agent_schema
-from support.store_readback import NODE_KEY, SEQ, compare_es, compare_influx, influx_points
+from support.agents import wait_until
+from support.common import TOPOLOGIES
 from support.runs import make_run_file
+from support.store_readback import NODE_KEY, SEQ, compare_es, compare_influx, influx_points
 
 pytestmark = pytest.mark.integration
 
@@ -31,22 +31,47 @@ landed = functools.partial(wait_until, poll=0.5)
 
 
 def start_run(runs_dir: Path, run_id: str, stack, duration: float) -> subprocess.Popen:
-    sinks = [f"{stack['telegraf'].write_url}", f"elasticsearch://127.0.0.1:{stack['elasticsearch'].port}/flowstat-samples"]
-    return subprocess.Popen([sys.executable, "-m", "flowstat.cli", "run", str(TOPOLOGIES / "smoke.yaml"),
-                             "--duration", str(duration), "--run-id", run_id, "--runs-dir", str(runs_dir), "--json",
-                             "--agent-interval", "0.5", *[a for s in sinks for a in ("--sink", s)]],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sinks = [
+        f"{stack['telegraf'].write_url}",
+        f"elasticsearch://127.0.0.1:{stack['elasticsearch'].port}/flowstat-samples",
+    ]
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "flowstat.cli",
+            "run",
+            str(TOPOLOGIES / "smoke.yaml"),
+            "--duration",
+            str(duration),
+            "--run-id",
+            run_id,
+            "--runs-dir",
+            str(runs_dir),
+            "--json",
+            "--agent-interval",
+            "0.5",
+            *[a for s in sinks for a in ("--sink", s)],
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def run_file(runs_dir: Path, run_id: str) -> tuple[list[dict], list[dict]]:
     """The run file's samples and self-samples (the Python agent's), header left out."""
     lines = [json.loads(x) for x in (runs_dir / run_id / "samples.ndjson").read_text().splitlines()[1:]]
-    return [d for d in lines if "flowstat_agent" not in d], [d["flowstat_agent"] for d in lines if "flowstat_agent" in d]
+    return [d for d in lines if "flowstat_agent" not in d], [
+        d["flowstat_agent"] for d in lines if "flowstat_agent" in d
+    ]
 
 
 def influx_samples(stack, run_id: str) -> list[tuple]:
-    body = stack["influxdb"].query(f"SELECT \"seq\", \"vmrss_kb\" FROM \"flowstat_node\" WHERE \"run_id\" = '{run_id}' "
-                                   f"GROUP BY \"agent\", \"node_id\"", "flowstat")
+    body = stack["influxdb"].query(
+        f'SELECT "seq", "vmrss_kb" FROM "flowstat_node" WHERE "run_id" = \'{run_id}\' ' f'GROUP BY "agent", "node_id"',
+        "flowstat",
+    )
     out = []
     for s in body["results"][0].get("series", []):
         for _, seq, rss in s["values"]:
@@ -57,11 +82,15 @@ def influx_samples(stack, run_id: str) -> list[tuple]:
 def es_samples(stack, run_id: str) -> list[tuple]:
     es = stack["elasticsearch"]
     requests.post(f"{es.url}/flowstat-samples*/_refresh", timeout=30)
-    body = requests.post(f"{es.url}/flowstat-samples*/_search", json={
-        "size": 10000, "query": {"term": {"run_id": run_id}}, "_source": ["agent", "node_id", "seq", "vmrss_kb"]},
-        timeout=30).json()
-    return [(h["_source"]["agent"], h["_source"]["node_id"], h["_source"]["seq"], h["_source"].get("vmrss_kb"))
-            for h in body["hits"]["hits"]]
+    body = requests.post(
+        f"{es.url}/flowstat-samples*/_search",
+        json={"size": 10000, "query": {"term": {"run_id": run_id}}, "_source": ["agent", "node_id", "seq", "vmrss_kb"]},
+        timeout=30,
+    ).json()
+    return [
+        (h["_source"]["agent"], h["_source"]["node_id"], h["_source"]["seq"], h["_source"].get("vmrss_kb"))
+        for h in body["hits"]["hits"]
+    ]
 
 
 def influx_self_samples(stack, run_id: str, db: str = "flowstat") -> dict[tuple[str, int], dict]:
@@ -74,8 +103,9 @@ def es_self_samples(stack, run_id: str) -> dict[tuple[str, int], dict]:
     """The agents' self-samples of the run in Elasticsearch (index flowstat-agents), by (agent, seq)."""
     es = stack["elasticsearch"]
     requests.post(f"{es.url}/flowstat-agents*/_refresh", timeout=30)
-    body = requests.post(f"{es.url}/flowstat-agents*/_search", json={"size": 10000, "query": {"term": {"run_id": run_id}}},
-                         timeout=30).json()
+    body = requests.post(
+        f"{es.url}/flowstat-agents*/_search", json={"size": 10000, "query": {"term": {"run_id": run_id}}}, timeout=30
+    ).json()
     hits = body.get("hits", {}).get("hits", [])  # no index yet: nothing has arrived
     return {(h["_source"]["agent"], h["_source"]["seq"]): h["_source"] for h in hits}
 
@@ -85,8 +115,6 @@ def agents_seqs(samples: list[tuple]) -> dict[tuple[str, str], list[int]]:
     for agent, node, seq, _ in samples:
         out.setdefault((agent, node), []).append(seq)
     return {k: sorted(v) for k, v in out.items()}
-
-
 
 
 def check_as_recorded(stack, run_id: str, samples: list[dict], selves: list[dict] = (), agent: str = "") -> None:
@@ -117,11 +145,22 @@ def check_complete(stack, runs_dir: Path, run_id: str, summary: dict) -> None:
             assert seqs == list(range(len(seqs))), (agent, node)  # every seq exactly once
     assert len({(d["agent"], d["node_id"], d["seq"]) for d in samples}) == py_total
     # the self-samples: seq 0.. per agent, as many as each says it emitted (at least the last, at exit)
-    expected = {(f"flowstat-agent-{a}", seq) for a in ("py", "c")
-                for seq in range(summary["agent"][f"agent-{a}"]["self_samples"])}
+    expected = {
+        (f"flowstat-agent-{a}", seq)
+        for a in ("py", "c")
+        for seq in range(summary["agent"][f"agent-{a}"]["self_samples"])
+    }
     assert all(summary["agent"][f"agent-{a}"]["self_samples"] >= 1 for a in ("py", "c"))
-    landed(lambda: set(influx_self_samples(stack, run_id)) >= expected, timeout=60, what="InfluxDB to hold every self-sample")
-    landed(lambda: set(es_self_samples(stack, run_id)) >= expected, timeout=60, what="Elasticsearch to hold every self-sample")
+    landed(
+        lambda: set(influx_self_samples(stack, run_id)) >= expected,
+        timeout=60,
+        what="InfluxDB to hold every self-sample",
+    )
+    landed(
+        lambda: set(es_self_samples(stack, run_id)) >= expected,
+        timeout=60,
+        what="Elasticsearch to hold every self-sample",
+    )
     assert {k for k in expected if k[0] == "flowstat-agent-py"} == {("flowstat-agent-py", d["seq"]) for d in selves}
     for store in (influx_self_samples(stack, run_id), es_self_samples(stack, run_id)):
         assert set(store) == expected  # each once, nothing else
@@ -159,17 +198,23 @@ def test_a_live_run_is_in_the_run_views_from_its_start_and_complete_at_its_end_w
     run_id = "live-doc"
     proc = start_run(runs_dir, run_id, stack, 600)
     try:
-        landed(lambda: es_run_document(stack, run_id) is not None and run_id in influx_run_labels(stack),
-               timeout=60, what="the run's first document in both stores")
+        landed(
+            lambda: es_run_document(stack, run_id) is not None and run_id in influx_run_labels(stack),
+            timeout=60,
+            what="the run's first document in both stores",
+        )
         assert proc.poll() is None  # the run goes on: it ends at the interrupt below
         first = es_run_document(stack, run_id)
         assert "verdict" not in first and "finished" not in first and first["label"].startswith(f"{run_id} | ")
         assert influx_run_labels(stack)[run_id] == first["label"]
         # the run view's rates and increases need a few samples of each node: six (not a time: a
         # busy machine takes longer to give them)
-        landed(lambda: min(agents_seqs(influx_samples(stack, run_id)).values(), key=len, default=[]).__len__() >= 6
-               and newest_sample_time(stack, "elasticsearch", run_id), timeout=120,
-               what="six samples of each node in InfluxDB, and samples in Elasticsearch")
+        landed(
+            lambda: min(agents_seqs(influx_samples(stack, run_id)).values(), key=len, default=[]).__len__() >= 6
+            and newest_sample_time(stack, "elasticsearch", run_id),
+            timeout=120,
+            what="six samples of each node in InfluxDB, and samples in Elasticsearch",
+        )
     finally:
         proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=180)
@@ -178,30 +223,43 @@ def test_a_live_run_is_in_the_run_views_from_its_start_and_complete_at_its_end_w
     assert final["verdict"]["failures"] == ["interrupted by the user"]
     assert es_run_document(stack, run_id) == final  # replaced by the complete document, nothing else
     points = functools.partial(influx_points, stack["influxdb"], "flowstat", "flowstat_run", f"\"run_id\" = '{run_id}'")
-    landed(lambda: points()[0].get("finished"), timeout=60, what="the complete run document in InfluxDB (through Telegraf)")
+    landed(
+        lambda: points()[0].get("finished"), timeout=60, what="the complete run document in InfluxDB (through Telegraf)"
+    )
     assert len(points()) == 1 and points()[0]["finished"] == final["finished"]  # the first point, overwritten
     samples, _ = run_file(runs_dir, run_id)
     from_ms, to_ms = (sample_schema.time_ns(samples[i]["time"]) // 10**6 + d for i, d in ((0, -5000), (-1, 5000)))
-    variables = {"run": [run_id], "agent": ["flowstat-agent-py"], "role": ["producer", "merger", "viewer", "other"],
-                 "node": sorted({d["node_id"] for d in samples})}
-    empty = [p.title for p in RUN_VIEW.panels()
-             if not stack["influxdb"].query(gx.panel_query(RUN_VIEW, p, variables, from_ms, to_ms, 1000)[0],
-                                            "flowstat")["results"][0].get("series")]
+    variables = {
+        "run": [run_id],
+        "agent": ["flowstat-agent-py"],
+        "role": ["producer", "merger", "viewer", "other"],
+        "node": sorted({d["node_id"] for d in samples}),
+    }
+    empty = [
+        p.title
+        for p in RUN_VIEW.panels()
+        if not stack["influxdb"]
+        .query(gx.panel_query(RUN_VIEW, p, variables, from_ms, to_ms, 1000)[0], "flowstat")["results"][0]
+        .get("series")
+    ]
     assert not empty, empty
 
 
 def newest_sample_time(stack, store: str, run_id: str) -> float:
     """Epoch seconds of the newest sample of the run in a store (0 when it holds none)."""
     if store == "influxdb":
-        body = stack["influxdb"].query(f"SELECT last(\"seq\") FROM \"flowstat_node\" WHERE \"run_id\" = '{run_id}'",
-                                       "flowstat")
+        body = stack["influxdb"].query(
+            f'SELECT last("seq") FROM "flowstat_node" WHERE "run_id" = \'{run_id}\'', "flowstat"
+        )
         series = body["results"][0].get("series")
         return series[0]["values"][0][0] / 1e9 if series else 0.0
     es = stack["elasticsearch"]
     requests.post(f"{es.url}/flowstat-samples*/_refresh", timeout=30)
-    body = requests.post(f"{es.url}/flowstat-samples*/_search", json={
-        "size": 0, "query": {"term": {"run_id": run_id}}, "aggs": {"newest": {"max": {"field": "time"}}}},
-        timeout=30).json()
+    body = requests.post(
+        f"{es.url}/flowstat-samples*/_search",
+        json={"size": 0, "query": {"term": {"run_id": run_id}}, "aggs": {"newest": {"max": {"field": "time"}}}},
+        timeout=30,
+    ).json()
     return (body["aggregations"]["newest"]["value"] or 0) / 1000
 
 
@@ -217,16 +275,24 @@ def test_a_store_down_for_ten_seconds_loses_and_duplicates_nothing(stack, runs_d
     proc = start_run(runs_dir, run_id, stack, 600)
     try:
         both = ("influxdb", "elasticsearch")
-        landed(lambda: all(newest_sample_time(stack, s, run_id) for s in both), timeout=120,
-                   what="the run's first samples in both stores")
+        landed(
+            lambda: all(newest_sample_time(stack, s, run_id) for s in both),
+            timeout=120,
+            what="the run's first samples in both stores",
+        )
         stack[victim].down()
         time.sleep(10)  # the outage the test is about
         stack[victim].up()
         back = time.time()
         # Caught up: nothing left on disk, and samples taken after the store came back have arrived live.
-        landed(lambda: spooled_batches(runs_dir, run_id) == 0, timeout=120, what="the agents to deliver what they spooled")
-        landed(lambda: all(newest_sample_time(stack, s, run_id) > back + 2 for s in both), timeout=120,
-                   what="samples taken after the outage in both stores")
+        landed(
+            lambda: spooled_batches(runs_dir, run_id) == 0, timeout=120, what="the agents to deliver what they spooled"
+        )
+        landed(
+            lambda: all(newest_sample_time(stack, s, run_id) > back + 2 for s in both),
+            timeout=120,
+            what="samples taken after the outage in both stores",
+        )
     finally:
         proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=180)
@@ -237,18 +303,24 @@ def test_a_store_down_for_ten_seconds_loses_and_duplicates_nothing(stack, runs_d
     check_complete(stack, runs_dir, run_id, summary)
 
 
-
 def replay(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "flowstat.cli", "replay", *map(str, args), "--quiet"],
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "flowstat.cli", "replay", *map(str, args), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def counts(stack, run_id: str) -> tuple[int, int]:
     es = stack["elasticsearch"]
     requests.post(f"{es.url}/flowstat-samples*/_refresh", timeout=30)
-    n_es = requests.post(f"{es.url}/flowstat-samples*/_count", json={"query": {"term": {"run_id": run_id}}},
-                         timeout=30).json()["count"]
-    body = stack["influxdb"].query(f"SELECT count(\"seq\") FROM \"flowstat_node\" WHERE \"run_id\" = '{run_id}'", "flowstat")
+    n_es = requests.post(
+        f"{es.url}/flowstat-samples*/_count", json={"query": {"term": {"run_id": run_id}}}, timeout=30
+    ).json()["count"]
+    body = stack["influxdb"].query(
+        f'SELECT count("seq") FROM "flowstat_node" WHERE "run_id" = \'{run_id}\'', "flowstat"
+    )
     series = body["results"][0].get("series")
     return (series[0]["values"][0][1] if series else 0), n_es
 
@@ -271,7 +343,9 @@ def test_replay_skips_bad_lines_loads_the_rest_and_is_idempotent(stack, tmp_path
     assert counts(stack, "replay-bad") == (197, 197)
     assert replay(path, *urls).returncode == 1
     assert counts(stack, "replay-bad") == (197, 197)  # twice: the same data
-    check_as_recorded(stack, "replay-bad", [json.loads(x) for i, x in enumerate(lines[1:-1], 2) if i not in (11, 21, 31)])
+    check_as_recorded(
+        stack, "replay-bad", [json.loads(x) for i, x in enumerate(lines[1:-1], 2) if i not in (11, 21, 31)]
+    )
     run = requests.get(f"{stack['elasticsearch'].url}/flowstat-runs/_doc/replay-bad", timeout=10).json()["_source"]
     assert run["samples"] == 197 and run["parameters"]["producers"] == 3 and len(run["nodes"]) == 10
 
@@ -279,10 +353,31 @@ def test_replay_skips_bad_lines_loads_the_rest_and_is_idempotent(stack, tmp_path
 def self_sample(run_id: str, seq: int) -> dict:
     from flowstat.timeutil import iso_utc_ms
 
-    figures = ("rounds", "skipped_rounds", "samples", "control_errors", "proc_errors", "delivered", "refused", "lost",
-               "send_failures", "spool_dropped", "targets", "spooled_batches", "spooled_samples", "sinks_down")
-    return {"time": iso_utc_ms(1_795_000_000.0 + 5 * seq), "run_id": run_id, "host": "h", "agent": "flowstat-agent-py",
-            "seq": seq, "interval_s": 0.1, **{k: 10 * seq + i for i, k in enumerate(figures)}}
+    figures = (
+        "rounds",
+        "skipped_rounds",
+        "samples",
+        "control_errors",
+        "proc_errors",
+        "delivered",
+        "refused",
+        "lost",
+        "send_failures",
+        "spool_dropped",
+        "targets",
+        "spooled_batches",
+        "spooled_samples",
+        "sinks_down",
+    )
+    return {
+        "time": iso_utc_ms(1_795_000_000.0 + 5 * seq),
+        "run_id": run_id,
+        "host": "h",
+        "agent": "flowstat-agent-py",
+        "seq": seq,
+        "interval_s": 0.1,
+        **{k: 10 * seq + i for i, k in enumerate(figures)},
+    }
 
 
 def test_replay_loads_the_self_samples_and_what_is_good_of_a_truncated_file(stack, tmp_path):
@@ -320,12 +415,12 @@ def test_replay_of_a_large_run(stack, tmp_path):
     assert counts(stack, "replay-large") == (100_000, 100_000)
 
 
-
 def test_replay_says_when_the_rollup_fails_and_keeps_the_samples(stack, tmp_path):
     """The samples are stored and the rollup refused (its retention policy dropped behind flowstat's
     back): replay names the run file and the reason, exits 2, and once the policy is back replaying
     again stores the same samples and rolls them up."""
-    from flowstat.stores.influxdb import ROLLUP_POLICY, InfluxDB as InfluxWriter
+    from flowstat.stores.influxdb import ROLLUP_POLICY
+    from flowstat.stores.influxdb import InfluxDB as InfluxWriter
 
     influx, db = stack["influxdb"], "flowstat_rollup_fails"
     writer = InfluxWriter(influx.url, db)
@@ -334,7 +429,7 @@ def test_replay_says_when_the_rollup_fails_and_keeps_the_samples(stack, tmp_path
         influx.query(f'DROP RETENTION POLICY "{ROLLUP_POLICY}" ON "{db}"')
         path = tmp_path / "samples.ndjson"
         make_run_file(path, "replay-rollup", 40)
-        stored = "SELECT count(\"seq\") FROM \"flowstat_node\" WHERE \"run_id\" = 'replay-rollup'"
+        stored = 'SELECT count("seq") FROM "flowstat_node" WHERE "run_id" = \'replay-rollup\''
         rolled = f'SELECT count(*) FROM "{ROLLUP_POLICY}"."flowstat_node_10s"'
         out = replay(path, "--influx", influx.url, "--db", db)
         assert out.returncode == 2, out.stderr
@@ -350,6 +445,7 @@ def test_replay_says_when_the_rollup_fails_and_keeps_the_samples(stack, tmp_path
         writer.close()
         influx.query(f'DROP DATABASE "{db}"')
 
+
 def test_replay_refuses_a_store_that_is_down(tmp_path):
     path = tmp_path / "samples.ndjson"
     make_run_file(path, "replay-down", 10)
@@ -361,28 +457,41 @@ def test_continuous_queries_roll_up_per_node_and_sum_over_nodes(stack):
     from flowstat.stores.influxdb import statements as influx_statements
 
     influx = stack["influxdb"]
-    cqs = {row[0] for s in influx.query("SHOW CONTINUOUS QUERIES")["results"][0]["series"] if s["name"] == "flowstat"
-           for row in s.get("values", [])}
+    cqs = {
+        row[0]
+        for s in influx.query("SHOW CONTINUOUS QUERIES")["results"][0]["series"]
+        if s["name"] == "flowstat"
+        for row in s.get("values", [])
+    }
     assert cqs == {"flowstat_node_10s", "flowstat_total_10s", "flowstat_node_1m", "flowstat_total_1m"}
     # Run the rollups' own SELECT ... INTO over a fixed past window: 2 nodes x 10 samples.
     base = (int(time.time()) // 10 * 10 - 3600) * 10**9  # an hour ago, on a 10 s boundary (inside retention)
     lines = []
     for agent, node, rate in (("x", "a", 100.0), ("x", "b", 300.0), ("y", "a", 100.0)):  # agent y watches a too
         for i in range(10):
-            lines.append(f"flowstat_node,run_id=cq,role=merger,node_id={node},agent={agent},host=h "
-                         f"merged_objects_per_second={rate + i},seq={i}i {base + i * 10**9}")
-    requests.post(f"{influx.url}/write", params={"db": "flowstat"}, data="\n".join(lines), timeout=10).raise_for_status()
+            lines.append(
+                f"flowstat_node,run_id=cq,role=merger,node_id={node},agent={agent},host=h "
+                f"merged_objects_per_second={rate + i},seq={i}i {base + i * 10**9}"
+            )
+    requests.post(
+        f"{influx.url}/write", params={"db": "flowstat"}, data="\n".join(lines), timeout=10
+    ).raise_for_status()
     window = f" WHERE time >= {base} AND time < {base + 10 * 10**9}"
     for stmt in influx_statements():
         if "flowstat_node_10s" in stmt.split(" BEGIN ")[0] or "flowstat_total_10s" in stmt.split(" BEGIN ")[0]:
             select = stmt.split(" BEGIN ")[1].rsplit(" END", 1)[0]
             head, group = select.split(" GROUP BY ")
             influx.query(f"{head}{window} GROUP BY {group}", "flowstat")
-    node = influx.query('SELECT "mean_merged_objects_per_second" FROM "rollup"."flowstat_node_10s" '
-                        "WHERE run_id = 'cq' AND agent = 'x' GROUP BY node_id", "flowstat")["results"][0]["series"]
+    node = influx.query(
+        'SELECT "mean_merged_objects_per_second" FROM "rollup"."flowstat_node_10s" '
+        "WHERE run_id = 'cq' AND agent = 'x' GROUP BY node_id",
+        "flowstat",
+    )["results"][0]["series"]
     assert {s["tags"]["node_id"]: s["values"][0][1] for s in node} == {"a": 104.5, "b": 304.5}
-    total = influx.query('SELECT "merged_objects_per_second" FROM "rollup"."flowstat_total_10s" WHERE run_id = \'cq\' '
-                         "GROUP BY agent", "flowstat")["results"][0]["series"]
+    total = influx.query(
+        'SELECT "merged_objects_per_second" FROM "rollup"."flowstat_total_10s" WHERE run_id = \'cq\' ' "GROUP BY agent",
+        "flowstat",
+    )["results"][0]["series"]
     # the sum over nodes of their means, as dateStat aggregated; each agent's view on its own
     assert {s["tags"]["agent"]: s["values"][0][1] for s in total} == {"x": 409.0, "y": 104.5}
 

@@ -20,16 +20,25 @@ import subprocess
 import sys
 import uuid
 from collections import defaultdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 import requests
 
+from flowstat.views import kibana
+from flowstat.views.emulate_kibana import (
+    AUTO_INTERVAL_S,
+    by_id,
+    data_view_of,
+    kql_terms,
+    layers,
+    objects,
+    referenced,
+    run_lens,
+    shown,
+)
 from support import fixture_runs
 from support.common import ROOT, topology_dict
-from flowstat.views import kibana
-from flowstat.views.emulate_kibana import (AUTO_INTERVAL_S, by_id, data_view_of, kql_terms, layers, objects, referenced,
-                                           run_lens, shown)
 
 TEMPLATES = ROOT / "index-templates" / "elasticsearch"
 NDJSON = ROOT / "dashboards" / "kibana" / "flowstat.ndjson"  # the committed file Kibana imports
@@ -38,9 +47,18 @@ KEYS = {"type", "id", "attributes", "references", "coreMigrationVersion", "typeM
 NUMERIC = {"long", "integer", "short", "byte", "double", "float", "half_float", "scaled_float"}
 LENS_TYPES = {"keyword": "string", "boolean": "boolean", "date": "date", **{t: "number" for t in NUMERIC}}
 # Which Elasticsearch field types each Lens operation aggregates.
-OPERATION_TYPES = {"date_histogram": {"date"}, "terms": {"keyword"} | NUMERIC, "average": NUMERIC, "max": NUMERIC,
-                   "min": NUMERIC, "sum": NUMERIC, "median": NUMERIC, "standard_deviation": NUMERIC,
-                   "unique_count": {"keyword"} | NUMERIC, "last_value": {"keyword", "boolean", "date"} | NUMERIC}
+OPERATION_TYPES = {
+    "date_histogram": {"date"},
+    "terms": {"keyword"} | NUMERIC,
+    "average": NUMERIC,
+    "max": NUMERIC,
+    "min": NUMERIC,
+    "sum": NUMERIC,
+    "median": NUMERIC,
+    "standard_deviation": NUMERIC,
+    "unique_count": {"keyword"} | NUMERIC,
+    "last_value": {"keyword", "boolean", "date"} | NUMERIC,
+}
 BUCKETED = {"date_histogram", "terms"}
 
 
@@ -60,6 +78,7 @@ def template_fields(pattern: str) -> dict[str, str]:
 
 # -- offline: the file as Kibana's import reads it -----------------------------------------------------
 
+
 def test_every_line_is_a_saved_object_with_pinned_versions():
     objs = objects()
     assert NDJSON.read_text().endswith("\n")
@@ -76,7 +95,10 @@ def test_every_line_is_a_saved_object_with_pinned_versions():
 def test_data_views_name_the_indices_and_their_time_fields():
     views = {o["attributes"]["title"]: o for o in by_id("index-pattern").values()}
     assert {t: v["attributes"]["timeFieldName"] for t, v in views.items()} == {
-        "flowstat-samples*": "time", "flowstat-runs*": "started", "flowstat-agents*": "time"}
+        "flowstat-samples*": "time",
+        "flowstat-runs*": "started",
+        "flowstat-agents*": "time",
+    }
     for title, view in views.items():
         assert template_fields(title)[view["attributes"]["timeFieldName"]] == "date"
         assert view["references"] == []
@@ -100,7 +122,7 @@ def panel_reference(dashboard: dict, panel: dict) -> dict:
     """What Kibana's dashboard inject does: the references named "<panelIndex>:..." if there are
     any, else all of them; the one named as the panel's panelRefName."""
     prefix = f"{panel['panelIndex']}:"
-    mine = [{**r, "name": r["name"][len(prefix):]} for r in dashboard["references"] if r["name"].startswith(prefix)]
+    mine = [{**r, "name": r["name"][len(prefix) :]} for r in dashboard["references"] if r["name"].startswith(prefix)]
     matches = [r for r in (mine or dashboard["references"]) if r["name"] == panel["panelRefName"]]
     assert len(matches) == 1, (dashboard["id"], panel["panelRefName"])
     return matches[0]
@@ -180,6 +202,7 @@ def check_formula(cid: str, col: dict, columns: dict) -> None:
             assert node["type"] == "function" and node["name"] in {"add", "subtract", "multiply", "divide"}
             for a in node["args"]:
                 walk(a)
+
     walk(m["params"]["tinymathAst"])
     assert used == set(m["references"]), cid
     text_numbers = [float(n) for n in re.findall(r"(?<![\w.])\d+(?:\.\d+)?(?:e-?\d+)?", col["params"]["formula"])]
@@ -206,7 +229,6 @@ def check_columns(lens_id: str, layer: dict) -> None:
             assert col.get("timeScale") == ("s" if col["operationType"] == "counter_rate" else None), cid
         if col["operationType"] == "formula":
             check_formula(cid, col, columns)
-
 
 
 def check_visualization(lens: dict) -> None:
@@ -244,8 +266,14 @@ def test_lens_state_has_the_structure_kibana_8_19_stores():
         attrs = lens["attributes"]
         assert set(attrs) == {"title", "description", "visualizationType", "state"}
         state = attrs["state"]
-        assert set(state) == {"visualization", "query", "filters", "datasourceStates", "internalReferences",
-                              "adHocDataViews"}
+        assert set(state) == {
+            "visualization",
+            "query",
+            "filters",
+            "datasourceStates",
+            "internalReferences",
+            "adHocDataViews",
+        }
         assert state["query"]["language"] == "kuery" and state["filters"] == []
         assert set(state["datasourceStates"]) == {"formBased"}
         for layer in layers(lens).values():
@@ -260,6 +288,7 @@ def test_the_panels_become_the_lens_charts_they_stand_for():
     def columns(oid: str) -> dict:
         (layer,) = layers(lenses[oid]).values()
         return {c["operationType"]: c for c in layer["columns"].values()}
+
     assert lenses["flowstat-run-vmrss"]["attributes"]["visualizationType"] == "lnsXY"
     assert columns("flowstat-run-vmrss")["average"]["sourceField"] == "vmrss_kb"
     assert columns("flowstat-run-vmrss")["terms"]["sourceField"] == "node_id"
@@ -268,13 +297,17 @@ def test_the_panels_become_the_lens_charts_they_stand_for():
     assert "differences" in columns("flowstat-run-buffer-overload-events")
     assert lenses["flowstat-run-merged-objects-s"]["attributes"]["state"]["query"]["query"] == 'role : "merger"'
     assert columns("flowstat-run-cpu-of-one-core")["formula"]["params"]["formula"] == "average(cpu_clock_hz) * 0.0001"
-    assert columns("flowstat-run-lost-and-steady-rate")["formula"]["params"]["formula"] == \
-        "last_value(summary.objects_sent) - last_value(summary.objects_received)"
+    assert (
+        columns("flowstat-run-lost-and-steady-rate")["formula"]["params"]["formula"]
+        == "last_value(summary.objects_sent) - last_value(summary.objects_received)"
+    )
     assert lenses["flowstat-run-lost-and-steady-rate"]["attributes"]["visualizationType"] == "lnsMetric"
     assert lenses["flowstat-run-parameters"]["attributes"]["visualizationType"] == "lnsDatatable"
     assert columns("flowstat-aggregate-total-vmrss-kb")["date_histogram"]["params"]["interval"] == "10s"
-    assert columns("flowstat-aggregate-merged-objects-s-steady-against-the-parameter")["terms"]["sourceField"] == \
-        "parameters.producers"
+    assert (
+        columns("flowstat-aggregate-merged-objects-s-steady-against-the-parameter")["terms"]["sourceField"]
+        == "parameters.producers"
+    )
     assert columns("flowstat-stack-samples-s")["terms"]["params"]["secondaryFields"] == ["agent"]
 
 
@@ -297,7 +330,6 @@ def test_a_panel_on_an_unknown_or_unaggregatable_field_is_refused_naming_it():
 RUN_SECONDS = 9  # the online verdict (and the steady rate) needs 5 readings after 3 s of start-up
 
 
-
 @pytest.fixture(scope="module")
 def replayed(stack, tmp_path_factory):
     """A real harness run (two producer processes, one merger, sampled every 0.5 s), its run file replayed
@@ -310,12 +342,33 @@ def replayed(stack, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("kibana")
     run_id = f"kibana-{uuid.uuid4().hex[:8]}"
     topology = tmp / "topology.yaml"
-    topology.write_text(yaml.safe_dump(topology_dict(run_id=run_id, duration=RUN_SECONDS,
-                                                     producers={"count": 2, "rate": 100, "processes": 2})))
-    out = subprocess.run([sys.executable, "-m", "flowstat.cli", "run", str(topology), "--run-id", run_id,
-                          "--runs-dir", str(tmp / "runs"), "--agent-interval", "0.5", "--agent-self-interval", "1",
-                          "--json", "--quiet"],
-                         capture_output=True, text=True, timeout=180)
+    topology.write_text(
+        yaml.safe_dump(
+            topology_dict(run_id=run_id, duration=RUN_SECONDS, producers={"count": 2, "rate": 100, "processes": 2})
+        )
+    )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "flowstat.cli",
+            "run",
+            str(topology),
+            "--run-id",
+            run_id,
+            "--runs-dir",
+            str(tmp / "runs"),
+            "--agent-interval",
+            "0.5",
+            "--agent-self-interval",
+            "1",
+            "--json",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     run_dir = tmp / "runs" / run_id
     reports = replay([run_dir / "samples.ndjson"], {"elasticsearch": (es.url, "flowstat-samples")})
@@ -325,12 +378,18 @@ def replayed(stack, tmp_path_factory):
     assert agents, "the run file holds no agent self-samples"
     run = json.loads((run_dir / "run.json").read_text())
     times = [ms(s["time"]) for s in samples] + [ms(a["time"]) for a in agents]
-    return {"es": es.url, "run_id": run_id, "samples": samples, "run": run, "agents": agents,
-            "range": (min(times) - 60_000, max(times) + 60_000)}
+    return {
+        "es": es.url,
+        "run_id": run_id,
+        "samples": samples,
+        "run": run,
+        "agents": agents,
+        "range": (min(times) - 60_000, max(times) + 60_000),
+    }
 
 
 def ms(stamp: str) -> int:
-    return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).astimezone(timezone.utc).timestamp() * 1000)
+    return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).astimezone(UTC).timestamp() * 1000)
 
 
 def lens_rows(replayed, oid: str) -> list[dict]:
@@ -345,8 +404,11 @@ def columns_of(oid: str) -> dict[str, dict]:
 def column(oid: str, op: str, label: str = "") -> str:
     """The id of the lens's one drawn column of that operation (and label start)."""
     cols = columns_of(oid)
-    (cid,) = [c for c, col in cols.items() if col["operationType"] == op and c not in referenced(cols)
-              and col["label"].startswith(label)]
+    (cid,) = [
+        c
+        for c, col in cols.items()
+        if col["operationType"] == op and c not in referenced(cols) and col["label"].startswith(label)
+    ]
     return cid
 
 
@@ -405,7 +467,11 @@ def test_a_counter_rate_and_differences_follow_the_counters_maximum_per_bucket(r
     received = by_bucket(replayed["samples"], AUTO_INTERVAL_S, "objects_received", node_id="merger-0")
     maxima = {k: max(v) for k, v in received.items()}
     starts = sorted(maxima)
-    pairs = [(a, b) for a, b in zip(starts, starts[1:]) if b - a == AUTO_INTERVAL_S * 1000 and maxima[b] > maxima[a]]
+    pairs = [
+        (a, b)
+        for a, b in zip(starts, starts[1:], strict=False)
+        if b - a == AUTO_INTERVAL_S * 1000 and maxima[b] > maxima[a]
+    ]
     a, b = pairs[0]
     oid = "flowstat-run-objects-in-and-out"
     (row,) = [r for r in lens_rows(replayed, oid) if r[split_column(oid)] == "merger-0" and r[time_column(oid)] == b]
@@ -426,10 +492,14 @@ def test_the_run_panels_show_the_run_document(replayed):
     (row,) = lens_rows(replayed, "flowstat-run-verdicts")
     assert replayed["run_id"] in row.values() and True in row.values()  # conserved: nothing lost
     (row,) = lens_rows(replayed, "flowstat-run-lost-and-steady-rate")
-    assert row[column("flowstat-run-lost-and-steady-rate", "formula")] == \
-        run["summary"]["objects_sent"] - run["summary"]["objects_received"]
-    assert row[column("flowstat-run-lost-and-steady-rate", "last_value")] == \
-        run["summary"]["steady_merged_objects_per_second"]
+    assert (
+        row[column("flowstat-run-lost-and-steady-rate", "formula")]
+        == run["summary"]["objects_sent"] - run["summary"]["objects_received"]
+    )
+    assert (
+        row[column("flowstat-run-lost-and-steady-rate", "last_value")]
+        == run["summary"]["steady_merged_objects_per_second"]
+    )
     oid = "flowstat-aggregate-merged-objects-s-steady-against-the-parameter"
     (row,) = lens_rows(replayed, oid)
     assert row[split_column(oid)] == 2
@@ -454,8 +524,11 @@ def test_the_totals_sum_the_nodes_means_per_10_s(replayed):
 def test_the_runs_table_gives_mean_and_standard_deviation_of_merger_samples_while_running(replayed):
     oid = "flowstat-aggregate-mean-and-standard-deviation-per-run"
     (row,) = lens_rows(replayed, oid)
-    values = [s["average_merge_time_ms"] for s in replayed["samples"]
-              if s["role"] == "merger" and s["node_state"] == "RUNNING" and "average_merge_time_ms" in s]
+    values = [
+        s["average_merge_time_ms"]
+        for s in replayed["samples"]
+        if s["role"] == "merger" and s["node_state"] == "RUNNING" and "average_merge_time_ms" in s
+    ]
     mean = row[column(oid, "average", "average_merge_time_ms mean")]
     sd = row[column(oid, "standard_deviation", "average_merge_time_ms sd")]
     assert len(values) > 2 and math.isclose(mean, statistics.fmean(values), rel_tol=1e-9)
@@ -496,6 +569,8 @@ def test_overload_flags_are_counted_where_set(replayed):
         counted: dict[str, int] = {}
         for r in rows:
             counted[r[split_column(oid)]] = counted.get(r[split_column(oid)], 0) + r[column(oid, "count", label)]
-        expected = {node: sum(1 for s in replayed["samples"] if s["node_id"] == node and s.get(flag) is True)
-                    for node in counted}
+        expected = {
+            node: sum(1 for s in replayed["samples"] if s["node_id"] == node and s.get(flag) is True)
+            for node in counted
+        }
         assert counted == expected and set(counted) == {s["node_id"] for s in replayed["samples"]}

@@ -42,11 +42,20 @@ def merger_with_cost():
         ctx = zmq.Context()
         out = ctx.socket(zmq.PULL)
         port = out.bind_to_random_port("tcp://127.0.0.1")
-        m = Merger({"node_id": "m", "index": 0, "producers": PRODUCERS, "buffer_size": 1000, "send_buffer": 100_000,
-                    "downstream_endpoint": f"tcp://127.0.0.1:{port}",
-                    "merge_cost": cost.config() if cost else None})
+        m = Merger(
+            {
+                "node_id": "m",
+                "index": 0,
+                "producers": PRODUCERS,
+                "buffer_size": 1000,
+                "send_buffer": 100_000,
+                "downstream_endpoint": f"tcp://127.0.0.1:{port}",
+                "merge_cost": cost.config() if cost else None,
+            }
+        )
         made.append((ctx, out, m))
         return m
+
     yield make
     for ctx, out, m in made:
         for s in (m.out, m.data, m.control):
@@ -59,8 +68,11 @@ def merger_with_cost():
 def messages(desc, rounds: int) -> list[list]:
     """Each producer's objects, round by round, as the frames of their messages."""
     data = np.ones(desc.shape, np.float32)
-    return [wire.encode(desc, data, source=p, seq=s, entries=float(data.size), t_sent=time.time())
-            for s in range(rounds) for p in PRODUCERS]
+    return [
+        wire.encode(desc, data, source=p, seq=s, entries=float(data.size), t_sent=time.time())
+        for s in range(rounds)
+        for p in PRODUCERS
+    ]
 
 
 @pytest.mark.parametrize("desc", [H1, TREE], ids=["histogram", "tree"])
@@ -97,15 +109,18 @@ def test_a_factor_makes_every_merge_dearer_by_what_it_measured(merger_with_cost)
     assert dearer.merge_time_total_ms >= 10 * plain.merge_time_total_ms
 
 
-@pytest.mark.parametrize("cost,received,want", [
-    (None, None, 256),
-    (MergeCost(factor=3.0), None, 256),  # unknown in advance: proportional to the merge's own work
-    (MergeCost(per_object_s=2e-3), None, 5),  # 5 x 2 ms: a turn's 10 ms
-    (MergeCost(per_object_s=1e-6), None, 256),
-    (MergeCost(per_object_s=1.0), None, 1),
-    (MergeCost(per_byte_s=1e-3 / 1e6), None, 1),  # per MB, before the first object: its size unknown
-    (MergeCost(per_byte_s=1e-3 / 1e6), 1_000_000, 10),  # 1 ms per object of 1 MB
-])
+@pytest.mark.parametrize(
+    "cost,received,want",
+    [
+        (None, None, 256),
+        (MergeCost(factor=3.0), None, 256),  # unknown in advance: proportional to the merge's own work
+        (MergeCost(per_object_s=2e-3), None, 5),  # 5 x 2 ms: a turn's 10 ms
+        (MergeCost(per_object_s=1e-6), None, 256),
+        (MergeCost(per_object_s=1.0), None, 1),
+        (MergeCost(per_byte_s=1e-3 / 1e6), None, 1),  # per MB, before the first object: its size unknown
+        (MergeCost(per_byte_s=1e-3 / 1e6), 1_000_000, 10),  # 1 ms per object of 1 MB
+    ],
+)
 def test_a_dear_merger_reads_as_many_messages_at_once_as_cost_a_turn(merger_with_cost, cost, received, want):
     m = merger_with_cost(cost)
     if received:

@@ -36,8 +36,18 @@ class Pair:
             out = self.ctx.socket(zmq.PULL)
             port = out.bind_to_random_port("tcp://127.0.0.1")
             self.outputs.append(out)
-            self.mergers.append(Merger({"node_id": "m", "index": 0, "producers": producers, "buffer_size": 1000,
-                                        "send_buffer": 100_000, "downstream_endpoint": f"tcp://127.0.0.1:{port}"}))
+            self.mergers.append(
+                Merger(
+                    {
+                        "node_id": "m",
+                        "index": 0,
+                        "producers": producers,
+                        "buffer_size": 1000,
+                        "send_buffer": 100_000,
+                        "downstream_endpoint": f"tcp://127.0.0.1:{port}",
+                    }
+                )
+            )
         self.one, self.batched = self.mergers
         self.pushers = []
         self.taken_at_once = 0  # objects the batched merger took a run at a time
@@ -46,12 +56,13 @@ class Pair:
         def counting(b, first, end):
             self.taken_at_once += end - first
             take_run(b, first, end)
+
         self.batched.take_run = counting
 
     def feed(self, msgs, batch=256):
         self.feed_one(msgs)
         for i in range(0, len(msgs), batch):
-            self.batched.on_batch(msgs[i:i + batch])
+            self.batched.on_batch(msgs[i : i + batch])
 
     def feed_one(self, msgs):
         for msg in msgs:
@@ -77,10 +88,14 @@ class Pair:
             np.testing.assert_array_equal(getattr(a.seq, field), getattr(b.seq, field), err_msg=field)
         assert a.seq.eos_count == b.seq.eos_count
         # every object's wait is measured, once
-        assert a.latency.total()["input_latency_objects"] == b.latency.total()["input_latency_objects"] == a.objects_received
-        got_a, got_b = (self.merged(m, out) for m, out in zip(self.mergers, self.outputs))
+        assert (
+            a.latency.total()["input_latency_objects"]
+            == b.latency.total()["input_latency_objects"]
+            == a.objects_received
+        )
+        got_a, got_b = (self.merged(m, out) for m, out in zip(self.mergers, self.outputs, strict=False))
         assert len(got_a) == len(got_b) > 0
-        for (ha, da, xa), (hb, db, xb) in zip(got_a, got_b):
+        for (ha, da, xa), (hb, db, xb) in zip(got_a, got_b, strict=False):
             assert ha == hb and da == db
             np.testing.assert_array_equal(xa, xb)
             if da.kind.is_histogram:  # exact: the cells add up to the entries declared
@@ -118,16 +133,21 @@ def pair_of(request):
     def make(producers):
         made.append(Pair(producers))
         return made[-1]
+
     yield make
     for p in made:
         p.close()
 
 
 def obj(desc, source, seq, entries=None, t_sent=None):
-    data = fill_gaussian(desc, 20, RNG)[0] if desc.kind.is_histogram else RNG.standard_normal(desc.shape, dtype=np.float32)
+    data = (
+        fill_gaussian(desc, 20, RNG)[0] if desc.kind.is_histogram else RNG.standard_normal(desc.shape, dtype=np.float32)
+    )
     if entries is None:
         entries = entries_of(desc, data)
-    frames = wire.encode(desc, data, source=source, seq=seq, entries=entries, t_sent=time.time() if t_sent is None else t_sent)
+    frames = wire.encode(
+        desc, data, source=source, seq=seq, entries=entries, t_sent=time.time() if t_sent is None else t_sent
+    )
     if len(frames) == 1:
         return frames[0]
     return Multipart([frames[0], frames[1].tobytes()])
@@ -162,25 +182,39 @@ def test_a_mixed_batch_gives_what_one_message_at_a_time_gives(pair_of, batch):
         good[0][:-8],  # truncated
         obj(H1, 99, 0),  # a stranger
         *good[30:45],
-        obj(H1_OTHER, 10, 15), obj(H1_OTHER, 11, 15),  # a new name in the middle ...
-        obj(H1, 12, 15), obj(H1_OTHER, 12, 16),  # ... and again, known by now
+        obj(H1_OTHER, 10, 15),
+        obj(H1_OTHER, 11, 15),  # a new name in the middle ...
+        obj(H1, 12, 15),
+        obj(H1_OTHER, 12, 16),  # ... and again, known by now
         obj(H1, 10, 18),  # producer 10 skips 16 and 17
-        obj(H1, 11, 16), obj(H1, 11, 17),
+        obj(H1, 11, 16),
+        obj(H1, 11, 17),
         wire.encode_eos(12, 20),  # producer 12 says it sent 20: 17, 18 and 19 are missing
         obj(H1, 10, 16),  # late: a reordering
-        obj(H2, 10, 19), obj(H2, 11, 18),  # another length
+        obj(H2, 10, 19),
+        obj(H2, 11, 18),  # another length
         obj(TREE, 12, 17),  # a tree (after its producer's end-of-stream marker: taken all the same)
-        obj(BIG, 10, 20), obj(BIG, 11, 19),  # two frames
+        obj(BIG, 10, 20),
+        obj(BIG, 11, 19),  # two frames
         obj(H1, 11, 20),
         *rounds(H1, [10, 11], range(21, 50)),
-        obj(H1_LONG_NAME, 10, 50), obj(H1_LONG_NAME, 11, 50), obj(H1_LONG_NAME, 12, 18),
+        obj(H1_LONG_NAME, 10, 50),
+        obj(H1_LONG_NAME, 11, 50),
+        obj(H1_LONG_NAME, 12, 18),
         *rounds(H1_LONG_NAME, [10, 11], range(51, 54)),
     ]
     assert len(bad_magic) == len(good[0]) == len(unknown_flags) and len(msgs) <= 256
     pair.feed(msgs, batch)
     pair.assert_same()
     m = pair.batched
-    assert (m.malformed, m.unexpected, m.seq.gaps, m.seq.gap_events, m.seq.reordered, m.seq.eos_seen) == (4, 1, 5, 1, 1, 1)
+    assert (m.malformed, m.unexpected, m.seq.gaps, m.seq.gap_events, m.seq.reordered, m.seq.eos_seen) == (
+        4,
+        1,
+        5,
+        1,
+        1,
+        1,
+    )
     assert m.objects_received == len(msgs) - 5 - 1
     if batch >= merger_module.MIN_BATCH:  # the good ones of known names went the batch way
         assert pair.taken_at_once >= (100 if batch == 256 else 50)
@@ -202,8 +236,13 @@ def test_a_batch_of_the_usual_name_with_a_stranger_and_a_gap(pair_of):
 
 def test_end_of_stream_in_the_middle_of_a_batch_sees_only_what_came_before(pair_of):
     pair = pair_of([10, 11])
-    msgs = [*rounds(H1, [10, 11], range(5)), wire.encode_eos(10, 5), wire.encode_eos(11, 7),
-            obj(H1, 11, 5), obj(H1, 11, 6)]
+    msgs = [
+        *rounds(H1, [10, 11], range(5)),
+        wire.encode_eos(10, 5),
+        wire.encode_eos(11, 7),
+        obj(H1, 11, 5),
+        obj(H1, 11, 6),
+    ]
     pair.feed(msgs)
     pair.assert_same()
     assert pair.batched.seq.gaps == 2 and pair.batched.seq.eos_count == [5, 7]
@@ -226,7 +265,7 @@ def test_several_names_interleaved_in_any_batch_size(pair_of, batch):
     pair = pair_of(producers)
     names = [H1, H1_OTHER, H1_LONG_NAME]
     msgs, seq = [], dict.fromkeys(producers, 0)
-    for i in range(600):
+    for _ in range(600):
         p = producers[int(RNG.integers(4))]
         msgs.append(obj(names[seq[p] % 3], p, seq[p]))
         seq[p] += 1
@@ -239,9 +278,17 @@ def test_several_names_interleaved_in_any_batch_size(pair_of, batch):
 def test_received_from_the_socket_in_batches(pair_of):
     """drain_input: multipart messages and oddities read from a real socket, then taken in order."""
     pair = pair_of([10, 11])
-    msgs = [*rounds(H1, [10, 11], range(300)), obj(BIG, 10, 300), obj(BIG, 11, 300), b"junk",
-            *rounds(H1, [10, 11], range(301, 400)), obj(TREE, 10, 400), obj(TREE, 11, 400),
-            wire.encode_eos(10, 401), wire.encode_eos(11, 401)]
+    msgs = [
+        *rounds(H1, [10, 11], range(300)),
+        obj(BIG, 10, 300),
+        obj(BIG, 11, 300),
+        b"junk",
+        *rounds(H1, [10, 11], range(301, 400)),
+        obj(TREE, 10, 400),
+        obj(TREE, 11, 400),
+        wire.encode_eos(10, 401),
+        wire.encode_eos(11, 401),
+    ]
     m = pair.batched
     # Over inproc, a message sent is already in the merger's queue: all of them are there before it
     # reads, so the batches it reads are full whatever the speed of ZeroMQ's I/O threads.
@@ -277,6 +324,8 @@ def test_a_turn_of_reading_ends_in_time_for_the_control_socket(pair_of, monkeypa
     m.drain_input()  # the other 544, in one turn: it ends when the queue is empty
     assert m.objects_received == 800 and not m.receive_overloaded() and m.merges == 100
     # Over, but each monitor is told once that it happened since it last asked; check-state says now.
-    flags = lambda client: m.answer(client, "get-metrics", {"command": "get-metrics"}, None)["receive_buffer_overloaded"]  # noqa: E731
+    flags = lambda client: m.answer(client, "get-metrics", {"command": "get-metrics"}, None)[
+        "receive_buffer_overloaded"
+    ]  # noqa: E731
     assert [flags(b"agent-a"), flags(b"agent-a"), flags(b"agent-b"), flags(b"agent-b")] == [True, False, True, False]
     assert m.answer(b"agent-c", "check-state", {"command": "check-state"}, None)["receive_buffer_overloaded"] is False

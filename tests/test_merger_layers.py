@@ -13,19 +13,20 @@ import time
 import pytest
 import yaml
 
-from support.common import topology_dict
-from flowstat.harness.control import ControlClient
 from flowstat.harness.agents import AgentOptions
+from flowstat.harness.control import ControlClient
 from flowstat.harness.orchestrator import run_topology
 from flowstat.harness.topology import from_dict
+from support.common import topology_dict
 from support.runs import assert_no_loss, wait_for_file
 
 pytestmark = pytest.mark.integration
 
 
 def layered_run(runs_dir, mergers, layers, producers=8):
-    topo = from_dict(topology_dict(duration=3, producers={"count": producers, "rate": 100}, mergers=mergers,
-                                   merger_layers=layers))
+    topo = from_dict(
+        topology_dict(duration=3, producers={"count": producers, "rate": 100}, mergers=mergers, merger_layers=layers)
+    )
     summary = run_topology(topo, runs_dir=runs_dir, agent=AgentOptions(enabled=False))
     run_doc = json.loads((runs_dir / summary["run_id"] / "run.json").read_text())
     return topo, summary, {n["node_id"]: n for n in summary["nodes"]}, run_doc
@@ -36,9 +37,11 @@ def assert_layers_conserved(topo, summary, nodes):
     c = summary["conservation"]
     assert c["checks"]["every_merger_sent_eq_received_eq_merged"] and c["checks"]["entries_conserved_in_every_layer"]
     layers = topo.layers()
-    for below, above in zip(layers, layers[1:]):
+    for below, above in zip(layers, layers[1:], strict=False):
         sent = sum(nodes[m]["objects_sent"] for m in below)
-        assert sent == sum(nodes[m]["objects_received"] for m in above) == sum(nodes[m]["objects_merged"] for m in above)
+        assert (
+            sent == sum(nodes[m]["objects_received"] for m in above) == sum(nodes[m]["objects_merged"] for m in above)
+        )
         assert sent > 0
     assert c["merged_objects_by_layer"] == [sum(nodes[m]["merges"] for m in layer) for layer in layers]
     assert nodes["viewer"]["objects_received"] == sum(nodes[m]["merges"] for m in layers[-1]) == c["merged_objects"]
@@ -66,8 +69,11 @@ def test_three_layers_uneven_conserve_every_object_and_entry(runs_dir):
     topo, s, nodes, run_doc = layered_run(runs_dir, 3, [2, 1], producers=9)
     assert_no_loss(s)
     assert_layers_conserved(topo, s, nodes)
-    assert topo.merger_inputs() == {"merger-l2-0": ("merger-0", "merger-1"), "merger-l2-1": ("merger-2",),
-                                    "merger-l3-0": ("merger-l2-0", "merger-l2-1")}
+    assert topo.merger_inputs() == {
+        "merger-l2-0": ("merger-0", "merger-1"),
+        "merger-l2-1": ("merger-2",),
+        "merger-l3-0": ("merger-l2-0", "merger-l2-1"),
+    }
     c = s["conservation"]
     final = nodes["merger-l3-0"]
     assert final["objects_merged"] == nodes["merger-l2-0"]["merges"] + nodes["merger-l2-1"]["merges"]
@@ -101,11 +107,31 @@ def wait_for_merges(endpoint: str, proc: subprocess.Popen, timeout: float = 30) 
 
 def test_a_killed_first_layer_merger_fails_the_run_and_is_named(tmp_path):
     path = tmp_path / "layers.yaml"
-    path.write_text(yaml.safe_dump(topology_dict(run_id="layers", duration=60, producers={"count": 8, "rate": 100},
-                                                 mergers=4, merger_layers=[1])))
-    proc = subprocess.Popen([sys.executable, "-m", "flowstat.cli", "run", str(path), "--run-id", "kill", "--json",
-                             "--no-agent", "--runs-dir", str(tmp_path)], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+    path.write_text(
+        yaml.safe_dump(
+            topology_dict(
+                run_id="layers", duration=60, producers={"count": 8, "rate": 100}, mergers=4, merger_layers=[1]
+            )
+        )
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "flowstat.cli",
+            "run",
+            str(path),
+            "--run-id",
+            "kill",
+            "--json",
+            "--no-agent",
+            "--runs-dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     endpoints = tmp_path / "kill" / "endpoints.json"
     wait_for_file(endpoints, proc)
     nodes = {n["node_id"]: n for n in json.loads(endpoints.read_text())["nodes"]}
@@ -118,7 +144,8 @@ def test_a_killed_first_layer_merger_fails_the_run_and_is_named(tmp_path):
     assert any(f.startswith("merger-1 (merger) exited with code -9") for f in summary["failures"]), summary["failures"]
     # the layer above misses what merger-1 would have sent it: the check of its inputs names it
     assert summary["conservation"]["merger_inputs_not_conserved"] == ["merger-1->merger-l2-0"]
-    assert any("every_merger_sent_eq_received_eq_merged" in f and "merger-1->merger-l2-0" in f
-               for f in summary["failures"]), summary["failures"]
+    assert any(
+        "every_merger_sent_eq_received_eq_merged" in f and "merger-1->merger-l2-0" in f for f in summary["failures"]
+    ), summary["failures"]
     # the others still ended in order, with their final report
     assert {n["node_id"] for n in summary["nodes"]} == set(nodes) - {"merger-1"}

@@ -14,8 +14,16 @@ def merger_and_output():
     ctx = zmq.Context()
     out = ctx.socket(zmq.PULL)
     port = out.bind_to_random_port("tcp://127.0.0.1")
-    m = Merger({"node_id": "m", "index": 0, "producers": [10, 11, 12], "buffer_size": 100,
-                "send_buffer": 100, "downstream_endpoint": f"tcp://127.0.0.1:{port}"})
+    m = Merger(
+        {
+            "node_id": "m",
+            "index": 0,
+            "producers": [10, 11, 12],
+            "buffer_size": 100,
+            "send_buffer": 100,
+            "downstream_endpoint": f"tcp://127.0.0.1:{port}",
+        }
+    )
     yield m, out
     m.out.close(0)
     m.data.close(0)
@@ -49,7 +57,7 @@ def test_merges_when_it_holds_one_object_per_producer(merger_and_output):
     assert m.merges == 0 and m.objects_held() == 2
     m.on_message(frame(desc, inputs[2], 12, 0))
     assert m.merges == 1 and m.objects_held() == 0 and len(m.merge_times) == 1
-    (header, got_desc, merged), = receive(out, 1)
+    ((header, got_desc, merged),) = receive(out, 1)
     np.testing.assert_array_equal(merged, inputs[0] + inputs[1] + inputs[2])
     assert header.n_inputs == 3 and header.entries == 300 and header.flags & wire.FLAG_MERGED
 
@@ -90,7 +98,7 @@ def test_flush_merges_incomplete_groups(merger_and_output):
     data = np.arange(77, dtype=np.float32).reshape(11, 7)
     m.on_message(frame(desc, data, 10, 0, entries=7.0))
     m.flush()
-    (header, got_desc, merged), = receive(out, 1)
+    ((header, got_desc, merged),) = receive(out, 1)
     assert got_desc.shape == (11, 7) and header.entries == 7
     np.testing.assert_array_equal(merged, data)
 
@@ -125,8 +133,13 @@ def feed(m, way, objects):
 
 
 def sequence_state(m):
-    return {"gaps": m.seq.gaps, "gap_events": m.seq.gap_events, "reordered": m.seq.reordered,
-            "expected": m.seq.expected.tolist(), "received": m.seq.received.tolist()}
+    return {
+        "gaps": m.seq.gaps,
+        "gap_events": m.seq.gap_events,
+        "reordered": m.seq.reordered,
+        "expected": m.seq.expected.tolist(),
+        "received": m.seq.received.tolist(),
+    }
 
 
 WAYS = pytest.mark.parametrize("way", ["one", "batch"])
@@ -140,8 +153,13 @@ def test_a_clean_prefix_continues_every_sequence(merger_and_output, way):
     m.seq.check_sequence = lambda local, seq: (one_by_one.append(seq), check(local, seq))
     feed(m, way, PREFIX)
     assert one_by_one == []
-    assert sequence_state(m) == {"gaps": 0, "gap_events": 0, "reordered": 0, "expected": [11, 11, 11],
-                                 "received": [11, 11, 11]}
+    assert sequence_state(m) == {
+        "gaps": 0,
+        "gap_events": 0,
+        "reordered": 0,
+        "expected": [11, 11, 11],
+        "received": [11, 11, 11],
+    }
     assert m.merges == 11 and m.seq.merged_in.tolist() == [11, 11, 11] and m.objects_received == 33
     m.on_message(frame(H, np.ones(10, np.float32), 10, 11))  # the next one, on its own: no gap
     m.on_message(frame(H, np.ones(10, np.float32), 11, 12))  # one skipped
@@ -152,24 +170,39 @@ def test_a_clean_prefix_continues_every_sequence(merger_and_output, way):
 def test_a_gap_of_one(merger_and_output, way):
     m, _ = merger_and_output
     feed(m, way, PREFIX + [(11, 12), (11, 13)])  # 11 never comes
-    assert sequence_state(m) == {"gaps": 1, "gap_events": 1, "reordered": 0, "expected": [11, 14, 11],
-                                 "received": [11, 13, 11]}
+    assert sequence_state(m) == {
+        "gaps": 1,
+        "gap_events": 1,
+        "reordered": 0,
+        "expected": [11, 14, 11],
+        "received": [11, 13, 11],
+    }
 
 
 @WAYS
 def test_a_duplicate_is_a_reordering_and_leaves_the_sequence_where_it_was(merger_and_output, way):
     m, _ = merger_and_output
     feed(m, way, PREFIX + [(12, 10), (12, 11)])
-    assert sequence_state(m) == {"gaps": 0, "gap_events": 0, "reordered": 1, "expected": [11, 11, 12],
-                                 "received": [11, 11, 13]}
+    assert sequence_state(m) == {
+        "gaps": 0,
+        "gap_events": 0,
+        "reordered": 1,
+        "expected": [11, 11, 12],
+        "received": [11, 11, 13],
+    }
 
 
 @WAYS
 def test_a_late_object_is_a_reordering_not_a_second_gap(merger_and_output, way):
     m, _ = merger_and_output
     feed(m, way, PREFIX + [(11, 14), (11, 12), (11, 15)])  # 11, 12, 13 skipped; 12 comes late
-    assert sequence_state(m) == {"gaps": 3, "gap_events": 1, "reordered": 1, "expected": [11, 16, 11],
-                                 "received": [11, 14, 11]}
+    assert sequence_state(m) == {
+        "gaps": 3,
+        "gap_events": 1,
+        "reordered": 1,
+        "expected": [11, 16, 11],
+        "received": [11, 14, 11],
+    }
 
 
 @WAYS
@@ -177,8 +210,13 @@ def test_a_producers_first_object_must_be_seq_0(merger_and_output, way):
     m, _ = merger_and_output
     late_start = [(p, s) for s in range(11) for p in (10, 11)] + [(12, s) for s in range(2, 14)]
     feed(m, way, late_start)
-    assert sequence_state(m) == {"gaps": 2, "gap_events": 1, "reordered": 0, "expected": [11, 11, 14],
-                                 "received": [11, 11, 12]}
+    assert sequence_state(m) == {
+        "gaps": 2,
+        "gap_events": 1,
+        "reordered": 0,
+        "expected": [11, 11, 14],
+        "received": [11, 11, 12],
+    }
 
 
 @WAYS
@@ -199,8 +237,13 @@ def test_sequence_numbers_up_to_max_seq_are_taken_and_max_seq_is_malformed(merge
     m, _ = merger_and_output
     feed(m, way, PREFIX + [(10, MAX_SEQ - 1), (11, MAX_SEQ)])
     assert m.malformed == 1
-    assert sequence_state(m) == {"gaps": MAX_SEQ - 1 - 11, "gap_events": 1, "reordered": 0,
-                                 "expected": [MAX_SEQ, 11, 11], "received": [12, 11, 11]}
+    assert sequence_state(m) == {
+        "gaps": MAX_SEQ - 1 - 11,
+        "gap_events": 1,
+        "reordered": 0,
+        "expected": [MAX_SEQ, 11, 11],
+        "received": [12, 11, 11],
+    }
 
 
 @WAYS
@@ -226,8 +269,10 @@ def test_the_log_names_the_merger_the_producer_and_the_sequence(merger_and_outpu
         feed(m, "one", PREFIX + [(11, 13), (11, 12)])
         m.on_message(wire.encode_eos(12, 14))
     assert [r.getMessage() for r in caplog.records] == [
-        "m: producer 11 skipped from seq 11 to 13", "m: producer 11 sent seq 12 after 13",
-        "m: producer 12 ended at 14 objects, 11 received"]
+        "m: producer 11 skipped from seq 11 to 13",
+        "m: producer 11 sent seq 12 after 13",
+        "m: producer 12 ended at 14 objects, 11 received",
+    ]
 
 
 def test_a_batch_checks_sequences_near_max_seq_exactly(merger_and_output):

@@ -10,8 +10,6 @@ import numpy as np
 import pytest
 import zmq
 
-from support import fixture_runs
-from support.common import topology_dict
 from flowstat.harness import wire
 from flowstat.harness.devices.merger import Merger
 from flowstat.harness.latency import LatencyRecorder
@@ -19,6 +17,8 @@ from flowstat.harness.online import OnlineJudge, Reading
 from flowstat.harness.orchestrator import run_topology
 from flowstat.harness.qcobjects import Kind, make_desc
 from flowstat.harness.topology import from_dict
+from support import fixture_runs
+from support.common import topology_dict
 
 
 # -- the latency distribution --------------------------------------------------------------------
@@ -45,8 +45,12 @@ def test_each_client_gets_the_interval_since_its_own_previous_request():
     a, b = rec.interval(b"a"), rec.interval(b"b")
     assert a["input_latency_objects"] == 1 and a["input_latency_max_ms"] == pytest.approx(10, abs=1e-6)
     assert b["input_latency_objects"] == 3 and b["input_latency_max_ms"] == pytest.approx(1000, abs=1e-6)
-    assert rec.interval(b"a") == {"input_latency_p50_ms": None, "input_latency_p99_ms": None,
-                                  "input_latency_max_ms": None, "input_latency_objects": 0}
+    assert rec.interval(b"a") == {
+        "input_latency_p50_ms": None,
+        "input_latency_p99_ms": None,
+        "input_latency_max_ms": None,
+        "input_latency_objects": 0,
+    }
 
 
 def test_a_stamp_from_the_future_is_counted_as_clock_skew():
@@ -57,10 +61,21 @@ def test_a_stamp_from_the_future_is_counted_as_clock_skew():
 
 # -- the verdict on readings ---------------------------------------------------------------------
 def readings(seconds=30, offered=1000.0, merged=1000.0, p99=lambda t: 5.0, rss=lambda t: 200_000, refusals=0):
-    return [Reading(t=float(t), merged=int(merged * t), received=int(merged * t), offered=int(offered * t),
-                    refusals=int(refusals * t), vmrss_kb=int(rss(t)), latency_p50_ms=p99(t) / 2,
-                    latency_p99_ms=p99(t), latency_max_ms=p99(t) * 1.2, latency_objects=int(merged))
-            for t in range(1, seconds + 1)]
+    return [
+        Reading(
+            t=float(t),
+            merged=int(merged * t),
+            received=int(merged * t),
+            offered=int(offered * t),
+            refusals=int(refusals * t),
+            vmrss_kb=int(rss(t)),
+            latency_p50_ms=p99(t) / 2,
+            latency_p99_ms=p99(t),
+            latency_max_ms=p99(t) * 1.2,
+            latency_objects=int(merged),
+        )
+        for t in range(1, seconds + 1)
+    ]
 
 
 def judged(rs, duration=30):
@@ -76,14 +91,17 @@ def test_a_merger_that_keeps_up_is_online():
     assert v["merged_per_second"] == pytest.approx(1000, rel=0.01) and v["window_s"][0] >= 3
 
 
-@pytest.mark.parametrize("case, words", [
-    (dict(merged=900.0), "merged 90%"),
-    (dict(p99=lambda t: 5.0 + 20 * t), "grew from"),
-    (dict(p99=lambda t: 700.0 + 25 * t), "grew from"),  # already high after start-up, and rising
-    (dict(p99=lambda t: 1500.0), "reached"),
-    (dict(rss=lambda t: 200_000 + 2048 * t), "VmRSS grew"),  # 2 MB/s
-    (dict(refusals=50), "refused"),
-])
+@pytest.mark.parametrize(
+    "case, words",
+    [
+        (dict(merged=900.0), "merged 90%"),
+        (dict(p99=lambda t: 5.0 + 20 * t), "grew from"),
+        (dict(p99=lambda t: 700.0 + 25 * t), "grew from"),  # already high after start-up, and rising
+        (dict(p99=lambda t: 1500.0), "reached"),
+        (dict(rss=lambda t: 200_000 + 2048 * t), "VmRSS grew"),  # 2 MB/s
+        (dict(refusals=50), "refused"),
+    ],
+)
 def test_a_merger_that_falls_behind_is_not_online_and_says_why(case, words):
     v = judged(readings(**case))
     assert v["online"] is False and any(words in w for w in v["why"]), v["why"]
@@ -116,8 +134,16 @@ def merger():
     ctx = zmq.Context()
     out = ctx.socket(zmq.PULL)
     port = out.bind_to_random_port("tcp://127.0.0.1")
-    m = Merger({"node_id": "m", "index": 0, "producers": [0, 1], "buffer_size": 100, "send_buffer": 100,
-                "downstream_endpoint": f"tcp://127.0.0.1:{port}"})
+    m = Merger(
+        {
+            "node_id": "m",
+            "index": 0,
+            "producers": [0, 1],
+            "buffer_size": 100,
+            "send_buffer": 100,
+            "downstream_endpoint": f"tcp://127.0.0.1:{port}",
+        }
+    )
     push = ctx.socket(zmq.PUSH)
     push.connect(m.data_endpoint)
     yield m, push

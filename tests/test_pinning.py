@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from support.common import TOPOLOGIES, topology_dict
 from flowstat.harness import topology as topology_module
 from flowstat.harness.agents import find_c_agent
 from flowstat.harness.orchestrator import run_topology
 from flowstat.harness.topology import TopologyError, from_dict, load
 from flowstat.proc.procfs import ProcessGone, descendants, format_cpu_list, status_fields
 from flowstat.schema import run as run_schema
+from support.common import TOPOLOGIES, topology_dict
 
 TWO_CPUS = {0, 1} <= os.sched_getaffinity(0)
 needs_two_cpus = pytest.mark.skipif(not TWO_CPUS, reason="pinning apart needs CPUs 0 and 1")
@@ -24,11 +24,14 @@ PINS = {"merger": 1, "producer": 0, "viewer": 0, "agent": 0}
 
 # -- loading --------------------------------------------------------------------------------------
 
+
 def test_a_cpu_that_does_not_exist_is_refused_naming_the_field(tmp_path):
     count = os.cpu_count()
     p = tmp_path / "t.yaml"
-    p.write_text(f"run_id: t\nobject: {{type: TH1F, size: 1kB}}\nproducers: {{count: 2}}\n"
-                 f"cpus: {{producer: 0, merger: {count}}}\n")
+    p.write_text(
+        f"run_id: t\nobject: {{type: TH1F, size: 1kB}}\nproducers: {{count: 2}}\n"
+        f"cpus: {{producer: 0, merger: {count}}}\n"
+    )
     with pytest.raises(TopologyError) as err:
         load(p)
     here = format_cpu_list(os.sched_getaffinity(0))
@@ -37,12 +40,16 @@ def test_a_cpu_that_does_not_exist_is_refused_naming_the_field(tmp_path):
 
 def test_an_unknown_key_is_refused_naming_the_field(tmp_path):
     p = tmp_path / "t.yaml"
-    p.write_text("run_id: t\nobject: {type: TH1F, size: 1kB}\nproducers: {count: 2}\nmergers: 1\n"
-                 "cpus: {merger: 0, merger-7: 0}\n")
+    p.write_text(
+        "run_id: t\nobject: {type: TH1F, size: 1kB}\nproducers: {count: 2}\nmergers: 1\n"
+        "cpus: {merger: 0, merger-7: 0}\n"
+    )
     with pytest.raises(TopologyError) as err:
         load(p)
-    assert str(err.value).startswith(f"{p}: cpus.merger-7: neither a role (producer, merger, viewer, agent) nor "
-                                     f"a node of this topology (viewer, merger-0, producers-0, agent-py, agent-c)")
+    assert str(err.value).startswith(
+        f"{p}: cpus.merger-7: neither a role (producer, merger, viewer, agent) nor "
+        f"a node of this topology (viewer, merger-0, producers-0, agent-py, agent-c)"
+    )
 
 
 def test_a_cpu_outside_flowstats_own_affinity_is_refused(monkeypatch):
@@ -52,15 +59,18 @@ def test_a_cpu_outside_flowstats_own_affinity_is_refused(monkeypatch):
         from_dict(topology_dict(cpus={"merger-0": "0-1"}), "t.yaml")
 
 
-@pytest.mark.parametrize("value,error", [
-    ([], "no CPUs: a node needs at least one to run on"),
-    ("1-0", "range 1-0 is empty"),
-    (-1, "bad CPU or range '-1'"),
-    (True, "expected CPUs such as 1, [0, 1] or \"0-1,3\", got True"),
-    (1.0, "expected CPUs such as 1, [0, 1] or \"0-1,3\", got 1.0"),
-    ([0, [1]], "bad CPU or range [1]"),
-    ("0-99999999999", "CPU {count} does not exist here"),  # refused before a set that large is built
-])
+@pytest.mark.parametrize(
+    "value,error",
+    [
+        ([], "no CPUs: a node needs at least one to run on"),
+        ("1-0", "range 1-0 is empty"),
+        (-1, "bad CPU or range '-1'"),
+        (True, 'expected CPUs such as 1, [0, 1] or "0-1,3", got True'),
+        (1.0, 'expected CPUs such as 1, [0, 1] or "0-1,3", got 1.0'),
+        ([0, [1]], "bad CPU or range [1]"),
+        ("0-99999999999", "CPU {count} does not exist here"),  # refused before a set that large is built
+    ],
+)
 def test_bad_cpu_lists_name_the_field(value, error):
     with pytest.raises(TopologyError) as err:
         from_dict(topology_dict(cpus={"viewer": value}), "t.yaml")
@@ -73,8 +83,13 @@ def test_cpu_lists_are_written_as_the_kernel_writes_them():
 
 def test_cpu_lists_and_a_nodes_entry_over_its_roles():
     top = max(os.sched_getaffinity(0))
-    t = from_dict(topology_dict(producers={"count": 4, "processes": 2}, mergers=2,
-                                cpus={"merger": [0], "merger-1": f"0-{top}", "producer": "0", "agent-c": 0}))
+    t = from_dict(
+        topology_dict(
+            producers={"count": 4, "processes": 2},
+            mergers=2,
+            cpus={"merger": [0], "merger-1": f"0-{top}", "producer": "0", "agent-c": 0},
+        )
+    )
     assert t.cpus_for("merger-0", "merger") == {0}
     assert t.cpus_for("merger-1", "merger") == set(range(top + 1))  # the node's entry wins
     assert t.cpus_for("producers-1", "producer") == {0}
@@ -116,8 +131,9 @@ def test_every_thread_is_pinned_those_running_and_those_started_after():
 
     from flowstat.proc.procfs import pin_threads
 
-    child = subprocess.Popen([sys.executable, "-c", THREADED_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", THREADED_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert child.stdout.readline() == "ready\n"  # its threads are running
         assert pin_threads(child.pid, {1}) == {1}
@@ -133,6 +149,7 @@ def test_every_thread_is_pinned_those_running_and_those_started_after():
 
 
 # -- a real run -------------------------------------------------------------------------------------
+
 
 def allowed_cpus(pid: int) -> dict[str, set[int]]:
     """Cpus_allowed_list of the process (/proc/PID/status) and of each of its threads, by "PID" and
@@ -217,7 +234,8 @@ def test_run_json_records_each_process_cpus(pinned_run):
         {"node_id": "viewer", "role": "viewer", "cpus": [0]},
         {"node_id": "merger-0", "role": "merger", "cpus": [1]},
         {"node_id": "producers-0", "role": "producer", "cpus": [0]},
-        *({"node_id": a, "role": "agent", "cpus": [0]} for a in agents)]
+        *({"node_id": a, "role": "agent", "cpus": [0]} for a in agents),
+    ]
     assert summary["affinity"] == doc["affinity"]
 
 

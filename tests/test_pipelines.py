@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 import subprocess
 
-from support.common import ROOT
 from flowstat.schema import sample as sample_schema
+from support.common import ROOT
 
 LOGSTASH = ROOT / "pipelines" / "logstash" / "pipeline" / "flowstat.conf"
 
@@ -71,11 +71,15 @@ def test_logstash_pipeline_parses_and_matches_the_agents():
     self_sample = {"host": "h", "agent": "a", "time": "2026-11-22T10:51:14.123Z", "seq": 3}
     assert render(agent["[@metadata][doc_id]"][0], self_sample) == agent_schema.document_id(self_sample)
     assert agent["[@metadata][index]"] == [AGENTS_INDEX]
-    assert render(run["[@metadata][doc_id]"][0], {"run_id": "r-1"}) == "r-1" and run["[@metadata][index]"] == [RUNS_INDEX]
+    assert render(run["[@metadata][doc_id]"][0], {"run_id": "r-1"}) == "r-1" and run["[@metadata][index]"] == [
+        RUNS_INDEX
+    ]
     # samples and self-samples: the daily index of their own day, as the agents' sinks choose it
     steps = [settings(parsed) for _, parsed in routes["[node_id] or [agent]"]]
     assert steps[0]["copy"] == [["time", ["[@metadata][day]"]]]
-    pattern, replacement = re.search(r'gsub => \["\[@metadata\]\[day\]", "([^"]+)", "([^"]+)"\]', LOGSTASH.read_text()).groups()
+    pattern, replacement = re.search(
+        r'gsub => \["\[@metadata\]\[day\]", "([^"]+)", "([^"]+)"\]', LOGSTASH.read_text()
+    ).groups()
     assert steps[2]["replace"] == [["[@metadata][index]", ["%{[@metadata][index]}-%{[@metadata][day]}"]]]
     for stamp in ("2026-11-22T10:51:14.123Z", "2026-01-01T00:00:00.000Z", "2025-12-31T23:59:59.999Z"):
         day = re.sub(pattern, replacement, stamp)
@@ -101,7 +105,9 @@ def test_the_built_telegraf_is_the_pinned_version_with_the_plugins_its_config_us
         listed = subprocess.run([binary, "plugins", kind], capture_output=True, text=True, timeout=60)
         built |= set(listed.stdout.split())
     assert built == {p for p in PLUGINS if p.startswith(("inputs.", "outputs."))}  # those asked for, no more
-    used = set(re.findall(r"^\[\[(\w+\.\w+)\]\]", (ROOT / "pipelines" / "telegraf" / "telegraf.conf").read_text(), re.M))
+    used = set(
+        re.findall(r"^\[\[(\w+\.\w+)\]\]", (ROOT / "pipelines" / "telegraf" / "telegraf.conf").read_text(), re.M)
+    )
     assert used == {"inputs.influxdb_listener", "inputs.socket_listener", "outputs.influxdb"} and used <= built
 
 
@@ -115,19 +121,39 @@ def test_telegraf_config_loads_with_the_compose_services_environment(tmp_path):
     from flowstat.stack.telegraf import build
 
     binary = str(build())
-    example = dict(line.split("=", 1) for line in (ROOT / ".env.example").read_text().splitlines()
-                   if line.strip() and not line.startswith("#"))
+    example = dict(
+        line.split("=", 1)
+        for line in (ROOT / ".env.example").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    )
     service = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["telegraf"]
-    env = {k: re.sub(r"\$\{(\w+)[^}]*\}", lambda m: example[m.group(1)], str(v))
-           for k, v in service["environment"].items()}
-    env.update({"FLOWSTAT_TELEGRAF_HTTP": "127.0.0.1:0", "FLOWSTAT_TELEGRAF_UDP": "127.0.0.1:0",
-                "FLOWSTAT_TELEGRAF_TCP": "127.0.0.1:0", "FLOWSTAT_INFLUX_URL": "http://127.0.0.1:1",
-                "PATH": "/usr/bin:/bin"})
-    out = subprocess.run([binary, "--config", str(ROOT / "pipelines" / "telegraf" / "telegraf.conf"), "--test"],
-                         capture_output=True, text=True, env=env, timeout=60)
+    env = {
+        k: re.sub(r"\$\{(\w+)[^}]*\}", lambda m: example[m.group(1)], str(v)) for k, v in service["environment"].items()
+    }
+    env.update(
+        {
+            "FLOWSTAT_TELEGRAF_HTTP": "127.0.0.1:0",
+            "FLOWSTAT_TELEGRAF_UDP": "127.0.0.1:0",
+            "FLOWSTAT_TELEGRAF_TCP": "127.0.0.1:0",
+            "FLOWSTAT_INFLUX_URL": "http://127.0.0.1:1",
+            "PATH": "/usr/bin:/bin",
+        }
+    )
+    out = subprocess.run(
+        [binary, "--config", str(ROOT / "pipelines" / "telegraf" / "telegraf.conf"), "--test"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     # and without the buffer's size, it refuses to start: every variable the file reads matters
     del env["FLOWSTAT_TELEGRAF_BUFFER"]
-    out = subprocess.run([binary, "--config", str(ROOT / "pipelines" / "telegraf" / "telegraf.conf"), "--test"],
-                         capture_output=True, text=True, env=env, timeout=60)
+    out = subprocess.run(
+        [binary, "--config", str(ROOT / "pipelines" / "telegraf" / "telegraf.conf"), "--test"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert out.returncode != 0

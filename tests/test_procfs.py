@@ -23,7 +23,6 @@ def test_status_is_parsed_by_key():
     assert fields["Pid"] == str(os.getpid()) and "VmRSS" in fields
 
 
-
 def test_start_time_is_when_the_process_started():
     before = time.time()
     child = subprocess.Popen(["sleep", "5"])
@@ -45,8 +44,10 @@ def test_dead_process_is_reported():
         vmrss_kb(proc.pid)
 
 
-@pytest.mark.parametrize("text,value", [("1kB", 1000), ("500 kB", 500_000), ("5MB", 5_000_000),
-                                        ("64KiB", 65536), (1234, 1234), ("2.5MB", 2_500_000)])
+@pytest.mark.parametrize(
+    "text,value",
+    [("1kB", 1000), ("500 kB", 500_000), ("5MB", 5_000_000), ("64KiB", 65536), (1234, 1234), ("2.5MB", 2_500_000)],
+)
 def test_parse_size(text, value):
     assert parse_size(text) == value
 
@@ -61,8 +62,10 @@ def test_the_machine_is_described_once_with_its_cpu_model_or_empty(tmp_path):
     from flowstat.proc import machine
 
     info = tmp_path / "cpuinfo"
-    info.write_text("processor\t: 0\nvendor_id\t: X\nmodel name\t: Some CPU @ 2.0GHz\n\nprocessor\t: 1\n"
-                    "model name\t: Some CPU @ 2.0GHz\n")
+    info.write_text(
+        "processor\t: 0\nvendor_id\t: X\nmodel name\t: Some CPU @ 2.0GHz\n\nprocessor\t: 1\n"
+        "model name\t: Some CPU @ 2.0GHz\n"
+    )
     assert machine.cpu_model(info) == "Some CPU @ 2.0GHz"
     info.write_text("processor\t: 0\nBogoMIPS\t: 50.00\n")  # an ARM kernel names no model
     assert machine.cpu_model(info) == "" and machine.cpu_model(tmp_path / "missing") == ""

@@ -35,40 +35,79 @@ REST_API_SPEC = ("org.elasticsearch", "rest-api-spec", "9.1.5")
 # security-put-role, security-change-password): the keys each takes.
 DOCUMENTED_BODY = {
     "security.put_user": {"password", "password_hash", "roles", "full_name", "email", "metadata", "enabled"},
-    "security.put_role": {"applications", "cluster", "global", "indices", "remote_indices", "remote_cluster",
-                          "metadata", "run_as", "description", "transient_metadata"},
+    "security.put_role": {
+        "applications",
+        "cluster",
+        "global",
+        "indices",
+        "remote_indices",
+        "remote_cluster",
+        "metadata",
+        "run_as",
+        "description",
+        "transient_metadata",
+    },
     "security.change_password": {"password", "password_hash"},
 }
 # Elasticsearch's cluster and index privileges used by the roles (elastic.co/docs/reference/
 # elasticsearch/security-privileges).
 CLUSTER_PRIVILEGES = {"monitor", "manage_index_templates", "manage_ilm", "all"}
-INDEX_PRIVILEGES = {"all", "create", "create_doc", "create_index", "index", "read", "view_index_metadata", "write",
-                    "manage", "delete", "monitor"}
-SECRETS_ENV = {"ELASTIC_PASSWORD": "elastic-pw-1234567", "KIBANA_SYSTEM_PASSWORD": "kibana-system-pw-1",
-               "LOGSTASH_ES_PASSWORD": "logstash-pw-12345", "AGENT_ES_PASSWORD": "agent-es-pw-12345",
-               "GRAFANA_ES_PASSWORD": "grafana-es-pw-123", "ELASTALERT_ES_PASSWORD": "elastalert-pw-123"}
+INDEX_PRIVILEGES = {
+    "all",
+    "create",
+    "create_doc",
+    "create_index",
+    "index",
+    "read",
+    "view_index_metadata",
+    "write",
+    "manage",
+    "delete",
+    "monitor",
+}
+SECRETS_ENV = {
+    "ELASTIC_PASSWORD": "elastic-pw-1234567",
+    "KIBANA_SYSTEM_PASSWORD": "kibana-system-pw-1",
+    "LOGSTASH_ES_PASSWORD": "logstash-pw-12345",
+    "AGENT_ES_PASSWORD": "agent-es-pw-12345",
+    "GRAFANA_ES_PASSWORD": "grafana-es-pw-123",
+    "ELASTALERT_ES_PASSWORD": "elastalert-pw-123",
+}
 
 
 def flowstat(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     # PYTHONPATH only when set: the flowstat of this checkout when it is run from it uninstalled
     python_path = {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}
-    return subprocess.run([sys.executable, "-m", "flowstat.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"),
-                                                **python_path, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "flowstat.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"), **python_path, **(env or {})},
+    )
 
 
 # -- Elasticsearch's security calls, against the REST API spec ------------------------------------
 @pytest.fixture(scope="module")
 def rest_api_spec() -> dict[str, dict]:
     group, artifact, version = REST_API_SPEC
-    jar = Path.home() / ".m2" / "repository" / group.replace(".", "/") / artifact / version / f"{artifact}-{version}.jar"
+    jar = (
+        Path.home() / ".m2" / "repository" / group.replace(".", "/") / artifact / version / f"{artifact}-{version}.jar"
+    )
     if not jar.exists():
-        out = subprocess.run(["mvn", "-q", "dependency:get", f"-Dartifact={group}:{artifact}:{version}",
-                              "-Dtransitive=false"], capture_output=True, text=True, timeout=600)
+        out = subprocess.run(
+            ["mvn", "-q", "dependency:get", f"-Dartifact={group}:{artifact}:{version}", "-Dtransitive=false"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert out.returncode == 0 and jar.exists(), out.stdout[-1000:] + out.stderr[-1000:]
     with zipfile.ZipFile(jar) as z:
-        return {Path(n).stem: json.loads(z.read(n)) for n in z.namelist()
-                if n.startswith("rest-api-spec/api/") and n.endswith(".json")}
+        return {
+            Path(n).stem: json.loads(z.read(n))
+            for n in z.namelist()
+            if n.startswith("rest-api-spec/api/") and n.endswith(".json")
+        }
 
 
 def spec_allows(spec: dict, method: str, path: str) -> bool:
@@ -85,7 +124,7 @@ def test_the_security_calls_match_elasticsearchs_rest_api_spec(rest_api_spec):
     calls = provision.security_calls(SECRETS_ENV)
     assert {c.api for c in calls} == set(DOCUMENTED_BODY)
     for call in calls:
-        (name, spec), = rest_api_spec[call.api].items()
+        ((name, spec),) = rest_api_spec[call.api].items()
         assert spec_allows(spec, call.method, call.path), f"{call.api}: {call.method} {call.path} is not in the spec"
         assert not spec_allows(spec, call.method, call.path + "/x")  # the check can say no
         if spec.get("body", {}).get("required"):
@@ -98,8 +137,9 @@ def test_the_security_calls_match_elasticsearchs_rest_api_spec(rest_api_spec):
             assert set(grant["privileges"]) <= INDEX_PRIVILEGES and grant["names"], name
     users = [c for c in calls if c.api == "security.put_user"]
     assert all(set(u.body["roles"]) <= set(roles) for u in users)  # every role a user gets is put first
-    assert [c.api for c in calls].index("security.put_user") > max(i for i, c in enumerate(calls)
-                                                                     if c.api == "security.put_role")
+    assert [c.api for c in calls].index("security.put_user") > max(
+        i for i, c in enumerate(calls) if c.api == "security.put_role"
+    )
 
 
 def test_the_roles_grant_each_client_only_what_it_needs():
@@ -125,8 +165,11 @@ def test_the_roles_grant_each_client_only_what_it_needs():
 
 # -- secrets ----------------------------------------------------------------------------------------
 def test_the_check_refuses_placeholders_and_names_each(tmp_path):
-    example = dict(line.split("=", 1) for line in (ROOT / ".env.example").read_text().splitlines()
-                   if line.strip() and not line.startswith("#"))
+    example = dict(
+        line.split("=", 1)
+        for line in (ROOT / ".env.example").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    )
     out = flowstat("provision", "--check", env=example)
     assert out.returncode == 2
     from flowstat import provision
@@ -163,8 +206,9 @@ def test_provision_installs_the_templates_into_the_real_elasticsearch(stack):
     probe = f"flowstat-runs-probe-{uuid.uuid4().hex[:8]}"
     requests.put(f"{es.url}/{probe}", timeout=30).raise_for_status()
     try:
-        health = requests.get(f"{es.url}/_cluster/health/{probe}", params={"wait_for_status": "green",
-                                                                          "timeout": "20s"}, timeout=30).json()
+        health = requests.get(
+            f"{es.url}/_cluster/health/{probe}", params={"wait_for_status": "green", "timeout": "20s"}, timeout=30
+        ).json()
         assert health["status"] == "green" and not health["timed_out"]
     finally:
         requests.delete(f"{es.url}/{probe}", timeout=10)
@@ -184,12 +228,21 @@ def test_elasticsearch_install_script_installs_the_templates(stack):
     requests.delete(f"{es.url}/_component_template/flowstat-agent-mappings", timeout=10).raise_for_status()
     # an index of self-samples as an older flowstat made it: without interval_s
     older = f"flowstat-agents-older-{uuid.uuid4().hex[:8]}"
-    requests.put(f"{es.url}/{older}", json={"mappings": {"dynamic": "strict", "properties": {
-        "time": {"type": "date"}, "agent": {"type": "keyword"}}}}, timeout=10).raise_for_status()
+    requests.put(
+        f"{es.url}/{older}",
+        json={
+            "mappings": {"dynamic": "strict", "properties": {"time": {"type": "date"}, "agent": {"type": "keyword"}}}
+        },
+        timeout=10,
+    ).raise_for_status()
     try:
         for _ in range(2):  # idempotent
-            out = subprocess.run(["sh", str(ROOT / "index-templates" / "elasticsearch" / "install.sh")],
-                                 env={"ES_URL": es.url, "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+            out = subprocess.run(
+                ["sh", str(ROOT / "index-templates" / "elasticsearch" / "install.sh")],
+                env={"ES_URL": es.url, "PATH": "/usr/bin:/bin"},
+                capture_output=True,
+                text=True,
+            )
             assert out.returncode == 0, out.stderr
             assert "installed flowstat-agents*/_mapping" in out.stdout
         got = requests.get(f"{es.url}/{older}/_mapping", timeout=10).json()[older]["mappings"]["properties"]
@@ -220,20 +273,28 @@ def reachable_tmp_module():
 
 
 def influx_env(writer_pw="writer-pw-123456", reader_pw="reader-pw-123456") -> dict[str, str]:
-    return {"INFLUXDB_ADMIN_USER": ADMIN[0], "INFLUXDB_ADMIN_PASSWORD": ADMIN[1],
-            "INFLUXDB_WRITER_USER": "telegraf", "INFLUXDB_WRITER_PASSWORD": writer_pw,
-            "INFLUXDB_READER_USER": "grafana", "INFLUXDB_READER_PASSWORD": reader_pw,
-            "INFLUXDB_REPLAY_USER": "replay", "INFLUXDB_REPLAY_PASSWORD": "replay-pw-123456"}
+    return {
+        "INFLUXDB_ADMIN_USER": ADMIN[0],
+        "INFLUXDB_ADMIN_PASSWORD": ADMIN[1],
+        "INFLUXDB_WRITER_USER": "telegraf",
+        "INFLUXDB_WRITER_PASSWORD": writer_pw,
+        "INFLUXDB_READER_USER": "grafana",
+        "INFLUXDB_READER_PASSWORD": reader_pw,
+        "INFLUXDB_REPLAY_USER": "replay",
+        "INFLUXDB_REPLAY_PASSWORD": "replay-pw-123456",
+    }
 
 
 def write(url: str, auth) -> int:
-    return requests.post(f"{url}/write", params={"db": "flowstat", "rp": "raw"}, auth=auth, timeout=10,
-                         data=b"probe,node_id=a value=1\n").status_code
+    return requests.post(
+        f"{url}/write", params={"db": "flowstat", "rp": "raw"}, auth=auth, timeout=10, data=b"probe,node_id=a value=1\n"
+    ).status_code
 
 
 def read(url: str, auth) -> requests.Response:
-    return requests.post(f"{url}/query", params={"db": "flowstat", "q": "SELECT * FROM \"raw\".\"probe\""},
-                         auth=auth, timeout=10)
+    return requests.post(
+        f"{url}/query", params={"db": "flowstat", "q": 'SELECT * FROM "raw"."probe"'}, auth=auth, timeout=10
+    )
 
 
 def test_provision_makes_the_database_and_least_privileged_users_on_a_secured_influxdb(secured_influx):
@@ -250,12 +311,20 @@ def test_provision_makes_the_database_and_least_privileged_users_on_a_secured_in
     users = requests.post(f"{url}/query", params={"q": "SHOW USERS"}, auth=ADMIN, timeout=10).json()
     admin_flags = {row[0]: row[1] for row in users["results"][0]["series"][0]["values"]}
     assert admin_flags == {"admin": True, "telegraf": False, "grafana": False, "replay": False}
-    grants = {who: requests.post(f"{url}/query", params={"q": f'SHOW GRANTS FOR "{who}"'}, auth=ADMIN, timeout=10)
-              .json()["results"][0]["series"][0]["values"] for who in ("telegraf", "grafana", "replay")}
-    assert grants == {"telegraf": [["flowstat", "WRITE"]], "grafana": [["flowstat", "READ"]],
-                      "replay": [["flowstat", "ALL PRIVILEGES"]]}
-    rps = requests.post(f"{url}/query", params={"q": 'SHOW RETENTION POLICIES ON "flowstat"'}, auth=ADMIN,
-                        timeout=10).json()["results"][0]["series"][0]["values"]
+    grants = {
+        who: requests.post(f"{url}/query", params={"q": f'SHOW GRANTS FOR "{who}"'}, auth=ADMIN, timeout=10).json()[
+            "results"
+        ][0]["series"][0]["values"]
+        for who in ("telegraf", "grafana", "replay")
+    }
+    assert grants == {
+        "telegraf": [["flowstat", "WRITE"]],
+        "grafana": [["flowstat", "READ"]],
+        "replay": [["flowstat", "ALL PRIVILEGES"]],
+    }
+    rps = requests.post(
+        f"{url}/query", params={"q": 'SHOW RETENTION POLICIES ON "flowstat"'}, auth=ADMIN, timeout=10
+    ).json()["results"][0]["series"][0]["values"]
     assert {r[0] for r in rps} >= {"raw", "rollup"}
     cqs = requests.post(f"{url}/query", params={"q": "SHOW CONTINUOUS QUERIES"}, auth=ADMIN, timeout=10).json()
     assert sum(len(s.get("values", [])) for s in cqs["results"][0]["series"] if s["name"] == "flowstat") == 4
@@ -265,9 +334,10 @@ def test_provision_converges_passwords_and_privileges_that_drifted(secured_influ
     url = secured_influx.url
     assert flowstat("provision", "--influx", url, env=influx_env()).returncode == 0
     # someone made the reader an admin: the next run takes it back
-    requests.post(f"{url}/query", params={"q": 'GRANT ALL PRIVILEGES TO "grafana"'}, auth=ADMIN,
-                  timeout=10).raise_for_status()
-    out = flowstat("provision", "--influx", url, env=influx_env(writer_pw="a-new-writer-pw-1", reader_pw="b"*16))
+    requests.post(
+        f"{url}/query", params={"q": 'GRANT ALL PRIVILEGES TO "grafana"'}, auth=ADMIN, timeout=10
+    ).raise_for_status()
+    out = flowstat("provision", "--influx", url, env=influx_env(writer_pw="a-new-writer-pw-1", reader_pw="b" * 16))
     assert out.returncode == 0, out.stderr
     assert write(url, ("telegraf", "writer-pw-123456")) == 401  # the old password no longer works
     assert write(url, ("telegraf", "a-new-writer-pw-1")) == 204
@@ -284,8 +354,12 @@ def test_telegraf_writes_into_the_secured_influxdb_as_the_writer(secured_influx,
     from flowstat.stack.telegraf import Telegraf
 
     assert flowstat("provision", "--influx", secured_influx.url, env=influx_env()).returncode == 0
-    telegraf = Telegraf("telegraf", reachable_tmp_module, free_port(), extra={
-        "influx_url": secured_influx.url, "influx_user": "telegraf", "influx_password": "writer-pw-123456"})
+    telegraf = Telegraf(
+        "telegraf",
+        reachable_tmp_module,
+        free_port(),
+        extra={"influx_url": secured_influx.url, "influx_user": "telegraf", "influx_password": "writer-pw-123456"},
+    )
     telegraf.up()
     try:
         mark = uuid.uuid4().hex[:8]
@@ -293,8 +367,12 @@ def test_telegraf_writes_into_the_secured_influxdb_as_the_writer(secured_influx,
         assert resp.status_code == 204
         deadline = time.monotonic() + 30
         while True:  # Telegraf flushes every second
-            got = requests.post(f"{secured_influx.url}/query", auth=("grafana", "reader-pw-123456"), timeout=10,
-                                params={"db": "flowstat", "q": f'SELECT value FROM "raw"."probe_{mark}"'}).json()
+            got = requests.post(
+                f"{secured_influx.url}/query",
+                auth=("grafana", "reader-pw-123456"),
+                timeout=10,
+                params={"db": "flowstat", "q": f'SELECT value FROM "raw"."probe_{mark}"'},
+            ).json()
             if got["results"][0].get("series"):
                 break
             assert time.monotonic() < deadline, f"not in InfluxDB after 30 s; Telegraf's log:\n{telegraf.log_tail()}"
@@ -370,10 +448,20 @@ def test_the_kibana_import_sends_the_committed_objects_as_the_import_api_documen
     url, rec = recorder
     objects = ROOT / "dashboards" / "kibana" / "flowstat.ndjson"
     count = sum(1 for line in objects.read_text().splitlines() if line.strip())
-    rec.answers = {"/api/status": (200, {"status": {"overall": {"level": "available"}}}),
-                   "/api/saved_objects/_import": (200, {"success": True, "successCount": count})}
-    out = flowstat("provision", "--kibana", url, "--kibana-objects", str(objects), "--timeout", "10",
-                   env={"ELASTIC_PASSWORD": "elastic-pw-1234567"})
+    rec.answers = {
+        "/api/status": (200, {"status": {"overall": {"level": "available"}}}),
+        "/api/saved_objects/_import": (200, {"success": True, "successCount": count}),
+    }
+    out = flowstat(
+        "provision",
+        "--kibana",
+        url,
+        "--kibana-objects",
+        str(objects),
+        "--timeout",
+        "10",
+        env={"ELASTIC_PASSWORD": "elastic-pw-1234567"},
+    )
     assert out.returncode == 0, out.stderr
     assert f"imported {count} saved objects" in out.stdout
     method, path, headers, body = rec.seen[-1]
@@ -391,12 +479,34 @@ def test_an_incomplete_kibana_import_fails_and_names_the_objects(recorder):
     objects = ROOT / "dashboards" / "kibana" / "flowstat.ndjson"
     count = sum(1 for line in objects.read_text().splitlines() if line.strip())
     # the shape of Kibana's documented answer to an import with a conflict
-    rec.answers = {"/api/status": (200, {"status": {"overall": {"level": "available"}}}),
-                   "/api/saved_objects/_import": (200, {"success": False, "successCount": count - 1, "errors": [
-                       {"id": "flowstat-run", "type": "dashboard", "title": "flowstat run",
-                        "error": {"type": "missing_references", "references": [{"type": "lens", "id": "x"}]}}]})}
-    out = flowstat("provision", "--kibana", url, "--kibana-objects", str(objects), "--timeout", "10",
-                   env={"ELASTIC_PASSWORD": "elastic-pw-1234567"})
+    rec.answers = {
+        "/api/status": (200, {"status": {"overall": {"level": "available"}}}),
+        "/api/saved_objects/_import": (
+            200,
+            {
+                "success": False,
+                "successCount": count - 1,
+                "errors": [
+                    {
+                        "id": "flowstat-run",
+                        "type": "dashboard",
+                        "title": "flowstat run",
+                        "error": {"type": "missing_references", "references": [{"type": "lens", "id": "x"}]},
+                    }
+                ],
+            },
+        ),
+    }
+    out = flowstat(
+        "provision",
+        "--kibana",
+        url,
+        "--kibana-objects",
+        str(objects),
+        "--timeout",
+        "10",
+        env={"ELASTIC_PASSWORD": "elastic-pw-1234567"},
+    )
     assert out.returncode == 1
     assert "dashboard/flowstat-run" in out.stderr and "missing_references" in out.stderr
     assert f"{count - 1} of {count} objects imported" in out.stderr
@@ -406,11 +516,23 @@ def test_a_degraded_kibana_whose_saved_objects_are_available_takes_the_import(re
     url, rec = recorder
     objects = ROOT / "dashboards" / "kibana" / "flowstat.ndjson"
     count = sum(1 for line in objects.read_text().splitlines() if line.strip())
-    rec.answers = {"/api/status": (200, {"status": {"overall": {"level": "degraded"},
-                                                     "core": {"savedObjects": {"level": "available"}}}}),
-                   "/api/saved_objects/_import": (200, {"success": True, "successCount": count})}
-    out = flowstat("provision", "--kibana", url, "--kibana-objects", str(objects), "--timeout", "10",
-                   env={"ELASTIC_PASSWORD": "elastic-pw-1234567"})
+    rec.answers = {
+        "/api/status": (
+            200,
+            {"status": {"overall": {"level": "degraded"}, "core": {"savedObjects": {"level": "available"}}}},
+        ),
+        "/api/saved_objects/_import": (200, {"success": True, "successCount": count}),
+    }
+    out = flowstat(
+        "provision",
+        "--kibana",
+        url,
+        "--kibana-objects",
+        str(objects),
+        "--timeout",
+        "10",
+        env={"ELASTIC_PASSWORD": "elastic-pw-1234567"},
+    )
     assert out.returncode == 0, out.stderr
 
 

@@ -11,8 +11,8 @@ import orjson
 import pytest
 
 from flowstat import replay as R
-from flowstat.schema import sample as sample_schema
 from flowstat.schema import runfile
+from flowstat.schema import sample as sample_schema
 from flowstat.stores import WriterProcess
 from flowstat.stores.elasticsearch import Elasticsearch, daily_index
 from flowstat.stores.influxdb import InfluxDB
@@ -24,6 +24,7 @@ def influx_only():
 
 def both(index: str = "idx"):
     return [InfluxDB("http://unused").encoder(), Elasticsearch("http://unused", index).encoder()]
+
 
 STRINGS = ["a", "b c", "x,y=z", "", "é", "RUNNING", 'say "hi"', "back\\slash", "tab\there"]
 INTS = [0, 1, 7, 2**63 - 1, 2**63, 2**64 - 1, -1]
@@ -78,9 +79,15 @@ def test_fast_and_careful_checks_agree_and_encode_alike(tmp_path):
     assert {lineno for lineno, _ in report.bad} == refused
     assert lp.splitlines() == [sample_schema.to_line_protocol(d) for i, d in enumerate(docs) if i + 1 not in refused]
     # every path was exercised: the fast one, the careful one with good samples, and refusals
-    careful_good = sum(1 for i, d in enumerate(docs) if i + 1 not in refused and (
-        any(isinstance(v, str) and ('"' in v or "\\" in v) for v in d.values())
-        or any(type(d.get(f.name)) is int for f in sample_schema.fields() if f.type == "number")))
+    careful_good = sum(
+        1
+        for i, d in enumerate(docs)
+        if i + 1 not in refused
+        and (
+            any(isinstance(v, str) and ('"' in v or "\\" in v) for v in d.values())
+            or any(type(d.get(f.name)) is int for f in sample_schema.fields() if f.type == "number")
+        )
+    )
     assert min(len(refused), careful_good, len(docs) - len(refused) - careful_good) > 300
 
 
@@ -89,9 +96,20 @@ def write_lines(path: Path, lines: list[str]) -> None:
 
 
 def good(seq: int, **kw) -> dict:
-    d = {"time": f"2026-11-22T10:51:{seq % 60:02d}.{seq % 1000:03d}Z", "run_id": "r", "host": "h", "node_id": "n-1",
-         "role": "merger", "agent": "flowstat-agent-py", "seq": seq, "pid": 42, "node_state": "RUNNING",
-         "vmrss_kb": 1000 + seq, "cpu_clock_hz": 2.5 * seq, "send_buffer_overloaded": seq % 2 == 0}
+    d = {
+        "time": f"2026-11-22T10:51:{seq % 60:02d}.{seq % 1000:03d}Z",
+        "run_id": "r",
+        "host": "h",
+        "node_id": "n-1",
+        "role": "merger",
+        "agent": "flowstat-agent-py",
+        "seq": seq,
+        "pid": 42,
+        "node_state": "RUNNING",
+        "vmrss_kb": 1000 + seq,
+        "cpu_clock_hz": 2.5 * seq,
+        "send_buffer_overloaded": seq % 2 == 0,
+    }
     d.update(kw)
     return d
 
@@ -103,11 +121,14 @@ def test_read_batches_encodes_every_good_line_and_names_every_bad_one(tmp_path):
     docs[6] = good(6, cpu_clock_hz=12)  # valid, integer in a number field: careful path
     docs[7] = good(7, node_id="a b,c")  # tag to escape: fast path, escaped series
     lines = [header] + [json.dumps(docs[i]) + "\n" for i in sorted(docs)]
-    bad = {10: ("{not json\n", "not JSON"), 11: ("[1, 2]\n", "not a JSON object"),
-           12: (json.dumps(good(99, vmrss_kb=2**64 - 1)) + "\n", "field 'vmrss_kb'"),
-           13: (json.dumps(good(98, time="yesterday")) + "\n", "field 'time': not ISO-8601"),
-           14: (header, "a run header that is not on the first line"),
-           15: (json.dumps(good(97, extra=1)) + "\n", "field 'extra': not in the schema")}
+    bad = {
+        10: ("{not json\n", "not JSON"),
+        11: ("[1, 2]\n", "not a JSON object"),
+        12: (json.dumps(good(99, vmrss_kb=2**64 - 1)) + "\n", "field 'vmrss_kb'"),
+        13: (json.dumps(good(98, time="yesterday")) + "\n", "field 'time': not ISO-8601"),
+        14: (header, "a run header that is not on the first line"),
+        15: (json.dumps(good(97, extra=1)) + "\n", "field 'extra': not in the schema"),
+    }
     for lineno in sorted(bad):
         lines.insert(lineno - 1, bad[lineno][0])
     lines.append(json.dumps(good(96))[:40])  # truncated last line
@@ -127,8 +148,14 @@ def test_read_batches_encodes_every_good_line_and_names_every_bad_one(tmp_path):
     assert lp == [sample_schema.to_line_protocol(docs[i]) for i in sorted(docs)]
     bulk = b"".join(b for (_, b), _ in batches).decode().splitlines()
     assert [json.loads(x) for x in bulk[0::2]] == [
-        {"index": {"_index": daily_index("idx", sample_schema.time_ns(docs[i]["time"])), "_id": sample_schema.document_id(docs[i])}}
-        for i in sorted(docs)]
+        {
+            "index": {
+                "_index": daily_index("idx", sample_schema.time_ns(docs[i]["time"])),
+                "_id": sample_schema.document_id(docs[i]),
+            }
+        }
+        for i in sorted(docs)
+    ]
     assert [json.loads(x) for x in bulk[1::2]] == [docs[i] for i in sorted(docs)]
     assert (report.first_time, report.last_time) == (docs[1]["time"], docs[29]["time"])
     assert report.nodes == {"n-1", "a b,c"} and report.bytes_read == path.stat().st_size
@@ -156,7 +183,7 @@ def test_read_batches_rebases_time_for_both_stores(tmp_path):
     write_lines(path, [json.dumps(good(i)) + "\n" for i in (1, 2, 3)])
     report = R.FileReport(str(path))
     start_ms = 1_900_000_000_000
-    ((lp, bulk), n), = R.read_batches(path, report, both("idx"), rebase_ms=start_ms)
+    (((lp, bulk), n),) = R.read_batches(path, report, both("idx"), rebase_ms=start_ms)
     stamps = [int(x.rsplit(" ", 1)[1]) for x in lp.decode().splitlines()]
     first = sample_schema.time_ns(good(1)["time"])
     assert stamps == [start_ms * 10**6 + sample_schema.time_ns(good(i)["time"]) - first for i in (1, 2, 3)]
@@ -197,25 +224,50 @@ def test_progress_counts_every_byte_of_the_file(tmp_path):
 
 def test_the_run_document_comes_from_run_json_and_keeps_what_is_good(tmp_path):
     path = tmp_path / "samples.ndjson"
-    header = {"flowstat_run": {"run_id": "r", "host": "h", "parameters": {"producers": 2}, "agent": "flowstat-agent-py",
-                               "interval_s": 1.0}}
+    header = {
+        "flowstat_run": {
+            "run_id": "r",
+            "host": "h",
+            "parameters": {"producers": 2},
+            "agent": "flowstat-agent-py",
+            "interval_s": 1.0,
+        }
+    }
     write_lines(path, [json.dumps(header) + "\n"] + [json.dumps(good(i)) + "\n" for i in (1, 2, 3)])
     report = R.FileReport(str(path))
     list(R.read_batches(path, report, []))
     # no run.json: the header's run fields, completed from the samples
     doc = R.run_document(report)
-    assert doc == {"run_id": "r", "host": "h", "parameters": {"producers": 2}, "started": good(1)["time"],
-                   "finished": good(3)["time"], "nodes": ["n-1"], "samples": 3, "label": "r | recorded on h"}
+    assert doc == {
+        "run_id": "r",
+        "host": "h",
+        "parameters": {"producers": 2},
+        "started": good(1)["time"],
+        "finished": good(3)["time"],
+        "nodes": ["n-1"],
+        "samples": 3,
+        "label": "r | recorded on h",
+    }
     # a run.json with a field that does not conform: that field is named and left out
-    (tmp_path / "run.json").write_text(json.dumps({"run_id": "r", "started": "2026-11-22T10:00:00.000Z",
-                                                   "topology": "t.yaml", "parameters": {"producers": "two"},
-                                                   "verdict": {"ok": True, "conserved": True}}))
+    (tmp_path / "run.json").write_text(
+        json.dumps(
+            {
+                "run_id": "r",
+                "started": "2026-11-22T10:00:00.000Z",
+                "topology": "t.yaml",
+                "parameters": {"producers": "two"},
+                "verdict": {"ok": True, "conserved": True},
+            }
+        )
+    )
     report.notes.clear()
     doc = R.run_document(report)
     assert doc["topology"] == "t.yaml" and doc["verdict"]["ok"] and "parameters" not in doc
     assert doc["started"] == "2026-11-22T10:00:00.000Z" and doc["samples"] == 3
-    assert report.notes == [f"{tmp_path / 'run.json'}: parameters.producers: expected integer, got str 'two'; "
-                            f"left out of the run document"]
+    assert report.notes == [
+        f"{tmp_path / 'run.json'}: parameters.producers: expected integer, got str 'two'; "
+        f"left out of the run document"
+    ]
     # a run.json of another run: not used
     (tmp_path / "run.json").write_text(json.dumps({"run_id": "other", "started": "2026-11-22T10:00:00.000Z"}))
     report.notes.clear()
@@ -226,8 +278,9 @@ def test_the_run_document_comes_from_run_json_and_keeps_what_is_good(tmp_path):
 def test_a_rebased_run_moves_its_run_document_with_its_samples(tmp_path):
     path = tmp_path / "samples.ndjson"
     write_lines(path, [json.dumps(good(i)) + "\n" for i in (1, 2, 3)])
-    (tmp_path / "run.json").write_text(json.dumps({"run_id": "r", "started": good(1)["time"],
-                                                   "finished": good(3)["time"]}))
+    (tmp_path / "run.json").write_text(
+        json.dumps({"run_id": "r", "started": good(1)["time"], "finished": good(3)["time"]})
+    )
     report = R.FileReport(str(path))
     start_ms = 1_900_000_000_000
     list(R.read_batches(path, report, [], rebase_ms=start_ms))
@@ -251,13 +304,28 @@ def test_samples_go_to_the_daily_index_of_their_own_utc_day_live_and_replayed(tm
     """The agents' sink (encode) and replay (its batch encoder) choose the same index for a sample:
     the UTC day of its own time, either side of midnight; run documents stay in one index."""
     stamps = ["2026-11-26T23:59:59.999Z", "2026-11-27T00:00:00.000Z", "2026-11-27T01:00:00.000+02:00"]
-    docs = [{"time": t, "run_id": "r", "host": "h", "node_id": "n", "role": "merger", "agent": "a", "seq": i,
-             "pid": 1, "node_state": "RUNNING"} for i, t in enumerate(stamps)]
+    docs = [
+        {
+            "time": t,
+            "run_id": "r",
+            "host": "h",
+            "node_id": "n",
+            "role": "merger",
+            "agent": "a",
+            "seq": i,
+            "pid": 1,
+            "node_state": "RUNNING",
+        }
+        for i, t in enumerate(stamps)
+    ]
     want = ["idx-2026.11.26", "idx-2026.11.27", "idx-2026.11.26"]  # 01:00+02:00 is 23:00 UTC the day before
     live = Elasticsearch("http://unused", "idx").encode(docs).decode().splitlines()[0::2]
     assert [json.loads(x)["index"]["_index"] for x in live] == want
-    batch = Elasticsearch("http://unused", "idx").encoder().encode([b"{}"] * 3, ["a", "b", "c"],
-                                                                 [sample_schema.time_ns(t) for t in stamps])
+    batch = (
+        Elasticsearch("http://unused", "idx")
+        .encoder()
+        .encode([b"{}"] * 3, ["a", "b", "c"], [sample_schema.time_ns(t) for t in stamps])
+    )
     assert [json.loads(x)["index"]["_index"] for x in batch.decode().splitlines()[0::2]] == want
     run = Elasticsearch("http://unused", "idx").encode_run({"run_id": "r", "started": stamps[0]})
     assert json.loads(run.splitlines()[0])["index"] == {"_index": "flowstat-runs", "_id": "r"}

@@ -14,10 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from support import fixture_runs as fx
-from support.common import ROOT, topology_dict
 from flowstat import cli
-from flowstat.schema import sample as sample_schema
 from flowstat.harness.orchestrator import run_topology
 from flowstat.harness.topology import from_dict
 from flowstat.report import _alerts, figures, load
@@ -26,9 +23,12 @@ from flowstat.report.build import write_report
 from flowstat.report.load import load_run
 from flowstat.report.reduce import envelope, minmax, on_spans
 from flowstat.schema import runfile
+from flowstat.schema import sample as sample_schema
 from flowstat.views import alerts
 from flowstat.views.labels import LABELS
 from flowstat.views.panels import RUN_VIEW
+from support import fixture_runs as fx
+from support.common import ROOT, topology_dict
 
 ARTIFACTS = ROOT / ".cache" / "test-artifacts" / "report"
 THESIS = ("cpu_clock_hz", "vmrss_kb", "average_merge_time_ms", "merged_objects_per_second")
@@ -42,8 +42,10 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     buffer of one message (fx.OVERLOAD: 12,000/s offered to a merger that takes at most
     1,000/s on any machine, and sets their pace)."""
     d = tmp_path_factory.mktemp("runs")
-    healthy = run_topology(from_dict(topology_dict(run_id="healthy", duration=8, mergers=2,
-                                                   producers={"count": 8, "rate": 100})), runs_dir=d)
+    healthy = run_topology(
+        from_dict(topology_dict(run_id="healthy", duration=8, mergers=2, producers={"count": 8, "rate": 100})),
+        runs_dir=d,
+    )
     overload = run_topology(from_dict(topology_dict(**{**fx.OVERLOAD, "run_id": "overload"})), runs_dir=d)
     assert healthy["ok"] and overload["ok"]
     return {"healthy": Path(healthy["run_dir"]), "overload": Path(overload["run_dir"])}
@@ -89,8 +91,12 @@ def reads_well(driver, runs_shown: list[Path]) -> None:
 
 def no_network_references(html: str) -> list[str]:
     """What in the page would reach the network: scripts, styles, fonts, images from a URL."""
-    return re.findall(r"""<(?:script|link|img|iframe)[^>]+(?:src|href)\s*=\s*["']?(?:https?:)?//[^\s"'>]+"""
-                      r"""|@import[^;]*|url\(\s*["']?(?:https?:)?//[^)]*\)""", html, flags=re.I)
+    return re.findall(
+        r"""<(?:script|link|img|iframe)[^>]+(?:src|href)\s*=\s*["']?(?:https?:)?//[^\s"'>]+"""
+        r"""|@import[^;]*|url\(\s*["']?(?:https?:)?//[^)]*\)""",
+        html,
+        flags=re.I,
+    )
 
 
 PLOTTED = """
@@ -153,10 +159,16 @@ def test_an_overloaded_run_s_report_draws_every_plot_offline_in_a_browser(runs, 
         else:
             assert where[(role, f)][0] == "other", (role, f)
     # the producers' buffer overloads: bars on their state timeline, as the run file says they were
-    flags = [json.loads(line).get("send_buffer_overloaded") for line in (runs["overload"] / "samples.ndjson").open()
-             if '"role":"producer"' in line]
-    bars = next(p["bars"] for p in browser.execute_script(PLOTTED)
-                if p["role"] == "producer" and p["fields"] == ["send_buffer_overloaded"])
+    flags = [
+        json.loads(line).get("send_buffer_overloaded")
+        for line in (runs["overload"] / "samples.ndjson").open()
+        if '"role":"producer"' in line
+    ]
+    bars = next(
+        p["bars"]
+        for p in browser.execute_script(PLOTTED)
+        if p["role"] == "producer" and p["fields"] == ["send_buffer_overloaded"]
+    )
     assert any(flags) and bars >= 1
     screenshot(browser, "overload-merger-plots", scroll_to="run-0-merger")
     text = browser.find_element("tag name", "body").text
@@ -189,13 +201,20 @@ def test_the_browser_checks_fail_on_a_report_that_breaks_them(runs, browser, tmp
         path.write_text(text)
         return path
 
-    wide = broken("wide", html.replace("<table class=\"keys\">", "<table class=\"keys\" style=\"min-width: 1800px\">"))
+    wide = broken("wide", html.replace('<table class="keys">', '<table class="keys" style="min-width: 1800px">'))
     open_report(browser, wide, made.plots)
     assert any("table.keys" in x for x in shots.overflow(browser))
     # the table of old: in a box of the page's width that scrolls sideways (its right part off screen)
-    boxed = broken("boxed", html.replace("<section class='alerts'>", "<div style='overflow-x: auto'><table><tr>"
-                                         + "<td style='white-space: nowrap'>a long cell</td>" * 60
-                                         + "</tr></table></div><section class='alerts'>", 1))
+    boxed = broken(
+        "boxed",
+        html.replace(
+            "<section class='alerts'>",
+            "<div style='overflow-x: auto'><table><tr>"
+            + "<td style='white-space: nowrap'>a long cell</td>" * 60
+            + "</tr></table></div><section class='alerts'>",
+            1,
+        ),
+    )
     open_report(browser, boxed, made.plots)
     assert [x for x in shots.overflow(browser) if "scrolls sideways" in x]
     tall = broken("tall", html.replace("<p class='lead'>", "<p class='lead' style='height: 700px'>"))
@@ -212,8 +231,12 @@ def test_the_browser_checks_fail_on_a_report_that_breaks_them(runs, browser, tmp
             v.model.toolbar.tools = v.model.toolbar.tools.filter(t => !(t instanceof hover));""")
     assert shots.hover(browser, 0) == ""
     with pytest.raises(AssertionError, match="did not draw|drawn"):
-        page = open_report(browser, broken("undrawn", html.replace('<div class="plot" id="plot-0"></div>', "", 1)),
-                           made.plots, deadline_s=5)
+        page = open_report(
+            browser,
+            broken("undrawn", html.replace('<div class="plot" id="plot-0"></div>', "", 1)),
+            made.plots,
+            deadline_s=5,
+        )
         assert page["drawn"] == made.plots, "drawn"
 
 
@@ -237,10 +260,12 @@ def test_the_report_finds_the_alerts_the_run_file_s_samples_give(request, name, 
     assert want, f"no alert condition held on the {name} run"
     assert spans_of(_alerts.evaluate(run)) == spans_of(want)
 
+
 def steady(run_dir: Path, metric: str) -> tuple[float, float, int]:
     """mean, std and count of a metric over the mergers' samples of the steady state, worked out
     here from the run file: start-up max(3 s, 10% of the duration) after run.json's start, to the
     stop signal (summary.seconds after it)."""
+
     def ms(stamp: str) -> int:
         return round(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000)
 
@@ -249,8 +274,11 @@ def steady(run_dir: Path, metric: str) -> tuple[float, float, int]:
     lo, hi = max(3.0, 0.1 * doc["parameters"]["duration_s"]) * 1000, doc["summary"]["seconds"] * 1000
     lines = [json.loads(line) for line in (run_dir / "samples.ndjson").open()]
     agent = lines[0]["flowstat_run"]["agent"]
-    values = [s[metric] for s in lines[1:] if s.get("role") == "merger" and s["agent"] == agent and metric in s
-              and lo <= ms(s["time"]) - start <= hi]
+    values = [
+        s[metric]
+        for s in lines[1:]
+        if s.get("role") == "merger" and s["agent"] == agent and metric in s and lo <= ms(s["time"]) - start <= hi
+    ]
     return float(np.mean(values)), float(np.std(values)), len(values)
 
 
@@ -264,12 +292,14 @@ def test_a_report_of_several_runs_has_the_thesis_table_numpy_agrees_with(runs, b
     table = browser.execute_script("""
         const rows = [...document.querySelectorAll('table.thesis tr')].slice(1);
         return rows.map(r => ({run: r.cells[0].textContent,
-            stats: [...r.querySelectorAll('[data-metric]')].map(s => [s.dataset.metric, +s.dataset.mean, +s.dataset.std]),
+            stats: [...r.querySelectorAll('[data-metric]')].map(
+                s => [s.dataset.metric, +s.dataset.mean, +s.dataset.std]),
             cells: [...r.cells].map(c => c.textContent)}));""")
     head = browser.execute_script(
-        "return [...document.querySelectorAll('table.thesis th')].map(c => c.dataset.param || c.textContent)")
+        "return [...document.querySelectorAll('table.thesis th')].map(c => c.dataset.param || c.textContent)"
+    )
     assert [row["run"] for row in table] == [d.name for d in order]
-    for row, run_dir in zip(table, order):
+    for row, run_dir in zip(table, order, strict=False):
         assert [m for m, _, _ in row["stats"]] == list(THESIS)
         for metric, mean, std in row["stats"]:
             want_mean, want_std, n = steady(run_dir, metric)
@@ -316,7 +346,8 @@ def test_a_figure_is_plotted_against_a_parameter_only_for_runs_that_differ_in_it
     assert page["plots"] == page["drawn"] == made.plots
     plotted = [p for p in browser.execute_script(PLOTTED) if "sweep" in p]
     assert [(p["sweep"], p["field"], p["runs"]) for p in plotted] == [
-        ("buffer_size", "merged_objects_per_second", ["sweep-10", "sweep-100", "sweep-1000"])]
+        ("buffer_size", "merged_objects_per_second", ["sweep-10", "sweep-100", "sweep-1000"])
+    ]
     note = browser.execute_script("return document.querySelector('p.no-sweep').dataset.params").split(",")
     assert "buffer_size" not in note and {"producers", "mergers", "rate_per_producer"} <= set(note)
     assert shots.overflow(browser) == []
@@ -375,7 +406,7 @@ def test_a_truncated_run_file_is_reported_by_line_and_its_good_lines_kept(runs, 
     shutil.copytree(runs["healthy"], run_dir)
     path = run_dir / "samples.ndjson"
     lines = path.read_bytes().splitlines(keepends=True)
-    path.write_bytes(b"".join(lines[:-1]) + lines[-1][:len(lines[-1]) // 2])  # cut in the middle of the last line
+    path.write_bytes(b"".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])  # cut in the middle of the last line
     status, out, err = report(capsys, str(run_dir), "-o", str(tmp_path / "r.html"))
     assert status == 1
     assert f"{path}:{len(lines)}: truncated line" in err
@@ -417,8 +448,12 @@ def test_one_agent_s_samples_make_one_series_per_node(runs, tmp_path):
     path = run_dir / "samples.ndjson"
     lines = path.read_text().splitlines()
     # more of them than of the Python agent's: the header decides, not the count
-    other = [json.dumps({**json.loads(line), "agent": "flowstat-agent-c", "vmrss_kb": 1, "seq": 2 * i + k})
-             for i, line in enumerate(lines[1:]) if '"vmrss_kb"' in line for k in (0, 1)]
+    other = [
+        json.dumps({**json.loads(line), "agent": "flowstat-agent-c", "vmrss_kb": 1, "seq": 2 * i + k})
+        for i, line in enumerate(lines[1:])
+        if '"vmrss_kb"' in line
+        for k in (0, 1)
+    ]
     path.write_text("\n".join(lines + other) + "\n")
     run = load_run(run_dir)
     assert run.agent == "flowstat-agent-py" and run.left_out == len(other)
@@ -475,7 +510,7 @@ def test_a_flag_true_in_one_sample_still_shows_and_close_runs_are_joined():
     on = np.zeros(100, bool)
     on[[10, 14, 50, 51, 53, 90]] = True
     start, end = on_spans(t, on, min_gap=3)  # 11 -> 14: 3 s apart, two spans; 52 -> 53: one
-    assert list(zip(start, end)) == [(10, 11), (14, 15), (50, 54), (90, 91)]
+    assert list(zip(start, end, strict=False)) == [(10, 11), (14, 15), (50, 54), (90, 91)]
     assert on_spans(t, np.zeros(100, bool), 3)[0].size == 0
 
 

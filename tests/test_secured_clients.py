@@ -36,7 +36,7 @@ def es_env(stack, case: str) -> dict[str, str]:
     elif case == "wrong password":
         env.update(FLOWSTAT_ES_USER=user, FLOWSTAT_ES_PASSWORD=password + "-not")
     elif case == "no privilege":
-        env.update(zip(("FLOWSTAT_ES_USER", "FLOWSTAT_ES_PASSWORD"), stack.es_user("grafana")))
+        env.update(zip(("FLOWSTAT_ES_USER", "FLOWSTAT_ES_PASSWORD"), stack.es_user("grafana"), strict=False))
     elif case == "expired API key":
         key = stack.api_key(f"expiring-{time.monotonic_ns()}", expiration="1s")
         time.sleep(2)  # the key's life, which the server counts: nothing else to wait on
@@ -50,15 +50,18 @@ def es_said(stack, case: str, shown: str | None = None) -> re.Pattern:
     """The words a client must say for the case (docs/security.md), naming the store as ``shown``
     (an agent: its sink URL; replay: the store's URL)."""
     host, at = re.escape(stack.es_url.split("://")[1]), re.escape(shown or stack.es_url)
-    return re.compile({
-        "wrong password": rf"authentication failed as flowstat_agent at {at} \(set FLOWSTAT_ES_USER and "
-                          rf"FLOWSTAT_ES_PASSWORD, or FLOWSTAT_ES_API_KEY\): unable to authenticate user",
-        "no privilege": rf"flowstat_grafana may not write flowstat-samples-\d{{4}}\.\d\d\.\d\d at {at}: action "
-                        rf"\[indices:data/write/bulk",
-        "expired API key": rf"authentication failed with the API key \(FLOWSTAT_ES_API_KEY\) at {at} .*api key is "
-                           rf"expired",
-        "untrusted certificate": rf"TLS: the certificate of {host} is not trusted \(set FLOWSTAT_ES_CA_FILE to the CA "
-                                 rf"that signed it\)"}[case])
+    return re.compile(
+        {
+            "wrong password": rf"authentication failed as flowstat_agent at {at} \(set FLOWSTAT_ES_USER and "
+            rf"FLOWSTAT_ES_PASSWORD, or FLOWSTAT_ES_API_KEY\): unable to authenticate user",
+            "no privilege": rf"flowstat_grafana may not write flowstat-samples-\d{{4}}\.\d\d\.\d\d at {at}: action "
+            rf"\[indices:data/write/bulk",
+            "expired API key": rf"authentication failed with the API key \(FLOWSTAT_ES_API_KEY\) at {at} .*api key is "
+            rf"expired",
+            "untrusted certificate": rf"TLS: the certificate of {host} is not trusted "
+            rf"\(set FLOWSTAT_ES_CA_FILE to the CA that signed it\)",
+        }[case]
+    )
 
 
 ES_CASES = ["wrong password", "no privilege", "expired API key", "untrusted certificate"]
@@ -66,8 +69,11 @@ ES_CASES = ["wrong password", "no privilege", "expired API key", "untrusted cert
 
 def base_env() -> dict[str, str]:
     """The environment of a client: nothing of this process's but what every program needs."""
-    return {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"),
-            **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {})}
+    return {
+        "PATH": os.environ["PATH"],
+        "HOME": os.environ.get("HOME", "/root"),
+        **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}),
+    }
 
 
 def es_count(stack, run_id: str, index: str = "flowstat-samples*") -> int:
@@ -79,23 +85,52 @@ def es_count(stack, run_id: str, index: str = "flowstat-samples*") -> int:
 # -- the Python agent ------------------------------------------------------------------------------
 def run_agent(command: list[str], sink: str, env: dict, spool: Path, run_id: str, target: int) -> tuple[dict, str]:
     stats = spool.parent / f"stats-{run_id}-{time.monotonic_ns()}.json"
-    out = subprocess.run([*command, "--pid", str(target), "--run-id", run_id, "--count", str(SAMPLES), "--interval", "0.2",
-                          "--self-interval", "0", "--drain-timeout", "0", "--sink", sink, "--spool-dir", str(spool),
-                          "--stats", str(stats), "--quiet"],
-                         env={**base_env(), **env}, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            *command,
+            "--pid",
+            str(target),
+            "--run-id",
+            run_id,
+            "--count",
+            str(SAMPLES),
+            "--interval",
+            "0.2",
+            "--self-interval",
+            "0",
+            "--drain-timeout",
+            "0",
+            "--sink",
+            sink,
+            "--spool-dir",
+            str(spool),
+            "--stats",
+            str(stats),
+            "--quiet",
+        ],
+        env={**base_env(), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return json.loads(stats.read_text()), out.stderr
 
 
 def es_seqs(stack, run_id: str) -> list[int]:
     stack.es("POST", "/flowstat-samples*/_refresh", "elastic")
-    hits = stack.es("POST", "/flowstat-samples*/_search", "elastic", json={
-        "size": 1000, "query": {"term": {"run_id": run_id}}, "_source": ["seq"]}).json()["hits"]["hits"]
+    hits = stack.es(
+        "POST",
+        "/flowstat-samples*/_search",
+        "elastic",
+        json={"size": 1000, "query": {"term": {"run_id": run_id}}, "_source": ["seq"]},
+    ).json()["hits"]["hits"]
     return sorted(h["_source"]["seq"] for h in hits)
 
 
 @pytest.mark.parametrize("case", ES_CASES)
-def test_an_agent_is_refused_by_name_keeps_the_samples_and_delivers_them_once_fixed(secured_stack, tmp_path,
-                                                                                  agent_command, case):
+def test_an_agent_is_refused_by_name_keeps_the_samples_and_delivers_them_once_fixed(
+    secured_stack, tmp_path, agent_command, case
+):
     """Both agents: refused, said once, spooled; started again with good credentials, the spool
     goes first, and every sample of both runs is stored once."""
     stack = secured_stack
@@ -107,8 +142,9 @@ def test_an_agent_is_refused_by_name_keeps_the_samples_and_delivers_them_once_fi
         assert len(es_said(stack, case, sink).findall(err)) == 1, err  # said once, not at every retry
         assert stats["sinks"][sink]["delivered"] == 0 and stats["sinks"][sink]["spooled_samples"] == SAMPLES
         assert es_count(stack, run_id) == 0
-        stats, err = run_agent(agent_command, sink, es_env(stack, "good"), tmp_path / "spool", f"{run_id}-next",
-                               target.pid)
+        stats, err = run_agent(
+            agent_command, sink, es_env(stack, "good"), tmp_path / "spool", f"{run_id}-next", target.pid
+        )
         assert not es_said(stack, case, sink).search(err), err
         assert stats["sinks"][sink]["spooled_samples"] == 0
         # the spooled ones (sent first), then the new: each once
@@ -117,17 +153,19 @@ def test_an_agent_is_refused_by_name_keeps_the_samples_and_delivers_them_once_fi
         target.kill()
 
 
-def test_an_agent_writes_influxdb_as_the_writer_and_names_a_wrong_password_or_a_reader(secured_stack, tmp_path,
-                                                                                       agent_command):
+def test_an_agent_writes_influxdb_as_the_writer_and_names_a_wrong_password_or_a_reader(
+    secured_stack, tmp_path, agent_command
+):
     stack = secured_stack
     sink = f"influxdb://{stack.influx_url.split('://')[1]}/flowstat"
     writer, reader = stack.influx_user("writer"), stack.influx_user("reader")
     good = {"FLOWSTAT_INFLUX_USER": writer[0], "FLOWSTAT_INFLUX_PASSWORD": writer[1]}
     target = sleeper()
     try:
-        for (user, password), said in (((writer[0], writer[1] + "-not"),
-                                        f"authentication failed as {writer[0]} at {sink}"),
-                                       (reader, f"{reader[0]} may not write flowstat at {sink}")):
+        for (user, password), said in (
+            ((writer[0], writer[1] + "-not"), f"authentication failed as {writer[0]} at {sink}"),
+            (reader, f"{reader[0]} may not write flowstat at {sink}"),
+        ):
             run_id = f"influx-{user}-{time.monotonic_ns()}"
             env = {"FLOWSTAT_INFLUX_USER": user, "FLOWSTAT_INFLUX_PASSWORD": password}
             stats, err = run_agent(agent_command, sink, env, tmp_path / run_id, run_id, target.pid)
@@ -135,8 +173,9 @@ def test_an_agent_writes_influxdb_as_the_writer_and_names_a_wrong_password_or_a_
             stats, err = run_agent(agent_command, sink, good, tmp_path / run_id, f"{run_id}-next", target.pid)
             assert stats["sinks"][sink]["spooled_samples"] == 0, err
             for run in (run_id, f"{run_id}-next"):
-                rows = stack.influx_query(f"SELECT \"seq\" FROM \"flowstat_node\" WHERE \"run_id\" = '{run}'",
-                                          "reader").json()["results"][0]["series"][0]["values"]
+                rows = stack.influx_query(
+                    f'SELECT "seq" FROM "flowstat_node" WHERE "run_id" = \'{run}\'', "reader"
+                ).json()["results"][0]["series"][0]["values"]
                 assert sorted(seq for _, seq in rows) == list(range(SAMPLES))
     finally:
         target.kill()
@@ -152,17 +191,44 @@ def run_file(tmp_path_factory) -> Path:
     d.mkdir()
     t0, run_id = time.time() - 60, d.name
     lines = [{"flowstat_run": {"run_id": run_id, "started": iso_utc_ms(t0)}}]
-    lines += [{"time": iso_utc_ms(t0 + i // 2), "run_id": run_id, "host": "h", "node_id": f"n{i % 2}", "role": "merger",
-               "agent": "flowstat-agent-py", "seq": i // 2, "pid": 10 + i % 2, "node_state": "RUNNING",
-               "vmrss_kb": 1000 + i} for i in range(20)]
+    lines += [
+        {
+            "time": iso_utc_ms(t0 + i // 2),
+            "run_id": run_id,
+            "host": "h",
+            "node_id": f"n{i % 2}",
+            "role": "merger",
+            "agent": "flowstat-agent-py",
+            "seq": i // 2,
+            "pid": 10 + i % 2,
+            "node_state": "RUNNING",
+            "vmrss_kb": 1000 + i,
+        }
+        for i in range(20)
+    ]
     (d / "samples.ndjson").write_text("".join(json.dumps(x) + "\n" for x in lines))
     return d
 
 
 def replay(stack, run_dir: Path, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "flowstat.cli", "replay", str(run_dir), "--es", stack.es_url,
-                           "--influx", stack.influx_url, "--quiet"], env={**base_env(), **env},
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "flowstat.cli",
+            "replay",
+            str(run_dir),
+            "--es",
+            stack.es_url,
+            "--influx",
+            stack.influx_url,
+            "--quiet",
+        ],
+        env={**base_env(), **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def influx_env(stack, who: str = "replay", wrong: bool = False) -> dict[str, str]:
@@ -191,42 +257,86 @@ def test_replay_names_an_influxdb_user_that_may_not_roll_up_and_loads_as_the_rep
     assert es_count(stack, run_file.name) == 20
     stack.es("POST", "/flowstat-runs/_refresh", "elastic")
     assert stack.es("GET", f"/flowstat-runs/_doc/{run_file.name}", "grafana").json()["found"]
-    rows = stack.influx_query(f"SELECT count(\"seq\") FROM \"flowstat_node\" WHERE \"run_id\" = '{run_file.name}'",
-                              "reader").json()["results"][0]["series"][0]["values"]
+    rows = stack.influx_query(
+        f'SELECT count("seq") FROM "flowstat_node" WHERE "run_id" = \'{run_file.name}\'', "reader"
+    ).json()["results"][0]["series"][0]["values"]
     assert rows[0][1] == 20
 
 
 # -- campaign --replay --------------------------------------------------------------------------------
 def test_a_campaign_refuses_to_start_with_credentials_that_fail_and_replays_as_the_least_privileged_users(
-        secured_stack, tmp_path):
+    secured_stack, tmp_path
+):
     stack = secured_stack
     spec = tmp_path / "tiny.yaml"
-    spec.write_text(yaml.safe_dump({
-        "campaign": "secured-tiny", "title": "two producers, replayed into the secured stores", "duration": 2,
-        "topology": {"object": {"type": "TH1F", "size": "1kB"}, "producers": {"count": 2, "rate": 50}, "mergers": 1},
-        "sweep": {"parameter": "buffer_size", "label": "buffer", "values": [100]}}))
-    command = [sys.executable, "-m", "flowstat.cli", "campaign", str(spec), "--out", str(tmp_path / "out"), "--quiet",
-               "--replay", "--es", stack.es_url, "--influx", stack.influx_url]
-    out = subprocess.run(command, env={**base_env(), **es_env(stack, "wrong password"), **influx_env(stack)},
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 2 and es_said(stack, "wrong password").search(out.stderr) and "nothing was run" in out.stderr
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "campaign": "secured-tiny",
+                "title": "two producers, replayed into the secured stores",
+                "duration": 2,
+                "topology": {
+                    "object": {"type": "TH1F", "size": "1kB"},
+                    "producers": {"count": 2, "rate": 50},
+                    "mergers": 1,
+                },
+                "sweep": {"parameter": "buffer_size", "label": "buffer", "values": [100]},
+            }
+        )
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "flowstat.cli",
+        "campaign",
+        str(spec),
+        "--out",
+        str(tmp_path / "out"),
+        "--quiet",
+        "--replay",
+        "--es",
+        stack.es_url,
+        "--influx",
+        stack.influx_url,
+    ]
+    out = subprocess.run(
+        command,
+        env={**base_env(), **es_env(stack, "wrong password"), **influx_env(stack)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert (
+        out.returncode == 2 and es_said(stack, "wrong password").search(out.stderr) and "nothing was run" in out.stderr
+    )
     assert not (tmp_path / "out").exists()
-    out = subprocess.run(command, env={**base_env(), **es_env(stack, "good"), **influx_env(stack)},
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        command,
+        env={**base_env(), **es_env(stack, "good"), **influx_env(stack)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     run_dir = next((tmp_path / "out").glob("runs/*/samples.ndjson")).parent
     recorded = sum(1 for line in (run_dir / "samples.ndjson").open() if '"node_id"' in line)
     assert recorded > 0 and es_count(stack, run_dir.name) == recorded
-    rows = stack.influx_query(f"SELECT count(\"seq\") FROM \"flowstat_node\" WHERE \"run_id\" = '{run_dir.name}'",
-                              "reader").json()["results"][0]["series"][0]["values"]
+    rows = stack.influx_query(
+        f'SELECT count("seq") FROM "flowstat_node" WHERE "run_id" = \'{run_dir.name}\'', "reader"
+    ).json()["results"][0]["series"][0]["values"]
     assert rows[0][1] == recorded
 
 
 # -- no secret anywhere -------------------------------------------------------------------------------
 def traced(command: list[str], env: dict, log: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     """``command`` under strace: every program it and its children execute, with its whole argv, in ``log``."""
-    return subprocess.run(["strace", "-f", "-qq", "-e", "trace=execve", "-s", "65536", "-o", str(log), *command],
-                          env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        ["strace", "-f", "-qq", "-e", "trace=execve", "-s", "65536", "-o", str(log), *command],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def found_in(secrets: list[str], texts: dict[str, str]) -> list[tuple[str, str]]:
@@ -244,32 +354,79 @@ def test_no_secret_shows_in_any_argv_log_line_or_file_flowstat_writes(secured_st
     wrong = password + "-not"
     key = stack.api_key(f"grep-{time.monotonic_ns()}")["encoded"]
     creds = tmp_path / "credentials"
-    creds.write_text(f"# the run's stores\nFLOWSTAT_ES_USER={user}\nFLOWSTAT_ES_PASSWORD={password}\n"
-                     f"FLOWSTAT_INFLUX_USER={writer[0]}\nFLOWSTAT_INFLUX_PASSWORD={writer[1]}\n")
+    creds.write_text(
+        f"# the run's stores\nFLOWSTAT_ES_USER={user}\nFLOWSTAT_ES_PASSWORD={password}\n"
+        f"FLOWSTAT_INFLUX_USER={writer[0]}\nFLOWSTAT_INFLUX_PASSWORD={writer[1]}\n"
+    )
     creds.chmod(0o600)
     runs, traces, printed = tmp_path / "runs", [], {}
     env = {**base_env(), "FLOWSTAT_ES_CA_FILE": str(stack.ca_file)}
-    sinks = ["--sink", f"elasticsearch+https://{stack.es_url.split('://')[1]}/flowstat-samples",
-             "--sink", f"influxdb://{stack.influx_url.split('://')[1]}/flowstat"]
+    sinks = [
+        "--sink",
+        f"elasticsearch+https://{stack.es_url.split('://')[1]}/flowstat-samples",
+        "--sink",
+        f"influxdb://{stack.influx_url.split('://')[1]}/flowstat",
+    ]
     steps = {
-        "run": [sys.executable, "-m", "flowstat.cli", "run", str(TOPOLOGIES / "smoke.yaml"), "--duration", "3",
-                "--run-id", "grep", "--runs-dir", str(runs), "--credentials", str(creds), *sinks],
-        "agent refused": [*PYTHON_AGENT, "--pattern", "^sleep 600$", "--count", "3", "--interval", "0.2",
-                          "--spool-dir", str(runs / "refused-spool"), "--drain-timeout", "0", *sinks],
+        "run": [
+            sys.executable,
+            "-m",
+            "flowstat.cli",
+            "run",
+            str(TOPOLOGIES / "smoke.yaml"),
+            "--duration",
+            "3",
+            "--run-id",
+            "grep",
+            "--runs-dir",
+            str(runs),
+            "--credentials",
+            str(creds),
+            *sinks,
+        ],
+        "agent refused": [
+            *PYTHON_AGENT,
+            "--pattern",
+            "^sleep 600$",
+            "--count",
+            "3",
+            "--interval",
+            "0.2",
+            "--spool-dir",
+            str(runs / "refused-spool"),
+            "--drain-timeout",
+            "0",
+            *sinks,
+        ],
         "flush": [*PYTHON_AGENT, "--flush-spool", str(runs / "refused-spool"), "--credentials", str(creds)],
         "replay refused": [sys.executable, "-m", "flowstat.cli", "replay", str(runs / "grep"), "--es", stack.es_url],
         "replay with a key": [sys.executable, "-m", "flowstat.cli", "replay", str(runs / "grep"), "--es", stack.es_url],
     }
-    step_env = {"agent refused": {"FLOWSTAT_ES_USER": user, "FLOWSTAT_ES_PASSWORD": wrong,
-                                  "FLOWSTAT_INFLUX_USER": writer[0], "FLOWSTAT_INFLUX_PASSWORD": wrong},
-                "replay refused": {"FLOWSTAT_ES_USER": user, "FLOWSTAT_ES_PASSWORD": wrong},
-                "replay with a key": {"FLOWSTAT_ES_API_KEY": key}}
+    step_env = {
+        "agent refused": {
+            "FLOWSTAT_ES_USER": user,
+            "FLOWSTAT_ES_PASSWORD": wrong,
+            "FLOWSTAT_INFLUX_USER": writer[0],
+            "FLOWSTAT_INFLUX_PASSWORD": wrong,
+        },
+        "replay refused": {"FLOWSTAT_ES_USER": user, "FLOWSTAT_ES_PASSWORD": wrong},
+        "replay with a key": {"FLOWSTAT_ES_API_KEY": key},
+    }
     target = subprocess.Popen(["sleep", "600"])
     try:
         for name, command in steps.items():
             if name == "agent refused" and C_AGENT.exists():  # the C agent too, the same way
-                c_out = traced([str(C_AGENT), *command[len(PYTHON_AGENT):len(command) - 6], "--spool-dir",
-                                str(runs / "c-spool"), *sinks], {**env, **step_env[name]}, tmp_path / "strace-c.log")
+                c_out = traced(
+                    [
+                        str(C_AGENT),
+                        *command[len(PYTHON_AGENT) : len(command) - 6],
+                        "--spool-dir",
+                        str(runs / "c-spool"),
+                        *sinks,
+                    ],
+                    {**env, **step_env[name]},
+                    tmp_path / "strace-c.log",
+                )
                 printed["c agent refused"] = c_out.stdout + c_out.stderr
                 traces.append(tmp_path / "strace-c.log")
             log = tmp_path / f"strace-{len(traces)}.log"

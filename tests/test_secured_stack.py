@@ -20,9 +20,18 @@ from flowstat.timeutil import iso_utc_ms
 
 
 def sample(run_id: str, seq: int = 0, t: float | None = None) -> dict:
-    return {"time": iso_utc_ms((t or time.time()) + seq), "run_id": run_id, "host": "h", "node_id": "producer-0",
-            "role": "producer", "agent": "flowstat-agent-py", "seq": seq, "pid": 4242, "node_state": "RUNNING",
-            "send_buffer_overloaded": False}
+    return {
+        "time": iso_utc_ms((t or time.time()) + seq),
+        "run_id": run_id,
+        "host": "h",
+        "node_id": "producer-0",
+        "role": "producer",
+        "agent": "flowstat-agent-py",
+        "seq": seq,
+        "pid": 4242,
+        "node_state": "RUNNING",
+        "send_buffer_overloaded": False,
+    }
 
 
 def es_writer(s, index: str, who: str | None = None, api_key: str | None = None) -> es_store.Elasticsearch:
@@ -57,10 +66,17 @@ def security_state(s) -> dict:
     roles = s.es("GET", "/_security/role/" + ",".join(provision.ROLES), "elastic").json()
     users = s.es("GET", "/_security/user/" + ",".join(u.name for u in provision.USERS), "elastic").json()
     influx_users = s.influx_query("SHOW USERS", db=None).json()["results"][0]["series"][0]["values"]
-    grants = {u: s.influx_query(f'SHOW GRANTS FOR "{u}"', db=None).json()["results"][0]["series"][0]["values"]
-              for u, admin in influx_users if not admin}
-    return {"roles": roles, "users": {n: (u["roles"], u["enabled"]) for n, u in users.items()},
-            "influx": sorted(map(tuple, influx_users)), "grants": grants}
+    grants = {
+        u: s.influx_query(f'SHOW GRANTS FOR "{u}"', db=None).json()["results"][0]["series"][0]["values"]
+        for u, admin in influx_users
+        if not admin
+    }
+    return {
+        "roles": roles,
+        "users": {n: (u["roles"], u["enabled"]) for n, u in users.items()},
+        "influx": sorted(map(tuple, influx_users)),
+        "grants": grants,
+    }
 
 
 # -- provision ------------------------------------------------------------------------------------
@@ -75,8 +91,11 @@ def test_provision_converges_and_a_second_run_changes_nothing(secured_stack):
     assert security_state(s) == before
     assert set(before["roles"]) == set(provision.ROLES)
     assert before["users"] == {u.name: (list(u.roles), True) for u in provision.USERS}
-    assert before["grants"] == {"telegraf": [["flowstat", "WRITE"]], "grafana": [["flowstat", "READ"]],
-                                "replay": [["flowstat", "ALL PRIVILEGES"]]}
+    assert before["grants"] == {
+        "telegraf": [["flowstat", "WRITE"]],
+        "grafana": [["flowstat", "READ"]],
+        "replay": [["flowstat", "ALL PRIVILEGES"]],
+    }
     for who in ("logstash", "agent", "grafana", "elastalert"):  # each logs in with its password, again
         assert s.es("GET", "/_security/_authenticate", who).status_code == 200, who
 
@@ -87,8 +106,12 @@ def test_no_credentials_or_a_wrong_password_answer_401(secured_stack):
     anonymous = s.es("GET", "/_cluster/health")
     assert anonymous.status_code == 401 and "missing authentication credentials" in anonymous.text
     with s.es_session() as session:
-        wrong = session.get(f"{s.es_url}/_cluster/health", auth=("flowstat_agent", "not-its-password"), timeout=30,
-                            verify=session.verify)
+        wrong = session.get(
+            f"{s.es_url}/_cluster/health",
+            auth=("flowstat_agent", "not-its-password"),
+            timeout=30,
+            verify=session.verify,
+        )
     assert wrong.status_code == 401 and "unable to authenticate user [flowstat_agent]" in wrong.text
 
 
@@ -107,13 +130,15 @@ def test_the_writers_write_flowstats_indices_and_nothing_else(secured_stack, who
             assert "security_exception" not in resp.text
     mine = index_of_elastic(s, "flowstat-samples")
     other = index_of_elastic(s, "other")
-    refused = {"search flowstat": s.es("GET", f"/{mine}/_search", who),
-               "read a document": s.es("GET", f"/{mine}/_doc/1", who),
-               "delete a document": s.es("DELETE", f"/{mine}/_doc/1", who),
-               "delete the index": s.es("DELETE", f"/{mine}", who),
-               "write elsewhere": s.es("PUT", f"/{other}/_doc/2", who, json={"x": 1}),
-               "read elsewhere": s.es("GET", f"/{other}/_search", who),
-               "make a user": s.es("PUT", "/_security/user/intruder", who, json={"password": "x" * 12, "roles": []})}
+    refused = {
+        "search flowstat": s.es("GET", f"/{mine}/_search", who),
+        "read a document": s.es("GET", f"/{mine}/_doc/1", who),
+        "delete a document": s.es("DELETE", f"/{mine}/_doc/1", who),
+        "delete the index": s.es("DELETE", f"/{mine}", who),
+        "write elsewhere": s.es("PUT", f"/{other}/_doc/2", who, json={"x": 1}),
+        "read elsewhere": s.es("GET", f"/{other}/_search", who),
+        "make a user": s.es("PUT", "/_security/user/intruder", who, json={"password": "x" * 12, "roles": []}),
+    }
     for what, resp in refused.items():
         assert resp.status_code == 403, (what, resp.status_code, resp.text[:300])
         assert f"for user [{user}]" in resp.text, (what, resp.text[:300])
@@ -129,9 +154,11 @@ def test_the_readers_read_and_write_nothing_of_flowstats(secured_stack, who):
     assert found.status_code == 200 and found.json()["hits"]["total"]["value"] == 1
     assert s.es("GET", f"/{index}/_mapping", who).status_code == 200  # view_index_metadata
     assert s.es("GET", "/_cluster/health", who).status_code == 200  # monitor
-    refused = {"write": s.es("PUT", f"/{index}/_doc/2", who, json=sample("r")),
-               "delete": s.es("DELETE", f"/{index}/_doc/1", who),
-               "read elsewhere": s.es("GET", f"/{index_of_elastic(s, 'other')}/_search", who)}
+    refused = {
+        "write": s.es("PUT", f"/{index}/_doc/2", who, json=sample("r")),
+        "delete": s.es("DELETE", f"/{index}/_doc/1", who),
+        "read elsewhere": s.es("GET", f"/{index_of_elastic(s, 'other')}/_search", who),
+    }
     for what, resp in refused.items():
         assert resp.status_code == 403 and f"for user [{user}]" in resp.text, (what, resp.text[:300])
     assert write_sample(s, f"flowstat-samples-{uuid.uuid4().hex[:8]}", who=who)[0] == 0
@@ -181,8 +208,10 @@ def test_https_is_verified_against_the_stacks_ca(secured_stack):
     out = s.provision(env={"FLOWSTAT_ES_CA_FILE": ""})
     port = s.es_url.rsplit(":", 1)[1]
     assert out.returncode == 1
-    assert (f"TLS: the certificate of 127.0.0.1:{port} is not trusted (set FLOWSTAT_ES_CA_FILE to the CA that "
-            f"signed it)") in out.stderr, out.stderr
+    assert (
+        f"TLS: the certificate of 127.0.0.1:{port} is not trusted (set FLOWSTAT_ES_CA_FILE to the CA that "
+        f"signed it)"
+    ) in out.stderr, out.stderr
     out = s.provision(env={"FLOWSTAT_ES_CA_FILE": "", "FLOWSTAT_CA_FILE": str(s.ca_file)})  # the default
     assert out.returncode == 0, out.stderr
 
@@ -196,35 +225,63 @@ def test_the_analysis_module_is_compiled_once(secured_stack):
     assert descriptor.stat().st_mtime_ns == made
     assert "# flowstat source sha256 " in descriptor.read_text()
     # the .security index's email analyzer, as x-pack-security defines it, built from the module's parts
-    analyzed = secured_stack.es("POST", "/_analyze", "elastic", json={
-        "tokenizer": "uax_url_email", "filter": [
-            {"type": "pattern_capture", "preserve_original": True,
-             "patterns": ["([^@]+)", "(\\p{L}+)", "(\\d+)", "@(.+)"]}, "lowercase", "unique"],
-        "text": "Jane.Doe2@Example.org jane.doe2@example.org"})
+    analyzed = secured_stack.es(
+        "POST",
+        "/_analyze",
+        "elastic",
+        json={
+            "tokenizer": "uax_url_email",
+            "filter": [
+                {
+                    "type": "pattern_capture",
+                    "preserve_original": True,
+                    "patterns": ["([^@]+)", "(\\p{L}+)", "(\\d+)", "@(.+)"],
+                },
+                "lowercase",
+                "unique",
+            ],
+            "text": "Jane.Doe2@Example.org jane.doe2@example.org",
+        },
+    )
     assert analyzed.status_code == 200, analyzed.text
     tokens = [t["token"] for t in analyzed.json()["tokens"]]
     assert tokens[0] == "jane.doe2@example.org"  # one token per address, kept whole (preserve_original)
-    assert set(tokens) == {"jane.doe2@example.org", "jane.doe2", "example.org", "jane", "doe", "example", "org",
-                           "2"}, tokens  # each pattern's captures, lowercased
+    assert set(tokens) == {
+        "jane.doe2@example.org",
+        "jane.doe2",
+        "example.org",
+        "jane",
+        "doe",
+        "example",
+        "org",
+        "2",
+    }, tokens  # each pattern's captures, lowercased
     assert len(tokens) == len(set(tokens)), tokens  # unique: the second address adds nothing
 
 
 # -- InfluxDB ---------------------------------------------------------------------------------------
 def influx_as(s, who: str) -> influx_store.InfluxDB:
     user, password = s.influx_user(who)
-    return influx_store.InfluxDB(s.influx_url, "flowstat", auth=StoreAuth("FLOWSTAT_INFLUX", "TOKEN", "Token", user, password))
+    return influx_store.InfluxDB(
+        s.influx_url, "flowstat", auth=StoreAuth("FLOWSTAT_INFLUX", "TOKEN", "Token", user, password)
+    )
 
 
 def write_line(s, who: str, line: str) -> requests.Response:
-    return requests.post(f"{s.influx_url}/write", params={"db": "flowstat", "rp": "raw", "precision": "ns"},
-                         data=line.encode(), auth=s.influx_user(who), timeout=30)
+    return requests.post(
+        f"{s.influx_url}/write",
+        params={"db": "flowstat", "rp": "raw", "precision": "ns"},
+        data=line.encode(),
+        auth=s.influx_user(who),
+        timeout=30,
+    )
 
 
 def test_the_influxdb_users_and_the_replay_backfill(secured_stack):
     s = secured_stack
     run = f"sec-{uuid.uuid4().hex[:8]}"
     now = time.time_ns()
-    line = f'flowstat_node,run_id={run},node_id=n1,role=merger,agent=a,host=h threads=3i {now - 60_000_000_000}\n'
+    line = f"flowstat_node,run_id={run},node_id=n1,role=merger,agent=a,host=h threads=3i {now - 60_000_000_000}\n"
     assert write_line(s, "writer", line).status_code == 204  # WRITE: the raw samples
     assert write_line(s, "replay", line).status_code == 204
     refused = write_line(s, "reader", line)

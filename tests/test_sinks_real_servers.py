@@ -14,7 +14,6 @@ import requests
 from support.agents import sleeper, wait_until
 from support.common import ROOT
 
-
 C_AGENT = ROOT / "collectors" / "c" / "build" / "flowstat-agent"
 AGENTS = {"c": [str(C_AGENT)], "py": [sys.executable, "-m", "flowstat.cli", "agent"]}
 N = 15
@@ -24,8 +23,26 @@ def run_agent(agent: str, run_id: str, sink: str, pids: list[int]):
     if agent == "c" and not C_AGENT.exists():
         pytest.skip("run `make c-agent` (make test does)")
     args = [a for p in pids for a in ("--pid", str(p))]
-    out = subprocess.run([*AGENTS[agent], *args, "--run-id", run_id, "--interval", "0.05", "--count", str(N),
-                          "--self-interval", "0", "--sink", sink, "--quiet"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [
+            *AGENTS[agent],
+            *args,
+            "--run-id",
+            run_id,
+            "--interval",
+            "0.05",
+            "--count",
+            str(N),
+            "--self-interval",
+            "0",
+            "--sink",
+            sink,
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
 
 
@@ -69,16 +86,18 @@ def test_elasticsearch_sink_is_idempotent(stack, agent):
     requests.post(f"{es.url}/{index}*/_refresh", timeout=10).raise_for_status()
     assert first == 2 * N
     assert requests.get(f"{es.url}/{index}*/_count", timeout=10).json()["count"] == 2 * N
-    hits = requests.get(f"{es.url}/{index}*/_search", params={"size": 1, "q": "seq:3"}, timeout=10).json()["hits"]["hits"]
+    hits = requests.get(f"{es.url}/{index}*/_search", params={"size": 1, "q": "seq:3"}, timeout=10).json()["hits"][
+        "hits"
+    ]
     doc = hits[0]
     assert doc["_id"] == f"r1/flowstat-agent-{agent}/{doc['_source']['node_id']}/3"
     assert doc["_source"]["vmrss_kb"] > 0
 
 
 def influx_self_samples(influx, db: str, run_id: str) -> list[dict]:
-    body = influx.query(f"SELECT * FROM \"flowstat_agent\" WHERE \"run_id\" = '{run_id}'", db)
+    body = influx.query(f'SELECT * FROM "flowstat_agent" WHERE "run_id" = \'{run_id}\'', db)
     series = body["results"][0].get("series", [])
-    return [dict(zip(s["columns"], row)) for s in series for row in s["values"]]
+    return [dict(zip(s["columns"], row, strict=False)) for s in series for row in s["values"]]
 
 
 @pytest.mark.parametrize("agent", ["c", "py"])
@@ -87,8 +106,8 @@ def test_self_samples_reach_both_stores_and_show_a_sink_that_is_down(stack, agen
     flowstat-agents, beside the samples index its sink names), every field of the agent schema; a
     third sink down for a while: its spool grows in the self-samples the stores get, sinks_down is
     1, then both fall back to 0 once it is back."""
-    from support.agents import HttpReceiver
     from flowstat.schema import agent as agent_schema
+    from support.agents import HttpReceiver
 
     if agent == "c" and not C_AGENT.exists():
         pytest.skip("run `make c-agent` (make test does)")
@@ -99,17 +118,46 @@ def test_self_samples_reach_both_stores_and_show_a_sink_that_is_down(stack, agen
     down = HttpReceiver()
     down.stop()
     target = sleeper()
-    proc = subprocess.Popen([*AGENTS[agent], "--pid", str(target.pid), "--run-id", run_id, "--interval", "0.05",
-                             "--self-interval", "0.2", "--sink", f"influxdb://127.0.0.1:{influx.port}/{db}",
-                             "--sink", f"elasticsearch://127.0.0.1:{es.port}/flowstat-test-self-{tag}",
-                             "--sink", f"http://127.0.0.1:{down.port}/write", "--spool-dir", str(tmp_path / "spool"),
-                             "--quiet"], stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            *AGENTS[agent],
+            "--pid",
+            str(target.pid),
+            "--run-id",
+            run_id,
+            "--interval",
+            "0.05",
+            "--self-interval",
+            "0.2",
+            "--sink",
+            f"influxdb://127.0.0.1:{influx.port}/{db}",
+            "--sink",
+            f"elasticsearch://127.0.0.1:{es.port}/flowstat-test-self-{tag}",
+            "--sink",
+            f"http://127.0.0.1:{down.port}/write",
+            "--spool-dir",
+            str(tmp_path / "spool"),
+            "--quiet",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        wait_until(lambda: sum(s["sinks_down"] == 1 for s in influx_self_samples(influx, db, run_id)) >= 3, timeout=60,
-                   what="three self-samples in InfluxDB while a sink is down", poll=0.2)
+        wait_until(
+            lambda: sum(s["sinks_down"] == 1 for s in influx_self_samples(influx, db, run_id)) >= 3,
+            timeout=60,
+            what="three self-samples in InfluxDB while a sink is down",
+            poll=0.2,
+        )
         down.start()
-        wait_until(lambda: (s := influx_self_samples(influx, db, run_id)) and s[-1]["sinks_down"] == 0
-                   and s[-1]["spooled_samples"] == 0, timeout=60, what="a self-sample after the sink came back", poll=0.2)
+        wait_until(
+            lambda: (s := influx_self_samples(influx, db, run_id))
+            and s[-1]["sinks_down"] == 0
+            and s[-1]["spooled_samples"] == 0,
+            timeout=60,
+            what="a self-sample after the sink came back",
+            poll=0.2,
+        )
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, proc.stderr.read()
     finally:
@@ -124,8 +172,11 @@ def test_self_samples_reach_both_stores_and_show_a_sink_that_is_down(stack, agen
     spooled = [p["spooled_samples"] for p in points if p["sinks_down"] == 1]
     assert spooled == sorted(spooled) and spooled[-1] > spooled[0] > 0
     requests.post(f"{es.url}/flowstat-agents*/_refresh", timeout=10).raise_for_status()
-    hits = requests.post(f"{es.url}/flowstat-agents*/_search", json={
-        "size": 1000, "query": {"term": {"run_id": run_id}}, "sort": [{"seq": "asc"}]}, timeout=10).json()["hits"]["hits"]
+    hits = requests.post(
+        f"{es.url}/flowstat-agents*/_search",
+        json={"size": 1000, "query": {"term": {"run_id": run_id}}, "sort": [{"seq": "asc"}]},
+        timeout=10,
+    ).json()["hits"]["hits"]
     assert [h["_source"]["seq"] for h in hits] == [p["seq"] for p in points]  # the same self-samples, each once
     for hit in hits:
         assert agent_schema.validate(hit["_source"]) == [] and set(hit["_source"]) == names
@@ -135,41 +186,78 @@ def test_self_samples_reach_both_stores_and_show_a_sink_that_is_down(stack, agen
 
 # -- every field, as the agent wrote it ----------------------------------------------------------
 
+
 @pytest.mark.parametrize("agent", ["c", "py"])
 def test_every_field_an_agent_writes_reaches_both_stores_with_its_value(stack, agent, tmp_path):
     """What each agent wrote to its JSON file sink is what each store holds, field by field, for
     every node sample and the self-sample: a node answering every control field (booleans, large
     integers, many-digit numbers, timestamps), one answering garbage (control_errors), and a third
     sink down (send_failures, spooled_*, sinks_down) so that the self-sample's figures are not all 0."""
+    from flowstat.schema import agent as agent_schema
+    from flowstat.schema import sample as sample_schema
     from support.agents import FULL_REPLY, StubNode
     from support.common import free_port
     from support.store_readback import NODE_KEY, SEQ, compare_es, compare_influx
-    from flowstat.schema import sample as sample_schema
-    from flowstat.schema import agent as agent_schema
 
     if agent == "c" and not C_AGENT.exists():
         pytest.skip("run `make c-agent` (make test does)")
     influx, es = stack["influxdb"], stack["elasticsearch"]
     tag = uuid.uuid4().hex[:8]
-    db, index, run_id = f"flowstat_fields_{agent}_{tag}", f"flowstat-samples-fields-{agent}-{tag}", f"fields-{agent}-{tag}"
+    db, index, run_id = (
+        f"flowstat_fields_{agent}_{tag}",
+        f"flowstat-samples-fields-{agent}-{tag}",
+        f"fields-{agent}-{tag}",
+    )
     influx.query(f'CREATE DATABASE "{db}"')
     full, garbage = StubNode("full"), StubNode("garbage")
     procs = [sleeper(), sleeper()]
     endpoints = tmp_path / "endpoints.json"
-    endpoints.write_text(json.dumps({"run_id": run_id, "nodes": [
-        {"node_id": name, "role": "merger", "pid": p.pid, "control": node.endpoint}
-        for name, p, node in (("full", procs[0], full), ("garbage", procs[1], garbage))]}))
+    endpoints.write_text(
+        json.dumps(
+            {
+                "run_id": run_id,
+                "nodes": [
+                    {"node_id": name, "role": "merger", "pid": p.pid, "control": node.endpoint}
+                    for name, p, node in (("full", procs[0], full), ("garbage", procs[1], garbage))
+                ],
+            }
+        )
+    )
     written_path = tmp_path / "written.json"
     try:
         # One self-sample, at exit: its figures are the run's last (the garbage node's control
         # errors, the sink that was down all along).
-        out = subprocess.run([*AGENTS[agent], "--endpoints", str(endpoints), "--run-id", run_id, "--interval", "0.1",
-                              "--count", "6", "--self-interval", "3600", "--quiet", "--drain-timeout", "0",
-                              "--sink", f"influxdb://127.0.0.1:{influx.port}/{db}",
-                              "--sink", f"elasticsearch://127.0.0.1:{es.port}/{index}",
-                              "--sink", f"file://{written_path}?format=json",
-                              "--sink", f"http://127.0.0.1:{free_port()}/write", "--spool-dir", str(tmp_path / "spool")],
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [
+                *AGENTS[agent],
+                "--endpoints",
+                str(endpoints),
+                "--run-id",
+                run_id,
+                "--interval",
+                "0.1",
+                "--count",
+                "6",
+                "--self-interval",
+                "3600",
+                "--quiet",
+                "--drain-timeout",
+                "0",
+                "--sink",
+                f"influxdb://127.0.0.1:{influx.port}/{db}",
+                "--sink",
+                f"elasticsearch://127.0.0.1:{es.port}/{index}",
+                "--sink",
+                f"file://{written_path}?format=json",
+                "--sink",
+                f"http://127.0.0.1:{free_port()}/write",
+                "--spool-dir",
+                str(tmp_path / "spool"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         for p in procs:
             p.kill()

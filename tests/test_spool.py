@@ -104,12 +104,15 @@ def test_a_spool_names_its_sink_and_refuses_another(tmp_path):
     assert (tmp_path / URL_FILE).read_text() == url + "\n"
 
 
-@pytest.mark.parametrize("url,name", [
-    # FNV-1a 32 of the URL (the FNV reference vectors)
-    ("", "-811c9dc5"),
-    ("a", "a-e40c292c"),
-    ("foobar", "foobar-bf9cf968"),
-])
+@pytest.mark.parametrize(
+    "url,name",
+    [
+        # FNV-1a 32 of the URL (the FNV reference vectors)
+        ("", "-811c9dc5"),
+        ("a", "a-e40c292c"),
+        ("foobar", "foobar-bf9cf968"),
+    ],
+)
 def test_folder_names_are_the_url_then_its_fnv1a_hash(url, name):
     assert folder_name(url) == name
 
@@ -133,7 +136,8 @@ def test_dropping_a_batch_is_logged_with_the_spool_its_bound_and_what_went(tmp_p
         sp.push(b"a" * 100, count=10)
         sp.push(b"b" * 100, count=20)
     assert [r.getMessage() for r in caplog.records] == [
-        f"spool {tmp_path} is over 150 bytes: dropped its oldest batch (10 samples)"]
+        f"spool {tmp_path} is over 150 bytes: dropped its oldest batch (10 samples)"
+    ]
 
 
 def test_a_write_cut_short_leaves_nothing_a_restarted_agent_would_take_for_a_batch(tmp_path, monkeypatch):

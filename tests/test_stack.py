@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from support.common import free_port
 from flowstat.stack import Stack, StackError
+from support.common import free_port
 
 
 def test_up_is_idempotent_and_status_says_healthy(stack):
@@ -44,14 +44,20 @@ def test_a_taken_port_is_named(tmp_path):
 
 
 def test_cli_status_of_a_stack_that_is_not_running(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "flowstat.cli", "stack", "status", "--cache", str(tmp_path)],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "flowstat.cli", "stack", "status", "--cache", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 1 and "stopped" in out.stdout
 
 
 def test_cli_rejects_unknown_services(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "flowstat.cli", "stack", "up", "--only", "mongodb", "--cache",
-                          str(tmp_path)], capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "flowstat.cli", "stack", "up", "--only", "mongodb", "--cache", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 2 and "unknown service 'mongodb'" in out.stderr
 
 
@@ -59,8 +65,9 @@ def test_a_server_that_dies_while_starting_is_named_with_its_log(reachable_tmp):
     from flowstat.stack.elasticsearch import Elasticsearch
 
     # A heap of 1 kB: the JVM refuses to start, as a broken server would.
-    es = Elasticsearch("elasticsearch", reachable_tmp, free_port(),
-                       {"java_opts": "-Xmx1k", "transport_port": free_port()})
+    es = Elasticsearch(
+        "elasticsearch", reachable_tmp, free_port(), {"java_opts": "-Xmx1k", "transport_port": free_port()}
+    )
     with pytest.raises(StackError) as err:
         es.up()
     assert "elasticsearch died while starting" in str(err.value) and str(es.log_path) in str(err.value)

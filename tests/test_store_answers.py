@@ -16,13 +16,14 @@ import sys
 
 import pytest
 
-from support.agents import ScriptedHttp, sleeper
-from support.agents import endpoints_file, run_agent, sink_stats
+from support.agents import ScriptedHttp, endpoints_file, run_agent, sink_stats, sleeper
 from support.common import PYTHON_AGENT
 from support.runs import make_run_file
 
-NOT_NOW = {"elasticsearch": b'{"error":{"type":"es_rejected_execution_exception","reason":"scripted"},"status":429}',
-           "influxdb": b'{"error":"scripted"}'}
+NOT_NOW = {
+    "elasticsearch": b'{"error":{"type":"es_rejected_execution_exception","reason":"scripted"},"status":429}',
+    "influxdb": b'{"error":"scripted"}',
+}
 OK = {"elasticsearch": (200, b'{"took":1,"errors":false,"items":[]}'), "influxdb": (204, b"")}
 
 
@@ -82,21 +83,27 @@ class BulkStore(Store):
         assert path == "/_bulk"
         lines = body.decode().splitlines()
         out = []
-        for action, doc in zip(lines[::2], lines[1::2]):
+        for action, doc in zip(lines[::2], lines[1::2], strict=False):
             _id, doc = json.loads(action)["index"]["_id"], json.loads(doc)
             self.seen[_id] = self.seen.get(_id, 0) + 1
             node = doc.get("node_id")
             item = {"_index": "flowstat", "_id": _id, "status": 201}
             if node == self.refuse:
-                item.update(status=400, error={"type": "mapper_parsing_exception",
-                                               "reason": "failed to parse field [threads] of type [long]"})
+                item.update(
+                    status=400,
+                    error={
+                        "type": "mapper_parsing_exception",
+                        "reason": "failed to parse field [threads] of type [long]",
+                    },
+                )
             elif node == self.busy and self.seen[_id] == 1:
                 item.update(status=429, error={"type": "es_rejected_execution_exception", "reason": "queue full"})
             elif node is not None:
                 self.stored.append((node, doc["seq"]))
             out.append({"index": item})
-        return 200, json.dumps({"took": 1, "errors": any(i["index"]["status"] >= 300 for i in out),
-                                "items": out}).encode()
+        return 200, json.dumps(
+            {"took": 1, "errors": any(i["index"]["status"] >= 300 for i in out), "items": out}
+        ).encode()
 
     def times_sent(self) -> dict[str, list[int]]:
         """How often each node's samples came, by node (a sample's _id is RUN/AGENT/NODE/SEQ)."""
@@ -117,15 +124,29 @@ def every(nodes, seqs) -> list[tuple]:
 
 # -- the Python agent's store sinks ------------------------------------------------------------
 
+
 def agent_into(store: Store, tmp_path, *extra) -> tuple[subprocess.CompletedProcess, dict]:
     """Three rounds of three nodes (a, b, c) into the store: a batch of three a round."""
     proc = sleeper()
     url = sink_url(store.kind, store.port)
     stats = tmp_path / "stats.json"
     try:
-        out = run_agent("--endpoints", endpoints_file(tmp_path, proc.pid), "--count", 3, "--interval", 0.1,
-                        "--sink", url, "--spool-dir", tmp_path / "spool", "--stats", stats, *extra,
-                        command=PYTHON_AGENT)
+        out = run_agent(
+            "--endpoints",
+            endpoints_file(tmp_path, proc.pid),
+            "--count",
+            3,
+            "--interval",
+            0.1,
+            "--sink",
+            url,
+            "--spool-dir",
+            tmp_path / "spool",
+            "--stats",
+            stats,
+            *extra,
+            command=PYTHON_AGENT,
+        )
     finally:
         proc.kill()
         store.close()
@@ -141,8 +162,13 @@ def test_a_store_sink_answered_not_now_sends_the_batch_again_and_it_is_stored_on
     writes = store.sample_writes()
     assert writes[0] == writes[1] and len(writes) == 4  # the first batch again, as it was, then the rest
     assert sorted(store.stored) == every("abc", range(3))  # each sample stored once
-    assert (sink["delivered"], sink["refused"], sink["lost"], sink["spooled"], sink["spooled_samples"]) == \
-        (9, 0, 0, 0, 0)
+    assert (sink["delivered"], sink["refused"], sink["lost"], sink["spooled"], sink["spooled_samples"]) == (
+        9,
+        0,
+        0,
+        0,
+        0,
+    )
     assert "is down" in out.stderr and "is back" in out.stderr
 
 
@@ -166,14 +192,18 @@ def test_a_store_sink_down_at_exit_spools_and_the_flush_settles_each_document(tm
     out, sink = agent_into(down, tmp_path, "--drain-timeout", 0)
     assert out.returncode == 0, out.stderr
     assert (sink["delivered"], sink["lost"], sink["spooled_samples"]) == (0, 0, 9)
-    folder, = [p.parent for p in (tmp_path / "spool").rglob("sink-url")]
+    (folder,) = [p.parent for p in (tmp_path / "spool").rglob("sink-url")]
     assert len(list(folder.glob("*.batch"))) == 3
 
     store = BulkStore(refuse="b", busy="c")
     url = sink_url("elasticsearch", store.port)
     try:
-        flushed = subprocess.run([*PYTHON_AGENT, "--flush-spool", str(tmp_path / "spool"), "--sink", url],
-                                 capture_output=True, text=True, timeout=60)
+        flushed = subprocess.run(
+            [*PYTHON_AGENT, "--flush-spool", str(tmp_path / "spool"), "--sink", url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         store.close()
     assert flushed.returncode == 0, flushed.stderr
@@ -185,15 +215,30 @@ def test_a_store_sink_down_at_exit_spools_and_the_flush_settles_each_document(tm
 
 # -- replay ------------------------------------------------------------------------------------
 
+
 def replay_into(store: Store, tmp_path, n: int = 30) -> subprocess.CompletedProcess:
     """A run file of `n` samples of nodes node-0..node-9, replayed in batches of 10."""
     path = tmp_path / "samples.ndjson"
     make_run_file(path, "r", n)
     option = "--influx" if store.kind == "influxdb" else "--es"
     try:
-        return subprocess.run([sys.executable, "-m", "flowstat.cli", "replay", str(path), option,
-                               f"http://127.0.0.1:{store.port}", "--batch", "10", "--quiet"],
-                              capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "flowstat.cli",
+                "replay",
+                str(path),
+                option,
+                f"http://127.0.0.1:{store.port}",
+                "--batch",
+                "10",
+                "--quiet",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
         store.close()
 
@@ -231,8 +276,10 @@ def test_replay_settles_bulk_documents_one_by_one(tmp_path):
     store = BulkStore(refuse="node-1", busy="node-2")
     out = replay_into(store, tmp_path)
     assert out.returncode == 2, out.stderr
-    assert ("Elasticsearch refused 3 of the samples or run documents (document r/flowstat-agent-py/node-1/0: "
-            "HTTP 400: mapper_parsing_exception: failed to parse field [threads]") in out.stderr
+    assert (
+        "Elasticsearch refused 3 of the samples or run documents (document r/flowstat-agent-py/node-1/0: "
+        "HTTP 400: mapper_parsing_exception: failed to parse field [threads]"
+    ) in out.stderr
     sent = store.times_sent()
     assert sent.pop("node-2") == [2] * 3 and all(times == [1] * 3 for times in sent.values())
     assert sorted(store.stored) == every(set(NODES) - {"node-1"}, range(3))

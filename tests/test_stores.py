@@ -14,14 +14,14 @@ import uuid
 import pytest
 import requests
 
-from support.agents import wait_until
 from flowstat import stores
 from flowstat.schema import sample as sample_schema
+from flowstat.stack.base import port_free
 from flowstat.stores import RetryPolicy
 from flowstat.stores.elasticsearch import Elasticsearch, bulk_outcome, daily_index
-from flowstat.stack.base import port_free
 from flowstat.stores.influxdb import InfluxDB
 from flowstat.timeutil import iso_utc_ms
+from support.agents import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -30,13 +30,26 @@ def samples(n: int, run_id: str, nodes: int = 10, later_s: float = 0.0) -> list[
     from flowstat.timeutil import iso_utc_ms
 
     t0 = time.time() - 3600 + later_s  # inside the raw retention policy
-    return [{"time": iso_utc_ms(t0 + (i // nodes) * 0.01), "run_id": run_id, "host": "h", "node_id": f"n{i % nodes}",
-             "role": "merger", "agent": "flowstat-agent-py", "seq": i // nodes, "pid": 100 + i % nodes,
-             "node_state": "RUNNING", "vmrss_kb": 1000 + i, "cpu_clock_hz": 1.5 * i} for i in range(n)]
+    return [
+        {
+            "time": iso_utc_ms(t0 + (i // nodes) * 0.01),
+            "run_id": run_id,
+            "host": "h",
+            "node_id": f"n{i % nodes}",
+            "role": "merger",
+            "agent": "flowstat-agent-py",
+            "seq": i // nodes,
+            "pid": 100 + i % nodes,
+            "node_state": "RUNNING",
+            "vmrss_kb": 1000 + i,
+            "cpu_clock_hz": 1.5 * i,
+        }
+        for i in range(n)
+    ]
 
 
 def influx_count(stack, db: str, run_id: str) -> int:
-    body = stack["influxdb"].query(f"SELECT count(\"seq\") FROM \"flowstat_node\" WHERE run_id = '{run_id}'", db)
+    body = stack["influxdb"].query(f'SELECT count("seq") FROM "flowstat_node" WHERE run_id = \'{run_id}\'', db)
     series = body["results"][0].get("series")
     return series[0]["values"][0][1] if series else 0
 
@@ -99,7 +112,6 @@ def test_elasticsearch_bulk_with_per_document_errors(stack):
     assert es_count(stack, index) == 18
 
 
-
 def test_install_gives_an_older_index_the_new_fields_and_names_one_it_cannot(stack):
     """An index made by an older flowstat (its mapping lacks a field this version writes) takes the
     field at install; an index whose field has another type is named, and install says what to do."""
@@ -114,18 +126,23 @@ def test_install_gives_an_older_index_the_new_fields_and_names_one_it_cannot(sta
         requests.delete(f"{es}/_index_template/flowstat-samples", timeout=30).raise_for_status()
         doc = {**samples(1, "older")[0], "input_latency_p50_ms": 1.5}
         made = daily_index(older, sample_schema.time_ns(doc["time"]))  # the day its sample goes to
-        requests.put(f"{es}/{made}", json={"mappings": {"dynamic": "strict", "properties": props}},
-                     timeout=30).raise_for_status()  # as an older version made it
+        requests.put(
+            f"{es}/{made}", json={"mappings": {"dynamic": "strict", "properties": props}}, timeout=30
+        ).raise_for_status()  # as an older version made it
         assert writer.write(writer.encode([doc]), 1).refused == 1  # strict: the field is unknown
         assert "flowstat-samples*/_mapping" in writer.install()
         got = requests.get(f"{es}/{made}/_mapping", timeout=30).json()[made]["mappings"]["properties"]
         assert got["input_latency_p50_ms"] == {"type": "double"}
         assert writer.write(writer.encode([doc]), 1).accepted == 1
         # a field of another type, as an index created with its own mapping could have it
-        requests.put(f"{es}/{clashing}", json={"mappings": {"properties": {"vmrss_kb": {"type": "keyword"}}}},
-                     timeout=30).raise_for_status()
-        with pytest.raises(RuntimeError, match=r"elasticsearch flowstat-samples\*: an existing index's mapping "
-                                               r"cannot take this version's fields .*vmrss_kb.*reindex or delete"):
+        requests.put(
+            f"{es}/{clashing}", json={"mappings": {"properties": {"vmrss_kb": {"type": "keyword"}}}}, timeout=30
+        ).raise_for_status()
+        with pytest.raises(
+            RuntimeError,
+            match=r"elasticsearch flowstat-samples\*: an existing index's mapping "
+            r"cannot take this version's fields .*vmrss_kb.*reindex or delete",
+        ):
             writer.install()
     finally:
         for index in (f"{older}-*", clashing):
@@ -133,17 +150,28 @@ def test_install_gives_an_older_index_the_new_fields_and_names_one_it_cannot(sta
         writer.install()
         writer.close()
 
+
 def test_bulk_documents_refused_for_now_are_the_only_ones_resent():
     """The part of the policy a real server only shows under overload (429 per document), on the
     answer's documented shape."""
     writer = Elasticsearch("http://unused", "idx")
-    answer = {"errors": True, "items": [
-        {"index": {"_id": "a", "status": 201}},
-        {"index": {"_id": "b", "status": 429, "error": {"type": "es_rejected_execution_exception", "reason": "busy"}}},
-        {"index": {"_id": "c", "status": 400, "error": {"type": "mapper_parsing_exception", "reason": "bad"}}},
-        {"index": {"_id": "d", "status": 503, "error": {"type": "unavailable_shards_exception", "reason": "x"}}},
-        {"index": {"_id": "e", "status": 408, "error": {"type": "timeout", "reason": "y"}}},
-        {"index": {"_id": "f"}}]}  # no status: not known to be stored
+    answer = {
+        "errors": True,
+        "items": [
+            {"index": {"_id": "a", "status": 201}},
+            {
+                "index": {
+                    "_id": "b",
+                    "status": 429,
+                    "error": {"type": "es_rejected_execution_exception", "reason": "busy"},
+                }
+            },
+            {"index": {"_id": "c", "status": 400, "error": {"type": "mapper_parsing_exception", "reason": "bad"}}},
+            {"index": {"_id": "d", "status": 503, "error": {"type": "unavailable_shards_exception", "reason": "x"}}},
+            {"index": {"_id": "e", "status": 408, "error": {"type": "timeout", "reason": "y"}}},
+            {"index": {"_id": "f"}},
+        ],
+    }  # no status: not known to be stored
     body = writer.encode(samples(6, "r"))
     out = bulk_outcome(body, answer)
     lines = body.splitlines(keepends=True)
@@ -166,7 +194,9 @@ def test_a_server_killed_mid_batch_loses_and_duplicates_nothing(stack, store):
         writer, count = Elasticsearch(service.url, index), lambda: es_count(stack, index)
     body = writer.encode(batch)
     result = {}
-    thread = threading.Thread(target=lambda: result.update(out=writer.write(body, len(batch), RetryPolicy(give_up_s=180))))
+    thread = threading.Thread(
+        target=lambda: result.update(out=writer.write(body, len(batch), RetryPolicy(give_up_s=180)))
+    )
     thread.start()
     try:
         while writer.requests == 0:
@@ -196,8 +226,14 @@ def test_an_older_flowstat_s_single_index_is_moved_into_daily_indices_and_resend
         if i % 2:
             d["time"] = iso_utc_ms(sample_schema.time_ns(d["time"]) / 1e9 - 36 * 3600)
     writer = Elasticsearch(es)
-    old_way = b"".join(b'{"index":{"_index":"flowstat-samples","_id":' + json.dumps(sample_schema.document_id(d)).encode()
-                       + b"}}\n" + sample_schema.to_json(d).encode() + b"\n" for d in docs)
+    old_way = b"".join(
+        b'{"index":{"_index":"flowstat-samples","_id":'
+        + json.dumps(sample_schema.document_id(d)).encode()
+        + b"}}\n"
+        + sample_schema.to_json(d).encode()
+        + b"\n"
+        for d in docs
+    )
     try:
         assert writer.write(old_way, len(docs)).accepted == len(docs)
         requests.post(f"{es}/flowstat-samples/_refresh", timeout=30).raise_for_status()
@@ -205,13 +241,16 @@ def test_an_older_flowstat_s_single_index_is_moved_into_daily_indices_and_resend
         assert f"flowstat-samples: {len(docs)} documents moved to daily indices flowstat-samples-YYYY.MM.DD" in done
         assert requests.get(f"{es}/flowstat-samples", timeout=30).status_code == 404  # the old index is gone
         days = {daily_index("flowstat-samples", sample_schema.time_ns(d["time"])) for d in docs}
-        counts = {day: requests.get(f"{es}/{day}/_count", params={"q": f"run_id:{run_id}"}, timeout=30).json()["count"]
-                  for day in days}
+        counts = {
+            day: requests.get(f"{es}/{day}/_count", params={"q": f"run_id:{run_id}"}, timeout=30).json()["count"]
+            for day in days
+        }
         assert len(days) == 2 and sum(counts.values()) == len(docs) and all(counts.values())
         assert writer.write(writer.encode(docs[:10]), 10).accepted == 10  # resent: each overwrites its copy
         requests.post(f"{es}/flowstat-samples*/_refresh", timeout=30).raise_for_status()
-        assert requests.get(f"{es}/flowstat-samples*/_count", params={"q": f"run_id:{run_id}"},
-                            timeout=30).json()["count"] == len(docs)
+        assert requests.get(f"{es}/flowstat-samples*/_count", params={"q": f"run_id:{run_id}"}, timeout=30).json()[
+            "count"
+        ] == len(docs)
         assert not [line for line in writer.install() if "moved" in line]  # nothing left to move
     finally:
         requests.delete(f"{es}/flowstat-samples", timeout=30)
@@ -249,8 +288,9 @@ def test_influxdb_deletes_what_a_retention_policy_no_longer_keeps(stack):
             assert writer.write(writer.encode([old, recent]), 2).accepted == 2
         finally:
             writer.close()
-        count = lambda: len(influx.query('SELECT "seq" FROM "flowstat_node"', db)["results"][0].get("series", [{}])[0]
-                            .get("values", []))
+        count = lambda: len(
+            influx.query('SELECT "seq" FROM "flowstat_node"', db)["results"][0].get("series", [{}])[0].get("values", [])
+        )
         assert count() == 2
         influx.query(f'ALTER RETENTION POLICY "short" ON "{db}" DURATION 2h SHARD DURATION 1h')
         wait_until(lambda: count() == 1, "InfluxDB's retention check to delete the old point", timeout=60)

@@ -3,9 +3,9 @@ import os
 import pytest
 import yaml
 
-from support.common import TOPOLOGIES, topology_dict
 from flowstat.harness.topology import TopologyError, from_dict, load
 from flowstat.units import parse_size
+from support.common import TOPOLOGIES, topology_dict
 
 
 def test_shipped_topologies_load_as_their_files_say():
@@ -19,11 +19,30 @@ def test_shipped_topologies_load_as_their_files_say():
             continue
         raw = yaml.safe_load(path.read_text())
         t = load(path)
-        loaded = (t.run_id, t.duration, t.buffer_size, t.n_producers, t.rate, t.producer_processes, t.obj.kind.name,
-                  t.obj.nbytes, len(t.mergers), list(t.merger_layers))
-        said = (raw["run_id"], raw["duration"], raw["buffer_size"], raw["producers"]["count"], raw["producers"]["rate"],
-                raw["producers"].get("processes", 1), raw["object"]["type"], parse_size(raw["object"]["size"]),
-                raw["mergers"], raw.get("merger_layers", []))
+        loaded = (
+            t.run_id,
+            t.duration,
+            t.buffer_size,
+            t.n_producers,
+            t.rate,
+            t.producer_processes,
+            t.obj.kind.name,
+            t.obj.nbytes,
+            len(t.mergers),
+            list(t.merger_layers),
+        )
+        said = (
+            raw["run_id"],
+            raw["duration"],
+            raw["buffer_size"],
+            raw["producers"]["count"],
+            raw["producers"]["rate"],
+            raw["producers"].get("processes", 1),
+            raw["object"]["type"],
+            parse_size(raw["object"]["size"]),
+            raw["mergers"],
+            raw.get("merger_layers", []),
+        )
         assert loaded == said, path.name
         # every producer feeds exactly one merger of the first layer
         assert sorted(p for m in t.mergers for p in m.producers) == list(range(t.n_producers)), path.name
@@ -46,74 +65,92 @@ def test_the_pinned_scenario_is_the_one_merger_one_pinned():
     plain = load(TOPOLOGIES / "thesis-5.5-500-producers-1-merger.yaml")
     pinned = load(TOPOLOGIES / "thesis-5.5-500-producers-1-merger-pinned.yaml")
     assert pinned.cpus == {"merger": {1}, "producer": {0}, "viewer": {0}, "agent": {0}}
-    same = ("duration", "buffer_size", "obj", "n_producers", "rate", "producer_processes", "mergers",
-            "merger_send_buffer", "viewer_write_interval", "host")
+    same = (
+        "duration",
+        "buffer_size",
+        "obj",
+        "n_producers",
+        "rate",
+        "producer_processes",
+        "mergers",
+        "merger_send_buffer",
+        "viewer_write_interval",
+        "host",
+    )
     assert [getattr(pinned, f) for f in same] == [getattr(plain, f) for f in same]
 
 
 def test_even_split_and_explicit_assignment():
     t = from_dict(topology_dict(producers={"count": 10}, mergers=3))
     assert [len(m.producers) for m in t.mergers] == [3, 4, 3]
-    t = from_dict(topology_dict(producers={"count": 6}, mergers=[
-        {"id": "a", "producers": "0-1,5"}, {"id": "b", "producers": [2, 3, "4"]}]))
+    t = from_dict(
+        topology_dict(
+            producers={"count": 6}, mergers=[{"id": "a", "producers": "0-1,5"}, {"id": "b", "producers": [2, 3, "4"]}]
+        )
+    )
     assert t.mergers[0].producers == (0, 1, 5) and t.merger_of()[4] == 1
 
 
-@pytest.mark.parametrize("change,field", [
-    ({"object": {"type": "TH5F", "size": "1kB"}}, "object.type"),
-    ({"object": {"type": "TH1F", "size": "big"}}, "object.size"),
-    ({"object": {"type": "TH1F"}}, "object"),
-    ({"object": {"type": "TH2F", "bins": [10]}}, "object.bins"),
-    ({"buffer_size": 0}, "buffer_size"),
-    ({"buffer_size": "1"}, "buffer_size"),
-    ({"duration": -1}, "duration"),
-    ({"producers": {"count": 0}}, "producers.count"),
-    ({"producers": {"count": 2, "rate": -5}}, "producers.rate"),
-    ({"producers": {"count": 2, "colour": 1}}, "producers.colour"),
-    ({"mergers": 9}, "mergers"),
-    ({"mergers": [{"producers": "0-1"}, {"producers": "1-3"}]}, "mergers[1].producers"),
-    ({"mergers": [{"producers": "0-2"}]}, "mergers"),
-    ({"mergers": [{"producers": "0-9"}]}, "mergers[0].producers"),
-    ({"run_id": "no spaces please"}, "run_id"),
-    ({"typo_field": 1}, "typo_field"),
-    ({"cpus": {"merger": os.cpu_count()}}, "cpus.merger"),
-    ({"cpus": {"producers-0": [0, 4096]}}, "cpus.producers-0"),
-    ({"cpus": {"merger-7": 0}}, "cpus.merger-7"),
-    ({"cpus": {"producers-1": 0}}, "cpus.producers-1"),  # 4 producers: one process, producers-0
-    ({"cpus": {"agent": []}}, "cpus.agent"),
-    ({"cpus": {"viewer": "zero"}}, "cpus.viewer"),
-    ({"cpus": [0]}, "cpus"),
-    ({"mergers": [{"id": "producer", "producers": "0-3"}]}, "mergers[0].id"),
-    ({"mergers": 2, "merger_layers": [0]}, "merger_layers[0]"),
-    ({"mergers": 2, "merger_layers": [-1]}, "merger_layers[0]"),
-    ({"mergers": 2, "merger_layers": [1.5]}, "merger_layers[0]"),
-    ({"mergers": 2, "merger_layers": [True]}, "merger_layers[0]"),
-    ({"mergers": 2, "merger_layers": 1}, "merger_layers"),
-    ({"mergers": 2, "merger_layers": [3]}, "merger_layers[0]"),  # more than the layer below
-    ({"mergers": 4, "merger_layers": [2, 3]}, "merger_layers[1]"),
-    ({"mergers": 4, "merger_layers": [2, 1, 2]}, "merger_layers[2]"),
-    ({"mergers": 2, "merger_layers": [1], "object": {"type": "TTree", "size": "1kB"}}, "merger_layers"),
-    ({"mergers": [{"id": "merger-l2-0", "producers": "0-1"}, {"producers": "2-3"}], "merger_layers": [1]},
-     "mergers[0].id"),
-    ({"mergers": 2, "cpus": {"merger-l2-0": 0}}, "cpus.merger-l2-0"),  # no layer above the first
-    ({"mergers": 2, "merger_layers": [1], "cpus": {"merger-l2-1": 0}}, "cpus.merger-l2-1"),
-    ({"mergers": 2, "merger_layers": [1], "cpus": {"merger-l3-0": 0}}, "cpus.merger-l3-0"),
-    ({"kernel_buffer_size": 0}, "kernel_buffer_size"),
-    ({"kernel_buffer_size": -4096}, "kernel_buffer_size"),
-    ({"kernel_buffer_size": "4 parsecs"}, "kernel_buffer_size"),
-    ({"kernel_buffer_size": True}, "kernel_buffer_size"),
-    ({"kernel_buffer_size": 4096.0}, "kernel_buffer_size"),
-    ({"kernel_buffer_size": 2**31}, "kernel_buffer_size"),  # SO_SNDBUF takes a C int
-    ({"kernel_buffer_size": "3GB"}, "kernel_buffer_size"),
-    ({"merge_cost": "1ms"}, "merge_cost"),
-    ({"merge_cost": {"per_object": "1 parsec"}}, "merge_cost.per_object"),
-    ({"merge_cost": {"per_object": -0.001}}, "merge_cost.per_object"),
-    ({"merge_cost": {"per_object": True}}, "merge_cost.per_object"),
-    ({"merge_cost": {"per_MB": "5 kB"}}, "merge_cost.per_MB"),
-    ({"merge_cost": {"factor": 0.5}}, "merge_cost.factor"),
-    ({"merge_cost": {"factor": "3"}}, "merge_cost.factor"),
-    ({"merge_cost": {"per_merge": "1ms"}}, "merge_cost.per_merge"),
-])
+@pytest.mark.parametrize(
+    "change,field",
+    [
+        ({"object": {"type": "TH5F", "size": "1kB"}}, "object.type"),
+        ({"object": {"type": "TH1F", "size": "big"}}, "object.size"),
+        ({"object": {"type": "TH1F"}}, "object"),
+        ({"object": {"type": "TH2F", "bins": [10]}}, "object.bins"),
+        ({"buffer_size": 0}, "buffer_size"),
+        ({"buffer_size": "1"}, "buffer_size"),
+        ({"duration": -1}, "duration"),
+        ({"producers": {"count": 0}}, "producers.count"),
+        ({"producers": {"count": 2, "rate": -5}}, "producers.rate"),
+        ({"producers": {"count": 2, "colour": 1}}, "producers.colour"),
+        ({"mergers": 9}, "mergers"),
+        ({"mergers": [{"producers": "0-1"}, {"producers": "1-3"}]}, "mergers[1].producers"),
+        ({"mergers": [{"producers": "0-2"}]}, "mergers"),
+        ({"mergers": [{"producers": "0-9"}]}, "mergers[0].producers"),
+        ({"run_id": "no spaces please"}, "run_id"),
+        ({"typo_field": 1}, "typo_field"),
+        ({"cpus": {"merger": os.cpu_count()}}, "cpus.merger"),
+        ({"cpus": {"producers-0": [0, 4096]}}, "cpus.producers-0"),
+        ({"cpus": {"merger-7": 0}}, "cpus.merger-7"),
+        ({"cpus": {"producers-1": 0}}, "cpus.producers-1"),  # 4 producers: one process, producers-0
+        ({"cpus": {"agent": []}}, "cpus.agent"),
+        ({"cpus": {"viewer": "zero"}}, "cpus.viewer"),
+        ({"cpus": [0]}, "cpus"),
+        ({"mergers": [{"id": "producer", "producers": "0-3"}]}, "mergers[0].id"),
+        ({"mergers": 2, "merger_layers": [0]}, "merger_layers[0]"),
+        ({"mergers": 2, "merger_layers": [-1]}, "merger_layers[0]"),
+        ({"mergers": 2, "merger_layers": [1.5]}, "merger_layers[0]"),
+        ({"mergers": 2, "merger_layers": [True]}, "merger_layers[0]"),
+        ({"mergers": 2, "merger_layers": 1}, "merger_layers"),
+        ({"mergers": 2, "merger_layers": [3]}, "merger_layers[0]"),  # more than the layer below
+        ({"mergers": 4, "merger_layers": [2, 3]}, "merger_layers[1]"),
+        ({"mergers": 4, "merger_layers": [2, 1, 2]}, "merger_layers[2]"),
+        ({"mergers": 2, "merger_layers": [1], "object": {"type": "TTree", "size": "1kB"}}, "merger_layers"),
+        (
+            {"mergers": [{"id": "merger-l2-0", "producers": "0-1"}, {"producers": "2-3"}], "merger_layers": [1]},
+            "mergers[0].id",
+        ),
+        ({"mergers": 2, "cpus": {"merger-l2-0": 0}}, "cpus.merger-l2-0"),  # no layer above the first
+        ({"mergers": 2, "merger_layers": [1], "cpus": {"merger-l2-1": 0}}, "cpus.merger-l2-1"),
+        ({"mergers": 2, "merger_layers": [1], "cpus": {"merger-l3-0": 0}}, "cpus.merger-l3-0"),
+        ({"kernel_buffer_size": 0}, "kernel_buffer_size"),
+        ({"kernel_buffer_size": -4096}, "kernel_buffer_size"),
+        ({"kernel_buffer_size": "4 parsecs"}, "kernel_buffer_size"),
+        ({"kernel_buffer_size": True}, "kernel_buffer_size"),
+        ({"kernel_buffer_size": 4096.0}, "kernel_buffer_size"),
+        ({"kernel_buffer_size": 2**31}, "kernel_buffer_size"),  # SO_SNDBUF takes a C int
+        ({"kernel_buffer_size": "3GB"}, "kernel_buffer_size"),
+        ({"merge_cost": "1ms"}, "merge_cost"),
+        ({"merge_cost": {"per_object": "1 parsec"}}, "merge_cost.per_object"),
+        ({"merge_cost": {"per_object": -0.001}}, "merge_cost.per_object"),
+        ({"merge_cost": {"per_object": True}}, "merge_cost.per_object"),
+        ({"merge_cost": {"per_MB": "5 kB"}}, "merge_cost.per_MB"),
+        ({"merge_cost": {"factor": 0.5}}, "merge_cost.factor"),
+        ({"merge_cost": {"factor": "3"}}, "merge_cost.factor"),
+        ({"merge_cost": {"per_merge": "1ms"}}, "merge_cost.per_merge"),
+    ],
+)
 def test_errors_name_the_field(change, field):
     with pytest.raises(TopologyError) as err:
         from_dict(topology_dict(**change), "t.yaml")
@@ -150,13 +187,18 @@ def test_producer_processes_split_evenly():
 
 def test_merger_layers_spread_each_layer_over_the_next():
     t = from_dict(topology_dict(producers={"count": 8}, mergers=5, merger_layers=[2, 1]))
-    assert t.layers() == [("merger-0", "merger-1", "merger-2", "merger-3", "merger-4"),
-                          ("merger-l2-0", "merger-l2-1"), ("merger-l3-0",)]
+    assert t.layers() == [
+        ("merger-0", "merger-1", "merger-2", "merger-3", "merger-4"),
+        ("merger-l2-0", "merger-l2-1"),
+        ("merger-l3-0",),
+    ]
     assert t.all_mergers() == [*t.layers()[0], "merger-l2-0", "merger-l2-1", "merger-l3-0"]
     # contiguous and balanced, as producers over the first layer: round(2.5) = 2
-    assert t.merger_inputs() == {"merger-l2-0": ("merger-0", "merger-1"),
-                                 "merger-l2-1": ("merger-2", "merger-3", "merger-4"),
-                                 "merger-l3-0": ("merger-l2-0", "merger-l2-1")}
+    assert t.merger_inputs() == {
+        "merger-l2-0": ("merger-0", "merger-1"),
+        "merger-l2-1": ("merger-2", "merger-3", "merger-4"),
+        "merger-l3-0": ("merger-l2-0", "merger-l2-1"),
+    }
     assert t.downstream_of()["merger-4"] == "merger-l2-1" and t.downstream_of()["merger-l3-0"] == "viewer"
     assert t.layer_of()["merger-l2-1"] == 2 and t.layer_of()["merger-0"] == 1
     assert {n for n, role in t.node_roles().items() if role == "merger"} == set(t.all_mergers())
@@ -169,15 +211,20 @@ def test_one_layer_by_default_and_equal_layers_allowed():
     assert t.merger_layers == () and t.layers() == [("merger-0", "merger-1")] and t.merger_inputs() == {}
     t = from_dict(topology_dict(mergers=2, merger_layers=[2, 2, 1]))  # as many as below: one input each
     assert t.merger_inputs()["merger-l2-1"] == ("merger-1",) and t.merger_inputs()["merger-l4-0"] == (
-        "merger-l3-0", "merger-l3-1")
+        "merger-l3-0",
+        "merger-l3-1",
+    )
 
 
 def test_cpus_may_name_upper_mergers():
     t = from_dict(topology_dict(mergers=2, merger_layers=[1], cpus={"merger": 0, "merger-l2-0": "0"}))
     assert t.cpus_for("merger-l2-0", "merger") == {0} and t.cpus_for("merger-1", "merger") == {0}
     assert t.cpus_text() == "merger=0 merger-l2-0=0"
-@pytest.mark.parametrize("value,nbytes", [(None, None), (1, 1), (4096, 4096), ("4kB", 4000), ("4KiB", 4096),
-                                          (2**31 - 1, 2**31 - 1)])
+
+
+@pytest.mark.parametrize(
+    "value,nbytes", [(None, None), (1, 1), (4096, 4096), ("4kB", 4000), ("4KiB", 4096), (2**31 - 1, 2**31 - 1)]
+)
 def test_kernel_buffer_size_in_bytes_or_as_a_size(value, nbytes):
     data = topology_dict() if value is None else topology_dict(kernel_buffer_size=value)
     assert from_dict(data).kernel_buffer_size == nbytes
@@ -190,12 +237,15 @@ def test_kernel_buffer_size_is_recorded_only_when_set():
     assert parameters(from_dict(topology_dict(kernel_buffer_size="4KiB")))["kernel_buffer_bytes"] == 4096
 
 
-@pytest.mark.parametrize("given,per_object_s,per_byte_s,factor", [
-    ({"per_object": "1ms"}, 1e-3, 0.0, 1.0),
-    ({"per_object": 0.002, "per_MB": "250us"}, 2e-3, 250e-6 / 1e6, 1.0),
-    ({"factor": 3}, 0.0, 0.0, 3.0),
-    ({"per_object": "1.5 ms", "per_MB": "2ms", "factor": 2.5}, 1.5e-3, 2e-3 / 1e6, 2.5),
-])
+@pytest.mark.parametrize(
+    "given,per_object_s,per_byte_s,factor",
+    [
+        ({"per_object": "1ms"}, 1e-3, 0.0, 1.0),
+        ({"per_object": 0.002, "per_MB": "250us"}, 2e-3, 250e-6 / 1e6, 1.0),
+        ({"factor": 3}, 0.0, 0.0, 3.0),
+        ({"per_object": "1.5 ms", "per_MB": "2ms", "factor": 2.5}, 1.5e-3, 2e-3 / 1e6, 2.5),
+    ],
+)
 def test_merge_cost_is_read_in_seconds_per_object_and_per_byte(given, per_object_s, per_byte_s, factor):
     c = from_dict(topology_dict(merge_cost=given)).merge_cost
     assert (c.per_object_s, c.per_byte_s, c.factor) == pytest.approx((per_object_s, per_byte_s, factor), rel=1e-12)

@@ -31,10 +31,14 @@ def wheel_file(tmp_path_factory) -> Path:
             shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns(*WHEEL_IGNORE))
         else:
             shutil.copy(ROOT / name, source / name)
-    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", *WHEEL_OPTIONS, "-w", str(dist), str(source)],
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", *WHEEL_OPTIONS, "-w", str(dist), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
-    wheel, = dist.glob("flowstat-*.whl")
+    (wheel,) = dist.glob("flowstat-*.whl")
     return wheel
 
 
@@ -42,8 +46,12 @@ def install(tmp_path_factory, requirement: str) -> Path:
     """A fresh venv with REQUIREMENT installed (pinned by requirements.lock)."""
     venv = tmp_path_factory.mktemp("venv")
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    out = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "-c", str(ROOT / "requirements.lock"), requirement],
-                         capture_output=True, text=True, timeout=900)
+    out = subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "-q", "-c", str(ROOT / "requirements.lock"), requirement],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return venv
 
@@ -61,23 +69,38 @@ def slim_venv(tmp_path_factory, wheel_file) -> Path:
 
 
 def installed(venv: Path) -> set[str]:
-    out = subprocess.run([str(venv / "bin" / "pip"), "list", "--format", "json"], capture_output=True, text=True,
-                         check=True, timeout=120)
+    out = subprocess.run(
+        [str(venv / "bin" / "pip"), "list", "--format", "json"], capture_output=True, text=True, check=True, timeout=120
+    )
     return {p["name"].lower() for p in json.loads(out.stdout)}
 
 
 def flowstat(venv: Path, cwd: Path, *args, timeout=600, env=None) -> subprocess.CompletedProcess:
     # Only the venv and the system: nothing of the checkout on the paths.
-    env = {"PATH": f"{venv / 'bin'}:{SYSTEM_PATH}", "HOME": os.environ.get("HOME", "/root"),
-           **(env or {})}
-    return subprocess.run([str(venv / "bin" / "flowstat"), *map(str, args)], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    env = {"PATH": f"{venv / 'bin'}:{SYSTEM_PATH}", "HOME": os.environ.get("HOME", "/root"), **(env or {})}
+    return subprocess.run(
+        [str(venv / "bin" / "flowstat"), *map(str, args)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_the_installed_package_is_not_the_checkout(wheel_venv, tmp_path):
-    out = subprocess.run([str(wheel_venv / "bin" / "python"), "-c",
-                          "import flowstat; from flowstat.schema import sample as s; print(flowstat.__file__, flowstat.__version__); "
-                          "print(len(s.fields()))"], cwd=tmp_path, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [
+            str(wheel_venv / "bin" / "python"),
+            "-c",
+            "import flowstat; from flowstat.schema import sample as s; print(flowstat.__file__, flowstat.__version__); "
+            "print(len(s.fields()))",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     where, version = out.stdout.split("\n")[0].split()
     assert str(ROOT) not in where and "site-packages" in where
     from flowstat import __version__
@@ -85,10 +108,18 @@ def test_the_installed_package_is_not_the_checkout(wheel_venv, tmp_path):
 
     assert version == __version__ and int(out.stdout.split("\n")[1]) == len(sample_schema.fields())
     # ElastAlert's pins and scripts travel in the wheel, as the stack installs and runs them from there
-    out = subprocess.run([str(wheel_venv / "bin" / "python"), "-c", "from importlib.resources import files; "
-                          "d = files('flowstat.stack') / 'elastalert-files'; "
-                          "print(*sorted(p.name for p in d.iterdir() if p.is_file()))"],
-                         cwd=tmp_path, capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            str(wheel_venv / "bin" / "python"),
+            "-c",
+            "from importlib.resources import files; "
+            "d = files('flowstat.stack') / 'elastalert-files'; "
+            "print(*sorted(p.name for p in d.iterdir() if p.is_file()))",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     shipped = ROOT / "src" / "flowstat" / "stack" / "elastalert-files"
     assert out.stdout.split() == sorted(p.name for p in shipped.iterdir() if p.is_file()), out.stderr
     assert flowstat(wheel_venv, tmp_path, "--version").stdout.strip() == f"flowstat {__version__}"
@@ -111,8 +142,9 @@ def test_the_wheel_runs_the_whole_job_outside_the_checkout(wheel_venv, tmp_path)
     # a short run, watched by both agents (the C agent from the PATH, as an installed one would be)
     c_agent = (C_AGENT_DIR / "flowstat-agent").exists()
     env = {"PATH": f"{wheel_venv / 'bin'}:{C_AGENT_DIR}:{SYSTEM_PATH}"} if c_agent else None
-    out = flowstat(wheel_venv, work, "run", topo, "--duration", 2, "--run-id", "wheel", "--json",
-                   "--agent-interval", 0.5, env=env)
+    out = flowstat(
+        wheel_venv, work, "run", topo, "--duration", 2, "--run-id", "wheel", "--json", "--agent-interval", 0.5, env=env
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads(out.stdout)
     assert summary["ok"] and summary["conservation"]["objects_sent"] > 0
@@ -144,8 +176,9 @@ def test_the_wheel_runs_the_whole_job_outside_the_checkout(wheel_venv, tmp_path)
         requests.post(f"{es}/flowstat-runs/_refresh", timeout=30)
         doc = requests.get(f"{es}/flowstat-runs/_doc/wheel", timeout=30).json()["_source"]
         assert doc["verdict"]["ok"] and doc["samples"] == loaded and doc["parameters"]["producers"] == 4
-        body = requests.post(f"{influx}/query", params={"db": "flowstat", "q": "SELECT count(seq) FROM flowstat_node"},
-                             timeout=30).json()
+        body = requests.post(
+            f"{influx}/query", params={"db": "flowstat", "q": "SELECT count(seq) FROM flowstat_node"}, timeout=30
+        ).json()
         assert body["results"][0]["series"][0]["values"][0][1] == loaded
     finally:
         down = flowstat(wheel_venv, work, "stack", "down", timeout=300)
@@ -166,14 +199,32 @@ def test_an_agent_only_install_has_none_of_the_harness_report_or_stack_packages(
 
 def test_the_slim_install_samples_and_ships_with_the_agent_and_replays(slim_venv, tmp_path, stack):
     with sleeper() as proc:
-        out = flowstat(slim_venv, tmp_path, "agent", "--pid", proc.pid, "--count", 2, "--interval", 0.05, "--quiet",
-                       "--run-id", "slim", "--sink", f"{stack['influxdb'].url.replace('http', 'influxdb', 1)}/flowstat",
-                       "--run-file", "run.ndjson")
+        out = flowstat(
+            slim_venv,
+            tmp_path,
+            "agent",
+            "--pid",
+            proc.pid,
+            "--count",
+            2,
+            "--interval",
+            0.05,
+            "--quiet",
+            "--run-id",
+            "slim",
+            "--sink",
+            f"{stack['influxdb'].url.replace('http', 'influxdb', 1)}/flowstat",
+            "--run-file",
+            "run.ndjson",
+        )
     assert out.returncode == 0, out.stderr
     lines = [json.loads(line) for line in (tmp_path / "run.ndjson").read_text().splitlines()]
     assert [d["seq"] for d in lines if d.get("pid") == proc.pid] == [0, 1]
-    body = requests.post(f"{stack['influxdb'].url}/query", timeout=30, params={
-        "db": "flowstat", "q": "SELECT count(seq) FROM flowstat_node WHERE run_id = 'slim'"}).json()
+    body = requests.post(
+        f"{stack['influxdb'].url}/query",
+        timeout=30,
+        params={"db": "flowstat", "q": "SELECT count(seq) FROM flowstat_node WHERE run_id = 'slim'"},
+    ).json()
     assert body["results"][0]["series"][0]["values"][0][1] == 2
     out = flowstat(slim_venv, tmp_path, "replay", "run.ndjson", "--es", stack["elasticsearch"].url, "--quiet")
     assert out.returncode == 0 and "2 samples loaded (run slim)" in out.stdout, out.stdout + out.stderr
@@ -191,15 +242,24 @@ def test_the_command_line_knows_the_extras_as_pyproject_lists_them():
         assert {OPTIONAL_MODULES[m] for m in modules} == packages[extra], extra
 
 
-@pytest.mark.parametrize("command,extra,package", [
-    (["run", "any.yaml"], "harness", "numpy|PyYAML"), (["validate", "any.yaml"], "harness", "numpy|PyYAML"),
-    (["report", "runs/x"], "report", "numpy|bokeh"), (["report", "--help"], "report", "numpy|bokeh"),
-    (["stack", "up"], "stack", "PyYAML"), (["campaign", "run", "x.yaml"], "all", "numpy|PyYAML|bokeh")])
-def test_a_command_the_slim_install_cannot_run_names_the_extra_to_install(slim_venv, tmp_path, command, extra,
-                                                                          package):
+@pytest.mark.parametrize(
+    "command,extra,package",
+    [
+        (["run", "any.yaml"], "harness", "numpy|PyYAML"),
+        (["validate", "any.yaml"], "harness", "numpy|PyYAML"),
+        (["report", "runs/x"], "report", "numpy|bokeh"),
+        (["report", "--help"], "report", "numpy|bokeh"),
+        (["stack", "up"], "stack", "PyYAML"),
+        (["campaign", "run", "x.yaml"], "all", "numpy|PyYAML|bokeh"),
+    ],
+)
+def test_a_command_the_slim_install_cannot_run_names_the_extra_to_install(slim_venv, tmp_path, command, extra, package):
     out = flowstat(slim_venv, tmp_path, *command)
     assert out.returncode == 2 and out.stdout == ""
-    assert re.fullmatch(rf"flowstat {command[0]}: needs ({package}), which this install does not have: "
-                        rf"pip install 'flowstat\[{extra}\]'\n", out.stderr), out.stderr
+    assert re.fullmatch(
+        rf"flowstat {command[0]}: needs ({package}), which this install does not have: "
+        rf"pip install 'flowstat\[{extra}\]'\n",
+        out.stderr,
+    ), out.stderr
     listed = flowstat(slim_venv, tmp_path, "--help")
     assert f"(not installed: pip install 'flowstat[{extra}]')" in listed.stdout

@@ -5,8 +5,16 @@ from flowstat.harness import wire
 from flowstat.harness.qcobjects import Kind, fill_gaussian, make_desc
 
 
-@pytest.mark.parametrize("kind,shape", [(Kind.TH1F, (250,)), (Kind.TH2F, (20, 30)), (Kind.TH3F, (5, 6, 7)),
-                                        (Kind.THnF, (4, 4, 4, 4)), (Kind.TTree, (11, 20))])
+@pytest.mark.parametrize(
+    "kind,shape",
+    [
+        (Kind.TH1F, (250,)),
+        (Kind.TH2F, (20, 30)),
+        (Kind.TH3F, (5, 6, 7)),
+        (Kind.THnF, (4, 4, 4, 4)),
+        (Kind.TTree, (11, 20)),
+    ],
+)
 def test_roundtrip_inline(kind, shape):
     desc = make_desc(f"{kind.name}_0", kind, shape)
     data, entries = fill_gaussian(desc, 100, np.random.default_rng(0))
@@ -35,8 +43,7 @@ def test_end_of_stream_marker():
     assert desc is None and data is None
 
 
-@pytest.mark.parametrize("garbage", [b"", b"hello", b"\x00" * 100, b"FSQ1" + b"\xff" * 60,
-                                     bytes(range(256)) * 4])
+@pytest.mark.parametrize("garbage", [b"", b"hello", b"\x00" * 100, b"FSQ1" + b"\xff" * 60, bytes(range(256)) * 4])
 def test_garbage_is_a_wire_error_not_a_crash(garbage):
     with pytest.raises(wire.WireError):
         wire.decode([garbage])

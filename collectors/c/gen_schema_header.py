@@ -22,25 +22,44 @@ AGENT = ("FS_A_", "fs_agent_field", "FS_NAGENT_FIELDS", "FS_AGENT_FIELDS", "FS_A
 
 def main(sample_src: str, agent_src: str, dst: str) -> None:
     schemas = [(json.loads(Path(src).read_text()), names) for src, names in ((sample_src, SAMPLE), (agent_src, AGENT))]
-    out = ["/* Generated from src/flowstat/schema/sample.schema.json and agent.schema.json by gen_schema_header.py.",
-           " * Do not edit. */", "#ifndef FLOWSTAT_SCHEMA_FIELDS_H", "#define FLOWSTAT_SCHEMA_FIELDS_H", "",
-           "#include <stddef.h>", "",
-           "enum fs_type { FS_T_STRING, FS_T_INTEGER, FS_T_NUMBER, FS_T_BOOLEAN };",
-           "enum fs_influx { FS_I_TAG, FS_I_FIELD, FS_I_TIME };", "",
-           "struct fs_field_def {", "    const char *name;", "    enum fs_type type;", "    enum fs_influx influx;",
-           "    const char *control; /* get-metrics reply field, or NULL */", "    int required;",
-           "    const char *const *values; /* the values a string may take, or NULL: any */", "    int nvalues;",
-           "};", ""]
+    out = [
+        "/* Generated from src/flowstat/schema/sample.schema.json and agent.schema.json by gen_schema_header.py.",
+        " * Do not edit. */",
+        "#ifndef FLOWSTAT_SCHEMA_FIELDS_H",
+        "#define FLOWSTAT_SCHEMA_FIELDS_H",
+        "",
+        "#include <stddef.h>",
+        "",
+        "enum fs_type { FS_T_STRING, FS_T_INTEGER, FS_T_NUMBER, FS_T_BOOLEAN };",
+        "enum fs_influx { FS_I_TAG, FS_I_FIELD, FS_I_TIME };",
+        "",
+        "struct fs_field_def {",
+        "    const char *name;",
+        "    enum fs_type type;",
+        "    enum fs_influx influx;",
+        "    const char *control; /* get-metrics reply field, or NULL */",
+        "    int required;",
+        "    const char *const *values; /* the values a string may take, or NULL: any */",
+        "    int nvalues;",
+        "};",
+        "",
+    ]
     for schema, names in schemas:
         out += table(schema, *names)
     most = max(len(schema["properties"]) for schema, _ in schemas)
-    out += ["/* Value slots a sample needs, whichever schema it follows. */", f"#define FS_MAX_FIELDS {most}", "",
-            "#endif", ""]
+    out += [
+        "/* Value slots a sample needs, whichever schema it follows. */",
+        f"#define FS_MAX_FIELDS {most}",
+        "",
+        "#endif",
+        "",
+    ]
     Path(dst).write_text("\n".join(out))
 
 
-def table(schema: dict, prefix: str, enum_name: str, count: str, table_name: str, enum_prefix: str,
-          measurement: str) -> list[str]:
+def table(
+    schema: dict, prefix: str, enum_name: str, count: str, table_name: str, enum_prefix: str, measurement: str
+) -> list[str]:
     """One schema: its measurement, field enumeration, enumerated values, field table, and its tags
     sorted by key (the order line protocol writes them in)."""
     required = set(schema["required"])
@@ -55,10 +74,16 @@ def table(schema: dict, prefix: str, enum_name: str, count: str, table_name: str
         p = schema["properties"][n]
         control = f'"{p["x-control"]}"' if "x-control" in p else "NULL"
         values = f"{enum_prefix}{n.upper()}, {len(p['enum'])}" if "enum" in p else "NULL, 0"
-        out.append(f'    {{"{n}", {TYPES[p["type"]]}, {ROLES[p["x-influx"]]}, {control}, {int(n in required)}, {values}}},')
+        out.append(
+            f'    {{"{n}", {TYPES[p["type"]]}, {ROLES[p["x-influx"]]}, {control}, {int(n in required)}, {values}}},'
+        )
     tags = sorted(n for n in names if schema["properties"][n]["x-influx"] == "tag")
-    out += ["};", "", f"static const int {table_name}_TAGS[{len(tags)}] = {{{', '.join(prefix + t.upper() for t in tags)}}};",
-            ""]
+    out += [
+        "};",
+        "",
+        f"static const int {table_name}_TAGS[{len(tags)}] = {{{', '.join(prefix + t.upper() for t in tags)}}};",
+        "",
+    ]
     return out
 
 

@@ -30,18 +30,28 @@ COMMANDS: tuple[tuple[str, str, str, str | None], ...] = (
 )
 # The modules each extra brings (import names), as pyproject.toml lists them (a test holds them
 # alike); only their absence is a missing extra.
-OPTIONAL_MODULES = {"numpy": "numpy", "yaml": "PyYAML", "bokeh": "bokeh", "boost_histogram": "boost-histogram",
-                    "uproot": "uproot"}  # import name -> what pip calls it
-EXTRAS: dict[str, tuple[str, ...]] = {"harness": ("numpy", "yaml", "boost_histogram", "uproot"),
-                                      "report": ("numpy", "bokeh"), "stack": ("yaml",),
-                                      "all": tuple(OPTIONAL_MODULES)}
+OPTIONAL_MODULES = {
+    "numpy": "numpy",
+    "yaml": "PyYAML",
+    "bokeh": "bokeh",
+    "boost_histogram": "boost-histogram",
+    "uproot": "uproot",
+}  # import name -> what pip calls it
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "harness": ("numpy", "yaml", "boost_histogram", "uproot"),
+    "report": ("numpy", "bokeh"),
+    "stack": ("yaml",),
+    "all": tuple(OPTIONAL_MODULES),
+}
 
 
 class MissingExtra(Exception):
     def __init__(self, command: str, extra: str | None, module: str):
         package = OPTIONAL_MODULES.get(module.split(".")[0], module)
-        super().__init__(f"flowstat {command}: needs {package}, which this install does not have: "
-                         f"pip install 'flowstat[{extra or 'all'}]'")
+        super().__init__(
+            f"flowstat {command}: needs {package}, which this install does not have: "
+            f"pip install 'flowstat[{extra or 'all'}]'"
+        )
 
 
 def _missing(exc: ModuleNotFoundError) -> bool:
@@ -53,8 +63,12 @@ def _command_parts(module_name: str, prefix: str) -> tuple[str, dict[str, Any], 
     module = importlib.import_module(module_name)
     if prefix:
         low = prefix.lower()
-        return (getattr(module, f"{prefix}_HELP"), getattr(module, f"{prefix}_PARSER", {}),
-                getattr(module, f"configure_{low}"), getattr(module, low))
+        return (
+            getattr(module, f"{prefix}_HELP"),
+            getattr(module, f"{prefix}_PARSER", {}),
+            getattr(module, f"configure_{low}"),
+            getattr(module, low),
+        )
     return module.HELP, module.PARSER, module.configure, module.main
 
 
@@ -62,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="flowstat",
         description="Monitoring and observability for streaming data-processing pipelines.",
-        epilog="Run 'flowstat COMMAND --help' for a command's options. Docs: docs/ in the repository.")
+        epilog="Run 'flowstat COMMAND --help' for a command's options. Docs: docs/ in the repository.",
+    )
     parser.add_argument("--version", action="version", version=f"flowstat {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module_name, prefix, extra in COMMANDS:

@@ -30,9 +30,9 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
 from urllib.parse import urlsplit
 
 import requests
@@ -42,14 +42,16 @@ from flowstat.stores import elasticsearch as es_store
 from flowstat.stores import influxdb as influx_store
 
 HELP = "set up users, roles, templates and dashboards on running servers (the compose stack's setup)"
-PARSER = dict(description="Converge running servers to what flowstat needs; idempotent, run it as often as you "
-                          "like. Each step runs when its server's URL is given. Secrets come from the environment "
-                          "(see .env.example): ELASTIC_PASSWORD, KIBANA_SYSTEM_PASSWORD, LOGSTASH_ES_PASSWORD, "
-                          "AGENT_ES_PASSWORD, GRAFANA_ES_PASSWORD, ELASTALERT_ES_PASSWORD, "
-                          "INFLUXDB_ADMIN_USER/_PASSWORD, INFLUXDB_WRITER_USER/_PASSWORD, "
-                          "INFLUXDB_READER_USER/_PASSWORD, INFLUXDB_REPLAY_USER/_PASSWORD. For https:// URLs, "
-                          "FLOWSTAT_ES_CA_FILE, FLOWSTAT_INFLUX_CA_FILE or FLOWSTAT_CA_FILE: the CA to trust.",
-              epilog="Exit status: 0 done, 1 a step failed (it is named), 2 a secret is missing or unusable.")
+PARSER = dict(
+    description="Converge running servers to what flowstat needs; idempotent, run it as often as you "
+    "like. Each step runs when its server's URL is given. Secrets come from the environment "
+    "(see .env.example): ELASTIC_PASSWORD, KIBANA_SYSTEM_PASSWORD, LOGSTASH_ES_PASSWORD, "
+    "AGENT_ES_PASSWORD, GRAFANA_ES_PASSWORD, ELASTALERT_ES_PASSWORD, "
+    "INFLUXDB_ADMIN_USER/_PASSWORD, INFLUXDB_WRITER_USER/_PASSWORD, "
+    "INFLUXDB_READER_USER/_PASSWORD, INFLUXDB_REPLAY_USER/_PASSWORD. For https:// URLs, "
+    "FLOWSTAT_ES_CA_FILE, FLOWSTAT_INFLUX_CA_FILE or FLOWSTAT_CA_FILE: the CA to trust.",
+    epilog="Exit status: 0 done, 1 a step failed (it is named), 2 a secret is missing or unusable.",
+)
 
 PLACEHOLDER = "change-me"  # what .env.example holds instead of each secret
 ELASTIC_USER = "elastic"
@@ -93,15 +95,23 @@ ROLES: dict[str, dict] = {
     # Logstash, the agents and replay index each document with its own id (a resent sample
     # overwrites itself): `index`, not only `create_doc`; the first document of a day's index
     # creates it from the template.
-    "flowstat_writer": {"cluster": ["monitor"],
-                        "indices": [{"names": ES_INDICES, "privileges": ["create_index", "index"]}]},
+    "flowstat_writer": {
+        "cluster": ["monitor"],
+        "indices": [{"names": ES_INDICES, "privileges": ["create_index", "index"]}],
+    },
     # Grafana: the version (monitor), the mappings (view_index_metadata), the searches (read).
-    "flowstat_reader": {"cluster": ["monitor"],
-                        "indices": [{"names": ES_INDICES, "privileges": ["read", "view_index_metadata"]}]},
+    "flowstat_reader": {
+        "cluster": ["monitor"],
+        "indices": [{"names": ES_INDICES, "privileges": ["read", "view_index_metadata"]}],
+    },
     # ElastAlert2 reads the samples and keeps its state in indices of its own, which it creates.
-    "flowstat_alerter": {"cluster": ["monitor"],
-                         "indices": [{"names": ES_INDICES, "privileges": ["read", "view_index_metadata"]},
-                                     {"names": [ELASTALERT_INDEX], "privileges": ["all"]}]},
+    "flowstat_alerter": {
+        "cluster": ["monitor"],
+        "indices": [
+            {"names": ES_INDICES, "privileges": ["read", "view_index_metadata"]},
+            {"names": [ELASTALERT_INDEX], "privileges": ["all"]},
+        ],
+    },
 }
 
 
@@ -112,10 +122,12 @@ class EsUser:
     roles: tuple[str, ...]
 
 
-USERS = [EsUser("flowstat_logstash", "LOGSTASH_ES_PASSWORD", ("flowstat_writer",)),
-         EsUser("flowstat_agent", "AGENT_ES_PASSWORD", ("flowstat_writer",)),  # the agents, replay
-         EsUser("flowstat_grafana", "GRAFANA_ES_PASSWORD", ("flowstat_reader",)),
-         EsUser("flowstat_elastalert", "ELASTALERT_ES_PASSWORD", ("flowstat_alerter",))]
+USERS = [
+    EsUser("flowstat_logstash", "LOGSTASH_ES_PASSWORD", ("flowstat_writer",)),
+    EsUser("flowstat_agent", "AGENT_ES_PASSWORD", ("flowstat_writer",)),  # the agents, replay
+    EsUser("flowstat_grafana", "GRAFANA_ES_PASSWORD", ("flowstat_reader",)),
+    EsUser("flowstat_elastalert", "ELASTALERT_ES_PASSWORD", ("flowstat_alerter",)),
+]
 BUILTIN_PASSWORDS = {"kibana_system": "KIBANA_SYSTEM_PASSWORD"}
 
 
@@ -132,11 +144,20 @@ class Call:
 def security_calls(env: Mapping[str, str]) -> list[Call]:
     """Elasticsearch's security set-up, in order: built-in passwords, roles, then users. Putting a
     role or a user again replaces it, and a user's password with it: each run converges."""
-    calls = [Call("security.change_password", "POST", f"/_security/user/{user}/_password",
-                  {"password": env[var]}) for user, var in BUILTIN_PASSWORDS.items()]
+    calls = [
+        Call("security.change_password", "POST", f"/_security/user/{user}/_password", {"password": env[var]})
+        for user, var in BUILTIN_PASSWORDS.items()
+    ]
     calls += [Call("security.put_role", "PUT", f"/_security/role/{name}", body) for name, body in ROLES.items()]
-    calls += [Call("security.put_user", "PUT", f"/_security/user/{u.name}",
-                   {"password": env[u.password_env], "roles": list(u.roles), "enabled": True}) for u in USERS]
+    calls += [
+        Call(
+            "security.put_user",
+            "PUT",
+            f"/_security/user/{u.name}",
+            {"password": env[u.password_env], "roles": list(u.roles), "enabled": True},
+        )
+        for u in USERS
+    ]
     return calls
 
 
@@ -149,8 +170,10 @@ def secret_problems(env: Mapping[str, str], secrets: list[Secret] = SECRETS) -> 
         if not value:
             out.append(f"{s.env} is not set ({s.what})")
         elif PLACEHOLDER in value.lower():
-            out.append(f"{s.env} still holds .env.example's placeholder ({s.what}): put a secret of your own "
-                       f"(scripts/new-env writes random ones)")
+            out.append(
+                f"{s.env} still holds .env.example's placeholder ({s.what}): put a secret of your own "
+                f"(scripts/new-env writes random ones)"
+            )
         elif len(value) < s.min_length:
             out.append(f"{s.env} is {len(value)} characters; {s.min_length} at least ({s.what})")
         elif "'" in value and s.env == "INFLUXDB_ADMIN_PASSWORD":
@@ -159,8 +182,9 @@ def secret_problems(env: Mapping[str, str], secrets: list[Secret] = SECRETS) -> 
 
 
 # -- waiting ----------------------------------------------------------------------------------------
-def wait_for(what: str, probe: Callable[[], str | None], timeout_s: float, say: Callable[[str], None],
-             every_s: float = 2.0) -> None:
+def wait_for(
+    what: str, probe: Callable[[], str | None], timeout_s: float, say: Callable[[str], None], every_s: float = 2.0
+) -> None:
     """Call ``probe`` until it answers None (ready) or ``timeout_s`` pass; it returns why not yet.
     A ProvisionError from the probe is final (e.g. a wrong password): no use waiting."""
     deadline = time.monotonic() + timeout_s
@@ -186,8 +210,10 @@ def _request(session: requests.Session, method: str, url: str, **kw) -> requests
     except requests.exceptions.SSLError as exc:
         ca_env = getattr(session, "flowstat_ca_env", "FLOWSTAT_CA_FILE")
         if "CERTIFICATE_VERIFY_FAILED" in str(exc):
-            raise ProvisionError(f"TLS: the certificate of {urlsplit(url).netloc} is not trusted "
-                                 f"(set {ca_env} to the CA that signed it)") from exc
+            raise ProvisionError(
+                f"TLS: the certificate of {urlsplit(url).netloc} is not trusted "
+                f"(set {ca_env} to the CA that signed it)"
+            ) from exc
         return f"no answer at {url} (TLS: {exc})"
     except requests.RequestException as exc:
         return f"no answer at {url} ({type(exc).__name__})"
@@ -225,10 +251,12 @@ class ElasticsearchSetup:
         if resp.status_code == 401:
             # A restarted node answers before its security index has recovered, and refuses every
             # password meanwhile: a refusal is final only once it has lasted.
-            refused = (f"Elasticsearch at {self.url} refused user {ELASTIC_USER}'s password (HTTP 401). "
-                       f"ELASTIC_PASSWORD is taken once, at Elasticsearch's first start, into its data volume: "
-                       f"put back the one it started with, or change it there first "
-                       f"(bin/elasticsearch-reset-password -u elastic)")
+            refused = (
+                f"Elasticsearch at {self.url} refused user {ELASTIC_USER}'s password (HTTP 401). "
+                f"ELASTIC_PASSWORD is taken once, at Elasticsearch's first start, into its data volume: "
+                f"put back the one it started with, or change it there first "
+                f"(bin/elasticsearch-reset-password -u elastic)"
+            )
             self._refused_since = self._refused_since or time.monotonic()
             if time.monotonic() - self._refused_since > AUTH_GRACE_S:
                 raise ProvisionError(f"{refused}; refused for {AUTH_GRACE_S:.0f} s")
@@ -310,16 +338,25 @@ class KibanaSetup:
 
     def import_objects(self, ndjson: bytes, name: str) -> int:
         expected = sum(1 for line in ndjson.splitlines() if line.strip())
-        resp = _request(self.session, "POST", f"{self.url}/api/saved_objects/_import", params={"overwrite": "true"},
-                        files={"file": (name, ndjson, "application/ndjson")}, timeout=120.0)
+        resp = _request(
+            self.session,
+            "POST",
+            f"{self.url}/api/saved_objects/_import",
+            params={"overwrite": "true"},
+            files={"file": (name, ndjson, "application/ndjson")},
+            timeout=120.0,
+        )
         if isinstance(resp, str):
             raise ProvisionError(f"Kibana import of {name}: {resp}")
         try:
             answer = resp.json()
         except ValueError:
             answer = {}
-        problems = import_problems(answer, expected) if resp.status_code == 200 else [f"HTTP {resp.status_code}: "
-                                                                                       f"{resp.text[:300]}"]
+        problems = (
+            import_problems(answer, expected)
+            if resp.status_code == 200
+            else [f"HTTP {resp.status_code}: " f"{resp.text[:300]}"]
+        )
         if problems:
             raise ProvisionError(f"Kibana import of {name} incomplete: " + "; ".join(problems[:5]))
         self.say(f"kibana: imported {expected} saved objects from {name}")
@@ -332,8 +369,9 @@ def influx_string(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def influx_user_statements(users: dict[str, tuple[str, str]], existing: dict[str, bool],
-                           db: str = INFLUX_DB) -> list[str]:
+def influx_user_statements(
+    users: dict[str, tuple[str, str]], existing: dict[str, bool], db: str = INFLUX_DB
+) -> list[str]:
     """What makes each of ``users`` (name -> (password, privilege READ|WRITE|ALL)) exist with that
     password and exactly that privilege on ``db``, given ``existing`` (name -> is admin). InfluxDB
     1.x keeps one privilege per user and database: a GRANT replaces the one before."""
@@ -372,7 +410,8 @@ class InfluxSetup:
             raise ProvisionError(
                 f"InfluxDB at {self.url} refused admin {self.env['INFLUXDB_ADMIN_USER']!r} (HTTP {resp.status_code}). "
                 f"The admin is made at InfluxDB's first start only: INFLUXDB_ADMIN_USER and _PASSWORD must be "
-                f"the ones it started with")
+                f"the ones it started with"
+            )
         return None if resp.status_code == 200 else f"HTTP {resp.status_code}"
 
     def wait(self, timeout_s: float) -> None:
@@ -394,11 +433,16 @@ class InfluxSetup:
     def users(self) -> None:
         names = [self.env[f"INFLUXDB_{who}_USER"] for who in INFLUX_USERS]
         if len(set(names)) < len(names) or self.env["INFLUXDB_ADMIN_USER"] in names:
-            raise ProvisionError("InfluxDB: the writer, the reader and the replay user must be three users, "
-                                 "none of them the admin (" + ", ".join(f"INFLUXDB_{who}_USER={name}" for who, name
-                                                                        in zip(INFLUX_USERS, names)) + ")")
-        wanted = {self.env[f"INFLUXDB_{who}_USER"]: (self.env[f"INFLUXDB_{who}_PASSWORD"], privilege)
-                  for who, privilege in INFLUX_USERS.items()}
+            raise ProvisionError(
+                "InfluxDB: the writer, the reader and the replay user must be three users, "
+                "none of them the admin ("
+                + ", ".join(f"INFLUXDB_{who}_USER={name}" for who, name in zip(INFLUX_USERS, names, strict=False))
+                + ")"
+            )
+        wanted = {
+            self.env[f"INFLUXDB_{who}_USER"]: (self.env[f"INFLUXDB_{who}_PASSWORD"], privilege)
+            for who, privilege in INFLUX_USERS.items()
+        }
         series = self._query("SHOW USERS")["results"][0].get("series", [{}])[0]
         existing = {row[0]: bool(row[1]) for row in series.get("values", [])}
         for statement in influx_user_statements(wanted, existing):
@@ -409,31 +453,48 @@ class InfluxSetup:
 # -- the command --------------------------------------------------------------------------------------
 STEPS = ("elasticsearch", "kibana", "influxdb")
 # What each step reads from the environment: derived from the users it makes.
-NEEDS = {"elasticsearch": ["ELASTIC_PASSWORD", *BUILTIN_PASSWORDS.values(), *(u.password_env for u in USERS)],
-         "kibana": ["ELASTIC_PASSWORD"],
-         "influxdb": [f"INFLUXDB_{who}_{what}" for who in ("ADMIN", *INFLUX_USERS) for what in ("USER", "PASSWORD")]}
+NEEDS = {
+    "elasticsearch": ["ELASTIC_PASSWORD", *BUILTIN_PASSWORDS.values(), *(u.password_env for u in USERS)],
+    "kibana": ["ELASTIC_PASSWORD"],
+    "influxdb": [f"INFLUXDB_{who}_{what}" for who in ("ADMIN", *INFLUX_USERS) for what in ("USER", "PASSWORD")],
+}
 
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--es", metavar="URL", help="Elasticsearch (e.g. http://elasticsearch:9200): security, templates")
     p.add_argument("--kibana", metavar="URL", help="Kibana (e.g. http://kibana:5601): the saved objects")
-    p.add_argument("--kibana-objects", metavar="FILE", type=Path,
-                   help="the saved objects to import (default: the ones this flowstat generates, as in "
-                        "dashboards/kibana/flowstat.ndjson)")
+    p.add_argument(
+        "--kibana-objects",
+        metavar="FILE",
+        type=Path,
+        help="the saved objects to import (default: the ones this flowstat generates, as in "
+        "dashboards/kibana/flowstat.ndjson)",
+    )
     p.add_argument("--influx", metavar="URL", help="InfluxDB 1.x with authentication on (e.g. http://influxdb:8086)")
-    p.add_argument("--no-security", action="store_true",
-                   help="Elasticsearch and Kibana run without security: no users, roles or credentials")
-    p.add_argument("--timeout", metavar="S", type=float, default=300.0,
-                   help="how long to wait for each server to answer (default 300)")
-    p.add_argument("--check", action="store_true", help="only check the secrets in the environment (every one "
-                                                        "of the compose stack), then exit")
+    p.add_argument(
+        "--no-security",
+        action="store_true",
+        help="Elasticsearch and Kibana run without security: no users, roles or credentials",
+    )
+    p.add_argument(
+        "--timeout",
+        metavar="S",
+        type=float,
+        default=300.0,
+        help="how long to wait for each server to answer (default 300)",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="only check the secrets in the environment (every one " "of the compose stack), then exit",
+    )
 
 
 def _kibana_objects(path: Path | None) -> tuple[bytes, str]:
     if path is None:
         from flowstat.views import kibana
 
-        (name, text), = kibana.files().items()
+        ((name, text),) = kibana.files().items()
         return text.encode(), name
     try:
         return path.read_bytes(), str(path)
@@ -469,12 +530,15 @@ def main(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
     if args.check:
         problems = secret_problems(env)
     else:
-        steps = [s for s, url in (("elasticsearch", args.es), ("kibana", args.kibana), ("influxdb", args.influx)) if url]
+        steps = [
+            s for s, url in (("elasticsearch", args.es), ("kibana", args.kibana), ("influxdb", args.influx)) if url
+        ]
         if not steps:
-            print("flowstat provision: nothing to do: give --es, --kibana and/or --influx (see --help)", file=sys.stderr)
+            print(
+                "flowstat provision: nothing to do: give --es, --kibana and/or --influx (see --help)", file=sys.stderr
+            )
             return 2
-        needed = {var for s in steps for var in NEEDS[s]
-                  if not (args.no_security and s in ("elasticsearch", "kibana"))}
+        needed = {var for s in steps for var in NEEDS[s] if not (args.no_security and s in ("elasticsearch", "kibana"))}
         problems = secret_problems(env, [s for s in SECRETS if s.env in needed])
         problems += [f"{var} is not set" for var in sorted(needed) if var.endswith("_USER") and not env.get(var)]
     if problems:

@@ -15,14 +15,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from flowstat import stores
-
-from flowstat.schema import sample as sample_schema
 from flowstat.progress import Progress
 from flowstat.schema import runfile
+from flowstat.schema import sample as sample_schema
 from flowstat.schema.runfile import FileReport
 from flowstat.stores import BatchEncoder, WriterProcess
 from flowstat.timeutil import iso_utc_ms
@@ -34,8 +33,9 @@ class ReplayError(RuntimeError):
     """The replay cannot go on (a store is down or refuses data); the message names it."""
 
 
-def read_batches(path: Path, report: FileReport, encoders: list[BatchEncoder], *, rebase_ms: int | None = None,
-                 batch: int = BATCH) -> Iterator[tuple[list[bytes], int]]:
+def read_batches(
+    path: Path, report: FileReport, encoders: list[BatchEncoder], *, rebase_ms: int | None = None, batch: int = BATCH
+) -> Iterator[tuple[list[bytes], int]]:
     """A run file's good samples as batches ready to write: one body per encoder (one per store),
     and the number of samples. Bad lines go to the report with their number (runfile.samples).
 
@@ -82,12 +82,13 @@ def _rebased(docs: list[dict], report: FileReport, rebase_ms: int) -> list[dict]
     return [{**d, "time": iso_utc_ms((sample_schema.time_ns(d["time"]) + report.shift_ns) / 1e9)} for d in docs]
 
 
-def self_sample_batches(report: FileReport, writers: dict, *, rebase_ms: int | None = None,
-                  batch: int = BATCH) -> Iterator[tuple[list[bytes], int]]:
+def self_sample_batches(
+    report: FileReport, writers: dict, *, rebase_ms: int | None = None, batch: int = BATCH
+) -> Iterator[tuple[list[bytes], int]]:
     """The run file's self-samples as batches ready to write: one body per writer, and their number."""
     docs = report.self_samples if rebase_ms is None else _rebased(report.self_samples, report, rebase_ms)
     for start in range(0, len(docs), batch):
-        chunk = docs[start:start + batch]
+        chunk = docs[start : start + batch]
         yield [w.encode_self_samples(chunk) for w in writers.values()], len(chunk)
 
 
@@ -95,14 +96,16 @@ def run_document(report: FileReport) -> dict:
     """The run's document (runfile.run_document); with --rebase-time its times move as the samples did."""
     shift = report.shift_ns
     try:
-        return runfile.run_document(report, retime=(lambda t: iso_utc_ms((sample_schema.time_ns(t) + shift) / 1e9))
-                                    if shift else None)
+        return runfile.run_document(
+            report, retime=(lambda t: iso_utc_ms((sample_schema.time_ns(t) + shift) / 1e9)) if shift else None
+        )
     except ValueError as exc:
         raise ReplayError(str(exc)) from None
 
 
-def replay(paths: list[Path], targets: dict[str, tuple[str, str]], *, rebase: bool = False, batch: int = BATCH,
-           progress=None) -> list[FileReport]:
+def replay(
+    paths: list[Path], targets: dict[str, tuple[str, str]], *, rebase: bool = False, batch: int = BATCH, progress=None
+) -> list[FileReport]:
     """Load run files into the stores ``targets`` names: {store: (url, database or index)}."""
     writers = {name: stores.get(name)(url, target) for name, (url, target) in targets.items()}
     for w in writers.values():
@@ -123,7 +126,7 @@ def replay(paths: list[Path], targets: dict[str, tuple[str, str]], *, rebase: bo
             shown = 0  # bytes of this file already counted by the progress bar
             encoders = [w.encoder() for w in writers.values()]
             for bodies, count in read_batches(path, report, encoders, rebase_ms=rebase_ms, batch=batch):
-                for proc, body in zip(procs.values(), bodies):
+                for proc, body in zip(procs.values(), bodies, strict=False):
                     proc.put(body, count)
                 if progress:
                     progress(report.bytes_read - shown)
@@ -131,7 +134,7 @@ def replay(paths: list[Path], targets: dict[str, tuple[str, str]], *, rebase: bo
             if progress:  # what follows the last batch (bad lines, or a file that ends on a batch)
                 progress(report.bytes_read - shown)
             for bodies, count in self_sample_batches(report, writers, rebase_ms=rebase_ms, batch=batch):
-                for proc, body in zip(procs.values(), bodies):
+                for proc, body in zip(procs.values(), bodies, strict=False):
                     proc.put(body, count)
             if report.good and report.run_id:
                 doc = run_document(report)
@@ -148,37 +151,47 @@ def replay(paths: list[Path], targets: dict[str, tuple[str, str]], *, rebase: bo
         finally:
             for w in writers.values():
                 w.close()
-    for name, result in results.items():
+    for result in results.values():
         if result.get("error"):
             raise ReplayError(result["error"])
     for name, result in results.items():
         if result.get("refused"):
-            raise ReplayError(f"{stores.get(name).title} refused {result['refused']:,} of the samples or run "
-                              f"documents ({result['reasons'][0] if result['reasons'] else 'no reason given'}); "
-                              f"everything else is stored")
+            raise ReplayError(
+                f"{stores.get(name).title} refused {result['refused']:,} of the samples or run "
+                f"documents ({result['reasons'][0] if result['reasons'] else 'no reason given'}); "
+                f"everything else is stored"
+            )
     return reports
 
 
 # -- the command --------------------------------------------------------------------------------
 
 HELP = "load recorded run files into the stores"
-PARSER = dict(description="Load run files (runs/RUN/samples.ndjson, or the run directory) into the stores in large "
-                          "batches. Idempotent: replaying twice leaves the same data. A malformed or truncated line "
-                          "is reported with its file and line number and skipped; every good line is still loaded. "
-                          "Each run gets its run document (run.json beside the run file, else the run file's "
-                          "header) in flowstat-runs and as a flowstat_run point. Exit status: 0 all loaded, 1 some "
-                          "lines skipped, 2 nothing could be done (bad arguments, a store down or refusing data), "
-                          "130 interrupted (what was sent is stored).")
+PARSER = dict(
+    description="Load run files (runs/RUN/samples.ndjson, or the run directory) into the stores in large "
+    "batches. Idempotent: replaying twice leaves the same data. A malformed or truncated line "
+    "is reported with its file and line number and skipped; every good line is still loaded. "
+    "Each run gets its run document (run.json beside the run file, else the run file's "
+    "header) in flowstat-runs and as a flowstat_run point. Exit status: 0 all loaded, 1 some "
+    "lines skipped, 2 nothing could be done (bad arguments, a store down or refusing data), "
+    "130 interrupted (what was sent is stored)."
+)
 
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("runfile", nargs="+", help="run files or run directories")
     for w in stores.writers():
         p.add_argument(f"--{w.option}", metavar="URL", help=f"{w.title}, e.g. http://127.0.0.1:{w.default_port}")
-        p.add_argument(f"--{w.target_option}", default=w.default_target,
-                       help=f"{w.title} {w.target_kind} (default {w.default_target})")
-    p.add_argument("--rebase-time", action="store_true",
-                   help="shift each run to start now (a new copy in InfluxDB each time: not idempotent)")
+        p.add_argument(
+            f"--{w.target_option}",
+            default=w.default_target,
+            help=f"{w.title} {w.target_kind} (default {w.default_target})",
+        )
+    p.add_argument(
+        "--rebase-time",
+        action="store_true",
+        help="shift each run to start now (a new copy in InfluxDB each time: not idempotent)",
+    )
     p.add_argument("--batch", type=int, default=BATCH, metavar="N", help=f"samples per request (default {BATCH})")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -194,13 +207,17 @@ def _loaded(reports: list[FileReport], writers: dict) -> None:
             try:
                 w.loaded(start, end)
             except (RuntimeError, stores.StoreDown, OSError) as exc:
-                raise ReplayError(f"{report.path}: the samples are stored, but {w.title} could not roll them "
-                                  f"up: {exc}") from None
+                raise ReplayError(
+                    f"{report.path}: the samples are stored, but {w.title} could not roll them " f"up: {exc}"
+                ) from None
 
 
 def main(args: argparse.Namespace) -> int:
-    targets = {w.name: (getattr(args, w.option), getattr(args, w.target_option)) for w in stores.writers()
-               if getattr(args, w.option)}
+    targets = {
+        w.name: (getattr(args, w.option), getattr(args, w.target_option))
+        for w in stores.writers()
+        if getattr(args, w.option)
+    }
     if not targets:
         options = " and/or ".join(f"--{w.option} URL" for w in stores.writers())
         print(f"flowstat replay: say where to load: {options}", file=sys.stderr)
@@ -223,14 +240,18 @@ def main(args: argparse.Namespace) -> int:
         return 2
     except KeyboardInterrupt:
         bar.close()
-        print("\nflowstat replay: interrupted; what was sent is stored, replaying again is safe (idempotent)",
-              file=sys.stderr)
+        print(
+            "\nflowstat replay: interrupted; what was sent is stored, replaying again is safe (idempotent)",
+            file=sys.stderr,
+        )
         return 130
     bar.close()
     status = 0
     for r in reports:
-        print(f"{r.path}: {r.good:,} samples loaded (run {r.run_id}), {len(r.self_samples):,} agent self-samples, "
-              f"{len(r.bad)} bad lines skipped")
+        print(
+            f"{r.path}: {r.good:,} samples loaded (run {r.run_id}), {len(r.self_samples):,} agent self-samples, "
+            f"{len(r.bad)} bad lines skipped"
+        )
         for note in r.notes:
             print(f"  note: {note}", file=sys.stderr)
         for lineno, why in r.bad[:20]:

@@ -9,18 +9,24 @@ from pathlib import Path
 
 import orjson
 
-from flowstat.timeutil import iso_utc_ms
-
 from flowstat.schema import run as run_schema
 from flowstat.schema import runfile
 from flowstat.schema.sample import time_ns
-
+from flowstat.timeutil import iso_utc_ms
 
 SELF_SAMPLE_TICKS = 5  # synthesize: a self-sample line every 5 ticks (the agents' default, at 1 sample/s)
 
 
-def synthesize(source: Path, out: Path, nodes: int, samples: int, *, run_id: str | None = None,
-               parameters: dict | None = None, shift_s: float = 0.0) -> int:
+def synthesize(
+    source: Path,
+    out: Path,
+    nodes: int,
+    samples: int,
+    *,
+    run_id: str | None = None,
+    parameters: dict | None = None,
+    shift_s: float = 0.0,
+) -> int:
     """A run directory ``out`` with ``nodes`` x ``samples`` samples replicated from the run in
     ``source`` (written tick by tick, as an agent writes them, with its self-sample lines between
     them); returns how many samples it holds.
@@ -41,8 +47,11 @@ def synthesize(source: Path, out: Path, nodes: int, samples: int, *, run_id: str
     stamps: dict[int, str] = {}
     with open(out / "samples.ndjson", "wb") as f:
         if report.header:
-            header = {**report.header, **relabel, "parameters": {**report.header.get("parameters", {}),
-                                                                 **(parameters or {})}}
+            header = {
+                **report.header,
+                **relabel,
+                "parameters": {**report.header.get("parameters", {}), **(parameters or {})},
+            }
             if "started" in header:
                 header["started"] = _moved(header["started"], shift_ns)
             f.write(orjson.dumps({"flowstat_run": header}) + b"\n")
@@ -56,8 +65,9 @@ def synthesize(source: Path, out: Path, nodes: int, samples: int, *, run_id: str
                 k = i // SELF_SAMPLE_TICKS
                 own = report.self_samples[k % len(report.self_samples)]
                 f.write(orjson.dumps({"flowstat_agent": {**own, **relabel, "time": stamp, "seq": k}}) + b"\n")
-    last = max(series[(samples - 1) % len(series)][0] + (samples - 1) // len(series) * period_ns
-               for _, series in copies)
+    last = max(
+        series[(samples - 1) % len(series)][0] + (samples - 1) // len(series) * period_ns for _, series in copies
+    )
     doc = json.loads((source / "run.json").read_text())
     scale = (last - first) / 1e9 / doc["summary"]["seconds"]
     doc.update(relabel)

@@ -131,14 +131,32 @@ class ScriptedHttp:
 # A get-metrics reply holding every field the sample schema copies from a node's reply (x-control),
 # each with a value an encoding could get wrong: many significant digits, past 2**32, both
 # booleans, milliseconds in the timestamps.
-FULL_REPLY = {"node_state": "RUNNING", "role": "merger", "average_merge_time": 0.123456789012345,
-              "merged_objects_per_second": 98765.4321, "objects_sent": 2**40 + 3, "objects_received": 4_000_000_001,
-              "objects_merged": 12345, "bytes_sent": 2**52 + 7, "bytes_received": 9_876_543_210, "objects_held": 17,
-              "objects_in_flight": 5, "input_latency_p50_ms": 1.5, "input_latency_p99_ms": 31.25,
-              "input_latency_max_ms": 1234.5678901, "input_latency_objects": 999, "receive_buffer_size": 100,
-              "send_buffer_size": 200, "receive_buffer_overloaded": False, "send_buffer_overloaded": True,
-              "send_overload_events": 3, "receive_overload_events": 4, "sequence_gaps": 6,
-              "request_timestamp": "2026-11-23T10:00:00.123Z", "response_timestamp": "2026-11-23T10:00:00.456Z"}
+FULL_REPLY = {
+    "node_state": "RUNNING",
+    "role": "merger",
+    "average_merge_time": 0.123456789012345,
+    "merged_objects_per_second": 98765.4321,
+    "objects_sent": 2**40 + 3,
+    "objects_received": 4_000_000_001,
+    "objects_merged": 12345,
+    "bytes_sent": 2**52 + 7,
+    "bytes_received": 9_876_543_210,
+    "objects_held": 17,
+    "objects_in_flight": 5,
+    "input_latency_p50_ms": 1.5,
+    "input_latency_p99_ms": 31.25,
+    "input_latency_max_ms": 1234.5678901,
+    "input_latency_objects": 999,
+    "receive_buffer_size": 100,
+    "send_buffer_size": 200,
+    "receive_buffer_overloaded": False,
+    "send_buffer_overloaded": True,
+    "send_overload_events": 3,
+    "receive_overload_events": 4,
+    "sequence_gaps": 6,
+    "request_timestamp": "2026-11-23T10:00:00.123Z",
+    "response_timestamp": "2026-11-23T10:00:00.456Z",
+}
 
 
 class StubNode:
@@ -169,16 +187,34 @@ class StubNode:
             if self.mode == "garbage":
                 reply = b"\xff\x00 not json"
             elif self.mode == "full":
-                reply = json.dumps({"command": "get-metrics", "id": request.get("id"), "node_id": "stub",
-                                    **FULL_REPLY}).encode()
+                reply = json.dumps(
+                    {"command": "get-metrics", "id": request.get("id"), "node_id": "stub", **FULL_REPLY}
+                ).encode()
             elif self.mode == "unknown":  # a role and a state outside the schema's lists
-                reply = json.dumps({"command": "get-metrics", "id": request.get("id"), "node_id": "stub",
-                                    "node_state": "SLEEPING", "role": "boss", "objects_received": 10}).encode()
+                reply = json.dumps(
+                    {
+                        "command": "get-metrics",
+                        "id": request.get("id"),
+                        "node_id": "stub",
+                        "node_state": "SLEEPING",
+                        "role": "boss",
+                        "objects_received": 10,
+                    }
+                ).encode()
             else:
-                reply = json.dumps({"command": "get-metrics", "id": request.get("id"), "node_id": "stub",
-                                    "node_state": "RUNNING", "role": "merger", "average_merge_time": 0.25,
-                                    "objects_received": 10, "send_buffer_overloaded": True,
-                                    "objects_held": "not a number"}).encode()
+                reply = json.dumps(
+                    {
+                        "command": "get-metrics",
+                        "id": request.get("id"),
+                        "node_id": "stub",
+                        "node_state": "RUNNING",
+                        "role": "merger",
+                        "average_merge_time": 0.25,
+                        "objects_received": 10,
+                        "send_buffer_overloaded": True,
+                        "objects_held": "not a number",
+                    }
+                ).encode()
             self.sock.send_multipart(frames[:-1] + [reply])
 
     def close(self) -> None:
@@ -194,9 +230,13 @@ class Device:
 
     def __init__(self, role: str, config: dict):
         self.log = tempfile.TemporaryFile()  # a file, not a pipe: a device that logs much never blocks on it
-        self.proc = subprocess.Popen([sys.executable, "-m", "flowstat.harness.devices", role, "--config",
-                                      json.dumps(config)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=self.log, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "flowstat.harness.devices", role, "--config", json.dumps(config)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            start_new_session=True,
+        )
         self.ready = self.event("ready")
 
     def event(self, name: str, timeout: float = 30) -> dict:
@@ -205,8 +245,9 @@ class Device:
         line = b""
         while not line.endswith(b"\n"):
             left = deadline - time.monotonic()
-            assert left > 0 and select.select([self.proc.stdout], [], [], left)[0], \
-                f"no {name!r} event within {timeout} s; stderr: {self.stderr()}"
+            assert (
+                left > 0 and select.select([self.proc.stdout], [], [], left)[0]
+            ), f"no {name!r} event within {timeout} s; stderr: {self.stderr()}"
             chunk = self.proc.stdout.readline()
             assert chunk, f"the device exited ({self.proc.poll()}) before its {name!r} event: {self.stderr()}"
             line += chunk
@@ -228,8 +269,9 @@ class Device:
 
 def _python_child(code: str) -> subprocess.Popen:
     """A Python process running `code` after it says it has started, returned once it has."""
-    proc = subprocess.Popen([sys.executable, "-c", f"import time\nprint('ready', flush=True)\n{code}"],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", f"import time\nprint('ready', flush=True)\n{code}"], stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout.readline().strip() == "ready"
     return proc
 
@@ -280,14 +322,14 @@ class SocketReceiver:
                     self._keep(self.sock.recv(65536))
                     continue
                 conn, _ = self.sock.accept()
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             conn.settimeout(0.2)
             with conn:
                 while self.running:
                     try:
                         chunk = conn.recv(65536)
-                    except socket.timeout:
+                    except TimeoutError:
                         continue
                     if not chunk:
                         break
@@ -305,31 +347,65 @@ class SocketReceiver:
 
 # -- credentials and TLS (docs/security.md) --------------------------------------------------------
 
+
 @dataclass
 class Certificates:
-    ca: Path    # the CA's certificate: what FLOWSTAT_*_CA_FILE names
+    ca: Path  # the CA's certificate: what FLOWSTAT_*_CA_FILE names
     cert: Path  # the server's certificate (SAN IP:127.0.0.1), signed by the CA
-    key: Path   # its key
+    key: Path  # its key
 
 
 def make_certificates(folder: Path) -> Certificates:
     """A throwaway CA and a server certificate for 127.0.0.1 that it signed, made with openssl
     (EC keys: quick), with the extensions strict verifiers ask for."""
     folder.mkdir(parents=True, exist_ok=True)
-    ca, ca_key, cert, key, csr, ext = (folder / n for n in ("ca.pem", "ca.key", "server.pem", "server.key",
-                                                            "server.csr", "server.ext"))
+    ca, ca_key, cert, key, csr, ext = (
+        folder / n for n in ("ca.pem", "ca.key", "server.pem", "server.key", "server.csr", "server.ext")
+    )
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
 
     def openssl(*args):
         subprocess.run(["openssl", *map(str, args)], check=True, capture_output=True)
 
-    openssl("req", "-x509", *ec, "-keyout", ca_key, "-out", ca, "-days", 2, "-subj", "/CN=flowstat test CA",
-            "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    openssl(
+        "req",
+        "-x509",
+        *ec,
+        "-keyout",
+        ca_key,
+        "-out",
+        ca,
+        "-days",
+        2,
+        "-subj",
+        "/CN=flowstat test CA",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+    )
     openssl("req", *ec, "-keyout", key, "-out", csr, "-subj", "/CN=127.0.0.1")
-    ext.write_text("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n"
-                   "extendedKeyUsage=serverAuth\nsubjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid,issuer\n")
-    openssl("x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-out", cert, "-days", 2,
-            "-extfile", ext)
+    ext.write_text(
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n"
+        "extendedKeyUsage=serverAuth\nsubjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid,issuer\n"
+    )
+    openssl(
+        "x509",
+        "-req",
+        "-in",
+        csr,
+        "-CA",
+        ca,
+        "-CAkey",
+        ca_key,
+        "-CAcreateserial",
+        "-out",
+        cert,
+        "-days",
+        2,
+        "-extfile",
+        ext,
+    )
     return Certificates(ca, cert, key)
 
 
@@ -358,7 +434,7 @@ def where_secrets_show(secrets, texts: dict[str, str | bytes] | None = None, pat
     the machine reads). Empty when nowhere."""
     places: dict[str, bytes] = {name: t.encode() if isinstance(t, str) else t for name, t in (texts or {}).items()}
     for root in map(Path, paths):
-        for f in ([root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())):
+        for f in [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file()):
             places[str(f)] = f.read_bytes()
     for pid in pids:
         try:
@@ -370,9 +446,18 @@ def where_secrets_show(secrets, texts: dict[str, str | bytes] | None = None, pat
 
 def credential_free_env(**extra: str) -> dict[str, str]:
     """This process's environment without any flowstat credential or CA variable, plus `extra`."""
-    names = ("FLOWSTAT_INFLUX_USER", "FLOWSTAT_INFLUX_PASSWORD", "FLOWSTAT_INFLUX_TOKEN", "FLOWSTAT_ES_USER",
-             "FLOWSTAT_ES_PASSWORD", "FLOWSTAT_ES_API_KEY", "FLOWSTAT_INFLUX_CA_FILE", "FLOWSTAT_ES_CA_FILE",
-             "FLOWSTAT_CA_FILE", "FLOWSTAT_CREDENTIALS")
+    names = (
+        "FLOWSTAT_INFLUX_USER",
+        "FLOWSTAT_INFLUX_PASSWORD",
+        "FLOWSTAT_INFLUX_TOKEN",
+        "FLOWSTAT_ES_USER",
+        "FLOWSTAT_ES_PASSWORD",
+        "FLOWSTAT_ES_API_KEY",
+        "FLOWSTAT_INFLUX_CA_FILE",
+        "FLOWSTAT_ES_CA_FILE",
+        "FLOWSTAT_CA_FILE",
+        "FLOWSTAT_CREDENTIALS",
+    )
     env = {k: v for k, v in os.environ.items() if k not in names}
     env.update(extra)
     return env
@@ -385,8 +470,9 @@ def agent_cmd(*args, binary=C_AGENT, command=None) -> list[str]:
 
 
 def run_agent(*args, binary=C_AGENT, command=None, wrap=(), timeout=120) -> subprocess.CompletedProcess:
-    return subprocess.run([*wrap, *agent_cmd(*args, binary=binary, command=command)], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [*wrap, *agent_cmd(*args, binary=binary, command=command)], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def endpoints_file(tmp_path, pid: int, nodes=("a", "b", "c")):

@@ -21,19 +21,37 @@ from flowstat.timeutil import iso_utc_ms
 
 ROOT = Path(__file__).resolve().parents[1]
 
-HEALTHY = {"duration": 12, "buffer_size": 100, "object": {"type": "TH1F", "size": "1kB"},
-           "producers": {"count": 4, "rate": 100}, "mergers": 1}
+HEALTHY = {
+    "duration": 12,
+    "buffer_size": 100,
+    "object": {"type": "TH1F", "size": "1kB"},
+    "producers": {"count": 4, "rate": 100},
+    "mergers": 1,
+}
 
 # A buffer of one message (and 4 kB of kernel buffers, which ZeroMQ's does not count: megabytes by
 # default) and 12,000 objects/s offered to a merger that takes at most 1,000/s on any machine (1 ms of
 # CPU per object): sends are refused all along (thesis section 5.1), the merger sets the pace.
-OVERLOAD = {"duration": 8, "buffer_size": 1, "kernel_buffer_size": "4kB", "object": {"type": "TH1F", "size": "1kB"},
-            "producers": {"count": 4, "rate": 3000}, "mergers": 1, "merge_cost": {"per_object": "1ms"}}
+OVERLOAD = {
+    "duration": 8,
+    "buffer_size": 1,
+    "kernel_buffer_size": "4kB",
+    "object": {"type": "TH1F", "size": "1kB"},
+    "producers": {"count": 4, "rate": 3000},
+    "mergers": 1,
+    "merge_cost": {"per_object": "1ms"},
+}
 
 # Twice what its merger can take, whatever the machine: on one twice as fast its merges still cost
 # 2 ms each; on one twice as slow they cost more, and its producers still offer 1,000/s with ease.
-BEHIND = {"duration": 12, "buffer_size": 100000, "object": {"type": "TH1F", "size": "1kB"},
-          "producers": {"count": 4, "rate": 250}, "mergers": 1, "merge_cost": {"per_object": "2ms"}}
+BEHIND = {
+    "duration": 12,
+    "buffer_size": 100000,
+    "object": {"type": "TH1F", "size": "1kB"},
+    "producers": {"count": 4, "rate": 250},
+    "mergers": 1,
+    "merge_cost": {"per_object": "2ms"},
+}
 
 TOPOLOGIES = {
     # Paced well under what one merger takes: nothing overloads, latency stays in milliseconds.
@@ -69,8 +87,19 @@ def _run(folder: Path, name: str, topo: dict) -> Path:
     path.write_text(yaml.safe_dump({"run_id": f"fx-{name}", **topo}))
     run_id = f"fx-{name}-{folder.name}"
     run_dir = folder / "runs" / run_id
-    command = [sys.executable, "-m", "flowstat", "run", str(path), "--run-id", run_id, "--runs-dir",
-               str(folder / "runs"), "--quiet", "--json"]
+    command = [
+        sys.executable,
+        "-m",
+        "flowstat",
+        "run",
+        str(path),
+        "--run-id",
+        run_id,
+        "--runs-dir",
+        str(folder / "runs"),
+        "--quiet",
+        "--json",
+    ]
     with socket.socket() as refusing:  # bound, never listening: every connection is refused
         refusing.bind(("127.0.0.1", 0))
         if name == "spooling":
@@ -109,8 +138,11 @@ def samples(run_dir: Path) -> tuple[dict, list[dict], list[dict]]:
     """The run file's header, node samples and agent self-samples."""
     lines = (run_dir / "samples.ndjson").read_text().splitlines()
     docs = [json.loads(line) for line in lines[1:]]
-    return (json.loads(lines[0]), [d for d in docs if "node_id" in d],
-            [d["flowstat_agent"] for d in docs if "flowstat_agent" in d])
+    return (
+        json.loads(lines[0]),
+        [d for d in docs if "node_id" in d],
+        [d["flowstat_agent"] for d in docs if "flowstat_agent" in d],
+    )
 
 
 MEMORY_RUN_S = 420  # longer than the memory alert's 5-minute window, with a minute either side
@@ -131,8 +163,20 @@ def memory_growth(healthy: Path, folder: Path) -> Path:
         for node, grows in (("merger-0", True), ("merger-1", False)):
             vmrss = 40_000 + (MEMORY_GROWTH_KB_PER_S * seq if grows else 2_000 * (seq % 7 == 0))
             t = iso_utc_ms(start + seq)
-            lines.append(json.dumps({**template, "time": t, "run_id": run_id, "node_id": node, "seq": seq,
-                                     "vmrss_kb": int(vmrss), "request_timestamp": t, "response_timestamp": t}))
+            lines.append(
+                json.dumps(
+                    {
+                        **template,
+                        "time": t,
+                        "run_id": run_id,
+                        "node_id": node,
+                        "seq": seq,
+                        "vmrss_kb": int(vmrss),
+                        "request_timestamp": t,
+                        "response_timestamp": t,
+                    }
+                )
+            )
     out = folder / "runs" / run_id / "samples.ndjson"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")

@@ -18,9 +18,24 @@ class Inbox:
     def __init__(self, log: Path, env: dict[str, str]):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([sys.executable, "-m", "flowstat.cli", "inbox", "--listen", f"127.0.0.1:{self.port}",
-                                      "--log", str(log), "--grafana-url", "http://grafana.example:3000"],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "flowstat.cli",
+                "inbox",
+                "--listen",
+                f"127.0.0.1:{self.port}",
+                "--log",
+                str(log),
+                "--grafana-url",
+                "http://grafana.example:3000",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         wait_until(self.healthy, "the inbox to answer", timeout=30)
 
     def healthy(self) -> bool:

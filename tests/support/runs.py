@@ -10,10 +10,12 @@ from pathlib import Path
 
 def small(**changes) -> dict:
     """A campaign of two light configurations (4 producers, 1 kB, 1 merger)."""
-    data = {"campaign": "small", "duration": 20,
-            "topology": {"object": {"type": "TH1F", "size": "1kB"}, "producers": {"count": 4, "rate": 100},
-                         "mergers": 1},
-            "sweep": {"parameter": "buffer_size", "values": [10, 100]}}
+    data = {
+        "campaign": "small",
+        "duration": 20,
+        "topology": {"object": {"type": "TH1F", "size": "1kB"}, "producers": {"count": 4, "rate": 100}, "mergers": 1},
+        "sweep": {"parameter": "buffer_size", "values": [10, 100]},
+    }
     data.update(changes)
     return data
 
@@ -43,7 +45,21 @@ def make_run_file(path: Path, run_id: str, n: int, nodes: int = 10) -> None:
         f.write(json.dumps({"flowstat_run": {"run_id": run_id, "parameters": {"producers": 3, "mergers": 1}}}) + "\n")
         for i in range(n):
             node = i % nodes
-            f.write(json.dumps({"time": iso_utc_ms(t0 + (i // nodes) * 0.1), "run_id": run_id, "host": "h",
-                                "node_id": f"node-{node}", "role": "merger", "agent": "flowstat-agent-py",
-                                "seq": i // nodes, "pid": 1000 + node, "node_state": "RUNNING",
-                                "vmrss_kb": 1000 + i, "cpu_clock_hz": 0.5 * i}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "time": iso_utc_ms(t0 + (i // nodes) * 0.1),
+                        "run_id": run_id,
+                        "host": "h",
+                        "node_id": f"node-{node}",
+                        "role": "merger",
+                        "agent": "flowstat-agent-py",
+                        "seq": i // nodes,
+                        "pid": 1000 + node,
+                        "node_state": "RUNNING",
+                        "vmrss_kb": 1000 + i,
+                        "cpu_clock_hz": 0.5 * i,
+                    }
+                )
+                + "\n"
+            )

@@ -15,17 +15,21 @@ import secrets
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
 
 import requests
 
 ES_NAME, INFLUX_NAME = "elasticsearch-secured", "influxdb-secured"
 # The users flowstat provision makes, by what the tests call them: (name variable or name, password variable)
-ES_USERS = {"logstash": "flowstat_logstash", "agent": "flowstat_agent", "grafana": "flowstat_grafana",
-            "elastalert": "flowstat_elastalert"}
+ES_USERS = {
+    "logstash": "flowstat_logstash",
+    "agent": "flowstat_agent",
+    "grafana": "flowstat_grafana",
+    "elastalert": "flowstat_elastalert",
+}
 INFLUX_WHO = ("ADMIN", "WRITER", "READER", "REPLAY")
 
 
@@ -40,8 +44,14 @@ def session_secrets() -> dict[str, str]:
     from flowstat import provision
 
     env = {s.env: random_secret() + "x" * max(0, s.min_length - 24) for s in provision.SECRETS}
-    env.update({"INFLUXDB_ADMIN_USER": "admin", "INFLUXDB_WRITER_USER": "telegraf",
-                "INFLUXDB_READER_USER": "grafana", "INFLUXDB_REPLAY_USER": "replay"})
+    env.update(
+        {
+            "INFLUXDB_ADMIN_USER": "admin",
+            "INFLUXDB_WRITER_USER": "telegraf",
+            "INFLUXDB_READER_USER": "grafana",
+            "INFLUXDB_REPLAY_USER": "replay",
+        }
+    )
     return env
 
 
@@ -55,8 +65,11 @@ def influx_with_admin(cache: Path, name: str, port: int, admin: tuple[str, str])
     _wipe(server.home, ("meta", "data", "wal"))
     server.up()
     try:
-        q = requests.post(f"{server.url}/query", params={"q": f"CREATE USER \"{admin[0]}\" WITH PASSWORD "
-                                                              f"'{admin[1]}' WITH ALL PRIVILEGES"}, timeout=10)
+        q = requests.post(
+            f"{server.url}/query",
+            params={"q": f'CREATE USER "{admin[0]}" WITH PASSWORD ' f"'{admin[1]}' WITH ALL PRIVILEGES"},
+            timeout=10,
+        )
         assert q.status_code == 200 and "error" not in q.text, q.text
         yield server
     finally:
@@ -129,8 +142,7 @@ class SecuredStack:
             s.headers["Authorization"] = f"ApiKey {api_key}"
         return s
 
-    def es(self, method: str, path: str, who: str | None = None, api_key: str | None = None,
-           **kw) -> requests.Response:
+    def es(self, method: str, path: str, who: str | None = None, api_key: str | None = None, **kw) -> requests.Response:
         with self.es_session(who, api_key) as s:
             # verify given each time: requests prefers REQUESTS_CA_BUNDLE to the session's
             return s.request(method, self.es_url + path, timeout=kw.pop("timeout", 30), verify=s.verify, **kw)
@@ -151,18 +163,41 @@ class SecuredStack:
         return resp.json()
 
     def influx_query(self, statement: str, who: str = "admin", db: str | None = "flowstat") -> requests.Response:
-        return requests.post(f"{self.influx_url}/query", params={"q": statement, **({"db": db} if db else {})},
-                             auth=self.influx_user(who), timeout=30)
+        return requests.post(
+            f"{self.influx_url}/query",
+            params={"q": statement, **({"db": db} if db else {})},
+            auth=self.influx_user(who),
+            timeout=30,
+        )
 
     def provision(self, *args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
         """`flowstat provision --es ES --influx INFLUX ARGS`, with this stack's secrets (and ``env``
         over them) in its environment and nothing else of this process's."""
         return subprocess.run(
-            [sys.executable, "-m", "flowstat.cli", "provision", "--es", self.es_url, "--influx", self.influx_url,
-             "--timeout", "60", *args], capture_output=True, text=True, timeout=timeout,
-            env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"),
-                 **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}),
-                 **self.env, **(env or {})})
+            [
+                sys.executable,
+                "-m",
+                "flowstat.cli",
+                "provision",
+                "--es",
+                self.es_url,
+                "--influx",
+                self.influx_url,
+                "--timeout",
+                "60",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={
+                "PATH": os.environ["PATH"],
+                "HOME": os.environ.get("HOME", "/root"),
+                **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}),
+                **self.env,
+                **(env or {}),
+            },
+        )
 
 
 @contextmanager
@@ -171,8 +206,11 @@ def started(cache: Path, free_port: Callable[[], int]) -> Iterator[SecuredStack]
     a failure stops the session's secured tests with provision's output), yield; stop both."""
     env = session_secrets()
     with ExitStack() as stack:
-        influx = stack.enter_context(influx_with_admin(cache, INFLUX_NAME, free_port(),
-                                                       (env["INFLUXDB_ADMIN_USER"], env["INFLUXDB_ADMIN_PASSWORD"])))
+        influx = stack.enter_context(
+            influx_with_admin(
+                cache, INFLUX_NAME, free_port(), (env["INFLUXDB_ADMIN_USER"], env["INFLUXDB_ADMIN_PASSWORD"])
+            )
+        )
         es = stack.enter_context(secured_elasticsearch(cache, free_port(), free_port(), env["ELASTIC_PASSWORD"]))
         env["FLOWSTAT_ES_CA_FILE"] = str(es.ca_file)
         s = SecuredStack(es.url, influx.url, es.ca_file, env, es, influx)

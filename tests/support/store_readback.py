@@ -45,14 +45,20 @@ def assert_stored_as_written(module, written: dict, stored: dict, where: str, ti
     assert held == set(written), (where, "missing:", set(written) - held, "extra:", held - set(written))
     for f in module.fields():
         if f.name in written:
-            assert same_value(module, f, written[f.name], stored[f.name], time_in_ns), \
-                (where, f.name, written[f.name], stored[f.name])
+            assert same_value(module, f, written[f.name], stored[f.name], time_in_ns), (
+                where,
+                f.name,
+                written[f.name],
+                stored[f.name],
+            )
 
 
 def influx_points(influx, db: str, measurement: str, where: str) -> list[dict]:
     """Every point of a measurement that `where` (InfluxQL) selects: tags and fields, time in ns."""
     body = influx.query(f'SELECT * FROM "{measurement}" WHERE {where}', db)
-    return [dict(zip(s["columns"], row)) for s in body["results"][0].get("series", []) for row in s["values"]]
+    return [
+        dict(zip(s["columns"], row, strict=False)) for s in body["results"][0].get("series", []) for row in s["values"]
+    ]
 
 
 def assert_influx_kinds(influx, db: str, module, written: list[dict]) -> None:
@@ -62,7 +68,7 @@ def assert_influx_kinds(influx, db: str, module, written: list[dict]) -> None:
     measurement = module.measurement()
     tags = influx.query(f'SHOW TAG KEYS FROM "{measurement}"', db)["results"][0]["series"][0]["values"]
     fields = dict(influx.query(f'SHOW FIELD KEYS FROM "{measurement}"', db)["results"][0]["series"][0]["values"])
-    tags = {t for t, in tags}
+    tags = {t for (t,) in tags}
     for f in module.fields():
         if f.name in held and f.influx == "tag":
             assert f.name in tags and f.name not in fields, (measurement, f.name)
@@ -82,9 +88,11 @@ def compare_influx(influx, db: str, module, written: dict, key, where: str) -> N
 def es_documents(es, index: str, query: dict) -> list[dict]:
     """The documents `query` finds: their _source, and the time as Elasticsearch indexed it (ms)."""
     requests.post(f"{es.url}/{index}/_refresh", timeout=30).raise_for_status()
-    hits = requests.post(f"{es.url}/{index}/_search", json={
-        "size": 10000, "query": query, "docvalue_fields": [{"field": "time", "format": "epoch_millis"}]},
-        timeout=30).json()["hits"]["hits"]
+    hits = requests.post(
+        f"{es.url}/{index}/_search",
+        json={"size": 10000, "query": query, "docvalue_fields": [{"field": "time", "format": "epoch_millis"}]},
+        timeout=30,
+    ).json()["hits"]["hits"]
     return [{**h["_source"], "_indexed_ms": int(h["fields"]["time"][0])} for h in hits]
 
 
@@ -95,8 +103,10 @@ def assert_es_kinds(es, index: str, module, written: list[dict]) -> None:
         props = mapping["mappings"]["properties"]
         for f in module.fields():
             if f.name in held:
-                assert props[f.name]["type"] == ("date" if is_date(module, f.name) else ES_MAPPED[f.type]), \
-                    (name, f.name)
+                assert props[f.name]["type"] == ("date" if is_date(module, f.name) else ES_MAPPED[f.type]), (
+                    name,
+                    f.name,
+                )
 
 
 def compare_es(es, index: str, module, written: dict, key, query: dict) -> None:

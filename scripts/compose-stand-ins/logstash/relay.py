@@ -110,13 +110,18 @@ class Writer:
                 r = self.session.post(f"{self.url}/_bulk", data=payload, timeout=60)
                 if r.status_code == 200:
                     answer = r.json()
-                    retry = [i for i, item in enumerate(answer.get("items", []))
-                             if item["index"].get("status", 0) in (429,) or item["index"].get("status", 0) >= 500]
+                    retry = [
+                        i
+                        for i, item in enumerate(answer.get("items", []))
+                        if item["index"].get("status", 0) in (429,) or item["index"].get("status", 0) >= 500
+                    ]
                     for item in answer.get("items", []):
                         status = item["index"].get("status", 0)
                         if 400 <= status < 500 and status != 429:
-                            log(f"refused ({status}), dropped: {item['index'].get('_index')} "
-                                f"{item['index'].get('_id')}: {json.dumps(item['index'].get('error'))[:300]}")
+                            log(
+                                f"refused ({status}), dropped: {item['index'].get('_index')} "
+                                f"{item['index'].get('_id')}: {json.dumps(item['index'].get('error'))[:300]}"
+                            )
                     if not retry:
                         self.written += len(body) // 2
                         return

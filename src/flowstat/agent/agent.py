@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flowstat.schema import sample as sample_schema
 from flowstat.proc.reader import ProcessGone, ProcFormatError, cpu_rates
+from flowstat.schema import sample as sample_schema
 from flowstat.timeutil import iso_utc_from_ms, iso_utc_ms
 
 from . import AGENT_NAME
@@ -89,10 +89,20 @@ class Agent:
         """The run file's first line: the run document's description of the run (run id, topology,
         parameters, machine), and who recorded it how."""
         doc = self.cfg.run_doc or {}
-        head = {"run_id": self.cfg.spec.run_id, "host": self.host, "started": iso_utc_ms(),
-                **{k: doc[k] for k in RUN_FIELDS_IN_HEADER if k in doc}}
-        return {"flowstat_run": {**head, "agent": self.agent_name, "interval_s": self.cfg.interval_s,
-                                 "schema": sample_schema.schema()["$id"]}}
+        head = {
+            "run_id": self.cfg.spec.run_id,
+            "host": self.host,
+            "started": iso_utc_ms(),
+            **{k: doc[k] for k in RUN_FIELDS_IN_HEADER if k in doc},
+        }
+        return {
+            "flowstat_run": {
+                **head,
+                "agent": self.agent_name,
+                "interval_s": self.cfg.interval_s,
+                "schema": sample_schema.schema()["$id"],
+            }
+        }
 
     # -- targets --------------------------------------------------------------------------------
     def rescan(self, first: bool = False) -> None:
@@ -122,9 +132,17 @@ class Agent:
         return seq
 
     def _base(self, t: Target, stamp: str, role: str, state: str) -> dict:
-        return {"time": stamp, "run_id": t.run_id, "host": self.host, "node_id": t.node_id,
-                "role": role if role in sample_schema.ROLES else sample_schema.DEFAULT_ROLE, "agent": self.agent_name,
-                "seq": self._next_seq(t.node_id), "pid": t.pid, "node_state": state}
+        return {
+            "time": stamp,
+            "run_id": t.run_id,
+            "host": self.host,
+            "node_id": t.node_id,
+            "role": role if role in sample_schema.ROLES else sample_schema.DEFAULT_ROLE,
+            "agent": self.agent_name,
+            "seq": self._next_seq(t.node_id),
+            "pid": t.pid,
+            "node_state": state,
+        }
 
     def notice_run_ending(self) -> None:
         """The run-ending notice (SIGUSR1; flowstat run sends it as it starts ending a run in order):
@@ -147,9 +165,16 @@ class Agent:
                 # Reported once, then dropped. Read ``ending`` after the read that found it gone: a
                 # notice sent before the node was stopped has been handled by then.
                 ended = self.ending
-                samples.append(self._base(t, stamp, t.role, sample_schema.STATE_STOPPED if ended else sample_schema.STATE_DOWN))
-                log.log(logging.INFO if ended else logging.WARNING, "%s (pid %d) is gone%s", t.node_id, t.pid,
-                        " (stopped with its run)" if ended else "")
+                samples.append(
+                    self._base(t, stamp, t.role, sample_schema.STATE_STOPPED if ended else sample_schema.STATE_DOWN)
+                )
+                log.log(
+                    logging.INFO if ended else logging.WARNING,
+                    "%s (pid %d) is gone%s",
+                    t.node_id,
+                    t.pid,
+                    " (stopped with its run)" if ended else "",
+                )
                 t.reader.close()
                 del self.targets[key]
                 self.gone.add(key)
@@ -158,11 +183,20 @@ class Agent:
                 continue
             reply = replies.get(t.control) if t.control else None
             metrics = sample_schema.from_control_reply(reply) if reply else {}
-            role = t.role if t.role != sample_schema.DEFAULT_ROLE else (reply or {}).get("role", sample_schema.DEFAULT_ROLE)
+            role = (
+                t.role
+                if t.role != sample_schema.DEFAULT_ROLE
+                else (reply or {}).get("role", sample_schema.DEFAULT_ROLE)
+            )
             sample = self._base(t, stamp, role, metrics.pop("node_state", sample_schema.STATE_UP))
             total, user, system = cpu_rates(t.prev, reading, now - t.prev_t)
-            sample.update(vmrss_kb=reading.rss_kb, cpu_clock_hz=total, cpu_user_hz=user, cpu_system_hz=system,
-                          threads=reading.threads)
+            sample.update(
+                vmrss_kb=reading.rss_kb,
+                cpu_clock_hz=total,
+                cpu_user_hz=user,
+                cpu_system_hz=system,
+                threads=reading.threads,
+            )
             sample.update(metrics)
             t.prev, t.prev_t = reading, now
             samples.append(sample)
@@ -177,15 +211,28 @@ class Agent:
         # InfluxDB keeps one point per series and time: the last self-sample, taken at exit, may fall
         # in the millisecond of the one before, and would replace it.
         self.last_self_ms = max(int(time.time() * 1000), self.last_self_ms + 1)
-        doc = {"time": iso_utc_from_ms(self.last_self_ms), "run_id": self.cfg.spec.run_id or self.targets_run_id or "", "host": self.host, "agent": self.agent_name,
-               "seq": self.self_seq, "interval_s": float(self.cfg.interval_s), "rounds": self.rounds,
-               "skipped_rounds": self.skipped_rounds, "samples": self.samples_taken,
-               "control_errors": self.control.errors, "proc_errors": self.proc_errors,
-               "delivered": sum(r.delivered for r in sinks), "refused": sum(r.refused for r in sinks),
-               "lost": sum(r.lost for r in sinks), "send_failures": sum(r.send_failures for r in sinks),
-               "spool_dropped": sum(s.dropped_samples for s in spools), "targets": len(self.targets),
-               "spooled_batches": sum(len(s) for s in spools), "spooled_samples": sum(s.samples for s in spools),
-               "sinks_down": sum(1 for r in sinks if r.failing)}
+        doc = {
+            "time": iso_utc_from_ms(self.last_self_ms),
+            "run_id": self.cfg.spec.run_id or self.targets_run_id or "",
+            "host": self.host,
+            "agent": self.agent_name,
+            "seq": self.self_seq,
+            "interval_s": float(self.cfg.interval_s),
+            "rounds": self.rounds,
+            "skipped_rounds": self.skipped_rounds,
+            "samples": self.samples_taken,
+            "control_errors": self.control.errors,
+            "proc_errors": self.proc_errors,
+            "delivered": sum(r.delivered for r in sinks),
+            "refused": sum(r.refused for r in sinks),
+            "lost": sum(r.lost for r in sinks),
+            "send_failures": sum(r.send_failures for r in sinks),
+            "spool_dropped": sum(s.dropped_samples for s in spools),
+            "targets": len(self.targets),
+            "spooled_batches": sum(len(s) for s in spools),
+            "spooled_samples": sum(s.samples for s in spools),
+            "sinks_down": sum(1 for r in sinks if r.failing),
+        }
         if not doc["run_id"]:
             del doc["run_id"]
         self.self_seq += 1
@@ -254,8 +301,12 @@ class Agent:
             if r.is_alive():
                 r.stop()
         # Queued batches get max(drain, 5 s), a send in progress its time-out, the spool drain_s.
-        deadline = (time.monotonic() + max(self.cfg.drain_s, SinkRunner.QUEUED_AT_STOP_S) + self.cfg.drain_s
-                    + SEND_TIMEOUT_MAX_S)
+        deadline = (
+            time.monotonic()
+            + max(self.cfg.drain_s, SinkRunner.QUEUED_AT_STOP_S)
+            + self.cfg.drain_s
+            + SEND_TIMEOUT_MAX_S
+        )
         for r in self.runners:
             if not r.done.wait(max(0.0, deadline - time.monotonic())):
                 log.error("sink %s did not finish delivering: %d queued samples are lost", r.sink.url, r.abandon())
@@ -264,11 +315,24 @@ class Agent:
             t.reader.close()
 
     def stats(self) -> dict:
-        return {"samples": self.samples_taken, "self_samples": self.self_seq, "rounds": self.rounds,
-                "skipped_rounds": self.skipped_rounds, "targets": len(self.targets), "gone": len(self.gone),
-                "control_errors": self.control.errors, "proc_errors": self.proc_errors,
-                "sinks": {r.sink.url: {"delivered": r.delivered, "refused": r.refused, "lost": r.lost,
-                                       "spooled": len(r.spool) if r.spool else 0,
-                                       "spooled_samples": r.spool.samples if r.spool else 0,
-                                       "spool_dropped": r.spool.dropped_samples if r.spool else 0}
-                          for r in self.runners}}
+        return {
+            "samples": self.samples_taken,
+            "self_samples": self.self_seq,
+            "rounds": self.rounds,
+            "skipped_rounds": self.skipped_rounds,
+            "targets": len(self.targets),
+            "gone": len(self.gone),
+            "control_errors": self.control.errors,
+            "proc_errors": self.proc_errors,
+            "sinks": {
+                r.sink.url: {
+                    "delivered": r.delivered,
+                    "refused": r.refused,
+                    "lost": r.lost,
+                    "spooled": len(r.spool) if r.spool else 0,
+                    "spooled_samples": r.spool.samples if r.spool else 0,
+                    "spool_dropped": r.spool.dropped_samples if r.spool else 0,
+                }
+                for r in self.runners
+            },
+        }

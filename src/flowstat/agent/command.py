@@ -16,18 +16,19 @@ HELP = "sample running pipeline nodes and ship the samples"
 PARSER = dict(
     formatter_class=argparse.RawDescriptionHelpFormatter,
     description="Sample processes (VmRSS, CPU clock, threads from /proc) and, for nodes with a control channel, "
-                "their own metrics; send the samples to sinks. With --flush-spool, send instead what an agent "
-                "left in its spool.",
+    "their own metrics; send the samples to sinks. With --flush-spool, send instead what an agent "
+    "left in its spool.",
     epilog="sinks (repeat --sink for several):\n"
-           "  stdout://[?format=json]         file:///PATH[?format=json]\n"
-           "  udp://HOST:PORT                 tcp://HOST:PORT[?format=json]  (json: Logstash json_lines)\n"
-           "  http://HOST:PORT/write          (Telegraf influxdb_listener)\n"
-           "  influxdb://HOST:PORT/DATABASE   elasticsearch://HOST:PORT/INDEX\n"
-           "Samples follow the sample schema, self-samples (--self-interval) the agent schema (docs/schema.md).\n"
-           "signals: SIGTERM, SIGINT stop (one last round, then delivery); SIGUSR1 is the run-ending notice:\n"
-           "  a node that exits after it is reported once as STOPPED (it ended with its run) instead of DOWN.\n"
-           "Exit status: 0 nothing lost (what a sink that is down did not take stays spooled: see\n"
-           "--flush-spool), 1 samples lost, 2 bad arguments.")
+    "  stdout://[?format=json]         file:///PATH[?format=json]\n"
+    "  udp://HOST:PORT                 tcp://HOST:PORT[?format=json]  (json: Logstash json_lines)\n"
+    "  http://HOST:PORT/write          (Telegraf influxdb_listener)\n"
+    "  influxdb://HOST:PORT/DATABASE   elasticsearch://HOST:PORT/INDEX\n"
+    "Samples follow the sample schema, self-samples (--self-interval) the agent schema (docs/schema.md).\n"
+    "signals: SIGTERM, SIGINT stop (one last round, then delivery); SIGUSR1 is the run-ending notice:\n"
+    "  a node that exits after it is reported once as STOPPED (it ended with its run) instead of DOWN.\n"
+    "Exit status: 0 nothing lost (what a sink that is down did not take stays spooled: see\n"
+    "--flush-spool), 1 samples lost, 2 bad arguments.",
+)
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -35,34 +36,64 @@ def configure(p: argparse.ArgumentParser) -> None:
     t.add_argument("--pid", type=int, action="append", metavar="PID", help="a process id")
     t.add_argument("--pidfile", action="append", metavar="FILE", help="a file holding a process id (re-read)")
     t.add_argument("--pattern", action="append", metavar="REGEX", help="processes whose command line matches")
-    t.add_argument("--endpoints", action="append", metavar="FILE",
-                   help="a harness run's endpoints.json: its nodes and their control sockets")
+    t.add_argument(
+        "--endpoints",
+        action="append",
+        metavar="FILE",
+        help="a harness run's endpoints.json: its nodes and their control sockets",
+    )
     p.add_argument("--sink", action="append", metavar="URL", help="where samples go (default stdout://)")
-    p.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds between samples (default 1, min 0.01)")
+    p.add_argument(
+        "--interval", type=float, default=1.0, metavar="S", help="seconds between samples (default 1, min 0.01)"
+    )
     p.add_argument("--rescan", type=float, default=5.0, metavar="S", help="seconds between target searches (default 5)")
-    p.add_argument("--self-interval", type=float, default=5.0, metavar="S",
-                   help="seconds between the agent's self-samples (measurement flowstat_agent: rounds, samples, "
-                        "sink errors, spool depth...), after a round, and one at exit (default 5; 0: none)")
-    p.add_argument("--control-timeout", type=float, default=0.25, metavar="S", help="control reply time-out (default 0.25)")
+    p.add_argument(
+        "--self-interval",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="seconds between the agent's self-samples (measurement flowstat_agent: rounds, samples, "
+        "sink errors, spool depth...), after a round, and one at exit (default 5; 0: none)",
+    )
+    p.add_argument(
+        "--control-timeout", type=float, default=0.25, metavar="S", help="control reply time-out (default 0.25)"
+    )
     p.add_argument("--spool-dir", metavar="DIR", help="keep batches here while a sink is down (default: none)")
     p.add_argument("--spool-max-mb", type=float, default=64, metavar="MB", help="spool bound per sink (default 64)")
     p.add_argument("--run-id", help="run id to put in samples (default: from --endpoints)")
     p.add_argument("--run-file", metavar="FILE", help="also record every sample in this NDJSON run file")
-    p.add_argument("--run-doc", metavar="FILE", help="the run document (run.json) describing the run in the run file's header")
+    p.add_argument(
+        "--run-doc", metavar="FILE", help="the run document (run.json) describing the run in the run file's header"
+    )
     p.add_argument("--name", help="instance name, appended to the agent tag")
     p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
-    p.add_argument("--count", type=int, metavar="N",
-                   help="stop after N sampling rounds (rounds skipped by an overrun do not count)")
+    p.add_argument(
+        "--count",
+        type=int,
+        metavar="N",
+        help="stop after N sampling rounds (rounds skipped by an overrun do not count)",
+    )
     p.add_argument("--exit-when-all-down", action="store_true", help="stop once every target has exited")
-    p.add_argument("--drain-timeout", type=float, default=5.0, metavar="S",
-                   help="at exit, keep resending what is spooled for a sink that is down, up to S seconds (default 5); "
-                        "with --flush-spool, how long to wait for a sink that is down")
-    p.add_argument("--flush-spool", metavar="DIR",
-                   help="send the batches an agent left in the spools under DIR (e.g. runs/RUN/spool) to the sink "
-                        "each spool names (or to --sink), then exit; no targets")
-    p.add_argument("--send-run", metavar="FILE",
-                   help="send the run document FILE (run.json) to each --sink, spooling it in --spool-dir while a "
-                        "sink is down, then exit; no targets (flowstat run does so as a run ends)")
+    p.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="at exit, keep resending what is spooled for a sink that is down, up to S seconds (default 5); "
+        "with --flush-spool, how long to wait for a sink that is down",
+    )
+    p.add_argument(
+        "--flush-spool",
+        metavar="DIR",
+        help="send the batches an agent left in the spools under DIR (e.g. runs/RUN/spool) to the sink "
+        "each spool names (or to --sink), then exit; no targets",
+    )
+    p.add_argument(
+        "--send-run",
+        metavar="FILE",
+        help="send the run document FILE (run.json) to each --sink, spooling it in --spool-dir while a "
+        "sink is down, then exit; no targets (flowstat run does so as a run ends)",
+    )
     p.add_argument("--stats", metavar="FILE", help="write delivery statistics here at exit")
     stores.add_credentials_option(p)
     p.add_argument("--quiet", action="store_true", help="log warnings and errors only")
@@ -90,8 +121,11 @@ def _flush_spools(args: argparse.Namespace) -> int:
             print(f"flowstat agent: {exc}", file=sys.stderr)
             status = 2
             continue
-        left = f"{done.left_batches} batches ({done.left_samples:,} samples) still spooled" if done.left_batches \
+        left = (
+            f"{done.left_batches} batches ({done.left_samples:,} samples) still spooled"
+            if done.left_batches
             else "spool empty"
+        )
         print(f"{folder}: {done.delivered:,} samples sent to {done.url}, {done.refused:,} refused; {left}")
         if done.left_batches:
             status = max(status, 1)
@@ -120,8 +154,10 @@ def _send_run(args: argparse.Namespace) -> int:
     if isinstance(doc, str):
         print(f"flowstat agent: {doc}", file=sys.stderr)
         return 2
-    runners = [open_runner(url, args.spool_dir, int(args.spool_max_mb * 1024 * 1024), max(0.0, args.drain_timeout))
-               for url in args.sink or ["stdout://"]]
+    runners = [
+        open_runner(url, args.spool_dir, int(args.spool_max_mb * 1024 * 1024), max(0.0, args.drain_timeout))
+        for url in args.sink or ["stdout://"]
+    ]
     for r in runners:
         r.start()
         r.submit_run(doc)
@@ -130,10 +166,16 @@ def _send_run(args: argparse.Namespace) -> int:
         r.join()
     late = [r for r in runners if not r.delivered]
     for r in late:
-        what = ("refused" if r.refused else f"spooled in {r.spool.folder} (flowstat agent --flush-spool sends it)"
-                if r.spool is not None and not r.lost else "lost")
-        print(f"flowstat agent: the run document of {doc['run_id']} did not reach {r.sink.url}: {what}",
-              file=sys.stderr)
+        what = (
+            "refused"
+            if r.refused
+            else f"spooled in {r.spool.folder} (flowstat agent --flush-spool sends it)"
+            if r.spool is not None and not r.lost
+            else "lost"
+        )
+        print(
+            f"flowstat agent: the run document of {doc['run_id']} did not reach {r.sink.url}: {what}", file=sys.stderr
+        )
     return 1 if late else 0
 
 
@@ -144,16 +186,20 @@ def main(args: argparse.Namespace) -> int:
     from .sinks import SinkDown
     from .targets import TargetSpec
 
-    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s flowstat-agent %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s flowstat-agent %(levelname)s %(message)s",
+    )
     if args.flush_spool:
         return _flush_spools(args)
     if args.send_run:
         return _send_run(args)
     parent = os.environ.get("FLOWSTAT_DIE_WITH_PARENT")  # the pid of the flowstat run that started us
     if parent and not die_with_parent(signal.SIGTERM, int(parent)):
-        logging.getLogger("flowstat.agent").warning("the run that started this agent (pid %s) is gone: stopping",
-                                                    parent)
+        logging.getLogger("flowstat.agent").warning(
+            "the run that started this agent (pid %s) is gone: stopping", parent
+        )
         return 0
     spec = TargetSpec(args.pid or [], args.pidfile or [], args.pattern or [], args.endpoints or [], args.run_id or "")
     if spec.empty():
@@ -169,10 +215,23 @@ def main(args: argparse.Namespace) -> int:
     if isinstance(run_doc, str):
         print(f"flowstat agent: {run_doc}", file=sys.stderr)
         return 2
-    cfg = AgentConfig(spec, args.sink or ["stdout://"], args.interval, args.rescan, args.control_timeout,
-                      args.spool_dir, int(args.spool_max_mb * 1024 * 1024), args.run_file, run_doc, args.name or "",
-                      args.duration, args.count, args.exit_when_all_down, max(0.0, args.drain_timeout),
-                      args.self_interval)
+    cfg = AgentConfig(
+        spec,
+        args.sink or ["stdout://"],
+        args.interval,
+        args.rescan,
+        args.control_timeout,
+        args.spool_dir,
+        int(args.spool_max_mb * 1024 * 1024),
+        args.run_file,
+        run_doc,
+        args.name or "",
+        args.duration,
+        args.count,
+        args.exit_when_all_down,
+        max(0.0, args.drain_timeout),
+        args.self_interval,
+    )
     try:
         agent = Agent(cfg)
     except (ValueError, OSError, SinkDown) as exc:  # a bad sink URL, a spool or run file that cannot be used

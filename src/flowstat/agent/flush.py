@@ -27,8 +27,11 @@ class Flushed:
 
 def spool_folders(top: Path) -> list[Path]:
     """The spools under ``top`` (itself included): folders holding batches or a sink-url file."""
-    found = [d for d in [top, *sorted(p for p in top.rglob("*") if p.is_dir())]
-             if (d / URL_FILE).exists() or any(d.glob("*.batch"))]
+    found = [
+        d
+        for d in [top, *sorted(p for p in top.rglob("*") if p.is_dir())]
+        if (d / URL_FILE).exists() or any(d.glob("*.batch"))
+    ]
     return found
 
 

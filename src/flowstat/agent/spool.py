@@ -53,8 +53,10 @@ class Spool:
             if not named.exists():
                 named.write_text(url + "\n")
             elif named.read_text().strip() != url:  # two sinks' batches must never mix
-                raise ValueError(f"spool {self.folder} holds the batches of another sink "
-                                 f"({named.read_text().strip()}), not of {url}")
+                raise ValueError(
+                    f"spool {self.folder} holds the batches of another sink "
+                    f"({named.read_text().strip()}), not of {url}"
+                )
         self.max_bytes = max_bytes
         self.dropped_samples = 0
         self._files = sorted(self.folder.glob("*.batch"))
@@ -85,8 +87,9 @@ class Spool:
             self._samples -= lost
             self.dropped_samples += lost
             oldest.unlink()
-            log.error("spool %s is over %d bytes: dropped its oldest batch (%d samples)", self.folder,
-                      self.max_bytes, lost)
+            log.error(
+                "spool %s is over %d bytes: dropped its oldest batch (%d samples)", self.folder, self.max_bytes, lost
+            )
 
     def peek(self) -> tuple[bytes, int] | None:
         if not self._files:

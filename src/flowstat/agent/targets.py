@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from flowstat.proc.reader import ProcessGone, ProcReader, ProcReading
-from flowstat.schema.sample import DEFAULT_ROLE
 from flowstat.schema import endpoints as endpoints_schema
+from flowstat.schema.sample import DEFAULT_ROLE
 
 log = logging.getLogger("flowstat.agent")
 
@@ -100,8 +100,16 @@ def discover(spec: TargetSpec, first: bool = True) -> list[Target]:
         for why in bad:
             log.warning("endpoints file %s: left out: %s", path, why)
         for node in nodes:
-            add(Target(node["pid"], node["node_id"], node.get("role", DEFAULT_ROLE), spec.run_id or run_id,
-                       node.get("control"), source=path))
+            add(
+                Target(
+                    node["pid"],
+                    node["node_id"],
+                    node.get("role", DEFAULT_ROLE),
+                    spec.run_id or run_id,
+                    node.get("control"),
+                    source=path,
+                )
+            )
     return list(found.values())
 
 

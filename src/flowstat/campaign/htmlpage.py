@@ -31,20 +31,35 @@ def against_parameter(campaign: Campaign, rows: list[Row], metric: str):
     known = [r for r in rows if r.stats and r.stats[metric].mean is not None]
     numeric = _numeric([r.value for r in known])
     kw = {} if numeric else {"x_range": [r.label for r in known]}
-    p = figure(title=f"{name} against {campaign.parameter_label} (steady state, all mergers)", height=300,
-               width=620, tools=TOOLS, active_scroll=None, **kw)
-    src = ColumnDataSource({"x": [r.value if numeric else r.label for r in known],
-                            "mean": [r.stats[metric].mean for r in known], "std": [r.stats[metric].std for r in known],
-                            "low": [r.stats[metric].mean - r.stats[metric].std for r in known],
-                            "high": [r.stats[metric].mean + r.stats[metric].std for r in known],
-                            "config": [r.key for r in known]})
+    p = figure(
+        title=f"{name} against {campaign.parameter_label} (steady state, all mergers)",
+        height=300,
+        width=620,
+        tools=TOOLS,
+        active_scroll=None,
+        **kw,
+    )
+    src = ColumnDataSource(
+        {
+            "x": [r.value if numeric else r.label for r in known],
+            "mean": [r.stats[metric].mean for r in known],
+            "std": [r.stats[metric].std for r in known],
+            "low": [r.stats[metric].mean - r.stats[metric].std for r in known],
+            "high": [r.stats[metric].mean + r.stats[metric].std for r in known],
+            "config": [r.key for r in known],
+        }
+    )
     top = max((r.stats[metric].mean + r.stats[metric].std for r in known), default=1.0)
-    p.y_range = Range1d(start=0, end=top * 1.1 or 1.0)  # from 0, and the whiskers in (the automatic range leaves them out)
+    p.y_range = Range1d(
+        start=0, end=top * 1.1 or 1.0
+    )  # from 0, and the whiskers in (the automatic range leaves them out)
     dots = p.scatter(x="x", y="mean", source=src, size=9)
     p.add_layout(Whisker(base="x", lower="low", upper="high", source=src))
     p.xaxis.axis_label = campaign.parameter_label
     p.yaxis.axis_label = f"{titled(metric)}: mean ± std"
-    p.add_tools(HoverTool(renderers=[dots], tooltips=[("configuration", "@config"), (name, "@mean{0,0.000} ± @std{0,0.000}")]))
+    p.add_tools(
+        HoverTool(renderers=[dots], tooltips=[("configuration", "@config"), (name, "@mean{0,0.000} ± @std{0,0.000}")])
+    )
     return p
 
 
@@ -65,19 +80,25 @@ def over_time(rows: list[Row], metric: str):
 def write(campaign: Campaign, rows: list[Row], out: Path, command: str, facts: dict[str, Any]) -> Path:
     doc = page.Page(f"flowstat campaign: {campaign.title}")
     head, body = cells(campaign, rows)
-    doc.html(f"<h1>{escape(campaign.title)}</h1><p>{escape(campaign.description)}</p>"
-             f"<p>Made by <code>{escape(command)}</code> on {facts['cpus']} CPUs ({escape(facts['cpu_model'])}), "
-             f"Linux {escape(facts['kernel'])}; each configuration {campaign.duration:g} s. Figures: the steady "
-             f"state, all mergers together (each second summed; merge time averaged); mean ± std over the seconds. "
-             f"Click a legend entry to hide its line.</p>")
+    doc.html(
+        f"<h1>{escape(campaign.title)}</h1><p>{escape(campaign.description)}</p>"
+        f"<p>Made by <code>{escape(command)}</code> on {facts['cpus']} CPUs ({escape(facts['cpu_model'])}), "
+        f"Linux {escape(facts['kernel'])}; each configuration {campaign.duration:g} s. Figures: the steady "
+        f"state, all mergers together (each second summed; merge time averaged); mean ± std over the seconds. "
+        f"Click a legend entry to hide its line.</p>"
+    )
     doc.html(page.table(head, body))
     doc.html('<div class="side-by-side">')
     for metric in THESIS_METRICS:
         doc.plot(partial(against_parameter, campaign, rows, metric))
         doc.plot(partial(over_time, rows, metric))
-    doc.html("</div><h2>Runs</h2><ul>" + "".join(
-        f"<li>{escape(r.label)}: {escape(r.status)}, <code>{escape(r.run_dir or '-')}</code></li>" for r in rows)
-        + "</ul>")
+    doc.html(
+        "</div><h2>Runs</h2><ul>"
+        + "".join(
+            f"<li>{escape(r.label)}: {escape(r.status)}, <code>{escape(r.run_dir or '-')}</code></li>" for r in rows
+        )
+        + "</ul>"
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     doc.write(out)
     return out

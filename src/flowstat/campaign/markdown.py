@@ -12,9 +12,12 @@ from . import svg
 from .results import Row
 from .spec import Campaign
 
-TITLES = {"cpu_clock_hz": ("CPU clock", "Hz"), "vmrss_kb": ("VmRSS", "kB"),
-          "average_merge_time_ms": ("average merge time", "ms"),
-          "merged_objects_per_second": ("merged objects/s", "objects/s")}
+TITLES = {
+    "cpu_clock_hz": ("CPU clock", "Hz"),
+    "vmrss_kb": ("VmRSS", "kB"),
+    "average_merge_time_ms": ("average merge time", "ms"),
+    "merged_objects_per_second": ("merged objects/s", "objects/s"),
+}
 
 
 def titled(metric: str) -> str:
@@ -44,18 +47,33 @@ def _yes_no(v: bool | None, yes: str, no: str) -> str:
 
 def cells(campaign: Campaign, rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     """The table's header and its rows, as text (a failed configuration: its label and why)."""
-    head = [campaign.parameter_label, *(titled(m) for m in THESIS_METRICS),
-            "offered objects/s", "input latency p99, worst second (ms)", "VmRSS slope (MB/min)",
-            "overloads", "online", "no loss"]
+    head = [
+        campaign.parameter_label,
+        *(titled(m) for m in THESIS_METRICS),
+        "offered objects/s",
+        "input latency p99, worst second (ms)",
+        "VmRSS slope (MB/min)",
+        "overloads",
+        "online",
+        "no loss",
+    ]
     body = []
     for r in rows:
         if r.status == "failed":
             body.append([r.label, f"failed: {(r.error or '').splitlines()[0][:160]}"] + [""] * (len(head) - 2))
             continue
-        body.append([r.label, *(stat_text(r.stats.get(m)) for m in THESIS_METRICS), fmt(r.offered_per_s, 3),
-                     fmt(r.latency_p99_ms, 3), fmt(r.vmrss_slope_mb_per_min, 2), fmt(r.overloads),
-                     "no verdict" if r.online is None else "online" if r.online else (r.online_state or "not online"),
-                     _yes_no(r.conserved, "yes", "LOST")])
+        body.append(
+            [
+                r.label,
+                *(stat_text(r.stats.get(m)) for m in THESIS_METRICS),
+                fmt(r.offered_per_s, 3),
+                fmt(r.latency_p99_ms, 3),
+                fmt(r.vmrss_slope_mb_per_min, 2),
+                fmt(r.overloads),
+                "no verdict" if r.online is None else "online" if r.online else (r.online_state or "not online"),
+                _yes_no(r.conserved, "yes", "LOST"),
+            ]
+        )
     return head, body
 
 
@@ -81,15 +99,26 @@ def plots(campaign: Campaign, rows: list[Row], folder: Path) -> list[tuple[str, 
         known = [r for r in measured if r.stats[metric].mean is not None]
         xs = [float(r.value) for r in known] if numeric else [float(i) for i, r in enumerate(measured) if r in known]
         line = svg.Line("mean ± std", xs, [r.stats[metric].mean for r in known], [r.stats[metric].std for r in known])
-        text = svg.plot(f"{name}, steady state, all mergers", campaign.parameter_label, titled(metric), [line],
-                        None if numeric else [r.label for r in measured], log_x=log_x, note=WRITTEN_BY)
+        text = svg.plot(
+            f"{name}, steady state, all mergers",
+            campaign.parameter_label,
+            titled(metric),
+            [line],
+            None if numeric else [r.label for r in measured],
+            log_x=log_x,
+            note=WRITTEN_BY,
+        )
         file = f"{metric}-vs-{campaign.parameter.replace('.', '-')}.svg"
         (folder / file).write_text(text)
         made.append((f"{name} against {campaign.parameter_label}", f"{folder.name}/{file}"))
-        lines = [svg.Line(r.label, list(map(float, r.series[metric][0])), list(map(float, r.series[metric][1])))
-                 for r in measured if len(r.series.get(metric, ((), ()))[0])]
-        text = svg.plot(f"{name} over time, all mergers", "seconds since the start", titled(metric), lines,
-                        note=WRITTEN_BY)
+        lines = [
+            svg.Line(r.label, list(map(float, r.series[metric][0])), list(map(float, r.series[metric][1])))
+            for r in measured
+            if len(r.series.get(metric, ((), ()))[0])
+        ]
+        text = svg.plot(
+            f"{name} over time, all mergers", "seconds since the start", titled(metric), lines, note=WRITTEN_BY
+        )
         file = f"{metric}-over-time.svg"
         (folder / file).write_text(text)
         made.append((f"{name} over time, one line per configuration", f"{folder.name}/{file}"))
@@ -107,16 +136,26 @@ def write(campaign: Campaign, rows: list[Row], out_dir: Path, command: str, fact
     text = [f"<!-- {WRITTEN_BY} -->", f"# {campaign.title}", ""]
     if campaign.description:
         text += [campaign.description, ""]
-    text += ["Made by:", "", "```console", f"$ {command}", "```", "",
-             f"Machine: {m['cpus']} CPUs ({m['cpu_model'] or 'model unknown'}), Linux {m['kernel']}, Python "
-             f"{m['python']}, flowstat {m['flowstat_version']}. Each configuration ran {campaign.duration:g} s, sampled every "
-             f"second by the agents; pinned as the campaign file says ({campaign.source}).", "",
-             "Every figure is over the steady state (from the end of start-up, max(3 s, 10% of the run), to the stop "
-             "signal: the final drain is left out) and over all the mergers together: each second their CPU clock, "
-             "VmRSS and merged objects/s summed, their merge times averaged; mean ± standard deviation over those "
-             "seconds. CPU clock: 10^6 Hz is one full core. Offered: what the producers sent the mergers per second "
-             "in the steady state. Latency: the p99 of an object's wait between its producer's send and its "
-             "merger's take, in the worst second. Definitions: docs/campaigns.md.", ""]
+    text += [
+        "Made by:",
+        "",
+        "```console",
+        f"$ {command}",
+        "```",
+        "",
+        f"Machine: {m['cpus']} CPUs ({m['cpu_model'] or 'model unknown'}), Linux {m['kernel']}, Python "
+        f"{m['python']}, flowstat {m['flowstat_version']}. Each configuration ran {campaign.duration:g} s, "
+        "sampled every "
+        f"second by the agents; pinned as the campaign file says ({campaign.source}).",
+        "",
+        "Every figure is over the steady state (from the end of start-up, max(3 s, 10% of the run), to the stop "
+        "signal: the final drain is left out) and over all the mergers together: each second their CPU clock, "
+        "VmRSS and merged objects/s summed, their merge times averaged; mean ± standard deviation over those "
+        "seconds. CPU clock: 10^6 Hz is one full core. Offered: what the producers sent the mergers per second "
+        "in the steady state. Latency: the p99 of an object's wait between its producer's send and its "
+        "merger's take, in the worst second. Definitions: docs/campaigns.md.",
+        "",
+    ]
     text += table(campaign, rows) + [""]
     for caption, file in figures:
         text += [f"![{caption}]({file})", ""]

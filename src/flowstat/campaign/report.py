@@ -20,8 +20,9 @@ class Made:
     rows: list[results.Row]
 
 
-def write(campaign: Campaign, outcomes: list[Outcome], out: Path, report_dir: Path, command: str,
-          html: bool = True) -> Made:
+def write(
+    campaign: Campaign, outcomes: list[Outcome], out: Path, report_dir: Path, command: str, html: bool = True
+) -> Made:
     """The campaign's figures into ``out``/results.json, its tables and plots into ``report_dir``."""
     rows = results.rows(campaign, outcomes, out)
     facts = machine.describe()

@@ -64,8 +64,9 @@ class Row:
         return out
 
 
-def per_second(run: Run, metric: str, nodes: list[str], lo: float = -np.inf,
-               hi: float = np.inf) -> tuple[np.ndarray, np.ndarray]:
+def per_second(
+    run: Run, metric: str, nodes: list[str], lo: float = -np.inf, hi: float = np.inf
+) -> tuple[np.ndarray, np.ndarray]:
     """The nodes' ``metric`` each second of the run, summed (SUMMED) or averaged, from the samples
     taken in [lo, hi] (seconds since the start); a second counts when every node has a sample in
     it (a node sampled twice in one second counts once: its last sample)."""
@@ -76,7 +77,7 @@ def per_second(run: Run, metric: str, nodes: list[str], lo: float = -np.inf,
     for s in series:
         t, y = run.of(metric, s)
         keep = (t >= lo) & (t <= hi)
-        by_node.append(dict(zip(np.floor(t[keep]).astype(int).tolist(), y[keep].tolist())))
+        by_node.append(dict(zip(np.floor(t[keep]).astype(int).tolist(), y[keep].tolist(), strict=False)))
     secs = sorted(set.intersection(*(set(d) for d in by_node)))
     combine = np.sum if metric in SUMMED else np.mean
     return np.array(secs, float), np.array([combine([d[k] for d in by_node]) for k in secs], float)
@@ -104,8 +105,9 @@ def _mergers(run: Run) -> list[str]:
 
 
 def _relative(text: str | None, base: Path) -> str | None:
-    """What went wrong, in a line (the cause, the last line of a log's tail, beside it), with paths under the campaign's directory written from it:
-    results say where a run is, not where the campaign ran (the log it names has the rest)."""
+    """What went wrong, in a line (the cause, the last line of a log's tail, beside it), with paths
+    under the campaign's directory written from it: results say where a run is, not where the
+    campaign ran (the log it names has the rest)."""
     if not text:
         return text
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
@@ -118,8 +120,15 @@ def _relative(text: str | None, base: Path) -> str | None:
 def row(campaign: Campaign, outcome: Outcome, base: Path) -> Row:
     """``base``: the campaign's directory."""
     c = outcome.config
-    r = Row(c.key, c.value, c.label, outcome.status, campaign.run_id(c),
-            _relative(str(outcome.run_dir), base) if outcome.run_dir else None, _relative(outcome.error, base))
+    r = Row(
+        c.key,
+        c.value,
+        c.label,
+        outcome.status,
+        campaign.run_id(c),
+        _relative(str(outcome.run_dir), base) if outcome.run_dir else None,
+        _relative(outcome.error, base),
+    )
     if outcome.run_dir is None or outcome.status == "failed":  # nothing was measured
         return r
     summary = json.loads((outcome.run_dir / "summary.json").read_text())
@@ -127,9 +136,14 @@ def row(campaign: Campaign, outcome: Outcome, base: Path) -> Row:
     upper = {n["node_id"] for n in summary["nodes"] if n["role"] == "merger" and (n.get("layer") or 1) > 1}
     # What the producers offered: to the first layer (an upper layer is offered what was merged below)
     first = [v for m, v in verdicts.items() if m not in upper]
-    r.offered_per_s = (round(sum(v["offered_per_second"] for v in first), 1)
-                       if first and all("offered_per_second" in v for v in first) else None)
-    worst = [v["latency_p99_ms_worst_second"] for v in verdicts.values() if v.get("latency_p99_ms_worst_second") is not None]
+    r.offered_per_s = (
+        round(sum(v["offered_per_second"] for v in first), 1)
+        if first and all("offered_per_second" in v for v in first)
+        else None
+    )
+    worst = [
+        v["latency_p99_ms_worst_second"] for v in verdicts.values() if v.get("latency_p99_ms_worst_second") is not None
+    ]
     r.latency_p99_ms = max(worst) if worst else None
     r.online, r.online_state = _online(verdicts)
     r.overloads = sum((n.get("send_overload_events") or 0) for n in summary["nodes"] if n["role"] == "producer")
@@ -161,10 +175,22 @@ def rows(campaign: Campaign, outcomes: list[Outcome], base: Path) -> list[Row]:
 
 def write_json(campaign: Campaign, table: list[Row], path: Path, command: str, machine: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({
-        "campaign": campaign.name, "title": campaign.title, "source": campaign.source, "command": command,
-        "duration_s": campaign.duration, "parameter": campaign.parameter, "machine": machine,
-        "configurations": [r.to_json() for r in table]}, indent=1, default=_jsonable))
+    path.write_text(
+        json.dumps(
+            {
+                "campaign": campaign.name,
+                "title": campaign.title,
+                "source": campaign.source,
+                "command": command,
+                "duration_s": campaign.duration,
+                "parameter": campaign.parameter,
+                "machine": machine,
+                "configurations": [r.to_json() for r in table],
+            },
+            indent=1,
+            default=_jsonable,
+        )
+    )
 
 
 def _jsonable(x: Any) -> Any:

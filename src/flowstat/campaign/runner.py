@@ -90,8 +90,9 @@ def _recorded(state: dict, out: Path, config: Configuration) -> dict | None:
 
 
 def _outcome(rec: dict, config: Configuration, out: Path) -> Outcome:
-    return Outcome(config, rec["status"], out / rec["run_dir"] if rec.get("run_dir") else None, rec.get("error"),
-                   skipped=True)
+    return Outcome(
+        config, rec["status"], out / rec["run_dir"] if rec.get("run_dir") else None, rec.get("error"), skipped=True
+    )
 
 
 def recorded(campaign: Campaign, out: Path) -> list[Outcome]:
@@ -120,15 +121,15 @@ def _status(summary: dict[str, Any]) -> tuple[str, str | None]:
     return "not-ok", "; ".join(summary["failures"])
 
 
-def run_one(campaign: Campaign, config: Configuration, out: Path, agent: AgentOptions,
-            progress: ProgressCallback | None) -> tuple[str, str | None]:
+def run_one(
+    campaign: Campaign, config: Configuration, out: Path, agent: AgentOptions, progress: ProgressCallback | None
+) -> tuple[str, str | None]:
     """Run a configuration; its status and what went wrong. Raises CampaignInterrupted."""
     run_id = campaign.run_id(config)
     run_dir = out / RUNS / run_id
     _move_aside(out, run_dir, "unfinished")  # left by a campaign killed during this run
     try:
-        summary = run_topology(config.topology, run_id=run_id, runs_dir=out / RUNS, on_progress=progress,
-                               agent=agent)
+        summary = run_topology(config.topology, run_id=run_id, runs_dir=out / RUNS, on_progress=progress, agent=agent)
     except (RunError, OSError) as exc:  # it could not start (a process, a file): that one failed, not the campaign
         return "failed", str(exc)
     if INTERRUPTED in summary["failures"]:
@@ -137,14 +138,21 @@ def run_one(campaign: Campaign, config: Configuration, out: Path, agent: AgentOp
     return _status(summary)
 
 
-def run_campaign(campaign: Campaign, out: Path, *, agent: AgentOptions | None = None, retry_failed: bool = False,
-                 events: Events | None = None) -> list[Outcome]:
+def run_campaign(
+    campaign: Campaign,
+    out: Path,
+    *,
+    agent: AgentOptions | None = None,
+    retry_failed: bool = False,
+    events: Events | None = None,
+) -> list[Outcome]:
     """Run every configuration not finished yet; the outcomes of all, in the file's order."""
     out.mkdir(parents=True, exist_ok=True)
     state = read_state(out)
     if state.get("duration") not in (None, campaign.duration):
-        raise RunError(f"{out}: holds runs of {state['duration']:g} s, not {campaign.duration:g} s: give another "
-                       f"directory")
+        raise RunError(
+            f"{out}: holds runs of {state['duration']:g} s, not {campaign.duration:g} s: give another " f"directory"
+        )
     state.update(campaign=campaign.name, source=campaign.source, duration=campaign.duration)
     outcomes = []
     total = len(campaign.configurations)
@@ -158,14 +166,20 @@ def run_campaign(campaign: Campaign, out: Path, *, agent: AgentOptions | None = 
                 _move_aside(out, out / RUNS / campaign.run_id(config), "superseded")
             if events:
                 events.starting(i, total, config, campaign.duration)
-            status, error = run_one(campaign, config, out, agent or AgentOptions(),
-                                    events.progress() if events else None)
+            status, error = run_one(
+                campaign, config, out, agent or AgentOptions(), events.progress() if events else None
+            )
             run_dir = out / RUNS / campaign.run_id(config)
             measured = (run_dir / "summary.json").exists()
             state["configurations"][config.key] = {
-                "status": status, "error": error, "run_id": campaign.run_id(config),
+                "status": status,
+                "error": error,
+                "run_id": campaign.run_id(config),
                 "run_dir": str(run_dir.relative_to(out)) if measured else None,
-                "value": config.value, "topology": config.topology.raw, "finished": iso_utc_ms()}
+                "value": config.value,
+                "topology": config.topology.raw,
+                "finished": iso_utc_ms(),
+            }
             _write_state(out, state)
             outcome = Outcome(config, status, run_dir if measured else None, error, skipped=False)
         outcomes.append(outcome)
@@ -173,5 +187,3 @@ def run_campaign(campaign: Campaign, out: Path, *, agent: AgentOptions | None = 
             events.finished(i, total, outcome)
     _write_state(out, state)
     return outcomes
-
-

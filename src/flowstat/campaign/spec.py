@@ -54,27 +54,54 @@ class Campaign:
     def run_id(self, config: Configuration) -> str:
         return f"{self.name}-{config.key}"
 
-    def select(self, keys: list[str]) -> "Campaign":
+    def select(self, keys: list[str]) -> Campaign:
         """The campaign reduced to the configurations ``keys`` names (their values or keys)."""
         chosen, unknown = [], []
         for k in keys:
             found = [c for c in self.configurations if k in (c.key, str(c.value), c.label)]
             (chosen.extend(f for f in found if f not in chosen) if found else unknown.append(k))
         if unknown:
-            raise CampaignError(f"{self.source}: no configuration {unknown[0]!r} (there are: "
-                                f"{', '.join(c.key for c in self.configurations)})")
-        return Campaign(self.name, self.title, self.description, self.source, self.duration, self.parameter,
-                        self.parameter_label, tuple(c for c in self.configurations if c in chosen), self.thesis,
-                        self.base)
+            raise CampaignError(
+                f"{self.source}: no configuration {unknown[0]!r} (there are: "
+                f"{', '.join(c.key for c in self.configurations)})"
+            )
+        return Campaign(
+            self.name,
+            self.title,
+            self.description,
+            self.source,
+            self.duration,
+            self.parameter,
+            self.parameter_label,
+            tuple(c for c in self.configurations if c in chosen),
+            self.thesis,
+            self.base,
+        )
 
-    def with_duration(self, seconds: float) -> "Campaign":
+    def with_duration(self, seconds: float) -> Campaign:
         """The campaign with every run ``seconds`` long (``--duration``)."""
-        configs = tuple(Configuration(c.key, c.value, c.label, c.overrides,
-                                      _topology(self.base, c.overrides, self.run_id(c), seconds,
-                                                f"{self.source} ({c.key})"))
-                        for c in self.configurations)
-        return Campaign(self.name, self.title, self.description, self.source, seconds, self.parameter,
-                        self.parameter_label, configs, self.thesis, self.base)
+        configs = tuple(
+            Configuration(
+                c.key,
+                c.value,
+                c.label,
+                c.overrides,
+                _topology(self.base, c.overrides, self.run_id(c), seconds, f"{self.source} ({c.key})"),
+            )
+            for c in self.configurations
+        )
+        return Campaign(
+            self.name,
+            self.title,
+            self.description,
+            self.source,
+            seconds,
+            self.parameter,
+            self.parameter_label,
+            configs,
+            self.thesis,
+            self.base,
+        )
 
 
 def _set_path(data: dict, dotted: str, value: Any, where: str) -> None:
@@ -112,8 +139,11 @@ def _mapping(source: str, where: str, data: Any, allowed: set[str]) -> dict:
         _fail(source, where, f"expected a mapping, got {type(data).__name__}")
     unknown = sorted(set(map(str, data)) - allowed)
     if unknown:
-        _fail(source, f"{where}.{unknown[0]}" if where != "campaign" else unknown[0],
-              f"unknown field (allowed: {', '.join(sorted(allowed))})")
+        _fail(
+            source,
+            f"{where}.{unknown[0]}" if where != "campaign" else unknown[0],
+            f"unknown field (allowed: {', '.join(sorted(allowed))})",
+        )
     return data
 
 
@@ -154,8 +184,11 @@ def from_dict(data: Any, source: str = "<dict>") -> Campaign:
     sweep = _mapping(source, "sweep", top.get("sweep"), _SWEEP_FIELDS)
     parameter = sweep.get("parameter")
     if not isinstance(parameter, str) or not re.fullmatch(r"[a-z_]+(\.[a-z_]+)*", parameter):
-        _fail(source, "sweep.parameter", f"expected a topology field such as buffer_size or producers.count, "
-                                         f"got {parameter!r}")
+        _fail(
+            source,
+            "sweep.parameter",
+            f"expected a topology field such as buffer_size or producers.count, " f"got {parameter!r}",
+        )
     thesis = top.get("thesis", {})
     if not isinstance(thesis, dict):
         _fail(source, "thesis", f"expected a mapping, got {thesis!r}")
@@ -179,8 +212,18 @@ def from_dict(data: Any, source: str = "<dict>") -> Campaign:
     description = top.get("description", "")
     if not isinstance(title, str) or not isinstance(description, str):
         _fail(source, "title" if not isinstance(title, str) else "description", "expected text")
-    return Campaign(name, title, description.strip(), source, float(duration), parameter,
-                    str(sweep.get("label", parameter)), tuple(configs), thesis, base)
+    return Campaign(
+        name,
+        title,
+        description.strip(),
+        source,
+        float(duration),
+        parameter,
+        str(sweep.get("label", parameter)),
+        tuple(configs),
+        thesis,
+        base,
+    )
 
 
 def load(path: str | Path) -> Campaign:

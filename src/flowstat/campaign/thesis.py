@@ -19,8 +19,10 @@ from . import svg
 from .markdown import TITLES, fmt, titled
 
 THESIS = Path("benchmarks") / "thesis" / "chapter5.yaml"
-RESULTS = {"20 s": Path("benchmarks") / "results" / "campaigns.json",
-           "300 s": Path("benchmarks") / "results" / "campaigns-300s.json"}
+RESULTS = {
+    "20 s": Path("benchmarks") / "results" / "campaigns.json",
+    "300 s": Path("benchmarks") / "results" / "campaigns-300s.json",
+}
 OUT = Path("docs") / "thesis-comparison-tables.md"
 IMG = Path("docs") / "img" / "thesis"
 METRICS = tuple(TITLES)
@@ -88,16 +90,22 @@ def section_plots(name: str, sec: dict, results: dict, files: dict[Path, str]) -
         shown = [r.get("plotted", {}).get(m, r[m]) for r in sec["rows"]]
         lines = [svg.Line("thesis", xs, [v[0] for v in shown], [v[1] for v in shown])]
         for label, res in results.items():
-            got = [(x, ours(find(res.get(name, {}), v), m)) for x, v in zip(xs, values)]
+            got = [(x, ours(find(res.get(name, {}), v), m)) for x, v in zip(xs, values, strict=False)]
             got = [(x, g) for x, g in got if g]
             if got:
-                lines.append(svg.Line(f"flowstat {label}", [x for x, _ in got], [g[0] for _, g in got],
-                                      [g[1] for _, g in got]))
+                lines.append(
+                    svg.Line(f"flowstat {label}", [x for x, _ in got], [g[0] for _, g in got], [g[1] for _, g in got])
+                )
         file = IMG / f"{name}-{m}.svg"
-        files[file] = (svg.plot(f"{sec['section']} {TITLES[m][0]}: thesis and flowstat", sec["parameter"],
-                                 titled(m), lines,
-                                 None if numeric else [str(v) for v in values], log_x=log_x,
-                                 note=MARKER[5:-4]))
+        files[file] = svg.plot(
+            f"{sec['section']} {TITLES[m][0]}: thesis and flowstat",
+            sec["parameter"],
+            titled(m),
+            lines,
+            None if numeric else [str(v) for v in values],
+            log_x=log_x,
+            note=MARKER[5:-4],
+        )
         links.append(f"![{sec['section']}: {TITLES[m][0]}, thesis and flowstat]({file.relative_to(OUT.parent)})")
     return links
 
@@ -109,27 +117,38 @@ def render(root: Path) -> dict[Path, str]:
     results = load_results(root)
     if not results:
         return {}
-    text = [MARKER, "# The thesis's tables and flowstat's, side by side", "",
-            "Made from the thesis's numbers "
-            f"([{THESIS}](../{THESIS}), transcribed from its chapter 5) and flowstat's campaigns "
-            "(`benchmarks/run_campaigns.py`, which runs `flowstat campaign` on every file of "
-            "benchmark-harness/campaigns/). Every cell is mean ± standard deviation over the seconds of "
-            "the steady state; flowstat's are over all the mergers together (section 5.5: the thesis's "
-            "figures for several mergers are sums, too). What the numbers mean and why they differ: "
-            "[thesis-comparison.md](thesis-comparison.md). The tables give the thesis's numbers as printed; "
-            "its plots show table 20's 356,578 merged/s at 425 producers as 35,658, the falling rate its "
-            "text describes.", ""]
+    text = [
+        MARKER,
+        "# The thesis's tables and flowstat's, side by side",
+        "",
+        "Made from the thesis's numbers "
+        f"([{THESIS}](../{THESIS}), transcribed from its chapter 5) and flowstat's campaigns "
+        "(`benchmarks/run_campaigns.py`, which runs `flowstat campaign` on every file of "
+        "benchmark-harness/campaigns/). Every cell is mean ± standard deviation over the seconds of "
+        "the steady state; flowstat's are over all the mergers together (section 5.5: the thesis's "
+        "figures for several mergers are sums, too). What the numbers mean and why they differ: "
+        "[thesis-comparison.md](thesis-comparison.md). The tables give the thesis's numbers as printed; "
+        "its plots show table 20's 356,578 merged/s at 425 producers as 35,658, the falling rate its "
+        "text describes.",
+        "",
+    ]
     for label, rel in RESULTS.items():
         if (root / rel).exists():
             data = json.loads((root / rel).read_text())
             machine = next(iter(data["campaigns"].values()))["machine"]
-            text.append(f"- flowstat {label}: `{rel}`, {machine['cpus']} CPUs ({machine['cpu_model']}), Linux "
-                        f"{machine['kernel']}, campaigns: {', '.join(data['campaigns'])}")
+            text.append(
+                f"- flowstat {label}: `{rel}`, {machine['cpus']} CPUs ({machine['cpu_model']}), Linux "
+                f"{machine['kernel']}, campaigns: {', '.join(data['campaigns'])}"
+            )
     text.append("")
     files: dict[Path, str] = {}
     for name, sec in thesis.items():
-        text += [f"## {sec['section']} {sec['title']} (thesis tables {', '.join(map(str, sec['tables'].values()))})",
-                 "", sec["setup"] + ".", ""]
+        text += [
+            f"## {sec['section']} {sec['title']} (thesis tables {', '.join(map(str, sec['tables'].values()))})",
+            "",
+            sec["setup"] + ".",
+            "",
+        ]
         text += section_table(name, sec, results) + [""]
         text += section_plots(name, sec, results, files) + [""]
     files[OUT] = "\n".join(text)

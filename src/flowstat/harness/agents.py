@@ -12,9 +12,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from flowstat.proc.procfs import catches
 
@@ -52,8 +53,9 @@ class RunAgents:
     """The agents of one run (``run_dir``: where they find its endpoints and write their files);
     ``pin`` pins a process just started as the topology says and returns its CPUs."""
 
-    def __init__(self, run_id: str, run_dir: Path, options: AgentOptions,
-                 pin: Callable[[str, str, int], list[int] | None]):
+    def __init__(
+        self, run_id: str, run_dir: Path, options: AgentOptions, pin: Callable[[str, str, int], list[int] | None]
+    ):
         self.run_id, self.run_dir, self.options, self.pin = run_id, run_dir, options, pin
         self.procs: dict[str, subprocess.Popen] = {}
         self.cpus: dict[str, list[int] | None] = {}
@@ -65,11 +67,35 @@ class RunAgents:
         """The agents to start: the Python agent (it also records the run file), and the C agent
         when it is built. Each ships to the user's sinks, or to a line-protocol file in the run."""
         opts, rd = self.options, self.run_dir.resolve()  # file:// URLs need absolute paths
-        common = ["--run-id", self.run_id, "--endpoints", str(rd / "endpoints.json"), "--interval", str(opts.interval_s),
-                  "--self-interval", str(opts.self_interval_s), "--rescan", str(max(opts.interval_s, 1.0)), "--quiet"]
+        common = [
+            "--run-id",
+            self.run_id,
+            "--endpoints",
+            str(rd / "endpoints.json"),
+            "--interval",
+            str(opts.interval_s),
+            "--self-interval",
+            str(opts.self_interval_s),
+            "--rescan",
+            str(max(opts.interval_s, 1.0)),
+            "--quiet",
+        ]
         py_agent, c_agent_name = AGENT_NODES
-        agents = [(py_agent, [sys.executable, "-m", "flowstat.agent", *common,
-                              "--run-file", str(rd / "samples.ndjson"), "--run-doc", str(rd / "run.json")])]
+        agents = [
+            (
+                py_agent,
+                [
+                    sys.executable,
+                    "-m",
+                    "flowstat.agent",
+                    *common,
+                    "--run-file",
+                    str(rd / "samples.ndjson"),
+                    "--run-doc",
+                    str(rd / "run.json"),
+                ],
+            )
+        ]
         c_agent = find_c_agent()
         if c_agent is not None and opts.c_agent:
             agents.append((c_agent_name, [str(c_agent), *common]))
@@ -87,14 +113,22 @@ class RunAgents:
         env = dict(os.environ, FLOWSTAT_DIE_WITH_PARENT=str(os.getpid()))
         for name, cmd in self.commands():
             with open(self.log(name), "ab") as log:
-                proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
-                                        start_new_session=True, env=env)
+                proc = subprocess.Popen(
+                    cmd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                    start_new_session=True,
+                    env=env,
+                )
             self.procs[name] = proc
             self.cpus[name] = self.pin(name, "agent", proc.pid)
 
     def affinity(self) -> list[dict[str, Any]]:
         """The run document's affinity entries of the agents: their CPUs, as read back."""
-        return [{"node_id": name, "role": "agent", "cpus": cpus} for name, cpus in self.cpus.items() if cpus is not None]
+        return [
+            {"node_id": name, "role": "agent", "cpus": cpus} for name, cpus in self.cpus.items() if cpus is not None
+        ]
 
     def notice_run_ending(self) -> None:
         """The run ends as planned: tell the agents (SIGUSR1) before any node is told to stop, so that
@@ -107,8 +141,11 @@ class RunAgents:
             if proc.poll() is None and catches(proc.pid, RUN_ENDING):
                 proc.send_signal(RUN_ENDING)
             elif proc.poll() is None:  # not a failure of the run: its nodes will just show DOWN at the end
-                print(f"flowstat: {name} did not take the run-ending notice within {AGENT_START_S:.0f} s; log: "
-                      f"{self.log(name)}", file=sys.stderr)
+                print(
+                    f"flowstat: {name} did not take the run-ending notice within {AGENT_START_S:.0f} s; log: "
+                    f"{self.log(name)}",
+                    file=sys.stderr,
+                )
 
     def stop(self, failures: list[str]) -> dict | None:
         """Let the agents take their last samples (nodes reported STOPPED, or DOWN without the
@@ -147,8 +184,17 @@ class RunAgents:
         if not (opts.enabled and opts.sinks):
             return None
         rd = self.run_dir.resolve()
-        cmd = [sys.executable, "-m", "flowstat.agent", "--send-run", str(rd / "run.json"), "--quiet",
-               "--spool-dir", str(rd / "spool" / AGENT_NODES[0]), *(a for url in opts.sinks for a in ("--sink", url))]
+        cmd = [
+            sys.executable,
+            "-m",
+            "flowstat.agent",
+            "--send-run",
+            str(rd / "run.json"),
+            "--quiet",
+            "--spool-dir",
+            str(rd / "spool" / AGENT_NODES[0]),
+            *(a for url in opts.sinks for a in ("--sink", url)),
+        ]
         try:
             done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
         except subprocess.TimeoutExpired:

@@ -25,8 +25,10 @@ def _progress_printer(stream=sys.stderr):
         cpu = sum(m.get("cpu_clock") or 0 for m in metrics) / 1e6
         frac = min(1.0, elapsed / duration) if duration > 0 else 1.0
         judged = "; ".join(f"{m} {short(v)}" if len(verdicts) > 1 else short(v) for m, v in verdicts.items())
-        text = (f"{elapsed:5.1f}/{duration:.0f} s  merged {merged:,.0f}/s  in flight {in_flight:,}  "
-                f"latency p99 {p99:,.1f} ms  overloads {overloads:,}  cpu {cpu:.2f} cores  {judged}")
+        text = (
+            f"{elapsed:5.1f}/{duration:.0f} s  merged {merged:,.0f}/s  in flight {in_flight:,}  "
+            f"latency p99 {p99:,.1f} ms  overloads {overloads:,}  cpu {cpu:.2f} cores  {judged}"
+        )
         if tty:
             bar = "#" * int(frac * 24)
             stream.write(f"\r[{bar:<24}] {text}   ")
@@ -42,14 +44,19 @@ def _progress_printer(stream=sys.stderr):
 
 
 RUN_HELP = "run a producer/merger/viewer topology and print its summary"
-RUN_PARSER = dict(description="Start every device of a topology over ZeroMQ on loopback, run it, stop it cleanly and "
-                              "print per-node figures and the no-loss check. Exit status: 0 when the run was clean "
-                              "and lost nothing, 1 otherwise, 2 for a bad topology.")
+RUN_PARSER = dict(
+    description="Start every device of a topology over ZeroMQ on loopback, run it, stop it cleanly and "
+    "print per-node figures and the no-loss check. Exit status: 0 when the run was clean "
+    "and lost nothing, 1 otherwise, 2 for a bad topology."
+)
 
 
 def configure_run(p: argparse.ArgumentParser) -> None:
-    p.add_argument("topology", help="topology YAML file (examples: benchmark-harness/topologies/ in flowstat's "
-                                    "repository; format: docs/harness.md)")
+    p.add_argument(
+        "topology",
+        help="topology YAML file (examples: benchmark-harness/topologies/ in flowstat's "
+        "repository; format: docs/harness.md)",
+    )
     p.add_argument("--duration", type=float, metavar="S", help="seconds to run (default: the topology's)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--quiet", action="store_true", help="no live progress line")
@@ -58,10 +65,19 @@ def configure_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-agent", action="store_true", help="do not monitor the run with the agents")
     p.add_argument("--no-c-agent", action="store_true", help="monitor with the Python agent only")
     p.add_argument("--agent-interval", type=float, default=1.0, metavar="S", help="agent sampling interval (default 1)")
-    p.add_argument("--agent-self-interval", type=float, default=5.0, metavar="S",
-                   help="how often the agents report on themselves (flowstat_agent; default 5)")
-    p.add_argument("--sink", action="append", metavar="URL",
-                   help="also ship the agent's samples here (see flowstat agent --help; default: RUN_DIR/samples.lp)")
+    p.add_argument(
+        "--agent-self-interval",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="how often the agents report on themselves (flowstat_agent; default 5)",
+    )
+    p.add_argument(
+        "--sink",
+        action="append",
+        metavar="URL",
+        help="also ship the agent's samples here (see flowstat agent --help; default: RUN_DIR/samples.lp)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -80,10 +96,16 @@ def run(args: argparse.Namespace) -> int:
         return 2
     progress = None if args.json or args.quiet else _progress_printer()
     try:
-        summary = run_topology(topo, duration=args.duration, run_id=args.run_id, runs_dir=Path(args.runs_dir),
-                               on_progress=progress,
-                               agent=AgentOptions(not args.no_agent, args.agent_interval, args.sink or [],
-                                                  not args.no_c_agent, args.agent_self_interval))
+        summary = run_topology(
+            topo,
+            duration=args.duration,
+            run_id=args.run_id,
+            runs_dir=Path(args.runs_dir),
+            on_progress=progress,
+            agent=AgentOptions(
+                not args.no_agent, args.agent_interval, args.sink or [], not args.no_c_agent, args.agent_self_interval
+            ),
+        )
     except RunError as exc:
         print(f"flowstat run: {exc}", file=sys.stderr)
         return 1
@@ -119,24 +141,28 @@ def validate(args: argparse.Namespace) -> int:
             status = 2
             continue
         cost = merge_cost_text(parameters(t))
-        print(f"{path}: OK - {t.n_producers} producers x {t.rate:g} obj/s in {t.producer_processes} process(es), "
-              f"{mergers_text(parameters(t))}, {t.obj.kind.name} {format_size(t.obj.nbytes)} {list(t.obj.shape)}, "
-              f"buffer {t.buffer_size}, {t.duration:g} s" + (f", pinned {t.cpus_text()}" if t.cpus else "")
-              + (f", {cost}" if cost else ""))
+        print(
+            f"{path}: OK - {t.n_producers} producers x {t.rate:g} obj/s in {t.producer_processes} process(es), "
+            f"{mergers_text(parameters(t))}, {t.obj.kind.name} {format_size(t.obj.nbytes)} {list(t.obj.shape)}, "
+            f"buffer {t.buffer_size}, {t.duration:g} s"
+            + (f", pinned {t.cpus_text()}" if t.cpus else "")
+            + (f", {cost}" if cost else "")
+        )
     return status
 
 
 CTL_HELP = "send a control command to a running node"
-CTL_PARSER = dict(description="Send a JSON control request to a node's control endpoint and print the reply "
-                              "(endpoints of a run are in RUN_DIR/endpoints.json).")
+CTL_PARSER = dict(
+    description="Send a JSON control request to a node's control endpoint and print the reply "
+    "(endpoints of a run are in RUN_DIR/endpoints.json)."
+)
 
 
 def configure_ctl(p: argparse.ArgumentParser) -> None:
     from .control import COMMANDS
 
     p.add_argument("endpoint", help="e.g. tcp://127.0.0.1:40123")
-    p.add_argument("command", nargs="?", default="get-metrics",
-                   help=f"{', '.join(COMMANDS)} (default get-metrics)")
+    p.add_argument("command", nargs="?", default="get-metrics", help=f"{', '.join(COMMANDS)} (default get-metrics)")
     p.add_argument("--raw", metavar="TEXT", help="send TEXT as the request body instead")
     p.add_argument("--timeout", type=float, default=2.0, metavar="S", help="reply time-out (default 2 s)")
 

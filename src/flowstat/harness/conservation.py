@@ -33,15 +33,17 @@ def _first_layer_counts(mergers: list[dict]) -> tuple[dict[int, int], dict[int, 
     return received, merged_in, declared
 
 
-def _upper_layers(topo: "Topology", finals: dict[str, dict]) -> list[str]:
+def _upper_layers(topo: Topology, finals: dict[str, dict]) -> list[str]:
     """The inputs of upper mergers whose counts differ: "lower->upper" for each input merger whose
     merged objects sent != declared at its end of stream != received != merged-in by its upper merger."""
     bad = []
     for upper, inputs in topo.merger_inputs().items():
         fin = finals.get(upper)
         pp = fin["per_producer"] if fin else {"producer": []}
-        counted = {pp["producer"][i]: (pp["received"][i], pp["merged_in"][i], pp["declared_sent"][i])
-                   for i in range(len(pp["producer"]))}
+        counted = {
+            pp["producer"][i]: (pp["received"][i], pp["merged_in"][i], pp["declared_sent"][i])
+            for i in range(len(pp["producer"]))
+        }
         layer = topo.layers()[topo.layer_of()[upper] - 2]
         for lower in inputs:
             sent = (finals.get(lower) or {}).get("objects_sent")
@@ -51,7 +53,7 @@ def _upper_layers(topo: "Topology", finals: dict[str, dict]) -> list[str]:
     return bad
 
 
-def _entries_by_layer(topo: "Topology", finals: dict[str, dict], entries_sent: dict[int, float]) -> list[str]:
+def _entries_by_layer(topo: Topology, finals: dict[str, dict], entries_sent: dict[int, float]) -> list[str]:
     """The mergers whose merged objects do not hold the entries their inputs sent them: a
     first-layer merger's producers', an upper merger's input mergers'."""
     bad = []
@@ -66,8 +68,9 @@ def _entries_by_layer(topo: "Topology", finals: dict[str, dict], entries_sent: d
     return bad
 
 
-def check_conservation(topo: "Topology", finals: dict[str, dict], producers: list[dict],
-                  viewer: dict | None) -> dict[str, Any]:
+def check_conservation(
+    topo: Topology, finals: dict[str, dict], producers: list[dict], viewer: dict | None
+) -> dict[str, Any]:
     """Check sent == received == merged-in for every producer, and for every input of an upper
     merger (layer by layer), and objects and entries end to end."""
     layers = [[finals[m] for m in layer if m in finals] for layer in topo.layers()]
@@ -76,8 +79,13 @@ def check_conservation(topo: "Topology", finals: dict[str, dict], producers: lis
     entries_sent = sum(entries_by_producer.values())
     received, merged_in, declared = _first_layer_counts(layers[0])
     all_ids = sorted(set(sent) | set(received))
-    bad = [pid for pid in all_ids
-           if not (sent.get(pid) is not None and sent.get(pid) == declared.get(pid) == received.get(pid) == merged_in.get(pid))]
+    bad = [
+        pid
+        for pid in all_ids
+        if not (
+            sent.get(pid) is not None and sent.get(pid) == declared.get(pid) == received.get(pid) == merged_in.get(pid)
+        )
+    ]
     bad_inputs = _upper_layers(topo, finals)
     bad_entries = _entries_by_layer(topo, finals, entries_by_producer)
     gaps = sum(m["sequence_gaps"] for m in mergers) + (viewer or {}).get("sequence_gaps", 0)
@@ -102,20 +110,22 @@ def check_conservation(topo: "Topology", finals: dict[str, dict], producers: lis
     merged_at_viewer = (viewer or {}).get("objects_received")
     why = {  # what each check's failure means here, in words
         "every_producer_sent_eq_received_eq_merged": f"sent, received and merged-in counts differ for producers "
-                                                     f"{bad[:10]}" if all_ids else "no producer reported",
+        f"{bad[:10]}"
+        if all_ids
+        else "no producer reported",
         "every_merger_sent_eq_received_eq_merged": f"sent, received and merged-in counts differ between mergers "
-                                                   f"{', '.join(bad_inputs[:10])}",
+        f"{', '.join(bad_inputs[:10])}",
         "entries_conserved_in_every_layer": f"the merged objects of {', '.join(bad_entries[:10])} do not hold the "
-                                            f"entries their inputs sent them",
+        f"entries their inputs sent them",
         "no_sequence_gaps": f"{gaps:,} objects missing from sequences",
         "no_reordering": f"{reordered:,} objects arrived out of order",
         "viewer_received_every_merged_object": f"the viewer received {merged_at_viewer} of {merged_objects:,} "
-                                               f"merged objects",
+        f"merged objects",
         "viewer_inputs_eq_objects_sent": f"the merged objects at the viewer hold {inputs_at_viewer} inputs, "
-                                         f"{sum(sent.values()):,} were sent",
+        f"{sum(sent.values()):,} were sent",
         "entries_sent_eq_entries_at_viewer": f"{entries_sent:,.0f} entries sent, {entries_at_viewer} at the viewer",
         "merged_contents_eq_declared_entries": f"{(viewer or {}).get('content_mismatches')} merged objects whose "
-                                               f"cells do not add up to their inputs' entries",
+        f"cells do not add up to their inputs' entries",
         "no_malformed_messages": "malformed messages dropped: " + ", ".join(f"{n} {c:,}" for n, c in malformed.items()),
     }
     return {

@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import time
 from collections import OrderedDict
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import zmq
 
 MAX_REQUEST_BYTES = 64 * 1024
 COMMANDS = ("check-state", "get-metrics", "start", "stop")
+
 
 class ControlError(RuntimeError):
     """A control request failed: timeout, or an error reply."""
@@ -71,7 +73,9 @@ class RateTracker:
         while len(self._last) > self._max:
             self._last.popitem(last=False)
         elapsed = now[0] - wall0
-        cpu_hz, merged_rate = ((now[1] - cpu0) * 1e6 / elapsed, (now[2] - merged0) / elapsed) if elapsed > 0 else (0.0, 0.0)
+        cpu_hz, merged_rate = (
+            ((now[1] - cpu0) * 1e6 / elapsed, (now[2] - merged0) / elapsed) if elapsed > 0 else (0.0, 0.0)
+        )
         return Interval(cpu_hz, merged_rate, now[3] - send0, now[4] - receive0)
 
 
@@ -113,8 +117,9 @@ class ControlClient:
             self._sock = None
 
 
-def serve_requests(sock: zmq.Socket, handle: Callable[[bytes, str | None, dict | None, str | None], dict],
-                   limit: int = 64) -> int:
+def serve_requests(
+    sock: zmq.Socket, handle: Callable[[bytes, str | None, dict | None, str | None], dict], limit: int = 64
+) -> int:
     """Answer the control requests waiting on a ROUTER socket; returns how many were answered."""
     answered = 0
     while answered < limit:

@@ -42,13 +42,21 @@ def _bucket(waits_s: np.ndarray) -> np.ndarray:
 def _stats(counts: np.ndarray, max_s: float) -> dict[str, float | int | None]:
     n = int(counts.sum())
     if n == 0:
-        return {"input_latency_p50_ms": None, "input_latency_p99_ms": None, "input_latency_max_ms": None,
-                "input_latency_objects": 0}
+        return {
+            "input_latency_p50_ms": None,
+            "input_latency_p99_ms": None,
+            "input_latency_max_ms": None,
+            "input_latency_objects": 0,
+        }
     cum = np.cumsum(counts)
     p50, p99 = (float(_MIDDLES_MS[int(np.searchsorted(cum, q * n))]) for q in (0.5, 0.99))
     top = max_s * 1e3
-    return {"input_latency_p50_ms": round(min(p50, top), 3), "input_latency_p99_ms": round(min(p99, top), 3),
-            "input_latency_max_ms": round(top, 3), "input_latency_objects": n}
+    return {
+        "input_latency_p50_ms": round(min(p50, top), 3),
+        "input_latency_p99_ms": round(min(p99, top), 3),
+        "input_latency_max_ms": round(top, 3),
+        "input_latency_objects": n,
+    }
 
 
 class LatencyRecorder:

@@ -45,7 +45,7 @@ class MergeCost:
         return {"per_object_s": self.per_object_s, "per_byte_s": self.per_byte_s, "factor": self.factor}
 
     @classmethod
-    def from_config(cls, data: dict | None) -> "MergeCost | None":
+    def from_config(cls, data: dict | None) -> MergeCost | None:
         cost = cls(**data) if data else None
         return cost if cost else None
 

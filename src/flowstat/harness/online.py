@@ -63,9 +63,18 @@ class Reading:
 
 def reading(reply: dict[str, Any], t: float, offered: int, refusals: int) -> Reading:
     """A merger's get-metrics reply, read ``t`` s into the run after its producers' counts."""
-    return Reading(t, int(reply.get("objects_merged") or 0), int(reply.get("objects_received") or 0), offered,
-                   refusals, reply.get("VmRSS"), reply.get("input_latency_p50_ms"), reply.get("input_latency_p99_ms"),
-                   reply.get("input_latency_max_ms"), int(reply.get("input_latency_objects") or 0))
+    return Reading(
+        t,
+        int(reply.get("objects_merged") or 0),
+        int(reply.get("objects_received") or 0),
+        offered,
+        refusals,
+        reply.get("VmRSS"),
+        reply.get("input_latency_p50_ms"),
+        reply.get("input_latency_p99_ms"),
+        reply.get("input_latency_max_ms"),
+        int(reply.get("input_latency_objects") or 0),
+    )
 
 
 def _slope_per_s(points: list[tuple[float, float]]) -> float:
@@ -99,11 +108,18 @@ class OnlineJudge:
     def verdict(self, merger: str) -> dict[str, Any]:
         every = self.readings[merger]
         steady = [r for r in every if r.t >= self.startup_s]
-        out: dict[str, Any] = {"online": None, "state": "judging", "why": [], "readings": len(steady),
-                               "in_flight_last": every[-1].in_flight if every else None}
+        out: dict[str, Any] = {
+            "online": None,
+            "state": "judging",
+            "why": [],
+            "readings": len(steady),
+            "in_flight_last": every[-1].in_flight if every else None,
+        }
         if len(steady) < MIN_READINGS:
-            out["why"].append(f"{len(steady)} readings after the first {self.startup_s:.0f} s of start-up; "
-                              f"{MIN_READINGS} are needed")
+            out["why"].append(
+                f"{len(steady)} readings after the first {self.startup_s:.0f} s of start-up; "
+                f"{MIN_READINGS} are needed"
+            )
             return out
         first, last = steady[0], steady[-1]
         span = last.t - first.t
@@ -116,40 +132,54 @@ class OnlineJudge:
         third = max(1, len(p99s) // 3)
         p99_first, p99_last = _mean(p99s[:third]), _mean(p99s[-third:])
         second_half = [r for r in steady if r.t >= first.t + span / 2 and r.vmrss_kb is not None]
-        rss_slope = _slope_per_s([(r.t, r.vmrss_kb / 1024) for r in second_half]) * 60 if len(second_half) >= 2 else None
+        rss_slope = (
+            _slope_per_s([(r.t, r.vmrss_kb / 1024) for r in second_half]) * 60 if len(second_half) >= 2 else None
+        )
         rss_growth = rss_slope / 60 * (second_half[-1].t - second_half[0].t) if rss_slope is not None else None
         rss_noise = max(RSS_NOISE_MIN_MB, 2 * self.held_bytes[merger] / 2**20)
-        out.update({
-            "window_s": [round(first.t, 1), round(last.t, 1)],
-            "offered_per_second": round(offered / span, 1),
-            "merged_per_second": round(merged / span, 1),
-            "merged_to_offered": round(ratio, 4) if ratio is not None else None,
-            "latency_p50_ms_median_second": _median([r.latency_p50_ms for r in steady[1:] if r.latency_p50_ms is not None]),
-            "latency_p99_ms_worst_second": max(p99s) if p99s else None,
-            "latency_p99_ms_first_third": round(p99_first, 3) if p99_first is not None else None,
-            "latency_p99_ms_last_third": round(p99_last, 3) if p99_last is not None else None,
-            "latency_p99_slope_ms_per_s": round(p99_slope, 3),
-            "latency_max_ms": max((r.latency_max_ms for r in steady[1:] if r.latency_max_ms is not None), default=None),
-            "vmrss_slope_mb_per_min": round(rss_slope, 2) if rss_slope is not None else None,
-            "in_flight_max": max(r.in_flight for r in steady),
-            "producer_refusals": refusals,
-        })
+        out.update(
+            {
+                "window_s": [round(first.t, 1), round(last.t, 1)],
+                "offered_per_second": round(offered / span, 1),
+                "merged_per_second": round(merged / span, 1),
+                "merged_to_offered": round(ratio, 4) if ratio is not None else None,
+                "latency_p50_ms_median_second": _median(
+                    [r.latency_p50_ms for r in steady[1:] if r.latency_p50_ms is not None]
+                ),
+                "latency_p99_ms_worst_second": max(p99s) if p99s else None,
+                "latency_p99_ms_first_third": round(p99_first, 3) if p99_first is not None else None,
+                "latency_p99_ms_last_third": round(p99_last, 3) if p99_last is not None else None,
+                "latency_p99_slope_ms_per_s": round(p99_slope, 3),
+                "latency_max_ms": max(
+                    (r.latency_max_ms for r in steady[1:] if r.latency_max_ms is not None), default=None
+                ),
+                "vmrss_slope_mb_per_min": round(rss_slope, 2) if rss_slope is not None else None,
+                "in_flight_max": max(r.in_flight for r in steady),
+                "producer_refusals": refusals,
+            }
+        )
         why = out["why"]
         if ratio is None:
             why.append("its producers sent nothing in the steady state")
         elif ratio < RATE_RATIO_MIN:
-            why.append(f"merged {ratio:.0%} of what its producers sent ({merged / span:,.0f}/s of {offered / span:,.0f}/s)")
+            why.append(
+                f"merged {ratio:.0%} of what its producers sent ({merged / span:,.0f}/s of {offered / span:,.0f}/s)"
+            )
         if not p99s:
             why.append("no input latency was measured")
         else:
             late = [v for t, v in p99_points if t >= first.t + span / 2]
             if late and max(late) > LATENCY_P99_BOUND_MS:
-                why.append(f"input latency p99 reached {max(late):,.0f} ms in the second half "
-                           f"(bound {LATENCY_P99_BOUND_MS:,.0f} ms)")
+                why.append(
+                    f"input latency p99 reached {max(late):,.0f} ms in the second half "
+                    f"(bound {LATENCY_P99_BOUND_MS:,.0f} ms)"
+                )
             rise = p99_slope * (p99_points[-1][0] - p99_points[0][0])
             if p99_slope > LATENCY_SLOPE_LIMIT_MS_PER_S and rise > LATENCY_GROWTH_MIN_MS:
-                why.append(f"input latency p99 grew from {p99_first:,.1f} ms to {p99_last:,.1f} ms "
-                           f"({p99_slope:,.0f} ms per second)")
+                why.append(
+                    f"input latency p99 grew from {p99_first:,.1f} ms to {p99_last:,.1f} ms "
+                    f"({p99_slope:,.0f} ms per second)"
+                )
         if rss_slope is not None and rss_slope > RSS_SLOPE_LIMIT_MB_PER_MIN and rss_growth > rss_noise:
             why.append(f"VmRSS grew {rss_slope:,.1f} MB/min over the second half")
         saturated = offered > 0 and refusals > REFUSALS_MAX * offered

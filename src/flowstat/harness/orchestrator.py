@@ -6,8 +6,9 @@ reports it on its stdout. The producers start sending together on a ``start`` co
 goes upstream first, stage by stage: producers get SIGTERM, send what their buffers still hold and
 an end-of-stream marker; each merger ends when all its inputs (producers, or mergers of the layer
 below) have ended, layer after layer, the viewer when the last layer has. A stage that lost a member
-is told to stop instead of waiting for markers that will never come. Devices run in their own session (Ctrl-C reaches only
-the orchestrator) and get SIGTERM from the kernel if the orchestrator dies, so nothing is orphaned.
+is told to stop instead of waiting for markers that will never come. Devices run in their own
+session (Ctrl-C reaches only the orchestrator) and get SIGTERM from the kernel if the orchestrator
+dies, so nothing is orphaned.
 A topology's ``cpus`` pins devices and agents to CPUs as each is started. A run that ends in order
 (its duration is over, or the user interrupts it) first gives the agents the run-ending notice, so
 that they report the nodes it stops as STOPPED, not DOWN; a run broken by a node's crash does not.
@@ -23,13 +24,14 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from flowstat.proc.procfs import format_cpu_list, log_tail, pin_threads, set_from_signal
-from flowstat.schema.sample import PIPELINE_ROLES
 from flowstat.schema import endpoints as endpoints_schema
+from flowstat.schema.sample import PIPELINE_ROLES
 from flowstat.timeutil import compact_utc
 
 from .agents import AgentOptions, RunAgents
@@ -56,7 +58,7 @@ class Device:
     proc: subprocess.Popen | None = None
     ready: dict[str, Any] | None = None
     final: dict[str, Any] | None = None
-    events: "queue.Queue[dict]" = field(default_factory=queue.Queue)
+    events: queue.Queue[dict] = field(default_factory=queue.Queue)
     signalled: bool = False
     cpus: list[int] | None = None  # the CPUs it may run on, read back after pinning; None: it died at once
 
@@ -73,9 +75,14 @@ ProgressCallback = Callable[[float, float, list[dict], dict[str, dict]], None]
 
 
 class Orchestrator:
-    def __init__(self, topo: Topology, run_id: str, run_dir: Path,
-                 on_progress: ProgressCallback | None = None,
-                 agent: AgentOptions | None = None):
+    def __init__(
+        self,
+        topo: Topology,
+        run_id: str,
+        run_dir: Path,
+        on_progress: ProgressCallback | None = None,
+        agent: AgentOptions | None = None,
+    ):
         self.topo, self.run_id, self.run_dir = topo, run_id, run_dir
         self.on_progress = on_progress
         self.agents = RunAgents(run_id, run_dir, agent or AgentOptions(enabled=False), self.pin)
@@ -93,8 +100,10 @@ class Orchestrator:
         """Every merger is judged, whatever its layer: a merger above the first is offered what its
         input mergers sent it, as one of the first layer is what its producers sent it."""
         topo = self.topo
-        inputs = {**{m.node_id: len(m.producers) for m in topo.mergers},
-                  **{m: len(ins) for m, ins in topo.merger_inputs().items()}}
+        inputs = {
+            **{m.node_id: len(m.producers) for m in topo.mergers},
+            **{m: len(ins) for m, ins in topo.merger_inputs().items()},
+        }
         # A merger may hold one object of each of its inputs' for a merge.
         return OnlineJudge(duration, {m: n * topo.obj.nbytes for m, n in inputs.items()})
 
@@ -104,12 +113,22 @@ class Orchestrator:
 
     # -- processes ------------------------------------------------------------------------------
     def spawn(self, name: str, role: str, config: dict[str, Any]) -> Device:
-        dev = Device(name, role, {"node_id": name, "run_id": self.run_id, "host": self.topo.host, **config},
-                     self.run_dir / "logs" / f"{name}.log")
+        dev = Device(
+            name,
+            role,
+            {"node_id": name, "run_id": self.run_id, "host": self.topo.host, **config},
+            self.run_dir / "logs" / f"{name}.log",
+        )
         cmd = [sys.executable, "-m", "flowstat.harness.devices", role, "--config", json.dumps(dev.config)]
         with open(dev.log_path, "ab") as log:
-            dev.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
-                                        start_new_session=True, close_fds=True)
+            dev.proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                start_new_session=True,
+                close_fds=True,
+            )
         threading.Thread(target=self._read_events, args=(dev,), daemon=True, name=f"read-{name}").start()
         self.devices.append(dev)  # before pinning: a device that cannot be pinned is still stopped
         dev.cpus = self.pin(name, role, dev.proc.pid)
@@ -127,14 +146,17 @@ class Orchestrator:
         except OSError as exc:  # its CPUs were checked at loading: since then one went offline, or a cpuset changed
             raise RunError(f"cannot pin {name} to CPUs {format_cpu_list(wanted or ())}: {exc.strerror}") from None
         if wanted and got != wanted:
-            raise RunError(f"{name} was to run on CPUs {format_cpu_list(wanted)}, the kernel lets it run on "
-                           f"{format_cpu_list(got)}")
+            raise RunError(
+                f"{name} was to run on CPUs {format_cpu_list(wanted)}, the kernel lets it run on "
+                f"{format_cpu_list(got)}"
+            )
         return sorted(got)
 
     def affinity(self) -> list[dict[str, Any]]:
         """The run document's affinity: every device's and agent's CPUs, as read back."""
-        return ([{"node_id": d.name, "role": d.role, "cpus": d.cpus} for d in self.devices if d.cpus is not None]
-                + self.agents.affinity())
+        return [
+            {"node_id": d.name, "role": d.role, "cpus": d.cpus} for d in self.devices if d.cpus is not None
+        ] + self.agents.affinity()
 
     def _read_events(self, dev: Device) -> None:
         assert dev.proc is not None and dev.proc.stdout is not None
@@ -159,14 +181,18 @@ class Orchestrator:
                 event = dev.events.get(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
             except queue.Empty:
                 if time.monotonic() >= deadline:
-                    raise RunError(f"{dev.name} did not become ready in {READY_TIMEOUT_S:.0f} s; log: {dev.log_path}")
+                    raise RunError(
+                        f"{dev.name} did not become ready in {READY_TIMEOUT_S:.0f} s; log: {dev.log_path}"
+                    ) from None
                 continue
             if event.get("event") == "ready":
                 dev.ready = event
                 return event
             if event.get("event") == "exit":
-                raise RunError(f"{dev.name} exited with code {event['code']} while starting; log: "
-                               f"{dev.log_path}\n{dev.log_tail()}")
+                raise RunError(
+                    f"{dev.name} exited with code {event['code']} while starting; log: "
+                    f"{dev.log_path}\n{dev.log_tail()}"
+                )
 
     def signal(self, dev: Device, sig: int) -> None:
         if dev.proc is not None and dev.proc.poll() is None:
@@ -188,23 +214,46 @@ class Orchestrator:
     def start(self) -> None:
         topo = self.topo
         (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
-        viewer = self.spawn(VIEWER_NODE, "viewer", {
-            "mergers": len(topo.layers()[-1]), "buffer_size": topo.merger_send_buffer,
-            "output": str(self.run_dir / "viewer.root"), "write_interval": topo.viewer_write_interval})
+        viewer = self.spawn(
+            VIEWER_NODE,
+            "viewer",
+            {
+                "mergers": len(topo.layers()[-1]),
+                "buffer_size": topo.merger_send_buffer,
+                "output": str(self.run_dir / "viewer.root"),
+                "write_interval": topo.viewer_write_interval,
+            },
+        )
         endpoints = {VIEWER_NODE: self.wait_ready(viewer)["data"]}
         self.start_mergers(endpoints)
         merger_endpoints = {mi: endpoints[spec.node_id] for mi, spec in enumerate(topo.mergers)}
         owner = topo.merger_of()
         # The kernel's socket buffers of the producer->merger connections (None: auto-tuned)
         kernel = {"kernel_buffer_size": topo.kernel_buffer_size} if topo.kernel_buffer_size else {}
-        obj = {"type": topo.obj.kind.name, "shape": list(topo.obj.shape), "entries": topo.obj.entries,
-               "names": topo.obj.names}
+        obj = {
+            "type": topo.obj.kind.name,
+            "shape": list(topo.obj.shape),
+            "entries": topo.obj.entries,
+            "names": topo.obj.names,
+        }
         producers = []
         for gi, ids in enumerate(topo.producer_groups()):
-            producers.append(self.spawn(producer_process_name(gi), "producer", {
-                "producers": ids, "endpoints": [merger_endpoints[owner[p]] for p in ids],
-                "mergers": [topo.mergers[owner[p]].node_id for p in ids],
-                "rate": topo.rate, "buffer_size": topo.buffer_size, "object": obj, "seed": gi, **kernel}))
+            producers.append(
+                self.spawn(
+                    producer_process_name(gi),
+                    "producer",
+                    {
+                        "producers": ids,
+                        "endpoints": [merger_endpoints[owner[p]] for p in ids],
+                        "mergers": [topo.mergers[owner[p]].node_id for p in ids],
+                        "rate": topo.rate,
+                        "buffer_size": topo.buffer_size,
+                        "object": obj,
+                        "seed": gi,
+                        **kernel,
+                    },
+                )
+            )
         for dev in producers:
             self.wait_ready(dev)
         for dev in self.devices:
@@ -232,23 +281,42 @@ class Orchestrator:
                         extra["kernel_buffer_size"] = topo.kernel_buffer_size
                 else:  # fed by mergers of the layer below, as the viewer is: over their send buffer
                     sources, buffer_size = [layers[li - 2].index(m) for m in inputs[name]], topo.merger_send_buffer
-                dev = self.spawn(name, "merger", {
-                    "index": index, "layer": li, "producers": sources, "buffer_size": buffer_size,
-                    "send_buffer": topo.merger_send_buffer, "downstream_endpoint": endpoints[downstream[name]],
-                    "merge_cost": topo.merge_cost.config() if topo.merge_cost else None, **extra})
+                dev = self.spawn(
+                    name,
+                    "merger",
+                    {
+                        "index": index,
+                        "layer": li,
+                        "producers": sources,
+                        "buffer_size": buffer_size,
+                        "send_buffer": topo.merger_send_buffer,
+                        "downstream_endpoint": endpoints[downstream[name]],
+                        "merge_cost": topo.merge_cost.config() if topo.merge_cost else None,
+                        **extra,
+                    },
+                )
                 endpoints[name] = self.wait_ready(dev)["data"]
 
     def write_endpoints(self) -> None:
         """Where each node's control socket is, for monitors (the agents) to find them."""
-        nodes = [{"node_id": d.name, "role": d.role, "pid": d.proc.pid, "control": d.ready["control"],
-                  "data": d.ready.get("data")} for d in self.devices]
+        nodes = [
+            {
+                "node_id": d.name,
+                "role": d.role,
+                "pid": d.proc.pid,
+                "control": d.ready["control"],
+                "data": d.ready.get("data"),
+            }
+            for d in self.devices
+        ]
         doc = endpoints_schema.document(self.run_id, nodes)
         (self.run_dir / "endpoints.json").write_text(json.dumps(doc, indent=1))
 
     def write_run_document(self, summary: dict[str, Any] | None = None) -> None:
         """RUN_DIR/run.json: at the start what is run, at the end how it went (flowstat.schema.run)."""
-        doc = run_document(self.topo, self.run_id, self.started_wall, summary, [d.name for d in self.devices],
-                           self.affinity())
+        doc = run_document(
+            self.topo, self.run_id, self.started_wall, summary, [d.name for d in self.devices], self.affinity()
+        )
         # Replaced whole, never rewritten in place: the Python agent may be reading it as it starts.
         tmp = self.run_dir / "run.json.tmp"
         tmp.write_text(json.dumps(doc, indent=1))
@@ -257,14 +325,23 @@ class Orchestrator:
     def outcome(self) -> RunOutcome:
         """What the run ended with, for its summary."""
         finals = {d.name: d.final for d in sorted(self.devices, key=self.stage_of) if d.final is not None}
-        return RunOutcome(self.run_id, self.run_dir, finals, {d.name: d.log_path for d in self.devices},
-                          max(0.0, self.stopped_at - self.started_at),
-                          self.failures + ["interrupted by the user"] * bool(self.interrupts),
-                          self.judge.verdicts(), self.affinity())
+        return RunOutcome(
+            self.run_id,
+            self.run_dir,
+            finals,
+            {d.name: d.log_path for d in self.devices},
+            max(0.0, self.stopped_at - self.started_at),
+            self.failures + ["interrupted by the user"] * bool(self.interrupts),
+            self.judge.verdicts(),
+            self.affinity(),
+        )
 
     def crashed(self) -> list[Device]:
-        return [d for d in self.devices if d.exit_code is not None and (d.exit_code != 0 or d.final is None)
-                and not d.signalled]
+        return [
+            d
+            for d in self.devices
+            if d.exit_code is not None and (d.exit_code != 0 or d.final is None) and not d.signalled
+        ]
 
     def poll_metrics(self) -> list[dict]:
         """Every running node's get-metrics reply. Producers are read first, then the mergers layer
@@ -288,8 +365,12 @@ class Orchestrator:
                     self.count_sent(sent, merger, m["sent"], m["overload_events"])
             elif dev.role == "merger":
                 if downstream[dev.name] != VIEWER_NODE:  # what the next layer's merger is offered
-                    self.count_sent(sent, downstream[dev.name], reply.get("objects_sent") or 0,
-                                    reply.get("send_overload_events") or 0)
+                    self.count_sent(
+                        sent,
+                        downstream[dev.name],
+                        reply.get("objects_sent") or 0,
+                        reply.get("send_overload_events") or 0,
+                    )
                 if dev.name in sent:
                     self.judge.add(dev.name, reading(reply, time.monotonic() - self.started_at, *sent[dev.name]))
         return replies
@@ -311,8 +392,10 @@ class Orchestrator:
             broken = self.crashed()
             if broken:
                 for dev in broken:
-                    self.failures.append(f"{dev.name} ({dev.role}) exited with code {dev.exit_code} during the "
-                                         f"run; log: {dev.log_path}\n{dev.log_tail()}")
+                    self.failures.append(
+                        f"{dev.name} ({dev.role}) exited with code {dev.exit_code} during the "
+                        f"run; log: {dev.log_path}\n{dev.log_tail()}"
+                    )
                 break
             if now >= next_progress:
                 metrics = self.poll_metrics()
@@ -343,7 +426,9 @@ class Orchestrator:
             if not self.wait_exit(stage, STAGE_TIMEOUT_S, while_progressing=True):
                 for dev in stage:
                     if dev.exit_code is None:
-                        self.failures.append(f"{dev.name} made no progress for {STAGE_TIMEOUT_S:.0f} s while stopping; stopping it")
+                        self.failures.append(
+                            f"{dev.name} made no progress for {STAGE_TIMEOUT_S:.0f} s while stopping; stopping it"
+                        )
                         self.signal(dev, signal.SIGUSR1)
                 if not self.wait_exit(stage, 10.0):
                     for dev in stage:
@@ -400,10 +485,15 @@ class Orchestrator:
             client.close()
 
 
-def run_topology(topo: Topology, *, duration: float | None = None, run_id: str | None = None,
-                 runs_dir: Path = Path("runs"),
-                 on_progress: ProgressCallback | None = None,
-                 agent: AgentOptions | None = None) -> dict[str, Any]:
+def run_topology(
+    topo: Topology,
+    *,
+    duration: float | None = None,
+    run_id: str | None = None,
+    runs_dir: Path = Path("runs"),
+    on_progress: ProgressCallback | None = None,
+    agent: AgentOptions | None = None,
+) -> dict[str, Any]:
     """Run a topology to completion and return its summary (see summary.build_summary); the run
     directory gets summary.json and the complete run document (run.json)."""
     run_id = run_id or f"{topo.run_id}-{compact_utc()}"
@@ -450,4 +540,3 @@ def run_topology(topo: Topology, *, duration: float | None = None, run_id: str |
     if problem:
         print(f"flowstat: {problem}", file=sys.stderr)
     return summary
-

@@ -29,7 +29,9 @@ class PooledObject:
         return len(self.header) + (len(self.payload) if self.payload is not None else 0)
 
 
-def build_pool(descs: list[ObjectDesc], entries: int, seed: int, variants: int | None = None) -> list[list[PooledObject]]:
+def build_pool(
+    descs: list[ObjectDesc], entries: int, seed: int, variants: int | None = None
+) -> list[list[PooledObject]]:
     """``pool[name_index][variant]``: a few distinct filled objects for each object name."""
     rng = np.random.default_rng(seed)
     per_object = max(d.nbytes for d in descs)

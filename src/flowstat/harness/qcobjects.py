@@ -80,7 +80,7 @@ def fill_gaussian(desc: ObjectDesc, entries: int, rng: np.random.Generator) -> t
     if desc.kind is Kind.TTree:
         branches, n = desc.shape
         return rng.standard_normal((branches, n), dtype=np.float32), float(n)
-    axes = [bh.axis.Regular(n - 2, lo, hi) for n, (lo, hi) in zip(desc.shape, desc.axes)]
+    axes = [bh.axis.Regular(n - 2, lo, hi) for n, (lo, hi) in zip(desc.shape, desc.axes, strict=False)]
     hist = bh.Histogram(*axes, storage=bh.storage.Double())
     hist.fill(*rng.standard_normal((len(axes), entries)))
     cells = np.ascontiguousarray(hist.view(flow=True), dtype=DTYPE)

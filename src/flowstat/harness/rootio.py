@@ -29,20 +29,48 @@ def _histogram(desc: ObjectDesc, data: np.ndarray, entries: float):
     if desc.kind is Kind.TH2F:
         (nx, ny), ((xl, xh), (yl, yh)) = desc.shape, desc.axes
         # ROOT stores multi-dimensional bins with x varying fastest.
-        return identify.to_TH2x(desc.name, desc.name, np.ascontiguousarray(data.T).ravel(), fSumw2=None,
-                                fXaxis=_axis("xaxis", nx, xl, xh), fYaxis=_axis("yaxis", ny, yl, yh),
-                                fTsumwy=0.0, fTsumwy2=0.0, fTsumwxy=0.0, **common)
+        return identify.to_TH2x(
+            desc.name,
+            desc.name,
+            np.ascontiguousarray(data.T).ravel(),
+            fSumw2=None,
+            fXaxis=_axis("xaxis", nx, xl, xh),
+            fYaxis=_axis("yaxis", ny, yl, yh),
+            fTsumwy=0.0,
+            fTsumwy2=0.0,
+            fTsumwxy=0.0,
+            **common,
+        )
     if desc.kind is Kind.TH3F:
         (nx, ny, nz), ((xl, xh), (yl, yh), (zl, zh)) = desc.shape, desc.axes
-        return identify.to_TH3x(desc.name, desc.name, np.ascontiguousarray(data.T).ravel(), fSumw2=None,
-                                fXaxis=_axis("xaxis", nx, xl, xh), fYaxis=_axis("yaxis", ny, yl, yh),
-                                fZaxis=_axis("zaxis", nz, zl, zh), fTsumwy=0.0, fTsumwy2=0.0, fTsumwxy=0.0,
-                                fTsumwz=0.0, fTsumwz2=0.0, fTsumwxz=0.0, fTsumwyz=0.0, **common)
+        return identify.to_TH3x(
+            desc.name,
+            desc.name,
+            np.ascontiguousarray(data.T).ravel(),
+            fSumw2=None,
+            fXaxis=_axis("xaxis", nx, xl, xh),
+            fYaxis=_axis("yaxis", ny, yl, yh),
+            fZaxis=_axis("zaxis", nz, zl, zh),
+            fTsumwy=0.0,
+            fTsumwy2=0.0,
+            fTsumwxy=0.0,
+            fTsumwz=0.0,
+            fTsumwz2=0.0,
+            fTsumwxz=0.0,
+            fTsumwyz=0.0,
+            **common,
+        )
     # THnF: flattened
     flat = data.ravel()
     title = f"THnF {'x'.join(str(b) for b in desc.bins)} bins, flattened row-major with flow cells"
-    return identify.to_TH1x(desc.name, title, np.concatenate([[0], flat, [0]]).astype(DTYPE), fSumw2=None,
-                            fXaxis=identify.to_TAxis("xaxis", "", flat.size, 0.0, float(flat.size)), **common)
+    return identify.to_TH1x(
+        desc.name,
+        title,
+        np.concatenate([[0], flat, [0]]).astype(DTYPE),
+        fSumw2=None,
+        fXaxis=identify.to_TAxis("xaxis", "", flat.size, 0.0, float(flat.size)),
+        **common,
+    )
 
 
 def write_objects(path: str | Path, objects: list[tuple[ObjectDesc, np.ndarray, float]]) -> None:

@@ -35,10 +35,28 @@ class RunOutcome:
 
 
 def _node_row(fin: dict, seconds: float) -> dict[str, Any]:
-    row = {k: fin.get(k) for k in (
-        "node_id", "role", "layer", "objects_sent", "objects_received", "objects_merged", "merges",
-        "send_overload_events", "receive_overload_events", "sequence_gaps", "average_merge_time",
-        "mean_merge_time", "bytes_sent", "bytes_received", "objects_held", "malformed_messages", "input_latency")}
+    row = {
+        k: fin.get(k)
+        for k in (
+            "node_id",
+            "role",
+            "layer",
+            "objects_sent",
+            "objects_received",
+            "objects_merged",
+            "merges",
+            "send_overload_events",
+            "receive_overload_events",
+            "sequence_gaps",
+            "average_merge_time",
+            "mean_merge_time",
+            "bytes_sent",
+            "bytes_received",
+            "objects_held",
+            "malformed_messages",
+            "input_latency",
+        )
+    }
     if fin["role"] == "merger":
         # first receive -> last merge: start-up and the final drain are in it (the verdict's rate is not)
         row["merged_objects_per_second_whole_run"] = fin.get("merged_objects_per_second")
@@ -47,7 +65,7 @@ def _node_row(fin: dict, seconds: float) -> dict[str, Any]:
     return {k: v for k, v in row.items() if v is not None}
 
 
-def build_summary(topo: "Topology", run: RunOutcome, started_epoch: float) -> dict[str, Any]:
+def build_summary(topo: Topology, run: RunOutcome, started_epoch: float) -> dict[str, Any]:
     finals, logs, seconds, verdicts = run.finals, run.logs, run.seconds, run.verdicts
     producers = [f for f in finals.values() if f["role"] == "producer"]
     mergers = [f for f in finals.values() if f["role"] == "merger"]
@@ -60,8 +78,11 @@ def build_summary(topo: "Topology", run: RunOutcome, started_epoch: float) -> di
             row["merged_objects_per_second_steady"] = verdicts[row["node_id"]].get("merged_per_second")
     for name, why in conservation.get("failed_checks", {}).items():
         if name == "no_malformed_messages":
-            why += " (each node's log names the socket and what was wrong: " + ", ".join(
-                str(logs[n]) for n, f in finals.items() if f.get("malformed_messages")) + ")"
+            why += (
+                " (each node's log names the socket and what was wrong: "
+                + ", ".join(str(logs[n]) for n, f in finals.items() if f.get("malformed_messages"))
+                + ")"
+            )
         failures.append(f"no-loss check failed: {name}: {why}")
     if not producers or not mergers:
         failures.append("no-loss check impossible: the producers and mergers did not all report their totals")
@@ -84,20 +105,31 @@ def build_summary(topo: "Topology", run: RunOutcome, started_epoch: float) -> di
     }
 
 
-def parameters(topo: "Topology") -> dict[str, Any]:
+def parameters(topo: Topology) -> dict[str, Any]:
     """The run document's parameters: what the topology asked for."""
-    out = {"object_type": topo.obj.kind.name, "object_bytes": topo.obj.nbytes, "object_shape": list(topo.obj.shape),
-           "producers": topo.n_producers, "rate_per_producer": topo.rate, "buffer_size": topo.buffer_size,
-           "mergers": len(topo.all_mergers()), "merger_layers": list(topo.merger_layers),
-           "producer_processes": topo.producer_processes, "duration_s": topo.duration}
+    out = {
+        "object_type": topo.obj.kind.name,
+        "object_bytes": topo.obj.nbytes,
+        "object_shape": list(topo.obj.shape),
+        "producers": topo.n_producers,
+        "rate_per_producer": topo.rate,
+        "buffer_size": topo.buffer_size,
+        "mergers": len(topo.all_mergers()),
+        "merger_layers": list(topo.merger_layers),
+        "producer_processes": topo.producer_processes,
+        "duration_s": topo.duration,
+    }
     if topo.cpus:
         out["cpus"] = topo.cpus_text()
     if topo.kernel_buffer_size is not None:
         out["kernel_buffer_bytes"] = topo.kernel_buffer_size
     if topo.merge_cost:
         c = topo.merge_cost
-        out.update(merge_cost_per_object_ms=round(c.per_object_s * 1e3, 6), merge_cost_per_mb_ms=round(c.per_byte_s * 1e9, 6),
-                   merge_cost_factor=c.factor)
+        out.update(
+            merge_cost_per_object_ms=round(c.per_object_s * 1e3, 6),
+            merge_cost_per_mb_ms=round(c.per_byte_s * 1e9, 6),
+            merge_cost_factor=c.factor,
+        )
     return out
 
 
@@ -107,15 +139,25 @@ def run_machine() -> dict[str, Any]:
     return {k: v for k, v in machine.describe().items() if k in known}
 
 
-def run_document(topo: "Topology", run_id: str, started_epoch: float, summary: dict[str, Any] | None = None,
-                 nodes: list[str] | None = None, affinity: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def run_document(
+    topo: Topology,
+    run_id: str,
+    started_epoch: float,
+    summary: dict[str, Any] | None = None,
+    nodes: list[str] | None = None,
+    affinity: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """The run as flowstat.schema.run describes it: at the start (what and where), or, given the
     run's summary, complete (when it finished, the verdict, the figures). ``affinity``: the CPUs
     each process may run on (Orchestrator.affinity)."""
-    doc: dict[str, Any] = {"run_id": run_id, "topology": topo.source, "started": iso_utc_ms(started_epoch),
-                           "host": platform.node(),
-                           "machine": run_machine(),
-                           "parameters": parameters(topo)}
+    doc: dict[str, Any] = {
+        "run_id": run_id,
+        "topology": topo.source,
+        "started": iso_utc_ms(started_epoch),
+        "host": platform.node(),
+        "machine": run_machine(),
+        "parameters": parameters(topo),
+    }
     doc["label"] = run_schema.label(doc)
     if topo.description:
         doc["description"] = topo.description
@@ -125,20 +167,29 @@ def run_document(topo: "Topology", run_id: str, started_epoch: float, summary: d
         doc["affinity"] = affinity
     if summary is not None:
         c = summary["conservation"]
-        totals = {key: sum(n.get(key) or 0 for n in summary["nodes"])
-                  for key in ("send_overload_events", "receive_overload_events", "sequence_gaps")}
+        totals = {
+            key: sum(n.get(key) or 0 for n in summary["nodes"])
+            for key in ("send_overload_events", "receive_overload_events", "sequence_gaps")
+        }
         first = set(topo.layers()[0])
         # The producers' objects merged: by the first layer (an upper layer merges merged objects again).
         merged_in = sum(n.get("objects_merged") or 0 for n in summary["nodes"] if n["node_id"] in first)
         steady = {m: v for m, v in (summary.get("online") or {}).items() if m in first}
         doc["finished"] = summary["finished"]
-        doc["verdict"] = {"ok": summary["ok"], "conserved": bool(c.get("ok")),
-                          "failed_checks": sorted(c.get("failed_checks", {})), "failures": summary["failures"],
-                          **_online_verdict(summary.get("online") or {})}
-        doc["summary"] = {"seconds": summary["seconds"], **{k: c[k] for k in (
-                              "objects_sent", "objects_received", "merged_objects") if k in c},
-                          "merged_objects_per_second": round(merged_in / summary["seconds"], 3)
-                          if summary["seconds"] > 0 else 0.0, **totals, **_steady_figures(steady)}
+        doc["verdict"] = {
+            "ok": summary["ok"],
+            "conserved": bool(c.get("ok")),
+            "failed_checks": sorted(c.get("failed_checks", {})),
+            "failures": summary["failures"],
+            **_online_verdict(summary.get("online") or {}),
+        }
+        doc["summary"] = {
+            "seconds": summary["seconds"],
+            **{k: c[k] for k in ("objects_sent", "objects_received", "merged_objects") if k in c},
+            "merged_objects_per_second": round(merged_in / summary["seconds"], 3) if summary["seconds"] > 0 else 0.0,
+            **totals,
+            **_steady_figures(steady),
+        }
     errors = run_schema.validate(doc)
     if errors:  # a bug of ours, not of the run: say where
         raise ValueError(f"run document of {run_id}: {'; '.join(errors[:3])}")
@@ -149,8 +200,10 @@ def _online_verdict(verdicts: dict[str, dict]) -> dict[str, Any]:
     judged = {m: v for m, v in verdicts.items() if v["online"] is not None}
     if not judged or len(judged) < len(verdicts):
         return {}
-    return {"online": all(v["online"] for v in judged.values()),
-            "not_online": [f"{m}: {v['state']}: {'; '.join(v['why'])}" for m, v in judged.items() if not v["online"]]}
+    return {
+        "online": all(v["online"] for v in judged.values()),
+        "not_online": [f"{m}: {v['state']}: {'; '.join(v['why'])}" for m, v in judged.items() if not v["online"]],
+    }
 
 
 def _steady_figures(verdicts: dict[str, dict]) -> dict[str, Any]:
@@ -160,9 +213,11 @@ def _steady_figures(verdicts: dict[str, dict]) -> dict[str, Any]:
     judged = [v for v in verdicts.values() if v["online"] is not None]
     if not judged or len(judged) < len(verdicts):
         return {}
-    out: dict[str, Any] = {"steady_merged_objects_per_second": round(sum(v["merged_per_second"] for v in judged), 1),
-                           "steady_offered_objects_per_second": round(sum(v["offered_per_second"] for v in judged), 1),
-                           "objects_in_flight_max": max(v["in_flight_max"] for v in judged)}
+    out: dict[str, Any] = {
+        "steady_merged_objects_per_second": round(sum(v["merged_per_second"] for v in judged), 1),
+        "steady_offered_objects_per_second": round(sum(v["offered_per_second"] for v in judged), 1),
+        "objects_in_flight_max": max(v["in_flight_max"] for v in judged),
+    }
     worst = [v["latency_p99_ms_worst_second"] for v in judged if v["latency_p99_ms_worst_second"] is not None]
     if worst:
         out["input_latency_p99_ms_worst_second"] = max(worst)
@@ -186,16 +241,18 @@ def format_verdict(merger: str, v: dict[str, Any]) -> str:
     if v["online"] is None:
         return f"{merger}: no online verdict: {'; '.join(v['why'])}"
     head = f"{merger}: {'ONLINE' if v['online'] else v['state'].upper()}"
-    figures = (f"merged {v['merged_per_second']:,.0f}/s of {v['offered_per_second']:,.0f}/s sent to it "
-               f"({v['merged_to_offered'] or 0:.1%}) over {v['window_s'][0]:.0f}-{v['window_s'][1]:.0f} s; input "
-               f"latency p99 {_fmt(v['latency_p99_ms_first_third'], 1)} -> {_fmt(v['latency_p99_ms_last_third'], 1)} ms "
-               f"(worst second {_fmt(v['latency_p99_ms_worst_second'], 1)} ms); VmRSS "
-               f"{_fmt(v['vmrss_slope_mb_per_min'], 1)} MB/min; in flight up to {v['in_flight_max']:,}")
+    figures = (
+        f"merged {v['merged_per_second']:,.0f}/s of {v['offered_per_second']:,.0f}/s sent to it "
+        f"({v['merged_to_offered'] or 0:.1%}) over {v['window_s'][0]:.0f}-{v['window_s'][1]:.0f} s; input "
+        f"latency p99 {_fmt(v['latency_p99_ms_first_third'], 1)} -> {_fmt(v['latency_p99_ms_last_third'], 1)} ms "
+        f"(worst second {_fmt(v['latency_p99_ms_worst_second'], 1)} ms); VmRSS "
+        f"{_fmt(v['vmrss_slope_mb_per_min'], 1)} MB/min; in flight up to {v['in_flight_max']:,}"
+    )
     return f"{head} - {figures}" + ("" if v["online"] else f"\n  why: {'; '.join(v['why'])}")
 
 
 def mergers_text(p: dict[str, Any]) -> str:
-    """"2 merger(s)", or per layer for a layered run: "4+2+1 mergers" (as the run's label)."""
+    """ "2 merger(s)", or per layer for a layered run: "4+2+1 mergers" (as the run's label)."""
     return run_schema.mergers_text(p) if p.get("merger_layers") else f"{p['mergers']} merger(s)"
 
 
@@ -218,22 +275,28 @@ def format_summary(s: dict[str, Any]) -> str:
     for n in s["nodes"]:
         overloads = (n.get("send_overload_events") or 0) + (n.get("receive_overload_events") or 0)
         lines.append(
-            f"{n['node_id']:<16} {n['role']:<9} {_fmt(n.get('objects_sent')):>11} {_fmt(n.get('objects_received')):>11} "
+            f"{n['node_id']:<16} {n['role']:<9} {_fmt(n.get('objects_sent')):>11} "
+            f"{_fmt(n.get('objects_received')):>11} "
             f"{_fmt(n.get('objects_merged')):>11} {overloads:>9,} {_fmt(n.get('sequence_gaps')):>5} "
             f"{_fmt(n.get('average_merge_time'), 4):>12} {_fmt(n.get('merged_objects_per_second_steady'), 1):>10} "
-            f"{_fmt((n.get('input_latency') or {}).get('input_latency_p99_ms'), 1):>11}")
-    lines.append("(merged/s: in the steady state, start-up and drain excluded; p99 wait: input latency, sent -> taken, "
-                 "whole run)")
+            f"{_fmt((n.get('input_latency') or {}).get('input_latency_p99_ms'), 1):>11}"
+        )
+    lines.append(
+        "(merged/s: in the steady state, start-up and drain excluded; p99 wait: input latency, sent -> taken, "
+        "whole run)"
+    )
     for merger, v in (s.get("online") or {}).items():
         lines.append(format_verdict(merger, v))
     c = s["conservation"]
     lines.append("")
     if "checks" in c:
         verdict = "OK" if c["ok"] else "FAILED"
-        lines.append(f"no loss: {verdict} - {c['producers']} producers, sent {c['objects_sent']:,} = received "
-                     f"{c['objects_received']:,} = merged-in {c['objects_merged_in']:,}; "
-                     f"{c['merged_objects']:,} merged objects{_by_layer(c)}; entries sent {c['entries_sent']:,.0f}, "
-                     f"at the viewer {_fmt(c['entries_at_viewer'])}")
+        lines.append(
+            f"no loss: {verdict} - {c['producers']} producers, sent {c['objects_sent']:,} = received "
+            f"{c['objects_received']:,} = merged-in {c['objects_merged_in']:,}; "
+            f"{c['merged_objects']:,} merged objects{_by_layer(c)}; entries sent {c['entries_sent']:,.0f}, "
+            f"at the viewer {_fmt(c['entries_at_viewer'])}"
+        )
         if c.get("producers_not_conserved"):
             lines.append(f"  producers not conserved (first 20): {c['producers_not_conserved']}")
         if c.get("merger_inputs_not_conserved"):
@@ -243,18 +306,27 @@ def format_summary(s: dict[str, Any]) -> str:
     for name, agent in (s.get("agent") or {}).items():
         if not isinstance(agent, dict):
             continue
-        sinks = ", ".join(f"{url}: {v['delivered']:,} delivered" + (f", {v['spooled']} batches spooled" if v["spooled"] else "")
-                          for url, v in agent["sinks"].items())
-        lines.append(f"{name + ':':<15} {agent['samples']:,} samples, {agent.get('self_samples', 0):,} self-samples "
-                     f"({sinks})")
-    spooled = sum(v.get("spooled", 0) for a in (s.get("agent") or {}).values() if isinstance(a, dict)
-                  for v in a["sinks"].values())
+        sinks = ", ".join(
+            f"{url}: {v['delivered']:,} delivered" + (f", {v['spooled']} batches spooled" if v["spooled"] else "")
+            for url, v in agent["sinks"].items()
+        )
+        lines.append(
+            f"{name + ':':<15} {agent['samples']:,} samples, {agent.get('self_samples', 0):,} self-samples "
+            f"({sinks})"
+        )
+    spooled = sum(
+        v.get("spooled", 0) for a in (s.get("agent") or {}).values() if isinstance(a, dict) for v in a["sinks"].values()
+    )
     if spooled:
-        lines.append(f"still spooled:  {spooled} batches a sink did not take in time; send them once it is back: "
-                     f"flowstat agent --flush-spool {s['run_dir']}/spool")
+        lines.append(
+            f"still spooled:  {spooled} batches a sink did not take in time; send them once it is back: "
+            f"flowstat agent --flush-spool {s['run_dir']}/spool"
+        )
     if p.get("cpus"):
-        lines.append("pinned:         " + ", ".join(f"{a['node_id']} on CPU {format_cpu_list(a['cpus'])}"
-                                                    for a in s.get("affinity") or []))
+        lines.append(
+            "pinned:         "
+            + ", ".join(f"{a['node_id']} on CPU {format_cpu_list(a['cpus'])}" for a in s.get("affinity") or [])
+        )
     if s.get("agent"):
         lines.append(f"run file:       {s['agent']['run_file']}")
     if s.get("viewer_output"):

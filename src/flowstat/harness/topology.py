@@ -51,8 +51,6 @@ class TopologyError(ValueError):
     """A topology that cannot run; the message names the file and the field."""
 
 
-
-
 @dataclass(frozen=True)
 class ObjectSpec:
     kind: Kind
@@ -103,8 +101,10 @@ class Topology:
     def layers(self) -> list[tuple[str, ...]]:
         """The mergers' node ids, layer by layer: the first layer (fed by the producers), then each
         layer above it; the last one feeds the viewer."""
-        return [tuple(m.node_id for m in self.mergers),
-                *(tuple(upper_merger_name(li, i) for i in range(n)) for li, n in enumerate(self.merger_layers, 2))]
+        return [
+            tuple(m.node_id for m in self.mergers),
+            *(tuple(upper_merger_name(li, i) for i in range(n)) for li, n in enumerate(self.merger_layers, 2)),
+        ]
 
     def all_mergers(self) -> list[str]:
         """Every merger's node id, layer by layer."""
@@ -118,8 +118,8 @@ class Topology:
         """For each merger above the first layer, the mergers of the layer below that feed it: they
         are spread over it as the producers are over the first layer (contiguous, balanced)."""
         layers, out = self.layers(), {}
-        for below, above in zip(layers, layers[1:]):
-            for upper, span in zip(above, spread(len(below), len(above))):
+        for below, above in zip(layers, layers[1:], strict=False):
+            for upper, span in zip(above, spread(len(below), len(above)), strict=False):
                 out[upper] = tuple(below[i] for i in span)
         return out
 
@@ -132,9 +132,12 @@ class Topology:
     def node_roles(self) -> dict[str, str]:
         """Every process a run of this topology starts, by name, and its role (agents included,
         whether or not the C agent is built)."""
-        return {VIEWER_NODE: "viewer", **{m: "merger" for m in self.all_mergers()},
-                **{producer_process_name(i): "producer" for i in range(self.producer_processes)},
-                **{name: "agent" for name in AGENT_NODES}}
+        return {
+            VIEWER_NODE: "viewer",
+            **{m: "merger" for m in self.all_mergers()},
+            **{producer_process_name(i): "producer" for i in range(self.producer_processes)},
+            **{name: "agent" for name in AGENT_NODES},
+        }
 
     def cpus_for(self, node: str, role: str) -> frozenset[int] | None:
         """The CPUs to pin a process to: its node's entry, else its role's; None: not pinned."""
@@ -163,8 +166,9 @@ class _Fields:
             self.fail(path, f"expected a mapping, got {type(data).__name__}")
         unknown = sorted(set(map(str, data)) - allowed)
         if unknown:
-            self.fail(f"{path}.{unknown[0]}" if path else unknown[0],
-                      f"unknown field (allowed: {', '.join(sorted(allowed))})")
+            self.fail(
+                f"{path}.{unknown[0]}" if path else unknown[0], f"unknown field (allowed: {', '.join(sorted(allowed))})"
+            )
         self.data = data
 
     def fail(self, where: str, message: str):
@@ -180,8 +184,9 @@ class _Fields:
             return default
         return self.data[key]
 
-    def number(self, key: str, default: Any = ..., *, minimum: float, integer: bool = False,
-               exclusive: bool = False) -> Any:
+    def number(
+        self, key: str, default: Any = ..., *, minimum: float, integer: bool = False, exclusive: bool = False
+    ) -> Any:
         value = self.get(key, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not isinstance(value, int)):
             self.fail(self.where(key), f"expected {'an integer' if integer else 'a number'}, got {value!r}")
@@ -192,9 +197,11 @@ class _Fields:
 
 def parse_id_ranges(spec: Any, n_producers: int, where: str, fail) -> tuple[int, ...]:
     """Producer ids from a list of ints / "a-b" ranges, or one such string ("0-249,300")."""
-    items: list[Any] = spec if isinstance(spec, list) else str(spec).split(",") if isinstance(spec, (str, int)) else None
+    items: list[Any] = (
+        spec if isinstance(spec, list) else str(spec).split(",") if isinstance(spec, (str, int)) else None
+    )
     if items is None:
-        fail(where, f"expected producer ids such as [0, 1] or \"0-249\", got {spec!r}")
+        fail(where, f'expected producer ids such as [0, 1] or "0-249", got {spec!r}')
     ids: list[int] = []
     for item in items:
         text = str(item).strip()
@@ -231,8 +238,12 @@ def _object_spec(source: str, data: Any) -> ObjectSpec:
         bins = f.data["bins"]
         bins = [bins] if isinstance(bins, int) else bins
         want = kind.hist_ndim if kind.is_histogram else 1
-        if (not isinstance(bins, list) or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in bins)
-                or (kind is not Kind.THnF and len(bins) != want) or not 1 <= len(bins) <= 8):
+        if (
+            not isinstance(bins, list)
+            or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in bins)
+            or (kind is not Kind.THnF and len(bins) != want)
+            or not 1 <= len(bins) <= 8
+        ):
             f.fail("object.bins", f"expected {want} positive integer(s) for {type_name}, got {bins!r}")
         shape = (branches, bins[0]) if kind is Kind.TTree else tuple(b + 2 for b in bins)
     return ObjectSpec(kind, tuple(shape), entries, names)
@@ -284,8 +295,11 @@ def _merger_specs(source: str, data: Any, n_producers: int) -> tuple[MergerSpec,
             f.fail(f"mergers[{i}].id", f"bad id {node_id!r} (letters, digits, '.', '_', '-')")
         if node_id in CPU_ROLES or node_id in AGENT_NODES or re.fullmatch(r"producers-\d+", node_id):
             # a node's name keys its log, its control client and its cpus: entry
-            f.fail(f"mergers[{i}].id", f"{node_id!r} is a role's name or one the harness gives its own processes "
-                                       f"({VIEWER_NODE}, producers-N, {', '.join(AGENT_NODES)})")
+            f.fail(
+                f"mergers[{i}].id",
+                f"{node_id!r} is a role's name or one the harness gives its own processes "
+                f"({VIEWER_NODE}, producers-N, {', '.join(AGENT_NODES)})",
+            )
         ids = parse_id_ranges(f.get("producers", required=True), n_producers, f"mergers[{i}].producers", fail)
         if not ids:
             fail(f"mergers[{i}].producers", "a merger needs at least one producer")
@@ -305,20 +319,26 @@ def _merger_specs(source: str, data: Any, n_producers: int) -> tuple[MergerSpec,
 def _merger_layers(source: str, data: Any, first: tuple[MergerSpec, ...], kind: Kind) -> tuple[int, ...]:
     """merger_layers: the number of mergers in each layer above the first, each at most the
     layer's below (every merger feeds one of the next layer, and each of those needs an input)."""
+
     def fail(where: str, msg: str):
         raise TopologyError(f"{source}: {where}: {msg}")
 
     if data is None:
         return ()
     if not isinstance(data, list):
-        fail("merger_layers", f"expected a list of merger counts, one per layer above the first, such as [1], got {data!r}")
+        fail(
+            "merger_layers",
+            f"expected a list of merger counts, one per layer above the first, such as [1], got {data!r}",
+        )
     below = len(first)
     for i, n in enumerate(data):
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             fail(f"merger_layers[{i}]", f"expected a number of mergers >= 1, got {n!r}")
         if n > below:
-            fail(f"merger_layers[{i}]", f"at most {below} mergers (the layer below has {below}, and each merger "
-                                        f"needs an input), got {n}")
+            fail(
+                f"merger_layers[{i}]",
+                f"at most {below} mergers (the layer below has {below}, and each merger " f"needs an input), got {n}",
+            )
         below = n
     if data and kind is Kind.TTree:
         # A merged tree's length is the sum of its inputs': the trees reaching an upper merger differ
@@ -342,14 +362,14 @@ def _cpu_set(value: Any, where: str, fail) -> frozenset[int]:
     usable, count = _usable_cpus()
     here = f"CPUs {format_cpu_list(usable)}"
     if isinstance(value, bool) or not isinstance(value, (int, str, list)):
-        fail(where, f"expected CPUs such as 1, [0, 1] or \"0-1,3\", got {value!r}")
+        fail(where, f'expected CPUs such as 1, [0, 1] or "0-1,3", got {value!r}')
     items = value if isinstance(value, list) else str(value).split(",")
     cpus: set[int] = set()
     for item in items:
         text = str(item).strip()
         m = re.fullmatch(r"(\d+)(?:\s*-\s*(\d+))?", text)
         if isinstance(item, bool) or not isinstance(item, (int, str)) or not m:
-            fail(where, f"bad CPU or range {item!r} (expected CPUs such as 1, [0, 1] or \"0-1,3\")")
+            fail(where, f'bad CPU or range {item!r} (expected CPUs such as 1, [0, 1] or "0-1,3")')
         lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
         if hi < lo:
             fail(where, f"range {text} is empty")
@@ -360,8 +380,11 @@ def _cpu_set(value: Any, where: str, fail) -> frozenset[int]:
         fail(where, "no CPUs: a node needs at least one to run on")
     outside = sorted(cpus - usable)
     if outside:
-        fail(where, f"CPU {outside[0]} is not available here ({here}; the others are outside the affinity or "
-                    f"cpuset flowstat runs in)")
+        fail(
+            where,
+            f"CPU {outside[0]} is not available here ({here}; the others are outside the affinity or "
+            f"cpuset flowstat runs in)",
+        )
     return frozenset(cpus)
 
 
@@ -385,9 +408,27 @@ def _cpu_pins(source: str, data: Any, nodes: dict[str, str]) -> dict[str, frozen
 
 
 def from_dict(data: Any, source: str = IN_CODE) -> Topology:
-    top = _Fields(source, "", data, {"run_id", "description", "duration", "buffer_size", "object",
-                                     "producers", "mergers", "merger_layers", "viewer", "merger_send_buffer",
-                                     "host", "cpus", "kernel_buffer_size", "merge_cost"})
+    top = _Fields(
+        source,
+        "",
+        data,
+        {
+            "run_id",
+            "description",
+            "duration",
+            "buffer_size",
+            "object",
+            "producers",
+            "mergers",
+            "merger_layers",
+            "viewer",
+            "merger_send_buffer",
+            "host",
+            "cpus",
+            "kernel_buffer_size",
+            "merge_cost",
+        },
+    )
     run_id = top.get("run_id", required=True)
     if not isinstance(run_id, str) or not RUN_ID_RE.match(run_id):
         top.fail("run_id", f"expected letters, digits, '.', '_', '-' (max 100), got {run_id!r}")
@@ -411,10 +452,25 @@ def from_dict(data: Any, source: str = IN_CODE) -> Topology:
     description = top.get("description", "")
     if not isinstance(description, str):
         top.fail("description", f"expected text, got {description!r}")
-    topo = Topology(run_id, duration, buffer_size, obj, n_producers, rate, processes, mergers,
-                    send_buffer, write_interval, host, source, description, data, merger_layers=layers,
-                    kernel_buffer_size=_kernel_buffer(source, top.get("kernel_buffer_size", None)),
-                    merge_cost=_merge_cost(source, top.get("merge_cost", None)))
+    topo = Topology(
+        run_id,
+        duration,
+        buffer_size,
+        obj,
+        n_producers,
+        rate,
+        processes,
+        mergers,
+        send_buffer,
+        write_interval,
+        host,
+        source,
+        description,
+        data,
+        merger_layers=layers,
+        kernel_buffer_size=_kernel_buffer(source, top.get("kernel_buffer_size", None)),
+        merge_cost=_merge_cost(source, top.get("merge_cost", None)),
+    )
     # The node names a cpus: key may use depend on everything above: it is read last.
     pins = _cpu_pins(source, top.get("cpus", None), topo.node_roles())
     return replace(topo, cpus=pins) if pins else topo

@@ -46,9 +46,11 @@ INLINE_LIMIT = 64 * 1024  # payloads above this travel as their own zero-copy fr
 MAX_NDIM = 8
 MAX_NAME = 256
 MAGIC_U32 = int.from_bytes(MAGIC, "little")  # the magic as the header record reads it
-_HEADER_FIELDS = {"names": ["magic", "kind", "ndim", "flags", "source", "seq", "entries", "t_sent", "n_inputs", "name_len"],
-                  "formats": ["<u4", "u1", "u1", "<u2", "<u4", "<u8", "<f8", "<f8", "<u4", "<u2"],
-                  "offsets": [0, 4, 5, 6, 8, 12, 20, 28, 36, 40]}
+_HEADER_FIELDS = {
+    "names": ["magic", "kind", "ndim", "flags", "source", "seq", "entries", "t_sent", "n_inputs", "name_len"],
+    "formats": ["<u4", "u1", "u1", "<u2", "<u4", "<u8", "<f8", "<f8", "<u4", "<u2"],
+    "offsets": [0, 4, 5, 6, 8, 12, 20, 28, 36, 40],
+}
 
 
 class WireError(ValueError):
@@ -88,29 +90,61 @@ def header_records(length: int) -> np.dtype:
     return np.dtype({**_HEADER_FIELDS, "itemsize": length})
 
 
-def encode_header(desc: ObjectDesc, *, source: int, seq: int, entries: float, n_inputs: int = 1,
-                  flags: int = 0, t_sent: float = 0.0, inline: bool, descriptor: bytes | None = None) -> bytes:
-    """``descriptor``: descriptor_bytes(desc), when the caller keeps it (a merger sends the same one again and again)."""
+def encode_header(
+    desc: ObjectDesc,
+    *,
+    source: int,
+    seq: int,
+    entries: float,
+    n_inputs: int = 1,
+    flags: int = 0,
+    t_sent: float = 0.0,
+    inline: bool,
+    descriptor: bytes | None = None,
+) -> bytes:
+    """``descriptor``: descriptor_bytes(desc), when the caller keeps it (a merger sends the same one
+    again and again)."""
     name_len = len(desc.name.encode())
     if name_len > MAX_NAME or len(desc.shape) > MAX_NDIM:
         raise WireError(f"object {desc.name!r}: name or rank too large for the wire format")
     if not inline:
         flags |= FLAG_PAYLOAD_FRAME
-    fixed = FIXED.pack(MAGIC, int(desc.kind), len(desc.shape), flags, source, seq, entries,
-                       t_sent, n_inputs, name_len, 0)
+    fixed = FIXED.pack(
+        MAGIC, int(desc.kind), len(desc.shape), flags, source, seq, entries, t_sent, n_inputs, name_len, 0
+    )
     return fixed + (descriptor if descriptor is not None else descriptor_bytes(desc))
 
 
-def encode(desc: ObjectDesc, data: np.ndarray, *, source: int, seq: int, entries: float,
-           n_inputs: int = 1, flags: int = 0, t_sent: float = 0.0, descriptor: bytes | None = None) -> list:
+def encode(
+    desc: ObjectDesc,
+    data: np.ndarray,
+    *,
+    source: int,
+    seq: int,
+    entries: float,
+    n_inputs: int = 1,
+    flags: int = 0,
+    t_sent: float = 0.0,
+    descriptor: bytes | None = None,
+) -> list:
     """Frames for one object: [header+payload] when small, [header, payload] when large."""
     if data.dtype != DTYPE or data.shape != desc.shape:
-        raise WireError(f"object {desc.name!r}: array {data.dtype}{data.shape} does not match "
-                        f"descriptor float32{desc.shape}")
+        raise WireError(
+            f"object {desc.name!r}: array {data.dtype}{data.shape} does not match " f"descriptor float32{desc.shape}"
+        )
     payload = np.ascontiguousarray(data)
     inline = payload.nbytes <= INLINE_LIMIT
-    header = encode_header(desc, source=source, seq=seq, entries=entries, n_inputs=n_inputs,
-                           flags=flags, t_sent=t_sent, inline=inline, descriptor=descriptor)
+    header = encode_header(
+        desc,
+        source=source,
+        seq=seq,
+        entries=entries,
+        n_inputs=n_inputs,
+        flags=flags,
+        t_sent=t_sent,
+        inline=inline,
+        descriptor=descriptor,
+    )
     if inline:
         return [header + payload.tobytes()]
     return [header, payload]
@@ -140,7 +174,7 @@ def decode_header(buf) -> Header:
     offset = _align8(FIXED.size + 4 * ndim + 16 * axes + name_len)
     if len(buf) < offset:
         raise WireError(f"header truncated: {len(buf)} bytes, descriptor needs {offset}")
-    key = bytes(buf[4:6]) + bytes(buf[FIXED.size:offset])  # kind, rank, shape, axes, name
+    key = bytes(buf[4:6]) + bytes(buf[FIXED.size : offset])  # kind, rank, shape, axes, name
     return Header(kind, flags, source, seq, entries, t_sent, n_inputs, key, offset)
 
 
@@ -184,4 +218,3 @@ def decode(frames: list) -> tuple[Header, ObjectDesc | None, np.ndarray | None]:
         return header, None, None
     desc = parse_descriptor(header.desc_key)
     return header, desc, payload_array(desc, header, frames)
-

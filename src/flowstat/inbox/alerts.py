@@ -46,8 +46,11 @@ class Alert:
 
     def line(self) -> str:
         """One line for a person (a log, a terminal)."""
-        where = " ".join(f"{k}={v}" for k, v in (("run_id", self.run_id), ("node_id", self.node_id),
-                                                  ("host", self.host), ("agent", self.agent)) if v)
+        where = " ".join(
+            f"{k}={v}"
+            for k, v in (("run_id", self.run_id), ("node_id", self.node_id), ("host", self.host), ("agent", self.agent))
+            if v
+        )
         state = "" if self.status == "firing" else f" [{self.status}]"
         return f"{self.received}  {self.rule}{state}: {where} ({self.source}, at {self.at}) {self.dashboard}"
 
@@ -61,7 +64,10 @@ def dashboard_link(grafana_url: str, run_id: str, node_id: str, at: str) -> str:
         params.append(("var-node", node_id))
     try:
         t = datetime.fromisoformat(at)
-        params += [("from", int((t - LINK_MARGIN).timestamp() * 1000)), ("to", int((t + LINK_MARGIN).timestamp() * 1000))]
+        params += [
+            ("from", int((t - LINK_MARGIN).timestamp() * 1000)),
+            ("to", int((t + LINK_MARGIN).timestamp() * 1000)),
+        ]
     except (TypeError, ValueError):
         pass  # no time: Grafana's default range
     return f"{grafana_url.rstrip('/')}/d/{RUN_VIEW.uid}/?{urlencode(params)}"
@@ -84,10 +90,22 @@ def from_grafana(payload: dict, grafana_url: str) -> list[Alert]:
         notes = item.get("annotations") if isinstance(item.get("annotations"), dict) else {}
         uid = _text(labels.get("alert"))
         run_id, node_id, at = _text(labels.get("run_id")), _text(labels.get("node_id")), _text(item.get("startsAt"))
-        out.append(Alert(now, "grafana", TITLES.get(uid) or _text(labels.get("alertname")) or "Grafana alert", uid,
-                         _text(item.get("status")) or "firing", run_id, node_id, _text(labels.get("agent")),
-                         _text(labels.get("host")), at, _text(notes.get("summary")),
-                         dashboard_link(grafana_url, run_id, node_id, at)))
+        out.append(
+            Alert(
+                now,
+                "grafana",
+                TITLES.get(uid) or _text(labels.get("alertname")) or "Grafana alert",
+                uid,
+                _text(item.get("status")) or "firing",
+                run_id,
+                node_id,
+                _text(labels.get("agent")),
+                _text(labels.get("host")),
+                at,
+                _text(notes.get("summary")),
+                dashboard_link(grafana_url, run_id, node_id, at),
+            )
+        )
     return out
 
 
@@ -97,9 +115,22 @@ def from_elastalert(payload: dict, grafana_url: str) -> list[Alert]:
     uid = _text(payload.get("alert"))
     run_id, node_id, at = _text(payload.get("run_id")), _text(payload.get("node_id")), _text(payload.get("time"))
     summary = f"{payload['rule']}: {node_id or payload.get('agent') or 'a node'} of run {run_id or '?'}"
-    return [Alert(iso_utc_ms(), "elastalert", TITLES.get(uid) or payload["rule"], uid, "firing", run_id, node_id,
-                  _text(payload.get("agent")), _text(payload.get("host")), at, summary,
-                  dashboard_link(grafana_url, run_id, node_id, at))]
+    return [
+        Alert(
+            iso_utc_ms(),
+            "elastalert",
+            TITLES.get(uid) or payload["rule"],
+            uid,
+            "firing",
+            run_id,
+            node_id,
+            _text(payload.get("agent")),
+            _text(payload.get("host")),
+            at,
+            summary,
+            dashboard_link(grafana_url, run_id, node_id, at),
+        )
+    ]
 
 
 SOURCES = {"grafana": from_grafana, "elastalert": from_elastalert}
@@ -112,4 +143,3 @@ def parse(source: str, payload: Any, grafana_url: str) -> list[Alert]:
     if source not in SOURCES:
         raise BadAlert(f"unknown source {source!r} (POST to /{' or /'.join(SOURCES)})")
     return SOURCES[source](payload, grafana_url)
-

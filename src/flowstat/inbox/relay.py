@@ -13,9 +13,9 @@ import smtplib
 import ssl
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from email.message import EmailMessage
-from typing import Mapping
 
 import requests
 
@@ -37,8 +37,9 @@ class Webhook:
     name = "webhook"
 
     def send(self, alert: Alert) -> None:
-        resp = requests.post(self.url, data=json.dumps(alert.as_dict()), timeout=10,
-                             headers={"Content-Type": "application/json"})
+        resp = requests.post(
+            self.url, data=json.dumps(alert.as_dict()), timeout=10, headers={"Content-Type": "application/json"}
+        )
         if resp.status_code >= 300:
             raise OSError(f"HTTP {resp.status_code}")
 
@@ -94,9 +95,17 @@ def from_environment(env: Mapping[str, str]) -> list[Webhook | Email]:
             port = int(env.get("FLOWSTAT_SMTP_PORT") or 25)
         except ValueError:
             raise RelayError(f"FLOWSTAT_SMTP_PORT: not a port number: {env['FLOWSTAT_SMTP_PORT']!r}") from None
-        out.append(Email(host, port, env.get("FLOWSTAT_SMTP_FROM") or "flowstat@localhost", to,
-                         env.get("FLOWSTAT_SMTP_USER") or None, env.get("FLOWSTAT_SMTP_PASSWORD") or None,
-                         env.get("FLOWSTAT_SMTP_STARTTLS", "").lower() in ("1", "true", "yes")))
+        out.append(
+            Email(
+                host,
+                port,
+                env.get("FLOWSTAT_SMTP_FROM") or "flowstat@localhost",
+                to,
+                env.get("FLOWSTAT_SMTP_USER") or None,
+                env.get("FLOWSTAT_SMTP_PASSWORD") or None,
+                env.get("FLOWSTAT_SMTP_STARTTLS", "").lower() in ("1", "true", "yes"),
+            )
+        )
     return out
 
 
@@ -106,7 +115,7 @@ class Relay(threading.Thread):
     def __init__(self, target: Webhook | Email, retry_for_s: float = RETRY_FOR_S):
         super().__init__(daemon=True, name=f"relay-{target.name}")
         self.target, self.retry_for_s = target, retry_for_s
-        self.queue: "queue.Queue[Alert | None]" = queue.Queue()
+        self.queue: queue.Queue[Alert | None] = queue.Queue()
         self.sent = self.given_up = 0
 
     def submit(self, alert: Alert) -> None:
@@ -122,12 +131,22 @@ class Relay(threading.Thread):
                 self.target.send(alert)
             except (OSError, requests.RequestException, smtplib.SMTPException) as exc:
                 if failing is None:
-                    log.error("relay to %s %s failed (%s): retrying for %.0f s", self.target.name,
-                              self.target.where(), exc, self.retry_for_s)
+                    log.error(
+                        "relay to %s %s failed (%s): retrying for %.0f s",
+                        self.target.name,
+                        self.target.where(),
+                        exc,
+                        self.retry_for_s,
+                    )
                 failing = exc
                 if time.monotonic() + delay > deadline:
-                    log.error("relay to %s %s: gave up on an alert of %s (%s)", self.target.name,
-                              self.target.where(), alert.rule, failing)
+                    log.error(
+                        "relay to %s %s: gave up on an alert of %s (%s)",
+                        self.target.name,
+                        self.target.where(),
+                        alert.rule,
+                        failing,
+                    )
                     return False
                 time.sleep(delay)  # backoff between retries of a destination that failed
                 delay = min(delay * 2, 60.0)

@@ -69,18 +69,25 @@ class Inbox:
 
     def page(self) -> str:
         rows = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(str(a.get(k, '')))}</td>" for k in ("received", "rule", "status", "run_id",
-                                                                                     "node_id", "host", "source"))
+            "<tr>"
+            + "".join(
+                f"<td>{html.escape(str(a.get(k, '')))}</td>"
+                for k in ("received", "rule", "status", "run_id", "node_id", "host", "source")
+            )
             + (f'<td><a href="{html.escape(a["dashboard"])}">run view</a></td>' if a.get("dashboard") else "<td></td>")
-            + "</tr>" for a in self.listed())
+            + "</tr>"
+            for a in self.listed()
+        )
         relays = ", ".join(f"{r.target.name} ({html.escape(r.target.where())})" for r in self.relays) or "none"
-        return ("<!doctype html><html><head><meta charset=utf-8><meta http-equiv=refresh content=10>"
-                "<title>flowstat alerts</title><style>body{font-family:sans-serif;margin:1em}table{border-collapse:"
-                "collapse}td,th{border-bottom:1px solid #ddd;padding:.3em .6em;text-align:left}</style></head><body>"
-                f"<h1>flowstat alerts</h1><p>{len(self.alerts)} alert(s), newest first; forwarded to: {relays}. "
-                "From Grafana's contact point and ElastAlert2's rules (docs/alerts.md).</p><table><tr><th>received"
-                "</th><th>rule</th><th>status</th><th>run</th><th>node</th><th>host</th><th>from</th><th></th></tr>"
-                f"{rows}</table></body></html>")
+        return (
+            "<!doctype html><html><head><meta charset=utf-8><meta http-equiv=refresh content=10>"
+            "<title>flowstat alerts</title><style>body{font-family:sans-serif;margin:1em}table{border-collapse:"
+            "collapse}td,th{border-bottom:1px solid #ddd;padding:.3em .6em;text-align:left}</style></head><body>"
+            f"<h1>flowstat alerts</h1><p>{len(self.alerts)} alert(s), newest first; forwarded to: {relays}. "
+            "From Grafana's contact point and ElastAlert2's rules (docs/alerts.md).</p><table><tr><th>received"
+            "</th><th>rule</th><th>status</th><th>run</th><th>node</th><th>host</th><th>from</th><th></th></tr>"
+            f"{rows}</table></body></html>"
+        )
 
 
 def handler(inbox: Inbox) -> type[BaseHTTPRequestHandler]:

@@ -41,6 +41,12 @@ def cpu_model(cpuinfo: Path = CPUINFO) -> str:
 
 def describe() -> Machine:
     """This machine, now."""
-    return Machine(host=platform.node(), cpus=os.cpu_count() or 0, usable_cpus=len(os.sched_getaffinity(0)),
-                   cpu_model=cpu_model(), kernel=platform.release(), python=platform.python_version(),
-                   flowstat_version=__version__)
+    return Machine(
+        host=platform.node(),
+        cpus=os.cpu_count() or 0,
+        usable_cpus=len(os.sched_getaffinity(0)),
+        cpu_model=cpu_model(),
+        kernel=platform.release(),
+        python=platform.python_version(),
+        flowstat_version=__version__,
+    )

@@ -38,7 +38,7 @@ def parse_stat(text: bytes, where: str = "stat") -> tuple[int, int, int]:
     close = text.rfind(b")")
     if close < 0:
         raise ProcFormatError(f"{where}: no ')' after the command name")
-    rest = text[close + 1:].split()
+    rest = text[close + 1 :].split()
     # rest[0] is field 3 (state): utime is field 14, stime 15, num_threads 20.
     if len(rest) < 18:
         raise ProcFormatError(f"{where}: {len(rest) + 2} fields, expected at least 20")

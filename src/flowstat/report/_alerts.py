@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from flowstat.schema import sample as sample_schema
-from flowstat.views.alerts import Columns, Span, columns, evaluate as evaluate_columns, needed_fields
+from flowstat.views.alerts import Columns, Span, columns, needed_fields
+from flowstat.views.alerts import evaluate as evaluate_columns
 from flowstat.views.panels import AGENT, NODE
 
 from .load import Run
@@ -21,12 +22,11 @@ def node_columns(run: Run) -> list[Columns]:
     t = run.ns / 1e9
     out = []
     for s in run.series:
-        fields = {f: run.values[f][s.lo:s.hi] for f in wanted if f in run.values}
+        fields = {f: run.values[f][s.lo : s.hi] for f in wanted if f in run.values}
         if "node_state" in wanted:
-            fields["node_state"] = _STATES[run.state[s.lo:s.hi]]
-        labels = {"run_id": run.file.run_id or run.name, "agent": run.agent or "", "node_id": s.node_id,
-                  "role": s.role}
-        out.append(Columns(labels, t[s.lo:s.hi], fields))
+            fields["node_state"] = _STATES[run.state[s.lo : s.hi]]
+        labels = {"run_id": run.file.run_id or run.name, "agent": run.agent or "", "node_id": s.node_id, "role": s.role}
+        out.append(Columns(labels, t[s.lo : s.hi], fields))
     return out
 
 

@@ -33,11 +33,15 @@ def write_report(paths: list[Path], out: Path) -> Made:
     from . import glance, page  # loaded by now (_load_bokeh)
 
     windows = [figures.steady_window(r) for r in runs]
-    stats = [figures.steady_stats(r, w) for r, w in zip(runs, windows)]
+    stats = [figures.steady_stats(r, w) for r, w in zip(runs, windows, strict=False)]
     spans = [_alerts.evaluate(r) for r in runs]
     doc = page.Page("flowstat report: " + ", ".join(r.name for r in runs))
     page.header(doc, runs)
-    doc.html(glance.first_screen(runs, windows, [figures.key_figures(r, w) for r, w in zip(runs, windows)], spans))
+    doc.html(
+        glance.first_screen(
+            runs, windows, [figures.key_figures(r, w) for r, w in zip(runs, windows, strict=False)], spans
+        )
+    )
     if len(runs) > 1:
         _side_by_side(doc, runs, windows, stats)
     _each_run(doc, runs, windows, spans)
@@ -69,7 +73,7 @@ def _each_run(doc, runs: list[Run], windows: list[figures.Window], spans: list[l
     count = sum(len(rp.plots) for by_role in todo for rp in by_role)
     budget = plots.DATA_BUDGET // max(1, count)
     doc.html(f"<p class='note'>{escape(page.HOW_TO_READ.format(handful=figures.HANDFUL))}</p>")
-    for i, (run, window, by_role, run_spans) in enumerate(zip(runs, windows, todo, spans)):
+    for i, (run, window, by_role, run_spans) in enumerate(zip(runs, windows, todo, spans, strict=False)):
         page.run_section(doc, i, run, window)
         page.alerts_section(doc, run, run_spans)
         for rp in by_role:

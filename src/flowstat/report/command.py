@@ -10,26 +10,36 @@ from .load import SHOWN_BAD_LINES, ReportError
 
 DEFAULT_NAME = "report.html"
 HELP = "write one self-contained HTML report of recorded runs"
-PARSER = dict(description="Write one HTML file that shows recorded runs offline. First, per run: the verdicts "
-                          "(no loss, online, alerts) and the key figures of the steady state (merged objects/s, merge "
-                          "time, input latency p99, CPU and memory per role, buffer overloads) with sparklines and the "
-                          "worst node. Then, for several runs, a table of the steady state (mean ± std of CPU, VmRSS, "
-                          "merge time and merged objects/s, one row per run) and merged objects/s against a parameter "
-                          "only for runs that differ in it alone; per run, its parameters, which alert conditions held "
-                          "and when, and per role the dashboards' run panels over time (zoom, pan, hover) in human "
-                          "units, counters as rates, constants as table rows, heat maps for many nodes. The file needs "
-                          "no network (its JavaScript is inline). A malformed or truncated line of a run file is "
-                          "reported with its line number and skipped; every good line is used. Exit status: 0 "
-                          "written, 1 written but some lines were skipped, 2 nothing written (a run cannot be read). "
-                          "See docs/report.md.")
+PARSER = dict(
+    description="Write one HTML file that shows recorded runs offline. First, per run: the verdicts "
+    "(no loss, online, alerts) and the key figures of the steady state (merged objects/s, merge "
+    "time, input latency p99, CPU and memory per role, buffer overloads) with sparklines and the "
+    "worst node. Then, for several runs, a table of the steady state (mean ± std of CPU, VmRSS, "
+    "merge time and merged objects/s, one row per run) and merged objects/s against a parameter "
+    "only for runs that differ in it alone; per run, its parameters, which alert conditions held "
+    "and when, and per role the dashboards' run panels over time (zoom, pan, hover) in human "
+    "units, counters as rates, constants as table rows, heat maps for many nodes. The file needs "
+    "no network (its JavaScript is inline). A malformed or truncated line of a run file is "
+    "reported with its line number and skipped; every good line is used. Exit status: 0 "
+    "written, 1 written but some lines were skipped, 2 nothing written (a run cannot be read). "
+    "See docs/report.md."
+)
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dir", nargs="+", type=Path, help="run directories made by flowstat run (runs/RUN_ID), or "
-                                                         "their run files (samples.ndjson)")
-    p.add_argument("-o", "--output", type=Path, metavar="FILE",
-                   help=f"the HTML file to write (default: RUN_DIR/{DEFAULT_NAME} for one run, ./{DEFAULT_NAME} "
-                        f"for several)")
+    p.add_argument(
+        "run_dir",
+        nargs="+",
+        type=Path,
+        help="run directories made by flowstat run (runs/RUN_ID), or " "their run files (samples.ndjson)",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        metavar="FILE",
+        help=f"the HTML file to write (default: RUN_DIR/{DEFAULT_NAME} for one run, ./{DEFAULT_NAME} " f"for several)",
+    )
 
 
 def default_output(runs: list[Path]) -> Path:

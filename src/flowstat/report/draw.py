@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from typing import Callable
-
 from dataclasses import dataclass
 
 from bokeh.core.json_encoder import serialize_json

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from flowstat.schema import run as run_schema
 from flowstat.schema import sample as sample_schema
 from flowstat.schema.run import startup_s
-from flowstat.schema import run as run_schema
 from flowstat.units import format_size
 from flowstat.views.labels import HUMAN_UNITS, LABELS, parameter_label
 
@@ -110,9 +110,11 @@ class Parameter:
 def parameters() -> list[Parameter]:
     """What was run: the run schema's parameters (the object's shape, an array, follows from its type and
     size), and the machine's CPUs."""
-    return [Parameter(leaf.path, parameter_label(leaf.name, leaf.path), leaf.unit, leaf.default)
-            for leaf in run_schema.leaves()
-            if (leaf.path[0] == "parameters" and leaf.type != "array") or leaf.path == ("machine", "cpus")]
+    return [
+        Parameter(leaf.path, parameter_label(leaf.name, leaf.path), leaf.unit, leaf.default)
+        for leaf in run_schema.leaves()
+        if (leaf.path[0] == "parameters" and leaf.type != "array") or leaf.path == ("machine", "cpus")
+    ]
 
 
 def titled(name: str, unit: str | None) -> str:
@@ -159,8 +161,9 @@ def roles(run: Run) -> list[Role]:
     for name in [r for r in sample_schema.ROLES if r in present] + sorted(present - set(sample_schema.ROLES)):
         series = tuple(sorted((s for s in run.series if s.role == name), key=lambda s: natural(s.node_id)))
         rows = np.concatenate([np.arange(s.lo, s.hi) for s in series])
-        out.append(Role(name, series, rows, run.t[rows],
-                        np.repeat(np.arange(len(series)), [s.hi - s.lo for s in series])))
+        out.append(
+            Role(name, series, rows, run.t[rows], np.repeat(np.arange(len(series)), [s.hi - s.lo for s in series]))
+        )
     return out
 
 
@@ -252,8 +255,9 @@ class KeyValue:
     spark_y: np.ndarray  # the figure per bucket (NaN: no sample); a counter's: its rate
 
 
-def _per_bucket(t: np.ndarray, y: np.ndarray, node: np.ndarray, n: int, lo: float, hi: float,
-                total: bool, buckets: int) -> np.ndarray:
+def _per_bucket(
+    t: np.ndarray, y: np.ndarray, node: np.ndarray, n: int, lo: float, hi: float, total: bool, buckets: int
+) -> np.ndarray:
     """Per bucket: each node's mean there, summed over the nodes (``total``) or averaged."""
     width = (hi - lo) / buckets if hi > lo else 1.0
     b = np.clip(((t - lo) / width).astype(np.int64), 0, buckets - 1)
@@ -303,12 +307,14 @@ def key_figures(run: Run, window: Window) -> list[KeyValue]:
                 pick = np.nanargmin if lab.lower_is_worse else np.nanargmax
                 i = int(pick(per_node))
                 worst, worst_value = role.series[i].node_id, float(per_node[i])
-            out.append(KeyValue(key, role.name, n, value, worst, worst_value,
-                                lo + (np.arange(buckets) + 0.5) * width, spark))
+            out.append(
+                KeyValue(key, role.name, n, value, worst, worst_value, lo + (np.arange(buckets) + 0.5) * width, spark)
+            )
     return out
 
 
 # -- comparisons along a sweep ------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Sweep:

@@ -11,16 +11,16 @@ from __future__ import annotations
 import multiprocessing
 import os
 import struct
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from operator import itemgetter
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
-from flowstat.schema import sample as sample_schema
 from flowstat.schema import runfile
+from flowstat.schema import sample as sample_schema
 
 RUN_FILE = "samples.ndjson"
 PARALLEL_BYTES = 32 * 2**20  # a smaller run file is read in this process: starting others costs more
@@ -47,8 +47,11 @@ def metrics() -> tuple[Metric, ...]:
     """The sample schema's metrics: its optional numeric and boolean fields (the required ones, seq
     and pid, identify a sample; they measure nothing)."""
     props = sample_schema.schema()["properties"]
-    return tuple(Metric(f.name, f.type, f.unit, props[f.name]["description"]) for f in sample_schema.fields()
-                 if not f.required and f.type in ("integer", "number", "boolean"))
+    return tuple(
+        Metric(f.name, f.type, f.unit, props[f.name]["description"])
+        for f in sample_schema.fields()
+        if not f.required and f.type in ("integer", "number", "boolean")
+    )
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,7 @@ class Run:
 
     def of(self, metric: str, s: Series) -> tuple[np.ndarray, np.ndarray]:
         """A series' samples of one metric: times and values, where it has one."""
-        t, y = self.t[s.lo:s.hi], self.values[metric][s.lo:s.hi]
+        t, y = self.t[s.lo : s.hi], self.values[metric][s.lo : s.hi]
         has = ~np.isnan(y)
         return t[has], y[has]
 
@@ -165,8 +168,13 @@ def _read_part(path: Path, span: tuple[int, int] | None) -> _Part:
             row = 0
     flush(row)
     matrix = np.concatenate(blocks)
-    return _Part(report, list(series), np.array(sids, dtype=np.int32), np.array(stamps, dtype=np.int64),
-                 [matrix[:, j] for j in range(len(names))])
+    return _Part(
+        report,
+        list(series),
+        np.array(sids, dtype=np.int32),
+        np.array(stamps, dtype=np.int64),
+        [matrix[:, j] for j in range(len(names))],
+    )
 
 
 def _merged(parts: list[_Part]) -> runfile.FileReport:
@@ -181,8 +189,12 @@ def _merged(parts: list[_Part]) -> runfile.FileReport:
         out.nodes |= r.nodes
         out.self_samples += r.self_samples
     if read:
-        out.run_id, out.host, out.first_time, out.last_time = (read[0].run_id, read[0].host, read[0].first_time,
-                                                               read[-1].last_time)
+        out.run_id, out.host, out.first_time, out.last_time = (
+            read[0].run_id,
+            read[0].host,
+            read[0].first_time,
+            read[-1].last_time,
+        )
     return out
 
 
@@ -255,19 +267,19 @@ def load_run(path: Path, meanwhile: Callable[[], None] = lambda: None) -> Run:
     state = np.concatenate([np.array([_STATE.get(w[3], -1) for w in p.series], dtype=np.int8)[p.sid] for p in parts])
     ns = np.concatenate([p.ns for p in parts])
     by_agent: dict[str, int] = {}
-    for (_, _, agent), n in zip(every, np.bincount(sid, minlength=len(every))):
+    for (_, _, agent), n in zip(every, np.bincount(sid, minlength=len(every)), strict=False):
         by_agent[agent] = by_agent.get(agent, 0) + int(n)
     agent = _recording_agent(report.header, by_agent)
     order = _by_series_then_time(sid, ns, np.array([who[2] == agent for who in every]))
     sid, ns, state = sid[order], ns[order], state[order]
     values = {m.name: _column(parts, j)[order] for j, m in enumerate(metrics())}
     bounds = np.searchsorted(sid, np.arange(len(every) + 1))
-    series = [Series(node, role, int(bounds[i]), int(bounds[i + 1])) for i, (node, role, a) in enumerate(every)
-              if a == agent]
+    series = [
+        Series(node, role, int(bounds[i]), int(bounds[i + 1])) for i, (node, role, a) in enumerate(every) if a == agent
+    ]
     start_ns = sample_schema.time_ns(doc["started"])
     left_out = report.good - len(order)
-    run = Run(path, doc, report, start_ns, (ns - start_ns) / 1e9, ns, state,
-              values, series, agent, left_out)
+    run = Run(path, doc, report, start_ns, (ns - start_ns) / 1e9, ns, state, values, series, agent, left_out)
     if left_out:
         run.notes.append(f"{left_out:,} samples of other agents than {agent} left out (one series per node)")
     return run

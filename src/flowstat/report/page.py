@@ -5,10 +5,11 @@ need), so the file is whole on its own and never touches the network."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from bokeh.model import Model
@@ -23,7 +24,6 @@ from flowstat.views.labels import LABELS
 from . import draw, figures
 from .figures import HANDFUL, THESIS_METRICS, Parameter, Stat, Window, value
 from .load import SHOWN_BAD_LINES, Run
-
 
 _STYLE = """
 *, *::before, *::after { box-sizing: border-box; }
@@ -114,60 +114,78 @@ class Page:
         resources = INLINE.clone(components=["bokeh"])
         drawn = draw.draw(self.jobs)
         docs = ",\n".join(f'"doc-{k}": {d.doc_json}' for k, d in enumerate(drawn))
-        roots = json.dumps([{"docid": f"doc-{k}", "roots": d.roots, "root_ids": list(d.roots)}
-                            for k, d in enumerate(drawn)])
-        out.write_text(f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-                       f"<title>{escape(self.title)}</title>\n{resources.render_css()}\n{resources.render_js()}\n"
-                       f"<style>{_STYLE}</style>\n</head>\n<body>\n" + "\n".join(self.blocks)
-                       + f'\n<script type="application/json" id="flowstat-docs">{{{docs}}}</script>\n'
-                       f'<script type="application/json" id="flowstat-roots">{roots}</script>\n'
-                       f"<script>{_EMBED}</script>\n</body>\n</html>\n", encoding="utf-8")
+        roots = json.dumps(
+            [{"docid": f"doc-{k}", "roots": d.roots, "root_ids": list(d.roots)} for k, d in enumerate(drawn)]
+        )
+        out.write_text(
+            f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+            f"<title>{escape(self.title)}</title>\n{resources.render_css()}\n{resources.render_js()}\n"
+            f"<style>{_STYLE}</style>\n</head>\n<body>\n"
+            + "\n".join(self.blocks)
+            + f'\n<script type="application/json" id="flowstat-docs">{{{docs}}}</script>\n'
+            f'<script type="application/json" id="flowstat-roots">{roots}</script>\n'
+            f"<script>{_EMBED}</script>\n</body>\n</html>\n",
+            encoding="utf-8",
+        )
 
 
 def header(page: Page, runs: list[Run]) -> None:
-    page.html(f"<h1>{escape(page.title)}</h1><p class='lead'>{len(runs)} run(s), written {escape(iso_utc_ms())} by "
-              f"flowstat {escape(__version__)}. At a glance first (each run's verdicts and key figures over its "
-              f"steady state, shaded green in the sparklines); the detail below.</p>")
+    page.html(
+        f"<h1>{escape(page.title)}</h1><p class='lead'>{len(runs)} run(s), written {escape(iso_utc_ms())} by "
+        f"flowstat {escape(__version__)}. At a glance first (each run's verdicts and key figures over its "
+        f"steady state, shaded green in the sparklines); the detail below.</p>"
+    )
 
 
-HOW_TO_READ = ("Plots: drag to pan; zoom with the mouse wheel once the wheel-zoom tool (at each plot's right) is "
-               "on; reset to come back; hover for values. A run's plots all cover its whole time; shaded green: "
-               "the steady state. Every sample's peak is drawn: samples are reduced to the lowest and the highest "
-               "of each time bucket (about a pixel), never dropped. Counters (objects, bytes, overloads since the "
-               "node started) are drawn as their rate per second; a field that kept one value all run is a table "
-               "row; a role of more than {handful} nodes is drawn as heat maps, a row per node.")
+HOW_TO_READ = (
+    "Plots: drag to pan; zoom with the mouse wheel once the wheel-zoom tool (at each plot's right) is "
+    "on; reset to come back; hover for values. A run's plots all cover its whole time; shaded green: "
+    "the steady state. Every sample's peak is drawn: samples are reduced to the lowest and the highest "
+    "of each time bucket (about a pixel), never dropped. Counters (objects, bytes, overloads since the "
+    "node started) are drawn as their rate per second; a field that kept one value all run is a table "
+    "row; a role of more than {handful} nodes is drawn as heat maps, a row per node."
+)
 
 
-def thesis_table(page: Page, runs: list[Run], windows: list[Window], stats: list[dict[str, Stat]],
-                 params: list[Parameter]) -> None:
+def thesis_table(
+    page: Page, runs: list[Run], windows: list[Window], stats: list[dict[str, Stat]], params: list[Parameter]
+) -> None:
     """One row per run: its varying parameters, then mean ± std of THESIS_METRICS in the steady state,
     in human units (the raw figures in the cells' data attributes)."""
-    head = ([Html("<th>run</th>")] + [Html(f'<th data-param="{escape(p.name)}">{escape(p.heading())}</th>')
-                                      for p in params]
-            + [Html(f'<th data-metric="{m}">{escape(LABELS[m].titled())}</th>') for m in THESIS_METRICS]
-            + [Html("<th>merger samples</th>"), Html("<th>steady state (s)</th>")])
+    head = (
+        [Html("<th>run</th>")]
+        + [Html(f'<th data-param="{escape(p.name)}">{escape(p.heading())}</th>') for p in params]
+        + [Html(f'<th data-metric="{m}">{escape(LABELS[m].titled())}</th>') for m in THESIS_METRICS]
+        + [Html("<th>merger samples</th>"), Html("<th>steady state (s)</th>")]
+    )
     rows = []
-    for run, window, st in zip(runs, windows, stats):
+    for run, window, st in zip(runs, windows, stats, strict=False):
         cells = [run.name] + [Html(f'<td class="num">{escape(p.text(p.of(run.doc)))}</td>') for p in params]
         cells += [_stat_cell(m, st[m]) for m in THESIS_METRICS]
         cells += [max(st[m].n for m in THESIS_METRICS), window.text()]
         rows.append(cells)
-    body = "".join("<tr>" + "".join(c if isinstance(c, Html) and c.startswith("<td") else _cell(c) for c in row)
-                   + "</tr>" for row in rows)
-    page.html('<h2 id="thesis">Runs side by side: the steady state</h2>'
-              "<p>Mean ± standard deviation over every merger sample taken in the steady state (all mergers "
-              "together, bounds included): from the end of start-up, max(3 s, 10% of the run's duration) after "
-              "the run's start, to the stop signal; the drain after it is left out (the online verdict's window, "
-              "flowstat.harness.online).</p>"
-              f'<table class="thesis"><tr>{"".join(head)}</tr>{body}</table>')
+    body = "".join(
+        "<tr>" + "".join(c if isinstance(c, Html) and c.startswith("<td") else _cell(c) for c in row) + "</tr>"
+        for row in rows
+    )
+    page.html(
+        '<h2 id="thesis">Runs side by side: the steady state</h2>'
+        "<p>Mean ± standard deviation over every merger sample taken in the steady state (all mergers "
+        "together, bounds included): from the end of start-up, max(3 s, 10% of the run's duration) after "
+        "the run's start, to the stop signal; the drain after it is left out (the online verdict's window, "
+        "flowstat.harness.online).</p>"
+        f'<table class="thesis"><tr>{"".join(head)}</tr>{body}</table>'
+    )
 
 
 def _stat_cell(metric: str, s: Stat) -> Html:
     if s.mean is None:
         return Html("-")
     k = LABELS[metric].scale
-    return Html(f'<span data-metric="{metric}" data-mean="{s.mean!r}" data-std="{s.std!r}">'
-                f"{escape(number(s.mean * k))} ± {escape(number(s.std * k))}</span>")
+    return Html(
+        f'<span data-metric="{metric}" data-mean="{s.mean!r}" data-std="{s.std!r}">'
+        f"{escape(number(s.mean * k))} ± {escape(number(s.std * k))}</span>"
+    )
 
 
 def sweeps_section(page: Page, runs: list[Run], params: list[Parameter], found: list) -> None:
@@ -177,45 +195,65 @@ def sweeps_section(page: Page, runs: list[Run], params: list[Parameter], found: 
     rest = [p for p in params if p.path not in swept]
     text = ""
     if found:
-        text += ("<p>Plotted against a parameter: only runs that differ in that parameter alone (every other "
-                 "parameter equal), so that the plot shows its effect: " + "; ".join(
-                     f"{escape(sw.parameter.label)}: {', '.join(escape(runs[i].name) for i in sw.runs)}"
-                     for sw in found) + ".</p>")
+        text += (
+            "<p>Plotted against a parameter: only runs that differ in that parameter alone (every other "
+            "parameter equal), so that the plot shows its effect: "
+            + "; ".join(
+                f"{escape(sw.parameter.label)}: {', '.join(escape(runs[i].name) for i in sw.runs)}" for sw in found
+            )
+            + ".</p>"
+        )
     if rest:
         names = ", ".join(escape(p.label) for p in rest)
-        text += (f'<p class="no-sweep" data-params="{escape(",".join(p.name for p in rest))}">Not plotted against '
-                 f"{names}: no runs here differ in {'it' if len(rest) == 1 else 'one of them'} alone (these runs "
-                 f"differ in {len(params)} parameters at once), so a plot against any one would show the others' "
-                 "effect as its own. The table above compares the runs; a campaign (flowstat campaign) sweeps one "
-                 "parameter.</p>")
+        text += (
+            f'<p class="no-sweep" data-params="{escape(",".join(p.name for p in rest))}">Not plotted against '
+            f"{names}: no runs here differ in {'it' if len(rest) == 1 else 'one of them'} alone (these runs "
+            f"differ in {len(params)} parameters at once), so a plot against any one would show the others' "
+            "effect as its own. The table above compares the runs; a campaign (flowstat campaign) sweeps one "
+            "parameter.</p>"
+        )
     page.html(text)
 
 
 def run_section(page: Page, i: int, run: Run, window: Window) -> None:
     """The run's parameters and verdicts, and what could not be read."""
     doc = run.doc
-    page.html(f'<h2 id="run-{i}">Run {escape(run.name)}</h2>'
-              + (f"<p>{escape(doc['description'])}</p>" if doc.get("description") else "")
-              + table(None, _facts(run, window)) + _conservation(run) + _online(run) + _reading_notes(run))
+    page.html(
+        f'<h2 id="run-{i}">Run {escape(run.name)}</h2>'
+        + (f"<p>{escape(doc['description'])}</p>" if doc.get("description") else "")
+        + table(None, _facts(run, window))
+        + _conservation(run)
+        + _online(run)
+        + _reading_notes(run)
+    )
 
 
 def _facts(run: Run, window: Window) -> list[list[Any]]:
     doc, p = run.doc, run.doc.get("parameters") or {}
     obj = f"{p.get('object_type', '?')} {format_size(p['object_bytes'])}" if "object_bytes" in p else None
     rate = p.get("rate_per_producer")
-    producers = (f"{p['producers']} x {rate:g} objects/s" + (" (as fast as they can)" if rate == 0 else "")
-                 if "producers" in p and rate is not None else None)
+    producers = (
+        f"{p['producers']} x {rate:g} objects/s" + (" (as fast as they can)" if rate == 0 else "")
+        if "producers" in p and rate is not None
+        else None
+    )
     topology = doc.get("topology")
     if topology == IN_CODE:
         topology = "built in code (no file)"
-    return [["run directory", str(run.path)], ["topology", topology],
-            ["started - finished", f"{doc.get('started')} - {doc.get('finished')}"],
-            ["object", obj], ["buffer size (messages)", p.get("buffer_size")], ["producers", producers],
-            ["producer processes", p.get("producer_processes")], ["mergers", p.get("mergers")],
-            ["duration (s)", p.get("duration_s")],
-            ["CPUs", f"{value(doc, ('machine', 'cpus'))} on {doc.get('host')}; pinned: {p.get('cpus') or 'no'}"],
-            ["steady state (s since start)", window.text()],
-            ["samples", f"{run.file.good:,} of agent {run.agent}, {len(run.series)} nodes"]]
+    return [
+        ["run directory", str(run.path)],
+        ["topology", topology],
+        ["started - finished", f"{doc.get('started')} - {doc.get('finished')}"],
+        ["object", obj],
+        ["buffer size (messages)", p.get("buffer_size")],
+        ["producers", producers],
+        ["producer processes", p.get("producer_processes")],
+        ["mergers", p.get("mergers")],
+        ["duration (s)", p.get("duration_s")],
+        ["CPUs", f"{value(doc, ('machine', 'cpus'))} on {doc.get('host')}; pinned: {p.get('cpus') or 'no'}"],
+        ["steady state (s since start)", window.text()],
+        ["samples", f"{run.file.good:,} of agent {run.agent}, {len(run.series)} nodes"],
+    ]
 
 
 def _summary_json(run: Run) -> dict:
@@ -231,26 +269,45 @@ def _summary_json(run: Run) -> dict:
 def _conservation(run: Run) -> str:
     v, s = run.doc.get("verdict"), run.doc.get("summary") or {}
     if v is None:
-        return "<h3>No loss</h3><p class='note'>No verdict: the run document has none (a run recorded outside " \
-               "the harness, or one that did not finish).</p>"
+        return (
+            "<h3>No loss</h3><p class='note'>No verdict: the run document has none (a run recorded outside "
+            "the harness, or one that did not finish).</p>"
+        )
     merged_in = (_summary_json(run).get("conservation") or {}).get("objects_merged_in")
-    counts = (f"sent {number(s.get('objects_sent'))} = received {number(s.get('objects_received'))} = merged-in "
-              f"{number(merged_in) if merged_in is not None else '(not recorded)'}")
+    counts = (
+        f"sent {number(s.get('objects_sent'))} = received {number(s.get('objects_received'))} = merged-in "
+        f"{number(merged_in) if merged_in is not None else '(not recorded)'}"
+    )
     failures = "".join(f"<li>{escape(f)}</li>" for f in v.get("failures") or [])
     checks = ", ".join(v.get("failed_checks") or [])
-    return (f"<h3>No loss: {verdict_word(v.get('ok'))}</h3><p>conserved: {verdict_word(v.get('conserved'), 'yes', 'no')}"
-            f"; {escape(counts)}; merged objects {number(s.get('merged_objects'))}"
-            + (f"; failed checks: {escape(checks)}" if checks else "") + "</p>"
-            + (f"<ul>{failures}</ul>" if failures else ""))
+    return (
+        f"<h3>No loss: {verdict_word(v.get('ok'))}</h3><p>conserved: {verdict_word(v.get('conserved'), 'yes', 'no')}"
+        f"; {escape(counts)}; merged objects {number(s.get('merged_objects'))}"
+        + (f"; failed checks: {escape(checks)}" if checks else "")
+        + "</p>"
+        + (f"<ul>{failures}</ul>" if failures else "")
+    )
 
 
-_MERGER_FIGURES = (("offered_per_second", "offered/s"), ("merged_per_second", "merged/s"),
-                   ("merged_to_offered", "merged/offered"), ("latency_p99_ms_worst_second", "p99 worst second (ms)"),
-                   ("vmrss_slope_mb_per_min", "VmRSS slope (MB/min)"), ("in_flight_max", "in flight max"),
-                   ("producer_refusals", "producer refusals"))
-_RUN_FIGURES = ("steady_merged_objects_per_second", "steady_offered_objects_per_second", "objects_in_flight_max",
-                "input_latency_p99_ms_worst_second", "merger_vmrss_slope_mb_per_min_max", "send_overload_events",
-                "receive_overload_events", "sequence_gaps")
+_MERGER_FIGURES = (
+    ("offered_per_second", "offered/s"),
+    ("merged_per_second", "merged/s"),
+    ("merged_to_offered", "merged/offered"),
+    ("latency_p99_ms_worst_second", "p99 worst second (ms)"),
+    ("vmrss_slope_mb_per_min", "VmRSS slope (MB/min)"),
+    ("in_flight_max", "in flight max"),
+    ("producer_refusals", "producer refusals"),
+)
+_RUN_FIGURES = (
+    "steady_merged_objects_per_second",
+    "steady_offered_objects_per_second",
+    "objects_in_flight_max",
+    "input_latency_p99_ms_worst_second",
+    "merger_vmrss_slope_mb_per_min_max",
+    "send_overload_events",
+    "receive_overload_events",
+    "sequence_gaps",
+)
 
 
 def _online(run: Run) -> str:
@@ -258,19 +315,25 @@ def _online(run: Run) -> str:
     v, s = run.doc.get("verdict") or {}, run.doc.get("summary") or {}
     behind = {text.split(":")[0]: text for text in v.get("not_online") or []}
     detail = _summary_json(run).get("online") or {}
-    mergers = (sorted(detail) or [a["node_id"] for a in run.doc.get("affinity") or [] if a.get("role") == "merger"]
-               or [x.node_id for x in run.series if x.role == "merger"])  # those the verdict judged
+    mergers = (
+        sorted(detail)
+        or [a["node_id"] for a in run.doc.get("affinity") or [] if a.get("role") == "merger"]
+        or [x.node_id for x in run.series if x.role == "merger"]
+    )  # those the verdict judged
     rows = []
     for m in mergers:
         d = detail.get(m) or {}
         ok = d.get("online") if d else (None if v.get("online") is None else m not in behind)
         why = "; ".join(d.get("why") or []) if d else behind.get(m, "")
-        rows.append([m, verdict_word(ok, "ONLINE", "NOT ONLINE"), why or None]
-                    + [d.get(key) for key, _ in _MERGER_FIGURES])
+        rows.append(
+            [m, verdict_word(ok, "ONLINE", "NOT ONLINE"), why or None] + [d.get(key) for key, _ in _MERGER_FIGURES]
+        )
     figures = [[key, s[key]] for key in _RUN_FIGURES if key in s]
-    return (f"<h3>Online (steady state): {verdict_word(v.get('online'), 'ONLINE', 'NOT ONLINE')}</h3>"
-            + table(["merger", "verdict", "why"] + [label for _, label in _MERGER_FIGURES], rows)
-            + (table(["run summary", "value"], figures) if figures else ""))
+    return (
+        f"<h3>Online (steady state): {verdict_word(v.get('online'), 'ONLINE', 'NOT ONLINE')}</h3>"
+        + table(["merger", "verdict", "why"] + [label for _, label in _MERGER_FIGURES], rows)
+        + (table(["run summary", "value"], figures) if figures else "")
+    )
 
 
 def _reading_notes(run: Run) -> str:
@@ -281,8 +344,10 @@ def _reading_notes(run: Run) -> str:
     items += run.file.notes + run.notes
     if not items:
         return ""
-    return (f"<h3>Reading the run file: {len(bad):,} bad lines skipped, {run.file.good:,} samples kept</h3>"
-            "<ul class='note'>" + "".join(f"<li>{escape(x)}</li>" for x in items) + "</ul>")
+    return (
+        f"<h3>Reading the run file: {len(bad):,} bad lines skipped, {run.file.good:,} samples kept</h3>"
+        "<ul class='note'>" + "".join(f"<li>{escape(x)}</li>" for x in items) + "</ul>"
+    )
 
 
 def alerts_section(page: Page, run: Run, spans: list) -> None:
@@ -292,9 +357,18 @@ def alerts_section(page: Page, run: Run, spans: list) -> None:
         text += "<p>No alert condition held during the run.</p>"
     else:
         start = run.start_ns / 1e9
-        rows = [[sp.alert.title, sp.alert.uid, ", ".join(f"{k}={v}" for k, v in sorted(sp.labels.items())),
-                 f"{sp.start - start:.1f}", f"{sp.end - start:.1f}", f"{sp.end - sp.start:.1f}",
-                 f"{iso_utc_ms(sp.start)} - {iso_utc_ms(sp.end)}"] for sp in spans]
+        rows = [
+            [
+                sp.alert.title,
+                sp.alert.uid,
+                ", ".join(f"{k}={v}" for k, v in sorted(sp.labels.items())),
+                f"{sp.start - start:.1f}",
+                f"{sp.end - start:.1f}",
+                f"{sp.end - sp.start:.1f}",
+                f"{iso_utc_ms(sp.start)} - {iso_utc_ms(sp.end)}",
+            ]
+            for sp in spans
+        ]
         text += table(["alert", "uid", "labels", "from (s)", "to (s)", "for (s)", "UTC"], rows)
     page.html(text + "</section>")
 
@@ -304,8 +378,11 @@ def role_section(page: Page, i: int, run: Run, window: Window, rp) -> None:
     flat lines), and the fields no dashboard panel shows, over the steady state (a table)."""
     role = rp.role
     nodes = len(role.series)
-    text = (f'<h3 id="run-{i}-{escape(role.name)}">{escape(role.name)}: {nodes} node(s), {len(rp.plots)} plots'
-            + (f" (heat maps: more than {HANDFUL} nodes)" if nodes > HANDFUL else "") + "</h3>")
+    text = (
+        f'<h3 id="run-{i}-{escape(role.name)}">{escape(role.name)}: {nodes} node(s), {len(rp.plots)} plots'
+        + (f" (heat maps: more than {HANDFUL} nodes)" if nodes > HANDFUL else "")
+        + "</h3>"
+    )
     if rp.constants:
         rows = []
         for c in rp.constants:
@@ -314,11 +391,20 @@ def role_section(page: Page, i: int, run: Run, window: Window, rp) -> None:
                 shown = "never"
             else:
                 shown = f"{number(c.value * lab.scale)} {lab.amount_unit}".strip()
-            rows.append([Html(f'<span data-field="{escape(c.field)}">{escape(lab.label)}</span>'), shown,
-                         "its total stayed at this" if lab.kind == "counter" else
-                         "true at no sample" if lab.kind == "flag" else "the same all run"])
-        text += ("<p class='note'>The same in every node of the role, from its first sample to its last:</p>"
-                 + table(["field", "value", ""], rows, "constants"))
+            rows.append(
+                [
+                    Html(f'<span data-field="{escape(c.field)}">{escape(lab.label)}</span>'),
+                    shown,
+                    "its total stayed at this"
+                    if lab.kind == "counter"
+                    else "true at no sample"
+                    if lab.kind == "flag"
+                    else "the same all run",
+                ]
+            )
+        text += "<p class='note'>The same in every node of the role, from its first sample to its last:</p>" + table(
+            ["field", "value", ""], rows, "constants"
+        )
     if rp.others:
         rows = []
         for f in rp.others:
@@ -329,11 +415,17 @@ def role_section(page: Page, i: int, run: Run, window: Window, rp) -> None:
                 rows.append([Html(f'<span data-field="{escape(f)}">{escape(lab.titled())}</span>'), None, None, None])
                 continue
             lo_i, hi_i = int(np.nanargmin(per_node)), int(np.nanargmax(per_node))
-            rows.append([Html(f'<span data-field="{escape(f)}">{escape(lab.titled())}</span>'),
-                         float(np.nanmean(per_node)),
-                         f"{number(float(per_node[lo_i]))} ({role.series[lo_i].node_id})",
-                         f"{number(float(per_node[hi_i]))} ({role.series[hi_i].node_id})"])
-        text += ("<p class='note'>Fields no dashboard panel shows: each node's mean over the steady state "
-                 "(counters: their rate):</p>"
-                 + table(["field", "mean per node", "lowest node", "highest node"], rows, "others"))
+            rows.append(
+                [
+                    Html(f'<span data-field="{escape(f)}">{escape(lab.titled())}</span>'),
+                    float(np.nanmean(per_node)),
+                    f"{number(float(per_node[lo_i]))} ({role.series[lo_i].node_id})",
+                    f"{number(float(per_node[hi_i]))} ({role.series[hi_i].node_id})",
+                ]
+            )
+        text += (
+            "<p class='note'>Fields no dashboard panel shows: each node's mean over the steady state "
+            "(counters: their rate):</p>"
+            + table(["field", "mean per node", "lowest node", "highest node"], rows, "others")
+        )
     page.html(text)

@@ -16,10 +16,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from bokeh.models import (BasicTickFormatter, BoxAnnotation, ColorBar, ColumnDataSource, CustomJSHover, DataRange1d,
-                          FixedTicker, Grid, HBar, HoverTool, Image, Legend, LegendItem, Line, LinearAxis,
-                          LinearColorMapper, PanTool, Plot, Range1d, ResetTool, Title, Toolbar, WheelZoomTool,
-                          Whisker)
+from bokeh.models import (
+    BasicTickFormatter,
+    BoxAnnotation,
+    ColorBar,
+    ColumnDataSource,
+    CustomJSHover,
+    DataRange1d,
+    FixedTicker,
+    Grid,
+    HBar,
+    HoverTool,
+    Image,
+    Legend,
+    LegendItem,
+    Line,
+    LinearAxis,
+    LinearColorMapper,
+    PanTool,
+    Plot,
+    Range1d,
+    ResetTool,
+    Title,
+    Toolbar,
+    WheelZoomTool,
+    Whisker,
+)
 from bokeh.palettes import Category10_10, Viridis256
 from bokeh.plotting import figure
 
@@ -63,8 +85,14 @@ class Constant:
 
 def _panels(role: str) -> list[Panel]:
     """The Run view's node panels the report draws for a role (a panel for mergers only, for mergers)."""
-    return [p for p in RUN_VIEW.panels() if p.source == NODE and p.in_report and p.group == ("node_id",)
-            and all(v == role for k, v in p.where if k == "role")]
+    return [
+        p
+        for p in RUN_VIEW.panels()
+        if p.source == NODE
+        and p.in_report
+        and p.group == ("node_id",)
+        and all(v == role for k, v in p.where if k == "role")
+    ]
 
 
 @dataclass(frozen=True)
@@ -84,11 +112,17 @@ def plans(run: Run) -> list[RolePlan]:
     any sample is drawn)."""
     out = []
     for role in figures.roles(run):
-        has = {f for f in shown_fields() if LABELS[f].kind != "state" and f in run.values
-               and not np.isnan(run.values[f][role.rows]).all()}
+        has = {
+            f
+            for f in shown_fields()
+            if LABELS[f].kind != "state" and f in run.values and not np.isnan(run.values[f][role.rows]).all()
+        }
         # a flag true at some sample is drawn as its spans, even if it was true at every one
-        consts = {f: c for f in has if (c := figures.constant(run, role, f)) is not None
-                  and not (LABELS[f].kind == "flag" and c)}
+        consts = {
+            f: c
+            for f in has
+            if (c := figures.constant(run, role, f)) is not None and not (LABELS[f].kind == "flag" and c)
+        }
         moving = has - set(consts)
         many = len(role.series) > HANDFUL
         todo: list[Plan] = []
@@ -103,10 +137,18 @@ def plans(run: Run) -> list[RolePlan]:
             if kind == "lines":
                 todo.append(Plan(panel.title, panel.title, fields, kind, role))
             else:
-                todo += [Plan(panel.title + (f": {name}" if name else ""), panel.title, ((f, name),), kind, role)
-                         for f, name in fields]
-        out.append(RolePlan(role, todo, [Constant(f, consts[f]) for f in shown_fields() if f in consts],
-                            [f for f in shown_fields() if f in moving and f not in placed]))
+                todo += [
+                    Plan(panel.title + (f": {name}" if name else ""), panel.title, ((f, name),), kind, role)
+                    for f, name in fields
+                ]
+        out.append(
+            RolePlan(
+                role,
+                todo,
+                [Constant(f, consts[f]) for f in shown_fields() if f in consts],
+                [f for f in shown_fields() if f in moving and f not in placed],
+            )
+        )
     return out
 
 
@@ -120,23 +162,32 @@ def _figure(title: str, run: Run, window: Window, y_label: str, height: int = HE
     lo, hi = run.span
     x_axis = LinearAxis(axis_label="s since the run's start")
     y_axis = LinearAxis(axis_label=y_label, formatter=BasicTickFormatter(use_scientific=False))  # 320000, not 3.2e+5
-    p = Plot(title=Title(text=title, text_font_size="13px"), height=height, sizing_mode="stretch_width",
-             x_range=Range1d(start=lo, end=hi), y_range=DataRange1d(), output_backend="canvas",
-             toolbar=Toolbar(tools=[PanTool(), WheelZoomTool(), ResetTool()]), min_border_right=10)
+    p = Plot(
+        title=Title(text=title, text_font_size="13px"),
+        height=height,
+        sizing_mode="stretch_width",
+        x_range=Range1d(start=lo, end=hi),
+        y_range=DataRange1d(),
+        output_backend="canvas",
+        toolbar=Toolbar(tools=[PanTool(), WheelZoomTool(), ResetTool()]),
+        min_border_right=10,
+    )
     p.add_layout(x_axis, "below")
     p.add_layout(y_axis, "left")
     p.add_layout(Grid(dimension=0, ticker=x_axis.ticker))
     if y_grid:
         p.add_layout(Grid(dimension=1, ticker=y_axis.ticker))
-    p.add_layout(BoxAnnotation(left=window.lo, right=window.hi, fill_color=STEADY_COLOUR, fill_alpha=0.07,
-                               line_alpha=0))
+    p.add_layout(
+        BoxAnnotation(left=window.lo, right=window.hi, fill_color=STEADY_COLOUR, fill_alpha=0.07, line_alpha=0)
+    )
     return p
 
 
 def _node_name(names: list[str], rounded: bool = False) -> CustomJSHover:
     """Hover: a sample's node, from its node number (one number a point is cheaper than a name)."""
-    return CustomJSHover(args={"names": names}, code="return names[Math.round(value)] || ''" if rounded
-                         else "return names[value]")
+    return CustomJSHover(
+        args={"names": names}, code="return names[Math.round(value)] || ''" if rounded else "return names[value]"
+    )
 
 
 def _y_label(fields: tuple[tuple[str, str], ...]) -> str:
@@ -158,8 +209,15 @@ def line_plot(run: Run, plan: Plan, window: Window, budget: int) -> Plot:
     series, n = plan.role.series, len(plan.role.series)
     buckets = max(MIN_NODE_BUCKETS, min(BUCKETS, budget // (4 * n * len(plan.fields))))
     p = _figure(_title(plan), run, window, _y_label(plan.fields))
-    legend = Legend(location="top_left", click_policy="hide", label_text_font_size="11px", spacing=0,
-                    padding=4, margin=4, background_fill_alpha=0.6)
+    legend = Legend(
+        location="top_left",
+        click_policy="hide",
+        label_text_font_size="11px",
+        spacing=0,
+        padding=4,
+        margin=4,
+        background_fill_alpha=0.6,
+    )
     lines = []
     for j, (field, name) in enumerate(plan.fields):
         t, y, node = figures.shown(run, plan.role, field)
@@ -169,24 +227,38 @@ def line_plot(run: Run, plan: Plan, window: Window, budget: int) -> Plot:
             if not len(mine):
                 continue
             label = " ".join(x for x in (s.node_id if n > 1 else "", name) if x)
-            lines.append(p.add_glyph(ColumnDataSource({"t": _f32(t[mine]), "y": _f32(y[mine])}),
-                                     Line(x="t", y="y", line_color=Category10_10[i % 10], line_width=1.5,
-                                          line_dash=DASHES[j % len(DASHES)]),
-                                     name=" ".join(x for x in (s.node_id, name) if x)))
+            lines.append(
+                p.add_glyph(
+                    ColumnDataSource({"t": _f32(t[mine]), "y": _f32(y[mine])}),
+                    Line(
+                        x="t",
+                        y="y",
+                        line_color=Category10_10[i % 10],
+                        line_width=1.5,
+                        line_dash=DASHES[j % len(DASHES)],
+                    ),
+                    name=" ".join(x for x in (s.node_id, name) if x),
+                )
+            )
             if label:
                 legend.items.append(LegendItem(label=label, renderers=[lines[-1]]))
     if legend.items:
         p.add_layout(legend)
     unit = _y_label(plan.fields)
-    p.add_tools(HoverTool(renderers=lines, mode="vline", tooltips=[("node", "$name"), ("t", "@t{0.0} s"),
-                                                     ("value", f"@y{{0,0.[000]}} {unit}")]))
+    p.add_tools(
+        HoverTool(
+            renderers=lines,
+            mode="vline",
+            tooltips=[("node", "$name"), ("t", "@t{0.0} s"), ("value", f"@y{{0,0.[000]}} {unit}")],
+        )
+    )
     return p
 
 
 def heatmap_plot(run: Run, plan: Plan, window: Window, budget: int) -> Plot:
     """A field of a role's many nodes as a heat map: a row per node, a column per time slice, the
     colour the node's highest value in it (every peak shows; a slice without a sample is blank)."""
-    (field, _), = plan.fields
+    ((field, _),) = plan.fields
     lab, names = LABELS[field], plan.role.names
     n = len(names)
     t, y, node = figures.shown(run, plan.role, field)
@@ -199,19 +271,42 @@ def heatmap_plot(run: Run, plan: Plan, window: Window, budget: int) -> Plot:
     np.maximum.at(cells, node.astype(np.int64) * buckets + b, y)
     cells[np.isinf(cells)] = np.nan
     image = _f32(cells.reshape(n, buckets))
-    p = _figure(f"{_title(plan)} (colour: highest per time slice)", run, window, "node",
-                height=min(420, max(HEIGHT, 60 + 2 * n)), y_grid=False)
+    p = _figure(
+        f"{_title(plan)} (colour: highest per time slice)",
+        run,
+        window,
+        "node",
+        height=min(420, max(HEIGHT, 60 + 2 * n)),
+        y_grid=False,
+    )
     finite = y[np.isfinite(y)]
-    mapper = LinearColorMapper(palette=Viridis256, low=float(finite.min()) if len(finite) else 0,
-                               high=float(finite.max()) if len(finite) else 1, nan_color=(0, 0, 0, 0))
-    img = p.add_glyph(ColumnDataSource({"image": [image]}),
-                      Image(image="image", x=lo, y=-0.5, dw=hi - lo, dh=n, color_mapper=mapper))
-    p.add_layout(ColorBar(color_mapper=mapper, width=10, title=lab.unit, title_text_font_size="11px",
-                          formatter=BasicTickFormatter(use_scientific=False)), "right")
+    mapper = LinearColorMapper(
+        palette=Viridis256,
+        low=float(finite.min()) if len(finite) else 0,
+        high=float(finite.max()) if len(finite) else 1,
+        nan_color=(0, 0, 0, 0),
+    )
+    img = p.add_glyph(
+        ColumnDataSource({"image": [image]}), Image(image="image", x=lo, y=-0.5, dw=hi - lo, dh=n, color_mapper=mapper)
+    )
+    p.add_layout(
+        ColorBar(
+            color_mapper=mapper,
+            width=10,
+            title=lab.unit,
+            title_text_font_size="11px",
+            formatter=BasicTickFormatter(use_scientific=False),
+        ),
+        "right",
+    )
     _node_axis(p, names)
-    p.add_tools(HoverTool(renderers=[img], tooltips=[("node", "$y{custom}"), ("t", "$x{0.0} s"),
-                                                     ("highest", f"@image{{0,0.[000]}} {lab.unit}")],
-                          formatters={"$y": _node_name(names, rounded=True)}))
+    p.add_tools(
+        HoverTool(
+            renderers=[img],
+            tooltips=[("node", "$y{custom}"), ("t", "$x{0.0} s"), ("highest", f"@image{{0,0.[000]}} {lab.unit}")],
+            formatters={"$y": _node_name(names, rounded=True)},
+        )
+    )
     return p
 
 
@@ -225,7 +320,7 @@ def _node_axis(p: Plot, names: list[str]) -> None:
 
 def timeline_plot(run: Run, plan: Plan, window: Window, budget: int) -> Plot:
     """A flag of a role's nodes as a state timeline: a row per node, a bar while it was true."""
-    (field, _), = plan.fields
+    ((field, _),) = plan.fields
     series = plan.role.series
     buckets = max(MIN_NODE_BUCKETS, min(BUCKETS, budget // (3 * len(series))))
     gap = (run.span[1] - run.span[0]) / buckets
@@ -239,14 +334,27 @@ def timeline_plot(run: Run, plan: Plan, window: Window, budget: int) -> Plot:
     spans = sum(map(len, left))
     n = len(series)
     who = f"{plan.role.name} {series[0].node_id}" if n == 1 else f"{plan.role.name}, {n} nodes"
-    p = _figure(f"{plan.title}: {who} - a bar while true ({spans:,} spans)", run, window, "node",
-                height=min(420, max(150, 60 + 14 * n)), y_grid=False)
-    p.add_glyph(ColumnDataSource({"row": np.concatenate(row), "left": _f32(np.concatenate(left)),
-                                  "right": _f32(np.concatenate(right))}),
-                HBar(y="row", left="left", right="right", height=0.8, fill_color=FLAG_COLOUR, line_color=None))
+    p = _figure(
+        f"{plan.title}: {who} - a bar while true ({spans:,} spans)",
+        run,
+        window,
+        "node",
+        height=min(420, max(150, 60 + 14 * n)),
+        y_grid=False,
+    )
+    p.add_glyph(
+        ColumnDataSource(
+            {"row": np.concatenate(row), "left": _f32(np.concatenate(left)), "right": _f32(np.concatenate(right))}
+        ),
+        HBar(y="row", left="left", right="right", height=0.8, fill_color=FLAG_COLOUR, line_color=None),
+    )
     _node_axis(p, plan.role.names)
-    p.add_tools(HoverTool(tooltips=[("node", "@row{custom}"), ("from", "@left{0.0} s"), ("to", "@right{0.0} s")],
-                          formatters={"@row": _node_name(plan.role.names)}))
+    p.add_tools(
+        HoverTool(
+            tooltips=[("node", "@row{custom}"), ("from", "@left{0.0} s"), ("to", "@right{0.0} s")],
+            formatters={"@row": _node_name(plan.role.names)},
+        )
+    )
     return p
 
 
@@ -267,22 +375,37 @@ def sweep_plot(field: str, sweep: figures.Sweep, runs: list[Run], stats: list[di
     xs = [param.of(r.doc) for r in chosen]
     numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs)
     kw = {} if numeric else {"x_range": [param.text(x) for x in xs]}
-    p = figure(title=f"{lab.label} in the steady state against {param.label} ({len(chosen)} runs, all else equal)",
-               height=300, sizing_mode="stretch_width", tools=TOOLS, active_scroll=None, **kw)
+    p = figure(
+        title=f"{lab.label} in the steady state against {param.label} ({len(chosen)} runs, all else equal)",
+        height=300,
+        sizing_mode="stretch_width",
+        tools=TOOLS,
+        active_scroll=None,
+        **kw,
+    )
     known = [i for i, s in enumerate(st) if s.mean is not None]
     scale = lab.scale
     top = max(((st[i].mean + st[i].std) * scale for i in known), default=1.0)
     p.y_range = Range1d(start=0, end=top * 1.1 or 1.0)  # the whiskers, which the automatic range leaves out
-    src = ColumnDataSource({
-        "x": [xs[i] if numeric else param.text(xs[i]) for i in known], "mean": [st[i].mean * scale for i in known],
-        "low": [(st[i].mean - st[i].std) * scale for i in known],
-        "high": [(st[i].mean + st[i].std) * scale for i in known],
-        "std": [st[i].std * scale for i in known], "run": [chosen[i].name for i in known]})
+    src = ColumnDataSource(
+        {
+            "x": [xs[i] if numeric else param.text(xs[i]) for i in known],
+            "mean": [st[i].mean * scale for i in known],
+            "low": [(st[i].mean - st[i].std) * scale for i in known],
+            "high": [(st[i].mean + st[i].std) * scale for i in known],
+            "std": [st[i].std * scale for i in known],
+            "run": [chosen[i].name for i in known],
+        }
+    )
     dots = p.scatter(x="x", y="mean", source=src, size=9, color=DOT_COLOUR)
     p.add_layout(Whisker(base="x", lower="low", upper="high", source=src))
     p.xaxis.axis_label = param.heading()
     p.yaxis.axis_label = f"per merger: mean ± std ({lab.unit})"
-    p.add_tools(HoverTool(renderers=[dots], tooltips=[("run", "@run"), (param.label, "@x"),
-                                                       (lab.label, f"@mean{{0,0.0}} ± @std{{0,0.0}} {lab.unit}")]))
+    p.add_tools(
+        HoverTool(
+            renderers=[dots],
+            tooltips=[("run", "@run"), (param.label, "@x"), (lab.label, f"@mean{{0,0.0}} ± @std{{0,0.0}} {lab.unit}")],
+        )
+    )
     p.tags = [{"sweep": param.name, "field": field, "runs": [r.name for r in chosen]}]
     return p

@@ -24,8 +24,9 @@ def _firsts(where: np.ndarray, segment: np.ndarray) -> np.ndarray:
     return idx[np.r_[True, segment[idx][1:] != segment[idx][:-1]]]
 
 
-def minmax(t: np.ndarray, y: np.ndarray, lo: float, hi: float, buckets: int,
-           series: np.ndarray | None = None) -> np.ndarray:
+def minmax(
+    t: np.ndarray, y: np.ndarray, lo: float, hi: float, buckets: int, series: np.ndarray | None = None
+) -> np.ndarray:
     """Which samples to keep: in each bucket, the lowest and the highest (at their own times), so at
     most 2 x ``buckets`` per series. ``t`` and ``y`` (without NaN) hold one series in time order, or
     several one after the other, ``series`` saying whose each sample is (all reduced at once, in a

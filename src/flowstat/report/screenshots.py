@@ -21,9 +21,9 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 CHROMEDRIVER = "/usr/bin/chromedriver"
 LAPTOP = (1366, 768)  # the screen the report is checked and pictured at (CSS pixels)
@@ -40,8 +40,9 @@ return {plots: plots.length, drawn: plots.filter(v => v.has_finished() && v.canv
 OVERFLOW = """
 const doc = document.documentElement, width = doc.clientWidth, out = [];
 if (doc.scrollWidth > width) out.push('the page scrolls sideways: scrollWidth ' + doc.scrollWidth + ' > ' + width);
-const name = (e) => e.tagName.toLowerCase() + (e.id ? '#' + e.id : '') + (e.className && e.className.baseVal === undefined
-    ? '.' + String(e.className).trim().split(/\\s+/).join('.') : '');
+const name = (e) => e.tagName.toLowerCase() + (e.id ? '#' + e.id : '')
+    + (e.className && e.className.baseVal === undefined
+       ? '.' + String(e.className).trim().split(/\\s+/).join('.') : '');
 for (const e of document.body.querySelectorAll('*')) {
   const r = e.getBoundingClientRect();
   if (r.width === 0 && r.height === 0) continue;
@@ -76,15 +77,25 @@ def browser(size: tuple[int, int] = LAPTOP) -> Iterator:
         raise RuntimeError("chromedriver missing: apt-get install chromium chromium-driver (make test does)")
     profile = tempfile.mkdtemp(prefix="flowstat-chromium-")
     opts = webdriver.ChromeOptions()
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-component-update", "--no-first-run", "--hide-scrollbars", f"--user-data-dir={profile}",
-                f"--window-size={size[0]},{size[1]}"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--no-first-run",
+        "--hide-scrollbars",
+        f"--user-data-dir={profile}",
+        f"--window-size={size[0]},{size[1]}",
+    ):
         opts.add_argument(arg)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
     try:
-        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
-            "width": size[0], "height": size[1], "deviceScaleFactor": 1, "mobile": False})
+        driver.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": size[0], "height": size[1], "deviceScaleFactor": 1, "mobile": False},
+        )
         yield driver
     finally:
         driver.quit()
@@ -101,7 +112,9 @@ def open_report(driver, path: Path, plots: int, deadline_s: float = 60) -> dict:
     while True:
         views = driver.execute_script(
             "return window.Bokeh && Bokeh.documents.length && Bokeh.documents.every(d => d.is_idle) ? (() => {"
-            + PLOT_VIEWS.replace("return {", "return {now: performance.now(), ") + "})() : null")
+            + PLOT_VIEWS.replace("return {", "return {now: performance.now(), ")
+            + "})() : null"
+        )
         if (views and views["drawn"] >= plots) or time.monotonic() > end:
             break
         time.sleep(0.02)
@@ -110,8 +123,13 @@ def open_report(driver, path: Path, plots: int, deadline_s: float = 60) -> dict:
     log = [json.loads(e["message"])["message"] for e in driver.get_log("performance")]
     requests = [m["params"]["request"]["url"] for m in log if m["method"] == "Network.requestWillBeSent"]
     severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
-    return {"plots": views["plots"], "drawn": views["drawn"], "drawn_ms": round(views["now"]),
-            "requests": requests, "severe": severe}
+    return {
+        "plots": views["plots"],
+        "drawn": views["drawn"],
+        "drawn_ms": round(views["now"]),
+        "requests": requests,
+        "severe": severe,
+    }
 
 
 def overflow(driver) -> list[str]:
@@ -126,11 +144,14 @@ def verdicts_above_fold(driver) -> list[dict]:
 def hover(driver, plot_index: int, x_fraction: float = 0.5, y_fraction: float = 0.5) -> str:
     """Move the mouse over plot ``plot_index`` of the page (its frame, at the fractions of its width and
     height) and return the text of the tooltip Bokeh shows there ('' if none)."""
-    box = driver.execute_script("""
+    box = driver.execute_script(
+        """
         const v = [...Bokeh.index.all_views()].filter(v => v.model instanceof Bokeh.Models.get('Plot'))[arguments[0]];
         v.el.scrollIntoView({block: 'center'});
         const r = v.el.getBoundingClientRect(), f = v.frame.bbox;
-        return {left: r.left + f.left, top: r.top + f.top, width: f.width, height: f.height};""", plot_index)
+        return {left: r.left + f.left, top: r.top + f.top, width: f.width, height: f.height};""",
+        plot_index,
+    )
     x, y = box["left"] + box["width"] * x_fraction, box["top"] + box["height"] * y_fraction
     driver.execute_cdp_cmd("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x, "y": y})
     time.sleep(0.3)
@@ -161,6 +182,7 @@ def screenshot(driver, path: Path, scroll_to: str | None = None) -> Path:
 
 # -- the runs pictured ---------------------------------------------------------------------------------
 
+
 def record_demo(runs_dir: Path) -> list[Path]:
     """The demo's two runs, as ``make demo`` records them (without its stores)."""
     from flowstat.harness.orchestrator import run_topology
@@ -180,9 +202,15 @@ def many_producers(source: Path, out: Path, producers: int = 500) -> Path:
     lines = (source / "samples.ndjson").read_text().splitlines()
     header, body = json.loads(lines[0]), [json.loads(line) for line in lines[1:]]
     run_id = out.name
-    header["flowstat_run"] = {**header["flowstat_run"], "run_id": run_id,
-                              "parameters": {**header["flowstat_run"].get("parameters", {}), "producers": producers,
-                                             "producer_processes": producers}}
+    header["flowstat_run"] = {
+        **header["flowstat_run"],
+        "run_id": run_id,
+        "parameters": {
+            **header["flowstat_run"].get("parameters", {}),
+            "producers": producers,
+            "producer_processes": producers,
+        },
+    }
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "samples.ndjson", "w") as f:
         f.write(json.dumps(header) + "\n")
@@ -231,8 +259,11 @@ def generate(out: Path = ROOT / "docs" / "img", runs_dir: Path | None = None) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m flowstat.report.screenshots", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m flowstat.report.screenshots",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "img", help="where the PNG files go (docs/img)")
     ap.add_argument("--runs-dir", type=Path, help="keep the recorded runs here (default: a temporary folder)")
     args = ap.parse_args(argv)

@@ -16,8 +16,14 @@ def markdown_tables() -> str:
     """The documentation of every schema, a table each (docs/schema.md ends with it)."""
     from . import agent, run, sample
 
-    return ("## Sample\n\n" + sample.markdown_table() + "\n## Run\n\n" + run.markdown_table() + "\n## Agent\n\n"
-            + agent.markdown_table())
+    return (
+        "## Sample\n\n"
+        + sample.markdown_table()
+        + "\n## Run\n\n"
+        + run.markdown_table()
+        + "\n## Agent\n\n"
+        + agent.markdown_table()
+    )
 
 
 __all__ = ["markdown_tables"]

@@ -25,9 +25,19 @@ class Field:
 def read_fields(schema: dict) -> tuple[Field, ...]:
     """A flat schema's fields, in schema order."""
     required = set(schema["required"])
-    return tuple(Field(name, p["type"], p["x-influx"], name in required, p.get("x-unit"),
-                       tuple(p["enum"]) if "enum" in p else None, p.get("x-control"), p.get("x-rollup"))
-                 for name, p in schema["properties"].items())
+    return tuple(
+        Field(
+            name,
+            p["type"],
+            p["x-influx"],
+            name in required,
+            p.get("x-unit"),
+            tuple(p["enum"]) if "enum" in p else None,
+            p.get("x-control"),
+            p.get("x-rollup"),
+        )
+        for name, p in schema["properties"].items()
+    )
 
 
 def problems(doc: dict, fields: tuple[Field, ...]) -> list[str]:
@@ -49,8 +59,7 @@ def problems(doc: dict, fields: tuple[Field, ...]) -> list[str]:
 
 def to_json(doc: dict, fields: tuple[Field, ...]) -> str:
     """The JSON document (what Elasticsearch stores): the fields present, in schema order."""
-    return json.dumps({f.name: doc[f.name] for f in fields if f.name in doc}, separators=(",", ":"),
-                      ensure_ascii=False)
+    return json.dumps({f.name: doc[f.name] for f in fields if f.name in doc}, separators=(",", ":"), ensure_ascii=False)
 
 
 def markdown_table(fields: tuple[Field, ...], props: dict, control: bool) -> str:

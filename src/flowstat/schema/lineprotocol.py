@@ -6,7 +6,7 @@ same escaping, so both write the same bytes for the same data.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 
 def escape_key(text: str) -> str:
@@ -32,12 +32,14 @@ def field_value(value: bool | int | float | str) -> str:
     return escape_string(value)
 
 
-def point(measurement: str, tags: Mapping[str, str], fields: Mapping[str, bool | int | float | str],
-          time_ns: int) -> str:
+def point(
+    measurement: str, tags: Mapping[str, str], fields: Mapping[str, bool | int | float | str], time_ns: int
+) -> str:
     """One line, without its newline: tags sorted by key (as InfluxDB prefers), empty tags left out."""
     if not fields:
         raise ValueError(f"{measurement}: a point needs at least one field")
-    head = ",".join([escape_key(measurement)] + [f"{escape_key(k)}={escape_key(v)}" for k, v in sorted(tags.items())
-                                                 if v != ""])
+    head = ",".join(
+        [escape_key(measurement)] + [f"{escape_key(k)}={escape_key(v)}" for k, v in sorted(tags.items()) if v != ""]
+    )
     body = ",".join(f"{escape_key(k)}={field_value(v)}" for k, v in fields.items())
     return f"{head} {body} {time_ns}"

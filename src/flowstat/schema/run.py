@@ -59,8 +59,9 @@ def _walk(props: dict, path: tuple[str, ...]) -> list[Leaf]:
         if p["type"] == "object":
             out += _walk(p["properties"], path + (key,))
         else:
-            out.append(Leaf(path + (key,), p["type"], p.get("x-influx"), p.get("x-unit"), p["description"],
-                            p.get("default")))
+            out.append(
+                Leaf(path + (key,), p["type"], p.get("x-influx"), p.get("x-unit"), p["description"], p.get("default"))
+            )
     return out
 
 
@@ -101,7 +102,7 @@ def _size_text(nbytes: int) -> str:
 
 
 def mergers_text(p: dict) -> str:
-    """"2 mergers", or the mergers of each layer for a layered run: "4+1 mergers"."""
+    """ "2 mergers", or the mergers of each layer for a layered run: "4+1 mergers"."""
     layers = p.get("merger_layers") or []
     if layers:
         return "+".join(str(n) for n in [p["mergers"] - sum(layers), *layers]) + " mergers"
@@ -110,8 +111,11 @@ def mergers_text(p: dict) -> str:
 
 def merge_cost_text(p: dict) -> str:
     """The run's added merge cost, "" when none: "merges +1 ms/object +2 ms/MB x3"."""
-    parts = [f"+{p[key]:g} ms/{unit}" for key, unit in (("merge_cost_per_object_ms", "object"),
-                                                       ("merge_cost_per_mb_ms", "MB")) if p.get(key)]
+    parts = [
+        f"+{p[key]:g} ms/{unit}"
+        for key, unit in (("merge_cost_per_object_ms", "object"), ("merge_cost_per_mb_ms", "MB"))
+        if p.get(key)
+    ]
     if p.get("merge_cost_factor", 1) != 1:
         parts.append(f"x{p['merge_cost_factor']:g}")
     return f"merges {' '.join(parts)}" if parts else ""
@@ -122,8 +126,10 @@ def label(doc: dict) -> str:
     p = doc.get("parameters") or {}
     if {"producers", "rate_per_producer", "object_type", "object_bytes", "buffer_size", "mergers"} <= p.keys():
         rate = f"{p['rate_per_producer']:g}/s" if p["rate_per_producer"] else "unthrottled"
-        what = (f"{p['producers']} x {rate} {p['object_type']} {_size_text(p['object_bytes'])}, "
-                f"buffer {p['buffer_size']}, {mergers_text(p)}")
+        what = (
+            f"{p['producers']} x {rate} {p['object_type']} {_size_text(p['object_bytes'])}, "
+            f"buffer {p['buffer_size']}, {mergers_text(p)}"
+        )
         cost = merge_cost_text(p)
         what += f", {cost}" if cost else ""
     else:

@@ -10,9 +10,9 @@ large file can be read in parts, in parallel: ``spans`` cuts it at line starts.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
 
 import orjson
 
@@ -61,8 +61,12 @@ def bad_field(doc: dict, types: dict[str, tuple], required: list[str]) -> str | 
         allowed = types.get(key)
         if allowed is None:
             return f"field {key!r}: not in the schema"
-        if (type(value) not in allowed or (key in _INTEGERS and not 0 <= value <= INT64_MAX)
-                or value != value or (key in _ENUMS and value not in _ENUMS[key])):
+        if (
+            type(value) not in allowed
+            or (key in _INTEGERS and not 0 <= value <= INT64_MAX)
+            or value != value
+            or (key in _ENUMS and value not in _ENUMS[key])
+        ):
             return f"field {key!r}: wrong type or value {value!r}"[:120]
     for key in required:
         if key not in doc:
@@ -80,7 +84,7 @@ def spans(path: Path, parts: int) -> list[tuple[int, int]]:
             f.readline()  # to the start of the next line
             if f.tell() < size:
                 cuts.append(f.tell())
-    return list(zip(cuts, cuts[1:] + [size]))
+    return list(zip(cuts, cuts[1:] + [size], strict=False))
 
 
 def samples(path: Path, report: FileReport, span: tuple[int, int] | None = None) -> Iterator[Sample]:
@@ -124,8 +128,12 @@ def samples(path: Path, report: FileReport, span: tuple[int, int] | None = None)
                 lay = layout(keys, value_types)
                 layouts[keys] = (value_types, lay)
             ints = lay.integers(values)
-            if not (lay.conforms and min(ints) >= 0 and max(ints) <= INT64_MAX
-                    and (lay.enums is None or lay.enums(values) in lay.allowed)):
+            if not (
+                lay.conforms
+                and min(ints) >= 0
+                and max(ints) <= INT64_MAX
+                and (lay.enums is None or lay.enums(values) in lay.allowed)
+            ):
                 if "flowstat_run" in doc:
                     if lineno != 1 or start:
                         bad((lineno, "a run header that is not on the first line"))
@@ -204,8 +212,10 @@ def _run_json(path: Path, report: FileReport) -> dict:
         return {}
     if not isinstance(doc, dict) or doc.get("run_id") != report.run_id:
         what = f"run {doc.get('run_id')!r}" if isinstance(doc, dict) else "not a run document"
-        report.notes.append(f"{path}: {what}, but the samples are of run {report.run_id!r}; the run document "
-                            f"comes from the run file")
+        report.notes.append(
+            f"{path}: {what}, but the samples are of run {report.run_id!r}; the run document "
+            f"comes from the run file"
+        )
         return {}
     return doc
 
@@ -228,8 +238,12 @@ def run_document(report: FileReport, *, retime: Callable[[str], str] | None = No
         for key in ("started", "finished"):
             if key in doc:
                 doc[key] = retime(doc[key])
-    for key, value in (("started", report.first_time), ("finished", report.last_time), ("host", report.host),
-                       ("nodes", sorted(report.nodes))):
+    for key, value in (
+        ("started", report.first_time),
+        ("finished", report.last_time),
+        ("host", report.host),
+        ("nodes", sorted(report.nodes)),
+    ):
         doc.setdefault(key, value)
     doc["samples"] = report.good
     doc.setdefault("label", run_schema.label(doc))

@@ -8,11 +8,11 @@ cannot drift apart.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from operator import itemgetter
-from typing import Callable
 
 from . import _files
 from ._check import INT64_MAX, type_ok
@@ -57,8 +57,11 @@ def from_control_reply(reply: dict) -> dict:
         value = reply[f.control]
         if f.type == "number" and type_ok(value, "number"):
             out[f.name] = float(value)
-        elif (type_ok(value, f.type) and not (f.type == "integer" and not 0 <= value <= INT64_MAX)
-              and not (f.enum and value not in f.enum)):
+        elif (
+            type_ok(value, f.type)
+            and not (f.type == "integer" and not 0 <= value <= INT64_MAX)
+            and not (f.enum and value not in f.enum)
+        ):
             out[f.name] = value
     return out
 
@@ -73,7 +76,7 @@ def validate(sample: dict) -> list[str]:
 
 
 _TIME_CACHE: dict[str, int] = {}
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MILLISECOND = timedelta(milliseconds=1)
 
 
@@ -111,8 +114,14 @@ _SERIES_CACHE: dict[tuple, str] = {}
 def _series(tag_values: tuple) -> str:
     """The line's series prefix ('measurement,tag=value,...') for tag values in sorted tag order; cached."""
     measurement_key, tags, _ = _line_plan()
-    head = ",".join([measurement_key] + [f"{_escape_key(t)}={_escape_key(str(v))}"
-                                         for t, v in zip(tags, tag_values) if v not in (None, "")])
+    head = ",".join(
+        [measurement_key]
+        + [
+            f"{_escape_key(t)}={_escape_key(str(v))}"
+            for t, v in zip(tags, tag_values, strict=False)
+            if v not in (None, "")
+        ]
+    )
     if len(_SERIES_CACHE) > 65536:
         _SERIES_CACHE.clear()
     _SERIES_CACHE[tag_values] = head
@@ -201,32 +210,54 @@ def layout(keys: tuple[str, ...], types: tuple[type, ...]) -> Layout:
     by_name = {f.name: f for f in fields()}
     required = {f.name for f in fields() if f.required}
     position = {k: i for i, k in enumerate(keys)}
-    conforms = (len(position) == len(keys) and all(k in by_name for k in keys) and required <= position.keys()
-                and all(t in PY_TYPES[by_name[k].type] for k, t in zip(keys, types)))
+    conforms = (
+        len(position) == len(keys)
+        and all(k in by_name for k in keys)
+        and required <= position.keys()
+        and all(t in PY_TYPES[by_name[k].type] for k, t in zip(keys, types, strict=False))
+    )
     if not conforms:
         return Layout(False, False)
     ints = [i for i, k in enumerate(keys) if by_name[k].type == "integer"]
     integers = _getter(ints) if ints else _no_integers
     enumerated = [k for k in keys if by_name[k].enum]
-    enums = dict(enums=_getter([position[k] for k in enumerated]),
-                 allowed=frozenset(itertools.product(*(by_name[k].enum for k in enumerated)))) if enumerated else {}
+    enums = (
+        dict(
+            enums=_getter([position[k] for k in enumerated]),
+            allowed=frozenset(itertools.product(*(by_name[k].enum for k in enumerated))),
+        )
+        if enumerated
+        else {}
+    )
     _, tag_names, plan = _line_plan()
     # Not fast: a tag left out (its series differs), or an integer in a number field (it must be
     # written as a float: repr(float(v)) is not a format a %-spec gives).
     fast = all(t in position for t in tag_names) and all(
-        types[position[name]] is float for name, _, typ in plan if typ == "number" and name in position)
+        types[position[name]] is float for name, _, typ in plan if typ == "number" and name in position
+    )
     if not fast:
         return Layout(True, False, integers, **enums)
     present = [(name, key, typ) for name, key, typ in plan if name in position]
     bools = [name for name, _, typ in present if typ == "boolean"]
     formats = {}
     for values in itertools.product((False, True), repeat=len(bools)):
-        given = dict(zip(bools, values))
-        formats[values] = ",".join(f"{key}={'true' if given[name] else 'false'}" if typ == "boolean"
-                                   else f"{key}={_FIELD_FORMAT[PY_TYPES[typ][0]]}" for name, key, typ in present)
-    return Layout(True, True, integers, _getter([position[t] for t in tag_names]),
-                  _getter([position[name] for name, _, typ in present if typ != "boolean"]),
-                  _getter([position[b] for b in bools]) if bools else None, formats, **enums)
+        given = dict(zip(bools, values, strict=False))
+        formats[values] = ",".join(
+            f"{key}={'true' if given[name] else 'false'}"
+            if typ == "boolean"
+            else f"{key}={_FIELD_FORMAT[PY_TYPES[typ][0]]}"
+            for name, key, typ in present
+        )
+    return Layout(
+        True,
+        True,
+        integers,
+        _getter([position[t] for t in tag_names]),
+        _getter([position[name] for name, _, typ in present if typ != "boolean"]),
+        _getter([position[b] for b in bools]) if bools else None,
+        formats,
+        **enums,
+    )
 
 
 def to_json(sample: dict) -> str:

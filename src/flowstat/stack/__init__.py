@@ -17,8 +17,12 @@ from .telegraf import Telegraf
 
 __all__ = ["SERVICES", "Service", "Stack", "StackError", "default_cache"]
 
-SERVICES: dict[str, type[Service]] = {"influxdb": InfluxDB, "elasticsearch": Elasticsearch, "telegraf": Telegraf,
-                                      "elastalert": ElastAlert}
+SERVICES: dict[str, type[Service]] = {
+    "influxdb": InfluxDB,
+    "elasticsearch": Elasticsearch,
+    "telegraf": Telegraf,
+    "elastalert": ElastAlert,
+}
 """Every server, by name, in start order (a server that needs another starts after it)."""
 
 SYSTEM_CACHE = Path("/var/lib/flowstat/stack")
@@ -35,16 +39,27 @@ def default_cache() -> Path:
 
 
 class Stack:
-    def __init__(self, cache: Path | None = None, ports: dict[str, int] | None = None,
-                 services: tuple[str, ...] | None = None, options: dict[str, dict] | None = None):
+    def __init__(
+        self,
+        cache: Path | None = None,
+        ports: dict[str, int] | None = None,
+        services: tuple[str, ...] | None = None,
+        options: dict[str, dict] | None = None,
+    ):
         """OPTIONS: per service, what `up` is told beyond ports (e.g. {"elastalert": {"webhook": URL}})."""
         self.cache = (cache or default_cache()).resolve()
         make_folder(self.cache)
         known = load_state(self.cache)
-        chosen = {**{name: cls.default_port for name, cls in SERVICES.items()},
-                  **{k: v["port"] for k, v in known.items() if k in SERVICES}, **(ports or {})}
-        self.services: list[Service] = [cls(name, self.cache, chosen[name], options=dict((options or {}).get(name, {})))
-                                        for name, cls in SERVICES.items() if services is None or name in services]
+        chosen = {
+            **{name: cls.default_port for name, cls in SERVICES.items()},
+            **{k: v["port"] for k, v in known.items() if k in SERVICES},
+            **(ports or {}),
+        }
+        self.services: list[Service] = [
+            cls(name, self.cache, chosen[name], options=dict((options or {}).get(name, {})))
+            for name, cls in SERVICES.items()
+            if services is None or name in services
+        ]
         for s in self.services:
             s.link(self, chosen)
 

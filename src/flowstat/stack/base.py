@@ -54,10 +54,15 @@ def run_as_prefix() -> list[str]:
     try:
         pwd.getpwnam(SERVICE_USER)
     except KeyError:
-        r = subprocess.run([_system_program("useradd"), "--system", "--no-create-home", "--shell",
-                            "/usr/sbin/nologin", SERVICE_USER], capture_output=True, text=True)
+        r = subprocess.run(
+            [_system_program("useradd"), "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SERVICE_USER],
+            capture_output=True,
+            text=True,
+        )
         if r.returncode != 0:
-            raise StackError(f"cannot create the service user {SERVICE_USER}: useradd: {r.stderr.strip()[-300:]}")
+            raise StackError(
+                f"cannot create the service user {SERVICE_USER}: useradd: {r.stderr.strip()[-300:]}"
+            ) from None
     return [_system_program("runuser"), "-u", SERVICE_USER, "--"]
 
 
@@ -193,33 +198,48 @@ class Service:
         self.down()
         for p in self.ports():
             if not port_free(p):
-                raise StackError(f"{self.name}: port {p} on 127.0.0.1 is taken by another program; "
-                                 f"choose another port (see flowstat stack up --help)")
+                raise StackError(
+                    f"{self.name}: port {p} on 127.0.0.1 is taken by another program; "
+                    f"choose another port (see flowstat stack up --help)"
+                )
         make_folder(self.home)
         prefix = run_as_prefix()
         blocked = unreachable_by_service_user(self.home)  # before a download or build that would be in vain
         if blocked is not None:
-            raise StackError(f"{self.name}: the servers run as user {SERVICE_USER}, which cannot enter {blocked} "
-                             f"(mode {blocked.stat().st_mode & 0o777:o}); give a --cache it can reach, such as "
-                             f"/var/lib/flowstat/stack (root's default)")
+            raise StackError(
+                f"{self.name}: the servers run as user {SERVICE_USER}, which cannot enter {blocked} "
+                f"(mode {blocked.stat().st_mode & 0o777:o}); give a --cache it can reach, such as "
+                f"/var/lib/flowstat/stack (root's default)"
+            )
         self.install()
         give_to_service_user(*self.owned_paths())
         cmd, env = self.command()
         with open(self.log_path, "ab") as log:
-            proc = subprocess.Popen(prefix + cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    env={**os.environ, **env}, start_new_session=True, cwd=self.home)
+            proc = subprocess.Popen(
+                prefix + cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **env},
+                start_new_session=True,
+                cwd=self.home,
+            )
         self.pid_path.write_text(str(proc.pid))
         deadline = time.monotonic() + self.health_timeout_s
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise StackError(f"{self.name} died while starting (exit code {proc.returncode}); "
-                                 f"log: {self.log_path}\n{self.log_tail()}")
+                raise StackError(
+                    f"{self.name} died while starting (exit code {proc.returncode}); "
+                    f"log: {self.log_path}\n{self.log_tail()}"
+                )
             if self.healthy():
                 return f"started{f' on 127.0.0.1:{self.port}' if self.ports() else ''} (pid {proc.pid})"
             time.sleep(0.25)  # polling a server's health endpoint until it answers
         self.down()
-        raise StackError(f"{self.name} did not answer at {self.url} within {self.health_timeout_s:.0f} s; "
-                         f"log: {self.log_path}\n{self.log_tail()}")
+        raise StackError(
+            f"{self.name} did not answer at {self.url} within {self.health_timeout_s:.0f} s; "
+            f"log: {self.log_path}\n{self.log_tail()}"
+        )
 
     def down(self) -> str:
         pid = self.pid()
@@ -240,8 +260,14 @@ class Service:
 
     def status(self) -> dict:
         pid = self.pid()
-        return {"service": self.name, "url": self.url, "pid": pid, "running": pid is not None,
-                "healthy": pid is not None and self.healthy(), "log": str(self.log_path)}
+        return {
+            "service": self.name,
+            "url": self.url,
+            "pid": pid,
+            "running": pid is not None,
+            "healthy": pid is not None and self.healthy(),
+            "log": str(self.log_path),
+        }
 
     def get(self, path: str, **kw) -> requests.Response:
         return requests.get(self.url + path, timeout=kw.pop("timeout", 2.0), **kw)

@@ -10,37 +10,67 @@ import time
 from pathlib import Path
 
 HELP = "start, stop or check the local servers (InfluxDB, Elasticsearch, Telegraf, ElastAlert)"
-PARSER = dict(description="Real servers on 127.0.0.1 without Docker: InfluxDB 1.x from Debian, Elasticsearch from "
-                          "Maven Central, Telegraf built pinned from the Go module proxy, ElastAlert2 pinned from "
-                          "PyPI into a virtualenv of its own, run as an unprivileged "
-                          "user, cached under --cache. `up` is idempotent and installs the index templates, "
-                          "database, retention policies and continuous queries; `install` only downloads and "
-                          "builds the servers (up does it when needed); `status` exits 1 unless every server "
-                          "answers.")
+PARSER = dict(
+    description="Real servers on 127.0.0.1 without Docker: InfluxDB 1.x from Debian, Elasticsearch from "
+    "Maven Central, Telegraf built pinned from the Go module proxy, ElastAlert2 pinned from "
+    "PyPI into a virtualenv of its own, run as an unprivileged "
+    "user, cached under --cache. `up` is idempotent and installs the index templates, "
+    "database, retention policies and continuous queries; `install` only downloads and "
+    "builds the servers (up does it when needed); `status` exits 1 unless every server "
+    "answers."
+)
 
 
 def configure(p: argparse.ArgumentParser) -> None:
     from . import SERVICES
 
-    p.add_argument("action", choices=["up", "down", "status", "install", "alerts"],
-                   help="alerts: print the alerts ElastAlert has sent, a line each (from CACHE/elastalert/alerts.log)")
-    p.add_argument("--cache", metavar="DIR", help="where servers, data and logs live (default: $FLOWSTAT_CACHE/stack; "
-                                                   "for root /var/lib/flowstat/stack; else ~/.cache/flowstat/stack)")
+    p.add_argument(
+        "action",
+        choices=["up", "down", "status", "install", "alerts"],
+        help="alerts: print the alerts ElastAlert has sent, a line each (from CACHE/elastalert/alerts.log)",
+    )
+    p.add_argument(
+        "--cache",
+        metavar="DIR",
+        help="where servers, data and logs live (default: $FLOWSTAT_CACHE/stack; "
+        "for root /var/lib/flowstat/stack; else ~/.cache/flowstat/stack)",
+    )
     for name, cls in SERVICES.items():
         if cls.port_option:
-            p.add_argument(f"--{cls.port_option}", type=int, metavar="P", dest=f"port_{name}",
-                           help=f"{cls.port_help} (default {cls.default_port})")
-    p.add_argument("--alert-webhook", metavar="URL", default=os.environ.get("FLOWSTAT_ALERT_WEBHOOK") or None,
-                   help="ElastAlert also POSTs each alert as JSON to URL (default: $FLOWSTAT_ALERT_WEBHOOK; "
-                        "every alert is in CACHE/elastalert/alerts.log in any case)")
-    p.add_argument("--alert-rules", metavar="DIR", action="append", default=[],
-                   help="a folder of more ElastAlert rules (*.yaml) to run beside flowstat's (repeatable)")
+            p.add_argument(
+                f"--{cls.port_option}",
+                type=int,
+                metavar="P",
+                dest=f"port_{name}",
+                help=f"{cls.port_help} (default {cls.default_port})",
+            )
+    p.add_argument(
+        "--alert-webhook",
+        metavar="URL",
+        default=os.environ.get("FLOWSTAT_ALERT_WEBHOOK") or None,
+        help="ElastAlert also POSTs each alert as JSON to URL (default: $FLOWSTAT_ALERT_WEBHOOK; "
+        "every alert is in CACHE/elastalert/alerts.log in any case)",
+    )
+    p.add_argument(
+        "--alert-rules",
+        metavar="DIR",
+        action="append",
+        default=[],
+        help="a folder of more ElastAlert rules (*.yaml) to run beside flowstat's (repeatable)",
+    )
     p.add_argument("--only", metavar="LIST", help=f"comma-separated servers (default: all: {', '.join(SERVICES)})")
     p.add_argument("--json", action="store_true", help="status or alerts as JSON")
     p.add_argument("--run", metavar="RUN_ID", help="alerts: only those of this run")
-    p.add_argument("--rule", metavar="NAME", help="alerts: only those of the rule named NAME (e.g. 'Buffer overloaded')")
-    p.add_argument("--wait", metavar="S", type=float, default=0.0,
-                   help="alerts: wait up to S seconds for a first one (exit 1 if none came; default 0)")
+    p.add_argument(
+        "--rule", metavar="NAME", help="alerts: only those of the rule named NAME (e.g. 'Buffer overloaded')"
+    )
+    p.add_argument(
+        "--wait",
+        metavar="S",
+        type=float,
+        default=0.0,
+        help="alerts: wait up to S seconds for a first one (exit 1 if none came; default 0)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -51,7 +81,9 @@ def main(args: argparse.Namespace) -> int:
     services = tuple(x.strip() for x in args.only.split(",")) if args.only else tuple(SERVICES)
     unknown = set(services) - set(SERVICES)
     if unknown:
-        print(f"flowstat stack: --only: unknown service {sorted(unknown)[0]!r} ({', '.join(SERVICES)})", file=sys.stderr)
+        print(
+            f"flowstat stack: --only: unknown service {sorted(unknown)[0]!r} ({', '.join(SERVICES)})", file=sys.stderr
+        )
         return 2
     try:
         stack = Stack(Path(args.cache) if args.cache else None, ports, services, options)
@@ -68,8 +100,9 @@ def main(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps(rows, indent=1))
             for r in rows if not args.json else ():
-                state = r.get("state") or ("healthy" if r["healthy"] else
-                                           "running, not answering" if r["running"] else "stopped")
+                state = r.get("state") or (
+                    "healthy" if r["healthy"] else "running, not answering" if r["running"] else "stopped"
+                )
                 print(f"{r['service']:<14} {state:<27} {r['url']:<24} log: {r['log']}")
                 for line in r.get("details", ()):  # what else a server has to say (ElastAlert: rules, alerts)
                     print(f"{'':<14} {line}")

@@ -28,8 +28,11 @@ from .base import Service, StackError
 
 ES_VERSION = os.environ.get("FLOWSTAT_ES_VERSION", "8.19.21")
 ARTIFACT = "org.elasticsearch.distribution.integ-test-zip:elasticsearch:{v}:zip"
-JAVA_HOMES = ("/usr/lib/jvm/java-17-openjdk-amd64", "/usr/lib/jvm/java-21-openjdk-amd64",
-              "/usr/lib/jvm/temurin-25-jdk-amd64")
+JAVA_HOMES = (
+    "/usr/lib/jvm/java-17-openjdk-amd64",
+    "/usr/lib/jvm/java-21-openjdk-amd64",
+    "/usr/lib/jvm/temurin-25-jdk-amd64",
+)
 ANALYSIS_FILES = "es-analysis"  # package data: the module's Java source and its descriptor
 ANALYSIS_MODULE = "flowstat-security-analysis"  # its folder under the distribution's modules/
 ANALYSIS_SOURCE = "FlowstatAnalysisPlugin.java"
@@ -38,8 +41,18 @@ ELASTIC_USER = "elastic"
 
 
 def m2_zip(version: str) -> Path:
-    return (Path.home() / ".m2" / "repository" / "org" / "elasticsearch" / "distribution" / "integ-test-zip" /
-            "elasticsearch" / version / f"elasticsearch-{version}.zip")
+    return (
+        Path.home()
+        / ".m2"
+        / "repository"
+        / "org"
+        / "elasticsearch"
+        / "distribution"
+        / "integ-test-zip"
+        / "elasticsearch"
+        / version
+        / f"elasticsearch-{version}.zip"
+    )
 
 
 def secured_distribution(cache: Path) -> Path:
@@ -65,8 +78,9 @@ def unzip_keeping_modes(archive: Path, dest: Path) -> None:
 def _run(what: str, cmd: list[str], **kw) -> None:
     r = subprocess.run(cmd, capture_output=True, text=True, **kw)
     if r.returncode != 0:
-        raise StackError(f"elasticsearch: {what} failed (exit code {r.returncode}): "
-                         f"{(r.stdout + r.stderr).strip()[-800:]}")
+        raise StackError(
+            f"elasticsearch: {what} failed (exit code {r.returncode}): " f"{(r.stdout + r.stderr).strip()[-800:]}"
+        )
 
 
 def _digest(password: str, salt: bytes) -> str:
@@ -136,11 +150,16 @@ class Elasticsearch(Service):
         if not archive.exists():
             if not shutil.which("mvn"):
                 raise StackError("elasticsearch: Maven (mvn) is needed to download the server from Maven Central")
-            r = subprocess.run(["mvn", "-q", "dependency:get", f"-Dartifact={ARTIFACT.format(v=ES_VERSION)}",
-                                "-Dtransitive=false"], capture_output=True, text=True)
+            r = subprocess.run(
+                ["mvn", "-q", "dependency:get", f"-Dartifact={ARTIFACT.format(v=ES_VERSION)}", "-Dtransitive=false"],
+                capture_output=True,
+                text=True,
+            )
             if r.returncode != 0 or not archive.exists():
-                raise StackError(f"elasticsearch: download of {ARTIFACT.format(v=ES_VERSION)} failed: "
-                                 f"{(r.stdout + r.stderr).strip()[-500:]}")
+                raise StackError(
+                    f"elasticsearch: download of {ARTIFACT.format(v=ES_VERSION)} failed: "
+                    f"{(r.stdout + r.stderr).strip()[-500:]}"
+                )
         self.dist.parent.mkdir(parents=True, exist_ok=True)
         try:
             unzip_keeping_modes(archive, self.dist.parent)
@@ -163,17 +182,30 @@ class Elasticsearch(Service):
         if not javac.exists():
             found = [h for h in JAVA_HOMES if Path(h, "bin", "javac").exists()]
             if not found:
-                raise StackError("elasticsearch: security needs a JDK's javac to compile its analysis module "
-                                 "(Debian: apt-get install openjdk-17-jdk-headless)")
+                raise StackError(
+                    "elasticsearch: security needs a JDK's javac to compile its analysis module "
+                    "(Debian: apt-get install openjdk-17-jdk-headless)"
+                )
             javac = Path(found[0], "bin", "javac")
         # Built beside modules/ (never inside it: the node would load a half-made module), then
         # renamed into place in one step.
         with tempfile.TemporaryDirectory(dir=self.dist, prefix=".build-") as tmp:
             build = Path(tmp)
             (build / ANALYSIS_SOURCE).write_bytes(source)
-            _run(f"compiling its {ANALYSIS_MODULE} module", [
-                str(javac), "--release", ANALYSIS_JAVA_RELEASE, "-nowarn", "-cp", str(self.dist / "lib" / "*"),
-                "-d", str(build / "classes"), str(build / ANALYSIS_SOURCE)])
+            _run(
+                f"compiling its {ANALYSIS_MODULE} module",
+                [
+                    str(javac),
+                    "--release",
+                    ANALYSIS_JAVA_RELEASE,
+                    "-nowarn",
+                    "-cp",
+                    str(self.dist / "lib" / "*"),
+                    "-d",
+                    str(build / "classes"),
+                    str(build / ANALYSIS_SOURCE),
+                ],
+            )
             made = build / ANALYSIS_MODULE
             made.mkdir()
             with zipfile.ZipFile(made / f"{ANALYSIS_MODULE}-{ES_VERSION}.jar", "w", zipfile.ZIP_DEFLATED) as jar:
@@ -182,7 +214,8 @@ class Elasticsearch(Service):
                     jar.write(cls, cls.relative_to(build / "classes").as_posix())
             (made / "plugin-descriptor.properties").write_text(
                 stamp + template.format(name=ANALYSIS_MODULE, version=ES_VERSION, java_version=ANALYSIS_JAVA_RELEASE),
-                encoding="utf-8")
+                encoding="utf-8",
+            )
             for p in [made, *made.iterdir()]:
                 p.chmod(0o755 if p.is_dir() else 0o644)
             if module.exists():
@@ -193,8 +226,12 @@ class Elasticsearch(Service):
         """A configuration folder of this node's own (its keystore and certificates live there)."""
         if (self.config_dir / "jvm.options").exists():
             return
-        shutil.copytree(self.dist / "config", self.config_dir, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("elasticsearch.keystore"))
+        shutil.copytree(
+            self.dist / "config",
+            self.config_dir,
+            dirs_exist_ok=True,
+            ignore=shutil.ignore_patterns("elasticsearch.keystore"),
+        )
 
     def _certificates(self) -> None:
         """A CA and the node's certificate (SAN IP:127.0.0.1, DNS:localhost), PEM, made once."""
@@ -207,21 +244,68 @@ class Elasticsearch(Service):
         certs.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=certs, prefix=".make-") as tmp:
             t = Path(tmp)
-            (t / "ca.cnf").write_text("[req]\nprompt=no\ndistinguished_name=dn\nx509_extensions=ca\n"
-                                      "[dn]\nCN=flowstat stack CA\n"
-                                      "[ca]\nbasicConstraints=critical,CA:TRUE\nkeyUsage=critical,keyCertSign,cRLSign\n"
-                                      "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid:always\n")
-            (t / "http.ext").write_text("basicConstraints=critical,CA:FALSE\n"
-                                        "keyUsage=critical,digitalSignature,keyEncipherment\n"
-                                        "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n"
-                                        "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid,issuer\n")
+            (t / "ca.cnf").write_text(
+                "[req]\nprompt=no\ndistinguished_name=dn\nx509_extensions=ca\n"
+                "[dn]\nCN=flowstat stack CA\n"
+                "[ca]\nbasicConstraints=critical,CA:TRUE\nkeyUsage=critical,keyCertSign,cRLSign\n"
+                "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid:always\n"
+            )
+            (t / "http.ext").write_text(
+                "basicConstraints=critical,CA:FALSE\n"
+                "keyUsage=critical,digitalSignature,keyEncipherment\n"
+                "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n"
+                "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid,issuer\n"
+            )
             for cmd in (
-                    [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", t / "ca.key", "-out",
-                     t / "ca.crt", "-days", "3650", "-config", t / "ca.cnf"],
-                    [openssl, "req", "-newkey", "rsa:2048", "-nodes", "-keyout", t / "http.key", "-out", t / "http.csr",
-                     "-subj", "/CN=localhost"],
-                    [openssl, "x509", "-req", "-in", t / "http.csr", "-CA", t / "ca.crt", "-CAkey", t / "ca.key",
-                     "-CAcreateserial", "-out", t / "http.crt", "-days", "825", "-sha256", "-extfile", t / "http.ext"]):
+                [
+                    openssl,
+                    "req",
+                    "-x509",
+                    "-newkey",
+                    "rsa:2048",
+                    "-nodes",
+                    "-keyout",
+                    t / "ca.key",
+                    "-out",
+                    t / "ca.crt",
+                    "-days",
+                    "3650",
+                    "-config",
+                    t / "ca.cnf",
+                ],
+                [
+                    openssl,
+                    "req",
+                    "-newkey",
+                    "rsa:2048",
+                    "-nodes",
+                    "-keyout",
+                    t / "http.key",
+                    "-out",
+                    t / "http.csr",
+                    "-subj",
+                    "/CN=localhost",
+                ],
+                [
+                    openssl,
+                    "x509",
+                    "-req",
+                    "-in",
+                    t / "http.csr",
+                    "-CA",
+                    t / "ca.crt",
+                    "-CAkey",
+                    t / "ca.key",
+                    "-CAcreateserial",
+                    "-out",
+                    t / "http.crt",
+                    "-days",
+                    "825",
+                    "-sha256",
+                    "-extfile",
+                    t / "http.ext",
+                ],
+            ):
                 _run("making the TLS certificates", [str(c) for c in cmd])
             (t / "http.key").chmod(0o600)
             for name in ("http.key", "http.crt", "ca.crt"):  # the CA's key is not kept: nothing signs again
@@ -233,8 +317,10 @@ class Elasticsearch(Service):
         beside it (each run of the keystore tool starts a JVM)."""
         password = os.environ.get("ELASTIC_PASSWORD", "")
         if not password:
-            raise StackError("elasticsearch: security is on: set ELASTIC_PASSWORD in the environment "
-                             "(the password of the user elastic)")
+            raise StackError(
+                "elasticsearch: security is on: set ELASTIC_PASSWORD in the environment "
+                "(the password of the user elastic)"
+            )
         keystore, stamp = self.config_dir / "elasticsearch.keystore", self.config_dir / ".bootstrap-password.digest"
         try:
             salt, kept = stamp.read_text().split(":")
@@ -247,8 +333,12 @@ class Elasticsearch(Service):
         stamp.unlink(missing_ok=True)
         keystore.unlink(missing_ok=True)  # made anew: the tool, as root, will not rewrite the service user's
         _run("elasticsearch-keystore create", [tool, "create"], env=env, stdin=subprocess.DEVNULL)
-        _run("elasticsearch-keystore add bootstrap.password", [tool, "add", "-x", "bootstrap.password"], env=env,
-             input=password)
+        _run(
+            "elasticsearch-keystore add bootstrap.password",
+            [tool, "add", "-x", "bootstrap.password"],
+            env=env,
+            input=password,
+        )
         salt = os.urandom(16)
         stamp.touch(mode=0o600)
         stamp.write_text(f"{salt.hex()}:{_digest(password, salt)}")
@@ -261,20 +351,43 @@ class Elasticsearch(Service):
 
     # -- run --------------------------------------------------------------------------------------
     def command(self):
-        cmd = [str(self.dist / "bin" / "elasticsearch"), "-E", "discovery.type=single-node",
-               "-E", f"http.port={self.port}", "-E", f"transport.port={self.transport_port}",
-               "-E", "network.host=127.0.0.1",
-               "-E", f"path.data={self.home / 'data'}", "-E", f"path.logs={self.home / 'logs'}",
-               "-E", "cluster.routing.allocation.disk.threshold_enabled=false"]
+        cmd = [
+            str(self.dist / "bin" / "elasticsearch"),
+            "-E",
+            "discovery.type=single-node",
+            "-E",
+            f"http.port={self.port}",
+            "-E",
+            f"transport.port={self.transport_port}",
+            "-E",
+            "network.host=127.0.0.1",
+            "-E",
+            f"path.data={self.home / 'data'}",
+            "-E",
+            f"path.logs={self.home / 'logs'}",
+            "-E",
+            "cluster.routing.allocation.disk.threshold_enabled=false",
+        ]
         env = {"ES_JAVA_HOME": self.java_home(), "ES_JAVA_OPTS": self.extra.get("java_opts", "-Xms512m -Xmx512m")}
         if not self.secured:
             return cmd + ["-E", "xpack.security.enabled=false"], env
-        cmd += ["-E", "xpack.security.enabled=true", "-E", "xpack.security.transport.ssl.enabled=false",
-                "-E", f"xpack.security.http.ssl.enabled={'true' if self.tls else 'false'}"]
+        cmd += [
+            "-E",
+            "xpack.security.enabled=true",
+            "-E",
+            "xpack.security.transport.ssl.enabled=false",
+            "-E",
+            f"xpack.security.http.ssl.enabled={'true' if self.tls else 'false'}",
+        ]
         if self.tls:  # relative to the configuration folder
-            cmd += ["-E", "xpack.security.http.ssl.key=certs/http.key",
-                    "-E", "xpack.security.http.ssl.certificate=certs/http.crt",
-                    "-E", "xpack.security.http.ssl.certificate_authorities=certs/ca.crt"]
+            cmd += [
+                "-E",
+                "xpack.security.http.ssl.key=certs/http.key",
+                "-E",
+                "xpack.security.http.ssl.certificate=certs/http.crt",
+                "-E",
+                "xpack.security.http.ssl.certificate_authorities=certs/ca.crt",
+            ]
         return cmd, {**env, "ES_PATH_CONF": str(self.config_dir)}
 
     def get(self, path: str, **kw) -> requests.Response:

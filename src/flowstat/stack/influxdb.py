@@ -35,7 +35,9 @@ class InfluxDB(Service):
             apt_install("influxdb", "influxdb-client")
         for program, package in (("influxd", "influxdb"), ("influx", "influxdb-client")):
             if not shutil.which(program):
-                raise StackError(f"influxdb: `{program}` is not on the PATH after installing Debian's {package} package")
+                raise StackError(
+                    f"influxdb: `{program}` is not on the PATH after installing Debian's {package} package"
+                )
         (self.home / "influxdb.conf").write_text(f"""
 reporting-disabled = true
 bind-address = "127.0.0.1:{self.rpc_port}"

@@ -15,17 +15,37 @@ from ._base import BatchEncoder, Outcome, RetryPolicy, StoreAuthError, StoreDown
 from ._process import WriterProcess
 from ._registry import get, names, writers
 
-__all__ = ["CREDENTIALS_VAR", "BatchEncoder", "CredentialsError", "Outcome", "RetryPolicy", "StoreAuth",
-           "StoreAuthError", "StoreDown", "Writer", "WriterProcess", "get", "names", "read_credentials_file",
-           "refuse_secrets_in_url", "register", "add_credentials_option", "use_credentials_file", "writers"]
+__all__ = [
+    "CREDENTIALS_VAR",
+    "BatchEncoder",
+    "CredentialsError",
+    "Outcome",
+    "RetryPolicy",
+    "StoreAuth",
+    "StoreAuthError",
+    "StoreDown",
+    "Writer",
+    "WriterProcess",
+    "get",
+    "names",
+    "read_credentials_file",
+    "refuse_secrets_in_url",
+    "register",
+    "add_credentials_option",
+    "use_credentials_file",
+    "writers",
+]
 
 
 def add_credentials_option(parser) -> None:
     """The --credentials FILE option of every command that talks to a store."""
-    parser.add_argument("--credentials", metavar="FILE",
-                        help="the stores' credentials, NAME=VALUE lines readable by you alone (chmod 600): "
-                             "FLOWSTAT_ES_USER, FLOWSTAT_ES_PASSWORD, ... (docs/security.md); default "
-                             f"${CREDENTIALS_VAR}; the environment's variables win")
+    parser.add_argument(
+        "--credentials",
+        metavar="FILE",
+        help="the stores' credentials, NAME=VALUE lines readable by you alone (chmod 600): "
+        "FLOWSTAT_ES_USER, FLOWSTAT_ES_PASSWORD, ... (docs/security.md); default "
+        f"${CREDENTIALS_VAR}; the environment's variables win",
+    )
 
 
 def use_credentials_file(path: str | None) -> None:

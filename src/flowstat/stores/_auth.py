@@ -14,14 +14,23 @@ from __future__ import annotations
 import base64
 import os
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 from urllib.parse import urlsplit
 
 CREDENTIALS_VAR = "FLOWSTAT_CREDENTIALS"
 CA_FILE_VAR = "FLOWSTAT_CA_FILE"
-NAMES = ("FLOWSTAT_INFLUX_USER", "FLOWSTAT_INFLUX_PASSWORD", "FLOWSTAT_INFLUX_TOKEN", "FLOWSTAT_ES_USER",
-         "FLOWSTAT_ES_PASSWORD", "FLOWSTAT_ES_API_KEY", "FLOWSTAT_INFLUX_CA_FILE", "FLOWSTAT_ES_CA_FILE", CA_FILE_VAR)
+NAMES = (
+    "FLOWSTAT_INFLUX_USER",
+    "FLOWSTAT_INFLUX_PASSWORD",
+    "FLOWSTAT_INFLUX_TOKEN",
+    "FLOWSTAT_ES_USER",
+    "FLOWSTAT_ES_PASSWORD",
+    "FLOWSTAT_ES_API_KEY",
+    "FLOWSTAT_INFLUX_CA_FILE",
+    "FLOWSTAT_ES_CA_FILE",
+    CA_FILE_VAR,
+)
 
 
 class CredentialsError(ValueError):
@@ -42,8 +51,10 @@ def read_credentials_file(path: str) -> dict[str, str]:
         if not stat.S_ISREG(st.st_mode):
             raise CredentialsError(f"credentials file {path} is not a regular file")
         if st.st_mode & 0o077:
-            raise CredentialsError(f"credentials file {path} has mode {stat.S_IMODE(st.st_mode):04o}: it must be "
-                                   f"readable by its owner only, as it holds passwords (run: chmod 600 {path})")
+            raise CredentialsError(
+                f"credentials file {path} has mode {stat.S_IMODE(st.st_mode):04o}: it must be "
+                f"readable by its owner only, as it holds passwords (run: chmod 600 {path})"
+            )
     except CredentialsError:
         os.close(fd)
         raise
@@ -91,10 +102,12 @@ def refuse_secrets_in_url(url: str, prefix: str, key_name: str, option: str = "-
     except ValueError:
         return  # not a URL: whoever parses it says so
     if held:
-        raise CredentialsError(f"{option} {parts.scheme}://***@{parts.netloc.rpartition('@')[2]}{parts.path}: a user "
-                               f"or password in a URL shows in process lists and logs: set {prefix}_USER and "
-                               f"{prefix}_PASSWORD (or {prefix}_{key_name}) in the environment or in a --credentials "
-                               f"file instead")
+        raise CredentialsError(
+            f"{option} {parts.scheme}://***@{parts.netloc.rpartition('@')[2]}{parts.path}: a user "
+            f"or password in a URL shows in process lists and logs: set {prefix}_USER and "
+            f"{prefix}_PASSWORD (or {prefix}_{key_name}) in the environment or in a --credentials "
+            f"file instead"
+        )
 
 
 @dataclass(frozen=True)
@@ -110,21 +123,30 @@ class StoreAuth:
     ca_file: str | None = None
 
     @classmethod
-    def from_credentials(cls, prefix: str, key_name: str, key_scheme: str,
-                         found: Mapping[str, str] | None = None) -> StoreAuth:
+    def from_credentials(
+        cls, prefix: str, key_name: str, key_scheme: str, found: Mapping[str, str] | None = None
+    ) -> StoreAuth:
         """The store's credentials; CredentialsError when they do not fit together."""
         found = credentials() if found is None else found
         ca_var = f"{prefix}_CA_FILE" if found.get(f"{prefix}_CA_FILE") else CA_FILE_VAR
-        auth = cls(prefix, key_name, key_scheme, found.get(f"{prefix}_USER"), found.get(f"{prefix}_PASSWORD"),
-                   found.get(f"{prefix}_{key_name}"), found.get(ca_var))
+        auth = cls(
+            prefix,
+            key_name,
+            key_scheme,
+            found.get(f"{prefix}_USER"),
+            found.get(f"{prefix}_PASSWORD"),
+            found.get(f"{prefix}_{key_name}"),
+            found.get(ca_var),
+        )
         auth._check(ca_var)
         return auth
 
     def _check(self, ca_var: str) -> None:
         p = self.prefix
         if self.key and (self.user or self.password):
-            raise CredentialsError(f"{p}_{self.key_name} and a user are both set: give one way to log in "
-                                   f"({self.variables()})")
+            raise CredentialsError(
+                f"{p}_{self.key_name} and a user are both set: give one way to log in " f"({self.variables()})"
+            )
         if self.user and not self.password:
             raise CredentialsError(f"{p}_USER is set without {p}_PASSWORD")
         if self.password and not self.user:

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar, Iterable
+from typing import ClassVar
 from urllib.parse import urlsplit
 
 import requests
@@ -79,6 +80,9 @@ class RetryPolicy:
     give_up_s: float = 120.0
 
 
+DEFAULT_RETRY = RetryPolicy()
+
+
 def status_is_down(status: int) -> bool:
     """HTTP statuses that mean "not now" rather than "taken" or "not this data"."""
     return status in (408, 429) or not (200 <= status < 300 or 400 <= status < 500)
@@ -115,8 +119,15 @@ class Writer:
     auth_prefix: ClassVar[str]  # its credentials' variables: PREFIX_USER, PREFIX_PASSWORD, ... (docs/security.md)
     auth_key: ClassVar[tuple[str, str]]  # the key variable's name, and its Authorization scheme
 
-    def __init__(self, url: str, target: str | None = None, *, timeout_s: float = 60.0,
-                 auth: StoreAuth | None = None, shown_url: str | None = None):
+    def __init__(
+        self,
+        url: str,
+        target: str | None = None,
+        *,
+        timeout_s: float = 60.0,
+        auth: StoreAuth | None = None,
+        shown_url: str | None = None,
+    ):
         """``auth``: who to log in as; by default the credentials of the environment and of the
         credentials file (flowstat.stores._auth). A URL holding credentials is refused
         (CredentialsError). ``shown_url``: the store as messages name it (an agent's sink URL)."""
@@ -171,8 +182,15 @@ class Writer:
         raise NotImplementedError
 
     # -- shared ---------------------------------------------------------------------------------
-    def _http(self, method: str, url: str, body: bytes | None = None, content_type: str | None = None,
-              action: Callable[[], str] | str | None = None, **kw) -> requests.Response:
+    def _http(
+        self,
+        method: str,
+        url: str,
+        body: bytes | None = None,
+        content_type: str | None = None,
+        action: Callable[[], str] | str | None = None,
+        **kw,
+    ) -> requests.Response:
         """One request; StoreDown for no answer or a "not now" status, StoreAuthError when the store
         will not have us (``action``: what we asked, for its message: "write flowstat-samples-..."),
         the response otherwise."""
@@ -181,15 +199,21 @@ class Writer:
         # given each time: requests prefers REQUESTS_CA_BUNDLE/CURL_CA_BUNDLE to the session's CA file
         kw.setdefault("verify", self.session.verify)
         try:
-            resp = self.session.request(method, url, data=body, headers=headers, timeout=self.timeout_s,
-                                        allow_redirects=False, **kw)
+            resp = self.session.request(
+                method, url, data=body, headers=headers, timeout=self.timeout_s, allow_redirects=False, **kw
+            )
         except requests.exceptions.SSLError as exc:
             raise StoreAuthError(self._tls_problem(exc), "tls") from exc
         except requests.RequestException as exc:
             raise StoreDown(f"{self.title} at {self.url} cannot be reached ({exc.__class__.__name__})") from exc
         if resp.status_code in (401, 403):
-            what = action() if callable(action) else action if action is not None else \
-                f"{method} {url.removeprefix(self.url)}"
+            what = (
+                action()
+                if callable(action)
+                else action
+                if action is not None
+                else f"{method} {url.removeprefix(self.url)}"
+            )
             raise StoreAuthError(self._login_problem(resp, what), "forbidden" if resp.status_code == 403 else "auth")
         if status_is_down(resp.status_code):
             raise StoreDown(f"{self.title} at {self.url}: HTTP {resp.status_code} {resp.text[:200].strip()}")
@@ -199,7 +223,9 @@ class Writer:
         """What to say of a 401 or 403, as docs/security.md (and the C agent) say it."""
         reason = self.auth.redact(_reason(resp))[:300]  # redacted whole, then cut: a cut secret would show
         if not self.auth.given():
-            return f"{self.shown_url} needs credentials: set {self.auth.variables()} (HTTP {resp.status_code}: {reason})"
+            return (
+                f"{self.shown_url} needs credentials: set {self.auth.variables()} (HTTP {resp.status_code}: {reason})"
+            )
         if resp.status_code == 403:
             return self.forbidden(action, reason)
         return f"authentication failed {self.auth.who()} at {self.shown_url} (set {self.auth.variables()}): {reason}"
@@ -214,8 +240,10 @@ class Writer:
         host = urlsplit(self.url).netloc
         found = re.search(r"certificate verify failed: ([^(\"')]+)", str(exc))
         if found:
-            return (f"TLS: the certificate of {host} is not trusted (set {self.auth.ca_variable()} to the CA that "
-                    f"signed it): {found.group(1).strip()}")
+            return (
+                f"TLS: the certificate of {host} is not trusted (set {self.auth.ca_variable()} to the CA that "
+                f"signed it): {found.group(1).strip()}"
+            )
         return f"TLS: no secure connection to {host}: {self.auth.redact(str(exc))[:200]}"
 
     def check(self) -> None:
@@ -223,11 +251,13 @@ class Writer:
         after a write's patient retries)."""
         resp = self._http("GET", self.url + self.health_path)
         if resp.status_code >= 300:
-            raise StoreDown(f"{self.title} at {self.url}: HTTP {resp.status_code} at {self.health_path}: is it "
-                            f"{self.title}?")
+            raise StoreDown(
+                f"{self.title} at {self.url}: HTTP {resp.status_code} at {self.health_path}: is it " f"{self.title}?"
+            )
 
-    def write(self, body: bytes, count: int, policy: RetryPolicy = RetryPolicy(),
-              sleep: Callable[[float], None] = time.sleep) -> Outcome:
+    def write(
+        self, body: bytes, count: int, policy: RetryPolicy = DEFAULT_RETRY, sleep: Callable[[float], None] = time.sleep
+    ) -> Outcome:
         """Send a body until the store has taken or refused every item, waiting while it is down
         (see the module's retry policy). Raises StoreDown once ``policy.give_up_s`` have passed
         without progress."""
@@ -286,7 +316,9 @@ def error_reason(error, fallback: str = "") -> str:
     key is told), InfluxDB's error; else the fallback. On one line; whole (redact, then cut)."""
     if isinstance(error, dict):
         more = error.get("additional_unsuccessful_credentials")
-        text = str(error.get("reason") or error.get("type") or fallback) + (f"; {more}" if isinstance(more, str) else "")
+        text = str(error.get("reason") or error.get("type") or fallback) + (
+            f"; {more}" if isinstance(more, str) else ""
+        )
     else:
         text = str(error or fallback or "(no reason given)")
     return " ".join(text.split())

@@ -29,8 +29,11 @@ class WriterProcess:
 
     def __init__(self, store: str, url: str, target: str, give_up_s: float = RetryPolicy.give_up_s):
         self.title = get(store).title  # an unknown store fails here, before a process starts
-        self.proc = subprocess.Popen([sys.executable, "-m", CHILD, store, url, target, str(give_up_s)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", CHILD, store, url, target, str(give_up_s)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
         self.result: dict | None = None
 
     def _collect(self, wait: bool = True) -> dict | None:
@@ -40,8 +43,9 @@ class WriterProcess:
                 self.result = json.loads(line)
             except ValueError:
                 self.proc.wait()
-                self.result = {"error": f"the process writing to {self.title} ended with exit code "
-                                        f"{self.proc.returncode}"}
+                self.result = {
+                    "error": f"the process writing to {self.title} ended with exit code " f"{self.proc.returncode}"
+                }
         return self.result
 
     def put(self, body: bytes, count: int) -> None:

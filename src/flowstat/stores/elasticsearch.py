@@ -10,22 +10,26 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Iterable
 from datetime import date
-from typing import Iterable
 
 import orjson
 
-from flowstat.schema import sample as sample_schema
 from flowstat.schema import agent as agent_schema
 from flowstat.schema import run as run_schema
+from flowstat.schema import sample as sample_schema
 
 from ._base import MAX_REASONS, BatchEncoder, Outcome, StoreDown, Writer, error_reason, register
 
 SAMPLES_INDEX = "flowstat-samples"
 RUNS_INDEX = "flowstat-runs"
 AGENTS_INDEX = "flowstat-agents"  # the agents' self-samples, whatever the samples index is called (the C agent's too)
-ES_TYPES = {"integer": {"type": "long"}, "number": {"type": "double"}, "boolean": {"type": "boolean"},
-            "string": {"type": "keyword", "ignore_above": 256}}
+ES_TYPES = {
+    "integer": {"type": "long"},
+    "number": {"type": "double"},
+    "boolean": {"type": "boolean"},
+    "string": {"type": "keyword", "ignore_above": 256},
+}
 DATE = {"type": "date", "format": "strict_date_optional_time||epoch_millis"}
 
 RETENTION_DAYS = 90  # samples and self-samples; run documents are kept
@@ -69,13 +73,15 @@ class _BulkEncoder(BatchEncoder):
 
     def encode(self, encoded: list, ids: list[str], stamps: list[int]) -> bytes:
         head, dumps = self.head, orjson.dumps
-        return b"".join([head(ns // _DAY_NS) % dumps(i) + doc + b"\n" for i, doc, ns in zip(ids, encoded, stamps)])
+        return b"".join(
+            [head(ns // _DAY_NS) % dumps(i) + doc + b"\n" for i, doc, ns in zip(ids, encoded, stamps, strict=False)]
+        )
 
 
 def _first_index(body: bytes) -> str:
     """The index of a _bulk body's first action (what a 403 to the batch refused)."""
     try:
-        return next(iter(orjson.loads(body[:body.index(b"\n")]).values()))["_index"]
+        return next(iter(orjson.loads(body[: body.index(b"\n")]).values()))["_index"]
     except (ValueError, KeyError, StopIteration, TypeError, AttributeError):
         return ""
 
@@ -96,7 +102,7 @@ def bulk_outcome(body: bytes, answer: dict) -> Outcome:
         if isinstance(status, int) and 200 <= status < 300:
             out.accepted += 1
         elif not isinstance(status, int) or status in (403, 429) or status >= 500:
-            again += lines[2 * i:2 * i + 2]
+            again += lines[2 * i : 2 * i + 2]
             out.retry_count += 1
             if status == 403 and not out.forbidden:
                 out.forbidden = f"write {result.get('_index')}\n{error_reason(result.get('error'))}"
@@ -106,7 +112,7 @@ def bulk_outcome(body: bytes, answer: dict) -> Outcome:
                 error = result.get("error") or {}
                 why = f"{error.get('type')}: {error.get('reason')}" if isinstance(error, dict) else str(error)
                 out.reasons.append(f"document {result.get('_id')}: HTTP {status}: {why[:300]}")
-    missing = lines[2 * len(items):]  # documents the answer says nothing of: not known to be stored
+    missing = lines[2 * len(items) :]  # documents the answer says nothing of: not known to be stored
     again += missing
     out.retry_count += len(missing) // 2
     if again:
@@ -129,8 +135,12 @@ class Elasticsearch(Writer):
     auth_key = ("API_KEY", "ApiKey")
 
     def encode(self, samples: Iterable[dict]) -> bytes:
-        return b"".join(_action(daily_index(self.target, sample_schema.time_ns(s["time"])), sample_schema.document_id(s))
-                        + sample_schema.to_json(s).encode() + b"\n" for s in samples)
+        return b"".join(
+            _action(daily_index(self.target, sample_schema.time_ns(s["time"])), sample_schema.document_id(s))
+            + sample_schema.to_json(s).encode()
+            + b"\n"
+            for s in samples
+        )
 
     def encoder(self) -> BatchEncoder:
         return _BulkEncoder(self.target)
@@ -139,19 +149,27 @@ class Elasticsearch(Writer):
         return _action(RUNS_INDEX, doc["run_id"]) + orjson.dumps(doc) + b"\n"
 
     def encode_self_samples(self, docs: Iterable[dict]) -> bytes:
-        return b"".join(_action(daily_index(AGENTS_INDEX, sample_schema.time_ns(d["time"])), agent_schema.document_id(d))
-                        + agent_schema.to_json(d).encode() + b"\n" for d in docs)
+        return b"".join(
+            _action(daily_index(AGENTS_INDEX, sample_schema.time_ns(d["time"])), agent_schema.document_id(d))
+            + agent_schema.to_json(d).encode()
+            + b"\n"
+            for d in docs
+        )
 
     def post(self, body: bytes, count: int) -> Outcome:
         resp = self._http("POST", f"{self.url}/_bulk", body, action=lambda: f"write {_first_index(body)}")
         if resp.status_code >= 300:
-            return Outcome(refused=count, reasons=[f"{self.title} {self.url}/_bulk: HTTP {resp.status_code}: "
-                                                   f"{resp.text.strip()[:300]}"])
+            return Outcome(
+                refused=count,
+                reasons=[f"{self.title} {self.url}/_bulk: HTTP {resp.status_code}: " f"{resp.text.strip()[:300]}"],
+            )
         try:
             answer = resp.json()
         except ValueError:
-            raise StoreDown(f"{self.title} at {self.url}/_bulk: HTTP {resp.status_code} but not a _bulk answer "
-                            f"({resp.text[:100]!r}): is it {self.title}?") from None
+            raise StoreDown(
+                f"{self.title} at {self.url}/_bulk: HTTP {resp.status_code} but not a _bulk answer "
+                f"({resp.text[:100]!r}): is it {self.title}?"
+            ) from None
         if not answer.get("errors"):
             return Outcome(accepted=count)
         out = bulk_outcome(body, answer)
@@ -173,7 +191,12 @@ class Elasticsearch(Writer):
                 raise RuntimeError(f"elasticsearch {path}: HTTP {resp.status_code}: {resp.text[:300]}")
             done.append(path)
 
-        for name in ("flowstat-settings", "flowstat-sample-mappings", "flowstat-run-mappings", "flowstat-agent-mappings"):
+        for name in (
+            "flowstat-settings",
+            "flowstat-sample-mappings",
+            "flowstat-run-mappings",
+            "flowstat-agent-mappings",
+        ):
             put(f"_component_template/{name}", files[f"component-{name}.json"])
         ilm = ""
         if self._http("GET", f"{self.url}/_ilm/status").status_code == 200:
@@ -193,7 +216,7 @@ class Elasticsearch(Writer):
         under its own id, then delete the old index. Safe to interrupt and run again: a document
         copied twice overwrites itself. Returns what was done."""
         done = []
-        for legacy, module in ((SAMPLES_INDEX, sample_schema), (AGENTS_INDEX, agent_schema)):
+        for legacy in (SAMPLES_INDEX, AGENTS_INDEX):
             resp = self._http("GET", f"{self.url}/{legacy}/_count")
             if resp.status_code == 404:
                 continue
@@ -203,16 +226,24 @@ class Elasticsearch(Writer):
                 continue  # an alias, not an index of an older flowstat: not ours to move
             total, moved = resp.json()["count"], 0
             for hits in self._scroll(legacy, page):
-                body = b"".join(_action(daily_index(legacy, sample_schema.time_ns(h["_source"]["time"])), h["_id"])
-                                + orjson.dumps(h["_source"]) + b"\n" for h in hits)
+                body = b"".join(
+                    _action(daily_index(legacy, sample_schema.time_ns(h["_source"]["time"])), h["_id"])
+                    + orjson.dumps(h["_source"])
+                    + b"\n"
+                    for h in hits
+                )
                 outcome = self.write(body, len(hits))
                 if outcome.refused:
-                    raise RuntimeError(f"elasticsearch {legacy}: {outcome.refused} documents could not be moved to "
-                                       f"daily indices ({'; '.join(outcome.reasons)}); the old index is kept")
+                    raise RuntimeError(
+                        f"elasticsearch {legacy}: {outcome.refused} documents could not be moved to "
+                        f"daily indices ({'; '.join(outcome.reasons)}); the old index is kept"
+                    )
                 moved += outcome.accepted
             if moved != total:
-                raise RuntimeError(f"elasticsearch {legacy}: {moved} of its {total} documents moved to daily "
-                                   f"indices; the old index is kept (run the set-up again)")
+                raise RuntimeError(
+                    f"elasticsearch {legacy}: {moved} of its {total} documents moved to daily "
+                    f"indices; the old index is kept (run the set-up again)"
+                )
             self._http("POST", f"{self.url}/{legacy}-*/_refresh")
             self._http("DELETE", f"{self.url}/{legacy}")
             done.append(f"{legacy}: {total} documents moved to daily indices {legacy}-YYYY.MM.DD")
@@ -220,18 +251,31 @@ class Elasticsearch(Writer):
 
     def _scroll(self, index: str, page: int):
         """Every document of ``index``, a page at a time (the scroll API: no sort needed, none missed)."""
-        resp = self._http("POST", f"{self.url}/{index}/_search", json.dumps(
-            {"size": page, "sort": ["_doc"]}).encode(), "application/json", params={"scroll": "2m"})
+        resp = self._http(
+            "POST",
+            f"{self.url}/{index}/_search",
+            json.dumps({"size": page, "sort": ["_doc"]}).encode(),
+            "application/json",
+            params={"scroll": "2m"},
+        )
         answer = resp.json()
         try:
             while answer.get("hits", {}).get("hits"):
                 yield answer["hits"]["hits"]
-                answer = self._http("POST", f"{self.url}/_search/scroll", json.dumps(
-                    {"scroll": "2m", "scroll_id": answer["_scroll_id"]}).encode(), "application/json").json()
+                answer = self._http(
+                    "POST",
+                    f"{self.url}/_search/scroll",
+                    json.dumps({"scroll": "2m", "scroll_id": answer["_scroll_id"]}).encode(),
+                    "application/json",
+                ).json()
         finally:
             if "_scroll_id" in answer:
-                self._http("DELETE", f"{self.url}/_search/scroll", json.dumps(
-                    {"scroll_id": answer["_scroll_id"]}).encode(), "application/json")
+                self._http(
+                    "DELETE",
+                    f"{self.url}/_search/scroll",
+                    json.dumps({"scroll_id": answer["_scroll_id"]}).encode(),
+                    "application/json",
+                )
 
     def _upgrade_indices(self, files: dict) -> list[str]:
         """A template shapes only the indices created after it: indices made by an older flowstat get
@@ -244,9 +288,11 @@ class Elasticsearch(Writer):
             if resp.status_code == 404:  # no index yet: the template will shape it
                 continue
             if resp.status_code >= 300:
-                raise RuntimeError(f"elasticsearch {index}*: an existing index's mapping cannot take this "
-                                   f"version's fields (HTTP {resp.status_code}: {resp.text[:300]}); reindex "
-                                   f"or delete that index")
+                raise RuntimeError(
+                    f"elasticsearch {index}*: an existing index's mapping cannot take this "
+                    f"version's fields (HTTP {resp.status_code}: {resp.text[:300]}); reindex "
+                    f"or delete that index"
+                )
             done.append(f"{index}*/_mapping")
         return done
 
@@ -274,49 +320,78 @@ def templates() -> dict[str, dict]:
     """Every template, by file name. Mappings are strict: a field outside the schema is refused
     rather than guessed."""
     # one replica once a second node is there (docker-compose.es-cluster.yml), none on a single node
-    settings = {"template": {"settings": {"number_of_shards": 1, "auto_expand_replicas": "0-1", "refresh_interval": "1s"}}}
-    mappings = {name: {"dynamic": "strict", "properties": mapping(module.schema()["properties"])}
-                for name, module in (("sample", sample_schema), ("run", run_schema), ("agent", agent_schema))}
+    settings = {
+        "template": {"settings": {"number_of_shards": 1, "auto_expand_replicas": "0-1", "refresh_interval": "1s"}}
+    }
+    mappings = {
+        name: {"dynamic": "strict", "properties": mapping(module.schema()["properties"])}
+        for name, module in (("sample", sample_schema), ("run", run_schema), ("agent", agent_schema))
+    }
     return {
         "component-flowstat-settings.json": settings,
         "component-flowstat-sample-mappings.json": {
-            "template": {"mappings": mappings["sample"]}, "_meta": {"source": f"flowstat/schema/{sample_schema.SCHEMA_FILE}"}},
+            "template": {"mappings": mappings["sample"]},
+            "_meta": {"source": f"flowstat/schema/{sample_schema.SCHEMA_FILE}"},
+        },
         "component-flowstat-run-mappings.json": {
-            "template": {"mappings": mappings["run"]}, "_meta": {"source": f"flowstat/schema/{run_schema.SCHEMA_FILE}"}},
+            "template": {"mappings": mappings["run"]},
+            "_meta": {"source": f"flowstat/schema/{run_schema.SCHEMA_FILE}"},
+        },
         "component-flowstat-agent-mappings.json": {
             "template": {"mappings": mappings["agent"]},
-            "_meta": {"source": f"flowstat/schema/{agent_schema.SCHEMA_FILE}"}},
+            "_meta": {"source": f"flowstat/schema/{agent_schema.SCHEMA_FILE}"},
+        },
         # The same mappings, PUT into the indices an older flowstat made (PATTERN/_mapping): a
         # template shapes only the indices created after it.
         **{f"mapping-{index}.json": mappings[kind] for index, kind in UPGRADED.items()},
         "index-template-flowstat-samples.json": {
-            "index_patterns": [f"{SAMPLES_INDEX}*"], "priority": 200,
+            "index_patterns": [f"{SAMPLES_INDEX}*"],
+            "priority": 200,
             "composed_of": ["flowstat-settings", "flowstat-sample-mappings"],
-            "_meta": {"description": "flowstat samples: one document per node per agent per interval"}},
+            "_meta": {"description": "flowstat samples: one document per node per agent per interval"},
+        },
         "index-template-flowstat-agents.json": {
-            "index_patterns": [f"{AGENTS_INDEX}*"], "priority": 200,
+            "index_patterns": [f"{AGENTS_INDEX}*"],
+            "priority": 200,
             "composed_of": ["flowstat-settings", "flowstat-agent-mappings"],
-            "_meta": {"description": "flowstat agents' self-samples: one document per agent per --self-interval"}},
+            "_meta": {"description": "flowstat agents' self-samples: one document per agent per --self-interval"},
+        },
         "index-template-flowstat-runs.json": {
-            "index_patterns": [f"{RUNS_INDEX}*"], "priority": 200,
+            "index_patterns": [f"{RUNS_INDEX}*"],
+            "priority": 200,
             "composed_of": ["flowstat-settings", "flowstat-run-mappings"],
-            "_meta": {"description": "flowstat runs: one document per run"}},
+            "_meta": {"description": "flowstat runs: one document per run"},
+        },
         # Used where the server has ILM (the compose stack's Elasticsearch); the Maven test zip has not.
         # Delete-only: each daily index is dated by its name (the day of its documents, not the day it
         # was made: a replay of last month's runs makes indices that are a month old), and deleted
         # RETENTION_DAYS after it. No rollover: writers choose the index by the document's own day.
-        "ilm-policy-flowstat.json": {"policy": {
-            "phases": {"delete": {"min_age": f"{RETENTION_DAYS}d", "actions": {"delete": {}}}},
-            "_meta": {"description": "flowstat's daily indices (PREFIX-YYYY.MM.DD), deleted "
-                                     f"{RETENTION_DAYS} days after the day they hold"}}},
-        "component-flowstat-lifecycle.json": {"template": {"settings": {
-            "index.lifecycle.name": "flowstat", "index.lifecycle.parse_origination_date": True}}},
+        "ilm-policy-flowstat.json": {
+            "policy": {
+                "phases": {"delete": {"min_age": f"{RETENTION_DAYS}d", "actions": {"delete": {}}}},
+                "_meta": {
+                    "description": "flowstat's daily indices (PREFIX-YYYY.MM.DD), deleted "
+                    f"{RETENTION_DAYS} days after the day they hold"
+                },
+            }
+        },
+        "component-flowstat-lifecycle.json": {
+            "template": {
+                "settings": {"index.lifecycle.name": "flowstat", "index.lifecycle.parse_origination_date": True}
+            }
+        },
         "index-template-flowstat-samples-ilm.json": {
-            "index_patterns": [f"{SAMPLES_INDEX}*"], "priority": 200,
+            "index_patterns": [f"{SAMPLES_INDEX}*"],
+            "priority": 200,
             "composed_of": ["flowstat-settings", "flowstat-sample-mappings", "flowstat-lifecycle"],
-            "_meta": {"description": "flowstat samples, with the flowstat lifecycle policy (servers with ILM)"}},
+            "_meta": {"description": "flowstat samples, with the flowstat lifecycle policy (servers with ILM)"},
+        },
         "index-template-flowstat-agents-ilm.json": {
-            "index_patterns": [f"{AGENTS_INDEX}*"], "priority": 200,
+            "index_patterns": [f"{AGENTS_INDEX}*"],
+            "priority": 200,
             "composed_of": ["flowstat-settings", "flowstat-agent-mappings", "flowstat-lifecycle"],
-            "_meta": {"description": "flowstat agents' self-samples, with the flowstat lifecycle policy (servers with ILM)"}},
+            "_meta": {
+                "description": "flowstat agents' self-samples, with the flowstat lifecycle policy (servers with ILM)"
+            },
+        },
     }

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -41,8 +41,9 @@ class Quantity:
             raise ValueError(f"quantity {self.ref}: kind {self.kind!r} is not one of {QUANTITIES}")
 
     def matches(self, sample: dict) -> bool:
-        return (all(sample.get(k) == v for k, v in self.where)
-                and (not self.any_of or any(sample.get(k) == v for k, v in self.any_of)))
+        return all(sample.get(k) == v for k, v in self.where) and (
+            not self.any_of or any(sample.get(k) == v for k, v in self.any_of)
+        )
 
 
 @dataclass(frozen=True)
@@ -73,56 +74,95 @@ class Alert:
 
 
 ALERTS: tuple[Alert, ...] = (
-    Alert("flowstat-buffer-overload", "Buffer overloaded",
-          "{{ $labels.node_id }} of run {{ $labels.run_id }}: its send or receive buffer was overloaded "
-          "in the last minute",
-          "Any overload: the thesis's first sign of a pipeline at its limit (section 5.1). A producer's send "
-          "flag means a send was refused by a full buffer; a merger's receive flag that it had a full batch "
-          "waiting at a read.",
-          NODE, ("run_id", "node_id", "agent"), 60, 0,
-          (Quantity("A", "count", "node_state",
-                    any_of=(("send_buffer_overloaded", True), ("receive_buffer_overloaded", True))),),
-          ((Above("A", 0),),)),
-    Alert("flowstat-merger-behind", "Merger falling behind",
-          "{{ $labels.node_id }} of run {{ $labels.run_id }} is falling behind: its input latency p99 is over "
-          "1 s and rising, or the objects in flight to it grow",
-          "1 s is the online verdict's latency bound (docs/harness.md); rising, because a high but falling "
-          "latency is a merger catching up. In flight growing by more than 1,000 objects in 30 s is a queue "
-          "building faster than 33 objects/s.",
-          NODE, ("run_id", "node_id", "agent"), 30, 30,
-          (Quantity("A", "last", "input_latency_p99_ms", where=(("role", "merger"),)),
-           Quantity("B", "rise", "input_latency_p99_ms", where=(("role", "merger"),)),
-           Quantity("C", "rise", "objects_in_flight", where=(("role", "merger"),))),
-          ((Above("A", 1000.0), Above("B", 0.0)), (Above("C", 1000.0),))),
-    Alert("flowstat-vmrss-growing", "Memory growing",
-          "{{ $labels.node_id }} of run {{ $labels.run_id }}: VmRSS grew over 10 MB/min over the last 5 minutes",
-          "The thesis's failure mode at 425 and 500 producers: a merger whose memory grows until it is killed. "
-          "10 MB/min is the online verdict's memory bound (docs/harness.md). Over at least half the "
-          "window (15 slopes between 10 s means): a process's first seconds, or a series that has just "
-          "begun, give a slope from two buckets that a single step dominates.",
-          NODE, ("run_id", "node_id", "agent"), 300, 0,
-          (Quantity("A", "slope_per_min", "vmrss_kb"), Quantity("B", "slope_buckets", "vmrss_kb")),
-          ((Above("A", 10 * 1024.0), Above("B", 14)),)),
-    Alert("flowstat-node-down", "Node gone",
-          "{{ $labels.node_id }} of run {{ $labels.run_id }} is gone (DOWN) before its run ended",
-          "A node the agents saw vanish before the harness announced the run's end (an orderly end is "
-          "reported STOPPED): a crash, a kill, the OOM killer.",
-          NODE, ("run_id", "node_id", "agent"), 60, 0,
-          (Quantity("A", "count", "node_state", where=(("node_state", sample_schema.STATE_DOWN),)),),
-          ((Above("A", 0),),)),
-    Alert("flowstat-agent-spooling", "Agent cannot deliver",
-          "agent {{ $labels.agent }} on {{ $labels.host }} cannot deliver: its spool grew in the last minute",
-          "Samples waiting on disk for a sink that does not take them; they are resent when it does, and "
-          "dropped once the spool is full.",
-          # The run too: an agent the harness starts lives for one run, and a series spanning two
-          # agents' spools (one ended full, the next starting) would rise or fall for no reason.
-          AGENT, ("run_id", "host", "agent"), 60, 0,
-          (Quantity("A", "last", "spooled_samples"), Quantity("B", "rise", "spooled_samples")),
-          ((Above("A", 0), Above("B", 0)),)),
+    Alert(
+        "flowstat-buffer-overload",
+        "Buffer overloaded",
+        "{{ $labels.node_id }} of run {{ $labels.run_id }}: its send or receive buffer was overloaded "
+        "in the last minute",
+        "Any overload: the thesis's first sign of a pipeline at its limit (section 5.1). A producer's send "
+        "flag means a send was refused by a full buffer; a merger's receive flag that it had a full batch "
+        "waiting at a read.",
+        NODE,
+        ("run_id", "node_id", "agent"),
+        60,
+        0,
+        (
+            Quantity(
+                "A",
+                "count",
+                "node_state",
+                any_of=(("send_buffer_overloaded", True), ("receive_buffer_overloaded", True)),
+            ),
+        ),
+        ((Above("A", 0),),),
+    ),
+    Alert(
+        "flowstat-merger-behind",
+        "Merger falling behind",
+        "{{ $labels.node_id }} of run {{ $labels.run_id }} is falling behind: its input latency p99 is over "
+        "1 s and rising, or the objects in flight to it grow",
+        "1 s is the online verdict's latency bound (docs/harness.md); rising, because a high but falling "
+        "latency is a merger catching up. In flight growing by more than 1,000 objects in 30 s is a queue "
+        "building faster than 33 objects/s.",
+        NODE,
+        ("run_id", "node_id", "agent"),
+        30,
+        30,
+        (
+            Quantity("A", "last", "input_latency_p99_ms", where=(("role", "merger"),)),
+            Quantity("B", "rise", "input_latency_p99_ms", where=(("role", "merger"),)),
+            Quantity("C", "rise", "objects_in_flight", where=(("role", "merger"),)),
+        ),
+        ((Above("A", 1000.0), Above("B", 0.0)), (Above("C", 1000.0),)),
+    ),
+    Alert(
+        "flowstat-vmrss-growing",
+        "Memory growing",
+        "{{ $labels.node_id }} of run {{ $labels.run_id }}: VmRSS grew over 10 MB/min over the last 5 minutes",
+        "The thesis's failure mode at 425 and 500 producers: a merger whose memory grows until it is killed. "
+        "10 MB/min is the online verdict's memory bound (docs/harness.md). Over at least half the "
+        "window (15 slopes between 10 s means): a process's first seconds, or a series that has just "
+        "begun, give a slope from two buckets that a single step dominates.",
+        NODE,
+        ("run_id", "node_id", "agent"),
+        300,
+        0,
+        (Quantity("A", "slope_per_min", "vmrss_kb"), Quantity("B", "slope_buckets", "vmrss_kb")),
+        ((Above("A", 10 * 1024.0), Above("B", 14)),),
+    ),
+    Alert(
+        "flowstat-node-down",
+        "Node gone",
+        "{{ $labels.node_id }} of run {{ $labels.run_id }} is gone (DOWN) before its run ended",
+        "A node the agents saw vanish before the harness announced the run's end (an orderly end is "
+        "reported STOPPED): a crash, a kill, the OOM killer.",
+        NODE,
+        ("run_id", "node_id", "agent"),
+        60,
+        0,
+        (Quantity("A", "count", "node_state", where=(("node_state", sample_schema.STATE_DOWN),)),),
+        ((Above("A", 0),),),
+    ),
+    Alert(
+        "flowstat-agent-spooling",
+        "Agent cannot deliver",
+        "agent {{ $labels.agent }} on {{ $labels.host }} cannot deliver: its spool grew in the last minute",
+        "Samples waiting on disk for a sink that does not take them; they are resent when it does, and "
+        "dropped once the spool is full.",
+        # The run too: an agent the harness starts lives for one run, and a series spanning two
+        # agents' spools (one ended full, the next starting) would rise or fall for no reason.
+        AGENT,
+        ("run_id", "host", "agent"),
+        60,
+        0,
+        (Quantity("A", "last", "spooled_samples"), Quantity("B", "rise", "spooled_samples")),
+        ((Above("A", 0), Above("B", 0)),),
+    ),
 )
 
 
 # -- offline evaluation -------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Span:
@@ -151,8 +191,14 @@ class Columns:
 
 def needed_fields(source: str) -> set[str]:
     """The per-sample fields the alerts on ``source`` (NODE or AGENT) read."""
-    return {k for a in ALERTS if a.source == source for q in a.quantities
-            for k in (q.field, *(k for k, _ in q.where + q.any_of)) if k not in LABELS}
+    return {
+        k
+        for a in ALERTS
+        if a.source == source
+        for q in a.quantities
+        for k in (q.field, *(k for k, _ in q.where + q.any_of))
+        if k not in LABELS
+    }
 
 
 def columns(samples: Sequence[dict], source: str) -> list[Columns]:
@@ -173,8 +219,13 @@ def columns(samples: Sequence[dict], source: str) -> list[Columns]:
                 fields[f] = np.array(got, dtype=object)
             else:
                 fields[f] = np.array([np.nan if x is None else float(x) for x in got], dtype=float)
-        out.append(Columns({k: str(v) for k, v in zip(LABELS, key) if v is not None},
-                           np.array([n / 1e9 for n in ns], dtype=float), fields))
+        out.append(
+            Columns(
+                {k: str(v) for k, v in zip(LABELS, key, strict=False) if v is not None},
+                np.array([n / 1e9 for n in ns], dtype=float),
+                fields,
+            )
+        )
     return out
 
 
@@ -270,7 +321,7 @@ def _group_series(alert: Alert, parts: Sequence[Columns]) -> dict[tuple, list[_S
 
 def _holding(alert: Alert, series: list[_Series], ends: np.ndarray) -> tuple[np.ndarray, dict[str, tuple]]:
     """At each end, whether the condition holds for the group, and its quantities (values, has)."""
-    got = {q.ref: s.values(ends, alert.window_s) for q, s in zip(alert.quantities, series)}
+    got = {q.ref: s.values(ends, alert.window_s) for q, s in zip(alert.quantities, series, strict=False)}
     holds = np.zeros(len(ends), dtype=bool)
     for conj in alert.condition:
         both = np.ones(len(ends), dtype=bool)
@@ -287,7 +338,7 @@ def values_at(alert: Alert, samples: Sequence[dict], ends: Sequence[float]) -> l
     at = np.asarray(ends, dtype=float)
     out: list[dict[tuple, dict[str, float]]] = [{} for _ in at]
     for key, series in _group_series(alert, columns(samples, alert.source)).items():
-        for q, s in zip(alert.quantities, series):
+        for q, s in zip(alert.quantities, series, strict=False):
             v, has = s.values(at, alert.window_s)
             for i in np.flatnonzero(has):
                 out[i].setdefault(key, {})[q.ref] = float(v[i])
@@ -299,15 +350,21 @@ def _spans(alert: Alert, key: tuple, ends: np.ndarray, holds: np.ndarray) -> lis
     had held for ``for`` to the last."""
     out = []
     edges = np.diff(np.concatenate(([0], holds.astype(np.int8), [0])))
-    for i, j in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1) - 1):
-        firing = np.flatnonzero(ends[i:j + 1] - ends[i] >= alert.for_s)
+    for i, j in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1) - 1, strict=False):
+        firing = np.flatnonzero(ends[i : j + 1] - ends[i] >= alert.for_s)
         if len(firing):
-            out.append(Span(alert, dict(zip(alert.group, key)), float(ends[i + firing[0]]), float(ends[j])))
+            out.append(
+                Span(alert, dict(zip(alert.group, key, strict=False)), float(ends[i + firing[0]]), float(ends[j]))
+            )
     return out
 
 
-def evaluate(node_samples: Sequence[dict] | Sequence[Columns], self_samples: Sequence[dict] | Sequence[Columns] = (),
-             *, every_s: float = EVALUATE_EVERY_S) -> list[Span]:
+def evaluate(
+    node_samples: Sequence[dict] | Sequence[Columns],
+    self_samples: Sequence[dict] | Sequence[Columns] = (),
+    *,
+    every_s: float = EVALUATE_EVERY_S,
+) -> list[Span]:
     """Where each alert would have fired over these samples (documents, or series of arrays from
     ``columns``): evaluated every ``every_s`` (at whole multiples of it) from the first sample to one
     window past the last, as Grafana evaluates a rule group; a span starts once its condition has

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from flowstat.views import grafana
 
@@ -22,10 +22,31 @@ REGEX_SPECIALS = set("\\^$*+?.()|[]{}/")
 MS = 1
 S = 1000 * MS
 # gtime.roundInterval: (upper bound, rounded), in ms.
-ROUND_TABLE = ((10, 1), (15, 10), (35, 20), (75, 50), (150, 100), (350, 200), (750, 500), (1500, 1 * S),
-               (3500, 2 * S), (7500, 5 * S), (12500, 10 * S), (17500, 15 * S), (25000, 20 * S), (45000, 30 * S),
-               (90000, 60 * S), (210000, 120 * S), (450000, 300 * S), (750000, 600 * S), (1050000, 900 * S),
-               (1500000, 1200 * S), (2700000, 1800 * S), (5400000, 3600 * S), (9000000, 7200 * S))
+ROUND_TABLE = (
+    (10, 1),
+    (15, 10),
+    (35, 20),
+    (75, 50),
+    (150, 100),
+    (350, 200),
+    (750, 500),
+    (1500, 1 * S),
+    (3500, 2 * S),
+    (7500, 5 * S),
+    (12500, 10 * S),
+    (17500, 15 * S),
+    (25000, 20 * S),
+    (45000, 30 * S),
+    (90000, 60 * S),
+    (210000, 120 * S),
+    (450000, 300 * S),
+    (750000, 600 * S),
+    (1050000, 900 * S),
+    (1500000, 1200 * S),
+    (2700000, 1800 * S),
+    (5400000, 3600 * S),
+    (9000000, 7200 * S),
+)
 
 
 def escape_regex(value: str) -> str:
@@ -40,8 +61,7 @@ def round_interval(ms: float) -> int:
 
 
 def format_interval(ms: int) -> str:
-    for unit, size in (("y", 365 * 86400 * S), ("d", 86400 * S), ("h", 3600 * S), ("m", 60 * S), ("s", S),
-                       ("ms", MS)):
+    for unit, size in (("y", 365 * 86400 * S), ("d", 86400 * S), ("h", 3600 * S), ("m", 60 * S), ("s", S), ("ms", MS)):
         if ms >= size:
             return f"{ms // size}{unit}"
     return "1ms"
@@ -64,6 +84,7 @@ def interpolate(query: str, variables: dict[str, list[str]], multi: set[str]) ->
     """The front end: each $name or ${name} replaced by its value(s). A multi-value variable is
     regex-formatted (one value escaped, several as (a|b) each escaped); a single-value one is
     inserted raw, except in a regex literal after =~ or !~, where it is escaped; numbers raw."""
+
     def value_for(name: str, in_regex: bool) -> str:
         values = variables[name]
         if name in multi:
@@ -76,7 +97,7 @@ def interpolate(query: str, variables: dict[str, list[str]], multi: set[str]) ->
         name = m.group(1) or m.group(2)
         if name not in variables:
             return m.group(0)  # $timeFilter, $__interval...: the back end's
-        before = query[:m.start()]
+        before = query[: m.start()]
         in_regex = bool(re.search(r"[=!]~\s*/[^/]*$", before))
         return value_for(name, in_regex)
 
@@ -86,8 +107,12 @@ def interpolate(query: str, variables: dict[str, list[str]], multi: set[str]) ->
 def expand(query: str, from_ms: int, to_ms: int, interval: int) -> str:
     """The back end, plain replacement in Grafana's order."""
     text = format_interval(interval)
-    return (query.replace("$timeFilter", f"time >= {from_ms}ms and time <= {to_ms}ms")
-            .replace("$interval", text).replace("$__interval_ms", str(interval)).replace("$__interval", text))
+    return (
+        query.replace("$timeFilter", f"time >= {from_ms}ms and time <= {to_ms}ms")
+        .replace("$interval", text)
+        .replace("$__interval_ms", str(interval))
+        .replace("$__interval", text)
+    )
 
 
 def variable_options(values: list[str], regex: str | None) -> list[tuple[str, str]]:
@@ -95,7 +120,7 @@ def variable_options(values: list[str], regex: str | None) -> list[tuple[str, st
     duplicates by value dropped, order kept (sort 0)."""
     pattern = None
     if regex:
-        body = regex[1:regex.rindex("/")]
+        body = regex[1 : regex.rindex("/")]
         pattern = re.compile(body.replace("(?<", "(?P<"))
     out, seen = [], set()
     for v in values:
@@ -128,8 +153,9 @@ def _datasource(uid: str) -> dict:
     return next(d for d in grafana.datasources()["datasources"] if d["uid"] == uid)
 
 
-def panel_query(view, panel, variables: dict[str, list[str]], from_ms: int, to_ms: int,
-                max_data_points: int) -> tuple[str, int]:
+def panel_query(
+    view, panel, variables: dict[str, list[str]], from_ms: int, to_ms: int, max_data_points: int
+) -> tuple[str, int]:
     """A generated panel's InfluxQL as Grafana sends it for the time range, and its $__interval in
     ms: the view's multi-value variables regex-formatted, the others raw; $__interval from the
     panel's max data points (its width in pixels), never under the panel's own min interval or,
@@ -142,11 +168,11 @@ def panel_query(view, panel, variables: dict[str, list[str]], from_ms: int, to_m
     return expand(interpolate(target["query"], variables, multi), from_ms, to_ms, interval), interval
 
 
-def elasticsearch_request(target: dict, variables: dict[str, list[str]], from_ms: int,
-                          to_ms: int) -> tuple[str, dict]:
+def elasticsearch_request(target: dict, variables: dict[str, list[str]], from_ms: int, to_ms: int) -> tuple[str, dict]:
     """The Elasticsearch datasource's search for a target of terms buckets and one metric: (its
     datasource's index pattern, the body). The time range and the Lucene query (a variable's values
     as ("a" OR "b")) filter; the terms (size "0": 500) hold the metric per bucket."""
+
     def fill(text: str, lucene: bool) -> str:
         def one(m: re.Match) -> str:
             values = variables.get(m.group(1) or m.group(2))
@@ -156,6 +182,7 @@ def elasticsearch_request(target: dict, variables: dict[str, list[str]], from_ms
                 return "(" + " OR ".join(f'"{v}"' for v in values) + ")"
             (value,) = values
             return value
+
         return re.sub(r"\$\{(\w+)\}|\$(\w+)", one, text)
 
     (terms,) = target["bucketAggs"]
@@ -163,13 +190,28 @@ def elasticsearch_request(target: dict, variables: dict[str, list[str]], from_ms
     settings = terms["settings"]
     size = int(settings["size"]) or 500
     order = {"_key" if settings["orderBy"] == "_term" else settings["orderBy"]: settings["order"]}
-    body = {"size": 0, "query": {"bool": {"filter": [
-        {"range": {target["timeField"]: {"gte": from_ms, "lte": to_ms, "format": "epoch_millis"}}},
-        {"query_string": {"query": fill(target["query"], True), "analyze_wildcard": True}}]}},
-        "aggs": {terms["id"]: {"terms": {"field": fill(terms["field"], False),
-                                         "min_doc_count": int(settings["min_doc_count"]), "order": order,
-                                         "size": size},
-                               "aggs": {metric["id"]: {metric["type"]: {"field": metric["field"]}}}}}}
+    body = {
+        "size": 0,
+        "query": {
+            "bool": {
+                "filter": [
+                    {"range": {target["timeField"]: {"gte": from_ms, "lte": to_ms, "format": "epoch_millis"}}},
+                    {"query_string": {"query": fill(target["query"], True), "analyze_wildcard": True}},
+                ]
+            }
+        },
+        "aggs": {
+            terms["id"]: {
+                "terms": {
+                    "field": fill(terms["field"], False),
+                    "min_doc_count": int(settings["min_doc_count"]),
+                    "order": order,
+                    "size": size,
+                },
+                "aggs": {metric["id"]: {metric["type"]: {"field": metric["field"]}}},
+            }
+        },
+    }
     return _datasource(target["datasource"]["uid"])["jsonData"]["index"], body
 
 
@@ -192,13 +234,36 @@ def _reduce(model: dict, values: list) -> float | None:
 
 _TOKEN = re.compile(r"\s*(?:(\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)|\$\{?(\w+)\}?|(&&|\|\||[<>=!]=|[-+*/%<>!()]))")
 # Go's binary precedence, as mathexp's parser takes it
-_PRECEDENCE = {"||": 1, "&&": 2, "==": 3, "!=": 3, "<": 3, "<=": 3, ">": 3, ">=": 3, "+": 4, "-": 4,
-               "*": 5, "/": 5, "%": 5}
-_APPLY = {"||": lambda a, b: float(bool(a) or bool(b)), "&&": lambda a, b: float(bool(a) and bool(b)),
-          "==": lambda a, b: float(a == b), "!=": lambda a, b: float(a != b), "<": lambda a, b: float(a < b),
-          "<=": lambda a, b: float(a <= b), ">": lambda a, b: float(a > b), ">=": lambda a, b: float(a >= b),
-          "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
-          "/": lambda a, b: a / b if b else math.nan, "%": lambda a, b: math.fmod(a, b) if b else math.nan}
+_PRECEDENCE = {
+    "||": 1,
+    "&&": 2,
+    "==": 3,
+    "!=": 3,
+    "<": 3,
+    "<=": 3,
+    ">": 3,
+    ">=": 3,
+    "+": 4,
+    "-": 4,
+    "*": 5,
+    "/": 5,
+    "%": 5,
+}
+_APPLY = {
+    "||": lambda a, b: float(bool(a) or bool(b)),
+    "&&": lambda a, b: float(bool(a) and bool(b)),
+    "==": lambda a, b: float(a == b),
+    "!=": lambda a, b: float(a != b),
+    "<": lambda a, b: float(a < b),
+    "<=": lambda a, b: float(a <= b),
+    ">": lambda a, b: float(a > b),
+    ">=": lambda a, b: float(a >= b),
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "/": lambda a, b: a / b if b else math.nan,
+    "%": lambda a, b: math.fmod(a, b) if b else math.nan,
+}
 
 
 def _tokens(expression: str) -> list[tuple[str, str]]:
@@ -309,7 +374,7 @@ def alerting(rule: dict, ends_ms: Sequence[int], held: Sequence[bool]) -> list[b
     manager's Pending -> Alerting). An evaluation without the label set counts as false."""
     for_ms = duration_ms(rule["for"])
     out, since = [], None
-    for end, now in zip(ends_ms, held):
+    for end, now in zip(ends_ms, held, strict=False):
         since = (since if since is not None else end) if now else None
         out.append(since is not None and end - since >= for_ms)
     return out

@@ -22,9 +22,24 @@ KQL_TERM = re.compile(r'^"?([\w.]+)"?\s*:\s*("[^"]*"|true|false|\*)$')
 AUTO_INTERVAL_S = 2  # what the tests ask for where Lens would choose the interval from the time range
 
 # Kibana's "pretty" intervals, longest first (calcAutoIntervalNear in the data plugin's time buckets), in ms.
-PRETTY_INTERVALS_MS = (365 * 86_400_000, 30 * 86_400_000, 7 * 86_400_000, 86_400_000, 12 * 3_600_000,
-                       3 * 3_600_000, 3_600_000, 1_800_000, 600_000, 300_000, 60_000, 30_000, 10_000, 5_000, 1_000,
-                       100)
+PRETTY_INTERVALS_MS = (
+    365 * 86_400_000,
+    30 * 86_400_000,
+    7 * 86_400_000,
+    86_400_000,
+    12 * 3_600_000,
+    3 * 3_600_000,
+    3_600_000,
+    1_800_000,
+    600_000,
+    300_000,
+    60_000,
+    30_000,
+    10_000,
+    5_000,
+    1_000,
+    100,
+)
 BAR_TARGET = 50  # Kibana's advanced setting histogram:barTarget (default)
 
 
@@ -105,22 +120,34 @@ def bucket_aggs(col: dict, time_range: tuple[int, int], auto_s: int = AUTO_INTER
     multi_terms (x-pack, in the distribution Kibana runs with); the Maven build the tests run has
     no x-pack, so it is asked as nested terms, whose keys are joined as multi_terms joins them."""
     if col["operationType"] == "date_histogram":
-        return [{"date_histogram": {"field": col["sourceField"], "fixed_interval": f"{interval_s(col, auto_s)}s",
-                                    "min_doc_count": 0, "extended_bounds": {"min": time_range[0],
-                                                                            "max": time_range[1]}}}]
+        return [
+            {
+                "date_histogram": {
+                    "field": col["sourceField"],
+                    "fixed_interval": f"{interval_s(col, auto_s)}s",
+                    "min_doc_count": 0,
+                    "extended_bounds": {"min": time_range[0], "max": time_range[1]},
+                }
+            }
+        ]
     params = col["params"]
     order = {"_key": "asc"} if params["orderBy"]["type"] == "alphabetical" else {"_count": "desc"}
-    return [{"terms": {"field": f, "size": params["size"], "order": order}}
-            for f in [col["sourceField"], *params.get("secondaryFields", [])]]
+    return [
+        {"terms": {"field": f, "size": params["size"], "order": order}}
+        for f in [col["sourceField"], *params.get("secondaryFields", [])]
+    ]
 
 
 def metric_agg(col: dict, time_field: str) -> dict | None:
     """The leaf aggregation of a field metric (None: the bucket's doc_count, or computed afterwards)."""
     op, f = col["operationType"], col.get("sourceField")
-    agg = {"average": {"avg": {"field": f}}, "max": {"max": {"field": f}},
-           "unique_count": {"cardinality": {"field": f}},
-           "standard_deviation": {"extended_stats": {"field": f}},
-           "last_value": {"top_hits": {"size": 1, "sort": [{time_field: "desc"}], "_source": [f]}}}.get(op)
+    agg = {
+        "average": {"avg": {"field": f}},
+        "max": {"max": {"field": f}},
+        "unique_count": {"cardinality": {"field": f}},
+        "standard_deviation": {"extended_stats": {"field": f}},
+        "last_value": {"top_hits": {"size": 1, "sort": [{time_field: "desc"}], "_source": [f]}},
+    }.get(op)
     filters = es_query(col.get("filter", {}).get("query", ""))
     if op == "count":
         return {"filter": {"bool": {"filter": filters}}} if filters else None
@@ -167,21 +194,24 @@ class LensSearch:
 
         def walk(node: dict, depth: int, row: dict) -> None:
             if depth == len(self.levels):
-                rows.append({**row, **{c: metric_value(self.cols[c], a, node.get(c, node))
-                                       for c, a in self.leaf.items()}})
+                rows.append(
+                    {**row, **{c: metric_value(self.cols[c], a, node.get(c, node)) for c, a in self.leaf.items()}}
+                )
                 return
             c, i, _ = self.levels[depth]
             for b in node[f"{c}#{i}"]["buckets"]:
                 walk(b, depth + 1, {**row, c: f"{row[c]}|{b['key']}" if i else b["key"]})
+
         walk(answer["aggregations"], 0, {})
         return computed(self.cols, self.buckets, rows, self.auto_s)
 
 
-def lens_search(lens: dict, time_range: tuple[int, int], filters: list[dict],
-                auto_s: int = AUTO_INTERVAL_S) -> LensSearch:
+def lens_search(
+    lens: dict, time_range: tuple[int, int], filters: list[dict], auto_s: int = AUTO_INTERVAL_S
+) -> LensSearch:
     """The search of a Lens object's one layer over the time range (ms), with ``filters`` standing
     for what the query bar adds (run_id : "...")."""
-    (lid, layer), = layers(lens).items()
+    ((lid, layer),) = layers(lens).items()
     view = data_view_of(lens, lid)["attributes"]
     cols, order = layer["columns"], layer["columnOrder"]
     buckets = [c for c in order if cols[c]["isBucketed"]]
@@ -190,9 +220,27 @@ def lens_search(lens: dict, time_range: tuple[int, int], filters: list[dict],
     aggs = {c: a for c, a in leaf.items() if a is not None}
     for c, i, agg in reversed(levels):
         aggs = {f"{c}#{i}": {**agg, **({"aggs": aggs} if aggs else {})}}
-    body = {"size": 0, "aggs": aggs, "query": {"bool": {"filter": [
-        {"range": {view["timeFieldName"]: {"gte": time_range[0], "lte": time_range[1], "format": "epoch_millis"}}},
-        *filters, *es_query(lens["attributes"]["state"]["query"]["query"])]}}}
+    body = {
+        "size": 0,
+        "aggs": aggs,
+        "query": {
+            "bool": {
+                "filter": [
+                    {
+                        "range": {
+                            view["timeFieldName"]: {
+                                "gte": time_range[0],
+                                "lte": time_range[1],
+                                "format": "epoch_millis",
+                            }
+                        }
+                    },
+                    *filters,
+                    *es_query(lens["attributes"]["state"]["query"]["query"]),
+                ]
+            }
+        },
+    }
     return LensSearch(view["title"], body, cols, buckets, levels, leaf, auto_s)
 
 

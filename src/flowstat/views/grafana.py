@@ -28,51 +28,111 @@ ALERT_GROUP_INTERVAL = "10s"
 
 def datasources() -> dict:
     """URLs and credentials come from the environment (set by docker-compose.yml from .env)."""
-    influx = {"name": "flowstat InfluxDB", **INFLUX, "access": "proxy", "url": "${FLOWSTAT_INFLUX_URL}",
-              "user": "${FLOWSTAT_INFLUX_READER}", "secureJsonData": {"password": "${FLOWSTAT_INFLUX_READER_PASSWORD}"},
-              "jsonData": {"version": "InfluxQL", "dbName": influxdb.DATABASE, "httpMode": "POST", "timeInterval": "1s"},
-              "isDefault": True, "editable": False}
+    influx = {
+        "name": "flowstat InfluxDB",
+        **INFLUX,
+        "access": "proxy",
+        "url": "${FLOWSTAT_INFLUX_URL}",
+        "user": "${FLOWSTAT_INFLUX_READER}",
+        "secureJsonData": {"password": "${FLOWSTAT_INFLUX_READER_PASSWORD}"},
+        "jsonData": {"version": "InfluxQL", "dbName": influxdb.DATABASE, "httpMode": "POST", "timeInterval": "1s"},
+        "isDefault": True,
+        "editable": False,
+    }
 
     def elastic(ds: dict, name: str, index: str, time_field: str) -> dict:
-        return {"name": name, **ds, "access": "proxy", "url": "${FLOWSTAT_ES_URL}", "basicAuth": True,
-                "basicAuthUser": "${FLOWSTAT_ES_READER}",
-                "secureJsonData": {"basicAuthPassword": "${FLOWSTAT_ES_READER_PASSWORD}"},
-                "jsonData": {"index": index, "timeField": time_field, "timeInterval": "1s"}, "editable": False}
+        return {
+            "name": name,
+            **ds,
+            "access": "proxy",
+            "url": "${FLOWSTAT_ES_URL}",
+            "basicAuth": True,
+            "basicAuthUser": "${FLOWSTAT_ES_READER}",
+            "secureJsonData": {"basicAuthPassword": "${FLOWSTAT_ES_READER_PASSWORD}"},
+            "jsonData": {"index": index, "timeField": time_field, "timeInterval": "1s"},
+            "editable": False,
+        }
 
-    return {"apiVersion": 1, "datasources": [
-        influx,
-        elastic(ES_SAMPLES, "flowstat Elasticsearch samples", f"{es_store.SAMPLES_INDEX}*", "time"),
-        elastic(ES_RUNS, "flowstat Elasticsearch runs", f"{es_store.RUNS_INDEX}*", "started")]}
+    return {
+        "apiVersion": 1,
+        "datasources": [
+            influx,
+            elastic(ES_SAMPLES, "flowstat Elasticsearch samples", f"{es_store.SAMPLES_INDEX}*", "time"),
+            elastic(ES_RUNS, "flowstat Elasticsearch runs", f"{es_store.RUNS_INDEX}*", "started"),
+        ],
+    }
 
 
 def dashboard_provider() -> dict:
-    return {"apiVersion": 1, "providers": [{
-        "name": "flowstat", "orgId": 1, "folder": FOLDER, "type": "file", "disableDeletion": True,
-        "updateIntervalSeconds": 30, "allowUiUpdates": False,
-        "options": {"path": "/etc/grafana/dashboards/flowstat", "foldersFromFilesStructure": False}}]}
+    return {
+        "apiVersion": 1,
+        "providers": [
+            {
+                "name": "flowstat",
+                "orgId": 1,
+                "folder": FOLDER,
+                "type": "file",
+                "disableDeletion": True,
+                "updateIntervalSeconds": 30,
+                "allowUiUpdates": False,
+                "options": {"path": "/etc/grafana/dashboards/flowstat", "foldersFromFilesStructure": False},
+            }
+        ],
+    }
 
 
 # -- dashboards ---------------------------------------------------------------------------------
 
+
 def _variable(name: str) -> dict:
     base = {"name": name, "hide": 0, "skipUrlSync": False}
     if name in ("run", "runs"):
-        return {**base, "type": "query", "datasource": INFLUX, "query": influxql.variable_query(name),
-                "label": "run" if name == "run" else "runs to compare", "regex": influxql.RUN_LABEL_REGEX,
-                "refresh": 2 if name == "runs" else 1, "sort": 0, "multi": name == "runs", "includeAll": False}
+        return {
+            **base,
+            "type": "query",
+            "datasource": INFLUX,
+            "query": influxql.variable_query(name),
+            "label": "run" if name == "run" else "runs to compare",
+            "regex": influxql.RUN_LABEL_REGEX,
+            "refresh": 2 if name == "runs" else 1,
+            "sort": 0,
+            "multi": name == "runs",
+            "includeAll": False,
+        }
     if name in ("agent", "node"):
-        return {**base, "type": "query", "datasource": INFLUX, "query": influxql.variable_query(name),
-                "refresh": 1, "sort": 1, "multi": name == "node", "includeAll": name == "node",
-                "label": "samples of" if name == "agent" else "nodes"}
+        return {
+            **base,
+            "type": "query",
+            "datasource": INFLUX,
+            "query": influxql.variable_query(name),
+            "refresh": 1,
+            "sort": 1,
+            "multi": name == "node",
+            "includeAll": name == "node",
+            "label": "samples of" if name == "agent" else "nodes",
+        }
     if name == "role":
         roles = ("producer", "merger", "viewer", "other")
-        return {**base, "type": "custom", "query": ",".join(roles), "multi": True, "includeAll": True,
-                "current": {"text": ["All"], "value": ["$__all"]},
-                "options": [{"text": r, "value": r, "selected": False} for r in roles]}
+        return {
+            **base,
+            "type": "custom",
+            "query": ",".join(roles),
+            "multi": True,
+            "includeAll": True,
+            "current": {"text": ["All"], "value": ["$__all"]},
+            "options": [{"text": r, "value": r, "selected": False} for r in roles],
+        }
     if name == "param":
-        return {**base, "type": "custom", "label": "compared by", "query": ",".join(PARAMETERS), "multi": False,
-                "includeAll": False, "current": {"text": PARAMETERS[0], "value": PARAMETERS[0]},
-                "options": [{"text": p, "value": p, "selected": i == 0} for i, p in enumerate(PARAMETERS)]}
+        return {
+            **base,
+            "type": "custom",
+            "label": "compared by",
+            "query": ",".join(PARAMETERS),
+            "multi": False,
+            "includeAll": False,
+            "current": {"text": PARAMETERS[0], "value": PARAMETERS[0]},
+            "options": [{"text": p, "value": p, "selected": i == 0} for i, p in enumerate(PARAMETERS)],
+        }
     raise ValueError(f"unknown variable {name!r}")
 
 
@@ -81,12 +141,23 @@ def _field_config(panel: Panel) -> dict:
     defaults: dict[str, Any] = {"unit": units.pop() if len(units) == 1 else "none"}
     overrides = []
     if len(panel.metrics) > 1 and panel.kind != "table":
-        overrides = [{"matcher": {"id": "byName", "options": m.label or m.field},
-                      "properties": [{"id": "unit", "value": grafana_unit(panel, m)}]} for m in panel.metrics]
+        overrides = [
+            {
+                "matcher": {"id": "byName", "options": m.label or m.field},
+                "properties": [{"id": "unit", "value": grafana_unit(panel, m)}],
+            }
+            for m in panel.metrics
+        ]
     if panel.kind == "state-timeline" or any(schema_type(panel.source, m.field) == "boolean" for m in panel.metrics):
-        defaults["mappings"] = [{"type": "value", "options": {
-            "true": {"text": "yes", "color": "green", "index": 0},
-            "false": {"text": "NO", "color": "red", "index": 1}}}]
+        defaults["mappings"] = [
+            {
+                "type": "value",
+                "options": {
+                    "true": {"text": "yes", "color": "green", "index": 0},
+                    "false": {"text": "NO", "color": "red", "index": 1},
+                },
+            }
+        ]
         defaults["color"] = {"mode": "thresholds"}
         defaults["thresholds"] = {"mode": "absolute", "steps": [{"color": "green", "value": None}]}
     return {"defaults": defaults, "overrides": overrides}
@@ -96,15 +167,31 @@ def _target(view: View, panel: Panel) -> dict:
     if panel.kind == "bargauge" and panel.source == RUN:
         # Grouped by a parameter's value: Elasticsearch can bucket by any field, InfluxQL only by tags.
         m = panel.metrics[0]
-        return {"refId": "A", "datasource": ES_RUNS, "query": "run_id:$runs", "timeField": "started",
-                "metrics": [{"id": "1", "type": "avg", "field": f"summary.{m.field}"}],
-                "bucketAggs": [{"id": "2", "type": "terms", "field": "parameters.$param",
-                                "settings": {"min_doc_count": "1", "order": "asc", "orderBy": "_term", "size": "0"}}]}
+        return {
+            "refId": "A",
+            "datasource": ES_RUNS,
+            "query": "run_id:$runs",
+            "timeField": "started",
+            "metrics": [{"id": "1", "type": "avg", "field": f"summary.{m.field}"}],
+            "bucketAggs": [
+                {
+                    "id": "2",
+                    "type": "terms",
+                    "field": "parameters.$param",
+                    "settings": {"min_doc_count": "1", "order": "asc", "orderBy": "_term", "size": "0"},
+                }
+            ],
+        }
     alias = "$tag_node_id" if panel.group == ("node_id",) else " ".join(f"$tag_{g}" for g in panel.group)
     if len(panel.metrics) > 1 and panel.kind in ("timeseries", "state-timeline") and panel.group:
         alias += " $col"
-    target = {"refId": "A", "datasource": INFLUX, "query": influxql.panel_query(view, panel), "rawQuery": True,
-              "resultFormat": "table" if panel.kind == "table" else "time_series"}
+    target = {
+        "refId": "A",
+        "datasource": INFLUX,
+        "query": influxql.panel_query(view, panel),
+        "rawQuery": True,
+        "resultFormat": "table" if panel.kind == "table" else "time_series",
+    }
     if panel.group and panel.kind != "table":
         target["alias"] = alias
     return target
@@ -112,25 +199,49 @@ def _target(view: View, panel: Panel) -> dict:
 
 def _options(panel: Panel) -> dict:
     if panel.kind == "stat":
-        return {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}, "colorMode": "background",
-                "graphMode": "none", "textMode": "value_and_name", "orientation": "auto", "justifyMode": "auto"}
+        return {
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "colorMode": "background",
+            "graphMode": "none",
+            "textMode": "value_and_name",
+            "orientation": "auto",
+            "justifyMode": "auto",
+        }
     if panel.kind == "bargauge":
-        return {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-                "orientation": "horizontal", "displayMode": "basic", "showUnfilled": True}
+        return {
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "orientation": "horizontal",
+            "displayMode": "basic",
+            "showUnfilled": True,
+        }
     if panel.kind == "table":
         return {"showHeader": True, "cellHeight": "sm"}
     if panel.kind == "state-timeline":
-        return {"showValue": "auto", "mergeValues": True, "rowHeight": 0.9, "alignValue": "left",
-                "legend": {"showLegend": False, "displayMode": "list", "placement": "bottom"}}
-    return {"legend": {"showLegend": True, "displayMode": "table", "placement": "right", "calcs": ["mean", "max"]},
-            "tooltip": {"mode": "multi", "sort": "desc"}}
+        return {
+            "showValue": "auto",
+            "mergeValues": True,
+            "rowHeight": 0.9,
+            "alignValue": "left",
+            "legend": {"showLegend": False, "displayMode": "list", "placement": "bottom"},
+        }
+    return {
+        "legend": {"showLegend": True, "displayMode": "table", "placement": "right", "calcs": ["mean", "max"]},
+        "tooltip": {"mode": "multi", "sort": "desc"},
+    }
 
 
 def _panel(view: View, panel: Panel, pid: int, x: int, y: int) -> dict:
-    out = {"id": pid, "type": panel.kind, "title": panel.title, "description": description(panel),
-           "gridPos": {"h": 4 if panel.kind == "stat" else 8, "w": panel.width, "x": x, "y": y},
-           "datasource": ES_RUNS if panel.kind == "bargauge" and panel.source == RUN else INFLUX,
-           "targets": [_target(view, panel)], "fieldConfig": _field_config(panel), "options": _options(panel)}
+    out = {
+        "id": pid,
+        "type": panel.kind,
+        "title": panel.title,
+        "description": description(panel),
+        "gridPos": {"h": 4 if panel.kind == "stat" else 8, "w": panel.width, "x": x, "y": y},
+        "datasource": ES_RUNS if panel.kind == "bargauge" and panel.source == RUN else INFLUX,
+        "targets": [_target(view, panel)],
+        "fieldConfig": _field_config(panel),
+        "options": _options(panel),
+    }
     if panel.rollup:
         out["interval"] = influxql.TOTALS_EVERY  # the rollup's bucket: a finer $__interval would ask for empty buckets
     if panel.kind == "table":
@@ -139,20 +250,46 @@ def _panel(view: View, panel: Panel, pid: int, x: int, y: int) -> dict:
 
 
 def _annotations(view: View) -> list[dict]:
-    builtin = {"builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"}, "enable": True,
-               "hide": True, "iconColor": "rgba(0, 211, 255, 1)", "name": "Annotations & Alerts", "type": "dashboard"}
+    builtin = {
+        "builtIn": 1,
+        "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+        "enable": True,
+        "hide": True,
+        "iconColor": "rgba(0, 211, 255, 1)",
+        "name": "Annotations & Alerts",
+        "type": "dashboard",
+    }
     if "run" not in view.variables:
         return [builtin]
-    return [builtin, {"datasource": ES_RUNS, "enable": True, "iconColor": "purple", "name": "run start and end",
-                      "target": {"refId": "Anno", "query": "run_id:$run", "limit": 10},
-                      "timeField": "started", "timeEndField": "finished", "textField": "label", "tagsField": "host"}]
+    return [
+        builtin,
+        {
+            "datasource": ES_RUNS,
+            "enable": True,
+            "iconColor": "purple",
+            "name": "run start and end",
+            "target": {"refId": "Anno", "query": "run_id:$run", "limit": 10},
+            "timeField": "started",
+            "timeEndField": "finished",
+            "textField": "label",
+            "tagsField": "host",
+        },
+    ]
 
 
 def dashboard(view: View) -> dict:
     panels, pid, y = [], 1, 0
     for row in view.rows:
-        panels.append({"id": pid, "type": "row", "title": row.title, "collapsed": False, "panels": [],
-                       "gridPos": {"h": 1, "w": 24, "x": 0, "y": y}})
+        panels.append(
+            {
+                "id": pid,
+                "type": "row",
+                "title": row.title,
+                "collapsed": False,
+                "panels": [],
+                "gridPos": {"h": 1, "w": 24, "x": 0, "y": y},
+            }
+        )
         pid, y, x, height = pid + 1, y + 1, 0, 0
         for panel in row.panels:
             if x + panel.width > 24:
@@ -161,32 +298,61 @@ def dashboard(view: View) -> dict:
             panels.append(built)
             pid, x, height = pid + 1, x + panel.width, max(height, built["gridPos"]["h"])
         y += height
-    return {"uid": view.uid, "title": view.title, "description": view.description, "tags": ["flowstat"],
-            "timezone": "utc", "editable": False, "schemaVersion": SCHEMA_VERSION, "version": 1,
-            "time": {"from": "now-1h", "to": "now"}, "refresh": "10s", "graphTooltip": 1,
-            "templating": {"list": [_variable(v) for v in view.variables]},
-            "annotations": {"list": _annotations(view)}, "panels": panels,
-            "links": [{"title": "flowstat", "type": "dashboards", "tags": ["flowstat"], "asDropdown": True}]}
+    return {
+        "uid": view.uid,
+        "title": view.title,
+        "description": view.description,
+        "tags": ["flowstat"],
+        "timezone": "utc",
+        "editable": False,
+        "schemaVersion": SCHEMA_VERSION,
+        "version": 1,
+        "time": {"from": "now-1h", "to": "now"},
+        "refresh": "10s",
+        "graphTooltip": 1,
+        "templating": {"list": [_variable(v) for v in view.variables]},
+        "annotations": {"list": _annotations(view)},
+        "panels": panels,
+        "links": [{"title": "flowstat", "type": "dashboards", "tags": ["flowstat"], "asDropdown": True}],
+    }
 
 
 # -- alerting -----------------------------------------------------------------------------------
 
+
 def _query(ref: str, text: str, seconds: int) -> dict:
-    return {"refId": ref, "relativeTimeRange": {"from": seconds, "to": 0}, "datasourceUid": INFLUX["uid"],
-            "model": {"refId": ref, "datasource": INFLUX, "query": text, "rawQuery": True,
-                      "resultFormat": "time_series", "intervalMs": 1000, "maxDataPoints": 43200}}
+    return {
+        "refId": ref,
+        "relativeTimeRange": {"from": seconds, "to": 0},
+        "datasourceUid": INFLUX["uid"],
+        "model": {
+            "refId": ref,
+            "datasource": INFLUX,
+            "query": text,
+            "rawQuery": True,
+            "resultFormat": "time_series",
+            "intervalMs": 1000,
+            "maxDataPoints": 43200,
+        },
+    }
 
 
 def _expression(ref: str, model: dict) -> dict:
-    return {"refId": ref, "relativeTimeRange": {"from": 0, "to": 0}, "datasourceUid": EXPRESSION,
-            "model": {"refId": ref, "datasource": {"type": EXPRESSION, "uid": EXPRESSION}, **model}}
+    return {
+        "refId": ref,
+        "relativeTimeRange": {"from": 0, "to": 0},
+        "datasourceUid": EXPRESSION,
+        "model": {"refId": ref, "datasource": {"type": EXPRESSION, "uid": EXPRESSION}, **model},
+    }
 
 
 def math_expression(alert: Alert) -> str:
     """The condition in Grafana's math syntax, over the reduced quantities ($RA, $RB...)."""
+
     def one(conj) -> str:
         text = " && ".join(f"$R{a.ref} > {a.threshold:g}" for a in conj)
         return f"({text})" if len(conj) > 1 and len(alert.condition) > 1 else text
+
     return " || ".join(one(conj) for conj in alert.condition)
 
 
@@ -194,37 +360,91 @@ def rule(alert: Alert) -> dict:
     """Queries -> reduce (last: each query gives one value per group over the window) -> math over
     them when there are several -> threshold: the shape Grafana's rule editor makes."""
     data = [_query(q.ref, influxql.quantity_query(alert, q), alert.window_s) for q in alert.quantities]
-    data += [_expression(f"R{q.ref}", {"type": "reduce", "expression": q.ref, "reducer": "last",
-                                           "settings": {"mode": "dropNN"}}) for q in alert.quantities]
+    data += [
+        _expression(
+            f"R{q.ref}", {"type": "reduce", "expression": q.ref, "reducer": "last", "settings": {"mode": "dropNN"}}
+        )
+        for q in alert.quantities
+    ]
     if len(alert.quantities) == 1:
         (only,) = alert.condition[0]
         subject, threshold = f"R{only.ref}", only.threshold
     else:
         data.append(_expression("CONDITION", {"type": "math", "expression": math_expression(alert)}))
         subject, threshold = "CONDITION", 0
-    data.append(_expression("THRESHOLD", {"type": "threshold", "expression": subject, "conditions": [
-        {"evaluator": {"type": "gt", "params": [threshold]}}]}))
-    return {"uid": alert.uid, "title": alert.title, "condition": "THRESHOLD", "data": data,
-            "noDataState": "OK", "execErrState": "Error", "for": f"{alert.for_s}s",
-            "labels": {"source": "flowstat", "alert": alert.uid},
-            "annotations": {"summary": alert.summary, "description": alert.why},
-            "isPaused": False}
+    data.append(
+        _expression(
+            "THRESHOLD",
+            {
+                "type": "threshold",
+                "expression": subject,
+                "conditions": [{"evaluator": {"type": "gt", "params": [threshold]}}],
+            },
+        )
+    )
+    return {
+        "uid": alert.uid,
+        "title": alert.title,
+        "condition": "THRESHOLD",
+        "data": data,
+        "noDataState": "OK",
+        "execErrState": "Error",
+        "for": f"{alert.for_s}s",
+        "labels": {"source": "flowstat", "alert": alert.uid},
+        "annotations": {"summary": alert.summary, "description": alert.why},
+        "isPaused": False,
+    }
 
 
 def alert_rules() -> dict:
-    return {"apiVersion": 1, "groups": [{"orgId": 1, "name": "flowstat", "folder": FOLDER,
-                                         "interval": ALERT_GROUP_INTERVAL, "rules": [rule(a) for a in ALERTS]}]}
+    return {
+        "apiVersion": 1,
+        "groups": [
+            {
+                "orgId": 1,
+                "name": "flowstat",
+                "folder": FOLDER,
+                "interval": ALERT_GROUP_INTERVAL,
+                "rules": [rule(a) for a in ALERTS],
+            }
+        ],
+    }
 
 
 def contact_points() -> dict:
-    return {"apiVersion": 1, "contactPoints": [{"orgId": 1, "name": CONTACT_POINT, "receivers": [{
-        "uid": "flowstat-webhook", "type": "webhook", "disableResolveMessage": False,
-        "settings": {"url": "${FLOWSTAT_ALERT_WEBHOOK}", "httpMethod": "POST"}}]}]}
+    return {
+        "apiVersion": 1,
+        "contactPoints": [
+            {
+                "orgId": 1,
+                "name": CONTACT_POINT,
+                "receivers": [
+                    {
+                        "uid": "flowstat-webhook",
+                        "type": "webhook",
+                        "disableResolveMessage": False,
+                        "settings": {"url": "${FLOWSTAT_ALERT_WEBHOOK}", "httpMethod": "POST"},
+                    }
+                ],
+            }
+        ],
+    }
 
 
 def notification_policies() -> dict:
-    return {"apiVersion": 1, "policies": [{"orgId": 1, "receiver": CONTACT_POINT, "group_by": ["alertname", "run_id"],
-                                           "group_wait": "10s", "group_interval": "1m", "repeat_interval": "4h"}]}
+    return {
+        "apiVersion": 1,
+        "policies": [
+            {
+                "orgId": 1,
+                "receiver": CONTACT_POINT,
+                "group_by": ["alertname", "run_id"],
+                "group_wait": "10s",
+                "group_interval": "1m",
+                "repeat_interval": "4h",
+            }
+        ],
+    }
 
 
 class _NoAliases(yaml.SafeDumper):
@@ -233,17 +453,21 @@ class _NoAliases(yaml.SafeDumper):
 
 
 def _yaml(doc: dict, what: str) -> str:
-    return (f"# Generated by `make generate` (python -m flowstat.generate) from src/flowstat/views: {what}. Do not edit.\n"
-            + yaml.dump(doc, Dumper=_NoAliases, sort_keys=False, width=120))
+    return (
+        f"# Generated by `make generate` (python -m flowstat.generate) from src/flowstat/views: {what}. Do not edit.\n"
+        + yaml.dump(doc, Dumper=_NoAliases, sort_keys=False, width=120)
+    )
 
 
 def files() -> dict[str, str]:
     """dashboards/grafana/...: path -> content."""
-    out = {"provisioning/datasources/flowstat.yaml": _yaml(datasources(), "datasources with fixed uids"),
-           "provisioning/dashboards/flowstat.yaml": _yaml(dashboard_provider(), "the dashboards' provider"),
-           "provisioning/alerting/rules.yaml": _yaml(alert_rules(), "alert rules"),
-           "provisioning/alerting/contact-points.yaml": _yaml(contact_points(), "the webhook contact point"),
-           "provisioning/alerting/policies.yaml": _yaml(notification_policies(), "the notification policy")}
+    out = {
+        "provisioning/datasources/flowstat.yaml": _yaml(datasources(), "datasources with fixed uids"),
+        "provisioning/dashboards/flowstat.yaml": _yaml(dashboard_provider(), "the dashboards' provider"),
+        "provisioning/alerting/rules.yaml": _yaml(alert_rules(), "alert rules"),
+        "provisioning/alerting/contact-points.yaml": _yaml(contact_points(), "the webhook contact point"),
+        "provisioning/alerting/policies.yaml": _yaml(notification_policies(), "the notification policy"),
+    }
     for view in VIEWS:
         out[f"dashboards/{view.uid}.json"] = json.dumps(dashboard(view), indent=1) + "\n"
     return out

@@ -43,17 +43,29 @@ def _measurement(panel: Panel) -> str:
 def _variable_conditions(view: View, panel: Panel) -> list[str]:
     if panel.source == AGENT:
         return []
-    wanted = ("run",) if panel.source == RUN else ("run", "agent") if panel.rollup else \
-        ("runs", "agent") if "run_id" in panel.group else ("run", "agent", "role", "node")
+    wanted = (
+        ("run",)
+        if panel.source == RUN
+        else ("run", "agent")
+        if panel.rollup
+        else ("runs", "agent")
+        if "run_id" in panel.group
+        else ("run", "agent", "role", "node")
+    )
     return [f"{ident(VARIABLE_TAGS[v])} =~ /^${v}$/" for v in wanted if v in view.variables]
 
 
 def _selector(m: Metric) -> str:
     def one(name: str) -> str:
         f = ident(name)
-        return {"mean": f"mean({f})", "max": f"max({f})", "last": f"last({f})",
-                "rate": f"non_negative_derivative(max({f}), 1s)",
-                "increase": f"non_negative_difference(max({f}))"}[m.agg]
+        return {
+            "mean": f"mean({f})",
+            "max": f"max({f})",
+            "last": f"last({f})",
+            "rate": f"non_negative_derivative(max({f}), 1s)",
+            "increase": f"non_negative_difference(max({f}))",
+        }[m.agg]
+
     expr = one(m.field) + (f" - {one(m.minus)}" if m.minus else "")
     if m.scale != 1.0:
         expr = f"{expr} * {m.scale!r}"
@@ -67,8 +79,9 @@ def panel_query(view: View, panel: Panel) -> str:
     if timed:
         where.append("$timeFilter")
     if panel.kind == "table":
-        cols = ", ".join(f"{fn}({ident(m.field)}) AS {ident(f'{m.field} {fn}')}"
-                         for m in panel.metrics for fn in ("mean", "stddev"))
+        cols = ", ".join(
+            f"{fn}({ident(m.field)}) AS {ident(f'{m.field} {fn}')}" for m in panel.metrics for fn in ("mean", "stddev")
+        )
     else:
         cols = ", ".join(f"{_selector(m)} AS {ident(m.label or m.field)}" for m in panel.metrics)
     q = f"SELECT {cols} FROM {_measurement(panel)}"
@@ -92,8 +105,10 @@ def variable_query(name: str) -> str:
     if name == "agent":
         return f'SHOW TAG VALUES FROM {ident(NODE_MEASUREMENT)} WITH KEY = "agent" WHERE "run_id" =~ /^$run$/'
     if name == "node":
-        return (f'SHOW TAG VALUES FROM {ident(NODE_MEASUREMENT)} WITH KEY = "node_id" '
-                f'WHERE "run_id" =~ /^$run$/ AND "role" =~ /^$role$/')
+        return (
+            f'SHOW TAG VALUES FROM {ident(NODE_MEASUREMENT)} WITH KEY = "node_id" '
+            f'WHERE "run_id" =~ /^$run$/ AND "role" =~ /^$role$/'
+        )
     raise ValueError(f"no query for variable {name!r}")
 
 
@@ -112,7 +127,9 @@ def quantity_query(alert: Alert, q: Quantity) -> str:
     f = ident(q.field)
     if q.kind in ("slope_per_min", "slope_buckets"):
         outer = "mean" if q.kind == "slope_per_min" else "count"
-        return (f'SELECT {outer}("slope") FROM (SELECT derivative(mean({f}), 1m) AS "slope" FROM {table} '
-                f"WHERE {where} GROUP BY time({SLOPE_BUCKET_S}s), {groups}) GROUP BY {groups}")
+        return (
+            f'SELECT {outer}("slope") FROM (SELECT derivative(mean({f}), 1m) AS "slope" FROM {table} '
+            f"WHERE {where} GROUP BY time({SLOPE_BUCKET_S}s), {groups}) GROUP BY {groups}"
+        )
     select = {"count": f"count({f})", "last": f"last({f})", "rise": f"last({f}) - first({f})"}[q.kind]
     return f"SELECT {select} AS {ident(q.kind)} FROM {table} WHERE {where} GROUP BY {groups}"

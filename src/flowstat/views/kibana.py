@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from flowstat.schema import run as run_schema
 from flowstat.stores import elasticsearch as es_store
 
-from .panels import (AGENT, NODE, NODES_PER_PANEL, PARAMETERS, RUN, VIEWS, Metric, Panel, View, description,
-                     schema_unit)
+from .panels import AGENT, NODE, NODES_PER_PANEL, PARAMETERS, RUN, VIEWS, Metric, Panel, View, description, schema_unit
 
 # -- migration versions ---------------------------------------------------------------------------
 # Kibana migrates an imported object from the versions it says it is at; a version newer than the
@@ -66,6 +65,7 @@ LENS_TYPES = {"keyword": "string", "boolean": "boolean", "date": "date", **{t: "
 
 # -- fields -----------------------------------------------------------------------------------------
 
+
 def flatten(props: dict, prefix: str = "") -> dict[str, str]:
     """An Elasticsearch mapping's properties as field path -> type (objects field by field)."""
     out = {}
@@ -77,12 +77,15 @@ def flatten(props: dict, prefix: str = "") -> dict[str, str]:
     return out
 
 
-@lru_cache(maxsize=None)
+@cache
 def fields(source: str) -> dict[str, str]:
     """Field path -> Elasticsearch type, from the index template behind the source's data view."""
     templates = es_store.templates()
-    name = {NODE: "component-flowstat-sample-mappings.json", RUN: "component-flowstat-run-mappings.json",
-            AGENT: AGENT_MAPPINGS}[source]
+    name = {
+        NODE: "component-flowstat-sample-mappings.json",
+        RUN: "component-flowstat-run-mappings.json",
+        AGENT: AGENT_MAPPINGS,
+    }[source]
     return flatten(templates[name]["template"]["mappings"]["properties"])
 
 
@@ -105,8 +108,9 @@ def field_path(panel: Panel, name: str) -> str:
             raise ValueError(f"panel {panel.title!r}: field {name!r} is ambiguous in the run document: {paths}")
         path = paths[0]
     if path not in fields(panel.source):
-        raise ValueError(f"panel {panel.title!r}: field {name!r} is not in the {DATA_VIEWS[panel.source].title} "
-                         f"index template")
+        raise ValueError(
+            f"panel {panel.title!r}: field {name!r} is not in the {DATA_VIEWS[panel.source].title} " f"index template"
+        )
     return path
 
 
@@ -118,6 +122,7 @@ def _require(panel: Panel, path: str, types: tuple[str, ...], use: str) -> str:
 
 
 # -- columns ----------------------------------------------------------------------------------------
+
 
 @dataclass
 class _Layer:
@@ -143,8 +148,13 @@ class _Layer:
 
     def state(self) -> dict:
         columns = {**self.buckets, **self.metrics}
-        return {"columns": columns, "columnOrder": list(columns), "incompleteColumns": {}, "sampling": 1,
-                "ignoreGlobalFilters": False}
+        return {
+            "columns": columns,
+            "columnOrder": list(columns),
+            "incompleteColumns": {},
+            "sampling": 1,
+            "ignoreGlobalFilters": False,
+        }
 
 
 def _date_histogram(layer: _Layer) -> str:
@@ -152,24 +162,51 @@ def _date_histogram(layer: _Layer) -> str:
     # The rollup panels sum over nodes per 10 s, as the InfluxDB rollup does; the others let Lens
     # choose the interval from the time range.
     interval = "10s" if layer.panel.rollup else "auto"
-    return layer.bucket("time", {"label": view.time_field, "dataType": "date", "operationType": "date_histogram",
-                                 "sourceField": view.time_field, "isBucketed": True, "scale": "interval",
-                                 "params": {"interval": interval, "includeEmptyRows": True, "dropPartials": False}})
+    return layer.bucket(
+        "time",
+        {
+            "label": view.time_field,
+            "dataType": "date",
+            "operationType": "date_histogram",
+            "sourceField": view.time_field,
+            "isBucketed": True,
+            "scale": "interval",
+            "params": {"interval": interval, "includeEmptyRows": True, "dropPartials": False},
+        },
+    )
 
 
 def _terms(layer: _Layer, key: str, paths: list[str]) -> str:
     """A split by one field's values, or by several fields' combinations (multi terms)."""
     data_type = [_require(layer.panel, path, ("keyword", *NUMERIC), "a split (terms)") for path in paths][0]
-    params: dict[str, Any] = {"size": TERMS_SIZE.get(paths[0], 20), "orderDirection": "asc",
-                              "orderBy": {"type": "alphabetical", "fallback": False},
-                              "otherBucket": False, "missingBucket": False,
-                              "parentFormat": {"id": "multi_terms" if len(paths) > 1 else "terms"},
-                              "include": [], "exclude": [], "includeIsRegex": False, "excludeIsRegex": False}
+    params: dict[str, Any] = {
+        "size": TERMS_SIZE.get(paths[0], 20),
+        "orderDirection": "asc",
+        "orderBy": {"type": "alphabetical", "fallback": False},
+        "otherBucket": False,
+        "missingBucket": False,
+        "parentFormat": {"id": "multi_terms" if len(paths) > 1 else "terms"},
+        "include": [],
+        "exclude": [],
+        "includeIsRegex": False,
+        "excludeIsRegex": False,
+    }
     if len(paths) > 1:
         params["secondaryFields"] = paths[1:]
     label = " › ".join(paths)
-    return layer.bucket(key, {"label": label, "customLabel": True, "dataType": data_type, "operationType": "terms",
-                              "sourceField": paths[0], "isBucketed": True, "scale": "ordinal", "params": params})
+    return layer.bucket(
+        key,
+        {
+            "label": label,
+            "customLabel": True,
+            "dataType": data_type,
+            "operationType": "terms",
+            "sourceField": paths[0],
+            "isBucketed": True,
+            "scale": "ordinal",
+            "params": params,
+        },
+    )
 
 
 def _unit(panel: Panel, m: Metric) -> str:
@@ -193,30 +230,63 @@ def _simple(layer: _Layer, op: str, path: str, label: str) -> dict:
     view = DATA_VIEWS[layer.panel.source]
     if op == "last_value":
         data_type = _require(layer.panel, path, (*NUMERIC, "keyword", "boolean", "date"), "a last value")
-        return {"label": label, "customLabel": True, "dataType": data_type, "operationType": "last_value",
-                "sourceField": path, "isBucketed": False, "scale": "ratio" if data_type == "number" else "ordinal",
-                "filter": {"query": f'"{path}": *', "language": "kuery"},
-                "params": {"sortField": view.time_field, "showArrayValues": False}}
+        return {
+            "label": label,
+            "customLabel": True,
+            "dataType": data_type,
+            "operationType": "last_value",
+            "sourceField": path,
+            "isBucketed": False,
+            "scale": "ratio" if data_type == "number" else "ordinal",
+            "filter": {"query": f'"{path}": *', "language": "kuery"},
+            "params": {"sortField": view.time_field, "showArrayValues": False},
+        }
     _require(layer.panel, path, NUMERIC, op)
-    return {"label": label, "customLabel": True, "dataType": "number", "operationType": op, "sourceField": path,
-            "isBucketed": False, "scale": "ratio", "params": {"emptyAsNull": True}}
+    return {
+        "label": label,
+        "customLabel": True,
+        "dataType": "number",
+        "operationType": op,
+        "sourceField": path,
+        "isBucketed": False,
+        "scale": "ratio",
+        "params": {"emptyAsNull": True},
+    }
 
 
 def _flag_count(layer: _Layer, key: str, path: str, label: str) -> str:
     """A boolean flag over time: the samples per interval that had it set."""
-    return layer.metric(key, {"label": label, "customLabel": True, "dataType": "number", "operationType": "count",
-                              "sourceField": COUNT_FIELD, "isBucketed": False, "scale": "ratio",
-                              "filter": {"query": f"{path} : true", "language": "kuery"},
-                              "params": {"emptyAsNull": True}})
+    return layer.metric(
+        key,
+        {
+            "label": label,
+            "customLabel": True,
+            "dataType": "number",
+            "operationType": "count",
+            "sourceField": COUNT_FIELD,
+            "isBucketed": False,
+            "scale": "ratio",
+            "filter": {"query": f"{path} : true", "language": "kuery"},
+            "params": {"emptyAsNull": True},
+        },
+    )
 
 
 def _reference_based(layer: _Layer, key: str, op: str, path: str, label: str) -> str:
     """Lens's counter rate (per second) or differences (per interval) of the max per interval."""
     _require(layer.panel, path, NUMERIC, op)
-    ref = layer.metric(f"{key}X0", {**_simple(layer, "max", path, f"Maximum of {path}"), "customLabel": False},
-                       shown=False)
-    column = {"label": label, "customLabel": True, "dataType": "number", "operationType": op, "isBucketed": False,
-              "scale": "ratio", "references": [ref]}
+    ref = layer.metric(
+        f"{key}X0", {**_simple(layer, "max", path, f"Maximum of {path}"), "customLabel": False}, shown=False
+    )
+    column = {
+        "label": label,
+        "customLabel": True,
+        "dataType": "number",
+        "operationType": op,
+        "isBucketed": False,
+        "scale": "ratio",
+        "references": [ref],
+    }
     if op == "counter_rate":
         column["timeScale"] = "s"
     return layer.metric(key, column)
@@ -230,8 +300,13 @@ def _part(column: dict) -> dict:
 
 
 def _math(left: Any, op: str, right: Any, text: str) -> dict:
-    return {"type": "function", "name": op, "args": [left, right], "location": {"min": 0, "max": len(text)},
-            "text": text}
+    return {
+        "type": "function",
+        "name": op,
+        "args": [left, right],
+        "location": {"min": 0, "max": len(text)},
+        "text": text,
+    }
 
 
 def _formula(layer: _Layer, key: str, m: Metric, label: str) -> str:
@@ -241,8 +316,10 @@ def _formula(layer: _Layer, key: str, m: Metric, label: str) -> str:
         raise ValueError(f"panel {layer.panel.title!r}: {m.agg} of {m.field} cannot be scaled or subtracted in Lens")
     op = SIMPLE[m.agg]
     paths = [field_path(layer.panel, m.field)] + ([field_path(layer.panel, m.minus)] if m.minus else [])
-    parts = [layer.metric(f"{key}X{i}", _part(_simple(layer, op, p, f"Part of {label}")), shown=False)
-             for i, p in enumerate(paths)]
+    parts = [
+        layer.metric(f"{key}X{i}", _part(_simple(layer, op, p, f"Part of {label}")), shown=False)
+        for i, p in enumerate(paths)
+    ]
     texts = [f"{op}({p})" for p in paths]
     text, ast = texts[0], parts[0]
     if m.minus:
@@ -256,12 +333,33 @@ def _formula(layer: _Layer, key: str, m: Metric, label: str) -> str:
 
 def _formula_columns(layer: _Layer, key: str, label: str, text: str, ast: Any, parts: list[str]) -> str:
     """The formula column and the math column over its parts (the parts are already in the layer)."""
-    math = layer.metric(f"{key}X{len(parts)}", {
-        "label": f"Part of {label}", "customLabel": True, "dataType": "number", "operationType": "math",
-        "isBucketed": False, "scale": "ratio", "params": {"tinymathAst": ast}, "references": parts}, shown=False)
-    return layer.metric(key, {"label": label, "customLabel": True, "dataType": "number", "operationType": "formula",
-                              "isBucketed": False, "scale": "ratio",
-                              "params": {"formula": text, "isFormulaBroken": False}, "references": [math]})
+    math = layer.metric(
+        f"{key}X{len(parts)}",
+        {
+            "label": f"Part of {label}",
+            "customLabel": True,
+            "dataType": "number",
+            "operationType": "math",
+            "isBucketed": False,
+            "scale": "ratio",
+            "params": {"tinymathAst": ast},
+            "references": parts,
+        },
+        shown=False,
+    )
+    return layer.metric(
+        key,
+        {
+            "label": label,
+            "customLabel": True,
+            "dataType": "number",
+            "operationType": "formula",
+            "isBucketed": False,
+            "scale": "ratio",
+            "params": {"formula": text, "isFormulaBroken": False},
+            "references": [math],
+        },
+    )
 
 
 def _metric(layer: _Layer, key: str, m: Metric) -> list[str]:
@@ -280,14 +378,18 @@ def _metric(layer: _Layer, key: str, m: Metric) -> list[str]:
 
 # -- one Lens visualization per panel -----------------------------------------------------------------
 
+
 def _kql(panel: Panel) -> str:
     return " and ".join(f'{k} : "{v}"' for k, v in panel.where)
 
 
 def _keyword_metrics(panel: Panel) -> list[str]:
     """Keyword fields shown over time (a node's state): Lens counts the samples per value instead."""
-    return [field_path(panel, m.field) for m in panel.metrics
-            if m.agg == "last" and fields(panel.source).get(field_path(panel, m.field)) == "keyword"]
+    return [
+        field_path(panel, m.field)
+        for m in panel.metrics
+        if m.agg == "last" and fields(panel.source).get(field_path(panel, m.field)) == "keyword"
+    ]
 
 
 def _xy(layer: _Layer, series: str) -> dict:
@@ -298,9 +400,19 @@ def _xy(layer: _Layer, series: str) -> dict:
     split = _terms(layer, "split", groups) if groups else None
     x = _date_histogram(layer)
     if states:
-        layer.metric("count", {"label": "samples", "customLabel": True, "dataType": "number", "operationType": "count",
-                               "sourceField": COUNT_FIELD, "isBucketed": False, "scale": "ratio",
-                               "params": {"emptyAsNull": True}})
+        layer.metric(
+            "count",
+            {
+                "label": "samples",
+                "customLabel": True,
+                "dataType": "number",
+                "operationType": "count",
+                "sourceField": COUNT_FIELD,
+                "isBucketed": False,
+                "scale": "ratio",
+                "params": {"emptyAsNull": True},
+            },
+        )
     for i, m in enumerate(panel.metrics):
         if panel.rollup:
             _node_sum(layer, f"m{i}", m)
@@ -314,17 +426,38 @@ def _node_sum(layer: _Layer, key: str, m: Metric) -> str:
     per sample times the nodes seen, i.e. the sum of the nodes' means when each node is sampled as
     often as the others."""
     path, label = field_path(layer.panel, m.field), _label(layer.panel, m)
-    parts = [layer.metric(f"{key}X0", _part(_simple(layer, "average", path, f"Part of {label}")), shown=False),
-             layer.metric(f"{key}X1", _part({"label": f"Part of {label}", "customLabel": True, "dataType": "number",
-                                             "operationType": "unique_count", "sourceField": "node_id",
-                                             "isBucketed": False, "scale": "ratio"}), shown=False)]
+    parts = [
+        layer.metric(f"{key}X0", _part(_simple(layer, "average", path, f"Part of {label}")), shown=False),
+        layer.metric(
+            f"{key}X1",
+            _part(
+                {
+                    "label": f"Part of {label}",
+                    "customLabel": True,
+                    "dataType": "number",
+                    "operationType": "unique_count",
+                    "sourceField": "node_id",
+                    "isBucketed": False,
+                    "scale": "ratio",
+                }
+            ),
+            shown=False,
+        ),
+    ]
     text = f"average({path}) * unique_count(node_id)"
     return _formula_columns(layer, key, label, text, _math(parts[0], "multiply", parts[1], text), parts)
 
 
 def _data_layer(layer: _Layer, series: str, x: str, split: str | None) -> dict:
-    out = {"layerId": layer.id, "layerType": "data", "seriesType": series, "xAccessor": x,
-           "accessors": list(layer.shown), "position": "top", "showGridlines": False}
+    out = {
+        "layerId": layer.id,
+        "layerType": "data",
+        "seriesType": series,
+        "xAccessor": x,
+        "accessors": list(layer.shown),
+        "position": "top",
+        "showGridlines": False,
+    }
     if split:
         out["splitAccessor"] = split
     return out
@@ -332,10 +465,18 @@ def _data_layer(layer: _Layer, series: str, x: str, split: str | None) -> dict:
 
 def _xy_visualization(series: str, data_layer: dict) -> dict:
     both = {"x": True, "yLeft": True, "yRight": True}
-    return {"legend": {"isVisible": True, "position": "right"}, "valueLabels": "hide", "fittingFunction": "None",
-            "curveType": "LINEAR", "axisTitlesVisibilitySettings": both, "tickLabelsVisibilitySettings": both,
-            "gridlinesVisibilitySettings": both, "labelsOrientation": {"x": 0, "yLeft": 0, "yRight": 0},
-            "preferredSeriesType": series, "layers": [data_layer]}
+    return {
+        "legend": {"isVisible": True, "position": "right"},
+        "valueLabels": "hide",
+        "fittingFunction": "None",
+        "curveType": "LINEAR",
+        "axisTitlesVisibilitySettings": both,
+        "tickLabelsVisibilitySettings": both,
+        "gridlinesVisibilitySettings": both,
+        "labelsOrientation": {"x": 0, "yLeft": 0, "yRight": 0},
+        "preferredSeriesType": series,
+        "layers": [data_layer],
+    }
 
 
 def _table(layer: _Layer) -> dict:
@@ -349,13 +490,26 @@ def _table(layer: _Layer) -> dict:
             path = field_path(panel, m.field)
             layer.metric(f"m{i}mean", _simple(layer, "average", path, f"{m.field} mean{_unit(panel, m)}"))
             _require(panel, path, NUMERIC, "standard deviation")
-            layer.metric(f"m{i}sd", {"label": f"{m.field} sd{_unit(panel, m)}", "customLabel": True,
-                                     "dataType": "number", "operationType": "standard_deviation", "sourceField": path,
-                                     "isBucketed": False, "scale": "ratio", "params": {"emptyAsNull": True}})
+            layer.metric(
+                f"m{i}sd",
+                {
+                    "label": f"{m.field} sd{_unit(panel, m)}",
+                    "customLabel": True,
+                    "dataType": "number",
+                    "operationType": "standard_deviation",
+                    "sourceField": path,
+                    "isBucketed": False,
+                    "scale": "ratio",
+                    "params": {"emptyAsNull": True},
+                },
+            )
         else:
             _metric(layer, f"m{i}", m)
-    return {"layerId": layer.id, "layerType": "data",
-            "columns": [{"columnId": c, "isTransposed": False} for c in rows + layer.shown]}
+    return {
+        "layerId": layer.id,
+        "layerType": "data",
+        "columns": [{"columnId": c, "isTransposed": False} for c in rows + layer.shown],
+    }
 
 
 def _stat(layer: _Layer) -> dict:
@@ -371,8 +525,8 @@ def _stat(layer: _Layer) -> dict:
 def _metric_fits(panel: Panel) -> bool:
     """Lens's metric shows a primary and a secondary number; more values, or flags, go in a table."""
     return len(panel.metrics) <= 2 and all(
-        m.minus or m.scale != 1.0 or fields(panel.source)[field_path(panel, m.field)] in NUMERIC
-        for m in panel.metrics)
+        m.minus or m.scale != 1.0 or fields(panel.source)[field_path(panel, m.field)] in NUMERIC for m in panel.metrics
+    )
 
 
 def _bars(layer: _Layer) -> dict:
@@ -405,27 +559,54 @@ def lens(view: View, panel: Panel) -> dict:
         vis_type, vis = "lnsXY", _bars(layer)
     else:
         raise ValueError(f"panel {panel.title!r}: no Lens visualization for kind {panel.kind!r}")
-    state = {"visualization": vis, "query": {"query": _kql(panel), "language": "kuery"}, "filters": [],
-             "datasourceStates": {"formBased": {"layers": {layer.id: layer.state()}}},
-             "internalReferences": [], "adHocDataViews": {}}
-    return _saved_object("lens", oid, {"title": panel.title, "description": description(panel),
-                                        "visualizationType": vis_type, "state": state},
-                         [{"type": "index-pattern", "id": DATA_VIEWS[panel.source].id,
-                           "name": LAYER_REFERENCE + layer.id}])
+    state = {
+        "visualization": vis,
+        "query": {"query": _kql(panel), "language": "kuery"},
+        "filters": [],
+        "datasourceStates": {"formBased": {"layers": {layer.id: layer.state()}}},
+        "internalReferences": [],
+        "adHocDataViews": {},
+    }
+    return _saved_object(
+        "lens",
+        oid,
+        {"title": panel.title, "description": description(panel), "visualizationType": vis_type, "state": state},
+        [{"type": "index-pattern", "id": DATA_VIEWS[panel.source].id, "name": LAYER_REFERENCE + layer.id}],
+    )
 
 
 # -- data views and dashboards -------------------------------------------------------------------------
 
+
 def _saved_object(kind: str, oid: str, attributes: dict, references: list[dict]) -> dict:
-    return {"type": kind, "id": oid, "attributes": attributes, "references": references,
-            "coreMigrationVersion": CORE_MIGRATION_VERSION, "typeMigrationVersion": TYPE_MIGRATION_VERSIONS[kind]}
+    return {
+        "type": kind,
+        "id": oid,
+        "attributes": attributes,
+        "references": references,
+        "coreMigrationVersion": CORE_MIGRATION_VERSION,
+        "typeMigrationVersion": TYPE_MIGRATION_VERSIONS[kind],
+    }
 
 
 def data_view(view: DataView) -> dict:
-    return _saved_object("index-pattern", view.id, {
-        "title": view.title, "name": view.name, "timeFieldName": view.time_field, "fields": "[]",
-        "fieldFormatMap": "{}", "fieldAttrs": "{}", "runtimeFieldMap": "{}", "sourceFilters": "[]",
-        "typeMeta": "{}", "allowNoIndex": True}, [])
+    return _saved_object(
+        "index-pattern",
+        view.id,
+        {
+            "title": view.title,
+            "name": view.name,
+            "timeFieldName": view.time_field,
+            "fields": "[]",
+            "fieldFormatMap": "{}",
+            "fieldAttrs": "{}",
+            "runtimeFieldMap": "{}",
+            "sourceFilters": "[]",
+            "typeMeta": "{}",
+            "allowNoIndex": True,
+        },
+        [],
+    )
 
 
 def _height(panel: Panel) -> int:
@@ -443,28 +624,53 @@ def dashboard(view: View) -> dict:
             if x + w > GRID_COLUMNS:
                 x, y, height = 0, y + height, 0
             index = str(len(panels) + 1)
-            panels.append({"type": "lens", "panelIndex": index, "panelRefName": f"panel_{index}",
-                           "gridData": {"x": x, "y": y, "w": w, "h": _height(panel), "i": index},
-                           "embeddableConfig": {"enhancements": {}}})
+            panels.append(
+                {
+                    "type": "lens",
+                    "panelIndex": index,
+                    "panelRefName": f"panel_{index}",
+                    "gridData": {"x": x, "y": y, "w": w, "h": _height(panel), "i": index},
+                    "embeddableConfig": {"enhancements": {}},
+                }
+            )
             # Named as Kibana names them on export: "<panelIndex>:panel_<panelIndex>".
             references.append({"type": "lens", "id": lens_id(view, panel), "name": f"{index}:panel_{index}"})
             x, height = x + w, max(height, _height(panel))
         x, y, height = 0, y + height, 0
-    options = {"useMargins": True, "syncColors": False, "syncCursor": True, "syncTooltips": False,
-               "hidePanelTitles": False}
+    options = {
+        "useMargins": True,
+        "syncColors": False,
+        "syncCursor": True,
+        "syncTooltips": False,
+        "hidePanelTitles": False,
+    }
     search = {"query": {"query": "", "language": "kuery"}, "filter": []}
-    return _saved_object("dashboard", view.uid, {
-        "title": view.title, "description": _description(view), "panelsJSON": json.dumps(panels),
-        "optionsJSON": json.dumps(options), "timeRestore": True, "timeFrom": "now-1h", "timeTo": "now",
-        "refreshInterval": {"pause": False, "value": 10000}, "version": 1,
-        "kibanaSavedObjectMeta": {"searchSourceJSON": json.dumps(search)}}, references)
+    return _saved_object(
+        "dashboard",
+        view.uid,
+        {
+            "title": view.title,
+            "description": _description(view),
+            "panelsJSON": json.dumps(panels),
+            "optionsJSON": json.dumps(options),
+            "timeRestore": True,
+            "timeFrom": "now-1h",
+            "timeTo": "now",
+            "refreshInterval": {"pause": False, "value": 10000},
+            "version": 1,
+            "kibanaSavedObjectMeta": {"searchSourceJSON": json.dumps(search)},
+        },
+        references,
+    )
 
 
 def _description(view: View) -> str:
     if not view.variables:
         return view.description
-    return (f"{view.description} In Kibana the query bar picks them: e.g. run_id : \"...\" and "
-            f"agent : \"flowstat-agent-py\" (the panels aggregate whatever the filters leave).")
+    return (
+        f'{view.description} In Kibana the query bar picks them: e.g. run_id : "..." and '
+        f'agent : "flowstat-agent-py" (the panels aggregate whatever the filters leave).'
+    )
 
 
 def saved_objects() -> list[dict]:

@@ -123,11 +123,19 @@ def shown_fields() -> list[str]:
 # The run parameters (run.schema.json's parameters, and the machine's CPUs) as people read them; the
 # unit comes from the run schema the same way (HUMAN_UNITS), a size in bytes is written as one (1 kB).
 PARAMETER_LABELS = {
-    "object_type": "object type", "object_bytes": "object size", "producers": "producers",
-    "rate_per_producer": "rate per producer", "buffer_size": "buffer size", "mergers": "mergers",
-    "producer_processes": "producer processes", "duration_s": "duration", "cpus": "pinned CPUs",
-    "merge_cost_per_object_ms": "merge cost per object", "merge_cost_per_mb_ms": "merge cost per MB",
-    "merge_cost_factor": "merge cost factor", "kernel_buffer_bytes": "kernel buffers",
+    "object_type": "object type",
+    "object_bytes": "object size",
+    "producers": "producers",
+    "rate_per_producer": "rate per producer",
+    "buffer_size": "buffer size",
+    "mergers": "mergers",
+    "producer_processes": "producer processes",
+    "duration_s": "duration",
+    "cpus": "pinned CPUs",
+    "merge_cost_per_object_ms": "merge cost per object",
+    "merge_cost_per_mb_ms": "merge cost per MB",
+    "merge_cost_factor": "merge cost factor",
+    "kernel_buffer_bytes": "kernel buffers",
 }
 
 

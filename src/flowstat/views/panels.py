@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from flowstat.schema import sample as sample_schema
-from flowstat.schema import run as run_schema
 from flowstat.schema import agent as agent_schema
+from flowstat.schema import run as run_schema
+from flowstat.schema import sample as sample_schema
 
 from .labels import label
 
@@ -29,9 +29,17 @@ ONE_CORE_HZ = 1e6  # cpu_clock_hz of one fully busy core (the sample schema's un
 
 # The schemas' x-unit, as Grafana names it (https://grafana.com/docs/grafana/latest/panels-visualizations/
 # configure-standard-options/#unit); an x-unit missing here is a test failure, not a silent "none".
-GRAFANA_UNITS = {"kB": "deckbytes", "Hz (10^6 = one full core)": "hertz", "ms": "ms", "1/s": "suffix: obj/s",
-                 "bytes": "decbytes", "messages": "suffix: msg", "s": "s", "MB/min": "suffix: MB/min",
-                 "ISO-8601 UTC, ms": "dateTimeAsIso"}
+GRAFANA_UNITS = {
+    "kB": "deckbytes",
+    "Hz (10^6 = one full core)": "hertz",
+    "ms": "ms",
+    "1/s": "suffix: obj/s",
+    "bytes": "decbytes",
+    "messages": "suffix: msg",
+    "s": "s",
+    "MB/min": "suffix: MB/min",
+    "ISO-8601 UTC, ms": "dateTimeAsIso",
+}
 
 
 def _one_of(value: str, allowed: tuple[str, ...], what: str) -> None:
@@ -111,6 +119,7 @@ class View:
 
 # -- units --------------------------------------------------------------------------------------
 
+
 def _schema_field(source: str, name: str) -> tuple[str, str | None] | None:
     """A field's (type, unit) in the schema of ``source``; None when it has no such field."""
     if source == RUN:
@@ -143,8 +152,7 @@ def self_sample_fields() -> dict[str, tuple[str, str | None]]:
     return {f.name: (f.type, f.unit) for f in agent_schema.fields()}
 
 
-def _series(title: str, name: str, agg: str = "mean", *, scale: float = 1.0, unit: str | None = None,
-            **panel) -> Panel:
+def _series(title: str, name: str, agg: str = "mean", *, scale: float = 1.0, unit: str | None = None, **panel) -> Panel:
     """A panel of one metric."""
     return Panel(title, (Metric(name, agg, scale=scale, unit=unit),), **panel)
 
@@ -152,59 +160,145 @@ def _series(title: str, name: str, agg: str = "mean", *, scale: float = 1.0, uni
 RATE = "suffix: obj/s"
 
 RUN_VIEW = View(
-    "flowstat-run", "flowstat: run",
+    "flowstat-run",
+    "flowstat: run",
     "One run, node by node: pick the run (newest first), the agent whose samples to show, the roles and nodes.",
     (
-        Row("The run", (
-            Panel("Parameters", tuple(Metric(n, "last") for n in (
-                "producers", "rate_per_producer", "object_bytes", "buffer_size", "mergers", "duration_s")),
-                  kind="stat", source=RUN, group=(), width=12,
-                  description="What the run was asked to do (the run document's parameters)."),
-            Panel("Verdicts", (Metric("conserved", "last", label="no loss"), Metric("online", "last", label="online"),
-                               Metric("ok", "last", label="run ok")),
-                  kind="stat", source=RUN, group=(), width=6,
-                  description="no loss: every object sent was received and merged in; online: every merger "
-                              "kept up in the steady state (docs/harness.md)."),
-            Panel("Lost and steady rate", (Metric("objects_sent", "last", label="lost objects", unit="none",
-                                                  minus="objects_received"),
-                                           Metric("steady_merged_objects_per_second", "last", label="merged/s steady")),
-                  kind="stat", source=RUN, group=(), width=6,
-                  description="lost: objects sent minus objects received; merged/s in the steady state."),
-        )),
-        Row("CPU and memory", (
-            _series(f"{label('cpu_clock_hz')} clock", "cpu_clock_hz", in_report=False,
-                    description="CPU time per second, in Hz (10^6 Hz = one full core)."),
-            _series(f"{label('cpu_clock_hz')}, % of one core", "cpu_clock_hz", scale=100 / ONE_CORE_HZ, unit="percent"),
-            _series(label("vmrss_kb"), "vmrss_kb", description="Resident memory (/proc/PID/status VmRSS)."),
-            _series(label("threads"), "threads"),
-        )),
-        Row("Merging", (
-            _series(label("average_merge_time_ms"), "average_merge_time_ms", where=(("role", "merger"),)),
-            _series(label("merged_objects_per_second"), "merged_objects_per_second", where=(("role", "merger"),)),
-            _series(label("input_latency_p99_ms"), "input_latency_p99_ms",
-                    description="How long objects waited between being sent and being taken (p99 per sample)."),
-            _series(label("objects_in_flight"), "objects_in_flight", "max", where=(("role", "merger"),),
-                    description="Sent to the merger and not yet received: a lower bound of its queue."),
-        )),
-        Row("Flow", (
-            Panel("Objects in and out", (Metric("objects_received", "rate", unit=RATE, label="in"),
-                                         Metric("objects_sent", "rate", unit=RATE, label="out")),
-                  description="Per second, from the nodes' cumulative counters."),
-            Panel("Bytes in and out", (Metric("bytes_received", "rate", unit="Bps", label="in"),
-                                       Metric("bytes_sent", "rate", unit="Bps", label="out"))),
-        )),
-        Row("Buffers", (
-            Panel("Buffer overload events", (Metric("send_overload_events", "increase", label="send", unit="none"),
-                                             Metric("receive_overload_events", "increase", label="receive",
-                                                    unit="none")),
-                  description="New overload events per interval: a send refused by a full buffer; an input "
-                              "queue not emptied in a read cycle."),
-            Panel("Buffer overloaded", (Metric("send_buffer_overloaded", "last", label="send"),
-                                        Metric("receive_buffer_overloaded", "last", label="receive")),
-                  kind="state-timeline", description="Whether a node's buffer overloaded at any moment since the sample before."),
-            Panel(label("node_state"), (Metric("node_state", "last"),), kind="state-timeline", width=24,
-                  in_report=False),
-        )),
+        Row(
+            "The run",
+            (
+                Panel(
+                    "Parameters",
+                    tuple(
+                        Metric(n, "last")
+                        for n in (
+                            "producers",
+                            "rate_per_producer",
+                            "object_bytes",
+                            "buffer_size",
+                            "mergers",
+                            "duration_s",
+                        )
+                    ),
+                    kind="stat",
+                    source=RUN,
+                    group=(),
+                    width=12,
+                    description="What the run was asked to do (the run document's parameters).",
+                ),
+                Panel(
+                    "Verdicts",
+                    (
+                        Metric("conserved", "last", label="no loss"),
+                        Metric("online", "last", label="online"),
+                        Metric("ok", "last", label="run ok"),
+                    ),
+                    kind="stat",
+                    source=RUN,
+                    group=(),
+                    width=6,
+                    description="no loss: every object sent was received and merged in; online: every merger "
+                    "kept up in the steady state (docs/harness.md).",
+                ),
+                Panel(
+                    "Lost and steady rate",
+                    (
+                        Metric("objects_sent", "last", label="lost objects", unit="none", minus="objects_received"),
+                        Metric("steady_merged_objects_per_second", "last", label="merged/s steady"),
+                    ),
+                    kind="stat",
+                    source=RUN,
+                    group=(),
+                    width=6,
+                    description="lost: objects sent minus objects received; merged/s in the steady state.",
+                ),
+            ),
+        ),
+        Row(
+            "CPU and memory",
+            (
+                _series(
+                    f"{label('cpu_clock_hz')} clock",
+                    "cpu_clock_hz",
+                    in_report=False,
+                    description="CPU time per second, in Hz (10^6 Hz = one full core).",
+                ),
+                _series(
+                    f"{label('cpu_clock_hz')}, % of one core", "cpu_clock_hz", scale=100 / ONE_CORE_HZ, unit="percent"
+                ),
+                _series(label("vmrss_kb"), "vmrss_kb", description="Resident memory (/proc/PID/status VmRSS)."),
+                _series(label("threads"), "threads"),
+            ),
+        ),
+        Row(
+            "Merging",
+            (
+                _series(label("average_merge_time_ms"), "average_merge_time_ms", where=(("role", "merger"),)),
+                _series(label("merged_objects_per_second"), "merged_objects_per_second", where=(("role", "merger"),)),
+                _series(
+                    label("input_latency_p99_ms"),
+                    "input_latency_p99_ms",
+                    description="How long objects waited between being sent and being taken (p99 per sample).",
+                ),
+                _series(
+                    label("objects_in_flight"),
+                    "objects_in_flight",
+                    "max",
+                    where=(("role", "merger"),),
+                    description="Sent to the merger and not yet received: a lower bound of its queue.",
+                ),
+            ),
+        ),
+        Row(
+            "Flow",
+            (
+                Panel(
+                    "Objects in and out",
+                    (
+                        Metric("objects_received", "rate", unit=RATE, label="in"),
+                        Metric("objects_sent", "rate", unit=RATE, label="out"),
+                    ),
+                    description="Per second, from the nodes' cumulative counters.",
+                ),
+                Panel(
+                    "Bytes in and out",
+                    (
+                        Metric("bytes_received", "rate", unit="Bps", label="in"),
+                        Metric("bytes_sent", "rate", unit="Bps", label="out"),
+                    ),
+                ),
+            ),
+        ),
+        Row(
+            "Buffers",
+            (
+                Panel(
+                    "Buffer overload events",
+                    (
+                        Metric("send_overload_events", "increase", label="send", unit="none"),
+                        Metric("receive_overload_events", "increase", label="receive", unit="none"),
+                    ),
+                    description="New overload events per interval: a send refused by a full buffer; an input "
+                    "queue not emptied in a read cycle.",
+                ),
+                Panel(
+                    "Buffer overloaded",
+                    (
+                        Metric("send_buffer_overloaded", "last", label="send"),
+                        Metric("receive_buffer_overloaded", "last", label="receive"),
+                    ),
+                    kind="state-timeline",
+                    description="Whether a node's buffer overloaded at any moment since the sample before.",
+                ),
+                Panel(
+                    label("node_state"),
+                    (Metric("node_state", "last"),),
+                    kind="state-timeline",
+                    width=24,
+                    in_report=False,
+                ),
+            ),
+        ),
     ),
     variables=("run", "agent", "role", "node"),
 )
@@ -214,38 +308,59 @@ THESIS_TABLE = ("cpu_clock_hz", "vmrss_kb", "average_merge_time_ms", "merged_obj
 PARAMETERS = ("producers", "buffer_size", "object_bytes", "object_type", "mergers", "rate_per_producer")
 
 AGGREGATE_VIEW = View(
-    "flowstat-aggregate", "flowstat: aggregate",
+    "flowstat-aggregate",
+    "flowstat: aggregate",
     "Sums over a run's nodes per 10 s (as dateStat showed them), and runs side by side.",
     (
-        Row("Sums over nodes, per role", tuple(
-            _series(f"Total {name}", name, rollup=True, group=("role",), width=12) for name in TOTALS)),
-        Row("Runs side by side (merger samples while RUNNING)", (
-            Panel("Mean and standard deviation per run", tuple(Metric(n) for n in THESIS_TABLE), kind="table",
-                  group=("run_id",), where=(("role", "merger"), ("node_state", "RUNNING")), width=24,
-                  description="The thesis's tables: per run, over every merger sample taken while the merger "
-                              "was RUNNING, mean and standard deviation."),
-            Panel("Merged objects/s (steady) against the parameter", (
-                Metric("steady_merged_objects_per_second", "mean"),),
-                  kind="bargauge", source=RUN, group=("$param",), width=24,
-                  description="Thesis figure 29: the steady merged rate of the chosen runs, by the value of "
-                              "the parameter they differ in (mean over runs with the same value)."),
-        )),
+        Row(
+            "Sums over nodes, per role",
+            tuple(_series(f"Total {name}", name, rollup=True, group=("role",), width=12) for name in TOTALS),
+        ),
+        Row(
+            "Runs side by side (merger samples while RUNNING)",
+            (
+                Panel(
+                    "Mean and standard deviation per run",
+                    tuple(Metric(n) for n in THESIS_TABLE),
+                    kind="table",
+                    group=("run_id",),
+                    where=(("role", "merger"), ("node_state", "RUNNING")),
+                    width=24,
+                    description="The thesis's tables: per run, over every merger sample taken while the merger "
+                    "was RUNNING, mean and standard deviation.",
+                ),
+                Panel(
+                    "Merged objects/s (steady) against the parameter",
+                    (Metric("steady_merged_objects_per_second", "mean"),),
+                    kind="bargauge",
+                    source=RUN,
+                    group=("$param",),
+                    width=24,
+                    description="Thesis figure 29: the steady merged rate of the chosen runs, by the value of "
+                    "the parameter they differ in (mean over runs with the same value).",
+                ),
+            ),
+        ),
     ),
     variables=("run", "runs", "agent", "param"),
 )
 
 STACK_VIEW = View(
-    "flowstat-stack", "flowstat: agents",
+    "flowstat-stack",
+    "flowstat: agents",
     "The agents themselves: are they sampling on time and delivering?",
     (
-        Row("Agents", (
-            _series("Samples/s", "samples", "rate", source=AGENT, group=("host", "agent"), unit=RATE),
-            _series("Spool depth", "spooled_samples", "max", source=AGENT, group=("host", "agent")),
-            _series("Sink errors", "send_failures", "increase", source=AGENT, group=("host", "agent")),
-            _series("Dropped rounds", "skipped_rounds", "increase", source=AGENT, group=("host", "agent")),
-            _series("Sinks down", "sinks_down", "max", source=AGENT, group=("host", "agent")),
-            _series("Nodes watched", "targets", "max", source=AGENT, group=("host", "agent")),
-        )),
+        Row(
+            "Agents",
+            (
+                _series("Samples/s", "samples", "rate", source=AGENT, group=("host", "agent"), unit=RATE),
+                _series("Spool depth", "spooled_samples", "max", source=AGENT, group=("host", "agent")),
+                _series("Sink errors", "send_failures", "increase", source=AGENT, group=("host", "agent")),
+                _series("Dropped rounds", "skipped_rounds", "increase", source=AGENT, group=("host", "agent")),
+                _series("Sinks down", "sinks_down", "max", source=AGENT, group=("host", "agent")),
+                _series("Nodes watched", "targets", "max", source=AGENT, group=("host", "agent")),
+            ),
+        ),
     ),
 )
 

@@ -15,8 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from flowstat import stores
 
-from . import console, sockets
-from . import writers
+from . import console, sockets, writers
 from .base import Sink, SinkDown, SinkRejected, SinkRunner, SinkURLError, registered, schemes
 
 __all__ = ["Sink", "SinkDown", "SinkRejected", "SinkRunner", "SinkURLError", "open_sink", "known_schemes"]

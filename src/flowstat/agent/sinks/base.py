@@ -3,18 +3,18 @@ delivers to one sink with its spool."""
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import threading
 import time
-from typing import ClassVar, Iterable
+from collections.abc import Iterable
+from typing import ClassVar
 from urllib.parse import SplitResult
 
-import json
-
-from flowstat.schema import sample as sample_schema
 from flowstat.schema import agent as agent_schema
 from flowstat.schema import run as run_schema
+from flowstat.schema import sample as sample_schema
 from flowstat.stores import Outcome
 
 from ..spool import Spool
@@ -33,8 +33,11 @@ class SinkDown(Exception):
 
 
 # What an agent says as each trouble ends (the C agent says the same: collectors/c/src/delivery.c).
-TROUBLE_OVER = {"auth": "the credentials work now", "forbidden": "it may be written now",
-                "tls": "its certificate is trusted now"}
+TROUBLE_OVER = {
+    "auth": "the credentials work now",
+    "forbidden": "it may be written now",
+    "tls": "its certificate is trusted now",
+}
 
 
 class SinkRejected(Exception):
@@ -127,7 +130,7 @@ class SinkRunner(threading.Thread):
     def __init__(self, sink: Sink, spool: Spool | None, retry_s: float = 1.0, drain_s: float = 0.0):
         super().__init__(daemon=True, name=f"sink-{sink.scheme}")
         self.sink, self.spool, self.retry_s, self.drain_s = sink, spool, retry_s, drain_s
-        self.queue: "queue.Queue[tuple[bytes, int] | None]" = queue.Queue()
+        self.queue: queue.Queue[tuple[bytes, int] | None] = queue.Queue()
         self.delivered = self.refused = self.lost = 0
         self.send_failures = 0  # sends that found the sink down
         self.failing = False  # the last send found the sink down (``down`` also covers waiting for a retry)
@@ -192,8 +195,13 @@ class SinkRunner(threading.Thread):
         self.delivered += outcome.accepted
         self.refused += outcome.refused
         if outcome.refused:
-            log.error("sink %s refused %d of %d samples: %s", self.sink.url, outcome.refused, count,
-                      outcome.reasons[0] if outcome.reasons else "no reason given")
+            log.error(
+                "sink %s refused %d of %d samples: %s",
+                self.sink.url,
+                outcome.refused,
+                count,
+                outcome.reasons[0] if outcome.reasons else "no reason given",
+            )
         if outcome.retry is not None:
             if outcome.forbidden:  # documents the user may not write: kept, said once
                 self._trouble_begins("forbidden", outcome.forbidden)
@@ -209,11 +217,20 @@ class SinkRunner(threading.Thread):
             self._trouble_ends()
         self.trouble = trouble
         if trouble == "down":
-            log.error("sink %s is down (%s): %s", self.sink.url, why,
-                      "spooling" if self.spool is not None else "samples are lost meanwhile")
+            log.error(
+                "sink %s is down (%s): %s",
+                self.sink.url,
+                why,
+                "spooling" if self.spool is not None else "samples are lost meanwhile",
+            )
         else:
-            log.error("%s; %s", why, "spooling, to be sent once it works" if self.spool is not None
-                      else "the samples are lost meanwhile (no --spool-dir)")
+            log.error(
+                "%s; %s",
+                why,
+                "spooling, to be sent once it works"
+                if self.spool is not None
+                else "the samples are lost meanwhile (no --spool-dir)",
+            )
 
     def _trouble_ends(self) -> None:
         if self.trouble == "down":
@@ -255,8 +272,9 @@ class SinkRunner(threading.Thread):
         if self.stop_by is not None and time.monotonic() >= self.stop_by:
             if not self.late:
                 self.late = True
-                log.error("sink %s is too slow to take what was queued before the exit: the rest is spooled",
-                          self.sink.url)
+                log.error(
+                    "sink %s is too slow to take what was queued before the exit: the rest is spooled", self.sink.url
+                )
             self._keep(payload, count)
         elif self._waiting():
             self._keep(payload, count)  # behind what waits, in order

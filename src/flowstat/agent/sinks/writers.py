@@ -6,7 +6,7 @@ store's credentials say (docs/security.md)."""
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from flowstat import stores
 from flowstat.stores import CredentialsError, Outcome, StoreDown
@@ -31,8 +31,10 @@ class StoreSink(Sink):
         store = stores.get(parts.scheme.removesuffix(TLS_SUFFIX))
         target = parts.path.strip("/")
         if not target:
-            raise SinkURLError(f"{url}: needs a {store.target_kind}, e.g. "
-                               f"{store.name}://127.0.0.1:{store.default_port}/{store.default_target}")
+            raise SinkURLError(
+                f"{url}: needs a {store.target_kind}, e.g. "
+                f"{store.name}://127.0.0.1:{store.default_port}/{store.default_target}"
+            )
         host, port = host_port(url, parts, store.default_port)
         host = f"[{host}]" if ":" in host else host  # an IPv6 address
         http = "https" if parts.scheme.endswith(TLS_SUFFIX) else "http"

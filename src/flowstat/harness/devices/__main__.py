@@ -6,8 +6,10 @@ import sys
 
 from . import PIPELINE_ROLES, run_device
 
-parser = argparse.ArgumentParser(prog="python -m flowstat.harness.devices",
-                                 description="Run one device of a harness topology until it is told to stop.")
+parser = argparse.ArgumentParser(
+    prog="python -m flowstat.harness.devices",
+    description="Run one device of a harness topology until it is told to stop.",
+)
 parser.add_argument("role", choices=PIPELINE_ROLES)
 parser.add_argument("--config", required=True, help="the device's configuration as JSON (written by the orchestrator)")
 args = parser.parse_args()

@@ -259,12 +259,19 @@ class Merger(Node):
         for _, merged in done:
             self.send_merged(merged)
 
-    def take_rows(self, slot: Slot, payloads: np.ndarray, records: np.ndarray, local: np.ndarray,
-                  rows: slice | np.ndarray, r0: int) -> list[tuple[int, Merged]]:
+    def take_rows(
+        self,
+        slot: Slot,
+        payloads: np.ndarray,
+        records: np.ndarray,
+        local: np.ndarray,
+        rows: slice | np.ndarray,
+        r0: int,
+    ) -> list[tuple[int, Merged]]:
         """``rows`` (of the batch) into ``slot``; the merges it completes, by the row that completed each."""
         cells = slot.nbytes // DTYPE.itemsize
         first = slot.payload_offset // DTYPE.itemsize
-        data = payloads[rows, first:first + cells]
+        data = payloads[rows, first : first + cells]
         done = slot.add_rows(data, records["entries"], records["n_inputs"], local, self.required, self.seq.merged_in)
         positions = rows if isinstance(rows, np.ndarray) else None
         return [(int(positions[i]) if positions is not None else r0 + i, m) for i, m in done]
@@ -283,14 +290,23 @@ class Merger(Node):
             self.on_unusual_message(buf, more)
             return
         offset = (wire.FIXED.size + ndim * (4 if kind == TTREE else 20) + name_len + 7) & ~7
-        slot = self.slots.get(buf[wire.FIXED.size:offset])
+        slot = self.slots.get(buf[wire.FIXED.size : offset])
         if slot is None or slot.kind != kind or slot.ndim != ndim or len(buf) - offset != slot.nbytes:
             self.on_unusual_message(buf, more)
             return
         self.take(slot, local, seq, entries, n_inputs, np.frombuffer(buf, DTYPE, offset=offset), len(buf), t_sent)
 
-    def take(self, slot: Slot, local: int, seq: int, entries: float, n_inputs: int, data: np.ndarray,
-             nbytes: int, t_sent: float) -> None:
+    def take(
+        self,
+        slot: Slot,
+        local: int,
+        seq: int,
+        entries: float,
+        n_inputs: int,
+        data: np.ndarray,
+        nbytes: int,
+        t_sent: float,
+    ) -> None:
         if t_sent:
             self.sent_stamps.append(t_sent)
         expected = self.seq.expected
@@ -350,8 +366,9 @@ class Merger(Node):
     def bad_message(self, why: str) -> None:
         self.malformed += 1
         if self.malformed <= 10 or self.malformed % 1000 == 0:
-            log.error("%s: dropped malformed message #%d on %s: %s", self.node_id, self.malformed,
-                      self.data_endpoint, why)
+            log.error(
+                "%s: dropped malformed message #%d on %s: %s", self.node_id, self.malformed, self.data_endpoint, why
+            )
 
     # -- merging and sending --------------------------------------------------------------------
     def merge_slot(self, slot: Slot) -> None:
@@ -412,14 +429,25 @@ class Merger(Node):
         self.send_downstream([eos])
         self.state = "STOPPED"
         active = (self.last_merge or 0) - (self.first_receive or 0)
-        self.emit("final", role=self.role, layer=self.layer, **self.counters(), average_merge_time=self.average_merge_time(),
-                  merge_time_total_ms=round(self.merge_time_total_ms, 3),
-                  mean_merge_time=round(self.merge_time_total_ms / self.merges, 6) if self.merges else 0.0,
-                  active_seconds=round(active, 6), input_latency=self.latency.total(),
-                  merged_objects_per_second=round(self.objects_merged / active, 3) if active > 0 else 0.0,
-                  entries_merged=self.entries_merged,
-                  per_producer={"producer": self.producers, "received": self.seq.received.tolist(),
-                                "merged_in": self.seq.merged_in.tolist(), "declared_sent": self.seq.eos_count})
+        self.emit(
+            "final",
+            role=self.role,
+            layer=self.layer,
+            **self.counters(),
+            average_merge_time=self.average_merge_time(),
+            merge_time_total_ms=round(self.merge_time_total_ms, 3),
+            mean_merge_time=round(self.merge_time_total_ms / self.merges, 6) if self.merges else 0.0,
+            active_seconds=round(active, 6),
+            input_latency=self.latency.total(),
+            merged_objects_per_second=round(self.objects_merged / active, 3) if active > 0 else 0.0,
+            entries_merged=self.entries_merged,
+            per_producer={
+                "producer": self.producers,
+                "received": self.seq.received.tolist(),
+                "merged_in": self.seq.merged_in.tolist(),
+                "declared_sent": self.seq.eos_count,
+            },
+        )
         self.out.close(self.linger_ms())
         self.data.close(0)
         self.close()

@@ -12,7 +12,8 @@ import os
 import signal
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import zmq
 
@@ -94,8 +95,12 @@ class Node:
         if self.orphaned_since is None:
             self.orphaned_since = now
         elif now - self.orphaned_since >= ORPHAN_GRACE_S:
-            log.error("%s: the orchestrator is gone and downstream has not taken our last data for %.0f s: "
-                      "giving up on it", self.node_id, ORPHAN_GRACE_S)
+            log.error(
+                "%s: the orchestrator is gone and downstream has not taken our last data for %.0f s: "
+                "giving up on it",
+                self.node_id,
+                ORPHAN_GRACE_S,
+            )
             self.abandon = True
         return self.abandon
 
@@ -143,8 +148,14 @@ class Node:
         reply["response_timestamp"] = iso_utc_ms()
         return reply
 
-    def receive_until(self, data: zmq.Socket, read: Callable[[], None], done: Callable[[], bool],
-                      every_turn: Callable[[], None] | None = None, poll_ms: int = 200) -> None:
+    def receive_until(
+        self,
+        data: zmq.Socket,
+        read: Callable[[], None],
+        done: Callable[[], bool],
+        every_turn: Callable[[], None] | None = None,
+        poll_ms: int = 200,
+    ) -> None:
         """Report ready, then answer control requests and read ``data`` until ``done()`` or a stop."""
         self.state = "RUNNING"
         self.emit("ready", control=self.control_endpoint, data=self.data_endpoint)
@@ -199,6 +210,7 @@ class Node:
     # -- overridden by devices ------------------------------------------------------------------
     def on_metrics_request(self, request: dict) -> None:
         """What a get-metrics request tells the node before it answers (see Merger)."""
+
     def counters(self) -> dict[str, Any]:
         return {}
 
@@ -227,6 +239,7 @@ class Node:
 
 
 def configure_logging(node_id: str) -> None:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format=f"%(asctime)s {node_id} %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format=f"%(asctime)s {node_id} %(levelname)s %(message)s"
+    )
     raise_fd_limit()

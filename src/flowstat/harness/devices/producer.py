@@ -53,7 +53,7 @@ class Producer(Node):
         self.channels: list[Channel] = []
         ids, endpoints = config["producers"], config["endpoints"]
         mergers = config.get("mergers") or ["merger"] * len(ids)
-        for i, (pid, endpoint, merger) in enumerate(zip(ids, endpoints, mergers)):
+        for i, (pid, endpoint, merger) in enumerate(zip(ids, endpoints, mergers, strict=False)):
             sock = self.ctx.socket(zmq.PUSH)
             sock.setsockopt(zmq.SNDHWM, self.send_buffer_size)
             if config.get("kernel_buffer_size"):  # before connect: ZeroMQ applies it to the TCP socket it opens
@@ -234,10 +234,16 @@ class Producer(Node):
             self.wait(until)
         self.drain()
         self.state = "STOPPED"
-        self.emit("final", role=self.role, entries_per_object=self.entries_per_object,
-                  message_bytes=self.message_bytes, **self.counters(),
-                  per_producer=[{"producer": c.producer_id, "sent": c.seq, "overload_events": c.overload_events}
-                                for c in self.channels])
+        self.emit(
+            "final",
+            role=self.role,
+            entries_per_object=self.entries_per_object,
+            message_bytes=self.message_bytes,
+            **self.counters(),
+            per_producer=[
+                {"producer": c.producer_id, "sent": c.seq, "overload_events": c.overload_events} for c in self.channels
+            ],
+        )
         for ch in self.channels:
             # Queued objects still go (context linger), unless their merger is gone (see linger_ms).
             ch.sock.close(self.linger_ms())

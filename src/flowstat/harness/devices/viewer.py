@@ -90,16 +90,24 @@ class Viewer(Node):
         self.entries_received += h.entries
         if entries_of(desc, data) != h.entries:
             self.content_mismatches += 1
-            log.error("%s: %s from merger %d holds %s entries, its inputs declared %s", self.node_id,
-                      desc.name, h.source, entries_of(desc, data), h.entries)
+            log.error(
+                "%s: %s from merger %d holds %s entries, its inputs declared %s",
+                self.node_id,
+                desc.name,
+                h.source,
+                entries_of(desc, data),
+                h.entries,
+            )
         self.latest[(h.desc_key, h.source)] = (desc, data, h.entries)
 
     def snapshot(self) -> list[tuple[ObjectDesc, np.ndarray, float]]:
         by_key: dict[bytes, list[tuple[ObjectDesc, np.ndarray, float]]] = {}
         for (key, _), item in sorted(self.latest.items(), key=lambda kv: kv[0][1]):
             by_key.setdefault(key, []).append(item)
-        return [(items[0][0], merge(items[0][0], [i[1] for i in items]), sum(i[2] for i in items))
-                for items in by_key.values()]
+        return [
+            (items[0][0], merge(items[0][0], [i[1] for i in items]), sum(i[2] for i in items))
+            for items in by_key.values()
+        ]
 
     def write(self) -> None:
         if not self.output or not self.latest:
@@ -138,8 +146,15 @@ class Viewer(Node):
         self.state = "DRAINING"
         self.write()
         self.state = "STOPPED"
-        self.emit("final", role=self.role, **self.counters(), output=self.output if self.files_written else None,
-                  write_errors=self.write_errors, input_latency=self.latency.total(), missing_eos=[i for i, e in enumerate(self.eos) if not e])
+        self.emit(
+            "final",
+            role=self.role,
+            **self.counters(),
+            output=self.output if self.files_written else None,
+            write_errors=self.write_errors,
+            input_latency=self.latency.total(),
+            missing_eos=[i for i, e in enumerate(self.eos) if not e],
+        )
         self.data.close(0)
         self.close()
         return 0

@@ -131,18 +131,26 @@ class BatchReader:
         if not ok.any():
             return slot_ids, slots
         # kind, rank and name length say where the descriptor ends: group the rows by them (one group, as a rule)
-        shape_code = (records["kind"].astype(np.int64) << 24) | (records["ndim"].astype(np.int64) << 16) | records["name_len"]
+        shape_code = (
+            (records["kind"].astype(np.int64) << 24) | (records["ndim"].astype(np.int64) << 16) | records["name_len"]
+        )
         codes = shape_code[ok]
-        for code in ([int(codes[0])] if (codes == codes[0]).all() else np.unique(codes).tolist()):
+        for code in [int(codes[0])] if (codes == codes[0]).all() else np.unique(codes).tolist():
             kind, ndim, name_len = code >> 24, (code >> 16) & 0xFF, code & 0xFFFF
             end = (wire.FIXED.size + 20 * ndim + name_len + 7) & ~7  # histograms: shape and axes
             if kind == TTREE or not 0 < ndim <= wire.MAX_NDIM or end >= length:
                 continue
             rows = np.flatnonzero(ok & (shape_code == code))
-            descs = np.frombuffer(joined, np.uint8).reshape(n, length)[rows, wire.FIXED.size:end]
+            descs = np.frombuffer(joined, np.uint8).reshape(n, length)[rows, wire.FIXED.size : end]
             for group, key in self.by_descriptor(rows, descs):
                 slot = self.slots.get(key)
-                if slot is None or slot.is_tree or slot.kind != kind or slot.ndim != ndim or length - end != slot.nbytes:
+                if (
+                    slot is None
+                    or slot.is_tree
+                    or slot.kind != kind
+                    or slot.ndim != ndim
+                    or length - end != slot.nbytes
+                ):
                     continue  # new names and the like are taken on their own
                 slot_ids[group] = len(slots)
                 slots.append(slot)

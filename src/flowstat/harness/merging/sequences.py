@@ -39,7 +39,7 @@ class Sequences:
         if np.array_equal(seq[order].astype(np.int64), wanted):
             self.expected += counts
             return
-        for p, s in zip(local.tolist(), seq.tolist()):
+        for p, s in zip(local.tolist(), seq.tolist(), strict=False):
             self.check_sequence(p, s)
 
     def check_sequence(self, local: int, seq: int) -> None:
@@ -50,12 +50,24 @@ class Sequences:
             self.gaps += seq - expected
             self.gap_events += 1
             self.expected[local] = seq + 1
-            log.error("%s: %s %d skipped from seq %d to %d", self.node_id, self.source_word, self.producers[local],
-                      expected, seq)
+            log.error(
+                "%s: %s %d skipped from seq %d to %d",
+                self.node_id,
+                self.source_word,
+                self.producers[local],
+                expected,
+                seq,
+            )
         else:
             self.reordered += 1
-            log.error("%s: %s %d sent seq %d after %d", self.node_id, self.source_word, self.producers[local], seq,
-                      expected - 1)
+            log.error(
+                "%s: %s %d sent seq %d after %d",
+                self.node_id,
+                self.source_word,
+                self.producers[local],
+                seq,
+                expected - 1,
+            )
 
     def on_eos(self, local: int, count: int) -> None:
         if self.eos_count[local] is None:
@@ -65,5 +77,11 @@ class Sequences:
         if count != expected:
             missing = count - expected
             self.gaps += max(0, missing)
-            log.error("%s: %s %d ended at %d objects, %d received", self.node_id, self.source_word,
-                      self.producers[local], count, self.received[local])
+            log.error(
+                "%s: %s %d ended at %d objects, %d received",
+                self.node_id,
+                self.source_word,
+                self.producers[local],
+                count,
+                self.received[local],
+            )

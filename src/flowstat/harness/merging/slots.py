@@ -24,7 +24,7 @@ TTREE = int(Kind.TTree)
 class Merged(NamedTuple):
     """One merged object, ready to send."""
 
-    slot: "Slot"
+    slot: Slot
     data: np.ndarray
     entries: float
     n_inputs: int
@@ -39,9 +39,27 @@ class Slot:
     (merged by concatenation). ``held_from`` counts what it holds per producer (merged_in).
     """
 
-    __slots__ = ("desc", "kind", "ndim", "nbytes", "is_tree", "descriptor", "payload_offset", "message_length",
-                 "static_columns", "static_words", "merged_header", "total", "arrays", "held", "held_from", "entries",
-                 "n_inputs", "merge_ns", "cost")
+    __slots__ = (
+        "desc",
+        "kind",
+        "ndim",
+        "nbytes",
+        "is_tree",
+        "descriptor",
+        "payload_offset",
+        "message_length",
+        "static_columns",
+        "static_words",
+        "merged_header",
+        "total",
+        "arrays",
+        "held",
+        "held_from",
+        "entries",
+        "n_inputs",
+        "merge_ns",
+        "cost",
+    )
 
     def __init__(self, desc, producers: int, cost: MergeCost | None = None):
         self.desc = desc
@@ -54,11 +72,14 @@ class Slot:
         # What every inline object of this name from a producer has in common, as 32-bit words of
         # its header: magic, kind, rank, flags (none), name length, descriptor (see Merger.match_usual).
         header = wire.encode_header(desc, source=0, seq=0, entries=0.0, inline=True, descriptor=self.descriptor)
-        self.static_columns = np.r_[0:2, 10:self.payload_offset // 4]
+        self.static_columns = np.r_[0:2, 10 : self.payload_offset // 4]
         self.static_words = np.frombuffer(header, "<u4")[self.static_columns]
         # The header of its merged histograms when inline, re-stamped for each (see encode).
-        self.merged_header = bytearray(wire.encode_header(desc, source=0, seq=0, entries=0.0, flags=wire.FLAG_MERGED,
-                                                          inline=True, descriptor=self.descriptor))
+        self.merged_header = bytearray(
+            wire.encode_header(
+                desc, source=0, seq=0, entries=0.0, flags=wire.FLAG_MERGED, inline=True, descriptor=self.descriptor
+            )
+        )
         self.held_from = np.zeros(producers, np.int64)
         self.reset()
 
@@ -88,8 +109,15 @@ class Slot:
         self.entries += entries
         self.n_inputs += n_inputs
 
-    def add_rows(self, rows: np.ndarray, entries: np.ndarray, n_inputs: np.ndarray, locals_: np.ndarray,
-                 required: int, merged_in: np.ndarray) -> list[tuple[int, Merged]]:
+    def add_rows(
+        self,
+        rows: np.ndarray,
+        entries: np.ndarray,
+        n_inputs: np.ndarray,
+        locals_: np.ndarray,
+        required: int,
+        merged_in: np.ndarray,
+    ) -> list[tuple[int, Merged]]:
         """Take k histograms (``rows``, in arrival order) and merge every ``required`` held.
 
         Returns the merges they complete, each with the index of the row that completed it. The rows
@@ -121,7 +149,9 @@ class Slot:
             for i, end in enumerate(ends):
                 objects = required if i else head + self.held
                 ms = (ns_each + (self.merge_ns if i == 0 else 0)) / 1e6
-                done.append((end - 1, Merged(self, sums[i].reshape(shape), group_entries[i], group_inputs[i], objects, ms)))
+                done.append(
+                    (end - 1, Merged(self, sums[i].reshape(shape), group_entries[i], group_inputs[i], objects, ms))
+                )
             merged_in += self.held_from
             merged_in += np.bincount(locals_[:tail], minlength=len(merged_in))
             self.reset()
@@ -169,5 +199,14 @@ class Slot:
             desc, descriptor = dataclasses.replace(self.desc, shape=m.data.shape), None
         else:
             desc, descriptor = self.desc, self.descriptor
-        return wire.encode(desc, m.data, source=source, seq=seq, entries=m.entries, n_inputs=m.n_inputs,
-                           flags=wire.FLAG_MERGED, t_sent=time.time(), descriptor=descriptor)
+        return wire.encode(
+            desc,
+            m.data,
+            source=source,
+            seq=seq,
+            entries=m.entries,
+            n_inputs=m.n_inputs,
+            flags=wire.FLAG_MERGED,
+            t_sent=time.time(),
+            descriptor=descriptor,
+        )

@@ -7,13 +7,13 @@ matching document, so that a person can tail the file and a program can read it.
 import json
 import os
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 
 def main() -> int:
     log, rule = sys.argv[1], sys.argv[2]
     matches = json.load(sys.stdin)
-    now = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     lines = "".join(json.dumps({"time": now, "rule": rule, "match": m}, sort_keys=True) + "\n" for m in matches)
     # One write(2) to a file opened for appending: the lines of two alerts sent at once never mix.
     fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

@@ -23,8 +23,9 @@ def _info_or_local_node(self, *args, **kwargs):
     except TransportError as exc:
         if exc.status_code != 405:
             raise
-    nodes = self.transport.perform_request("GET", "/_nodes/_local",
-                                           params={"filter_path": "cluster_name,nodes.*.version"})
+    nodes = self.transport.perform_request(
+        "GET", "/_nodes/_local", params={"filter_path": "cluster_name,nodes.*.version"}
+    )
     version = next(iter(nodes["nodes"].values()))["version"]
     return {"cluster_name": nodes["cluster_name"], "version": {"number": version}}
 
