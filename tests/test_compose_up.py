@@ -318,6 +318,17 @@ class Stack:
         return made[0]
 
 
+def sample_lines(run_dir: Path) -> int:
+    return (run_dir / "samples.ndjson").read_bytes().count(b"\n")
+
+
+def wait_for_samples(run_dir: Path, more_than: int, timeout_s: float = 90) -> None:
+    deadline = time.monotonic() + timeout_s
+    while sample_lines(run_dir) <= more_than:
+        assert time.monotonic() < deadline, f"{run_dir.name}: {sample_lines(run_dir)} samples after {timeout_s} s"
+        time.sleep(0.5)
+
+
 def run_file_counts(run_dir: Path) -> dict:
     nodes, selfs, overloaded = 0, 0, set()
     for line in (run_dir / "samples.ndjson").read_text().splitlines():
@@ -434,7 +445,8 @@ def test_the_harness_profiles_runs_reach_both_stores_even_with_influxdb_killed_m
     while not [d for d in stack.runs_dir().iterdir() if d.name not in before and (d / "samples.ndjson").exists()]:
         assert time.monotonic() < deadline, stack("logs", "--tail", "30", "harness", check=False).stdout
         time.sleep(1)
-    time.sleep(8)
+    (live,) = [d for d in stack.runs_dir().iterdir() if d.name not in before]
+    wait_for_samples(live, more_than=50)  # the run is well under way before InfluxDB dies
     influx = stack.container("influxdb")
     os.kill(influx["State"]["Pid"], signal.SIGKILL)
     deadline = time.monotonic() + 60
@@ -442,15 +454,22 @@ def test_the_harness_profiles_runs_reach_both_stores_even_with_influxdb_killed_m
         assert time.monotonic() < deadline, "InfluxDB was not restarted by its policy"
         time.sleep(0.5)
     stack.wait_healthy("influxdb", 90)
-    time.sleep(5)
+    wait_for_samples(live, more_than=sample_lines(live) + 35)  # and goes on after its restart
     stack("--profile", "harness", "stop", "harness", timeout=120)
     run = stack.new_run(before)
     counts = run_file_counts(run)
     assert counts["run"].get("finished") and counts["nodes"] > 50
     c_samples = c_agent_samples(run)
-    time.sleep(3)  # Telegraf flushes every second; the relay every half second
-    code, report, err = stack.check()
-    got = report["runs"][run.name]
+    want = {PY_AGENT: counts["nodes"], C_AGENT: c_samples}
+    deadline = time.monotonic() + 60  # Telegraf flushes every second, the relay every half second
+    while True:
+        code, report, err = stack.check()
+        got = report["runs"].get(run.name, {})
+        if all(got.get(s, {}).get("node_samples") == want for s in ("elasticsearch", "influxdb")):
+            break
+        if time.monotonic() > deadline:
+            break
+        time.sleep(2)
     for store in ("elasticsearch", "influxdb"):
         assert got[store]["node_samples"] == {PY_AGENT: counts["nodes"], C_AGENT: c_samples}, (store, got, err)
         assert got[store]["run_document"] == {"finished": counts["run"]["finished"]}, (store, got)
@@ -476,11 +495,19 @@ def test_an_overload_run_makes_elastalert_deliver_an_alert_to_the_inbox_naming_i
     run = stack.new_run(before)
     counts = run_file_counts(run)
     assert counts["overloaded"], "the overload run overloaded no node"
+
+    def arrived(report: dict) -> bool:  # the alert, and every sample in both stores (the relay batches)
+        got = report["runs"].get(run.name, {})
+        return bool([a for a in report["alerts"]["alerts"] if a["run_id"] == run.name]) and all(
+            got.get(store, {}).get("node_samples", {}).get(PY_AGENT) == counts["nodes"]
+            for store in ("elasticsearch", "influxdb")
+        )
+
     deadline = time.monotonic() + 120
     while True:
         code, report, err = stack.check()
         alerts = [a for a in report["alerts"]["alerts"] if a["run_id"] == run.name]
-        if alerts or time.monotonic() > deadline:
+        if arrived(report) or time.monotonic() > deadline:
             break
         time.sleep(5)
     assert alerts, f"no alert for {run.name} in the inbox after 120 s: {report}"
