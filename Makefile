@@ -13,11 +13,12 @@ C_DEPS := libzmq3-dev libcjson-dev libcurl4-openssl-dev pkg-config clang libclan
 # Named after the list: a checkout that installed an older list installs what was added.
 C_STAMP := .cache/c-deps-$(shell echo '$(C_DEPS)' | md5sum | cut -c1-8).installed
 
-.PHONY: help demo test bench mutate install clean c-agent generate compose-images screenshots
+.PHONY: help demo test lint bench mutate install clean c-agent generate compose-images screenshots
 
 help:
 	@echo "make demo   local InfluxDB/Elasticsearch/Telegraf + a harness run shipping into them"
 	@echo "make test   run the tests"
+	@echo "make lint   the checks that read the code: import layers, ruff, mypy, clang-format (seconds; make test runs them first)"
 	@echo "make bench  run the benchmarks and the campaigns at 20 s (about 90 minutes; JSON in benchmarks/results/)"
 	@echo "make mutate mutation testing of the code where a bug loses data (2 minutes; benchmarks/results/mutation.json)"
 	@echo "make generate  write again every generated file (src/flowstat/generate.py), the report's screenshots too (a minute)"
@@ -65,11 +66,18 @@ generate: $(STAMP) c-agent
 demo: $(STAMP) c-agent
 	scripts/demo
 
+# The checks that read the code (a few seconds): layers import downward only (import-linter), ruff's
+# lint and format, mypy (strict on the bottom layers, pyproject says which), clang-format on the C.
+lint: $(STAMP)
+	$(BIN)/lint-imports
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(MAKE) -C collectors/c format-check
+
 # The servers the tests use are downloaded and built first, on a quiet machine: the tests run on
 # two workers, and timing tests beside a Telegraf build would only measure the build.
-test: $(STAMP) c-agent compose-images
-	$(BIN)/lint-imports
-	$(MAKE) -C collectors/c format-check
+test: lint $(STAMP) c-agent compose-images
 	$(BIN)/flowstat stack install --cache .cache/test-stack
 	$(BIN)/python -m pytest -q -ra -n 2
 

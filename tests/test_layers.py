@@ -49,3 +49,33 @@ def test_the_cycle_finder_finds_a_cycle():
     for a, b in (("p.a", "p.b"), ("p.b", "p.c"), ("p.c", "p.a"), ("p.c", "p.d")):
         graph.add_import(importer=a, imported=b)
     assert cycles(graph) == [["p.a", "p.b", "p.c"]]
+
+
+# -- the tests' own hallway -------------------------------------------------------------------------
+def imported_modules(path) -> set[str]:
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_no_test_module_imports_another_or_conftest_and_benchmarks_do_not_reach_into_tests():
+    """What tests share lives in tests/support/; a test module imported by another runs its module
+    state twice and ties two files' fixtures together. Benchmarks import the package, not tests/."""
+    from support.common import ROOT
+
+    tests = sorted((ROOT / "tests").glob("*.py"))
+    assert len(tests) > 40
+    leaning = {
+        f"{p.name} imports {m}" for p in tests for m in imported_modules(p) if m == "conftest" or m.startswith("test_")
+    }
+    assert not leaning, sorted(leaning)
+    for p in sorted((ROOT / "benchmarks").glob("*.py")):
+        text = p.read_text()
+        assert not {"support", "conftest"} & imported_modules(p), p.name
+        assert '"tests"' not in text and "'tests'" not in text, f"{p.name} puts tests/ on its path"
