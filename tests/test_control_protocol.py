@@ -9,8 +9,9 @@ import zmq
 
 from flowstat.agent.control import ControlPool
 from flowstat.harness import wire
-from flowstat.harness.control import MAX_REQUEST_BYTES, ControlClient, RateTracker, parse_request
 from flowstat.harness.qcobjects import Kind, make_desc
+from flowstat.node.protocol import MAX_REQUEST_BYTES, ControlClient, parse_request
+from flowstat.node.rates import RateTracker
 from flowstat.schema.sample import time_ns
 from support.agents import Device, wait_until
 from support.common import C_AGENT

@@ -476,7 +476,7 @@ def test_each_elastalert_rule_matches_on_the_bad_run_and_not_on_the_healthy_one(
 #   near it.
 
 EDGE_STEP = {
-    "input_latency_p99_ms": Fraction(1, 1000),  # flowstat.harness.latency rounds to the microsecond
+    "input_latency_p99_ms": Fraction(1, 1000),  # flowstat.node.latency rounds to the microsecond
     "objects_in_flight": 1,
     "vmrss_kb": 1,
     "spooled_samples": 1,

@@ -15,9 +15,9 @@ import time
 import pytest
 import uproot
 
-from flowstat.harness.control import ControlClient
 from flowstat.harness.orchestrator import Orchestrator, run_topology
 from flowstat.harness.topology import from_dict
+from flowstat.node.protocol import ControlClient
 from support import fixture_runs
 from support.common import ROOT, TOPOLOGIES, pid_alive, topology_dict
 from support.runs import assert_no_loss, wait_for_file

@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from flowstat.harness.agents import AgentOptions
-from flowstat.harness.control import ControlClient
 from flowstat.harness.orchestrator import run_topology
 from flowstat.harness.topology import from_dict
+from flowstat.node.protocol import ControlClient
 from support.common import topology_dict
 from support.runs import assert_no_loss, wait_for_file
 

@@ -12,11 +12,11 @@ import zmq
 
 from flowstat.harness import wire
 from flowstat.harness.devices.merger import Merger
-from flowstat.harness.latency import LatencyRecorder
 from flowstat.harness.online import OnlineJudge, Reading
 from flowstat.harness.orchestrator import run_topology
 from flowstat.harness.qcobjects import Kind, make_desc
 from flowstat.harness.topology import from_dict
+from flowstat.node.latency import LatencyRecorder
 from support import fixture_runs
 from support.common import topology_dict
 

@@ -76,6 +76,7 @@ class Agent:
         self.self_seq = 0  # self-samples emitted
         self.last_self_ms = 0  # the time of the last one: each is given a later one
         self.targets_run_id: str | None = ""  # see _note_run: "" none seen yet, None several
+        self.said: set[tuple[str, ...]] = set()  # endpoint files' problems, told once each
         self.ending = False  # the run-ending notice came: nodes that vanish now ended with their run
         self.runners = [open_runner(url, cfg.spool_dir, cfg.spool_max_bytes, cfg.drain_s) for url in cfg.sinks]
         twice = sorted({url for url in cfg.sinks if cfg.sinks.count(url) > 1})  # checked after each URL: none
@@ -106,7 +107,7 @@ class Agent:
 
     # -- targets --------------------------------------------------------------------------------
     def rescan(self, first: bool = False) -> None:
-        for t in discover(self.cfg.spec, first):
+        for t in discover(self.cfg.spec, first, self.said):
             if t.key in self.targets or t.key in self.gone:
                 continue
             if open_reader(t):
@@ -164,7 +165,9 @@ class Agent:
                     log.error("%s (pid %d): %s", t.node_id, t.pid, exc)
                 # Reported once, then dropped. Read ``ending`` after the read that found it gone: a
                 # notice sent before the node was stopped has been handled by then.
-                ended = self.ending
+                # A node that announced itself in a directory withdraws its file when it stops
+                # cleanly: the file gone, it stopped; left behind, it died.
+                ended = self.ending or (t.announced_by is not None and not t.announced_by.exists())
                 samples.append(
                     self._base(t, stamp, t.role, sample_schema.STATE_STOPPED if ended else sample_schema.STATE_DOWN)
                 )
@@ -173,7 +176,7 @@ class Agent:
                     "%s (pid %d) is gone%s",
                     t.node_id,
                     t.pid,
-                    " (stopped with its run)" if ended else "",
+                    (" (stopped)" if not self.ending else " (stopped with its run)") if ended else "",
                 )
                 t.reader.close()
                 del self.targets[key]

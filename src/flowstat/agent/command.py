@@ -42,6 +42,14 @@ def configure(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="a harness run's endpoints.json: its nodes and their control sockets",
     )
+    t.add_argument(
+        "--endpoints-dir",
+        action="append",
+        metavar="DIR",
+        help="a directory where nodes announce themselves (flowstat.node, libflowstat-node: one endpoints "
+        "file each), read at every rescan: nodes that appear are taken, a node whose file is withdrawn "
+        "ends STOPPED, one that dies with its file left DOWN",
+    )
     p.add_argument("--sink", action="append", metavar="URL", help="where samples go (default stdout://)")
     p.add_argument(
         "--interval", type=float, default=1.0, metavar="S", help="seconds between samples (default 1, min 0.01)"
@@ -201,9 +209,19 @@ def main(args: argparse.Namespace) -> int:
             "the run that started this agent (pid %s) is gone: stopping", parent
         )
         return 0
-    spec = TargetSpec(args.pid or [], args.pidfile or [], args.pattern or [], args.endpoints or [], args.run_id or "")
+    spec = TargetSpec(
+        args.pid or [],
+        args.pidfile or [],
+        args.pattern or [],
+        args.endpoints or [],
+        args.run_id or "",
+        args.endpoints_dir or [],
+    )
     if spec.empty():
-        print("flowstat agent: give at least one target: --pid, --pidfile, --pattern or --endpoints", file=sys.stderr)
+        print(
+            "flowstat agent: give at least one target: --pid, --pidfile, --pattern, --endpoints or --endpoints-dir",
+            file=sys.stderr,
+        )
         return 2
     if not 0.01 <= args.interval <= 3600:
         print("flowstat agent: --interval must be between 0.01 and 3600 s", file=sys.stderr)

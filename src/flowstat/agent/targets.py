@@ -1,5 +1,6 @@
-"""What the agent watches: processes given by PID, pid file, name pattern, or a harness run's
-control endpoints; re-found periodically, so restarted nodes are picked up again."""
+"""What the agent watches: processes given by PID, pid file, name pattern, a harness run's control
+endpoints, or the endpoint files nodes announce themselves with in a directory (flowstat.node);
+re-found periodically, so restarted and late nodes are picked up."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ class Target:
     prev: ProcReading | None = None
     prev_t: float = 0.0
     source: str = ""
+    announced_by: Path | None = None  # the endpoint file of a directory that named it (gone: a clean stop)
 
     @property
     def key(self) -> tuple[int, str]:
@@ -40,9 +42,10 @@ class TargetSpec:
     patterns: list[str] = field(default_factory=list)
     endpoints_files: list[str] = field(default_factory=list)
     run_id: str = ""
+    endpoints_dirs: list[str] = field(default_factory=list)
 
     def empty(self) -> bool:
-        return not (self.pids or self.pidfiles or self.patterns or self.endpoints_files)
+        return not (self.pids or self.pidfiles or self.patterns or self.endpoints_files or self.endpoints_dirs)
 
 
 def process_name(pid: int) -> str:
@@ -59,8 +62,9 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def discover(spec: TargetSpec, first: bool = True) -> list[Target]:
-    """Targets as the spec describes them now. Problems are logged, never raised.
+def discover(spec: TargetSpec, first: bool = True, said: set[tuple[str, ...]] | None = None) -> list[Target]:
+    """Targets as the spec describes them now. Problems are logged, never raised; those of files in
+    an endpoints directory once per file version (``said`` remembers them across rescans).
 
     Explicit PIDs are looked at only the first time: a PID cannot become another process we
     were asked for, and re-reading 1,000 comm files every rescan is not free.
@@ -92,25 +96,73 @@ def discover(spec: TargetSpec, first: bool = True) -> list[Target]:
                 pid = int(entry.name)
                 add(Target(pid, f"{process_name(pid)}-{pid}", run_id=spec.run_id, source="--pattern"))
     for path in spec.endpoints_files:
-        try:
-            run_id, nodes, bad = endpoints_schema.read(path)
-        except (OSError, ValueError) as exc:
-            log.warning("endpoints file %s: %s", path, exc)
-            continue
-        for why in bad:
-            log.warning("endpoints file %s: left out: %s", path, why)
-        for node in nodes:
-            add(
-                Target(
-                    node["pid"],
-                    node["node_id"],
-                    node.get("role", DEFAULT_ROLE),
-                    spec.run_id or run_id,
-                    node.get("control"),
-                    source=path,
-                )
-            )
+        for t in _from_endpoints_file(Path(path), spec.run_id, lambda *msg: log.warning(*msg)):
+            add(t)
+    for folder in spec.endpoints_dirs:
+        for t in _from_endpoints_dir(Path(folder), spec.run_id, set() if said is None else said):
+            add(t)
     return list(found.values())
+
+
+def _from_endpoints_file(path: Path, run_id: str, warn) -> list[Target]:
+    try:
+        file_run_id, nodes, bad = endpoints_schema.read(path)
+    except (OSError, ValueError) as exc:
+        warn("endpoints file %s: %s", path, exc)
+        return []
+    for why in bad:
+        warn("endpoints file %s: left out: %s", path, why)
+    return [
+        Target(
+            node["pid"],
+            node["node_id"],
+            node.get("role", DEFAULT_ROLE),
+            run_id or file_run_id,
+            node.get("control"),
+            source=str(path),
+        )
+        for node in nodes
+    ]
+
+
+def _from_endpoints_dir(folder: Path, run_id: str, said: set[tuple[str, ...]]) -> list[Target]:
+    """The live nodes of a directory's endpoint files (``*.json``, dot-files being written are not
+    read); a file of dead processes only is stale, and left."""
+    try:
+        entries = sorted(
+            (e for e in os.scandir(folder) if e.name.endswith(".json") and not e.name.startswith(".")),
+            key=lambda e: e.name,
+        )
+    except OSError as exc:
+        _say_once(said, ("dir", str(folder), type(exc).__name__), "endpoints directory %s: %s", folder, exc)
+        return []
+    taken = []
+    for entry in entries:
+        path = Path(entry.path)
+        try:
+            st = os.stat(path)
+            version = (str(path), str(st.st_size), str(st.st_mtime_ns))
+        except OSError as exc:  # a dangling link, or gone since the listing
+            _say_once(said, (str(path), type(exc).__name__), "endpoints file %s: %s", path, exc)
+            continue
+        if not entry.is_file():
+            _say_once(said, version, "endpoints file %s: not a regular file", path)
+            continue
+        found = _from_endpoints_file(path, run_id, lambda *msg, v=version: _say_once(said, (*v, str(msg[-1])), *msg))
+        alive = [t for t in found if Path(f"/proc/{t.pid}").exists()]
+        if found and not alive:
+            pids = ", ".join(str(t.pid) for t in found)
+            _say_once(said, (*version, "stale"), "endpoints file %s: stale, left (pid %s gone)", path, pids)
+        for t in alive:
+            t.announced_by = path
+        taken += alive
+    return taken
+
+
+def _say_once(said: set[tuple[str, ...]], key: tuple[str, ...], *msg: object) -> None:
+    if key not in said:
+        said.add(key)
+        log.warning(*msg)
 
 
 def open_reader(t: Target) -> bool:

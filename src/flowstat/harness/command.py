@@ -159,7 +159,7 @@ CTL_PARSER = dict(
 
 
 def configure_ctl(p: argparse.ArgumentParser) -> None:
-    from .control import COMMANDS
+    from flowstat.node.protocol import COMMANDS
 
     p.add_argument("endpoint", help="e.g. tcp://127.0.0.1:40123")
     p.add_argument("command", nargs="?", default="get-metrics", help=f"{', '.join(COMMANDS)} (default get-metrics)")
@@ -168,7 +168,7 @@ def configure_ctl(p: argparse.ArgumentParser) -> None:
 
 
 def ctl(args: argparse.Namespace) -> int:
-    from .control import ControlClient, ControlError
+    from flowstat.node.protocol import ControlClient, ControlError
 
     client = ControlClient(args.endpoint, timeout_s=args.timeout)
     try:

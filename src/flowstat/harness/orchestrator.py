@@ -29,13 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flowstat.node.protocol import ControlClient, ControlError
 from flowstat.proc.procfs import format_cpu_list, log_tail, pin_threads, set_from_signal
 from flowstat.schema import endpoints as endpoints_schema
 from flowstat.schema.sample import PIPELINE_ROLES
 from flowstat.timeutil import compact_utc
 
 from .agents import AgentOptions, RunAgents
-from .control import ControlClient, ControlError
 from .online import OnlineJudge, reading
 from .summary import RunOutcome, build_summary, run_document
 from .topology import VIEWER_NODE, Topology, producer_process_name

@@ -27,8 +27,9 @@ from typing import Any
 import numpy as np
 import zmq
 
+from flowstat.node.latency import CHUNK, LatencyRecorder
+
 from .. import wire
-from ..latency import CHUNK, LatencyRecorder
 from ..mergecost import MergeCost
 from ..merging.batches import MAX_SEQ, Batch, BatchReader, Multipart
 from ..merging.sequences import Sequences

@@ -17,11 +17,10 @@ from typing import Any
 
 import zmq
 
-from flowstat.proc.procfs import die_with_parent, raise_fd_limit, vmrss_kb
-from flowstat.timeutil import iso_utc_ms
-
-from ..control import Interval, RateTracker, serve_requests
-from ..latency import LatencyRecorder
+from flowstat.node.latency import LatencyRecorder
+from flowstat.node.protocol import serve_requests
+from flowstat.node.responder import Responder
+from flowstat.proc.procfs import die_with_parent, raise_fd_limit
 
 log = logging.getLogger("flowstat.device")
 
@@ -32,7 +31,8 @@ ORPHAN_GRACE_S = 5.0
 
 
 class Node:
-    """Base of producer, merger and viewer processes."""
+    """Base of producer, merger and viewer processes: a flowstat.node Figures, answered by the
+    node library's Responder from the device's own poll loop (one thread, no locks on the hot path)."""
 
     role = "node"
 
@@ -52,11 +52,10 @@ class Node:
         self.control = self.ctx.socket(zmq.ROUTER)
         self.control.setsockopt(zmq.LINGER, 0)
         self.control_endpoint = self.bind(self.control, config.get("control_port", 0))
-        self.rates = RateTracker()
         self.started_at = time.monotonic()
         self.receive_buffer_size: int | None = None
         self.send_buffer_size: int | None = None
-        self.control_errors = 0
+        self.responder = Responder(self)
         self.data_endpoint: str | None = None
         self.latency: LatencyRecorder | None = None  # nodes that take objects measure how long they waited
 
@@ -117,36 +116,11 @@ class Node:
 
     # -- control channel ------------------------------------------------------------------------
     def serve_control(self) -> None:
-        serve_requests(self.control, self.answer)
+        serve_requests(self.control, self.responder.answer)
 
     def answer(self, client: bytes, command: str | None, request: dict | None, error: str | None) -> dict:
-        received = iso_utc_ms()
-        if error is None:
-            if command == "check-state":
-                reply = self.state_fields()
-            elif command == "get-metrics":
-                assert request is not None
-                self.on_metrics_request(request)
-                since = self.rates.interval(client, self.merged_total(), self.overload_events())
-                reply = self.state_fields(since)
-                reply.update(self.metric_fields(since.cpu_hz, since.merged_per_second))
-                if self.latency is not None:
-                    reply.update(self.latency.interval(client))
-            elif command == "start":
-                reply = self.on_start()
-            else:  # stop
-                self.request_stop()
-                reply = self.state_fields()
-            reply["command"] = command
-        else:
-            self.control_errors += 1
-            log.warning("%s: control request refused: %s", self.node_id, error)
-            reply = {"command": command, "node_id": self.node_id, "error": error}
-        if request is not None and isinstance(request.get("id"), (int, str)):
-            reply["id"] = request["id"]  # lets an asynchronous client match replies to requests
-        reply["request_timestamp"] = received
-        reply["response_timestamp"] = iso_utc_ms()
-        return reply
+        """One request's reply, as the control socket would send it (tests ask devices directly)."""
+        return self.responder.answer(client, command, request, error)
 
     def receive_until(
         self,
@@ -171,41 +145,8 @@ class Node:
             if every_turn is not None:
                 every_turn()
 
-    def on_start(self) -> dict:
-        return self.state_fields()
-
-    def state_fields(self, since: Interval | None = None) -> dict[str, Any]:
-        """The node's state; its overload flags say whether a buffer is overloaded now, and, given
-        the client's interval (get-metrics), whether one was at any moment of it."""
-        return {
-            "command": None,
-            "node_id": self.node_id,
-            "node_state": self.state,
-            "PID": os.getpid(),
-            "request_timestamp": None,
-            "response_timestamp": None,
-            "receive_buffer_size": self.receive_buffer_size,
-            "receive_buffer_overloaded": self.receive_overloaded() or bool(since and since.receive_overloads),
-            "send_buffer_size": self.send_buffer_size,
-            "send_buffer_overloaded": self.send_overloaded() or bool(since and since.send_overloads),
-        }
-
-    def metric_fields(self, cpu_hz: float, merged_rate: float) -> dict[str, Any]:
-        try:
-            rss = vmrss_kb()
-        except (OSError, ValueError):
-            rss = None
-        return {
-            "average_merge_time": self.average_merge_time(),
-            "VmRSS": rss,
-            "cpu_clock": round(cpu_hz, 1),
-            "merged_objects_per_second": round(merged_rate, 3) if self.role == "merger" else None,
-            "role": self.role,
-            "run_id": self.run_id,
-            "uptime_s": round(time.monotonic() - self.started_at, 3),
-            "control_errors": self.control_errors,
-            **self.counters(),
-        }
+    def on_start(self) -> None:
+        """What a start request does (see Producer)."""
 
     # -- overridden by devices ------------------------------------------------------------------
     def on_metrics_request(self, request: dict) -> None:
@@ -219,6 +160,9 @@ class Node:
 
     def average_merge_time(self) -> float | None:
         return None
+
+    def merges_apply(self) -> bool:
+        return self.role == "merger"
 
     def send_overloaded(self) -> bool:
         return False

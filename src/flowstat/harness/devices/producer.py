@@ -96,11 +96,10 @@ class Producer(Node):
     def overload_events(self) -> tuple[int, int]:
         return sum(c.overload_events for c in self.channels), 0
 
-    def on_start(self) -> dict:
+    def on_start(self) -> None:
         if self.state == "READY":
             self.t0 = time.monotonic()
             self.state = "RUNNING"
-        return self.state_fields()
 
     # -- sending --------------------------------------------------------------------------------
     def object_frames(self, ch: Channel) -> list:

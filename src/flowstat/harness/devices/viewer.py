@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 import zmq
 
+from flowstat.node.latency import CHUNK, LatencyRecorder
+
 from .. import wire
-from ..latency import CHUNK, LatencyRecorder
 from ..qcobjects import ObjectDesc, entries_of, merge
 from ..rootio import write_objects
 from .node import Node

@@ -1,0 +1,294 @@
+"""flowstat's control channel for a node of the user's own pipeline.
+
+    from flowstat.node import Node
+
+    node = Node("merger-0", "merger", run_id="night-7")   # answers on its own thread
+    ...
+    node.received(1, len(frame), sent_at=stamp)           # an object taken, stamped by its sender
+    t0 = time.perf_counter(); merge(); node.merged(n, time.perf_counter() - t0)
+    try: sock.send(out, zmq.NOBLOCK); node.sent(1, len(out))
+    except zmq.Again: node.send_refused()                 # the buffer is full: an overload episode
+    ...
+    node.close()                                          # STOPPED; its endpoint file withdrawn
+
+Counting is a few attribute updates on the caller's thread; a thread of the library's answers
+check-state and get-metrics (docs/control-protocol.md) with the same fields, units and per-client
+rates as flowstat's harness nodes, so agents, stores, dashboards, alerts and reports treat the node
+as one of theirs. Each thread that counts uses its own Tally (``node.tally()``; the node's methods
+are its first thread's): a Tally is written by one thread and read by the control thread, never
+locked on the node's path.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from .announce import announce, directory, withdraw
+from .latency import CHUNK, LatencyRecorder
+from .protocol import serve_requests
+from .responder import Responder
+
+log = logging.getLogger("flowstat.node")
+
+STATES = ("STARTING", "READY", "RUNNING", "DRAINING", "STOPPED")
+MERGES_AVERAGED = 10  # average_merge_time: the mean of the last this many merges (thesis section 4.2.3)
+POLL_MS = 100  # how long close() may wait for the control thread
+
+
+class Tally:
+    """What one thread of a node tells: counts, merges, overload episodes, waits. Written only by
+    that thread; read by the control thread (ints and floats: no torn reads in CPython)."""
+
+    def __init__(self) -> None:
+        self.objects_received = 0
+        self.bytes_received = 0
+        self.objects_sent = 0
+        self.bytes_sent = 0
+        self.objects_merged = 0
+        self.merges = 0
+        self.send_overload_events = 0
+        self.receive_overload_events = 0
+        self.send_blocked = False
+        self.backlogged = False
+        self.merge_ms: collections.deque[float] = collections.deque(maxlen=MERGES_AVERAGED)
+        self.waits: collections.deque[float] = collections.deque()  # recorded in chunks (appends are atomic)
+        self.latency: LatencyRecorder | None = None  # the node's, set by Node
+
+    def received(self, objects: int = 1, nbytes: int = 0, sent_at: float | None = None) -> None:
+        """Objects taken from the input; ``sent_at`` the Unix time its sender stamped on it (one
+        object), when the pipeline carries one: the input latency is now minus that."""
+        self.objects_received += objects
+        self.bytes_received += nbytes
+        if sent_at is not None:
+            self.waits.append(time.time() - sent_at)
+            if len(self.waits) >= CHUNK:
+                self.record_waits()
+
+    def sent(self, objects: int = 1, nbytes: int = 0) -> None:
+        """Objects sent downstream (a send that went through ends an overload episode)."""
+        self.objects_sent += objects
+        self.bytes_sent += nbytes
+        self.send_blocked = False
+
+    def merged(self, objects: int, seconds: float) -> None:
+        """A merge of ``objects`` objects that took ``seconds``."""
+        self.merges += 1
+        self.objects_merged += objects
+        self.merge_ms.append(seconds * 1e3)
+
+    def send_refused(self) -> None:
+        """A send refused because the buffer is full: an overload episode begins (once, however
+        many retries), until the next send that goes through."""
+        if not self.send_blocked:
+            self.send_blocked = True
+            self.send_overload_events += 1
+
+    def input_backlog(self, backlogged: bool) -> None:
+        """Whether the input had work waiting after a read cycle; an episode begins on each change
+        to True."""
+        if backlogged and not self.backlogged:
+            self.receive_overload_events += 1
+        self.backlogged = backlogged
+
+    def record_waits(self) -> None:
+        """Move the waits told so far into the latency distribution (either thread may)."""
+        if self.latency is None:
+            return
+        waits = []
+        try:
+            while True:
+                waits.append(self.waits.popleft())
+        except IndexError:
+            pass
+        if waits:
+            self.latency.record_waits(waits)
+
+
+class Node:
+    """A node of the user's pipeline, monitored by flowstat (see the module's text)."""
+
+    def __init__(
+        self,
+        node_id: str,
+        role: str = "other",
+        *,
+        run_id: str = "",
+        bind: str = "tcp://127.0.0.1:*",
+        endpoints_dir: str | os.PathLike[str] | None = None,
+        receive_buffer_size: int | None = None,
+        send_buffer_size: int | None = None,
+        on_stop: Callable[[], None] | None = None,
+        on_start: Callable[[], None] | None = None,
+    ):
+        if not node_id:
+            raise ValueError("a node needs an id (its samples' node_id)")
+        self.node_id, self.role, self.run_id = node_id, role, run_id
+        self.receive_buffer_size, self.send_buffer_size = receive_buffer_size, send_buffer_size
+        self.started_at = time.monotonic()
+        self.latency: LatencyRecorder | None = LatencyRecorder()
+        self._state = "RUNNING"
+        self._stop = threading.Event()
+        self._on_stop, self._on_start = on_stop, on_start
+        self._tallies: list[Tally] = []
+        first = self.tally()
+        # the first thread's counting is the node's own: bound methods, no extra call
+        self.received, self.sent, self.merged = first.received, first.sent, first.merged
+        self.send_refused, self.input_backlog = first.send_refused, first.input_backlog
+        self.responder = Responder(self)
+        self.endpoint: str | None = None
+        self.endpoint_file: Path | None = None
+        self._closing = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
+        self._open_control(bind, endpoints_dir)
+
+    # -- what the node tells ---------------------------------------------------------------------
+    def tally(self) -> Tally:
+        """A Tally for another thread of this node (each counting thread needs its own)."""
+        t = Tally()
+        t.latency = self.latency
+        self._tallies = [*self._tallies, t]  # replaced, not appended: the control thread iterates
+        return t
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    @state.setter
+    def state(self, value: str) -> None:
+        if value not in STATES:
+            raise ValueError(f"node state {value!r}: one of {', '.join(STATES)}")
+        self._state = value
+
+    @property
+    def stop_requested(self) -> bool:
+        """Whether a monitor sent `stop` (the node should end as on SIGTERM)."""
+        return self._stop.is_set()
+
+    def wait_for_stop(self, timeout: float | None = None) -> bool:
+        return self._stop.wait(timeout)
+
+    # -- the control thread ----------------------------------------------------------------------
+    def _open_control(self, bind: str, endpoints_dir: str | os.PathLike[str] | None) -> None:
+        """Bind and start answering; a node that cannot bind says why and runs on unmonitored."""
+        self._ctx = zmq.Context()
+        sock = self._ctx.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDTIMEO, 0)  # a client that does not read loses its reply; we never wait
+        try:
+            sock.bind(bind)
+        except zmq.ZMQError as exc:
+            log.warning("%s: cannot bind the control channel on %s (%s): running unmonitored", self.node_id, bind, exc)
+            sock.close(0)
+            self._ctx.term()
+            self._ctx = None
+            return
+        self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        folder = directory(endpoints_dir)
+        if folder is not None:
+            node = {"node_id": self.node_id, "role": self.role, "pid": os.getpid(), "control": self.endpoint}
+            try:
+                self.endpoint_file = announce(folder, node, self.run_id)
+            except (OSError, ValueError) as exc:
+                log.warning(
+                    "%s: cannot announce itself in %s (%s): agents must be told its endpoint", self.node_id, folder, exc
+                )
+        self._thread = threading.Thread(
+            target=self._serve, args=(sock,), name=f"flowstat-node {self.node_id}", daemon=True
+        )
+        self._thread.start()
+
+    def _serve(self, sock: zmq.Socket[bytes]) -> None:
+        try:
+            while not self._closing.is_set():
+                if sock.poll(POLL_MS, zmq.POLLIN):
+                    serve_requests(sock, self._answer)
+        finally:
+            sock.close(0)
+
+    def _answer(
+        self, client: bytes, command: str | None, request: dict[str, Any] | None, error: str | None
+    ) -> dict[str, Any]:
+        if command == "get-metrics":
+            for t in self._tallies:
+                t.record_waits()
+        return self.responder.answer(client, command, request, error)
+
+    # -- Figures (flowstat.node.responder) -------------------------------------------------------
+    def counters(self) -> dict[str, Any]:
+        tallies = self._tallies
+        names = (
+            "objects_received",
+            "bytes_received",
+            "objects_sent",
+            "bytes_sent",
+            "objects_merged",
+            "merges",
+            "send_overload_events",
+            "receive_overload_events",
+        )
+        return {n: sum(getattr(t, n) for t in tallies) for n in names}
+
+    def merged_total(self) -> int:
+        return sum(t.objects_merged for t in self._tallies)
+
+    def average_merge_time(self) -> float | None:
+        times = [ms for t in self._tallies for ms in list(t.merge_ms)]
+        return round(sum(times) / len(times), 3) if times else None
+
+    def merges_apply(self) -> bool:
+        return self.role == "merger" or any(t.merges for t in self._tallies)
+
+    def send_overloaded(self) -> bool:
+        return any(t.send_blocked for t in self._tallies)
+
+    def receive_overloaded(self) -> bool:
+        return any(t.backlogged for t in self._tallies)
+
+    def overload_events(self) -> tuple[int, int]:
+        tallies = self._tallies
+        return sum(t.send_overload_events for t in tallies), sum(t.receive_overload_events for t in tallies)
+
+    def on_metrics_request(self, request: dict[str, Any]) -> None:
+        pass
+
+    def on_start(self) -> None:
+        if self._state == "READY":
+            self._state = "RUNNING"
+        if self._on_start is not None:
+            self._on_start()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+        if self._on_stop is not None:
+            self._on_stop()
+
+    # -- the end ---------------------------------------------------------------------------------
+    def close(self) -> None:
+        """A clean stop: STOPPED, the endpoint file withdrawn (an agent reports the node STOPPED, not
+        DOWN), the control thread ended."""
+        self._state = "STOPPED"
+        withdraw(self.endpoint_file)
+        self.endpoint_file = None
+        self._closing.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._ctx is not None:
+            self._ctx.term()
+            self._ctx = None
+
+    def __enter__(self) -> Node:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

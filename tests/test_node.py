@@ -1,0 +1,415 @@
+"""flowstat.node, the Python node library (issue 26): a user's own node answers the control protocol
+with what it was told, survives bad clients, announces itself in an endpoints directory; both agents
+watch the directory, take nodes as they come, and tell a clean stop (STOPPED) from a death (DOWN)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import zmq
+
+from flowstat.node import ControlClient, Node
+from flowstat.node.announce import file_name
+from flowstat.schema import endpoints
+from support.agents import wait_until
+from support.common import ROOT
+
+EXAMPLE = ROOT / "examples" / "python-pipeline" / "pipeline.py"
+
+
+# -- the protocol, in one process ------------------------------------------------------------------
+def test_a_node_answers_get_metrics_with_what_it_was_told():
+    with Node("m-0", "merger", run_id="r1", receive_buffer_size=10, send_buffer_size=20) as node:
+        now = time.time()
+        for _ in range(300):
+            node.received(1, 100, sent_at=now - 0.050)  # each waited 50 ms
+        node.received(2, 7)  # no stamp: counted, no latency
+        for ms in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12):  # the last ten average 7.5 ms
+            node.merged(5, ms / 1e3)
+        node.sent(3, 30)
+        reply = ControlClient(node.endpoint).request("get-metrics")
+    assert (reply["node_id"], reply["role"], reply["run_id"], reply["node_state"]) == ("m-0", "merger", "r1", "RUNNING")
+    assert reply["PID"] == os.getpid()
+    assert (reply["receive_buffer_size"], reply["send_buffer_size"]) == (10, 20)
+    assert (reply["objects_received"], reply["bytes_received"]) == (302, 30_000 + 7)
+    assert (reply["objects_sent"], reply["bytes_sent"], reply["merges"], reply["objects_merged"]) == (3, 30, 12, 60)
+    assert reply["average_merge_time"] == pytest.approx(7.5)
+    assert reply["merged_objects_per_second"] > 0 and reply["cpu_clock"] >= 0 and reply["VmRSS"] > 1000
+    assert reply["input_latency_objects"] == 300
+    # told at most a few ms after the stamp: within the buckets' 1% and the loop's time
+    assert 50 * 0.99 <= reply["input_latency_p50_ms"] <= 50 * 1.01 + 20
+    assert reply["input_latency_p99_ms"] <= reply["input_latency_max_ms"] + 1e-9
+    assert reply["send_buffer_overloaded"] is False and reply["send_overload_events"] == 0
+    assert reply["request_timestamp"].endswith("Z") and reply["control_errors"] == 0
+
+
+def test_a_node_that_merges_nothing_reports_no_merge_figures():
+    with Node("src", "producer") as node:
+        node.sent(5, 50)
+        reply = ControlClient(node.endpoint).request("get-metrics")
+    assert reply["average_merge_time"] is None and reply["merged_objects_per_second"] is None
+    assert reply["input_latency_objects"] == 0 and reply["input_latency_p50_ms"] is None
+
+
+def test_each_client_has_its_own_interval_and_sees_each_overload_once():
+    with Node("m", "merger") as node:
+        a, b = ControlClient(node.endpoint), ControlClient(node.endpoint)
+        a.request("get-metrics"), b.request("get-metrics")
+        node.send_refused(), node.send_refused()  # one episode, however many refusals
+        node.sent(1, 1)  # over: the flag now is down
+        assert a.request("check-state")["send_buffer_overloaded"] is False
+        first_a = a.request("get-metrics")
+        assert first_a["send_buffer_overloaded"] is True and first_a["send_overload_events"] == 1
+        assert a.request("get-metrics")["send_buffer_overloaded"] is False  # told once to a ...
+        assert b.request("get-metrics")["send_buffer_overloaded"] is True  # ... and once to b
+        node.input_backlog(True), node.input_backlog(True), node.input_backlog(False), node.input_backlog(True)
+        reply = a.request("get-metrics")
+        assert reply["receive_overload_events"] == 2 and reply["receive_buffer_overloaded"] is True
+        node.merged(40, 0.001)
+        time.sleep(0.2)  # the interval the rate is measured over
+        rate_a = a.request("get-metrics")["merged_objects_per_second"]
+        time.sleep(0.2)
+        rate_b = b.request("get-metrics")["merged_objects_per_second"]
+    assert 40 / 0.4 < rate_a <= 40 / 0.2 * 1.01  # since a's previous request
+    assert rate_b <= rate_a / 1.5  # b's interval was longer: the same 40 over about twice the time
+
+
+def test_threads_count_on_their_own_tallies_and_the_node_sums_them():
+    with Node("w", "worker") as node:
+        tallies = [node.tally() for _ in range(4)]
+
+        def work(t):
+            for _ in range(10_000):
+                t.received(1, 3)
+
+        import threading
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in tallies]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        node.received(5, 5)
+        reply = ControlClient(node.endpoint).request("get-metrics")
+    assert (reply["objects_received"], reply["bytes_received"]) == (40_005, 120_005)
+
+
+def test_bad_requests_get_errors_are_counted_and_a_client_that_never_reads_stalls_nothing():
+    with Node("n", "worker") as node:
+        ctx = zmq.Context.instance()
+        dealer = ctx.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        dealer.connect(node.endpoint)
+        bad = [b"\xff\xfe", b"[1, 2]", b'{"no": "command"}', b'{"command": "self-destruct"}', b"{" + b" " * 100_000]
+        for payload in bad:
+            dealer.send(payload)
+        errors = []
+        for _ in bad:
+            assert dealer.poll(5000), "no reply to a bad request"
+            errors.append(json.loads(dealer.recv())["error"])
+        assert "not JSON" in errors[0] and "JSON object" in errors[1] and '"command"' in errors[2]
+        assert "unknown command 'self-destruct'" in errors[3] and "exceeds 65536" in errors[4]
+        # a client that sends thousands of requests and reads no reply
+        for _ in range(5000):
+            dealer.send(b'{"command": "get-metrics"}')
+        node.received(1, 1)
+        t0 = time.monotonic()
+        reply = ControlClient(node.endpoint, timeout_s=10).request("get-metrics")
+        assert time.monotonic() - t0 < 10 and reply["objects_received"] == 1
+        assert reply["control_errors"] == len(bad)
+        dealer.close(0)
+
+
+def test_a_node_that_cannot_bind_says_why_and_counts_on(caplog):
+    with Node("first", "worker") as first:
+        with caplog.at_level(logging.WARNING, logger="flowstat.node"):
+            second = Node("second", "worker", bind=first.endpoint)
+        assert second.endpoint is None and second.endpoint_file is None
+        assert any(
+            "second" in r.message and first.endpoint in r.message and "unmonitored" in r.message for r in caplog.records
+        )
+        second.received(3, 3)
+        assert second.counters()["objects_received"] == 3
+        second.close()
+
+
+def test_a_state_outside_the_protocols_is_refused():
+    with Node("n") as node:
+        node.state = "DRAINING"
+        assert ControlClient(node.endpoint).request("check-state")["node_state"] == "DRAINING"
+        with pytest.raises(ValueError, match="one of STARTING"):
+            node.state = "FINE"
+
+
+def test_stop_from_a_monitor_reaches_the_node():
+    stopped = []
+    with Node("n", on_stop=lambda: stopped.append(True)) as node:
+        reply = ControlClient(node.endpoint).request("stop")
+        assert reply["command"] == "stop" and node.wait_for_stop(5)
+    assert node.stop_requested and stopped == [True]
+
+
+# -- endpoint files ----------------------------------------------------------------------------------
+NODE_PROGRAM = textwrap.dedent(
+    """
+    import sys, time
+    from flowstat.node import Node
+    node = Node(sys.argv[1], sys.argv[2], run_id="user-run", endpoints_dir=sys.argv[3])
+    print(node.endpoint, flush=True)
+    while not node.stop_requested:
+        node.received(1, 10, sent_at=time.time() - 0.01)
+        node.sent(1, 10)
+        time.sleep(0.01)
+    node.close()
+    """
+)
+
+
+def start_node(node_id: str, role: str, folder: Path) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", NODE_PROGRAM, node_id, role, str(folder)], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout.readline().startswith("tcp://127.0.0.1:")
+    return proc
+
+
+def test_the_endpoint_file_names_the_node_and_is_withdrawn_on_a_clean_stop_but_left_by_a_kill(tmp_path):
+    folder = tmp_path / "endpoints"  # made by the node
+    clean, killed = start_node("w/0", "worker", folder), start_node("w-1", "worker", folder)
+    files = sorted(p.name for p in folder.iterdir())
+    assert files == sorted([file_name("w/0", clean.pid), file_name("w-1", killed.pid)])
+    assert file_name("w/0", clean.pid) == f"w_0.{clean.pid}.json"  # no path out of the folder
+    run_id, nodes, bad = endpoints.read(folder / file_name("w/0", clean.pid))
+    assert (run_id, bad) == ("user-run", [])
+    assert nodes[0]["pid"] == clean.pid and nodes[0]["role"] == "worker" and nodes[0]["node_id"] == "w/0"
+    assert ControlClient(nodes[0]["control"]).request("check-state")["node_id"] == "w/0"
+    ControlClient(nodes[0]["control"]).request("stop")
+    assert clean.wait(10) == 0
+    killed.kill()
+    killed.wait(10)
+    assert sorted(p.name for p in folder.iterdir()) == [file_name("w-1", killed.pid)]
+
+
+# -- both agents on a directory -------------------------------------------------------------------------
+def agent_samples(out: Path) -> list[dict]:
+    docs = []
+    for line in out.read_text().splitlines():
+        try:
+            doc = json.loads(line)
+        except ValueError:  # the agent is writing this line
+            continue
+        if "node_id" in doc:
+            docs.append(doc)
+    return docs
+
+
+def start_agent(agent_command, folder: Path, out: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [
+            *agent_command,
+            "--endpoints-dir",
+            str(folder),
+            "--interval",
+            "0.2",
+            "--rescan",
+            "0.2",
+            "--self-interval",
+            "0",
+            "--sink",
+            "stdout://?format=json",
+            *extra,
+        ],
+        stdout=open(out, "w"),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def stop_agent(agent: subprocess.Popen) -> str:
+    agent.send_signal(signal.SIGTERM)
+    _, err = agent.communicate(timeout=30)
+    return err
+
+
+def test_an_agent_takes_late_nodes_and_reports_a_kill_down_a_clean_stop_stopped(agent_command, tmp_path):
+    folder, out = tmp_path / "endpoints", tmp_path / "samples.ndjson"
+    folder.mkdir()
+    early = start_node("early", "worker", folder)
+    agent = start_agent(agent_command, folder, out)
+    try:
+        wait_until(lambda: any(s["node_id"] == "early" for s in agent_samples(out)), "the early node sampled")
+        late = start_node("late", "sink", folder)  # after the agent's first scan
+        wait_until(
+            lambda: sum(s["node_id"] == "late" and s["node_state"] == "RUNNING" for s in agent_samples(out)) >= 3,
+            "the late node sampled",
+        )
+        early.kill()
+        ControlClient(json.loads(next(folder.glob("late.*.json")).read_text())["nodes"][0]["control"]).request("stop")
+        assert late.wait(10) == 0 and early.wait(10) == -signal.SIGKILL
+        wait_until(
+            lambda: {s["node_id"] for s in agent_samples(out) if s["node_state"] in ("DOWN", "STOPPED")}
+            == {"early", "late"},
+            "both ends reported",
+        )
+    finally:
+        err = stop_agent(agent)
+    samples = agent_samples(out)
+    last = {s["node_id"]: s for s in samples}
+    assert last["early"]["node_state"] == "DOWN" and last["late"]["node_state"] == "STOPPED", err
+    running = [s for s in samples if s["node_id"] == "late" and s["node_state"] == "RUNNING"]
+    assert {s["role"] for s in running} == {"sink"} and {s["run_id"] for s in running} == {"user-run"}
+    assert all(s["input_latency_p50_ms"] >= 9.9 for s in running if s.get("input_latency_objects"))
+    assert any(s.get("input_latency_objects") for s in running)
+
+
+def test_junk_stale_and_unreadable_files_are_said_once_and_the_good_nodes_taken(agent_command, tmp_path):
+    folder, out = tmp_path / "endpoints", tmp_path / "samples.ndjson"
+    folder.mkdir()
+    (folder / "junk.json").write_text("not json")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (folder / f"gone.{dead.pid}.json").write_text(json.dumps({"nodes": [{"node_id": "gone", "pid": dead.pid}]}))
+    (folder / "dangling.json").symlink_to(folder / "nowhere")
+    os.mkfifo(folder / "fifo.json")
+    (folder / ".half-written.json.tmp").write_text("{")
+    (folder / "notes.txt").write_text("not an endpoints file")
+    good = start_node("good", "worker", folder)
+    agent = start_agent(agent_command, folder, out)
+    try:
+        wait_until(
+            lambda: sum(s["node_id"] == "good" for s in agent_samples(out)) >= 10,
+            "ten samples of the good node (many rescans)",
+        )
+    finally:
+        err = stop_agent(agent)
+        ControlClient(json.loads(next(folder.glob("good.*.json")).read_text())["nodes"][0]["control"]).request("stop")
+        good.wait(10)
+    assert {s["node_id"] for s in agent_samples(out)} == {"good"}
+    for name in ("junk.json", f"gone.{dead.pid}.json", "dangling.json", "fifo.json"):
+        said = [line for line in err.splitlines() if name in line]
+        assert len(said) == 1, (name, said, err[-2000:])
+    assert "half-written" not in err and "notes.txt" not in err
+
+
+# -- the example pipeline ---------------------------------------------------------------------------
+def free_port_block(size: int = 20) -> int:
+    """A base port whose next ``size`` ports are free now (below the ephemeral range, where other
+    tests' sockets do not land)."""
+    import random
+    import socket
+
+    for _ in range(200):
+        base = random.randrange(20000, 30000 - size)
+        socks = []
+        try:
+            for port in range(base, base + size):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no block of free ports")
+
+
+def start_example(folder: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            str(EXAMPLE),
+            "all",
+            "--endpoints-dir",
+            str(folder),
+            "--base-port",
+            str(free_port_block()),
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_both_agents_see_the_example_pipelines_merges_rates_latency_and_overloads(agent_command, tmp_path):
+    """The pyzmq example, made slow and overloaded by construction: merges of 10 objects at 2 ms of
+    CPU each (20 ms a merge: the merger merges at most 500 objects/s of the 1,000/s offered), and a
+    sink that takes 50 ms per merged object of 64 kB (20/s of the merger's 50/s) behind queues of 5
+    messages and kernel buffers of 64 kB: the merger's sends are refused."""
+    folder, out = tmp_path / "endpoints", tmp_path / "samples.ndjson"
+    folder.mkdir()
+    agent = start_agent(agent_command, folder, out)
+    example = start_example(
+        folder,
+        "--objects",
+        "2000",
+        "--rate",
+        "1000",
+        "--size",
+        "65536",
+        "--merge-every",
+        "10",
+        "--merge-cost-us",
+        "2000",
+        "--sink-delay-ms",
+        "50",
+        "--hwm",
+        "5",
+        "--tcp-buffer-kb",
+        "64",
+        "--keep-running",
+    )
+    try:
+        assert example.stdout.readline().strip() == "sink: 200 merged objects", example.stderr.read()[-3000:]
+
+        def last(node_id: str) -> dict:
+            return [s for s in agent_samples(out) if s["node_id"] == node_id][-1]
+
+        wait_until(lambda: last("merger").get("objects_merged") == 2000, "the merger's 2,000 objects sampled")
+        wait_until(lambda: last("sink").get("objects_received") == 200, "the sink's 200 sampled")
+    finally:
+        example.send_signal(signal.SIGTERM)
+        example.wait(60)
+    try:
+        wait_until(
+            lambda: {s["node_id"] for s in agent_samples(out) if s["node_state"] == "STOPPED"} == set(STAGES),
+            "every stage's clean stop reported",
+        )
+    finally:
+        err = stop_agent(agent)
+    by_node: dict[str, list[dict]] = {}
+    for s in agent_samples(out):
+        by_node.setdefault(s["node_id"], []).append(s)
+    assert set(by_node) == set(STAGES), err[-2000:]
+    for node_id, role in STAGES.items():
+        assert {s["role"] for s in by_node[node_id]} == {role}
+        assert by_node[node_id][-1]["node_state"] == "STOPPED"  # withdrawn, not DOWN
+    merger = [s for s in by_node["merger"] if s["node_state"] == "RUNNING"]
+    times = [s["average_merge_time_ms"] for s in merger if s.get("average_merge_time_ms") is not None]
+    assert times and all(20 * 0.95 <= t < 200 for t in times), times  # 10 objects x 2 ms of CPU, in ms
+    rates = [s["merged_objects_per_second"] for s in merger if s.get("merged_objects_per_second")]
+    assert rates and max(rates) <= 500 * 1.05, rates  # never more than its merges allow
+    assert any(s["send_buffer_overloaded"] for s in merger), "the merger's sends were never refused"
+    assert max(s.get("send_overload_events") or 0 for s in merger) >= 1
+    sink = [s for s in by_node["sink"] if s.get("input_latency_objects")]
+    assert sink and max(s["input_latency_p99_ms"] for s in sink) > 50, "a queue before a 50 ms sink waits"
+    worker = [s for s in by_node["worker-0"] if s["node_state"] == "RUNNING"]
+    assert (
+        max(s["objects_received"] for s in worker)
+        + max(s["objects_received"] for s in by_node["worker-1"] if s["node_state"] == "RUNNING")
+        == 2000
+    )
+
+
+STAGES = {"source-0": "producer", "worker-0": "worker", "worker-1": "worker", "merger": "merger", "sink": "sink"}
