@@ -132,6 +132,18 @@ def fixture_runs(request) -> dict[str, Path]:
     return fx.make(ROOT / ".cache" / "test-fixture-runs", session[:12])
 
 
+@pytest.fixture(scope="session")
+def user_runs(request) -> dict[str, Path]:
+    """Runs of the example user pipeline (tests/support/user_runs.py: overloaded, healthy): name -> run dir."""
+    import uuid
+
+    from support import user_runs as ur
+
+    worker = getattr(request.config, "workerinput", None)
+    session = worker["testrunuid"] if worker else uuid.uuid4().hex
+    return ur.make(ROOT / ".cache" / "test-fixture-runs", session[:12])
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """With CI set, a skipped test fails: CI installs everything the tests need (the C agent, its

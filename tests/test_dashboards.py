@@ -404,6 +404,38 @@ def test_each_rule_crosses_its_threshold_on_the_bad_run_and_not_on_the_healthy_o
     assert not good, f"{alert.uid} crossed on the healthy run"
 
 
+# -- a user's own pipeline -----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def user_loaded(stack, user_runs):
+    """The example user pipeline's runs (flowstat.node, tests/support/user_runs.py) in both stores."""
+    replay.replay(
+        [d / "samples.ndjson" for d in user_runs.values()],
+        {
+            "influxdb": (stack["influxdb"].url, "flowstat"),
+            "elasticsearch": (stack["elasticsearch"].url, "flowstat-samples"),
+        },
+    )
+    requests.post(f"{stack['elasticsearch'].url}/flowstat-*/_refresh", timeout=30)
+    return {name: (d, *fx.samples(d)) for name, d in user_runs.items()}
+
+
+def test_a_user_node_with_a_full_buffer_fires_the_overload_alert_and_one_without_stays_quiet(
+    stack, user_loaded, tmp_path
+):
+    alert = next(a for a in ALERTS if a.uid == "flowstat-buffer-overload")
+    overloaded = {s["node_id"] for s in user_loaded["user-overload"][2] if s.get("send_buffer_overloaded")}
+    assert "merger" in overloaded, "the overloaded user pipeline's merger never reported a refused send"
+    bad, mismatches = crossed(stack, alert, rule_samples(alert, user_loaded["user-overload"]))
+    assert not mismatches, mismatches[:3]
+    assert {key[1] for key in bad} == overloaded
+    good, mismatches = crossed(stack, alert, rule_samples(alert, user_loaded["user-healthy"]))
+    assert not mismatches and not good, (good, mismatches[:3])
+    fired = elastalert_test_rule(stack, alert, user_loaded["user-overload"], tmp_path)
+    assert fired.fired and not fired.errors, fired.output[-3000:]
+    quiet = elastalert_test_rule(stack, alert, user_loaded["user-healthy"], tmp_path)
+    assert not quiet.fired and not quiet.errors, quiet.output[-3000:]
+
+
 # -- ElastAlert rules ---------------------------------------------------------------------------
 
 

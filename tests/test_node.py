@@ -22,6 +22,7 @@ from flowstat.node.announce import file_name
 from flowstat.schema import endpoints
 from support.agents import wait_until
 from support.common import ROOT
+from support.user_runs import free_port_block
 
 EXAMPLE = ROOT / "examples" / "python-pipeline" / "pipeline.py"
 
@@ -301,29 +302,6 @@ def test_junk_stale_and_unreadable_files_are_said_once_and_the_good_nodes_taken(
 
 
 # -- the example pipeline ---------------------------------------------------------------------------
-def free_port_block(size: int = 20) -> int:
-    """A base port whose next ``size`` ports are free now (below the ephemeral range, where other
-    tests' sockets do not land)."""
-    import random
-    import socket
-
-    for _ in range(200):
-        base = random.randrange(20000, 30000 - size)
-        socks = []
-        try:
-            for port in range(base, base + size):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no block of free ports")
-
-
 def start_example(folder: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
         [

@@ -27,6 +27,7 @@ import zmq
 from flowstat.node import Node  # flowstat
 
 HEADER = struct.Struct("<Qd")  # sequence number, Unix time the source sent it
+BATCH = 64  # messages a merger reads at once: a full batch means its input had work waiting
 PORTS = {"merger": 0, "sink": 1, "worker": 10}  # offsets from --base-port (workers: 10 + index)
 
 
@@ -111,17 +112,29 @@ def merger(args: argparse.Namespace) -> None:
     while not node.stop_requested:
         if not inp.poll(100):
             continue
-        frame = inp.recv()
-        node.received(1, len(frame), sent_at=HEADER.unpack_from(frame)[1])  # flowstat
-        node.input_backlog(bool(inp.poll(0)))  # flowstat: more was waiting after this read
-        held.append(frame)
-        if len(held) == args.merge_every:
-            t0 = time.perf_counter()
-            merged = merge(held, args.merge_cost_us)
-            node.merged(len(held), time.perf_counter() - t0)  # flowstat
-            held = []
-            send(out, node, merged)
+        batch = read_batch(inp)
+        node.input_backlog(len(batch) == BATCH)  # flowstat: a full batch read, more was waiting
+        for frame in batch:
+            node.received(1, len(frame), sent_at=HEADER.unpack_from(frame)[1])  # flowstat
+            held.append(frame)
+            if len(held) == args.merge_every:
+                t0 = time.perf_counter()
+                merged = merge(held, args.merge_cost_us)
+                node.merged(len(held), time.perf_counter() - t0)  # flowstat
+                held = []
+                send(out, node, merged)
     finish(node, ctx)
+
+
+def read_batch(sock: zmq.Socket) -> list[bytes]:
+    """What waits on the socket, up to BATCH messages."""
+    batch = []
+    try:
+        while len(batch) < BATCH:
+            batch.append(sock.recv(zmq.NOBLOCK))
+    except zmq.Again:
+        pass
+    return batch
 
 
 def merge(frames: list[bytes], cost_us: float) -> bytes:
