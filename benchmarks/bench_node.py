@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""What flowstat.node costs a Python node: a receiver taking 100,000 small messages per second (a paced
+sender in another process), its CPU time measured with and without the library's calls, in one run.
+
+Modes of the same receiver loop (each reads the message and its sender's stamp, as a node would):
+- bare: no library;
+- per-message: node.received(1, nbytes, sent_at=stamp) for every message (input latency included);
+- per-message-counts: node.received(1, nbytes), no stamp;
+- per-batch: node.received(n, nbytes) once per batch read (up to 256 messages), the stamps of the
+  batch given as one wait each (what flowstat's harness does).
+A figure is the receiver's CPU time (user + system, /proc/self/stat) over a fixed number of messages
+after a warm-up; each mode runs REPEATS times, interleaved, and the median is kept. The cost of a mode
+is its CPU time over bare's, minus one. Target (issue 26): at most 1% of the node's CPU.
+
+Usage: benchmarks/bench_node.py [--rate 100000] [--seconds 5] [--repeats 3]
+Writes benchmarks/results/node-python.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import zmq
+
+from flowstat.node import Node
+from flowstat.proc.machine import describe
+
+HEADER = struct.Struct("<Qd")
+MODES = ("bare", "per-message", "per-message-counts", "per-batch")
+BATCH = 256
+RESULTS = Path(__file__).resolve().parent / "results" / "node-python.json"
+
+
+def cpu_s() -> float:
+    fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def receive(mode: str, port: int, count: int, warmup: int) -> dict:
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PULL)
+    sock.setsockopt(zmq.RCVHWM, 100_000)
+    sock.bind(f"tcp://127.0.0.1:{port}")
+    node = Node("bench", "worker") if mode != "bare" else None
+    print("ready", flush=True)
+    taken, nbytes, t0, c0 = 0, 0, 0.0, 0.0
+    unpack = HEADER.unpack_from
+    while taken < count + warmup:
+        if taken == warmup:
+            t0, c0 = time.monotonic(), cpu_s()
+        if mode == "per-batch":
+            batch = [sock.recv()]
+            try:
+                while len(batch) < BATCH:
+                    batch.append(sock.recv(zmq.NOBLOCK))
+            except zmq.Again:
+                pass
+            size = 0
+            stamps = []
+            for m in batch:
+                size += len(m)
+                stamps.append(unpack(m)[1])
+            node.received(len(batch), size)
+            node.latency.record(stamps, time.time())
+            taken += len(batch)
+            continue
+        m = sock.recv()
+        stamp = unpack(m)[1]
+        if mode == "bare":
+            nbytes += len(m)
+        elif mode == "per-message":
+            node.received(1, len(m), sent_at=stamp)
+        else:
+            node.received(1, len(m))
+        taken += 1
+    out = {"mode": mode, "messages": taken - warmup, "cpu_s": cpu_s() - c0, "wall_s": time.monotonic() - t0}
+    if node is not None:
+        node.close()
+    ctx.destroy(linger=0)
+    return out
+
+
+def send(port: int, rate: float, total: int) -> None:
+    """Paced: every millisecond the messages due by then (HEADER + 8 bytes)."""
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PUSH)
+    sock.setsockopt(zmq.SNDHWM, 100_000)
+    sock.connect(f"tcp://127.0.0.1:{port}")
+    pad = bytes(8)
+    t0, sent = time.monotonic(), 0
+    while sent < total:
+        due = min(total, int((time.monotonic() - t0) * rate) + 1)
+        while sent < due:
+            sock.send(HEADER.pack(sent, time.time()) + pad)
+            sent += 1
+        time.sleep(0.001)
+    ctx.destroy(linger=10_000)
+
+
+def one(mode: str, rate: float, seconds: float, port: int) -> dict:
+    count, warmup = int(rate * seconds), int(rate * 0.5)
+    me = [sys.executable, __file__]
+    receiver = subprocess.Popen(
+        me + ["_receive", mode, str(port), str(count), str(warmup)], stdout=subprocess.PIPE, text=True
+    )
+    assert receiver.stdout.readline().strip() == "ready"
+    sender = subprocess.Popen(me + ["_send", str(port), str(rate), str(count + warmup)])
+    out = json.loads(receiver.stdout.readline())
+    receiver.wait(60), sender.wait(60)
+    out["rate"] = out["messages"] / out["wall_s"]
+    return out
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "_receive":
+        print(json.dumps(receive(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))), flush=True)
+        return 0
+    if len(sys.argv) > 1 and sys.argv[1] == "_send":
+        send(int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]))
+        return 0
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rate", type=float, default=100_000, help="messages per second offered (default 100,000)")
+    p.add_argument("--seconds", type=float, default=5, help="measured seconds per repeat (default 5)")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--port", type=int, default=27811)
+    p.add_argument("--out", type=Path, default=RESULTS)
+    args = p.parse_args()
+    runs: dict[str, list[dict]] = {m: [] for m in MODES}
+    for r in range(args.repeats):
+        for mode in MODES:
+            got = one(mode, args.rate, args.seconds, args.port)
+            runs[mode].append(got)
+            print(f"[{r + 1}/{args.repeats}] {mode:20s} {got['cpu_s']:.3f} s CPU, {got['rate']:,.0f} msg/s", file=sys.stderr)
+    cpu = {m: statistics.median(x["cpu_s"] for x in runs[m]) for m in MODES}
+    result = {
+        "benchmark": "node-python",
+        "machine": describe(),
+        "rate_offered": args.rate,
+        "seconds": args.seconds,
+        "repeats": args.repeats,
+        "cpu_s_median": cpu,
+        "node_cpu_share_of_a_core": {m: cpu[m] / args.seconds for m in MODES},
+        "library_cost_vs_bare": {m: cpu[m] / cpu["bare"] - 1 for m in MODES if m != "bare"},
+        "target_cost": 0.01,
+        "runs": runs,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    for m, c in result["library_cost_vs_bare"].items():
+        print(f"{m:20s} {c * 100:+.1f}% CPU against bare", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
