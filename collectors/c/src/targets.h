@@ -8,10 +8,14 @@
 
 #include "procread.h"
 
+/* Longer than the sample schema's role pattern allows (32): a longer role, cut to this, is still
+ * refused (recorded as the default role), never taken as a shorter one. */
+#define TARGET_ROLE_MAX 63
+
 struct target {
     pid_t pid;
     char node_id[128];
-    char role[16];
+    char role[TARGET_ROLE_MAX + 1];
     char run_id[128];
     char control[256]; /* control endpoint, or "" */
     struct proc_reader reader;
