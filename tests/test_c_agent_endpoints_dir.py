@@ -250,11 +250,14 @@ def test_a_node_that_removed_its_file_before_it_exited_ends_stopped(endpoints_di
     assert {d["role"] for d in agent.samples()} == {"worker"}
 
 
-def test_a_missing_directory_is_said_once_and_read_once_it_is_there(tmp_path, processes, agent_of):
+def test_a_missing_directory_is_said_once_and_read_once_it_is_there(tmp_path, endpoints_dir, processes, agent_of):
     """Nodes create the directory when they start: an agent may be first."""
+    bystander = processes()  # in another directory: its samples count the rounds
+    announce(endpoints_dir, "bystander", bystander.pid)
     directory = tmp_path / "later"
-    agent = agent_of(directory)
-    wait_until(lambda: "cannot be opened" in agent.log(), "the missing directory to be said")
+    agent = agent_of(endpoints_dir, directory)
+    wait_until(lambda: agent.samples("bystander"), "the bystander's samples")
+    agent.searches(3)
     directory.mkdir()
     node = processes()
     announce(directory, "late", node.pid)
