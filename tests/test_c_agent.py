@@ -44,6 +44,8 @@ def random_sample(rng: random.Random) -> dict:
             )
         elif f.enum:
             s[f.name] = rng.choice(f.enum)
+        elif f.pattern:  # the role: the harness's, or any other the pattern allows
+            s[f.name] = rng.choice(["producer", "merger", "worker", "a-b_9"])
         elif f.type == "string":
             s[f.name] = rng.choice(texts)
         elif f.type == "integer":
@@ -472,7 +474,7 @@ def test_help_names_every_option_the_agent_takes():
 
 @needs(AGENT)
 def test_both_agents_keep_roles_and_states_to_the_schemas_lists(tmp_path):
-    """A node that says it is a 'boss' in state 'SLEEPING': both agents record role other and state
+    """A node that says it is a 'Bad Role!' in state 'SLEEPING': both agents record role other and state
     UP (the schema's defaults), never a value the stores and dashboards do not know."""
     node, proc = StubNode("unknown"), sleeper()
     endpoints = tmp_path / "endpoints.json"

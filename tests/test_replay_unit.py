@@ -41,6 +41,8 @@ def random_sample(rnd: random.Random, valid: bool) -> dict:
             continue
         if f.enum:
             s[f.name] = rnd.choice(f.enum)
+        elif f.pattern:  # the role: the harness's, or any other the pattern allows
+            s[f.name] = rnd.choice(["producer", "merger", "worker", "a-b_9"])
         elif f.type == "string":
             s[f.name] = rnd.choice(STRINGS[:6] if plain else STRINGS)
         elif f.type == "integer":
@@ -59,7 +61,7 @@ def random_sample(rnd: random.Random, valid: bool) -> dict:
         elif mistake == 2:
             s["unknown_field"] = 1
         elif mistake == 3:
-            s[rnd.choice(["role", "node_state"])] = rnd.choice(["boss", "SLEEPING", ""])
+            s[rnd.choice(["role", "node_state"])] = rnd.choice(["boss", "SLEEPING", "", "Bad Role!", "worker\n"])
     keys = list(s)
     rnd.shuffle(keys)
     return {k: s[k] for k in keys}

@@ -47,7 +47,7 @@ def test_valid_sample_has_no_errors():
         ({"seq": -1}, "seq: must be between 0 and"),
         ({"seq": 2**64 - 1}, "seq: must be between 0 and"),
         ({"seq": 1.5}, "seq: expected integer"),
-        ({"role": "boss"}, "role:"),
+        ({"role": "Bad Role!"}, "role: 'Bad Role!' does not match ^[a-z][a-z0-9_-]{0,31}$"),
         ({"extra": 1}, "extra: not in the schema"),
         ({"send_buffer_overloaded": "false"}, "expected boolean"),
         ({"cpu_clock_hz": float("nan")}, "expected number"),
@@ -55,6 +55,23 @@ def test_valid_sample_has_no_errors():
 )
 def test_invalid_samples_name_the_field(change, error):
     assert any(error in e for e in sample_schema.validate(sample(**change)))
+
+
+# Roles a sample may carry (the schema's pattern, matched whole) and roles it may not.
+GOOD_ROLES = ["producer", "merger", "viewer", "other", "worker", "w", "a-b_c9", "x" * 32]
+BAD_ROLES = ["", "Bad Role!", "Worker", "9lives", "-x", "_x", "x" * 33, "worker\n", "wörker", "a b", "a.b", "a,b"]
+
+
+@pytest.mark.parametrize("role", GOOD_ROLES)
+def test_any_lower_case_role_is_a_role(role):
+    assert sample_schema.validate(sample(role=role)) == [] and sample_schema.role_or_default(role) == role
+
+
+@pytest.mark.parametrize("role", [*BAD_ROLES, None, 3])
+def test_a_role_outside_the_pattern_is_refused_and_recorded_as_the_default(role):
+    if isinstance(role, str):
+        assert [e.split(":")[0] for e in sample_schema.validate(sample(role=role))] == ["role"]
+    assert sample_schema.role_or_default(role) == sample_schema.DEFAULT_ROLE
 
 
 def test_missing_required_field():
@@ -131,10 +148,7 @@ def test_c_field_table_and_enumerations_are_generated_from_the_package_schema(tm
     assert [line.split('"')[1] for line in agent_table.strip().splitlines()] == [f.name for f in agent_schema.fields()]
     assert f'#define FS_AGENT_MEASUREMENT "{agent_schema.measurement()}"' in text
     assert "FS_AGENT_FIELDS_TAGS[3] = {FS_A_AGENT, FS_A_HOST, FS_A_RUN_ID}" in text  # line protocol's order
-    assert (
-        f"FS_ENUM_ROLE[{len(sample_schema.ROLES)}] = {{" + ", ".join(f'"{r}"' for r in sample_schema.ROLES) + "}"
-        in text
-    )
+    assert "FS_ENUM_ROLE" not in text  # a pattern, no list
     assert (
         f"FS_ENUM_NODE_STATE[{len(sample_schema.NODE_STATES)}] = {{"
         + ", ".join(f'"{s}"' for s in sample_schema.NODE_STATES)
@@ -142,12 +156,13 @@ def test_c_field_table_and_enumerations_are_generated_from_the_package_schema(tm
     ) in text
     assert f'#define FS_DEFAULT_ROLE "{sample_schema.DEFAULT_ROLE}"' in text
     assert f'#define FS_DEFAULT_NODE_STATE "{sample_schema.STATE_UP}"' in text
-    assert f'{{"role", FS_T_STRING, FS_I_TAG, NULL, 1, FS_ENUM_ROLE, {len(sample_schema.ROLES)}}}' in text
+    assert f'{{"role", FS_T_STRING, FS_I_TAG, NULL, 1, NULL, 0, "{sample_schema.ROLE_PATTERN}"}}' in text
+    states = len(sample_schema.NODE_STATES)
+    assert f'{{"node_state", FS_T_STRING, FS_I_FIELD, "node_state", 1, FS_ENUM_NODE_STATE, {states}, NULL}}' in text
 
 
 def test_enumerations_come_from_the_schema():
-    assert sample_schema.ROLES == ("producer", "merger", "viewer", "other") and sample_schema.DEFAULT_ROLE == "other"
-    assert sample_schema.PIPELINE_ROLES == ("producer", "merger", "viewer")
+    assert sample_schema.DEFAULT_ROLE == "other" and sample_schema.PIPELINE_ROLES == ("producer", "merger", "viewer")
     assert {"RUNNING", "UP", "DOWN"} <= set(sample_schema.NODE_STATES) and sample_schema.STATE_UP == "UP"
     assert sample_schema.validate(sample(node_state="SLEEPING")) == [
         "node_state: 'SLEEPING' is not one of " + ", ".join(sample_schema.NODE_STATES)

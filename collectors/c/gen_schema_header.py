@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Generate schema_fields.h from the flat schemas the Python package reads (src/flowstat/schema/):
 the sample's (sample.schema.json) and the agent self-sample's (agent.schema.json). For each, the C
-agent's field table, its tags in line protocol order, and its enumerations.
+agent's field table, its tags in line protocol order, its enumerations and its strings' patterns
+(POSIX extended regular expressions in C: a schema's pattern must mean the same in both, which
+tests/test_c_agent_endpoints_dir.py checks for the role's).
 
     gen_schema_header.py SAMPLE_SCHEMA AGENT_SCHEMA OUT
 
@@ -41,6 +43,7 @@ def main(sample_src: str, agent_src: str, dst: str) -> None:
         "    int required;",
         "    const char *const *values; /* the values a string may take, or NULL: any */",
         "    int nvalues;",
+        "    const char *pattern; /* a regular expression a string must match (whole), or NULL */",
         "};",
         "",
     ]
@@ -74,8 +77,10 @@ def table(
         p = schema["properties"][n]
         control = f'"{p["x-control"]}"' if "x-control" in p else "NULL"
         values = f"{enum_prefix}{n.upper()}, {len(p['enum'])}" if "enum" in p else "NULL, 0"
+        pattern = c_string(anchored(p["pattern"])) if "pattern" in p else "NULL"
         out.append(
-            f'    {{"{n}", {TYPES[p["type"]]}, {ROLES[p["x-influx"]]}, {control}, {int(n in required)}, {values}}},'
+            f'    {{"{n}", {TYPES[p["type"]]}, {ROLES[p["x-influx"]]}, {control}, {int(n in required)}, {values}, '
+            f"{pattern}}},"
         )
     tags = sorted(n for n in names if schema["properties"][n]["x-influx"] == "tag")
     out += [
@@ -88,14 +93,30 @@ def table(
 
 
 def enumeration(prefix: str, name: str, prop: dict) -> list[str]:
-    """A field's enumeration as a C array PREFIXNAME, and its default value FS_DEFAULT_NAME."""
-    if "enum" not in prop:
-        return []
-    values = ", ".join(f'"{v}"' for v in prop["enum"])
-    out = [f"static const char *const {prefix}{name.upper()}[{len(prop['enum'])}] = {{{values}}};"]
-    if "default" in prop:
-        out.append(f'#define FS_DEFAULT_{name.upper()} "{prop["default"]}"')
-    return out + [""]
+    """A field's enumeration as a C array PREFIXNAME, and the default value FS_DEFAULT_NAME of a field
+    with an enumeration or a pattern."""
+    out = []
+    if "enum" in prop:
+        values = ", ".join(c_string(v) for v in prop["enum"])
+        out.append(f"static const char *const {prefix}{name.upper()}[{len(prop['enum'])}] = {{{values}}};")
+    if "default" in prop and ("enum" in prop or "pattern" in prop):
+        out.append(f"#define FS_DEFAULT_{name.upper()} {c_string(prop['default'])}")
+    return out + [""] if out else []
+
+
+def anchored(pattern: str) -> str:
+    """A pattern that must match a whole value (^...$): what JSON Schema, Python's re.fullmatch
+    (flowstat.schema) and POSIX regexec all take alike."""
+    if not (pattern.startswith("^") and pattern.endswith("$")):
+        raise ValueError(f"pattern {pattern!r}: anchor it (^...$), so that every reader matches it whole")
+    return pattern
+
+
+def c_string(text: str) -> str:
+    """A C string literal of an ASCII text (JSON's escapes of quote and backslash are C's)."""
+    if not text.isascii() or any(ord(c) < 32 for c in text):
+        raise ValueError(f"{text!r}: the C table takes printable ASCII only")
+    return json.dumps(text)
 
 
 if __name__ == "__main__":

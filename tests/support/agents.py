@@ -197,7 +197,7 @@ class StubNode:
                         "id": request.get("id"),
                         "node_id": "stub",
                         "node_state": "SLEEPING",
-                        "role": "boss",
+                        "role": "Bad Role!",  # outside the schema's pattern
                         "objects_received": 10,
                     }
                 ).encode()

@@ -12,6 +12,7 @@ static void ignore(void *ctx, const struct target *t)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    targets_parse_endpoints((const char *)data, size, "", ignore, NULL);
+    int left_out = 0;
+    targets_parse_endpoints((const char *)data, size, "", &left_out, ignore, NULL);
     return 0;
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -22,7 +23,7 @@
 
 #define AGENT_NAME "flowstat-agent-c"
 #define STATE_DOWN "DOWN" /* node_state once the process is gone (one of the schema's states) */
-#define STATE_STOPPED "STOPPED" /* instead, when it is gone after the run-ending notice */
+#define STATE_STOPPED "STOPPED" /* instead, after the run-ending notice, or once its endpoints file is gone */
 
 static volatile sig_atomic_t stop_flag = 0;
 static volatile sig_atomic_t ending_flag = 0; /* the run-ending notice came: nodes gone now ended with their run */
@@ -50,6 +51,7 @@ struct agent {
     char host[256], agent_name[192];
     struct target *targets;
     size_t ntargets, cap;
+    struct target_notes notes; /* what was said of the endpoints directories' files */
     struct retired *gone;
     size_t ngone, gone_cap;
     struct control_pool control;
@@ -198,8 +200,17 @@ static int ask_controls(struct agent *a, cJSON **by_target)
     return ok ? 0 : -1;
 }
 
+/* A node found in an endpoints directory removes its file when it closes cleanly, and leaves it
+ * when it crashes: whether that file is gone. */
+static int announcement_removed(const struct target *t)
+{
+    struct stat st;
+    return t->announced_by[0] && lstat(t->announced_by, &st) != 0 && errno == ENOENT;
+}
+
 /* The last sample of a target whose process is gone (or unreadable): DOWN, or STOPPED after the
- * run-ending notice. Reported once, then dropped. */
+ * run-ending notice or when the endpoints file that announced it is gone. Reported once, then
+ * dropped. */
 static void sample_gone(struct agent *a, struct target *t, enum proc_status st, const struct round_time *when,
                         struct fs_sample *s)
 {
@@ -208,12 +219,15 @@ static void sample_gone(struct agent *a, struct target *t, enum proc_status st, 
         LOG_ERR("%s (pid %d): cannot read /proc (%s)", t->node_id, (int)t->pid,
                 st == PROC_BAD_FORMAT ? "unexpected format" : strerror(errno));
     }
-    /* The flag is read after the read that found the node gone: a notice sent before the node was
-     * stopped has been handled by then. */
-    int ended = ending_flag;
-    base_sample(a, t, when->stamp, when->ms, t->role, ended ? STATE_STOPPED : STATE_DOWN, s);
-    if (ended)
+    /* Both are looked at after the read that found the node gone: a notice sent before the node was
+     * stopped has been handled by then, and a node removes its file before it exits. */
+    int with_run = ending_flag, closed = !with_run && announcement_removed(t);
+    base_sample(a, t, when->stamp, when->ms, t->role, with_run || closed ? STATE_STOPPED : STATE_DOWN, s);
+    if (with_run)
         LOG_INFO("%s (pid %d) is gone (stopped with its run)", t->node_id, (int)t->pid);
+    else if (closed)
+        LOG_INFO("%s (pid %d) is gone (stopped: its endpoints file %s was removed)", t->node_id, (int)t->pid,
+                 t->announced_by);
     else
         LOG_WARN("%s (pid %d) is gone", t->node_id, (int)t->pid);
 }
@@ -527,7 +541,7 @@ static void sample_until_done(struct agent *a)
     while (!stop_flag) {
         double now = fs_monotonic();
         if (now >= next_rescan) {
-            targets_discover(&a->opt.spec, tick == 0, on_found, a);
+            targets_discover(&a->opt.spec, &a->notes, tick == 0, on_found, a);
             next_rescan = now + a->opt.rescan;
         }
         if (tick > 0) {

@@ -21,6 +21,10 @@ void options_usage(FILE *out)
             "  --pidfile FILE         a file holding a process id (re-read at each rescan)\n"
             "  --pattern REGEX        processes whose command line matches (POSIX extended regex)\n"
             "  --endpoints FILE       a harness run's endpoints.json: its nodes and control sockets\n"
+            "  --endpoints-dir DIR    the endpoints files nodes write in DIR (NODE.PID.json): each *.json\n"
+            "                         not starting with '.' read as an --endpoints FILE at each rescan;\n"
+            "                         nodes of a process not running are left out (a stale file). A node\n"
+            "                         gone whose file is gone too is reported STOPPED, else DOWN\n"
             "options:\n"
             "  --sink URL             where samples go (default stdout://; repeat for several, each has\n"
             "                         its own delivery thread, so a slow sink never delays sampling):\n"
@@ -106,8 +110,9 @@ static int allocate_lists(int argc, struct options *o)
     o->spec.pidfiles = calloc(n, sizeof *o->spec.pidfiles);
     o->spec.patterns = calloc(n, sizeof *o->spec.patterns);
     o->spec.endpoints = calloc(n, sizeof *o->spec.endpoints);
+    o->spec.endpoint_dirs = calloc(n, sizeof *o->spec.endpoint_dirs);
     o->sinks = calloc(n, sizeof *o->sinks);
-    if (o->spec.pids && o->spec.pidfiles && o->spec.patterns && o->spec.endpoints && o->sinks)
+    if (o->spec.pids && o->spec.pidfiles && o->spec.patterns && o->spec.endpoints && o->spec.endpoint_dirs && o->sinks)
         return 0;
     fprintf(stderr, "flowstat-agent: out of memory\n");
     return -1;
@@ -121,6 +126,7 @@ void options_free(struct options *o)
     free(o->spec.pidfiles);
     free(o->spec.patterns);
     free(o->spec.endpoints);
+    free(o->spec.endpoint_dirs);
     free(o->sinks);
 }
 
@@ -210,6 +216,7 @@ enum option_code {
     O_PIDFILE,
     O_PATTERN,
     O_ENDPOINTS,
+    O_ENDPOINTS_DIR,
     O_SINK,
     O_INTERVAL,
     O_RESCAN,
@@ -233,6 +240,7 @@ static const struct option long_options[] = {{"pid", 1, 0, O_PID},
                                              {"pidfile", 1, 0, O_PIDFILE},
                                              {"pattern", 1, 0, O_PATTERN},
                                              {"endpoints", 1, 0, O_ENDPOINTS},
+                                             {"endpoints-dir", 1, 0, O_ENDPOINTS_DIR},
                                              {"sink", 1, 0, O_SINK},
                                              {"interval", 1, 0, O_INTERVAL},
                                              {"rescan", 1, 0, O_RESCAN},
@@ -266,6 +274,9 @@ static int take_option(struct options *o, int code, const char *arg)
         return add_pattern(o, arg);
     case O_ENDPOINTS:
         o->spec.endpoints[o->spec.nendpoints++] = arg;
+        return 0;
+    case O_ENDPOINTS_DIR:
+        o->spec.endpoint_dirs[o->spec.nendpoint_dirs++] = arg;
         return 0;
     case O_SINK:
         return add_sink(o, arg);
@@ -315,9 +326,10 @@ static int take_option(struct options *o, int code, const char *arg)
 
 static int check_targets(const struct options *o)
 {
-    if (o->spec.npids || o->spec.npidfiles || o->spec.npatterns || o->spec.nendpoints)
+    if (o->spec.npids || o->spec.npidfiles || o->spec.npatterns || o->spec.nendpoints || o->spec.nendpoint_dirs)
         return 0;
-    fprintf(stderr, "flowstat-agent: give at least one target: --pid, --pidfile, --pattern or --endpoints\n");
+    fprintf(stderr,
+            "flowstat-agent: give at least one target: --pid, --pidfile, --pattern, --endpoints or --endpoints-dir\n");
     return -1;
 }
 

@@ -13,7 +13,7 @@
 #define OPTIONS_REFUSED 2 /* options_parse's answer to a command line it refuses: the agent's exit status */
 
 struct options {
-    struct target_spec spec; /* --pid, --pidfile, --pattern, --endpoints; --run-id ("": none) */
+    struct target_spec spec; /* --pid, --pidfile, --pattern, --endpoints, --endpoints-dir; --run-id ("": none) */
     const char **sinks; /* --sink, in the order given; stdout:// if none */
     size_t nsinks;
     double interval, rescan, control_timeout, drain_timeout, self_interval; /* seconds */

@@ -1,5 +1,7 @@
 #include "sample.h"
 
+#include <pthread.h>
+#include <regex.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -51,8 +53,46 @@ void sample_set_bool(struct fs_sample *s, int f, int value)
     s->v[f].set = 1;
 }
 
+/* The schemas' patterns, each compiled once (a table's pattern is a string constant: known by its
+ * address). POSIX extended syntax, in the C locale the agent runs in: [a-z] is ASCII. */
+#define PATTERNS_MAX 8
+static struct compiled_pattern {
+    const char *pattern;
+    regex_t re;
+    int ok;
+} compiled[PATTERNS_MAX];
+static int ncompiled;
+static pthread_mutex_t compiled_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* NULL if the pattern does not compile, or the table is full: then no value matches. */
+static const regex_t *compiled_pattern(const char *pattern)
+{
+    const regex_t *re = NULL;
+    pthread_mutex_lock(&compiled_lock);
+    int i = 0;
+    while (i < ncompiled && compiled[i].pattern != pattern)
+        i++;
+    if (i == ncompiled && i < PATTERNS_MAX) {
+        compiled[i].pattern = pattern;
+        compiled[i].ok = regcomp(&compiled[i].re, pattern, REG_EXTENDED | REG_NOSUB) == 0;
+        ncompiled++;
+    }
+    if (i < ncompiled && compiled[i].ok)
+        re = &compiled[i].re;
+    pthread_mutex_unlock(&compiled_lock);
+    return re;
+}
+
+static int matches_pattern(const char *pattern, const char *value)
+{
+    const regex_t *re = compiled_pattern(pattern);
+    return re && regexec(re, value, 0, NULL, 0) == 0;
+}
+
 int field_value_allowed(const struct fs_field_def *def, const char *value)
 {
+    if (def->pattern && !matches_pattern(def->pattern, value))
+        return 0;
     for (int k = 0; k < def->nvalues; k++)
         if (strcmp(def->values[k], value) == 0)
             return 1;

@@ -50,7 +50,8 @@ void sample_set_str(struct fs_sample *s, int f, const char *value);
 void sample_set_int(struct fs_sample *s, int f, long long value);
 void sample_set_num(struct fs_sample *s, int f, double value);
 void sample_set_bool(struct fs_sample *s, int f, int value);
-/* Whether a string field may take this value (its schema enumeration, if it has one). */
+/* Whether a string field may take this value: in its schema enumeration and matching its pattern
+ * (whole: the schemas' patterns are anchored), if it has them. */
 int field_value_allowed(const struct fs_field_def *def, const char *value);
 int sample_value_allowed(enum fs_field f, const char *value); /* a field of the sample schema */
 

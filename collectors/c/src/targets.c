@@ -7,37 +7,53 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cJSON.h>
 
 #include "util.h"
 
-/* Read a whole small file (at most max bytes); NUL-terminated; NULL on error. */
-static char *read_file(const char *path, size_t max, size_t *len)
+/* Read a whole small file from fd (at most max bytes); NUL-terminated; NULL on error (errno says). */
+static char *read_fd(int fd, size_t max, size_t *len)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return NULL;
     char *buf = malloc(max + 1);
     size_t n = 0;
     while (buf && n < max) {
         ssize_t r = read(fd, buf + n, max - n);
         if (r < 0 && errno == EINTR)
             continue;
-        if (r <= 0)
+        if (r < 0) {
+            int err = errno;
+            free(buf);
+            errno = err;
+            return NULL;
+        }
+        if (r == 0)
             break;
         n += (size_t)r;
     }
-    close(fd);
     if (buf) {
         buf[n] = '\0';
         *len = n;
     }
     return buf;
+}
+
+static char *read_file(const char *path, size_t max, size_t *len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    char *text = read_fd(fd, max, len);
+    int err = errno;
+    close(fd);
+    errno = err;
+    return text;
 }
 
 static void name_from_process(struct target *t)
@@ -119,7 +135,8 @@ static int node_conforms(const cJSON *node, const cJSON *pid, const char *node_i
     return (!role || cJSON_IsString(role)) && (!control || cJSON_IsString(control));
 }
 
-int targets_parse_endpoints(const char *text, size_t len, const char *run_id, target_found_fn fn, void *ctx)
+int targets_parse_endpoints(const char *text, size_t len, const char *run_id, int *left_out, target_found_fn fn,
+                            void *ctx)
 {
     cJSON *doc = cJSON_ParseWithLength(text, len);
     const cJSON *nodes = doc ? cJSON_GetObjectItemCaseSensitive(doc, "nodes") : NULL;
@@ -127,14 +144,16 @@ int targets_parse_endpoints(const char *text, size_t len, const char *run_id, ta
         cJSON_Delete(doc);
         return -1;
     }
-    int found = 0;
+    int found = 0, skipped = 0;
     const char *doc_run = json_string(doc, "run_id", "");
     const cJSON *node;
     cJSON_ArrayForEach(node, nodes) {
         const cJSON *pid = cJSON_GetObjectItemCaseSensitive(node, "pid");
         const char *node_id = json_string(node, "node_id", NULL);
-        if (!node_conforms(node, pid, node_id))
+        if (!node_conforms(node, pid, node_id)) {
+            skipped++;
             continue;
+        }
         struct target t;
         memset(&t, 0, sizeof t);
         t.pid = (pid_t)pid->valuedouble;
@@ -146,10 +165,189 @@ int targets_parse_endpoints(const char *text, size_t len, const char *run_id, ta
         found++;
     }
     cJSON_Delete(doc);
+    if (left_out)
+        *left_out = skipped;
     return found;
 }
 
-void targets_discover(const struct target_spec *spec, int first, target_found_fn fn, void *ctx)
+/* -- endpoints directories -------------------------------------------------------------------- */
+
+enum file_problem { /* what can be said about a file, once each */
+                    PROBLEM_UNREADABLE = 1,
+                    PROBLEM_NOT_REGULAR = 2,
+                    PROBLEM_NOT_ENDPOINTS = 4,
+                    PROBLEM_NODES_LEFT_OUT = 8,
+                    PROBLEM_STALE = 16,
+};
+
+#define ENDPOINTS_FILE_MAX (4 << 20) /* bytes read of an endpoints file, as of --endpoints FILE */
+
+/* FNV-1a, 64 bits: a file's path in the notes. */
+static uint64_t path_hash(const char *path)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++)
+        h = (h ^ *p) * 0x100000001b3ULL;
+    return h;
+}
+
+/* The note of this file as it is now (st: NULL for one that has no size or time to tell, such as
+ * a directory that cannot be opened): found, renewed if the file changed, or taken from the oldest. */
+static struct file_note *note_of(struct target_notes *notes, const char *path, const struct stat *st)
+{
+    struct file_note now = {path_hash(path), st ? (long long)st->st_size : 0, st ? (long long)st->st_mtim.tv_sec : 0,
+                            st ? (long long)st->st_mtim.tv_nsec : 0, 0};
+    for (size_t i = 0; i < notes->n; i++) {
+        struct file_note *n = &notes->notes[i];
+        if (n->path_hash != now.path_hash)
+            continue;
+        if (n->size != now.size || n->mtime_s != now.mtime_s || n->mtime_ns != now.mtime_ns)
+            *n = now; /* another version of the file: nothing said about it yet */
+        return n;
+    }
+    struct file_note *n = &notes->notes[notes->next];
+    notes->next = (notes->next + 1) % TARGET_NOTES_MAX;
+    if (notes->n < TARGET_NOTES_MAX)
+        notes->n++;
+    *n = now;
+    return n;
+}
+
+/* Log a problem of an endpoints directory's file, unless it was said of this version of the file. */
+__attribute__((format(printf, 5, 6))) static void say_once(struct target_notes *notes, const char *path,
+                                                           const struct stat *st, enum file_problem problem,
+                                                           const char *fmt, ...)
+{
+    struct file_note *n = note_of(notes, path, st);
+    if (n->said & (unsigned)problem)
+        return;
+    n->said |= (unsigned)problem;
+    char text[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    LOG_WARN("--endpoints-dir: %s: %s", path, text);
+}
+
+/* Alive: its /proc entry is there and it is no zombie (which has exited: only its entry is left). */
+static int process_alive(pid_t pid)
+{
+    struct proc_reader r;
+    struct proc_reading reading;
+    if (proc_reader_open(&r, pid) != PROC_OK)
+        return 0;
+    int alive = proc_reader_read(&r, &reading) == PROC_OK;
+    proc_reader_close(&r);
+    return alive;
+}
+
+/* One file's nodes on their way to the caller's fn: those of a live process, marked with the file. */
+struct dir_file_scan {
+    const char *path;
+    target_found_fn fn;
+    void *ctx;
+    int stale; /* nodes whose process is not alive */
+};
+
+static void found_in_dir_file(void *ctx, const struct target *candidate)
+{
+    struct dir_file_scan *scan = ctx;
+    if (!process_alive(candidate->pid)) {
+        scan->stale++;
+        return;
+    }
+    struct target t = *candidate;
+    fs_strlcpy(t.announced_by, scan->path, sizeof t.announced_by);
+    scan->fn(scan->ctx, &t);
+}
+
+/* Open a directory's entry, unless it is something not to read: a FIFO (it would block) or
+ * anything else not a regular file. -1 once said why, or when the file is gone (a node closed). */
+static int open_dir_file(struct target_notes *notes, const char *path, struct stat *st)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        int err = errno;
+        if (lstat(path, st) == 0) /* there, but cannot be opened: a dangling link, no permission */
+            say_once(notes, path, st, PROBLEM_UNREADABLE, "cannot be read (%s)", strerror(err));
+        return -1;
+    }
+    if (fstat(fd, st) != 0) {
+        say_once(notes, path, NULL, PROBLEM_UNREADABLE, "cannot be read (%s)", strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st->st_mode)) {
+        say_once(notes, path, st, PROBLEM_NOT_REGULAR, "not a regular file: left alone");
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Read one endpoints file of a directory, as an --endpoints FILE, its nodes marked with it. */
+static void read_dir_file(const struct target_spec *spec, struct target_notes *notes, const char *path,
+                          target_found_fn fn, void *ctx)
+{
+    struct stat st;
+    int fd = open_dir_file(notes, path, &st);
+    if (fd < 0)
+        return;
+    size_t len = 0;
+    char *text = read_fd(fd, ENDPOINTS_FILE_MAX, &len);
+    int err = errno;
+    close(fd);
+    if (!text) {
+        say_once(notes, path, &st, PROBLEM_UNREADABLE, "cannot be read (%s)", strerror(err));
+        return;
+    }
+    struct dir_file_scan scan = {path, fn, ctx, 0};
+    int left_out = 0;
+    if (targets_parse_endpoints(text, len, spec->run_id, &left_out, found_in_dir_file, &scan) < 0)
+        say_once(notes, path, &st, PROBLEM_NOT_ENDPOINTS, "not a flowstat endpoints document");
+    if (left_out)
+        say_once(notes, path, &st, PROBLEM_NODES_LEFT_OUT,
+                 "%d node(s) left out: not as endpoints.schema.json says (node_id a string, pid an integer "
+                 "1..4194304, role and control strings)",
+                 left_out);
+    if (scan.stale)
+        say_once(notes, path, &st, PROBLEM_STALE,
+                 "%d node(s) of a process that is not running: left out (a stale file)", scan.stale);
+    free(text);
+}
+
+/* A node's file: NAME.json, NAME not starting with a dot (a file being written is .NAME.tmp). */
+static int is_endpoints_file_name(const char *name)
+{
+    size_t n = strlen(name);
+    return name[0] != '.' && n > 5 && strcmp(name + n - 5, ".json") == 0;
+}
+
+static void scan_endpoints_dir(const struct target_spec *spec, struct target_notes *notes, const char *dir_path,
+                               target_found_fn fn, void *ctx)
+{
+    DIR *dir = opendir(dir_path);
+    if (!dir) {
+        say_once(notes, dir_path, NULL, PROBLEM_UNREADABLE, "cannot be opened (%s): looked at again at each rescan",
+                 strerror(errno));
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL) {
+        if (!is_endpoints_file_name(e->d_name))
+            continue;
+        char path[PATH_MAX];
+        if (snprintf(path, sizeof path, "%s/%s", dir_path, e->d_name) >= (int)sizeof path)
+            say_once(notes, dir_path, NULL, PROBLEM_UNREADABLE, "%s: path too long", e->d_name);
+        else
+            read_dir_file(spec, notes, path, fn, ctx);
+    }
+    closedir(dir);
+}
+
+void targets_discover(const struct target_spec *spec, struct target_notes *notes, int first, target_found_fn fn,
+                      void *ctx)
 {
     for (size_t i = 0; first && i < spec->npids; i++) {
         if (kill(spec->pids[i], 0) != 0 && errno == ESRCH)
@@ -171,10 +369,12 @@ void targets_discover(const struct target_spec *spec, int first, target_found_fn
         scan_patterns(spec, fn, ctx);
     for (size_t i = 0; i < spec->nendpoints; i++) {
         size_t len = 0;
-        char *text = read_file(spec->endpoints[i], 4 << 20, &len);
-        if (!text || targets_parse_endpoints(text, len, spec->run_id, fn, ctx) < 0)
+        char *text = read_file(spec->endpoints[i], ENDPOINTS_FILE_MAX, &len);
+        if (!text || targets_parse_endpoints(text, len, spec->run_id, NULL, fn, ctx) < 0)
             LOG_WARN("endpoints file %s: %s", spec->endpoints[i],
                      text ? "not a flowstat endpoints document" : strerror(errno));
         free(text);
     }
+    for (size_t i = 0; i < spec->nendpoint_dirs; i++)
+        scan_endpoints_dir(spec, notes, spec->endpoint_dirs[i], fn, ctx);
 }

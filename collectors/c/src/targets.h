@@ -1,19 +1,27 @@
-/* What the agent watches: PIDs, pid files, command-line patterns, a harness run's endpoints.json. */
+/* What the agent watches: PIDs, pid files, command-line patterns, a harness run's endpoints.json,
+ * the endpoints files nodes write in a directory. */
 #ifndef FLOWSTAT_TARGETS_H
 #define FLOWSTAT_TARGETS_H
 
+#include <limits.h>
 #include <regex.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "procread.h"
 
+/* Longer than the sample schema's role pattern allows (32): a longer role, cut to this, is still
+ * refused (recorded as the default role), never taken as a shorter one. */
+#define TARGET_ROLE_MAX 63
+
 struct target {
     pid_t pid;
     char node_id[128];
-    char role[16];
+    char role[TARGET_ROLE_MAX + 1];
     char run_id[128];
     char control[256]; /* control endpoint, or "" */
+    char announced_by[PATH_MAX]; /* the file of an --endpoints-dir it was found in, or "" */
     struct proc_reader reader;
     struct proc_reading prev;
     double prev_t;
@@ -29,15 +37,35 @@ struct target_spec {
     size_t npatterns;
     const char **endpoints;
     size_t nendpoints;
+    const char **endpoint_dirs; /* --endpoints-dir: every DIR/NAME.json, at each search */
+    size_t nendpoint_dirs;
     const char *run_id;
+};
+
+/* What was said about the files of the endpoints directories, so that each problem of a file is
+ * said once per (path, size, modification time), not at every search: a small table, its oldest
+ * entry forgotten first once it is full. All zeros: nothing said yet. */
+#define TARGET_NOTES_MAX 128
+struct file_note {
+    uint64_t path_hash;
+    long long size, mtime_s, mtime_ns;
+    unsigned said; /* the problems said (enum file_problem in targets.c) */
+};
+struct target_notes {
+    struct file_note notes[TARGET_NOTES_MAX];
+    size_t n, next; /* entries in use; the one to reuse when full */
 };
 
 typedef void (*target_found_fn)(void *ctx, const struct target *candidate);
 
-/* Call fn for every target the spec describes now. Problems are logged, never fatal. Explicit
- * PIDs are looked at only when first is set: a PID cannot become another process we were asked for. */
-void targets_discover(const struct target_spec *spec, int first, target_found_fn fn, void *ctx);
-/* Parse an endpoints.json document; returns the number of nodes found, -1 if malformed. */
-int targets_parse_endpoints(const char *text, size_t len, const char *run_id, target_found_fn fn, void *ctx);
+/* Call fn for every target the spec describes now. Problems are logged, never fatal (those of the
+ * endpoints directories' files once each, as `notes` remembers). Explicit PIDs are looked at only
+ * when first is set: a PID cannot become another process we were asked for. */
+void targets_discover(const struct target_spec *spec, struct target_notes *notes, int first, target_found_fn fn,
+                      void *ctx);
+/* Parse an endpoints.json document: the number of nodes found, -1 if malformed. The nodes that do
+ * not conform to endpoints.schema.json are left out, and counted in *left_out (if not NULL). */
+int targets_parse_endpoints(const char *text, size_t len, const char *run_id, int *left_out, target_found_fn fn,
+                            void *ctx);
 
 #endif

@@ -138,7 +138,7 @@ class Agent:
             "run_id": t.run_id,
             "host": self.host,
             "node_id": t.node_id,
-            "role": role if role in sample_schema.ROLES else sample_schema.DEFAULT_ROLE,
+            "role": sample_schema.role_or_default(role),
             "agent": self.agent_name,
             "seq": self._next_seq(t.node_id),
             "pid": t.pid,

@@ -155,10 +155,12 @@ class Role:
 
 
 def roles(run: Run) -> list[Role]:
-    """The run's roles, in pipeline order (sample_schema.ROLES), then any other."""
+    """The run's roles: the harness's in pipeline order (sample_schema.PIPELINE_ROLES), then any
+    other (the default, other, among them) sorted."""
     present = {s.role for s in run.series}
     out = []
-    for name in [r for r in sample_schema.ROLES if r in present] + sorted(present - set(sample_schema.ROLES)):
+    pipeline = sample_schema.PIPELINE_ROLES
+    for name in [r for r in pipeline if r in present] + sorted(present - set(pipeline)):
         series = tuple(sorted((s for s in run.series if s.role == name), key=lambda s: natural(s.node_id)))
         rows = np.concatenate([np.arange(s.lo, s.hi) for s in series])
         out.append(

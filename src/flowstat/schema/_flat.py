@@ -5,6 +5,7 @@ JSON document and the documentation table."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 from ._check import INT64_MAX, type_ok
@@ -20,6 +21,25 @@ class Field:
     enum: tuple[str, ...] | None
     control: str | None  # the get-metrics reply field this field is copied from
     rollup: str | None = None  # "sum": totalled over a run's nodes by the InfluxDB rollups
+    pattern: str | None = None  # a string's regular expression (JSON Schema's pattern), matched whole
+
+    def matches(self, value: str) -> bool:
+        """Whether a string value is one the field allows: in its enumeration, and matching its
+        pattern. The pattern must match the whole value (re.fullmatch: a `$` that let a trailing
+        newline through, as re.search's does, would let in a tag the C agent refuses)."""
+        return (not self.enum or value in self.enum) and (
+            not self.pattern or _compiled(self.pattern).fullmatch(value) is not None
+        )
+
+
+_PATTERNS: dict[str, re.Pattern] = {}
+
+
+def _compiled(pattern: str) -> re.Pattern:
+    compiled = _PATTERNS.get(pattern)
+    if compiled is None:
+        compiled = _PATTERNS[pattern] = re.compile(pattern)
+    return compiled
 
 
 def read_fields(schema: dict) -> tuple[Field, ...]:
@@ -35,6 +55,7 @@ def read_fields(schema: dict) -> tuple[Field, ...]:
             tuple(p["enum"]) if "enum" in p else None,
             p.get("x-control"),
             p.get("x-rollup"),
+            p.get("pattern"),
         )
         for name, p in schema["properties"].items()
     )
@@ -52,6 +73,8 @@ def problems(doc: dict, fields: tuple[Field, ...]) -> list[str]:
             errors.append(f"{name}: expected {f.type}, got {type(value).__name__} {value!r}")
         elif f.enum and value not in f.enum:
             errors.append(f"{name}: {value!r} is not one of {', '.join(f.enum)}")
+        elif f.pattern and not f.matches(value):
+            errors.append(f"{name}: {value!r} does not match {f.pattern}")
         elif f.type == "integer" and not 0 <= value <= INT64_MAX:
             errors.append(f"{name}: must be between 0 and {INT64_MAX}, got {value}")
     return errors

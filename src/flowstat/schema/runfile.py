@@ -52,6 +52,7 @@ def field_types() -> tuple[dict[str, tuple], list[str]]:
 
 _INTEGERS = frozenset(f.name for f in fields() if f.type == "integer")
 _ENUMS = {f.name: frozenset(f.enum) for f in fields() if f.enum}
+_PATTERNED = {f.name: f for f in fields() if f.pattern}
 
 
 def bad_field(doc: dict, types: dict[str, tuple], required: list[str]) -> str | None:
@@ -66,6 +67,7 @@ def bad_field(doc: dict, types: dict[str, tuple], required: list[str]) -> str | 
             or (key in _INTEGERS and not 0 <= value <= INT64_MAX)
             or value != value
             or (key in _ENUMS and value not in _ENUMS[key])
+            or (key in _PATTERNED and not _PATTERNED[key].matches(value))
         ):
             return f"field {key!r}: wrong type or value {value!r}"[:120]
     for key in required:
@@ -133,6 +135,7 @@ def samples(path: Path, report: FileReport, span: tuple[int, int] | None = None)
                 and min(ints) >= 0
                 and max(ints) <= INT64_MAX
                 and (lay.enums is None or lay.enums(values) in lay.allowed)
+                and (lay.patterned is None or lay.patterned(values))
             ):
                 if "flowstat_run" in doc:
                     if lineno != 1 or start:

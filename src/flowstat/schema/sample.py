@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from operator import itemgetter
+from typing import Any
 
 from . import _files
 from ._check import INT64_MAX, type_ok
@@ -39,8 +40,19 @@ def _enum(name: str) -> tuple[tuple[str, ...], str]:
     return tuple(prop["enum"]), prop["default"]
 
 
-ROLES, DEFAULT_ROLE = _enum("role")  # in pipeline order; the default is a process outside a harness run
-PIPELINE_ROLES = tuple(r for r in ROLES if r != DEFAULT_ROLE)
+_ROLE = schema()["properties"]["role"]
+ROLE_PATTERN: str = _ROLE["pattern"]  # every role a sample may carry (matched whole: role_or_default)
+DEFAULT_ROLE: str = _ROLE["default"]  # a process that names no role, or one outside the pattern
+PIPELINE_ROLES: tuple[str, ...] = tuple(_ROLE["x-pipeline-roles"])  # the harness's roles, in pipeline order
+_ROLE_FIELD = next(f for f in fields() if f.name == "role")
+
+
+def role_or_default(role: object) -> str:
+    """The role a sample records for the role a node gave: itself when the schema allows it (a
+    string matching ROLE_PATTERN), else DEFAULT_ROLE."""
+    return role if isinstance(role, str) and _ROLE_FIELD.matches(role) else DEFAULT_ROLE
+
+
 NODE_STATES, STATE_UP = _enum("node_state")  # UP: a process without a control channel
 STATE_DOWN = "DOWN"  # reported once, when the process is gone
 STATE_STOPPED = "STOPPED"  # reported once instead, when it is gone after the agent's run-ending notice
@@ -48,8 +60,8 @@ assert {STATE_DOWN, STATE_STOPPED} <= set(NODE_STATES), "sample.schema.json: nod
 
 
 def from_control_reply(reply: dict) -> dict:
-    """The sample fields a get-metrics reply provides; fields of the wrong type, or outside their
-    enumeration, are left out."""
+    """The sample fields a get-metrics reply provides; fields of the wrong type, outside their
+    enumeration or not matching their pattern, are left out."""
     out = {}
     for f in fields():
         if f.control is None or reply.get(f.control) is None:
@@ -60,7 +72,7 @@ def from_control_reply(reply: dict) -> dict:
         elif (
             type_ok(value, f.type)
             and not (f.type == "integer" and not 0 <= value <= INT64_MAX)
-            and not (f.enum and value not in f.enum)
+            and not (f.type == "string" and not f.matches(value))
         ):
             out[f.name] = value
     return out
@@ -178,8 +190,9 @@ class Layout:
     samples: a sample then costs a few C-level calls instead of a Python loop over its fields.
 
     ``conforms``: the keys are schema fields, the required ones are there, every value has its
-    field's type; the integers (``integers()``) must still be in 0..INT64_MAX and the enumerated
-    strings in their enumeration (``enums(values) in allowed``). ``fast``: the
+    field's type; the integers (``integers()``) must still be in 0..INT64_MAX, the enumerated
+    strings in their enumeration (``enums(values) in allowed``) and the strings with a pattern must
+    match it (``patterned(values)``, when there are some). ``fast``: the
     line protocol can come from ``line()``, byte for byte what to_line_protocol writes, for a
     sample none of whose strings holds a quote or a backslash (the caller checks that: in a JSON
     line, both need a backslash). Layouts that do not conform, or are not fast, are left to
@@ -195,6 +208,7 @@ class Layout:
     formats: dict[tuple, str] | None = None  # the fields' format, by the booleans' values
     enums: Callable[[tuple], tuple] | None = None  # the values of the enumerated fields present
     allowed: frozenset = frozenset()  # every allowed combination of those values
+    patterned: Callable[[tuple], bool] | None = None  # whether the strings with a pattern match it
 
     def line(self, values: tuple, time_ns_: int) -> str:
         """The sample's line protocol with its newline; only for a fast layout (see the class)."""
@@ -202,6 +216,24 @@ class Layout:
         head = _SERIES_CACHE.get(tag_values) or _series(tag_values)
         fmt = self.formats[self.booleans(values) if self.booleans else ()]
         return f"{head} {fmt % self.fields(values)} {time_ns_}\n"
+
+
+def _pattern_check(patterned: list[tuple[int, Field]]) -> Callable[[tuple], bool]:
+    """Whether the values at these positions match their fields' patterns. A run file repeats a
+    handful of roles millions of times: the values found good are remembered (a few thousand)."""
+    good: set[tuple[int, str]] = set()
+
+    def check(values: tuple) -> bool:
+        for i, f in patterned:
+            if (i, values[i]) not in good:
+                if not f.matches(values[i]):
+                    return False
+                if len(good) > 4096:
+                    good.clear()
+                good.add((i, values[i]))
+        return True
+
+    return check
 
 
 @lru_cache(maxsize=256)
@@ -221,7 +253,7 @@ def layout(keys: tuple[str, ...], types: tuple[type, ...]) -> Layout:
     ints = [i for i, k in enumerate(keys) if by_name[k].type == "integer"]
     integers = _getter(ints) if ints else _no_integers
     enumerated = [k for k in keys if by_name[k].enum]
-    enums = (
+    value_checks: dict[str, Any] = (
         dict(
             enums=_getter([position[k] for k in enumerated]),
             allowed=frozenset(itertools.product(*(by_name[k].enum for k in enumerated))),
@@ -229,6 +261,9 @@ def layout(keys: tuple[str, ...], types: tuple[type, ...]) -> Layout:
         if enumerated
         else {}
     )
+    patterned = [(position[k], by_name[k]) for k in keys if by_name[k].pattern]
+    if patterned:
+        value_checks["patterned"] = _pattern_check(patterned)
     _, tag_names, plan = _line_plan()
     # Not fast: a tag left out (its series differs), or an integer in a number field (it must be
     # written as a float: repr(float(v)) is not a format a %-spec gives).
@@ -236,7 +271,7 @@ def layout(keys: tuple[str, ...], types: tuple[type, ...]) -> Layout:
         types[position[name]] is float for name, _, typ in plan if typ == "number" and name in position
     )
     if not fast:
-        return Layout(True, False, integers, **enums)
+        return Layout(True, False, integers, **value_checks)
     present = [(name, key, typ) for name, key, typ in plan if name in position]
     bools = [name for name, _, typ in present if typ == "boolean"]
     formats = {}
@@ -256,7 +291,7 @@ def layout(keys: tuple[str, ...], types: tuple[type, ...]) -> Layout:
         _getter([position[name] for name, _, typ in present if typ != "boolean"]),
         _getter([position[b] for b in bools]) if bools else None,
         formats,
-        **enums,
+        **value_checks,
     )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from flowstat.schema import sample as sample_schema
 from flowstat.stores import elasticsearch as es_store
 from flowstat.stores import influxdb
 
@@ -112,13 +113,16 @@ def _variable(name: str) -> dict:
             "label": "samples of" if name == "agent" else "nodes",
         }
     if name == "role":
-        roles = ("producer", "merger", "viewer", "other")
+        # The harness's roles and the default to pick from; All is every role, any other the sample
+        # schema's pattern allows included (a role not listed would be left out of an All of the list).
+        roles = (*sample_schema.PIPELINE_ROLES, sample_schema.DEFAULT_ROLE)
         return {
             **base,
             "type": "custom",
             "query": ",".join(roles),
             "multi": True,
             "includeAll": True,
+            "allValue": ".*",
             "current": {"text": ["All"], "value": ["$__all"]},
             "options": [{"text": r, "value": r, "selected": False} for r in roles],
         }
