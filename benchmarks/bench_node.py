@@ -138,7 +138,10 @@ def main() -> int:
         for mode in MODES:
             got = one(mode, args.rate, args.seconds, args.port)
             runs[mode].append(got)
-            print(f"[{r + 1}/{args.repeats}] {mode:20s} {got['cpu_s']:.3f} s CPU, {got['rate']:,.0f} msg/s", file=sys.stderr)
+            print(
+                f"[{r + 1}/{args.repeats}] {mode:20s} {got['cpu_s']:.3f} s CPU, {got['rate']:,.0f} msg/s",
+                file=sys.stderr,
+            )
     cpu = {m: statistics.median(x["cpu_s"] for x in runs[m]) for m in MODES}
     result = {
         "benchmark": "node-python",
