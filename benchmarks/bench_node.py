@@ -6,8 +6,8 @@ Modes of the same receiver loop (each reads the message and its sender's stamp, 
 - bare: no library;
 - per-message: node.received(1, nbytes, sent_at=stamp) for every message (input latency included);
 - per-message-counts: node.received(1, nbytes), no stamp;
-- per-batch: node.received(n, nbytes) once per batch read (up to 256 messages), the stamps of the
-  batch given as one wait each (what flowstat's harness does).
+- per-batch: node.received(n, nbytes, sent_at=stamps) once per batch read (up to 256 messages at
+  once, as flowstat's harness reads).
 A figure is the receiver's CPU time (user + system, /proc/self/stat) over a fixed number of messages
 after a warm-up; each mode runs REPEATS times, interleaved, and the median is kept. The cost of a mode
 is its CPU time over bare's, minus one. Target (issue 26): at most 1% of the node's CPU.
@@ -51,11 +51,11 @@ def receive(mode: str, port: int, count: int, warmup: int) -> dict:
     sock.bind(f"tcp://127.0.0.1:{port}")
     node = Node("bench", "worker") if mode != "bare" else None
     print("ready", flush=True)
-    taken, nbytes, t0, c0 = 0, 0, 0.0, 0.0
+    taken, nbytes, t0, c0, counted = 0, 0, 0.0, 0.0, 0
     unpack = HEADER.unpack_from
     while taken < count + warmup:
-        if taken == warmup:
-            t0, c0 = time.monotonic(), cpu_s()
+        if not t0 and taken >= warmup:
+            t0, c0, counted = time.monotonic(), cpu_s(), taken
         if mode == "per-batch":
             batch = [sock.recv()]
             try:
@@ -68,8 +68,7 @@ def receive(mode: str, port: int, count: int, warmup: int) -> dict:
             for m in batch:
                 size += len(m)
                 stamps.append(unpack(m)[1])
-            node.received(len(batch), size)
-            node.latency.record(stamps, time.time())
+            node.received(len(batch), size, sent_at=stamps)
             taken += len(batch)
             continue
         m = sock.recv()
@@ -81,7 +80,7 @@ def receive(mode: str, port: int, count: int, warmup: int) -> dict:
         else:
             node.received(1, len(m))
         taken += 1
-    out = {"mode": mode, "messages": taken - warmup, "cpu_s": cpu_s() - c0, "wall_s": time.monotonic() - t0}
+    out = {"mode": mode, "messages": taken - counted, "cpu_s": cpu_s() - c0, "wall_s": time.monotonic() - t0}
     if node is not None:
         node.close()
     ctx.destroy(linger=0)

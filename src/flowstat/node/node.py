@@ -26,7 +26,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,13 +63,19 @@ class Tally:
         self.waits: collections.deque[float] = collections.deque()  # recorded in chunks (appends are atomic)
         self.latency: LatencyRecorder | None = None  # the node's, set by Node
 
-    def received(self, objects: int = 1, nbytes: int = 0, sent_at: float | None = None) -> None:
-        """Objects taken from the input; ``sent_at`` the Unix time its sender stamped on it (one
-        object), when the pipeline carries one: the input latency is now minus that."""
+    def received(self, objects: int = 1, nbytes: int = 0, sent_at: float | Sequence[float] | None = None) -> None:
+        """Objects taken from the input; ``sent_at`` the Unix time their sender stamped on them, when
+        the pipeline carries one (one stamp, or a batch's: a sequence or a numpy array): the input
+        latency is now minus that."""
         self.objects_received += objects
         self.bytes_received += nbytes
         if sent_at is not None:
-            self.waits.append(time.time() - sent_at)
+            try:
+                self.waits.append(time.time() - sent_at)  # type: ignore[operator]
+            except TypeError:  # a batch's stamps, taken now
+                if self.latency is not None:
+                    self.latency.record(sent_at, time.time())
+                return
             if len(self.waits) >= CHUNK:
                 self.record_waits()
 
