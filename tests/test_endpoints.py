@@ -4,6 +4,7 @@ what the harness writes conforms, and both agents take exactly the nodes that co
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 
 import pytest
@@ -38,7 +39,10 @@ def test_both_agents_take_exactly_the_nodes_that_conform(tmp_path, agent_command
     ok, also_ok = targets
     nodes = [
         {"node_id": "good", "role": "merger", "pid": ok},
-        {"node_id": "extra-field", "pid": also_ok, "host": "n1"},  # fields beyond the schema's: taken
+        {"node_id": "extra-field", "pid": also_ok, "cluster": "n1"},  # fields beyond the schema's: taken
+        {"node_id": "here", "pid": also_ok, "host": socket.gethostname()},
+        {"node_id": "elsewhere", "pid": ok, "host": "another-host"},  # conforms; another host's agent's
+        {"node_id": "host-number", "pid": ok, "host": 7},
         {"node_id": "no-pid", "role": "merger"},
         {"pid": ok, "role": "merger"},  # no node_id
         {"node_id": "pid-text", "pid": str(ok)},
@@ -51,7 +55,7 @@ def test_both_agents_take_exactly_the_nodes_that_conform(tmp_path, agent_command
     ]
     doc = {"run_id": "ends", "nodes": nodes}
     conforming = {n["node_id"] for n in nodes if isinstance(n, dict) and not endpoints.validate({"nodes": [n]})}
-    assert conforming == {"good", "extra-field"}  # the schema's own verdict, node by node
+    assert conforming == {"good", "extra-field", "here", "elsewhere"}  # the schema's own verdict, node by node
     path = tmp_path / "endpoints.json"
     path.write_text(json.dumps(doc))
     out = subprocess.run(
@@ -74,7 +78,7 @@ def test_both_agents_take_exactly_the_nodes_that_conform(tmp_path, agent_command
     )
     assert out.returncode == 0, out.stderr
     sampled = {json.loads(line)["node_id"] for line in out.stdout.splitlines() if line.strip()}
-    assert sampled == conforming
+    assert sampled == conforming - {"elsewhere"}
     assert all(json.loads(line)["run_id"] == "ends" for line in out.stdout.splitlines() if line.strip())
 
 

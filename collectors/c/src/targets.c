@@ -124,7 +124,7 @@ static const char *json_string(const cJSON *obj, const char *key, const char *fa
 }
 
 /* A node of endpoints.schema.json: node_id a string, pid an integer of a process (1 to PID_MAX_LIMIT),
- * role and control, when present, strings. Any other node is left out, as the Python agent does. */
+ * role, control and host, when present, strings. Any other node is left out, as the Python agent does. */
 static int node_conforms(const cJSON *node, const cJSON *pid, const char *node_id)
 {
     const cJSON *role = cJSON_GetObjectItemCaseSensitive(node, "role");
@@ -132,7 +132,22 @@ static int node_conforms(const cJSON *node, const cJSON *pid, const char *node_i
     if (!node_id || !cJSON_IsNumber(pid) || pid->valuedouble < 1 || pid->valuedouble > 4194304 ||
         pid->valuedouble != (double)(long)pid->valuedouble)
         return 0;
-    return (!role || cJSON_IsString(role)) && (!control || cJSON_IsString(control));
+    const cJSON *host = cJSON_GetObjectItemCaseSensitive(node, "host");
+    return (!role || cJSON_IsString(role)) && (!control || cJSON_IsString(control)) && (!host || cJSON_IsString(host));
+}
+
+/* Whether a node lives on this host: its "host", when it names one, is ours (a pid is a process of
+ * its own host; another host's node is that host's agent's). */
+static int node_is_here(const cJSON *node)
+{
+    const char *host = json_string(node, "host", NULL);
+    char here[256];
+    if (!host)
+        return 1;
+    if (gethostname(here, sizeof here) != 0)
+        return 0;
+    here[sizeof here - 1] = '\0';
+    return strcmp(host, here) == 0;
 }
 
 int targets_parse_endpoints(const char *text, size_t len, const char *run_id, int *left_out, target_found_fn fn,
@@ -154,6 +169,8 @@ int targets_parse_endpoints(const char *text, size_t len, const char *run_id, in
             skipped++;
             continue;
         }
+        if (!node_is_here(node))
+            continue;
         struct target t;
         memset(&t, 0, sizeof t);
         t.pid = (pid_t)pid->valuedouble;

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -105,6 +106,7 @@ def discover(spec: TargetSpec, first: bool = True, said: set[tuple[str, ...]] | 
 
 
 def _from_endpoints_file(path: Path, run_id: str, warn) -> list[Target]:
+    """The nodes of an endpoints file that live on this host (a pid names a process of its host)."""
     try:
         file_run_id, nodes, bad = endpoints_schema.read(path)
     except (OSError, ValueError) as exc:
@@ -112,6 +114,8 @@ def _from_endpoints_file(path: Path, run_id: str, warn) -> list[Target]:
         return []
     for why in bad:
         warn("endpoints file %s: left out: %s", path, why)
+    here = socket.gethostname()
+    nodes = [n for n in nodes if n.get("host", here) == here]
     return [
         Target(
             node["pid"],

@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -201,7 +202,13 @@ class Node:
         self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         folder = directory(endpoints_dir)
         if folder is not None:
-            node = {"node_id": self.node_id, "role": self.role, "pid": os.getpid(), "control": self.endpoint}
+            node = {
+                "node_id": self.node_id,
+                "role": self.role,
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "control": self.endpoint,
+            }
             try:
                 self.endpoint_file = announce(folder, node, self.run_id)
             except (OSError, ValueError) as exc:
