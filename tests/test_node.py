@@ -176,10 +176,28 @@ NODE_PROGRAM = textwrap.dedent(
 )
 
 
+STARTED: list[subprocess.Popen] = []  # processes a test started: none outlives it, passed or failed
+
+
+@pytest.fixture(autouse=True)
+def _reap_started():
+    yield
+    while STARTED:
+        proc = STARTED.pop()
+        if proc.poll() is None:
+            proc.terminate()  # the example passes SIGTERM on to its stages
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        proc.wait(10)
+
+
 def start_node(node_id: str, role: str, folder: Path) -> subprocess.Popen:
     proc = subprocess.Popen(
         [sys.executable, "-c", NODE_PROGRAM, node_id, role, str(folder)], stdout=subprocess.PIPE, text=True
     )
+    STARTED.append(proc)
     assert proc.stdout.readline().startswith("tcp://127.0.0.1:")
     return proc
 
@@ -215,7 +233,7 @@ def agent_samples(out: Path) -> list[dict]:
 
 
 def start_agent(agent_command, folder: Path, out: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [
             *agent_command,
             "--endpoints-dir",
@@ -234,6 +252,8 @@ def start_agent(agent_command, folder: Path, out: Path, *extra: str) -> subproce
         stderr=subprocess.PIPE,
         text=True,
     )
+    STARTED.append(proc)
+    return proc
 
 
 def stop_agent(agent: subprocess.Popen) -> str:
@@ -304,7 +324,7 @@ def test_junk_stale_and_unreadable_files_are_said_once_and_the_good_nodes_taken(
 
 # -- the example pipeline ---------------------------------------------------------------------------
 def start_example(folder: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [
             sys.executable,
             str(EXAMPLE),
@@ -319,6 +339,8 @@ def start_example(folder: Path, *args: str) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
     )
+    STARTED.append(proc)
+    return proc
 
 
 def test_both_agents_see_the_example_pipelines_merges_rates_latency_and_overloads(agent_command, tmp_path):
