@@ -61,6 +61,7 @@ struct agent {
     long long rounds, skipped_rounds; /* a round overran its interval: the rounds it ran into are skipped */
     long long self_seq; /* self-samples emitted */
     int64_t last_self_ms; /* the time of the last one: each is given a later one */
+    int64_t last_round_ms; /* the same for rounds of samples */
     /* The run its self-samples belong to, without --run-id: the one its targets' run ids (from
      * endpoints files) all name; none once two differ (targets_runs_differ). */
     char targets_run_id[128];
@@ -286,6 +287,13 @@ static size_t sample_all(struct agent *a, struct fs_sample **out, size_t *out_ca
 {
     struct round_time when;
     fs_iso_now(when.stamp, sizeof when.stamp, &when.ms);
+    /* each round a later millisecond than the last: a round woken late and the next one due right
+     * after it could share one, and InfluxDB keeps one point per series and time */
+    if (when.ms <= a->last_round_ms) {
+        when.ms = a->last_round_ms + 1;
+        fs_iso_from_ms(when.stamp, sizeof when.stamp, when.ms);
+    }
+    a->last_round_ms = when.ms;
     when.now = fs_monotonic();
     size_t n = a->ntargets;
     if (grow_samples(out, out_cap, n) != 0)

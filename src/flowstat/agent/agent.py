@@ -75,6 +75,7 @@ class Agent:
         self.skipped_rounds = 0  # a round overran its interval: the rounds it ran into are skipped
         self.self_seq = 0  # self-samples emitted
         self.last_self_ms = 0  # the time of the last one: each is given a later one
+        self.last_round_ms = 0  # the same for rounds of samples
         self.targets_run_id: str | None = ""  # see _note_run: "" none seen yet, None several
         self.said: set[tuple[str, ...]] = set()  # endpoint files' problems, told once each
         self.ending = False  # the run-ending notice came: nodes that vanish now ended with their run
@@ -151,7 +152,10 @@ class Agent:
         self.ending = True
 
     def sample_all(self) -> list[dict]:
-        stamp = iso_utc_ms()
+        # Each round a later millisecond than the last: a round woken late and the next one due right
+        # after it could share one, and InfluxDB keeps one point per series and time (the other is lost).
+        self.last_round_ms = max(int(time.time() * 1000), self.last_round_ms + 1)
+        stamp = iso_utc_from_ms(self.last_round_ms)
         now = time.monotonic()
         endpoints = [t.control for t in self.targets.values() if t.control]
         replies = self.control.query(endpoints) if endpoints else {}
