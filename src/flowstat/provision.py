@@ -30,6 +30,7 @@ import json
 import os
 import sys
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -201,6 +202,10 @@ def wait_for(
         time.sleep(every_s)
 
 
+# The variable naming the CA file each session trusts (trust()), for the message when a certificate is not trusted.
+_CA_ENV: weakref.WeakKeyDictionary[requests.Session, str] = weakref.WeakKeyDictionary()
+
+
 def _request(session: requests.Session, method: str, url: str, **kw) -> requests.Response | str:
     """The answer, or why there is none (for wait_for). A certificate not trusted is final."""
     # verify given each time: requests prefers REQUESTS_CA_BUNDLE/CURL_CA_BUNDLE to the session's
@@ -208,7 +213,7 @@ def _request(session: requests.Session, method: str, url: str, **kw) -> requests
     try:
         return session.request(method, url, timeout=kw.pop("timeout", 10.0), allow_redirects=False, **kw)
     except requests.exceptions.SSLError as exc:
-        ca_env = getattr(session, "flowstat_ca_env", "FLOWSTAT_CA_FILE")
+        ca_env = _CA_ENV.get(session, "FLOWSTAT_CA_FILE")
         if "CERTIFICATE_VERIFY_FAILED" in str(exc):
             raise ProvisionError(
                 f"TLS: the certificate of {urlsplit(url).netloc} is not trusted "
@@ -223,7 +228,7 @@ def trust(session: requests.Session, env: Mapping[str, str], ca_env: str) -> Non
     """Verify https:// answers against the CA file ``ca_env`` (else FLOWSTAT_CA_FILE, else the
     system's CAs) names."""
     name = ca_env if env.get(ca_env) else "FLOWSTAT_CA_FILE"
-    session.flowstat_ca_env = ca_env  # named when a certificate is not trusted
+    _CA_ENV[session] = ca_env  # named when a certificate is not trusted
     path = env.get(name)
     if path:
         if not Path(path).is_file():

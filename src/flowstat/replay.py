@@ -199,7 +199,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 def _loaded(reports: list[FileReport], writers: dict) -> None:
     """Tell each store which runs it now holds (InfluxDB rolls them up)."""
     for report in reports:
-        if not report.good:
+        if not report.good or report.first_time is None or report.last_time is None:  # None: no good sample
             continue
         start = sample_schema.time_ns(report.first_time)  # already moved by --rebase-time
         end = sample_schema.time_ns(report.last_time)

@@ -113,9 +113,9 @@ class Agent:
                 continue
             if open_reader(t):
                 try:
-                    t.prev, t.prev_t = t.reader.read(), time.monotonic()
+                    t.prev, t.prev_t = t.read(), time.monotonic()
                 except (ProcessGone, ProcFormatError, OSError):
-                    t.reader.close()
+                    t.close()
                     continue
                 self.targets[t.key] = t
                 self._note_run(t.run_id)
@@ -162,7 +162,7 @@ class Agent:
         samples = []
         for key, t in list(self.targets.items()):
             try:
-                reading = t.reader.read()
+                reading = t.read()
             except (ProcessGone, ProcFormatError, OSError) as exc:
                 if not isinstance(exc, ProcessGone):
                     self.proc_errors += 1
@@ -182,7 +182,7 @@ class Agent:
                     t.pid,
                     (" (stopped)" if not self.ending else " (stopped with its run)") if ended else "",
                 )
-                t.reader.close()
+                t.close()
                 del self.targets[key]
                 self.gone.add(key)
                 if t.control:
@@ -196,6 +196,7 @@ class Agent:
                 else (reply or {}).get("role", sample_schema.DEFAULT_ROLE)
             )
             sample = self._base(t, stamp, role, metrics.pop("node_state", sample_schema.STATE_UP))
+            assert t.prev is not None  # read when the target was found (rescan)
             total, user, system = cpu_rates(t.prev, reading, now - t.prev_t)
             sample.update(
                 vmrss_kb=reading.rss_kb,
@@ -319,7 +320,7 @@ class Agent:
                 log.error("sink %s did not finish delivering: %d queued samples are lost", r.sink.url, r.abandon())
         self.control.close()
         for t in self.targets.values():
-            t.reader.close()
+            t.close()
 
     def stats(self) -> dict:
         return {

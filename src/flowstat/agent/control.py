@@ -54,7 +54,7 @@ class ControlPool:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            for sock, _ in poller.poll(remaining * 1000):
+            for sock, _ in poller.poll(int(remaining * 1000)):  # in ms, as poll() would cut it
                 for _ in range(16):  # older, late replies may be queued ahead of ours
                     try:
                         frames = sock.recv_multipart(zmq.NOBLOCK)

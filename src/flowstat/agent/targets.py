@@ -25,8 +25,8 @@ class Target:
     role: str = DEFAULT_ROLE
     run_id: str = ""
     control: str | None = None
-    reader: ProcReader | None = None
-    prev: ProcReading | None = None
+    reader: ProcReader | None = None  # open while the agent watches the process (open_reader)
+    prev: ProcReading | None = None  # its last reading, taken at prev_t (monotonic)
     prev_t: float = 0.0
     source: str = ""
     announced_by: Path | None = None  # the endpoint file of a directory that named it (gone: a clean stop)
@@ -34,6 +34,17 @@ class Target:
     @property
     def key(self) -> tuple[int, str]:
         return (self.pid, self.node_id)
+
+    def read(self) -> ProcReading:
+        """A reading of the watched process (ProcessGone, ProcFormatError, OSError as ProcReader.read)."""
+        if self.reader is None:
+            raise RuntimeError(f"{self.node_id} (pid {self.pid}): not watched, no reader is open")
+        return self.reader.read()
+
+    def close(self) -> None:
+        """Close the reader, if one is open."""
+        if self.reader is not None:
+            self.reader.close()
 
 
 @dataclass

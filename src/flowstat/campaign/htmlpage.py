@@ -8,10 +8,12 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from bokeh.models import ColumnDataSource, HoverTool, Range1d, Whisker
+from bokeh.models import ColumnDataSource, HoverTool, Range1d
+from bokeh.models.annotations import Whisker  # bokeh.models has it too, its type stubs do not say so
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
+from flowstat.proc.machine import Machine
 from flowstat.report import page
 from flowstat.report.figures import THESIS_METRICS
 
@@ -28,10 +30,13 @@ def _numeric(values: list[Any]) -> bool:
 
 def against_parameter(campaign: Campaign, rows: list[Row], metric: str):
     name = TITLES[metric][0]
-    known = [r for r in rows if r.stats and r.stats[metric].mean is not None]
-    numeric = _numeric([r.value for r in known])
-    kw = {} if numeric else {"x_range": [r.label for r in known]}
-    p = figure(
+    # (row, mean, std) of the rows with figures (a Stat has a std when it has a mean)
+    known = [
+        (r, s.mean, s.std) for r in rows if r.stats and (s := r.stats[metric]).mean is not None and s.std is not None
+    ]
+    numeric = _numeric([r.value for r, _, _ in known])
+    kw: dict[str, Any] = {} if numeric else {"x_range": [r.label for r, _, _ in known]}
+    p = figure(  # type: ignore[call-arg]  # bokeh's stubs: figure takes tools and active_scroll
         title=f"{name} against {campaign.parameter_label} (steady state, all mergers)",
         height=300,
         width=620,
@@ -41,15 +46,15 @@ def against_parameter(campaign: Campaign, rows: list[Row], metric: str):
     )
     src = ColumnDataSource(
         {
-            "x": [r.value if numeric else r.label for r in known],
-            "mean": [r.stats[metric].mean for r in known],
-            "std": [r.stats[metric].std for r in known],
-            "low": [r.stats[metric].mean - r.stats[metric].std for r in known],
-            "high": [r.stats[metric].mean + r.stats[metric].std for r in known],
-            "config": [r.key for r in known],
+            "x": [r.value if numeric else r.label for r, _, _ in known],
+            "mean": [mean for _, mean, _ in known],
+            "std": [std for _, _, std in known],
+            "low": [mean - std for _, mean, std in known],
+            "high": [mean + std for _, mean, std in known],
+            "config": [r.key for r, _, _ in known],
         }
     )
-    top = max((r.stats[metric].mean + r.stats[metric].std for r in known), default=1.0)
+    top = max((mean + std for _, mean, std in known), default=1.0)
     p.y_range = Range1d(
         start=0, end=top * 1.1 or 1.0
     )  # from 0, and the whiskers in (the automatic range leaves them out)
@@ -65,7 +70,9 @@ def against_parameter(campaign: Campaign, rows: list[Row], metric: str):
 
 def over_time(rows: list[Row], metric: str):
     name = TITLES[metric][0]
-    p = figure(title=f"{name} over time, all mergers", height=300, width=620, tools=TOOLS, active_scroll=None)
+    p = figure(  # type: ignore[call-arg]  # bokeh's stubs: figure takes tools and active_scroll
+        title=f"{name} over time, all mergers", height=300, width=620, tools=TOOLS, active_scroll=None
+    )
     for i, r in enumerate(x for x in rows if len(x.series.get(metric, ((), ()))[0])):
         t, y = r.series[metric]
         p.line(t, y, legend_label=r.label, color=Category10_10[i % 10], line_width=1.5)
@@ -77,7 +84,7 @@ def over_time(rows: list[Row], metric: str):
     return p
 
 
-def write(campaign: Campaign, rows: list[Row], out: Path, command: str, facts: dict[str, Any]) -> Path:
+def write(campaign: Campaign, rows: list[Row], out: Path, command: str, facts: Machine) -> Path:
     doc = page.Page(f"flowstat campaign: {campaign.title}")
     head, body = cells(campaign, rows)
     doc.html(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from flowstat.proc.machine import Machine
 from flowstat.report.figures import THESIS_METRICS, Stat
 
 from . import svg
@@ -98,7 +99,9 @@ def plots(campaign: Campaign, rows: list[Row], folder: Path) -> list[tuple[str, 
         name = TITLES[metric][0]
         known = [r for r in measured if r.stats[metric].mean is not None]
         xs = [float(r.value) for r in known] if numeric else [float(i) for i, r in enumerate(measured) if r in known]
-        line = svg.Line("mean ± std", xs, [r.stats[metric].mean for r in known], [r.stats[metric].std for r in known])
+        stats = [r.stats[metric] for r in known]  # each with a mean, so with a std (Stat: both or neither)
+        means = [s.mean for s in stats if s.mean is not None]
+        line = svg.Line("mean ± std", xs, means, [s.std for s in stats if s.std is not None])
         text = svg.plot(
             f"{name}, steady state, all mergers",
             campaign.parameter_label,
@@ -128,7 +131,7 @@ def plots(campaign: Campaign, rows: list[Row], folder: Path) -> list[tuple[str, 
 WRITTEN_BY = "Written by `flowstat campaign` (in the repository: make bench, benchmarks/run_campaigns.py): do not edit."
 
 
-def write(campaign: Campaign, rows: list[Row], out_dir: Path, command: str, facts: dict[str, Any]) -> Path:
+def write(campaign: Campaign, rows: list[Row], out_dir: Path, command: str, facts: Machine) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     md = out_dir / f"{campaign.name}.md"
     figures = plots(campaign, rows, out_dir / campaign.name)
@@ -159,9 +162,9 @@ def write(campaign: Campaign, rows: list[Row], out_dir: Path, command: str, fact
     text += table(campaign, rows) + [""]
     for caption, file in figures:
         text += [f"![{caption}]({file})", ""]
-    failed = [r for r in rows if r.status != "ok" and r.error]
+    failed = [(r, r.error) for r in rows if r.status != "ok" and r.error]
     if failed:
         text += ["Configurations that did not end cleanly:", ""]
-        text += [f"- {r.label} ({r.status}): {r.error.splitlines()[0][:400]}" for r in failed] + [""]
+        text += [f"- {r.label} ({r.status}): {error.splitlines()[0][:400]}" for r, error in failed] + [""]
     md.write_text("\n".join(text))
     return md

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from flowstat.proc.machine import Machine
 from flowstat.report.figures import THESIS_METRICS, Stat, steady_window
 from flowstat.report.load import ReportError, Run, load_run
 
@@ -173,7 +174,7 @@ def rows(campaign: Campaign, outcomes: list[Outcome], base: Path) -> list[Row]:
     return [row(campaign, o, base) for o in outcomes]
 
 
-def write_json(campaign: Campaign, table: list[Row], path: Path, command: str, machine: dict[str, Any]) -> None:
+def write_json(campaign: Campaign, table: list[Row], path: Path, command: str, machine: Machine) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
         json.dumps(

@@ -12,7 +12,7 @@ import copy
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from flowstat.harness import topology as harness_topology
 from flowstat.harness.topology import RUN_ID_RE, Topology, TopologyError
@@ -56,7 +56,8 @@ class Campaign:
 
     def select(self, keys: list[str]) -> Campaign:
         """The campaign reduced to the configurations ``keys`` names (their values or keys)."""
-        chosen, unknown = [], []
+        chosen: list[Configuration] = []
+        unknown: list[str] = []
         for k in keys:
             found = [c for c in self.configurations if k in (c.key, str(c.value), c.label)]
             (chosen.extend(f for f in found if f not in chosen) if found else unknown.append(k))
@@ -130,7 +131,7 @@ def _slug(value: Any) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", str(value)).strip("-") or "x"
 
 
-def _fail(source: str, where: str, message: str):
+def _fail(source: str, where: str, message: str) -> NoReturn:
     raise CampaignError(f"{source}: {where}: {message}")
 
 

@@ -79,6 +79,7 @@ def plot(
             f'<line x1="{LEFT}" x2="{LEFT + pw}" y1="{py(t):.1f}" y2="{py(t):.1f}" stroke="#e5e5e5"/>'
             f'<text x="{LEFT - 6}" y="{py(t) + 4:.1f}" text-anchor="end">{_label(t)}</text>'
         )
+    x_ticks: list[tuple[float, str]]  # position, label
     if categories:
         x_ticks = [(i, c) for i, c in enumerate(categories)]
     elif log_x:

@@ -91,10 +91,15 @@ def section_plots(name: str, sec: dict, results: dict, files: dict[Path, str]) -
         lines = [svg.Line("thesis", xs, [v[0] for v in shown], [v[1] for v in shown])]
         for label, res in results.items():
             got = [(x, ours(find(res.get(name, {}), v), m)) for x, v in zip(xs, values, strict=False)]
-            got = [(x, g) for x, g in got if g]
-            if got:
+            measured = [(x, g) for x, g in got if g]
+            if measured:
                 lines.append(
-                    svg.Line(f"flowstat {label}", [x for x, _ in got], [g[0] for _, g in got], [g[1] for _, g in got])
+                    svg.Line(
+                        f"flowstat {label}",
+                        [x for x, _ in measured],
+                        [g[0] for _, g in measured],
+                        [g[1] for _, g in measured],
+                    )
                 )
         file = IMG / f"{name}-{m}.svg"
         files[file] = svg.plot(

@@ -131,11 +131,9 @@ class OnlineJudge:
         p99_slope = _slope_per_s(p99_points)
         third = max(1, len(p99s) // 3)
         p99_first, p99_last = _mean(p99s[:third]), _mean(p99s[-third:])
-        second_half = [r for r in steady if r.t >= first.t + span / 2 and r.vmrss_kb is not None]
-        rss_slope = (
-            _slope_per_s([(r.t, r.vmrss_kb / 1024) for r in second_half]) * 60 if len(second_half) >= 2 else None
-        )
-        rss_growth = rss_slope / 60 * (second_half[-1].t - second_half[0].t) if rss_slope is not None else None
+        rss_points = [(r.t, r.vmrss_kb / 1024) for r in steady if r.t >= first.t + span / 2 and r.vmrss_kb is not None]
+        rss_slope = _slope_per_s(rss_points) * 60 if len(rss_points) >= 2 else None  # of the second half, MB/min
+        rss_growth = rss_slope / 60 * (rss_points[-1][0] - rss_points[0][0]) if rss_slope is not None else None
         rss_noise = max(RSS_NOISE_MIN_MB, 2 * self.held_bytes[merger] / 2**20)
         out.update(
             {
@@ -180,7 +178,12 @@ class OnlineJudge:
                     f"input latency p99 grew from {p99_first:,.1f} ms to {p99_last:,.1f} ms "
                     f"({p99_slope:,.0f} ms per second)"
                 )
-        if rss_slope is not None and rss_slope > RSS_SLOPE_LIMIT_MB_PER_MIN and rss_growth > rss_noise:
+        if (
+            rss_slope is not None
+            and rss_growth is not None
+            and rss_slope > RSS_SLOPE_LIMIT_MB_PER_MIN
+            and rss_growth > rss_noise
+        ):
             why.append(f"VmRSS grew {rss_slope:,.1f} MB/min over the second half")
         saturated = offered > 0 and refusals > REFUSALS_MAX * offered
         if saturated:

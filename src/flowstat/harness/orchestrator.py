@@ -66,6 +66,18 @@ class Device:
     def exit_code(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
 
+    @property
+    def pid(self) -> int:
+        if self.proc is None:
+            raise RunError(f"{self.name} was not started")
+        return self.proc.pid
+
+    def ready_event(self) -> dict[str, Any]:
+        """What it said when it was ready (its endpoints), once Orchestrator.wait_ready has seen it."""
+        if self.ready is None:
+            raise RunError(f"{self.name} has not said it is ready")
+        return self.ready
+
     def log_tail(self, lines: int = 12) -> str:
         return log_tail(self.log_path, lines)
 
@@ -257,7 +269,7 @@ class Orchestrator:
         for dev in producers:
             self.wait_ready(dev)
         for dev in self.devices:
-            self.clients[dev.name] = ControlClient(dev.ready["control"], timeout_s=2.0)
+            self.clients[dev.name] = ControlClient(dev.ready_event()["control"], timeout_s=2.0)
         self.write_endpoints()
         self.started_wall = time.time()  # the run's start for run.json, the run file and the summary
         self.write_run_document()  # what the Python agent reads as it starts: what is run
@@ -303,9 +315,9 @@ class Orchestrator:
             {
                 "node_id": d.name,
                 "role": d.role,
-                "pid": d.proc.pid,
-                "control": d.ready["control"],
-                "data": d.ready.get("data"),
+                "pid": d.pid,
+                "control": d.ready_event()["control"],
+                "data": d.ready_event().get("data"),
             }
             for d in self.devices
         ]
@@ -466,9 +478,9 @@ class Orchestrator:
                 dev.proc.wait()
         return True
 
-    def stage_counters(self, stage: list[Device]) -> tuple:
+    def stage_counters(self, stage: list[Device]) -> tuple[tuple[Any, ...] | None, ...]:
         """What a stage's running devices have taken and sent so far (None for one that does not answer)."""
-        out = []
+        out: list[tuple[Any, ...] | None] = []
         for dev in stage:
             if dev.exit_code is not None or dev.name not in self.clients:
                 continue

@@ -9,9 +9,10 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
@@ -171,7 +172,7 @@ class _Fields:
             )
         self.data = data
 
-    def fail(self, where: str, message: str):
+    def fail(self, where: str, message: str) -> NoReturn:
         raise TopologyError(f"{self.source}: {where or 'topology'}: {message}")
 
     def where(self, key: str) -> str:
@@ -195,9 +196,9 @@ class _Fields:
         return value
 
 
-def parse_id_ranges(spec: Any, n_producers: int, where: str, fail) -> tuple[int, ...]:
+def parse_id_ranges(spec: Any, n_producers: int, where: str, fail: Callable[[str, str], NoReturn]) -> tuple[int, ...]:
     """Producer ids from a list of ints / "a-b" ranges, or one such string ("0-249,300")."""
-    items: list[Any] = (
+    items: list[Any] | None = (
         spec if isinstance(spec, list) else str(spec).split(",") if isinstance(spec, (str, int)) else None
     )
     if items is None:
@@ -278,7 +279,7 @@ def _merge_cost(source: str, data: Any) -> MergeCost | None:
 
 
 def _merger_specs(source: str, data: Any, n_producers: int) -> tuple[MergerSpec, ...]:
-    def fail(where: str, msg: str):
+    def fail(where: str, msg: str) -> NoReturn:
         raise TopologyError(f"{source}: {where}: {msg}")
 
     if isinstance(data, int) and not isinstance(data, bool):
@@ -287,7 +288,8 @@ def _merger_specs(source: str, data: Any, n_producers: int) -> tuple[MergerSpec,
         return tuple(MergerSpec(f"merger-{i}", tuple(span)) for i, span in enumerate(spread(n_producers, data)))
     if not isinstance(data, list) or not data:
         fail("mergers", f"expected a number of mergers or a list of {{id, producers}}, got {data!r}")
-    specs, owner = [], {}
+    specs: list[MergerSpec] = []
+    owner: dict[int, str] = {}  # producer -> the merger it feeds
     for i, item in enumerate(data):
         f = _Fields(source, f"mergers[{i}]", item, {"id", "producers"})
         node_id = str(f.get("id", f"merger-{i}"))
@@ -320,7 +322,7 @@ def _merger_layers(source: str, data: Any, first: tuple[MergerSpec, ...], kind: 
     """merger_layers: the number of mergers in each layer above the first, each at most the
     layer's below (every merger feeds one of the next layer, and each of those needs an input)."""
 
-    def fail(where: str, msg: str):
+    def fail(where: str, msg: str) -> NoReturn:
         raise TopologyError(f"{source}: {where}: {msg}")
 
     if data is None:
@@ -357,7 +359,7 @@ def _usable_cpus() -> tuple[frozenset[int], int]:
     return frozenset(os.sched_getaffinity(0)), os.cpu_count() or 0
 
 
-def _cpu_set(value: Any, where: str, fail) -> frozenset[int]:
+def _cpu_set(value: Any, where: str, fail: Callable[[str, str], NoReturn]) -> frozenset[int]:
     """CPUs given as 1, [0, 1] or "0-1,3" (as in Cpus_allowed_list), each one usable here."""
     usable, count = _usable_cpus()
     here = f"CPUs {format_cpu_list(usable)}"
@@ -389,7 +391,7 @@ def _cpu_set(value: Any, where: str, fail) -> frozenset[int]:
 
 
 def _cpu_pins(source: str, data: Any, nodes: dict[str, str]) -> dict[str, frozenset[int]]:
-    def fail(where: str, msg: str):
+    def fail(where: str, msg: str) -> NoReturn:
         raise TopologyError(f"{source}: {where}: {msg}")
 
     if data is None:

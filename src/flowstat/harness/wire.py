@@ -46,11 +46,9 @@ INLINE_LIMIT = 64 * 1024  # payloads above this travel as their own zero-copy fr
 MAX_NDIM = 8
 MAX_NAME = 256
 MAGIC_U32 = int.from_bytes(MAGIC, "little")  # the magic as the header record reads it
-_HEADER_FIELDS = {
-    "names": ["magic", "kind", "ndim", "flags", "source", "seq", "entries", "t_sent", "n_inputs", "name_len"],
-    "formats": ["<u4", "u1", "u1", "<u2", "<u4", "<u8", "<f8", "<f8", "<u4", "<u2"],
-    "offsets": [0, 4, 5, 6, 8, 12, 20, 28, 36, 40],
-}
+_HEADER_NAMES = ["magic", "kind", "ndim", "flags", "source", "seq", "entries", "t_sent", "n_inputs", "name_len"]
+_HEADER_FORMATS = ["<u4", "u1", "u1", "<u2", "<u4", "<u8", "<f8", "<f8", "<u4", "<u2"]
+_HEADER_OFFSETS = [0, 4, 5, 6, 8, 12, 20, 28, 36, 40]
 
 
 class WireError(ValueError):
@@ -87,7 +85,9 @@ def descriptor_bytes(desc: ObjectDesc) -> bytes:
 def header_records(length: int) -> np.dtype:
     """FIXED as a numpy record of ``length`` bytes: a block of messages of that length, joined, is an
     array of these, which parses every header of the block at once (Merger.on_batch)."""
-    return np.dtype({**_HEADER_FIELDS, "itemsize": length})
+    return np.dtype(
+        {"names": _HEADER_NAMES, "formats": _HEADER_FORMATS, "offsets": _HEADER_OFFSETS, "itemsize": length}
+    )
 
 
 def encode_header(

@@ -86,8 +86,8 @@ def from_grafana(payload: dict, grafana_url: str) -> list[Alert]:
     for item in alerts:
         if not isinstance(item, dict):
             raise BadAlert("each of a Grafana notification's `alerts` is an object")
-        labels = item.get("labels") if isinstance(item.get("labels"), dict) else {}
-        notes = item.get("annotations") if isinstance(item.get("annotations"), dict) else {}
+        labels: dict[str, Any] = item["labels"] if isinstance(item.get("labels"), dict) else {}
+        notes: dict[str, Any] = item["annotations"] if isinstance(item.get("annotations"), dict) else {}
         uid = _text(labels.get("alert"))
         run_id, node_id, at = _text(labels.get("run_id")), _text(labels.get("node_id")), _text(item.get("startsAt"))
         out.append(

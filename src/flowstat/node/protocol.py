@@ -20,7 +20,7 @@ class ControlError(RuntimeError):
     """A control request failed: timeout, or an error reply."""
 
 
-def parse_request(payload: bytes) -> tuple[str | None, dict | None, str | None]:
+def parse_request(payload: bytes) -> tuple[str | None, dict[str, Any] | None, str | None]:
     """(command, request, error). Bad requests give an error text, never an exception."""
     if len(payload) > MAX_REQUEST_BYTES:
         return None, None, f"request of {len(payload)} bytes exceeds {MAX_REQUEST_BYTES}"
@@ -44,12 +44,12 @@ class ControlClient:
     A REQ socket cannot be reused after a lost reply, so it is rebuilt after a timeout.
     """
 
-    def __init__(self, endpoint: str, ctx: zmq.Context | None = None, timeout_s: float = 2.0):
+    def __init__(self, endpoint: str, ctx: zmq.Context[zmq.Socket[bytes]] | None = None, timeout_s: float = 2.0):
         self.endpoint, self.timeout_ms = endpoint, int(timeout_s * 1000)
         self._ctx = ctx or zmq.Context.instance()
-        self._sock: zmq.Socket | None = None
+        self._sock: zmq.Socket[bytes] | None = None
 
-    def _socket(self) -> zmq.Socket:
+    def _socket(self) -> zmq.Socket[bytes]:
         if self._sock is None:
             self._sock = self._ctx.socket(zmq.REQ)
             self._sock.setsockopt(zmq.LINGER, 0)
@@ -64,8 +64,8 @@ class ControlClient:
         self.close()
         raise ControlError(f"{self.endpoint}: no reply within {self.timeout_ms} ms")
 
-    def request(self, command: str, **fields: Any) -> dict:
-        reply = json.loads(self.request_raw(json.dumps({"command": command, **fields}).encode()))
+    def request(self, command: str, **fields: Any) -> dict[str, Any]:
+        reply: dict[str, Any] = json.loads(self.request_raw(json.dumps({"command": command, **fields}).encode()))
         if "error" in reply:
             raise ControlError(f"{self.endpoint}: {reply['error']}")
         return reply
@@ -77,7 +77,9 @@ class ControlClient:
 
 
 def serve_requests(
-    sock: zmq.Socket, handle: Callable[[bytes, str | None, dict | None, str | None], dict], limit: int = 64
+    sock: zmq.Socket[bytes],
+    handle: Callable[[bytes, str | None, dict[str, Any] | None, str | None], dict[str, Any]],
+    limit: int = 64,
 ) -> int:
     """Answer the control requests waiting on a ROUTER socket; returns how many were answered."""
     answered = 0

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Collection, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import threading
 
 
 class ProcessGone(Exception):
@@ -74,7 +79,7 @@ def start_time(pid: int) -> float:
     return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
 
 
-def log_tail(path, lines: int = 15) -> str:
+def log_tail(path: str | os.PathLike[str], lines: int = 15) -> str:
     """The last lines of a log file, for error messages that say what went wrong."""
     try:
         with open(path, errors="replace") as f:
@@ -119,7 +124,7 @@ def die_with_parent(signum: int, parent: int | None = None) -> bool:
     return parent is None or os.getppid() == parent
 
 
-def set_from_signal(event) -> None:
+def set_from_signal(event: threading.Event) -> None:
     """Set a threading.Event from a signal handler. Event.set takes a lock the interrupted thread
     may be holding (inside Event.wait), which would deadlock: a thread of its own sets it."""
     import threading
@@ -168,9 +173,9 @@ def tree_cpu_seconds(pid: int) -> float:
     return total
 
 
-def format_cpu_list(cpus) -> str:
+def format_cpu_list(cpus: Iterable[int]) -> str:
     """CPU numbers as the kernel writes them in Cpus_allowed_list: ascending ranges, "0-1,3"."""
-    out: list[str] = []
+    out: list[tuple[int, int]] = []  # (first, last) of each range
     for c in sorted(cpus):
         if out and out[-1][1] == c - 1:
             out[-1] = (out[-1][0], c)
@@ -179,7 +184,7 @@ def format_cpu_list(cpus) -> str:
     return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in out)
 
 
-def pin_threads(pid: int, cpus) -> set[int]:
+def pin_threads(pid: int, cpus: Collection[int]) -> set[int]:
     """Restrict every thread of process ``pid`` to ``cpus``; return the process's affinity as the
     kernel then reports it.
 

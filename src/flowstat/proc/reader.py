@@ -12,7 +12,8 @@ import errno
 import os
 from dataclasses import dataclass
 
-from .procfs import ProcessGone  # one notion of "the process has exited" for the whole project
+# Re-exported: one notion of "the process has exited" for the whole project.
+from .procfs import ProcessGone as ProcessGone
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024

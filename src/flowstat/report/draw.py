@@ -41,7 +41,7 @@ class Drawn:
 
 def _draw(indices: list[int]) -> Drawn:
     doc = Document()
-    roots = {}
+    roots: dict[str, str] = {}  # a plot's id -> the element it is drawn in
     with doc.models.freeze():  # the models are collected once, not again for every plot added
         for i in indices:
             plot = _jobs[i]()

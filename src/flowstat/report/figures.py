@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -122,7 +123,7 @@ def titled(name: str, unit: str | None) -> str:
     return f"{name} ({unit.split(' (')[0]})" if unit else name
 
 
-def value(doc: dict, path: tuple[str, ...]):
+def value(doc: Any, path: tuple[str, ...]) -> Any:
     for key in path:
         doc = doc.get(key) if isinstance(doc, dict) else None
     return doc

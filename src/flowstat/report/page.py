@@ -160,7 +160,7 @@ def thesis_table(
     )
     rows = []
     for run, window, st in zip(runs, windows, stats, strict=False):
-        cells = [run.name] + [Html(f'<td class="num">{escape(p.text(p.of(run.doc)))}</td>') for p in params]
+        cells: list[Any] = [run.name] + [Html(f'<td class="num">{escape(p.text(p.of(run.doc)))}</td>') for p in params]
         cells += [_stat_cell(m, st[m]) for m in THESIS_METRICS]
         cells += [max(st[m].n for m in THESIS_METRICS), window.text()]
         rows.append(cells)
@@ -179,7 +179,7 @@ def thesis_table(
 
 
 def _stat_cell(metric: str, s: Stat) -> Html:
-    if s.mean is None:
+    if s.mean is None or s.std is None:  # both or neither
         return Html("-")
     k = LABELS[metric].scale
     return Html(
@@ -384,7 +384,7 @@ def role_section(page: Page, i: int, run: Run, window: Window, rp) -> None:
         + "</h3>"
     )
     if rp.constants:
-        rows = []
+        rows: list[list[Any]] = []
         for c in rp.constants:
             lab = LABELS[c.field]
             if lab.kind == "flag":

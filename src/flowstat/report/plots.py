@@ -14,12 +14,11 @@ base64; Bokeh's cost is per model and per array, so a plot holds few of each.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from bokeh.models import (
     BasicTickFormatter,
-    BoxAnnotation,
-    ColorBar,
     ColumnDataSource,
     CustomJSHover,
     DataRange1d,
@@ -28,8 +27,6 @@ from bokeh.models import (
     HBar,
     HoverTool,
     Image,
-    Legend,
-    LegendItem,
     Line,
     LinearAxis,
     LinearColorMapper,
@@ -37,11 +34,13 @@ from bokeh.models import (
     Plot,
     Range1d,
     ResetTool,
-    Title,
     Toolbar,
     WheelZoomTool,
-    Whisker,
 )
+
+# The annotations from their own module: bokeh.models re-exports them, but its type stubs do not say so.
+from bokeh.models.annotations import BoxAnnotation, ColorBar, Legend, LegendItem, Title, Whisker
+from bokeh.models.renderers import GlyphRenderer
 from bokeh.palettes import Category10_10, Viridis256
 from bokeh.plotting import figure
 
@@ -214,11 +213,12 @@ def line_plot(run: Run, plan: Plan, window: Window, budget: int) -> Plot:
         click_policy="hide",
         label_text_font_size="11px",
         spacing=0,
-        padding=4,
+        padding=4,  # type: ignore[arg-type]  # bokeh's stubs: Padding is typed as a Property of itself
         margin=4,
         background_fill_alpha=0.6,
     )
-    lines = []
+    lines: list[GlyphRenderer[Any]] = []
+    items: list[LegendItem] = []
     for j, (field, name) in enumerate(plan.fields):
         t, y, node = figures.shown(run, plan.role, field)
         keep = minmax(t, y, *run.span, buckets, node)
@@ -241,13 +241,14 @@ def line_plot(run: Run, plan: Plan, window: Window, budget: int) -> Plot:
                 )
             )
             if label:
-                legend.items.append(LegendItem(label=label, renderers=[lines[-1]]))
-    if legend.items:
+                items.append(LegendItem(label=label, renderers=[lines[-1]]))
+    if items:
+        legend.items = items
         p.add_layout(legend)
     unit = _y_label(plan.fields)
     p.add_tools(
         HoverTool(
-            renderers=lines,
+            renderers=[*lines],  # a list of DataRenderer, as bokeh's stubs want it
             mode="vline",
             tooltips=[("node", "$name"), ("t", "@t{0.0} s"), ("value", f"@y{{0,0.[000]}} {unit}")],
         )
@@ -374,8 +375,8 @@ def sweep_plot(field: str, sweep: figures.Sweep, runs: list[Run], stats: list[di
     st = [stats[i][field] for i in sweep.runs]
     xs = [param.of(r.doc) for r in chosen]
     numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs)
-    kw = {} if numeric else {"x_range": [param.text(x) for x in xs]}
-    p = figure(
+    kw: dict[str, Any] = {} if numeric else {"x_range": [param.text(x) for x in xs]}
+    p = figure(  # type: ignore[call-arg]  # bokeh's stubs: figure takes tools and active_scroll
         title=f"{lab.label} in the steady state against {param.label} ({len(chosen)} runs, all else equal)",
         height=300,
         sizing_mode="stretch_width",
@@ -383,18 +384,19 @@ def sweep_plot(field: str, sweep: figures.Sweep, runs: list[Run], stats: list[di
         active_scroll=None,
         **kw,
     )
-    known = [i for i, s in enumerate(st) if s.mean is not None]
+    # (run, mean, std) of the runs with figures (a Stat has a std when it has a mean)
+    known = [(i, s.mean, s.std) for i, s in enumerate(st) if s.mean is not None and s.std is not None]
     scale = lab.scale
-    top = max(((st[i].mean + st[i].std) * scale for i in known), default=1.0)
+    top = max(((mean + std) * scale for _, mean, std in known), default=1.0)
     p.y_range = Range1d(start=0, end=top * 1.1 or 1.0)  # the whiskers, which the automatic range leaves out
     src = ColumnDataSource(
         {
-            "x": [xs[i] if numeric else param.text(xs[i]) for i in known],
-            "mean": [st[i].mean * scale for i in known],
-            "low": [(st[i].mean - st[i].std) * scale for i in known],
-            "high": [(st[i].mean + st[i].std) * scale for i in known],
-            "std": [st[i].std * scale for i in known],
-            "run": [chosen[i].name for i in known],
+            "x": [xs[i] if numeric else param.text(xs[i]) for i, _, _ in known],
+            "mean": [mean * scale for _, mean, _ in known],
+            "low": [(mean - std) * scale for _, mean, std in known],
+            "high": [(mean + std) * scale for _, mean, std in known],
+            "std": [std * scale for _, _, std in known],
+            "run": [chosen[i].name for i, _, _ in known],
         }
     )
     dots = p.scatter(x="x", y="mean", source=src, size=9, color=DOT_COLOUR)

@@ -26,7 +26,7 @@ def type_ok(value: Any, typ: str) -> bool:
     return False
 
 
-def problems(value: Any, schema: dict, where: str = "") -> list[str]:
+def problems(value: Any, schema: dict[str, Any], where: str = "") -> list[str]:
     """Everything wrong with a value, as texts naming the field by its path (a.b[2]); [] when it conforms."""
     name = where or "document"
     typ = schema.get("type")

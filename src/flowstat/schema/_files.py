@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 from functools import cache
 from importlib.resources import files
+from typing import Any
 
 
 @cache
-def load(name: str) -> dict:
+def load(name: str) -> dict[str, Any]:
     """A schema file of this package, parsed (once)."""
-    return json.loads(files(__package__).joinpath(name).read_text(encoding="utf-8"))
+    doc: dict[str, Any] = json.loads(files(__package__).joinpath(name).read_text(encoding="utf-8"))
+    return doc

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from ._check import INT64_MAX, type_ok
 
@@ -18,7 +19,7 @@ class Field:
     influx: str  # tag, field or time
     required: bool
     unit: str | None
-    enum: tuple[str, ...] | None
+    enum: tuple[str, ...]  # () when the field is not enumerated
     control: str | None  # the get-metrics reply field this field is copied from
     rollup: str | None = None  # "sum": totalled over a run's nodes by the InfluxDB rollups
     pattern: str | None = None  # a string's regular expression (JSON Schema's pattern), matched whole
@@ -32,17 +33,17 @@ class Field:
         )
 
 
-_PATTERNS: dict[str, re.Pattern] = {}
+_PATTERNS: dict[str, re.Pattern[str]] = {}
 
 
-def _compiled(pattern: str) -> re.Pattern:
+def _compiled(pattern: str) -> re.Pattern[str]:
     compiled = _PATTERNS.get(pattern)
     if compiled is None:
         compiled = _PATTERNS[pattern] = re.compile(pattern)
     return compiled
 
 
-def read_fields(schema: dict) -> tuple[Field, ...]:
+def read_fields(schema: dict[str, Any]) -> tuple[Field, ...]:
     """A flat schema's fields, in schema order."""
     required = set(schema["required"])
     return tuple(
@@ -52,7 +53,7 @@ def read_fields(schema: dict) -> tuple[Field, ...]:
             p["x-influx"],
             name in required,
             p.get("x-unit"),
-            tuple(p["enum"]) if "enum" in p else None,
+            tuple(p.get("enum", ())),
             p.get("x-control"),
             p.get("x-rollup"),
             p.get("pattern"),
@@ -61,7 +62,7 @@ def read_fields(schema: dict) -> tuple[Field, ...]:
     )
 
 
-def problems(doc: dict, fields: tuple[Field, ...]) -> list[str]:
+def problems(doc: dict[str, Any], fields: tuple[Field, ...]) -> list[str]:
     """Everything wrong with a document of a flat schema, as texts naming the field; [] when it conforms."""
     errors = [f"{f.name}: required field is missing" for f in fields if f.required and f.name not in doc]
     by_name = {f.name: f for f in fields}
@@ -80,12 +81,12 @@ def problems(doc: dict, fields: tuple[Field, ...]) -> list[str]:
     return errors
 
 
-def to_json(doc: dict, fields: tuple[Field, ...]) -> str:
+def to_json(doc: dict[str, Any], fields: tuple[Field, ...]) -> str:
     """The JSON document (what Elasticsearch stores): the fields present, in schema order."""
     return json.dumps({f.name: doc[f.name] for f in fields if f.name in doc}, separators=(",", ":"), ensure_ascii=False)
 
 
-def markdown_table(fields: tuple[Field, ...], props: dict, control: bool) -> str:
+def markdown_table(fields: tuple[Field, ...], props: dict[str, Any], control: bool) -> str:
     """The field-by-field documentation of a flat schema; ``control``: with the control reply column."""
     head = ["field", "type", "Influx", "unit", "required"] + (["from control reply"] if control else []) + ["meaning"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

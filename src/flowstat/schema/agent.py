@@ -11,6 +11,7 @@ line of its own, wrapped: ``{"flowstat_agent": {...}}`` (``RUN_FILE_KEY``), as t
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 from . import _files
 from ._flat import Field, problems, read_fields
@@ -22,7 +23,7 @@ from .sample import time_ns
 SCHEMA_FILE = "agent.schema.json"
 
 
-def schema() -> dict:
+def schema() -> dict[str, Any]:
     return _files.load(SCHEMA_FILE)
 
 
@@ -32,7 +33,8 @@ def fields() -> tuple[Field, ...]:
 
 
 def measurement() -> str:
-    return schema()["x-measurement"]
+    name: str = schema()["x-measurement"]
+    return name
 
 
 RUN_FILE_KEY = measurement()  # a run file's line {"flowstat_agent": {...}} holds one self-sample
@@ -44,14 +46,14 @@ _NUMBERS = frozenset(f.name for f in fields() if f.type == "number")
 RENAMED = {"rejected": "refused"}
 
 
-def upgraded(doc: dict) -> dict:
+def upgraded(doc: dict[str, Any]) -> dict[str, Any]:
     """The self-sample with its fields under today's names (RENAMED); the same dict when none is old."""
     if not any(old in doc for old in RENAMED):
         return doc
     return {RENAMED.get(k, k) if RENAMED.get(k, k) not in doc else k: v for k, v in doc.items()}
 
 
-def validate(doc: dict) -> list[str]:
+def validate(doc: dict[str, Any]) -> list[str]:
     """Everything wrong with a self-sample, as texts naming the field; [] when it conforms."""
     errors = problems(doc, fields())
     if not errors:
@@ -62,13 +64,13 @@ def validate(doc: dict) -> list[str]:
     return errors
 
 
-def _as_written(doc: dict) -> dict:
+def _as_written(doc: dict[str, Any]) -> dict[str, Any]:
     """The document with its number fields as floats, as the C agent holds them: a whole number
     is written 5.0 in both encodings (and InfluxDB fixes a field's type at its first write)."""
     return {k: float(v) if k in _NUMBERS else v for k, v in doc.items()}
 
 
-def to_line_protocol(doc: dict) -> str:
+def to_line_protocol(doc: dict[str, Any]) -> str:
     """InfluxDB line protocol, without its newline: tags sorted by key, fields in schema order, ns time."""
     doc = _as_written(doc)
     tags = {f.name: doc[f.name] for f in fields() if f.influx == "tag" and f.name in doc}
@@ -76,12 +78,12 @@ def to_line_protocol(doc: dict) -> str:
     return point(measurement(), tags, values, time_ns(doc["time"]))
 
 
-def to_json(doc: dict) -> str:
+def to_json(doc: dict[str, Any]) -> str:
     """The JSON document (what the flowstat-agents index stores): its fields in schema order."""
     return _to_json(_as_written(doc), fields())
 
 
-def document_id(doc: dict) -> str:
+def document_id(doc: dict[str, Any]) -> str:
     """Deterministic Elasticsearch _id: a resend overwrites. The time keeps apart agents of the same
     name on one host that have no run id, or were restarted (their seq restarts from 0)."""
     return f"{doc['host']}/{doc['agent']}/{doc['time']}/{doc['seq']}"

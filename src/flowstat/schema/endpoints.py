@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from . import _files
 from ._check import problems
@@ -13,7 +14,7 @@ from ._check import problems
 SCHEMA_FILE = "endpoints.schema.json"
 
 
-def schema() -> dict:
+def schema() -> dict[str, Any]:
     return _files.load(SCHEMA_FILE)
 
 
@@ -22,7 +23,7 @@ def validate(doc: object) -> list[str]:
     return problems(doc, schema())
 
 
-def document(run_id: str, nodes: list[dict]) -> dict:
+def document(run_id: str, nodes: list[dict[str, Any]]) -> dict[str, Any]:
     """An endpoints document (ValueError when a node does not conform: a bug of the writer's)."""
     doc = {"run_id": run_id, "nodes": [{k: v for k, v in n.items() if v is not None} for n in nodes]}
     errors = validate(doc)
@@ -31,7 +32,7 @@ def document(run_id: str, nodes: list[dict]) -> dict:
     return doc
 
 
-def read(path: str | Path) -> tuple[str, list[dict], list[str]]:
+def read(path: str | Path) -> tuple[str, list[dict[str, Any]], list[str]]:
     """The run id and the conforming nodes of an endpoints file, and what is wrong with the rest (a
     node that does not conform is left out, the others kept); OSError and ValueError (not JSON, not
     an endpoints document at all) for a file that cannot be read."""
@@ -39,7 +40,8 @@ def read(path: str | Path) -> tuple[str, list[dict], list[str]]:
     if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list):
         raise ValueError("not an endpoints document: a JSON object with a list `nodes` (endpoints.schema.json)")
     node_schema = schema()["properties"]["nodes"]["items"]
-    good, bad = [], []
+    good: list[dict[str, Any]] = []
+    bad: list[str] = []
     for i, node in enumerate(doc["nodes"]):
         wrong = problems(node, node_schema, f"nodes[{i}]")
         if wrong:

@@ -8,6 +8,7 @@ compare runs by its fields.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from . import _files
 from ._check import problems
@@ -28,7 +29,7 @@ def startup_s(duration_s: float) -> float:
     return max(STARTUP_MIN_S, STARTUP_FRACTION * duration_s)
 
 
-def schema() -> dict:
+def schema() -> dict[str, Any]:
     return _files.load(SCHEMA_FILE)
 
 
@@ -53,8 +54,8 @@ class Leaf:
         return ".".join(self.path)
 
 
-def _walk(props: dict, path: tuple[str, ...]) -> list[Leaf]:
-    out = []
+def _walk(props: dict[str, Any], path: tuple[str, ...]) -> list[Leaf]:
+    out: list[Leaf] = []
     for key, p in props.items():
         if p["type"] == "object":
             out += _walk(p["properties"], path + (key,))
@@ -71,7 +72,8 @@ def leaves() -> tuple[Leaf, ...]:
 
 
 def measurement() -> str:
-    return schema()["x-measurement"]
+    name: str = schema()["x-measurement"]
+    return name
 
 
 # The roles a run's processes have: the pipeline's and the monitoring agents' (a topology's cpus
@@ -79,7 +81,7 @@ def measurement() -> str:
 AFFINITY_ROLES: tuple[str, ...] = tuple(schema()["properties"]["affinity"]["items"]["properties"]["role"]["enum"])
 
 
-def validate(doc: dict) -> list[str]:
+def validate(doc: dict[str, Any]) -> list[str]:
     """Everything wrong with a run document, naming the field by its path; [] when it conforms."""
     errors = problems(doc, schema())
     for key in ("started", "finished"):
@@ -101,7 +103,7 @@ def _size_text(nbytes: int) -> str:
     return f"{nbytes} B"
 
 
-def mergers_text(p: dict) -> str:
+def mergers_text(p: dict[str, Any]) -> str:
     """ "2 mergers", or the mergers of each layer for a layered run: "4+1 mergers"."""
     layers = p.get("merger_layers") or []
     if layers:
@@ -109,7 +111,7 @@ def mergers_text(p: dict) -> str:
     return f"{p['mergers']} merger{'s' if p['mergers'] != 1 else ''}"
 
 
-def merge_cost_text(p: dict) -> str:
+def merge_cost_text(p: dict[str, Any]) -> str:
     """The run's added merge cost, "" when none: "merges +1 ms/object +2 ms/MB x3"."""
     parts = [
         f"+{p[key]:g} ms/{unit}"
@@ -121,7 +123,7 @@ def merge_cost_text(p: dict) -> str:
     return f"merges {' '.join(parts)}" if parts else ""
 
 
-def label(doc: dict) -> str:
+def label(doc: dict[str, Any]) -> str:
     """The run's ``label``: its id, then what was run (or where, for a run without parameters)."""
     p = doc.get("parameters") or {}
     if {"producers", "rate_per_producer", "object_type", "object_bytes", "buffer_size", "mergers"} <= p.keys():
@@ -137,7 +139,7 @@ def label(doc: dict) -> str:
     return f"{doc['run_id']}{LABEL_SEPARATOR}{what}"
 
 
-def _get(doc: dict, path: tuple[str, ...]):
+def _get(doc: Any, path: tuple[str, ...]) -> Any:
     for key in path:
         if not isinstance(doc, dict) or key not in doc:
             return None
@@ -145,11 +147,13 @@ def _get(doc: dict, path: tuple[str, ...]):
     return doc
 
 
-def to_line_protocol(doc: dict) -> str:
+def to_line_protocol(doc: dict[str, Any]) -> str:
     """The run as one InfluxDB point (no newline), so that Grafana can list and group runs too.
     Number fields are written as floats even when the value is whole (InfluxDB fixes a field's
     type at its first write)."""
-    tags, fields, stamp = {}, {}, None
+    tags: dict[str, str] = {}
+    fields: dict[str, Any] = {}
+    stamp: int | None = None
     for leaf in leaves():
         value = _get(doc, leaf.path)
         if value is None or leaf.influx is None:

@@ -13,39 +13,41 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 
 from . import agent as agent_schema
 from . import run as run_schema
-from .sample import INT64_MAX, PY_TYPES, Layout, fields, layout, time_ns
+from ._check import INT64_MAX
+from .sample import PY_TYPES, Layout, Values, fields, layout, time_ns
 
 RUN_DOCUMENT = "run.json"  # beside the run file: the harness's run document
 
 # One good sample: its document, its values (in the line's key order), its keys, its Layout,
 # the line as read and its time in ns.
-Sample = tuple[dict, tuple, tuple[str, ...], Layout, bytes, int]
+Sample = tuple[dict[str, Any], Values, tuple[str, ...], Layout, bytes, int]
 
 
 @dataclass
 class FileReport:
     path: str
     run_id: str | None = None
-    header: dict | None = None
+    header: dict[str, Any] | None = None
     good: int = 0
     lines: int = 0  # lines read, good, bad and the header
     bad: list[tuple[int, str]] = field(default_factory=list)  # (line number, why)
     notes: list[str] = field(default_factory=list)  # what a person should know (an unusable run.json)
     first_time: str | None = None
     last_time: str | None = None
-    nodes: set = field(default_factory=set)
+    nodes: set[str] = field(default_factory=set)
     host: str | None = None
     bytes_read: int = 0  # for a progress bar: the file is read once, its size comes from stat()
     shift_ns: int = 0  # replay --rebase-time: how far the samples were moved
-    self_samples: list[dict] = field(default_factory=list)  # the agent's self-samples (a few a minute)
+    self_samples: list[dict[str, Any]] = field(default_factory=list)  # the agent's self-samples (a few a minute)
 
 
-def field_types() -> tuple[dict[str, tuple], list[str]]:
+def field_types() -> tuple[dict[str, tuple[type, ...]], list[str]]:
     """Each field's accepted Python types, and the required fields."""
     return {f.name: PY_TYPES[f.type] for f in fields()}, [f.name for f in fields() if f.required]
 
@@ -55,7 +57,7 @@ _ENUMS = {f.name: frozenset(f.enum) for f in fields() if f.enum}
 _PATTERNED = {f.name: f for f in fields() if f.pattern}
 
 
-def bad_field(doc: dict, types: dict[str, tuple], required: list[str]) -> str | None:
+def bad_field(doc: dict[str, Any], types: dict[str, tuple[type, ...]], required: list[str]) -> str | None:
     """What is wrong with a sample, naming the field (schema.validate() explains more, for humans).
     The same checks as schema.Layout's, one field at a time: for the samples the layout cannot vouch for."""
     for key, value in doc.items():
@@ -146,9 +148,9 @@ def samples(path: Path, report: FileReport, span: tuple[int, int] | None = None)
                 if agent_schema.RUN_FILE_KEY in doc:
                     _keep_self_sample(doc, lineno, report)
                     continue
-                why = bad_field(doc, types, required)
-                if why:
-                    bad((lineno, why))
+                wrong = bad_field(doc, types, required)
+                if wrong:
+                    bad((lineno, wrong))
                     continue
             stamp = doc["time"]
             ns = stamps.get(stamp)
@@ -172,10 +174,11 @@ def samples(path: Path, report: FileReport, span: tuple[int, int] | None = None)
         report.bytes_read = base + read
     if first is not None:
         report.first_time, report.run_id, report.host = first["time"], first["run_id"], first["host"]
+        assert last is not None  # set after the first sample's yield, as after every one
         report.last_time = last["time"]
 
 
-def _keep_self_sample(line: dict, lineno: int, report: FileReport) -> None:
+def _keep_self_sample(line: dict[str, Any], lineno: int, report: FileReport) -> None:
     """A run file's self-sample line ({"flowstat_agent": {...}}): kept when it conforms, else
     reported by its line number and the field."""
     doc = line[agent_schema.RUN_FILE_KEY]
@@ -190,7 +193,7 @@ def _keep_self_sample(line: dict, lineno: int, report: FileReport) -> None:
         report.self_samples.append(doc)
 
 
-def _conforming(doc: dict, report: FileReport, source: str) -> dict:
+def _conforming(doc: dict[str, Any], report: FileReport, source: str) -> dict[str, Any]:
     """``doc`` without the top-level fields that do not conform to the run schema (each named in
     the report's notes): what is good is kept. Missing required fields are the caller's to fill."""
     doc = dict(doc)
@@ -206,7 +209,7 @@ def _conforming(doc: dict, report: FileReport, source: str) -> dict:
     return doc
 
 
-def _run_json(path: Path, report: FileReport) -> dict:
+def _run_json(path: Path, report: FileReport) -> dict[str, Any]:
     """The harness's run document beside the run file, if there is one of this run."""
     try:
         doc = json.loads(path.read_text())
@@ -223,7 +226,7 @@ def _run_json(path: Path, report: FileReport) -> dict:
     return doc
 
 
-def run_document(report: FileReport, *, retime: Callable[[str], str] | None = None) -> dict:
+def run_document(report: FileReport, *, retime: Callable[[str], str] | None = None) -> dict[str, Any]:
     """The run's document, once the run file is read: the harness's run.json beside the run file,
     or, without one, what the run file's header says (run id, start, host, parameters); completed
     from the samples (start and end when missing, nodes, how many samples were read). ``retime``

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from operator import itemgetter
@@ -25,8 +25,10 @@ from .lineprotocol import escape_string as _escape_string
 
 SCHEMA_FILE = "sample.schema.json"
 
+Values = tuple[Any, ...]  # a sample's values, in its keys' order
 
-def schema() -> dict:
+
+def schema() -> dict[str, Any]:
     return _files.load(SCHEMA_FILE)
 
 
@@ -37,7 +39,8 @@ def fields() -> tuple[Field, ...]:
 
 def _enum(name: str) -> tuple[tuple[str, ...], str]:
     prop = schema()["properties"][name]
-    return tuple(prop["enum"]), prop["default"]
+    default: str = prop["default"]
+    return tuple(prop["enum"]), default
 
 
 _ROLE = schema()["properties"]["role"]
@@ -59,10 +62,10 @@ STATE_STOPPED = "STOPPED"  # reported once instead, when it is gone after the ag
 assert {STATE_DOWN, STATE_STOPPED} <= set(NODE_STATES), "sample.schema.json: node_state must list DOWN and STOPPED"
 
 
-def from_control_reply(reply: dict) -> dict:
+def from_control_reply(reply: dict[str, Any]) -> dict[str, Any]:
     """The sample fields a get-metrics reply provides; fields of the wrong type, outside their
     enumeration or not matching their pattern, are left out."""
-    out = {}
+    out: dict[str, Any] = {}
     for f in fields():
         if f.control is None or reply.get(f.control) is None:
             continue
@@ -79,10 +82,11 @@ def from_control_reply(reply: dict) -> dict:
 
 
 def measurement() -> str:
-    return schema()["x-measurement"]
+    name: str = schema()["x-measurement"]
+    return name
 
 
-def validate(sample: dict) -> list[str]:
+def validate(sample: dict[str, Any]) -> list[str]:
     """Everything wrong with a sample, as texts naming the field; [] when it conforms."""
     return problems(sample, fields())
 
@@ -120,10 +124,10 @@ def _line_plan() -> tuple[str, tuple[str, ...], tuple[tuple[str, str, str], ...]
     return _escape_key(measurement()), tags, plan
 
 
-_SERIES_CACHE: dict[tuple, str] = {}
+_SERIES_CACHE: dict[Values, str] = {}
 
 
-def _series(tag_values: tuple) -> str:
+def _series(tag_values: Values) -> str:
     """The line's series prefix ('measurement,tag=value,...') for tag values in sorted tag order; cached."""
     measurement_key, tags, _ = _line_plan()
     head = ",".join(
@@ -140,7 +144,7 @@ def _series(tag_values: tuple) -> str:
     return head
 
 
-def to_line_protocol(sample: dict) -> str:
+def to_line_protocol(sample: dict[str, Any]) -> str:
     """InfluxDB line protocol: tags sorted by key, fields in schema order, ns time.
 
     On every sample's path (agents, replay of millions): the series prefix is cached per tag values.
@@ -148,7 +152,7 @@ def to_line_protocol(sample: dict) -> str:
     _, tags, plan = _line_plan()
     tag_values = tuple(sample.get(t) for t in tags)
     head = _SERIES_CACHE.get(tag_values) or _series(tag_values)
-    parts = []
+    parts: list[str] = []
     get = sample.get
     for name, key, typ in plan:
         value = get(name)
@@ -165,7 +169,7 @@ def to_line_protocol(sample: dict) -> str:
     return f"{head} {','.join(parts)} {time_ns(sample['time'])}"
 
 
-def _getter(positions: list[int]) -> Callable[[tuple], tuple]:
+def _getter(positions: list[int]) -> Callable[[Values], Values]:
     """itemgetter that always returns a tuple (itemgetter(i) alone returns the item)."""
     if len(positions) == 1:
         (i,) = positions
@@ -179,8 +183,12 @@ _FIELD_FORMAT = {int: "%di", float: "%r", str: '"%s"'}  # how to_line_protocol w
 PY_TYPES = {"string": (str,), "integer": (int,), "number": (float, int), "boolean": (bool,)}
 
 
-def _no_integers(values: tuple) -> tuple:
+def _no_integers(values: Values) -> Values:
     return (0,)
+
+
+def _not_fast(values: Values) -> Values:
+    raise ValueError("not a fast layout: its samples are encoded by to_line_protocol()")
 
 
 @dataclass(frozen=True)
@@ -201,16 +209,16 @@ class Layout:
 
     conforms: bool
     fast: bool
-    integers: Callable[[tuple], tuple] = _no_integers
-    tags: Callable[[tuple], tuple] | None = None
-    fields: Callable[[tuple], tuple] | None = None
-    booleans: Callable[[tuple], tuple] | None = None
-    formats: dict[tuple, str] | None = None  # the fields' format, by the booleans' values
-    enums: Callable[[tuple], tuple] | None = None  # the values of the enumerated fields present
-    allowed: frozenset = frozenset()  # every allowed combination of those values
-    patterned: Callable[[tuple], bool] | None = None  # whether the strings with a pattern match it
+    integers: Callable[[Values], Values] = _no_integers
+    tags: Callable[[Values], Values] = _not_fast
+    fields: Callable[[Values], Values] = _not_fast
+    booleans: Callable[[Values], Values] | None = None
+    formats: dict[Values, str] = field(default_factory=dict)  # the fields' format, by the booleans' values
+    enums: Callable[[Values], Values] | None = None  # the values of the enumerated fields present
+    allowed: frozenset[Values] = frozenset()  # every allowed combination of those values
+    patterned: Callable[[Values], bool] | None = None  # whether the strings with a pattern match it
 
-    def line(self, values: tuple, time_ns_: int) -> str:
+    def line(self, values: Values, time_ns_: int) -> str:
         """The sample's line protocol with its newline; only for a fast layout (see the class)."""
         tag_values = self.tags(values)
         head = _SERIES_CACHE.get(tag_values) or _series(tag_values)
@@ -218,12 +226,12 @@ class Layout:
         return f"{head} {fmt % self.fields(values)} {time_ns_}\n"
 
 
-def _pattern_check(patterned: list[tuple[int, Field]]) -> Callable[[tuple], bool]:
+def _pattern_check(patterned: list[tuple[int, Field]]) -> Callable[[Values], bool]:
     """Whether the values at these positions match their fields' patterns. A run file repeats a
     handful of roles millions of times: the values found good are remembered (a few thousand)."""
     good: set[tuple[int, str]] = set()
 
-    def check(values: tuple) -> bool:
+    def check(values: Values) -> bool:
         for i, f in patterned:
             if (i, values[i]) not in good:
                 if not f.matches(values[i]):
@@ -274,7 +282,7 @@ def layout(keys: tuple[str, ...], types: tuple[type, ...]) -> Layout:
         return Layout(True, False, integers, **value_checks)
     present = [(name, key, typ) for name, key, typ in plan if name in position]
     bools = [name for name, _, typ in present if typ == "boolean"]
-    formats = {}
+    formats: dict[Values, str] = {}
     for values in itertools.product((False, True), repeat=len(bools)):
         given = dict(zip(bools, values, strict=False))
         formats[values] = ",".join(
@@ -295,12 +303,12 @@ def layout(keys: tuple[str, ...], types: tuple[type, ...]) -> Layout:
     )
 
 
-def to_json(sample: dict) -> str:
+def to_json(sample: dict[str, Any]) -> str:
     """The JSON document (what Elasticsearch stores): the sample's fields in schema order."""
     return _to_json(sample, fields())
 
 
-def document_id(sample: dict) -> str:
+def document_id(sample: dict[str, Any]) -> str:
     """Deterministic Elasticsearch _id: re-sending a sample overwrites it instead of duplicating it."""
     return f"{sample['run_id']}/{sample['agent']}/{sample['node_id']}/{sample['seq']}"
 

@@ -75,6 +75,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from . import SERVICES, Stack, StackError
+    from .elastalert import ElastAlert
 
     ports = {name: port for name in SERVICES if (port := getattr(args, f"port_{name}", None))}
     options = {"elastalert": {"webhook": args.alert_webhook, "rules_dirs": [Path(d) for d in args.alert_rules]}}
@@ -94,7 +95,9 @@ def main(args: argparse.Namespace) -> int:
         elif args.action == "down":
             stack.down()
         elif args.action == "alerts":
-            return _alerts(stack["elastalert"].alerts_log, args)
+            elastalert = stack["elastalert"]
+            assert isinstance(elastalert, ElastAlert)  # SERVICES["elastalert"]
+            return _alerts(elastalert.alerts_log, args)
         else:
             rows = stack.status()
             if args.json:

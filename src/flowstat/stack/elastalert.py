@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from importlib.resources import files
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import requests
@@ -325,7 +325,12 @@ class ElastAlert(Service):
                 f"elastalert: {' '.join(command)}: the rule name and the cache folder must not "
                 f"hold %, {{ or }} (ElastAlert fills in match fields there)"
             )
-        added = {"alert": ["command"], "command": command, "pipe_match_json": True, "fail_on_non_zero_exit": True}
+        added: dict[str, Any] = {
+            "alert": ["command"],
+            "command": command,
+            "pipe_match_json": True,
+            "fail_on_non_zero_exit": True,
+        }
         webhook = self.options.get("webhook")
         if webhook:
             added["alert"].append("post2")

@@ -339,9 +339,9 @@ class Elasticsearch(Service):
             env=env,
             input=password,
         )
-        salt = os.urandom(16)
+        new_salt = os.urandom(16)
         stamp.touch(mode=0o600)
-        stamp.write_text(f"{salt.hex()}:{_digest(password, salt)}")
+        stamp.write_text(f"{new_salt.hex()}:{_digest(password, new_salt)}")
 
     def java_home(self) -> str:
         for home in (os.environ.get("ES_JAVA_HOME"), *JAVA_HOMES):

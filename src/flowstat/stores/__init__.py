@@ -10,6 +10,8 @@ server of the same name.
 
 from __future__ import annotations
 
+import argparse
+
 from ._auth import CREDENTIALS_VAR, CredentialsError, StoreAuth, read_credentials_file, refuse_secrets_in_url
 from ._base import BatchEncoder, Outcome, RetryPolicy, StoreAuthError, StoreDown, Writer, register
 from ._process import WriterProcess
@@ -37,7 +39,7 @@ __all__ = [
 ]
 
 
-def add_credentials_option(parser) -> None:
+def add_credentials_option(parser: argparse.ArgumentParser) -> None:
     """The --credentials FILE option of every command that talks to a store."""
     parser.add_argument(
         "--credentials",

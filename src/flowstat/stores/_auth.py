@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -62,7 +62,7 @@ def read_credentials_file(path: str) -> dict[str, str]:
         return _lines(f, path)
 
 
-def _lines(f, path: str) -> dict[str, str]:
+def _lines(f: Iterable[str], path: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for number, raw in enumerate(f, 1):
         line = raw.strip(" \t\r\n")

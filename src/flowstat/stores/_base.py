@@ -27,12 +27,14 @@ import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 from urllib.parse import urlsplit
 
 import requests
 
 from ._auth import StoreAuth, refuse_secrets_in_url
+
+Encoded = TypeVar("Encoded", str, bytes)  # a sample as an encoder takes it: its line protocol, its JSON document
 
 MAX_REASONS = 5  # refusal reasons kept per outcome: enough to say why, bounded for huge batches
 
@@ -88,14 +90,14 @@ def status_is_down(status: int) -> bool:
     return status in (408, 429) or not (200 <= status < 300 or 400 <= status < 500)
 
 
-class BatchEncoder:
+class BatchEncoder(Generic[Encoded]):
     """Builds request bodies from batches of samples already encoded the way the store wants them
     (replay, millions of samples: its hot loop encodes each sample once, in one of the schema's two
     encodings, and a store's encoder then puts a batch together in one call)."""
 
     wants: ClassVar[str]  # "line": InfluxDB line protocol lines; "json": JSON documents and their ids
 
-    def encode(self, encoded: list, ids: list[str], stamps: list[int]) -> bytes:
+    def encode(self, encoded: list[Encoded], ids: list[str], stamps: list[int]) -> bytes:
         """A body from the batch: ``encoded`` holds each sample's line protocol (str, with its
         newline) or JSON document (bytes, without), as ``wants`` says; ``ids`` their
         schema.document_id and ``stamps`` their times (ns) when some store wants JSON, else both
@@ -108,7 +110,7 @@ class Writer:
     (a database, an index). Subclasses fill in the class attributes and the methods marked."""
 
     name: ClassVar[str]  # registry name; also the agents' sink scheme (influxdb://HOST:PORT/TARGET)
-    title: ClassVar[str]  # for people: "InfluxDB"
+    title: str  # for people: "InfluxDB" (an instance may say more: a line protocol endpoint)
     default_port: ClassVar[int]
     target_kind: ClassVar[str]  # "database", "index"
     default_target: ClassVar[str]
@@ -146,19 +148,19 @@ class Writer:
         self.retries = 0  # attempts that failed and were tried again (by write())
 
     # -- to implement ---------------------------------------------------------------------------
-    def encode(self, samples: Iterable[dict]) -> bytes:
+    def encode(self, samples: Iterable[dict[str, Any]]) -> bytes:
         """A request body holding these samples."""
         raise NotImplementedError
 
-    def encoder(self) -> BatchEncoder:
+    def encoder(self) -> BatchEncoder[Any]:
         """A BatchEncoder writing the same bytes as encode()."""
         raise NotImplementedError
 
-    def encode_run(self, doc: dict) -> bytes:
+    def encode_run(self, doc: dict[str, Any]) -> bytes:
         """A request body holding one run document (run.schema.json)."""
         raise NotImplementedError
 
-    def encode_self_samples(self, docs: Iterable[dict]) -> bytes:
+    def encode_self_samples(self, docs: Iterable[dict[str, Any]]) -> bytes:
         """A request body holding agents' self-samples (agent.schema.json)."""
         raise NotImplementedError
 
@@ -189,7 +191,7 @@ class Writer:
         body: bytes | None = None,
         content_type: str | None = None,
         action: Callable[[], str] | str | None = None,
-        **kw,
+        **kw: Any,
     ) -> requests.Response:
         """One request; StoreDown for no answer or a "not now" status, StoreAuthError when the store
         will not have us (``action``: what we asked, for its message: "write flowstat-samples-..."),
@@ -311,7 +313,7 @@ def _reason(resp: requests.Response) -> str:
     return error_reason(error, resp.text or f"HTTP {resp.status_code}")
 
 
-def error_reason(error, fallback: str = "") -> str:
+def error_reason(error: object, fallback: str = "") -> str:
     """Elasticsearch's error.reason (with additional_unsuccessful_credentials, where an expired API
     key is told), InfluxDB's error; else the fallback. On one line; whole (redact, then cut)."""
     if isinstance(error, dict):

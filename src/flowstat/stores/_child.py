@@ -9,7 +9,7 @@ import signal
 import sys
 
 from ._base import MAX_REASONS, RetryPolicy, StoreDown
-from ._process import FRAME
+from ._process import FRAME, Result
 from ._registry import get
 
 
@@ -19,8 +19,8 @@ def serve(store: str, url: str, target: str, give_up_s: str) -> int:
     policy = RetryPolicy(give_up_s=float(give_up_s))
     writer = get(store)(url, target)
     read = sys.stdin.buffer.read
-    total = {"accepted": 0, "refused": 0, "reasons": []}
-    error = None
+    total: Result = {"accepted": 0, "refused": 0, "reasons": []}
+    error: str | None = None
     while (head := read(FRAME.size)) and len(head) == FRAME.size:
         size, count = FRAME.unpack(head)
         if size == 0:

@@ -16,12 +16,22 @@ import select
 import struct
 import subprocess
 import sys
+from typing import TypedDict
 
 from ._base import RetryPolicy
 from ._registry import get
 
 FRAME = struct.Struct("<QQ")  # a batch: its length and item count, then its bytes; length 0 ends
 CHILD = f"{__package__}._child"  # a module the package does not import: -m runs it fresh
+
+
+class Result(TypedDict, total=False):
+    """The child's answer: what the store accepted and refused (and why), or the error that stopped it."""
+
+    accepted: int
+    refused: int
+    reasons: list[str]
+    error: str
 
 
 class WriterProcess:
@@ -34,11 +44,20 @@ class WriterProcess:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
-        self.result: dict | None = None
+        assert self.proc.stdin is not None and self.proc.stdout is not None  # both are pipes
+        self._stdin, self._stdout = self.proc.stdin, self.proc.stdout
+        self.result: Result | None = None
 
-    def _collect(self, wait: bool = True) -> dict | None:
-        if self.result is None and (wait or select.select([self.proc.stdout], [], [], 0)[0]):
-            line = self.proc.stdout.readline()
+    def _poll(self) -> Result | None:
+        """The child's answer if it has come (it has stopped), without waiting."""
+        if self.result is None and select.select([self._stdout], [], [], 0)[0]:
+            return self._collect()
+        return self.result
+
+    def _collect(self) -> Result:
+        """The child's answer, waiting for it (its exit code when it ended without one)."""
+        if self.result is None:
+            line = self._stdout.readline()
             try:
                 self.result = json.loads(line)
             except ValueError:
@@ -51,30 +70,30 @@ class WriterProcess:
     def put(self, body: bytes, count: int) -> None:
         """Hand a batch over (blocks while the child still writes the ones before). Raises
         RuntimeError with the child's error once it has stopped."""
-        early = self._collect(wait=False)
+        early = self._poll()
         if early is None:
             try:
-                self.proc.stdin.write(FRAME.pack(len(body), count) + body)
+                self._stdin.write(FRAME.pack(len(body), count) + body)
                 return
             except (BrokenPipeError, OSError):
                 early = self._collect()
         raise RuntimeError(early.get("error") or f"the process writing to {self.title} ended")
 
-    def close(self, abort: bool = False) -> dict:
+    def close(self, abort: bool = False) -> Result:
         """Wait until every batch handed over is written (or, aborting, stop at once). Returns
         {"accepted", "refused", "reasons"} or {"error"}."""
         if abort:
             self.proc.kill()
-            result = {"error": "aborted"}
+            result: Result = {"error": "aborted"}
         else:
             try:
-                self.proc.stdin.write(FRAME.pack(0, 0))
-                self.proc.stdin.close()
+                self._stdin.write(FRAME.pack(0, 0))
+                self._stdin.close()
             except (BrokenPipeError, OSError):
                 pass
             result = self._collect()
         self.proc.wait()
-        for pipe in (self.proc.stdin, self.proc.stdout):
+        for pipe in (self._stdin, self._stdout):
             try:
                 pipe.close()
             except (BrokenPipeError, OSError):

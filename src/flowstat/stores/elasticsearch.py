@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import date
+from typing import Any
 
 import orjson
 
@@ -59,7 +60,7 @@ def _action(index: str, doc_id: str) -> bytes:
     return b'{"index":{"_index":' + orjson.dumps(index) + b',"_id":' + orjson.dumps(doc_id) + b"}}\n"
 
 
-class _BulkEncoder(BatchEncoder):
+class _BulkEncoder(BatchEncoder[bytes]):
     wants = "json"
 
     def __init__(self, index: str) -> None:
@@ -71,7 +72,7 @@ class _BulkEncoder(BatchEncoder):
             self.heads[day] = b'{"index":{"_index":' + orjson.dumps(f"{self.index}-{_day(day)}") + b',"_id":%s}}\n'
         return self.heads[day]
 
-    def encode(self, encoded: list, ids: list[str], stamps: list[int]) -> bytes:
+    def encode(self, encoded: list[bytes], ids: list[str], stamps: list[int]) -> bytes:
         head, dumps = self.head, orjson.dumps
         return b"".join(
             [head(ns // _DAY_NS) % dumps(i) + doc + b"\n" for i, doc, ns in zip(ids, encoded, stamps, strict=False)]
@@ -81,12 +82,13 @@ class _BulkEncoder(BatchEncoder):
 def _first_index(body: bytes) -> str:
     """The index of a _bulk body's first action (what a 403 to the batch refused)."""
     try:
-        return next(iter(orjson.loads(body[: body.index(b"\n")]).values()))["_index"]
+        index: str = next(iter(orjson.loads(body[: body.index(b"\n")]).values()))["_index"]
     except (ValueError, KeyError, StopIteration, TypeError, AttributeError):
         return ""
+    return index
 
 
-def bulk_outcome(body: bytes, answer: dict) -> Outcome:
+def bulk_outcome(body: bytes, answer: dict[str, Any]) -> Outcome:
     """What a ``_bulk`` answer with ``errors: true`` says about each document of ``body`` (an
     action line and a document line per item, as this module writes them): taken (2xx), to send
     again (429, 5xx, no status at all, and 403: the user may not write that index, which other
@@ -134,7 +136,7 @@ class Elasticsearch(Writer):
     auth_prefix = "FLOWSTAT_ES"
     auth_key = ("API_KEY", "ApiKey")
 
-    def encode(self, samples: Iterable[dict]) -> bytes:
+    def encode(self, samples: Iterable[dict[str, Any]]) -> bytes:
         return b"".join(
             _action(daily_index(self.target, sample_schema.time_ns(s["time"])), sample_schema.document_id(s))
             + sample_schema.to_json(s).encode()
@@ -142,13 +144,13 @@ class Elasticsearch(Writer):
             for s in samples
         )
 
-    def encoder(self) -> BatchEncoder:
+    def encoder(self) -> BatchEncoder[Any]:
         return _BulkEncoder(self.target)
 
-    def encode_run(self, doc: dict) -> bytes:
+    def encode_run(self, doc: dict[str, Any]) -> bytes:
         return _action(RUNS_INDEX, doc["run_id"]) + orjson.dumps(doc) + b"\n"
 
-    def encode_self_samples(self, docs: Iterable[dict]) -> bytes:
+    def encode_self_samples(self, docs: Iterable[dict[str, Any]]) -> bytes:
         return b"".join(
             _action(daily_index(AGENTS_INDEX, sample_schema.time_ns(d["time"])), agent_schema.document_id(d))
             + agent_schema.to_json(d).encode()
@@ -183,9 +185,9 @@ class Elasticsearch(Writer):
     def install(self) -> list[str]:
         """PUT every template (idempotent); the lifecycle policy only where the server has ILM."""
         files = templates()
-        done = []
+        done: list[str] = []
 
-        def put(path: str, body: dict) -> None:
+        def put(path: str, body: dict[str, Any]) -> None:
             resp = self._http("PUT", f"{self.url}/{path}", json.dumps(body).encode(), "application/json")
             if resp.status_code >= 300:
                 raise RuntimeError(f"elasticsearch {path}: HTTP {resp.status_code}: {resp.text[:300]}")
@@ -215,7 +217,7 @@ class Elasticsearch(Writer):
         flowstat-agents: one index for all days) into the daily indices this version writes, each
         under its own id, then delete the old index. Safe to interrupt and run again: a document
         copied twice overwrites itself. Returns what was done."""
-        done = []
+        done: list[str] = []
         for legacy in (SAMPLES_INDEX, AGENTS_INDEX):
             resp = self._http("GET", f"{self.url}/{legacy}/_count")
             if resp.status_code == 404:
@@ -249,7 +251,7 @@ class Elasticsearch(Writer):
             done.append(f"{legacy}: {total} documents moved to daily indices {legacy}-YYYY.MM.DD")
         return done
 
-    def _scroll(self, index: str, page: int):
+    def _scroll(self, index: str, page: int) -> Iterator[list[dict[str, Any]]]:
         """Every document of ``index``, a page at a time (the scroll API: no sort needed, none missed)."""
         resp = self._http(
             "POST",
@@ -277,11 +279,11 @@ class Elasticsearch(Writer):
                     "application/json",
                 )
 
-    def _upgrade_indices(self, files: dict) -> list[str]:
+    def _upgrade_indices(self, files: dict[str, Any]) -> list[str]:
         """A template shapes only the indices created after it: indices made by an older flowstat get
         its new fields too (a strict mapping would refuse a document holding one). A field whose type
         changed cannot be; that index is named, for the person to reindex or delete it."""
-        done = []
+        done: list[str] = []
         for index in UPGRADED:
             body = json.dumps(files[f"mapping-{index}.json"]).encode()
             resp = self._http("PUT", f"{self.url}/{index}*/_mapping", body, "application/json")
@@ -301,12 +303,12 @@ class Elasticsearch(Writer):
         return {name: json.dumps(doc, indent=2) + "\n" for name, doc in templates().items()}
 
 
-def mapping(props: dict) -> dict:
+def mapping(props: dict[str, Any]) -> dict[str, Any]:
     """An explicit Elasticsearch mapping of a schema's properties: keyword for strings, date for
     date-times, long/double/boolean as the schema says, objects field by field; an array maps as
     its items do (an array of objects as one object: not nested, its items' fields are searched
     together)."""
-    out = {}
+    out: dict[str, Any] = {}
     for name, p in props.items():
         leaf = p["items"] if p["type"] == "array" else p
         if leaf["type"] == "object":
@@ -316,14 +318,14 @@ def mapping(props: dict) -> dict:
     return out
 
 
-def templates() -> dict[str, dict]:
+def templates() -> dict[str, dict[str, Any]]:
     """Every template, by file name. Mappings are strict: a field outside the schema is refused
     rather than guessed."""
     # one replica once a second node is there (docker-compose.es-cluster.yml), none on a single node
-    settings = {
+    settings: dict[str, Any] = {
         "template": {"settings": {"number_of_shards": 1, "auto_expand_replicas": "0-1", "refresh_interval": "1s"}}
     }
-    mappings = {
+    mappings: dict[str, dict[str, Any]] = {
         name: {"dynamic": "strict", "properties": mapping(module.schema()["properties"])}
         for name, module in (("sample", sample_schema), ("run", run_schema), ("agent", agent_schema))
     }

@@ -5,21 +5,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import Any
 
 from flowstat.schema import agent as agent_schema
 from flowstat.schema import run as run_schema
 from flowstat.schema import sample as sample_schema
 
+from ._auth import StoreAuth
 from ._base import BatchEncoder, Outcome, Writer, register
 
 DATABASE = "flowstat"
 _DROPPED = re.compile(r"dropped=(\d+)")
 
 
-class _LineEncoder(BatchEncoder):
+class _LineEncoder(BatchEncoder[str]):
     wants = "line"
 
-    def encode(self, encoded: list, ids: list[str], stamps: list[int]) -> bytes:
+    def encode(self, encoded: list[str], ids: list[str], stamps: list[int]) -> bytes:
         return "".join(encoded).encode()
 
 
@@ -44,9 +46,9 @@ class InfluxDB(Writer):
         *,
         endpoint: str | None = None,
         timeout_s: float = 60.0,
-        auth=None,
+        auth: StoreAuth | None = None,
         shown_url: str | None = None,
-    ):
+    ) -> None:
         """``endpoint``: post to this URL as it is instead of URL/write?db=TARGET (an InfluxDB-compatible
         listener, such as Telegraf's influxdb_listener)."""
         super().__init__(url, target, timeout_s=timeout_s, auth=auth, shown_url=shown_url)
@@ -55,16 +57,16 @@ class InfluxDB(Writer):
         self.endpoint = endpoint or f"{self.url}/write"
         self.params = None if endpoint else {"db": self.target, "precision": "ns"}
 
-    def encode(self, samples: Iterable[dict]) -> bytes:
+    def encode(self, samples: Iterable[dict[str, Any]]) -> bytes:
         return "".join(sample_schema.to_line_protocol(s) + "\n" for s in samples).encode()
 
-    def encoder(self) -> BatchEncoder:
+    def encoder(self) -> BatchEncoder[Any]:
         return _LineEncoder()
 
-    def encode_run(self, doc: dict) -> bytes:
+    def encode_run(self, doc: dict[str, Any]) -> bytes:
         return (run_schema.to_line_protocol(doc) + "\n").encode()
 
-    def encode_self_samples(self, docs: Iterable[dict]) -> bytes:
+    def encode_self_samples(self, docs: Iterable[dict[str, Any]]) -> bytes:
         return "".join(agent_schema.to_line_protocol(d) + "\n" for d in docs).encode()
 
     def post(self, body: bytes, count: int) -> Outcome:
@@ -87,7 +89,7 @@ class InfluxDB(Writer):
         return Outcome(refused=count, reasons=[why])
 
     # -- set-up ---------------------------------------------------------------------------------
-    def query(self, statement: str, db: str | None = None) -> dict:
+    def query(self, statement: str, db: str | None = None) -> dict[str, Any]:
         """Run an InfluxQL statement (times in ns), in database ``db`` if given; an error answer
         raises RuntimeError naming the statement."""
         params = {"q": statement, "epoch": "ns", **({"db": db} if db else {})}
@@ -106,11 +108,11 @@ class InfluxDB(Writer):
     def install(self) -> list[str]:
         """Create the database and retention policies; (re)create the continuous queries so that their
         definitions follow this version."""
-        existing = set()
+        existing: set[str] = set()
         for series in self.query("SHOW CONTINUOUS QUERIES")["results"][0].get("series", []):
             if series.get("name") == self.target:
                 existing |= {row[0] for row in series.get("values", [])}
-        done = []
+        done: list[str] = []
         for statement in statements(self.target):
             if statement.startswith("CREATE CONTINUOUS QUERY"):
                 name = statement.split('"')[1]
@@ -162,7 +164,7 @@ def rollup_queries(db: str = DATABASE, where: str = "") -> list[tuple[str, str, 
     where = f" WHERE {where}" if where else ""
     totals = ", ".join(f'sum("mean_{f}") AS "{f}"' for f in rollup_fields())
     node = sample_schema.measurement()
-    out = []
+    out: list[tuple[str, str, str]] = []
     for every, resample in ROLLUP_BUCKETS:
         out.append(
             (

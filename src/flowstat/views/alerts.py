@@ -12,6 +12,7 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 
@@ -241,7 +242,8 @@ def _picked(q: Quantity, c: Columns) -> tuple[np.ndarray, np.ndarray]:
     col = c.fields.get(q.field)
     if col is None:
         return np.empty(0), np.empty(0)
-    keep = ~np.isnan(col) if col.dtype != object else np.not_equal(col, None)
+    # (numpy's stubs take no None as an operand, which an object array compares with as with any value)
+    keep = ~np.isnan(col) if col.dtype != object else np.not_equal(col, None)  # type: ignore[call-overload]
     for k, v in q.where:
         keep &= _equal(c, k, v)
     if q.any_of:
@@ -359,6 +361,13 @@ def _spans(alert: Alert, key: tuple, ends: np.ndarray, holds: np.ndarray) -> lis
     return out
 
 
+def _as_columns(samples: Sequence[dict[str, Any]] | Sequence[Columns], source: str) -> list[Columns]:
+    """Series of arrays as given, or made from sample documents (all of one kind, as the first)."""
+    if not samples or isinstance(samples[0], Columns):
+        return list(cast("Sequence[Columns]", samples))
+    return columns(cast("Sequence[dict[str, Any]]", samples), source)
+
+
 def evaluate(
     node_samples: Sequence[dict] | Sequence[Columns],
     self_samples: Sequence[dict] | Sequence[Columns] = (),
@@ -370,7 +379,7 @@ def evaluate(
     window past the last, as Grafana evaluates a rule group; a span starts once its condition has
     held for the alert's ``for``. In the order of ALERTS, then of their start."""
     given = {NODE: node_samples, AGENT: self_samples}
-    parts = {src: list(s) if not s or isinstance(s[0], Columns) else columns(s, src) for src, s in given.items()}
+    parts = {src: _as_columns(s, src) for src, s in given.items()}
     spans: list[Span] = []
     for alert in ALERTS:
         series = [c for c in parts[alert.source] if len(c.t)]

@@ -110,7 +110,8 @@ def rule(alert: Alert) -> dict:
 
 def _text(alert: Alert) -> tuple[str, list[str]]:
     """The summary with each {{ $labels.X }} turned into ElastAlert's {N} and its argument X."""
-    text, args = alert.summary, []
+    text = alert.summary
+    args: list[str] = []
     while "{{ $labels." in text:
         head, rest = text.split("{{ $labels.", 1)
         name, tail = rest.split(" }}", 1)

@@ -15,6 +15,7 @@ import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import requests
 
@@ -170,7 +171,7 @@ def metric_value(col: dict, agg: dict | None, bucket: dict):
     return bucket["value"]
 
 
-def source_value(doc: dict, path: str):
+def source_value(doc: Any, path: str) -> Any:
     for key in path.split("."):
         doc = doc.get(key) if isinstance(doc, dict) else None
     return doc

@@ -321,7 +321,8 @@ def _formula(layer: _Layer, key: str, m: Metric, label: str) -> str:
         for i, p in enumerate(paths)
     ]
     texts = [f"{op}({p})" for p in paths]
-    text, ast = texts[0], parts[0]
+    text = texts[0]
+    ast: str | dict[str, Any] = parts[0]  # a part's column id, or a math expression over parts
     if m.minus:
         text = f"{texts[0]} - {texts[1]}"
         ast = _math(parts[0], "subtract", parts[1], text)
@@ -616,7 +617,8 @@ def _height(panel: Panel) -> int:
 def dashboard(view: View) -> dict:
     """Panels in the view's order, rows one after another (Kibana has no row headers): a panel's
     width doubled onto Kibana's 48 columns."""
-    panels, references = [], []
+    panels: list[dict[str, Any]] = []
+    references: list[dict[str, str]] = []
     y, x, height = 0, 0, 0
     for row in view.rows:
         for panel in row.panels:

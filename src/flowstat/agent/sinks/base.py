@@ -9,6 +9,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterable
+from types import EllipsisType
 from typing import ClassVar
 from urllib.parse import SplitResult
 
@@ -51,7 +52,7 @@ class SinkURLError(ValueError):
 class Sink:
     """One destination. ``encode`` turns samples into the bytes ``send`` delivers in one go."""
 
-    scheme: ClassVar[str] = ""
+    scheme: str = ""  # a store sink's instance names its store (influxdb, elasticsearch)
     format = "line"  # line (InfluxDB line protocol) or json (one JSON document a line)
     reliable: ClassVar[bool] = True  # a successful send means the data arrived (not so for UDP)
     spooled: ClassVar[bool] = True  # kept on disk while down (not stdout: it is never "down" for long)
@@ -284,6 +285,7 @@ class SinkRunner(threading.Thread):
     def _deliver(self) -> None:
         while True:
             wait = max(0.0, self.next_retry - time.monotonic()) if self._waiting() else None
+            item: tuple[bytes, int] | EllipsisType | None  # ...: none came in time
             try:
                 item = self.queue.get(timeout=wait)
             except queue.Empty:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from collections.abc import Iterable
@@ -35,7 +36,7 @@ class FileSink(Sink):
     def __init__(self, url: str, path: str):
         super().__init__(url)
         self.path = path
-        self.file = None
+        self.file: io.BufferedWriter | None = None
 
     @classmethod
     def from_url(cls, url, parts, query):

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 from flowstat import stores
 from flowstat.stores import CredentialsError, Outcome, StoreDown
+from flowstat.stores.influxdb import InfluxDB
 
 from .base import Sink, SinkDown, SinkRejected, SinkURLError, host_port, register
 
@@ -81,7 +82,7 @@ class HttpLineSink(StoreSink):
         host_port(url, parts, 443 if parts.scheme == "https" else 80)
         try:
             stores.refuse_secrets_in_url(url, "FLOWSTAT_INFLUX", "TOKEN")
-            return cls(url, stores.get("influxdb")(url, endpoint=url, timeout_s=TIMEOUT_S, shown_url=url))
+            return cls(url, InfluxDB(url, endpoint=url, timeout_s=TIMEOUT_S, shown_url=url))
         except CredentialsError as exc:
             raise SinkURLError(str(exc)) from None
 

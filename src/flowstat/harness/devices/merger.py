@@ -22,6 +22,7 @@ import collections
 import logging
 import struct
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -59,8 +60,8 @@ class Merger(Node):
         n = len(self.producers)
         self.required = n  # merge when holding as many objects as producers
         self.merge_cost = MergeCost.from_config(config.get("merge_cost"))
-        self.receive_buffer_size = config["buffer_size"]
-        self.send_buffer_size = config["send_buffer"]
+        self.receive_buffer_size: int = config["buffer_size"]
+        self.send_buffer_size: int = config["send_buffer"]
         self.data = self.ctx.socket(zmq.PULL)
         self.data.setsockopt(zmq.RCVHWM, self.receive_buffer_size)
         if config.get("kernel_buffer_size"):  # before bind: ZeroMQ applies it to each connection it accepts
@@ -79,7 +80,7 @@ class Merger(Node):
         self.bytes_received = 0
         self.objects_merged = 0
         self.merges = 0
-        self.merge_times = collections.deque(maxlen=MERGE_TIME_WINDOW)
+        self.merge_times: collections.deque[float] = collections.deque(maxlen=MERGE_TIME_WINDOW)
         self.merge_time_total_ms = 0.0
         self.entries_merged = 0.0
         self.send_overload_events = 0
@@ -89,7 +90,7 @@ class Merger(Node):
         self.first_receive: float | None = None
         self.last_merge: float | None = None
         self.names_by_key: dict[bytes, bytes] = {}
-        self.latency = LatencyRecorder()
+        self.latency: LatencyRecorder = LatencyRecorder()
         self.sent_stamps: list[float] = []  # t_sent of the objects taken since the clock was last read ...
         self.sent_arrays: list[np.ndarray] = []  # ... one by one, and a run at a time
         # Objects its producers sent that it has not received, as of the last reading of both
@@ -178,11 +179,13 @@ class Merger(Node):
         each_ns = cost.extra_ns(1, self.bytes_received // max(1, self.objects_received), 0)
         return CHUNK if each_ns <= 0 else max(1, min(CHUNK, int(TURN_S * 1e9) // each_ns))
 
-    def receive_batch(self) -> tuple[list, list[int], bool]:
+    def receive_batch(self) -> tuple[list[bytes | Multipart], list[int], bool]:
         """Up to batch_size() messages, the positions of those not of the common length (or saying a
         payload frame follows), and whether the queue is empty. Those are read whole (Multipart) here, while
         the socket can still tell where a message ends: asking it costs more than a message."""
-        recv, length, batch, unusual = self.data.recv, self.reader.common_length, [], []
+        batch: list[bytes | Multipart] = []
+        unusual: list[int] = []
+        recv, length = self.data.recv, self.reader.common_length
         append, flag = batch.append, wire.FLAG_PAYLOAD_FRAME
         for _ in range(self.batch_size()):
             try:
@@ -192,7 +195,8 @@ class Merger(Node):
             if len(buf) != length or buf[6] & flag:
                 unusual.append(len(batch))
                 if self.data.getsockopt(zmq.RCVMORE):
-                    buf = Multipart([buf, *(f.buffer for f in self.data.recv_multipart(copy=False))])
+                    append(Multipart([buf, *(f.buffer for f in self.data.recv_multipart(copy=False))]))
+                    continue
             append(buf)
         return batch, unusual, False
 
@@ -210,7 +214,7 @@ class Merger(Node):
         b = self.reader.parse(msgs, unusual) if len(msgs) >= MIN_BATCH else None
         start = 0
         for i in b.alone if b is not None else range(len(msgs)):
-            if i > start:
+            if b is not None and i > start:  # without a batch (b None) every message is taken alone
                 self.take_run(b, start, i)
             names = len(self.slots)
             msg = msgs[i]
@@ -221,7 +225,7 @@ class Merger(Node):
             start = i + 1
             if len(self.slots) > names:
                 return start
-        if start < len(msgs):
+        if b is not None and start < len(msgs):
             self.take_run(b, start, len(msgs))
         return len(msgs)
 
@@ -278,7 +282,7 @@ class Merger(Node):
         return [(int(positions[i]) if positions is not None else r0 + i, m) for i, m in done]
 
     # -- one message at a time --------------------------------------------------------------------
-    def on_message(self, buf: bytes, more: list = ()) -> None:
+    def on_message(self, buf: bytes, more: Sequence[bytes | memoryview] = ()) -> None:
         """Take one object (``more``: its frames after the first). The common case (an inline object
         of a known name from a known producer) is kept short."""
         try:
@@ -322,7 +326,7 @@ class Merger(Node):
         if slot.held >= self.required:
             self.merge_slot(slot)
 
-    def on_unusual_message(self, buf: bytes, more: list = ()) -> None:
+    def on_unusual_message(self, buf: bytes, more: Sequence[bytes | memoryview] = ()) -> None:
         """End-of-stream markers, separate payload frames, new names, and anything malformed."""
         frames = [buf, *more]
         try:

@@ -49,7 +49,7 @@ class Producer(Node):
         self.descs = [make_desc(f"{kind.name}_{i}", kind, tuple(obj["shape"])) for i in range(obj["names"])]
         self.pool = build_pool(self.descs, obj["entries"], seed=config.get("seed", 0))
         self.rate: float = config["rate"]
-        self.send_buffer_size = config["buffer_size"]
+        self.send_buffer_size: int = config["buffer_size"]
         self.channels: list[Channel] = []
         ids, endpoints = config["producers"], config["endpoints"]
         mergers = config.get("mergers") or ["merger"] * len(ids)
@@ -188,7 +188,7 @@ class Producer(Node):
             if ch.pending is not None:
                 poller.register(ch.sock, zmq.POLLOUT)
         timeout_ms = max(0.0, (until - time.monotonic()) * 1000)
-        poller.poll(timeout_ms)
+        poller.poll(int(timeout_ms))  # whole ms, as poll() would cut it
 
     def drain(self) -> None:
         """Send what the buffers refused, then an end-of-stream marker on every channel.

@@ -30,7 +30,7 @@ class Viewer(Node):
     def __init__(self, config: dict[str, Any]):
         super().__init__(config)
         self.n_mergers: int = config["mergers"]
-        self.receive_buffer_size = config.get("buffer_size", 1000)
+        self.receive_buffer_size: int = config.get("buffer_size", 1000)
         self.data = self.ctx.socket(zmq.PULL)
         self.data.setsockopt(zmq.RCVHWM, self.receive_buffer_size)
         self.data_endpoint = self.bind(self.data, config.get("data_port", 0))
@@ -49,8 +49,9 @@ class Viewer(Node):
         self.malformed = 0
         self.files_written = 0
         self.write_errors = 0
-        self.latency = LatencyRecorder()  # of merged objects: from their merger's send to here
+        self.latency: LatencyRecorder = LatencyRecorder()  # of merged objects: from their merger's send to here
         self.sent_stamps: list[float] = []
+        self.next_write: float  # when to write the objects out next (monotonic): set as run() starts
 
     def counters(self) -> dict[str, Any]:
         return {

@@ -181,6 +181,7 @@ class Slot:
         if self.is_tree:
             data = merge(self.desc, [a.reshape(self.desc.shape) for a in self.arrays])
         else:
+            assert self.total is not None, "complete() with no histogram held"
             data = self.total.reshape(self.desc.shape)
         if self.cost is not None and self.is_tree:  # per object and per byte: paid as each was added
             self.cost.spend(0, 0, time.perf_counter_ns() - t0)
@@ -193,7 +194,8 @@ class Slot:
     def encode(self, m: Merged, source: int, seq: int) -> list:
         if not self.is_tree and self.nbytes <= wire.INLINE_LIMIT:  # the rule: patch the header, one copy
             wire.RESTAMP.pack_into(self.merged_header, wire.OFF_SOURCE, source, seq, m.entries, time.time(), m.n_inputs)
-            return [b"".join((self.merged_header, m.data))]
+            # (numpy's stubs give ndarray its __buffer__ from Python 3.12 only: for mypy it is no buffer on 3.11)
+            return [b"".join((self.merged_header, m.data))]  # type: ignore[arg-type]
         # Histograms keep their shape; a merged tree holds the entries of all its inputs.
         if self.is_tree:
             desc, descriptor = dataclasses.replace(self.desc, shape=m.data.shape), None

@@ -33,7 +33,11 @@ def _info_or_local_node(self, *args, **kwargs):
 def main() -> int:
     elasticsearch.Elasticsearch.info = _info_or_local_node
     program = sys.argv[1]
-    found = [e for e in entry_points(group="console_scripts") if e.name == program and e.dist.name == "elastalert2"]
+    found = [
+        e
+        for e in entry_points(group="console_scripts")
+        if e.name == program and e.dist is not None and e.dist.name == "elastalert2"
+    ]
     if not found:
         sys.exit(f"launch.py: {program!r} is not a program of elastalert2")
     sys.argv = [program, *sys.argv[2:]]
