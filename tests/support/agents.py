@@ -267,9 +267,19 @@ class Device:
         self.log.close()
 
 
+class Child(subprocess.Popen):
+    """A child that a `with` block ends: killed at the block's end (Popen's own waits for it to exit,
+    which for a sleeper of 120 s is 120 s of a test doing nothing)."""
+
+    def __exit__(self, *exc):
+        if self.poll() is None:
+            self.kill()
+        return super().__exit__(*exc)
+
+
 def _python_child(code: str) -> subprocess.Popen:
     """A Python process running `code` after it says it has started, returned once it has."""
-    proc = subprocess.Popen(
+    proc = Child(
         [sys.executable, "-c", f"import time\nprint('ready', flush=True)\n{code}"], stdout=subprocess.PIPE, text=True
     )
     assert proc.stdout.readline().strip() == "ready"
