@@ -139,25 +139,31 @@ zmq::socket_t socket(zmq::context_t &ctx, zmq::socket_type type, const Options &
 }
 
 // Read what is queued, up to a batch of 256 at a time: a full batch means input was waiting (the
-// node is behind, or about to be). Each object's wait is told to the node.
+// node is behind, or about to be). The node is told once per cycle: the objects, their bytes, and
+// their send stamps (their waits, the clock read once for all).
 template <typename Take>
 bool read_cycle(zmq::socket_t &in, fs_node *node, Take take) {
     zmq::pollitem_t item{in.handle(), 0, ZMQ_POLLIN, 0};
     if (poll_for(&item, 1, 100) <= 0) return true;
     int taken = 0;
+    uint64_t bytes = 0;
+    std::vector<double> stamps;
     zmq::message_t msg;
-    while (taken < 256 && zmq_msg_recv(msg.handle(), in.handle(), ZMQ_DONTWAIT) >= 0) {
+    bool going = true;
+    while (going && taken < 256 && zmq_msg_recv(msg.handle(), in.handle(), ZMQ_DONTWAIT) >= 0) {
         Header h;
         std::memcpy(&h, msg.data(), sizeof h);
         if (!h.eos) {
-            fs_node_received(node, 1, msg.size());
-            fs_node_latency(node, h.t_sent);
+            stamps.push_back(h.t_sent);
+            bytes += msg.size();
         }
         taken++;
-        if (!take(h, msg)) return false;
+        going = take(h, msg);
     }
+    fs_node_received(node, stamps.size(), bytes);
+    fs_node_latencies(node, stamps.data(), stamps.size());
     fs_node_input_backlog(node, taken == 256);
-    return true;
+    return going;
 }
 
 std::vector<std::string> split(const std::string &list) {

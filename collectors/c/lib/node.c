@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,9 +121,14 @@ static void node_free(fs_node *n)
 
 static fs_node *node_new(const struct fs_node_options *o)
 {
-    fs_node *n = calloc(1, sizeof *n);
+    static atomic_uint_fast64_t serials = 1;
+    fs_node *n = aligned_alloc(_Alignof(fs_node), sizeof *n); /* the shards are cache-line aligned */
     if (!n)
         return NULL;
+    memset(n, 0, sizeof *n);
+    n->serial = atomic_fetch_add(&serials, 1);
+    n->shards[FSN_SHARDS - 1].shared = 1;
+    n->wake_fd = -1;
     int failed = 0;
     n->node_id = copy_or_null(o->node_id, &failed);
     n->role = copy_or_null(o->role ? o->role : "other", &failed);
@@ -294,6 +300,7 @@ FS_API fs_node *fs_node_open(const struct fs_node_options *options, char *why, s
 {
     if (!options_valid(options, why, why_len))
         return NULL;
+    fsn_latency_init();
     fs_node *n = node_new(options);
     if (!n) {
         say(why, why_len, "out of memory");
@@ -316,20 +323,70 @@ FS_API const char *fs_node_endpoint(const fs_node *n)
 
 #define ADD(counter, v) atomic_fetch_add_explicit(&(counter), (v), memory_order_relaxed)
 
+/* The shards this thread counts into, for the last few nodes it told something (most recent first). */
+#define REMEMBERED_SHARDS 4
+static _Thread_local struct {
+    uint64_t serial;
+    struct fsn_shard *shard;
+} my_shards[REMEMBERED_SHARDS] __attribute__((tls_model("initial-exec")));
+
+/* This thread's shard of the node: one it had, or a new one (the shared last one when all are taken). */
+static __attribute__((noinline)) struct fsn_shard *claim_shard(fs_node *n)
+{
+    int k = 1;
+    while (k < REMEMBERED_SHARDS && my_shards[k].serial != n->serial)
+        k++;
+    struct fsn_shard *shard;
+    if (k < REMEMBERED_SHARDS) {
+        shard = my_shards[k].shard;
+    } else {
+        unsigned taken = atomic_fetch_add_explicit(&n->shards_claimed, 1, memory_order_relaxed);
+        shard = &n->shards[taken < FSN_SHARDS - 1 ? taken : FSN_SHARDS - 1];
+        k = REMEMBERED_SHARDS - 1;
+    }
+    memmove(&my_shards[1], &my_shards[0], (size_t)k * sizeof my_shards[0]);
+    my_shards[0].serial = n->serial;
+    my_shards[0].shard = shard;
+    return shard;
+}
+
+static inline struct fsn_shard *my_shard(fs_node *n)
+{
+    return my_shards[0].serial == n->serial ? my_shards[0].shard : claim_shard(n);
+}
+
+static inline void add(_Atomic uint64_t *counter, uint64_t v, int shared)
+{
+    if (shared)
+        atomic_fetch_add_explicit(counter, v, memory_order_relaxed);
+    else /* the only writer: the control thread only reads */
+        atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + v, memory_order_relaxed);
+}
+
+uint64_t fsn_total(const fs_node *n, size_t offset)
+{
+    uint64_t sum = 0;
+    for (int i = 0; i < FSN_SHARDS; i++)
+        sum += atomic_load_explicit((_Atomic uint64_t *)((char *)&n->shards[i] + offset), memory_order_relaxed);
+    return sum;
+}
+
 FS_API void fs_node_received(fs_node *n, uint64_t objects, uint64_t bytes)
 {
     if (!n)
         return;
-    ADD(n->objects_received, objects);
-    ADD(n->bytes_received, bytes);
+    struct fsn_shard *s = my_shard(n);
+    add(&s->objects_received, objects, s->shared);
+    add(&s->bytes_received, bytes, s->shared);
 }
 
 FS_API void fs_node_sent(fs_node *n, uint64_t objects, uint64_t bytes)
 {
     if (!n)
         return;
-    ADD(n->objects_sent, objects);
-    ADD(n->bytes_sent, bytes);
+    struct fsn_shard *s = my_shard(n);
+    add(&s->objects_sent, objects, s->shared);
+    add(&s->bytes_sent, bytes, s->shared);
     if (atomic_load_explicit(&n->send_overloaded, memory_order_relaxed)) /* a read costs less than a write */
         atomic_store_explicit(&n->send_overloaded, 0, memory_order_relaxed);
 }
@@ -373,9 +430,15 @@ FS_API void fs_node_input_backlog(fs_node *n, int backlogged)
 
 FS_API void fs_node_latency(fs_node *n, double sent_unix_s)
 {
-    if (!n || !isfinite(sent_unix_s))
+    fs_node_latencies(n, &sent_unix_s, 1);
+}
+
+FS_API void fs_node_latencies(fs_node *n, const double *sent_unix_s, size_t count)
+{
+    if (!n || count == 0)
         return;
-    fsn_latency_record(&n->latency, fsn_clock(CLOCK_REALTIME) - sent_unix_s);
+    struct fsn_shard *s = my_shard(n);
+    fsn_latency_record(&s->latency, fsn_clock(CLOCK_REALTIME), sent_unix_s, count, s->shared);
 }
 
 FS_API void fs_node_set_state(fs_node *n, enum fs_node_state state)

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -18,7 +19,8 @@
 #include "node_request.h"
 
 #define MAX_CLIENTS 256 /* clients remembered, the least recently asking forgotten first */
-#define POLL_MS 50 /* how soon fs_node_close is heard */
+#define POLL_MS 50 /* how soon fs_node_close is heard when there is no eventfd to wake the thread ... */
+#define WAKE_POLL_MS 1000 /* ... and when there is one, in case writing to it failed */
 #define REQUESTS_PER_TURN 64
 #define MAX_FRAMES 32 /* a request's routing envelope and payload; longer messages are dropped */
 
@@ -79,7 +81,12 @@ static struct client *find_client(struct fsn_control *c, const zmq_msg_t *identi
  * goes to every client's maximum. */
 static void spread_latency_max(fs_node *n, struct fsn_control *c)
 {
-    double recent = fsn_latency_take_max(&n->latency);
+    double recent = 0;
+    for (int i = 0; i < FSN_SHARDS; i++) {
+        double shard_max = fsn_latency_take_max(&n->shards[i].latency);
+        if (shard_max > recent)
+            recent = shard_max;
+    }
     if (recent > c->latency_max)
         c->latency_max = recent;
     for (size_t i = 0; i < MAX_CLIENTS; i++)
@@ -90,7 +97,9 @@ static void spread_latency_max(fs_node *n, struct fsn_control *c)
 static void latency_interval(fs_node *n, struct fsn_control *c, struct client *k, int is_new, struct interval *out)
 {
     spread_latency_max(n, c);
-    fsn_latency_copy(&n->latency, c->counts);
+    memset(c->counts, 0, sizeof c->counts);
+    for (int i = 0; i < FSN_SHARDS; i++)
+        fsn_latency_add_counts(&n->shards[i].latency, c->counts);
     const uint64_t *then = is_new ? NULL : k->latency_then;
     for (int i = 0; i < FSN_LATENCY_BUCKETS; i++)
         c->interval[i] = c->counts[i] - (then ? then[i] : 0);
@@ -189,10 +198,10 @@ static void counters(fs_node *n, struct fsn_control *c, struct fsn_json *j)
     fsn_json_str(j, "run_id", n->run_id);
     fsn_json_num(j, "uptime_s", fsn_clock(CLOCK_MONOTONIC) - n->started_wall, 3);
     fsn_json_uint(j, "control_errors", c->errors);
-    fsn_json_uint(j, "objects_sent", LOAD(n->objects_sent));
-    fsn_json_uint(j, "bytes_sent", LOAD(n->bytes_sent));
-    fsn_json_uint(j, "objects_received", LOAD(n->objects_received));
-    fsn_json_uint(j, "bytes_received", LOAD(n->bytes_received));
+    fsn_json_uint(j, "objects_sent", FSN_TOTAL(n, objects_sent));
+    fsn_json_uint(j, "bytes_sent", FSN_TOTAL(n, bytes_sent));
+    fsn_json_uint(j, "objects_received", FSN_TOTAL(n, objects_received));
+    fsn_json_uint(j, "bytes_received", FSN_TOTAL(n, bytes_received));
     fsn_json_uint(j, "objects_merged", LOAD(n->objects_merged));
     fsn_json_uint(j, "merges", LOAD(n->merges));
     fsn_json_uint(j, "send_overload_events", LOAD(n->send_overload_events));
@@ -346,8 +355,9 @@ static void *control_thread(void *arg)
     fs_node *n = arg;
     struct message m;
     while (!atomic_load_explicit(&n->quit, memory_order_acquire)) {
-        zmq_pollitem_t item = {.socket = n->router, .events = ZMQ_POLLIN};
-        if (zmq_poll(&item, 1, POLL_MS) < 0) {
+        zmq_pollitem_t items[2] = {{.socket = n->router, .events = ZMQ_POLLIN},
+                                   {.fd = n->wake_fd, .events = ZMQ_POLLIN}};
+        if (zmq_poll(items, n->wake_fd >= 0 ? 2 : 1, n->wake_fd >= 0 ? WAKE_POLL_MS : POLL_MS) < 0) {
             if (errno == ETERM)
                 break;
             continue; /* EINTR */
@@ -367,6 +377,7 @@ int fsn_control_start(fs_node *n)
         fprintf(stderr, "flowstat-node %s: no memory for the control thread; running unmonitored\n", n->node_id);
         return -1;
     }
+    n->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     /* The node's signals are for its own threads: this one blocks them all. */
     sigset_t all, before;
     sigfillset(&all);
@@ -378,6 +389,9 @@ int fsn_control_start(fs_node *n)
                 strerror(rc));
         free(n->control);
         n->control = NULL;
+        if (n->wake_fd >= 0)
+            close(n->wake_fd);
+        n->wake_fd = -1;
         return -1;
     }
     n->thread_running = 1;
@@ -388,9 +402,16 @@ void fsn_control_stop(fs_node *n)
 {
     if (n->thread_running) {
         atomic_store_explicit(&n->quit, 1, memory_order_release);
+        uint64_t one = 1;
+        if (n->wake_fd >= 0 && write(n->wake_fd, &one, sizeof one) != (ssize_t)sizeof one)
+            fprintf(stderr, "flowstat-node %s: cannot wake the control thread: %s; it stops within %d ms\n", n->node_id,
+                    strerror(errno), WAKE_POLL_MS);
         pthread_join(n->thread, NULL);
         n->thread_running = 0;
     }
+    if (n->wake_fd >= 0)
+        close(n->wake_fd);
+    n->wake_fd = -1;
     if (n->control) {
         for (size_t i = 0; i < MAX_CLIENTS; i++)
             free(n->control->clients[i].latency_then);
