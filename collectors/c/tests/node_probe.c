@@ -6,8 +6,11 @@
  *   state NAME | stop? | start? | endpoint
  *   busy MS                  burn MS ms of CPU
  *   flood MS                 count as fast as it can for MS ms: "ok CALLS"
+ *   threads T N              T threads each tell N times: received 1 object of 2 bytes, sent 1 of
+ *                            3, one latency; then they end
  *   close                    fs_node_close (the process goes on until stdin ends)
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +82,36 @@ static unsigned long long flood(fs_node *node, double ms)
     return calls;
 }
 
+struct counting {
+    fs_node *node;
+    unsigned long long times;
+};
+
+static void *count_in_a_thread(void *arg)
+{
+    const struct counting *c = arg;
+    for (unsigned long long i = 0; i < c->times; i++) {
+        fs_node_received(c->node, 1, 2);
+        fs_node_sent(c->node, 1, 3);
+        fs_node_latency(c->node, now(CLOCK_REALTIME) - 1e-3);
+    }
+    return NULL;
+}
+
+static int count_in_threads(fs_node *node, unsigned long long threads, unsigned long long times)
+{
+    pthread_t ids[64];
+    struct counting c = {node, times};
+    if (threads > 64)
+        return -1;
+    for (unsigned long long t = 0; t < threads; t++)
+        if (pthread_create(&ids[t], NULL, count_in_a_thread, &c) != 0)
+            return -1;
+    for (unsigned long long t = 0; t < threads; t++)
+        pthread_join(ids[t], NULL);
+    return 0;
+}
+
 /* One command; 0, or -1 for one it does not know. */
 static int run(fs_node **node, const char *line)
 {
@@ -112,6 +145,8 @@ static int run(fs_node **node, const char *line)
         burn(x);
     else if (strcmp(word, "flood") == 0 && sscanf(line, "%*s %lf", &x) == 1)
         return printf("ok %llu\n", flood(*node, x)) < 0 ? -1 : 1;
+    else if (strcmp(word, "threads") == 0 && sscanf(line, "%*s %llu %llu", &a, &b) == 2)
+        return count_in_threads(*node, a, b);
     else if (strcmp(word, "close") == 0) {
         fs_node_close(*node);
         *node = NULL;
