@@ -1,0 +1,73 @@
+/* The node as the library's files share it: what the node's threads count (atomics) and what the
+ * control thread owns. */
+#ifndef FLOWSTAT_NODE_INTERNAL_H
+#define FLOWSTAT_NODE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "flowstat/node.h"
+#include "node_latency.h"
+
+#define FSN_MERGE_WINDOW 10 /* average_merge_time covers the last 10 merges (thesis section 4.2.3) */
+#define FSN_SHARDS 8 /* threads that count with plain stores; the ones after them share the last shard */
+#define FSN_DEFAULT_BIND "tcp://127.0.0.1:*"
+
+struct fsn_control; /* the control thread's own state (node_control.c) */
+
+/* What the node tells most often (for each object), counted by one thread into a shard of its own
+ * with plain loads and stores: no locked instruction, no cache line shared with another writer. The
+ * last shard is shared by the threads past the first FSN_SHARDS - 1 (atomic read-modify-writes).
+ * The control thread sums the shards. */
+struct fsn_shard {
+    _Alignas(64) _Atomic uint64_t objects_received;
+    _Atomic uint64_t bytes_received, objects_sent, bytes_sent;
+    int shared;
+    struct fsn_latency latency;
+};
+
+struct fs_node {
+    /* Fixed at open. */
+    char *node_id, *role, *run_id, *bind;
+    long receive_buffer_size, send_buffer_size; /* < 0: none */
+    pid_t pid;
+    double started_wall, started_cpu; /* CLOCK_MONOTONIC and CLOCK_PROCESS_CPUTIME_ID, s */
+    char endpoint[256]; /* "" when unmonitored */
+    char *endpoints_file; /* the announcement, NULL when none */
+
+    /* Told by the node, from any thread: relaxed atomics. */
+    struct fsn_shard shards[FSN_SHARDS];
+    uint64_t serial; /* this node among all the process opened: which shard a thread has, it remembers by it */
+    atomic_uint shards_claimed;
+    _Atomic uint64_t objects_merged, merges, merge_tickets;
+    _Atomic uint64_t merge_ms_bits[FSN_MERGE_WINDOW]; /* the last merges' durations (ms, doubles' bits) */
+    _Atomic uint64_t send_overload_events, receive_overload_events;
+    atomic_int send_overloaded, receive_overloaded;
+    atomic_int state, stop_requested, start_requested;
+
+    /* The control thread. */
+    atomic_int quit;
+    int thread_running;
+    pthread_t thread;
+    int wake_fd; /* an eventfd: close() wakes the control thread with it (-1: it polls every 50 ms) */
+    void *zmq_context, *router;
+    struct fsn_control *control;
+};
+
+double fsn_clock(clockid_t clock);
+/* ISO-8601 UTC with milliseconds ("2026-11-22T10:51:14.123Z") of the wall time now. */
+void fsn_iso_now(char *out, size_t n);
+const char *fsn_state_name(int state);
+/* The sum of one counter over the shards. */
+uint64_t fsn_total(const fs_node *node, size_t offset);
+#define FSN_TOTAL(node, field) fsn_total((node), offsetof(struct fsn_shard, field))
+
+/* Start the control thread on the bound router socket; 0, or -1 (said on stderr). */
+int fsn_control_start(fs_node *node);
+/* Stop it and free what it held (the socket is closed by the caller). */
+void fsn_control_stop(fs_node *node);
+
+#endif
