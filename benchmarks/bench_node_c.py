@@ -35,7 +35,7 @@ import threading
 import time
 from pathlib import Path
 
-from flowstat.harness.control import ControlClient, ControlError
+from flowstat.node.protocol import ControlClient, ControlError
 from flowstat.proc.procfs import cpu_seconds
 
 ROOT = Path(__file__).resolve().parents[1]

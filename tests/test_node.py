@@ -414,3 +414,11 @@ def test_both_agents_see_the_example_pipelines_merges_rates_latency_and_overload
 
 
 STAGES = {"source-0": "producer", "worker-0": "worker", "worker-1": "worker", "merger": "merger", "sink": "sink"}
+
+
+def test_requests_too_deep_or_with_numbers_too_long_for_python_are_refused_not_raised():
+    from flowstat.node.protocol import parse_request
+
+    for payload in (b"[" * 50_000, b'{"command": "check-state", "id": ' + b"9" * 5000 + b"}"):
+        command, request, error = parse_request(payload)
+        assert error is not None and error.startswith("malformed request: not JSON"), error

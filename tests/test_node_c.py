@@ -1,8 +1,8 @@
 """libflowstat-node, the C library that gives a ZeroMQ process flowstat's control channel
 (collectors/c/include/flowstat/node.h), against real processes: node-probe (collectors/c/tests/
 node_probe.c, a node made of library calls told what to do line by line) and the C++ example
-pipeline (examples/cpp-pipeline), asked by flowstat.harness.control.ControlClient. What the node
-is told must come back exact; rates and latencies as harness/control.py and harness/latency.py
+pipeline (examples/cpp-pipeline), asked by flowstat.node.ControlClient. What the node
+is told must come back exact; rates and latencies as flowstat/node/protocol.py and flowstat/node/latency.py
 compute them; refusals worded as parse_request's."""
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 import zmq
 
-from flowstat.harness.control import ControlClient, parse_request
-from flowstat.harness.latency import LatencyRecorder
+from flowstat.node.latency import LatencyRecorder
+from flowstat.node.protocol import ControlClient, parse_request
 from flowstat.schema import endpoints as endpoints_schema
 from support.agents import wait_until
 from support.common import C_BUILD, ROOT
@@ -318,7 +318,7 @@ def test_cpu_clock_is_cpu_time_over_wall_time_since_the_clients_previous_request
 
 
 def python_figures(ages: list[tuple[int, float]]) -> dict:
-    """What harness/latency.py reports for objects of these (count, age) taken now."""
+    """What flowstat/node/latency.py reports for objects of these (count, age) taken now."""
     rec = LatencyRecorder()
     now = time.time()
     rec.record([now - age for count, age in ages for _ in range(count)], now)

@@ -1,4 +1,4 @@
-/* Input latency (flowstat.harness.latency): how long objects waited between being sent and being
+/* Input latency (flowstat.node.latency): how long objects waited between being sent and being
  * taken, in log buckets 2% wide. Each writing thread counts into a histogram of its own (see
  * node_internal.h); the control thread sums copies of them for the figures of an interval. */
 #ifndef FLOWSTAT_NODE_LATENCY_H
@@ -37,7 +37,7 @@ void fsn_latency_record(struct fsn_latency *l, double taken_s, const double *sen
 double fsn_latency_take_max(struct fsn_latency *l);
 /* counts += l's counts. */
 void fsn_latency_add_counts(struct fsn_latency *l, uint64_t *counts);
-/* p50, p99 (bucket middles capped by max_s) and max of counts, as harness/latency.py's _stats. */
+/* p50, p99 (bucket middles capped by max_s) and max of counts, as flowstat/node/latency.py s _stats. */
 void fsn_latency_figures(const uint64_t *counts, double max_s, struct fsn_latency_figures *out);
 
 #endif

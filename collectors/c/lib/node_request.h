@@ -1,5 +1,5 @@
 /* Reading a control request (docs/control-protocol.md): one frame holding one JSON object. The
- * refusals are worded as the harness's (flowstat.harness.control.parse_request): the same checks
+ * refusals are worded as the harness's (flowstat.node.protocol.parse_request): the same checks
  * in the same order, the same texts, Python's json and utf-8 codec messages included, for requests
  * in UTF-8 (Python would also take UTF-16 and UTF-32 ones; here they are refused as not UTF-8). */
 #ifndef FLOWSTAT_NODE_REQUEST_H

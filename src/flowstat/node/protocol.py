@@ -26,7 +26,7 @@ def parse_request(payload: bytes) -> tuple[str | None, dict[str, Any] | None, st
         return None, None, f"request of {len(payload)} bytes exceeds {MAX_REQUEST_BYTES}"
     try:
         request = json.loads(payload)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, nested or a number too deep for Python
         return None, None, f"malformed request: not JSON ({exc})"
     if not isinstance(request, dict):
         return None, None, "malformed request: expected a JSON object"
