@@ -22,6 +22,7 @@ from flowstat.node.announce import file_name
 from flowstat.schema import endpoints
 from support.agents import wait_until
 from support.common import ROOT
+from support.nodes import agent_samples, stop_agent, watching_agent
 from support.user_runs import free_port_block
 
 EXAMPLE = ROOT / "examples" / "python-pipeline" / "pipeline.py"
@@ -220,46 +221,10 @@ def test_the_endpoint_file_names_the_node_and_is_withdrawn_on_a_clean_stop_but_l
 
 
 # -- both agents on a directory -------------------------------------------------------------------------
-def agent_samples(out: Path) -> list[dict]:
-    docs = []
-    for line in out.read_text().splitlines():
-        try:
-            doc = json.loads(line)
-        except ValueError:  # the agent is writing this line
-            continue
-        if "node_id" in doc:
-            docs.append(doc)
-    return docs
-
-
 def start_agent(agent_command, folder: Path, out: Path, *extra: str) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        [
-            *agent_command,
-            "--endpoints-dir",
-            str(folder),
-            "--interval",
-            "0.2",
-            "--rescan",
-            "0.2",
-            "--self-interval",
-            "0",
-            "--sink",
-            "stdout://?format=json",
-            *extra,
-        ],
-        stdout=open(out, "w"),
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = watching_agent(agent_command, folder, out, *extra)
     STARTED.append(proc)
     return proc
-
-
-def stop_agent(agent: subprocess.Popen) -> str:
-    agent.send_signal(signal.SIGTERM)
-    _, err = agent.communicate(timeout=30)
-    return err
 
 
 def test_an_agent_takes_late_nodes_and_reports_a_kill_down_a_clean_stop_stopped(agent_command, tmp_path):

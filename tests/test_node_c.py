@@ -31,6 +31,7 @@ from flowstat.node.protocol import ControlClient, parse_request
 from flowstat.schema import endpoints as endpoints_schema
 from support.agents import wait_until
 from support.common import C_BUILD, ROOT
+from support.nodes import agent_samples, stop_agent, watching_agent
 
 C_DIR = ROOT / "collectors" / "c"
 PROBE = C_BUILD / "node-probe"
@@ -915,3 +916,53 @@ def test_a_full_send_buffer_is_an_overload_episode(pipeline, tmp_path):
         assert r["send_buffer_size"] == 1 and r["send_overload_events"] >= 1
     finally:
         stages.stop()
+
+
+def test_both_agents_watch_the_cpp_pipeline_through_its_endpoints_directory(pipeline, tmp_path, agent_command):
+    """The C++ example, its merges made to cost 2 ms each (one object a merge) and its sink 3 ms an
+    object behind buffers of one message: both agents, given only the directory, sample every stage
+    with its role, merge time, latency and refused sends, and report each STOPPED after SIGTERM."""
+    stages = Stages(pipeline, tmp_path)
+    out = tmp_path / "samples.ndjson"
+    stages.eps.mkdir()
+    agent = watching_agent(agent_command, stages.eps, out)
+    try:
+        at = f"ipc://{tmp_path}/"
+        chain(
+            stages,
+            at,
+            source=("--count", "100000", "--rate", "1000", "--size", "16384"),
+            merger=("--batch", "1", "--merge-cost-us", "2000", "--sndhwm", "1"),
+            sink=("--work-us", "3000", "--rcvhwm", "1"),
+        )
+
+        def merger_samples() -> list[dict]:
+            return [s for s in agent_samples(out) if s["node_id"] == "merger-0" and s["node_state"] == "RUNNING"]
+
+        wait_until(
+            lambda: any(s.get("send_buffer_overloaded") for s in merger_samples())
+            and any(s.get("input_latency_objects") for s in merger_samples()),
+            "the merger sampled overloaded, with latency",
+        )
+    finally:
+        codes = stages.stop()
+    try:
+        wait_until(
+            lambda: {s["node_id"] for s in agent_samples(out) if s["node_state"] == "STOPPED"} >= CPP_STAGES.keys(),
+            "every stage STOPPED",
+        )
+    finally:
+        err = stop_agent(agent)
+    assert codes == [0] * 5, stages.errors
+    samples = agent_samples(out)
+    for node_id, role in CPP_STAGES.items():
+        mine = [s for s in samples if s["node_id"] == node_id]
+        assert mine and {s["role"] for s in mine} == {role}, (node_id, err[-2000:])
+        assert mine[-1]["node_state"] == "STOPPED"
+    merger = [s for s in samples if s["node_id"] == "merger-0" and s.get("average_merge_time_ms") is not None]
+    assert merger and all(s["average_merge_time_ms"] >= 2.0 for s in merger)  # 2 ms of busy work a merge
+    assert all(s["merged_objects_per_second"] <= 500 * 1.5 for s in merger if s.get("merged_objects_per_second"))
+    assert max(s.get("send_overload_events") or 0 for s in merger) >= 1
+
+
+CPP_STAGES = {"source": "producer", "worker-0": "worker", "worker-1": "worker", "merger-0": "merger", "sink": "sink"}

@@ -1,0 +1,53 @@
+"""Agents watching an endpoints directory (--endpoints-dir), for the tests of the node libraries
+(flowstat.node, libflowstat-node): started writing their samples as JSON lines to a file, read back
+while they run, stopped with SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from pathlib import Path
+
+
+def agent_samples(out: Path) -> list[dict]:
+    """The node samples an agent has written so far (a line being written is skipped)."""
+    docs = []
+    for line in out.read_text().splitlines():
+        try:
+            doc = json.loads(line)
+        except ValueError:  # the agent is writing this line
+            continue
+        if "node_id" in doc:
+            docs.append(doc)
+    return docs
+
+
+def watching_agent(agent_command: list[str], folder: Path, out: Path, *extra: str) -> subprocess.Popen:
+    """An agent (either: the agent_command fixture) sampling the directory's nodes every 0.2 s."""
+    return subprocess.Popen(
+        [
+            *agent_command,
+            "--endpoints-dir",
+            str(folder),
+            "--interval",
+            "0.2",
+            "--rescan",
+            "0.2",
+            "--self-interval",
+            "0",
+            "--sink",
+            "stdout://?format=json",
+            *extra,
+        ],
+        stdout=open(out, "w"),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def stop_agent(agent: subprocess.Popen) -> str:
+    """SIGTERM, and the agent's log."""
+    agent.send_signal(signal.SIGTERM)
+    _, err = agent.communicate(timeout=30)
+    return err
