@@ -690,7 +690,15 @@ def test_the_endpoints_file_is_written_atomically_and_removed_on_close(probes, t
     assert files[0].stat().st_mode & 0o777 == 0o644 and d.stat().st_mode & 0o777 == 0o755
     run_id, nodes, bad = endpoints_schema.read(files[0])
     assert (run_id, bad) == ("r-1", [])
-    assert nodes == [{"node_id": "merger 0/é", "role": "merger", "pid": p.proc.pid, "control": p.endpoint}]
+    assert nodes == [
+        {
+            "node_id": "merger 0/é",
+            "role": "merger",
+            "pid": p.proc.pid,
+            "host": socket.gethostname(),
+            "control": p.endpoint,
+        }
+    ]
     assert endpoints_schema.validate(json.loads(files[0].read_text())) == []
     p("close")
     assert endpoint_files(d) == []  # a clean close: STOPPED, the file gone

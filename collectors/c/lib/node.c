@@ -219,6 +219,11 @@ static void endpoints_document(const fs_node *n, struct fsn_buf *doc)
     fsn_json_str(&node, "node_id", n->node_id);
     fsn_json_str(&node, "role", n->role);
     fsn_json_int(&node, "pid", (long long)n->pid);
+    char host[256];
+    if (gethostname(host, sizeof host) == 0) { /* its pid is a process of this host: other hosts' agents leave it */
+        host[sizeof host - 1] = '\0';
+        fsn_json_str(&node, "host", host);
+    }
     fsn_json_str(&node, "control", n->endpoint);
     fsn_json_close(&node);
     fsn_buf_puts(doc, "{");
