@@ -71,14 +71,19 @@ KILL_AFTER_SEQ = 3
 
 def make(base: Path, session: str) -> dict[str, Path]:
     """The fixture runs of this session: made by the first caller, found by the others."""
+    return made_once(base, session, "runs", lambda folder: {n: _run(folder, n, t) for n, t in TOPOLOGIES.items()})
+
+
+def made_once(base: Path, session: str, kind: str, make_all) -> dict[str, Path]:
+    """Runs of one kind for this test session (name -> run dir), made by ``make_all(folder)`` for the
+    first of the pytest-xdist workers that asks, under a lock, and found by the others."""
     folder = base / session
     folder.mkdir(parents=True, exist_ok=True)
-    with open(base / f"{session}.lock", "w") as lock:
+    with open(base / f"{session}.{kind}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        done = folder / "runs.json"
+        done = folder / f"{kind}.json"
         if not done.exists():
-            runs = {name: str(_run(folder, name, topo)) for name, topo in TOPOLOGIES.items()}
-            done.write_text(json.dumps(runs))
+            done.write_text(json.dumps({name: str(path) for name, path in make_all(folder).items()}))
     return {k: Path(v) for k, v in json.loads(done.read_text()).items()}
 
 

@@ -5,14 +5,14 @@ node does. Made once per test session under .cache/test-fixture-runs/ (as fixtur
 
 from __future__ import annotations
 
-import fcntl
-import json
 import random
 import signal
 import socket
 import subprocess
 import sys
 from pathlib import Path
+
+from .fixture_runs import made_once
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "python-pipeline" / "pipeline.py"
@@ -27,15 +27,7 @@ PIPELINES = {"user-overload": OVERLOAD, "user-healthy": HEALTHY}
 
 
 def make(base: Path, session: str) -> dict[str, Path]:
-    folder = base / session
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(base / f"{session}.user.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        done = folder / "user-runs.json"
-        if not done.exists():
-            runs = {name: str(_run(folder, name, args)) for name, args in PIPELINES.items()}
-            done.write_text(json.dumps(runs))
-    return {k: Path(v) for k, v in json.loads(done.read_text()).items()}
+    return made_once(base, session, "user-runs", lambda folder: {n: _run(folder, n, a) for n, a in PIPELINES.items()})
 
 
 def _run(folder: Path, name: str, args: list[str]) -> Path:
