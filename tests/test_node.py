@@ -221,8 +221,8 @@ def test_the_endpoint_file_names_the_node_and_is_withdrawn_on_a_clean_stop_but_l
 
 
 # -- both agents on a directory -------------------------------------------------------------------------
-def start_agent(agent_command, folder: Path, out: Path, *extra: str) -> subprocess.Popen:
-    proc = watching_agent(agent_command, folder, out, *extra)
+def start_agent(agent_command, folder: Path, out: Path, *extra: str, rescan: str = "0.2") -> subprocess.Popen:
+    proc = watching_agent(agent_command, folder, out, *extra, rescan=rescan)
     STARTED.append(proc)
     return proc
 
@@ -231,7 +231,8 @@ def test_an_agent_takes_late_nodes_and_reports_a_kill_down_a_clean_stop_stopped(
     folder, out = tmp_path / "endpoints", tmp_path / "samples.ndjson"
     folder.mkdir()
     early = start_node("early", "worker", folder)
-    agent = start_agent(agent_command, folder, out)
+    # no periodic search in the test's time: the late node is taken because the directory changed
+    agent = start_agent(agent_command, folder, out, rescan="3600")
     try:
         wait_until(lambda: any(s["node_id"] == "early" for s in agent_samples(out)), "the early node sampled")
         late = start_node("late", "sink", folder)  # after the agent's first scan

@@ -23,8 +23,11 @@ def agent_samples(out: Path) -> list[dict]:
     return docs
 
 
-def watching_agent(agent_command: list[str], folder: Path, out: Path, *extra: str) -> subprocess.Popen:
-    """An agent (either: the agent_command fixture) sampling the directory's nodes every 0.2 s."""
+def watching_agent(
+    agent_command: list[str], folder: Path, out: Path, *extra: str, rescan: str = "0.2"
+) -> subprocess.Popen:
+    """An agent (either: the agent_command fixture) sampling the directory's nodes every 0.2 s,
+    searching for targets every ``rescan`` s (and whenever the directory changes)."""
     return subprocess.Popen(
         [
             *agent_command,
@@ -33,7 +36,7 @@ def watching_agent(agent_command: list[str], folder: Path, out: Path, *extra: st
             "--interval",
             "0.2",
             "--rescan",
-            "0.2",
+            rescan,
             "--self-interval",
             "0",
             "--sink",

@@ -548,7 +548,7 @@ static void sample_until_done(struct agent *a)
     int noticed = 0;
     while (!stop_flag) {
         double now = fs_monotonic();
-        if (now >= next_rescan) {
+        if (now >= next_rescan || targets_dirs_changed(&a->opt.spec)) {
             targets_discover(&a->opt.spec, &a->notes, tick == 0, on_found, a);
             next_rescan = now + a->opt.rescan;
         }

@@ -22,7 +22,8 @@ void options_usage(FILE *out)
             "  --pattern REGEX        processes whose command line matches (POSIX extended regex)\n"
             "  --endpoints FILE       a harness run's endpoints.json: its nodes and control sockets\n"
             "  --endpoints-dir DIR    the endpoints files nodes write in DIR (NODE.PID.json): each *.json\n"
-            "                         not starting with '.' read as an --endpoints FILE at each rescan;\n"
+            "                         not starting with '.' read as an --endpoints FILE whenever DIR\n"
+            "                         changes and at each rescan;\n"
             "                         nodes of a process not running are left out (a stale file). A node\n"
             "                         gone whose file is gone too is reported STOPPED, else DOWN\n"
             "options:\n"
@@ -111,8 +112,10 @@ static int allocate_lists(int argc, struct options *o)
     o->spec.patterns = calloc(n, sizeof *o->spec.patterns);
     o->spec.endpoints = calloc(n, sizeof *o->spec.endpoints);
     o->spec.endpoint_dirs = calloc(n, sizeof *o->spec.endpoint_dirs);
+    o->spec.endpoint_dirs_mtime_ns = calloc(n, sizeof *o->spec.endpoint_dirs_mtime_ns);
     o->sinks = calloc(n, sizeof *o->sinks);
-    if (o->spec.pids && o->spec.pidfiles && o->spec.patterns && o->spec.endpoints && o->spec.endpoint_dirs && o->sinks)
+    if (o->spec.pids && o->spec.pidfiles && o->spec.patterns && o->spec.endpoints && o->spec.endpoint_dirs &&
+        o->spec.endpoint_dirs_mtime_ns && o->sinks)
         return 0;
     fprintf(stderr, "flowstat-agent: out of memory\n");
     return -1;
@@ -127,6 +130,7 @@ void options_free(struct options *o)
     free(o->spec.patterns);
     free(o->spec.endpoints);
     free(o->spec.endpoint_dirs);
+    free(o->spec.endpoint_dirs_mtime_ns);
     free(o->sinks);
 }
 

@@ -395,3 +395,19 @@ void targets_discover(const struct target_spec *spec, struct target_notes *notes
     for (size_t i = 0; i < spec->nendpoint_dirs; i++)
         scan_endpoints_dir(spec, notes, spec->endpoint_dirs[i], fn, ctx);
 }
+
+int targets_dirs_changed(struct target_spec *spec)
+{
+    int changed = 0;
+    for (size_t i = 0; i < spec->nendpoint_dirs; i++) {
+        struct stat st;
+        long long mtime_ns = -1; /* a directory that cannot be read: its problem is said by the search */
+        if (stat(spec->endpoint_dirs[i], &st) == 0)
+            mtime_ns = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+        if (mtime_ns != spec->endpoint_dirs_mtime_ns[i]) {
+            spec->endpoint_dirs_mtime_ns[i] = mtime_ns;
+            changed = 1;
+        }
+    }
+    return changed;
+}

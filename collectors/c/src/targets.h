@@ -39,6 +39,7 @@ struct target_spec {
     size_t nendpoints;
     const char **endpoint_dirs; /* --endpoints-dir: every DIR/NAME.json, at each search */
     size_t nendpoint_dirs;
+    long long *endpoint_dirs_mtime_ns; /* each directory's last modification seen (targets_dirs_changed) */
     const char *run_id;
 };
 
@@ -67,5 +68,10 @@ void targets_discover(const struct target_spec *spec, struct target_notes *notes
  * not conform to endpoints.schema.json are left out, and counted in *left_out (if not NULL). */
 int targets_parse_endpoints(const char *text, size_t len, const char *run_id, int *left_out, target_found_fn fn,
                             void *ctx);
+
+/* Whether an endpoints directory changed (a file written, renamed or removed) since the last call:
+ * one stat(2) each, so a node that announces itself is taken within a round, not at the next
+ * --rescan. */
+int targets_dirs_changed(struct target_spec *spec);
 
 #endif

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import socket
 import threading
 import time
@@ -78,6 +79,7 @@ class Agent:
         self.last_round_ms = 0  # the same for rounds of samples
         self.targets_run_id: str | None = ""  # see _note_run: "" none seen yet, None several
         self.said: set[tuple[str, ...]] = set()  # endpoint files' problems, told once each
+        self.dirs_mtime_ns: list[int] = []  # the endpoints directories as last seen (dirs_changed)
         self.ending = False  # the run-ending notice came: nodes that vanish now ended with their run
         self.runners = [open_runner(url, cfg.spool_dir, cfg.spool_max_bytes, cfg.drain_s) for url in cfg.sinks]
         twice = sorted({url for url in cfg.sinks if cfg.sinks.count(url) > 1})  # checked after each URL: none
@@ -120,6 +122,20 @@ class Agent:
                 self.targets[t.key] = t
                 self._note_run(t.run_id)
                 log.info("watching %s (pid %d, %s)", t.node_id, t.pid, t.source)
+
+    def dirs_changed(self) -> bool:
+        """Whether an endpoints directory changed (a file written, renamed or removed) since the
+        last look: one stat each, so a node that announces itself is taken within a round, not at
+        the next --rescan."""
+        now = []
+        for folder in self.cfg.spec.endpoints_dirs:
+            try:
+                now.append(os.stat(folder).st_mtime_ns)
+            except OSError:
+                now.append(-1)  # a directory that cannot be read: its problem is said by the search
+        changed = now != self.dirs_mtime_ns
+        self.dirs_mtime_ns = now
+        return changed
 
     def _note_run(self, run_id: str) -> None:
         """The run the agent's self-samples belong to, without --run-id: the one its targets' run
@@ -268,7 +284,7 @@ class Agent:
         try:
             while not self.stop_event.is_set():
                 now = time.monotonic()
-                if now >= next_rescan:
+                if now >= next_rescan or self.dirs_changed():
                     self.rescan()
                     next_rescan = now + self.cfg.rescan_s
                 if tick > 0:

@@ -47,8 +47,8 @@ def configure(p: argparse.ArgumentParser) -> None:
         action="append",
         metavar="DIR",
         help="a directory where nodes announce themselves (flowstat.node, libflowstat-node: one endpoints "
-        "file each), read at every rescan: nodes that appear are taken, a node whose file is withdrawn "
-        "ends STOPPED, one that dies with its file left DOWN",
+        "file each), read whenever it changes and at every rescan: nodes that appear are taken, a node "
+        "whose file is withdrawn ends STOPPED, one that dies with its file left DOWN",
     )
     p.add_argument("--sink", action="append", metavar="URL", help="where samples go (default stdout://)")
     p.add_argument(
