@@ -43,6 +43,7 @@ from .topology import VIEWER_NODE, Topology, producer_process_name
 READY_TIMEOUT_S = 60.0  # building a producer's pool of 50 MB objects takes a while
 STAGE_TIMEOUT_S = 60.0  # a stage stopping with nothing taken nor sent for this long is stopped
 PROGRESS_EVERY_S = 2.0  # how often a stopping stage's counters are read
+QUIET_S = 4.0  # a stage whose inputs cannot all end it is stopped once it took nothing for this long
 
 
 class RunError(RuntimeError):
@@ -432,6 +433,11 @@ class Orchestrator:
         downstream_dead = any(d.role != "producer" for d in self.crashed())
         stop_signal = signal.SIGUSR1 if (force or downstream_dead) else signal.SIGTERM
         for i, stage in enumerate(stages):
+            if i > 0 and broken_upstream and not force:
+                # Some of its inputs will never send their end-of-stream marker (a device upstream
+                # died, or producers gave up on their channels): once nothing more arrives, stop it,
+                # rather than waiting STAGE_TIMEOUT_S for markers that cannot come.
+                self.wait_exit(stage, QUIET_S, while_progressing=True)
             if i == 0 or broken_upstream:
                 for dev in stage:
                     self.signal(dev, stop_signal)
@@ -446,6 +452,8 @@ class Orchestrator:
                     for dev in stage:
                         self.signal(dev, signal.SIGKILL)
                     self.wait_exit(stage, 10.0)
+            if i == 0 and stop_signal == signal.SIGUSR1:
+                broken_upstream = True  # the producers gave up on their channels: no markers on any
             for dev in stage:
                 if dev.exit_code != 0 or dev.final is None:
                     broken_upstream = True
