@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .fixture_runs import made_once
+from .fixture_runs import made_once, two_at_a_time
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "python-pipeline" / "pipeline.py"
@@ -27,7 +27,7 @@ PIPELINES = {"user-overload": OVERLOAD, "user-healthy": HEALTHY}
 
 
 def make(base: Path, session: str) -> dict[str, Path]:
-    return made_once(base, session, "user-runs", lambda folder: {n: _run(folder, n, a) for n, a in PIPELINES.items()})
+    return made_once(base, session, "user-runs", lambda folder: two_at_a_time(_run, folder, PIPELINES))
 
 
 def _run(folder: Path, name: str, args: list[str]) -> Path:
