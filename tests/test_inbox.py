@@ -273,3 +273,20 @@ def test_a_relay_the_environment_cannot_describe_stops_the_inbox_naming_it(tmp_p
         timeout=30,
     )
     assert out.returncode == 2 and "FLOWSTAT_SMTP_HOST must say which SMTP server sends" in out.stderr
+
+
+def test_an_aggregation_rules_compound_key_gives_the_alert_its_run_and_node():
+    """ElastAlert's spike_aggregation match (the memory rule) holds its query key as one field; the
+    generated rule's text names it, and the inbox splits it into run, node and agent."""
+    import yaml
+
+    from flowstat.inbox.alerts import parse
+    from support.common import ROOT
+
+    rule = yaml.safe_load((ROOT / "dashboards/elastalert/rules/flowstat-vmrss-growing.yaml").read_text())
+    assert rule["type"] == "spike_aggregation" and rule["alert_text_args"] == ["run_id,node_id,agent"]
+    payload = {"rule": "Memory growing", "alert": "flowstat-vmrss-growing", "time": "2026-11-26T10:00:00Z",
+               "run_id,node_id,agent": "night-7,merger-0,flowstat-agent-c"}  # fmt: skip
+    (alert,) = parse("elastalert", payload, "http://grafana:3000")
+    assert (alert.run_id, alert.node_id, alert.agent) == ("night-7", "merger-0", "flowstat-agent-c")
+    assert "merger-0 of run night-7" in alert.summary and "var-node=merger-0" in alert.dashboard

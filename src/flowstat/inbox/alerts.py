@@ -109,10 +109,23 @@ def from_grafana(payload: dict, grafana_url: str) -> list[Alert]:
     return out
 
 
+def _compound_key(payload: dict) -> dict:
+    """The labels of an aggregation rule's match, which holds its query key as one field
+    ("run_id,node_id,agent": "r,n,a"); {} when there is none."""
+    for key, value in payload.items():
+        if "," in key and isinstance(value, str):
+            names = key.split(",")
+            values = value.split(",", len(names) - 1)
+            if len(values) == len(names):
+                return dict(zip(names, values, strict=True))
+    return {}
+
+
 def from_elastalert(payload: dict, grafana_url: str) -> list[Alert]:
     if not isinstance(payload.get("rule"), str):
         raise BadAlert("an ElastAlert2 alert holds its rule's name in `rule` (see dashboards/elastalert/config.yaml)")
     uid = _text(payload.get("alert"))
+    payload = {**_compound_key(payload), **payload}
     run_id, node_id, at = _text(payload.get("run_id")), _text(payload.get("node_id")), _text(payload.get("time"))
     summary = f"{payload['rule']}: {node_id or payload.get('agent') or 'a node'} of run {run_id or '?'}"
     return [

@@ -51,6 +51,17 @@ def rule(alert: Alert) -> dict:
         **dict(zip(("alert_text", "alert_text_args"), _text(alert), strict=False)),
         "http_post2_payload": {"rule": alert.title, "alert": alert.uid},
     }
+    body = _rule_type(alert, base)
+    if body["type"] == "spike_aggregation":
+        # An aggregation's match holds its query key as one field, "run_id,node_id,agent" = "r,n,a",
+        # not each label: the text names that field (the inbox splits it).
+        compound = ",".join(alert.group)
+        body["alert_text"] = f"{{0}} ({compound}): {alert.summary.split(': ', 1)[-1]}"
+        body["alert_text_args"] = [compound]
+    return body
+
+
+def _rule_type(alert: Alert, base: dict) -> dict:
     kinds = [q.kind for q in alert.quantities]
     if kinds == ["count"]:
         return {
