@@ -552,7 +552,9 @@ def main(argv: list[str]) -> int:
             if not rest or not cluster.running():
                 say("usage: run -- CMD... (with the cluster up)")
                 return 2
-            return subprocess.run([*cluster.client_prefix(), *rest], env=cluster.client_env()).returncode
+            return subprocess.run(
+                [*cluster.client_prefix(), *rest], env={**os.environ, **cluster.client_env()}
+            ).returncode
         else:
             print(__doc__, file=sys.stderr)
             return 2
