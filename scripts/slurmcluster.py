@@ -92,9 +92,10 @@ def netns_inode() -> int | None:
         return None
 
 
-def netns_pids() -> list[int]:
-    """Every process whose network namespace is NETNS (daemons, keeper, slurmstepd, tasks)."""
-    inode = netns_inode()
+def netns_pids(inode: int | None = None) -> list[int]:
+    """Every process whose network namespace is NETNS, or the one of that inode (daemons, keeper,
+    slurmstepd, tasks)."""
+    inode = inode or netns_inode()
     if inode is None:
         return []
     pids = []
@@ -405,6 +406,7 @@ class Cluster:
         deadline = time.monotonic() + timeout_s
         self._prepare()
         _run(["ip", "netns", "add", NETNS], f"ip netns add {NETNS}")
+        (self.run_dir / "netns.inode").write_text(str(netns_inode()))
         _run(["ip", "-n", NETNS, "link", "set", "lo", "up"], f"lo up in {NETNS}")
         for addr in [CONTROLLER_ADDR, *NODES.values()]:
             _run(["ip", "-n", NETNS, "addr", "add", f"{addr}/8", "dev", "lo"], f"{addr} in {NETNS}")
@@ -483,9 +485,11 @@ class Cluster:
         slurm = [p for name, p in pids.items() if name.startswith(("slurmd", "slurmctld"))]
         _stop(slurm, timeout_s)
         _stop([p for name, p in pids.items() if name == "munged"], timeout_s)
-        # what outlives its daemon, and the keeper: everything in the namespace
+        # what outlives its daemon, and the keeper: everything in the namespace (found by the inode
+        # it had at up, should its name be gone already)
+        inode = netns_inode() or _read_pid(self.run_dir / "netns.inode")
         for _ in range(50):
-            left = netns_pids()
+            left = netns_pids(inode)
             if not left:
                 break
             for pid in left:
@@ -495,8 +499,8 @@ class Cluster:
                     pass
             _wait_gone(left, 5.0)
         else:
-            raise ClusterError(f"processes left in {NETNS}: {netns_pids()}")
-        for f in self.run_dir.glob("*.pid") if self.run_dir.exists() else []:
+            raise ClusterError(f"processes left in {NETNS}: {netns_pids(inode)}")
+        for f in [*self.run_dir.glob("*.pid"), self.run_dir / "netns.inode"] if self.run_dir.exists() else []:
             f.unlink(missing_ok=True)
         self.munge_socket.unlink(missing_ok=True)
         if netns_exists():
