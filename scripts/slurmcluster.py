@@ -480,6 +480,11 @@ class Cluster:
                 jobs = self.client("squeue", "-h", "-o", "%A", timeout=10).stdout.split()
                 if jobs:
                     self.client("scancel", *jobs, timeout=10)
+                    # until they have completed: a slurmd or slurmctld stopped while its jobs complete
+                    # takes the whole SIGTERM deadline (15 s measured), then 0.1 s
+                    deadline = time.monotonic() + 10
+                    while time.monotonic() < deadline and self.client("squeue", "-h", timeout=10).stdout.strip():
+                        time.sleep(0.05)
             except subprocess.TimeoutExpired:
                 pass
         slurm = [p for name, p in pids.items() if name.startswith(("slurmd", "slurmctld"))]
