@@ -9,7 +9,8 @@ STAMP := $(VENV)/.installed
 
 C_AGENT := collectors/c/build/flowstat-agent
 C_DEPS := libzmq3-dev libcjson-dev libcurl4-openssl-dev pkg-config clang libclang-rt-14-dev clang-format valgrind g++ cppzmq-dev \
-	docker-compose chromium chromium-driver docker.io mmdebstrap iproute2
+	docker-compose chromium chromium-driver docker.io mmdebstrap iproute2 \
+	slurmctld slurmd slurm-client munge
 # Named after the list: a checkout that installed an older list installs what was added.
 C_STAMP := .cache/c-deps-$(shell echo '$(C_DEPS)' | md5sum | cut -c1-8).installed
 

@@ -44,6 +44,9 @@ SERVER_MODULES = {
     "test_stores.py",
     "test_wheel.py",
 }
+# Modules whose tests share a cluster of their own and run in order (test_slurm_cluster.py takes its
+# cluster down and up again mid-module): each goes to one worker, beside the others.
+ONE_WORKER_MODULES = {"test_slurm_cluster.py"}
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -55,7 +58,10 @@ def pytest_xdist_make_scheduler(config, log):
 
     class ServersTogether(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "servers" if nodeid.split("::")[0].rsplit("/", 1)[-1] in SERVER_MODULES else nodeid
+            module = nodeid.split("::")[0]
+            if module.rsplit("/", 1)[-1] in ONE_WORKER_MODULES:
+                return module
+            return "servers" if module.rsplit("/", 1)[-1] in SERVER_MODULES else nodeid
 
     return ServersTogether(config, log)
 

@@ -1,0 +1,272 @@
+"""The suite's own Slurm cluster (scripts/slurmcluster.py): slurmctld at 127.0.0.10 and three slurmd,
+n1-n3, at 127.0.0.11-13, with munged, all in the network namespace flowstat-slurm. What later tests
+of issue 30 build on: one task per node, each knowing and binding its own node's address; ZeroMQ
+between nodes; a lost node noticed; and nothing left behind, however the cluster ended.
+
+Needs root and Debian's slurmctld, slurmd, slurm-client and munge (make installs them); without them
+it skips, and with CI set a skip fails (conftest.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from support.agents import wait_until
+from support.common import ROOT
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import slurmcluster as sc  # noqa: E402
+
+MISSING = sc.missing_programs() + ([] if os.geteuid() == 0 else ["root"])
+pytestmark = pytest.mark.skipif(
+    bool(MISSING), reason=f"needs {', '.join(MISSING)} (make installs slurmctld slurmd slurm-client munge)"
+)
+
+SLURM_PROCESSES = {"slurmctld", "slurmd", "slurmstepd", "slurmscriptd", "munged", "srun"}
+
+
+def host_addresses() -> str:
+    """The machine's interfaces and addresses, as `ip -br addr` shows them."""
+    return subprocess.run(["ip", "-br", "addr"], capture_output=True, text=True, check=True).stdout
+
+
+def processes() -> dict[int, tuple[str, str]]:
+    """{pid: (comm, cmdline)} of every live process."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                comm = (entry / "comm").read_text().strip()
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state != "Z":
+                found[int(entry.name)] = (comm, cmdline)
+    return found
+
+
+def leftovers(netns_inode: int | None, marker: str | None = None) -> list[str]:
+    """What the cluster may not leave: its namespace, a Slurm or munge process, a process still in
+    the namespace's inode, a test task (by its marker)."""
+    left = []
+    if sc.netns_exists():
+        left.append(f"namespace {sc.NETNS}")
+    for pid, (comm, cmdline) in processes().items():
+        if comm in SLURM_PROCESSES:
+            left.append(f"{comm} ({pid})")
+        elif marker and marker in cmdline:
+            left.append(f"task {cmdline!r} ({pid})")
+        elif netns_inode is not None:
+            try:
+                if os.stat(f"/proc/{pid}/ns/net").st_ino == netns_inode:
+                    left.append(f"{comm} ({pid}) in the namespace")
+            except OSError:
+                pass
+    return left
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """The cluster, up for the module (owned by this process), down at the end; the machine's
+    interfaces and addresses are what they were before."""
+    before = host_addresses()
+    c = sc.Cluster()
+    t0 = time.monotonic()
+    c.up(owner=os.getpid())
+    print(f"slurm cluster up in {time.monotonic() - t0:.2f} s", file=sys.stderr)
+    try:
+        yield c
+    finally:
+        t0 = time.monotonic()
+        c.down()
+        print(f"slurm cluster down in {time.monotonic() - t0:.2f} s", file=sys.stderr)
+    assert host_addresses() == before
+    assert leftovers(None) == []
+
+
+def node_addresses(c: sc.Cluster) -> dict[str, str]:
+    """NodeAddr of every node, as the controller has it."""
+    out = c.client("scontrol", "-o", "show", "node", check=True).stdout
+    fields = [dict(w.split("=", 1) for w in line.split() if "=" in w) for line in out.splitlines()]
+    return {f["NodeName"]: f["NodeAddr"] for f in fields}
+
+
+def listening(pid: int) -> list[str]:
+    """The TCP addresses process PID listens on (its sockets matched in its namespace's table)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            link = os.readlink(fd)
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    found = []
+    for line in Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]:
+        f = line.split()
+        if f[3] == "0A" and f[9] in inodes:
+            host, port = f[1].split(":")
+            found.append(f"{'.'.join(str(b) for b in bytes.fromhex(host)[::-1])}:{int(port, 16)}")
+    return sorted(found)
+
+
+def test_the_cluster_is_three_idle_nodes_each_daemon_on_its_own_address_in_its_own_namespace(cluster):
+    assert cluster.node_states() == {"n1": "idle", "n2": "idle", "n3": "idle"}
+    assert node_addresses(cluster) == {"n1": "127.0.0.11", "n2": "127.0.0.12", "n3": "127.0.0.13"}
+    pids = cluster.daemon_pids()
+    assert listening(pids["slurmctld"]) == [f"127.0.0.10:{sc.CTLD_PORT}"]
+    assert {n: listening(pids[f"slurmd-{n}"]) for n in sc.NODES} == {
+        "n1": [f"127.0.0.11:{sc.SLURMD_PORT}"],
+        "n2": [f"127.0.0.12:{sc.SLURMD_PORT}"],
+        "n3": [f"127.0.0.13:{sc.SLURMD_PORT}"],
+    }
+    addresses = sc.netns_addresses()
+    assert sorted(addresses) == sorted(
+        ["127.0.0.1/8", "::1/128", "127.0.0.10/8", "127.0.0.11/8", "127.0.0.12/8", "127.0.0.13/8"]
+    )
+    # the daemons are in the namespace, not the machine's network
+    inode = sc.netns_inode()
+    assert all(os.stat(f"/proc/{p}/ns/net").st_ino == inode for p in pids.values())
+
+
+TASK_BINDS = """
+import json, os, socket
+s = socket.socket()
+s.bind((os.environ["FLOWSTAT_NODE_ADDR"], 0))
+s.listen()
+print(json.dumps({"node": os.environ["SLURMD_NODENAME"], "bound": s.getsockname()[0],
+                  "procid": os.environ["SLURM_PROCID"], "hostname": socket.gethostname()}))
+"""
+
+
+def test_srun_places_one_task_per_node_and_each_binds_its_own_nodes_address(cluster):
+    out = cluster.client(
+        "srun", "-N3", "--ntasks-per-node=1", sys.executable, "-c", TASK_BINDS, timeout=60, check=True
+    ).stdout
+    tasks = sorted((json.loads(line) for line in out.splitlines()), key=lambda t: t["node"])
+    addresses = node_addresses(cluster)
+    assert [(t["node"], t["bound"]) for t in tasks] == [(n, addresses[n]) for n in ("n1", "n2", "n3")]
+    assert sorted(t["procid"] for t in tasks) == ["0", "1", "2"]
+    # every node shares the machine's hostname: a task knows its node from Slurm, not gethostname()
+    assert {t["hostname"] for t in tasks} == {os.uname().nodename}
+
+
+ZMQ_TASK = """
+import json, os, sys, zmq
+n, port, sink = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+node, ctx = os.environ["SLURMD_NODENAME"], zmq.Context()
+if node == "n1":
+    pull = ctx.socket(zmq.PULL)
+    pull.bind(f"tcp://{os.environ['FLOWSTAT_NODE_ADDR']}:{port}")
+    pull.setsockopt(zmq.RCVTIMEO, 20000)
+    got = {}
+    try:
+        for _ in range(2 * n):
+            sender, seq = pull.recv().decode().split(":")
+            got.setdefault(sender, []).append(int(seq))
+    except zmq.Again:
+        pass  # reported below, short
+    pull.setsockopt(zmq.RCVTIMEO, 300)
+    try:
+        extra = pull.recv().decode()
+    except zmq.Again:
+        extra = None
+    print(json.dumps({"node": node, "bound": pull.getsockopt(zmq.LAST_ENDPOINT).decode(), "got": got,
+                      "extra": extra}))
+else:
+    push = ctx.socket(zmq.PUSH)
+    push.connect(f"tcp://{sink}:{port}")
+    push.setsockopt(zmq.SNDTIMEO, 20000)  # a PUSH without a peer blocks once its queue is full
+    sent = 0
+    try:
+        for i in range(n):
+            push.send(f"{node}:{i}".encode())
+            sent += 1
+    except zmq.Again:
+        pass  # reported below, short
+    push.close(linger=25000)  # what is not delivered by then never will be
+    print(json.dumps({"node": node, "sent": sent}))
+"""
+
+
+def test_zeromq_from_n2_and_n3_to_a_pull_bound_on_n1s_address_moves_every_message_once(cluster):
+    n = 20_000
+    sink = node_addresses(cluster)["n1"]
+    out = cluster.client(
+        "srun", "-N3", "--ntasks-per-node=1", sys.executable, "-c", ZMQ_TASK, str(n), "5601", sink, timeout=90
+    )
+    assert out.returncode == 0, out.stderr
+    by_node = {r["node"]: r for r in (json.loads(line) for line in out.stdout.splitlines())}
+    assert by_node["n2"]["sent"] == by_node["n3"]["sent"] == n
+    pull = by_node["n1"]
+    assert pull["bound"] == f"tcp://{sink}:5601"
+    assert {s: len(seqs) for s, seqs in pull["got"].items()} == {"n2": n, "n3": n}
+    assert {s: seqs == list(range(n)) for s, seqs in pull["got"].items()} == {"n2": True, "n3": True}
+    assert pull["extra"] is None
+
+
+def start_orphan(c: sc.Cluster, node: str, marker: str) -> subprocess.Popen:
+    """A job step on NODE whose task runs until killed, named by MARKER in its command line."""
+    proc = subprocess.Popen(
+        [*c.client_prefix(), "srun", "-N1", "-w", node, "sleep", "600"],
+        env=c.client_env({"FLOWSTAT_MARKER": marker}),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    wait_until(lambda: bool(marked_tasks(marker)), f"the task on {node}", timeout=30)
+    return proc
+
+
+def _env_has(pid: int, marker: str) -> bool:
+    try:
+        return f"FLOWSTAT_MARKER={marker}".encode() in Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+
+
+def marked_tasks(marker: str) -> list[int]:
+    return [pid for pid, (comm, _) in processes().items() if comm == "sleep" and _env_has(pid, marker)]
+
+
+def test_down_stops_a_running_job_and_leaves_no_namespace_process_or_address(cluster):
+    before = host_addresses()  # the cluster runs: its addresses are in its namespace, not here
+    marker = uuid.uuid4().hex
+    srun = start_orphan(cluster, "n2", marker)
+    inode = sc.netns_inode()
+    cluster.down()
+    srun.wait(timeout=10)
+    assert leftovers(inode) == [] and marked_tasks(marker) == []
+    assert host_addresses() == before
+    assert not Path(sc.LOCK_DIR / "owner.json").exists()
+    cluster.down()  # idempotent
+    assert leftovers(inode) == []
+    cluster.up(owner=os.getpid())  # for the tests after this one
+
+
+def test_a_slurmd_killed_with_sigkill_goes_down_its_task_outlives_it_and_down_still_leaves_nothing(cluster):
+    marker = uuid.uuid4().hex
+    srun = start_orphan(cluster, "n3", marker)
+    inode = sc.netns_inode()
+    t0 = time.monotonic()
+    os.kill(cluster.daemon_pids()["slurmd-n3"], signal.SIGKILL)
+    # the controller pings every SlurmdTimeout/3 and marks a node DOWN after SlurmdTimeout without an
+    # answer: 16-28 s measured with SlurmdTimeout=10
+    deadline = 5 * sc.SLURMD_TIMEOUT_S + 10
+    wait_until(lambda: "DOWN" in cluster.node_state("n3"), "n3 DOWN", timeout=deadline, poll=0.5)
+    print(f"n3 DOWN {time.monotonic() - t0:.1f} s after its slurmd was killed", file=sys.stderr)
+    assert cluster.node_states()["n1"] == cluster.node_states()["n2"] == "idle"
+    assert marked_tasks(marker), "the killed slurmd's task no longer runs: nothing left for down to reap"
+    cluster.down()
+    srun.wait(timeout=10)
+    assert leftovers(inode) == [] and marked_tasks(marker) == []
