@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import json
 import os
 import shutil
 import signal
@@ -43,6 +42,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from netns import Namespace, alive, read_pid, run_checked  # beside this file
 
 ROOT = Path(__file__).resolve().parents[1]
 STAND_INS = ROOT / "scripts" / "compose-stand-ins"
@@ -61,14 +62,8 @@ class EngineError(RuntimeError):
     """What a person must fix, named."""
 
 
-def _run(cmd: list[str], what: str, **kw) -> subprocess.CompletedProcess:
-    kw.setdefault("capture_output", True)
-    kw.setdefault("text", True)
-    out = subprocess.run([str(c) for c in cmd], **kw)
-    if out.returncode != 0:
-        tail = ((out.stdout or "") + (out.stderr or "")).strip()[-3000:] if kw["capture_output"] else ""
-        raise EngineError(f"{what} failed (exit code {out.returncode}): {tail}")
-    return out
+def _run(cmd: list, what: str, **kw) -> subprocess.CompletedProcess:
+    return run_checked(cmd, what, EngineError, **kw)
 
 
 # -- where things live ------------------------------------------------------------------------------
@@ -123,40 +118,28 @@ def compose_binary() -> Path:
 # -- the engine -------------------------------------------------------------------------------------
 def _pid_alive(pid_file: Path) -> int | None:
     """The pid the file names while that process runs (a zombie child of ours is reaped: ended)."""
-    try:
-        pid = int(pid_file.read_text().strip())
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, ValueError, IndexError):
-        return None
-    if state == "Z":
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
-        return None
-    return pid
+    pid = read_pid(pid_file)
+    return pid if alive(pid) else None
+
+
+NAMESPACE = Namespace(NETNS, EngineError)  # the stack's: a loopback and nothing else
 
 
 def netns_exists() -> bool:
-    return Path("/run/netns", NETNS).exists()
+    return NAMESPACE.exists()
 
 
 def netns_add() -> None:
-    """The stack's namespace: a loopback and nothing else."""
-    if not netns_exists():
-        _run(["ip", "netns", "add", NETNS], f"ip netns add {NETNS}")
-    _run(["ip", "-n", NETNS, "link", "set", "lo", "up"], f"lo up in {NETNS}")
+    NAMESPACE.add()
 
 
 def netns_addresses() -> list[str]:
     """Every address in the stack's namespace, as ADDRESS/PREFIX."""
-    out = _run(["ip", "-n", NETNS, "-j", "addr"], "ip -j addr in the namespace").stdout
-    return [f"{a['local']}/{a['prefixlen']}" for link in json.loads(out) for a in link.get("addr_info", [])]
+    return NAMESPACE.addresses()
 
 
 def netns_del() -> None:
-    if netns_exists():
-        _run(["ip", "netns", "del", NETNS], f"ip netns del {NETNS}")
+    NAMESPACE.delete()
 
 
 @dataclass

@@ -44,6 +44,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from netns import Namespace, alive, process_state, read_pid, run_checked  # beside this file
+
 NETNS = "flowstat-slurm"
 NETNS_PATH = Path("/run/netns") / NETNS
 CONTROLLER_ADDR = "127.0.0.10"
@@ -81,71 +83,32 @@ def missing_programs() -> list[str]:
 
 
 # -- the namespace ----------------------------------------------------------------------------------
+NAMESPACE = Namespace(NETNS, ClusterError)
+
+
 def netns_exists() -> bool:
-    return NETNS_PATH.exists()
+    return NAMESPACE.exists()
 
 
 def netns_inode() -> int | None:
-    try:
-        return os.stat(NETNS_PATH).st_ino
-    except OSError:
-        return None
+    return NAMESPACE.inode()
 
 
 def netns_pids(inode: int | None = None) -> list[int]:
     """Every process whose network namespace is NETNS, or the one of that inode (daemons, keeper,
     slurmstepd, tasks)."""
-    inode = inode or netns_inode()
-    if inode is None:
-        return []
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if os.stat(entry / "ns" / "net").st_ino == inode and _state(int(entry.name)) not in ("Z", None):
-                    pids.append(int(entry.name))
-            except OSError:
-                continue
-    return sorted(pids)
+    return NAMESPACE.pids(inode)
 
 
 def netns_addresses() -> list[str]:
-    out = _run(["ip", "-n", NETNS, "-j", "addr"], "ip -j addr in the namespace").stdout
-    return [f"{a['local']}/{a['prefixlen']}" for link in json.loads(out) for a in link.get("addr_info", [])]
+    return NAMESPACE.addresses()
 
 
-def _run(cmd: list[str], what: str, **kw) -> subprocess.CompletedProcess:
-    kw.setdefault("capture_output", True)
-    kw.setdefault("text", True)
-    out = subprocess.run([str(c) for c in cmd], **kw)
-    if out.returncode != 0:
-        raise ClusterError(f"{what} failed (exit code {out.returncode}): {(out.stdout + out.stderr).strip()[-2000:]}")
-    return out
+def _run(cmd: list, what: str, **kw) -> subprocess.CompletedProcess:
+    return run_checked(cmd, what, ClusterError, **kw)
 
 
-def _state(pid: int) -> str | None:
-    """The process's state letter (R, S, Z...), None once it is gone; our own zombie child is reaped."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
-    if state == "Z":
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
-    return state
-
-
-def _alive(pid: int | None) -> bool:
-    return pid is not None and _state(pid) not in (None, "Z")
-
-
-def _read_pid(path: Path) -> int | None:
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return None
+_state, _alive, _read_pid = process_state, alive, read_pid
 
 
 def _listening(addr: str, port: int, pid: int) -> bool:
@@ -405,11 +368,8 @@ class Cluster:
     def _start(self, timeout_s: float, lock: int, owner: int | None) -> None:
         deadline = time.monotonic() + timeout_s
         self._prepare()
-        _run(["ip", "netns", "add", NETNS], f"ip netns add {NETNS}")
+        NAMESPACE.add((CONTROLLER_ADDR, *NODES.values()))
         (self.run_dir / "netns.inode").write_text(str(netns_inode()))
-        _run(["ip", "-n", NETNS, "link", "set", "lo", "up"], f"lo up in {NETNS}")
-        for addr in [CONTROLLER_ADDR, *NODES.values()]:
-            _run(["ip", "-n", NETNS, "addr", "add", f"{addr}/8", "dev", "lo"], f"{addr} in {NETNS}")
         # the keeper: holds the machine's lock while it lives, in the namespace (down kills it with the rest)
         keeper = self._spawn(["sleep", "infinity"], self.log("keeper"), pass_fds=(lock,))
         self.pid_file("keeper").write_text(str(keeper.pid))
@@ -508,8 +468,7 @@ class Cluster:
         for f in [*self.run_dir.glob("*.pid"), self.run_dir / "netns.inode"] if self.run_dir.exists() else []:
             f.unlink(missing_ok=True)
         self.munge_socket.unlink(missing_ok=True)
-        if netns_exists():
-            _run(["ip", "netns", "del", NETNS], f"ip netns del {NETNS}")
+        NAMESPACE.delete()
         if self._owner_root() == self.root:
             (LOCK_DIR / "owner.json").unlink(missing_ok=True)
 

@@ -1,0 +1,109 @@
+"""What the suite's own daemons share (scripts/composeengine.py, scripts/slurmcluster.py): a network
+namespace of their own that holds only loopback addresses, commands whose failure is named, and the
+state of a process read from /proc. Root only."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+
+def run_checked(
+    cmd: list, what: str, error: type[Exception] = RuntimeError, **kw: object
+) -> subprocess.CompletedProcess:
+    """Run ``cmd``; a non-zero exit raises ``error`` naming ``what`` and the command's last output."""
+    kw.setdefault("capture_output", True)
+    kw.setdefault("text", True)
+    out = subprocess.run([str(c) for c in cmd], **kw)  # type: ignore[call-overload]
+    if out.returncode != 0:
+        tail = ((out.stdout or "") + (out.stderr or "")).strip()[-3000:] if kw["capture_output"] else ""
+        raise error(f"{what} failed (exit code {out.returncode}): {tail}")
+    return out
+
+
+def process_state(pid: int) -> str | None:
+    """The process's state letter (R, S, Z...), None once it is gone; a zombie child of ours is reaped."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+    if state == "Z":
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+    return state
+
+
+def alive(pid: int | None) -> bool:
+    return pid is not None and process_state(pid) not in (None, "Z")
+
+
+def read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+class Namespace:
+    """A named network namespace (`ip netns`): made with its loopback up and the loopback addresses
+    asked for, and nothing else; entered with `nsenter --net` (not `ip netns exec`, which remounts
+    /sys and hides cgroups)."""
+
+    def __init__(self, name: str, error: type[Exception] = RuntimeError):
+        self.name, self.error = name, error
+        self.path = Path("/run/netns") / name
+
+    def _ip(self, args: list[str], what: str) -> subprocess.CompletedProcess:
+        return run_checked(["ip", *args], what, self.error)
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def add(self, addresses: tuple[str, ...] = ()) -> None:
+        """The namespace with lo up and each of ``addresses`` (127.x.y.z) on it; kept if it exists."""
+        if not self.exists():
+            self._ip(["netns", "add", self.name], f"ip netns add {self.name}")
+        self._ip(["-n", self.name, "link", "set", "lo", "up"], f"lo up in {self.name}")
+        have = self.addresses()
+        for addr in addresses:
+            if f"{addr}/8" not in have:
+                self._ip(["-n", self.name, "addr", "add", f"{addr}/8", "dev", "lo"], f"{addr} in {self.name}")
+
+    def delete(self) -> None:
+        if self.exists():
+            self._ip(["netns", "del", self.name], f"ip netns del {self.name}")
+
+    def addresses(self) -> list[str]:
+        """Every address in the namespace, as ADDRESS/PREFIX."""
+        out = self._ip(["-n", self.name, "-j", "addr"], f"ip -j addr in {self.name}").stdout
+        return [f"{a['local']}/{a['prefixlen']}" for link in json.loads(out) for a in link.get("addr_info", [])]
+
+    def inode(self) -> int | None:
+        try:
+            return os.stat(self.path).st_ino
+        except OSError:
+            return None
+
+    def pids(self, inode: int | None = None) -> list[int]:
+        """Every live process whose network namespace is this one (or the one of ``inode``, which
+        outlives its name)."""
+        inode = inode or self.inode()
+        if inode is None:
+            return []
+        found = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    if os.stat(entry / "ns" / "net").st_ino == inode and alive(int(entry.name)):
+                        found.append(int(entry.name))
+                except OSError:
+                    continue
+        return sorted(found)
+
+    def enter(self) -> list[str]:
+        """The command prefix that runs a program in the namespace."""
+        return ["nsenter", f"--net={self.path}", "--"]
