@@ -77,10 +77,10 @@ lint: $(STAMP)
 	$(MAKE) -C collectors/c format-check
 
 # The servers the tests use are downloaded and built first, on a quiet machine: the tests run on
-# two workers, and timing tests beside a Telegraf build would only measure the build.
+# three workers, and timing tests beside a Telegraf build would only measure the build.
 test: lint $(STAMP) c-agent compose-images
 	$(BIN)/flowstat stack install --cache .cache/test-stack
-	$(BIN)/python -m pytest -q -ra -n 2
+	$(BIN)/python -m pytest -q -ra -n 3
 
 # The compose stack's images, built here (no image registry is reachable): Compose v2 from the Go
 # module proxy, Debian bases made with mmdebstrap, flowstat's from the Dockerfile, and the stand-ins

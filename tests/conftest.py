@@ -30,7 +30,6 @@ def runs_dir(tmp_path: Path) -> Path:
 SERVER_MODULES = {
     "test_campaign_stores.py",
     "test_compose.py",
-    "test_compose_up.py",
     "test_dashboards.py",
     "test_demo.py",
     "test_elastalert.py",
@@ -46,14 +45,15 @@ SERVER_MODULES = {
 }
 # Modules whose tests share a cluster of their own and run in order (test_slurm_cluster.py takes its
 # cluster down and up again mid-module): each goes to one worker, beside the others.
-ONE_WORKER_MODULES = {"test_slurm_cluster.py"}
+ONE_WORKER_MODULES = {"test_slurm_cluster.py", "test_compose_up.py"}
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """make test runs the tests on two workers (pytest-xdist): the server modules go to one of
-    them, in order, sharing one stack (they mostly wait for a server to restart), while the other
-    worker runs the rest, test by test."""
+    """make test runs the tests on three workers (pytest-xdist; most of the suite waits on servers and
+    processes, not on the two cores): the modules of the session stack go to one of them, in order,
+    sharing one stack (they mostly wait for a server to restart); each module with a cluster of its
+    own (the compose engine, Slurm) goes whole to one worker; the rest is spread test by test."""
     from xdist.scheduler import LoadScopeScheduling
 
     class ServersTogether(LoadScopeScheduling):
