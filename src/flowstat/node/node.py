@@ -33,8 +33,13 @@ from typing import Any
 
 import zmq
 
+try:  # optional: a node that hands its stamps as a numpy array has numpy
+    import numpy as _np
+except ImportError:  # pragma: no cover - the harness extra installs numpy
+    _np = None  # type: ignore[assignment]
+
 from .announce import announce, directory, withdraw
-from .latency import CHUNK, LatencyRecorder
+from .latency import LatencyRecorder
 from .protocol import serve_requests
 from .responder import Responder
 
@@ -43,6 +48,10 @@ log = logging.getLogger("flowstat.node")
 STATES = ("STARTING", "READY", "RUNNING", "DRAINING", "STOPPED")
 MERGES_AVERAGED = 10  # average_merge_time: the mean of the last this many merges (thesis section 4.2.3)
 POLL_MS = 100  # how long close() may wait for the control thread
+_ONE_STAMP = (float, int)  # numpy's float64 is a float
+# Waits kept before they are bucketed: bucketing costs a few numpy calls per chunk whatever its size
+# (about 10 us), and the control thread records what is left whenever a monitor asks.
+WAITS_CHUNK = 4096
 
 
 class Tally:
@@ -61,7 +70,8 @@ class Tally:
         self.send_blocked = False
         self.backlogged = False
         self.merge_ms: collections.deque[float] = collections.deque(maxlen=MERGES_AVERAGED)
-        self.waits: collections.deque[float] = collections.deque()  # recorded in chunks (appends are atomic)
+        self.waits: list[float] = []  # told one by one, recorded WAITS_CHUNK at a time (record_waits)
+        self._drain = threading.Lock()  # never taken by the counting thread but once per chunk
         self.latency: LatencyRecorder | None = None  # the node's, set by Node
 
     def received(self, objects: int = 1, nbytes: int = 0, sent_at: float | Sequence[float] | None = None) -> None:
@@ -70,15 +80,20 @@ class Tally:
         latency is now minus that."""
         self.objects_received += objects
         self.bytes_received += nbytes
-        if sent_at is not None:
-            try:
-                self.waits.append(time.time() - sent_at)  # type: ignore[operator]
-            except TypeError:  # a batch's stamps, taken now
-                if self.latency is not None:
-                    self.latency.record(sent_at, time.time())
-                return
-            if len(self.waits) >= CHUNK:
-                self.record_waits()
+        if sent_at is None:
+            return
+        waits = self.waits
+        if isinstance(sent_at, _ONE_STAMP):  # tested, not caught: a raised exception costs a microsecond
+            waits.append(time.time() - sent_at)
+        elif _np is not None and isinstance(sent_at, _np.ndarray):
+            if self.latency is not None:  # a vectorised node's batch: a few numpy calls, now
+                self.latency.record(sent_at, time.time())
+            return
+        else:  # a batch's stamps, taken now
+            now = time.time()
+            waits.extend([now - s for s in sent_at])
+        if len(waits) >= WAITS_CHUNK:
+            self.record_waits()
 
     def sent(self, objects: int = 1, nbytes: int = 0) -> None:
         """Objects sent downstream (a send that went through ends an overload episode)."""
@@ -107,17 +122,19 @@ class Tally:
         self.backlogged = backlogged
 
     def record_waits(self) -> None:
-        """Move the waits told so far into the latency distribution (either thread may)."""
+        """Move the waits told so far into the latency distribution (either thread may). The counting
+        thread only appends to ``waits``; this takes its head and deletes it, each one step under the
+        GIL, so an append made meanwhile stays for the next time."""
         if self.latency is None:
             return
-        waits = []
-        try:
-            while True:
-                waits.append(self.waits.popleft())
-        except IndexError:
-            pass
-        if waits:
-            self.latency.record_waits(waits)
+        with self._drain:
+            waits = self.waits
+            n = len(waits)
+            if not n:
+                return
+            chunk = waits[:n]
+            del waits[:n]
+        self.latency.record_waits(chunk)
 
 
 class Node:
