@@ -16,12 +16,14 @@ import signal
 import subprocess
 import threading
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from support.agents import (
     ScriptedHttp,
+    agent_args,
     basic_header,
     credential_free_env,
     make_certificates,
@@ -266,24 +268,9 @@ def check_refused_login(tmp_path, target, agent_command, c: dict) -> str:
     )
     agent = Agent(
         agent_command,
-        [
-            "--pid",
-            target,
-            "--interval",
-            0.1,
-            "--self-interval",
-            0,
-            "--run-id",
-            "r",
-            "--sink",
-            url,
-            "--spool-dir",
-            spool,
-            "--stats",
-            stats,
-            "--credentials",
-            creds,
-        ],
+        agent_args(
+            target, interval=0.1, self_interval=0, run_id="r", sink=url, spool_dir=spool, stats=stats, credentials=creds
+        ),
         credential_free_env(**c["env"]),
         tmp_path / "agent.log",
     )
@@ -343,22 +330,7 @@ def test_documents_answered_403_are_kept_and_sent_again_the_rest_stored(tmp_path
     env = credential_free_env(FLOWSTAT_ES_USER="flowstat_agent", FLOWSTAT_ES_PASSWORD=PASSWORD)
     agent = Agent(
         agent_command,
-        [
-            "--pid",
-            target,
-            "--interval",
-            0.1,
-            "--self-interval",
-            0.3,
-            "--run-id",
-            "r",
-            "--sink",
-            url,
-            "--spool-dir",
-            spool,
-            "--stats",
-            stats,
-        ],
+        agent_args(target, interval=0.1, self_interval=0.3, run_id="r", sink=url, spool_dir=spool, stats=stats),
         env,
         tmp_path / "agent.log",
     )
@@ -407,30 +379,11 @@ def test_the_next_agent_with_good_credentials_delivers_what_was_spooled_meanwhil
     server = ScriptedHttp(answer)
     url = f"elasticsearch://127.0.0.1:{server.port}/flowstat-samples"
     spool, stats = tmp_path / "spool", tmp_path / "stats.json"
-    common = [
-        "--pid",
-        target,
-        "--interval",
-        0.05,
-        "--self-interval",
-        0,
-        "--sink",
-        url,
-        "--spool-dir",
-        spool,
-        "--stats",
-        stats,
-    ]
+    args = partial(agent_args, target, interval=0.05, self_interval=0, sink=url, spool_dir=spool, stats=stats)
     try:
         wrong = run_agent(
             agent_command,
-            *common,
-            "--count",
-            5,
-            "--drain-timeout",
-            0,
-            "--run-id",
-            "first",
+            *args(count=5, drain_timeout=0, run_id="first"),
             env=credential_free_env(FLOWSTAT_ES_USER="flowstat_agent", FLOWSTAT_ES_PASSWORD="wrong"),
         )
         assert wrong.returncode == 0, wrong.stderr
@@ -442,17 +395,7 @@ def test_the_next_agent_with_good_credentials_delivers_what_was_spooled_meanwhil
             {"FLOWSTAT_ES_USER": "flowstat_agent", "FLOWSTAT_ES_PASSWORD": PASSWORD},
             mode=0o400,
         )
-        right = run_agent(
-            agent_command,
-            *common,
-            "--count",
-            2,
-            "--run-id",
-            "second",
-            "--credentials",
-            creds,
-            env=credential_free_env(),
-        )
+        right = run_agent(agent_command, *args(count=2, run_id="second", credentials=creds), env=credential_free_env())
     finally:
         server.close()
     assert right.returncode == 0, right.stderr
@@ -473,28 +416,12 @@ def test_the_next_agent_with_good_credentials_delivers_what_was_spooled_meanwhil
 def test_without_credentials_the_agent_says_which_variables_to_set(tmp_path, target, agent_command):
     server = ScriptedHttp(lambda path, body, n: (401, es_refusal(401, "", key=False)))
     url = f"elasticsearch://127.0.0.1:{server.port}/flowstat-samples"
-    stats = tmp_path / "stats.json"
+    spool, stats = tmp_path / "spool", tmp_path / "stats.json"
+    args = agent_args(
+        target, interval=0.05, count=3, self_interval=0, sink=url, spool_dir=spool, drain_timeout=1.5, stats=stats
+    )
     try:
-        out = run_agent(
-            agent_command,
-            "--pid",
-            target,
-            "--interval",
-            0.05,
-            "--count",
-            3,
-            "--self-interval",
-            0,
-            "--sink",
-            url,
-            "--spool-dir",
-            tmp_path / "spool",
-            "--drain-timeout",
-            1.5,
-            "--stats",
-            stats,
-            env=credential_free_env(),
-        )
+        out = run_agent(agent_command, *args, env=credential_free_env())
     finally:
         server.close()
     assert out.returncode == 0, out.stderr
@@ -519,14 +446,7 @@ def test_the_environment_wins_over_the_credentials_file_named_by_flowstat_creden
     try:
         out = run_agent(
             agent_command,
-            "--pid",
-            target,
-            "--interval",
-            0.05,
-            "--count",
-            2,
-            "--sink",
-            url,
+            *agent_args(target, interval=0.05, count=2, sink=url),
             env=credential_free_env(FLOWSTAT_CREDENTIALS=str(creds), FLOWSTAT_INFLUX_PASSWORD=PASSWORD),
         )
     finally:
@@ -606,15 +526,7 @@ def test_a_credentials_file_that_is_no_file_is_refused(tmp_path, target, agent_c
 def test_a_url_holding_a_password_is_refused_without_repeating_it(target, agent_command, url, vars_, twice):
     url = url.replace("SECRET", PASSWORD.replace(" ", "_").replace("#", "_"))
     out = run_agent(
-        agent_command,
-        "--pid",
-        target,
-        "--count",
-        1,
-        "--sink",
-        url,
-        *(["--sink", url] if twice else []),
-        env=credential_free_env(),
+        agent_command, *agent_args(target, count=1, sink=[url, url] if twice else url), env=credential_free_env()
     )
     assert out.returncode == 2, out.stderr
     assert "a user or password in a URL shows in process lists and logs" in out.stderr, out.stderr
@@ -641,12 +553,7 @@ def test_a_url_holding_a_password_is_refused_without_repeating_it(target, agent_
 def test_credentials_that_do_not_fit_together_are_refused_at_start(target, agent_command, env, says):
     out = run_agent(
         agent_command,
-        "--pid",
-        target,
-        "--count",
-        1,
-        "--sink",
-        "elasticsearch+https://127.0.0.1:1/flowstat-samples",
+        *agent_args(target, count=1, sink="elasticsearch+https://127.0.0.1:1/flowstat-samples"),
         env=credential_free_env(**env),
     )
     assert out.returncode == 2 and says in out.stderr, out.stderr
@@ -683,30 +590,11 @@ def test_an_untrusted_certificate_keeps_the_samples_until_the_ca_file_is_given(
         if kind == "elasticsearch"
         else {"FLOWSTAT_INFLUX_TOKEN": TOKEN}
     )
-    common = [
-        "--pid",
-        target,
-        "--interval",
-        0.05,
-        "--self-interval",
-        0,
-        "--sink",
-        url,
-        "--spool-dir",
-        spool,
-        "--stats",
-        stats,
-    ]
+    args = partial(agent_args, target, interval=0.05, self_interval=0, sink=url, spool_dir=spool, stats=stats)
     try:
         untrusted = run_agent(
             agent_command,
-            *common,
-            "--count",
-            3,
-            "--drain-timeout",
-            1.5,
-            "--run-id",
-            "first",
+            *args(count=3, drain_timeout=1.5, run_id="first"),
             env=credential_free_env(**login),
         )
         assert untrusted.returncode == 0, untrusted.stderr
@@ -718,11 +606,7 @@ def test_an_untrusted_certificate_keeps_the_samples_until_the_ca_file_is_given(
         assert json.loads(stats.read_text())["sinks"][url]["spooled_samples"] == 3
         trusted = run_agent(
             agent_command,
-            *common,
-            "--count",
-            2,
-            "--run-id",
-            "second",
+            *args(count=2, run_id="second"),
             env=credential_free_env(**login, **{ca_var: str(certificates.ca)}),
         )
     finally:
@@ -753,18 +637,7 @@ def test_elasticsearch_documents_go_to_the_daily_index_of_their_own_time(tmp_pat
     try:
         out = run_agent(
             agent_command,
-            "--pid",
-            target,
-            "--interval",
-            0.05,
-            "--count",
-            4,
-            "--self-interval",
-            0.1,
-            "--run-id",
-            "r",
-            "--sink",
-            url,
+            *agent_args(target, interval=0.05, count=4, self_interval=0.1, run_id="r", sink=url),
             env=credential_free_env(),
         )
     finally:
@@ -802,24 +675,11 @@ def test_a_short_password_spoils_neither_the_answers_nor_the_log(tmp_path, targe
 
     server = ScriptedHttp(answer)
     url = f"elasticsearch://127.0.0.1:{server.port}/flowstat-samples"
-    stats = tmp_path / "stats.json"
+    spool, stats = tmp_path / "spool", tmp_path / "stats.json"
     try:
         out = run_agent(
             agent_command,
-            "--pid",
-            target,
-            "--interval",
-            0.05,
-            "--count",
-            3,
-            "--self-interval",
-            0,
-            "--sink",
-            url,
-            "--spool-dir",
-            tmp_path / "spool",
-            "--stats",
-            stats,
+            *agent_args(target, interval=0.05, count=3, self_interval=0, sink=url, spool_dir=spool, stats=stats),
             env=credential_free_env(FLOWSTAT_ES_USER="flowstat_agent", FLOWSTAT_ES_PASSWORD="s"),
         )
     finally:

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from flowstat.schema import sample as sample_schema
-from support.agents import HttpReceiver, SocketReceiver, sleeper, wait_until
+from support.agents import HttpReceiver, SocketReceiver, agent_args, sleeper, wait_until
 from support.common import ROOT
 
 C_AGENT = ROOT / "collectors" / "c" / "build" / "flowstat-agent"
@@ -37,20 +37,8 @@ def test_socket_sinks_deliver_every_sample(agent, kind, fmt):
     receiver = SocketReceiver(kind)
     procs = [sleeper(), sleeper()]
     try:
-        out = run(
-            agent,
-            "--pid",
-            procs[0].pid,
-            "--pid",
-            procs[1].pid,
-            "--interval",
-            0.05,
-            "--count",
-            20,
-            "--quiet",
-            "--sink",
-            f"{kind}://127.0.0.1:{receiver.port}" + ("?format=json" if fmt == "json" else ""),
-        )
+        sink = f"{kind}://127.0.0.1:{receiver.port}" + ("?format=json" if fmt == "json" else "")
+        out = run(agent, *agent_args([p.pid for p in procs], interval=0.05, count=20, quiet=True, sink=sink))
         assert out.returncode == 0, out.stderr
         # the last datagrams may still be in flight on loopback
         wait_until(lambda: len(receiver.lines()) >= 40, timeout=5, what=f"40 samples at the {kind} receiver")
@@ -76,20 +64,8 @@ def test_sinks_take_a_host_name(agent):
     tcp, http = SocketReceiver("tcp"), HttpReceiver()
     proc = sleeper()
     try:
-        out = run(
-            agent,
-            "--pid",
-            proc.pid,
-            "--interval",
-            0.05,
-            "--count",
-            10,
-            "--quiet",
-            "--sink",
-            f"tcp://localhost:{tcp.port}?format=json",
-            "--sink",
-            f"http://localhost:{http.port}/write",
-        )
+        sinks = [f"tcp://localhost:{tcp.port}?format=json", f"http://localhost:{http.port}/write"]
+        out = run(agent, *agent_args(proc.pid, interval=0.05, count=10, quiet=True, sink=sinks))
         wait_until(
             lambda: len(tcp.lines()) >= 10, timeout=5, what="10 samples at the TCP receiver"
         )  # the last may be on its way
@@ -108,20 +84,8 @@ def test_a_host_name_that_does_not_resolve_is_said_so(agent):
     agent said "Invalid argument", a stale errno, as getaddrinfo sets none)."""
     proc = sleeper()
     try:
-        out = run(
-            agent,
-            "--pid",
-            proc.pid,
-            "--interval",
-            0.05,
-            "--count",
-            1,
-            "--quiet",
-            "--drain-timeout",
-            0,
-            "--sink",
-            "tcp://no-such-host.invalid:5044?format=json",
-        )
+        sink = "tcp://no-such-host.invalid:5044?format=json"
+        out = run(agent, *agent_args(proc.pid, interval=0.05, count=1, quiet=True, drain_timeout=0, sink=sink))
     finally:
         proc.kill()
     down = [line for line in out.stderr.splitlines() if "no-such-host.invalid" in line and "is down" in line]
@@ -136,20 +100,8 @@ def test_ten_millisecond_interval_delivers_every_sample_in_order(agent, tmp_path
     proc = sleeper()
     stats = tmp_path / "stats.json"
     try:
-        out = run(
-            agent,
-            "--pid",
-            proc.pid,
-            "--interval",
-            0.01,
-            "--count",
-            100,
-            "--quiet",
-            "--stats",
-            stats,
-            "--sink",
-            f"file://{tmp_path}/s.json?format=json",
-        )
+        sink = f"file://{tmp_path}/s.json?format=json"
+        out = run(agent, *agent_args(proc.pid, interval=0.01, count=100, quiet=True, stats=stats, sink=sink))
     finally:
         proc.kill()
     assert out.returncode == 0, out.stderr
@@ -175,30 +127,18 @@ def test_a_sink_down_at_exit_is_given_the_drain_timeout_to_come_back(agent, tmp_
     proc = sleeper()
     url = f"http://127.0.0.1:{receiver.port}/write"
     spool, stats = tmp_path / "spool", tmp_path / "stats.json"
-    agent_proc = subprocess.Popen(
-        [
-            *AGENTS[agent],
-            "--self-interval",
-            "0",
-            "--pid",
-            str(proc.pid),
-            "--interval",
-            "0.05",
-            "--count",
-            "20",
-            "--quiet",
-            "--sink",
-            url,
-            "--spool-dir",
-            str(spool),
-            "--stats",
-            str(stats),
-            "--drain-timeout",
-            "60",
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
+    args = agent_args(
+        proc.pid,
+        self_interval=0,
+        interval=0.05,
+        count=20,
+        quiet=True,
+        sink=url,
+        spool_dir=spool,
+        stats=stats,
+        drain_timeout=60,
     )
+    agent_proc = subprocess.Popen([*AGENTS[agent], *args], stderr=subprocess.PIPE, text=True)
     try:
         # every round is taken and waits on disk
         wait_until(
@@ -222,28 +162,15 @@ def test_a_sink_still_down_after_the_drain_timeout_keeps_its_spool(agent, tmp_pa
     receiver.stop()  # never comes back
     proc = sleeper()
     url = f"http://127.0.0.1:{receiver.port}/write"
+    spool, stats = tmp_path / "spool", tmp_path / "stats.json"
+    args = agent_args(
+        proc.pid, interval=0.05, count=10, quiet=True, sink=url, spool_dir=spool, stats=stats, drain_timeout=1
+    )
     try:
-        out = run(
-            agent,
-            "--pid",
-            proc.pid,
-            "--interval",
-            0.05,
-            "--count",
-            10,
-            "--quiet",
-            "--sink",
-            url,
-            "--spool-dir",
-            tmp_path / "spool",
-            "--stats",
-            tmp_path / "stats.json",
-            "--drain-timeout",
-            1,
-        )
+        out = run(agent, *args)
     finally:
         proc.kill()
     assert out.returncode == 0, out.stderr  # nothing lost: it waits on disk for the next start
-    sink = json.loads((tmp_path / "stats.json").read_text())["sinks"][url]
+    sink = json.loads(stats.read_text())["sinks"][url]
     assert sink["delivered"] == 0 and sink["lost"] == 0 and sink["spooled"] > 0
-    assert spooled_samples(tmp_path / "spool") == 10
+    assert spooled_samples(spool) == 10

@@ -474,6 +474,22 @@ def credential_free_env(**extra: str) -> dict[str, str]:
 
 
 # -- running an agent (the C agent unless told otherwise) ------------------------------------------
+def agent_args(pid, **options) -> list[str]:
+    """One place to build an agent's test command line, so that a test names only the values it
+    sets. Each keyword is an option, named as on the command line with _ for - (spool_dir for
+    --spool-dir), in the order given: True makes a flag (quiet=True: --quiet), a list repeats the
+    option for each item (pid too), any other value follows its option as a string. Either agent
+    refuses an option it does not know, so a misspelt keyword fails the test that gives it."""
+    args = []
+    for name, value in {"pid": pid, **options}.items():
+        option = "--" + name.replace("_", "-")
+        if value is True:
+            args.append(option)
+        else:
+            args += [a for v in (value if isinstance(value, list | tuple) else [value]) for a in (option, str(v))]
+    return args
+
+
 def agent_cmd(*args, binary=C_AGENT, command=None) -> list[str]:
     """No self-samples: the delivery of node samples is what these tests count, item by item."""
     return [*(command or [str(binary)]), "--self-interval", "0", *map(str, args)]
