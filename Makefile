@@ -14,13 +14,14 @@ C_DEPS := libzmq3-dev libcjson-dev libcurl4-openssl-dev pkg-config clang libclan
 # Named after the list: a checkout that installed an older list installs what was added.
 C_STAMP := .cache/c-deps-$(shell echo '$(C_DEPS)' | md5sum | cut -c1-8).installed
 
-.PHONY: help demo test lint bench mutate install clean c-agent generate compose-images screenshots
+.PHONY: help demo test lint bench soak mutate install clean c-agent generate compose-images screenshots
 
 help:
 	@echo "make demo   local InfluxDB/Elasticsearch/Telegraf + a harness run shipping into them"
 	@echo "make test   run the tests"
 	@echo "make lint   the checks that read the code: import layers, ruff, mypy, clang-format (seconds; make test runs them first)"
 	@echo "make bench  run the benchmarks and the campaigns at 20 s (about 90 minutes; JSON in benchmarks/results/)"
+	@echo "make soak   10,000 processes into both stores for an hour, faults injected (about 90 minutes; docs/soak.md)"
 	@echo "make mutate mutation testing of the code where a bug loses data (2 minutes; benchmarks/results/mutation.json)"
 	@echo "make generate  write again every generated file (src/flowstat/generate.py), the report's screenshots too (a minute)"
 	@echo "make clean  remove the venv, caches and runs"
@@ -101,6 +102,13 @@ bench: $(STAMP) c-agent
 	for f in stat reply endpoints sink_url credentials; do mkdir -p .cache/fuzz/$$f && cp collectors/c/fuzz/corpus/$$f/* .cache/fuzz/$$f/ && \
 		collectors/c/build/fuzz_$$f -max_total_time=300 -timeout=5 .cache/fuzz/$$f || exit 1; done
 	$(BIN)/python benchmarks/buffer_one.py
+
+# The soak (issue 28): 10,000 processes watched at 1 Hz into both stores for an hour, after a scale
+# ladder, with faults (benchmarks/bench_soak.py says what and when). About 90 minutes; needs root
+# and about 6 GB of memory. Writes benchmarks/results/soak-*.json, docs/soak.md and docs/img/soak.svg.
+# `SOAK_ARGS=--quick make soak` tries it out in about 20 minutes.
+soak: $(STAMP) c-agent
+	cd benchmarks && ../$(BIN)/python bench_soak.py --doc $(SOAK_ARGS)
 
 # The report's screenshots in docs/img/, made by the code the browser tests use (flowstat.report.screenshots:
 # records the demo's two runs, makes a 500-producer run from the first, writes and pictures their reports).

@@ -199,9 +199,12 @@ def load(stack, runs: dict) -> dict:
     assert not any(r.bad for r in reports), [r.bad[:3] for r in reports if r.bad]
     body = stack["influxdb"].query(f"SELECT count(\"seq\") FROM \"flowstat_node\" WHERE run_id = '{runs['big']}'", DB)
     in_influx = body["results"][0]["series"][0]["values"][0][1]
-    in_es = requests.post(
-        f"{es}/{SAMPLES_INDEX}/_count", json={"query": {"term": {"run_id": runs["big"]}}}, timeout=60
-    ).json()["count"]
+    answer = requests.post(
+        f"{es}/{SAMPLES_INDEX}*/_count", json={"query": {"term": {"run_id": runs["big"]}}}, timeout=60
+    ).json()
+    if "count" not in answer:
+        raise RuntimeError(f"Elasticsearch did not count the big run's samples: {answer}")
+    in_es = answer["count"]
     out = {
         "samples": good,
         "seconds": round(seconds, 1),
@@ -223,6 +226,8 @@ def run_range(run_dir: Path) -> tuple[list[str], str, int, int]:
         next(f)
         for line in f:
             doc = json.loads(line)
+            if "node_id" not in doc:  # the agents' self-samples ({"flowstat_agent": ...})
+                continue
             nodes.add(doc["node_id"])
             agent = doc["agent"]
             t = time_ns(doc["time"]) // 1_000_000
@@ -331,12 +336,26 @@ def _count_held(answer: dict) -> dict:
 
 
 def run_view_queries(stack, run_id: str, run_dir: Path, max_points: int) -> list[Query]:
+    nodes, agent, from_ms, to_ms = run_range(run_dir)
+    selections = {f"all {len(nodes)} nodes": nodes, f"{SELECTED} nodes": spread(nodes, SELECTED)}
+    return view_queries(stack, run_id, agent, nodes, selections, (from_ms, to_ms), max_points)
+
+
+def view_queries(
+    stack,
+    run_id: str,
+    agent: str,
+    nodes: list[str],
+    selections: dict[str, list[str]],
+    time_range: tuple[int, int],
+    max_points: int,
+) -> list[Query]:
+    """The run view's queries for a run of ``nodes`` (each selection of them in turn) over ``time_range`` (ms)."""
     from flowstat.views import grafana, influxql, kibana
     from flowstat.views.panels import RUN_VIEW
 
     influx, es = stack["influxdb"].url, stack["elasticsearch"].url
-    nodes, agent, from_ms, to_ms = run_range(run_dir)
-    selections = {f"all {len(nodes)} nodes": nodes, f"{SELECTED} nodes": spread(nodes, SELECTED)}
+    from_ms, to_ms = time_range
     every_role = [o["value"] for o in grafana._variable("role")["options"]]  # the role variable's "All"
     lenses = lens_es.by_id("lens")
     out = []
@@ -402,6 +421,22 @@ def cross_run_queries(stack, run_ids: list[str], dirs: list[Path], max_points: i
                 [{"terms": {"run_id": run_ids}}],
             )
         )
+    return out
+
+
+def stack_view_queries(stack, time_range: tuple[int, int], max_points: int) -> list[Query]:
+    """The agents view's panels (Grafana's InfluxQL and Kibana's Lens) over ``time_range`` (ms)."""
+    from flowstat.views import kibana
+    from flowstat.views.panels import STACK_VIEW
+
+    influx, es = stack["influxdb"].url, stack["elasticsearch"].url
+    lenses = lens_es.by_id("lens")
+    out = []
+    for panel in STACK_VIEW.panels():
+        q, interval = gx.panel_query(STACK_VIEW, panel, {}, *time_range, max_points)
+        out.append(influx_query(influx, "stack view", panel.title, "every agent", q, interval_ms=interval))
+        lens = lenses[kibana.lens_id(STACK_VIEW, panel)]
+        out.append(lens_query(es, "stack view", lens, "every agent", time_range, []))
     return out
 
 

@@ -39,6 +39,8 @@ RECORDED: tuple[str, ...] = ("docs/img/report-*.png",)
 MEASURED: tuple[str, ...] = (
     "docs/campaigns/**",
     "docs/img/buffer-one.svg",
+    "docs/img/soak.svg",
+    "docs/soak.md",
     "benchmarks/results/*.json",
 )
 
