@@ -4,6 +4,7 @@ what the harness writes conforms, and both agents take exactly the nodes that co
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 
@@ -80,6 +81,35 @@ def test_both_agents_take_exactly_the_nodes_that_conform(tmp_path, agent_command
     sampled = {json.loads(line)["node_id"] for line in out.stdout.splitlines() if line.strip()}
     assert sampled == conforming - {"elsewhere"}
     assert all(json.loads(line)["run_id"] == "ends" for line in out.stdout.splitlines() if line.strip())
+
+
+@pytest.mark.parametrize("how", ["--host-name", "SLURMD_NODENAME"], ids=["option", "slurm"])
+def test_an_agent_takes_its_host_s_nodes_by_the_name_given_or_slurm_s_not_the_hostname(
+    tmp_path, agent_command, targets, how
+):
+    """Hosts of a cluster often share one hostname: an agent on node n2 takes the nodes the endpoints
+    file puts on n2 and tags its samples with n2, whatever gethostname() says."""
+    mine, theirs = targets
+    nodes = [
+        {"node_id": "on-n2", "pid": mine, "host": "n2"},
+        {"node_id": "on-n3", "pid": theirs, "host": "n3"},
+        {"node_id": "on-hostname", "pid": theirs, "host": socket.gethostname()},
+    ]
+    path = tmp_path / "endpoints.json"
+    path.write_text(json.dumps({"run_id": "hosts", "nodes": nodes}))
+    given = ["--host-name", "n2"] if how == "--host-name" else []
+    env = {**os.environ, "SLURMD_NODENAME": "n3" if given else "n2"}  # the option wins over Slurm's name
+    out = subprocess.run(
+        [*agent_command, "--endpoints", str(path), "--count", "1", "--interval", "0.1", "--self-interval", "0"]
+        + [*given, "--sink", "stdout://?format=json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr
+    samples = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    assert [(s["node_id"], s["host"]) for s in samples] == [("on-n2", "n2")]
 
 
 def test_a_file_that_is_no_endpoints_document_is_said_and_nothing_taken(tmp_path):

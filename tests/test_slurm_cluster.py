@@ -235,6 +235,108 @@ def _env_has(pid: int, marker: str) -> bool:
         return False
 
 
+# -- flowstat run --slurm -------------------------------------------------------------------------------
+
+ACROSS_THREE = """run_id: across
+description: the demo across three hosts
+duration: 3
+buffer_size: 100
+object: {type: TH1F, size: 1kB}
+producers: {count: 8, rate: 100, processes: 2}
+mergers: 2
+"""
+
+
+# The C agent as this checkout built it (make installs it beside the venv's python too).
+C_AGENT_ENV = {"FLOWSTAT_C_AGENT": str(ROOT / "collectors" / "c" / "build" / "flowstat-agent")}
+
+
+def flowstat_run(c: sc.Cluster, topology: Path, *args, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`flowstat run TOPOLOGY --slurm ...` from inside the cluster's namespace, as a user on a login node."""
+    return c.client(
+        sys.executable,
+        "-m",
+        "flowstat",
+        "run",
+        str(topology),
+        "--slurm",
+        "--json",
+        *map(str, args),
+        env=env,
+        timeout=120,
+    )
+
+
+def jobs(c: sc.Cluster) -> list[str]:
+    return c.client("squeue", "-h", "-o", "%i %j %T", check=True).stdout.splitlines()
+
+
+def test_a_run_across_three_slurm_nodes_places_binds_and_conserves_every_object(cluster, tmp_path):
+    topo = tmp_path / "across.yaml"
+    topo.write_text(ACROSS_THREE + "placement: {producers: [n1, n2], mergers: [n3]}\n")
+    out = flowstat_run(cluster, topo, "--runs-dir", tmp_path / "runs", "--run-id", "across", env=C_AGENT_ENV)
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout)
+    assert summary["ok"] and summary["conservation"]["ok"], summary.get("failures")
+    sent = {n["node_id"]: n["objects_sent"] for n in summary["nodes"] if n["role"] == "producer"}
+    assert set(sent) == {"producers-0", "producers-1"} and all(v > 0 for v in sent.values())
+    assert set(summary["online"]) == {"merger-0", "merger-1"}  # every merger got its verdict
+    nodes = {
+        n["node_id"]: n for n in json.loads((tmp_path / "runs" / "across" / "endpoints.json").read_text())["nodes"]
+    }
+    where = {name: (n["host"], n["control"].split("//")[1].split(":")[0]) for name, n in nodes.items()}
+    assert where == {
+        "producers-0": ("n1", "127.0.0.11"),
+        "producers-1": ("n2", "127.0.0.12"),
+        "merger-0": ("n3", "127.0.0.13"),
+        "merger-1": ("n3", "127.0.0.13"),
+        "viewer": ("n3", "127.0.0.13"),
+    }
+    assert all(
+        n["data"].startswith("tcp://127.0.0.13:")
+        for name, n in nodes.items()
+        if name != "producers-0" and name != "producers-1"
+    )
+    # an agent pair on each host, each sampling its host's nodes only, named by Slurm's host names
+    # (every node has the machine's hostname), the run ending them STOPPED; one run file of all
+    lines = [json.loads(line) for line in (tmp_path / "runs" / "across" / "samples.ndjson").read_text().splitlines()]
+    assert lines[0]["flowstat_run"]["run_id"] == "across"
+    samples = [line for line in lines[1:] if "node_id" in line]
+    seen = {(s["node_id"], s["host"], s["agent"]) for s in samples}
+    assert seen == {(name, host, f"flowstat-agent-py/{host}") for name, (host, _) in where.items()}
+    last = {s["node_id"]: s["node_state"] for s in sorted(samples, key=lambda s: s["seq"])}
+    assert last == dict.fromkeys(where, "STOPPED")
+    agents = {k for k in summary["agent"] if k.startswith("agent-")}
+    assert agents == {f"agent-{kind}-{h}" for kind in ("py", "c") for h in ("n1", "n2", "n3")}
+    for name in agents:  # each samples its own host's nodes, and delivered every sample
+        stats = summary["agent"][name]
+        assert stats["samples"] > 0 and all(v["lost"] == 0 for v in stats["sinks"].values()), (name, stats)
+    assert jobs(cluster) == []  # the allocation it asked for is given back, every step ended
+    assert not [cmd for _, cmd in processes().values() if str(tmp_path) in cmd]  # no device, agent or srun of it
+
+
+def test_a_run_that_needs_more_hosts_than_the_partition_has_is_refused_with_both_numbers(cluster, tmp_path):
+    topo = tmp_path / "wide.yaml"
+    topo.write_text(ACROSS_THREE + "placement: {producers: 3, mergers: 2}\n")
+    out = flowstat_run(cluster, topo, "--no-agent", "--runs-dir", tmp_path / "runs")
+    assert out.returncode == 2
+    assert "the topology asks for 5 hosts; partition flowstat has 3" in out.stderr, out.stderr
+    assert not (tmp_path / "runs").exists() and jobs(cluster) == []  # refused before anything started
+
+
+def test_without_slurm_s_programs_the_run_says_which_are_missing_before_anything_starts(cluster, tmp_path):
+    topo = tmp_path / "across.yaml"
+    topo.write_text(ACROSS_THREE)
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    for program in ("scontrol", "sinfo", "nsenter"):  # some of Slurm's clients, not srun, salloc, scancel, squeue
+        (bare / program).symlink_to(sc.which(program))
+    out = flowstat_run(cluster, topo, "--no-agent", "--runs-dir", tmp_path / "runs", env={"PATH": str(bare)})
+    assert out.returncode == 2
+    assert "needs Slurm's client programs, not on the PATH: srun, salloc, scancel, squeue" in out.stderr, out.stderr
+    assert not (tmp_path / "runs").exists()
+
+
 def marked_tasks(marker: str) -> list[int]:
     return [pid for pid, (comm, _) in processes().items() if comm == "sleep" and _env_has(pid, marker)]
 

@@ -2,6 +2,7 @@
  * The same targets, schema, sinks and spool as `flowstat agent`, for a fraction of the CPU; the
  * same self-samples (agent.schema.json) and run-ending notice (SIGUSR1). */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -598,7 +599,8 @@ static int parent_already_gone(void)
  * 0, or the exit status once a message said why not. */
 static int agent_open(struct agent *a)
 {
-    gethostname(a->host, sizeof a->host - 1);
+    fs_host_identity(a->opt.host_name, a->host, sizeof a->host);
+    targets_set_host(a->host);
     snprintf(a->agent_name, sizeof a->agent_name, "%s%s%s", AGENT_NAME, a->opt.name[0] ? "/" : "", a->opt.name);
     char err[900];
     if (creds_load(&a->creds, a->opt.credentials, err, sizeof err) != 0) {
@@ -624,6 +626,20 @@ static void agent_close(struct agent *a)
     curl_global_cleanup(); /* nothing, if curl_global_init was not called */
 }
 
+/* $FLOWSTAT_AGENT_READY_FILE, created once the run-ending notice is handled: how flowstat run
+ * learns it may send it to an agent on another host, whose signal mask it cannot read. */
+static void say_notice_taken(void)
+{
+    const char *path = getenv("FLOWSTAT_AGENT_READY_FILE");
+    if (!path || !*path)
+        return;
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        LOG_WARN("cannot create the ready file %s: %s", path, strerror(errno));
+    else
+        close(fd);
+}
+
 static void handle_signals(void)
 {
     struct sigaction sa = {.sa_handler = on_signal}, notice = {.sa_handler = on_notice};
@@ -631,6 +647,7 @@ static void handle_signals(void)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGUSR1, &notice, NULL);
     signal(SIGPIPE, SIG_IGN);
+    say_notice_taken();
 }
 
 /* Samples until told to stop or done, then delivers: 0, or 1 if samples were lost or a sink could

@@ -59,6 +59,10 @@ void options_usage(FILE *out)
             "  --run-id ID            run id to put in samples (default: from --endpoints; at most 127\n"
             "                         characters)\n"
             "  --name NAME            instance name, appended to the agent tag (at most 160 characters)\n"
+            "  --host-name NAME       this host's name in samples, and the host whose nodes an endpoints\n"
+            "                         file gives this agent (default: $SLURMD_NODENAME in a Slurm job\n"
+            "                         step, hosts of a cluster often sharing one hostname; else the\n"
+            "                         hostname)\n"
             "  --duration S           stop after S seconds\n"
             "  --count N              stop after N sampling rounds (rounds skipped by an overrun do not count)\n"
             "  --exit-when-all-down   stop once every target has exited\n"
@@ -237,7 +241,8 @@ enum option_code {
     O_QUIET,
     O_HELP,
     O_SELF,
-    O_CREDENTIALS
+    O_CREDENTIALS,
+    O_HOST_NAME
 };
 
 static const struct option long_options[] = {{"pid", 1, 0, O_PID},
@@ -262,6 +267,7 @@ static const struct option long_options[] = {{"pid", 1, 0, O_PID},
                                              {"help", 0, 0, O_HELP},
                                              {"self-interval", 1, 0, O_SELF},
                                              {"credentials", 1, 0, O_CREDENTIALS},
+                                             {"host-name", 1, 0, O_HOST_NAME},
                                              {0, 0, 0, 0}};
 
 /* One option of the command line, with its argument (NULL if it takes none): 0, or -1 once a
@@ -316,6 +322,8 @@ static int take_option(struct options *o, int code, const char *arg)
     case O_CREDENTIALS:
         o->credentials = arg;
         return 0;
+    case O_HOST_NAME:
+        return take_text(arg, "--host-name", OPTIONS_HOST_NAME_MAX_LEN, &o->host_name);
     case O_QUIET:
         o->quiet = 1;
         return 0;

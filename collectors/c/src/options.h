@@ -10,6 +10,7 @@
 
 #define OPTIONS_NAME_MAX_LEN 160 /* --name, in agent_name after "flowstat-agent-c/" */
 #define OPTIONS_RUN_ID_MAX_LEN 127 /* --run-id, as a target's run_id holds */
+#define OPTIONS_HOST_NAME_MAX_LEN 255 /* --host-name, as a host name may be */
 #define OPTIONS_REFUSED 2 /* options_parse's answer to a command line it refuses: the agent's exit status */
 
 struct options {
@@ -21,6 +22,7 @@ struct options {
     long long count; /* -1: until stopped */
     const char *spool_dir, *stats_path, *credentials; /* NULL: none given */
     const char *name; /* "": none */
+    const char *host_name; /* --host-name; NULL: $SLURMD_NODENAME, else gethostname() (fs_host_identity) */
     long long spool_max; /* bytes */
     int exit_when_all_down, quiet;
     int help; /* --help came: the caller shows options_usage and stops */

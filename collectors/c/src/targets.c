@@ -138,15 +138,20 @@ static int node_conforms(const cJSON *node, const cJSON *pid, const char *node_i
 
 /* Whether a node lives on this host: its "host", when it names one, is ours (a pid is a process of
  * its own host; another host's node is that host's agent's). */
+static char this_host[256]; /* targets_set_host; "": fs_host_identity's default */
+
+void targets_set_host(const char *host)
+{
+    fs_strlcpy(this_host, host ? host : "", sizeof this_host);
+}
+
 static int node_is_here(const cJSON *node)
 {
     const char *host = json_string(node, "host", NULL);
     char here[256];
     if (!host)
         return 1;
-    if (gethostname(here, sizeof here) != 0)
-        return 0;
-    here[sizeof here - 1] = '\0';
+    fs_host_identity(this_host, here, sizeof here);
     return strcmp(host, here) == 0;
 }
 

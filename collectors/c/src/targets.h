@@ -74,4 +74,8 @@ int targets_parse_endpoints(const char *text, size_t len, const char *run_id, in
  * --rescan. */
 int targets_dirs_changed(struct target_spec *spec);
 
+/* The host whose nodes endpoints files give this agent (the agent's --host-name; NULL or "": the
+ * default of fs_host_identity). */
+void targets_set_host(const char *host);
+
 #endif

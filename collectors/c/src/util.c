@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 int fs_quiet = 0;
 
@@ -204,4 +205,17 @@ void fs_buf_json_string(struct fs_buf *b, const char *text)
             fs_buf_append(b, (const char *)c, 1);
     }
     fs_buf_append(b, "\"", 1);
+}
+
+void fs_host_identity(const char *given, char *out, size_t n)
+{
+    const char *slurm = getenv("SLURMD_NODENAME");
+    if (given && *given)
+        fs_strlcpy(out, given, n);
+    else if (slurm && *slurm)
+        fs_strlcpy(out, slurm, n);
+    else if (gethostname(out, n) != 0)
+        fs_strlcpy(out, "", n);
+    if (n)
+        out[n - 1] = '\0';
 }

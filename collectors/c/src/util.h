@@ -28,6 +28,10 @@ void fs_iso_now(char *out, size_t n, int64_t *epoch_ms);
 void fs_iso_from_ms(char *out, size_t n, int64_t ms);
 /* Copy with truncation; always NUL-terminates. */
 void fs_strlcpy(char *dst, const char *src, size_t n);
+
+/* This host's name as flowstat names it: given (--host-name), else Slurm's name for the node
+ * ($SLURMD_NODENAME), else gethostname(). Hosts of a cluster often share a hostname. */
+void fs_host_identity(const char *given, char *out, size_t n);
 /* Shortest text that reads back as the same double (as Python's repr). */
 void fs_format_double(char *out, size_t n, double v);
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import logging
 import math
 import os
-import socket
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flowstat.proc.machine import host_identity
 from flowstat.proc.reader import ProcessGone, ProcFormatError, cpu_rates
 from flowstat.schema import sample as sample_schema
 from flowstat.timeutil import iso_utc_from_ms, iso_utc_ms
@@ -64,7 +64,7 @@ class Agent:
     def __init__(self, cfg: AgentConfig):
         self.cfg = cfg
         self.agent_name = AGENT_NAME + (f"/{cfg.name}" if cfg.name else "")
-        self.host = socket.gethostname()
+        self.host = host_identity(cfg.spec.host)
         self.targets: dict[tuple[int, str], Target] = {}
         self.gone: set[tuple[int, str]] = set()
         self.seqs: dict[str, int] = {}  # per node: survives the node being re-found

@@ -74,6 +74,13 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--run-doc", metavar="FILE", help="the run document (run.json) describing the run in the run file's header"
     )
     p.add_argument("--name", help="instance name, appended to the agent tag")
+    p.add_argument(
+        "--host-name",
+        metavar="NAME",
+        help="this host's name in samples, and the host whose nodes an endpoints file gives this agent "
+        "(default: $SLURMD_NODENAME in a Slurm job step, hosts of a cluster often sharing one hostname; "
+        "else the hostname)",
+    )
     p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
     p.add_argument(
         "--count",
@@ -216,6 +223,7 @@ def main(args: argparse.Namespace) -> int:
         args.endpoints or [],
         args.run_id or "",
         args.endpoints_dir or [],
+        args.host_name or "",
     )
     if spec.empty():
         print(
@@ -258,9 +266,21 @@ def main(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: set_from_signal(agent.stop_event))
     signal.signal(signal.SIGUSR1, lambda *_: agent.notice_run_ending())
+    _say_notice_taken()
     agent.run()
     stats = agent.stats()
     if args.stats:
         Path(args.stats).write_text(json.dumps(stats, indent=1))
     lost = sum(s["lost"] + s["spool_dropped"] for s in stats["sinks"].values())
     return 1 if lost else 0
+
+
+def _say_notice_taken() -> None:
+    """$FLOWSTAT_AGENT_READY_FILE, created once the run-ending notice is handled: how flowstat run
+    learns it may send it to an agent on another host, whose signal mask it cannot read."""
+    path = os.environ.get("FLOWSTAT_AGENT_READY_FILE")
+    if path:
+        try:
+            Path(path).touch()
+        except OSError as exc:
+            logging.getLogger("flowstat.agent").warning("cannot create the ready file %s: %s", path, exc)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import logging
 import os
 import re
-import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flowstat.proc.machine import host_identity
 from flowstat.proc.reader import ProcessGone, ProcReader, ProcReading
 from flowstat.schema import endpoints as endpoints_schema
 from flowstat.schema.sample import DEFAULT_ROLE
@@ -55,6 +55,7 @@ class TargetSpec:
     endpoints_files: list[str] = field(default_factory=list)
     run_id: str = ""
     endpoints_dirs: list[str] = field(default_factory=list)
+    host: str = ""  # whose nodes endpoints files give this agent (proc.machine.host_identity)
 
     def empty(self) -> bool:
         return not (self.pids or self.pidfiles or self.patterns or self.endpoints_files or self.endpoints_dirs)
@@ -108,15 +109,15 @@ def discover(spec: TargetSpec, first: bool = True, said: set[tuple[str, ...]] | 
                 pid = int(entry.name)
                 add(Target(pid, f"{process_name(pid)}-{pid}", run_id=spec.run_id, source="--pattern"))
     for path in spec.endpoints_files:
-        for t in _from_endpoints_file(Path(path), spec.run_id, lambda *msg: log.warning(*msg)):
+        for t in _from_endpoints_file(Path(path), spec.run_id, lambda *msg: log.warning(*msg), spec.host):
             add(t)
     for folder in spec.endpoints_dirs:
-        for t in _from_endpoints_dir(Path(folder), spec.run_id, set() if said is None else said):
+        for t in _from_endpoints_dir(Path(folder), spec.run_id, set() if said is None else said, spec.host):
             add(t)
     return list(found.values())
 
 
-def _from_endpoints_file(path: Path, run_id: str, warn) -> list[Target]:
+def _from_endpoints_file(path: Path, run_id: str, warn, host: str = "") -> list[Target]:
     """The nodes of an endpoints file that live on this host (a pid names a process of its host)."""
     try:
         file_run_id, nodes, bad = endpoints_schema.read(path)
@@ -125,7 +126,7 @@ def _from_endpoints_file(path: Path, run_id: str, warn) -> list[Target]:
         return []
     for why in bad:
         warn("endpoints file %s: left out: %s", path, why)
-    here = socket.gethostname()
+    here = host_identity(host)
     nodes = [n for n in nodes if n.get("host", here) == here]
     return [
         Target(
@@ -140,7 +141,7 @@ def _from_endpoints_file(path: Path, run_id: str, warn) -> list[Target]:
     ]
 
 
-def _from_endpoints_dir(folder: Path, run_id: str, said: set[tuple[str, ...]]) -> list[Target]:
+def _from_endpoints_dir(folder: Path, run_id: str, said: set[tuple[str, ...]], host: str = "") -> list[Target]:
     """The live nodes of a directory's endpoint files (``*.json``, dot-files being written are not
     read); a file of dead processes only is stale, and left."""
     try:
@@ -163,7 +164,9 @@ def _from_endpoints_dir(folder: Path, run_id: str, said: set[tuple[str, ...]]) -
         if not entry.is_file():
             _say_once(said, version, "endpoints file %s: not a regular file", path)
             continue
-        found = _from_endpoints_file(path, run_id, lambda *msg, v=version: _say_once(said, (*v, str(msg[-1])), *msg))
+        found = _from_endpoints_file(
+            path, run_id, lambda *msg, v=version: _say_once(said, (*v, str(msg[-1])), *msg), host
+        )
         alive = [t for t in found if Path(f"/proc/{t.pid}").exists()]
         if found and not alive:
             pids = ", ".join(str(t.pid) for t in found)

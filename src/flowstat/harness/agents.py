@@ -1,7 +1,9 @@
 """The agents that watch a run: started as its producers start, told when it ends in order, stopped
 and heard from (their statistics), and sent its complete run document at the end. Every run is
 monitored and recorded by the Python agent (it writes the run file); the C agent watches beside
-it when it is built."""
+it when it is built. A run across hosts (flowstat run --slurm) gets them on every host that runs
+devices, as job steps beside the devices, each taking its host's nodes and naming its host
+(``--host-name``); their run files are joined into the run's at the end."""
 
 from __future__ import annotations
 
@@ -19,11 +21,13 @@ from typing import Any
 
 from flowstat.proc.procfs import catches
 
+from .launch import Launcher
 from .topology import AGENT_NODES
 
 AGENT_START_S = 10.0  # how long an agent may take to start (the Python one imports) before it takes signals
 RUN_ENDING = signal.SIGUSR1  # the agents' run-ending notice (collectors/README.md)
 C_AGENT = "flowstat-agent"
+READY_FILE_ENV = "FLOWSTAT_AGENT_READY_FILE"  # both agents create it once they take the notice
 
 
 @dataclass
@@ -54,18 +58,31 @@ class RunAgents:
     ``pin`` pins a process just started as the topology says and returns its CPUs."""
 
     def __init__(
-        self, run_id: str, run_dir: Path, options: AgentOptions, pin: Callable[[str, str, int], list[int] | None]
+        self,
+        run_id: str,
+        run_dir: Path,
+        options: AgentOptions,
+        pin: Callable[[str, str, int], list[int] | None],
+        launcher: Launcher | None = None,
     ):
         self.run_id, self.run_dir, self.options, self.pin = run_id, run_dir, options, pin
+        self.launcher = launcher  # None or local: child processes here; else one set per host
         self.procs: dict[str, subprocess.Popen] = {}
+        self.hosts: dict[str, str] = {}  # agent -> host, across hosts
         self.cpus: dict[str, list[int] | None] = {}
 
     def log(self, name: str) -> Path:
         return self.run_dir / "logs" / f"{name}.log"
 
-    def commands(self) -> list[tuple[str, list[str]]]:
+    @property
+    def across_hosts(self) -> bool:
+        return self.launcher is not None and self.launcher.kind != "local"
+
+    def commands(self, host: str | None = None) -> list[tuple[str, list[str]]]:
         """The agents to start: the Python agent (it also records the run file), and the C agent
-        when it is built. Each ships to the user's sinks, or to a line-protocol file in the run."""
+        when it is built. Each ships to the user's sinks, or to a line-protocol file in the run.
+        ``host``: the agents of one host of a run across hosts (named NAME-HOST, their run file
+        samples.HOST.ndjson)."""
         opts, rd = self.options, self.run_dir.resolve()  # file:// URLs need absolute paths
         common = [
             "--run-id",
@@ -80,7 +97,10 @@ class RunAgents:
             str(max(opts.interval_s, 1.0)),
             "--quiet",
         ]
-        py_agent, c_agent_name = AGENT_NODES
+        if host:
+            common += ["--host-name", host, "--name", host]
+        py_agent, c_agent_name = (f"{a}-{host}" for a in AGENT_NODES) if host else AGENT_NODES
+        run_file = f"samples.{host}.ndjson" if host else "samples.ndjson"
         agents = [
             (
                 py_agent,
@@ -90,7 +110,7 @@ class RunAgents:
                     "flowstat.agent",
                     *common,
                     "--run-file",
-                    str(rd / "samples.ndjson"),
+                    str(rd / run_file),
                     "--run-doc",
                     str(rd / "run.json"),
                 ],
@@ -110,6 +130,9 @@ class RunAgents:
         PDEATHSIG, or at once if it died before they could ask for it)."""
         if not self.options.enabled:
             return
+        if self.across_hosts:
+            self.start_on_hosts()
+            return
         env = dict(os.environ, FLOWSTAT_DIE_WITH_PARENT=str(os.getpid()))
         for name, cmd in self.commands():
             with open(self.log(name), "ab") as log:
@@ -124,6 +147,27 @@ class RunAgents:
             self.procs[name] = proc
             self.cpus[name] = self.pin(name, "agent", proc.pid)
 
+    def ready_file(self, name: str) -> Path:
+        return self.run_dir / "agents" / f"{name}.ready"
+
+    def start_on_hosts(self) -> None:
+        """The agents of every host that runs devices, as job steps there (they end with the
+        allocation's steps, not by PDEATHSIG: their parent is Slurm's)."""
+        assert self.launcher is not None
+        (self.run_dir / "agents").mkdir(exist_ok=True)
+        for host in self.launcher.hosts_in_use():
+            for name, cmd in self.commands(host):
+                with open(self.log(name), "ab") as log:
+                    self.procs[name] = self.launcher.start(
+                        name,
+                        cmd,
+                        log,
+                        host=host,
+                        stdout=subprocess.DEVNULL,
+                        env={READY_FILE_ENV: str(self.ready_file(name).resolve())},
+                    )
+                self.hosts[name] = host
+
     def affinity(self) -> list[dict[str, Any]]:
         """The run document's affinity entries of the agents: their CPUs, as read back."""
         return [
@@ -135,6 +179,9 @@ class RunAgents:
         a node that exits from now on is reported STOPPED, not DOWN. An agent still starting has not
         installed its handler yet, and the signal would kill it: it gets AGENT_START_S to do so."""
         deadline = time.monotonic() + AGENT_START_S
+        if self.across_hosts:
+            self._notice_on_hosts(deadline)
+            return
         for name, proc in self.procs.items():
             while proc.poll() is None and not catches(proc.pid, RUN_ENDING) and time.monotonic() < deadline:
                 time.sleep(0.05)  # polling /proc for the handler, with a deadline
@@ -147,6 +194,35 @@ class RunAgents:
                     file=sys.stderr,
                 )
 
+    def _notice_on_hosts(self, deadline: float) -> None:
+        """The notice to agents on other hosts, each once it said it takes it (its ready file: its
+        process, not srun's, is what installs the handler)."""
+        assert self.launcher is not None
+        for name, proc in self.procs.items():
+            while proc.poll() is None and not self.ready_file(name).exists() and time.monotonic() < deadline:
+                time.sleep(0.05)  # polling a file another host writes, with a deadline
+            if proc.poll() is None and self.ready_file(name).exists():
+                self.launcher.signal(proc, RUN_ENDING)
+            elif proc.poll() is None:
+                print(
+                    f"flowstat: {name} on {self.hosts[name]} did not say it takes the run-ending notice within "
+                    f"{AGENT_START_S:.0f} s; log: {self.log(name)}",
+                    file=sys.stderr,
+                )
+
+    def join_run_files(self) -> None:
+        """The run file of a run across hosts: the first host's header, then every host's lines."""
+        parts = sorted(self.run_dir.glob("samples.*.ndjson"))
+        if not parts:
+            return
+        with open(self.run_dir / "samples.ndjson", "w") as out:
+            for k, part in enumerate(parts):
+                with open(part) as f:
+                    header = f.readline()
+                    if k == 0:
+                        out.write(header)
+                    shutil.copyfileobj(f, out)
+
     def stop(self, failures: list[str]) -> dict | None:
         """Let the agents take their last samples (nodes reported STOPPED, or DOWN without the
         run-ending notice) and deliver what they hold; their statistics, by agent. What went wrong
@@ -155,7 +231,9 @@ class RunAgents:
             return None
         result: dict[str, Any] = {}
         for name, proc in self.procs.items():
-            if proc.poll() is None:
+            if proc.poll() is None and self.launcher is not None and self.across_hosts:
+                self.launcher.signal(proc, signal.SIGTERM)
+            elif proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
             try:
                 proc.wait(60)
@@ -167,12 +245,17 @@ class RunAgents:
                 result[name] = json.loads((self.run_dir / f"{name}-stats.json").read_text())
             except (OSError, ValueError):
                 failures.append(f"{name} ended with code {proc.returncode} and no statistics; log: {self.log(name)}")
+        if self.across_hosts:
+            self.join_run_files()
+            result["hosts"] = dict(self.hosts)
         result["run_file"] = str(self.run_dir / "samples.ndjson")
         return result
 
     def kill(self) -> None:
         for proc in self.procs.values():
             if proc.poll() is None:
+                if self.launcher is not None and self.across_hosts:
+                    self.launcher.signal(proc, signal.SIGKILL)
                 proc.kill()
                 proc.wait()
 

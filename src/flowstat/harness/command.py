@@ -78,6 +78,18 @@ def configure_run(p: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="also ship the agent's samples here (see flowstat agent --help; default: RUN_DIR/samples.lp)",
     )
+    slurm = p.add_argument_group(
+        "across hosts (Slurm)",
+        "Start the devices as Slurm job steps on the hosts of an allocation: the one this command runs "
+        "in (SLURM_JOB_ID, e.g. in an sbatch script), or one it asks salloc for and gives back. The "
+        "topology's placement: says which hosts run what; --runs-dir must be on a filesystem every host "
+        "sees (README: Past one machine).",
+    )
+    slurm.add_argument("--slurm", action="store_true", help="run across the hosts of a Slurm allocation")
+    slurm.add_argument("--partition", metavar="P", help="salloc's partition (default: Slurm's default)")
+    slurm.add_argument("--account", metavar="A", help="salloc's account")
+    slurm.add_argument("--time-limit", metavar="T", help="salloc's time limit (e.g. 30:00)")
+    slurm.add_argument("--nodes", type=int, metavar="N", help="hosts to ask for (default: what the placement needs)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -94,6 +106,21 @@ def run(args: argparse.Namespace) -> int:
     if args.duration is not None and args.duration <= 0:
         print("flowstat run: --duration must be positive", file=sys.stderr)
         return 2
+    launcher = None
+    if args.slurm:
+        from .launch import LaunchError, SlurmLauncher
+        from .orchestrator import device_names
+
+        if topo.cpus:
+            print("flowstat run: cpus: pins processes of this machine; under Slurm use its --cpu-bind", file=sys.stderr)
+            return 2
+        launcher = SlurmLauncher(args.partition, args.account, args.time_limit, args.nodes, f"flowstat-{topo.run_id}")
+        try:  # before anything starts or is written: what is missing, or does not fit, is said now
+            launcher.prepare(topo.placement, device_names(topo))
+        except LaunchError as exc:
+            print(f"flowstat run: {exc}", file=sys.stderr)
+            launcher.close()
+            return 2
     progress = None if args.json or args.quiet else _progress_printer()
     try:
         summary = run_topology(
@@ -105,10 +132,14 @@ def run(args: argparse.Namespace) -> int:
             agent=AgentOptions(
                 not args.no_agent, args.agent_interval, args.sink or [], not args.no_c_agent, args.agent_self_interval
             ),
+            launcher=launcher,
         )
     except RunError as exc:
         print(f"flowstat run: {exc}", file=sys.stderr)
         return 1
+    finally:
+        if launcher is not None:
+            launcher.close()  # the allocation it asked for is given back, however the run ended
     if progress is not None and sys.stderr.isatty():
         sys.stderr.write("\n")
     if args.json:

@@ -36,6 +36,7 @@ from flowstat.schema.sample import PIPELINE_ROLES
 from flowstat.timeutil import compact_utc
 
 from .agents import AgentOptions, RunAgents
+from .launch import Launcher, LaunchError, LocalLauncher
 from .online import OnlineJudge, reading
 from .summary import RunOutcome, build_summary, run_document
 from .topology import VIEWER_NODE, Topology, producer_process_name
@@ -62,6 +63,7 @@ class Device:
     events: queue.Queue[dict] = field(default_factory=queue.Queue)
     signalled: bool = False
     cpus: list[int] | None = None  # the CPUs it may run on, read back after pinning; None: it died at once
+    host: str = ""  # where it runs, as samples name the host (the launcher's placement)
 
     @property
     def exit_code(self) -> int | None:
@@ -69,6 +71,9 @@ class Device:
 
     @property
     def pid(self) -> int:
+        """Its process id on its host: what it said when ready (under srun, proc is srun's)."""
+        if self.ready is not None and isinstance(self.ready.get("pid"), int):
+            return int(self.ready["pid"])
         if self.proc is None:
             raise RunError(f"{self.name} was not started")
         return self.proc.pid
@@ -95,10 +100,12 @@ class Orchestrator:
         run_dir: Path,
         on_progress: ProgressCallback | None = None,
         agent: AgentOptions | None = None,
+        launcher: Launcher | None = None,
     ):
         self.topo, self.run_id, self.run_dir = topo, run_id, run_dir
+        self.launcher: Launcher = launcher or LocalLauncher(topo.host)
         self.on_progress = on_progress
-        self.agents = RunAgents(run_id, run_dir, agent or AgentOptions(enabled=False), self.pin)
+        self.agents = RunAgents(run_id, run_dir, agent or AgentOptions(enabled=False), self.pin, launcher)
         self.devices: list[Device] = []
         self.wakeup = threading.Event()  # set by a device's exit or by Ctrl-C
         self.interrupts = 0
@@ -129,22 +136,17 @@ class Orchestrator:
         dev = Device(
             name,
             role,
-            {"node_id": name, "run_id": self.run_id, "host": self.topo.host, **config},
+            {"node_id": name, "run_id": self.run_id, "host": self.launcher.bind_host(name), **config},
             self.run_dir / "logs" / f"{name}.log",
+            host=self.launcher.host_of(name),
         )
         cmd = [sys.executable, "-m", "flowstat.harness.devices", role, "--config", json.dumps(dev.config)]
         with open(dev.log_path, "ab") as log:
-            dev.proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                start_new_session=True,
-                close_fds=True,
-            )
+            dev.proc = self.launcher.start(name, cmd, log)
         threading.Thread(target=self._read_events, args=(dev,), daemon=True, name=f"read-{name}").start()
         self.devices.append(dev)  # before pinning: a device that cannot be pinned is still stopped
-        dev.cpus = self.pin(name, role, dev.proc.pid)
+        if self.launcher.kind == "local":  # pinned where it runs: a Slurm site pins with its own options
+            dev.cpus = self.pin(name, role, dev.proc.pid)
         return dev
 
     def pin(self, name: str, role: str, pid: int) -> list[int] | None:
@@ -209,11 +211,8 @@ class Orchestrator:
 
     def signal(self, dev: Device, sig: int) -> None:
         if dev.proc is not None and dev.proc.poll() is None:
-            try:
-                os.kill(dev.proc.pid, sig)
-                dev.signalled = True
-            except ProcessLookupError:
-                pass
+            self.launcher.signal(dev.proc, sig)
+            dev.signalled = True
 
     def kill_all(self) -> None:
         self.agents.kill()
@@ -227,6 +226,10 @@ class Orchestrator:
     def start(self) -> None:
         topo = self.topo
         (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        try:
+            self.launcher.prepare(topo.placement, device_names(topo))
+        except LaunchError as exc:
+            raise RunError(str(exc)) from None
         viewer = self.spawn(
             VIEWER_NODE,
             "viewer",
@@ -317,6 +320,7 @@ class Orchestrator:
                 "node_id": d.name,
                 "role": d.role,
                 "pid": d.pid,
+                "host": d.host,
                 "control": d.ready_event()["control"],
                 "data": d.ready_event().get("data"),
             }
@@ -503,6 +507,12 @@ class Orchestrator:
     def close(self) -> None:
         for client in self.clients.values():
             client.close()
+        self.launcher.close()
+
+
+def device_names(topo: Topology) -> list[str]:
+    """Every device a run of ``topo`` starts (its agents aside)."""
+    return [name for name, role in topo.node_roles().items() if role != "agent"]
 
 
 def run_topology(
@@ -513,6 +523,7 @@ def run_topology(
     runs_dir: Path = Path("runs"),
     on_progress: ProgressCallback | None = None,
     agent: AgentOptions | None = None,
+    launcher: Launcher | None = None,
 ) -> dict[str, Any]:
     """Run a topology to completion and return its summary (see summary.build_summary); the run
     directory gets summary.json and the complete run document (run.json)."""
@@ -521,7 +532,7 @@ def run_topology(
     if run_dir.exists():
         raise RunError(f"run directory {run_dir} already exists; choose another --run-id")
     run_dir.mkdir(parents=True)
-    orch = Orchestrator(topo, run_id, run_dir, on_progress, agent if agent is not None else AgentOptions())
+    orch = Orchestrator(topo, run_id, run_dir, on_progress, agent if agent is not None else AgentOptions(), launcher)
 
     def on_signal(signum, _frame):
         orch.interrupts += 1

@@ -98,6 +98,9 @@ class Topology:
     merger_layers: tuple[int, ...] = ()
     # CPU time every merger spends on each merge beyond its own (merge_cost:); None: none added.
     merge_cost: MergeCost | None = None
+    # Where each role runs when the run spans hosts (flowstat run --slurm): host names, or a count
+    # of hosts (placement:); empty: the launcher's default (flowstat.harness.launch.assign).
+    placement: dict[str, list[str] | int] = field(default_factory=dict, hash=False)
 
     def layers(self) -> list[tuple[str, ...]]:
         """The mergers' node ids, layer by layer: the first layer (fed by the producers), then each
@@ -409,6 +412,36 @@ def _cpu_pins(source: str, data: Any, nodes: dict[str, str]) -> dict[str, frozen
     return pins
 
 
+HOST_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def _placement(source: str, value: Any) -> dict[str, list[str] | int]:
+    """placement: {producers|mergers|viewer: [host, ...] | "n1,n2" | count}."""
+    if value is None:
+        return {}
+    pf = _Fields(source, "placement", value, {"producers", "mergers", "viewer"})
+    out: dict[str, list[str] | int] = {}
+    for role in ("producers", "mergers", "viewer"):
+        given = pf.get(role, None)
+        if given is None:
+            continue
+        if isinstance(given, bool) or not isinstance(given, (int, str, list)):
+            pf.fail(f"placement.{role}", f"expected host names or a count of hosts, got {given!r}")
+        if isinstance(given, int):
+            if given < 1:
+                pf.fail(f"placement.{role}", f"expected at least 1 host, got {given}")
+            out[role] = given
+            continue
+        hosts = [h.strip() for h in given.split(",")] if isinstance(given, str) else given
+        bad = [h for h in hosts if not isinstance(h, str) or not HOST_NAME_RE.match(h)]
+        if bad or not hosts:
+            pf.fail(f"placement.{role}", f"expected host names (letters, digits, '.', '_', '-'), got {given!r}")
+        out[role] = list(hosts)
+    if isinstance(out.get("viewer"), int):
+        pf.fail("placement.viewer", "the viewer is one process: give its host's name")
+    return out
+
+
 def from_dict(data: Any, source: str = IN_CODE) -> Topology:
     top = _Fields(
         source,
@@ -429,6 +462,7 @@ def from_dict(data: Any, source: str = IN_CODE) -> Topology:
             "cpus",
             "kernel_buffer_size",
             "merge_cost",
+            "placement",
         },
     )
     run_id = top.get("run_id", required=True)
@@ -472,6 +506,7 @@ def from_dict(data: Any, source: str = IN_CODE) -> Topology:
         merger_layers=layers,
         kernel_buffer_size=_kernel_buffer(source, top.get("kernel_buffer_size", None)),
         merge_cost=_merge_cost(source, top.get("merge_cost", None)),
+        placement=_placement(source, top.get("placement", None)),
     )
     # The node names a cpus: key may use depend on everything above: it is read last.
     pins = _cpu_pins(source, top.get("cpus", None), topo.node_roles())

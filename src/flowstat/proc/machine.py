@@ -26,6 +26,14 @@ class Machine(TypedDict):
     flowstat_version: str
 
 
+def host_identity(given: str | None = None) -> str:
+    """This host's name as flowstat names it in samples, run files and views: ``given`` (an
+    agent's --host-name), else Slurm's name for the node in a job step ($SLURMD_NODENAME: hosts of a
+    cluster, like containers, often share one hostname), else the hostname. The C agent's
+    fs_host_identity is the same rule."""
+    return given or os.environ.get("SLURMD_NODENAME") or platform.node()
+
+
 def cpu_model(cpuinfo: Path = CPUINFO) -> str:
     """The CPU's model name, "" when /proc/cpuinfo is unreadable or names none."""
     try:

@@ -22,6 +22,8 @@ from flowstat.node.protocol import serve_requests
 from flowstat.node.responder import Responder
 from flowstat.proc.procfs import die_with_parent, raise_fd_limit
 
+from ..launch import BIND_NODE_ADDRESS, host_name, node_address
+
 log = logging.getLogger("flowstat.device")
 
 # When the orchestrator dies, the kernel stops every device at once (PDEATHSIG): a merger may be
@@ -41,6 +43,8 @@ class Node:
         self.node_id: str = config["node_id"]
         self.run_id: str = config.get("run_id", "")
         self.host: str = config.get("host", "127.0.0.1")
+        if self.host == BIND_NODE_ADDRESS:  # a job step on some host of a cluster: that host's address
+            self.host = node_address()
         self.state = "STARTING"
         self.stop_requested = False
         self.abandon = False  # stop without waiting for downstream (it is gone): SIGUSR1
@@ -70,6 +74,8 @@ class Node:
 
     def emit(self, event: str, **fields: Any) -> None:
         """One JSON line to the orchestrator. A vanished orchestrator is not an error."""
+        if event == "ready":  # where it runs: under srun the orchestrator's child is srun, not the device
+            fields = {"pid": os.getpid(), "host": host_name(), **fields}
         try:
             sys.stdout.write(json.dumps({"event": event, "node_id": self.node_id, **fields}) + "\n")
             sys.stdout.flush()
