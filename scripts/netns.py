@@ -4,10 +4,16 @@ state of a process read from /proc. Root only."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import os
+import socket
 import subprocess
+import threading
 from pathlib import Path
+
+CLONE_NEWNET = 0x40000000
 
 
 def run_checked(
@@ -107,3 +113,82 @@ class Namespace:
     def enter(self) -> list[str]:
         """The command prefix that runs a program in the namespace."""
         return ["nsenter", f"--net={self.path}", "--"]
+
+
+class Forward:
+    """A port of a namespace's loopback forwarded to one of this machine's loopback, so that its
+    tasks reach a server outside (the suite's stores): the listening socket is made by a thread
+    that entered the namespace (setns applies to the calling thread only), every connection to the
+    server by threads that stay outside. Nothing leaves 127.0.0.0/8."""
+
+    def __init__(self, namespace: Path, port: int, target_port: int):
+        self.port, self.target_port = port, target_port
+        self.listener = self._listen_in(namespace, port)
+        self.sockets: set[socket.socket] = set()
+        self.lock = threading.Lock()
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True, name=f"forward-{port}").start()
+
+    @staticmethod
+    def _listen_in(namespace: Path, port: int) -> socket.socket:
+        made: dict[str, object] = {}
+
+        def make() -> None:
+            try:
+                fd = os.open(namespace, os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    if ctypes.CDLL(None, use_errno=True).setns(fd, CLONE_NEWNET) != 0:
+                        raise OSError(ctypes.get_errno(), f"setns into {namespace}")
+                finally:
+                    os.close(fd)
+                s = socket.socket()
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind(("127.0.0.1", port))
+                s.listen(64)
+                made["socket"] = s
+            except OSError as exc:
+                made["error"] = exc
+
+        t = threading.Thread(target=make)  # this thread ends in the namespace: it is never reused
+        t.start()
+        t.join()
+        if "error" in made:
+            raise made["error"]  # type: ignore[misc]
+        return made["socket"]  # type: ignore[return-value]
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                inside, _ = self.listener.accept()
+                outside = socket.create_connection(("127.0.0.1", self.target_port), timeout=10)
+            except OSError:
+                if self.closed:
+                    return
+                continue
+            outside.settimeout(None)
+            with self.lock:
+                self.sockets |= {inside, outside}
+            for a, b in ((inside, outside), (outside, inside)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.closed = True
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)
+        self.listener.close()
+        with self.lock:
+            for s in self.sockets:
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+                s.close()

@@ -19,11 +19,13 @@ import uuid
 from pathlib import Path
 
 import pytest
+import requests
 
 from support.agents import wait_until
 from support.common import ROOT
 
 sys.path.insert(0, str(ROOT / "scripts"))
+import netns  # noqa: E402
 import slurmcluster as sc  # noqa: E402
 
 MISSING = sc.missing_programs() + ([] if os.geteuid() == 0 else ["root"])
@@ -313,6 +315,131 @@ def test_a_run_across_three_slurm_nodes_places_binds_and_conserves_every_object(
         assert stats["samples"] > 0 and all(v["lost"] == 0 for v in stats["sinks"].values()), (name, stats)
     assert jobs(cluster) == []  # the allocation it asked for is given back, every step ended
     assert not [cmd for _, cmd in processes().values() if str(tmp_path) in cmd]  # no device, agent or srun of it
+
+
+def stored_per_agent(stack, run_id: str) -> dict[str, dict[tuple[str, str, str], int]]:
+    """{store: {(host, agent, node): samples}} of a run."""
+    q = f'SELECT count("seq") FROM "flowstat_node" WHERE "run_id" = \'{run_id}\' GROUP BY "host", "agent", "node_id"'
+    series = stack["influxdb"].query(q, "flowstat")["results"][0].get("series", [])
+    influx = {(s["tags"]["host"], s["tags"]["agent"], s["tags"]["node_id"]): s["values"][0][1] for s in series}
+    es_url = stack["elasticsearch"].url
+    requests.post(f"{es_url}/flowstat-*/_refresh", timeout=30)
+    sources = [{k: {"terms": {"field": k}}} for k in ("host", "agent", "node_id")]
+    body = {
+        "size": 0,
+        "query": {"term": {"run_id": run_id}},
+        "aggs": {"k": {"composite": {"size": 100, "sources": sources}}},
+    }
+    answer = requests.post(f"{es_url}/flowstat-samples*/_search", json=body, timeout=30).json()
+    assert "aggregations" in answer, answer
+    es = {
+        (b["key"]["host"], b["key"]["agent"], b["key"]["node_id"]): b["doc_count"]
+        for b in answer["aggregations"]["k"]["buckets"]
+    }
+    return {"influxdb": influx, "elasticsearch": es}
+
+
+def test_each_host_s_agents_ship_its_samples_to_both_stores_tagged_by_host_and_node(cluster, stack, tmp_path):
+    """The stores run outside the cluster's namespace (the session's stack): a port of the
+    namespace's loopback is forwarded to each (netns.Forward), as a cluster's login node reaches
+    the site's stores."""
+    topo = tmp_path / "across.yaml"
+    topo.write_text(ACROSS_THREE + "placement: {producers: [n1, n2], mergers: [n3]}\n")
+    run_id = f"across-stores-{uuid.uuid4().hex[:8]}"
+    influx, es = stack["influxdb"].port, stack["elasticsearch"].port
+    forwards = [netns.Forward(sc.NETNS_PATH, port, port) for port in (influx, es)]
+    try:
+        out = flowstat_run(
+            cluster,
+            topo,
+            "--runs-dir",
+            tmp_path / "runs",
+            "--run-id",
+            run_id,
+            "--sink",
+            f"influxdb://127.0.0.1:{influx}/flowstat",
+            "--sink",
+            f"elasticsearch://127.0.0.1:{es}/flowstat-samples",
+            env=C_AGENT_ENV,
+        )
+    finally:
+        for f in forwards:
+            f.close()
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout)
+    assert summary["ok"], summary.get("failures")
+    stored = stored_per_agent(stack, run_id)
+    assert stored["influxdb"] == stored["elasticsearch"]
+    by_agent: dict[str, int] = {}
+    for (host, agent, _node), n in stored["influxdb"].items():
+        assert agent.endswith(f"/{host}")  # each host's agents sampled that host's nodes only
+        by_agent[agent] = by_agent.get(agent, 0) + n
+    nodes_of = {(h, n) for h, _, n in stored["influxdb"]}
+    assert nodes_of == {("n1", "producers-0"), ("n2", "producers-1")} | {
+        ("n3", n) for n in ("merger-0", "merger-1", "viewer")
+    }
+    expected = {
+        f"flowstat-agent-{kind}/{host}": summary["agent"][f"agent-{kind}-{host}"]["samples"]
+        for kind in ("py", "c")
+        for host in ("n1", "n2", "n3")
+    }
+    assert by_agent == expected  # every sample each agent took, once, in both stores
+    lines = (tmp_path / "runs" / run_id / "samples.ndjson").read_text().splitlines()
+    recorded = sum(1 for line in lines[1:] if '"node_id"' in line)
+    assert recorded == sum(v for k, v in expected.items() if "-py/" in k)  # the run file: the Python agents'
+
+
+def test_the_sbatch_script_runs_the_topology_in_its_job_and_ends_in_the_run_directory(cluster, tmp_path):
+    topo = tmp_path / "across.yaml"
+    topo.write_text(ACROSS_THREE + "placement: {producers: [n1, n2], mergers: [n3]}\n")
+    script, runs = tmp_path / "run.sh", tmp_path / "runs"
+    made = subprocess.run(
+        [sys.executable, "-m", "flowstat", "slurm-script", str(topo), "--runs-dir", str(runs), "--run-id", "batch"]
+        + ["--duration", "3", "--partition", sc.PARTITION, "--time-limit", "5:00", "-o", str(script)],
+        capture_output=True,
+        text=True,
+    )
+    assert made.returncode == 0, made.stderr
+    directives = [line for line in script.read_text().splitlines() if line.startswith("#SBATCH")]
+    assert directives == [
+        "#SBATCH --job-name=flowstat-across",
+        "#SBATCH --nodes=3",
+        f"#SBATCH --output={runs}/slurm-%j.out",
+        f"#SBATCH --partition={sc.PARTITION}",
+        "#SBATCH --time=5:00",
+    ]
+    job = cluster.client("sbatch", "--parsable", str(script), env=C_AGENT_ENV, check=True).stdout.strip()
+    wait_until(lambda: jobs(cluster) == [], f"batch job {job} to end", timeout=90, poll=0.5)
+    summary = json.loads((runs / "batch" / "summary.json").read_text())
+    assert summary["ok"] and summary["conservation"]["ok"], (runs / f"slurm-{job}.out").read_text()[-2000:]
+    assert summary["launcher"] == {"launcher": "slurm", "job_id": job, "hosts": ["n1", "n2", "n3"]}
+    assert {summary["placement"][n] for n in ("producers-0", "producers-1", "merger-0")} == {"n1", "n2", "n3"}
+    assert "across hosts (Slurm job" in (runs / f"slurm-{job}.out").read_text()
+
+
+def test_scancel_ends_every_step_and_the_summary_says_the_job_was_cancelled(cluster, tmp_path):
+    topo = tmp_path / "long.yaml"
+    topo.write_text(ACROSS_THREE.replace("duration: 3", "duration: 120") + "placement: {producers: 2}\n")
+    run = subprocess.Popen(
+        [*cluster.client_prefix(), sys.executable, "-m", "flowstat", "run", str(topo), "--slurm", "--json"]
+        + ["--runs-dir", str(tmp_path / "runs"), "--run-id", "cancelled"],
+        env=cluster.client_env(C_AGENT_ENV),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(lambda: (tmp_path / "runs" / "cancelled" / "run.json").exists(), "the run to start", timeout=60)
+        (job,) = [line.split()[0] for line in jobs(cluster)]
+        cluster.client("scancel", job, check=True)
+        out, err = run.communicate(timeout=90)
+    finally:
+        run.kill()
+    summary = json.loads(out)
+    assert summary["cancelled"] and not summary["ok"]
+    assert summary["failures"][0] == f"Slurm job {job} ended: CANCELLED (every device ended with it)", err[-2000:]
+    assert jobs(cluster) == []
+    assert not [cmd for _, cmd in processes().values() if str(tmp_path) in cmd]
 
 
 def test_a_run_that_needs_more_hosts_than_the_partition_has_is_refused_with_both_numbers(cluster, tmp_path):

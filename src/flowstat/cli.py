@@ -20,6 +20,7 @@ COMMANDS: tuple[tuple[str, str, str, str | None], ...] = (
     ("run", "flowstat.harness.command", "RUN", "harness"),
     ("validate", "flowstat.harness.command", "VALIDATE", "harness"),
     ("ctl", "flowstat.harness.command", "CTL", None),
+    ("slurm-script", "flowstat.harness.slurmscript", "SLURM_SCRIPT", "harness"),
     ("agent", "flowstat.agent.command", "", None),
     ("stack", "flowstat.stack.command", "", "stack"),
     ("provision", "flowstat.provision", "", None),

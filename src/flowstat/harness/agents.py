@@ -247,7 +247,6 @@ class RunAgents:
                 failures.append(f"{name} ended with code {proc.returncode} and no statistics; log: {self.log(name)}")
         if self.across_hosts:
             self.join_run_files()
-            result["hosts"] = dict(self.hosts)
         result["run_file"] = str(self.run_dir / "samples.ndjson")
         return result
 

@@ -76,6 +76,9 @@ class Launcher(Protocol):
     def hosts_in_use(self) -> list[str]:
         """The hosts that run devices."""
 
+    def ended_by(self) -> str | None:
+        """After the run: what ended it from outside (a cancelled job), or None."""
+
     def close(self) -> None:
         """After the run: nothing left running, the allocation given back if it was ours."""
 
@@ -129,6 +132,9 @@ class LocalLauncher:
 
     def hosts_in_use(self) -> list[str]:
         return [host_identity()]
+
+    def ended_by(self) -> str | None:
+        return None
 
     def close(self) -> None:
         pass
@@ -313,6 +319,18 @@ class SlurmLauncher:
     def hosts_in_use(self) -> list[str]:
         """The hosts that run devices: each gets an agent."""
         return sorted(set(self.placement.values()))
+
+    def ended_by(self) -> str | None:
+        """The job's end from outside (scancel, its time limit, a node lost), as scontrol has it."""
+        if not self.job_id:
+            return None
+        out = subprocess.run(
+            ["scontrol", "-o", "show", "job", self.job_id], capture_output=True, text=True, timeout=SLURM_TIMEOUT_S
+        ).stdout
+        state = re.search(r"\bJobState=(\S+)", out)
+        if state and state.group(1) in ("CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "DEADLINE"):
+            return f"Slurm job {self.job_id} ended: {state.group(1)} (every device ended with it)"
+        return None
 
     def close(self) -> None:
         if not self.job_id:

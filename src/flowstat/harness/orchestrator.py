@@ -197,7 +197,8 @@ class Orchestrator:
             except queue.Empty:
                 if time.monotonic() >= deadline:
                     raise RunError(
-                        f"{dev.name} did not become ready in {READY_TIMEOUT_S:.0f} s; log: {dev.log_path}"
+                        f"{dev.name} on {dev.host} did not become ready in {READY_TIMEOUT_S:.0f} s; "
+                        f"log: {dev.log_path}"
                     ) from None
                 continue
             if event.get("event") == "ready":
@@ -205,7 +206,7 @@ class Orchestrator:
                 return event
             if event.get("event") == "exit":
                 raise RunError(
-                    f"{dev.name} exited with code {event['code']} while starting; log: "
+                    f"{dev.name} on {dev.host} exited with code {event['code']} while starting; log: "
                     f"{dev.log_path}\n{dev.log_tail()}"
                 )
 
@@ -507,7 +508,6 @@ class Orchestrator:
     def close(self) -> None:
         for client in self.clients.values():
             client.close()
-        self.launcher.close()
 
 
 def device_names(topo: Topology) -> list[str]:
@@ -563,8 +563,15 @@ def run_topology(
         orch.close()
         for s, handler in previous.items():
             signal.signal(s, handler)
+    ended = orch.launcher.ended_by()  # a job cancelled or timed out ended every device at once
+    orch.launcher.close()  # then the allocation it asked for is given back
+    if ended:
+        orch.failures.insert(0, ended)
     summary = build_summary(topo, orch.outcome(), started_epoch=orch.started_wall)
+    summary["cancelled"] = bool(ended)
     summary["agent"] = agent_stats
+    summary["launcher"] = orch.launcher.describe()
+    summary["placement"] = {**{d.name: d.host for d in orch.devices}, **orch.agents.hosts}  # process -> host
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     orch.write_run_document(summary)
     problem = orch.agents.send_run_document()

@@ -301,6 +301,13 @@ def format_summary(s: dict[str, Any]) -> str:
             lines.append(f"  producers not conserved (first 20): {c['producers_not_conserved']}")
         if c.get("merger_inputs_not_conserved"):
             lines.append(f"  merger inputs not conserved (first 20): {', '.join(c['merger_inputs_not_conserved'])}")
+    launcher = s.get("launcher") or {}
+    if launcher.get("launcher") == "slurm":
+        hosts: dict[str, list[str]] = {}
+        for process, host in (s.get("placement") or {}).items():
+            hosts.setdefault(host, []).append(process)
+        lines.append(f"across hosts (Slurm job {launcher.get('job_id')}):")
+        lines += [f"  {host}: {', '.join(sorted(procs))}" for host, procs in sorted(hosts.items())]
     for failure in s["failures"]:
         lines.append(f"error: {failure}")
     for name, agent in (s.get("agent") or {}).items():
