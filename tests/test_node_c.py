@@ -502,6 +502,16 @@ def test_bad_requests_get_the_harness_refusals_and_count(probes, clients):
     assert r["control_errors"] == len(GARBAGE) + 1 and r["node_state"] == "RUNNING"
 
 
+def test_clock_answers_the_node_s_wall_clock_on_receipt_and_on_reply(probes, clients):
+    """One round of flowstat run's NTP-style offset measurement (harness.clocks), as the Python nodes answer it."""
+    c = clients(probes("--node-id", "n").endpoint)
+    t1 = time.time()
+    r = c.request("clock", id=7)
+    t4 = time.time()
+    assert (r["command"], r["node_id"], r["id"]) == ("clock", "n", 7)
+    assert t1 - 0.001 <= r["received_s"] <= r["sent_s"] <= t4 + 0.001  # one host, one clock (us precision)
+
+
 def mutations(rng: random.Random, n: int) -> list[bytes]:
     seeds = [
         b'{"command": "get-metrics", "id": 1, "upstream_sent": 42}',

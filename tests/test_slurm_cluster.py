@@ -442,6 +442,29 @@ def test_scancel_ends_every_step_and_the_summary_says_the_job_was_cancelled(clus
     assert not [cmd for _, cmd in processes().values() if str(tmp_path) in cmd]
 
 
+def test_a_clock_off_by_200_ms_on_one_host_is_measured_warned_of_and_its_latency_corrected(cluster, tmp_path):
+    topo = tmp_path / "across.yaml"
+    topo.write_text(ACROSS_THREE + "placement: {producers: [n1, n2], mergers: [n3]}\n")
+    env = {**C_AGENT_ENV, "FLOWSTAT_CLOCK_OFFSETS": "merger-0=0.2"}  # merger-0's clock source, 200 ms ahead
+    out = flowstat_run(cluster, topo, "--no-agent", "--runs-dir", tmp_path / "runs", env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout)
+    clocks = summary["clocks"]
+    assert set(clocks) == {"producers-0", "producers-1", "merger-0", "merger-1", "viewer"}
+    for name, c in clocks.items():
+        expected = 200.0 if name == "merger-0" else 0.0
+        for when in ("start", "end"):  # within half the best round trip of the truth, and 1 ms for sleep jitter
+            assert abs(c[f"offset_{when}_ms"] - expected) <= c[f"round_trip_{when}_ms"] / 2 + 1, (name, c)
+    assert clocks["merger-0"]["host"] == "n3"
+    latency = {n["node_id"]: n["input_latency"] for n in summary["nodes"] if n.get("input_latency")}
+    assert -201 < latency["merger-0"]["clock_correction_ms"] < -199
+    assert latency["merger-0"]["input_latency_p50_ms"] < 100  # measured 200 ms + its true wait, corrected
+    assert abs(latency["merger-1"]["clock_correction_ms"]) < 1
+    warned = "\n".join(summary["warnings"])
+    assert "merger-0 on n3: clock off by 200." in warned
+    assert "viewer: input latency not corrected:" in warned  # merger-0's objects reach it stamped ahead
+
+
 def test_a_run_that_needs_more_hosts_than_the_partition_has_is_refused_with_both_numbers(cluster, tmp_path):
     topo = tmp_path / "wide.yaml"
     topo.write_text(ACROSS_THREE + "placement: {producers: 3, mergers: 2}\n")

@@ -1,4 +1,4 @@
-/* The control thread: answers check-state, get-metrics, start and stop (docs/control-protocol.md)
+/* The control thread: answers check-state, get-metrics, start, stop and clock (docs/control-protocol.md)
  * on the node's ROUTER socket, keeping per client (ZeroMQ identity) the baselines of its rates,
  * overload flags and input latency. It reads the node's atomics and never waits on the node; it
  * never waits on a client either: replies that cannot go at once are dropped. */
@@ -226,12 +226,17 @@ static void metric_fields(fs_node *n, struct fsn_control *c, struct fsn_json *j,
     fsn_json_uint(j, "input_latency_objects", since->latency.objects);
 }
 
-/* The command's effect, and its reply's fields. */
+/* The command's effect, and its reply's fields; received_s: the wall clock when the request came. */
 static void answer(fs_node *n, struct fsn_control *c, const zmq_msg_t *identity, const struct fsn_request *r,
-                   struct fsn_json *j)
+                   struct fsn_json *j, double received_s)
 {
     struct interval since;
     switch (r->command) {
+    case FSN_CLOCK: /* one round of an NTP-style offset measurement (flowstat run's clocks) */
+        fsn_json_str(j, "node_id", n->node_id);
+        fsn_json_num(j, "received_s", received_s, 6);
+        fsn_json_num(j, "sent_s", fsn_clock(CLOCK_REALTIME), 6);
+        return;
     case FSN_GET_METRICS:
         client_interval(n, c, identity, &since);
         state_fields(n, j, &since);
@@ -270,12 +275,13 @@ static void reply_to(fs_node *n, struct fsn_control *c, const zmq_msg_t *identit
 {
     char received[40], responded[40];
     struct fsn_request r;
+    double received_s = fsn_clock(CLOCK_REALTIME);
     fsn_iso_now(received, sizeof received);
     int parsed = fsn_request_parse(zmq_msg_data((zmq_msg_t *)payload), zmq_msg_size((zmq_msg_t *)payload), &r);
     fsn_json_open(j);
     if (parsed == 0 && !r.error) {
         fsn_json_str(j, "command", r.command_text);
-        answer(n, c, identity, &r, j);
+        answer(n, c, identity, &r, j, received_s);
     } else {
         refusal(n, c, &r, j);
     }

@@ -9,8 +9,8 @@
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
-static const char *const COMMAND_NAMES[] = {"check-state", "get-metrics", "start", "stop"};
-#define KNOWN_COMMANDS "check-state, get-metrics, start, stop"
+static const char *const COMMAND_NAMES[] = {"check-state", "get-metrics", "start", "stop", "clock"};
+#define KNOWN_COMMANDS "check-state, get-metrics, start, stop, clock"
 
 /* -- Python's utf-8 codec (with "surrogatepass", as json.loads decodes bytes) ------------------- */
 

@@ -10,7 +10,7 @@
 #define FSN_MAX_REQUEST_BYTES (64 * 1024)
 #define FSN_MAX_NESTING 900 /* deeper requests are refused (Python's json gives up near 1000) */
 
-enum fsn_command { FSN_CHECK_STATE, FSN_GET_METRICS, FSN_START, FSN_STOP, FSN_NO_COMMAND };
+enum fsn_command { FSN_CHECK_STATE, FSN_GET_METRICS, FSN_START, FSN_STOP, FSN_CLOCK, FSN_NO_COMMAND };
 
 struct fsn_request {
     enum fsn_command command;

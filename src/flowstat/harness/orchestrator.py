@@ -35,6 +35,7 @@ from flowstat.schema import endpoints as endpoints_schema
 from flowstat.schema.sample import PIPELINE_ROLES
 from flowstat.timeutil import compact_utc
 
+from . import clocks
 from .agents import AgentOptions, RunAgents
 from .launch import Launcher, LaunchError, LocalLauncher
 from .online import OnlineJudge, reading
@@ -113,6 +114,7 @@ class Orchestrator:
         self.started_at = self.stopped_at = 0.0  # monotonic: the start command, the stop signal
         self.started_wall = time.time()  # the start command, wall clock (the run document's start)
         self.clients: dict[str, ControlClient] = {}
+        self.clocks: dict[str, dict[str, Any]] = {}  # device -> its host, offsets and round trips (clocks.py)
         self.layer_of = topo.layer_of()
         self.judge = self.new_judge(topo.duration)
 
@@ -275,6 +277,7 @@ class Orchestrator:
             self.wait_ready(dev)
         for dev in self.devices:
             self.clients[dev.name] = ControlClient(dev.ready_event()["control"], timeout_s=2.0)
+        self.measure_clocks("start")
         self.write_endpoints()
         self.started_wall = time.time()  # the run's start for run.json, the run file and the summary
         self.write_run_document()  # what the Python agent reads as it starts: what is run
@@ -283,6 +286,18 @@ class Orchestrator:
         self.started_at = time.monotonic()
         for dev in producers:
             self.clients[dev.name].request("start")
+
+    def measure_clocks(self, when: str) -> None:
+        """Every running device's clock offset from ours (clocks.measure), as ``when`` (start, end)."""
+        for dev in self.devices:
+            client = self.clients.get(dev.name)
+            if client is None or dev.exit_code is not None:
+                continue
+            measured = clocks.measure(client)
+            entry = self.clocks.setdefault(dev.name, {"host": dev.host})
+            if measured is not None:
+                entry[f"offset_{when}_ms"] = measured["offset_ms"]
+                entry[f"round_trip_{when}_ms"] = measured["round_trip_ms"]
 
     def start_mergers(self, endpoints: dict[str, str]) -> None:
         """Start the mergers, the last layer first, each once what it sends to is ready; add their
@@ -333,7 +348,13 @@ class Orchestrator:
     def write_run_document(self, summary: dict[str, Any] | None = None) -> None:
         """RUN_DIR/run.json: at the start what is run, at the end how it went (flowstat.schema.run)."""
         doc = run_document(
-            self.topo, self.run_id, self.started_wall, summary, [d.name for d in self.devices], self.affinity()
+            self.topo,
+            self.run_id,
+            self.started_wall,
+            summary,
+            [d.name for d in self.devices],
+            self.affinity(),
+            self.clocks,
         )
         # Replaced whole, never rewritten in place: the Python agent may be reading it as it starts.
         tmp = self.run_dir / "run.json.tmp"
@@ -552,6 +573,7 @@ def run_topology(
         started = not orch.failures
         if started:
             orch.run_for(duration if duration is not None else topo.duration)
+            orch.measure_clocks("end")
             if not orch.failures and not orch.crashed():  # its duration is over, or the user interrupted it
                 orch.agents.notice_run_ending()
         else:
@@ -569,6 +591,8 @@ def run_topology(
         orch.failures.insert(0, ended)
     summary = build_summary(topo, orch.outcome(), started_epoch=orch.started_wall)
     summary["cancelled"] = bool(ended)
+    summary["clocks"] = orch.clocks
+    summary["warnings"] = clocks.correct(summary, topo, orch.clocks)
     summary["agent"] = agent_stats
     summary["launcher"] = orch.launcher.describe()
     summary["placement"] = {**{d.name: d.host for d in orch.devices}, **orch.agents.hosts}  # process -> host

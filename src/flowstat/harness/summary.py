@@ -146,6 +146,7 @@ def run_document(
     summary: dict[str, Any] | None = None,
     nodes: list[str] | None = None,
     affinity: list[dict[str, Any]] | None = None,
+    clocks: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The run as flowstat.schema.run describes it: at the start (what and where), or, given the
     run's summary, complete (when it finished, the verdict, the figures). ``affinity``: the CPUs
@@ -165,6 +166,8 @@ def run_document(
         doc["nodes"] = nodes
     if affinity:
         doc["affinity"] = affinity
+    if clocks:
+        doc["clocks"] = [{"node_id": name, **c} for name, c in clocks.items()]
     if summary is not None:
         c = summary["conservation"]
         totals = {
@@ -310,6 +313,8 @@ def format_summary(s: dict[str, Any]) -> str:
         lines += [f"  {host}: {', '.join(sorted(procs))}" for host, procs in sorted(hosts.items())]
     for failure in s["failures"]:
         lines.append(f"error: {failure}")
+    for warning in s.get("warnings") or []:
+        lines.append(f"warning: {warning}")
     for name, agent in (s.get("agent") or {}).items():
         if not isinstance(agent, dict):
             continue

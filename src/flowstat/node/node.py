@@ -297,6 +297,10 @@ class Node:
         if self._on_start is not None:
             self._on_start()
 
+    def clock(self) -> float:
+        """The wall clock the node's stamps and waits are read from (the control channel's clock)."""
+        return time.time()
+
     def request_stop(self) -> None:
         self._stop.set()
         if self._on_stop is not None:

@@ -13,7 +13,7 @@ from typing import Any
 import zmq
 
 MAX_REQUEST_BYTES = 64 * 1024
-COMMANDS = ("check-state", "get-metrics", "start", "stop")
+COMMANDS = ("check-state", "get-metrics", "start", "stop", "clock")
 
 
 class ControlError(RuntimeError):

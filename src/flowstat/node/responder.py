@@ -43,6 +43,7 @@ class Figures(Protocol):
     def on_metrics_request(self, request: dict[str, Any]) -> None: ...
     def on_start(self) -> None: ...
     def request_stop(self) -> None: ...
+    def clock(self) -> float: ...  # the node's wall clock (Unix s): what it stamps objects and waits with
 
 
 class Responder:
@@ -58,6 +59,14 @@ class Responder:
     ) -> dict[str, Any]:
         f = self.figures
         received = iso_utc_ms()
+        received_s = f.clock()
+        if error is None and command == "clock":  # a round of an NTP-style offset measurement
+            assert request is not None
+            reply: dict[str, Any] = {"command": command, "node_id": f.node_id, "received_s": received_s}
+            if isinstance(request.get("id"), (int, str)):
+                reply["id"] = request["id"]
+            reply["sent_s"] = f.clock()
+            return reply
         if error is None:
             if command == "get-metrics":
                 assert request is not None

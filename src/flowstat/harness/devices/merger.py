@@ -235,7 +235,7 @@ class Merger(Node):
             stamps.append(np.array(self.sent_stamps))
             self.sent_stamps.clear()
         if stamps:
-            self.latency.record(stamps[0] if len(stamps) == 1 else np.concatenate(stamps), time.time())
+            self.latency.record(stamps[0] if len(stamps) == 1 else np.concatenate(stamps), self.wall.now())
             stamps.clear()
 
     # -- a batch at once --------------------------------------------------------------------------
@@ -384,7 +384,7 @@ class Merger(Node):
         self.merge_time_total_ms += m.merge_ms
         self.objects_merged += m.objects
         self.entries_merged += m.entries
-        frames = m.slot.encode(m, source=self.index, seq=self.merges)
+        frames = m.slot.encode(m, source=self.index, seq=self.merges, now=self.wall.now)
         self.merges += 1
         self.last_merge = time.monotonic()
         self.send_downstream(frames)

@@ -23,6 +23,7 @@ from flowstat.node.responder import Responder
 from flowstat.proc.procfs import die_with_parent, raise_fd_limit
 
 from ..launch import BIND_NODE_ADDRESS, host_name, node_address
+from .clock import WallClock
 
 log = logging.getLogger("flowstat.device")
 
@@ -42,6 +43,7 @@ class Node:
         self.config = config
         self.node_id: str = config["node_id"]
         self.run_id: str = config.get("run_id", "")
+        self.wall = WallClock(self.node_id)
         self.host: str = config.get("host", "127.0.0.1")
         if self.host == BIND_NODE_ADDRESS:  # a job step on some host of a cluster: that host's address
             self.host = node_address()
@@ -115,6 +117,10 @@ class Node:
         if self.abandon:
             return 0
         return int(ORPHAN_GRACE_S * 1000) if os.getppid() != self.parent_pid else None
+
+    def clock(self) -> float:
+        """The device's wall clock (its host's, or shifted: devices.clock)."""
+        return self.wall.now()
 
     def request_stop(self, abandon: bool = False) -> None:
         self.stop_requested = True

@@ -106,7 +106,7 @@ class Producer(Node):
         names = len(self.pool)
         variants = self.pool[ch.seq % names]
         obj: PooledObject = variants[(ch.seq // names + ch.producer_id) % len(variants)]
-        wire.STAMP.pack_into(obj.header, wire.OFF_SOURCE, ch.producer_id, ch.seq, obj.entries, time.time())
+        wire.STAMP.pack_into(obj.header, wire.OFF_SOURCE, ch.producer_id, ch.seq, obj.entries, self.wall.now())
         if obj.payload is None:
             return [obj.header]
         return [bytes(obj.header), obj.payload]
@@ -159,7 +159,7 @@ class Producer(Node):
             # The common case, kept lean: patch the pooled message and let ZeroMQ copy it. The
             # stamp is when the object is first offered: a refused one keeps it (see refused).
             variants, pack_into, send, pid = self.pool[0], wire.STAMP.pack_into, ch.sock.send, ch.producer_id
-            nvar, names, clock = len(variants), len(self.pool), time.time
+            nvar, names, clock = len(variants), len(self.pool), self.wall.now
             if names == 1:
                 while ch.seq < owed:
                     obj = variants[(ch.seq + pid) % nvar]

@@ -134,7 +134,7 @@ class Viewer(Node):
             if (len(buf) < wire.FIXED.size or buf[6] & flag) and self.data.getsockopt(zmq.RCVMORE):
                 frames.extend(f.buffer for f in self.data.recv_multipart(copy=False))
             self.on_message(frames)
-        self.latency.record(self.sent_stamps, time.time())
+        self.latency.record(self.sent_stamps, self.wall.now())
         self.sent_stamps.clear()
 
     def write_when_due(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -191,9 +192,10 @@ class Slot:
         self.reset()
         return done
 
-    def encode(self, m: Merged, source: int, seq: int) -> list:
+    def encode(self, m: Merged, source: int, seq: int, now: Callable[[], float] = time.time) -> list:
+        """The merged object's frames, stamped ``now()`` (the merger's wall clock)."""
         if not self.is_tree and self.nbytes <= wire.INLINE_LIMIT:  # the rule: patch the header, one copy
-            wire.RESTAMP.pack_into(self.merged_header, wire.OFF_SOURCE, source, seq, m.entries, time.time(), m.n_inputs)
+            wire.RESTAMP.pack_into(self.merged_header, wire.OFF_SOURCE, source, seq, m.entries, now(), m.n_inputs)
             # (numpy's stubs give ndarray its __buffer__ from Python 3.12 only: for mypy it is no buffer on 3.11)
             return [b"".join((self.merged_header, m.data))]  # type: ignore[arg-type]
         # Histograms keep their shape; a merged tree holds the entries of all its inputs.
@@ -209,6 +211,6 @@ class Slot:
             entries=m.entries,
             n_inputs=m.n_inputs,
             flags=wire.FLAG_MERGED,
-            t_sent=time.time(),
+            t_sent=now(),
             descriptor=descriptor,
         )
