@@ -300,11 +300,13 @@ class Orchestrator:
                 entry[f"round_trip_{when}_ms"] = measured["round_trip_ms"]
 
     def start_mergers(self, endpoints: dict[str, str]) -> None:
-        """Start the mergers, the last layer first, each once what it sends to is ready; add their
-        data endpoints to ``endpoints`` (node id -> endpoint)."""
+        """Start the mergers, the last layer first, a layer once what it sends to is ready (the
+        mergers of a layer start together); add their data endpoints to ``endpoints`` (node id ->
+        endpoint)."""
         topo = self.topo
         layers, downstream, inputs = topo.layers(), topo.downstream_of(), topo.merger_inputs()
         for li in range(len(layers), 0, -1):
+            started = []
             for index, name in enumerate(layers[li - 1]):
                 extra = {}
                 if li == 1:  # fed by producers, over the producers' buffer and kernel buffers
@@ -327,7 +329,9 @@ class Orchestrator:
                         **extra,
                     },
                 )
-                endpoints[name] = self.wait_ready(dev)["data"]
+                started.append(dev)
+            for dev in started:
+                endpoints[dev.name] = self.wait_ready(dev)["data"]
 
     def write_endpoints(self) -> None:
         """Where each node's control socket is, for monitors (the agents) to find them."""
