@@ -67,6 +67,9 @@ import requests
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from netns import Forward  # noqa: E402
+
 C_AGENT = ROOT / "collectors" / "c" / "build" / "flowstat-agent"
 PYTHON = sys.executable
 IDLER_SOURCE = ROOT / "benchmarks" / "soak" / "idler.c"
@@ -149,87 +152,11 @@ class Idlers:
         self.parents, self.count = [], 0
 
 
-# -- a relay that can stop reading, or refuse ----------------------------------------------------------
+# -- a relay that can stop reading, or refuse: scripts/netns.Forward ---------------------------------
 
 
-class Relay:
-    """TCP relay 127.0.0.1:port -> upstream. stall(): keeps accepting but reads nothing (the sink that
-    stops reading); refuse(): closes its listener (the sink that is down); resume() undoes either."""
-
-    def __init__(self, upstream_port: int):
-        self.upstream = upstream_port
-        self.port = free_port()
-        self.reading = threading.Event()
-        self.reading.set()
-        self._listener: socket.socket | None = None
-        self._open_sockets: set[socket.socket] = set()
-        self._lock = threading.Lock()
-        self._open()
-
-    def _open(self) -> None:
-        s = socket.socket()
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("127.0.0.1", self.port))
-        s.listen(64)
-        self._listener = s
-        threading.Thread(target=self._accept, args=(s,), daemon=True).start()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return  # refused: the listener was closed
-            try:
-                up = socket.create_connection(("127.0.0.1", self.upstream), timeout=5)
-            except OSError:
-                client.close()
-                continue
-            up.settimeout(None)
-            with self._lock:
-                self._open_sockets |= {client, up}
-            threading.Thread(target=self._pump, args=(client, up, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(up, client, False), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket, from_client: bool) -> None:
-        try:
-            while True:
-                if from_client:
-                    self.reading.wait()
-                data = src.recv(65536)
-                if not data:
-                    break
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-                s.close()
-                with self._lock:
-                    self._open_sockets.discard(s)
-
-    def stall(self) -> None:
-        self.reading.clear()
-
-    def refuse(self) -> None:
-        """Down: the listener closed and every connection cut (a kept-alive one would go on)."""
-        if self._listener is not None:
-            with contextlib.suppress(OSError):  # wakes the accepting thread (a bare close would not)
-                self._listener.shutdown(socket.SHUT_RDWR)
-            self._listener.close()
-            self._listener = None
-        with self._lock:
-            open_now = list(self._open_sockets)
-        for s in open_now:
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-
-    def resume(self) -> None:
-        if self._listener is None:
-            self._open()
-        self.reading.set()
+def relay_to(port: int) -> Forward:
+    return Forward(free_port(), port)
 
 
 # -- agents --------------------------------------------------------------------------------------------
@@ -711,8 +638,8 @@ class Soak:
     work: Path
     exes: dict[str, Path]
     agents: dict[str, Agent]
-    relay: Relay
-    relay_t: Relay
+    relay: Forward
+    relay_t: Forward
     tmpfs: Path
     c_idlers: Idlers = None
     py_idlers: Idlers = None
@@ -1158,7 +1085,7 @@ def main() -> int:
                 source, work / "runs", Namespace(nodes=20, seconds=60, runs=20, run_nodes=20, run_seconds=60), stamp
             )
             bv.load(stack, cross)
-        relay, relay_t = Relay(stack["telegraf"].port), Relay(stack["telegraf"].port)
+        relay, relay_t = relay_to(stack["telegraf"].port), relay_to(stack["telegraf"].port)
         es_sink = f"elasticsearch://127.0.0.1:{stack['elasticsearch'].port}/flowstat-samples"
         run_id = f"soak-{stamp}"
         agents = {

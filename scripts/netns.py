@@ -116,31 +116,41 @@ class Namespace:
 
 
 class Forward:
-    """A port of a namespace's loopback forwarded to one of this machine's loopback, so that its
-    tasks reach a server outside (the suite's stores): the listening socket is made by a thread
-    that entered the namespace (setns applies to the calling thread only), every connection to the
-    server by threads that stay outside. Nothing leaves 127.0.0.0/8."""
+    """A TCP port forwarded to another of this machine's loopback: from a namespace's loopback to
+    the machine's (``namespace``), so that its tasks reach a server outside (the suite's stores), or
+    within the machine (``namespace`` None). Its listening socket is made by a thread that entered
+    the namespace (setns applies to the calling thread only), every connection to the server by
+    threads that stay outside. Nothing leaves 127.0.0.0/8. For the faults of benchmarks:
+    ``stall()`` keeps accepting but reads nothing (a sink that stops reading), ``refuse()`` closes
+    the listener and cuts every connection (a sink that is down), ``resume()`` undoes either."""
 
-    def __init__(self, namespace: Path, port: int, target_port: int):
-        self.port, self.target_port = port, target_port
-        self.listener = self._listen_in(namespace, port)
+    def __init__(self, port: int, target_port: int, namespace: Path | None = None):
+        self.port, self.target_port, self.namespace = port, target_port, namespace
         self.sockets: set[socket.socket] = set()
         self.lock = threading.Lock()
-        self.closed = False
-        threading.Thread(target=self._accept, daemon=True, name=f"forward-{port}").start()
+        self.reading = threading.Event()
+        self.reading.set()
+        self.listener: socket.socket | None = None
+        self._open()
+
+    def _open(self) -> None:
+        listener = self._listen(self.namespace, self.port)
+        self.listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True, name=f"forward-{self.port}").start()
 
     @staticmethod
-    def _listen_in(namespace: Path, port: int) -> socket.socket:
+    def _listen(namespace: Path | None, port: int) -> socket.socket:
         made: dict[str, object] = {}
 
         def make() -> None:
             try:
-                fd = os.open(namespace, os.O_RDONLY | os.O_CLOEXEC)
-                try:
-                    if ctypes.CDLL(None, use_errno=True).setns(fd, CLONE_NEWNET) != 0:
-                        raise OSError(ctypes.get_errno(), f"setns into {namespace}")
-                finally:
-                    os.close(fd)
+                if namespace is not None:
+                    fd = os.open(namespace, os.O_RDONLY | os.O_CLOEXEC)
+                    try:
+                        if ctypes.CDLL(None, use_errno=True).setns(fd, CLONE_NEWNET) != 0:
+                            raise OSError(ctypes.get_errno(), f"setns into {namespace}")
+                    finally:
+                        os.close(fd)
                 s = socket.socket()
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 s.bind(("127.0.0.1", port))
@@ -149,31 +159,40 @@ class Forward:
             except OSError as exc:
                 made["error"] = exc
 
-        t = threading.Thread(target=make)  # this thread ends in the namespace: it is never reused
+        t = threading.Thread(target=make)  # a thread that entered the namespace ends there: never reused
         t.start()
         t.join()
         if "error" in made:
             raise made["error"]  # type: ignore[misc]
         return made["socket"]  # type: ignore[return-value]
 
-    def _accept(self) -> None:
+    def _accept(self, listener: socket.socket) -> None:
         while True:
             try:
-                inside, _ = self.listener.accept()
+                inside, _ = listener.accept()
+            except OSError:
+                return  # closed (refuse, close)
+            try:
                 outside = socket.create_connection(("127.0.0.1", self.target_port), timeout=10)
             except OSError:
-                if self.closed:
-                    return
+                inside.close()
                 continue
             outside.settimeout(None)
             with self.lock:
                 self.sockets |= {inside, outside}
-            for a, b in ((inside, outside), (outside, inside)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+            threading.Thread(target=self._pump, args=(inside, outside, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(outside, inside, False), daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, from_client: bool) -> None:
         try:
-            while data := src.recv(65536):
+            while True:
+                if from_client:
+                    self.reading.wait()
+                data = src.recv(65536)
+                if not data:
+                    break
+                if from_client:  # read before a stall began: held until it ends, not passed on
+                    self.reading.wait()
                 dst.sendall(data)
         except OSError:
             pass
@@ -181,14 +200,30 @@ class Forward:
             for s in (src, dst):
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
+                s.close()
+                with self.lock:
+                    self.sockets.discard(s)
+
+    def stall(self) -> None:
+        self.reading.clear()
+
+    def refuse(self) -> None:
+        if self.listener is not None:
+            with contextlib.suppress(OSError):  # wakes the accepting thread (a bare close would not)
+                self.listener.shutdown(socket.SHUT_RDWR)
+            self.listener.close()
+            self.listener = None
+        with self.lock:
+            open_now = list(self.sockets)
+        for s in open_now:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def resume(self) -> None:
+        if self.listener is None:
+            self._open()
+        self.reading.set()
 
     def close(self) -> None:
-        self.closed = True
-        with contextlib.suppress(OSError):
-            self.listener.shutdown(socket.SHUT_RDWR)
-        self.listener.close()
-        with self.lock:
-            for s in self.sockets:
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-                s.close()
+        self.reading.set()
+        self.refuse()

@@ -347,7 +347,7 @@ def test_each_host_s_agents_ship_its_samples_to_both_stores_tagged_by_host_and_n
     topo.write_text(ACROSS_THREE + "placement: {producers: [n1, n2], mergers: [n3]}\n")
     run_id = f"across-stores-{uuid.uuid4().hex[:8]}"
     influx, es = stack["influxdb"].port, stack["elasticsearch"].port
-    forwards = [netns.Forward(sc.NETNS_PATH, port, port) for port in (influx, es)]
+    forwards = [netns.Forward(port, port, sc.NETNS_PATH) for port in (influx, es)]
     try:
         out = flowstat_run(
             cluster,

@@ -6,6 +6,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .topology import Topology
 
 
 def _progress_printer(stream=sys.stderr):
@@ -92,16 +96,31 @@ def configure_run(p: argparse.ArgumentParser) -> None:
     slurm.add_argument("--nodes", type=int, metavar="N", help="hosts to ask for (default: what the placement needs)")
 
 
+def load_for(command: str, path: str, slurm: bool = False) -> Topology | None:
+    """The topology of a command, or None once its error was said (a topology pinning CPUs cannot
+    run under Slurm, which pins with its own options)."""
+    from .topology import TopologyError, load
+
+    try:
+        topo = load(path)
+    except TopologyError as exc:
+        print(f"flowstat {command}: {exc}", file=sys.stderr)
+        return None
+    if slurm and topo.cpus:
+        print(
+            f"flowstat {command}: cpus: pins processes of one machine; under Slurm use its --cpu-bind", file=sys.stderr
+        )
+        return None
+    return topo
+
+
 def run(args: argparse.Namespace) -> int:
     from .agents import AgentOptions
     from .orchestrator import RunError, run_topology
     from .summary import format_summary
-    from .topology import TopologyError, load
 
-    try:
-        topo = load(args.topology)
-    except TopologyError as exc:
-        print(f"flowstat run: {exc}", file=sys.stderr)
+    topo = load_for("run", args.topology, slurm=args.slurm)
+    if topo is None:
         return 2
     if args.duration is not None and args.duration <= 0:
         print("flowstat run: --duration must be positive", file=sys.stderr)
@@ -111,9 +130,6 @@ def run(args: argparse.Namespace) -> int:
         from .launch import LaunchError, SlurmLauncher
         from .orchestrator import device_names
 
-        if topo.cpus:
-            print("flowstat run: cpus: pins processes of this machine; under Slurm use its --cpu-bind", file=sys.stderr)
-            return 2
         launcher = SlurmLauncher(args.partition, args.account, args.time_limit, args.nodes, f"flowstat-{topo.run_id}")
         try:  # before anything starts or is written: what is missing, or does not fit, is said now
             launcher.prepare(topo.placement, device_names(topo))

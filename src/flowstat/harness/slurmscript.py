@@ -59,20 +59,12 @@ def script_text(args: argparse.Namespace, nodes: int, job_name: str) -> str:
 
 
 def slurm_script(args: argparse.Namespace) -> int:
+    from .command import load_for
     from .launch import hosts_needed
     from .orchestrator import device_names
-    from .topology import TopologyError, load
 
-    try:
-        topo = load(args.topology)
-    except TopologyError as exc:
-        print(f"flowstat slurm-script: {exc}", file=sys.stderr)
-        return 2
-    if topo.cpus:
-        print(
-            "flowstat slurm-script: cpus: pins processes of one machine; under Slurm use its --cpu-bind",
-            file=sys.stderr,
-        )
+    topo = load_for("slurm-script", args.topology, slurm=True)
+    if topo is None:
         return 2
     wanted, _ = hosts_needed(topo.placement, device_names(topo))
     text = script_text(args, max(wanted, args.nodes or 0), f"flowstat-{topo.run_id}")
