@@ -388,21 +388,38 @@ def slope_mb_per_h(points: list[tuple[float, int, int]]) -> dict:
 # -- counting what reached the stores ------------------------------------------------------------------
 
 
-def influx_counts(stack, run_id: str) -> dict[tuple[str, str], dict]:
-    """(agent, node) -> count, distinct seqs, min and max seq, in InfluxDB."""
-    q = (
-        'SELECT count("seq"), count(distinct("seq")), min("seq"), max("seq") FROM "flowstat_node" '
-        f'WHERE "run_id" = \'{run_id}\' GROUP BY "agent", "node_id"'
-    )
-    body = stack["influxdb"].query(q, "flowstat")
-    out = {}
-    for s in body["results"][0].get("series", []):
-        _, count, distinct, lo, hi = s["values"][0]
-        out[(s["tags"]["agent"], s["tags"]["node_id"])] = {"count": count, "distinct": distinct, "min": lo, "max": hi}
+COUNT_CHUNK_S = 300  # InfluxDB counts 10,000 nodes' samples a chunk of time at a time (a query each)
+
+
+def influx_counts(stack, run_id: str, t0: float, t1: float) -> dict[tuple[str, str], dict]:
+    """(agent, node) -> count, distinct seqs, min and max seq, in InfluxDB, for samples stamped in
+    [t0, t1), asked COUNT_CHUNK_S at a time (one query over an hour of 10,000 nodes outlasts any
+    time-out) and added up: a resent sample keeps its time stamp, so it falls in the same chunk as
+    the first."""
+    out: dict[tuple[str, str], dict] = {}
+    url = f"{stack['influxdb'].url}/query"
+    start = t0
+    while start < t1:
+        end = min(start + COUNT_CHUNK_S, t1)
+        q = (
+            'SELECT count("seq"), count(distinct("seq")), min("seq"), max("seq") FROM "flowstat_node" '
+            f"WHERE \"run_id\" = '{run_id}' AND time >= {int(start * 1e9)} AND time < {int(end * 1e9)} "
+            'GROUP BY "agent", "node_id"'
+        )
+        r = requests.post(url, data={"db": "flowstat", "q": q}, timeout=1800)
+        r.raise_for_status()
+        for s in r.json()["results"][0].get("series", []):
+            _, count, distinct, lo, hi = s["values"][0]
+            row = out.setdefault((s["tags"]["agent"], s["tags"]["node_id"]), {"count": 0, "distinct": 0})
+            row["count"] += count
+            row["distinct"] += distinct
+            row["min"] = min(lo, row.get("min", lo))
+            row["max"] = max(hi, row.get("max", hi))
+        start = end
     return out
 
 
-def es_counts(stack, run_id: str) -> dict[tuple[str, str], dict]:
+def es_counts(stack, run_id: str, t0: float = 0, t1: float = 0) -> dict[tuple[str, str], dict]:
     """The same from Elasticsearch: a composite aggregation, page by page (cardinality is exact far
     beyond a node's 3,600 sequence numbers at this precision threshold)."""
     url = f"{stack['elasticsearch'].url}/flowstat-samples*/_search"
@@ -957,6 +974,9 @@ def soak_section(results: dict) -> str:
         "|---|---|---:|---:|---:|---:|---|",
     ]
     for store, per in s["accounting"].items():
+        if "error" in per:
+            lines.append(f"| {store} | not counted: {per['error'][:200]} | | | | | |")
+            continue
         for tag, row in per.items():
             lines.append(
                 f"| {store} | {tag} | {row['sampled']} | {row['distinct']} | {row['duplicated']} | {row['lost']} | "
@@ -993,6 +1013,9 @@ def verdicts(results: dict) -> dict:
     s = results["soak"]
     out = {}
     for store, per in s["accounting"].items():
+        if "error" in per:
+            out[f"{store}: not counted"] = per["error"]
+            continue
         lost = {tag: row["lost"] for tag, row in per.items()}
         dup = sum(row["duplicated"] for row in per.values())
         out[f"{store}: lost per agent (target 0, the tmpfs agent's counted drops apart)"] = lost
@@ -1042,6 +1065,8 @@ def main() -> int:
     ladder = [int(x) for x in args.ladder.split(",") if x]
     if any(n > args.processes for n in ladder):
         args.processes = max(ladder)
+    from run_benchmarks import save_results
+
     from flowstat.stack import Stack
     from flowstat.timeutil import compact_utc, iso_utc_ms
 
@@ -1119,6 +1144,7 @@ def main() -> int:
         ctx.agent_tags.append(agents["c"].tag)
         ctx.grow(ladder[0])
         ctx.t_idlers.grow_to(TMPFS_PROCESSES)
+        ladder_start = time.time() - 60  # before any sample: the counts' time range starts here
         for a in agents.values():
             a.start()
         probes = [f"soak-idler-c-{pid}" for pid in ctx.c_idlers.pids(PROBES)]
@@ -1130,6 +1156,7 @@ def main() -> int:
         rungs = [rung(n, args.rung_seconds, ctx) for n in ladder]
         names = sorted({c for r in rungs for c in r["components"]})
         results["ladder"] = {"rungs": rungs, "components": names, "first_behind": first_behind(rungs)}
+        save_results(results, out_path)  # kept as it goes: a soak cut short keeps its ladder
         say(f"ladder done; first rung behind: {results['ladder']['first_behind']}")
 
         ctx.grow(args.processes)
@@ -1179,12 +1206,19 @@ def main() -> int:
             def locate(tag: str, node: str, store=store) -> list[float]:
                 return missing_seq_times(stack, store, run_id, tag, node, INTERVAL_S)
 
-            accounting[store] = account(counter(stack, run_id), sampled, windows, locate)
+            try:
+                accounting[store] = account(counter(stack, run_id, ladder_start, time.time()), sampled, windows, locate)
+            except (requests.RequestException, RuntimeError, KeyError) as exc:  # said, and the rest kept
+                say(f"counting in {store} failed: {exc}")
+                accounting[store] = {"error": str(exc)[:500]}
         # The killed instance's count is its last self-sample's (up to 5 s old): a lower bound, so its
         # losses are its gaps and what one store holds that the other does not (a tail it held in memory).
+        counted = [s for s in accounting if "error" not in accounting[s]]
         for tag in ("flowstat-agent-c/k1",):
-            both = [accounting[s][tag]["distinct"] for s in accounting]
-            for store in accounting:
+            both = [accounting[s][tag]["distinct"] for s in counted if tag in accounting[s]]
+            for store in counted:
+                if tag not in accounting[store]:
+                    continue
                 row = accounting[store][tag]
                 row["sampled_at_least"], row["sampled"] = row["sampled"], None
                 row["lost"] = row["lost_in_gaps"] + max(both) - row["distinct"]
@@ -1211,7 +1245,7 @@ def main() -> int:
             "settled": settled,
             "accounting": accounting,
             "tmpfs_agent": {
-                "lost_in_influxdb": accounting["influxdb"]["flowstat-agent-c/t"]["lost"],
+                "lost_in_influxdb": accounting["influxdb"].get("flowstat-agent-c/t", {}).get("lost"),
                 "counted_drops": t_influx.get("spool_dropped", 0) + t_influx.get("lost", 0),
                 "sink_stats": t_influx,
             },
@@ -1228,7 +1262,11 @@ def main() -> int:
             "stored_per_minute": per_minute(stack, run_id, t_start, t_stop),
         }
         results["verdicts"] = verdicts(results)
+    except BaseException as exc:  # what was measured before is kept, with what stopped it
+        results["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+        raise
     finally:
+        save_results(results, out_path)
         if ctx is not None:
             for a in ctx.agents.values():
                 if a.proc is not None and a.proc.poll() is None:
@@ -1242,9 +1280,6 @@ def main() -> int:
         if mounted:
             subprocess.run(["umount", str(tmpfs)], check=False)
         shutil.rmtree(work, ignore_errors=True)
-    from run_benchmarks import save_results
-
-    save_results(results, out_path)
     if args.doc:
         SVG.write_text(svg_page(results))
         (ROOT / "docs" / "soak.md").write_text(soak_section(results))
