@@ -38,14 +38,16 @@ SERVER_MODULES = {
     "test_provision.py",
     "test_secured_stack.py",
     "test_secured_clients.py",
+    "test_slurm_cluster.py",
     "test_sinks_real_servers.py",
     "test_stack.py",
     "test_stores.py",
     "test_wheel.py",
 }
-# Modules whose tests share a cluster of their own and run in order (test_slurm_cluster.py takes its
-# cluster down and up again mid-module): each goes to one worker, beside the others.
-ONE_WORKER_MODULES = {"test_slurm_cluster.py", "test_compose_up.py"}
+# Modules whose tests share a cluster of their own and run in order: each goes to one worker, beside
+# the others. (test_slurm_cluster.py is a server module: its runs across hosts ship to the session
+# stack, which only one worker may run, since its servers share one cache directory.)
+ONE_WORKER_MODULES = {"test_compose_up.py"}
 
 
 @pytest.hookimpl(optionalhook=True)
