@@ -841,6 +841,7 @@ def svg_page(results: dict) -> str:
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{height}" viewBox="0 0 {w} {height}" '
         'font-family="sans-serif" font-size="12">',
+        f"<!-- Written by benchmarks/bench_soak.py (make soak) from {results['file']}: do not edit. -->",
         f'<rect width="{w}" height="{height}" fill="white"/>',
         f'<text x="{left}" y="22" font-size="15">flowstat soak: {soak["processes"]:,} processes at 1 Hz for '
         f"{minutes:.0f} min (faults shaded)</text>",
@@ -1055,7 +1056,15 @@ def main() -> int:
     )
     ap.add_argument("--out", type=Path, help="JSON output (default benchmarks/results/soak-TIME.json)")
     ap.add_argument("--doc", action="store_true", help="also write docs/soak.md and docs/img/soak.svg")
+    ap.add_argument(
+        "--render", type=Path, metavar="RESULTS", help="only write docs/soak.md and docs/img/soak.svg from a results file"
+    )
     args = ap.parse_args()
+    if args.render:
+        results = json.loads(args.render.read_text())
+        SVG.write_text(svg_page(results))
+        (ROOT / "docs" / "soak.md").write_text(soak_section(results))
+        return 0
     if args.quick:
         args.processes, args.minutes, args.ladder, args.rung_seconds = 1000, 10, "100,1000", 30
     if os.geteuid() != 0:
