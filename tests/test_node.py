@@ -14,6 +14,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import zmq
 
@@ -36,6 +37,7 @@ def test_a_node_answers_get_metrics_with_what_it_was_told():
             node.received(1, 100, sent_at=now - 0.050)  # each waited 50 ms
         node.received(2, 7)  # no stamp: counted, no latency
         node.received(3, 30, sent_at=[now - 0.050] * 3)  # a batch read at once, stamps in a list
+        node.received(4, 40, sent_at=np.full(4, now - 0.050))  # a vectorised node's
         for ms in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12):  # the last ten average 7.5 ms
             node.merged(5, ms / 1e3)
         node.sent(3, 30)
@@ -43,11 +45,11 @@ def test_a_node_answers_get_metrics_with_what_it_was_told():
     assert (reply["node_id"], reply["role"], reply["run_id"], reply["node_state"]) == ("m-0", "merger", "r1", "RUNNING")
     assert reply["PID"] == os.getpid()
     assert (reply["receive_buffer_size"], reply["send_buffer_size"]) == (10, 20)
-    assert (reply["objects_received"], reply["bytes_received"]) == (305, 30_000 + 7 + 30)
+    assert (reply["objects_received"], reply["bytes_received"]) == (309, 30_000 + 7 + 30 + 40)
     assert (reply["objects_sent"], reply["bytes_sent"], reply["merges"], reply["objects_merged"]) == (3, 30, 12, 60)
     assert reply["average_merge_time"] == pytest.approx(7.5)
     assert reply["merged_objects_per_second"] > 0 and reply["cpu_clock"] >= 0 and reply["VmRSS"] > 1000
-    assert reply["input_latency_objects"] == 303
+    assert reply["input_latency_objects"] == 307
     # told at most a few ms after the stamp: within the buckets' 1% and the loop's time
     assert 50 * 0.99 <= reply["input_latency_p50_ms"] <= 50 * 1.01 + 20
     assert reply["input_latency_p99_ms"] <= reply["input_latency_max_ms"] + 1e-9
