@@ -10,9 +10,11 @@ Modes of the same receiver loop (each reads the message and its sender's stamp, 
   no library;
 - per-batch: the same and node.received(n, nbytes, sent_at=stamps) once per batch;
 - per-batch-counts: the same without the stamps, node.received(n, nbytes) once per batch.
-A figure is the receiver's CPU time (user + system of all its threads, CLOCK_PROCESS_CPUTIME_ID) over a fixed number of messages
-after a warm-up; each mode runs REPEATS times, interleaved, and the median is kept. The cost of a mode
-is its CPU time over that of the same loop without the library (bare or bare-batch), minus one.
+A figure is the receiver's CPU time (user + system of all its threads, CLOCK_PROCESS_CPUTIME_ID) over
+a fixed number of messages after a warm-up; each mode runs REPEATS times, interleaved, and the median
+is kept. The cost of a mode is its CPU time over that of the same loop without the library (bare or
+bare-batch), minus one; and, measured inside each run, the calls it made times the CPU of one call
+over the rest of its CPU (library_cost_direct: the between-runs figure spreads by 15-30% here).
 Target (issue 26): at most 1% of the node's CPU.
 
 Usage: benchmarks/bench_node.py [--rate 100000] [--seconds 5] [--repeats 3]
@@ -23,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import struct
 import subprocess
