@@ -1057,7 +1057,10 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="JSON output (default benchmarks/results/soak-TIME.json)")
     ap.add_argument("--doc", action="store_true", help="also write docs/soak.md and docs/img/soak.svg")
     ap.add_argument(
-        "--render", type=Path, metavar="RESULTS", help="only write docs/soak.md and docs/img/soak.svg from a results file"
+        "--render",
+        type=Path,
+        metavar="RESULTS",
+        help="only redraw docs/soak.md and docs/img/soak.svg from a results file",
     )
     args = ap.parse_args()
     if args.render:
