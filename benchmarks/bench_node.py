@@ -193,9 +193,7 @@ def main() -> int:
         # the same cost measured inside each run: calls made x CPU of one call (the run's last calls
         # replayed), over the rest of the node's CPU; immune to the run-to-run spread of the above
         "library_cost_direct": {m: statistics.median(x["direct_cost"] for x in runs[m]) for m in BASELINE},
-        "calls_per_message": {
-            m: statistics.median(x["calls"] / x["messages"] for x in runs[m]) for m in BASELINE
-        },
+        "calls_per_message": {m: statistics.median(x["calls"] / x["messages"] for x in runs[m]) for m in BASELINE},
         "target_cost": 0.01,
         "runs": runs,
     }
