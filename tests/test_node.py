@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 import zmq
 
-from flowstat.node import ControlClient, Node
+from flowstat.node import ControlClient, Node, curve
 from flowstat.node.announce import file_name
+from flowstat.node.protocol import ControlError
 from flowstat.schema import endpoints
 from support.agents import wait_until
 from support.common import ROOT
@@ -390,3 +391,46 @@ def test_requests_too_deep_or_with_numbers_too_long_for_python_are_refused_not_r
     for payload in (b"[" * 50_000, b'{"command": "check-state", "id": ' + b"9" * 5000 + b"}"):
         command, request, error = parse_request(payload)
         assert error is not None and error.startswith("malformed request: not JSON"), error
+
+
+# -- CURVE (issue 30) -------------------------------------------------------------------------------
+def test_a_secured_node_answers_the_runs_key_only_and_says_its_first_refusal_once(tmp_path, caplog):
+    keys = curve.create_run_keys(tmp_path)
+    assert oct(keys.stat().st_mode & 0o777) == "0o700"
+    modes = {p.name: p.stat().st_mode & 0o777 for p in keys.iterdir()}
+    assert modes == {"node.key": 0o644, "node.key_secret": 0o600, "client.key": 0o644, "client.key_secret": 0o600}
+    client = curve.client_keys(keys / "client.key_secret")
+    stopped = []
+    with caplog.at_level(logging.WARNING, logger="flowstat.curve"):
+        with Node("n", curve_keys=keys, endpoints_dir=tmp_path / "ep", on_stop=lambda: stopped.append(1)) as node:
+            server = node.curve_server_key
+            assert server == curve.read_key_file(keys / "node.key")[0].decode()
+            announced = json.loads(next((tmp_path / "ep").iterdir()).read_text())["nodes"][0]
+            assert announced["curve_server_key"] == server and not endpoints.validate({"nodes": [announced]})
+            strangers = {
+                "no CURVE": None,
+                "another client key": (server, zmq.curve_keypair()),
+                "another run's node key": (zmq.curve_keypair()[0], client),
+            }
+            for why, keyed in strangers.items():
+                with pytest.raises(ControlError, match="no reply"):
+                    ControlClient(node.endpoint, timeout_s=0.3, curve=keyed).request("stop")
+                assert not stopped and node.state == "RUNNING", why
+            assert ControlClient(node.endpoint, curve=(server, client)).request("check-state")["node_id"] == "n"
+            ControlClient(node.endpoint, curve=(server, client)).request("stop")
+            assert stopped == [1]
+            told = [r.message for r in caplog.records if "refused" in r.message]
+            assert len(told) == 1 and "further refusals are counted" in told[0], told
+    assert any("refused in all" in r.message for r in caplog.records)
+    assert not any(k.decode() in r.message for r in caplog.records for k in client)  # no key is logged
+
+
+def test_a_node_given_unreadable_keys_runs_unmonitored_never_in_the_clear(tmp_path, caplog):
+    keys = curve.create_run_keys(tmp_path)
+    (keys / "node.key_secret").write_text('curve\n    secret-key = "short"\n')
+    with caplog.at_level(logging.WARNING, logger="flowstat.node"):
+        with Node("n", curve_keys=keys) as node:
+            assert node.endpoint is None
+            node.received(2, 2)
+            assert node.counters()["objects_received"] == 2
+    assert any("node.key_secret" in r.message and "unmonitored" in r.message for r in caplog.records)

@@ -38,6 +38,7 @@ try:  # optional: a node that hands its stamps as a numpy array has numpy
 except ImportError:  # pragma: no cover - the harness extra installs numpy
     _np = None  # type: ignore[assignment]
 
+from . import curve
 from .announce import announce, directory, withdraw
 from .latency import LatencyRecorder
 from .protocol import serve_requests
@@ -152,6 +153,7 @@ class Node:
         send_buffer_size: int | None = None,
         on_stop: Callable[[], None] | None = None,
         on_start: Callable[[], None] | None = None,
+        curve_keys: str | os.PathLike[str] | None = None,
     ):
         if not node_id:
             raise ValueError("a node needs an id (its samples' node_id)")
@@ -173,7 +175,9 @@ class Node:
         self._closing = threading.Event()
         self._thread: threading.Thread | None = None
         self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
-        self._open_control(bind, endpoints_dir)
+        self._guard: curve.Guard | None = None
+        self.curve_server_key: str | None = None
+        self._open_control(bind, endpoints_dir, curve.keys_from_env(curve_keys))
 
     # -- what the node tells ---------------------------------------------------------------------
     def tally(self) -> Tally:
@@ -202,19 +206,40 @@ class Node:
         return self._stop.wait(timeout)
 
     # -- the control thread ----------------------------------------------------------------------
-    def _open_control(self, bind: str, endpoints_dir: str | os.PathLike[str] | None) -> None:
-        """Bind and start answering; a node that cannot bind says why and runs on unmonitored."""
+    def _open_control(self, bind: str, endpoints_dir: str | os.PathLike[str] | None, keys: Path | None) -> None:
+        """Bind and start answering; a node that cannot bind, or cannot read the keys it was given,
+        says why and runs on unmonitored (never in the clear when keys were asked for)."""
+        secured = None
+        if keys is not None:
+            try:
+                secured = curve.node_keys(keys)
+            except curve.CurveError as exc:
+                log.warning("%s: cannot secure the control channel (%s): running unmonitored", self.node_id, exc)
+                return
+        elif not curve.is_loopback(bind):
+            log.warning(
+                "%s: the control channel binds %s without CURVE: anyone who reaches it may ask and stop "
+                "(give curve_keys, or $%s)",
+                self.node_id,
+                bind,
+                curve.ENV_KEYS,
+            )
         self._ctx = zmq.Context()
         sock = self._ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SNDTIMEO, 0)  # a client that does not read loses its reply; we never wait
+        if secured is not None:
+            public, secret, client = secured
+            self._guard = curve.Guard(self._ctx, client, self.node_id)
+            curve.secure_server(sock, public, secret)
+            self._guard.watch(sock)
+            self.curve_server_key = public.decode()
         try:
             sock.bind(bind)
         except zmq.ZMQError as exc:
             log.warning("%s: cannot bind the control channel on %s (%s): running unmonitored", self.node_id, bind, exc)
             sock.close(0)
-            self._ctx.term()
-            self._ctx = None
+            self._close_context()
             return
         self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         folder = directory(endpoints_dir)
@@ -226,6 +251,8 @@ class Node:
                 "host": socket.gethostname(),
                 "control": self.endpoint,
             }
+            if self.curve_server_key is not None:
+                node["curve_server_key"] = self.curve_server_key
             try:
                 self.endpoint_file = announce(folder, node, self.run_id)
             except (OSError, ValueError) as exc:
@@ -317,6 +344,12 @@ class Node:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        self._close_context()
+
+    def _close_context(self) -> None:
+        if self._guard is not None:
+            self._guard.close()
+            self._guard = None
         if self._ctx is not None:
             self._ctx.term()
             self._ctx = None

@@ -12,6 +12,8 @@ from typing import Any
 
 import zmq
 
+from .curve import secure_client
+
 MAX_REQUEST_BYTES = 64 * 1024
 COMMANDS = ("check-state", "get-metrics", "start", "stop", "clock")
 
@@ -44,15 +46,26 @@ class ControlClient:
     A REQ socket cannot be reused after a lost reply, so it is rebuilt after a timeout.
     """
 
-    def __init__(self, endpoint: str, ctx: zmq.Context[zmq.Socket[bytes]] | None = None, timeout_s: float = 2.0):
+    def __init__(
+        self,
+        endpoint: str,
+        ctx: zmq.Context[zmq.Socket[bytes]] | None = None,
+        timeout_s: float = 2.0,
+        curve: tuple[bytes | str, tuple[bytes, bytes]] | None = None,
+    ):
+        """``curve``: (the node's public key, the client's key pair) for a node whose channel is
+        secured (flowstat.node.curve)."""
         self.endpoint, self.timeout_ms = endpoint, int(timeout_s * 1000)
         self._ctx = ctx or zmq.Context.instance()
         self._sock: zmq.Socket[bytes] | None = None
+        self._curve = curve
 
     def _socket(self) -> zmq.Socket[bytes]:
         if self._sock is None:
             self._sock = self._ctx.socket(zmq.REQ)
             self._sock.setsockopt(zmq.LINGER, 0)
+            if self._curve is not None:
+                secure_client(self._sock, *self._curve)
             self._sock.connect(self.endpoint)
         return self._sock
 
