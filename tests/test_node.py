@@ -197,9 +197,10 @@ def _reap_started():
         proc.wait(10)
 
 
-def start_node(node_id: str, role: str, folder: Path) -> subprocess.Popen:
+def start_node(node_id: str, role: str, folder: Path, keys: Path | None = None) -> subprocess.Popen:
+    env = {**os.environ, curve.ENV_KEYS: str(keys)} if keys else None
     proc = subprocess.Popen(
-        [sys.executable, "-c", NODE_PROGRAM, node_id, role, str(folder)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", NODE_PROGRAM, node_id, role, str(folder)], stdout=subprocess.PIPE, text=True, env=env
     )
     STARTED.append(proc)
     assert proc.stdout.readline().startswith("tcp://127.0.0.1:")
@@ -434,3 +435,30 @@ def test_a_node_given_unreadable_keys_runs_unmonitored_never_in_the_clear(tmp_pa
             node.received(2, 2)
             assert node.counters()["objects_received"] == 2
     assert any("node.key_secret" in r.message and "unmonitored" in r.message for r in caplog.records)
+
+
+def test_an_agent_asks_a_secured_node_with_the_runs_key_and_without_it_samples_proc_only(agent_command, tmp_path):
+    if agent_command[0].endswith("flowstat-agent"):
+        pytest.skip("the C agent's CURVE client is not in yet")
+    folder, theirs = tmp_path / "endpoints", tmp_path / "another-run"
+    keys = curve.create_run_keys(folder)  # folder/keys: where an agent of the folder looks by default
+    start_node("secured", "worker", folder, keys=keys)
+    keyed, keyless = tmp_path / "keyed.ndjson", tmp_path / "keyless.ndjson"
+    agents = [
+        start_agent(agent_command, folder, keyed),
+        start_agent(agent_command, folder, keyless, "--curve-client-key", str(theirs / "client.key_secret")),
+    ]
+    try:
+        wait_until(
+            lambda: sum(bool(s.get("objects_received")) for s in agent_samples(keyed)) >= 3, "the keyed agent's figures"
+        )
+        wait_until(lambda: len(agent_samples(keyless)) >= 3, "the keyless agent's samples")
+    finally:
+        logs = [stop_agent(a) for a in agents]
+    received = [s["objects_received"] for s in agent_samples(keyed) if s.get("objects_received")]
+    assert received == sorted(received) and received[-1] > received[0] > 0
+    assert all(s["node_state"] == "RUNNING" for s in agent_samples(keyed))
+    assert not any("objects_received" in s for s in agent_samples(keyless))  # /proc's figures only
+    assert all(s["vmrss_kb"] > 0 for s in agent_samples(keyless))
+    told = [line for line in logs[1].splitlines() if "secured" in line and "client key" in line]
+    assert len(told) == 1 and str(theirs / "client.key_secret") in told[0], logs[1]

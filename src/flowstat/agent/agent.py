@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flowstat.node import curve
 from flowstat.proc.machine import host_identity
 from flowstat.proc.reader import ProcessGone, ProcFormatError, cpu_rates
 from flowstat.schema import sample as sample_schema
@@ -119,9 +120,24 @@ class Agent:
                 except (ProcessGone, ProcFormatError, OSError):
                     t.close()
                     continue
+                self._secure(t)
                 self.targets[t.key] = t
                 self._note_run(t.run_id)
                 log.info("watching %s (pid %d, %s)", t.node_id, t.pid, t.source)
+
+    def _secure(self, t: Target) -> None:
+        """A node whose channel takes CURVE clients only is asked with the run's client key; without
+        a usable one it is sampled from /proc only, said once (its channel would not answer)."""
+        if not (t.control and t.curve_server_key):
+            return
+        assert t.curve_client_key is not None  # targets.discover gives every secured node one
+        try:
+            self.control.secure(t.control, t.curve_server_key, t.curve_client_key)
+        except curve.CurveError as exc:
+            log.warning(
+                "%s (pid %d): its control channel needs the run's client key: %s; /proc only", t.node_id, t.pid, exc
+            )
+            t.control = None
 
     def dirs_changed(self) -> bool:
         """Whether an endpoints directory changed (a file written, renamed or removed) since the

@@ -50,6 +50,13 @@ def configure(p: argparse.ArgumentParser) -> None:
         "file each), read whenever it changes and at every rescan: nodes that appear are taken, a node "
         "whose file is withdrawn ends STOPPED, one that dies with its file left DOWN",
     )
+    p.add_argument(
+        "--curve-client-key",
+        metavar="FILE",
+        help="the client key (a .key_secret file) to ask nodes whose control channel is secured "
+        "(curve_server_key in their endpoints); default: keys/client.key_secret beside the endpoints "
+        "file, or inside the endpoints directory (a harness run's RUN_DIR/keys)",
+    )
     p.add_argument("--sink", action="append", metavar="URL", help="where samples go (default stdout://)")
     p.add_argument(
         "--interval", type=float, default=1.0, metavar="S", help="seconds between samples (default 1, min 0.01)"
@@ -224,6 +231,7 @@ def main(args: argparse.Namespace) -> int:
         args.run_id or "",
         args.endpoints_dir or [],
         args.host_name or "",
+        args.curve_client_key or "",
     )
     if spec.empty():
         print(

@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 import logging
 import time
+from pathlib import Path
 
 import zmq
+
+from flowstat.node import curve
 
 log = logging.getLogger("flowstat.agent")
 MAX_REPLY_BYTES = 256 * 1024
@@ -20,6 +23,18 @@ class ControlPool:
         self.sockets: dict[str, zmq.Socket] = {}
         self.request_id = 0
         self.errors = 0  # malformed or unanswered replies
+        self.secured: dict[str, tuple[str, tuple[bytes, bytes]]] = {}  # endpoint: its key, our pair
+        self._pairs: dict[Path, tuple[bytes, bytes]] = {}
+
+    def secure(self, endpoint: str, server_key: str, client_key: Path) -> None:
+        """Ask ``endpoint`` over CURVE (a node announced with curve_server_key); CurveError when the
+        client key cannot be read (the caller leaves that node's channel alone)."""
+        pair = self._pairs.get(client_key)
+        if pair is None:
+            pair = self._pairs[client_key] = curve.client_keys(client_key)
+        if not curve.valid_key(server_key):
+            raise curve.CurveError(f"curve_server_key {server_key[:8]!r}...: not a Z85 key of 40 characters")
+        self.secured[endpoint] = (server_key, pair)
 
     def _socket(self, endpoint: str) -> zmq.Socket:
         sock = self.sockets.get(endpoint)
@@ -28,6 +43,8 @@ class ControlPool:
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.SNDHWM, 4)
             sock.setsockopt(zmq.MAXMSGSIZE, MAX_REPLY_BYTES)
+            if endpoint in self.secured:
+                curve.secure_client(sock, *self.secured[endpoint])
             sock.connect(endpoint)
             self.sockets[endpoint] = sock
         return sock
@@ -80,6 +97,7 @@ class ControlPool:
         return None
 
     def forget(self, endpoint: str) -> None:
+        self.secured.pop(endpoint, None)
         sock = self.sockets.pop(endpoint, None)
         if sock is not None:
             sock.close(0)

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flowstat.node import curve
 from flowstat.proc.machine import host_identity
 from flowstat.proc.reader import ProcessGone, ProcReader, ProcReading
 from flowstat.schema import endpoints as endpoints_schema
@@ -30,6 +31,8 @@ class Target:
     prev_t: float = 0.0
     source: str = ""
     announced_by: Path | None = None  # the endpoint file of a directory that named it (gone: a clean stop)
+    curve_server_key: str | None = None  # its control channel takes CURVE clients only (flowstat.node.curve)
+    curve_client_key: Path | None = None  # the client key to ask it with
 
     @property
     def key(self) -> tuple[int, str]:
@@ -56,6 +59,7 @@ class TargetSpec:
     run_id: str = ""
     endpoints_dirs: list[str] = field(default_factory=list)
     host: str = ""  # whose nodes endpoints files give this agent (proc.machine.host_identity)
+    curve_client_key: str = ""  # --curve-client-key; else the run's, beside each endpoints file
 
     def empty(self) -> bool:
         return not (self.pids or self.pidfiles or self.patterns or self.endpoints_files or self.endpoints_dirs)
@@ -110,10 +114,10 @@ def discover(spec: TargetSpec, first: bool = True, said: set[tuple[str, ...]] | 
                 add(Target(pid, f"{process_name(pid)}-{pid}", run_id=spec.run_id, source="--pattern"))
     for path in spec.endpoints_files:
         for t in _from_endpoints_file(Path(path), spec.run_id, lambda *msg: log.warning(*msg), spec.host):
-            add(t)
+            add(_keyed(t, spec, Path(path)))
     for folder in spec.endpoints_dirs:
         for t in _from_endpoints_dir(Path(folder), spec.run_id, set() if said is None else said, spec.host):
-            add(t)
+            add(_keyed(t, spec, Path(folder)))
     return list(found.values())
 
 
@@ -136,9 +140,17 @@ def _from_endpoints_file(path: Path, run_id: str, warn, host: str = "") -> list[
             run_id or file_run_id,
             node.get("control"),
             source=str(path),
+            curve_server_key=node.get("curve_server_key"),
         )
         for node in nodes
     ]
+
+
+def _keyed(t: Target, spec: TargetSpec, where: Path) -> Target:
+    """A secured node's client key: the one given, else its run's (RUN_DIR/keys beside endpoints.json)."""
+    if t.curve_server_key:
+        t.curve_client_key = Path(spec.curve_client_key) if spec.curve_client_key else curve.default_client_key(where)
+    return t
 
 
 def _from_endpoints_dir(folder: Path, run_id: str, said: set[tuple[str, ...]], host: str = "") -> list[Target]:

@@ -53,7 +53,7 @@ class CurveError(ValueError):
 def create_run_keys(run_dir: Path) -> Path:
     """RUN_DIR/keys with the run's two key pairs (secret files 0600); returns the folder."""
     folder = Path(run_dir) / KEYS_DIR
-    folder.mkdir(mode=0o700, exist_ok=True)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(folder, 0o700)
     for name in (NODE, CLIENT):
         public, secret = zmq.curve_keypair()
