@@ -17,6 +17,7 @@ import uproot
 
 from flowstat.harness.orchestrator import Orchestrator, run_topology
 from flowstat.harness.topology import from_dict
+from flowstat.node import curve
 from flowstat.node.protocol import ControlClient
 from support import fixture_runs
 from support.common import ROOT, TOPOLOGIES, pid_alive, topology_dict
@@ -561,3 +562,46 @@ def test_the_summary_says_how_to_send_what_is_still_spooled():
     assert "flowstat agent --flush-spool runs/x/spool" in format_summary(s)
     s["agent"]["agent-c"]["sinks"]["http://a/write"]["spooled"] = 0
     assert "still spooled" not in format_summary(s)
+
+
+def test_a_secured_run_answers_its_keys_only_and_loses_nothing(tmp_path):
+    """security: CURVE on control and data sockets (forced: the run binds loopback). A stranger's
+    `stop` changes nothing; `flowstat ctl --keys` and the agents are answered; nothing is lost."""
+    topo = tmp_path / "secured.yaml"
+    topo.write_text(json.dumps(topology_dict(duration=4, security={"control": "curve", "data": "curve"})))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flowstat.cli", "run", str(topo), "--run-id", "sec", "--runs-dir", str(tmp_path)]
+        + ["--json", "--no-c-agent", "--agent-interval", "0.2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    run = tmp_path / "sec"
+    wait_for_file(run / "endpoints.json", proc)
+    nodes = {n["node_id"]: n for n in json.loads((run / "endpoints.json").read_text())["nodes"]}
+    merger = nodes["merger-0"]
+    assert merger["curve_server_key"] == (run / "keys" / "node.key").read_text().split('"')[1]
+    stranger = run_cli(["ctl", merger["control"], "stop", "--timeout", "0.5"], timeout=30)
+    assert stranger.returncode == 1 and "no reply" in stranger.stderr
+    # one who knows the nodes' public key (endpoints.json is readable) but holds another client key
+    other = curve.create_run_keys(tmp_path / "other")
+    shutil.copy(run / "keys" / "node.key", other / "node.key")
+    stranger = run_cli(["ctl", merger["control"], "stop", "--timeout", "0.5", "--keys", str(other)], timeout=30)
+    assert stranger.returncode == 1 and "no reply" in stranger.stderr
+    keyed = run_cli(["ctl", merger["control"], "check-state", "--keys", str(run / "keys")], timeout=30)
+    assert keyed.returncode == 0 and json.loads(keyed.stdout)["node_state"] == "RUNNING", keyed.stderr
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    summary = json.loads(out)
+    assert_no_loss(summary)  # the stranger's stop did not stop the merger
+    assert {p.name: p.stat().st_mode & 0o777 for p in (run / "keys").glob("*secret")} == {
+        "node.key_secret": 0o600,
+        "client.key_secret": 0o600,
+    }
+    told = [line for line in (run / "logs" / "merger-0.log").read_text().splitlines() if "refused" in line]
+    assert len(told) >= 1 and "further refusals are counted" in told[0], told
+    assert sum("further refusals are counted" in line for line in told) == 1
+    samples = [json.loads(line) for line in (run / "samples.ndjson").read_text().splitlines()[1:]]
+    figures = [s["objects_received"] for s in samples if s.get("node_id") == "merger-0" and "objects_received" in s]
+    final = next(n for n in summary["nodes"] if n["node_id"] == "merger-0")["objects_received"]
+    assert figures == sorted(figures) and 0 < figures[-1] <= final  # the agent asked it over CURVE

@@ -149,6 +149,10 @@ def test_even_split_and_explicit_assignment():
         ({"merge_cost": {"factor": 0.5}}, "merge_cost.factor"),
         ({"merge_cost": {"factor": "3"}}, "merge_cost.factor"),
         ({"merge_cost": {"per_merge": "1ms"}}, "merge_cost.per_merge"),
+        ({"security": {"control": "on"}}, "security.control"),
+        ({"security": {"data": "auto"}}, "security.data"),
+        ({"security": {"transport": "curve"}}, "security.transport"),
+        ({"security": "curve"}, "security"),
     ],
 )
 def test_errors_name_the_field(change, field):
@@ -254,3 +258,16 @@ def test_merge_cost_is_read_in_seconds_per_object_and_per_byte(given, per_object
 def test_a_merge_cost_that_adds_nothing_is_none():
     assert from_dict(topology_dict()).merge_cost is None
     assert from_dict(topology_dict(merge_cost={"per_object": 0, "factor": 1})).merge_cost is None
+
+
+def test_control_channels_are_secured_whenever_a_node_binds_beyond_loopback_unless_told():
+    auto = from_dict(topology_dict())
+    assert (auto.control_security, auto.data_security) == ("auto", "off")
+    assert not auto.curve_on_control(["127.0.0.1", "127.0.0.12", "::1"])
+    assert auto.curve_on_control(["127.0.0.1", "10.1.2.3"])
+    assert auto.curve_on_control(["@node"])  # a Slurm host's own address: not known to be loopback
+    assert auto.curve_on_control(["0.0.0.0"]) and auto.curve_on_control(["node01"])
+    forced = from_dict(topology_dict(security={"control": "curve"}))
+    assert forced.curve_on_control(["127.0.0.1"])
+    off = from_dict(topology_dict(security={"control": "off"}))
+    assert not off.curve_on_control(["10.1.2.3"])

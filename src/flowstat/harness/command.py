@@ -212,12 +212,27 @@ def configure_ctl(p: argparse.ArgumentParser) -> None:
     p.add_argument("command", nargs="?", default="get-metrics", help=f"{', '.join(COMMANDS)} (default get-metrics)")
     p.add_argument("--raw", metavar="TEXT", help="send TEXT as the request body instead")
     p.add_argument("--timeout", type=float, default=2.0, metavar="S", help="reply time-out (default 2 s)")
+    p.add_argument(
+        "--keys",
+        metavar="DIR",
+        help="a secured run's keys (RUN_DIR/keys: its nodes' public key and the client key); "
+        "without them a secured node does not answer",
+    )
 
 
 def ctl(args: argparse.Namespace) -> int:
+    from flowstat.node import curve
     from flowstat.node.protocol import ControlClient, ControlError
 
-    client = ControlClient(args.endpoint, timeout_s=args.timeout)
+    keyed = None
+    if args.keys:
+        try:
+            keys = Path(args.keys)
+            keyed = (curve.read_key_file(keys / "node.key")[0], curve.client_keys(keys / "client.key_secret"))
+        except curve.CurveError as exc:
+            print(f"flowstat ctl: {exc}", file=sys.stderr)
+            return 2
+    client = ControlClient(args.endpoint, timeout_s=args.timeout, curve=keyed)
     try:
         payload = args.raw.encode() if args.raw is not None else json.dumps({"command": args.command}).encode()
         raw = client.request_raw(payload)

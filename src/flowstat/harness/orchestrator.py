@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flowstat.node import curve
 from flowstat.node.protocol import ControlClient, ControlError
 from flowstat.proc.procfs import format_cpu_list, log_tail, pin_threads, set_from_signal
 from flowstat.schema import endpoints as endpoints_schema
@@ -117,6 +118,16 @@ class Orchestrator:
         self.clocks: dict[str, dict[str, Any]] = {}  # device -> its host, offsets and round trips (clocks.py)
         self.layer_of = topo.layer_of()
         self.judge = self.new_judge(topo.duration)
+        # CURVE: the run's keys, made before any node starts (flowstat.node.curve)
+        binds = {self.launcher.bind_host(n) for n, r in topo.node_roles().items() if r != "agent"}
+        self.keys: Path | None = None
+        self.curve: tuple[bytes, tuple[bytes, bytes]] | None = None  # the nodes' key, our pair
+        if topo.curve_on_control(binds) or topo.data_security == "curve":
+            self.keys = curve.create_run_keys(run_dir)
+            self.curve = (
+                curve.read_key_file(self.keys / "node.key")[0],
+                curve.client_keys(self.keys / "client.key_secret"),
+            )
 
     def new_judge(self, duration: float) -> OnlineJudge:
         """Every merger is judged, whatever its layer: a merger above the first is offered what its
@@ -138,7 +149,13 @@ class Orchestrator:
         dev = Device(
             name,
             role,
-            {"node_id": name, "run_id": self.run_id, "host": self.launcher.bind_host(name), **config},
+            {
+                "node_id": name,
+                "run_id": self.run_id,
+                "host": self.launcher.bind_host(name),
+                **self.security(),
+                **config,
+            },
             self.run_dir / "logs" / f"{name}.log",
             host=self.launcher.host_of(name),
         )
@@ -150,6 +167,12 @@ class Orchestrator:
         if self.launcher.kind == "local":  # pinned where it runs: a Slurm site pins with its own options
             dev.cpus = self.pin(name, role, dev.proc.pid)
         return dev
+
+    def security(self) -> dict[str, Any]:
+        """What a device is told of CURVE: the run's keys folder, and whether data is secured too."""
+        if self.keys is None:
+            return {}
+        return {"curve_keys": str(self.keys), "curve_data": self.topo.data_security == "curve"}
 
     def pin(self, name: str, role: str, pid: int) -> list[int] | None:
         """Pin a process just started to the CPUs the topology gives its node or role, and return
@@ -276,7 +299,7 @@ class Orchestrator:
         for dev in producers:
             self.wait_ready(dev)
         for dev in self.devices:
-            self.clients[dev.name] = ControlClient(dev.ready_event()["control"], timeout_s=2.0)
+            self.clients[dev.name] = ControlClient(dev.ready_event()["control"], timeout_s=2.0, curve=self.curve)
         self.measure_clocks("start")
         self.write_endpoints()
         self.started_wall = time.time()  # the run's start for run.json, the run file and the summary
@@ -343,6 +366,7 @@ class Orchestrator:
                 "host": d.host,
                 "control": d.ready_event()["control"],
                 "data": d.ready_event().get("data"),
+                **({"curve_server_key": self.curve[0].decode()} if self.curve else {}),
             }
             for d in self.devices
         ]

@@ -9,13 +9,14 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
 
+from flowstat.node.curve import is_loopback
 from flowstat.proc.procfs import format_cpu_list
 from flowstat.schema.run import AFFINITY_ROLES, IN_CODE
 from flowstat.units import parse_duration, parse_size
@@ -101,6 +102,16 @@ class Topology:
     # Where each role runs when the run spans hosts (flowstat run --slurm): host names, or a count
     # of hosts (placement:); empty: the launcher's default (flowstat.harness.launch.assign).
     placement: dict[str, list[str] | int] = field(default_factory=dict, hash=False)
+    # ZeroMQ CURVE (security:): on control sockets "auto" (whenever a node binds anything but
+    # loopback), "curve" (always) or "off"; on data sockets "curve" or "off".
+    control_security: str = "auto"
+    data_security: str = "off"
+
+    def curve_on_control(self, bind_hosts: Iterable[str]) -> bool:
+        """Whether the control channels are secured, for nodes binding those hosts."""
+        if self.control_security == "auto":
+            return not all(is_loopback(h) for h in bind_hosts)
+        return self.control_security == "curve"
 
     def layers(self) -> list[tuple[str, ...]]:
         """The mergers' node ids, layer by layer: the first layer (fed by the producers), then each
@@ -442,6 +453,21 @@ def _placement(source: str, value: Any) -> dict[str, list[str] | int]:
     return out
 
 
+SECURITY = {"control": ("auto", "curve", "off"), "data": ("off", "curve")}
+
+
+def _security(source: str, value: Any) -> dict[str, str]:
+    """security: {control: auto|curve|off, data: off|curve}."""
+    sf = _Fields(source, "security", value or {}, set(SECURITY))
+    out = {}
+    for channel, choices in SECURITY.items():
+        given = sf.get(channel, choices[0])
+        if given not in choices:
+            sf.fail(f"security.{channel}", f"expected {' or '.join(choices)}, got {given!r}")
+        out[channel] = given
+    return out
+
+
 def from_dict(data: Any, source: str = IN_CODE) -> Topology:
     top = _Fields(
         source,
@@ -463,6 +489,7 @@ def from_dict(data: Any, source: str = IN_CODE) -> Topology:
             "kernel_buffer_size",
             "merge_cost",
             "placement",
+            "security",
         },
     )
     run_id = top.get("run_id", required=True)
@@ -485,6 +512,7 @@ def from_dict(data: Any, source: str = IN_CODE) -> Topology:
     host = top.get("host", "127.0.0.1")
     if not isinstance(host, str) or not host:
         top.fail("host", f"expected an address to bind, got {host!r}")
+    security = _security(source, top.get("security", None))
     description = top.get("description", "")
     if not isinstance(description, str):
         top.fail("description", f"expected text, got {description!r}")
@@ -507,6 +535,8 @@ def from_dict(data: Any, source: str = IN_CODE) -> Topology:
         kernel_buffer_size=_kernel_buffer(source, top.get("kernel_buffer_size", None)),
         merge_cost=_merge_cost(source, top.get("merge_cost", None)),
         placement=_placement(source, top.get("placement", None)),
+        control_security=security["control"],
+        data_security=security["data"],
     )
     # The node names a cpus: key may use depend on everything above: it is read last.
     pins = _cpu_pins(source, top.get("cpus", None), topo.node_roles())

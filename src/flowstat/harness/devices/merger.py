@@ -66,9 +66,11 @@ class Merger(Node):
         self.data.setsockopt(zmq.RCVHWM, self.receive_buffer_size)
         if config.get("kernel_buffer_size"):  # before bind: ZeroMQ applies it to each connection it accepts
             self.data.setsockopt(zmq.RCVBUF, config["kernel_buffer_size"])
+        self.secure_data(self.data, bound=True)
         self.data_endpoint = self.bind(self.data, config.get("data_port", 0))
         self.out = self.ctx.socket(zmq.PUSH)
         self.out.setsockopt(zmq.SNDHWM, self.send_buffer_size)
+        self.secure_data(self.out, bound=False)
         self.out.connect(config["downstream_endpoint"])  # the next layer's merger, or the viewer
         self.slots: dict[bytes, Slot] = {}
         self.seq = Sequences(self.node_id, self.producers, self.source_word)

@@ -13,10 +13,12 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import zmq
 
+from flowstat.node import curve
 from flowstat.node.latency import LatencyRecorder
 from flowstat.node.protocol import serve_requests
 from flowstat.node.responder import Responder
@@ -55,8 +57,15 @@ class Node:
         self.ctx = zmq.Context()
         self.ctx.setsockopt(zmq.LINGER, 60_000)  # let queued objects go at exit, but never hang forever
         self.ctx.set(zmq.MAX_SOCKETS, 65536)
+        self.guard: curve.Guard | None = None
+        self.node_keys: tuple[bytes, bytes] | None = None  # CURVE: this node's pair, when the run is secured
+        self.client_pair: tuple[bytes, bytes] | None = None  # and the pair it connects to others' data with
+        self.curve_data = bool(config.get("curve_data"))
+        if config.get("curve_keys"):
+            self._load_keys(Path(config["curve_keys"]))
         self.control = self.ctx.socket(zmq.ROUTER)
         self.control.setsockopt(zmq.LINGER, 0)
+        self.serve_securely(self.control)
         self.control_endpoint = self.bind(self.control, config.get("control_port", 0))
         self.started_at = time.monotonic()
         self.receive_buffer_size: int | None = None
@@ -66,6 +75,32 @@ class Node:
         self.latency: LatencyRecorder | None = None  # nodes that take objects measure how long they waited
 
     # -- set-up ---------------------------------------------------------------------------------
+    def _load_keys(self, folder: Path) -> None:
+        """The run's keys (flowstat.node.curve); unreadable ones stop the device before it binds
+        anything (CurveError names the file): a secured run never falls back to the clear."""
+        public, secret, client = curve.node_keys(folder)
+        self.node_keys = (public, secret)
+        if self.curve_data:
+            self.client_pair = curve.client_keys(folder / f"{curve.CLIENT}.key_secret")
+        self.guard = curve.Guard(self.ctx, client, self.node_id)
+
+    def serve_securely(self, sock: zmq.Socket) -> None:
+        """A socket this node binds: a CURVE server when the run is secured (before bind)."""
+        if self.node_keys is not None and self.guard is not None:
+            curve.secure_server(sock, *self.node_keys)
+            self.guard.watch(sock)
+
+    def secure_data(self, sock: zmq.Socket, bound: bool) -> None:
+        """A data socket: secured when the topology secures data (before bind or connect). The
+        socket another node binds answers with the run's node key; this node connects with the run's
+        client pair."""
+        if not self.curve_data:
+            return
+        if bound:
+            self.serve_securely(sock)
+        elif self.node_keys is not None and self.client_pair is not None:
+            curve.secure_client(sock, self.node_keys[0], self.client_pair)
+
     def bind(self, sock: zmq.Socket, port: int = 0) -> str:
         """Bind on the configured host (loopback by default); port 0 picks a free one."""
         if port:
@@ -191,6 +226,8 @@ class Node:
 
     def close(self) -> None:
         self.control.close(0)
+        if self.guard is not None:
+            self.guard.close()
         self.ctx.term()
 
 

@@ -58,6 +58,7 @@ class Producer(Node):
             sock.setsockopt(zmq.SNDHWM, self.send_buffer_size)
             if config.get("kernel_buffer_size"):  # before connect: ZeroMQ applies it to the TCP socket it opens
                 sock.setsockopt(zmq.SNDBUF, config["kernel_buffer_size"])
+            self.secure_data(sock, bound=False)
             sock.connect(endpoint)
             # Stagger the producers over one period so that they do not all send at once.
             self.channels.append(Channel(pid, sock, (i / len(ids)) / self.rate if self.rate else 0.0, merger))

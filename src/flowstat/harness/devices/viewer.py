@@ -33,6 +33,7 @@ class Viewer(Node):
         self.receive_buffer_size: int = config.get("buffer_size", 1000)
         self.data = self.ctx.socket(zmq.PULL)
         self.data.setsockopt(zmq.RCVHWM, self.receive_buffer_size)
+        self.secure_data(self.data, bound=True)
         self.data_endpoint = self.bind(self.data, config.get("data_port", 0))
         self.output = config.get("output")
         self.write_interval: float = config.get("write_interval", 5.0)
