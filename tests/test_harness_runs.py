@@ -19,6 +19,7 @@ from flowstat.harness.orchestrator import Orchestrator, run_topology
 from flowstat.harness.topology import from_dict
 from flowstat.node import curve
 from flowstat.node.protocol import ControlClient
+from flowstat.proc.machine import host_identity
 from support import fixture_runs
 from support.common import ROOT, TOPOLOGIES, pid_alive, topology_dict
 from support.runs import assert_no_loss, wait_for_file
@@ -531,7 +532,9 @@ def test_a_run_whose_producer_was_killed_is_not_conserved_and_names_its_producer
     survivor_sent = next(n["objects_sent"] for n in s["nodes"] if n["node_id"] == "producers-1")
     assert c["objects_sent"] == survivor_sent < c["objects_received"] == c["objects_merged_in"]
     assert c["sequence_gaps"] == 0 and c["reordered_objects"] == 0  # lost at the tail: no gap to see
-    assert s["failures"][0].startswith("producers-0 (producer) exited with code -9 during the run"), s["failures"]
+    assert s["failures"][0].startswith(
+        f"producers-0 (producer) on {host_identity()} exited with code -9 during the run"
+    ), s["failures"]
     assert s["failures"][1:] == [f"no-loss check failed: {name}: {why}" for name, why in c["failed_checks"].items()]
 
 

@@ -17,6 +17,7 @@ from flowstat.harness.agents import AgentOptions
 from flowstat.harness.orchestrator import run_topology
 from flowstat.harness.topology import from_dict
 from flowstat.node.protocol import ControlClient
+from flowstat.proc.machine import host_identity
 from support.common import topology_dict
 from support.runs import assert_no_loss, wait_for_file
 
@@ -141,7 +142,9 @@ def test_a_killed_first_layer_merger_fails_the_run_and_is_named(tmp_path):
     out, _ = proc.communicate(timeout=120)
     summary = json.loads(out)
     assert proc.returncode == 1 and not summary["ok"] and not summary["conservation"]["ok"]
-    assert any(f.startswith("merger-1 (merger) exited with code -9") for f in summary["failures"]), summary["failures"]
+    assert any(
+        f.startswith(f"merger-1 (merger) on {host_identity()} exited with code -9") for f in summary["failures"]
+    ), summary["failures"]
     # the live mergers were stopped once their input went quiet, not after the stage time-out: their
     # producers gave up on every channel, so no end-of-stream marker was coming
     assert not any("made no progress" in f for f in summary["failures"]), summary["failures"]

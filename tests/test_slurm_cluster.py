@@ -321,6 +321,7 @@ def test_the_sbatch_script_runs_the_topology_in_its_job_and_ends_in_the_run_dire
     assert directives == [
         "#SBATCH --job-name=flowstat-across",
         "#SBATCH --nodes=3",
+        "#SBATCH --no-kill",
         f"#SBATCH --output={runs}/slurm-%j.out",
         f"#SBATCH --partition={sc.PARTITION}",
         "#SBATCH --time=5:00",
@@ -402,6 +403,126 @@ def test_without_slurm_s_programs_the_run_says_which_are_missing_before_anything
     assert out.returncode == 2
     assert "needs Slurm's client programs, not on the PATH: srun, salloc, scancel, squeue" in out.stderr, out.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_node_that_never_reports_ready_stops_the_run_after_the_timeout_naming_it_and_its_host(cluster, tmp_path):
+    topo = tmp_path / "across.yaml"
+    topo.write_text(ACROSS_THREE + "placement: {producers: [n1, n2], mergers: [n3]}\n")
+    slurmd = cluster.daemon_pids()["slurmd-n3"]
+    os.kill(slurmd, signal.SIGSTOP)  # n3 is allocated but starts no step: its nodes never start
+    try:
+        t0 = time.monotonic()
+        out = flowstat_run(cluster, topo, "--no-agent", "--ready-timeout", "4", "--runs-dir", tmp_path / "runs")
+        took = time.monotonic() - t0
+    finally:
+        os.kill(slurmd, signal.SIGCONT)
+    assert out.returncode == 1, out.stderr[-2000:]
+    summary = json.loads(out.stdout)
+    # the last layer starts first: the viewer, on n3
+    assert summary["failures"][0].startswith("viewer on n3 did not become ready in 4 s; log: "), summary["failures"]
+    assert not summary["ok"] and summary["placement"]["viewer"] == "n3"
+    assert took < 60, took
+    wait_until(lambda: jobs(cluster) == [], "the run's allocation given back", timeout=60)
+    wait_until(
+        lambda: not [cmd for _, cmd in processes().values() if str(tmp_path) in cmd],
+        "nothing of the run left",
+        timeout=60,
+    )
+
+
+def kill_host(c: sc.Cluster, node: str) -> list[int]:
+    """As if the host went away: its slurmd, its job steps and their tasks, all at once, SIGKILL."""
+    tasks = [pid for pid in processes() if _environ(pid).get("SLURMD_NODENAME") == node]
+    steps = {
+        ppid for pid in tasks if (ppid := _parent(pid)) and processes().get(ppid, ("",))[0].startswith("slurmstep")
+    }
+    victims = [c.daemon_pids()[f"slurmd-{node}"], *steps, *tasks]
+    for pid in victims:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return victims
+
+
+def _environ(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def merger_has_received(c: sc.Cluster, run: Path, merger: str) -> bool:
+    endpoints = run / "endpoints.json"
+    if not endpoints.exists():
+        return False
+    node = next(n for n in json.loads(endpoints.read_text())["nodes"] if n["node_id"] == merger)
+    asked = c.client(
+        sys.executable, "-m", "flowstat", "ctl", node["control"], "get-metrics", "--keys", str(run / "keys"), timeout=30
+    )
+    return asked.returncode == 0 and json.loads(asked.stdout)["objects_received"] > 0
+
+
+def test_a_host_lost_mid_run_ends_it_as_a_dead_producer_does_naming_that_host_s_producers(cluster, tmp_path):
+    topo = tmp_path / "long.yaml"
+    topo.write_text(
+        ACROSS_THREE.replace("duration: 3", "duration: 120") + "placement: {producers: [n1, n2], mergers: [n3]}\n"
+    )
+    run_dir = tmp_path / "runs" / "lost"
+    run = subprocess.Popen(
+        [*cluster.client_prefix(), sys.executable, "-m", "flowstat", "run", str(topo), "--slurm", "--json"]
+        + ["--runs-dir", str(tmp_path / "runs"), "--run-id", "lost"],
+        env=cluster.client_env(C_AGENT_ENV),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # the run is secured (it binds beyond 127.0.0.1): asked with its keys, as flowstat ctl --keys does
+        wait_until(lambda: merger_has_received(cluster, run_dir, "merger-1"), "n2's producers' objects", timeout=60)
+        # a stop without the run's key, to a node bound to n3's address: refused, changes nothing
+        merger0 = next(
+            n for n in json.loads((run_dir / "endpoints.json").read_text())["nodes"] if n["node_id"] == "merger-0"
+        )
+        stranger = cluster.client(sys.executable, "-m", "flowstat", "ctl", merger0["control"], "stop", "--timeout", "1")
+        assert stranger.returncode == 1 and "no reply" in stranger.stderr, stranger.stderr
+        killed = kill_host(cluster, "n2")
+        out, err = run.communicate(timeout=120)
+    finally:
+        run.kill()
+    summary = json.loads(out)
+    c = summary["conservation"]
+    assert not summary["ok"] and c["ok"] is False, err[-2000:]
+    assert c["producers_not_conserved"] == [4, 5, 6, 7]  # producers-1's, on n2: all merger-1's
+    assert summary["failures"][0].startswith(
+        "producers-1 (producer) on n2 lost with its host (n2: Slurm's node failure) during the run; log: "
+    ), summary["failures"]
+    assert sorted(c["failed_checks"]) == [  # as after a dead producer on one host (test_harness_runs)
+        "entries_conserved_in_every_layer",
+        "entries_sent_eq_entries_at_viewer",
+        "every_producer_sent_eq_received_eq_merged",
+        "viewer_inputs_eq_objects_sent",
+    ]
+    sent = {n["node_id"]: n.get("objects_sent") for n in summary["nodes"] if n["role"] == "producer"}
+    merged = {n["node_id"]: n for n in summary["nodes"] if n["role"] == "merger"}
+    # everyone else's objects are conserved and checked: n1's producers fed merger-0 alone
+    assert sent["producers-0"] > 0 and merged["merger-0"]["objects_received"] == sent["producers-0"]
+    assert "merger-0" not in c.get("mergers_entries_not_conserved", []), c
+    refusals = [line for line in (run_dir / "logs" / "merger-0.log").read_text().splitlines() if "refused" in line]
+    assert sum("further refusals are counted, not logged" in line for line in refusals) == 1, refusals
+    assert jobs(cluster) == [] or "n2" in " ".join(jobs(cluster))  # what is left waits for n2 only
+    assert not set(killed) & set(processes())
+    cluster.down()  # n2's slurmd is gone: a fresh cluster for the tests after this one
+    assert not [cmd for _, cmd in processes().values() if str(tmp_path) in cmd]
+    cluster.up(owner=os.getpid())
 
 
 def marked_tasks(marker: str) -> list[int]:

@@ -66,6 +66,14 @@ def configure_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no live progress line")
     p.add_argument("--run-id", help="run id (default: the topology's run_id plus a UTC timestamp)")
     p.add_argument("--runs-dir", default="runs", metavar="DIR", help="where run directories go (default: runs)")
+    p.add_argument(
+        "--ready-timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="how long a node may take to start and bind before the run is stopped, naming it and its host "
+        "(default 60: building a producer's pool of 50 MB objects takes a while)",
+    )
     p.add_argument("--no-agent", action="store_true", help="do not monitor the run with the agents")
     p.add_argument("--no-c-agent", action="store_true", help="monitor with the Python agent only")
     p.add_argument("--agent-interval", type=float, default=1.0, metavar="S", help="agent sampling interval (default 1)")
@@ -149,6 +157,7 @@ def run(args: argparse.Namespace) -> int:
                 not args.no_agent, args.agent_interval, args.sink or [], not args.no_c_agent, args.agent_self_interval
             ),
             launcher=launcher,
+            ready_timeout_s=args.ready_timeout,
         )
     except RunError as exc:
         print(f"flowstat run: {exc}", file=sys.stderr)

@@ -140,6 +140,16 @@ class LocalLauncher:
         pass
 
 
+_NODE_FAILURE = re.compile(r"^srun: error: Node failure on (\S+)", re.MULTILINE)
+
+
+def host_lost(step_log: str) -> str | None:
+    """The host a job step's srun saw fail (its last words in the device's log), or None. srun then
+    exits 0 without its task's status: the log is all there is to tell."""
+    found = _NODE_FAILURE.search(step_log)
+    return found.group(1) if found else None
+
+
 def _slurm(argv: Sequence[str], what: str, timeout: float = SLURM_TIMEOUT_S) -> str:
     """A Slurm client's stdout; LaunchError naming what failed (the program, its words)."""
     try:
@@ -216,7 +226,9 @@ class SlurmLauncher:
             raise LaunchError(f"the topology asks for {wanted} hosts; partition {name} has {have}")
 
     def _allocate(self, wanted: int, explicit: list[str]) -> None:
-        argv = ["salloc", "--no-shell", "-N", str(wanted), "--job-name", self.job_name, "--immediate=60"]
+        # --no-kill: a host lost mid-run ends its own steps, not the job; the run then ends as after a
+        # dead producer, with every other host's objects conserved and checked
+        argv = ["salloc", "--no-shell", "--no-kill", "-N", str(wanted), "--job-name", self.job_name, "--immediate=60"]
         if self.partition:
             argv += ["-p", self.partition]
         if self.account:

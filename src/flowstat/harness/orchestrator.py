@@ -38,7 +38,7 @@ from flowstat.timeutil import compact_utc
 
 from . import clocks
 from .agents import AgentOptions, RunAgents
-from .launch import Launcher, LaunchError, LocalLauncher
+from .launch import Launcher, LaunchError, LocalLauncher, host_lost
 from .online import OnlineJudge, reading
 from .summary import RunOutcome, build_summary, run_document
 from .topology import VIEWER_NODE, Topology, producer_process_name
@@ -117,6 +117,7 @@ class Orchestrator:
         self.clients: dict[str, ControlClient] = {}
         self.clocks: dict[str, dict[str, Any]] = {}  # device -> its host, offsets and round trips (clocks.py)
         self.layer_of = topo.layer_of()
+        self.ready_timeout_s = READY_TIMEOUT_S
         self.judge = self.new_judge(topo.duration)
         # CURVE: the run's keys, made before any node starts (flowstat.node.curve)
         binds = {self.launcher.bind_host(n) for n, r in topo.node_roles().items() if r != "agent"}
@@ -213,7 +214,7 @@ class Orchestrator:
         self.wakeup.set()
 
     def wait_ready(self, dev: Device) -> dict[str, Any]:
-        deadline = time.monotonic() + READY_TIMEOUT_S
+        deadline = time.monotonic() + self.ready_timeout_s
         while True:
             if self.interrupts:
                 raise RunError("interrupted while starting")
@@ -222,7 +223,7 @@ class Orchestrator:
             except queue.Empty:
                 if time.monotonic() >= deadline:
                     raise RunError(
-                        f"{dev.name} on {dev.host} did not become ready in {READY_TIMEOUT_S:.0f} s; "
+                        f"{dev.name} on {dev.host} did not become ready in {self.ready_timeout_s:g} s; "
                         f"log: {dev.log_path}"
                     ) from None
                 continue
@@ -459,9 +460,15 @@ class Orchestrator:
             broken = self.crashed()
             if broken:
                 for dev in broken:
+                    tail = dev.log_tail()
+                    lost = host_lost(tail)
+                    how = (
+                        f"lost with its host ({lost}: Slurm's node failure)"
+                        if lost
+                        else f"exited with code {dev.exit_code}"
+                    )
                     self.failures.append(
-                        f"{dev.name} ({dev.role}) exited with code {dev.exit_code} during the "
-                        f"run; log: {dev.log_path}\n{dev.log_tail()}"
+                        f"{dev.name} ({dev.role}) on {dev.host} {how} during the run; log: {dev.log_path}\n{tail}"
                     )
                 break
             if now >= next_progress:
@@ -573,6 +580,7 @@ def run_topology(
     on_progress: ProgressCallback | None = None,
     agent: AgentOptions | None = None,
     launcher: Launcher | None = None,
+    ready_timeout_s: float = READY_TIMEOUT_S,
 ) -> dict[str, Any]:
     """Run a topology to completion and return its summary (see summary.build_summary); the run
     directory gets summary.json and the complete run document (run.json)."""
@@ -582,6 +590,7 @@ def run_topology(
         raise RunError(f"run directory {run_dir} already exists; choose another --run-id")
     run_dir.mkdir(parents=True)
     orch = Orchestrator(topo, run_id, run_dir, on_progress, agent if agent is not None else AgentOptions(), launcher)
+    orch.ready_timeout_s = ready_timeout_s
 
     def on_signal(signum, _frame):
         orch.interrupts += 1

@@ -36,7 +36,8 @@ def configure_slurm_script(p: argparse.ArgumentParser) -> None:
 def script_text(args: argparse.Namespace, nodes: int, job_name: str) -> str:
     """The sbatch script for ``args`` (configure_slurm_script's options), asking for ``nodes`` hosts."""
     runs_dir = Path(args.runs_dir).resolve()
-    directives = [f"--job-name={job_name}", f"--nodes={nodes}", f"--output={runs_dir}/slurm-%j.out"]
+    # --no-kill: a host lost mid-run ends its own steps, not the job (the run ends as after a dead producer)
+    directives = [f"--job-name={job_name}", f"--nodes={nodes}", "--no-kill", f"--output={runs_dir}/slurm-%j.out"]
     directives += [f"--partition={args.partition}"] if args.partition else []
     directives += [f"--account={args.account}"] if args.account else []
     directives += [f"--time={args.time_limit}"] if args.time_limit else []
