@@ -96,6 +96,10 @@ bench: $(STAMP) c-agent
 	cd benchmarks && ../$(BIN)/python bench_ingest.py
 	cd benchmarks && ../$(BIN)/python bench_report.py
 	cd benchmarks && ../$(BIN)/python bench_views.py
+	cd benchmarks && ../$(BIN)/python bench_node.py --repeats 5
+	cd benchmarks && ../$(BIN)/python bench_node_c.py
+	cd benchmarks && ../$(BIN)/python bench_curve.py
+	cd benchmarks && ../$(BIN)/python bench_slurm.py
 	$(BIN)/python benchmarks/run_campaigns.py --duration 20
 	$(BIN)/python benchmarks/thesis_comparison.py
 	@echo "long fuzzing of the C agent's parsers (5 minutes each):"

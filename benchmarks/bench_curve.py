@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""What CURVE on the control channel costs the agents (issue 30): CPU per sample of each agent asking
+100 nodes in the clear, and the same 100 nodes secured with a run's keys, in one run.
+
+Two processes host 100 flowstat.node nodes each (one announces them in a plain endpoints directory,
+the other in a secured one: CURVE server, the run's client key let in). Each agent (Python, and C
+when built with CURVE) watches one directory at a time at --interval for --seconds, the two
+interleaved, --repeats times; a figure is the agent's CPU time (user + system, /proc/PID/stat) over
+the node samples it wrote (JSON lines on a file). Every sample must carry the nodes' figures
+(objects_received): an agent not answered would look cheaper. Target: no measurable change (the
+secured/plain ratio within the spread of the plain rounds).
+
+Usage: benchmarks/bench_curve.py [--nodes 100] [--seconds 10] [--interval 0.2] [--repeats 3]
+Writes benchmarks/results/curve.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "curve.json"
+C_AGENT = ROOT / "collectors" / "c" / "build" / "flowstat-agent"
+
+
+def host_nodes(n: int, folder: str, keys: str) -> None:
+    """The nodes' process: ``n`` nodes counting a little, until stdin closes."""
+    from flowstat.node import Node
+
+    nodes = [
+        Node(f"n{i}", "worker", run_id="bench-curve", endpoints_dir=folder, curve_keys=keys or None) for i in range(n)
+    ]
+    print("ready", flush=True)
+    import select
+
+    while not select.select([sys.stdin], [], [], 0.01)[0]:
+        for node in nodes:
+            node.received(1, 100)
+    for node in nodes:
+        node.close()
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def agent_round(command: list[str], folder: Path, out: Path, seconds: float, interval: float) -> dict:
+    proc = subprocess.Popen(
+        [*command, "--endpoints-dir", str(folder), "--interval", str(interval), "--self-interval", "0"]
+        + ["--rescan", "3600", "--sink", "stdout://?format=json"],
+        stdout=open(out, "w"),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(seconds)  # the measured window itself, not a wait for something
+    cpu = cpu_s(proc.pid)
+    proc.terminate()
+    _, err = proc.communicate(timeout=30)
+    samples = [json.loads(line) for line in out.read_text().splitlines() if '"node_id"' in line]
+    answered = sum("objects_received" in s for s in samples)
+    return {"cpu_s": cpu, "samples": len(samples), "answered": answered, "log_tail": err[-500:]}
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "_nodes":
+        host_nodes(int(sys.argv[2]), sys.argv[3], sys.argv[4])
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=100, help="nodes per directory (default 100)")
+    ap.add_argument("--seconds", type=float, default=10, help="seconds per round (default 10)")
+    ap.add_argument("--interval", type=float, default=0.2, help="agents' sampling interval (default 0.2)")
+    ap.add_argument("--repeats", type=int, default=3, help="rounds per agent and channel (default 3)")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args()
+    from flowstat.node import curve
+    from flowstat.proc.machine import describe
+
+    agents = {"py": [sys.executable, "-m", "flowstat.agent"]}
+    if (
+        C_AGENT.exists()
+        and "--curve-client-key" in subprocess.run([str(C_AGENT), "--help"], capture_output=True, text=True).stdout
+    ):
+        agents["c"] = [str(C_AGENT)]
+    with tempfile.TemporaryDirectory(prefix="bench-curve-") as tmp:
+        base = Path(tmp)
+        plain, secured = base / "plain", base / "secured"
+        keys = curve.create_run_keys(secured)  # secured/keys: where an agent of the directory looks
+        hosts = [
+            subprocess.Popen(
+                [sys.executable, __file__, "_nodes", str(args.nodes), str(folder), str(k)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for folder, k in ((plain, ""), (secured, keys))
+        ]
+        try:
+            for h in hosts:
+                assert h.stdout.readline().strip() == "ready"
+            rounds: dict[str, dict[str, list[dict]]] = {a: {"plain": [], "curve": []} for a in agents}
+            for r in range(args.repeats):
+                for agent, command in agents.items():
+                    for channel, folder in (("plain", plain), ("curve", secured)):
+                        got = agent_round(command, folder, base / "out.ndjson", args.seconds, args.interval)
+                        got["us_per_sample"] = got["cpu_s"] / max(1, got["samples"]) * 1e6
+                        rounds[agent][channel].append(got)
+                        print(
+                            f"[{r + 1}/{args.repeats}] {agent} {channel:5s} {got['us_per_sample']:7.1f} us a sample "
+                            f"({got['samples']} samples, {got['answered']} answered)",
+                            file=sys.stderr,
+                        )
+                        if got["answered"] < got["samples"] - args.nodes:  # the first round may go unanswered
+                            raise SystemExit(f"{agent} on {channel}: nodes not answered\n{got['log_tail']}")
+        finally:
+            for h in hosts:
+                h.stdin.close()
+                h.wait(30)
+    result: dict = {"benchmark": "curve", "machine": describe(), **vars(args), "out": str(args.out), "agents": {}}
+    for agent, by in rounds.items():
+        med = {ch: statistics.median(x["us_per_sample"] for x in runs) for ch, runs in by.items()}
+        plain_spread = [x["us_per_sample"] for x in by["plain"]]
+        result["agents"][agent] = {
+            "us_per_sample_median": med,
+            "curve_over_plain": med["curve"] / med["plain"],
+            "plain_spread": [min(plain_spread) / med["plain"], max(plain_spread) / med["plain"]],
+            "rounds": by,
+        }
+        print(
+            f"{agent}: {med['plain']:.1f} us a sample in the clear, {med['curve']:.1f} with CURVE "
+            f"(x{med['curve'] / med['plain']:.3f}; plain rounds x{min(plain_spread) / med['plain']:.3f}-"
+            f"{max(plain_spread) / med['plain']:.3f})",
+            file=sys.stderr,
+        )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    result["out"] = str(args.out.relative_to(ROOT)) if args.out.is_relative_to(ROOT) else str(args.out)
+    args.out.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
