@@ -2,21 +2,27 @@
 each search for targets, against real processes (plain `sleep`s, and a stand-in control socket:
 support.agents.StubNode) and the agent's own samples (its file sink). What is wrong with a file is
 said once per version of it; a node gone with its file is STOPPED, one that left it behind DOWN;
-roles are any the sample schema's pattern allows."""
+roles are any the sample schema's pattern allows. Nodes whose control channel takes CURVE clients
+only (issue 30: a C node of libflowstat-node, a Python flowstat.node.Node) are asked with their
+run's client key, or sampled from /proc only when the agent has none."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from flowstat.node import curve
 from flowstat.schema import sample as sample_schema
 from support.agents import StubNode, wait_until
-from support.common import C_AGENT, needs
+from support.common import C_AGENT, C_BUILD, ROOT, needs
 
 pytestmark = needs(C_AGENT)
 
@@ -40,11 +46,12 @@ def announce(directory: Path, node_id: str, pid: int, **fields) -> Path:
 
 
 class Agent:
-    """The C agent watching `directory`, its samples in a file (JSON lines), its log in another."""
+    """The C agent watching `directory`, its samples in a file (JSON lines), its log in another
+    (named after `name`, for a test with several agents); `extra`: more options."""
 
-    def __init__(self, tmp_path: Path, *directories: Path):
-        self.samples_path, self.log_path = tmp_path / "samples.json", tmp_path / "agent.log"
-        args = [arg for d in directories for arg in ("--endpoints-dir", str(d))]
+    def __init__(self, tmp_path: Path, *directories: Path, extra: tuple[str, ...] = (), name: str = ""):
+        self.samples_path, self.log_path = tmp_path / f"{name}samples.json", tmp_path / f"{name}agent.log"
+        args = [arg for d in directories for arg in ("--endpoints-dir", str(d))] + list(extra)
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen(
                 [str(C_AGENT), *args, "--interval", str(INTERVAL), "--rescan", str(RESCAN), "--self-interval", "0"]
@@ -102,8 +109,8 @@ def processes():
 def agent_of(tmp_path):
     agents: list[Agent] = []
 
-    def start(*directories: Path) -> Agent:
-        agents.append(Agent(tmp_path, *directories))
+    def start(*directories: Path, **kw) -> Agent:
+        agents.append(Agent(tmp_path, *directories, **kw))
         return agents[-1]
 
     yield start
@@ -190,7 +197,7 @@ def test_every_problem_of_a_file_is_said_once_while_the_other_nodes_are_sampled(
             f"{d}/dangling.json: cannot be read (No such file or directory)",
             f"{d}/fifo.json: not a regular file: left alone",
             f"{d}/partly.json: 1 node(s) left out: not as endpoints.schema.json says (node_id a string, pid an "
-            "integer 1..4194304, role and control strings)",
+            "integer 1..4194304, role and control strings, curve_server_key a Z85 key of 40 characters)",
             f"{d}/dead.{dead.pid}.json: 1 node(s) of a process that is not running: left out (a stale file)",
         ]
     ), log
@@ -293,3 +300,168 @@ def test_the_c_agent_allows_exactly_the_roles_the_schema_allows():
     taken = [json.loads(line)["role"] for line in out.stdout.splitlines()]
     allowed = [s["role"] for s in samples if sample_schema.validate(s) == []]
     assert taken == allowed and allowed == ROLES[:6], (taken, out.stderr)
+
+
+# -- CURVE (issue 30) ---------------------------------------------------------------------------------
+
+PROBE = C_BUILD / "node-probe"  # tests/test_node_c.py's node: libflowstat-node told what to do line by line
+PY_NODE = """
+import sys
+from flowstat.node import Node
+
+node = Node(sys.argv[1], "worker", run_id="run-30", curve_keys=sys.argv[2], endpoints_dir=sys.argv[3])
+node.received(7, 700)
+node.sent(2, 20)
+print(node.endpoint, flush=True)
+sys.stdin.read()  # until the test is done with it
+node.close()
+"""
+C_TOLD = {"objects_received": 5, "bytes_received": 500, "objects_sent": 3, "bytes_sent": 30}
+PY_TOLD = {"objects_received": 7, "bytes_received": 700, "objects_sent": 2, "bytes_sent": 20}
+
+
+class SecuredNodes:
+    """A C node (node-probe, its keys from FLOWSTAT_CURVE_KEYS) and a Python node
+    (flowstat.node.Node(curve_keys=...)) of one run's keys, announced in `folder`, told C_TOLD and
+    PY_TOLD."""
+
+    def __init__(self, keys: Path, folder: Path):
+        pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+        c_args = ["--node-id", "c-node", "--role", "merger", "--run-id", "run-30", "--endpoints-dir", str(folder)]
+        self.c = subprocess.Popen(
+            [str(PROBE), *c_args],
+            env={**os.environ, curve.ENV_KEYS: str(keys)},
+            **pipes,
+        )
+        self.py = subprocess.Popen(
+            [sys.executable, "-c", PY_NODE, "py-node", str(keys), str(folder)],
+            env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+            **pipes,
+        )
+        assert self.c.stdout.readline().startswith("endpoint tcp://127.0.0.1:")
+        for told in ("received 5 500", "sent 3 30"):
+            self.tell(told)
+        assert self.py.stdout.readline().startswith("tcp://127.0.0.1:")
+
+    def tell(self, line: str) -> str:
+        self.c.stdin.write(line + "\n")
+        self.c.stdin.flush()
+        answer = self.c.stdout.readline()
+        assert answer.startswith("ok"), answer
+        return answer[3:].strip()
+
+    def close(self) -> str:
+        """Both closed as nodes close (stdin ends: fs_node_close, Node.close): what they logged."""
+        for p in (self.c, self.py):
+            p.stdin.close()
+        for p in (self.c, self.py):
+            assert p.wait(timeout=30) == 0
+        return "".join(p.stderr.read() for p in (self.c, self.py))
+
+    def kill(self) -> None:
+        for p in (self.c, self.py):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            for f in (p.stdin, p.stdout, p.stderr):
+                f.close()
+
+
+@pytest.fixture
+def secured(tmp_path):
+    """A run folder, RUN: its keys in RUN/keys, and the two secured nodes announced in RUN."""
+    run = tmp_path / "run"
+    run.mkdir()
+    nodes = SecuredNodes(curve.create_run_keys(run), run)
+    wait_until(lambda: len(list(run.glob("*.json"))) == 2, "both nodes' endpoints files")
+    yield run, nodes
+    nodes.kill()
+
+
+def endpoints_file(folder: Path, announced_in: Path) -> Path:
+    """folder/endpoints.json naming the nodes announced in another folder (a harness run's file)."""
+    nodes = [json.loads(f.read_text())["nodes"][0] for f in sorted(announced_in.glob("*.json"))]
+    folder.mkdir(exist_ok=True)
+    (folder / "endpoints.json").write_text(json.dumps({"run_id": "run-30", "nodes": nodes}))
+    return folder / "endpoints.json"
+
+
+def keys_said(run: Path, *logs: str) -> list[str]:
+    keys = [k for f in (run / "keys").iterdir() for k in re.findall(r'-key = "(.{40})"', f.read_text())]
+    return [k for k in keys if any(k in log for log in logs)]
+
+
+@needs(PROBE)
+def test_secured_c_and_python_nodes_are_asked_over_curve_with_their_runs_client_key(tmp_path, secured, agent_of):
+    """The client key: by default keys/client.key_secret inside the --endpoints-dir, or in the folder
+    of an --endpoints FILE (a run's RUN_DIR/keys); else the one --curve-client-key names. Samples
+    carry what each node was told, through its secured channel; no node refuses anyone."""
+    run, nodes = secured
+    beside = endpoints_file(tmp_path / "copy", run)
+    shutil.copytree(run / "keys", tmp_path / "copy" / "keys")  # RUN_DIR/endpoints.json, RUN_DIR/keys
+    keyless = endpoints_file(tmp_path / "keyless", run)
+    agents = [
+        agent_of(run, name="dir-"),
+        agent_of(extra=("--endpoints", str(beside)), name="file-"),
+        agent_of(extra=("--endpoints", str(keyless), "--curve-client-key", str(run / "keys" / "client.key_secret"))),
+    ]
+    for agent in agents:
+        wait_until(
+            lambda agent=agent: all(
+                any("objects_received" in d for d in agent.samples(n)) for n in ("c-node", "py-node")
+            ),
+            f"{agent.samples_path.name}: samples of both nodes with their control figures",
+        )
+        agent.searches(2)
+    logs = [agent.stop() for agent in agents]
+    node_logs = nodes.close()
+    for agent, log in zip(agents, logs, strict=True):
+        for node_id, role, told in (("c-node", "merger", C_TOLD), ("py-node", "worker", PY_TOLD)):
+            mine = agent.samples(node_id)
+            asked = [d for d in mine if "objects_received" in d]
+            assert len(asked) * 2 >= len(mine), (agent.samples_path.name, node_id, log)  # a reply a round, near enough
+            assert {(d["role"], d["run_id"], d["node_state"]) for d in asked} == {(role, "run-30", "RUNNING")}
+            assert {tuple(d[k] for k in told) for d in asked} == {tuple(told.values())}, (node_id, asked[-1])
+        assert "CURVE" not in log, log
+    assert "refused" not in node_logs, node_logs
+    assert keys_said(run, node_logs, *logs) == []
+
+
+@needs(PROBE)
+def test_a_secured_node_without_a_usable_client_key_is_sampled_from_proc_only_said_once(
+    tmp_path, secured, processes, agent_of
+):
+    """No key file where the agent looks (the default of a folder without keys/, or a path given),
+    or one without a secret: each node sampled from /proc only (as a node without a channel), one
+    message a node naming it and the file. A node whose curve_server_key is no key is left out as a
+    node with a malformed field is, said once."""
+    run, nodes = secured
+    plain = tmp_path / "plain"
+    shutil.copytree(run, plain, ignore=shutil.ignore_patterns("keys"))  # the same nodes' files, no keys/
+    odd = processes()
+    malformed = announce(run, "malformed", odd.pid, control="tcp://127.0.0.1:1", curve_server_key="short")
+    (tmp_path / "bad").mkdir()
+    bad = tmp_path / "bad" / "endpoints.json"  # the same node in an --endpoints FILE: said once too
+    shutil.copy(malformed, bad)
+    nowhere, public = tmp_path / "nowhere" / "client.key_secret", run / "keys" / "client.key"
+    agents = {
+        plain / "keys" / "client.key_secret": agent_of(plain, extra=("--endpoints", str(bad)), name="plain-"),
+        nowhere: agent_of(run, extra=("--curve-client-key", str(nowhere)), name="nowhere-"),
+        public: agent_of(run, extra=("--curve-client-key", str(public)), name="public-"),
+    }
+    for agent in agents.values():
+        wait_until(lambda agent=agent: agent.samples("c-node") and agent.samples("py-node"), "both nodes' samples")
+        agent.searches(3)
+    for looked_for, agent in agents.items():
+        log = agent.stop()
+        for node_id, pid, role in (("c-node", nodes.c.pid, "merger"), ("py-node", nodes.py.pid, "worker")):
+            mine = agent.samples(node_id)
+            assert mine and not [d for d in mine if "objects_received" in d or "bytes_sent" in d], mine[-1]
+            assert {(d["role"], d["node_state"]) for d in mine} == {(role, "UP")}
+            said = [line for line in log.splitlines() if f"{node_id} (pid {pid}): its control channel takes" in line]
+            assert len(said) == 1 and f"({looked_for}: " in said[0] and "sampled from /proc only" in said[0], log
+        assert not agent.samples("malformed")
+    assert agents[public].log().count(f"--endpoints-dir: {malformed}: 1 node(s) left out") == 1
+    assert agents[plain / "keys" / "client.key_secret"].log().count(f"--endpoints: {bad}: 1 node(s) left out") == 1
+    assert nodes.tell("stop?") == "0"
+    assert keys_said(run, nodes.close(), *(agent.log() for agent in agents.values())) == []

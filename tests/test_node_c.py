@@ -26,8 +26,9 @@ from pathlib import Path
 import pytest
 import zmq
 
+from flowstat.node import curve
 from flowstat.node.latency import LatencyRecorder
-from flowstat.node.protocol import ControlClient, parse_request
+from flowstat.node.protocol import ControlClient, ControlError, parse_request
 from flowstat.schema import endpoints as endpoints_schema
 from support.agents import wait_until
 from support.common import C_BUILD, ROOT
@@ -677,6 +678,7 @@ def test_a_control_socket_that_cannot_bind_leaves_the_node_running_unmonitored(p
         (("--node-id", "n", "--role", "Merger"), "does not match ^[a-z][a-z0-9_-]{0,31}$"),
         (("--node-id", "n", "--role", "r" * 33), "does not match"),
         (("--node-id", "n", "--bind", ""), "bind is empty"),
+        (("--node-id", "n", "--curve-keys", ""), "curve_keys is empty"),
     ],
 )
 def test_invalid_options_are_refused_saying_why(built, args, why):
@@ -735,6 +737,105 @@ def test_the_endpoints_directory_comes_from_the_environment_unless_given(probes,
     env.pop("FLOWSTAT_ENDPOINTS_DIR")
     probes("--node-id", "o", env=env)
     assert sorted(x.name for x in tmp_path.iterdir()) == ["env", "opt"]
+
+
+# -- CURVE (issue 30) ---------------------------------------------------------------------------------
+
+
+def every_key(keys: Path) -> list[str]:
+    """Every key of a run's keys folder, public and secret (of a damaged file too): none may be said."""
+    return [k for f in keys.iterdir() for k in re.findall(r'-key = "(.{40})"', f.read_text())]
+
+
+@pytest.mark.parametrize("binary", [PROBE, PROBE_ASAN], ids=["plain", "asan"])
+def test_a_secured_node_answers_the_runs_client_key_only_and_says_its_first_refusal_once(probes, tmp_path, binary):
+    """Clients without CURVE, with another client key (refused by ZAP) or with another run's node key
+    (their handshake fails before ZAP): no answer, and their `stop` changes nothing. The run's client
+    key gets every answer. One line for the first refusal, the count at close, no key anywhere."""
+    if binary == PROBE_ASAN:
+        make("build/node-probe-asan")
+    keys = curve.create_run_keys(tmp_path)
+    server = curve.read_key_file(keys / "node.key")[0]
+    client = curve.client_keys(keys / "client.key_secret")
+    p = probes("--node-id", "n", "--curve-keys", str(keys), "--endpoints-dir", str(tmp_path / "ep"), binary=binary)
+    (announced,) = endpoint_files(tmp_path / "ep")
+    doc = json.loads(announced.read_text())
+    assert doc["nodes"][0]["curve_server_key"] == server.decode() and endpoints_schema.validate(doc) == []
+    friend = ControlClient(p.endpoint, timeout_s=5, curve=(server, client))
+    strangers = {
+        "no CURVE": None,
+        "another client key": (server, zmq.curve_keypair()),
+        "another run's node key": (zmq.curve_keypair()[0], client),
+    }
+    try:
+        for why, keyed in strangers.items():
+            stranger = ControlClient(p.endpoint, timeout_s=0.3, curve=keyed)
+            with pytest.raises(ControlError, match="no reply"):
+                stranger.request("stop")
+            stranger.close()
+            assert p("stop?") == "0" and friend.request("check-state")["node_state"] == "RUNNING", why
+        p("received 5 500")
+        r = friend.request("get-metrics")
+        assert (r["node_id"], r["objects_received"], r["bytes_received"], r["control_errors"]) == ("n", 5, 500, 0)
+        assert friend.request("stop")["command"] == "stop" and p("stop?") == "1"
+    finally:
+        friend.close()
+    p("close")
+    err = p.finish()
+    refusals = [line for line in err.splitlines() if "refused a control client" in line]
+    assert len(refusals) == 1 and refusals[0].endswith("further refusals are counted, not logged"), err
+    assert "whose handshake failed (no CURVE, or another run's key)" in refusals[0]  # the first stranger's
+    assert re.search(r"^flowstat-node n: \d+ control clients refused in all", err, re.M), err
+    assert not [k for k in every_key(keys) if k in err]
+    assert "ERROR: AddressSanitizer" not in err and "runtime error" not in err, err
+
+
+def damage_secret(keys: Path) -> None:
+    (keys / "node.key_secret").write_text('curve\n    secret-key = "short"\n')
+
+
+def only_public(keys: Path) -> None:
+    shutil.copy(keys / "node.key", keys / "node.key_secret")
+
+
+@pytest.mark.parametrize(
+    "damage, said",
+    [
+        (damage_secret, "node.key_secret:2: secret-key is not a Z85 CURVE key of 40 characters"),
+        (lambda keys: (keys / "node.key_secret").unlink(), "node.key_secret: cannot read the CURVE key file (No such"),
+        (only_public, "node.key_secret: no secret-key (give the .key_secret file)"),
+        (lambda keys: (keys / "client.key").write_text("# no key\n"), "client.key: no public-key"),
+    ],
+    ids=["malformed", "missing", "no-secret", "no-client-key"],
+)
+def test_a_node_given_keys_it_cannot_use_runs_unmonitored_never_in_the_clear(probes, tmp_path, damage, said):
+    """Keys from the environment here (FLOWSTAT_CURVE_KEYS: the node's code gave none)."""
+    keys = curve.create_run_keys(tmp_path)
+    damage(keys)
+    p = probes("--node-id", "n", "--endpoints-dir", str(tmp_path / "ep"), env={**os.environ, curve.ENV_KEYS: str(keys)})
+    assert p.endpoint is None and p("endpoint") == "none"
+    p("received 2 2")
+    p("close")
+    err = p.finish()
+    assert f"flowstat-node n: cannot secure the control channel ({keys}/{said}" in err, err
+    assert err.rstrip().endswith("running unmonitored"), err
+    assert endpoint_files(tmp_path / "ep") == []  # nothing to announce
+    assert not [k for k in every_key(keys) if k in err]
+
+
+def test_a_node_without_keys_says_its_channel_is_in_the_clear_when_it_binds_beyond_loopback(probes, tmp_path):
+    """Loopback (127.0.0.0/8, ipc) is quiet. The other address is one that never binds: nothing of
+    the test machine is exposed, and the warning comes before the bind is tried."""
+    quiet = [probes("--node-id", "n", "--bind", bind) for bind in ("tcp://127.0.0.2:*", f"ipc://{tmp_path}/n")]
+    loud = probes("--node-id", "far", "--bind", "tcp://no-such-host.invalid:1")
+    for p in (*quiet, loud):
+        p("close")
+    assert not [p for p in quiet if p.finish()]
+    err = loud.finish()
+    assert (
+        "flowstat-node far: the control channel binds tcp://no-such-host.invalid:1 without CURVE: anyone who "
+        "reaches it may ask and stop (give curve_keys, or $FLOWSTAT_CURVE_KEYS)"
+    ) in err, err
 
 
 # -- sanitizers, fuzzing ----------------------------------------------------------------------------

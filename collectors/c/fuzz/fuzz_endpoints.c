@@ -13,6 +13,6 @@ static void ignore(void *ctx, const struct target *t)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     int left_out = 0;
-    targets_parse_endpoints((const char *)data, size, "", &left_out, ignore, NULL);
+    targets_parse_endpoints((const char *)data, size, "", "keys/client.key_secret", &left_out, ignore, NULL);
     return 0;
 }

@@ -96,6 +96,10 @@ static int options_valid(const struct fs_node_options *o, char *why, size_t why_
         say(why, why_len, "bind is empty (NULL binds %s)", FSN_DEFAULT_BIND);
         return 0;
     }
+    if (o->curve_keys && !o->curve_keys[0]) {
+        say(why, why_len, "curve_keys is empty (NULL: $FLOWSTAT_CURVE_KEYS, else none)");
+        return 0;
+    }
     return 1;
 }
 
@@ -151,6 +155,7 @@ static fs_node *node_new(const struct fs_node_options *o)
 
 static void close_socket(fs_node *n)
 {
+    fsn_guard_close(n); /* its sockets are of the context: closed before it is terminated */
     if (n->router)
         zmq_close(n->router);
     if (n->zmq_context)
@@ -158,24 +163,57 @@ static void close_socket(fs_node *n)
     n->router = n->zmq_context = NULL;
 }
 
-static int bind_control(fs_node *n)
+static int make_router(fs_node *n)
 {
     int zero = 0, hwm = 100;
     int64_t max_request = 1024 * 1024; /* bigger ones cost the sender its connection, not our memory */
     n->zmq_context = zmq_ctx_new();
     n->router = n->zmq_context ? zmq_socket(n->zmq_context, ZMQ_ROUTER) : NULL;
+    return n->router && zmq_setsockopt(n->router, ZMQ_LINGER, &zero, sizeof zero) == 0 &&
+            zmq_setsockopt(n->router, ZMQ_SNDHWM, &hwm, sizeof hwm) == 0 &&
+            zmq_setsockopt(n->router, ZMQ_MAXMSGSIZE, &max_request, sizeof max_request) == 0
+        ? 0
+        : -1;
+}
+
+static int bind_router(fs_node *n)
+{
     size_t len = sizeof n->endpoint;
-    if (!n->router || zmq_setsockopt(n->router, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
-        zmq_setsockopt(n->router, ZMQ_SNDHWM, &hwm, sizeof hwm) != 0 ||
-        zmq_setsockopt(n->router, ZMQ_MAXMSGSIZE, &max_request, sizeof max_request) != 0 ||
-        zmq_bind(n->router, n->bind) != 0 || zmq_getsockopt(n->router, ZMQ_LAST_ENDPOINT, n->endpoint, &len) != 0) {
+    return zmq_bind(n->router, n->bind) == 0 && zmq_getsockopt(n->router, ZMQ_LAST_ENDPOINT, n->endpoint, &len) == 0
+        ? 0
+        : -1;
+}
+
+static int bind_control(fs_node *n)
+{
+    int made = make_router(n) == 0, armed = made && (!n->guard || fsn_guard_arm(n) == 0);
+    if (armed && bind_router(n) == 0)
+        return 0;
+    const char *why = zmq_strerror(errno);
+    if (armed)
         fprintf(stderr, "flowstat-node %s: cannot bind the control socket to %s: %s; running unmonitored\n", n->node_id,
-                n->bind, zmq_strerror(errno));
-        n->endpoint[0] = '\0';
-        close_socket(n);
+                n->bind, why);
+    else
+        fprintf(stderr, "flowstat-node %s: cannot %s the control socket: %s; running unmonitored\n", n->node_id,
+                made ? "secure" : "make", why);
+    n->endpoint[0] = '\0';
+    close_socket(n);
+    return -1;
+}
+
+/* Keys given: a CURVE server, or, when they cannot be used, no channel at all (never in the clear).
+ * No keys: in the clear, said when the address may be reached from another host. */
+static int open_control(fs_node *n, const struct fs_node_options *o)
+{
+    const char *keys = fsn_guard_keys_dir(o);
+    if (keys && fsn_guard_load(n, keys) != 0)
         return -1;
-    }
-    return 0;
+    if (!keys && !fsn_is_loopback(n->bind))
+        fprintf(stderr,
+                "flowstat-node %s: the control channel binds %s without CURVE: anyone who reaches it may ask and "
+                "stop (give curve_keys, or $FLOWSTAT_CURVE_KEYS)\n",
+                n->node_id, n->bind);
+    return bind_control(n);
 }
 
 /* -- the endpoints file ------------------------------------------------------------------------ */
@@ -225,6 +263,8 @@ static void endpoints_document(const fs_node *n, struct fsn_buf *doc)
         fsn_json_str(&node, "host", host);
     }
     fsn_json_str(&node, "control", n->endpoint);
+    if (n->curve_server_key[0]) /* the key a client needs: the channel takes CURVE clients only */
+        fsn_json_str(&node, "curve_server_key", n->curve_server_key);
     fsn_json_close(&node);
     fsn_buf_puts(doc, "{");
     if (n->run_id) {
@@ -311,7 +351,7 @@ FS_API fs_node *fs_node_open(const struct fs_node_options *options, char *why, s
         say(why, why_len, "out of memory");
         return NULL;
     }
-    if (bind_control(n) == 0 && fsn_control_start(n) != 0) {
+    if (open_control(n, options) == 0 && fsn_control_start(n) != 0) {
         n->endpoint[0] = '\0';
         close_socket(n);
     }

@@ -22,7 +22,6 @@
 #define POLL_MS 50 /* how soon fs_node_close is heard when there is no eventfd to wake the thread ... */
 #define WAKE_POLL_MS 1000 /* ... and when there is one, in case writing to it failed */
 #define REQUESTS_PER_TURN 64
-#define MAX_FRAMES 32 /* a request's routing envelope and payload; longer messages are dropped */
 
 struct client {
     unsigned char identity[256];
@@ -296,32 +295,26 @@ static void reply_to(fs_node *n, struct fsn_control *c, const zmq_msg_t *identit
 
 /* -- the socket -------------------------------------------------------------------------------- */
 
-struct message {
-    zmq_msg_t frames[MAX_FRAMES];
-    int count, too_long;
-};
-
-static void message_close(struct message *m)
+void fsn_message_close(struct fsn_message *m)
 {
     for (int i = 0; i < m->count; i++)
         zmq_msg_close(&m->frames[i]);
     m->count = 0;
 }
 
-/* All frames of the next message; 0, or -1 when none is waiting. */
-static int receive_message(void *router, struct message *m)
+int fsn_message_receive(void *sock, struct fsn_message *m)
 {
     m->count = m->too_long = 0;
     for (;;) {
         zmq_msg_t part;
         zmq_msg_init(&part);
-        if (zmq_msg_recv(&part, router, m->count || m->too_long ? 0 : ZMQ_DONTWAIT) < 0) {
+        if (zmq_msg_recv(&part, sock, m->count || m->too_long ? 0 : ZMQ_DONTWAIT) < 0) {
             zmq_msg_close(&part);
-            message_close(m);
+            fsn_message_close(m);
             return -1;
         }
         int more = zmq_msg_more(&part);
-        if (m->count < MAX_FRAMES) {
+        if (m->count < FSN_MAX_FRAMES) {
             zmq_msg_init(&m->frames[m->count]);
             zmq_msg_move(&m->frames[m->count++], &part);
         } else {
@@ -335,7 +328,7 @@ static int receive_message(void *router, struct message *m)
 
 /* The envelope back, then the reply; dropped when it cannot go at once (the client is gone, or not
  * reading: a ROUTER socket drops what exceeds its high-water mark rather than block). */
-static void send_reply(void *router, struct message *m, const struct fsn_buf *reply)
+static void send_reply(void *router, struct fsn_message *m, const struct fsn_buf *reply)
 {
     for (int i = 0; i < m->count - 1; i++)
         if (zmq_msg_send(&m->frames[i], router, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
@@ -343,7 +336,7 @@ static void send_reply(void *router, struct message *m, const struct fsn_buf *re
     zmq_send(router, reply->data, reply->len, ZMQ_DONTWAIT);
 }
 
-static void serve_one(fs_node *n, struct message *m)
+static void serve_one(fs_node *n, struct fsn_message *m)
 {
     if (m->too_long || m->count < 2) { /* no identity and payload: not a request a client could read */
         n->control->errors++;
@@ -356,21 +349,38 @@ static void serve_one(fs_node *n, struct message *m)
     fsn_buf_free(&reply.buf);
 }
 
+/* What the thread waits on: requests, then the guard's ZAP requests and handshake failures (a
+ * secured node), then fs_node_close's wake-up. */
+static int poll_items(fs_node *n, zmq_pollitem_t *items)
+{
+    int k = 0;
+    items[k++] = (zmq_pollitem_t){.socket = n->router, .events = ZMQ_POLLIN};
+    if (n->guard) {
+        items[k++] = (zmq_pollitem_t){.socket = n->guard->zap, .events = ZMQ_POLLIN};
+        items[k++] = (zmq_pollitem_t){.socket = n->guard->monitor, .events = ZMQ_POLLIN};
+    }
+    if (n->wake_fd >= 0)
+        items[k++] = (zmq_pollitem_t){.fd = n->wake_fd, .events = ZMQ_POLLIN};
+    return k;
+}
+
 static void *control_thread(void *arg)
 {
     fs_node *n = arg;
-    struct message m;
+    struct fsn_message m;
+    zmq_pollitem_t items[4];
+    int count = poll_items(n, items);
     while (!atomic_load_explicit(&n->quit, memory_order_acquire)) {
-        zmq_pollitem_t items[2] = {{.socket = n->router, .events = ZMQ_POLLIN},
-                                   {.fd = n->wake_fd, .events = ZMQ_POLLIN}};
-        if (zmq_poll(items, n->wake_fd >= 0 ? 2 : 1, n->wake_fd >= 0 ? WAKE_POLL_MS : POLL_MS) < 0) {
+        if (zmq_poll(items, count, n->wake_fd >= 0 ? WAKE_POLL_MS : POLL_MS) < 0) {
             if (errno == ETERM)
                 break;
             continue; /* EINTR */
         }
-        for (int k = 0; k < REQUESTS_PER_TURN && receive_message(n->router, &m) == 0; k++) {
+        if (n->guard)
+            fsn_guard_serve(n); /* a client's handshake waits for it: before the requests */
+        for (int k = 0; k < REQUESTS_PER_TURN && fsn_message_receive(n->router, &m) == 0; k++) {
             serve_one(n, &m);
-            message_close(&m);
+            fsn_message_close(&m);
         }
     }
     return NULL;

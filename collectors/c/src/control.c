@@ -15,44 +15,82 @@ int control_pool_init(struct control_pool *p, double timeout_s)
     return p->ctx ? 0 : -1;
 }
 
-static struct control_conn *find_conn(struct control_pool *p, const char *endpoint)
+static int same_key(const char *a, const char *b)
+{
+    return strcmp(a ? a : "", b ? b : "") == 0;
+}
+
+/* A node that restarts under the same endpoint with another run's key is another connection. */
+static struct control_conn *find_conn(struct control_pool *p, const char *endpoint, const char *server_key)
 {
     for (size_t i = 0; i < p->n; i++)
-        if (strcmp(p->conns[i].endpoint, endpoint) == 0)
+        if (strcmp(p->conns[i].endpoint, endpoint) == 0 && same_key(p->conns[i].server_key, server_key))
             return &p->conns[i];
     return NULL;
 }
 
-static struct control_conn *get_conn(struct control_pool *p, const char *endpoint)
+static int grow_conns(struct control_pool *p)
 {
-    struct control_conn *c = find_conn(p, endpoint);
+    if (p->n < p->cap)
+        return 0;
+    size_t cap = p->cap ? p->cap * 2 : 16;
+    struct control_conn *grown = realloc(p->conns, cap * sizeof *grown);
+    if (!grown)
+        return -1;
+    p->conns = grown;
+    p->cap = cap;
+    return 0;
+}
+
+/* A CURVE client of the node: its public key and the agent's pair, set before connecting. */
+static int make_curve_client(void *sock, const struct control_peer *peer)
+{
+    return zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, peer->server_key, FSN_CURVE_KEY_LEN) == 0 &&
+            zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, peer->client->public_key, FSN_CURVE_KEY_LEN) == 0 &&
+            zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, peer->client->secret_key, FSN_CURVE_KEY_LEN) == 0
+        ? 0
+        : -1;
+}
+
+static int set_socket_options(void *sock, const struct control_peer *peer)
+{
+    int zero = 0, hwm = 4;
+    int64_t maxsize = CONTROL_MAX_REPLY;
+    int ok = zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero) == 0 &&
+        zmq_setsockopt(sock, ZMQ_SNDHWM, &hwm, sizeof hwm) == 0 &&
+        zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxsize, sizeof maxsize) == 0;
+    return ok && (!peer->server_key || !peer->server_key[0] || make_curve_client(sock, peer) == 0) ? 0 : -1;
+}
+
+static struct control_conn *get_conn(struct control_pool *p, const struct control_peer *peer)
+{
+    struct control_conn *c = find_conn(p, peer->endpoint, peer->server_key);
     if (c)
         return c;
-    if (p->n == p->cap) {
-        size_t cap = p->cap ? p->cap * 2 : 16;
-        struct control_conn *grown = realloc(p->conns, cap * sizeof *grown);
-        if (!grown)
-            return NULL;
-        p->conns = grown;
-        p->cap = cap;
-    }
+    if (grow_conns(p) != 0)
+        return NULL;
     void *sock = zmq_socket(p->ctx, ZMQ_DEALER);
     if (!sock)
         return NULL;
-    int zero = 0, hwm = 4;
-    int64_t maxsize = CONTROL_MAX_REPLY;
-    zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
-    zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxsize, sizeof maxsize);
-    if (zmq_connect(sock, endpoint) != 0) {
-        LOG_ERR("control endpoint %s: %s", endpoint, zmq_strerror(errno));
+    if (set_socket_options(sock, peer) != 0 || zmq_connect(sock, peer->endpoint) != 0) {
+        LOG_ERR("control endpoint %s: %s", peer->endpoint, zmq_strerror(errno));
         zmq_close(sock);
         return NULL;
     }
     c = &p->conns[p->n++];
-    fs_strlcpy(c->endpoint, endpoint, sizeof c->endpoint);
+    fs_strlcpy(c->endpoint, peer->endpoint, sizeof c->endpoint);
+    fs_strlcpy(c->server_key, peer->server_key ? peer->server_key : "", sizeof c->server_key);
     c->sock = sock;
     return c;
+}
+
+int control_client_keys(const char *path, struct fsn_curve_keys *keys, char *why, size_t why_len)
+{
+    if (!zmq_has("curve")) {
+        snprintf(why, why_len, "this libzmq has no CURVE");
+        return -1;
+    }
+    return fsn_curve_read(path, 1, keys, why, why_len);
 }
 
 cJSON *control_parse_reply(const char *data, size_t len, unsigned long long rid)
@@ -96,7 +134,7 @@ static cJSON *receive_reply(void *sock, unsigned long long rid, unsigned long lo
     return NULL;
 }
 
-void control_query(struct control_pool *p, const char *const *endpoints, size_t n, cJSON **replies)
+void control_query(struct control_pool *p, const struct control_peer *peers, size_t n, cJSON **replies)
 {
     unsigned long long rid = ++p->request_id;
     char body[96];
@@ -106,7 +144,7 @@ void control_query(struct control_pool *p, const char *const *endpoints, size_t 
     size_t waiting = 0;
     for (size_t i = 0; i < n; i++) {
         replies[i] = NULL;
-        struct control_conn *c = items ? get_conn(p, endpoints[i]) : NULL;
+        struct control_conn *c = items ? get_conn(p, &peers[i]) : NULL;
         if (!c || zmq_send(c->sock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
             zmq_send(c->sock, body, (size_t)body_len, ZMQ_DONTWAIT) < 0) {
             p->errors++;
@@ -169,9 +207,9 @@ void control_fill_sample(const cJSON *reply, struct fs_sample *s)
     }
 }
 
-void control_forget(struct control_pool *p, const char *endpoint)
+void control_forget(struct control_pool *p, const char *endpoint, const char *server_key)
 {
-    struct control_conn *c = find_conn(p, endpoint);
+    struct control_conn *c = find_conn(p, endpoint, server_key);
     if (!c)
         return;
     zmq_close(c->sock);

@@ -97,6 +97,20 @@ static void note_run(struct agent *a, const char *run_id)
         a->targets_runs_differ = 1;
 }
 
+/* A node whose channel takes CURVE clients only is asked with the client pair of its run; without
+ * one it is sampled from /proc only, as a node without a channel (said once: as it is taken). */
+static void take_client_key(struct target *t)
+{
+    char why[PATH_MAX + 200];
+    if (!t->control[0] || !t->curve_server_key[0] ||
+        control_client_keys(t->curve_client_key, &t->curve_client, why, sizeof why) == 0)
+        return;
+    LOG_WARN("%s (pid %d): its control channel takes CURVE clients only and no client key could be read (%s): "
+             "sampled from /proc only (give --curve-client-key)",
+             t->node_id, (int)t->pid, why);
+    t->control[0] = '\0';
+}
+
 static void on_found(void *ctx, const struct target *cand)
 {
     struct agent *a = ctx;
@@ -122,7 +136,9 @@ static void on_found(void *ctx, const struct target *cand)
         a->targets = grown;
         a->cap = cap;
     }
+    take_client_key(&t);
     a->targets[a->ntargets++] = t;
+    fsn_curve_wipe(&t.curve_client); /* this copy: the target in the list keeps its own */
     note_run(a, t.run_id);
     LOG_INFO("watching %s (pid %d)", t.node_id, (int)t.pid);
 }
@@ -146,7 +162,8 @@ static void retire(struct agent *a, size_t i)
     }
     proc_reader_close(&t->reader);
     if (t->control[0])
-        control_forget(&a->control, t->control);
+        control_forget(&a->control, t->control, t->curve_server_key);
+    fsn_curve_wipe(&t->curve_client);
     a->targets[i] = a->targets[--a->ntargets];
 }
 
@@ -185,20 +202,22 @@ struct round_time {
 static int ask_controls(struct agent *a, cJSON **by_target)
 {
     size_t n = a->ntargets, nctl = 0;
-    const char **endpoints = calloc(n ? n : 1, sizeof *endpoints);
+    struct control_peer *peers = calloc(n ? n : 1, sizeof *peers);
     size_t *owner = calloc(n ? n : 1, sizeof *owner);
     cJSON **replies = calloc(n ? n : 1, sizeof *replies);
-    int ok = endpoints && owner && replies;
-    for (size_t i = 0; ok && i < n; i++)
-        if (a->targets[i].control[0]) {
-            endpoints[nctl] = a->targets[i].control;
-            owner[nctl++] = i;
-        }
+    int ok = peers && owner && replies;
+    for (size_t i = 0; ok && i < n; i++) {
+        const struct target *t = &a->targets[i];
+        if (!t->control[0])
+            continue;
+        peers[nctl] = (struct control_peer){t->control, t->curve_server_key, &t->curve_client};
+        owner[nctl++] = i;
+    }
     if (ok && nctl)
-        control_query(&a->control, endpoints, nctl, replies);
+        control_query(&a->control, peers, nctl, replies);
     for (size_t k = 0; ok && k < nctl; k++)
         by_target[owner[k]] = replies[k];
-    free(endpoints), free(owner), free(replies);
+    free(peers), free(owner), free(replies);
     return ok ? 0 : -1;
 }
 

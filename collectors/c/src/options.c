@@ -46,6 +46,13 @@ void options_usage(FILE *out)
             "                         answers 401 or 403, or whose certificate is not trusted, keeps the\n"
             "                         samples as one that is down: spooled, resent once it works\n"
             "                         (docs/security.md)\n"
+            "  --curve-client-key FILE\n"
+            "                         the key pair (a ZeroMQ certificate: public-key and secret-key) to ask\n"
+            "                         the nodes whose control channel takes CURVE clients only with (their\n"
+            "                         endpoints entry gives curve_server_key; docs/control-protocol.md).\n"
+            "                         Default: keys/client.key_secret in the folder of the --endpoints FILE\n"
+            "                         (a run's RUN_DIR/keys), or inside the --endpoints-dir DIR. Such a node\n"
+            "                         without a readable key is sampled from /proc only (said once)\n"
             "  --interval S           seconds between samples (default 1, min 0.01)\n"
             "  --rescan S             seconds between target searches (default 5)\n"
             "  --self-interval S      seconds between the agent's self-samples (measurement flowstat_agent:\n"
@@ -242,7 +249,8 @@ enum option_code {
     O_HELP,
     O_SELF,
     O_CREDENTIALS,
-    O_HOST_NAME
+    O_HOST_NAME,
+    O_CURVE_CLIENT_KEY
 };
 
 static const struct option long_options[] = {{"pid", 1, 0, O_PID},
@@ -268,6 +276,7 @@ static const struct option long_options[] = {{"pid", 1, 0, O_PID},
                                              {"self-interval", 1, 0, O_SELF},
                                              {"credentials", 1, 0, O_CREDENTIALS},
                                              {"host-name", 1, 0, O_HOST_NAME},
+                                             {"curve-client-key", 1, 0, O_CURVE_CLIENT_KEY},
                                              {0, 0, 0, 0}};
 
 /* One option of the command line, with its argument (NULL if it takes none): 0, or -1 once a
@@ -324,6 +333,8 @@ static int take_option(struct options *o, int code, const char *arg)
         return 0;
     case O_HOST_NAME:
         return take_text(arg, "--host-name", OPTIONS_HOST_NAME_MAX_LEN, &o->host_name);
+    case O_CURVE_CLIENT_KEY:
+        return take_text(arg, "--curve-client-key", PATH_MAX - 1, &o->spec.curve_client_key);
     case O_QUIET:
         o->quiet = 1;
         return 0;

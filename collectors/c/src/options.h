@@ -14,7 +14,8 @@
 #define OPTIONS_REFUSED 2 /* options_parse's answer to a command line it refuses: the agent's exit status */
 
 struct options {
-    struct target_spec spec; /* --pid, --pidfile, --pattern, --endpoints, --endpoints-dir; --run-id ("": none) */
+    struct target_spec spec; /* --pid, --pidfile, --pattern, --endpoints, --endpoints-dir; --run-id ("": none);
+                                --curve-client-key (NULL: each run's own) */
     const char **sinks; /* --sink, in the order given; stdout:// if none */
     size_t nsinks;
     double interval, rescan, control_timeout, drain_timeout, self_interval; /* seconds */

@@ -123,8 +123,17 @@ static const char *json_string(const cJSON *obj, const char *key, const char *fa
     return cJSON_IsString(item) && item->valuestring ? item->valuestring : fallback;
 }
 
+/* A curve_server_key, when there is one, is a key a CURVE client can be given: Z85 text of 32 bytes. */
+static int server_key_conforms(const cJSON *node)
+{
+    const cJSON *key = cJSON_GetObjectItemCaseSensitive(node, "curve_server_key");
+    return !key ||
+        (cJSON_IsString(key) && key->valuestring && fsn_curve_key_valid(key->valuestring, strlen(key->valuestring)));
+}
+
 /* A node of endpoints.schema.json: node_id a string, pid an integer of a process (1 to PID_MAX_LIMIT),
- * role, control and host, when present, strings. Any other node is left out, as the Python agent does. */
+ * role, control and host, when present, strings, curve_server_key a CURVE key. Any other node is
+ * left out, as the Python agent does. */
 static int node_conforms(const cJSON *node, const cJSON *pid, const char *node_id)
 {
     const cJSON *role = cJSON_GetObjectItemCaseSensitive(node, "role");
@@ -133,7 +142,8 @@ static int node_conforms(const cJSON *node, const cJSON *pid, const char *node_i
         pid->valuedouble != (double)(long)pid->valuedouble)
         return 0;
     const cJSON *host = cJSON_GetObjectItemCaseSensitive(node, "host");
-    return (!role || cJSON_IsString(role)) && (!control || cJSON_IsString(control)) && (!host || cJSON_IsString(host));
+    return (!role || cJSON_IsString(role)) && (!control || cJSON_IsString(control)) &&
+        (!host || cJSON_IsString(host)) && server_key_conforms(node);
 }
 
 /* Whether a node lives on this host: its "host", when it names one, is ours (a pid is a process of
@@ -155,8 +165,8 @@ static int node_is_here(const cJSON *node)
     return strcmp(host, here) == 0;
 }
 
-int targets_parse_endpoints(const char *text, size_t len, const char *run_id, int *left_out, target_found_fn fn,
-                            void *ctx)
+int targets_parse_endpoints(const char *text, size_t len, const char *run_id, const char *client_key, int *left_out,
+                            target_found_fn fn, void *ctx)
 {
     cJSON *doc = cJSON_ParseWithLength(text, len);
     const cJSON *nodes = doc ? cJSON_GetObjectItemCaseSensitive(doc, "nodes") : NULL;
@@ -183,6 +193,9 @@ int targets_parse_endpoints(const char *text, size_t len, const char *run_id, in
         fs_strlcpy(t.role, json_string(node, "role", FS_DEFAULT_ROLE), sizeof t.role);
         fs_strlcpy(t.run_id, run_id && run_id[0] ? run_id : doc_run, sizeof t.run_id);
         fs_strlcpy(t.control, json_string(node, "control", ""), sizeof t.control);
+        fs_strlcpy(t.curve_server_key, json_string(node, "curve_server_key", ""), sizeof t.curve_server_key);
+        if (t.curve_server_key[0])
+            fs_strlcpy(t.curve_client_key, client_key, sizeof t.curve_client_key);
         fn(ctx, &t);
         found++;
     }
@@ -203,6 +216,12 @@ enum file_problem { /* what can be said about a file, once each */
 };
 
 #define ENDPOINTS_FILE_MAX (4 << 20) /* bytes read of an endpoints file, as of --endpoints FILE */
+#define IN_DIR "--endpoints-dir" /* where a file said to be wrong was found */
+#define IN_FILE "--endpoints"
+#define CLIENT_KEY_FILE "keys/client.key_secret" /* a run's client key, in its folder (flowstat.node.curve) */
+#define NODES_LEFT_OUT                                                                                      \
+    "%d node(s) left out: not as endpoints.schema.json says (node_id a string, pid an integer 1..4194304, " \
+    "role and control strings, curve_server_key a Z85 key of 40 characters)"
 
 /* FNV-1a, 64 bits: a file's path in the notes. */
 static uint64_t path_hash(const char *path)
@@ -235,10 +254,11 @@ static struct file_note *note_of(struct target_notes *notes, const char *path, c
     return n;
 }
 
-/* Log a problem of an endpoints directory's file, unless it was said of this version of the file. */
-__attribute__((format(printf, 5, 6))) static void say_once(struct target_notes *notes, const char *path,
-                                                           const struct stat *st, enum file_problem problem,
-                                                           const char *fmt, ...)
+/* Log a problem of an endpoints file (origin: the option that gave it), unless it was said of this
+ * version of the file. */
+__attribute__((format(printf, 6, 7))) static void say_once(struct target_notes *notes, const char *origin,
+                                                           const char *path, const struct stat *st,
+                                                           enum file_problem problem, const char *fmt, ...)
 {
     struct file_note *n = note_of(notes, path, st);
     if (n->said & (unsigned)problem)
@@ -249,7 +269,7 @@ __attribute__((format(printf, 5, 6))) static void say_once(struct target_notes *
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
-    LOG_WARN("--endpoints-dir: %s: %s", path, text);
+    LOG_WARN("%s: %s: %s", origin, path, text);
 }
 
 /* Alive: its /proc entry is there and it is no zombie (which has exited: only its entry is left). */
@@ -292,25 +312,41 @@ static int open_dir_file(struct target_notes *notes, const char *path, struct st
     if (fd < 0) {
         int err = errno;
         if (lstat(path, st) == 0) /* there, but cannot be opened: a dangling link, no permission */
-            say_once(notes, path, st, PROBLEM_UNREADABLE, "cannot be read (%s)", strerror(err));
+            say_once(notes, IN_DIR, path, st, PROBLEM_UNREADABLE, "cannot be read (%s)", strerror(err));
         return -1;
     }
     if (fstat(fd, st) != 0) {
-        say_once(notes, path, NULL, PROBLEM_UNREADABLE, "cannot be read (%s)", strerror(errno));
+        say_once(notes, IN_DIR, path, NULL, PROBLEM_UNREADABLE, "cannot be read (%s)", strerror(errno));
         close(fd);
         return -1;
     }
     if (!S_ISREG(st->st_mode)) {
-        say_once(notes, path, st, PROBLEM_NOT_REGULAR, "not a regular file: left alone");
+        say_once(notes, IN_DIR, path, st, PROBLEM_NOT_REGULAR, "not a regular file: left alone");
         close(fd);
         return -1;
     }
     return fd;
 }
 
+/* The client key for the nodes of an endpoints file or directory (source): --curve-client-key, else
+ * the run's, beside the file (RUN_DIR/keys/client.key_secret for RUN_DIR/endpoints.json) or inside
+ * the directory, as flowstat.node.curve.default_client_key says. */
+static void client_key_for(const struct target_spec *spec, const char *source, int is_dir, char *out, size_t size)
+{
+    const char *slash = strrchr(source, '/');
+    if (spec->curve_client_key)
+        fs_strlcpy(out, spec->curve_client_key, size);
+    else if (is_dir)
+        snprintf(out, size, "%s/%s", source, CLIENT_KEY_FILE);
+    else if (slash)
+        snprintf(out, size, "%.*s/%s", (int)(slash - source), source, CLIENT_KEY_FILE);
+    else
+        fs_strlcpy(out, CLIENT_KEY_FILE, size);
+}
+
 /* Read one endpoints file of a directory, as an --endpoints FILE, its nodes marked with it. */
 static void read_dir_file(const struct target_spec *spec, struct target_notes *notes, const char *path,
-                          target_found_fn fn, void *ctx)
+                          const char *client_key, target_found_fn fn, void *ctx)
 {
     struct stat st;
     int fd = open_dir_file(notes, path, &st);
@@ -321,20 +357,17 @@ static void read_dir_file(const struct target_spec *spec, struct target_notes *n
     int err = errno;
     close(fd);
     if (!text) {
-        say_once(notes, path, &st, PROBLEM_UNREADABLE, "cannot be read (%s)", strerror(err));
+        say_once(notes, IN_DIR, path, &st, PROBLEM_UNREADABLE, "cannot be read (%s)", strerror(err));
         return;
     }
     struct dir_file_scan scan = {path, fn, ctx, 0};
     int left_out = 0;
-    if (targets_parse_endpoints(text, len, spec->run_id, &left_out, found_in_dir_file, &scan) < 0)
-        say_once(notes, path, &st, PROBLEM_NOT_ENDPOINTS, "not a flowstat endpoints document");
+    if (targets_parse_endpoints(text, len, spec->run_id, client_key, &left_out, found_in_dir_file, &scan) < 0)
+        say_once(notes, IN_DIR, path, &st, PROBLEM_NOT_ENDPOINTS, "not a flowstat endpoints document");
     if (left_out)
-        say_once(notes, path, &st, PROBLEM_NODES_LEFT_OUT,
-                 "%d node(s) left out: not as endpoints.schema.json says (node_id a string, pid an integer "
-                 "1..4194304, role and control strings)",
-                 left_out);
+        say_once(notes, IN_DIR, path, &st, PROBLEM_NODES_LEFT_OUT, NODES_LEFT_OUT, left_out);
     if (scan.stale)
-        say_once(notes, path, &st, PROBLEM_STALE,
+        say_once(notes, IN_DIR, path, &st, PROBLEM_STALE,
                  "%d node(s) of a process that is not running: left out (a stale file)", scan.stale);
     free(text);
 }
@@ -351,21 +384,40 @@ static void scan_endpoints_dir(const struct target_spec *spec, struct target_not
 {
     DIR *dir = opendir(dir_path);
     if (!dir) {
-        say_once(notes, dir_path, NULL, PROBLEM_UNREADABLE, "cannot be opened (%s): looked at again at each rescan",
-                 strerror(errno));
+        say_once(notes, IN_DIR, dir_path, NULL, PROBLEM_UNREADABLE,
+                 "cannot be opened (%s): looked at again at each rescan", strerror(errno));
         return;
     }
+    char client_key[PATH_MAX];
+    client_key_for(spec, dir_path, 1, client_key, sizeof client_key);
     struct dirent *e;
     while ((e = readdir(dir)) != NULL) {
         if (!is_endpoints_file_name(e->d_name))
             continue;
         char path[PATH_MAX];
         if (snprintf(path, sizeof path, "%s/%s", dir_path, e->d_name) >= (int)sizeof path)
-            say_once(notes, dir_path, NULL, PROBLEM_UNREADABLE, "%s: path too long", e->d_name);
+            say_once(notes, IN_DIR, dir_path, NULL, PROBLEM_UNREADABLE, "%s: path too long", e->d_name);
         else
-            read_dir_file(spec, notes, path, fn, ctx);
+            read_dir_file(spec, notes, path, client_key, fn, ctx);
     }
     closedir(dir);
+}
+
+/* An --endpoints FILE, read at each search; its nodes left out are said once per version of it. */
+static void read_endpoints_file(const struct target_spec *spec, struct target_notes *notes, const char *path,
+                                target_found_fn fn, void *ctx)
+{
+    char client_key[PATH_MAX];
+    size_t len = 0;
+    int left_out = 0;
+    struct stat st;
+    client_key_for(spec, path, 0, client_key, sizeof client_key);
+    char *text = read_file(path, ENDPOINTS_FILE_MAX, &len);
+    if (!text || targets_parse_endpoints(text, len, spec->run_id, client_key, &left_out, fn, ctx) < 0)
+        LOG_WARN("endpoints file %s: %s", path, text ? "not a flowstat endpoints document" : strerror(errno));
+    else if (left_out && stat(path, &st) == 0)
+        say_once(notes, IN_FILE, path, &st, PROBLEM_NODES_LEFT_OUT, NODES_LEFT_OUT, left_out);
+    free(text);
 }
 
 void targets_discover(const struct target_spec *spec, struct target_notes *notes, int first, target_found_fn fn,
@@ -389,14 +441,8 @@ void targets_discover(const struct target_spec *spec, struct target_notes *notes
     }
     if (spec->npatterns)
         scan_patterns(spec, fn, ctx);
-    for (size_t i = 0; i < spec->nendpoints; i++) {
-        size_t len = 0;
-        char *text = read_file(spec->endpoints[i], ENDPOINTS_FILE_MAX, &len);
-        if (!text || targets_parse_endpoints(text, len, spec->run_id, NULL, fn, ctx) < 0)
-            LOG_WARN("endpoints file %s: %s", spec->endpoints[i],
-                     text ? "not a flowstat endpoints document" : strerror(errno));
-        free(text);
-    }
+    for (size_t i = 0; i < spec->nendpoints; i++)
+        read_endpoints_file(spec, notes, spec->endpoints[i], fn, ctx);
     for (size_t i = 0; i < spec->nendpoint_dirs; i++)
         scan_endpoints_dir(spec, notes, spec->endpoint_dirs[i], fn, ctx);
 }

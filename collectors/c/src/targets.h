@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "node_curve.h"
 #include "procread.h"
 
 /* Longer than the sample schema's role pattern allows (32): a longer role, cut to this, is still
@@ -21,6 +22,10 @@ struct target {
     char role[TARGET_ROLE_MAX + 1];
     char run_id[128];
     char control[256]; /* control endpoint, or "" */
+    char curve_server_key[FSN_CURVE_KEY_LEN + 1]; /* the node's CURVE public key (Z85): its channel takes
+                                                     CURVE clients only; "": in the clear */
+    char curve_client_key[PATH_MAX]; /* the key file to ask it with (when curve_server_key) */
+    struct fsn_curve_keys curve_client; /* that file's pair, once read (the agent's; wiped when dropped) */
     char announced_by[PATH_MAX]; /* the file of an --endpoints-dir it was found in, or "" */
     struct proc_reader reader;
     struct proc_reading prev;
@@ -41,6 +46,7 @@ struct target_spec {
     size_t nendpoint_dirs;
     long long *endpoint_dirs_mtime_ns; /* each directory's last modification seen (targets_dirs_changed) */
     const char *run_id;
+    const char *curve_client_key; /* --curve-client-key; NULL: keys/client.key_secret of each file's folder */
 };
 
 /* What was said about the files of the endpoints directories, so that each problem of a file is
@@ -65,9 +71,10 @@ typedef void (*target_found_fn)(void *ctx, const struct target *candidate);
 void targets_discover(const struct target_spec *spec, struct target_notes *notes, int first, target_found_fn fn,
                       void *ctx);
 /* Parse an endpoints.json document: the number of nodes found, -1 if malformed. The nodes that do
- * not conform to endpoints.schema.json are left out, and counted in *left_out (if not NULL). */
-int targets_parse_endpoints(const char *text, size_t len, const char *run_id, int *left_out, target_found_fn fn,
-                            void *ctx);
+ * not conform to endpoints.schema.json are left out, and counted in *left_out (if not NULL). Nodes
+ * with a curve_server_key are to be asked with the key file client_key. */
+int targets_parse_endpoints(const char *text, size_t len, const char *run_id, const char *client_key, int *left_out,
+                            target_found_fn fn, void *ctx);
 
 /* Whether an endpoints directory changed (a file written, renamed or removed) since the last call:
  * one stat(2) each, so a node that announces itself is taken within a round, not at the next

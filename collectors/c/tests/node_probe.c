@@ -1,5 +1,6 @@
 /* node-probe: a node made of libflowstat-node calls only, for tests/test_node_c.py. Options make the
- * node; each line on stdin is one call (or a few), answered by one line on stdout:
+ * node (--curve-keys DIR: a run's keys, a secured channel); each line on stdin is one call (or a
+ * few), answered by one line on stdout:
  *
  *   received N BYTES | sent N BYTES | merged N SECONDS | refused | backlog 0|1
  *   latency COUNT AGE_S      COUNT objects stamped AGE_S seconds ago, taken now
@@ -43,6 +44,8 @@ static int parse_options(int argc, char **argv, struct fs_node_options *o)
             o->receive_buffer_size = atol(value);
         else if (strcmp(name, "--send-buffer-size") == 0)
             o->send_buffer_size = atol(value);
+        else if (strcmp(name, "--curve-keys") == 0)
+            o->curve_keys = value;
         else
             return -1;
     }
@@ -162,7 +165,7 @@ int main(int argc, char **argv)
     if (parse_options(argc, argv, &options) != 0) {
         fprintf(stderr,
                 "usage: node-probe --node-id ID [--role R] [--run-id R] [--bind A] [--endpoints-dir D] "
-                "[--receive-buffer-size N] [--send-buffer-size N]\n");
+                "[--receive-buffer-size N] [--send-buffer-size N] [--curve-keys DIR]\n");
         return 2;
     }
     fs_node *node = fs_node_open(&options, why, sizeof why);

@@ -15,6 +15,16 @@
  * node announces its control endpoint in an endpoints file (endpoints_dir, or the environment
  * variable FLOWSTAT_ENDPOINTS_DIR) that a flowstat agent finds with --endpoints-dir.
  *
+ * Secured channels (ZeroMQ CURVE, docs/control-protocol.md): given a run's keys folder (curve_keys,
+ * or FLOWSTAT_CURVE_KEYS; flowstat.node.curve.create_run_keys makes one, RUN_DIR/keys), the control
+ * socket is a CURVE server with the run's node key (node.key_secret) that answers only clients
+ * holding the run's client key (client.key): a ZAP handler and a handshake monitor on the library's
+ * thread. Any other client gets no answer; the first refusal is said on stderr (why, never a key),
+ * the others counted and their number said at close. The endpoints file then carries the node's
+ * public key (curve_server_key), which a client needs to connect. Keys that cannot be read (or a
+ * libzmq without CURVE) leave the node unmonitored, said naming the file: never in the clear. A
+ * node without keys that binds anything but loopback says its channel is in the clear.
+ *
  * C and C++ alike: link with -lflowstat-node -lzmq -pthread -lm (pkg-config flowstat-node). */
 #ifndef FLOWSTAT_NODE_H
 #define FLOWSTAT_NODE_H
@@ -46,18 +56,19 @@ struct fs_node_options {
     const char *endpoints_dir; /* where to announce the node; NULL: $FLOWSTAT_ENDPOINTS_DIR, else nowhere */
     long receive_buffer_size; /* the input's ZeroMQ high-water mark in messages; < 0: none (null) */
     long send_buffer_size; /* the output's; < 0: none (null) */
+    const char *curve_keys; /* the run's keys folder; NULL: $FLOWSTAT_CURVE_KEYS, else none (in the clear) */
 };
 
 /* Every option unset; C++ can write `fs_node_options o = FS_NODE_OPTIONS_INIT;` too. */
-#define FS_NODE_OPTIONS_INIT                 \
-    {                                        \
-        NULL, NULL, NULL, NULL, NULL, -1, -1 \
+#define FS_NODE_OPTIONS_INIT                       \
+    {                                              \
+        NULL, NULL, NULL, NULL, NULL, -1, -1, NULL \
     }
 
 /* A node, RUNNING. NULL only for invalid options (why says which, when why_len > 0) or no memory.
- * A control socket that cannot be bound, or an endpoints file that cannot be written, is said on
- * stderr (naming the address or the file) and the node runs on: unmonitored without a socket
- * (counting still works; no thread, no file). */
+ * A control socket that cannot be bound or secured (keys given that cannot be read), or an
+ * endpoints file that cannot be written, is said on stderr (naming the address or the file) and the
+ * node runs on: unmonitored without a socket (counting still works; no thread, no file). */
 fs_node *fs_node_open(const struct fs_node_options *options, char *why, size_t why_len);
 
 /* The bound control endpoint ("tcp://127.0.0.1:40123"); NULL when the node runs unmonitored. */
