@@ -53,6 +53,7 @@ def test_both_agents_take_exactly_the_nodes_that_conform(tmp_path, agent_command
         {"node_id": "role-number", "pid": ok, "role": 3},
         {"node_id": "control-null", "pid": ok, "control": None},
         {"node_id": "curve-key-number", "pid": ok, "curve_server_key": 7},  # issue 30
+        {"node_id": "curve-key-short", "pid": ok, "curve_server_key": "short"},
         "not a node",
     ]
     doc = {"run_id": "ends", "nodes": nodes}

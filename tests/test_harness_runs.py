@@ -574,7 +574,7 @@ def test_a_secured_run_answers_its_keys_only_and_loses_nothing(tmp_path):
     topo.write_text(json.dumps(topology_dict(duration=4, security={"control": "curve", "data": "curve"})))
     proc = subprocess.Popen(
         [sys.executable, "-m", "flowstat.cli", "run", str(topo), "--run-id", "sec", "--runs-dir", str(tmp_path)]
-        + ["--json", "--no-c-agent", "--agent-interval", "0.2"],
+        + ["--json", "--agent-interval", "0.2"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -608,3 +608,5 @@ def test_a_secured_run_answers_its_keys_only_and_loses_nothing(tmp_path):
     figures = [s["objects_received"] for s in samples if s.get("node_id") == "merger-0" and "objects_received" in s]
     final = next(n for n in summary["nodes"] if n["node_id"] == "merger-0")["objects_received"]
     assert figures == sorted(figures) and 0 < figures[-1] <= final  # the agent asked it over CURVE
+    c_lines = [x for x in (run / "samples-agent-c.lp").read_text().splitlines() if ",node_id=merger-0," in x]
+    assert any("objects_received=" in x for x in c_lines), c_lines[-3:]  # the C agent too

@@ -438,8 +438,6 @@ def test_a_node_given_unreadable_keys_runs_unmonitored_never_in_the_clear(tmp_pa
 
 
 def test_an_agent_asks_a_secured_node_with_the_runs_key_and_without_it_samples_proc_only(agent_command, tmp_path):
-    if agent_command[0].endswith("flowstat-agent"):
-        pytest.skip("the C agent's CURVE client is not in yet")
     folder, theirs = tmp_path / "endpoints", tmp_path / "another-run"
     keys = curve.create_run_keys(folder)  # folder/keys: where an agent of the folder looks by default
     start_node("secured", "worker", folder, keys=keys)

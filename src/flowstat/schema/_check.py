@@ -1,9 +1,10 @@
 """Checking values against the subset of JSON Schema the flowstat schemas use: type, enum,
-minimum, maximum, properties, required, additionalProperties: false, items."""
+minimum, maximum, pattern, properties, required, additionalProperties: false, items."""
 
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 INT64_MAX = 2**63 - 1  # integers are InfluxDB int64 and Elasticsearch long: a larger one fails the whole batch
@@ -36,6 +37,8 @@ def problems(value: Any, schema: dict[str, Any], where: str = "") -> list[str]:
         return [f"{name}: {value!r} is not one of {', '.join(map(str, schema['enum']))}"]
     if typ == "integer" and not 0 <= value <= INT64_MAX and schema.get("minimum") == 0:
         return [f"{name}: must be between 0 and {INT64_MAX}, got {value}"]
+    if typ == "string" and "pattern" in schema and not re.search(schema["pattern"], value):
+        return [f"{name}: {value[:60]!r} does not match {schema['pattern']}"]
     if typ in ("integer", "number") and "minimum" in schema and value < schema["minimum"]:
         return [f"{name}: must be >= {schema['minimum']}, got {value}"]
     if typ in ("integer", "number") and "maximum" in schema and value > schema["maximum"]:
