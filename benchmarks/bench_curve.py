@@ -2,8 +2,8 @@
 """What CURVE on the control channel costs the agents (issue 30): CPU per sample of each agent asking
 100 nodes in the clear, and the same 100 nodes secured with a run's keys, in one run.
 
-Two processes host 100 flowstat.node nodes each (one announces them in a plain endpoints directory,
-the other in a secured one: CURVE server, the run's client key let in). Each agent (Python, and C
+Processes of 10 flowstat.node nodes each host 100 nodes announced in a plain endpoints directory and
+100 in a secured one (CURVE servers, the run's client key let in). Each agent (Python, and C
 when built with CURVE) watches one directory at a time at --interval for --seconds, the two
 interleaved, --repeats times; a figure is the agent's CPU time (user + system, /proc/PID/stat) over
 the node samples it wrote (JSON lines on a file). Every sample must carry the nodes' figures
@@ -31,12 +31,13 @@ RESULTS = ROOT / "benchmarks" / "results" / "curve.json"
 C_AGENT = ROOT / "collectors" / "c" / "build" / "flowstat-agent"
 
 
-def host_nodes(n: int, folder: str, keys: str) -> None:
-    """The nodes' process: ``n`` nodes counting a little, until stdin closes."""
+def host_nodes(first: int, n: int, folder: str, keys: str) -> None:
+    """A nodes' process: ``n`` nodes counting a little, until stdin closes."""
     from flowstat.node import Node
 
     nodes = [
-        Node(f"n{i}", "worker", run_id="bench-curve", endpoints_dir=folder, curve_keys=keys or None) for i in range(n)
+        Node(f"n{i}", "worker", run_id="bench-curve", endpoints_dir=folder, curve_keys=keys or None)
+        for i in range(first, first + n)
     ]
     print("ready", flush=True)
     import select
@@ -72,10 +73,13 @@ def agent_round(command: list[str], folder: Path, out: Path, seconds: float, int
 
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "_nodes":
-        host_nodes(int(sys.argv[2]), sys.argv[3], sys.argv[4])
+        host_nodes(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=100, help="nodes per directory (default 100)")
+    ap.add_argument(
+        "--per-process", type=int, default=10, help="nodes a process hosts (default 10: a process of nodes is one application)"
+    )
     ap.add_argument("--seconds", type=float, default=10, help="seconds per round (default 10)")
     ap.add_argument("--interval", type=float, default=0.2, help="agents' sampling interval (default 0.2)")
     ap.add_argument("--repeats", type=int, default=3, help="rounds per agent and channel (default 3)")
@@ -96,12 +100,14 @@ def main() -> int:
         keys = curve.create_run_keys(secured)  # secured/keys: where an agent of the directory looks
         hosts = [
             subprocess.Popen(
-                [sys.executable, __file__, "_nodes", str(args.nodes), str(folder), str(k)],
+                [sys.executable, __file__, "_nodes", str(first), str(min(args.per_process, args.nodes - first))]
+                + [str(folder), str(k)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,
             )
             for folder, k in ((plain, ""), (secured, keys))
+            for first in range(0, args.nodes, args.per_process)
         ]
         try:
             for h in hosts:
