@@ -253,8 +253,8 @@ class Agent:
             "send_failures": sum(r.send_failures for r in sinks),
             "spool_dropped": sum(s.dropped_samples for s in spools),
             "targets": len(self.targets),
-            "spooled_batches": sum(len(s) for s in spools),
-            "spooled_samples": sum(s.samples for s in spools),
+            "spooled_batches": sum(r.spooled[0] for r in sinks),  # as each sink thread settled its last batch
+            "spooled_samples": sum(r.spooled[1] for r in sinks),
             "sinks_down": sum(1 for r in sinks if r.failing),
         }
         if not doc["run_id"]:
