@@ -720,16 +720,32 @@ def small_tmpfs(tmp_path):
         subprocess.run(["umount", str(mount)], check=True)
 
 
-def test_a_spool_on_a_full_tmpfs_counts_exactly_what_it_could_not_keep(tmp_path, small_tmpfs, agent_command):
-    """The soak's spool-full (issue 28): the sink is down until the spool's tmpfs is full and
-    batches are being lost, then back. What the sink lacks is exactly what the agent counted as
-    lost or dropped: node samples and self-samples alike, both of which its counters count (the
-    soak compared its node samples alone with them, and was 17 self-samples off)."""
+@pytest.mark.parametrize("fills", ["tmpfs", "bound"])
+def test_a_full_spool_counts_exactly_what_it_could_not_keep(tmp_path, request, fills, agent_command):
+    """The soak's spool-full (issue 28): the sink is down until the spool is full and batches are
+    being lost, then back. The spool is full as its tmpfs is (a write fails: the batch that does not
+    fit is lost), or at its bound (--spool-max-mb: the oldest batch is dropped). Either way, what
+    the sink lacks once the spool was sent is exactly what the agent counted as lost or dropped: node
+    samples and self-samples alike, both of which its counters count (the soak compared its node
+    samples alone with them, and was 17 self-samples off); also once its spool is empty again."""
     port = free_port()  # nobody there yet: the sink is down
     url = f"http://127.0.0.1:{port}/write"
     proc = sleeper()
     stats, log = tmp_path / "stats.json", tmp_path / "agent.log"
-    full = "cannot write: No space left on device"
+    if fills == "tmpfs":
+        spool, extra, said, counter = (
+            request.getfixturevalue("small_tmpfs"),
+            (),
+            "cannot write: No space left on device",
+            "lost",
+        )
+    else:
+        spool, extra, said, counter = (
+            tmp_path / "spool",
+            ("--spool-max-mb", 0.002),
+            "dropped its oldest batch",
+            "spool_dropped",
+        )
     try:
         with open(log, "w") as log_file:
             # self-samples too (a later --self-interval wins over agent_cmd's)
@@ -746,7 +762,8 @@ def test_a_spool_on_a_full_tmpfs_counts_exactly_what_it_could_not_keep(tmp_path,
                     "--sink",
                     url,
                     "--spool-dir",
-                    small_tmpfs,
+                    spool,
+                    *extra,
                     "--drain-timeout",
                     30,
                     "--stats",
@@ -757,8 +774,8 @@ def test_a_spool_on_a_full_tmpfs_counts_exactly_what_it_could_not_keep(tmp_path,
             )
         receiver = None
         try:
-            # each batch the full spool could not take is said: 30 of them, a few self-samples among them
-            wait_until(lambda: log.read_text().count(full) >= 30, "30 batches the full spool could not take")
+            # each batch the full spool could not keep is said: 30 of them, a few self-samples among them
+            wait_until(lambda: log.read_text().count(said) >= 30, "30 batches the full spool could not keep")
             receiver = HttpReceiver(port)  # the sink is back
             caught_up = re.compile(r"^flowstat_agent,.* .*spooled_batches=0i,spooled_samples=0i,sinks_down=0i")
             wait_until(
@@ -782,8 +799,51 @@ def test_a_spool_on_a_full_tmpfs_counts_exactly_what_it_could_not_keep(tmp_path,
     assert sink["delivered"] == nodes + selves
     missing = everything["samples"] - nodes + everything["self_samples"] - selves
     assert missing == sink["lost"] + sink["spool_dropped"], (everything, nodes, selves)
-    assert sink["lost"] >= 30 and everything["self_samples"] > selves  # self-samples were lost too
+    assert sink[counter] >= 30 and everything["self_samples"] > selves  # self-samples were lost too
     assert (sink["refused"], sink["spooled"], sink["spooled_samples"]) == (0, 0, 0)
+
+
+def test_batches_the_bound_drops_while_they_are_sent_are_counted_once(tmp_path, agent_command):
+    """A sink slower than the rounds (each post answered in 30 ms, a round every 20 ms) behind a
+    spool of 2 KiB: the bound keeps dropping the oldest batch, often the one being sent. Each is
+    counted once, as what became of it: delivered if the sink took it, else dropped. (A self-sample
+    after each round: batches of 3 and of 1 samples, so that miscounting one for another shows.)"""
+    server = ScriptedHttp(lambda path, body, n: (time.sleep(0.03), (204, b""))[1])  # the scenario: a slow sink
+    proc = sleeper()
+    url = f"http://127.0.0.1:{server.port}/write"
+    stats = tmp_path / "stats.json"
+    try:
+        out = run_agent(
+            "--endpoints",
+            endpoints_file(tmp_path, proc.pid),
+            "--interval",
+            0.02,
+            "--duration",
+            3,
+            "--self-interval",
+            0.02,
+            "--sink",
+            url,
+            "--spool-dir",
+            tmp_path / "spool",
+            "--spool-max-mb",
+            0.002,
+            "--drain-timeout",
+            10,
+            "--stats",
+            stats,
+            command=agent_command,
+        )
+    finally:
+        proc.kill()
+        server.close()
+    assert out.returncode == 1, out.stderr[-2000:]  # samples were dropped
+    everything = json.loads(stats.read_text())
+    sink = everything["sinks"][url]
+    taken = [sample_key(line) for line in server.lines()]
+    assert len(set(taken)) == len(taken) == sink["delivered"]
+    assert sink["spool_dropped"] > 0 and (sink["lost"], sink["spooled_samples"]) == (0, 0)
+    assert sink["delivered"] + sink["spool_dropped"] == everything["samples"] + everything["self_samples"]
 
 
 # -- the spool's bound ---------------------------------------------------------------------------

@@ -353,9 +353,10 @@ class Agent:
                     "delivered": r.delivered,
                     "refused": r.refused,
                     "lost": r.lost,
-                    "spooled": len(r.spool) if r.spool else 0,
-                    "spooled_samples": r.spool.samples if r.spool else 0,
-                    "spool_dropped": r.spool.dropped_samples if r.spool else 0,
+                    # `is not None`: an empty spool is falsy (len 0), and its drops still count
+                    "spooled": len(r.spool) if r.spool is not None else 0,
+                    "spooled_samples": r.spool.samples if r.spool is not None else 0,
+                    "spool_dropped": r.spool.dropped_samples if r.spool is not None else 0,
                 }
                 for r in self.runners
             },
