@@ -7,6 +7,8 @@ each (the `agent_command` fixture of conftest.py: c, py). Real sockets on 127.0.
 from __future__ import annotations
 
 import json
+import os
+import re
 import signal
 import socket
 import subprocess
@@ -570,6 +572,278 @@ def test_each_spool_folder_names_its_sink_and_is_resent_by_the_next_agent(tmp_pa
         assert third.returncode == 2 and "holds the batches of another sink" in third.stderr
     finally:
         proc.kill()
+
+
+# -- an agent killed with SIGKILL: what it sampled is in its spool -------------------------------
+
+
+def sample_key(line: str) -> tuple[str, str, int]:
+    """A line protocol sample's (agent, node_id, seq): how loss and duplication are counted."""
+    tags = dict(tag.split("=", 1) for tag in line.split(" ", 1)[0].split(",")[1:])
+    return tags["agent"], tags.get("node_id", ""), seq_of(line)
+
+
+def test_an_agent_killed_while_its_sink_hangs_loses_nothing_once_restarted_on_its_spool(tmp_path, agent_command):
+    """The soak's agent-kill (issue 28): the sink accepts the agent's first post and never answers,
+    so its thread waits out the 5 s time-out while the agent samples on; the agent is killed with
+    SIGKILL in that wait. Every round it sampled must be in its spool by then: the next agent on the
+    same spool, with the sink back, delivers each (agent, node, seq) once, its own rounds after them."""
+    hung = TcpNeverReads()  # accepts the post and never reads it, let alone answers
+    port, proc = hung.port, sleeper()
+    url = f"http://127.0.0.1:{port}/write"
+    seen, spool, stats, log = (tmp_path / name for name in ("seen.json", "spool", "stats.json", "first.log"))
+    endpoints = endpoints_file(tmp_path, proc.pid)  # three nodes a, b, c
+    rounds = 8
+    common = ("--endpoints", endpoints, "--interval", 0.05, "--sink", url, "--spool-dir", spool)
+    try:
+        with open(log, "w") as log_file:
+            # a second sink, a file, shows what the first agent sampled
+            first = subprocess.Popen(
+                agent_cmd(
+                    *common,
+                    "--name",
+                    "k1",
+                    "--count",
+                    rounds,
+                    "--drain-timeout",
+                    60,
+                    "--sink",
+                    f"file://{seen}?format=json",
+                    command=agent_command,
+                ),
+                stderr=log_file,
+            )
+        try:
+            wait_until(lambda: hung.conns, "the first agent's post, which the sink never answers")
+            wait_until(lambda: lines_written(seen) == 3 * rounds, f"the first agent's {rounds} rounds sampled")
+            # well within the 5 s the sink thread waits for an answer to its first post
+            first.send_signal(signal.SIGKILL)
+            assert first.wait(10) == -signal.SIGKILL
+        finally:
+            first.kill()
+            hung.close()
+        receiver = HttpReceiver(port)  # the sink is back, on the same port
+        try:
+            second = run_agent(
+                *common, "--name", "k2", "--count", 2, "--drain-timeout", 10, "--stats", stats, command=agent_command
+            )
+        finally:
+            receiver.stop()
+    finally:
+        proc.kill()
+    assert second.returncode == 0, second.stderr
+    name = "flowstat-agent-c" if agent_command[0].endswith("flowstat-agent") else "flowstat-agent-py"
+    taken = sorted(sample_key(line) for line in receiver.lines())
+    expected = [
+        (f"{name}/{k}", node, seq) for k, n in (("k1", rounds), ("k2", 2)) for node in "abc" for seq in range(n)
+    ]
+    assert taken == sorted(expected), log.read_text()  # each once: none lost, none sent twice
+    assert sink_stats(stats, url) == {
+        "delivered": len(expected),  # the spool the first agent left, then its own
+        "refused": 0,
+        "lost": 0,
+        "spooled": 0,
+        "spooled_samples": 0,
+        "spool_dropped": 0,
+    }
+    assert not batch_files(spool / folder_name(url))  # each batch removed once the sink took it
+
+
+def test_an_agent_killed_after_its_post_reached_the_sink_resends_it_identical(tmp_path, agent_command):
+    """Killed between a send and the sink's answer, an agent cannot know whether the sink took the
+    batch: the next one sends it again, the very same bytes (measurement, tags and time stamp for
+    InfluxDB, which keeps one point per series and time; the same _id and index for Elasticsearch),
+    so the store overwrites it instead of keeping it twice. That batch alone comes twice."""
+    server = ScriptedHttp(hold=True)  # reads each post at once, answers only once released
+    proc = sleeper()
+    url = f"http://127.0.0.1:{server.port}/write"
+    seen, spool, stats = tmp_path / "seen.json", tmp_path / "spool", tmp_path / "stats.json"
+    endpoints = endpoints_file(tmp_path, proc.pid)
+    rounds = 4
+    common = ("--endpoints", endpoints, "--interval", 0.05, "--sink", url, "--spool-dir", spool)
+    try:
+        first = subprocess.Popen(
+            agent_cmd(
+                *common,
+                "--name",
+                "k1",
+                "--count",
+                rounds,
+                "--drain-timeout",
+                60,
+                "--sink",
+                f"file://{seen}?format=json",
+                command=agent_command,
+            ),
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            wait_until(lambda: server.requests, "the first agent's post, which the sink holds")
+            wait_until(lambda: lines_written(seen) == 3 * rounds, f"the first agent's {rounds} rounds sampled")
+            first.send_signal(signal.SIGKILL)
+            assert first.wait(10) == -signal.SIGKILL
+        finally:
+            first.kill()
+        server.release.set()  # answers from now on (the held post's answer goes nowhere)
+        second = run_agent(
+            *common, "--name", "k2", "--count", 2, "--drain-timeout", 10, "--stats", stats, command=agent_command
+        )
+    finally:
+        proc.kill()
+        server.close()
+    assert second.returncode == 0, second.stderr
+    bodies = server.bodies()
+    assert bodies[1] == bodies[0]  # the held post, sent again first, byte for byte
+    taken = [sample_key(line) for line in server.lines()]
+    twice = sorted(k for k in set(taken) if taken.count(k) > 1)
+    assert twice == sorted(sample_key(line) for line in bodies[0].decode().splitlines())
+    assert all(taken.count(k) == 2 for k in twice)
+    name = "flowstat-agent-c" if agent_command[0].endswith("flowstat-agent") else "flowstat-agent-py"
+    expected = [
+        (f"{name}/{k}", node, seq) for k, n in (("k1", rounds), ("k2", 2)) for node in "abc" for seq in range(n)
+    ]
+    assert sorted(set(taken)) == sorted(expected)  # nothing lost
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A real 64 KiB tmpfs (a batch file takes a 4 KiB page of it at least): writes past it fail
+    with ENOSPC, as the soak's spool-full fault's 1 MiB one did."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount = tmp_path / "tmpfs"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+@pytest.mark.parametrize("fills", ["tmpfs", "bound"])
+def test_a_full_spool_counts_exactly_what_it_could_not_keep(tmp_path, request, fills, agent_command):
+    """The soak's spool-full (issue 28): the sink is down until the spool is full and batches are
+    being lost, then back. The spool is full as its tmpfs is (a write fails: the batch that does not
+    fit is lost), or at its bound (--spool-max-mb: the oldest batch is dropped). Either way, what
+    the sink lacks once the spool was sent is exactly what the agent counted as lost or dropped: node
+    samples and self-samples alike, both of which its counters count (the soak compared its node
+    samples alone with them, and was 17 self-samples off); also once its spool is empty again."""
+    port = free_port()  # nobody there yet: the sink is down
+    url = f"http://127.0.0.1:{port}/write"
+    proc = sleeper()
+    stats, log = tmp_path / "stats.json", tmp_path / "agent.log"
+    if fills == "tmpfs":
+        spool, extra, said, counter = (
+            request.getfixturevalue("small_tmpfs"),
+            (),
+            "cannot write: No space left on device",
+            "lost",
+        )
+    else:
+        spool, extra, said, counter = (
+            tmp_path / "spool",
+            ("--spool-max-mb", 0.002),
+            "dropped its oldest batch",
+            "spool_dropped",
+        )
+    try:
+        with open(log, "w") as log_file:
+            # self-samples too (a later --self-interval wins over agent_cmd's)
+            agent = subprocess.Popen(
+                agent_cmd(
+                    "--endpoints",
+                    endpoints_file(tmp_path, proc.pid),
+                    "--name",
+                    "t",
+                    "--interval",
+                    0.02,
+                    "--self-interval",
+                    0.2,
+                    "--sink",
+                    url,
+                    "--spool-dir",
+                    spool,
+                    *extra,
+                    "--drain-timeout",
+                    30,
+                    "--stats",
+                    stats,
+                    command=agent_command,
+                ),
+                stderr=log_file,
+            )
+        receiver = None
+        try:
+            # each batch the full spool could not keep is said: 30 of them, a few self-samples among them
+            wait_until(lambda: log.read_text().count(said) >= 30, "30 batches the full spool could not keep")
+            receiver = HttpReceiver(port)  # the sink is back
+            caught_up = re.compile(r"^flowstat_agent,.* .*spooled_batches=0i,spooled_samples=0i,sinks_down=0i")
+            wait_until(
+                lambda: any(caught_up.match(line) for line in receiver.lines()),
+                "a self-sample saying the spool was sent",
+                timeout=30,
+            )
+            agent.send_signal(signal.SIGTERM)
+            assert agent.wait(60) == 1, log.read_text()  # samples were lost: said by the exit status
+        finally:
+            agent.kill()
+            if receiver is not None:
+                receiver.stop()
+    finally:
+        proc.kill()
+    everything = json.loads(stats.read_text())
+    sink = everything["sinks"][url]
+    taken = [sample_key(line) for line in receiver.lines()]
+    assert len(set(taken)) == len(taken)  # none twice
+    nodes, selves = sum(1 for k in taken if k[1]), sum(1 for k in taken if not k[1])
+    assert sink["delivered"] == nodes + selves
+    missing = everything["samples"] - nodes + everything["self_samples"] - selves
+    assert missing == sink["lost"] + sink["spool_dropped"], (everything, nodes, selves)
+    assert sink[counter] >= 30 and everything["self_samples"] > selves  # self-samples were lost too
+    assert (sink["refused"], sink["spooled"], sink["spooled_samples"]) == (0, 0, 0)
+
+
+def test_batches_the_bound_drops_while_they_are_sent_are_counted_once(tmp_path, agent_command):
+    """A sink slower than the rounds (each post answered in 30 ms, a round every 20 ms) behind a
+    spool of 2 KiB: the bound keeps dropping the oldest batch, often the one being sent. Each is
+    counted once, as what became of it: delivered if the sink took it, else dropped. (A self-sample
+    after each round: batches of 3 and of 1 samples, so that miscounting one for another shows.)"""
+    server = ScriptedHttp(lambda path, body, n: (time.sleep(0.03), (204, b""))[1])  # the scenario: a slow sink
+    proc = sleeper()
+    url = f"http://127.0.0.1:{server.port}/write"
+    stats = tmp_path / "stats.json"
+    try:
+        out = run_agent(
+            "--endpoints",
+            endpoints_file(tmp_path, proc.pid),
+            "--interval",
+            0.02,
+            "--duration",
+            3,
+            "--self-interval",
+            0.02,
+            "--sink",
+            url,
+            "--spool-dir",
+            tmp_path / "spool",
+            "--spool-max-mb",
+            0.002,
+            "--drain-timeout",
+            10,
+            "--stats",
+            stats,
+            command=agent_command,
+        )
+    finally:
+        proc.kill()
+        server.close()
+    assert out.returncode == 1, out.stderr[-2000:]  # samples were dropped
+    everything = json.loads(stats.read_text())
+    sink = everything["sinks"][url]
+    taken = [sample_key(line) for line in server.lines()]
+    assert len(set(taken)) == len(taken) == sink["delivered"]
+    assert sink["spool_dropped"] > 0 and (sink["lost"], sink["spooled_samples"]) == (0, 0)
+    assert sink["delivered"] + sink["spool_dropped"] == everything["samples"] + everything["self_samples"]
 
 
 # -- the spool's bound ---------------------------------------------------------------------------

@@ -4,6 +4,8 @@ what a restarted agent finds, and the folder names the C agent shares. The agent
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from flowstat.agent.spool import URL_FILE, Spool, folder_name
@@ -146,13 +148,172 @@ def test_a_write_cut_short_leaves_nothing_a_restarted_agent_would_take_for_a_bat
     sp = Spool(tmp_path, max_bytes=1000)
     sp.push(b"kept", count=1)
 
-    def disk_error(fd):
+    def disk_error(src, dst):
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr("flowstat.agent.spool.os.fsync", disk_error)
+    monkeypatch.setattr("flowstat.agent.spool.os.replace", disk_error)
     with pytest.raises(OSError):
         sp.push(b"half", count=2)
     monkeypatch.undo()
     again = Spool(tmp_path, max_bytes=1000)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["000000000000-1.batch"]
     assert len(again) == 1 and again.peek() == (b"kept", 1)
+
+
+# -- the batch being sent, and two threads: the sampling thread writes ahead, the sink's sends ----------
+
+
+def test_a_batch_the_bound_drops_while_it_is_sent_is_settled_by_what_became_of_it(tmp_path):
+    """The bound may drop the oldest batch while the sink thread sends it (peek): taken by the sink,
+    it was delivered, not dropped (pop); not taken, it was dropped (release). Counted once, either way."""
+    sp = Spool(tmp_path, max_bytes=150)
+    sp.push(b"a" * 100, count=10)
+    assert sp.peek() == (b"a" * 100, 10)  # being sent
+    sp.push(b"b" * 100, count=20)  # over the bound: the file of the batch being sent goes
+    assert batches(tmp_path) == ["000000000001-20.batch"]
+    assert sp.dropped_samples == 0 and sp.samples == 30 and len(sp) == 2  # not settled yet
+    sp.pop()  # the sink took it
+    assert sp.dropped_samples == 0 and sp.samples == 20 and len(sp) == 1
+    assert sp.peek() == (b"b" * 100, 20)
+    sp.push(b"c" * 100, count=30)  # drops b, being sent
+    sp.release()  # the sink did not take it: dropped after all
+    assert sp.dropped_samples == 20 and sp.samples == 30 and len(sp) == 1
+    assert sp.peek() == (b"c" * 100, 30) and batches(tmp_path) == ["000000000002-30.batch"]
+    sp.push(b"d" * 100, count=40)  # drops c, being sent; the store takes 25 of its 30
+    sp.replace_oldest(b"rest", count=5)  # the rest had lost its place: dropped with it
+    assert sp.dropped_samples == 25 and sp.samples == 40 and len(sp) == 1
+    assert batches(tmp_path) == ["000000000003-40.batch"]
+
+
+def test_a_batch_released_stays_the_oldest(tmp_path):
+    sp = Spool(tmp_path, max_bytes=10_000)
+    sp.push(b"a", count=1)
+    sp.push(b"b", count=2)
+    assert sp.peek() == (b"a", 1)
+    sp.release()  # the sink was down
+    assert sp.peek() == (b"a", 1) and len(sp) == 2 and sp.samples == 3 and sp.dropped_samples == 0
+
+
+def test_a_batch_removed_by_hand_is_skipped_and_no_longer_counted(tmp_path, caplog):
+    sp = Spool(tmp_path, max_bytes=10_000)
+    sp.push(b"aaaaa", count=1)
+    sp.push(b"b", count=2)
+    (tmp_path / "000000000000-1.batch").unlink()
+    with caplog.at_level("ERROR", logger="flowstat.agent"):
+        assert sp.peek() == (b"b", 2) and len(sp) == 1 and sp.samples == 2
+    assert [r.getMessage() for r in caplog.records] == [
+        f"spool {tmp_path}: batch 000000000000-1.batch is gone (removed by hand?): skipped"
+    ]
+    sp.release()
+    sp.max_bytes = 3
+    sp.push(b"cc", count=3)  # 1 + 2 bytes: within the bound, the 5 bytes removed no longer counted
+    assert sp.dropped_samples == 0 and len(sp) == 2
+    small = Spool(tmp_path, max_bytes=1)  # the bound reaches a file removed by hand: dropped all the same
+    (tmp_path / "000000000001-2.batch").unlink()
+    small.push(b"d", count=4)
+    assert small.dropped_samples == 2 + 3 and len(small) == 1 and small.samples == 4
+
+
+@pytest.mark.parametrize("fails_at", ["open", "write"])
+def test_a_batch_that_cannot_be_written_leaves_nothing_and_counts_nothing(tmp_path, monkeypatch, fails_at):
+    """A full disk, as the file is made or as it is written: the error is the disk's, no file is
+    left (not even the one being written), and the spool says what it said before."""
+    sp = Spool(tmp_path, max_bytes=10_000)
+    sp.push(b"kept", count=1)
+    full = OSError(28, "No space left on device")
+
+    class Full:
+        def __init__(self, path, mode):
+            if fails_at == "open":
+                raise full
+            self.f = open(path, mode)  # noqa: SIM115 - closed in __exit__
+
+        def __enter__(self):
+            return self
+
+        def write(self, data):
+            raise full
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+    monkeypatch.setattr("flowstat.agent.spool.open", Full, raising=False)
+    with pytest.raises(OSError) as raised:
+        sp.push(b"more", count=5)
+    assert raised.value is full
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["000000000000-1.batch"]
+    assert len(sp) == 1 and sp.samples == 1 and sp.dropped_samples == 0
+    sp.push(b"next", count=2)  # numbered on: no gap where the write failed
+    assert batches(tmp_path) == ["000000000000-1.batch", "000000000001-2.batch"]
+
+
+def test_a_push_drops_as_many_batches_as_the_bound_needs_the_one_being_sent_first(tmp_path):
+    sp = Spool(tmp_path, max_bytes=150)
+    sp.push(b"a" * 100, count=1)
+    assert sp.peek() == (b"a" * 100, 1)
+    sp.push(b"b" * 40, count=2)  # 140: within the bound
+    sp.push(b"c" * 120, count=3)  # 260: a (being sent) goes, then b
+    assert batches(tmp_path) == ["000000000002-3.batch"] and sp.dropped_samples == 2 and sp.samples == 1 + 3
+    sp.release()  # a was not taken either
+    assert sp.dropped_samples == 1 + 2 and sp.samples == 3 and len(sp) == 1
+
+
+def test_what_stays_is_flushed_to_disk_once(tmp_path, monkeypatch):
+    """Batches are written without fsync (write-ahead, on the sampling thread); sync flushes those
+    written since it last ran, and the folder, once each; one the sink took meanwhile needs none."""
+    flushed: list[str] = []
+    real = os.fsync
+    monkeypatch.setattr(
+        "flowstat.agent.spool.os.fsync", lambda fd: (flushed.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd))
+    )
+    sp = Spool(tmp_path, max_bytes=10_000)
+    for i in range(3):
+        sp.push(b"x", count=i + 1)
+    assert flushed == []
+    sp.peek()
+    sp.pop()  # the sink took the first
+    sp.sync()
+    folder = str(tmp_path)
+    assert sorted(flushed) == sorted([folder, f"{folder}/000000000001-2.batch", f"{folder}/000000000002-3.batch"])
+    flushed.clear()
+    sp.sync()  # nothing new
+    assert flushed == []
+    sp.push(b"y", count=4)
+    sp.sync()
+    assert sorted(flushed) == sorted([folder, f"{folder}/000000000003-4.batch"])
+    flushed.clear()
+    Spool(tmp_path, max_bytes=10_000).sync()  # what an earlier agent left was flushed by it
+    assert flushed == []
+
+
+def test_batches_written_by_one_thread_and_sent_by_another_are_each_counted_once(tmp_path):
+    """The sampling thread pushes (write-ahead) while the sink thread takes, sends and settles, the
+    bound dropping some meanwhile: every sample ends delivered, dropped or still spooled, once."""
+    import threading
+
+    sp = Spool(tmp_path, max_bytes=250)  # two batches
+    pushed = 3000
+
+    def write():
+        for i in range(pushed):
+            sp.push(b"x" * 100, count=1 + i % 3)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    delivered = 0
+    turn = 0
+    while writer.is_alive() or len(sp):
+        item = sp.peek()
+        if item is None:
+            continue
+        turn += 1
+        if turn % 5 == 0:  # the sink is down now and then
+            sp.release()
+        else:
+            sp.pop()
+            delivered += item[1]
+    writer.join()
+    total = sum(1 + i % 3 for i in range(pushed))
+    assert sp.dropped_samples > 0 and delivered + sp.dropped_samples + sp.samples == total
+    assert sp.samples == 0 and batches(tmp_path) == []

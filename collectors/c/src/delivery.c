@@ -71,11 +71,36 @@ static struct batch *new_batch(const struct sink *s, const struct fs_sample *sam
     return b;
 }
 
+/* Sampling thread: the batch goes to the spool before it is sent (1), so that an agent killed
+ * while its sink is slow or hangs leaves it for the next one; or it cannot be written (a full
+ * disk: 0), and waits in memory as a sink without a spool's do. Either is said once as it begins. */
+static int write_ahead(struct sink_runner *r, const struct batch *b)
+{
+    if (spool_push(&r->spool, b->data, b->len, b->count, NULL) == 0) {
+        if (r->ahead_failing)
+            LOG_WARN("spool %s can be written again: batches go to it before they are sent", r->spool.dir);
+        r->ahead_failing = 0;
+        return 1;
+    }
+    if (!r->ahead_failing)
+        LOG_ERR("spool %s: cannot write: %s: batches wait in memory until sent, lost if the agent is killed",
+                r->spool.dir, strerror(errno));
+    r->ahead_failing = 1;
+    return 0;
+}
+
 void runner_submit(struct sink_runner *r, const struct fs_sample *samples, size_t n)
 {
     if (n == 0)
         return;
     struct batch *b = new_batch(&r->sink, samples, n);
+    if (b && r->has_spool && write_ahead(r, b)) {
+        free_batch(b);
+        pthread_mutex_lock(&r->lock);
+        pthread_cond_signal(&r->wake);
+        pthread_mutex_unlock(&r->lock);
+        return;
+    }
     long long dropped = 0;
     pthread_mutex_lock(&r->lock);
     if (b) {
@@ -99,7 +124,7 @@ void runner_submit(struct sink_runner *r, const struct fs_sample *samples, size_
                 r->sink.url, r->queue_max, dropped);
 }
 
-static int spool_pending(const struct sink_runner *r)
+static int spool_pending(struct sink_runner *r)
 {
     return r->has_spool && !spool_empty(&r->spool);
 }
@@ -112,9 +137,9 @@ static void publish(struct sink_runner *r)
     p->refused = r->refused;
     p->lost = r->lost;
     p->send_failures = r->send_failures;
-    p->spool_dropped = r->has_spool ? r->spool.dropped_samples : 0;
-    p->spooled_batches = r->has_spool ? (long long)(r->spool.next - r->spool.first) : 0;
-    p->spooled_samples = r->has_spool ? r->spool.samples : 0;
+    p->spool_dropped = p->spooled_batches = p->spooled_samples = 0;
+    if (r->has_spool)
+        spool_figures(&r->spool, &p->spooled_batches, &p->spooled_samples, &p->spool_dropped);
     p->down = r->down;
 }
 
@@ -143,6 +168,7 @@ static struct batch *next_batch(struct sink_runner *r, int *stop, double *exit_d
             break;
         struct timespec until = monotonic_timespec(r->next_retry);
         pthread_cond_timedwait(&r->wake, &r->lock, &until);
+        publish(r); /* a batch written ahead while the sink is down waits in the spool: say so */
     }
     struct batch *b = r->head;
     if (b) {
@@ -184,11 +210,12 @@ static void trouble_ends(const struct sink_runner *r)
 }
 
 /* Documents answered 403 while others are stored (a user that may write the samples' index but
- * not the agents'): the trouble lasts until the spool they wait in is empty, not until the next
- * batch that happens to hold none of them. */
-static int trouble_lasts(const struct sink_runner *r, const struct sink_outcome *o)
+ * not the agents'): the trouble lasts until the sink took the batch they wait in, in the spool,
+ * not until the next batch that happens to hold none of them. */
+static int trouble_lasts(struct sink_runner *r, const struct sink_outcome *o)
 {
-    return o->trouble == TROUBLE_NONE && r->trouble == TROUBLE_FORBIDDEN && !r->down && spool_pending(r);
+    return o->trouble == TROUBLE_NONE && r->trouble == TROUBLE_FORBIDDEN && !r->down && r->forbidden_kept &&
+        spool_holds(&r->spool, r->forbidden_batch);
 }
 
 /* What the last send said of the sink: down (nothing taken; not asked again before next_retry),
@@ -211,7 +238,7 @@ static void note_outcome(struct sink_runner *r, const struct sink_outcome *o)
  * written) it is lost, and counted. */
 static void keep(struct sink_runner *r, const char *data, size_t len, int count)
 {
-    if (r->has_spool && spool_push(&r->spool, data, len, count) == 0)
+    if (r->has_spool && spool_push(&r->spool, data, len, count, &r->last_kept) == 0)
         return;
     if (r->has_spool)
         LOG_ERR("spool %s: cannot write: %s", r->spool.dir, strerror(errno));
@@ -230,7 +257,12 @@ static void send_again_later(struct sink_runner *r, const struct sink_outcome *o
         r->lost += o->again_count;
         return;
     }
+    long long lost = r->lost;
     keep(r, o->again.data, o->again.len, o->again_count);
+    if (o->trouble == TROUBLE_FORBIDDEN && r->lost == lost) { /* the trouble lasts until the sink took them */
+        r->forbidden_batch = r->last_kept;
+        r->forbidden_kept = 1;
+    }
     r->next_retry = fs_monotonic() + RETRY_S;
 }
 
@@ -254,17 +286,29 @@ static int deliver(struct sink_runner *r, const char *data, size_t len, int coun
     return 0;
 }
 
-/* Resend the spool, oldest first, until it is empty (0) or `until` passes (-1); -1 too when the
- * sink must be left alone until next_retry (then every way out sets it: the caller waits for it). */
-static int drain_spool(struct sink_runner *r, double until)
+/* The exit deadline runner_stop set (INFINITY before): the sampling thread may set it meanwhile. */
+static double exit_deadline_now(struct sink_runner *r)
+{
+    pthread_mutex_lock(&r->lock);
+    double deadline = r->exit_deadline;
+    pthread_mutex_unlock(&r->lock);
+    return deadline > 0 ? deadline : INFINITY;
+}
+
+/* Send the spool, oldest first, until it is empty (0) or `until` passes (-1), or, with watch_exit,
+ * the exit deadline; -1 too when the sink must be left alone until next_retry (then every way out
+ * sets it: the caller waits for it). A batch leaves the spool once the sink took it: a sink that
+ * took it and an agent killed before it could say so get it again (the stores overwrite it). */
+static int drain_spool(struct sink_runner *r, double until, int watch_exit)
 {
     while (spool_pending(r)) {
-        if (fs_monotonic() >= until)
+        double now = fs_monotonic();
+        if (now >= until || (watch_exit && now >= exit_deadline_now(r)))
             return -1;
         size_t len = 0;
         int count = 0;
-        char *data = spool_peek(&r->spool, &len, &count);
-        if (!data && spool_empty(&r->spool))
+        char *data = spool_take(&r->spool, &len, &count);
+        if (!data && errno == 0)
             return 0;
         if (!data) {
             LOG_ERR("spool %s: cannot read its oldest batch: %s", r->spool.dir, strerror(errno));
@@ -273,9 +317,11 @@ static int drain_spool(struct sink_runner *r, double until)
         }
         int rc = deliver(r, data, len, count);
         free(data);
-        if (rc != 0)
+        if (rc != 0) {
+            spool_release(&r->spool);
             return -1;
-        spool_pop(&r->spool);
+        }
+        spool_ack(&r->spool);
         if (fs_monotonic() < r->next_retry) /* part of it is to be sent again, after a pause */
             return -1;
     }
@@ -287,18 +333,34 @@ static int drain_spool(struct sink_runner *r, double until)
 static void take_batch(struct sink_runner *r, const struct batch *b, double until)
 {
     int hold = (r->down || spool_pending(r)) && fs_monotonic() < r->next_retry;
-    if (hold || drain_spool(r, until) != 0 || deliver(r, b->data, b->len, b->count) != 0)
+    if (hold || drain_spool(r, until, 0) != 0 || deliver(r, b->data, b->len, b->count) != 0)
         keep(r, b->data, b->len, b->count);
 }
 
 /* A sink that takes each batch just within its time-out must not hold the exit for as many
- * time-outs as there are batches queued: past the exit deadline they go to the spool unsent. */
-static void put_aside(struct sink_runner *r, const struct batch *b)
+ * time-outs as there are batches queued: past the exit deadline they stay in the spool unsent. */
+static void too_slow(struct sink_runner *r)
 {
     if (!r->put_aside++)
         LOG_ERR("sink %s is too slow to take what was queued before the exit: %s", r->sink.url,
                 r->has_spool ? "the rest is spooled" : "the rest is lost (no --spool-dir)");
+}
+
+static void put_aside(struct sink_runner *r, const struct batch *b)
+{
+    too_slow(r);
     keep(r, b->data, b->len, b->count);
+}
+
+/* At exit, what was written ahead to the spool and not sent yet goes, as queued batches do: a sink
+ * that is up gets until the exit deadline for it. */
+static void send_written_ahead(struct sink_runner *r, double until)
+{
+    int held = r->down && fs_monotonic() < r->next_retry;
+    if (held || !spool_pending(r))
+        return;
+    if (drain_spool(r, until, 0) != 0 && spool_pending(r) && fs_monotonic() >= until)
+        too_slow(r);
 }
 
 static void sleep_until_monotonic(double t)
@@ -318,7 +380,7 @@ static void drain_at_exit(struct sink_runner *r)
         if (!spool_pending(r) || now >= deadline)
             return;
         if (now >= r->next_retry)
-            drain_spool(r, deadline); /* empties it, or waits for next_retry, or stops at the deadline */
+            drain_spool(r, deadline, 0); /* empties it, or waits for next_retry, or stops at the deadline */
         else
             sleep_until_monotonic(r->next_retry < deadline ? r->next_retry : deadline);
     }
@@ -339,12 +401,17 @@ static void *run_sink(void *arg)
                 take_batch(r, b, until);
             free_batch(b);
         } else if (stop) {
+            send_written_ahead(r, until);
             break;
         } else {
-            drain_spool(r, until);
+            drain_spool(r, until, 1);
         }
+        if (r->has_spool && r->down) /* what the sink did not take stays: on disk for good */
+            spool_sync(&r->spool);
     }
     drain_at_exit(r);
+    if (r->has_spool)
+        spool_sync(&r->spool);
     return NULL;
 }
 
@@ -375,8 +442,10 @@ static int open_spool(struct sink_runner *r, const char *spool_dir, long long ma
         snprintf(err, errlen, "spool %s: %s", dir, strerror(errno));
         return -1;
     }
-    if (spool_claim(&r->spool, r->sink.url, err, errlen) != 0)
+    if (spool_claim(&r->spool, r->sink.url, err, errlen) != 0) {
+        spool_close(&r->spool);
         return -1;
+    }
     r->has_spool = 1;
     return 0;
 }
@@ -440,6 +509,9 @@ void runner_close(struct sink_runner *r)
         free_batch(b);
     }
     r->tail = NULL;
+    if (r->has_spool)
+        spool_close(&r->spool);
+    r->has_spool = 0;
     sink_close(&r->sink);
     pthread_cond_destroy(&r->wake);
     pthread_mutex_destroy(&r->lock);

@@ -1,8 +1,11 @@
 /* One delivery thread per sink, like the Python agent's SinkRunner: a sink that hangs (an HTTP
  * store holding its answer up to the 5 s time-out, a TCP receiver that stops reading) must never
- * delay sampling. The sampling thread only encodes each tick's batch for the sink and queues it;
- * the sink's thread sends the batches in order, spools them on disk while the sink is down, and
- * resends the spool every second. The sink, its spool and its counters are that thread's own. */
+ * delay sampling. The sampling thread only encodes each tick's batch for the sink and, when the
+ * sink has a spool, writes it there (write-ahead: an agent killed while its sink hangs leaves what
+ * it sampled on disk, for the next one to send); else, or when the spool cannot be written, it
+ * queues it in memory. The sink's thread sends the spool, oldest first, removing each batch once
+ * the sink took it, then what is queued; while the sink is down it asks again every second. The
+ * sink and its counters are that thread's own; the spool is shared (spool.h). */
 #ifndef FLOWSTAT_DELIVERY_H
 #define FLOWSTAT_DELIVERY_H
 
@@ -34,6 +37,10 @@ struct sink_runner {
     long long delivered, refused, lost;
     long long send_failures; /* sends that found the sink down */
     int put_aside; /* batches spooled unsent at exit: the sink was too slow */
+    unsigned long long last_kept; /* the spool's number of the last batch keep() put there */
+    unsigned long long forbidden_batch; /* the newest batch of documents answered 403 (forbidden_kept) */
+    int forbidden_kept;
+    int ahead_failing; /* the sampling thread's: the spool could not be written ahead of a send */
 
     /* shared with the sampling thread, under lock */
     pthread_mutex_t lock;

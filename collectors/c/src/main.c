@@ -352,15 +352,17 @@ static void write_stats(struct agent *a)
             a->samples_taken, a->self_seq, a->rounds, a->skipped_rounds, a->ntargets, a->ngone, a->control.errors,
             a->proc_errors);
     for (size_t i = 0; i < a->opt.nsinks; i++) {
-        const struct sink_runner *r = &a->sinks[i];
+        struct sink_runner *r = &a->sinks[i];
         struct fs_buf url = {0};
+        long long batches = 0, spooled = 0, dropped = 0;
+        if (r->has_spool)
+            spool_figures(&r->spool, &batches, &spooled, &dropped);
         fs_buf_json_string(&url, r->sink.url);
         fprintf(f,
-                "%s%s: {\"delivered\": %lld, \"refused\": %lld, \"lost\": %lld, \"spooled\": %llu, "
+                "%s%s: {\"delivered\": %lld, \"refused\": %lld, \"lost\": %lld, \"spooled\": %lld, "
                 "\"spooled_samples\": %lld, \"spool_dropped\": %lld}",
-                i ? ", " : "", url.data ? url.data : "\"\"", r->delivered, r->refused, runner_lost(r),
-                r->has_spool ? r->spool.next - r->spool.first : 0ULL, r->has_spool ? r->spool.samples : 0LL,
-                r->has_spool ? r->spool.dropped_samples : 0LL);
+                i ? ", " : "", url.data ? url.data : "\"\"", r->delivered, r->refused, runner_lost(r), batches, spooled,
+                dropped);
         fs_buf_free(&url);
     }
     fprintf(f, "}}\n");
@@ -542,11 +544,15 @@ static void stop_sinks(struct agent *a)
 }
 
 /* Lost for good: never delivered, refused or still spooled. After stop_sinks. */
-static long long lost_samples(const struct agent *a)
+static long long lost_samples(struct agent *a)
 {
     long long lost = 0;
-    for (size_t i = 0; i < a->opt.nsinks; i++)
-        lost += runner_lost(&a->sinks[i]) + (a->sinks[i].has_spool ? a->sinks[i].spool.dropped_samples : 0);
+    for (size_t i = 0; i < a->opt.nsinks; i++) {
+        long long batches = 0, spooled = 0, dropped = 0;
+        if (a->sinks[i].has_spool)
+            spool_figures(&a->sinks[i].spool, &batches, &spooled, &dropped);
+        lost += runner_lost(&a->sinks[i]) + dropped;
+    }
     return lost;
 }
 

@@ -31,25 +31,9 @@ static int parse_batch_name(const char *name, unsigned long long *n, int *count)
     return 0;
 }
 
-/* The file of batch number n, whatever its count suffix. */
-static int batch_path(const struct spool *s, unsigned long long n, char *out, size_t len, int *count)
+static void batch_path(const struct spool *s, const struct spool_entry *e, char *out, size_t len)
 {
-    DIR *dir = opendir(s->dir);
-    if (!dir)
-        return -1;
-    struct dirent *e;
-    int found = -1;
-    while (found != 0 && (e = readdir(dir)) != NULL) {
-        unsigned long long number;
-        int samples;
-        if (parse_batch_name(e->d_name, &number, &samples) == 0 && number == n) {
-            snprintf(out, len, "%s/%s", s->dir, e->d_name);
-            *count = samples;
-            found = 0;
-        }
-    }
-    closedir(dir);
-    return found;
+    snprintf(out, len, "%s/%012llu-%d.batch", s->dir, e->number, e->count);
 }
 
 static int mkdirs(const char *path)
@@ -67,20 +51,48 @@ static int mkdirs(const char *path)
     return mkdir(tmp, 0700) == 0 || errno == EEXIST ? 0 : -1;
 }
 
+/* Room for one more entry at the end of the index. Under lock (or before the spool is shared). */
+static int make_room(struct spool *s)
+{
+    if (s->off + s->len < s->cap)
+        return 0;
+    if (s->off > 0) { /* the front was popped: move what is left down */
+        memmove(s->entries, s->entries + s->off, s->len * sizeof *s->entries);
+        s->off = 0;
+        if (s->len < s->cap)
+            return 0;
+    }
+    size_t cap = s->cap ? 2 * s->cap : 64;
+    struct spool_entry *more = realloc(s->entries, cap * sizeof *more);
+    if (!more)
+        return -1;
+    s->entries = more;
+    s->cap = cap;
+    return 0;
+}
+
+static int by_number(const void *a, const void *b)
+{
+    unsigned long long x = ((const struct spool_entry *)a)->number, y = ((const struct spool_entry *)b)->number;
+    return (x > y) - (x < y);
+}
+
 int spool_open(struct spool *s, const char *dir, long long max_bytes)
 {
     memset(s, 0, sizeof *s);
+    pthread_mutex_init(&s->lock, NULL);
     fs_strlcpy(s->dir, dir, sizeof s->dir);
     s->max_bytes = max_bytes;
-    if (mkdirs(dir) != 0)
+    DIR *d = mkdirs(dir) == 0 ? opendir(dir) : NULL;
+    if (!d) {
+        int saved = errno;
+        spool_close(s);
+        errno = saved;
         return -1;
-    DIR *d = opendir(dir);
-    if (!d)
-        return -1;
+    }
     struct dirent *e;
-    int any = 0;
-    unsigned long long lo = 0, hi = 0;
-    while ((e = readdir(d)) != NULL) {
+    int rc = 0;
+    while (rc == 0 && (e = readdir(d)) != NULL) {
         size_t nl = strlen(e->d_name);
         char path[1024];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
@@ -88,51 +100,99 @@ int spool_open(struct spool *s, const char *dir, long long max_bytes)
             unlink(path);
             continue;
         }
-        unsigned long long n;
-        int count;
-        if (parse_batch_name(e->d_name, &n, &count) != 0)
+        struct spool_entry found;
+        if (parse_batch_name(e->d_name, &found.number, &found.count) != 0)
             continue;
         struct stat st;
-        if (stat(path, &st) == 0)
-            s->bytes += st.st_size;
-        s->samples += count;
-        lo = any && lo < n ? lo : n;
-        hi = any && hi > n ? hi : n;
-        any = 1;
+        found.bytes = stat(path, &st) == 0 ? (long long)st.st_size : 0;
+        rc = make_room(s);
+        if (rc == 0) {
+            s->entries[s->len++] = found;
+            s->bytes += found.bytes;
+            s->samples += found.count;
+        }
     }
     closedir(d);
-    s->first = any ? lo : 0;
-    s->next = any ? hi + 1 : 0;
+    if (rc != 0) {
+        spool_close(s);
+        errno = ENOMEM;
+        return -1;
+    }
+    if (s->len) /* qsort must not be given NULL, even for nothing */
+        qsort(s->entries, s->len, sizeof *s->entries, by_number);
+    s->next = s->len ? s->entries[s->len - 1].number + 1 : 0;
+    s->synced = s->next;
     return 0;
 }
 
-int spool_empty(const struct spool *s)
+void spool_close(struct spool *s)
 {
-    return s->first >= s->next;
+    free(s->entries);
+    s->entries = NULL;
+    s->off = s->len = s->cap = 0;
+    pthread_mutex_destroy(&s->lock);
 }
 
-void spool_pop(struct spool *s)
+int spool_empty(struct spool *s)
 {
+    pthread_mutex_lock(&s->lock);
+    int empty = s->len == 0;
+    pthread_mutex_unlock(&s->lock);
+    return empty;
+}
+
+int spool_holds(struct spool *s, unsigned long long number)
+{
+    pthread_mutex_lock(&s->lock);
+    int held = s->len > 0 && s->entries[s->off].number <= number;
+    pthread_mutex_unlock(&s->lock);
+    return held;
+}
+
+void spool_figures(struct spool *s, long long *batches, long long *samples, long long *dropped)
+{
+    pthread_mutex_lock(&s->lock);
+    *batches = (long long)s->len + (s->taken && s->taken_dropped); /* a dropped batch being sent: until settled */
+    *samples = s->samples;
+    *dropped = s->dropped_samples;
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Remove the oldest entry from the index and its file from the folder. Under lock. */
+static struct spool_entry remove_oldest(struct spool *s)
+{
+    struct spool_entry old = s->entries[s->off];
     char path[1024];
-    int count = 0;
-    if (spool_empty(s))
-        return;
-    if (batch_path(s, s->first, path, sizeof path, &count) == 0) {
-        struct stat st;
-        if (stat(path, &st) == 0)
-            s->bytes -= st.st_size;
-        unlink(path);
-        s->samples -= count;
-    }
-    s->first++;
+    batch_path(s, &old, path, sizeof path);
+    unlink(path);
+    s->off++;
+    s->len--;
+    s->bytes -= old.bytes;
+    return old;
 }
 
-int spool_push(struct spool *s, const char *data, size_t len, int count)
+/* Past the bound the oldest batches go, never the newest one. The one the sink thread is sending
+ * loses its file too, but is settled when its send ends: delivered if the sink took it, else
+ * dropped (spool_ack, spool_release). Under lock. */
+static void keep_to_bound(struct spool *s)
 {
-    char path[1024], tmp[1040];
-    snprintf(path, sizeof path, "%s/%012llu-%d.batch", s->dir, s->next, count);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    while (s->bytes > s->max_bytes && s->len > 1) {
+        struct spool_entry old = remove_oldest(s);
+        if (s->taken && !s->taken_dropped && old.number == s->taken_entry.number) {
+            s->taken_dropped = 1;
+            continue;
+        }
+        s->samples -= old.count;
+        s->dropped_samples += old.count;
+        LOG_ERR("spool %s is over %lld bytes: dropped its oldest batch (%d samples)", s->dir, s->max_bytes, old.count);
+    }
+}
+
+/* The whole of data in a new file, or nothing (-1 with errno: a full disk). Not flushed to disk
+ * here: spool_sync does, once it is known to stay. */
+static int write_file(const char *path, const char *data, size_t len)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0)
         return -1;
     size_t off = 0;
@@ -141,57 +201,179 @@ int spool_push(struct spool *s, const char *data, size_t len, int count)
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0) {
-            close(fd);
-            unlink(tmp);
-            return -1;
+            if (w == 0)
+                errno = ENOSPC;
+            break;
         }
         off += (size_t)w;
     }
-    if (fsync(fd) != 0 || close(fd) != 0 || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return -1;
+    int ok = off == len, saved = errno;
+    if (close(fd) != 0 && ok) {
+        ok = 0;
+        saved = errno;
     }
-    s->next++;
-    s->bytes += (long long)len;
-    s->samples += count;
-    while (s->bytes > s->max_bytes && s->next - s->first > 1) {
-        char old[1024];
-        int lost = 0;
-        if (batch_path(s, s->first, old, sizeof old, &lost) == 0) {
-            s->dropped_samples += lost;
-            LOG_ERR("spool %s is over %lld bytes: dropped its oldest batch (%d samples)", s->dir, s->max_bytes, lost);
-        }
-        spool_pop(s);
+    if (!ok) {
+        unlink(path);
+        errno = saved;
+        return -1;
     }
     return 0;
 }
 
-char *spool_peek(struct spool *s, size_t *len, int *count)
+int spool_push(struct spool *s, const char *data, size_t len, int count, unsigned long long *number)
 {
-    char path[1024];
-    while (!spool_empty(s)) {
-        if (batch_path(s, s->first, path, sizeof path, count) != 0) {
-            s->first++; /* a gap (removed by hand): skip it */
+    char tmp[1024], path[1024];
+    pthread_mutex_lock(&s->lock);
+    unsigned long long mine = s->tmp_seq++;
+    pthread_mutex_unlock(&s->lock);
+    /* written under a name of its own, outside the lock; numbered as it is renamed, under it */
+    snprintf(tmp, sizeof tmp, "%s/push-%llu.tmp", s->dir, mine);
+    if (write_file(tmp, data, len) != 0)
+        return -1;
+    pthread_mutex_lock(&s->lock);
+    struct spool_entry e = {.number = s->next, .bytes = (long long)len, .count = count};
+    batch_path(s, &e, path, sizeof path);
+    if (make_room(s) != 0 || rename(tmp, path) != 0) {
+        int saved = errno;
+        pthread_mutex_unlock(&s->lock);
+        unlink(tmp);
+        errno = saved;
+        return -1;
+    }
+    s->next++;
+    if (number)
+        *number = e.number;
+    s->entries[s->off + s->len++] = e;
+    s->bytes += e.bytes;
+    s->samples += count;
+    keep_to_bound(s);
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+}
+
+static char *read_file(int fd, size_t *len)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return NULL;
+    char *buf = malloc((size_t)st.st_size + 1);
+    size_t got = 0;
+    while (buf && got < (size_t)st.st_size) {
+        ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            free(buf);
+            errno = n == 0 ? EIO : errno;
+            return NULL;
+        }
+        got += (size_t)n;
+    }
+    *len = got;
+    return buf;
+}
+
+char *spool_take(struct spool *s, size_t *len, int *count)
+{
+    for (;;) {
+        pthread_mutex_lock(&s->lock);
+        if (s->len == 0) {
+            pthread_mutex_unlock(&s->lock);
+            errno = 0;
+            return NULL;
+        }
+        struct spool_entry e = s->entries[s->off];
+        char path[1024];
+        batch_path(s, &e, path, sizeof path);
+        /* opened under the lock: the bound may remove the file from now on, not what is read */
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0 && errno == ENOENT) { /* removed by hand: it is not there to send */
+            remove_oldest(s);
+            s->samples -= e.count;
+            pthread_mutex_unlock(&s->lock);
+            LOG_ERR("spool %s: batch %s is gone (removed by hand?): skipped", s->dir, path);
             continue;
         }
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        struct stat st;
-        if (fd < 0 || fstat(fd, &st) != 0) {
-            if (fd >= 0)
-                close(fd);
-            return NULL;
+        if (fd >= 0) {
+            s->taken = 1;
+            s->taken_dropped = 0;
+            s->taken_entry = e;
         }
-        char *buf = malloc((size_t)st.st_size + 1);
-        ssize_t n = buf ? read(fd, buf, (size_t)st.st_size) : -1;
+        pthread_mutex_unlock(&s->lock);
+        if (fd < 0)
+            return NULL;
+        char *data = read_file(fd, len);
+        int saved = errno;
         close(fd);
-        if (n != st.st_size) {
-            free(buf);
+        if (!data) {
+            spool_release(s);
+            errno = saved;
             return NULL;
         }
-        *len = (size_t)n;
-        return buf;
+        *count = e.count;
+        return data;
     }
-    return NULL;
+}
+
+void spool_ack(struct spool *s)
+{
+    pthread_mutex_lock(&s->lock);
+    if (s->taken) {
+        if (!s->taken_dropped)
+            remove_oldest(s); /* the taken batch: only the bound removes others from the front */
+        s->samples -= s->taken_entry.count;
+        s->taken = 0;
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+void spool_release(struct spool *s)
+{
+    pthread_mutex_lock(&s->lock);
+    if (s->taken && s->taken_dropped) {
+        s->samples -= s->taken_entry.count;
+        s->dropped_samples += s->taken_entry.count;
+        LOG_ERR("spool %s is over %lld bytes: dropped its oldest batch (%d samples)", s->dir, s->max_bytes,
+                s->taken_entry.count);
+    }
+    s->taken = 0;
+    pthread_mutex_unlock(&s->lock);
+}
+
+void spool_sync(struct spool *s)
+{
+    pthread_mutex_lock(&s->lock);
+    size_t n = 0, from = s->len;
+    while (from > 0 && s->entries[s->off + from - 1].number >= s->synced)
+        from--, n++;
+    struct spool_entry *todo = n ? malloc(n * sizeof *todo) : NULL;
+    if (todo)
+        memcpy(todo, s->entries + s->off + from, n * sizeof *todo);
+    unsigned long long upto = s->next;
+    pthread_mutex_unlock(&s->lock);
+    if (!todo)
+        return;
+    /* outside the lock: the sampling thread writes on meanwhile; a file the sink took or the bound
+     * dropped since is gone, and needs nothing */
+    for (size_t i = 0; i < n; i++) {
+        char path[1024];
+        batch_path(s, &todo[i], path, sizeof path);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) {
+            fsync(fd);
+            close(fd);
+        }
+    }
+    free(todo);
+    int dir = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir >= 0) {
+        fsync(dir);
+        close(dir);
+    }
+    pthread_mutex_lock(&s->lock);
+    if (upto > s->synced)
+        s->synced = upto;
+    pthread_mutex_unlock(&s->lock);
 }
 
 static char *read_small_file(const char *path, size_t max)

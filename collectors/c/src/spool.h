@@ -1,30 +1,70 @@
-/* A bounded on-disk FIFO of encoded batches while a sink is down (same layout as the Python
- * agent's: NNNNNNNNNNNN-COUNT.batch files, oldest dropped and counted past the bound), and a file
- * sink-url naming the sink they are for. One thread uses a spool: the one of its sink. */
+/* A bounded on-disk FIFO of encoded batches for one sink (same layout as the Python agent's:
+ * NNNNNNNNNNNN-COUNT.batch files, oldest dropped and counted past the bound), and a file sink-url
+ * naming the sink they are for.
+ *
+ * Every batch of a sink that has a spool is written here before it is sent (write-ahead), by the
+ * sampling thread, and removed once the sink took it (spool_ack), by the sink's thread: so what an
+ * agent sampled is on disk, not only in its memory, from the moment it is encoded, and an agent
+ * killed at any point leaves it for the next one. The two threads share a spool: its index and
+ * counters are under its lock; files are written and read outside it. */
 #ifndef FLOWSTAT_SPOOL_H
 #define FLOWSTAT_SPOOL_H
 
+#include <pthread.h>
 #include <stddef.h>
+
+struct spool_entry {
+    unsigned long long number; /* its place in the order: the file's name */
+    long long bytes;
+    int count; /* samples */
+};
 
 struct spool {
     char dir[512];
-    long long max_bytes, bytes;
-    unsigned long long first, next; /* batch numbers in the spool: [first, next) */
-    long long samples; /* in the spool now */
+    long long max_bytes;
+
+    pthread_mutex_t lock; /* all below */
+    long long bytes; /* of the batch files on disk */
+    long long samples; /* in the spool now, the batch being sent included until it is settled */
     long long dropped_samples; /* dropped past the bound */
+    unsigned long long next; /* the number of the next batch */
+    unsigned long long synced; /* batches below this number were flushed to disk (spool_sync) */
+    unsigned long long tmp_seq; /* names of files being written */
+    struct spool_entry *entries; /* oldest first: entries[off .. off + len) */
+    size_t off, len, cap;
+    /* The batch the sink thread is sending (spool_take): the bound may drop its file meanwhile;
+     * it is settled, as delivered or as dropped, by spool_ack or spool_release. */
+    int taken, taken_dropped;
+    struct spool_entry taken_entry;
 };
 
 /* The file in a spool folder that names its sink (the URL and a newline), so that another program
  * (flowstat agent --flush-spool DIR) can resend a spool whose agent is gone. */
 #define SPOOL_URL_FILE "sink-url"
 
+/* Open (creating it) the spool folder dir and find what an earlier agent left there, in order. */
 int spool_open(struct spool *s, const char *dir, long long max_bytes);
+void spool_close(struct spool *s);
 /* Write SPOOL_URL_FILE if absent; -1 with a message in err if it cannot, or if it names another URL. */
 int spool_claim(struct spool *s, const char *url, char *err, size_t errlen);
-int spool_push(struct spool *s, const char *data, size_t len, int count);
-/* The oldest batch (malloc'd, caller frees) and its sample count; NULL when empty. */
-char *spool_peek(struct spool *s, size_t *len, int *count);
-void spool_pop(struct spool *s);
-int spool_empty(const struct spool *s);
+/* Append a batch (any thread), its number in *number (may be NULL); past the bound the oldest
+ * batches are dropped and counted, never the one just written. -1 with errno when it cannot be
+ * written (a full disk): nothing is left of it. */
+int spool_push(struct spool *s, const char *data, size_t len, int count, unsigned long long *number);
+/* The sink thread: the oldest batch (malloc'd, caller frees), its sample count, and the batch is
+ * taken until spool_ack or spool_release. NULL when empty, or with errno when it cannot be read. */
+char *spool_take(struct spool *s, size_t *len, int *count);
+/* The taken batch went to the sink: its file is removed. */
+void spool_ack(struct spool *s);
+/* The taken batch did not go: it stays the oldest (or, dropped by the bound meanwhile, is counted). */
+void spool_release(struct spool *s);
+/* Flush to disk the batches written since the last call, and the folder (they are written without
+ * it: an agent killed loses nothing in the kernel's cache; a machine that stops may). */
+void spool_sync(struct spool *s);
+int spool_empty(struct spool *s);
+/* Whether batch `number`, or one older, is still in the spool (the sink has not taken it). */
+int spool_holds(struct spool *s, unsigned long long number);
+/* Batches and samples in the spool now, and samples dropped past the bound so far. */
+void spool_figures(struct spool *s, long long *batches, long long *samples, long long *dropped);
 
 #endif

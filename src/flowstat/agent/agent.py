@@ -269,8 +269,8 @@ class Agent:
             "send_failures": sum(r.send_failures for r in sinks),
             "spool_dropped": sum(s.dropped_samples for s in spools),
             "targets": len(self.targets),
-            "spooled_batches": sum(len(s) for s in spools),
-            "spooled_samples": sum(s.samples for s in spools),
+            "spooled_batches": sum(r.spooled[0] for r in sinks),  # as each sink thread settled its last batch
+            "spooled_samples": sum(r.spooled[1] for r in sinks),
             "sinks_down": sum(1 for r in sinks if r.failing),
         }
         if not doc["run_id"]:
@@ -369,9 +369,10 @@ class Agent:
                     "delivered": r.delivered,
                     "refused": r.refused,
                     "lost": r.lost,
-                    "spooled": len(r.spool) if r.spool else 0,
-                    "spooled_samples": r.spool.samples if r.spool else 0,
-                    "spool_dropped": r.spool.dropped_samples if r.spool else 0,
+                    # `is not None`: an empty spool is falsy (len 0), and its drops still count
+                    "spooled": len(r.spool) if r.spool is not None else 0,
+                    "spooled_samples": r.spool.samples if r.spool is not None else 0,
+                    "spool_dropped": r.spool.dropped_samples if r.spool is not None else 0,
                 }
                 for r in self.runners
             },

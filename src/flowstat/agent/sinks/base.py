@@ -118,12 +118,15 @@ def host_port(url: str, parts: SplitResult, default_port: int | None = None) -> 
 
 class SinkRunner(threading.Thread):
     """Delivers batches to one sink in order, on a thread of its own (a sink that hangs never
-    delays sampling), spooling them on disk while the sink is down.
+    delays sampling), through its spool when it has one.
 
-    While the sink is down, new batches go behind what waits in the spool, and the spool is tried
-    again every ``retry_s``: a sink that is down is not asked at every tick. At stop, what is still
-    queued gets max(drain_s, 5 s) to go (then it is spooled unsent), and a sink that is down gets
-    ``drain_s`` more to take the spool; what it has not taken stays there for the next start.
+    With a spool, each batch is written there as it is submitted (write-ahead: an agent killed
+    while its sink hangs leaves what it sampled on disk, for the next one to send), and leaves it
+    once the sink took it; else, or when the spool cannot be written, it is queued in memory. While
+    the sink is down, the spool is tried again every ``retry_s``: a sink that is down is not asked
+    at every tick. At stop, what is still queued or written ahead gets max(drain_s, 5 s) to go (then
+    it stays spooled, unsent), and a sink that is down gets ``drain_s`` more to take the spool; what
+    it has not taken stays there for the next start.
     """
 
     QUEUED_AT_STOP_S = 5.0  # at least this long for the queued batches at stop, however short drain_s
@@ -131,7 +134,8 @@ class SinkRunner(threading.Thread):
     def __init__(self, sink: Sink, spool: Spool | None, retry_s: float = 1.0, drain_s: float = 0.0):
         super().__init__(daemon=True, name=f"sink-{sink.scheme}")
         self.sink, self.spool, self.retry_s, self.drain_s = sink, spool, retry_s, drain_s
-        self.queue: queue.Queue[tuple[bytes, int] | None] = queue.Queue()
+        # a batch, ... (written ahead to the spool: look at it), None (stop)
+        self.queue: queue.Queue[tuple[bytes, int] | EllipsisType | None] = queue.Queue()
         self.delivered = self.refused = self.lost = 0
         self.send_failures = 0  # sends that found the sink down
         self.failing = False  # the last send found the sink down (``down`` also covers waiting for a retry)
@@ -140,19 +144,47 @@ class SinkRunner(threading.Thread):
         self.next_retry = 0.0
         self.stop_by: float | None = None  # set by stop(): queued batches past it are spooled unsent
         self.late = False  # the sink was too slow for what was queued at stop
+        self.ahead_failing = False  # the submitting thread's: the spool could not be written ahead of a send
+        # What the spool holds, as of the last batch the thread settled, before it waits for the
+        # next (what the self-samples say: not each batch on its way through): batches, samples.
+        self.spooled = (len(spool), spool.samples) if spool is not None else (0, 0)
         self.done = threading.Event()
 
     def submit(self, samples: list[dict]) -> None:
         if samples:
-            self.queue.put((self.sink.encode(samples), len(samples)))
+            self._queue(self.sink.encode(samples), len(samples))
 
     def submit_self_sample(self, doc: dict) -> None:
         """The agent's self-sample, queued behind the samples before it (a batch of one)."""
-        self.queue.put((self.sink.encode_self_samples([doc]), 1))
+        self._queue(self.sink.encode_self_samples([doc]), 1)
 
     def submit_run(self, doc: dict) -> None:
         """A run document (a batch of one); sent again later, it replaces itself in every store."""
-        self.queue.put((self.sink.encode_run(doc), 1))
+        self._queue(self.sink.encode_run(doc), 1)
+
+    def _queue(self, payload: bytes, count: int) -> None:
+        """To the spool before anything else, and the thread woken for it; in memory when there is
+        no spool or it cannot be written (a full disk), said once as it begins and as it ends."""
+        if self.spool is not None:
+            try:
+                self.spool.push(payload, count)
+            except OSError as exc:
+                if not self.ahead_failing:
+                    log.error(
+                        "spool %s: cannot write: %s: batches wait in memory until sent, lost if the agent is killed",
+                        self.spool.folder,
+                        exc.strerror or exc,
+                    )
+                self.ahead_failing = True
+            else:
+                if self.ahead_failing:
+                    log.warning(
+                        "spool %s can be written again: batches go to it before they are sent", self.spool.folder
+                    )
+                self.ahead_failing = False
+                self.queue.put(...)  # look at the spool
+                return
+        self.queue.put((payload, count))
 
     def stop(self) -> None:
         self.stop_by = time.monotonic() + max(self.drain_s, self.QUEUED_AT_STOP_S)
@@ -166,7 +198,7 @@ class SinkRunner(threading.Thread):
                 item = self.queue.get_nowait()
             except queue.Empty:
                 break
-            if item is not None:
+            if item is not None and item is not ...:
                 count += item[1]
         self.lost += count
         return count
@@ -249,14 +281,25 @@ class SinkRunner(threading.Thread):
         return self.down or (self.spool is not None and len(self.spool) > 0)
 
     def _drain_spool(self, until: float | None = None) -> bool:
-        """Resend spooled batches in order, until ``until`` at the latest; True when nothing waits."""
-        while self.spool is not None and (item := self.spool.peek()) is not None:
-            if until is not None and time.monotonic() >= until:
+        """Send spooled batches in order, until ``until`` at the latest (None: until the exit
+        deadline, once stop() set it); True when nothing waits. A batch leaves the spool once the
+        sink took it: a sink that took it and an agent killed before it could say so get it again
+        (the stores overwrite it)."""
+        while self.spool is not None and len(self.spool) > 0:
+            limit = until if until is not None else self.stop_by
+            if limit is not None and time.monotonic() >= limit:
+                if until is None:
+                    self._too_slow()
                 return False
+            item = self.spool.peek()
+            if item is None:
+                break
             left = self._send(*item)
             if left is not None:
                 if left != item:  # the store took part of it: keep only the rest
                     self.spool.replace_oldest(*left)
+                else:
+                    self.spool.release()
                 return False
             self.spool.pop()
         if self.down and time.monotonic() >= self.next_retry:
@@ -264,18 +307,34 @@ class SinkRunner(threading.Thread):
         return True
 
     def _keep(self, payload: bytes, count: int) -> None:
+        """A batch the sink did not take waits in the spool; with no spool (or a spool that cannot
+        be written) it is lost, and counted."""
         if self.spool is not None:
-            self.spool.push(payload, count)
-        else:
-            self.lost += count
+            try:
+                self.spool.push(payload, count)
+                return
+            except OSError as exc:
+                log.error("spool %s: cannot write: %s", self.spool.folder, exc.strerror or exc)
+        self.lost += count
+
+    def _too_slow(self) -> None:
+        if not self.late:
+            self.late = True
+            log.error(
+                "sink %s is too slow to take what was queued before the exit: %s",
+                self.sink.url,
+                "the rest is spooled" if self.spool is not None else "the rest is lost (no --spool-dir)",
+            )
+
+    def _publish(self) -> None:
+        if self.spool is not None:
+            self.spooled = (len(self.spool), self.spool.samples)
+            if self.down:  # what the sink did not take stays: on disk for good
+                self.spool.sync()
 
     def _take(self, payload: bytes, count: int) -> None:
         if self.stop_by is not None and time.monotonic() >= self.stop_by:
-            if not self.late:
-                self.late = True
-                log.error(
-                    "sink %s is too slow to take what was queued before the exit: the rest is spooled", self.sink.url
-                )
+            self._too_slow()
             self._keep(payload, count)
         elif self._waiting():
             self._keep(payload, count)  # behind what waits, in order
@@ -284,13 +343,14 @@ class SinkRunner(threading.Thread):
 
     def _deliver(self) -> None:
         while True:
+            self._publish()
             wait = max(0.0, self.next_retry - time.monotonic()) if self._waiting() else None
             item: tuple[bytes, int] | EllipsisType | None  # ...: none came in time
             try:
                 item = self.queue.get(timeout=wait)
             except queue.Empty:
                 item = ...
-            if self._waiting() and time.monotonic() >= self.next_retry and not self._drain_spool(self.stop_by):
+            if self._waiting() and time.monotonic() >= self.next_retry and not self._drain_spool():
                 self.next_retry = time.monotonic() + self.retry_s
             if item is None:
                 break
@@ -298,13 +358,16 @@ class SinkRunner(threading.Thread):
                 self._take(*item)
         while not self.queue.empty():  # anything submitted after stop: keep it for next time
             extra = self.queue.get_nowait()
-            if extra is not None:
+            if extra is not None and extra is not ...:
                 self._take(*extra)
         # A sink that is down at exit gets drain_s more to come back (a store restarting as a run
         # ends); what it still has not taken stays in the spool for the next start.
         deadline = time.monotonic() + self.drain_s
         while not self._drain_spool(deadline) and time.monotonic() < deadline:
             time.sleep(min(self.retry_s, max(0.0, deadline - time.monotonic())))
+        if self.spool is not None:
+            self.spool.sync()
+        self._publish()
 
     def run(self) -> None:
         try:
