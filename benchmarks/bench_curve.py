@@ -78,7 +78,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=100, help="nodes per directory (default 100)")
     ap.add_argument(
-        "--per-process", type=int, default=10, help="nodes a process hosts (default 10: a process of nodes is one application)"
+        "--per-process", type=int, default=10, help="nodes a process hosts (default 10: one application's nodes)"
     )
     ap.add_argument("--seconds", type=float, default=10, help="seconds per round (default 10)")
     ap.add_argument("--interval", type=float, default=0.2, help="agents' sampling interval (default 0.2)")
