@@ -27,6 +27,7 @@ from flowstat.stores import BatchEncoder, WriterProcess
 from flowstat.timeutil import iso_utc_ms
 
 BATCH = 5000
+TIMEOUT_S = 60.0  # a replay's batches are large: a store may take a while to answer one
 
 
 class ReplayError(RuntimeError):
@@ -104,18 +105,33 @@ def run_document(report: FileReport) -> dict:
 
 
 def replay(
-    paths: list[Path], targets: dict[str, tuple[str, str]], *, rebase: bool = False, batch: int = BATCH, progress=None
+    paths: list[Path],
+    targets: dict[str, tuple[str, str]],
+    *,
+    rebase: bool = False,
+    batch: int = BATCH,
+    progress=None,
+    timeout_s: float = TIMEOUT_S,
+    node_backoff_s: float = stores.NODE_BACKOFF_S,
 ) -> list[FileReport]:
-    """Load run files into the stores ``targets`` names: {store: (url, database or index)}."""
-    writers = {name: stores.get(name)(url, target) for name, (url, target) in targets.items()}
+    """Load run files into the stores ``targets`` names: {store: (url, database or index)}; a
+    request waits ``timeout_s`` for a node, and a node of a list that failed rests ``node_backoff_s``."""
+    writers = {
+        name: stores.get(name)(url, target, timeout_s=timeout_s, node_backoff_s=node_backoff_s)
+        for name, (url, target) in targets.items()
+    }
     for w in writers.values():
+        w.log_failovers = False  # the writer processes say it, once each, as they write
         try:
             w.check()
         except stores.StoreDown as exc:
             for each in writers.values():
                 each.close()
             raise ReplayError(str(exc)) from None
-    procs = {name: WriterProcess(name, url, target) for name, (url, target) in targets.items()}
+    procs = {
+        name: WriterProcess(name, url, target, timeout_s=timeout_s, node_backoff_s=node_backoff_s)
+        for name, (url, target) in targets.items()
+    }
     rebase_ms = int(time.time() * 1000) if rebase else None
     reports = []
     finished = False
@@ -181,7 +197,17 @@ PARSER = dict(
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("runfile", nargs="+", help="run files or run directories")
     for w in stores.writers():
-        p.add_argument(f"--{w.option}", metavar="URL", help=f"{w.title}, e.g. http://127.0.0.1:{w.default_port}")
+        p.add_argument(
+            f"--{w.option}",
+            metavar="URL",
+            help=f"{w.title}, e.g. http://127.0.0.1:{w.default_port}"
+            + (
+                f"; every node of a cluster: http://HOST:{w.default_port},HOST:{w.default_port},... (a batch a "
+                "node cannot take now, no answer or 502/503/504, goes to the next)"
+                if w.multi_node
+                else ""
+            ),
+        )
         p.add_argument(
             f"--{w.target_option}",
             default=w.default_target,
@@ -193,6 +219,21 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="shift each run to start now (a new copy in InfluxDB each time: not idempotent)",
     )
     p.add_argument("--batch", type=int, default=BATCH, metavar="N", help=f"samples per request (default {BATCH})")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=TIMEOUT_S,
+        metavar="S",
+        help=f"how long a request waits for a store's answer (each node's) (default {TIMEOUT_S:g})",
+    )
+    p.add_argument(
+        "--node-backoff",
+        type=float,
+        default=stores.NODE_BACKOFF_S,
+        metavar="S",
+        help="how long a node of a list that failed is left alone before it is asked again "
+        f"(default {stores.NODE_BACKOFF_S:g})",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -231,9 +272,27 @@ def main(args: argparse.Namespace) -> int:
             print(f"flowstat replay: {name}: no such run file", file=sys.stderr)
             return 2
         paths.append(p)
+    if not 0.001 <= args.timeout <= 3600 or not 0 <= args.node_backoff <= 86400:
+        print(
+            "flowstat replay: --timeout must be between 0.001 and 3600 s, --node-backoff between 0 and 86400 s",
+            file=sys.stderr,
+        )
+        return 2
     bar = Progress(sum(p.stat().st_size for p in paths), "replayed", "bytes", enabled=not args.quiet)
     try:
-        reports = replay(paths, targets, rebase=args.rebase_time, batch=args.batch, progress=bar.update)
+        reports = replay(
+            paths,
+            targets,
+            rebase=args.rebase_time,
+            batch=args.batch,
+            progress=bar.update,
+            timeout_s=args.timeout,
+            node_backoff_s=args.node_backoff,
+        )
+    except stores.StoreURLError as exc:
+        bar.close()
+        print(f"flowstat replay: {exc}", file=sys.stderr)
+        return 2
     except ReplayError as exc:
         bar.close()
         print(f"flowstat replay: {exc}; replaying again is safe (idempotent)", file=sys.stderr)

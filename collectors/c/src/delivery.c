@@ -382,7 +382,7 @@ static int open_spool(struct sink_runner *r, const char *spool_dir, long long ma
 }
 
 int runner_open(struct sink_runner *r, const char *url, const struct fs_credentials *creds, const char *spool_dir,
-                long long max_bytes, double drain_timeout, char *err, size_t errlen)
+                long long max_bytes, double drain_timeout, const struct sink_waits *waits, char *err, size_t errlen)
 {
     memset(r, 0, sizeof *r);
     r->sink.fd = -1;
@@ -397,6 +397,10 @@ int runner_open(struct sink_runner *r, const char *url, const struct fs_credenti
     err[0] = '\0';
     if (sink_parse_url(url, &r->sink, err, errlen) != 0)
         return -1;
+    if (waits) {
+        r->sink.timeout_s = waits->timeout_s;
+        r->sink.node_backoff_s = waits->node_backoff_s;
+    }
     if (sink_open(&r->sink, creds, err, errlen) != 0)
         return -1;
     return spool_dir && sink_is_reliable(&r->sink) ? open_spool(r, spool_dir, max_bytes, err, errlen) : 0;

@@ -49,12 +49,19 @@ struct sink_runner {
     int started;
 };
 
+/* How a runner's sink waits: an HTTP request's time-out (each node's), and how long a node of an
+ * Elasticsearch list that failed rests (--sink-timeout, --node-backoff). */
+struct sink_waits {
+    double timeout_s, node_backoff_s;
+};
+
 /* Parse url, open the sink (an HTTP store's with its credentials from creds, which must outlive
  * the runner; may be NULL) and, when spool_dir is given and the sink is reliable, its spool
  * (spool_dir/URL-with-only-alphanumerics, which gets a sink-url file). The in-memory queue is
- * bounded by max_bytes too. -1 with a message in err on failure. */
+ * bounded by max_bytes too. waits may be NULL (SINK_TIMEOUT_S, SINK_NODE_BACKOFF_S). -1 with a
+ * message in err on failure. */
 int runner_open(struct sink_runner *r, const char *url, const struct fs_credentials *creds, const char *spool_dir,
-                long long max_bytes, double drain_timeout, char *err, size_t errlen);
+                long long max_bytes, double drain_timeout, const struct sink_waits *waits, char *err, size_t errlen);
 int runner_start(struct sink_runner *r);
 /* Sampling thread: encode n samples for the sink and queue them (never waits on the sink). */
 void runner_submit(struct sink_runner *r, const struct fs_sample *samples, size_t n);

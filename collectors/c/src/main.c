@@ -483,8 +483,9 @@ static int open_sinks(struct agent *a)
         return -1;
     for (size_t i = 0; i < a->opt.nsinks; i++) {
         char err[900];
+        struct sink_waits waits = {a->opt.sink_timeout, a->opt.node_backoff};
         if (runner_open(&a->sinks[i], a->opt.sinks[i], &a->creds, a->opt.spool_dir, a->opt.spool_max,
-                        a->opt.drain_timeout, err, sizeof err) != 0) {
+                        a->opt.drain_timeout, &waits, err, sizeof err) != 0) {
             fprintf(stderr, "flowstat-agent: %s\n", err[0] ? err : a->opt.sinks[i]);
             a->opt.nsinks = i + 1; /* what close_sinks has to close */
             return -1;

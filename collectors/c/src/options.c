@@ -34,7 +34,10 @@ void options_usage(FILE *out)
             "                         influxdb[+https]://HOST:PORT/DB  elasticsearch[+https]://HOST:PORT/INDEX\n"
             "                         (Elasticsearch: daily indices INDEX-YYYY.MM.DD, self-samples in\n"
             "                         flowstat-agents-YYYY.MM.DD, by each document's UTC day). A URL holding a\n"
-            "                         user or a password is refused: see --credentials\n"
+            "                         user or a password is refused: see --credentials.\n"
+            "                         elasticsearch[+https]://HOST:PORT,HOST:PORT,.../INDEX: every node of a\n"
+            "                         cluster; a batch a node cannot take now (no answer, 502, 503, 504)\n"
+            "                         goes to the next, and that node rests --node-backoff seconds\n"
             "  --credentials FILE     the stores' credentials (default: $FLOWSTAT_CREDENTIALS), NAME=VALUE\n"
             "                         lines (# comments); FILE must be readable by its owner only (chmod 600).\n"
             "                         Names, also read from the environment, which wins over the file:\n"
@@ -52,6 +55,10 @@ void options_usage(FILE *out)
             "                         rounds, samples, sink errors, spool depth...; the agent schema), after\n"
             "                         a round, and one at exit (default 5; 0: none)\n"
             "  --control-timeout S    control reply time-out (default 0.25)\n"
+            "  --sink-timeout S       time-out of a request to an HTTP sink (http, influxdb, elasticsearch;\n"
+            "                         each node's, for a list of nodes) (default 5)\n"
+            "  --node-backoff S       how long a node of an elasticsearch:// list that failed is left alone\n"
+            "                         before it is asked again (default 30)\n"
             "  --spool-dir DIR        keep batches here while a sink is down (default: none); each sink's\n"
             "                         folder in it has a file sink-url naming the sink\n"
             "  --spool-max-mb MB      spool bound per sink, and bound of its queue in memory (default 64):\n"
@@ -215,6 +222,8 @@ static void set_defaults(struct options *o)
     o->count = -1;
     o->drain_timeout = 5.0;
     o->self_interval = 5.0;
+    o->sink_timeout = SINK_TIMEOUT_S;
+    o->node_backoff = SINK_NODE_BACKOFF_S;
     o->spool_max = 64LL << 20;
     o->name = "";
 }
@@ -242,7 +251,9 @@ enum option_code {
     O_HELP,
     O_SELF,
     O_CREDENTIALS,
-    O_HOST_NAME
+    O_HOST_NAME,
+    O_SINK_TIMEOUT,
+    O_NODE_BACKOFF
 };
 
 static const struct option long_options[] = {{"pid", 1, 0, O_PID},
@@ -268,6 +279,8 @@ static const struct option long_options[] = {{"pid", 1, 0, O_PID},
                                              {"self-interval", 1, 0, O_SELF},
                                              {"credentials", 1, 0, O_CREDENTIALS},
                                              {"host-name", 1, 0, O_HOST_NAME},
+                                             {"sink-timeout", 1, 0, O_SINK_TIMEOUT},
+                                             {"node-backoff", 1, 0, O_NODE_BACKOFF},
                                              {0, 0, 0, 0}};
 
 /* One option of the command line, with its argument (NULL if it takes none): 0, or -1 once a
@@ -324,6 +337,10 @@ static int take_option(struct options *o, int code, const char *arg)
         return 0;
     case O_HOST_NAME:
         return take_text(arg, "--host-name", OPTIONS_HOST_NAME_MAX_LEN, &o->host_name);
+    case O_SINK_TIMEOUT:
+        return parse_seconds(arg, "--sink-timeout", 0.001, &o->sink_timeout);
+    case O_NODE_BACKOFF:
+        return parse_seconds(arg, "--node-backoff", 0, &o->node_backoff);
     case O_QUIET:
         o->quiet = 1;
         return 0;

@@ -18,6 +18,7 @@ struct options {
     const char **sinks; /* --sink, in the order given; stdout:// if none */
     size_t nsinks;
     double interval, rescan, control_timeout, drain_timeout, self_interval; /* seconds */
+    double sink_timeout, node_backoff; /* seconds: an HTTP sink's time-out, an Elasticsearch node's rest */
     double duration; /* seconds; -1: until stopped */
     long long count; /* -1: until stopped */
     const char *spool_dir, *stats_path, *credentials; /* NULL: none given */

@@ -1,6 +1,7 @@
 #include "sinks.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <netdb.h>
@@ -18,7 +19,6 @@
 
 #define UDP_MAX 60000
 #define TCP_SEND_TIMEOUT_S 3 /* a receiver that stops reading must not hold its sink thread for long */
-#define HTTP_TIMEOUT_MS 5000L
 
 static int set_err(char *err, size_t n, const char *url, const char *what)
 {
@@ -72,10 +72,89 @@ int sink_check_userinfo(const char *url, char *err, size_t errlen)
     return -1;
 }
 
+/* One node of a URL's authority, HOST[:PORT] (an IPv6 address in brackets): 0, or -1 with what
+ * is wrong in `what`. */
+static int parse_node(char *entry, int default_port, struct sink_node *node, const char **what)
+{
+    for (const char *c = entry; *c; c++)
+        if (isspace((unsigned char)*c) || *c == '#') {
+            *what = "bad host";
+            return -1;
+        }
+    char *close = entry[0] == '[' ? strchr(entry, ']') : NULL;
+    char *colon = strrchr(entry, ':');
+    if (close && colon && colon < close)
+        colon = NULL; /* [::1]: no port */
+    if (entry[0] == '[' && (!close || (close[1] && close + 1 != colon))) {
+        *what = "bad host";
+        return -1;
+    }
+    node->port = default_port;
+    if (colon) {
+        *colon = '\0';
+        char *end = NULL;
+        long port = strtol(colon + 1, &end, 10);
+        if (!colon[1] || *end || port < 1 || port > 65535 || !isdigit((unsigned char)colon[1])) {
+            *what = "bad port";
+            return -1;
+        }
+        node->port = (int)port;
+    }
+    if (!entry[0] || (close && close == entry + 1) || !node->port) {
+        *what = "needs HOST:PORT";
+        return -1;
+    }
+    fs_strlcpy(node->host, entry, sizeof node->host);
+    return 0;
+}
+
+/* The authority's nodes, HOST[:PORT][,HOST[:PORT]...], each checked; the message names the URL and
+ * the node: "URL: node 2 of 3 ('h2:99999'): bad port" (as the Python agent). */
+static int parse_nodes(const char *url, char *authority, int default_port, struct sink *s, char *err, size_t errlen)
+{
+    int count = 1;
+    for (const char *c = authority; *c; c++)
+        count += *c == ',';
+    if (count > SINK_NODES_MAX)
+        return set_err(err, errlen, url, "more than " FS_STR(SINK_NODES_MAX) " nodes");
+    char *entry = authority;
+    for (int n = 1; n <= count; n++) {
+        char *comma = strchr(entry, ',');
+        if (comma)
+            *comma = '\0';
+        char shown[300];
+        snprintf(shown, sizeof shown, "%.250s", entry);
+        const char *what = NULL;
+        char text[400];
+        if (!entry[0] && count > 1) {
+            snprintf(text, sizeof text, "node %d of %d is empty", n, count);
+            return set_err(err, errlen, url, text);
+        }
+        struct sink_node *node = &s->nodes[n - 1];
+        if (parse_node(entry, default_port, node, &what) == 0) {
+            for (int i = 0; i < n - 1 && !what; i++)
+                if (strcmp(s->nodes[i].host, node->host) == 0 && s->nodes[i].port == node->port)
+                    what = "given twice";
+        }
+        if (what) {
+            if (count == 1)
+                return set_err(err, errlen, url, what);
+            snprintf(text, sizeof text, "node %d of %d ('%s'): %s", n, count, shown, what);
+            return set_err(err, errlen, url, text);
+        }
+        entry = comma ? comma + 1 : entry + strlen(entry);
+    }
+    s->nnodes = count;
+    return 0;
+}
+
 int sink_parse_url(const char *url, struct sink *s, char *err, size_t errlen)
 {
     memset(s, 0, sizeof *s);
     s->fd = -1;
+    s->serving = -1;
+    s->timeout_s = SINK_TIMEOUT_S;
+    s->node_backoff_s = SINK_NODE_BACKOFF_S;
     if (sink_check_userinfo(url, err, errlen) != 0)
         return -1;
     if (strlen(url) > SINK_URL_MAX)
@@ -141,20 +220,12 @@ int sink_parse_url(const char *url, struct sink *s, char *err, size_t errlen)
         fs_strlcpy(s->path, slash + 1, sizeof s->path);
         *slash = '\0';
     }
-    char *colon = strrchr(rest, ':');
-    if (colon) {
-        *colon = '\0';
-        char *end = NULL;
-        long port = strtol(colon + 1, &end, 10);
-        if (!colon[1] || *end || port < 1 || port > 65535)
-            return set_err(err, errlen, url, "bad port");
-        s->port = (int)port;
-    } else {
-        s->port = kinds[k].default_port;
-    }
-    if (!rest[0] || !s->port)
-        return set_err(err, errlen, url, "needs HOST:PORT");
-    fs_strlcpy(s->host, rest, sizeof s->host);
+    if (strchr(rest, ',') && s->kind != SINK_ES)
+        return set_err(err, errlen, url, "takes one HOST:PORT, not a list (elasticsearch:// takes a list of nodes)");
+    if (parse_nodes(url, rest, kinds[k].default_port, s, err, errlen) != 0)
+        return -1;
+    fs_strlcpy(s->host, s->nodes[0].host, sizeof s->host);
+    s->port = s->nodes[0].port;
     if (s->kind == SINK_UDP && s->json)
         return set_err(err, errlen, url, "UDP carries line protocol only");
     if ((s->kind == SINK_INFLUX || s->kind == SINK_ES) && !s->path[0])
@@ -254,6 +325,21 @@ static int take_credentials(struct sink *s, const struct fs_credentials *c, char
     return 0;
 }
 
+/* Ask node i from now on: its host and port, and the HTTP URL a request goes to. */
+static void use_node(struct sink *s, int i)
+{
+    const char *scheme = s->tls ? "https" : "http";
+    fs_strlcpy(s->host, s->nodes[i].host, sizeof s->host);
+    s->port = s->nodes[i].port;
+    if (s->kind == SINK_HTTP)
+        snprintf(s->endpoint, sizeof s->endpoint, "%s://%s:%d/%s", scheme, s->host, s->port, s->path);
+    else if (s->kind == SINK_INFLUX)
+        snprintf(s->endpoint, sizeof s->endpoint, "%s://%s:%d/write?db=%s&precision=ns", scheme, s->host, s->port,
+                 s->path);
+    else
+        snprintf(s->endpoint, sizeof s->endpoint, "%s://%s:%d/_bulk", scheme, s->host, s->port);
+}
+
 int sink_open(struct sink *s, const struct fs_credentials *creds, char *err, size_t errlen)
 {
     if (s->kind != SINK_HTTP && s->kind != SINK_INFLUX && s->kind != SINK_ES)
@@ -263,14 +349,7 @@ int sink_open(struct sink *s, const struct fs_credentials *creds, char *err, siz
     s->curl = curl_easy_init();
     if (!s->curl)
         return set_err(err, errlen, s->url, "cannot set up an HTTP client (libcurl)");
-    const char *scheme = s->tls ? "https" : "http";
-    if (s->kind == SINK_HTTP)
-        snprintf(s->endpoint, sizeof s->endpoint, "%s://%s:%d/%s", scheme, s->host, s->port, s->path);
-    else if (s->kind == SINK_INFLUX)
-        snprintf(s->endpoint, sizeof s->endpoint, "%s://%s:%d/write?db=%s&precision=ns", scheme, s->host, s->port,
-                 s->path);
-    else
-        snprintf(s->endpoint, sizeof s->endpoint, "%s://%s:%d/_bulk", scheme, s->host, s->port);
+    use_node(s, 0);
     return 0;
 }
 
@@ -519,6 +598,7 @@ static void judge_answer(const struct sink *s, long status, const struct fs_buf 
         char what[32];
         snprintf(what, sizeof what, "HTTP %ld", status);
         set_why(o, what, NULL);
+        o->failover = status == 502 || status == 503 || status == 504; /* that node is down, or outside a cluster */
         return;
     }
     case REFUSED:
@@ -586,8 +666,9 @@ static void send_http(struct sink *s, const char *data, size_t len, int count, s
     curl_easy_setopt(s->curl, CURLOPT_POSTFIELDS, data);
     curl_easy_setopt(s->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
     curl_easy_setopt(s->curl, CURLOPT_HTTPHEADER, headers);
-    curl_easy_setopt(s->curl, CURLOPT_TIMEOUT_MS, HTTP_TIMEOUT_MS);
-    curl_easy_setopt(s->curl, CURLOPT_CONNECTTIMEOUT_MS, 2000L);
+    long timeout_ms = s->timeout_s * 1000 < 1 ? 1L : (long)(s->timeout_s * 1000);
+    curl_easy_setopt(s->curl, CURLOPT_TIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(s->curl, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms < 2000L ? timeout_ms : 2000L);
     curl_easy_setopt(s->curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(s->curl, CURLOPT_WRITEFUNCTION, collect_body);
     curl_easy_setopt(s->curl, CURLOPT_WRITEDATA, &body);
@@ -600,9 +681,10 @@ static void send_http(struct sink *s, const char *data, size_t len, int count, s
     curl_slist_free_all(headers);
     if (rc == CURLE_PEER_FAILED_VERIFICATION)
         untrusted(s, detail, o);
-    else if (rc != CURLE_OK) /* no connection, a time-out, an answer cut short: whatever the status said */
+    else if (rc != CURLE_OK) { /* no connection, a time-out, an answer cut short: whatever the status said */
         set_why(o, curl_easy_strerror(rc), NULL);
-    else
+        o->failover = 1;
+    } else
         judge_answer(s, status, &body, data, len, count, o);
     fs_buf_free(&body);
 }
@@ -691,6 +773,78 @@ static void append_to_file(struct sink *s, const char *data, size_t len, struct 
     }
 }
 
+/* -- Elasticsearch's nodes, in turn (sinks.h) --------------------------------------------------- */
+
+/* The nodes to ask, in order: those not resting, as listed; when all rest, the one whose rest ends
+ * first, alone. Returns how many. */
+static int ask_order(const struct sink *s, int *order)
+{
+    double now = fs_monotonic();
+    int n = 0, soonest = 0;
+    for (int i = 0; i < s->nnodes; i++) {
+        if (s->nodes[i].resting_until <= now)
+            order[n++] = i;
+        if (s->nodes[i].resting_until < s->nodes[soonest].resting_until)
+            soonest = i;
+    }
+    if (!n)
+        order[n++] = soonest;
+    return n;
+}
+
+/* Node i took the batch: said once as the batches move to it, naming the nodes that failed (those
+ * resting), or, none resting, that it is back. Nothing at the first answer of the first node. */
+static void took(struct sink *s, int i)
+{
+    s->nodes[i].resting_until = 0;
+    if (i == s->serving)
+        return;
+    int before = s->serving;
+    s->serving = i;
+    if (before < 0 && i == 0)
+        return;
+    double now = fs_monotonic();
+    struct fs_buf failed = {0}, whys = {0};
+    for (int k = 0; k < s->nnodes; k++)
+        if (s->nodes[k].resting_until > now) {
+            fs_buf_printf(&failed, "%s%s:%d", failed.len ? ", " : "", s->nodes[k].host, s->nodes[k].port);
+            fs_buf_printf(&whys, "%s%s", whys.len ? "; " : "", s->nodes[k].why);
+        }
+    if (failed.len)
+        LOG_WARN("Elasticsearch at %s: %s failed (%s); batches go to %s:%d now (a node that fails is left alone for "
+                 "%g s)",
+                 s->url, failed.data, whys.data ? whys.data : "", s->nodes[i].host, s->nodes[i].port,
+                 s->node_backoff_s);
+    else if (before >= 0)
+        LOG_WARN("Elasticsearch at %s: %s:%d answers again; batches go to it now", s->url, s->nodes[i].host,
+                 s->nodes[i].port);
+    fs_buf_free(&failed);
+    fs_buf_free(&whys);
+}
+
+static void send_to_nodes(struct sink *s, const char *data, size_t len, int count, struct sink_outcome *o)
+{
+    int order[SINK_NODES_MAX];
+    int n = ask_order(s, order);
+    struct fs_buf list = {0};
+    for (int k = 0; k < n; k++) {
+        int i = order[k];
+        use_node(s, i);
+        memset(o, 0, sizeof *o);
+        send_http(s, data, len, count, o);
+        if (!o->failover) {
+            took(s, i);
+            break;
+        }
+        s->nodes[i].resting_until = fs_monotonic() + s->node_backoff_s;
+        snprintf(s->nodes[i].why, sizeof s->nodes[i].why, "%.150s", o->why);
+        fs_buf_printf(&list, "%s%s:%d: %s", list.len ? "; " : "", s->host, s->port, o->why);
+    }
+    if (o->failover && s->nnodes > 1)
+        snprintf(o->why, sizeof o->why, "no node answers (%.1370s)", list.data ? list.data : "");
+    fs_buf_free(&list);
+}
+
 void sink_send(struct sink *s, const char *data, size_t len, int count, struct sink_outcome *o)
 {
     memset(o, 0, sizeof *o);
@@ -707,6 +861,9 @@ void sink_send(struct sink *s, const char *data, size_t len, int count, struct s
         return;
     case SINK_TCP:
         send_stream(s, data, len, o);
+        return;
+    case SINK_ES:
+        send_to_nodes(s, data, len, count, o);
         return;
     default:
         send_http(s, data, len, count, o);

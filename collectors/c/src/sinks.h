@@ -1,6 +1,15 @@
 /* Where samples go. Same URLs as the Python agent:
  *   stdout://[?format=json]   file:///PATH[?format=json]   udp://HOST:PORT   tcp://HOST:PORT[?format=json]
  *   http(s)://HOST:PORT/PATH  influxdb[+https]://HOST:PORT/DB  elasticsearch[+https]://HOST:PORT/INDEX
+ *   elasticsearch[+https]://HOST:PORT,HOST:PORT,.../INDEX: every node of a cluster (up to
+ *   SINK_NODES_MAX), the same scheme, credentials and CA for each. A batch goes to the first node
+ *   listed that has not failed lately; a node that cannot be reached, times out or answers 502, 503
+ *   or 504 has failed: the batch goes to the next at once, and the failed node rests node_backoff_s
+ *   (30 s), then is asked first again. Every node failing is the sink down, as with one node (all
+ *   resting: the one whose rest ends first is asked, alone). Any other answer is the store's
+ *   (4xx, 429, 500: not failed over). Each change of the node that takes the batches is logged once,
+ *   not each batch: a failover (naming the nodes resting, and why each failed), a node back.
+ *   As the Python agent (flowstat.stores._base). Resending is safe: each document has its _id.
  * This is the transport: encoding a batch, sending it and telling what became of it. Who sends
  * when, spooling and counting is delivery.h's. The stores' credentials and CA files are creds.h's
  * (docs/security.md): a URL holding a user or a password is refused. */
@@ -14,6 +23,16 @@
 #include "util.h"
 
 #define SINK_URL_MAX 511
+#define SINK_NODES_MAX 16 /* nodes an elasticsearch:// URL may list (the Python agent's bound too) */
+#define SINK_TIMEOUT_S 5.0 /* an HTTP sink's request time-out, each node's (--sink-timeout) */
+#define SINK_NODE_BACKOFF_S 30.0 /* how long a node that failed rests (--node-backoff) */
+
+struct sink_node {
+    char host[256];
+    int port;
+    double resting_until; /* fs_monotonic(): a node that failed is not asked before */
+    char why[160]; /* what its last failure was */
+};
 
 enum sink_kind { SINK_STDOUT, SINK_FILE, SINK_UDP, SINK_TCP, SINK_HTTP, SINK_INFLUX, SINK_ES };
 
@@ -21,8 +40,12 @@ struct sink {
     enum sink_kind kind;
     int json;
     char url[SINK_URL_MAX + 1];
-    char host[256];
+    char host[256]; /* the node asked now (one of nodes) */
     int port;
+    struct sink_node nodes[SINK_NODES_MAX]; /* as the URL lists them: one but for Elasticsearch */
+    int nnodes;
+    int serving; /* the node that took the last batch; -1: none yet */
+    double timeout_s, node_backoff_s; /* SINK_TIMEOUT_S, SINK_NODE_BACKOFF_S unless set after sink_parse_url */
     char path[512]; /* file path, database, index, or HTTP path */
     int fd;
     FILE *file;
@@ -59,6 +82,7 @@ struct sink_outcome {
     int again_count; /* samples (documents) to send again later, in `again` */
     struct fs_buf again;
     enum sink_trouble trouble; /* when down, or documents answered 403 are in `again` */
+    int failover; /* down as a node can be: no answer, 502, 503, 504 (another node may take it) */
     char why[1400]; /* then: what went wrong, secrets redacted */
 };
 

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flowstat import stores
 from flowstat.proc.machine import host_identity
 from flowstat.proc.reader import ProcessGone, ProcFormatError, cpu_rates
 from flowstat.schema import sample as sample_schema
@@ -30,6 +31,7 @@ from .targets import Target, TargetSpec, discover, open_reader
 log = logging.getLogger("flowstat.agent")
 RUN_FIELDS_IN_HEADER = ("run_id", "description", "topology", "started", "host", "machine", "parameters")
 SEND_TIMEOUT_MAX_S = 10.0  # the longest one send may block (the HTTP sinks' 5 s, TCP's 3 s), with margin
+SINK_TIMEOUT_S = 5.0  # --sink-timeout: an HTTP sink's request time-out (each node's, for a list of nodes)
 
 
 @dataclass
@@ -49,11 +51,20 @@ class AgentConfig:
     exit_when_all_down: bool = False
     drain_s: float = 5.0  # at exit, how long to keep resending what a down sink left in the spool
     self_interval_s: float = 5.0  # seconds between self-samples (and one at exit); 0: none
+    sink_timeout_s: float = SINK_TIMEOUT_S
+    node_backoff_s: float = stores.NODE_BACKOFF_S  # --node-backoff: how long a store's node that failed is left alone
 
 
-def open_runner(url: str, spool_dir: str | None, spool_max_bytes: int, drain_s: float) -> SinkRunner:
+def open_runner(
+    url: str,
+    spool_dir: str | None,
+    spool_max_bytes: int,
+    drain_s: float,
+    sink_timeout_s: float = SINK_TIMEOUT_S,
+    node_backoff_s: float = stores.NODE_BACKOFF_S,
+) -> SinkRunner:
     """The delivery of one sink, with its spool folder under ``spool_dir`` when it can be spooled."""
-    sink = open_sink(url)
+    sink = open_sink(url, sink_timeout_s, node_backoff_s)
     spool = None
     if sink.reliable and sink.spooled and spool_dir:
         spool = Spool(Path(spool_dir) / folder_name(url), spool_max_bytes, url)
@@ -81,7 +92,10 @@ class Agent:
         self.said: set[tuple[str, ...]] = set()  # endpoint files' problems, told once each
         self.dirs_mtime_ns: list[int] = []  # the endpoints directories as last seen (dirs_changed)
         self.ending = False  # the run-ending notice came: nodes that vanish now ended with their run
-        self.runners = [open_runner(url, cfg.spool_dir, cfg.spool_max_bytes, cfg.drain_s) for url in cfg.sinks]
+        self.runners = [
+            open_runner(url, cfg.spool_dir, cfg.spool_max_bytes, cfg.drain_s, cfg.sink_timeout_s, cfg.node_backoff_s)
+            for url in cfg.sinks
+        ]
         twice = sorted({url for url in cfg.sinks if cfg.sinks.count(url) > 1})  # checked after each URL: none
         if twice:  # two deliveries would share one spool folder                   # names a password now
             raise SinkURLError(f"{twice[0]}: --sink given twice")
@@ -324,12 +338,13 @@ class Agent:
         for r in self.runners:
             if r.is_alive():
                 r.stop()
-        # Queued batches get max(drain, 5 s), a send in progress its time-out, the spool drain_s.
+        # Queued batches get max(drain, 5 s), a send in progress its time-out (each node's, for a
+        # list of nodes), the spool drain_s.
         deadline = (
             time.monotonic()
             + max(self.cfg.drain_s, SinkRunner.QUEUED_AT_STOP_S)
             + self.cfg.drain_s
-            + SEND_TIMEOUT_MAX_S
+            + max([SEND_TIMEOUT_MAX_S] + [r.sink.longest_send_s() + 5 for r in self.runners])
         )
         for r in self.runners:
             if not r.done.wait(max(0.0, deadline - time.monotonic())):

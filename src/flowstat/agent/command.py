@@ -23,6 +23,8 @@ PARSER = dict(
     "  udp://HOST:PORT                 tcp://HOST:PORT[?format=json]  (json: Logstash json_lines)\n"
     "  http://HOST:PORT/write          (Telegraf influxdb_listener)\n"
     "  influxdb://HOST:PORT/DATABASE   elasticsearch://HOST:PORT/INDEX\n"
+    "  elasticsearch://HOST:PORT,HOST:PORT,.../INDEX  (every node of a cluster: a batch a node cannot take\n"
+    "    now, no answer or 502/503/504, goes to the next; a node that failed rests --node-backoff S)\n"
     "Samples follow the sample schema, self-samples (--self-interval) the agent schema (docs/schema.md).\n"
     "signals: SIGTERM, SIGINT stop (one last round, then delivery); SIGUSR1 is the run-ending notice:\n"
     "  a node that exits after it is reported once as STOPPED (it ended with its run) instead of DOWN.\n"
@@ -65,6 +67,22 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--control-timeout", type=float, default=0.25, metavar="S", help="control reply time-out (default 0.25)"
+    )
+    p.add_argument(
+        "--sink-timeout",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="time-out of a request to an HTTP sink (http, influxdb, elasticsearch; each node's, for a "
+        "list of nodes) (default 5)",
+    )
+    p.add_argument(
+        "--node-backoff",
+        type=float,
+        default=stores.NODE_BACKOFF_S,
+        metavar="S",
+        help="how long a node of an elasticsearch:// list that failed is left alone before it is asked "
+        f"again (default {stores.NODE_BACKOFF_S:g})",
     )
     p.add_argument("--spool-dir", metavar="DIR", help="keep batches here while a sink is down (default: none)")
     p.add_argument("--spool-max-mb", type=float, default=64, metavar="MB", help="spool bound per sink (default 64)")
@@ -131,7 +149,13 @@ def _flush_spools(args: argparse.Namespace) -> int:
     status = 0
     for folder in folders:
         try:
-            done = flush(folder, args.sink[0] if args.sink else None, max(0.0, args.drain_timeout))
+            done = flush(
+                folder,
+                args.sink[0] if args.sink else None,
+                max(0.0, args.drain_timeout),
+                args.sink_timeout,
+                args.node_backoff,
+            )
         except FlushError as exc:
             print(f"flowstat agent: {exc}", file=sys.stderr)
             status = 2
@@ -170,7 +194,14 @@ def _send_run(args: argparse.Namespace) -> int:
         print(f"flowstat agent: {doc}", file=sys.stderr)
         return 2
     runners = [
-        open_runner(url, args.spool_dir, int(args.spool_max_mb * 1024 * 1024), max(0.0, args.drain_timeout))
+        open_runner(
+            url,
+            args.spool_dir,
+            int(args.spool_max_mb * 1024 * 1024),
+            max(0.0, args.drain_timeout),
+            args.sink_timeout,
+            args.node_backoff,
+        )
         for url in args.sink or ["stdout://"]
     ]
     for r in runners:
@@ -206,6 +237,12 @@ def main(args: argparse.Namespace) -> int:
         stream=sys.stderr,
         format="%(asctime)s flowstat-agent %(levelname)s %(message)s",
     )
+    if not 0.001 <= args.sink_timeout <= 3600 or not 0 <= args.node_backoff <= 86400:
+        print(
+            "flowstat agent: --sink-timeout must be between 0.001 and 3600 s, --node-backoff between 0 and 86400 s",
+            file=sys.stderr,
+        )
+        return 2
     if args.flush_spool:
         return _flush_spools(args)
     if args.send_run:
@@ -257,6 +294,8 @@ def main(args: argparse.Namespace) -> int:
         args.exit_when_all_down,
         max(0.0, args.drain_timeout),
         args.self_interval,
+        args.sink_timeout,
+        args.node_backoff,
     )
     try:
         agent = Agent(cfg)

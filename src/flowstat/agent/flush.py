@@ -35,7 +35,13 @@ def spool_folders(top: Path) -> list[Path]:
     return found
 
 
-def flush(folder: Path, url: str | None = None, wait_s: float = 5.0) -> Flushed:
+def flush(
+    folder: Path,
+    url: str | None = None,
+    wait_s: float = 5.0,
+    timeout_s: float | None = None,
+    node_backoff_s: float | None = None,
+) -> Flushed:
     """Send one spool's batches in order to its sink (``url``, else the one its sink-url file
     names), waiting up to ``wait_s`` for a sink that is down. What the sink does not take stays."""
     if url is None:
@@ -44,7 +50,7 @@ def flush(folder: Path, url: str | None = None, wait_s: float = 5.0) -> Flushed:
         except OSError:
             raise FlushError(f"{folder}: no {URL_FILE} file says where these batches go; give --sink URL") from None
     try:
-        sink = open_sink(url)
+        sink = open_sink(url, timeout_s, node_backoff_s)
     except ValueError as exc:
         raise FlushError(f"{folder}: {exc}") from None
     spool = Spool(folder, max_bytes=1 << 62)

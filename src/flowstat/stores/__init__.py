@@ -3,7 +3,8 @@
 A store is one module here holding a ``Writer`` subclass decorated with ``@register``: how to
 encode samples and runs for it, how to send a batch (one retry policy for all: see ``_base``), and
 its set-up (templates, database, rollups). Registering it makes it, with nothing else to change,
-an agent sink (``NAME://HOST:PORT/TARGET``), a ``flowstat replay --OPTION URL`` destination, a set
+an agent sink (``NAME://HOST:PORT/TARGET``; a store that takes several nodes,
+``NAME://HOST:PORT,HOST:PORT/TARGET``), a ``flowstat replay --OPTION URL`` destination, a set
 of generated files under index-templates/NAME/, and what ``flowstat stack up`` installs into the
 server of the same name.
 """
@@ -13,12 +14,24 @@ from __future__ import annotations
 import argparse
 
 from ._auth import CREDENTIALS_VAR, CredentialsError, StoreAuth, read_credentials_file, refuse_secrets_in_url
-from ._base import BatchEncoder, Outcome, RetryPolicy, StoreAuthError, StoreDown, Writer, register
+from ._base import (
+    NODE_BACKOFF_S,
+    BatchEncoder,
+    Outcome,
+    RetryPolicy,
+    StoreAuthError,
+    StoreDown,
+    StoreURLError,
+    Writer,
+    parse_nodes,
+    register,
+)
 from ._process import WriterProcess
 from ._registry import get, names, writers
 
 __all__ = [
     "CREDENTIALS_VAR",
+    "NODE_BACKOFF_S",
     "BatchEncoder",
     "CredentialsError",
     "Outcome",
@@ -26,10 +39,12 @@ __all__ = [
     "StoreAuth",
     "StoreAuthError",
     "StoreDown",
+    "StoreURLError",
     "Writer",
     "WriterProcess",
     "get",
     "names",
+    "parse_nodes",
     "read_credentials_file",
     "refuse_secrets_in_url",
     "register",

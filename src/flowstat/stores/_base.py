@@ -19,10 +19,23 @@ The retry policy (docs/ingest.md; the C agent follows it too):
 
 Resending is safe: an InfluxDB point is identified by its series and time, an Elasticsearch
 document by an ``_id`` taken from the sample (run_id/agent/node_id/seq).
+
+Several nodes (a store whose ``multi_node`` says so: Elasticsearch): the URL names them all,
+``SCHEME://HOST:PORT,HOST:PORT,.../PATH``, the same scheme, credentials and CA for each. A request
+goes to the first node listed that has not failed lately. A node that cannot be reached, times out
+or answers 502, 503 or 504 (down, or not part of a cluster yet) has failed: the same request goes to
+the next node at once, and the failed one is left alone for ``node_backoff_s`` (30 s, as the
+official clients' dead-node pool), then asked first again. When every node fails, the store is
+down, as above (all nodes resting: the one whose rest ends first is asked, alone). Any other
+answer is the store's, whichever node gave it: a 4xx, a 429, a 500 are not failed over. Resending to
+another node a batch that the failed node may have stored in part is safe for the reason above.
+Each change of the node that takes the requests is logged once, not each request: a failover
+(naming the nodes resting, and why each failed), a node back.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Callable, Iterable
@@ -37,6 +50,16 @@ from ._auth import StoreAuth, refuse_secrets_in_url
 Encoded = TypeVar("Encoded", str, bytes)  # a sample as an encoder takes it: its line protocol, its JSON document
 
 MAX_REASONS = 5  # refusal reasons kept per outcome: enough to say why, bounded for huge batches
+MAX_NODES = 16  # nodes a URL may list (the C agent's bound too)
+NODE_BACKOFF_S = 30.0  # how long a node that failed is left alone (the official clients' dead-node time-out)
+FAILOVER_STATUSES = (502, 503, 504)  # a node that answers these is down or outside a cluster: ask the next
+
+log = logging.getLogger("flowstat.stores")
+
+
+class StoreURLError(ValueError):
+    """A store URL that cannot be used: a list of nodes for a store that takes one, a node of the
+    list that is empty, without a host or with a bad port. The message names the URL and the part."""
 
 
 class StoreDown(Exception):
@@ -85,6 +108,45 @@ class RetryPolicy:
 DEFAULT_RETRY = RetryPolicy()
 
 
+def parse_nodes(url: str, authority: str, default_port: int | None = None) -> list[str]:
+    """The nodes of a URL's authority, ``HOST[:PORT][,HOST[:PORT]...]``, each as ``HOST:PORT`` (an
+    IPv6 address in brackets; without a port when none is given and there is no ``default_port``).
+    StoreURLError names the URL and what is wrong: "URL: node 2 of 3 ('h2:99999'): bad port"."""
+    entries = authority.split(",")
+    if len(entries) > MAX_NODES:
+        raise StoreURLError(f"{url}: more than {MAX_NODES} nodes")
+    out: list[str] = []
+    for n, entry in enumerate(entries, 1):
+        where = f"{url}: node {n} of {len(entries)} ({entry!r})" if len(entries) > 1 else url
+        if not entry and len(entries) > 1:
+            raise StoreURLError(f"{url}: node {n} of {len(entries)} is empty")
+        if any(c.isspace() or c in "/?#@" for c in entry):
+            raise StoreURLError(f"{where}: bad host")
+        parts = urlsplit(f"//{entry}")
+        try:
+            port = parts.port or default_port
+        except ValueError:
+            raise StoreURLError(f"{where}: bad port") from None
+        if not parts.hostname or (default_port is not None and not port):
+            raise StoreURLError(f"{where}: needs HOST:PORT")
+        host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+        node = f"{host}:{port}" if port else host
+        if node in out:
+            raise StoreURLError(f"{where}: given twice")
+        out.append(node)
+    return out
+
+
+@dataclass
+class Node:
+    """One node of a store: its base URL (requests go to URL + path) and until when it is left alone."""
+
+    name: str  # HOST:PORT, for messages
+    url: str
+    resting_until: float = 0.0  # time.monotonic(): a node that failed is not asked before
+    why: str = ""  # what its last failure was
+
+
 def status_is_down(status: int) -> bool:
     """HTTP statuses that mean "not now" rather than "taken" or "not this data"."""
     return status in (408, 429) or not (200 <= status < 300 or 400 <= status < 500)
@@ -120,6 +182,7 @@ class Writer:
     health_path: ClassVar[str]  # GET here answers 2xx when the store is up
     auth_prefix: ClassVar[str]  # its credentials' variables: PREFIX_USER, PREFIX_PASSWORD, ... (docs/security.md)
     auth_key: ClassVar[tuple[str, str]]  # the key variable's name, and its Authorization scheme
+    multi_node: ClassVar[bool] = False  # its URL may list several nodes, to fail over (see the module)
 
     def __init__(
         self,
@@ -129,15 +192,24 @@ class Writer:
         timeout_s: float = 60.0,
         auth: StoreAuth | None = None,
         shown_url: str | None = None,
+        node_backoff_s: float = NODE_BACKOFF_S,
     ):
         """``auth``: who to log in as; by default the credentials of the environment and of the
         credentials file (flowstat.stores._auth). A URL holding credentials is refused
-        (CredentialsError). ``shown_url``: the store as messages name it (an agent's sink URL)."""
+        (CredentialsError). ``shown_url``: the store as messages name it (an agent's sink URL).
+        ``url`` may list nodes (SCHEME://HOST:PORT,HOST:PORT/...) when the store is ``multi_node``
+        (StoreURLError otherwise, or when one is bad); ``timeout_s`` is each node's, and
+        ``node_backoff_s`` how long a node that failed is left alone."""
         refuse_secrets_in_url(url, self.auth_prefix, self.auth_key[0], f"--{self.option}")
         self.url = url.rstrip("/")
         self.shown_url = shown_url or self.url
         self.target = target or self.default_target
         self.timeout_s = timeout_s
+        self.node_backoff_s = node_backoff_s
+        self.nodes = self._nodes()
+        self.serving: Node | None = None  # the node that took the last request
+        self.failovers = 0  # times the requests moved to another node because one failed
+        self.log_failovers = True  # each change of node logged (flowstat.stores), once
         self.auth = auth or StoreAuth.from_credentials(self.auth_prefix, *self.auth_key)
         self.session = requests.Session()
         self.session.auth = self.auth.basic()
@@ -146,6 +218,16 @@ class Writer:
             self.session.verify = self.auth.ca_file
         self.requests = 0  # requests started
         self.retries = 0  # attempts that failed and were tried again (by write())
+
+    def _nodes(self) -> list[Node]:
+        """The nodes ``self.url`` names: itself, or each of its list with its scheme and path."""
+        parts = urlsplit(self.url)
+        if "," not in parts.netloc:
+            return [Node(parts.netloc, self.url)]
+        if not self.multi_node:
+            raise StoreURLError(f"{self.shown_url}: {self.title} takes one node, not a list")
+        names = parse_nodes(self.shown_url, parts.netloc)
+        return [Node(name, f"{parts.scheme}://{name}{parts.path}") for name in names]
 
     # -- to implement ---------------------------------------------------------------------------
     def encode(self, samples: Iterable[dict[str, Any]]) -> bytes:
@@ -195,19 +277,91 @@ class Writer:
     ) -> requests.Response:
         """One request; StoreDown for no answer or a "not now" status, StoreAuthError when the store
         will not have us (``action``: what we asked, for its message: "write flowstat-samples-..."),
-        the response otherwise."""
+        the response otherwise. A request to ``self.url`` + PATH goes to its nodes in turn (see
+        the module): StoreDown once every node it asked has failed."""
+        if not url.startswith(self.url):  # not the store's own (InfluxDB's endpoint as given)
+            try:
+                resp = self._once(url, method, body, content_type, kw)
+            except _NodeFailed as exc:
+                raise StoreDown(_said(f"{self.title} at {self.url}", str(exc))) from exc
+            return self._answer(resp, method, url, action)
+        path = url[len(self.url) :]
+        failed: list[tuple[Node, str]] = []
+        for node in self._ask_order():
+            try:
+                resp = self._once(node.url + path, method, body, content_type, kw)
+            except _NodeFailed as exc:
+                node.resting_until, node.why = time.monotonic() + self.node_backoff_s, str(exc)
+                failed.append((node, str(exc)))
+                continue
+            self._took(node)
+            return self._answer(resp, method, url, action)
+        if len(self.nodes) == 1:  # as before there were lists: the store is down
+            raise StoreDown(_said(f"{self.title} at {self.url}", failed[0][1]))
+        raise StoreDown(
+            f"{self.title} at {self.shown_url}: no node answers ("
+            + "; ".join(_said(node.name, why) for node, why in failed)
+            + ")"
+        )
+
+    def _ask_order(self) -> list[Node]:
+        """The nodes not resting, as listed; when all rest, the one whose rest ends first, alone."""
+        now = time.monotonic()
+        awake = [n for n in self.nodes if n.resting_until <= now]
+        return awake or [min(self.nodes, key=lambda n: n.resting_until)]
+
+    def _took(self, node: Node) -> None:
+        """``node`` answered: said once as the requests move to it, naming the nodes that failed
+        (those resting), or, none resting, that it is back. Nothing at the first answer of the
+        first node listed."""
+        node.resting_until = 0.0
+        if node is self.serving:
+            return
+        before, self.serving = self.serving, node
+        now = time.monotonic()
+        failed = [n for n in self.nodes if n.resting_until > now]
+        if failed:
+            self.failovers += 1
+        if not self.log_failovers or (before is None and node is self.nodes[0]):
+            return
+        if failed:
+            log.warning(
+                "%s at %s: %s failed (%s); batches go to %s now (a node that fails is left alone for %g s)",
+                self.title,
+                self.shown_url,
+                ", ".join(n.name for n in failed),
+                "; ".join(n.why.removeprefix(": ") for n in failed),
+                node.name,
+                self.node_backoff_s,
+            )
+        elif before is not None:
+            log.warning("%s at %s: %s answers again; batches go to it now", self.title, self.shown_url, node.name)
+
+    def _once(
+        self, url: str, method: str, body: bytes | None, content_type: str | None, kw: dict[str, Any]
+    ) -> requests.Response:
+        """One request to one node; _NodeFailed when it gives no answer or answers 502, 503 or 504."""
         headers = {"Content-Type": content_type or self.content_type} if body is not None else None
         self.requests += 1
         # given each time: requests prefers REQUESTS_CA_BUNDLE/CURL_CA_BUNDLE to the session's CA file
-        kw.setdefault("verify", self.session.verify)
+        kw = {"verify": self.session.verify, **kw}
         try:
             resp = self.session.request(
                 method, url, data=body, headers=headers, timeout=self.timeout_s, allow_redirects=False, **kw
             )
         except requests.exceptions.SSLError as exc:
-            raise StoreAuthError(self._tls_problem(exc), "tls") from exc
+            raise StoreAuthError(self._tls_problem(exc, urlsplit(url).netloc), "tls") from exc
         except requests.RequestException as exc:
-            raise StoreDown(f"{self.title} at {self.url} cannot be reached ({exc.__class__.__name__})") from exc
+            raise _NodeFailed(f"cannot be reached ({exc.__class__.__name__})") from exc
+        if resp.status_code in FAILOVER_STATUSES:
+            raise _NodeFailed(f": HTTP {resp.status_code} {resp.text[:200].strip()}")
+        return resp
+
+    def _answer(
+        self, resp: requests.Response, method: str, url: str, action: Callable[[], str] | str | None
+    ) -> requests.Response:
+        """The store's answer, whichever node gave it: StoreAuthError (401, 403), StoreDown (another
+        "not now" status), else the response."""
         if resp.status_code in (401, 403):
             what = (
                 action()
@@ -238,8 +392,7 @@ class Writer:
             return f"{self.auth.subject()} may not write to {self.shown_url}: {reason}"
         return f"{self.auth.subject()} may not {action} at {self.shown_url}: {reason}"
 
-    def _tls_problem(self, exc: Exception) -> str:
-        host = urlsplit(self.url).netloc
+    def _tls_problem(self, exc: Exception, host: str) -> str:
         found = re.search(r"certificate verify failed: ([^(\"')]+)", str(exc))
         if found:
             return (
@@ -291,6 +444,16 @@ class Writer:
 
     def close(self) -> None:
         self.session.close()
+
+
+class _NodeFailed(Exception):
+    """A node gave no answer, or answered 502, 503 or 504: the next node may take the request.
+    The message, after "STORE at URL", says what happened ("cannot be reached (...)", ": HTTP 503 ...")."""
+
+
+def _said(where: str, why: str) -> str:
+    """ "Elasticsearch at URL cannot be reached (...)", "Elasticsearch at URL: HTTP 503 ..." """
+    return f"{where}{why}" if why.startswith(":") else f"{where} {why}"
 
 
 _REGISTRY: dict[str, type[Writer]] = {}

@@ -1,10 +1,12 @@
 """The child of a WriterProcess (see _process): ``python -m flowstat.stores._child STORE URL TARGET
-GIVE_UP_S``. Batches arrive on stdin; one JSON line answers on stdout: at once the error that
-stopped it, or, at the end, what the store accepted and refused."""
+GIVE_UP_S TIMEOUT_S NODE_BACKOFF_S``. Batches arrive on stdin; one JSON line answers on stdout: at
+once the error that stopped it, or, at the end, what the store accepted and refused. A failover
+between a store's nodes is logged on stderr."""
 
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import sys
 
@@ -13,11 +15,12 @@ from ._process import FRAME, Result
 from ._registry import get
 
 
-def serve(store: str, url: str, target: str, give_up_s: str) -> int:
+def serve(store: str, url: str, target: str, give_up_s: str, timeout_s: str, node_backoff_s: str) -> int:
     """Write every batch in order; after the first error, read and drop the rest."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(message)s")
     policy = RetryPolicy(give_up_s=float(give_up_s))
-    writer = get(store)(url, target)
+    writer = get(store)(url, target, timeout_s=float(timeout_s), node_backoff_s=float(node_backoff_s))
     read = sys.stdin.buffer.read
     total: Result = {"accepted": 0, "refused": 0, "reasons": []}
     error: str | None = None
@@ -46,5 +49,5 @@ def serve(store: str, url: str, target: str, give_up_s: str) -> int:
     return 0
 
 
-if __name__ == "__main__" and len(sys.argv) == 5:
+if __name__ == "__main__" and len(sys.argv) == 7:
     sys.exit(serve(*sys.argv[1:]))

@@ -4,9 +4,10 @@ thread beside them waits for it at every socket call: posting 1M points took hal
 with the parsing in a thread as in another process (benchmarks/bench_ingest.py, posting_contention;
 docs/benchmarks.md). Nothing but bytes crosses the pipe; nothing is unpickled.
 
-The child (``python -m flowstat.stores._child STORE URL TARGET GIVE_UP_S``) answers on its stdout
-with one JSON line: at once the error that stopped it (it then reads and drops the batches that
-follow), or, at the end, what the store accepted and refused.
+The child (``python -m flowstat.stores._child STORE URL TARGET GIVE_UP_S TIMEOUT_S NODE_BACKOFF_S``)
+answers on its stdout with one JSON line: at once the error that stopped it (it then reads and drops
+the batches that follow), or, at the end, what the store accepted and refused. A failover between a
+store's nodes is logged on its stderr, which is this process's.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import subprocess
 import sys
 from typing import TypedDict
 
-from ._base import RetryPolicy
+from ._base import NODE_BACKOFF_S, RetryPolicy
 from ._registry import get
 
 FRAME = struct.Struct("<QQ")  # a batch: its length and item count, then its bytes; length 0 ends
@@ -37,10 +38,21 @@ class Result(TypedDict, total=False):
 class WriterProcess:
     """Writes batches to one store from a child process (see the module)."""
 
-    def __init__(self, store: str, url: str, target: str, give_up_s: float = RetryPolicy.give_up_s):
+    def __init__(
+        self,
+        store: str,
+        url: str,
+        target: str,
+        give_up_s: float = RetryPolicy.give_up_s,
+        *,
+        timeout_s: float = 60.0,
+        node_backoff_s: float = NODE_BACKOFF_S,
+    ):
+        """``timeout_s``, ``node_backoff_s``: the writer's (flowstat.stores.Writer). A failover is
+        logged on this process's stderr."""
         self.title = get(store).title  # an unknown store fails here, before a process starts
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", CHILD, store, url, target, str(give_up_s)],
+            [sys.executable, "-m", CHILD, store, url, target, str(give_up_s), str(timeout_s), str(node_backoff_s)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )

@@ -135,6 +135,7 @@ class Elasticsearch(Writer):
     content_type = "application/x-ndjson"
     auth_prefix = "FLOWSTAT_ES"
     auth_key = ("API_KEY", "ApiKey")
+    multi_node = True  # http://HOST:PORT,HOST:PORT: every node of a cluster, failed over (see _base)
 
     def encode(self, samples: Iterable[dict[str, Any]]) -> bytes:
         return b"".join(

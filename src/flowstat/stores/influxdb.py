@@ -12,7 +12,7 @@ from flowstat.schema import run as run_schema
 from flowstat.schema import sample as sample_schema
 
 from ._auth import StoreAuth
-from ._base import BatchEncoder, Outcome, Writer, register
+from ._base import NODE_BACKOFF_S, BatchEncoder, Outcome, Writer, register
 
 DATABASE = "flowstat"
 _DROPPED = re.compile(r"dropped=(\d+)")
@@ -48,10 +48,13 @@ class InfluxDB(Writer):
         timeout_s: float = 60.0,
         auth: StoreAuth | None = None,
         shown_url: str | None = None,
+        node_backoff_s: float = NODE_BACKOFF_S,
     ) -> None:
         """``endpoint``: post to this URL as it is instead of URL/write?db=TARGET (an InfluxDB-compatible
         listener, such as Telegraf's influxdb_listener)."""
-        super().__init__(url, target, timeout_s=timeout_s, auth=auth, shown_url=shown_url)
+        super().__init__(
+            url, target, timeout_s=timeout_s, auth=auth, shown_url=shown_url, node_backoff_s=node_backoff_s
+        )
         if endpoint:
             self.title = "the line protocol endpoint"  # Telegraf, often: not necessarily InfluxDB
         self.endpoint = endpoint or f"{self.url}/write"

@@ -5,6 +5,7 @@ each class registered under its URL scheme; every store of flowstat.stores is a 
     udp://HOST:PORT                      tcp://HOST:PORT[?format=json]
     http://HOST:PORT/write               influxdb://HOST:PORT/DATABASE
     elasticsearch://HOST:PORT/INDEX      (a store's scheme + "+https": over TLS)
+    elasticsearch://HOST:PORT,HOST:PORT,.../INDEX   (every node of a cluster: failed over)
 
 Credentials come from the environment or a credentials file, never from the URL (docs/security.md).
 """
@@ -26,8 +27,15 @@ def known_schemes() -> list[str]:
     return schemes() + [s for s in stores.names() if s not in schemes()]
 
 
-def open_sink(url: str) -> Sink:
-    """A sink from its URL; a URL that names no sink is an error naming what is wrong."""
+def open_sink(url: str, timeout_s: float | None = None, node_backoff_s: float | None = None) -> Sink:
+    """A sink from its URL; a URL that names no sink is an error naming what is wrong. ``timeout_s``
+    and ``node_backoff_s``: see Sink.configure (None: the defaults)."""
+    sink = _open(url)
+    sink.configure(timeout_s, node_backoff_s)
+    return sink
+
+
+def _open(url: str) -> Sink:
     parts = urlsplit("stdout://" if url == "-" else url)
     try:  # first: every message below names the URL, which must not show who logs in
         es = parts.scheme.startswith("elasticsearch")

@@ -65,6 +65,14 @@ class Sink:
         """The sink a URL of this scheme names; SinkURLError says what is missing."""
         raise NotImplementedError
 
+    def configure(self, timeout_s: float | None = None, node_backoff_s: float | None = None) -> None:
+        """The agent's --sink-timeout (an HTTP sink's request time-out) and --node-backoff (how long a
+        store's node that failed is left alone); None: the default. Only store sinks take them."""
+
+    def longest_send_s(self) -> float:
+        """The longest one send may block (TCP's 3 s, an HTTP store's time-out, once a node)."""
+        return 5.0
+
     def encode(self, samples: Iterable[dict]) -> bytes:
         encode = sample_schema.to_line_protocol if self.format == "line" else sample_schema.to_json
         return "".join(encode(s) + "\n" for s in samples).encode()
@@ -106,7 +114,12 @@ def schemes() -> list[str]:
     return list(_SCHEMES)
 
 
+ONE_NODE = "takes one HOST:PORT, not a list (elasticsearch:// takes a list of nodes)"  # as the C agent says
+
+
 def host_port(url: str, parts: SplitResult, default_port: int | None = None) -> tuple[str, int]:
+    if "," in parts.netloc:
+        raise SinkURLError(f"{url}: {ONE_NODE}")
     try:
         port = parts.port or default_port
     except ValueError as exc:

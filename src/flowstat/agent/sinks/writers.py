@@ -2,7 +2,8 @@
 every registered store, as ``NAME://HOST:PORT/TARGET`` (``influxdb://HOST:PORT/DATABASE``,
 ``elasticsearch://HOST:PORT/INDEX``; ``NAME+https://`` over TLS), and ``http(s)://HOST:PORT/PATH``,
 an InfluxDB-compatible write endpoint such as Telegraf's influxdb_listener. Each logs in as the
-store's credentials say (docs/security.md)."""
+store's credentials say (docs/security.md). Elasticsearch takes every node of a cluster,
+``elasticsearch://HOST:PORT,HOST:PORT,.../INDEX``, and fails over between them (flowstat.stores._base)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from flowstat import stores
 from flowstat.stores import CredentialsError, Outcome, StoreDown
 from flowstat.stores.influxdb import InfluxDB
 
-from .base import Sink, SinkDown, SinkRejected, SinkURLError, host_port, register
+from .base import ONE_NODE, Sink, SinkDown, SinkRejected, SinkURLError, host_port, register
 
-TIMEOUT_S = 5.0  # an agent's batch is small: a store slower than this is treated as down
+TIMEOUT_S = 5.0  # an agent's batch is small: a store slower than this is treated as down (--sink-timeout)
 TLS_SUFFIX = "+https"  # influxdb+https://, elasticsearch+https://: the store over TLS
 
 
@@ -36,16 +37,27 @@ class StoreSink(Sink):
                 f"{url}: needs a {store.target_kind}, e.g. "
                 f"{store.name}://127.0.0.1:{store.default_port}/{store.default_target}"
             )
-        host, port = host_port(url, parts, store.default_port)
-        host = f"[{host}]" if ":" in host else host  # an IPv6 address
         http = "https" if parts.scheme.endswith(TLS_SUFFIX) else "http"
         try:
             stores.refuse_secrets_in_url(url, store.auth_prefix, store.auth_key[0])
-            sink = cls(url, store(f"{http}://{host}:{port}", target, timeout_s=TIMEOUT_S, shown_url=url))
-        except CredentialsError as exc:
+            nodes = stores.parse_nodes(url, parts.netloc, store.default_port)  # each HOST:PORT checked
+            if len(nodes) > 1 and not store.multi_node:
+                raise SinkURLError(f"{url}: {ONE_NODE}")
+            sink = cls(url, store(f"{http}://{','.join(nodes)}", target, timeout_s=TIMEOUT_S, shown_url=url))
+        except (CredentialsError, stores.StoreURLError) as exc:
             raise SinkURLError(str(exc)) from None
         sink.scheme = store.name
         return sink
+
+    def configure(self, timeout_s: float | None = None, node_backoff_s: float | None = None) -> None:
+        if timeout_s is not None:
+            self.writer.timeout_s = timeout_s
+        if node_backoff_s is not None:
+            self.writer.node_backoff_s = node_backoff_s
+
+    def longest_send_s(self) -> float:
+        # each node asked in turn, its connection and its answer each up to the time-out
+        return 2 * self.writer.timeout_s * len(self.writer.nodes)
 
     def encode(self, samples: Iterable[dict]) -> bytes:
         return self.writer.encode(samples)
@@ -83,7 +95,7 @@ class HttpLineSink(StoreSink):
         try:
             stores.refuse_secrets_in_url(url, "FLOWSTAT_INFLUX", "TOKEN")
             return cls(url, InfluxDB(url, endpoint=url, timeout_s=TIMEOUT_S, shown_url=url))
-        except CredentialsError as exc:
+        except (CredentialsError, stores.StoreURLError) as exc:
             raise SinkURLError(str(exc)) from None
 
 
