@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -179,7 +180,7 @@ def _tls_probe(address: str, ca: Path, cert: tuple[Path, Path] | None) -> dict:
     if cert:
         ctx.load_cert_chain(str(cert[0]), str(cert[1]))
     with socket.create_connection((address, 9300), timeout=5) as raw, ctx.wrap_socket(raw) as tls:
-        peer = tls.getpeercert()
+        peer, version = tls.getpeercert(), tls.version()
         tls.settimeout(2)
         try:
             tls.recv(1)
@@ -192,7 +193,7 @@ def _tls_probe(address: str, ca: Path, cert: tuple[Path, Path] | None) -> dict:
         "subject": dict(x for rdn in peer["subject"] for x in rdn),
         "dns": sorted(v for k, v in peer.get("subjectAltName", ()) if k == "DNS"),
         "refused": refused,
-        "version": tls.version(),
+        "version": version,
     }
 
 
@@ -328,52 +329,104 @@ def stored_samples(cluster: Cluster, node: str, run_id: str) -> list[dict]:
         after = hits[-1]["sort"]
 
 
-def sample_id(doc: dict) -> str:
-    return f"{doc['run_id']}/{doc['agent']}/{doc['node_id']}/{doc['seq']}"
+def sample_ids(run_file: Path) -> Counter:
+    """The document id of every node sample of a run file (the Python agent's), counted."""
+    docs = [json.loads(line) for line in run_file.read_text().splitlines()]
+    return Counter(
+        f"{d['run_id']}/{d['agent']}/{d['node_id']}/{d['seq']}"
+        for d in docs
+        if "node_id" in d and "flowstat_agent" not in d
+    )
+
+
+def once_each(stored: list[dict], sent: Counter, c_taken: int) -> list[str]:
+    """What is wrong with a run's stored samples (each with its _id, _index, agent, node_id, seq):
+    a document whose id is not its sample's; a sample stored twice (in two indices: within one, an
+    _id is unique); the Python agent's not exactly its run file's (``sent``, by id); the C agent's,
+    which keep no run file, not numbered 0, 1, 2... for each node with none missing, or not as many
+    as it took (``c_taken``). Empty when every sample is there exactly once."""
+    problems = []
+    run_id = next(iter(sent)).split("/")[0]
+    ids = Counter(f"{run_id}/{d['agent']}/{d['node_id']}/{d['seq']}" for d in stored)
+    if Counter(d["_id"] for d in stored) != ids:
+        problems.append("documents whose _id is not their sample's run_id/agent/node_id/seq")
+    twice = sorted(i for i, n in ids.items() if n > 1)
+    if twice:
+        problems.append(f"{len(twice)} samples stored more than once (in two indices): {twice[:5]}")
+    py = {i for i in ids if i.split("/")[1] == PY_AGENT}
+    if py != set(sent):
+        problems.append(
+            f"{PY_AGENT}: sent {len(sent)}, stored {len(py)}; missing {sorted(set(sent) - py)[:5]}, "
+            f"never sent {sorted(py - set(sent))[:5]}"
+        )
+    c_seqs: dict[str, set[int]] = {}
+    for d in stored:
+        if d["agent"] == C_AGENT:
+            c_seqs.setdefault(d["node_id"], set()).add(d["seq"])
+    gaps = {n: sorted(set(range(max(s) + 1)) - s)[:5] for n, s in c_seqs.items() if s != set(range(len(s)))}
+    if gaps:
+        problems.append(f"{C_AGENT}: samples missing, by node: {gaps}")
+    if sum(map(len, c_seqs.values())) != c_taken:
+        problems.append(
+            f"{C_AGENT}: took {c_taken} samples, stored {sum(map(len, c_seqs.values()))}: "
+            f"{ {n: len(s) for n, s in c_seqs.items()} }"
+        )
+    return problems
+
+
+def es_sink(stats: dict) -> dict:
+    """The Elasticsearch sink's figures in an agent's statistics."""
+    (figures,) = [v for url, v in stats["sinks"].items() if url.startswith("elasticsearch://")]
+    return figures
 
 
 @pytest.mark.timeout(600)
 def test_a_node_killed_mid_ingest_queries_answer_green_again_and_every_sample_once(cluster):
-    """The elected master is the node killed, and the agents' sink lists it first, so it is the node
-    they write to: its loss is the whole of a node's loss at once (the master elected anew, the
-    primaries it held promoted, the writers' node gone). Queries go to a surviving node, as a
-    client that lists them all would after failing over."""
+    """Both agents of a harness run ship to every node (the sink lists the three), the node they
+    write to is killed with SIGKILL, and it is the elected master too: the whole of a node's loss
+    at once (a master elected anew, the primaries it held promoted, the writers' node gone).
+    Meanwhile `flowstat replay` loads another run through the same list, its first node down.
+    Queries go to a surviving node, as a client that lists every node would after failing over."""
     t_start = time.monotonic()
     victim = cluster.master("elasticsearch-2")
     assert victim in NODES, victim
     survivors = [n for n in NODES if n != victim]
     query_node = survivors[0]
-    sink_nodes = [survivors[0]]  # TODO node list: [victim, *survivors]
-    sink = f"elasticsearch://{','.join(f'{n}:9200' for n in sink_nodes)}/flowstat-samples"
-    run_id = f"es-cluster-{secrets.token_hex(4)}"
+    listed = [victim, *survivors]  # the node the writers take first is the master
+    sink = f"elasticsearch://{','.join(f'{n}:9200' for n in listed)}/flowstat-samples"
+    run_id, replayed_id = (f"es-cluster-{secrets.token_hex(4)}" for _ in range(2))
     name = f"{PROJECT}-ingest"
-    values = cluster.values
-    cluster(
-        "--profile",
-        "harness",
-        "run",
-        "-d",
-        "--no-deps",
-        "--name",
-        name,
-        "-e",
-        "FLOWSTAT_ES_USER=flowstat_agent",
-        "-e",
-        "FLOWSTAT_ES_PASSWORD",
-        "harness",
-        "run",
-        SMOKE,
-        "--duration",
-        "600",
-        "--run-id",
-        run_id,
-        "--agent-interval",
-        "0.1",
-        "--quiet",
-        "--no-c-agent",  # TODO C agent with the node list
-        "--sink",
-        sink,
-        env={"FLOWSTAT_ES_PASSWORD": values["AGENT_ES_PASSWORD"]},
+
+    def harness(*command: str, detach: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+        """The harness service with flowstat_agent's credentials, as docs/compose.md's replay recipe."""
+        how = ["-d", "--name", detach] if detach else ["--rm"]
+        return cluster(
+            *("--profile", "harness", "run", *how, "--no-deps", "-e", "FLOWSTAT_ES_USER=flowstat_agent"),
+            *("-e", "FLOWSTAT_ES_PASSWORD", "harness", *command),
+            env={"FLOWSTAT_ES_PASSWORD": cluster.values["AGENT_ES_PASSWORD"]},
+            timeout=timeout,
+        )
+
+    # a short run that no store has seen, for replay to load while the node is down
+    harness(
+        *(
+            "run",
+            SMOKE,
+            "--duration",
+            "3",
+            "--run-id",
+            replayed_id,
+            "--agent-interval",
+            "0.1",
+            "--quiet",
+            "--no-c-agent",
+        ),
+        timeout=120,
+    )
+    harness(
+        *("run", SMOKE, "--duration", "600", "--run-id", run_id, "--agent-interval", "0.1", "--quiet"),
+        *("--sink", sink),
+        detach=name,
     )
     wait_for("the run's first samples in the cluster", lambda: cluster.run_count(query_node, run_id) >= 100, 90)
     # replicas 1: each index of the run has a copy on two nodes, as the template says (one source:
@@ -395,50 +448,70 @@ def test_a_node_killed_mid_ingest_queries_answer_green_again_and_every_sample_on
         assert s["state"] == "STARTED", s
         by_index.setdefault(s["index"], set()).add(s["node"])
     assert by_index and all(len(nodes) == 2 for nodes in by_index.values()), shards
+    # both agents write to the first node listed, the master, and to no other
     bulk_before = cluster.bulk_requests(query_node)
-    # TODO node list: assert bulk_before[victim] > 0
+    assert bulk_before[victim] > 0 and not any(bulk_before[n] for n in survivors), bulk_before
 
     queries = Queries(cluster, query_node, run_id)
-    container = cluster.container(victim)
-    t_kill = time.monotonic()
-    cluster.engine.docker("kill", "-s", "KILL", container["Id"], what=f"docker kill -s KILL {victim}")
-    count_at_kill = cluster.run_count(query_node, run_id)
+    try:
+        container = cluster.container(victim)
+        t_kill = time.monotonic()
+        cluster.engine.docker("kill", "-s", "KILL", container["Id"], what=f"docker kill -s KILL {victim}")
+        count_at_kill = cluster.run_count(query_node, run_id)
+        with ThreadPoolExecutor(1) as background:
+            replay = background.submit(
+                harness, "replay", f"runs/{replayed_id}", "--es", "http://" + ",".join(f"{n}:9200" for n in listed)
+            )
 
-    def lost() -> dict | None:
-        health = cluster.health(query_node)
-        master = cluster.master(query_node)
-        count = cluster.run_count(query_node, run_id)
-        seen = {"health": health["status"], "nodes": health["number_of_nodes"], "master": master, "count": count}
-        lost.seen.append(seen)
-        if (
-            health["number_of_nodes"] == 2
-            and master in survivors
-            and count >= count_at_kill + 120  # the writers go on through the cluster's other nodes
-            and len(queries.since(t_kill)) >= 10
-        ):
-            return seen
-        return None
+            def lost() -> dict | None:
+                health = cluster.health(query_node)
+                master = cluster.master(query_node)
+                count = cluster.run_count(query_node, run_id)
+                seen = {
+                    "health": health["status"],
+                    "nodes": health["number_of_nodes"],
+                    "master": master,
+                    "count": count,
+                }
+                lost.seen.append(seen)
+                if (
+                    health["number_of_nodes"] == 2
+                    and master in survivors
+                    and count >= count_at_kill + 120  # the agents go on through the cluster's other nodes
+                    and len(queries.since(t_kill)) >= 10
+                    and replay.done()
+                ):
+                    return seen
+                return None
 
-    lost.seen = []
-    during = wait_for(f"the cluster without {victim}: a new master, writes going on", lost, 120)
-    assert any(s["health"] == "yellow" for s in lost.seen), f"the loss never showed (replicas unassigned): {lost.seen}"
-    t_restart = time.monotonic()
-    cluster.engine.docker("start", container["Id"], what=f"docker start {victim}")
+            lost.seen = []
+            during = wait_for(f"the cluster without {victim}: a new master, writes going on, replay done", lost, 120)
+            replay_out = replay.result()
+        assert any(
+            s["health"] == "yellow" for s in lost.seen
+        ), f"the loss never showed (replicas unassigned): {lost.seen}"
+        bulk_during = cluster.bulk_requests(query_node)
+        assert (
+            victim not in bulk_during and bulk_during[survivors[0]] > 0
+        ), bulk_during  # the next node listed took them
+        t_restart = time.monotonic()
+        cluster.engine.docker("start", container["Id"], what=f"docker start {victim}")
 
-    def green() -> dict | None:
-        health = cluster.health(query_node)
-        return health if (health["status"], health["number_of_nodes"]) == ("green", 3) else None
+        def green() -> dict | None:
+            health = cluster.health(query_node)
+            return health if (health["status"], health["number_of_nodes"]) == ("green", 3) else None
 
-    wait_for(f"green with {victim} back", green, 180)
-    t_green = time.monotonic()
-    assert cluster.es("GET", victim, "/_cluster/health").json()["status"] == "green"
-    count_at_green = cluster.run_count(query_node, run_id)
-    wait_for(
-        "samples after the node's return", lambda: cluster.run_count(query_node, run_id) >= count_at_green + 60, 60
-    )
-    # every socket of the namespace, the agents' and the nodes' connections too, on loopback
-    assert all(on_loopback(a) for a in socket_addresses()), socket_addresses()
-    results = queries.stop()
+        wait_for(f"green with {victim} back", green, 180)
+        t_green = time.monotonic()
+        assert cluster.es("GET", victim, "/_cluster/health").json()["status"] == "green"
+        count_at_green = cluster.run_count(query_node, run_id)
+        wait_for(
+            "samples after the node's return", lambda: cluster.run_count(query_node, run_id) >= count_at_green + 60, 60
+        )
+        # every socket of the namespace, the agents' and the nodes' connections too, on loopback
+        assert all(on_loopback(a) for a in socket_addresses()), socket_addresses()
+    finally:
+        results = queries.stop()
 
     # stop the run in order: the agents deliver what they hold, the run document is sent
     cluster.engine.docker("stop", "--time", "90", name, timeout=150)
@@ -454,34 +527,37 @@ def test_a_node_killed_mid_ingest_queries_answer_green_again_and_every_sample_on
     assert len(in_loss) >= 10, len(in_loss)
     slowest = max(results, key=lambda r: r["s"])
 
+    # each agent failed over from the node killed to the next listed, and said so once
+    for agent in ("agent-py", "agent-c"):
+        log = (run_dir / "logs" / f"{agent}.log").read_text()
+        assert f"{victim}:9200 failed" in log and f"batches go to {survivors[0]}:9200 now" in log, (agent, log[-2000:])
+
     # every sample the agents sent, exactly once, by document id
-    sent = [json.loads(line) for line in (run_dir / "samples.ndjson").read_text().splitlines()]
-    sent_ids = Counter(sample_id(d) for d in sent if "node_id" in d and "flowstat_agent" not in d)  # the run file's
-    assert sent_ids and max(sent_ids.values()) == 1
     cluster.es("POST", query_node, "/flowstat-*/_refresh")
     stored = stored_samples(cluster, query_node, run_id)
-    stored_ids = Counter(f"{run_id}/{d['agent']}/{d['node_id']}/{d['seq']}" for d in stored)
-    assert Counter(d["_id"] for d in stored) == stored_ids  # each document's id is its sample's
-    twice = [i for i, n in stored_ids.items() if n > 1]
-    assert not twice, f"{len(twice)} samples stored more than once (in two indices): {twice[:5]}"
-    py = {i for i in stored_ids if i.split("/")[1] == PY_AGENT}
-    assert len(py) == len(sent_ids) and py == set(sent_ids), (
-        f"{PY_AGENT}: sent {len(sent_ids)}, stored {len(py)}; missing {sorted(set(sent_ids) - py)[:5]}, "
-        f"not sent {sorted(py - set(sent_ids))[:5]}"
-    )
-    stats = json.loads((run_dir / "agent-py-stats.json").read_text())
-    es_sink = stats["sinks"][sink]
-    assert (es_sink["lost"], es_sink["spooled"], es_sink["refused"]) == (0, 0, 0), es_sink
+    sent = sample_ids(run_dir / "samples.ndjson")
+    c_stats = json.loads((run_dir / "agent-c-stats.json").read_text())
+    assert sent and max(sent.values()) == 1 and c_stats["samples"] > 0
+    problems = once_each(stored, sent, c_stats["samples"])
+    assert not problems, "\n".join(problems)
+    for agent, stats in (("agent-py", json.loads((run_dir / "agent-py-stats.json").read_text())), ("agent-c", c_stats)):
+        figures = es_sink(stats)
+        assert (figures["lost"], figures["spooled"], figures["refused"]) == (0, 0, 0), (agent, figures)
     run_doc = cluster.es("GET", query_node, f"/flowstat-runs/_doc/{run_id}").json()
     assert run_doc.get("found") and run_doc["_source"].get("finished"), run_doc
 
+    # and replay, through the same list with its first node down: every sample of its run file once
+    replayed = Counter(d["_id"] for d in stored_samples(cluster, query_node, replayed_id))
+    want = sample_ids(cluster.volume_dir("harness-runs") / replayed_id / "samples.ndjson")
+    assert replayed == want, (len(replayed), len(want), replay_out.stdout[-1000:], replay_out.stderr[-1000:])
+    assert cluster.es("GET", query_node, f"/flowstat-runs/_doc/{replayed_id}").json().get("found")
+
     resent = sum(1 for d in stored if d["_version"] > 1)
-    bulk_after = cluster.bulk_requests(query_node)
     print(
         f"es-cluster: killed {victim} (master; the sink's first node) {t_kill - t_start:.0f} s in; "
         f"{during}; down {t_restart - t_kill:.0f} s, green {t_green - t_restart:.0f} s after its start; "
         f"{len(results)} queries of {query_node}, {len(in_loss)} while it was away, slowest {slowest['s']:.2f} s; "
-        f"{len(stored)} samples stored once each ({resent} written again by a resend); "
-        f"_bulk requests by node before {bulk_before}, after {bulk_after}",
+        f"{len(stored)} samples stored once each ({resent} written again by a resend), {len(replayed)} replayed; "
+        f"_bulk requests by node before the kill {bulk_before}, during {bulk_during}",
         file=sys.stderr,
     )
