@@ -33,6 +33,7 @@ SERVER_MODULES = {
     "test_dashboards.py",
     "test_demo.py",
     "test_elastalert.py",
+    "test_es_failover.py",
     "test_ingest.py",
     "test_kibana.py",
     "test_provision.py",

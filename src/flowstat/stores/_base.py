@@ -7,7 +7,8 @@ The retry policy (docs/ingest.md; the C agent follows it too):
   followed: nothing was stored): down for now. Any other 4xx: the data is *refused*: retrying the
   same bytes cannot help.
 - HTTP 401 and 403, and a certificate that is not trusted: the store refuses *who we are*, not the
-  data (StoreAuthError, a kind of down: docs/security.md). The agents spool and retry as for down;
+  data (StoreAuthError, a kind of down: docs/security.md). A TLS handshake cut short (EOF) is no
+  answer, as above. The agents spool and retry as for down;
   ``Writer.write`` stops at once, since waiting cannot change the credentials.
 - Down means: retry later, the whole batch, in order. The agents spool it on disk and try again
   every second; ``Writer.write`` (replay, benchmarks) backs off 0.5 s, doubling to 8 s, and gives
@@ -55,6 +56,9 @@ NODE_BACKOFF_S = 30.0  # how long a node that failed is left alone (the official
 FAILOVER_STATUSES = (502, 503, 504)  # a node that answers these is down or outside a cluster: ask the next
 
 log = logging.getLogger("flowstat.stores")
+# An SSLError that is the connection's end, not the certificate's or the protocol's fault: a node
+# killed as a client connects (the C agent's curl says "SSL connect error" and fails over too).
+_TLS_CUT = re.compile(r"UNEXPECTED_EOF|EOF occurred in violation of protocol|ECONNRESET|Connection reset")
 
 
 class StoreURLError(ValueError):
@@ -350,6 +354,8 @@ class Writer:
                 method, url, data=body, headers=headers, timeout=self.timeout_s, allow_redirects=False, **kw
             )
         except requests.exceptions.SSLError as exc:
+            if _TLS_CUT.search(str(exc)):  # the node went away mid-handshake: its failure, not ours
+                raise _NodeFailed(f"cannot be reached ({exc.__class__.__name__}: the TLS handshake was cut)") from exc
             raise StoreAuthError(self._tls_problem(exc, urlsplit(url).netloc), "tls") from exc
         except requests.RequestException as exc:
             raise _NodeFailed(f"cannot be reached ({exc.__class__.__name__})") from exc
