@@ -48,6 +48,7 @@ from netns import Namespace, alive, read_pid, run_checked  # beside this file
 ROOT = Path(__file__).resolve().parents[1]
 STAND_INS = ROOT / "scripts" / "compose-stand-ins"
 OVERRIDE = STAND_INS / "docker-compose.stand-ins.yml"
+ES_CLUSTER_OVERRIDE = STAND_INS / "docker-compose.es-cluster.stand-ins.yml"  # with docker-compose.es-cluster.yml
 COMPOSE_VERSION = "v2.28.1"
 NETNS = "flowstat-compose"
 DEBIAN_SUITE = "bookworm"

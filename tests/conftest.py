@@ -45,10 +45,13 @@ SERVER_MODULES = {
     "test_stores.py",
     "test_wheel.py",
 }
-# Modules whose tests share a cluster of their own and run in order: each goes to one worker, beside
-# the others. (test_slurm_cluster.py is a server module: its runs across hosts ship to the session
-# stack, which only one worker may run, since its servers share one cache directory.)
-ONE_WORKER_MODULES = {"test_compose_up.py"}
+# Modules whose tests share a cluster of their own and run in order: each goes whole to one worker,
+# beside the others; modules of the same group go to the same worker, one after the other. (The two
+# compose modules both need the machine's one compose engine, which a lock gives to one at a time:
+# on two workers, one would only wait for the other. test_slurm_cluster.py is a server module: its
+# runs across hosts ship to the session stack, which only one worker may run, since its servers
+# share one cache directory.)
+ONE_WORKER_MODULES = {"test_compose_up.py": "compose-engine", "test_es_cluster_up.py": "compose-engine"}
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -63,7 +66,7 @@ def pytest_xdist_make_scheduler(config, log):
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::")[0]
             if module.rsplit("/", 1)[-1] in ONE_WORKER_MODULES:
-                return module
+                return ONE_WORKER_MODULES[module.rsplit("/", 1)[-1]]
             return "servers" if module.rsplit("/", 1)[-1] in SERVER_MODULES else nodeid
 
     return ServersTogether(config, log)

@@ -19,7 +19,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,157 +28,32 @@ import pytest
 import yaml
 
 from support.common import ROOT
+from support.compose import (
+    COMPOSE_FILE,
+    FLOWSTAT_SERVICES,
+    HOSTNAME,
+    LEFT_OUT,
+    Project,
+    ce,
+    compose_config,
+    engine_up,
+    loopback_only,
+    needs_engine,
+    override_differences,
+)
+from support.compose import compose_v2 as compose_v2_binary
 
-sys.path.insert(0, str(ROOT / "scripts"))
-import composeengine as ce  # noqa: E402
-
-COMPOSE_FILE = ROOT / "docker-compose.yml"
 PROJECT = "flowstat-compose-test"
-LEFT_OUT = {"kibana", "setup-kibana", "grafana"}  # no source for Kibana or Grafana here
-FLOWSTAT_SERVICES = {"secrets", "setup", "setup-kibana", "alerts", "harness"}
 PY_AGENT, C_AGENT = "flowstat-agent-py", "flowstat-agent-c"
 TOPOLOGIES = "/usr/local/share/flowstat/topologies"
 SINKS = ["--sink", "http://telegraf:8186/write", "--sink", "tcp://logstash:5044?format=json"]  # the harness's own
 
-HOSTNAME = {"FLOWSTAT_HOSTNAME": socket.gethostname()}  # the override resolves it (extra_hosts)
-MISSING = [
-    p
-    for p in ("dockerd", "containerd", "mmdebstrap", "ip", "nsenter")
-    if not shutil.which(p) and not shutil.which(p, path="/usr/sbin:/sbin")
-]
-if os.geteuid() != 0:
-    MISSING.append("root")
-pytestmark = pytest.mark.skipif(
-    bool(MISSING) and not os.environ.get("CI"),
-    reason=f"needs {', '.join(MISSING)} (make test installs the engine and builds the images)",
-)
-
-
-def host_addresses() -> list[tuple[str, str]]:
-    """Every interface of the machine and its addresses (`ip -j addr`)."""
-    out = subprocess.run(["ip", "-j", "addr"], capture_output=True, text=True, check=True).stdout
-    return sorted(
-        (link["ifname"], f"{a['local']}/{a['prefixlen']}")
-        for link in json.loads(out)
-        for a in link.get("addr_info", []) or [{"local": "", "prefixlen": ""}]
-    )
-
-
-def compose_config(*files: Path, env_file: Path) -> dict:
-    """The merged configuration, as Compose v2 reads it."""
-    out = subprocess.run(
-        [
-            str(ce.compose_binary()),
-            "--project-directory",
-            str(ROOT),
-            "--env-file",
-            str(env_file),
-            *(a for f in files for a in ("-f", str(f))),
-            "--profile",
-            "harness",
-            "config",
-            "--format",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        env={"PATH": os.environ["PATH"], **HOSTNAME},
-    )
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
-
-
-# -- the override changes nothing but images, networking and what is left out -----------------------
-BIND_KEYS = {
-    "elasticsearch": {"network.host": "127.0.0.1"},
-    "influxdb": {"INFLUXDB_HTTP_BIND_ADDRESS": "127.0.0.1:8086"},
-}  # settings the images' own 0.0.0.0 gives way to
-
-
-def override_differences(base: dict, merged: dict) -> list[str]:
-    """Every difference between the users' configuration and the merged one that is not an image
-    swap, host networking (network_mode, ports, extra_hosts, binding 127.0.0.1 instead of
-    0.0.0.0) or a service left out: empty when the override does only what it says."""
-    wrong = []
-    names = set(base["services"])
-    if set(merged["services"]) != names - LEFT_OUT:
-        wrong.append(f"services: {sorted(set(merged['services']) ^ (names - LEFT_OUT))} differ")
-    for name, after in merged["services"].items():
-        before = base["services"][name]
-        for key in sorted(set(before) | set(after)):
-            old, new = before.get(key), after.get(key)
-            if old == new:
-                continue
-            if (
-                key == "image"
-                and (name in FLOWSTAT_SERVICES) == (new == old)
-                and (name in FLOWSTAT_SERVICES or new in ce.STANDIN.values())
-            ):
-                continue  # a stand-in; flowstat's own image keeps its tag (built here from the Dockerfile)
-            if (
-                key in ("pull_policy", "build")
-                and name in FLOWSTAT_SERVICES
-                and ((key, new) == ("pull_policy", "never") or (key, new) == ("build", None))
-            ):
-                continue  # built beforehand, by the suite, from the same Dockerfile
-            if key == "network_mode" and new == "host":
-                continue
-            if key == "networks" and new is None and old == {"default": None}:
-                continue  # the host network replaces the default network
-            if key == "ports" and not new:
-                continue  # meaningless with host networking
-            if (
-                key == "extra_hosts"
-                and old is None
-                and all(
-                    re.fullmatch(r"([\w.-]+)[:=]127\.0\.0\.1", h)
-                    and re.split("[:=]", h)[0] in names | {HOSTNAME["FLOWSTAT_HOSTNAME"]}
-                    for h in new
-                )
-            ):
-                continue  # the service names and the machine's name, on loopback
-            if key == "environment":
-                for var in sorted(set(old) | set(new)):
-                    if old.get(var) == new.get(var):
-                        continue
-                    if var in old and old[var].startswith("0.0.0.0:") and new.get(var) == "127.0.0.1:" + old[var][8:]:
-                        continue
-                    if var not in old and BIND_KEYS.get(name, {}).get(var) == new[var]:
-                        continue
-                    wrong.append(f"{name}.environment.{var}: {old.get(var)!r} -> {new.get(var)!r}")
-                continue
-            if key == "command" and [c.replace("0.0.0.0:", "127.0.0.1:") for c in old] == new:
-                continue
-            wrong.append(f"{name}.{key}: {json.dumps(old)[:120]} -> {json.dumps(new)[:120]}")
-    for key in sorted(set(base) | set(merged)):
-        if key in ("services", "name") or (key.startswith("x-") and key not in base):
-            continue  # the override's own anchors (x-host...) hold only what its services take
-        if key == "volumes":
-            used = {
-                v["source"]
-                for svc in merged["services"].values()
-                for v in svc.get("volumes", [])
-                if v["type"] == "volume"
-            }
-            if {k: v for k, v in base["volumes"].items() if k in used} != merged["volumes"]:
-                wrong.append(f"volumes: {sorted(base['volumes'])} -> {sorted(merged['volumes'])}")
-            if set(base["volumes"]) - set(merged["volumes"]) != {"kibana-data", "grafana-data"}:
-                wrong.append(f"volumes left out: {sorted(set(base['volumes']) - set(merged['volumes']))}")
-            continue
-        if key == "networks" and "networks" not in merged:
-            continue  # no service uses a network any longer (each is on the host's): compose drops them
-        if base.get(key) != merged.get(key):
-            wrong.append(f"{key}: differs")
-    return wrong
+pytestmark = needs_engine
 
 
 @pytest.fixture(scope="module")
 def compose_v2() -> Path:
-    if not Path(
-        ce.state_root(), "go", f"compose-{ce.COMPOSE_VERSION}", "docker-compose"
-    ).exists() and not os.environ.get("CI"):
-        pytest.skip("Compose v2 is not built yet: make compose-images")
-    return ce.compose_binary()
+    return compose_v2_binary()
 
 
 def test_the_override_only_swaps_images_sets_host_networking_and_leaves_out_what_has_no_stand_in(compose_v2):
@@ -212,58 +86,11 @@ def test_the_override_only_swaps_images_sets_host_networking_and_leaves_out_what
 
 
 # -- the stack -------------------------------------------------------------------------------------
-class Stack:
+class Stack(Project):
     """The compose project under test: compose commands, .env, the engine, the harness's runs."""
 
     def __init__(self, engine: ce.Engine, env_file: Path):
-        self.engine = engine
-        self.env_file = env_file
-        self.base = [
-            str(ce.compose_binary()),
-            "--project-directory",
-            str(ROOT),
-            "-p",
-            PROJECT,
-            "--env-file",
-            str(env_file),
-            "-f",
-            str(COMPOSE_FILE),
-            "-f",
-            str(ce.OVERRIDE),
-        ]
-
-    def __call__(
-        self, *args: str, check: bool = True, env: dict | None = None, timeout: float = 600, stdin: str | None = None
-    ) -> subprocess.CompletedProcess:
-        out = subprocess.run(
-            [*self.base, *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            cwd=ROOT,
-            env={**self.engine.env, **HOSTNAME, **(env or {})},
-            input=stdin,
-        )
-        if check:
-            assert out.returncode == 0, f"compose {' '.join(args)}: {out.stdout[-3000:]}\n{out.stderr[-3000:]}"
-        return out
-
-    @property
-    def values(self) -> dict[str, str]:
-        return dict(
-            line.split("=", 1)
-            for line in self.env_file.read_text().splitlines()
-            if line.strip() and not line.startswith("#")
-        )
-
-    def ps(self) -> dict[str, dict]:
-        out = self("ps", "--all", "--format", "json").stdout.strip()
-        rows = json.loads(out) if out.startswith("[") else [json.loads(x) for x in out.splitlines() if x.strip()]
-        return {r["Service"]: r for r in rows}
-
-    def container(self, service: str) -> dict:
-        cid = self("ps", "--all", "-q", service).stdout.split()[0]
-        return json.loads(self.engine.docker("inspect", cid).stdout)[0]
+        super().__init__(engine, env_file, PROJECT, [COMPOSE_FILE, ce.OVERRIDE])
 
     def check(self, *extra: str) -> tuple[int, dict, str]:
         """scripts/compose-check --json, as a user runs it (with this project's options)."""
@@ -294,23 +121,7 @@ class Stack:
 
     def runs_dir(self) -> Path:
         """The harness-runs volume, read from the engine's data root."""
-        return Path(
-            self.engine.docker(
-                "volume", "inspect", "--format", "{{.Mountpoint}}", f"{PROJECT}_harness-runs"
-            ).stdout.strip()
-        )
-
-    def wait_healthy(self, service: str, timeout_s: float = 180) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            row = self.ps().get(service, {})
-            if row.get("State") == "running" and row.get("Health") in ("healthy", ""):
-                return
-            time.sleep(1)
-        raise AssertionError(
-            f"{service} not healthy after {timeout_s:.0f} s: {self.ps().get(service)}\n"
-            f"{self('logs', '--tail', '30', service, check=False).stdout}"
-        )
+        return self.volume_dir("harness-runs")
 
     def new_run(self, before: set[str]) -> Path:
         made = [d for d in self.runs_dir().iterdir() if d.name not in before]
@@ -357,28 +168,14 @@ def c_agent_samples(run_dir: Path) -> int:
 def engine():
     """The suite's engine, images ready, started in its namespace; stopped by its pid at the end,
     after which the machine has exactly the interfaces and addresses it had before."""
-    if MISSING:
-        pytest.fail(f"CI is set and the engine cannot run: {', '.join(MISSING)} missing (make installs them)")
-    before = host_addresses()
-    e = ce.Engine(ce.state_root())
-    with ce.machine_lock(e.root):
-        t0 = time.monotonic()
-        built = ce.ensure_images(e, report=lambda m: print(m, file=sys.stderr))
-        print(f"images: {len(built)} built in {time.monotonic() - t0:.0f} s", file=sys.stderr)
-        e.start(isolated=True)
-        try:
-            yield e
-        finally:
-            e.stop()
-    after = host_addresses()
-    assert after == before, f"interfaces or addresses changed: {sorted(set(after) ^ set(before))}"
-    assert not ce.netns_exists()
+    with engine_up() as e:
+        yield e
 
 
 def test_the_engine_makes_no_network_and_no_address_outside_loopback(engine):
     assert sorted(engine.networks()) == ["host", "none"]
     addresses = ce.netns_addresses()
-    assert addresses and all(a.startswith("127.") or a == "::1/128" for a in addresses), addresses
+    assert loopback_only(addresses), addresses
     # the stack's "host" network is the namespace, not the machine's: no interface of the machine in it
     assert "eth0" not in subprocess.run(["ip", "-n", ce.NETNS, "-br", "link"], capture_output=True, text=True).stdout
 
