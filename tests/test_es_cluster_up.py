@@ -542,7 +542,8 @@ def test_a_node_killed_mid_ingest_queries_answer_green_again_and_every_sample_on
     assert not problems, "\n".join(problems)
     for agent, stats in (("agent-py", json.loads((run_dir / "agent-py-stats.json").read_text())), ("agent-c", c_stats)):
         figures = es_sink(stats)
-        assert (figures["lost"], figures["spooled"], figures["refused"]) == (0, 0, 0), (agent, figures)
+        log_tail = (run_dir / "logs" / f"{agent}.log").read_text()[-3000:]
+        assert (figures["lost"], figures["spooled"], figures["refused"]) == (0, 0, 0), (agent, figures, log_tail)
     run_doc = cluster.es("GET", query_node, f"/flowstat-runs/_doc/{run_id}").json()
     assert run_doc.get("found") and run_doc["_source"].get("finished"), run_doc
 
