@@ -47,17 +47,6 @@ const char *fsn_state_name(int state)
 
 /* -- options --------------------------------------------------------------------------------- */
 
-static void say(char *why, size_t why_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void say(char *why, size_t why_len, const char *fmt, ...)
-{
-    if (!why || why_len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, why_len, fmt, ap);
-    va_end(ap);
-}
-
 static int role_allowed(const char *role)
 {
     size_t n = strlen(role);
@@ -73,31 +62,31 @@ static int role_allowed(const char *role)
 static int options_valid(const struct fs_node_options *o, char *why, size_t why_len)
 {
     if (!o) {
-        say(why, why_len, "no options");
+        fsn_say(why, why_len, "no options");
         return 0;
     }
     if (!o->node_id || !o->node_id[0]) {
-        say(why, why_len, "node_id is required");
+        fsn_say(why, why_len, "node_id is required");
         return 0;
     }
     if (!fsn_utf8_valid(o->node_id, strlen(o->node_id))) {
-        say(why, why_len, "node_id is not UTF-8");
+        fsn_say(why, why_len, "node_id is not UTF-8");
         return 0;
     }
     if (o->role && !role_allowed(o->role)) {
-        say(why, why_len, "role \"%.64s\" does not match %s", o->role, ROLE_PATTERN);
+        fsn_say(why, why_len, "role \"%.64s\" does not match %s", o->role, ROLE_PATTERN);
         return 0;
     }
     if (o->run_id && !fsn_utf8_valid(o->run_id, strlen(o->run_id))) {
-        say(why, why_len, "run_id is not UTF-8");
+        fsn_say(why, why_len, "run_id is not UTF-8");
         return 0;
     }
     if (o->bind && !o->bind[0]) {
-        say(why, why_len, "bind is empty (NULL binds %s)", FSN_DEFAULT_BIND);
+        fsn_say(why, why_len, "bind is empty (NULL binds %s)", FSN_DEFAULT_BIND);
         return 0;
     }
     if (o->curve_keys && !o->curve_keys[0]) {
-        say(why, why_len, "curve_keys is empty (NULL: $FLOWSTAT_CURVE_KEYS, else none)");
+        fsn_say(why, why_len, "curve_keys is empty (NULL: $FLOWSTAT_CURVE_KEYS, else none)");
         return 0;
     }
     return 1;
@@ -348,7 +337,7 @@ FS_API fs_node *fs_node_open(const struct fs_node_options *options, char *why, s
     fsn_latency_init();
     fs_node *n = node_new(options);
     if (!n) {
-        say(why, why_len, "out of memory");
+        fsn_say(why, why_len, "out of memory");
         return NULL;
     }
     if (open_control(n, options) == 0 && fsn_control_start(n) != 0) {

@@ -16,8 +16,7 @@
 
 #define KEY_BYTES 32
 
-static void say(char *why, size_t why_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void say(char *why, size_t why_len, const char *fmt, ...)
+void fsn_say(char *why, size_t why_len, const char *fmt, ...)
 {
     if (!why || why_len == 0)
         return;
@@ -100,7 +99,8 @@ static int parse_line(const char *start, const char *end, unsigned number, const
     while (value_end > value && is_quote(value_end[-1]))
         value_end--;
     if (!fsn_curve_key_valid(value, (size_t)(value_end - value))) {
-        say(why, why_len, "%s:%u: %s is not a Z85 CURVE key of %d characters", path, number, label, FSN_CURVE_KEY_LEN);
+        fsn_say(why, why_len, "%s:%u: %s is not a Z85 CURVE key of %d characters", path, number, label,
+                FSN_CURVE_KEY_LEN);
         return -1;
     }
     memcpy(field, value, FSN_CURVE_KEY_LEN);
@@ -138,7 +138,7 @@ int fsn_curve_parse(const char *text, size_t len, const char *path, struct fsn_c
         p = next_line(eol, end);
     }
     if (!out->public_key[0]) {
-        say(why, why_len, "%s: no public-key (a ZeroMQ CURVE certificate file)", path);
+        fsn_say(why, why_len, "%s: no public-key (a ZeroMQ CURVE certificate file)", path);
         fsn_curve_wipe(out);
         return -1;
     }
@@ -167,12 +167,12 @@ static int check_small_file(int fd, const char *path, char *why, size_t why_len)
 {
     struct stat st;
     if (fstat(fd, &st) != 0) {
-        say(why, why_len, "%s: cannot read the CURVE key file (%s)", path, strerror(errno));
+        fsn_say(why, why_len, "%s: cannot read the CURVE key file (%s)", path, strerror(errno));
         return -1;
     }
     if (!S_ISREG(st.st_mode) || st.st_size > FSN_CURVE_FILE_MAX) {
-        say(why, why_len, "%s: cannot read the CURVE key file (%s)", path,
-            S_ISREG(st.st_mode) ? "larger than 64 KiB: no certificate" : "not a regular file");
+        fsn_say(why, why_len, "%s: cannot read the CURVE key file (%s)", path,
+                S_ISREG(st.st_mode) ? "larger than 64 KiB: no certificate" : "not a regular file");
         return -1;
     }
     return 0;
@@ -184,7 +184,7 @@ static ssize_t read_small_file(const char *path, char **text, char *why, size_t 
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
-        say(why, why_len, "%s: cannot read the CURVE key file (%s)", path, strerror(errno));
+        fsn_say(why, why_len, "%s: cannot read the CURVE key file (%s)", path, strerror(errno));
         return -1;
     }
     if (check_small_file(fd, path, why, why_len) != 0) {
@@ -196,7 +196,7 @@ static ssize_t read_small_file(const char *path, char **text, char *why, size_t 
     int err = *text ? errno : ENOMEM;
     close(fd);
     if (got < 0) {
-        say(why, why_len, "%s: cannot read the CURVE key file (%s)", path, strerror(err));
+        fsn_say(why, why_len, "%s: cannot read the CURVE key file (%s)", path, strerror(err));
         if (*text)
             explicit_bzero(*text, FSN_CURVE_FILE_MAX);
         free(*text);
@@ -216,7 +216,7 @@ int fsn_curve_read(const char *path, int need_secret, struct fsn_curve_keys *out
     explicit_bzero(text, (size_t)len);
     free(text);
     if (rc == 0 && need_secret && !out->secret_key[0]) {
-        say(why, why_len, "%s: no secret-key (give the .key_secret file)", path);
+        fsn_say(why, why_len, "%s: no secret-key (give the .key_secret file)", path);
         fsn_curve_wipe(out);
         return -1;
     }

@@ -33,4 +33,7 @@ int fsn_curve_read(const char *path, int need_secret, struct fsn_curve_keys *out
 /* Forget the keys (a secret is not left in memory once used). */
 void fsn_curve_wipe(struct fsn_curve_keys *keys);
 
+/* printf into why (if given): the one way the library and the agent's key reading say why. */
+void fsn_say(char *why, size_t why_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 #endif
