@@ -294,6 +294,31 @@ def test_an_agent_whose_nodes_all_fail_spools_and_delivers_everything_once_one_c
     assert len(node.bulks()) >= 1
 
 
+def test_a_failover_is_said_even_when_the_next_node_answers_after_the_failed_ones_rest(stack, agent, tmp_path):
+    """[refusing port, slow node]: the second node answers the first batch after the first one's
+    rest is over (a loaded machine, or a busy node): the move is still said, naming the node
+    that failed, once."""
+    es, first = stack["elasticsearch"], RefusingPort()
+    slow = ProxyNode(es.url, delay_s=BACKOFF_S * 1.5)
+    index = index_name(es, agent)
+    run = Agent(
+        agent,
+        f"elasticsearch://127.0.0.1:{first.port},127.0.0.1:{slow.port}/{index}",
+        tmp_path,
+        count=3,
+        sink_timeout=BACKOFF_S * 5,
+    )
+    try:
+        assert run.proc.wait(60) == 0, run.log.read_text()
+        stats, log = run.stop()
+    finally:
+        run.kill()
+        first.close()
+        slow.close()
+    assert only_sink(stats)["delivered"] == stats["samples"] == 6, log
+    assert len(failover_lines(log, f"127.0.0.1:{first.port}", f"127.0.0.1:{slow.port}")) == 1, log
+
+
 def test_an_agent_does_not_fail_over_a_batch_refused_with_a_4xx(stack, agent, tmp_path):
     """[node answering 400, real node]: a 4xx is the data's fault, not the node's: refused, counted
     refused, and not sent to the next node."""

@@ -93,10 +93,13 @@ class ProxyNode(_Server):
     back; a request for which ``dies_after(n)`` holds (n counts the _bulk requests from 0) is
     passed on and stored by the real node, and then no answer comes: the connection closes, as
     when a node is killed between storing a batch and answering it. ``dropped``: the bodies so
-    treated. ``sock``: a bound socket to listen on (its port refused connections until now)."""
+    treated. ``sock``: a bound socket to listen on (its port refused connections until now).
+    ``delay_s``: how long it holds each request before passing it on (a slow node)."""
 
-    def __init__(self, target: str, dies_after=lambda n: False, sock: socket.socket | None = None) -> None:
-        self.target, self.dies_after = target, dies_after
+    def __init__(
+        self, target: str, dies_after=lambda n: False, sock: socket.socket | None = None, delay_s: float = 0.0
+    ) -> None:
+        self.target, self.dies_after, self.delay_s = target, dies_after, delay_s
         self.dropped: list[bytes] = []
         self.bulk_count = 0
         self.session = requests.Session()
@@ -104,6 +107,8 @@ class ProxyNode(_Server):
 
     def _pass_on(self, handler: BaseHTTPRequestHandler, method: str, path: str, body: bytes) -> None:
         headers = {k: v for k, v in handler.headers.items() if k.lower() in ("content-type", "authorization")}
+        if self.delay_s:
+            time.sleep(self.delay_s)  # the slow node itself, not a wait for something
         resp = self.session.request(method, self.target + path, data=body or None, headers=headers, timeout=30)
         if path.startswith("/_bulk"):
             with self.lock:

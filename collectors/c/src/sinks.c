@@ -792,21 +792,22 @@ static int ask_order(const struct sink *s, int *order)
     return n;
 }
 
-/* Node i took the batch: said once as the batches move to it, naming the nodes that failed (those
- * resting), or, none resting, that it is back. Nothing at the first answer of the first node. */
+/* Node i took the batch: said once as the batches move to it, naming the nodes that failed since
+ * they last answered (not "those resting": a slow answer may outlast a short rest), or, none
+ * failing, that it is back. Nothing at the first answer of the first node. */
 static void took(struct sink *s, int i)
 {
     s->nodes[i].resting_until = 0;
+    s->nodes[i].failing = 0;
     if (i == s->serving)
         return;
     int before = s->serving;
     s->serving = i;
     if (before < 0 && i == 0)
         return;
-    double now = fs_monotonic();
     struct fs_buf failed = {0}, whys = {0};
     for (int k = 0; k < s->nnodes; k++)
-        if (s->nodes[k].resting_until > now) {
+        if (s->nodes[k].failing) {
             fs_buf_printf(&failed, "%s%s:%d", failed.len ? ", " : "", s->nodes[k].host, s->nodes[k].port);
             fs_buf_printf(&whys, "%s%s", whys.len ? "; " : "", s->nodes[k].why);
         }
@@ -837,6 +838,7 @@ static void send_to_nodes(struct sink *s, const char *data, size_t len, int coun
             break;
         }
         s->nodes[i].resting_until = fs_monotonic() + s->node_backoff_s;
+        s->nodes[i].failing = 1;
         snprintf(s->nodes[i].why, sizeof s->nodes[i].why, "%.150s", o->why);
         fs_buf_printf(&list, "%s%s:%d: %s", list.len ? "; " : "", s->host, s->port, o->why);
     }

@@ -32,6 +32,7 @@ struct sink_node {
     int port;
     double resting_until; /* fs_monotonic(): a node that failed is not asked before */
     char why[160]; /* what its last failure was */
+    int failing; /* failed since it last answered: named when the batches move on, however long that took */
 };
 
 enum sink_kind { SINK_STDOUT, SINK_FILE, SINK_UDP, SINK_TCP, SINK_HTTP, SINK_INFLUX, SINK_ES };

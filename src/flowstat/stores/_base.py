@@ -149,6 +149,7 @@ class Node:
     url: str
     resting_until: float = 0.0  # time.monotonic(): a node that failed is not asked before
     why: str = ""  # what its last failure was
+    failing: bool = False  # failed since it last answered (named when requests move on, however long that took)
 
 
 def status_is_down(status: int) -> bool:
@@ -296,6 +297,7 @@ class Writer:
                 resp = self._once(node.url + path, method, body, content_type, kw)
             except _NodeFailed as exc:
                 node.resting_until, node.why = time.monotonic() + self.node_backoff_s, str(exc)
+                node.failing = True
                 failed.append((node, str(exc)))
                 continue
             self._took(node)
@@ -315,15 +317,14 @@ class Writer:
         return awake or [min(self.nodes, key=lambda n: n.resting_until)]
 
     def _took(self, node: Node) -> None:
-        """``node`` answered: said once as the requests move to it, naming the nodes that failed
-        (those resting), or, none resting, that it is back. Nothing at the first answer of the
-        first node listed."""
-        node.resting_until = 0.0
+        """``node`` answered: said once as the requests move to it, naming the nodes that failed since
+        they last answered (not "those resting": a slow answer may outlast a short rest), or, none
+        failing, that it is back. Nothing at the first answer of the first node listed."""
+        node.resting_until, node.failing = 0.0, False
         if node is self.serving:
             return
         before, self.serving = self.serving, node
-        now = time.monotonic()
-        failed = [n for n in self.nodes if n.resting_until > now]
+        failed = [n for n in self.nodes if n.failing]
         if failed:
             self.failovers += 1
         if not self.log_failovers or (before is None and node is self.nodes[0]):
