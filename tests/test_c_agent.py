@@ -453,6 +453,8 @@ def test_fuzz_parsers_briefly(tmp_path, target):
         (["--pid", "1", "--pattern", "("], "--pattern"),
         (["--pid", "1", "--sink", "udp://127.0.0.1:9?format=json"], "UDP carries line protocol only"),
         (["--pid", "1", "--spool-max-mb", "0"], "--spool-max-mb: expected megabytes >= 0.001, got '0'"),
+        (["--pid", "1", "--send-max-kb", "0.5"], "--send-max-kb: expected kibibytes between 1 and 1048576, got '0.5'"),
+        (["--pid", "1", "--send-max-kb", "nan"], "--send-max-kb: expected kibibytes between 1 and 1048576, got 'nan'"),
         (["--pid", "1", "--count", ""], "--count: expected a number, got ''"),
         (["--pid", "1", "--bogus"], "unrecognized option '--bogus'"),
         (["--pid"], "option '--pid' requires an argument"),

@@ -266,8 +266,9 @@ def test_a_full_queue_drops_its_oldest_batch_and_says_so(tmp_path):
 
 
 def test_a_slow_sink_cannot_hold_the_exit(tmp_path, agent_command):
-    """A sink that answers each batch in 1 s: at exit, what is still queued gets 5 s (at least
-    --drain-timeout) to go out, and the rest waits in the spool."""
+    """A sink that answers each request in 1 s, sent at most 1 KiB a request (--send-max-kb 1: a
+    few batches): at exit, what is still queued gets 5 s (at least --drain-timeout) to go out,
+    and the rest waits in the spool."""
     server = ScriptedHttp(lambda path, body, n: (time.sleep(1.0), (204, b""))[1])  # the scenario: 1 s per batch
     proc = sleeper()
     url = f"http://127.0.0.1:{server.port}/write"
@@ -287,6 +288,8 @@ def test_a_slow_sink_cannot_hold_the_exit(tmp_path, agent_command):
             tmp_path / "spool",
             "--drain-timeout",
             0,
+            "--send-max-kb",
+            1,
             "--stats",
             stats,
             command=agent_command,
@@ -298,9 +301,40 @@ def test_a_slow_sink_cannot_hold_the_exit(tmp_path, agent_command):
     assert "too slow to take what was queued before the exit: the rest is spooled" in out.stderr
     everything = json.loads(stats.read_text())
     sink = everything["sinks"][url]
-    # 40 batches at 1 s each would take 40 s: the exit gave the sink 5 s, then spooled the rest
-    assert 3 <= sink["delivered"] <= 9 and sink["lost"] == 0
+    # 40 batches, a few a request at 1 s each: the 2 s run and the exit's 5 s, and one request
+    # under way as each ends, then the rest is spooled
+    assert 3 <= len(server.requests) <= 9, len(server.requests)
+    assert all(len(body) <= 1024 or body.count(b"\n") == 1 for _, body, _ in server.requests)
+    assert 0 < sink["delivered"] < everything["samples"] and sink["lost"] == 0
     assert sink["delivered"] + sink["spooled_samples"] == everything["samples"]
+
+
+def test_a_sink_slower_than_the_rounds_catches_up_a_request_at_a_time(tmp_path, agent_command):
+    """A sink that answers each request in 0.3 s, a round every 50 ms: one batch a request would
+    fall further behind at every request (60 batches; 10 requests in the run, 16 in the exit's
+    5 s). What waits in the spool goes together, up to --send-max-kb a request: every sample is
+    delivered, once, in order, in far fewer requests than batches."""
+    server = ScriptedHttp(lambda path, body, n: (time.sleep(0.3), (204, b""))[1])  # the scenario: a slow sink
+    proc = sleeper()
+    url = f"http://127.0.0.1:{server.port}/write"
+    stats = tmp_path / "stats.json"
+    try:
+        out = run_agent(
+            *("--pid", proc.pid, "--interval", 0.05, "--duration", 3, "--self-interval", 0),
+            *("--sink", url, "--quiet", "--spool-dir", tmp_path / "spool", "--stats", stats),
+            command=agent_command,
+        )
+    finally:
+        proc.kill()
+        server.close()
+    assert out.returncode == 0, out.stderr
+    everything = json.loads(stats.read_text())
+    sink = everything["sinks"][url]
+    assert (sink["delivered"], sink["spooled_samples"], sink["lost"]) == (everything["samples"], 0, 0), sink
+    seqs = [seq_of(line) for line in server.lines()]
+    assert seqs == list(range(everything["samples"])), seqs
+    assert everything["samples"] >= 40 and len(server.requests) <= everything["samples"] // 3, len(server.requests)
+    assert "too slow" not in out.stderr
 
 
 # -- the store policy ----------------------------------------------------------------------------
@@ -562,8 +596,8 @@ def test_each_spool_folder_names_its_sink_and_is_resent_by_the_next_agent(tmp_pa
         finally:
             receiver.stop()
         assert second.returncode == 0, second.stderr
-        # the spool first, batch by batch, oldest first, as it was written; then the new agent's own
-        assert receiver.bodies[:5] == spooled
+        # the spool first, oldest first, as it was written (together: --send-max-kb); then the new agent's own
+        assert b"".join(receiver.bodies).startswith(b"".join(spooled))
         assert [seq_of(line) for line in receiver.lines()] == [0, 1, 2, 3, 4, 0, 1]
         assert sink_stats(stats, http_url)["delivered"] == 7 and sink_stats(stats, http_url)["spooled"] == 0
         assert (waiting / "sink-url").read_text() == http_url + "\n" and not batch_files(waiting)
@@ -693,7 +727,7 @@ def test_an_agent_killed_after_its_post_reached_the_sink_resends_it_identical(tm
         server.close()
     assert second.returncode == 0, second.stderr
     bodies = server.bodies()
-    assert bodies[1] == bodies[0]  # the held post, sent again first, byte for byte
+    assert bodies[1].startswith(bodies[0])  # the held post, sent again first, byte for byte (the rest with it)
     taken = [sample_key(line) for line in server.lines()]
     twice = sorted(k for k in set(taken) if taken.count(k) > 1)
     assert twice == sorted(sample_key(line) for line in bodies[0].decode().splitlines())
@@ -804,8 +838,9 @@ def test_a_full_spool_counts_exactly_what_it_could_not_keep(tmp_path, request, f
 
 
 def test_batches_the_bound_drops_while_they_are_sent_are_counted_once(tmp_path, agent_command):
-    """A sink slower than the rounds (each post answered in 30 ms, a round every 20 ms) behind a
-    spool of 2 KiB: the bound keeps dropping the oldest batch, often the one being sent. Each is
+    """A sink slower than the rounds (each post answered in 30 ms, a round every 20 ms, at most
+    1 KiB a post: --send-max-kb 1) behind a spool of 2 KiB: the bound keeps dropping the oldest
+    batches, often those being sent. Each is
     counted once, as what became of it: delivered if the sink took it, else dropped. (A self-sample
     after each round: batches of 3 and of 1 samples, so that miscounting one for another shows.)"""
     server = ScriptedHttp(lambda path, body, n: (time.sleep(0.03), (204, b""))[1])  # the scenario: a slow sink
@@ -828,6 +863,8 @@ def test_batches_the_bound_drops_while_they_are_sent_are_counted_once(tmp_path, 
             tmp_path / "spool",
             "--spool-max-mb",
             0.002,
+            "--send-max-kb",
+            1,
             "--drain-timeout",
             10,
             "--stats",
@@ -984,3 +1021,9 @@ def test_a_hundred_sinks_all_get_every_sample(tmp_path, target):
 def test_options_past_their_limits_are_refused_clearly(args, message):
     out = run_agent("--pid", 1, *args)
     assert out.returncode == 2 and message in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("kb", ["0.5", "2e6"])
+def test_a_send_size_out_of_its_range_is_refused_naming_the_option(agent_command, kb):
+    out = run_agent("--pid", 1, "--send-max-kb", kb, command=agent_command)
+    assert out.returncode == 2 and "--send-max-kb: expected kibibytes between 1 and 1048576, got" in out.stderr, out.stderr

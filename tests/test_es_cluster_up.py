@@ -381,12 +381,6 @@ def es_sink(stats: dict) -> dict:
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.xfail(
-    strict=False,
-    reason="open defect (issue 30): on a loaded machine both agents fall behind after the killed node's "
-    "return (CI: the C agent 47 s, the Python agent 134 s) and leave the run's tail spooled at exit, "
-    "not stored; alone on this VM it passes",
-)
 def test_a_node_killed_mid_ingest_queries_answer_green_again_and_every_sample_once(cluster):
     """Both agents of a harness run ship to every node (the sink lists the three), the node they
     write to is killed with SIGKILL, and it is the elected master too: the whole of a node's loss

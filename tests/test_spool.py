@@ -185,6 +185,55 @@ def test_a_batch_the_bound_drops_while_it_is_sent_is_settled_by_what_became_of_i
     assert batches(tmp_path) == ["000000000003-40.batch"]
 
 
+def test_the_batches_waiting_go_together_up_to_a_size_and_are_settled_together(tmp_path):
+    """peek(max_bytes): the oldest batch and those after it while all fit (a sink that fell behind
+    catches up a request at a time); pop settles them all, release none, replace_oldest puts what
+    the store did not take in their place, as one batch."""
+    sp = Spool(tmp_path, max_bytes=10_000)
+    for i, c in enumerate(b"abcd"):
+        sp.push(bytes([c]) * 10, count=i + 1)  # 10 bytes each; 1+2+3+4 samples
+    assert sp.peek(25) == (b"a" * 10 + b"b" * 10, 3)  # a third would be 30 > 25
+    sp.release()
+    assert len(sp) == 4 and sp.samples == 10
+    assert sp.peek(5) == (b"a" * 10, 1)  # one batch goes, however large
+    sp.release()
+    assert sp.peek(30) == (b"a" * 10 + b"b" * 10 + b"c" * 10, 6)
+    sp.pop()
+    assert len(sp) == 1 and sp.samples == 4 and batches(tmp_path) == ["000000000003-4.batch"]
+    sp.push(b"e" * 10, count=5)
+    assert sp.peek(10_000) == (b"d" * 10 + b"e" * 10, 9)
+    sp.replace_oldest(b"rest", count=2)  # the store took 7 of the 9
+    assert batches(tmp_path) == ["000000000003-2.batch"] and sp.peek(10_000) == (b"rest", 2) and sp.samples == 2
+
+
+def test_batches_the_bound_drops_while_they_are_sent_together_are_settled_by_what_became_of_them(tmp_path):
+    """Three batches sent together, and the bound drops two of them meanwhile: taken, all three
+    were delivered; not taken, the two are dropped and the third stays; partly taken, what the
+    store did not take stays, in their place."""
+    for outcome in ("pop", "release", "replace"):
+        folder = tmp_path / outcome
+        sp = Spool(folder, max_bytes=300)
+        for c in b"abc":
+            sp.push(bytes([c]) * 100, count=10)
+        assert sp.peek(300) == (b"a" * 100 + b"b" * 100 + b"c" * 100, 30)
+        sp.push(b"d" * 150, count=7)  # 450 > 300: a and b go, c stays (150 + 100 <= 300)
+        assert batches(folder) == ["000000000002-10.batch", "000000000003-7.batch"]
+        assert sp.samples == 37 and len(sp) == 4 and sp.dropped_samples == 0  # not settled yet
+        if outcome == "pop":
+            sp.pop()
+            assert (sp.samples, len(sp), sp.dropped_samples) == (7, 1, 0)
+            assert batches(folder) == ["000000000003-7.batch"]
+        elif outcome == "release":
+            sp.release()
+            assert (sp.samples, len(sp), sp.dropped_samples) == (17, 2, 20)
+            assert sp.peek(300) == (b"c" * 100 + b"d" * 150, 17)
+        else:
+            sp.replace_oldest(b"r" * 40, count=4)  # 26 of the 30 taken
+            assert (sp.samples, len(sp), sp.dropped_samples) == (11, 2, 0)
+            assert batches(folder) == ["000000000002-4.batch", "000000000003-7.batch"]
+            assert sp.peek(300) == (b"r" * 40 + b"d" * 150, 11)
+
+
 def test_a_batch_released_stays_the_oldest(tmp_path):
     sp = Spool(tmp_path, max_bytes=10_000)
     sp.push(b"a", count=1)

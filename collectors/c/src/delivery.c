@@ -307,7 +307,7 @@ static int drain_spool(struct sink_runner *r, double until, int watch_exit)
             return -1;
         size_t len = 0;
         int count = 0;
-        char *data = spool_take(&r->spool, &len, &count);
+        char *data = spool_take(&r->spool, (size_t)r->send_max, &len, &count);
         if (!data && errno == 0)
             return 0;
         if (!data) {
@@ -456,6 +456,7 @@ int runner_open(struct sink_runner *r, const char *url, const struct fs_credenti
     memset(r, 0, sizeof *r);
     r->sink.fd = -1;
     r->queue_max = max_bytes;
+    r->send_max = SPOOL_SEND_MAX_BYTES;
     r->drain_timeout = drain_timeout;
     pthread_condattr_t attr; /* timed waits on the monotonic clock: the wall clock may jump */
     pthread_condattr_init(&attr);

@@ -34,6 +34,7 @@ struct sink_runner {
     int has_spool, down;
     enum sink_trouble trouble; /* what the last send found wrong, logged as it began */
     double next_retry, drain_timeout;
+    long long send_max; /* bytes: spooled batches sent together, at most (runner_open: SPOOL_SEND_MAX_BYTES) */
     long long delivered, refused, lost;
     long long send_failures; /* sends that found the sink down */
     int put_aside; /* batches spooled unsent at exit: the sink was too slow */

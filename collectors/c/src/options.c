@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "sinks.h"
+#include "spool.h"
 
 void options_usage(FILE *out)
 {
@@ -70,6 +71,9 @@ void options_usage(FILE *out)
             "                         folder in it has a file sink-url naming the sink\n"
             "  --spool-max-mb MB      spool bound per sink, and bound of its queue in memory (default 64):\n"
             "                         past it the oldest batch is dropped and counted\n"
+            "  --send-max-kb KB       batches waiting in the spool (a sink that fell behind) go together,\n"
+            "                         up to KB kibibytes a request; a larger batch goes alone (default\n"
+            "                         1024; 1 to 1048576)\n"
             "  --run-id ID            run id to put in samples (default: from --endpoints; at most 127\n"
             "                         characters)\n"
             "  --name NAME            instance name, appended to the agent tag (at most 160 characters)\n"
@@ -219,6 +223,19 @@ static int parse_megabytes(const char *arg, long long *bytes)
     return 0;
 }
 
+/* KB kibibytes, lo <= KB <= hi, in bytes. */
+static int parse_kibibytes(const char *arg, const char *name, double lo, double hi, long long *bytes)
+{
+    char *end = NULL;
+    double v = strtod(arg, &end);
+    if (!*arg || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "flowstat-agent: %s: expected kibibytes between %.0f and %.0f, got '%s'\n", name, lo, hi, arg);
+        return -1;
+    }
+    *bytes = (long long)(v * 1024);
+    return 0;
+}
+
 static void set_defaults(struct options *o)
 {
     o->spec.run_id = "";
@@ -232,6 +249,7 @@ static void set_defaults(struct options *o)
     o->sink_timeout = SINK_TIMEOUT_S;
     o->node_backoff = SINK_NODE_BACKOFF_S;
     o->spool_max = 64LL << 20;
+    o->send_max = SPOOL_SEND_MAX_BYTES;
     o->name = "";
 }
 
@@ -247,6 +265,7 @@ enum option_code {
     O_CTIMEOUT,
     O_SPOOL,
     O_SPOOLMAX,
+    O_SENDMAX,
     O_RUNID,
     O_NAME,
     O_DURATION,
@@ -275,6 +294,7 @@ static const struct option long_options[] = {{"pid", 1, 0, O_PID},
                                              {"control-timeout", 1, 0, O_CTIMEOUT},
                                              {"spool-dir", 1, 0, O_SPOOL},
                                              {"spool-max-mb", 1, 0, O_SPOOLMAX},
+                                             {"send-max-kb", 1, 0, O_SENDMAX},
                                              {"run-id", 1, 0, O_RUNID},
                                              {"name", 1, 0, O_NAME},
                                              {"duration", 1, 0, O_DURATION},
@@ -323,6 +343,8 @@ static int take_option(struct options *o, int code, const char *arg)
         return 0;
     case O_SPOOLMAX:
         return parse_megabytes(arg, &o->spool_max);
+    case O_SENDMAX:
+        return parse_kibibytes(arg, "--send-max-kb", 1, 1024 * 1024, &o->send_max);
     case O_RUNID:
         return take_text(arg, "--run-id", OPTIONS_RUN_ID_MAX_LEN, &o->spec.run_id);
     case O_NAME:

@@ -26,6 +26,7 @@ struct options {
     const char *name; /* "": none */
     const char *host_name; /* --host-name; NULL: $SLURMD_NODENAME, else gethostname() (fs_host_identity) */
     long long spool_max; /* bytes */
+    long long send_max; /* bytes: spooled batches sent together, at most (--send-max-kb) */
     int exit_when_all_down, quiet;
     int help; /* --help came: the caller shows options_usage and stops */
 };

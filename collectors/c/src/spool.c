@@ -152,7 +152,7 @@ int spool_holds(struct spool *s, unsigned long long number)
 void spool_figures(struct spool *s, long long *batches, long long *samples, long long *dropped)
 {
     pthread_mutex_lock(&s->lock);
-    *batches = (long long)s->len + (s->taken && s->taken_dropped); /* a dropped batch being sent: until settled */
+    *batches = (long long)s->len + (s->taken ? s->taken_gone : 0); /* dropped while sent: until settled */
     *samples = s->samples;
     *dropped = s->dropped_samples;
     pthread_mutex_unlock(&s->lock);
@@ -171,15 +171,16 @@ static struct spool_entry remove_oldest(struct spool *s)
     return old;
 }
 
-/* Past the bound the oldest batches go, never the newest one. The one the sink thread is sending
- * loses its file too, but is settled when its send ends: delivered if the sink took it, else
+/* Past the bound the oldest batches go, never the newest one. Those the sink thread is sending
+ * lose their files too, but are settled when the send ends: delivered if the sink took them, else
  * dropped (spool_ack, spool_release). Under lock. */
 static void keep_to_bound(struct spool *s)
 {
     while (s->bytes > s->max_bytes && s->len > 1) {
         struct spool_entry old = remove_oldest(s);
-        if (s->taken && !s->taken_dropped && old.number == s->taken_entry.number) {
-            s->taken_dropped = 1;
+        if (s->taken && old.number <= s->taken_last) {
+            s->taken_gone++;
+            s->taken_gone_samples += old.count;
             continue;
         }
         s->samples -= old.count;
@@ -251,77 +252,107 @@ int spool_push(struct spool *s, const char *data, size_t len, int count, unsigne
     return 0;
 }
 
-static char *read_file(int fd, size_t *len)
+/* The whole of an open file, appended to out; -1 with errno when it cannot be read. */
+static int append_file(int fd, struct fs_buf *out)
 {
-    struct stat st;
-    if (fstat(fd, &st) != 0)
-        return NULL;
-    char *buf = malloc((size_t)st.st_size + 1);
-    size_t got = 0;
-    while (buf && got < (size_t)st.st_size) {
-        ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
+    char chunk[65536];
+    for (;;) {
+        ssize_t n = read(fd, chunk, sizeof chunk);
         if (n < 0 && errno == EINTR)
             continue;
-        if (n <= 0) {
-            free(buf);
-            errno = n == 0 ? EIO : errno;
-            return NULL;
+        if (n < 0)
+            return -1;
+        if (n == 0)
+            return 0;
+        fs_buf_append(out, chunk, (size_t)n);
+        if (out->failed) {
+            errno = ENOMEM;
+            return -1;
         }
-        got += (size_t)n;
     }
-    *len = got;
-    return buf;
 }
 
-char *spool_take(struct spool *s, size_t *len, int *count)
+/* Open the oldest batches for spool_take: the first, and those after it while all fit in max_bytes.
+ * Returns how many (0 with errno: the first cannot be opened); *skipped when the first was removed by
+ * hand (its entry dropped: look again). Under lock: from now on the bound may remove their files,
+ * not what is read. */
+static size_t open_oldest(struct spool *s, size_t max_bytes, int *fds, int *skipped)
 {
-    for (;;) {
+    size_t n = 0;
+    long long bytes = 0;
+    *skipped = 0;
+    while (n < s->len && n < SPOOL_TAKE_MAX) {
+        struct spool_entry e = s->entries[s->off + n];
+        if (n > 0 && bytes + e.bytes > (long long)max_bytes)
+            break;
+        char path[1024];
+        batch_path(s, &e, path, sizeof path);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0 && n == 0 && errno == ENOENT) { /* removed by hand: it is not there to send */
+            remove_oldest(s);
+            s->samples -= e.count;
+            LOG_ERR("spool %s: batch %s is gone (removed by hand?): skipped", s->dir, path);
+            *skipped = 1;
+            return 0;
+        }
+        if (fd < 0) /* a later one: taken as the oldest, next time */
+            break;
+        fds[n++] = fd;
+        bytes += e.bytes;
+        s->taken_last = e.number;
+        s->taken_samples += e.count;
+    }
+    return n;
+}
+
+char *spool_take(struct spool *s, size_t max_bytes, size_t *len, int *count)
+{
+    int fds[SPOOL_TAKE_MAX], skipped;
+    size_t n;
+    do {
         pthread_mutex_lock(&s->lock);
         if (s->len == 0) {
             pthread_mutex_unlock(&s->lock);
             errno = 0;
             return NULL;
         }
-        struct spool_entry e = s->entries[s->off];
-        char path[1024];
-        batch_path(s, &e, path, sizeof path);
-        /* opened under the lock: the bound may remove the file from now on, not what is read */
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0 && errno == ENOENT) { /* removed by hand: it is not there to send */
-            remove_oldest(s);
-            s->samples -= e.count;
-            pthread_mutex_unlock(&s->lock);
-            LOG_ERR("spool %s: batch %s is gone (removed by hand?): skipped", s->dir, path);
-            continue;
-        }
-        if (fd >= 0) {
-            s->taken = 1;
-            s->taken_dropped = 0;
-            s->taken_entry = e;
-        }
-        pthread_mutex_unlock(&s->lock);
-        if (fd < 0)
-            return NULL;
-        char *data = read_file(fd, len);
+        s->taken_samples = s->taken_gone = s->taken_gone_samples = 0;
+        n = open_oldest(s, max_bytes, fds, &skipped);
+        s->taken = n > 0;
         int saved = errno;
-        close(fd);
-        if (!data) {
-            spool_release(s);
-            errno = saved;
-            return NULL;
+        pthread_mutex_unlock(&s->lock);
+        errno = saved;
+    } while (skipped);
+    if (n == 0)
+        return NULL;
+    struct fs_buf out = {0};
+    int ok = 1, saved = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ok && append_file(fds[i], &out) != 0) {
+            ok = 0;
+            saved = errno;
         }
-        *count = e.count;
-        return data;
+        close(fds[i]);
     }
+    if (!ok) {
+        fs_buf_free(&out);
+        spool_release(s);
+        errno = saved;
+        return NULL;
+    }
+    *len = out.len;
+    *count = (int)s->taken_samples; /* only this thread changes it */
+    return out.data ? out.data : calloc(1, 1);
 }
 
 void spool_ack(struct spool *s)
 {
     pthread_mutex_lock(&s->lock);
     if (s->taken) {
-        if (!s->taken_dropped)
-            remove_oldest(s); /* the taken batch: only the bound removes others from the front */
-        s->samples -= s->taken_entry.count;
+        /* the taken batches left in the index: only the bound removes others from the front */
+        while (s->len > 0 && s->entries[s->off].number <= s->taken_last)
+            remove_oldest(s);
+        s->samples -= s->taken_samples;
         s->taken = 0;
     }
     pthread_mutex_unlock(&s->lock);
@@ -330,11 +361,11 @@ void spool_ack(struct spool *s)
 void spool_release(struct spool *s)
 {
     pthread_mutex_lock(&s->lock);
-    if (s->taken && s->taken_dropped) {
-        s->samples -= s->taken_entry.count;
-        s->dropped_samples += s->taken_entry.count;
-        LOG_ERR("spool %s is over %lld bytes: dropped its oldest batch (%d samples)", s->dir, s->max_bytes,
-                s->taken_entry.count);
+    if (s->taken && s->taken_gone) {
+        s->samples -= s->taken_gone_samples;
+        s->dropped_samples += s->taken_gone_samples;
+        LOG_ERR("spool %s is over %lld bytes: dropped its oldest %s (%lld samples)", s->dir, s->max_bytes,
+                s->taken_gone > 1 ? "batches" : "batch", s->taken_gone_samples);
     }
     s->taken = 0;
     pthread_mutex_unlock(&s->lock);

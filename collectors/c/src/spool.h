@@ -32,11 +32,20 @@ struct spool {
     unsigned long long tmp_seq; /* names of files being written */
     struct spool_entry *entries; /* oldest first: entries[off .. off + len) */
     size_t off, len, cap;
-    /* The batch the sink thread is sending (spool_take): the bound may drop its file meanwhile;
-     * it is settled, as delivered or as dropped, by spool_ack or spool_release. */
-    int taken, taken_dropped;
-    struct spool_entry taken_entry;
+    /* The batches the sink thread is sending (spool_take), the oldest up to number taken_last:
+     * the bound may drop their files meanwhile (taken_gone of them, taken_gone_samples); they are
+     * settled, as delivered or as dropped, by spool_ack or spool_release. */
+    int taken;
+    unsigned long long taken_last;
+    long long taken_samples;
+    long long taken_gone, taken_gone_samples;
 };
+
+/* Spooled batches go to the sink together, up to this many bytes a request (one batch larger than
+ * this goes alone): a sink slower than one request a sampling tick would otherwise never catch up
+ * (the Python agent's SinkRunner.SEND_MAX_BYTES). At most SPOOL_TAKE_MAX batches: each is open at once. */
+#define SPOOL_SEND_MAX_BYTES (1 << 20)
+#define SPOOL_TAKE_MAX 256
 
 /* The file in a spool folder that names its sink (the URL and a newline), so that another program
  * (flowstat agent --flush-spool DIR) can resend a spool whose agent is gone. */
@@ -51,12 +60,13 @@ int spool_claim(struct spool *s, const char *url, char *err, size_t errlen);
  * batches are dropped and counted, never the one just written. -1 with errno when it cannot be
  * written (a full disk): nothing is left of it. */
 int spool_push(struct spool *s, const char *data, size_t len, int count, unsigned long long *number);
-/* The sink thread: the oldest batch (malloc'd, caller frees), its sample count, and the batch is
+/* The sink thread: the oldest batch, and those after it while all fit in max_bytes (a sink's batches
+ * are lines, and run together), as one buffer (malloc'd, caller frees), their sample count; they are
  * taken until spool_ack or spool_release. NULL when empty, or with errno when it cannot be read. */
-char *spool_take(struct spool *s, size_t *len, int *count);
-/* The taken batch went to the sink: its file is removed. */
+char *spool_take(struct spool *s, size_t max_bytes, size_t *len, int *count);
+/* The taken batches went to the sink: their files are removed. */
 void spool_ack(struct spool *s);
-/* The taken batch did not go: it stays the oldest (or, dropped by the bound meanwhile, is counted). */
+/* The taken batches did not go: they stay the oldest (those the bound dropped meanwhile are counted). */
 void spool_release(struct spool *s);
 /* Flush to disk the batches written since the last call, and the folder (they are written without
  * it: an agent killed loses nothing in the kernel's cache; a machine that stops may). */

@@ -54,6 +54,7 @@ class AgentConfig:
     self_interval_s: float = 5.0  # seconds between self-samples (and one at exit); 0: none
     sink_timeout_s: float = SINK_TIMEOUT_S
     node_backoff_s: float = stores.NODE_BACKOFF_S  # --node-backoff: how long a store's node that failed is left alone
+    send_max_bytes: int = SinkRunner.SEND_MAX_BYTES  # --send-max-kb: spooled batches sent together, at most
 
 
 def open_runner(
@@ -63,13 +64,14 @@ def open_runner(
     drain_s: float,
     sink_timeout_s: float = SINK_TIMEOUT_S,
     node_backoff_s: float = stores.NODE_BACKOFF_S,
+    send_max_bytes: int = SinkRunner.SEND_MAX_BYTES,
 ) -> SinkRunner:
     """The delivery of one sink, with its spool folder under ``spool_dir`` when it can be spooled."""
     sink = open_sink(url, sink_timeout_s, node_backoff_s)
     spool = None
     if sink.reliable and sink.spooled and spool_dir:
         spool = Spool(Path(spool_dir) / folder_name(url), spool_max_bytes, url)
-    return SinkRunner(sink, spool, drain_s=drain_s)
+    return SinkRunner(sink, spool, drain_s=drain_s, send_max_bytes=send_max_bytes)
 
 
 class Agent:
@@ -94,7 +96,15 @@ class Agent:
         self.dirs_mtime_ns: list[int] = []  # the endpoints directories as last seen (dirs_changed)
         self.ending = False  # the run-ending notice came: nodes that vanish now ended with their run
         self.runners = [
-            open_runner(url, cfg.spool_dir, cfg.spool_max_bytes, cfg.drain_s, cfg.sink_timeout_s, cfg.node_backoff_s)
+            open_runner(
+                url,
+                cfg.spool_dir,
+                cfg.spool_max_bytes,
+                cfg.drain_s,
+                cfg.sink_timeout_s,
+                cfg.node_backoff_s,
+                cfg.send_max_bytes,
+            )
             for url in cfg.sinks
         ]
         twice = sorted({url for url in cfg.sinks if cfg.sinks.count(url) > 1})  # checked after each URL: none

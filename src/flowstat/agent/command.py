@@ -12,6 +12,10 @@ from pathlib import Path
 
 from flowstat import stores
 
+from .spool import SEND_MAX_BYTES
+
+SEND_MAX_KB = SEND_MAX_BYTES // 1024
+
 HELP = "sample running pipeline nodes and ship the samples"
 PARSER = dict(
     formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -93,6 +97,14 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--spool-dir", metavar="DIR", help="keep batches here while a sink is down (default: none)")
     p.add_argument("--spool-max-mb", type=float, default=64, metavar="MB", help="spool bound per sink (default 64)")
+    p.add_argument(
+        "--send-max-kb",
+        type=float,
+        default=SEND_MAX_KB,
+        metavar="KB",
+        help="batches waiting in the spool (a sink that fell behind) go together, up to KB kibibytes a "
+        f"request; a larger batch goes alone (default {SEND_MAX_KB:g}; 1 or more)",
+    )
     p.add_argument("--run-id", help="run id to put in samples (default: from --endpoints)")
     p.add_argument("--run-file", metavar="FILE", help="also record every sample in this NDJSON run file")
     p.add_argument(
@@ -162,6 +174,7 @@ def _flush_spools(args: argparse.Namespace) -> int:
                 max(0.0, args.drain_timeout),
                 args.sink_timeout,
                 args.node_backoff,
+                int(args.send_max_kb * 1024),
             )
         except FlushError as exc:
             print(f"flowstat agent: {exc}", file=sys.stderr)
@@ -208,6 +221,7 @@ def _send_run(args: argparse.Namespace) -> int:
             max(0.0, args.drain_timeout),
             args.sink_timeout,
             args.node_backoff,
+            int(args.send_max_kb * 1024),
         )
         for url in args.sink or ["stdout://"]
     ]
@@ -244,6 +258,12 @@ def main(args: argparse.Namespace) -> int:
         stream=sys.stderr,
         format="%(asctime)s flowstat-agent %(levelname)s %(message)s",
     )
+    if not 1 <= args.send_max_kb <= 1024 * 1024:
+        print(
+            f"flowstat agent: --send-max-kb: expected kibibytes between 1 and 1048576, got '{args.send_max_kb:g}'",
+            file=sys.stderr,
+        )
+        return 2
     if not 0.001 <= args.sink_timeout <= 3600 or not 0 <= args.node_backoff <= 86400:
         print(
             "flowstat agent: --sink-timeout must be between 0.001 and 3600 s, --node-backoff between 0 and 86400 s",
@@ -304,6 +324,7 @@ def main(args: argparse.Namespace) -> int:
         args.self_interval,
         args.sink_timeout,
         args.node_backoff,
+        int(args.send_max_kb * 1024),
     )
     try:
         agent = Agent(cfg)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .sinks import SinkRunner, open_sink
-from .spool import URL_FILE, Spool
+from .spool import SEND_MAX_BYTES, URL_FILE, Spool
 
 
 class FlushError(ValueError):
@@ -41,6 +41,7 @@ def flush(
     wait_s: float = 5.0,
     timeout_s: float | None = None,
     node_backoff_s: float | None = None,
+    send_max_bytes: int = SEND_MAX_BYTES,
 ) -> Flushed:
     """Send one spool's batches in order to its sink (``url``, else the one its sink-url file
     names), waiting up to ``wait_s`` for a sink that is down. What the sink does not take stays."""
@@ -54,7 +55,7 @@ def flush(
     except ValueError as exc:
         raise FlushError(f"{folder}: {exc}") from None
     spool = Spool(folder, max_bytes=1 << 62)
-    runner = SinkRunner(sink, spool, drain_s=wait_s)
+    runner = SinkRunner(sink, spool, drain_s=wait_s, send_max_bytes=send_max_bytes)
     runner.start()
     runner.stop()
     runner.join()

@@ -13,6 +13,7 @@ bound, the oldest batches are dropped and counted — a bound is the price of ne
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -21,6 +22,10 @@ from pathlib import Path
 
 log = logging.getLogger("flowstat.agent")
 URL_FILE = "sink-url"
+# Batches waiting in a spool go to their sink together, up to this many bytes a request (one batch
+# larger goes alone): a sink slower than one request a sampling tick would otherwise never catch up
+# (--send-max-kb; the C agent's SPOOL_SEND_MAX_BYTES).
+SEND_MAX_BYTES = 1 << 20
 NAME_CHARS = 64  # bytes of the URL in its spool folder's name
 
 
@@ -93,13 +98,15 @@ class Spool:
         self._samples = sum(count for _, _, count in self._batches)  # kept up to date: self-samples read it
         self._next = int(self._batches[-1][0].name.split("-")[0]) + 1 if self._batches else 0
         self._synced = self._next  # batches numbered below it were flushed to disk
-        # The batch peek handed out is the oldest until pop or release settles it; if the bound
-        # drops it meanwhile, it is gone: settled then as delivered (pop) or as dropped (release).
-        self._sending: tuple[Path, int, int] | None = None
-        self._gone: tuple[Path, int, int] | None = None
+        # The batches peek handed out are the oldest until pop, replace_oldest or release settles
+        # them: the first _sending_left of the index. One the bound drops meanwhile is gone:
+        # settled then as delivered (pop) or as dropped (release).
+        self._sending: list[tuple[Path, int, int]] = []
+        self._sending_left = 0
+        self._gone: list[tuple[Path, int, int]] = []
 
     def __len__(self) -> int:
-        return len(self._batches) + (self._gone is not None)
+        return len(self._batches) + len(self._gone)
 
     @property
     def samples(self) -> int:
@@ -133,8 +140,9 @@ class Spool:
             path, size, lost = oldest
             self._bytes -= size
             path.unlink(missing_ok=True)
-            if oldest is self._sending:
-                self._gone = oldest  # settled when its send ends
+            if self._sending_left:  # the oldest are those being sent
+                self._sending_left -= 1
+                self._gone.append(oldest)  # settled when its send ends
             else:
                 self._dropped(lost)
 
@@ -143,61 +151,94 @@ class Spool:
         self.dropped_samples += lost
         log.error("spool %s is over %d bytes: dropped its oldest batch (%d samples)", self.folder, self.max_bytes, lost)
 
-    def peek(self) -> tuple[bytes, int] | None:
-        """The oldest batch and its sample count, handed out until pop, replace_oldest or release."""
+    def peek(self, max_bytes: int = 0) -> tuple[bytes, int] | None:
+        """The oldest batch, and the batches after it while all fit in ``max_bytes`` (a sink that
+        fell behind catches up a request at a time, not a batch at a time: the batches of a sink
+        are lines, and run together), with their sample count; handed out until pop,
+        replace_oldest or release."""
         with self._lock:
             while self._batches:
-                path, _, count = self._batches[0]
+                path, size, count = self._batches[0]
                 try:
-                    payload = path.read_bytes()
+                    parts = [path.read_bytes()]
                 except FileNotFoundError:  # removed by hand: not there to send
-                    log.error("spool %s: batch %s is gone (removed by hand?): skipped", self.folder, path.name)
-                    self._bytes -= self._batches.popleft()[1]
-                    self._samples -= count
+                    self._skip_missing()
                     continue
-                self._sending, self._gone = self._batches[0], None
-                return payload, count
+                total = len(parts[0])
+                for later in itertools.islice(self._batches, 1, None):
+                    if total + later[1] > max_bytes:
+                        break
+                    try:
+                        parts.append(later[0].read_bytes())
+                    except FileNotFoundError:  # skipped as the oldest, next time
+                        break
+                    total, count = total + later[1], count + later[2]
+                self._sending = list(itertools.islice(self._batches, len(parts)))
+                self._sending_left, self._gone = len(parts), []
+                return b"".join(parts), count
             return None
 
+    def _skip_missing(self) -> None:
+        path, size, count = self._batches.popleft()
+        log.error("spool %s: batch %s is gone (removed by hand?): skipped", self.folder, path.name)
+        self._bytes -= size
+        self._samples -= count
+
+    def _handed_out(self) -> None:
+        """pop or replace_oldest with no peek before: they settle the oldest batch."""
+        if not self._sending and self._batches:
+            self._sending, self._sending_left = [self._batches[0]], 1
+
+    def _settle(self) -> int:
+        """End a send: the samples of every batch handed out; the state is reset."""
+        count = sum(c for _, _, c in self._sending)
+        self._sending, self._sending_left, self._gone = [], 0, []
+        return count
+
     def pop(self) -> None:
-        """The oldest batch went to the sink: its file is removed."""
+        """The batches handed out went to the sink: their files are removed (those the bound
+        dropped meanwhile were delivered all the same)."""
         with self._lock:
-            if self._gone is not None:  # dropped by the bound while it was sent: it was delivered
-                self._samples -= self._gone[2]
-                self._gone = None
-                return
-            path, size, count = self._batches.popleft()
-            self._bytes -= size
-            self._samples -= count
-            path.unlink()
+            self._handed_out()
+            for _ in range(self._sending_left):
+                path, size, _ = self._batches.popleft()
+                self._bytes -= size
+                path.unlink()
+            self._samples -= self._settle()
 
     def release(self) -> None:
-        """The batch peek handed out did not go: it stays the oldest (or, dropped meanwhile, is counted)."""
+        """The batches handed out did not go: they stay the oldest (those the bound dropped
+        meanwhile are counted as dropped)."""
         with self._lock:
-            if self._gone is not None:
-                self._dropped(self._gone[2])
-                self._gone = None
-            self._sending = None
+            for _, _, lost in self._gone:
+                self._dropped(lost)
+            self._settle()
 
     def replace_oldest(self, payload: bytes, count: int) -> None:
-        """Keep only part of the oldest batch (a store took the rest), in its place in the order."""
+        """Keep only part of the batches handed out (a store took the rest), as one batch in
+        their place in the order. Those the bound dropped meanwhile had lost their place: with
+        none left, the rest is dropped with them."""
         with self._lock:
-            if self._gone is not None:  # dropped by the bound while it was sent: the rest with it
-                self._samples -= self._gone[2] - count
+            self._handed_out()
+            left = list(itertools.islice(self._batches, self._sending_left))
+            self._samples -= self._settle() - count
+            if not left:
                 self._dropped(count)
-                self._gone = None
                 return
-            old, old_size, old_count = self._batches[0]
+            old = left[0][0]
             new = old.with_name(f"{old.name.split('-')[0]}-{count}.batch")
             tmp = self._tmp()
             _write(tmp, payload)
             _fsync(tmp)  # it stays: the sink wants it later
             os.replace(tmp, new)
-            if new != old:
-                old.unlink()
-            self._bytes += len(payload) - old_size
-            self._samples += count - old_count
-            self._batches[0] = (new, len(payload), count)
+            for path, size, _ in left:
+                self._batches.popleft()
+                self._bytes -= size
+                if path != new:
+                    path.unlink()
+            self._batches.appendleft((new, len(payload), count))
+            self._bytes += len(payload)
+            self._keep_to_bound()
 
     def sync(self) -> None:
         """Flush to disk the batches written since the last call, and the folder (they are written

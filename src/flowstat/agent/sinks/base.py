@@ -18,7 +18,7 @@ from flowstat.schema import run as run_schema
 from flowstat.schema import sample as sample_schema
 from flowstat.stores import Outcome
 
-from ..spool import Spool
+from ..spool import SEND_MAX_BYTES, Spool
 
 log = logging.getLogger("flowstat.agent")
 
@@ -143,10 +143,19 @@ class SinkRunner(threading.Thread):
     """
 
     QUEUED_AT_STOP_S = 5.0  # at least this long for the queued batches at stop, however short drain_s
+    SEND_MAX_BYTES = SEND_MAX_BYTES  # spooled batches sent together, at most (see spool.py)
 
-    def __init__(self, sink: Sink, spool: Spool | None, retry_s: float = 1.0, drain_s: float = 0.0):
+    def __init__(
+        self,
+        sink: Sink,
+        spool: Spool | None,
+        retry_s: float = 1.0,
+        drain_s: float = 0.0,
+        send_max_bytes: int = SEND_MAX_BYTES,
+    ):
         super().__init__(daemon=True, name=f"sink-{sink.scheme}")
         self.sink, self.spool, self.retry_s, self.drain_s = sink, spool, retry_s, drain_s
+        self.send_max_bytes = send_max_bytes
         # a batch, ... (written ahead to the spool: look at it), None (stop)
         self.queue: queue.Queue[tuple[bytes, int] | EllipsisType | None] = queue.Queue()
         self.delivered = self.refused = self.lost = 0
@@ -304,7 +313,7 @@ class SinkRunner(threading.Thread):
                 if until is None:
                     self._too_slow()
                 return False
-            item = self.spool.peek()
+            item = self.spool.peek(self.send_max_bytes)
             if item is None:
                 break
             left = self._send(*item)
