@@ -1026,4 +1026,5 @@ def test_options_past_their_limits_are_refused_clearly(args, message):
 @pytest.mark.parametrize("kb", ["0.5", "2e6"])
 def test_a_send_size_out_of_its_range_is_refused_naming_the_option(agent_command, kb):
     out = run_agent("--pid", 1, "--send-max-kb", kb, command=agent_command)
-    assert out.returncode == 2 and "--send-max-kb: expected kibibytes between 1 and 1048576, got" in out.stderr, out.stderr
+    assert out.returncode == 2, out.stderr
+    assert "--send-max-kb: expected kibibytes between 1 and 1048576, got" in out.stderr, out.stderr
