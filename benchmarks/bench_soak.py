@@ -879,12 +879,15 @@ def delays_per_minute(probe: DelayProbe, t0: float, t1: float) -> dict[str, list
 
 def recovery(probe: DelayProbe, faults: list[dict], t_end: float) -> list[dict]:
     """After each fault ends: seconds until every probe sample (stamped from then on) is queryable
-    within DELAY_TARGET_S, in each store."""
+    within DELAY_TARGET_S, in each store. A fault that overlaps another ends when the last of them
+    does (an agent killed while its sink stalls is back once both are over); a sample stamped less
+    than DELAY_TARGET_S before the next fault starts is that fault's, not this one's."""
     out = []
     starts = sorted(f["start"] for f in faults)
     for f in faults:
         row = {"fault": f["fault"]}
-        until = min([t for t in starts if t > f["end"]] + [t_end])  # the next fault is its own
+        end = max(g["end"] for g in faults if g["start"] <= f["end"] and g["end"] >= f["start"])
+        until = min([t for t in starts if t > end] + [t_end]) - DELAY_TARGET_S
         for store in ("influxdb", "elasticsearch"):
             late = [
                 stamp
@@ -892,9 +895,7 @@ def recovery(probe: DelayProbe, faults: list[dict], t_end: float) -> list[dict]:
                 if f["start"] <= stamp < until and seen - stamp > DELAY_TARGET_S
             ]
             last_late = max(late) if late else None
-            row[f"{store}_back_under_2s_after_s"] = (
-                0.0 if last_late is None else round(max(0.0, last_late - f["end"]), 1)
-            )
+            row[f"{store}_back_under_2s_after_s"] = 0.0 if last_late is None else round(max(0.0, last_late - end), 1)
         out.append(row)
     return out
 
