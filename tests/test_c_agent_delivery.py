@@ -424,7 +424,10 @@ def test_elasticsearch_documents_are_settled_one_by_one(tmp_path, build):
     assert all(b'"node_id":"b"' not in body for body in resends)
     assert "mapper_parsing_exception" in out.stderr  # the reason of the refusal is told
     sink = sink_stats(stats, url)
-    assert sink == {"delivered": 9, "refused": 3, "lost": 0, "spooled": 0, "spooled_samples": 0, "spool_dropped": 0}
+    assert sink == {
+        **{"delivered": 9, "refused": 3, "lost": 0, "spooled": 0, "spooled_samples": 0, "spool_dropped": 0},
+        "failovers": 0,
+    }
 
 
 @pytest.mark.parametrize("scheme", ["influxdb", "http"])
@@ -679,6 +682,7 @@ def test_an_agent_killed_while_its_sink_hangs_loses_nothing_once_restarted_on_it
         "spooled": 0,
         "spooled_samples": 0,
         "spool_dropped": 0,
+        "failovers": 0,
     }
     assert not batch_files(spool / folder_name(url))  # each batch removed once the sink took it
 

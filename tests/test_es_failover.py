@@ -187,6 +187,7 @@ def test_an_agent_fails_over_past_a_port_that_refuses_and_goes_back_to_it_once_i
     assert_each_once(docs, stats["samples"], nodes=2)
     assert only_sink(stats)["delivered"] == stats["samples"] and only_sink(stats)["refused"] == 0
     assert len(failover_lines(log, f"127.0.0.1:{first.port}", real)) == 1, log
+    assert only_sink(stats)["failovers"] == 1  # the move away; the first node's return is not one
     assert len(re.findall(rf"127\.0\.0\.1:{first.port} answers again; batches go to it now", log)) == 1, log
     # Once back, the first node took every batch: the samples that came through it are, per node,
     # every seq from the first it took on.

@@ -137,6 +137,7 @@ static void publish(struct sink_runner *r)
     p->refused = r->refused;
     p->lost = r->lost;
     p->send_failures = r->send_failures;
+    p->failovers = r->sink.failovers;
     p->spool_dropped = p->spooled_batches = p->spooled_samples = 0;
     if (r->has_spool)
         spool_figures(&r->spool, &p->spooled_batches, &p->spooled_samples, &p->spool_dropped);

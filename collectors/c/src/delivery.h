@@ -22,6 +22,7 @@ struct batch;
 /* What became of a sink's samples so far, and what waits in its spool: a self-sample's figures. */
 struct runner_figures {
     long long delivered, refused, lost, send_failures, spool_dropped;
+    long long failovers; /* the sink's moves to another of its nodes (sinks.h) */
     long long spooled_batches, spooled_samples;
     int down; /* its last send found it down */
 };

@@ -812,6 +812,8 @@ static void took(struct sink *s, int i)
             fs_buf_printf(&whys, "%s%s", whys.len ? "; " : "", s->nodes[k].why);
         }
     if (failed.len)
+        s->failovers++;
+    if (failed.len)
         LOG_WARN("Elasticsearch at %s: %s failed (%s); batches go to %s:%d now (a node that fails is left alone for "
                  "%g s)",
                  s->url, failed.data, whys.data ? whys.data : "", s->nodes[i].host, s->nodes[i].port,

@@ -39,6 +39,7 @@ enum sink_kind { SINK_STDOUT, SINK_FILE, SINK_UDP, SINK_TCP, SINK_HTTP, SINK_INF
 
 struct sink {
     enum sink_kind kind;
+    long long failovers; /* times the requests moved to another node because the one used failed */
     int json;
     char url[SINK_URL_MAX + 1];
     char host[256]; /* the node asked now (one of nodes) */

@@ -93,6 +93,10 @@ class Sink:
         wants again later. Raises SinkDown (keep it, retry) or SinkRejected (all refused)."""
         raise NotImplementedError
 
+    def failovers(self) -> int:
+        """Times the sink moved its requests to another of its nodes (a store with a list of nodes)."""
+        return 0
+
     def close(self) -> None:
         pass
 
@@ -211,6 +215,10 @@ class SinkRunner(threading.Thread):
     def stop(self) -> None:
         self.stop_by = time.monotonic() + max(self.drain_s, self.QUEUED_AT_STOP_S)
         self.queue.put(None)
+
+    def failovers(self) -> int:
+        """The sink's failovers so far (read by the sampling thread: a counter its thread only grows)."""
+        return self.sink.failovers()
 
     def abandon(self) -> int:
         """Count what is still queued as lost (the thread is stuck, or was stopped by an error)."""

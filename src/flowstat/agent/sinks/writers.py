@@ -77,6 +77,9 @@ class StoreSink(Sink):
             raise SinkRejected(outcome.reasons[0] if outcome.reasons else "refused")
         return outcome
 
+    def failovers(self) -> int:
+        return self.writer.failovers
+
     def close(self) -> None:
         self.writer.close()
 
