@@ -309,11 +309,13 @@ def test_a_slow_sink_cannot_hold_the_exit(tmp_path, agent_command):
     assert sink["delivered"] + sink["spooled_samples"] == everything["samples"]
 
 
-def test_a_sink_slower_than_the_rounds_catches_up_a_request_at_a_time(tmp_path, agent_command):
+@pytest.mark.parametrize("spool", [True, False], ids=["spool", "memory"])
+def test_a_sink_slower_than_the_rounds_catches_up_a_request_at_a_time(tmp_path, agent_command, spool):
     """A sink that answers each request in 0.3 s, a round every 50 ms: one batch a request would
     fall further behind at every request (60 batches; 10 requests in the run, 16 in the exit's
-    5 s). What waits in the spool goes together, up to --send-max-kb a request: every sample is
-    delivered, once, in order, in far fewer requests than batches."""
+    5 s). What waits, in the spool or queued in memory without one, goes together, up to
+    --send-max-kb a request: every sample is delivered, once, in order, in far fewer requests
+    than batches."""
     server = ScriptedHttp(lambda path, body, n: (time.sleep(0.3), (204, b""))[1])  # the scenario: a slow sink
     proc = sleeper()
     url = f"http://127.0.0.1:{server.port}/write"
@@ -321,7 +323,8 @@ def test_a_sink_slower_than_the_rounds_catches_up_a_request_at_a_time(tmp_path, 
     try:
         out = run_agent(
             *("--pid", proc.pid, "--interval", 0.05, "--duration", 3, "--self-interval", 0),
-            *("--sink", url, "--quiet", "--spool-dir", tmp_path / "spool", "--stats", stats),
+            *("--sink", url, "--quiet", "--stats", stats),
+            *(("--spool-dir", tmp_path / "spool") if spool else ()),
             command=agent_command,
         )
     finally:

@@ -152,6 +152,27 @@ void runner_figures(struct sink_runner *r, struct runner_figures *out)
     pthread_mutex_unlock(&r->lock);
 }
 
+/* The batches queued behind b join it while all fit in send_max: batches queued in memory (no
+ * spool, or one that cannot be written) catch up a request at a time, as spooled ones do. Out of
+ * memory, they simply stay queued. Under lock. */
+static void merge_queued(struct sink_runner *r, struct batch *b)
+{
+    while (b->next && (long long)(b->len + b->next->len) <= r->send_max) {
+        struct batch *n = b->next;
+        char *data = realloc(b->data, b->len + n->len);
+        if (!data)
+            return;
+        memcpy(data + b->len, n->data, n->len);
+        b->data = data;
+        b->len += n->len;
+        b->count += n->count;
+        b->next = n->next;
+        if (r->tail == n)
+            r->tail = b;
+        free_batch(n);
+    }
+}
+
 /* The next queued batch; NULL when it is time to resend the spool, or, with *stop set, when the
  * queue is empty and runner_stop was called. *exit_deadline: when runner_stop was called, the time
  * past which queued batches are no longer sent (0 before). What the last batch did is published
@@ -173,6 +194,7 @@ static struct batch *next_batch(struct sink_runner *r, int *stop, double *exit_d
     }
     struct batch *b = r->head;
     if (b) {
+        merge_queued(r, b);
         r->head = b->next;
         if (!r->head)
             r->tail = NULL;

@@ -160,6 +160,9 @@ class SinkRunner(threading.Thread):
         super().__init__(daemon=True, name=f"sink-{sink.scheme}")
         self.sink, self.spool, self.retry_s, self.drain_s = sink, spool, retry_s, drain_s
         self.send_max_bytes = send_max_bytes
+        # the item _gather took from the queue and could not add to its batch (None too: stop),
+        # the next to handle: a list of at most one
+        self._held: list[tuple[bytes, int] | EllipsisType | None] = []
         # a batch, ... (written ahead to the spool: look at it), None (stop)
         self.queue: queue.Queue[tuple[bytes, int] | EllipsisType | None] = queue.Queue()
         self.delivered = self.refused = self.lost = 0
@@ -225,7 +228,7 @@ class SinkRunner(threading.Thread):
         count = 0
         while True:
             try:
-                item = self.queue.get_nowait()
+                item = self._next(0)
             except queue.Empty:
                 break
             if item is not None and item is not ...:
@@ -371,13 +374,36 @@ class SinkRunner(threading.Thread):
         elif (left := self._send(payload, count)) is not None:
             self._keep(*left)
 
+    def _next(self, wait: float | None) -> tuple[bytes, int] | EllipsisType | None:
+        """The next item: the one _gather held back, else the queue's (queue.Empty past ``wait``)."""
+        if self._held:
+            return self._held.pop()
+        return self.queue.get(timeout=wait) if wait != 0 else self.queue.get_nowait()
+
+    def _gather(self, payload: bytes, count: int) -> tuple[bytes, int]:
+        """The batch, and those queued behind it while all fit in send_max_bytes, as one: batches
+        queued in memory (no spool) catch up a request at a time, as spooled ones do. The first
+        item that is not a batch, or does not fit, is held for _next."""
+        parts, size = [payload], len(payload)
+        while not self._held:
+            try:
+                item = self.queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is None or item is ... or size + len(item[0]) > self.send_max_bytes:
+                self._held.append(item)
+                break
+            parts.append(item[0])
+            size, count = size + len(item[0]), count + item[1]
+        return (payload if len(parts) == 1 else b"".join(parts)), count
+
     def _deliver(self) -> None:
         while True:
             self._publish()
             wait = max(0.0, self.next_retry - time.monotonic()) if self._waiting() else None
             item: tuple[bytes, int] | EllipsisType | None  # ...: none came in time
             try:
-                item = self.queue.get(timeout=wait)
+                item = self._next(wait)
             except queue.Empty:
                 item = ...
             if self._waiting() and time.monotonic() >= self.next_retry and not self._drain_spool():
@@ -385,11 +411,11 @@ class SinkRunner(threading.Thread):
             if item is None:
                 break
             if item is not ...:
-                self._take(*item)
-        while not self.queue.empty():  # anything submitted after stop: keep it for next time
-            extra = self.queue.get_nowait()
+                self._take(*self._gather(*item))
+        while self._held or not self.queue.empty():  # submitted after stop: kept for next time
+            extra = self._next(0)
             if extra is not None and extra is not ...:
-                self._take(*extra)
+                self._take(*self._gather(*extra))
         # A sink that is down at exit gets drain_s more to come back (a store restarting as a run
         # ends); what it still has not taken stays in the spool for the next start.
         deadline = time.monotonic() + self.drain_s
