@@ -1030,6 +1030,44 @@ def test_options_past_their_limits_are_refused_clearly(args, message):
     assert out.returncode == 2 and message in out.stderr, out.stderr
 
 
+def test_a_request_too_big_for_the_time_out_is_cut_down_until_it_goes(tmp_path, agent_command):
+    """The sink is down for 3 s (503), so about 60 batches wait in the spool; then it answers a
+    request of more than 8 KB only after 1.5 s, past the agent's 1 s time-out (a store too busy
+    for a big request). Sent together as they are, they would time out again and again: each
+    time-out halves what goes together (64 KiB, 32, 16, 8), until requests go, and every sample
+    arrives."""
+    up_at = time.monotonic() + 3
+
+    def answer(path, body, n):
+        if time.monotonic() < up_at:
+            return 503, b""
+        if len(body) > 8000:
+            time.sleep(1.5)  # the scenario: a request this big is answered after the agent gave up
+        return 204, b""
+
+    server = ScriptedHttp(answer)
+    proc = sleeper()
+    url = f"http://127.0.0.1:{server.port}/write"
+    stats = tmp_path / "stats.json"
+    try:
+        out = run_agent(
+            *("--pid", proc.pid, "--interval", 0.05, "--duration", 8, "--self-interval", 0, "--quiet"),
+            *("--sink", url, "--sink-timeout", 1, "--send-max-kb", 64, "--drain-timeout", 10),
+            *("--spool-dir", tmp_path / "spool", "--stats", stats),
+            command=agent_command,
+        )
+    finally:
+        proc.kill()
+        server.close()
+    assert out.returncode == 0, out.stderr
+    everything = json.loads(stats.read_text())
+    sink = everything["sinks"][url]
+    assert (sink["delivered"], sink["spooled_samples"], sink["lost"]) == (everything["samples"], 0, 0), sink
+    assert sorted({seq_of(line) for line in server.lines()}) == list(range(everything["samples"]))
+    big = [len(body) for _, body, _ in server.requests if len(body) > 8000]
+    assert 1 <= len(big) <= 6, big  # cut down, not sent again as they were
+
+
 @pytest.mark.parametrize("kb", ["0.5", "2e6"])
 def test_a_send_size_out_of_its_range_is_refused_naming_the_option(agent_command, kb):
     out = run_agent("--pid", 1, "--send-max-kb", kb, command=agent_command)

@@ -198,6 +198,29 @@ def test_an_agent_fails_over_past_a_port_that_refuses_and_goes_back_to_it_once_i
         assert seqs == list(range(seqs[0], last + 1)) and seqs[0] > 0
 
 
+def test_a_node_back_after_its_rest_is_not_a_failover_though_another_still_fails(stack, agent, tmp_path):
+    """[refusing A, refusing B, real C]: one failover (A and B failed, batches go to C); A comes up
+    and takes the batches back after its rest: said as a return, not counted, although B, never
+    asked since, still failed when last asked."""
+    es, a, b = stack["elasticsearch"], RefusingPort(), RefusingPort()
+    index = index_name(es, agent)
+    real = f"127.0.0.1:{es.port}"
+    run = Agent(agent, f"elasticsearch://127.0.0.1:{a.port},127.0.0.1:{b.port},{real}/{index}", tmp_path)
+    try:
+        wait_until(lambda: es_count(es, index) >= 20, "20 samples stored through the third node", timeout=30)
+        node = a.come_up(es.url)
+        wait_until(lambda: len(node.bulks()) >= 3, "three batches through the first node, back", timeout=30)
+        stats, log = run.stop()
+    finally:
+        run.kill()
+        a.close()
+        b.close()
+    assert_each_once(es_docs(es, index), stats["samples"], nodes=2)
+    assert only_sink(stats)["failovers"] == 1, log
+    assert len(re.findall(r" failed \(", log)) == 1, log
+    assert len(re.findall(rf"127\.0\.0\.1:{a.port} answers again; batches go to it now", log)) == 1, log
+
+
 @WITH_ASAN
 @pytest.mark.parametrize("failing", ["silent", "503"])
 def test_an_agent_fails_over_past_a_node_that_hangs_or_answers_503_and_asks_it_again_after_its_rest(

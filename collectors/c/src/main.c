@@ -513,7 +513,7 @@ static int open_sinks(struct agent *a)
             a->opt.nsinks = i + 1; /* what close_sinks has to close */
             return -1;
         }
-        a->sinks[i].send_max = a->opt.send_max;
+        a->sinks[i].send_max = a->sinks[i].send_limit = a->opt.send_max;
     }
     return 0;
 }

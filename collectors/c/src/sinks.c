@@ -792,9 +792,10 @@ static int ask_order(const struct sink *s, int *order)
     return n;
 }
 
-/* Node i took the batch: said once as the batches move to it, naming the nodes that failed since
- * they last answered (not "those resting": a slow answer may outlast a short rest), or, none
- * failing, that it is back. Nothing at the first answer of the first node. */
+/* Node i took the batch: said once as the batches move to it — away from a node that failed, naming
+ * the nodes that failed since they last answered (not "those resting": a slow answer may outlast a
+ * short rest), and counted; or back to a node listed earlier, after its rest. Nothing at the first
+ * answer of the first node. */
 static void took(struct sink *s, int i)
 {
     s->nodes[i].resting_until = 0;
@@ -805,6 +806,13 @@ static void took(struct sink *s, int i)
     s->serving = i;
     if (before < 0 && i == 0)
         return;
+    /* A move away from a node that failed (or, at the start, past those that did); otherwise the
+     * node listed earlier is back after its rest, whatever others still failed when last asked. */
+    if (before >= 0 && !s->nodes[before].failing) {
+        LOG_WARN("Elasticsearch at %s: %s:%d answers again; batches go to it now", s->url, s->nodes[i].host,
+                 s->nodes[i].port);
+        return;
+    }
     struct fs_buf failed = {0}, whys = {0};
     for (int k = 0; k < s->nnodes; k++)
         if (s->nodes[k].failing) {
@@ -818,9 +826,6 @@ static void took(struct sink *s, int i)
                  "%g s)",
                  s->url, failed.data, whys.data ? whys.data : "", s->nodes[i].host, s->nodes[i].port,
                  s->node_backoff_s);
-    else if (before >= 0)
-        LOG_WARN("Elasticsearch at %s: %s:%d answers again; batches go to it now", s->url, s->nodes[i].host,
-                 s->nodes[i].port);
     fs_buf_free(&failed);
     fs_buf_free(&whys);
 }

@@ -68,7 +68,9 @@ class Input(socketserver.StreamRequestHandler):
 
 class Writer:
     def __init__(self) -> None:
-        self.urls = [u.rstrip("/") for u in os.environ["ELASTICSEARCH_URL"].split()]
+        self.urls = [u.rstrip("/") for u in os.environ.get("ELASTICSEARCH_URL", "").split()]
+        if not self.urls:
+            sys.exit("[logstash-relay] ELASTICSEARCH_URL is empty: give one URL, or several separated by spaces")
         self.url = self.urls[0]
         self.session = requests.Session()
         self.session.auth = (os.environ.get("ELASTICSEARCH_USER", ""), os.environ.get("ELASTICSEARCH_PASSWORD", ""))

@@ -170,7 +170,7 @@ class Spool:
                         break
                     try:
                         parts.append(later[0].read_bytes())
-                    except FileNotFoundError:  # skipped as the oldest, next time
+                    except OSError:  # removed by hand, unreadable: met as the oldest, next time
                         break
                     total, count = total + later[1], count + later[2]
                 self._sending = list(itertools.islice(self._batches, len(parts)))

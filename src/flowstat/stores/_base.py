@@ -317,17 +317,22 @@ class Writer:
         return awake or [min(self.nodes, key=lambda n: n.resting_until)]
 
     def _took(self, node: Node) -> None:
-        """``node`` answered: said once as the requests move to it, naming the nodes that failed since
-        they last answered (not "those resting": a slow answer may outlast a short rest), or, none
-        failing, that it is back. Nothing at the first answer of the first node listed."""
+        """``node`` answered: said once as the requests move to it — away from a node that failed,
+        naming the nodes that failed since they last answered (not "those resting": a slow answer
+        may outlast a short rest), and counted; or back to a node listed earlier, after its rest.
+        Nothing at the first answer of the first node listed."""
         node.resting_until, node.failing = 0.0, False
         if node is self.serving:
             return
         before, self.serving = self.serving, node
-        failed = [n for n in self.nodes if n.failing]
+        if before is None and node is self.nodes[0]:
+            return
+        # a move away from a node that failed (or, at the start, past those that did); otherwise the
+        # node listed earlier is back after its rest, whatever others still failed when last asked
+        failed = [n for n in self.nodes if n.failing] if before is None or before.failing else []
         if failed:
             self.failovers += 1
-        if not self.log_failovers or (before is None and node is self.nodes[0]):
+        if not self.log_failovers:
             return
         if failed:
             log.warning(

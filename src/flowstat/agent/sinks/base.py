@@ -160,6 +160,10 @@ class SinkRunner(threading.Thread):
         super().__init__(daemon=True, name=f"sink-{sink.scheme}")
         self.sink, self.spool, self.retry_s, self.drain_s = sink, spool, retry_s, drain_s
         self.send_max_bytes = send_max_bytes
+        # What goes together now: halved at each send that finds the sink down (a request too big
+        # to be answered within the time-out would otherwise be sent again as it is, forever), kept
+        # while the sink catches up, send_max_bytes again once nothing waits. 0: one batch.
+        self._send_limit = send_max_bytes
         # the item _gather took from the queue and could not add to its batch (None too: stop),
         # the next to handle: a list of at most one
         self._held: list[tuple[bytes, int] | EllipsisType | None] = []
@@ -243,6 +247,7 @@ class SinkRunner(threading.Thread):
             outcome = self.sink.send(payload, count)
         except SinkDown as exc:
             self._trouble_begins(exc.trouble, str(exc))
+            self._send_limit //= 2
             self.send_failures += 1
             self.failing = True
             self._went_down()
@@ -324,7 +329,7 @@ class SinkRunner(threading.Thread):
                 if until is None:
                     self._too_slow()
                 return False
-            item = self.spool.peek(self.send_max_bytes)
+            item = self.spool.peek(self._send_limit)
             if item is None:
                 break
             left = self._send(*item)
@@ -335,6 +340,7 @@ class SinkRunner(threading.Thread):
                     self.spool.release()
                 return False
             self.spool.pop()
+        self._send_limit = self.send_max_bytes  # caught up
         if self.down and time.monotonic() >= self.next_retry:
             self.down = False  # nothing waits: the next batch asks the sink again
         return True
@@ -373,6 +379,8 @@ class SinkRunner(threading.Thread):
             self._keep(payload, count)  # behind what waits, in order
         elif (left := self._send(payload, count)) is not None:
             self._keep(*left)
+        elif not self._held and self.queue.empty():
+            self._send_limit = self.send_max_bytes  # caught up
 
     def _next(self, wait: float | None) -> tuple[bytes, int] | EllipsisType | None:
         """The next item: the one _gather held back, else the queue's (queue.Empty past ``wait``)."""
@@ -390,7 +398,7 @@ class SinkRunner(threading.Thread):
                 item = self.queue.get_nowait()
             except queue.Empty:
                 break
-            if item is None or item is ... or size + len(item[0]) > self.send_max_bytes:
+            if item is None or item is ... or size + len(item[0]) > self._send_limit:
                 self._held.append(item)
                 break
             parts.append(item[0])
