@@ -309,22 +309,17 @@ def test_a_slow_sink_cannot_hold_the_exit(tmp_path, agent_command):
     assert sink["delivered"] + sink["spooled_samples"] == everything["samples"]
 
 
-@pytest.mark.parametrize("spool", [True, False], ids=["spool", "memory"])
-def test_a_sink_slower_than_the_rounds_catches_up_a_request_at_a_time(tmp_path, agent_command, spool):
-    """A sink that answers each request in 0.3 s, a round every 50 ms: one batch a request would
-    fall further behind at every request (60 batches; 10 requests in the run, 16 in the exit's
-    5 s). What waits, in the spool or queued in memory without one, goes together, up to
-    --send-max-kb a request: every sample is delivered, once, in order, in far fewer requests
-    than batches."""
-    server = ScriptedHttp(lambda path, body, n: (time.sleep(0.3), (204, b""))[1])  # the scenario: a slow sink
+def one_sleeper_into(server, tmp_path, agent_command, *options) -> tuple[subprocess.CompletedProcess, dict]:
+    """An agent sampling one sleeper every 50 ms into ``server`` (a ScriptedHttp, closed after),
+    with ``options``: its exit (checked 0) and statistics, every sample checked delivered, none
+    spooled or lost."""
     proc = sleeper()
     url = f"http://127.0.0.1:{server.port}/write"
     stats = tmp_path / "stats.json"
     try:
         out = run_agent(
-            *("--pid", proc.pid, "--interval", 0.05, "--duration", 3, "--self-interval", 0),
-            *("--sink", url, "--quiet", "--stats", stats),
-            *(("--spool-dir", tmp_path / "spool") if spool else ()),
+            *("--pid", proc.pid, "--interval", 0.05, "--self-interval", 0, "--quiet"),
+            *("--sink", url, "--stats", stats, *options),
             command=agent_command,
         )
     finally:
@@ -334,6 +329,20 @@ def test_a_sink_slower_than_the_rounds_catches_up_a_request_at_a_time(tmp_path, 
     everything = json.loads(stats.read_text())
     sink = everything["sinks"][url]
     assert (sink["delivered"], sink["spooled_samples"], sink["lost"]) == (everything["samples"], 0, 0), sink
+    return out, everything
+
+
+@pytest.mark.parametrize("spool", [True, False], ids=["spool", "memory"])
+def test_a_sink_slower_than_the_rounds_catches_up_a_request_at_a_time(tmp_path, agent_command, spool):
+    """A sink that answers each request in 0.3 s, a round every 50 ms: one batch a request would
+    fall further behind at every request (60 batches; 10 requests in the run, 16 in the exit's
+    5 s). What waits, in the spool or queued in memory without one, goes together, up to
+    --send-max-kb a request: every sample is delivered, once, in order, in far fewer requests
+    than batches."""
+    server = ScriptedHttp(lambda path, body, n: (time.sleep(0.3), (204, b""))[1])  # the scenario: a slow sink
+    out, everything = one_sleeper_into(
+        server, tmp_path, agent_command, "--duration", 3, *(("--spool-dir", tmp_path / "spool") if spool else ())
+    )
     seqs = [seq_of(line) for line in server.lines()]
     assert seqs == list(range(everything["samples"])), seqs
     assert everything["samples"] >= 40 and len(server.requests) <= everything["samples"] // 3, len(server.requests)
@@ -1046,23 +1055,13 @@ def test_a_request_too_big_for_the_time_out_is_cut_down_until_it_goes(tmp_path, 
         return 204, b""
 
     server = ScriptedHttp(answer)
-    proc = sleeper()
-    url = f"http://127.0.0.1:{server.port}/write"
-    stats = tmp_path / "stats.json"
-    try:
-        out = run_agent(
-            *("--pid", proc.pid, "--interval", 0.05, "--duration", 8, "--self-interval", 0, "--quiet"),
-            *("--sink", url, "--sink-timeout", 1, "--send-max-kb", 64, "--drain-timeout", 10),
-            *("--spool-dir", tmp_path / "spool", "--stats", stats),
-            command=agent_command,
-        )
-    finally:
-        proc.kill()
-        server.close()
-    assert out.returncode == 0, out.stderr
-    everything = json.loads(stats.read_text())
-    sink = everything["sinks"][url]
-    assert (sink["delivered"], sink["spooled_samples"], sink["lost"]) == (everything["samples"], 0, 0), sink
+    out, everything = one_sleeper_into(
+        server,
+        tmp_path,
+        agent_command,
+        *("--duration", 8, "--sink-timeout", 1, "--send-max-kb", 64, "--drain-timeout", 10),
+        *("--spool-dir", tmp_path / "spool"),
+    )
     assert sorted({seq_of(line) for line in server.lines()}) == list(range(everything["samples"]))
     big = [len(body) for _, body, _ in server.requests if len(body) > 8000]
     assert 1 <= len(big) <= 6, big  # cut down, not sent again as they were

@@ -167,26 +167,36 @@ def index_name(es, agent: str) -> str:
     return index
 
 
-def test_an_agent_fails_over_past_a_port_that_refuses_and_goes_back_to_it_once_it_answers(stack, agent, tmp_path):
-    """[refusing port, real node]: the batches go to the real node at once, said once; the port
-    comes up as a node (passing on to the real one): after its rest it is asked again, and from
-    then on every batch goes to it, the first listed, said once too."""
+@pytest.mark.parametrize("also_refusing", [0, 1], ids=["two-nodes", "three-nodes"])
+def test_an_agent_fails_over_past_a_port_that_refuses_and_goes_back_to_it_once_it_answers(
+    stack, agent, tmp_path, also_refusing
+):
+    """[refusing port, (refusing port,) real node]: the batches go to the real node at once, said
+    and counted once; the first port comes up as a node (passing on to the real one): after its
+    rest it is asked again, and from then on every batch goes to it, the first listed, said once
+    too — a return, not counted as a failover, although the second port (three nodes), never asked
+    since, still failed when last asked."""
     es, first = stack["elasticsearch"], RefusingPort()
+    others = [RefusingPort() for _ in range(also_refusing)]
     index = index_name(es, agent)
     real = f"127.0.0.1:{es.port}"
-    run = Agent(agent, f"elasticsearch://127.0.0.1:{first.port},{real}/{index}", tmp_path)
+    nodes = ",".join(f"127.0.0.1:{p.port}" for p in (first, *others))
+    run = Agent(agent, f"elasticsearch://{nodes},{real}/{index}", tmp_path)
     try:
-        wait_until(lambda: es_count(es, index) >= 20, "20 samples stored through the second node", timeout=30)
+        wait_until(lambda: es_count(es, index) >= 20, "20 samples stored through the real node", timeout=30)
         node = first.come_up(es.url)
         wait_until(lambda: len(node.bulks()) >= 3, "three batches through the first node, back", timeout=30)
         stats, log = run.stop()
     finally:
         run.kill()
-        first.close()
+        for port in (first, *others):
+            port.close()
     docs = es_docs(es, index)
     assert_each_once(docs, stats["samples"], nodes=2)
     assert only_sink(stats)["delivered"] == stats["samples"] and only_sink(stats)["refused"] == 0
-    assert len(failover_lines(log, f"127.0.0.1:{first.port}", real)) == 1, log
+    assert len(re.findall(r" failed \(", log)) == 1, log
+    if not others:
+        assert len(failover_lines(log, f"127.0.0.1:{first.port}", real)) == 1, log
     assert only_sink(stats)["failovers"] == 1  # the move away; the first node's return is not one
     assert len(re.findall(rf"127\.0\.0\.1:{first.port} answers again; batches go to it now", log)) == 1, log
     # Once back, the first node took every batch: the samples that came through it are, per node,
@@ -196,29 +206,6 @@ def test_an_agent_fails_over_past_a_port_that_refuses_and_goes_back_to_it_once_i
         seqs = sorted(d["seq"] for d in via_first if d["node_id"] == target)
         last = max(d["seq"] for d in docs if d["node_id"] == target)
         assert seqs == list(range(seqs[0], last + 1)) and seqs[0] > 0
-
-
-def test_a_node_back_after_its_rest_is_not_a_failover_though_another_still_fails(stack, agent, tmp_path):
-    """[refusing A, refusing B, real C]: one failover (A and B failed, batches go to C); A comes up
-    and takes the batches back after its rest: said as a return, not counted, although B, never
-    asked since, still failed when last asked."""
-    es, a, b = stack["elasticsearch"], RefusingPort(), RefusingPort()
-    index = index_name(es, agent)
-    real = f"127.0.0.1:{es.port}"
-    run = Agent(agent, f"elasticsearch://127.0.0.1:{a.port},127.0.0.1:{b.port},{real}/{index}", tmp_path)
-    try:
-        wait_until(lambda: es_count(es, index) >= 20, "20 samples stored through the third node", timeout=30)
-        node = a.come_up(es.url)
-        wait_until(lambda: len(node.bulks()) >= 3, "three batches through the first node, back", timeout=30)
-        stats, log = run.stop()
-    finally:
-        run.kill()
-        a.close()
-        b.close()
-    assert_each_once(es_docs(es, index), stats["samples"], nodes=2)
-    assert only_sink(stats)["failovers"] == 1, log
-    assert len(re.findall(r" failed \(", log)) == 1, log
-    assert len(re.findall(rf"127\.0\.0\.1:{a.port} answers again; batches go to it now", log)) == 1, log
 
 
 @WITH_ASAN
