@@ -297,8 +297,8 @@ static int deliver(struct sink_runner *r, const char *data, size_t len, int coun
     sink_send(&r->sink, data, len, count, &o);
     note_outcome(r, &o);
     if (o.down) {
-        /* a request too big to be answered within the time-out would otherwise go again as it is */
-        r->send_limit /= 2;
+        if (o.timed_out) /* too big to be answered in time, maybe: it would otherwise go again as it is */
+            r->send_limit /= 2;
         r->send_failures++;
         fs_buf_free(&o.again);
         return -1;

@@ -684,6 +684,9 @@ static void send_http(struct sink *s, const char *data, size_t len, int count, s
     else if (rc != CURLE_OK) { /* no connection, a time-out, an answer cut short: whatever the status said */
         set_why(o, curl_easy_strerror(rc), NULL);
         o->failover = 1;
+        curl_off_t connected_us = 0;
+        curl_easy_getinfo(s->curl, CURLINFO_CONNECT_TIME_T, &connected_us);
+        o->timed_out = rc == CURLE_OPERATION_TIMEDOUT && connected_us > 0;
     } else
         judge_answer(s, status, &body, data, len, count, o);
     fs_buf_free(&body);
@@ -834,6 +837,7 @@ static void send_to_nodes(struct sink *s, const char *data, size_t len, int coun
 {
     int order[SINK_NODES_MAX];
     int n = ask_order(s, order);
+    int timed_out = 0;
     struct fs_buf list = {0};
     for (int k = 0; k < n; k++) {
         int i = order[k];
@@ -846,11 +850,14 @@ static void send_to_nodes(struct sink *s, const char *data, size_t len, int coun
         }
         s->nodes[i].resting_until = fs_monotonic() + s->node_backoff_s;
         s->nodes[i].failing = 1;
+        timed_out |= o->timed_out;
         snprintf(s->nodes[i].why, sizeof s->nodes[i].why, "%.150s", o->why);
         fs_buf_printf(&list, "%s%s:%d: %s", list.len ? "; " : "", s->host, s->port, o->why);
     }
     if (o->failover && s->nnodes > 1)
         snprintf(o->why, sizeof o->why, "no node answers (%.1370s)", list.data ? list.data : "");
+    if (o->failover)
+        o->timed_out = timed_out;
     fs_buf_free(&list);
 }
 

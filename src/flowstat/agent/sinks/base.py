@@ -28,9 +28,10 @@ class SinkDown(Exception):
     refused, 5xx, timeout), auth (the store refuses the credentials: 401), forbidden (the user may
     not write there: 403), tls (its certificate is not trusted) (docs/security.md)."""
 
-    def __init__(self, why: str, trouble: str = "down"):
+    def __init__(self, why: str, trouble: str = "down", timed_out: bool = False):
         super().__init__(why)
         self.trouble = trouble
+        self.timed_out = timed_out  # the sink took the request and gave no answer in time
 
 
 # What an agent says as each trouble ends (the C agent says the same: collectors/c/src/delivery.c).
@@ -160,9 +161,10 @@ class SinkRunner(threading.Thread):
         super().__init__(daemon=True, name=f"sink-{sink.scheme}")
         self.sink, self.spool, self.retry_s, self.drain_s = sink, spool, retry_s, drain_s
         self.send_max_bytes = send_max_bytes
-        # What goes together now: halved at each send that finds the sink down (a request too big
-        # to be answered within the time-out would otherwise be sent again as it is, forever), kept
-        # while the sink catches up, send_max_bytes again once nothing waits. 0: one batch.
+        # What goes together now: halved at each send the sink took and did not answer in time (a
+        # request too big to be answered within the time-out would otherwise be sent again as it
+        # is, forever), kept while the sink catches up, send_max_bytes again once nothing waits.
+        # 0: one batch.
         self._send_limit = send_max_bytes
         # the item _gather took from the queue and could not add to its batch (None too: stop),
         # the next to handle: a list of at most one
@@ -247,7 +249,8 @@ class SinkRunner(threading.Thread):
             outcome = self.sink.send(payload, count)
         except SinkDown as exc:
             self._trouble_begins(exc.trouble, str(exc))
-            self._send_limit //= 2
+            if exc.timed_out:  # too big to be answered in time, maybe: a smaller one may go
+                self._send_limit //= 2
             self.send_failures += 1
             self.failing = True
             self._went_down()
