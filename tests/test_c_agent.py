@@ -191,6 +191,7 @@ def test_both_agents_emit_the_same_self_sample_fields(tmp_path):
         "spooled_samples",
         "sinks_down",
         "send_failures",
+        "failovers",
     )
     assert {k: c[k] for k in same} == {k: py[k] for k in same}
     assert (c["run_id"], c["interval_s"], c["rounds"], c["samples"], c["targets"]) == ("conf", 0.1, 6, 6, 1)

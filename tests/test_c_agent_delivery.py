@@ -309,19 +309,17 @@ def test_a_slow_sink_cannot_hold_the_exit(tmp_path, agent_command):
     assert sink["delivered"] + sink["spooled_samples"] == everything["samples"]
 
 
-def test_a_sink_slower_than_the_rounds_catches_up_a_request_at_a_time(tmp_path, agent_command):
-    """A sink that answers each request in 0.3 s, a round every 50 ms: one batch a request would
-    fall further behind at every request (60 batches; 10 requests in the run, 16 in the exit's
-    5 s). What waits in the spool goes together, up to --send-max-kb a request: every sample is
-    delivered, once, in order, in far fewer requests than batches."""
-    server = ScriptedHttp(lambda path, body, n: (time.sleep(0.3), (204, b""))[1])  # the scenario: a slow sink
+def one_sleeper_into(server, tmp_path, agent_command, *options) -> tuple[subprocess.CompletedProcess, dict]:
+    """An agent sampling one sleeper every 50 ms into ``server`` (a ScriptedHttp, closed after),
+    with ``options``: its exit (checked 0) and statistics, every sample checked delivered, none
+    spooled or lost."""
     proc = sleeper()
     url = f"http://127.0.0.1:{server.port}/write"
     stats = tmp_path / "stats.json"
     try:
         out = run_agent(
-            *("--pid", proc.pid, "--interval", 0.05, "--duration", 3, "--self-interval", 0),
-            *("--sink", url, "--quiet", "--spool-dir", tmp_path / "spool", "--stats", stats),
+            *("--pid", proc.pid, "--interval", 0.05, "--self-interval", 0, "--quiet"),
+            *("--sink", url, "--stats", stats, *options),
             command=agent_command,
         )
     finally:
@@ -331,6 +329,20 @@ def test_a_sink_slower_than_the_rounds_catches_up_a_request_at_a_time(tmp_path, 
     everything = json.loads(stats.read_text())
     sink = everything["sinks"][url]
     assert (sink["delivered"], sink["spooled_samples"], sink["lost"]) == (everything["samples"], 0, 0), sink
+    return out, everything
+
+
+@pytest.mark.parametrize("spool", [True, False], ids=["spool", "memory"])
+def test_a_sink_slower_than_the_rounds_catches_up_a_request_at_a_time(tmp_path, agent_command, spool):
+    """A sink that answers each request in 0.3 s, a round every 50 ms: one batch a request would
+    fall further behind at every request (60 batches; 10 requests in the run, 16 in the exit's
+    5 s). What waits, in the spool or queued in memory without one, goes together, up to
+    --send-max-kb a request: every sample is delivered, once, in order, in far fewer requests
+    than batches."""
+    server = ScriptedHttp(lambda path, body, n: (time.sleep(0.3), (204, b""))[1])  # the scenario: a slow sink
+    out, everything = one_sleeper_into(
+        server, tmp_path, agent_command, "--duration", 3, *(("--spool-dir", tmp_path / "spool") if spool else ())
+    )
     seqs = [seq_of(line) for line in server.lines()]
     assert seqs == list(range(everything["samples"])), seqs
     assert everything["samples"] >= 40 and len(server.requests) <= everything["samples"] // 3, len(server.requests)
@@ -424,7 +436,10 @@ def test_elasticsearch_documents_are_settled_one_by_one(tmp_path, build):
     assert all(b'"node_id":"b"' not in body for body in resends)
     assert "mapper_parsing_exception" in out.stderr  # the reason of the refusal is told
     sink = sink_stats(stats, url)
-    assert sink == {"delivered": 9, "refused": 3, "lost": 0, "spooled": 0, "spooled_samples": 0, "spool_dropped": 0}
+    assert sink == {
+        **{"delivered": 9, "refused": 3, "lost": 0, "spooled": 0, "spooled_samples": 0, "spool_dropped": 0},
+        "failovers": 0,
+    }
 
 
 @pytest.mark.parametrize("scheme", ["influxdb", "http"])
@@ -679,6 +694,7 @@ def test_an_agent_killed_while_its_sink_hangs_loses_nothing_once_restarted_on_it
         "spooled": 0,
         "spooled_samples": 0,
         "spool_dropped": 0,
+        "failovers": 0,
     }
     assert not batch_files(spool / folder_name(url))  # each batch removed once the sink took it
 
@@ -1021,6 +1037,34 @@ def test_a_hundred_sinks_all_get_every_sample(tmp_path, target):
 def test_options_past_their_limits_are_refused_clearly(args, message):
     out = run_agent("--pid", 1, *args)
     assert out.returncode == 2 and message in out.stderr, out.stderr
+
+
+def test_a_request_too_big_for_the_time_out_is_cut_down_until_it_goes(tmp_path, agent_command):
+    """The sink is down for 3 s (503: that says nothing of the size), so about 60 batches wait in
+    the spool; then it answers a request of more than 8 KB only after 1.5 s, past the agent's 1 s
+    time-out (a store too busy for a big request). Sent together as they are, they would time out
+    again and again: each time-out halves what goes together (64 KiB, 32, 16, 8, 4), until
+    requests go, and every sample arrives."""
+    up_at = time.monotonic() + 3
+
+    def answer(path, body, n):
+        if time.monotonic() < up_at:
+            return 503, b""
+        if len(body) > 8000:
+            time.sleep(1.5)  # the scenario: a request this big is answered after the agent gave up
+        return 204, b""
+
+    server = ScriptedHttp(answer)
+    out, everything = one_sleeper_into(
+        server,
+        tmp_path,
+        agent_command,
+        *("--duration", 10, "--sink-timeout", 1, "--send-max-kb", 64, "--drain-timeout", 10),
+        *("--spool-dir", tmp_path / "spool"),
+    )
+    assert sorted({seq_of(line) for line in server.lines()}) == list(range(everything["samples"]))
+    big = [len(body) for _, body, at in server.requests if len(body) > 8000 and at >= up_at]
+    assert 1 <= len(big) <= 5, big  # timed out, then cut down: not sent again as they were
 
 
 @pytest.mark.parametrize("kb", ["0.5", "2e6"])

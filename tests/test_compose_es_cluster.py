@@ -5,6 +5,7 @@ certificate service's script run with the local Elasticsearch's certutil."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -287,3 +288,15 @@ def test_the_certificate_script_makes_what_the_nodes_read_once(merged, tmp_path)
     assert "certificate authority" not in again and "making the certificates" in again
     assert (certs / "ca" / "ca.crt").read_bytes() == made[certs / "ca" / "ca.crt"]
     assert (certs / NODES[1] / f"{NODES[1]}.crt").is_file()
+
+
+def test_the_stacks_long_running_clients_are_given_every_node(merged):
+    """Kibana, Logstash and ElastAlert2 go on when a node is lost: each is given all three, in the
+    form it reads (Kibana a JSON list, Logstash whitespace-separated URLs that its pipeline's
+    `hosts` expands, ElastAlert2 HOST:PORT,HOST:PORT); Grafana's data source takes one URL."""
+    services = merged["services"]
+    urls = [f"http://{n}:9200" for n in NODES]
+    assert json.loads(services["kibana"]["environment"]["ELASTICSEARCH_HOSTS"]) == urls
+    assert services["logstash"]["environment"]["ELASTICSEARCH_URL"].split() == urls
+    assert 'hosts => ["${ELASTICSEARCH_URL}"]' in (ROOT / "pipelines/logstash/pipeline/flowstat.conf").read_text()
+    assert env_list(services["elastalert"]["environment"]["ES_HOSTS"]) == [f"{n}:9200" for n in NODES]

@@ -195,15 +195,30 @@ def test_samples_without_it_raise_no_alert(alerting, stack, written):
     assert not inbox.listed(run_id)
 
 
-def test_test_rule_matches_the_bad_samples_and_not_the_good(stack, written):
-    def window(run: str) -> tuple[datetime, datetime]:
-        t0 = written[run][1]
-        return (datetime.fromtimestamp(t0 - 0.5, tz=UTC), datetime.fromtimestamp(t0 + 4.5, tz=UTC))
+def window(written: dict, run: str) -> tuple[datetime, datetime]:
+    """The few seconds that hold one of the written runs."""
+    t0 = written[run][1]
+    return (datetime.fromtimestamp(t0 - 0.5, tz=UTC), datetime.fromtimestamp(t0 + 4.5, tz=UTC))
 
-    bad = ea.test_rule(stack, RULE, *window("bad"))
+
+def test_test_rule_matches_the_bad_samples_and_not_the_good(stack, written):
+    bad = ea.test_rule(stack, RULE, *window(written, "bad"))
     assert (bad.rule, bad.matches, bad.hits, bad.errors, bad.fired) == (RULE_NAME, 1, 1, (), True), bad.output
-    good = ea.test_rule(stack.cache, RULE, *window("good"))  # by the stack's cache folder, as a script would
+    good = ea.test_rule(stack.cache, RULE, *window(written, "good"))  # by the stack's cache folder, as a script would
     assert (good.rule, good.matches, good.fired) == (RULE_NAME, 0, False), good.output
+
+
+def test_given_every_node_of_a_cluster_it_goes_on_past_one_that_is_down(stack, written, monkeypatch):
+    """ES_HOSTS, as docker-compose.es-cluster.yml gives ElastAlert2 its three nodes: the first listed
+    is a port nobody listens on (a node lost), and the rule still runs on the live one and matches
+    the bad samples; with the dead port alone, it finds nothing to run on."""
+    dead, live = free_port(), stack["elasticsearch"].port
+    monkeypatch.setenv("ES_HOSTS", f"127.0.0.1:{dead},127.0.0.1:{live}")
+    bad = ea.test_rule(stack, RULE, *window(written, "bad"))
+    assert (bad.rule, bad.matches, bad.errors, bad.fired) == (RULE_NAME, 1, (), True), bad.output
+    monkeypatch.setenv("ES_HOSTS", f"127.0.0.1:{dead}")
+    with pytest.raises(StackError, match="elastalert-test-rule"):
+        ea.test_rule(stack, RULE, *window(written, "bad"))
 
 
 def test_test_rule_names_a_rule_elastalert_refuses(stack, tmp_path):

@@ -167,26 +167,37 @@ def index_name(es, agent: str) -> str:
     return index
 
 
-def test_an_agent_fails_over_past_a_port_that_refuses_and_goes_back_to_it_once_it_answers(stack, agent, tmp_path):
-    """[refusing port, real node]: the batches go to the real node at once, said once; the port
-    comes up as a node (passing on to the real one): after its rest it is asked again, and from
-    then on every batch goes to it, the first listed, said once too."""
+@pytest.mark.parametrize("also_refusing", [0, 1], ids=["two-nodes", "three-nodes"])
+def test_an_agent_fails_over_past_a_port_that_refuses_and_goes_back_to_it_once_it_answers(
+    stack, agent, tmp_path, also_refusing
+):
+    """[refusing port, (refusing port,) real node]: the batches go to the real node at once, said
+    and counted once; the first port comes up as a node (passing on to the real one): after its
+    rest it is asked again, and from then on every batch goes to it, the first listed, said once
+    too — a return, not counted as a failover, although the second port (three nodes), never asked
+    since, still failed when last asked."""
     es, first = stack["elasticsearch"], RefusingPort()
+    others = [RefusingPort() for _ in range(also_refusing)]
     index = index_name(es, agent)
     real = f"127.0.0.1:{es.port}"
-    run = Agent(agent, f"elasticsearch://127.0.0.1:{first.port},{real}/{index}", tmp_path)
+    nodes = ",".join(f"127.0.0.1:{p.port}" for p in (first, *others))
+    run = Agent(agent, f"elasticsearch://{nodes},{real}/{index}", tmp_path)
     try:
-        wait_until(lambda: es_count(es, index) >= 20, "20 samples stored through the second node", timeout=30)
+        wait_until(lambda: es_count(es, index) >= 20, "20 samples stored through the real node", timeout=30)
         node = first.come_up(es.url)
         wait_until(lambda: len(node.bulks()) >= 3, "three batches through the first node, back", timeout=30)
         stats, log = run.stop()
     finally:
         run.kill()
-        first.close()
+        for port in (first, *others):
+            port.close()
     docs = es_docs(es, index)
     assert_each_once(docs, stats["samples"], nodes=2)
     assert only_sink(stats)["delivered"] == stats["samples"] and only_sink(stats)["refused"] == 0
-    assert len(failover_lines(log, f"127.0.0.1:{first.port}", real)) == 1, log
+    assert len(re.findall(r" failed \(", log)) == 1, log
+    if not others:
+        assert len(failover_lines(log, f"127.0.0.1:{first.port}", real)) == 1, log
+    assert only_sink(stats)["failovers"] == 1  # the move away; the first node's return is not one
     assert len(re.findall(rf"127\.0\.0\.1:{first.port} answers again; batches go to it now", log)) == 1, log
     # Once back, the first node took every batch: the samples that came through it are, per node,
     # every seq from the first it took on.

@@ -368,6 +368,7 @@ def self_sample(run_id: str, seq: int) -> dict:
         "spooled_batches",
         "spooled_samples",
         "sinks_down",
+        "failovers",
     )
     return {
         "time": iso_utc_ms(1_795_000_000.0 + 5 * seq),

@@ -137,6 +137,7 @@ static void publish(struct sink_runner *r)
     p->refused = r->refused;
     p->lost = r->lost;
     p->send_failures = r->send_failures;
+    p->failovers = r->sink.failovers;
     p->spool_dropped = p->spooled_batches = p->spooled_samples = 0;
     if (r->has_spool)
         spool_figures(&r->spool, &p->spooled_batches, &p->spooled_samples, &p->spool_dropped);
@@ -149,6 +150,27 @@ void runner_figures(struct sink_runner *r, struct runner_figures *out)
     *out = r->published;
     out->lost += r->queue_dropped;
     pthread_mutex_unlock(&r->lock);
+}
+
+/* The batches queued behind b join it while all fit in send_max: batches queued in memory (no
+ * spool, or one that cannot be written) catch up a request at a time, as spooled ones do. Out of
+ * memory, they simply stay queued. Under lock. */
+static void merge_queued(struct sink_runner *r, struct batch *b)
+{
+    while (b->next && (long long)(b->len + b->next->len) <= r->send_limit) {
+        struct batch *n = b->next;
+        char *data = realloc(b->data, b->len + n->len);
+        if (!data)
+            return;
+        memcpy(data + b->len, n->data, n->len);
+        b->data = data;
+        b->len += n->len;
+        b->count += n->count;
+        b->next = n->next;
+        if (r->tail == n)
+            r->tail = b;
+        free_batch(n);
+    }
 }
 
 /* The next queued batch; NULL when it is time to resend the spool, or, with *stop set, when the
@@ -172,6 +194,7 @@ static struct batch *next_batch(struct sink_runner *r, int *stop, double *exit_d
     }
     struct batch *b = r->head;
     if (b) {
+        merge_queued(r, b);
         r->head = b->next;
         if (!r->head)
             r->tail = NULL;
@@ -274,6 +297,8 @@ static int deliver(struct sink_runner *r, const char *data, size_t len, int coun
     sink_send(&r->sink, data, len, count, &o);
     note_outcome(r, &o);
     if (o.down) {
+        if (o.timed_out) /* too big to be answered in time, maybe: it would otherwise go again as it is */
+            r->send_limit /= 2;
         r->send_failures++;
         fs_buf_free(&o.again);
         return -1;
@@ -307,7 +332,7 @@ static int drain_spool(struct sink_runner *r, double until, int watch_exit)
             return -1;
         size_t len = 0;
         int count = 0;
-        char *data = spool_take(&r->spool, (size_t)r->send_max, &len, &count);
+        char *data = spool_take(&r->spool, (size_t)r->send_limit, &len, &count);
         if (!data && errno == 0)
             return 0;
         if (!data) {
@@ -386,6 +411,16 @@ static void drain_at_exit(struct sink_runner *r)
     }
 }
 
+/* Nothing waits, in the spool or the queue: what goes together is send_max again (delivery.h). */
+static void note_caught_up(struct sink_runner *r)
+{
+    pthread_mutex_lock(&r->lock);
+    int waiting = r->head != NULL;
+    pthread_mutex_unlock(&r->lock);
+    if (!waiting && !r->down && !spool_pending(r))
+        r->send_limit = r->send_max;
+}
+
 static void *run_sink(void *arg)
 {
     struct sink_runner *r = arg;
@@ -408,6 +443,7 @@ static void *run_sink(void *arg)
         }
         if (r->has_spool && r->down) /* what the sink did not take stays: on disk for good */
             spool_sync(&r->spool);
+        note_caught_up(r);
     }
     drain_at_exit(r);
     if (r->has_spool)
@@ -456,7 +492,7 @@ int runner_open(struct sink_runner *r, const char *url, const struct fs_credenti
     memset(r, 0, sizeof *r);
     r->sink.fd = -1;
     r->queue_max = max_bytes;
-    r->send_max = SPOOL_SEND_MAX_BYTES;
+    r->send_max = r->send_limit = SPOOL_SEND_MAX_BYTES;
     r->drain_timeout = drain_timeout;
     pthread_condattr_t attr; /* timed waits on the monotonic clock: the wall clock may jump */
     pthread_condattr_init(&attr);

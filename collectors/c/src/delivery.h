@@ -22,6 +22,7 @@ struct batch;
 /* What became of a sink's samples so far, and what waits in its spool: a self-sample's figures. */
 struct runner_figures {
     long long delivered, refused, lost, send_failures, spool_dropped;
+    long long failovers; /* the sink's moves to another of its nodes (sinks.h) */
     long long spooled_batches, spooled_samples;
     int down; /* its last send found it down */
 };
@@ -35,6 +36,9 @@ struct sink_runner {
     enum sink_trouble trouble; /* what the last send found wrong, logged as it began */
     double next_retry, drain_timeout;
     long long send_max; /* bytes: spooled batches sent together, at most (runner_open: SPOOL_SEND_MAX_BYTES) */
+    long long send_limit; /* what goes together now: halved at each send the sink took and did not answer
+                             in time (a request too big for the time-out would go again as it is), kept
+                             while the sink catches up, send_max again once nothing waits; 0: one batch */
     long long delivered, refused, lost;
     long long send_failures; /* sends that found the sink down */
     int put_aside; /* batches spooled unsent at exit: the sink was too slow */

@@ -360,9 +360,9 @@ static void write_stats(struct agent *a)
         fs_buf_json_string(&url, r->sink.url);
         fprintf(f,
                 "%s%s: {\"delivered\": %lld, \"refused\": %lld, \"lost\": %lld, \"spooled\": %lld, "
-                "\"spooled_samples\": %lld, \"spool_dropped\": %lld}",
+                "\"spooled_samples\": %lld, \"spool_dropped\": %lld, \"failovers\": %lld}",
                 i ? ", " : "", url.data ? url.data : "\"\"", r->delivered, r->refused, runner_lost(r), batches, spooled,
-                dropped);
+                dropped, r->sink.failovers);
         fs_buf_free(&url);
     }
     fprintf(f, "}}\n");
@@ -397,6 +397,7 @@ static struct runner_figures sinks_figures(struct agent *a)
         sum.lost += one.lost;
         sum.send_failures += one.send_failures;
         sum.spool_dropped += one.spool_dropped;
+        sum.failovers += one.failovers;
         sum.spooled_batches += one.spooled_batches;
         sum.spooled_samples += one.spooled_samples;
         sum.down += one.down;
@@ -444,6 +445,7 @@ static void self_sample(struct agent *a, struct fs_sample *s)
     sample_set_int(s, FS_A_SPOOLED_BATCHES, sum.spooled_batches);
     sample_set_int(s, FS_A_SPOOLED_SAMPLES, sum.spooled_samples);
     sample_set_int(s, FS_A_SINKS_DOWN, sum.down);
+    sample_set_int(s, FS_A_FAILOVERS, sum.failovers);
 }
 
 /* Through the same queues as the samples, behind them: spooled and resent like them. */
@@ -511,7 +513,7 @@ static int open_sinks(struct agent *a)
             a->opt.nsinks = i + 1; /* what close_sinks has to close */
             return -1;
         }
-        a->sinks[i].send_max = a->opt.send_max;
+        a->sinks[i].send_max = a->sinks[i].send_limit = a->opt.send_max;
     }
     return 0;
 }

@@ -684,6 +684,9 @@ static void send_http(struct sink *s, const char *data, size_t len, int count, s
     else if (rc != CURLE_OK) { /* no connection, a time-out, an answer cut short: whatever the status said */
         set_why(o, curl_easy_strerror(rc), NULL);
         o->failover = 1;
+        curl_off_t connected_us = 0;
+        curl_easy_getinfo(s->curl, CURLINFO_CONNECT_TIME_T, &connected_us);
+        o->timed_out = rc == CURLE_OPERATION_TIMEDOUT && connected_us > 0;
     } else
         judge_answer(s, status, &body, data, len, count, o);
     fs_buf_free(&body);
@@ -792,9 +795,10 @@ static int ask_order(const struct sink *s, int *order)
     return n;
 }
 
-/* Node i took the batch: said once as the batches move to it, naming the nodes that failed since
- * they last answered (not "those resting": a slow answer may outlast a short rest), or, none
- * failing, that it is back. Nothing at the first answer of the first node. */
+/* Node i took the batch: said once as the batches move to it — away from a node that failed, naming
+ * the nodes that failed since they last answered (not "those resting": a slow answer may outlast a
+ * short rest), and counted; or back to a node listed earlier, after its rest. Nothing at the first
+ * answer of the first node. */
 static void took(struct sink *s, int i)
 {
     s->nodes[i].resting_until = 0;
@@ -805,6 +809,13 @@ static void took(struct sink *s, int i)
     s->serving = i;
     if (before < 0 && i == 0)
         return;
+    /* A move away from a node that failed (or, at the start, past those that did); otherwise the
+     * node listed earlier is back after its rest, whatever others still failed when last asked. */
+    if (before >= 0 && !s->nodes[before].failing) {
+        LOG_WARN("Elasticsearch at %s: %s:%d answers again; batches go to it now", s->url, s->nodes[i].host,
+                 s->nodes[i].port);
+        return;
+    }
     struct fs_buf failed = {0}, whys = {0};
     for (int k = 0; k < s->nnodes; k++)
         if (s->nodes[k].failing) {
@@ -812,13 +823,12 @@ static void took(struct sink *s, int i)
             fs_buf_printf(&whys, "%s%s", whys.len ? "; " : "", s->nodes[k].why);
         }
     if (failed.len)
+        s->failovers++;
+    if (failed.len)
         LOG_WARN("Elasticsearch at %s: %s failed (%s); batches go to %s:%d now (a node that fails is left alone for "
                  "%g s)",
                  s->url, failed.data, whys.data ? whys.data : "", s->nodes[i].host, s->nodes[i].port,
                  s->node_backoff_s);
-    else if (before >= 0)
-        LOG_WARN("Elasticsearch at %s: %s:%d answers again; batches go to it now", s->url, s->nodes[i].host,
-                 s->nodes[i].port);
     fs_buf_free(&failed);
     fs_buf_free(&whys);
 }
@@ -827,6 +837,7 @@ static void send_to_nodes(struct sink *s, const char *data, size_t len, int coun
 {
     int order[SINK_NODES_MAX];
     int n = ask_order(s, order);
+    int timed_out = 0;
     struct fs_buf list = {0};
     for (int k = 0; k < n; k++) {
         int i = order[k];
@@ -839,11 +850,14 @@ static void send_to_nodes(struct sink *s, const char *data, size_t len, int coun
         }
         s->nodes[i].resting_until = fs_monotonic() + s->node_backoff_s;
         s->nodes[i].failing = 1;
+        timed_out |= o->timed_out;
         snprintf(s->nodes[i].why, sizeof s->nodes[i].why, "%.150s", o->why);
         fs_buf_printf(&list, "%s%s:%d: %s", list.len ? "; " : "", s->host, s->port, o->why);
     }
     if (o->failover && s->nnodes > 1)
         snprintf(o->why, sizeof o->why, "no node answers (%.1370s)", list.data ? list.data : "");
+    if (o->failover)
+        o->timed_out = timed_out;
     fs_buf_free(&list);
 }
 

@@ -39,6 +39,7 @@ enum sink_kind { SINK_STDOUT, SINK_FILE, SINK_UDP, SINK_TCP, SINK_HTTP, SINK_INF
 
 struct sink {
     enum sink_kind kind;
+    long long failovers; /* times the requests moved to another node because the one used failed */
     int json;
     char url[SINK_URL_MAX + 1];
     char host[256]; /* the node asked now (one of nodes) */
@@ -84,6 +85,7 @@ struct sink_outcome {
     struct fs_buf again;
     enum sink_trouble trouble; /* when down, or documents answered 403 are in `again` */
     int failover; /* down as a node can be: no answer, 502, 503, 504 (another node may take it) */
+    int timed_out; /* down: a node took the request and gave no answer in time (a smaller one may go) */
     char why[1400]; /* then: what went wrong, secrets redacted */
 };
 

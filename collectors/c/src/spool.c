@@ -272,11 +272,27 @@ static int append_file(int fd, struct fs_buf *out)
     }
 }
 
-/* Open the oldest batches for spool_take: the first, and those after it while all fit in max_bytes.
- * Returns how many (0 with errno: the first cannot be opened); *skipped when the first was removed by
- * hand (its entry dropped: look again). Under lock: from now on the bound may remove their files,
- * not what is read. */
-static size_t open_oldest(struct spool *s, size_t max_bytes, int *fds, int *skipped)
+/* Batch e's file appended to out: 0; -1 with errno when it cannot be opened or read. */
+static int append_batch(struct spool *s, const struct spool_entry *e, struct fs_buf *out)
+{
+    char path[1024];
+    batch_path(s, e, path, sizeof path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = append_file(fd, out);
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return rc;
+}
+
+/* Read the oldest batches into out for spool_take: the first, and those after it while all fit in
+ * max_bytes (a later one that cannot be read is left for next time: one file open at a time).
+ * Returns how many (0 with errno: the first cannot be read); *skipped when the first was removed by
+ * hand (its entry dropped: look again). Under lock, so that the bound cannot remove them meanwhile;
+ * the files are small and in the page cache, the sampling thread waits no longer than a read. */
+static size_t read_oldest(struct spool *s, size_t max_bytes, struct fs_buf *out, int *skipped)
 {
     size_t n = 0;
     long long bytes = 0;
@@ -285,19 +301,20 @@ static size_t open_oldest(struct spool *s, size_t max_bytes, int *fds, int *skip
         struct spool_entry e = s->entries[s->off + n];
         if (n > 0 && bytes + e.bytes > (long long)max_bytes)
             break;
-        char path[1024];
-        batch_path(s, &e, path, sizeof path);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0 && n == 0 && errno == ENOENT) { /* removed by hand: it is not there to send */
-            remove_oldest(s);
-            s->samples -= e.count;
-            LOG_ERR("spool %s: batch %s is gone (removed by hand?): skipped", s->dir, path);
-            *skipped = 1;
-            return 0;
-        }
-        if (fd < 0) /* a later one: taken as the oldest, next time */
+        size_t had = out->len;
+        if (append_batch(s, &e, out) != 0) {
+            out->len = had; /* a part read is not sent */
+            if (n == 0 && errno == ENOENT) { /* removed by hand: it is not there to send */
+                char path[1024];
+                batch_path(s, &e, path, sizeof path);
+                remove_oldest(s);
+                s->samples -= e.count;
+                LOG_ERR("spool %s: batch %s is gone (removed by hand?): skipped", s->dir, path);
+                *skipped = 1;
+            }
             break;
-        fds[n++] = fd;
+        }
+        n++;
         bytes += e.bytes;
         s->taken_last = e.number;
         s->taken_samples += e.count;
@@ -307,37 +324,28 @@ static size_t open_oldest(struct spool *s, size_t max_bytes, int *fds, int *skip
 
 char *spool_take(struct spool *s, size_t max_bytes, size_t *len, int *count)
 {
-    int fds[SPOOL_TAKE_MAX], skipped;
+    struct fs_buf out = {0};
+    int skipped;
     size_t n;
+    int saved;
     do {
         pthread_mutex_lock(&s->lock);
         if (s->len == 0) {
             pthread_mutex_unlock(&s->lock);
+            fs_buf_free(&out);
             errno = 0;
             return NULL;
         }
+        out.len = 0;
         s->taken_samples = s->taken_gone = s->taken_gone_samples = 0;
-        n = open_oldest(s, max_bytes, fds, &skipped);
+        n = read_oldest(s, max_bytes, &out, &skipped);
         s->taken = n > 0;
-        int saved = errno;
+        saved = errno;
         pthread_mutex_unlock(&s->lock);
-        errno = saved;
     } while (skipped);
-    if (n == 0)
-        return NULL;
-    struct fs_buf out = {0};
-    int ok = 1, saved = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (ok && append_file(fds[i], &out) != 0) {
-            ok = 0;
-            saved = errno;
-        }
-        close(fds[i]);
-    }
-    if (!ok) {
+    if (n == 0) {
         fs_buf_free(&out);
-        spool_release(s);
-        errno = saved;
+        errno = saved ? saved : EIO;
         return NULL;
     }
     *len = out.len;

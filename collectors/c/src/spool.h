@@ -43,9 +43,9 @@ struct spool {
 
 /* Spooled batches go to the sink together, up to this many bytes a request (one batch larger than
  * this goes alone): a sink slower than one request a sampling tick would otherwise never catch up
- * (the Python agent's SinkRunner.SEND_MAX_BYTES). At most SPOOL_TAKE_MAX batches: each is open at once. */
+ * (the Python agent's SEND_MAX_BYTES). At most SPOOL_TAKE_MAX batches a request. */
 #define SPOOL_SEND_MAX_BYTES (1 << 20)
-#define SPOOL_TAKE_MAX 256
+#define SPOOL_TAKE_MAX 256 /* read under the spool's lock: the sampling thread's push waits meanwhile */
 
 /* The file in a spool folder that names its sink (the URL and a newline), so that another program
  * (flowstat agent --flush-spool DIR) can resend a spool whose agent is gone. */

@@ -11,7 +11,8 @@ number of connections. Each document goes where the pipeline's filter sends it:
 - else: a run document, into ``flowstat-runs``, id ``run_id``;
 
 with ``action => index``, through ``_bulk``, as ELASTICSEARCH_USER with ELASTICSEARCH_PASSWORD at
-ELASTICSEARCH_URL (the logstash service's environment). Like Logstash's elasticsearch output it
+ELASTICSEARCH_URL (the logstash service's environment: one URL, or several separated by spaces, as
+Logstash expands them; a node that gives no answer is left for the next). Like Logstash's elasticsearch output it
 retries a batch while Elasticsearch is down or answers 429/5xx (reading no more meanwhile: the
 agents' sends then wait, as they do on a busy Logstash), and drops, logging them, documents
 Elasticsearch refuses (4xx: Logstash's behaviour without a dead letter queue).
@@ -67,11 +68,18 @@ class Input(socketserver.StreamRequestHandler):
 
 class Writer:
     def __init__(self) -> None:
-        self.url = os.environ["ELASTICSEARCH_URL"].rstrip("/")
+        self.urls = [u.rstrip("/") for u in os.environ.get("ELASTICSEARCH_URL", "").split()]
+        if not self.urls:
+            sys.exit("[logstash-relay] ELASTICSEARCH_URL is empty: give one URL, or several separated by spaces")
+        self.url = self.urls[0]
         self.session = requests.Session()
         self.session.auth = (os.environ.get("ELASTICSEARCH_USER", ""), os.environ.get("ELASTICSEARCH_PASSWORD", ""))
         self.session.headers["Content-Type"] = "application/x-ndjson"
         self.written = 0
+
+    def _next_node(self) -> None:
+        """The next node of the list, after one that gave no answer."""
+        self.url = self.urls[(self.urls.index(self.url) + 1) % len(self.urls)]
 
     def wait_for_credentials(self) -> None:
         said = None
@@ -81,6 +89,7 @@ class Writer:
                 why = None if r.status_code == 200 else f"HTTP {r.status_code}: {r.text[:200]}"
             except requests.RequestException as exc:
                 why = f"no answer ({type(exc).__name__})"
+                self._next_node()
             if why is None:
                 log(f"writing to {self.url} as {self.session.auth[0]}")
                 ready.set()
@@ -133,7 +142,8 @@ class Writer:
                         log(f"batch refused, dropped: {why}")
                         return
             except (requests.RequestException, ValueError) as exc:
-                why = f"no answer ({type(exc).__name__})"
+                why = f"no answer from {self.url} ({type(exc).__name__})"
+                self._next_node()
             log(f"retrying in {delay:.0f} s: {why}")
             time.sleep(delay)
             delay = min(delay * 2, 16.0)

@@ -296,6 +296,7 @@ class Agent:
             "spooled_batches": sum(r.spooled[0] for r in sinks),  # as each sink thread settled its last batch
             "spooled_samples": sum(r.spooled[1] for r in sinks),
             "sinks_down": sum(1 for r in sinks if r.failing),
+            "failovers": sum(r.failovers() for r in sinks),
         }
         if not doc["run_id"]:
             del doc["run_id"]
@@ -398,6 +399,7 @@ class Agent:
                     "spooled": len(r.spool) if r.spool is not None else 0,
                     "spooled_samples": r.spool.samples if r.spool is not None else 0,
                     "spool_dropped": r.spool.dropped_samples if r.spool is not None else 0,
+                    "failovers": r.failovers(),
                 }
                 for r in self.runners
             },

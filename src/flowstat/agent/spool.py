@@ -26,6 +26,7 @@ URL_FILE = "sink-url"
 # larger goes alone): a sink slower than one request a sampling tick would otherwise never catch up
 # (--send-max-kb; the C agent's SPOOL_SEND_MAX_BYTES).
 SEND_MAX_BYTES = 1 << 20
+TAKE_MAX = 256  # batches handed out at once: they are read under the lock, and push waits meanwhile
 NAME_CHARS = 64  # bytes of the URL in its spool folder's name
 
 
@@ -165,12 +166,12 @@ class Spool:
                     self._skip_missing()
                     continue
                 total = len(parts[0])
-                for later in itertools.islice(self._batches, 1, None):
+                for later in itertools.islice(self._batches, 1, TAKE_MAX):
                     if total + later[1] > max_bytes:
                         break
                     try:
                         parts.append(later[0].read_bytes())
-                    except FileNotFoundError:  # skipped as the oldest, next time
+                    except OSError:  # removed by hand, unreadable: met as the oldest, next time
                         break
                     total, count = total + later[1], count + later[2]
                 self._sending = list(itertools.islice(self._batches, len(parts)))

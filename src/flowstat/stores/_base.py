@@ -67,7 +67,10 @@ class StoreURLError(ValueError):
 
 
 class StoreDown(Exception):
-    """The store cannot take the data now (no connection, time-out, HTTP 408/429/5xx): retry later."""
+    """The store cannot take the data now (no connection, time-out, HTTP 408/429/5xx): retry later.
+    ``timed_out``: a node took the request and gave no answer in time (a smaller one may go)."""
+
+    timed_out = False
 
 
 class StoreAuthError(StoreDown):
@@ -288,26 +291,27 @@ class Writer:
             try:
                 resp = self._once(url, method, body, content_type, kw)
             except _NodeFailed as exc:
-                raise StoreDown(_said(f"{self.title} at {self.url}", str(exc))) from exc
+                raise _down(_said(f"{self.title} at {self.url}", str(exc)), [exc]) from exc
             return self._answer(resp, method, url, action)
         path = url[len(self.url) :]
-        failed: list[tuple[Node, str]] = []
+        failed: list[tuple[Node, _NodeFailed]] = []
         for node in self._ask_order():
             try:
                 resp = self._once(node.url + path, method, body, content_type, kw)
             except _NodeFailed as exc:
                 node.resting_until, node.why = time.monotonic() + self.node_backoff_s, str(exc)
                 node.failing = True
-                failed.append((node, str(exc)))
+                failed.append((node, exc))
                 continue
             self._took(node)
             return self._answer(resp, method, url, action)
         if len(self.nodes) == 1:  # as before there were lists: the store is down
-            raise StoreDown(_said(f"{self.title} at {self.url}", failed[0][1]))
-        raise StoreDown(
+            raise _down(_said(f"{self.title} at {self.url}", str(failed[0][1])), [failed[0][1]])
+        raise _down(
             f"{self.title} at {self.shown_url}: no node answers ("
-            + "; ".join(_said(node.name, why) for node, why in failed)
-            + ")"
+            + "; ".join(_said(node.name, str(exc)) for node, exc in failed)
+            + ")",
+            [exc for _, exc in failed],
         )
 
     def _ask_order(self) -> list[Node]:
@@ -317,17 +321,22 @@ class Writer:
         return awake or [min(self.nodes, key=lambda n: n.resting_until)]
 
     def _took(self, node: Node) -> None:
-        """``node`` answered: said once as the requests move to it, naming the nodes that failed since
-        they last answered (not "those resting": a slow answer may outlast a short rest), or, none
-        failing, that it is back. Nothing at the first answer of the first node listed."""
+        """``node`` answered: said once as the requests move to it — away from a node that failed,
+        naming the nodes that failed since they last answered (not "those resting": a slow answer
+        may outlast a short rest), and counted; or back to a node listed earlier, after its rest.
+        Nothing at the first answer of the first node listed."""
         node.resting_until, node.failing = 0.0, False
         if node is self.serving:
             return
         before, self.serving = self.serving, node
-        failed = [n for n in self.nodes if n.failing]
+        if before is None and node is self.nodes[0]:
+            return
+        # a move away from a node that failed (or, at the start, past those that did); otherwise the
+        # node listed earlier is back after its rest, whatever others still failed when last asked
+        failed = [n for n in self.nodes if n.failing] if before is None or before.failing else []
         if failed:
             self.failovers += 1
-        if not self.log_failovers or (before is None and node is self.nodes[0]):
+        if not self.log_failovers:
             return
         if failed:
             log.warning(
@@ -359,7 +368,9 @@ class Writer:
                 raise _NodeFailed(f"cannot be reached ({exc.__class__.__name__}: the TLS handshake was cut)") from exc
             raise StoreAuthError(self._tls_problem(exc, urlsplit(url).netloc), "tls") from exc
         except requests.RequestException as exc:
-            raise _NodeFailed(f"cannot be reached ({exc.__class__.__name__})") from exc
+            failed = _NodeFailed(f"cannot be reached ({exc.__class__.__name__})")
+            failed.timed_out = isinstance(exc, requests.Timeout) and not isinstance(exc, requests.ConnectTimeout)
+            raise failed from exc
         if resp.status_code in FAILOVER_STATUSES:
             raise _NodeFailed(f": HTTP {resp.status_code} {resp.text[:200].strip()}")
         return resp
@@ -455,7 +466,17 @@ class Writer:
 
 class _NodeFailed(Exception):
     """A node gave no answer, or answered 502, 503 or 504: the next node may take the request.
-    The message, after "STORE at URL", says what happened ("cannot be reached (...)", ": HTTP 503 ...")."""
+    The message, after "STORE at URL", says what happened ("cannot be reached (...)", ": HTTP 503 ...").
+    ``timed_out``: it took the request and did not answer in time."""
+
+    timed_out = False
+
+
+def _down(why: str, failures: list[_NodeFailed]) -> StoreDown:
+    """StoreDown saying ``why``, timed out when a node that failed did."""
+    down = StoreDown(why)
+    down.timed_out = any(f.timed_out for f in failures)
+    return down
 
 
 def _said(where: str, why: str) -> str:

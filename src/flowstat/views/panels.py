@@ -358,6 +358,7 @@ STACK_VIEW = View(
                 _series("Sink errors", "send_failures", "increase", source=AGENT, group=("host", "agent")),
                 _series("Dropped rounds", "skipped_rounds", "increase", source=AGENT, group=("host", "agent")),
                 _series("Sinks down", "sinks_down", "max", source=AGENT, group=("host", "agent")),
+                _series("Node failovers", "failovers", "increase", source=AGENT, group=("host", "agent")),
                 _series("Nodes watched", "targets", "max", source=AGENT, group=("host", "agent")),
             ),
         ),

@@ -28,9 +28,10 @@ class SinkDown(Exception):
     refused, 5xx, timeout), auth (the store refuses the credentials: 401), forbidden (the user may
     not write there: 403), tls (its certificate is not trusted) (docs/security.md)."""
 
-    def __init__(self, why: str, trouble: str = "down"):
+    def __init__(self, why: str, trouble: str = "down", timed_out: bool = False):
         super().__init__(why)
         self.trouble = trouble
+        self.timed_out = timed_out  # the sink took the request and gave no answer in time
 
 
 # What an agent says as each trouble ends (the C agent says the same: collectors/c/src/delivery.c).
@@ -92,6 +93,10 @@ class Sink:
         """Deliver ``count`` samples. None: all taken. An Outcome: what a store took, refused and
         wants again later. Raises SinkDown (keep it, retry) or SinkRejected (all refused)."""
         raise NotImplementedError
+
+    def failovers(self) -> int:
+        """Times the sink moved its requests to another of its nodes (a store with a list of nodes)."""
+        return 0
 
     def close(self) -> None:
         pass
@@ -156,6 +161,14 @@ class SinkRunner(threading.Thread):
         super().__init__(daemon=True, name=f"sink-{sink.scheme}")
         self.sink, self.spool, self.retry_s, self.drain_s = sink, spool, retry_s, drain_s
         self.send_max_bytes = send_max_bytes
+        # What goes together now: halved at each send the sink took and did not answer in time (a
+        # request too big to be answered within the time-out would otherwise be sent again as it
+        # is, forever), kept while the sink catches up, send_max_bytes again once nothing waits.
+        # 0: one batch.
+        self._send_limit = send_max_bytes
+        # the item _gather took from the queue and could not add to its batch (None too: stop),
+        # the next to handle: a list of at most one
+        self._held: list[tuple[bytes, int] | EllipsisType | None] = []
         # a batch, ... (written ahead to the spool: look at it), None (stop)
         self.queue: queue.Queue[tuple[bytes, int] | EllipsisType | None] = queue.Queue()
         self.delivered = self.refused = self.lost = 0
@@ -212,12 +225,16 @@ class SinkRunner(threading.Thread):
         self.stop_by = time.monotonic() + max(self.drain_s, self.QUEUED_AT_STOP_S)
         self.queue.put(None)
 
+    def failovers(self) -> int:
+        """The sink's failovers so far (read by the sampling thread: a counter its thread only grows)."""
+        return self.sink.failovers()
+
     def abandon(self) -> int:
         """Count what is still queued as lost (the thread is stuck, or was stopped by an error)."""
         count = 0
         while True:
             try:
-                item = self.queue.get_nowait()
+                item = self._next(0)
             except queue.Empty:
                 break
             if item is not None and item is not ...:
@@ -232,6 +249,8 @@ class SinkRunner(threading.Thread):
             outcome = self.sink.send(payload, count)
         except SinkDown as exc:
             self._trouble_begins(exc.trouble, str(exc))
+            if exc.timed_out:  # too big to be answered in time, maybe: a smaller one may go
+                self._send_limit //= 2
             self.send_failures += 1
             self.failing = True
             self._went_down()
@@ -313,7 +332,7 @@ class SinkRunner(threading.Thread):
                 if until is None:
                     self._too_slow()
                 return False
-            item = self.spool.peek(self.send_max_bytes)
+            item = self.spool.peek(self._send_limit)
             if item is None:
                 break
             left = self._send(*item)
@@ -324,6 +343,7 @@ class SinkRunner(threading.Thread):
                     self.spool.release()
                 return False
             self.spool.pop()
+        self._send_limit = self.send_max_bytes  # caught up
         if self.down and time.monotonic() >= self.next_retry:
             self.down = False  # nothing waits: the next batch asks the sink again
         return True
@@ -362,6 +382,31 @@ class SinkRunner(threading.Thread):
             self._keep(payload, count)  # behind what waits, in order
         elif (left := self._send(payload, count)) is not None:
             self._keep(*left)
+        elif not self._held and self.queue.empty():
+            self._send_limit = self.send_max_bytes  # caught up
+
+    def _next(self, wait: float | None) -> tuple[bytes, int] | EllipsisType | None:
+        """The next item: the one _gather held back, else the queue's (queue.Empty past ``wait``)."""
+        if self._held:
+            return self._held.pop()
+        return self.queue.get(timeout=wait) if wait != 0 else self.queue.get_nowait()
+
+    def _gather(self, payload: bytes, count: int) -> tuple[bytes, int]:
+        """The batch, and those queued behind it while all fit in send_max_bytes, as one: batches
+        queued in memory (no spool) catch up a request at a time, as spooled ones do. The first
+        item that is not a batch, or does not fit, is held for _next."""
+        parts, size = [payload], len(payload)
+        while not self._held:
+            try:
+                item = self.queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is None or item is ... or size + len(item[0]) > self._send_limit:
+                self._held.append(item)
+                break
+            parts.append(item[0])
+            size, count = size + len(item[0]), count + item[1]
+        return (payload if len(parts) == 1 else b"".join(parts)), count
 
     def _deliver(self) -> None:
         while True:
@@ -369,7 +414,7 @@ class SinkRunner(threading.Thread):
             wait = max(0.0, self.next_retry - time.monotonic()) if self._waiting() else None
             item: tuple[bytes, int] | EllipsisType | None  # ...: none came in time
             try:
-                item = self.queue.get(timeout=wait)
+                item = self._next(wait)
             except queue.Empty:
                 item = ...
             if self._waiting() and time.monotonic() >= self.next_retry and not self._drain_spool():
@@ -377,11 +422,11 @@ class SinkRunner(threading.Thread):
             if item is None:
                 break
             if item is not ...:
-                self._take(*item)
-        while not self.queue.empty():  # anything submitted after stop: keep it for next time
-            extra = self.queue.get_nowait()
+                self._take(*self._gather(*item))
+        while self._held or not self.queue.empty():  # submitted after stop: kept for next time
+            extra = self._next(0)
             if extra is not None and extra is not ...:
-                self._take(*extra)
+                self._take(*self._gather(*extra))
         # A sink that is down at exit gets drain_s more to come back (a store restarting as a run
         # ends); what it still has not taken stays in the spool for the next start.
         deadline = time.monotonic() + self.drain_s

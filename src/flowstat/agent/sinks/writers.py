@@ -72,10 +72,13 @@ class StoreSink(Sink):
         try:
             outcome = self.writer.post(payload, count)
         except StoreDown as exc:
-            raise SinkDown(str(exc), getattr(exc, "trouble", "down")) from exc
+            raise SinkDown(str(exc), getattr(exc, "trouble", "down"), exc.timed_out) from exc
         if outcome.refused == count:
             raise SinkRejected(outcome.reasons[0] if outcome.reasons else "refused")
         return outcome
+
+    def failovers(self) -> int:
+        return self.writer.failovers
 
     def close(self) -> None:
         self.writer.close()
