@@ -239,3 +239,20 @@ def test_a_bad_upstream_count_is_ignored_and_keeps_the_last_good_one(merger, gar
     m.answer(b"monitor", "get-metrics", {"command": "get-metrics", "upstream_sent": 7}, None)
     reply = m.answer(b"monitor", "get-metrics", {"command": "get-metrics", "upstream_sent": garbage}, None)
     assert "error" not in reply and reply["objects_in_flight"] == 7
+
+
+def test_a_feeder_on_the_node_s_own_host_shares_its_clock_and_corrects_nothing():
+    """Offsets measured over the control channel differ by their noise on one host: a merger fed
+    from its own host is not corrected (a short latency would go below zero), one fed from another
+    host is, by the difference."""
+    from flowstat.harness import clocks
+
+    topo = from_dict(topology_dict(duration=10, producers={"count": 2, "rate": 100}))
+    merger, feeding = next(iter(clocks.feeders(topo).items()))
+    for host, want in (("h1", 0.0), ("h2", -0.3)):
+        offsets = {merger: {"host": "h1", "offset_start_ms": 0.4, "offset_end_ms": 0.4}}
+        offsets |= {f: {"host": host, "offset_start_ms": 0.1, "offset_end_ms": 0.1} for f in feeding}
+        summary = {"nodes": [{"node_id": merger, "input_latency": {"input_latency_p50_ms": 0.2}}]}
+        clocks.correct(summary, topo, offsets)
+        latency = summary["nodes"][0]["input_latency"]
+        assert latency["clock_correction_ms"] == want and latency["input_latency_p50_ms"] == round(0.2 + want, 3)

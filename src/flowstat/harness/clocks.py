@@ -83,7 +83,13 @@ def correct(summary: dict[str, Any], topo: Topology, clocks: dict[str, dict[str,
     feeding = feeders(topo)
     for node in summary.get("nodes", []):
         latency = node.get("input_latency")
-        mine, theirs = offsets.get(node["node_id"]), [offsets.get(f) for f in feeding.get(node["node_id"], [])]
+        mine = offsets.get(node["node_id"])
+        host = clocks.get(node["node_id"], {}).get("host")
+        # a feeder on the node's own host shares its clock: their measured offsets differ by noise only
+        theirs = [
+            mine if host is not None and clocks.get(f, {}).get("host") == host else offsets.get(f)
+            for f in feeding.get(node["node_id"], [])
+        ]
         if not latency or mine is None or not theirs or any(t is None for t in theirs):
             continue
         correction = -(mine - sum(t for t in theirs if t is not None) / len(theirs))
