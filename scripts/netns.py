@@ -16,6 +16,16 @@ from pathlib import Path
 CLONE_NEWNET = 0x40000000
 
 
+def enter_namespace(namespace: Path) -> None:
+    """This thread into the network namespace (setns applies to the calling thread only)."""
+    fd = os.open(namespace, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if ctypes.CDLL(None, use_errno=True).setns(fd, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns into {namespace}")
+    finally:
+        os.close(fd)
+
+
 def run_checked(
     cmd: list, what: str, error: type[Exception] = RuntimeError, **kw: object
 ) -> subprocess.CompletedProcess:
@@ -145,12 +155,7 @@ class Forward:
         def make() -> None:
             try:
                 if namespace is not None:
-                    fd = os.open(namespace, os.O_RDONLY | os.O_CLOEXEC)
-                    try:
-                        if ctypes.CDLL(None, use_errno=True).setns(fd, CLONE_NEWNET) != 0:
-                            raise OSError(ctypes.get_errno(), f"setns into {namespace}")
-                    finally:
-                        os.close(fd)
+                    enter_namespace(namespace)
                 s = socket.socket()
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 s.bind(("127.0.0.1", port))

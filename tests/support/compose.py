@@ -7,7 +7,6 @@ images, host networking and what is left out; and threads that work inside the e
 
 from __future__ import annotations
 
-import ctypes
 import ipaddress
 import json
 import os
@@ -28,6 +27,7 @@ from support.common import ROOT
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import composeengine as ce  # noqa: E402
+import netns  # noqa: E402
 
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 LEFT_OUT = {"kibana", "setup-kibana", "grafana"}  # no source for Kibana or Grafana here
@@ -294,17 +294,6 @@ class Project:
 
 
 # -- inside the engine's namespace ------------------------------------------------------------------
-CLONE_NEWNET = 0x40000000
-
-
-def _enter(namespace: Path) -> None:
-    """This thread into the network namespace (setns applies to the calling thread only)."""
-    fd = os.open(namespace, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        if ctypes.CDLL(None, use_errno=True).setns(fd, CLONE_NEWNET) != 0:
-            raise OSError(ctypes.get_errno(), f"setns into {namespace}")
-    finally:
-        os.close(fd)
 
 
 def in_namespace(workers: int = 2, namespace: Path | None = None) -> ThreadPoolExecutor:
@@ -314,7 +303,7 @@ def in_namespace(workers: int = 2, namespace: Path | None = None) -> ThreadPoolE
     return ThreadPoolExecutor(
         max_workers=workers,
         thread_name_prefix="in-netns",
-        initializer=_enter,
+        initializer=netns.enter_namespace,
         initargs=(namespace or ce.NAMESPACE.path,),
     )
 
