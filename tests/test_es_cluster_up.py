@@ -19,6 +19,7 @@ container or volume, and the engine's end leaves no namespace.
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import socket
 import ssl
@@ -306,6 +307,14 @@ def wait_for(what: str, check, timeout_s: float, poll_s: float = 0.5):
         time.sleep(poll_s)
 
 
+FAILOVER_SAID = re.compile(r": ((?:[\w.-]+:\d+, )*[\w.-]+:\d+) failed \(.*?\); batches go to ([\w.-]+:\d+) now")
+
+
+def failovers_said(log: str) -> list[tuple[list[str], str]]:
+    """The failovers an agent's log tells of (both agents say them alike): the nodes that failed, where batches went."""
+    return [(m.group(1).split(", "), m.group(2)) for m in FAILOVER_SAID.finditer(log)]
+
+
 def stored_samples(cluster: Cluster, node: str, run_id: str) -> list[dict]:
     """Every sample document of the run, with its index and id, page by page (search_after)."""
     out: list[dict] = []
@@ -491,9 +500,9 @@ def test_a_node_killed_mid_ingest_queries_answer_green_again_and_every_sample_on
             s["health"] == "yellow" for s in lost.seen
         ), f"the loss never showed (replicas unassigned): {lost.seen}"
         bulk_during = cluster.bulk_requests(query_node)
-        assert (
-            victim not in bulk_during and bulk_during[survivors[0]] > 0
-        ), bulk_during  # the next node listed took them
+        assert victim not in bulk_during and any(
+            bulk_during[n] > 0 for n in survivors
+        ), bulk_during  # the nodes left took them
         t_restart = time.monotonic()
         cluster.engine.docker("start", container["Id"], what=f"docker start {victim}")
 
@@ -527,10 +536,17 @@ def test_a_node_killed_mid_ingest_queries_answer_green_again_and_every_sample_on
     assert len(in_loss) >= 10, len(in_loss)
     slowest = max(results, key=lambda r: r["s"])
 
-    # each agent failed over from the node killed to the next listed, and said so once
+    # each agent failed over from the node killed to a node left, and said so: to the next listed,
+    # or past it to the third when the next one too failed to answer in time (a new master being
+    # elected: CI saw it), naming both
     for agent in ("agent-py", "agent-c"):
         log = (run_dir / "logs" / f"{agent}.log").read_text()
-        assert f"{victim}:9200 failed" in log and f"batches go to {survivors[0]}:9200 now" in log, (agent, log[-2000:])
+        moves = failovers_said(log)
+        assert any(f"{victim}:9200" in failed and to in (f"{n}:9200" for n in survivors) for failed, to in moves), (
+            agent,
+            moves,
+            log[-2000:],
+        )
 
     # every sample the agents sent, exactly once, by document id
     cluster.es("POST", query_node, "/flowstat-*/_refresh")

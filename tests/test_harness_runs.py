@@ -538,6 +538,28 @@ def test_a_run_whose_producer_was_killed_is_not_conserved_and_names_its_producer
     assert s["failures"][1:] == [f"no-loss check failed: {name}: {why}" for name, why in c["failed_checks"].items()]
 
 
+def test_a_merger_stopped_from_outside_ends_the_run_then_not_at_its_duration(runs_dir):
+    """SIGTERM from someone else (Slurm's at scancel is one): the merger ends well, code 0 with its
+    final report, which no device does on its own mid-run; the run must stop there and say so."""
+    topo = from_dict(topology_dict(duration=120))
+    stopped = []
+
+    def stop_merger(elapsed, duration, metrics, verdicts):
+        merger = next((r for r in metrics if r["node_id"] == "merger-0"), None)  # None once it ended
+        if not stopped and merger and merger["objects_received"] > 0:
+            os.kill(merger["PID"], signal.SIGTERM)
+            stopped.append(elapsed)
+
+    s = run_topology(topo, runs_dir=runs_dir, on_progress=stop_merger)
+    assert stopped, "the run ended before the merger received anything"
+    assert s["failures"][0].startswith(
+        f"merger-0 (merger) on {host_identity()} was stopped from outside (it ended well"
+    ), s["failures"]
+    assert s["seconds"] < 60 and not s["ok"], s["seconds"]  # not the 120 s it was to last
+    merger = next(n for n in s["nodes"] if n["node_id"] == "merger-0")
+    assert merger["objects_received"] > 0  # its final report was kept
+
+
 def test_the_summary_says_how_to_send_what_is_still_spooled():
     from flowstat.harness.summary import format_summary
 

@@ -350,7 +350,13 @@ def test_scancel_ends_every_step_and_the_summary_says_the_job_was_cancelled(clus
         wait_until(lambda: (tmp_path / "runs" / "cancelled" / "run.json").exists(), "the run to start", timeout=60)
         (job,) = [line.split()[0] for line in jobs(cluster)]
         cluster.client("scancel", job, check=True)
-        out, err = run.communicate(timeout=90)
+        try:
+            out, err = run.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            run.kill()
+            raise AssertionError(
+                f"the run did not end 90 s after scancel; its stderr: {run.communicate()[1][-3000:]}"
+            ) from None
     finally:
         run.kill()
     summary = json.loads(out)

@@ -26,14 +26,16 @@ WARN_MS = 1.0  # input latency is reported in ms: an offset past this shows in i
 
 def measure(client: ControlClient, rounds: int = ROUNDS) -> dict[str, float] | None:
     """The device's clock offset from ours (ms, positive: its clock is ahead) and the round trip of
-    the best round (ms); None when it never answered."""
+    the best round (ms); None when it never answered. A round without an answer ends the
+    measurement: the device is gone or stalled (its job cancelled, its srun not yet ended), and
+    each further round would wait the client's whole time-out."""
     best: tuple[float, float] | None = None
     for _ in range(rounds):
         t1 = time.time()
         try:
             reply = client.request("clock")
         except ControlError:
-            continue
+            break
         t4 = time.time()
         t2, t3 = reply.get("received_s"), reply.get("sent_s")
         if not isinstance(t2, (int, float)) or not isinstance(t3, (int, float)):

@@ -23,6 +23,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
@@ -34,6 +35,7 @@ BIND_NODE_ADDRESS = "@node"
 NODE_ADDR_ENV = "FLOWSTAT_NODE_ADDR"  # the host's address, when a site's TaskProlog exports it
 SLURM_PROGRAMS = ("srun", "salloc", "scancel", "scontrol", "sinfo", "squeue")
 SLURM_TIMEOUT_S = 20.0  # a Slurm client that has not answered by then: the controller is not answering
+COMPLETING_WAIT_S = 30.0  # a job ended from outside is COMPLETING until its processes are killed (KillWait)
 
 
 class LaunchError(RuntimeError):
@@ -336,12 +338,22 @@ class SlurmLauncher:
         """The job's end from outside (scancel, its time limit, a node lost), as scontrol has it."""
         if not self.job_id:
             return None
-        out = subprocess.run(
-            ["scontrol", "-o", "show", "job", self.job_id], capture_output=True, text=True, timeout=SLURM_TIMEOUT_S
-        ).stdout
-        state = re.search(r"\bJobState=(\S+)", out)
-        if state and state.group(1) in ("CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "DEADLINE"):
-            return f"Slurm job {self.job_id} ended: {state.group(1)} (every device ended with it)"
+        deadline = time.monotonic() + COMPLETING_WAIT_S
+        while True:
+            out = subprocess.run(
+                ["scontrol", "-o", "show", "job", self.job_id], capture_output=True, text=True, timeout=SLURM_TIMEOUT_S
+            ).stdout
+            found = re.search(r"\bJobState=(\S+)", out)
+            state = found.group(1) if found else None
+            # a job still RUNNING ended by nothing but us; COMPLETING hides why it ends (the
+            # processes of a cancelled job still being killed): its final state follows
+            if state != "COMPLETING" or time.monotonic() >= deadline:
+                break
+            time.sleep(0.2)
+        if state in ("CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "DEADLINE"):
+            return f"Slurm job {self.job_id} ended: {state} (every device ended with it)"
+        if state == "COMPLETING":
+            return f"Slurm job {self.job_id} ended from outside (still completing after {COMPLETING_WAIT_S:g} s)"
         return None
 
     def close(self) -> None:

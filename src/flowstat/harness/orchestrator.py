@@ -405,11 +405,10 @@ class Orchestrator:
         )
 
     def crashed(self) -> list[Device]:
-        return [
-            d
-            for d in self.devices
-            if d.exit_code is not None and (d.exit_code != 0 or d.final is None) and not d.signalled
-        ]
+        """The devices that ended without flowstat telling them to: dead, or stopped from outside
+        (a SIGTERM from someone else, or Slurm's at scancel: a device ends well on it, code 0 and
+        its final report, and no device ends on its own before the run's end)."""
+        return [d for d in self.devices if d.exit_code is not None and not d.signalled]
 
     def poll_metrics(self) -> list[dict]:
         """Every running node's get-metrics reply. Producers are read first, then the mergers layer
@@ -462,11 +461,12 @@ class Orchestrator:
                 for dev in broken:
                     tail = dev.log_tail()
                     lost = host_lost(tail)
-                    how = (
-                        f"lost with its host ({lost}: Slurm's node failure)"
-                        if lost
-                        else f"exited with code {dev.exit_code}"
-                    )
+                    if lost:
+                        how = f"lost with its host ({lost}: Slurm's node failure)"
+                    elif dev.exit_code == 0 and dev.final is not None:
+                        how = "was stopped from outside (it ended well, as on a SIGTERM flowstat did not send)"
+                    else:
+                        how = f"exited with code {dev.exit_code}"
                     self.failures.append(
                         f"{dev.name} ({dev.role}) on {dev.host} {how} during the run; log: {dev.log_path}\n{tail}"
                     )
@@ -610,7 +610,8 @@ def run_topology(
         started = not orch.failures
         if started:
             orch.run_for(duration if duration is not None else topo.duration)
-            orch.measure_clocks("end")
+            if not orch.failures:  # else devices may be gone, their srun not yet ended: no answer
+                orch.measure_clocks("end")
             if not orch.failures and not orch.crashed():  # its duration is over, or the user interrupted it
                 orch.agents.notice_run_ending()
         else:
