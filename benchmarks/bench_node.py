@@ -9,7 +9,9 @@ Modes of the same receiver loop (each reads the message and its sender's stamp, 
 - bare-batch: the loop reads what waits, up to 256 messages at once (as flowstat's harness reads),
   no library;
 - per-batch: the same and node.received(n, nbytes, sent_at=stamps) once per batch;
-- per-batch-counts: the same without the stamps, node.received(n, nbytes) once per batch.
+- per-batch-counts: the same without the stamps, node.received(n, nbytes) once per batch;
+- per-batch-1-in-16: per-batch with Node(latency_every=16): the library measures the stamps of one
+  call in 16 (each object measured with a chance of one in 16), the percentiles from that sample.
 A figure is the receiver's CPU time (user + system of all its threads, CLOCK_PROCESS_CPUTIME_ID) over
 a fixed number of messages after a warm-up; each mode runs REPEATS times, interleaved, and the median
 is kept. The cost of a mode is its CPU time over that of the same loop without the library (bare or
@@ -38,12 +40,14 @@ from flowstat.node import Node
 from flowstat.proc.machine import describe
 
 HEADER = struct.Struct("<Qd")
-MODES = ("bare", "per-message", "per-message-counts", "bare-batch", "per-batch", "per-batch-counts")
+MODES = ("bare", "per-message", "per-message-counts", "bare-batch", "per-batch", "per-batch-counts", "per-batch-1-in-16")
+LATENCY_EVERY = {"per-batch-1-in-16": 16}
 BASELINE = {
     "per-message": "bare",
     "per-message-counts": "bare",
     "per-batch": "bare-batch",
     "per-batch-counts": "bare-batch",
+    "per-batch-1-in-16": "bare-batch",
 }
 BATCH = 256
 REPLAYED = 2000  # calls kept for timing one
@@ -60,7 +64,7 @@ def receive(mode: str, port: int, count: int, warmup: int) -> dict:
     sock = ctx.socket(zmq.PULL)
     sock.setsockopt(zmq.RCVHWM, 100_000)
     sock.bind(f"tcp://127.0.0.1:{port}")
-    node = Node("bench", "worker") if not mode.startswith("bare") else None
+    node = Node("bench", "worker", latency_every=LATENCY_EVERY.get(mode, 1)) if not mode.startswith("bare") else None
     print("ready", flush=True)
     taken, nbytes, t0, c0, counted, calls = 0, 0, 0.0, 0.0, 0, 0
     told: list[tuple] = []  # the last calls' arguments, replayed after the run to time a call
@@ -69,7 +73,7 @@ def receive(mode: str, port: int, count: int, warmup: int) -> dict:
         if not t0 and taken >= warmup:
             t0, c0, counted, calls = time.monotonic(), cpu_s(), taken, 0
         calls += 1
-        if mode in ("bare-batch", "per-batch", "per-batch-counts"):
+        if mode.endswith("-batch") or mode.startswith("per-batch"):
             batch = [sock.recv()]
             try:
                 while len(batch) < BATCH:
@@ -81,7 +85,7 @@ def receive(mode: str, port: int, count: int, warmup: int) -> dict:
             for m in batch:
                 size += len(m)
                 stamps.append(unpack(m)[1])
-            if mode == "per-batch":
+            if mode in ("per-batch", "per-batch-1-in-16"):
                 node.received(len(batch), size, sent_at=stamps)
                 told.append((len(batch), size, stamps))
             elif node is not None:

@@ -58,6 +58,27 @@ def test_a_node_answers_get_metrics_with_what_it_was_told():
     assert reply["request_timestamp"].endswith("Z") and reply["control_errors"] == 0
 
 
+def test_latency_every_measures_the_stamps_of_one_stamped_call_in_n_however_told():
+    """Stamp i waited i seconds; with latency_every=3 the stamped calls 0, 3, 6, 9 are measured, all
+    of each call's stamps, whether one, a list or a numpy array; calls without stamps do not count."""
+    with Node("w-0", "worker", latency_every=3) as node:
+        now = time.time()
+        stamps = [now - i for i in range(40)]
+        for stamp in stamps[:7]:  # calls 0-6
+            node.received(1, 1, sent_at=stamp)
+            node.received(1, 1)  # no stamp: counted, not a stamped call
+        node.received(5, 5, sent_at=stamps[7:12])  # call 7
+        node.received(1, 1, sent_at=stamps[12])  # call 8
+        node.received(27, 27, sent_at=np.array(stamps[13:40]))  # call 9, measured
+        waits = sorted(round(w) for w in node.received.__self__.waits)  # the first tally's, not yet bucketed
+        reply = ControlClient(node.endpoint).request("get-metrics")
+    assert waits == [0, 3, 6, *range(13, 40)]
+    assert reply["objects_received"] == 47 and reply["input_latency_objects"] == 30
+    assert 39e3 <= reply["input_latency_max_ms"] <= 39e3 + 1e3
+    with pytest.raises(ValueError, match="latency_every"):
+        Node("w-1", latency_every=0)
+
+
 def test_a_node_that_merges_nothing_reports_no_merge_figures():
     with Node("src", "producer") as node:
         node.sent(5, 50)

@@ -59,7 +59,9 @@ class Tally:
     """What one thread of a node tells: counts, merges, overload episodes, waits. Written only by
     that thread; read by the control thread (ints and floats: no torn reads in CPython)."""
 
-    def __init__(self) -> None:
+    def __init__(self, latency_every: int = 1) -> None:
+        self.latency_every = latency_every  # the stamps of one call in this many are measured (Node's)
+        self._calls_to_skip = 0  # stamped calls to pass over before the next one measured
         self.objects_received = 0
         self.bytes_received = 0
         self.objects_sent = 0
@@ -78,11 +80,17 @@ class Tally:
     def received(self, objects: int = 1, nbytes: int = 0, sent_at: float | Sequence[float] | None = None) -> None:
         """Objects taken from the input; ``sent_at`` the Unix time their sender stamped on them, when
         the pipeline carries one (one stamp, or a batch's: a sequence or a numpy array): the input
-        latency is now minus that."""
+        latency is now minus that, for the stamps of one such call in ``latency_every`` (Node's).
+        Every object is then measured with the same chance, one in ``latency_every``, whatever
+        the size of its read: the percentiles are the stream's, from a sample."""
         self.objects_received += objects
         self.bytes_received += nbytes
         if sent_at is None:
             return
+        if self._calls_to_skip:  # passing over a call costs one test; measuring one, 65 ns a stamp
+            self._calls_to_skip -= 1
+            return
+        self._calls_to_skip = self.latency_every - 1
         waits = self.waits
         if isinstance(sent_at, _ONE_STAMP):  # tested, not caught: a raised exception costs a microsecond
             waits.append(time.time() - sent_at)
@@ -154,9 +162,13 @@ class Node:
         on_stop: Callable[[], None] | None = None,
         on_start: Callable[[], None] | None = None,
         curve_keys: str | os.PathLike[str] | None = None,
+        latency_every: int = 1,
     ):
         if not node_id:
             raise ValueError("a node needs an id (its samples' node_id)")
+        if not isinstance(latency_every, int) or latency_every < 1:
+            raise ValueError(f"latency_every: a whole number of calls, 1 or more, not {latency_every!r}")
+        self.latency_every = latency_every
         self.node_id, self.role, self.run_id = node_id, role, run_id
         self.receive_buffer_size, self.send_buffer_size = receive_buffer_size, send_buffer_size
         self.started_at = time.monotonic()
@@ -182,7 +194,7 @@ class Node:
     # -- what the node tells ---------------------------------------------------------------------
     def tally(self) -> Tally:
         """A Tally for another thread of this node (each counting thread needs its own)."""
-        t = Tally()
+        t = Tally(self.latency_every)
         t.latency = self.latency
         self._tallies = [*self._tallies, t]  # replaced, not appended: the control thread iterates
         return t
