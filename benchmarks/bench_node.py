@@ -40,7 +40,15 @@ from flowstat.node import Node
 from flowstat.proc.machine import describe
 
 HEADER = struct.Struct("<Qd")
-MODES = ("bare", "per-message", "per-message-counts", "bare-batch", "per-batch", "per-batch-counts", "per-batch-1-in-16")
+MODES = (
+    "bare",
+    "per-message",
+    "per-message-counts",
+    "bare-batch",
+    "per-batch",
+    "per-batch-counts",
+    "per-batch-1-in-16",
+)
 LATENCY_EVERY = {"per-batch-1-in-16": 16}
 BASELINE = {
     "per-message": "bare",
