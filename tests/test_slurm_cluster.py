@@ -34,6 +34,7 @@ from support.slurm import (
     netns,
     processes,
     sc,
+    start_flowstat_run,
 )
 
 pytestmark = pytest.mark.skipif(
@@ -338,14 +339,7 @@ def test_the_sbatch_script_runs_the_topology_in_its_job_and_ends_in_the_run_dire
 def test_scancel_ends_every_step_and_the_summary_says_the_job_was_cancelled(cluster, tmp_path):
     topo = tmp_path / "long.yaml"
     topo.write_text(ACROSS_THREE.replace("duration: 3", "duration: 120") + "placement: {producers: 2}\n")
-    run = subprocess.Popen(
-        [*cluster.client_prefix(), sys.executable, "-m", "flowstat", "run", str(topo), "--slurm", "--json"]
-        + ["--runs-dir", str(tmp_path / "runs"), "--run-id", "cancelled"],
-        env=cluster.client_env(C_AGENT_ENV),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    run = start_flowstat_run(cluster, topo, tmp_path / "runs", "cancelled")
     try:
         wait_until(lambda: (tmp_path / "runs" / "cancelled" / "run.json").exists(), "the run to start", timeout=60)
         (job,) = [line.split()[0] for line in jobs(cluster)]
@@ -483,14 +477,7 @@ def test_a_host_lost_mid_run_ends_it_as_a_dead_producer_does_naming_that_host_s_
         ACROSS_THREE.replace("duration: 3", "duration: 120") + "placement: {producers: [n1, n2], mergers: [n3]}\n"
     )
     run_dir = tmp_path / "runs" / "lost"
-    run = subprocess.Popen(
-        [*cluster.client_prefix(), sys.executable, "-m", "flowstat", "run", str(topo), "--slurm", "--json"]
-        + ["--runs-dir", str(tmp_path / "runs"), "--run-id", "lost"],
-        env=cluster.client_env(C_AGENT_ENV),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    run = start_flowstat_run(cluster, topo, tmp_path / "runs", "lost")
     try:
         # the run is secured (it binds beyond 127.0.0.1): asked with its keys, as flowstat ctl --keys does
         wait_until(lambda: merger_has_received(cluster, run_dir, "merger-1"), "n2's producers' objects", timeout=60)

@@ -110,5 +110,18 @@ def flowstat_run(c: sc.Cluster, topology: Path, *args, env: dict | None = None) 
     )
 
 
+def start_flowstat_run(c: sc.Cluster, topology: Path, runs: Path, run_id: str) -> subprocess.Popen:
+    """flowstat_run's command in the background (with the C agent), for a test that acts on the run
+    while it goes on; its output read with communicate()."""
+    return subprocess.Popen(
+        [*c.client_prefix(), sys.executable, "-m", "flowstat", "run", str(topology), "--slurm", "--json"]
+        + ["--runs-dir", str(runs), "--run-id", run_id],
+        env=c.client_env(C_AGENT_ENV),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def jobs(c: sc.Cluster) -> list[str]:
     return c.client("squeue", "-h", "-o", "%i %j %T", check=True).stdout.splitlines()
