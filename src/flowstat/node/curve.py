@@ -187,6 +187,11 @@ class Guard:
         self._monitors: list[zmq.Socket[bytes]] = []
         self._closing = threading.Event()
         self._lock = threading.Lock()
+        # watch() and close() wake the thread through an inproc pair: it sleeps until something comes
+        self._woken = ctx.socket(zmq.PAIR)
+        self._woken.bind(f"inproc://flowstat-curve-wake-{id(self)}")
+        self._wake = ctx.socket(zmq.PAIR)
+        self._wake.connect(f"inproc://flowstat-curve-wake-{id(self)}")
         self._thread = threading.Thread(target=self._serve, name=f"flowstat-curve {who}", daemon=True)
         self._thread.start()
 
@@ -196,6 +201,13 @@ class Guard:
         monitor = sock.get_monitor_socket(_HANDSHAKE_FAILED)
         with self._lock:
             self._monitors.append(monitor)
+            self._wake_thread()
+
+    def _wake_thread(self) -> None:
+        try:
+            self._wake.send(b"", zmq.NOBLOCK)
+        except zmq.ZMQError:  # the thread has ended (its context going away) or has a wake-up waiting
+            pass
 
     def _serve(self) -> None:
         try:
@@ -204,9 +216,12 @@ class Guard:
                     monitors = list(self._monitors)
                 poller = zmq.Poller()
                 poller.register(self._zap, zmq.POLLIN)
+                poller.register(self._woken, zmq.POLLIN)
                 for m in monitors:
                     poller.register(m, zmq.POLLIN)
-                ready = dict(poller.poll(100))
+                ready = dict(poller.poll())
+                if self._woken in ready:
+                    self._woken.recv()
                 if self._zap in ready:
                     self._answer(self._zap.recv_multipart())
                 for m in monitors:
@@ -216,6 +231,7 @@ class Guard:
             log.debug("%s: CURVE guard stops (%s)", self.who, exc)
         finally:
             self._zap.close(0)
+            self._woken.close(0)
             for m in self._monitors:
                 m.close(0)
 
@@ -250,6 +266,9 @@ class Guard:
 
     def close(self) -> None:
         self._closing.set()
+        with self._lock:
+            self._wake_thread()
         self._thread.join(1.0)
+        self._wake.close(0)
         if self.refused > 1:
             log.warning("%s: %d control clients refused in all (no key of the run)", self.who, self.refused)

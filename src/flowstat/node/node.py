@@ -48,7 +48,6 @@ log = logging.getLogger("flowstat.node")
 
 STATES = ("STARTING", "READY", "RUNNING", "DRAINING", "STOPPED")
 MERGES_AVERAGED = 10  # average_merge_time: the mean of the last this many merges (thesis section 4.2.3)
-POLL_MS = 100  # how long close() may wait for the control thread
 _ONE_STAMP = (float, int)  # numpy's float64 is a float
 # Waits kept before they are bucketed: bucketing costs a few numpy calls per chunk whatever its size
 # (about 10 us), and the control thread records what is left whenever a monitor asks.
@@ -185,6 +184,7 @@ class Node:
         self.endpoint: str | None = None
         self.endpoint_file: Path | None = None
         self._closing = threading.Event()
+        self._wake: zmq.Socket[bytes] | None = None  # close()'s end of an inproc pair: ends the control thread
         self._thread: threading.Thread | None = None
         self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
         self._guard: curve.Guard | None = None
@@ -271,18 +271,28 @@ class Node:
                 log.warning(
                     "%s: cannot announce itself in %s (%s): agents must be told its endpoint", self.node_id, folder, exc
                 )
+        # the control thread sleeps until a request or close() comes: no timed wake-ups, which cost an
+        # idle node 1.5 ms of CPU a second (10 a second), 1% of a node that takes 100,000 messages a second
+        woken = self._ctx.socket(zmq.PAIR)
+        woken.bind(f"inproc://flowstat-node-wake-{id(self)}")
+        self._wake = self._ctx.socket(zmq.PAIR)
+        self._wake.connect(f"inproc://flowstat-node-wake-{id(self)}")
         self._thread = threading.Thread(
-            target=self._serve, args=(sock,), name=f"flowstat-node {self.node_id}", daemon=True
+            target=self._serve, args=(sock, woken), name=f"flowstat-node {self.node_id}", daemon=True
         )
         self._thread.start()
 
-    def _serve(self, sock: zmq.Socket[bytes]) -> None:
+    def _serve(self, sock: zmq.Socket[bytes], woken: zmq.Socket[bytes]) -> None:
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(woken, zmq.POLLIN)
         try:
             while not self._closing.is_set():
-                if sock.poll(POLL_MS, zmq.POLLIN):
+                if sock in dict(poller.poll()):
                     serve_requests(sock, self._answer)
         finally:
             sock.close(0)
+            woken.close(0)
 
     def _answer(
         self, client: bytes, command: str | None, request: dict[str, Any] | None, error: str | None
@@ -353,9 +363,13 @@ class Node:
         withdraw(self.endpoint_file)
         self.endpoint_file = None
         self._closing.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        if self._wake is not None:
+            self._wake.send(b"", zmq.NOBLOCK)  # never blocks: the pair's pipe holds it
+            if self._thread is not None:
+                self._thread.join()
+            self._wake.close(0)
+            self._wake = None
+        self._thread = None
         self._close_context()
 
     def _close_context(self) -> None:
