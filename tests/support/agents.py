@@ -69,9 +69,11 @@ class ScriptedHttp:
     at once but answered only once `release` is set. A GET (a store's health check) is answered
     200 with an empty JSON object, and not recorded. The headers of request n are `headers[n]`
     (recorded before `answer` is asked, which may read them). With tls=(certfile, keyfile) it
-    speaks HTTPS (a client that does not trust the certificate gets no answer at all)."""
+    speaks HTTPS (a client that does not trust the certificate gets no answer at all). With
+    listening=False its port is bound but refuses connections (the kernel answers, however loaded
+    the machine is) until listen() is called."""
 
-    def __init__(self, answer=None, hold: bool = False, tls: tuple | None = None):
+    def __init__(self, answer=None, hold: bool = False, tls: tuple | None = None, listening: bool = True):
         self.answer = answer or (lambda path, body, n: (204, b""))
         self.requests: list[tuple[str, bytes, float]] = []  # path, body, when it arrived
         self.headers: list[dict[str, str]] = []  # request n's headers, names in lower case
@@ -106,13 +108,21 @@ class ScriptedHttp:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler, bind_and_activate=False)
         self.server.daemon_threads = True
+        self.server.server_bind()
         if tls:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.load_cert_chain(*tls)
             self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
         self.port = self.server.server_address[1]
+        self.listening_since: float | None = None
+        if listening:
+            self.listen()
+
+    def listen(self) -> None:
+        self.server.server_activate()
+        self.listening_since = time.monotonic()
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def bodies(self) -> list[bytes]:
@@ -124,7 +134,8 @@ class ScriptedHttp:
 
     def close(self) -> None:
         self.release.set()
-        self.server.shutdown()
+        if self.listening_since is not None:
+            self.server.shutdown()
         self.server.server_close()
 
 
