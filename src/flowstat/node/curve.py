@@ -172,6 +172,17 @@ def secure_server(sock: zmq.Socket[bytes], public: bytes, secret: bytes) -> None
     sock.zap_domain = ZAP_DOMAIN.encode()
 
 
+def wake_pair(ctx: zmq.Context[zmq.Socket[bytes]], owner: object) -> tuple[zmq.Socket[bytes], zmq.Socket[bytes]]:
+    """An inproc pair (the end a thread polls, the end others send on) that wakes a thread asleep
+    in poll() without a time-out: it then sleeps until something comes, costing nothing idle."""
+    address = f"inproc://flowstat-wake-{id(owner)}"
+    woken = ctx.socket(zmq.PAIR)
+    woken.bind(address)
+    wake = ctx.socket(zmq.PAIR)
+    wake.connect(address)
+    return woken, wake
+
+
 class Guard:
     """The ZAP handler of one context (one node), on a thread of its own: lets in the run's client
     key only, and tells refusals (a ZAP denial, or a handshake that failed before ZAP) once."""
@@ -187,11 +198,7 @@ class Guard:
         self._monitors: list[zmq.Socket[bytes]] = []
         self._closing = threading.Event()
         self._lock = threading.Lock()
-        # watch() and close() wake the thread through an inproc pair: it sleeps until something comes
-        self._woken = ctx.socket(zmq.PAIR)
-        self._woken.bind(f"inproc://flowstat-curve-wake-{id(self)}")
-        self._wake = ctx.socket(zmq.PAIR)
-        self._wake.connect(f"inproc://flowstat-curve-wake-{id(self)}")
+        self._woken, self._wake = wake_pair(ctx, self)  # watch() and close() wake the thread
         self._thread = threading.Thread(target=self._serve, name=f"flowstat-curve {who}", daemon=True)
         self._thread.start()
 
