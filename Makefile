@@ -14,7 +14,7 @@ C_DEPS := libzmq3-dev libcjson-dev libcurl4-openssl-dev pkg-config clang libclan
 # Named after the list: a checkout that installed an older list installs what was added.
 C_STAMP := .cache/c-deps-$(shell echo '$(C_DEPS)' | md5sum | cut -c1-8).installed
 
-.PHONY: help demo test lint bench soak mutate install clean c-agent generate compose-images screenshots
+.PHONY: help demo test test-ready test-stack lint bench soak mutate install clean c-agent generate compose-images screenshots
 
 help:
 	@echo "make demo   local InfluxDB/Elasticsearch/Telegraf + a harness run shipping into them"
@@ -78,10 +78,17 @@ lint: $(STAMP)
 	$(MAKE) -C collectors/c format-check
 
 # The servers the tests use are downloaded and built first, on a quiet machine: the tests run on
-# three workers, and timing tests beside a Telegraf build would only measure the build.
-test: lint $(STAMP) c-agent compose-images
-	$(BIN)/flowstat stack install --cache .cache/test-stack
+# three workers, and timing tests beside a Telegraf build would only measure the build. What comes
+# before the tests goes two at a time (mypy keeps one core busy for half a minute, the C builds the
+# other), its output kept together a step at a time.
+test:
+	$(MAKE) --jobs=2 --output-sync=target test-ready
 	$(BIN)/python -m pytest -q -ra -n 3
+
+test-ready: lint c-agent compose-images test-stack
+
+test-stack: $(STAMP)
+	$(BIN)/flowstat stack install --cache .cache/test-stack
 
 # The compose stack's images, built here (no image registry is reachable): Compose v2 from the Go
 # module proxy, Debian bases made with mmdebstrap, flowstat's from the Dockerfile, and the stand-ins

@@ -8,7 +8,22 @@ from pathlib import Path
 
 import pytest
 
-from support.common import C_AGENT, ELASTALERT_RULES, PYTHON_AGENT, ROOT, free_port, reachable_dir
+from support.common import (
+    C_AGENT,
+    ELASTALERT_RULES,
+    PYTHON_AGENT,
+    ROOT,
+    TEST_CLI_JAVA_OPTS,
+    TEST_ES_JAVA_OPTS,
+    free_port,
+    reachable_dir,
+)
+
+# Every Elasticsearch the suite starts itself or through a program it runs (the stack code, the wheel's
+# flowstat): see TEST_ES_JAVA_OPTS. (The compose tests write it into their .env: compose gets no shell
+# variables there.)
+os.environ.setdefault("ES_JAVA_OPTS", TEST_ES_JAVA_OPTS)
+os.environ.setdefault("CLI_JAVA_OPTS", TEST_CLI_JAVA_OPTS)
 
 
 @pytest.fixture(params=["c", "py"])

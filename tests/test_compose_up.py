@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support.common import ROOT
+from support.common import ROOT, with_test_jvm
 from support.compose import (
     COMPOSE_FILE,
     FLOWSTAT_SERVICES,
@@ -206,7 +206,7 @@ def test_the_secrets_gate_refuses_placeholders_and_a_short_secret_naming_each(st
     stack.env_file.unlink()
     made = subprocess.run([str(ROOT / "scripts" / "new-env"), str(stack.env_file)], capture_output=True, text=True)
     assert made.returncode == 0, made.stderr
-    good = stack.env_file.read_text()
+    good = with_test_jvm(stack.env_file.read_text())
     stack.env_file.write_text(re.sub(r"(?m)^INFLUXDB_WRITER_PASSWORD=.*$", "INFLUXDB_WRITER_PASSWORD=short1", good))
     assert stack("up", "-d", "--wait", check=False, timeout=300).returncode != 0
     log = stack("logs", "--no-color", "secrets").stdout

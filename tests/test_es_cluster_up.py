@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from support.common import ROOT
+from support.common import ROOT, with_test_jvm
 from support.compose import (
     COMPOSE_FILE,
     Project,
@@ -147,18 +147,9 @@ def cluster(tmp_path_factory):
     env_file = tmp_path_factory.mktemp("es-cluster") / ".env"
     made = subprocess.run([str(ROOT / "scripts" / "new-env"), str(env_file)], capture_output=True, text=True)
     assert made.returncode == 0, made.stderr
-    # three heaps of 512 MiB, not .env.example's 1 GiB, beside whatever else the machine runs: the
-    # heap changes nothing the tests look at
-    env_file.write_text(
-        "".join(
-            "ES_JAVA_OPTS=-Xms512m -Xmx512m\n"
-            if line.startswith("ES_JAVA_OPTS=")
-            else "ES_MEM_LIMIT=1g\n"
-            if line.startswith("ES_MEM_LIMIT=")
-            else line + "\n"
-            for line in env_file.read_text().splitlines()
-        )
-    )
+    # three heaps of 512 MiB (the suite's JVM options), not .env.example's 1 GiB, beside whatever else
+    # the machine runs: the heap changes nothing the tests look at
+    env_file.write_text(re.sub(r"(?m)^ES_MEM_LIMIT=.*$", "ES_MEM_LIMIT=1g", with_test_jvm(env_file.read_text())))
     with engine_up() as engine, in_namespace(workers=4) as ns:
         c = Cluster(engine, env_file, ns)
         c("--profile", "harness", "down", "-v", "--remove-orphans", check=False)  # what an interrupted run left

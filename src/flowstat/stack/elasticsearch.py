@@ -368,7 +368,9 @@ class Elasticsearch(Service):
             "-E",
             "cluster.routing.allocation.disk.threshold_enabled=false",
         ]
-        env = {"ES_JAVA_HOME": self.java_home(), "ES_JAVA_OPTS": self.extra.get("java_opts", "-Xms512m -Xmx512m")}
+        # ES_JAVA_OPTS in the environment is honoured as Elasticsearch's own scripts honour it
+        java_opts = self.extra.get("java_opts") or os.environ.get("ES_JAVA_OPTS") or "-Xms512m -Xmx512m"
+        env = {"ES_JAVA_HOME": self.java_home(), "ES_JAVA_OPTS": java_opts}
         if not self.secured:
             return cmd + ["-E", "xpack.security.enabled=false"], env
         cmd += [
