@@ -472,7 +472,10 @@ def test_an_influxdb_partial_write_stores_the_rest_and_resends_nothing(tmp_path,
         proc.kill()
         server.close()
     assert out.returncode == 0, out.stderr
-    assert len(server.requests) == 4 and len(server.lines()) == 12  # four batches of three, none twice
+    # four batches of three, none sent twice; batches that waited for an answer may go together
+    lines = server.lines()
+    assert len(lines) == 12 and len(set(lines)) == 12, lines
+    assert 1 <= len(server.requests) <= 4
     assert all(path.startswith("/write") for path, _, _ in server.requests)
     sink = sink_stats(stats, url)
     assert (sink["delivered"], sink["refused"], sink["lost"], sink["spooled"]) == (11, 1, 0, 0)
