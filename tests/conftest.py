@@ -41,50 +41,77 @@ def runs_dir(tmp_path: Path) -> Path:
     return d
 
 
-# The modules that start, stop or use the real servers (the session's stack, or a stack of their own).
-SERVER_MODULES = {
-    "test_campaign_stores.py",
-    "test_compose.py",
-    "test_dashboards.py",
-    "test_demo.py",
-    "test_elastalert.py",
-    "test_es_failover.py",
-    "test_ingest.py",
-    "test_kibana.py",
-    "test_provision.py",
-    "test_secured_stack.py",
-    "test_secured_clients.py",
-    "test_slurm_cluster.py",
-    "test_sinks_real_servers.py",
-    "test_stack.py",
-    "test_stores.py",
-    "test_wheel.py",
+# The modules that start, stop or use the real servers (the session's stack, or a stack of their own),
+# in two groups of about equal time. Each group goes whole to one worker, in order (its tests mostly
+# wait for a server to restart), and each worker has a stack of its own (worker_stack_cache). The
+# modules of the secured stack are in one group, so that one worker starts it.
+SERVER_GROUPS = {
+    "servers-a": {
+        "test_campaign_stores.py",
+        "test_dashboards.py",
+        "test_demo.py",
+        "test_elastalert.py",
+        "test_ingest.py",
+        "test_kibana.py",
+        "test_sinks_real_servers.py",
+        "test_stack.py",
+        "test_stores.py",
+    },
+    "servers-b": {
+        "test_es_failover.py",
+        "test_provision.py",
+        "test_secured_clients.py",
+        "test_secured_stack.py",
+        "test_slurm_cluster.py",
+        "test_wheel.py",
+    },
 }
 # Modules whose tests share a cluster of their own and run in order: each goes whole to one worker,
 # beside the others; modules of the same group go to the same worker, one after the other. (The two
 # compose modules both need the machine's one compose engine, which a lock gives to one at a time:
 # on two workers, one would only wait for the other. test_slurm_cluster.py is a server module: its
-# runs across hosts ship to the session stack, which only one worker may run, since its servers
-# share one cache directory.)
-ONE_WORKER_MODULES = {"test_compose_up.py": "compose-engine", "test_es_cluster_up.py": "compose-engine"}
+# runs across hosts ship to the session stack.)
+ONE_WORKER_MODULES = {
+    "test_compose_up.py": "compose-engine",
+    "test_es_cluster_up.py": "compose-engine",
+    **{module: group for group, modules in SERVER_GROUPS.items() for module in modules},
+}
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """make test runs the tests on three workers (pytest-xdist; most of the suite waits on servers and
-    processes, not on the two cores): the modules of the session stack go to one of them, in order,
-    sharing one stack (they mostly wait for a server to restart); each module with a cluster of its
-    own (the compose engine, Slurm) goes whole to one worker; the rest is spread test by test."""
+    processes, not on the two cores): each group of server modules goes to one of them, in order;
+    each module with a cluster of its own (the compose engine, Slurm) goes whole to one worker; the
+    rest is spread test by test. (The groups have the most tests: they are handed out first.)"""
     from xdist.scheduler import LoadScopeScheduling
 
     class ServersTogether(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::")[0]
-            if module.rsplit("/", 1)[-1] in ONE_WORKER_MODULES:
-                return ONE_WORKER_MODULES[module.rsplit("/", 1)[-1]]
-            return "servers" if module.rsplit("/", 1)[-1] in SERVER_MODULES else nodeid
+            return ONE_WORKER_MODULES.get(nodeid.split("::")[0].rsplit("/", 1)[-1], nodeid)
 
     return ServersTogether(config, log)
+
+
+def worker_stack_cache() -> Path:
+    """The session stack's folder: .cache/test-stack, where make test installs the servers; for a
+    pytest-xdist worker, a folder of its own beside it (its servers' data, logs, ports and pids), that
+    takes the installs from .cache/test-stack (the Elasticsearch distribution, ElastAlert's venv) when
+    they are there, so that two workers' stacks run at once."""
+    from flowstat.stack.elastalert import ElastAlert
+    from flowstat.stack.elasticsearch import Elasticsearch
+
+    shared = ROOT / ".cache" / "test-stack"
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return shared
+    own = ROOT / ".cache" / f"test-stack-{worker}"
+    for installed in (Elasticsearch("elasticsearch", shared, 0).dist, ElastAlert("elastalert", shared, 0).venv):
+        link = own / installed.relative_to(shared)
+        if installed.exists() and not link.is_symlink():
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(installed, target_is_directory=True)
+    return own
 
 
 @pytest.fixture
@@ -98,13 +125,14 @@ def stack():
     on loopback, started by the project's own stack code; ElastAlert runs the tests' rule too.
 
     Installs are cached in .cache/test-stack (make test prepares it first: `flowstat stack
-    install`); data is wiped at the end so each session starts clean.
+    install`); each pytest-xdist worker's servers run from a folder of their own (worker_stack_cache);
+    data is wiped at the end so each session starts clean.
     """
     import shutil
 
     from flowstat.stack import Stack
 
-    cache = ROOT / ".cache" / "test-stack"
+    cache = worker_stack_cache()
     ports = {"influxdb": free_port(), "elasticsearch": free_port(), "telegraf": free_port()}
     s = Stack(
         cache, ports, options={"elastalert": {"rules_dirs": [ELASTALERT_RULES]}, "influxdb": {"retention_check": "1s"}}
