@@ -98,6 +98,7 @@ def worker_stack_cache() -> Path:
     pytest-xdist worker, a folder of its own beside it (its servers' data, logs, ports and pids), that
     takes the installs from .cache/test-stack (the Elasticsearch distribution, ElastAlert's venv) when
     they are there, so that two workers' stacks run at once."""
+    from flowstat.stack.base import give_to_service_user
     from flowstat.stack.elastalert import ElastAlert
     from flowstat.stack.elasticsearch import Elasticsearch
 
@@ -106,7 +107,12 @@ def worker_stack_cache() -> Path:
     if not worker:
         return shared
     own = ROOT / ".cache" / f"test-stack-{worker}"
-    for installed in (Elasticsearch("elasticsearch", shared, 0).dist, ElastAlert("elastalert", shared, 0).venv):
+    dist, venv = Elasticsearch("elasticsearch", shared, 0).dist, ElastAlert("elastalert", shared, 0).venv
+    if dist.exists():
+        # The server runs it as the service user; `up` hands over its own home, in which the link is
+        # only a link (make test installed the distribution as root).
+        give_to_service_user(dist)
+    for installed in (dist, venv):
         link = own / installed.relative_to(shared)
         if installed.exists() and not link.is_symlink():
             link.parent.mkdir(parents=True, exist_ok=True)
