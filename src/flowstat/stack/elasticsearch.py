@@ -136,12 +136,14 @@ class Elasticsearch(Service):
         (self.home / "data").mkdir(exist_ok=True)
         (self.home / "logs").mkdir(exist_ok=True)
         self._unpack()
-        if self.secured:
-            self._analysis_module()
-            self._config()
-            if self.tls:
-                self._certificates()
-            self._keystore()
+        if not self.secured:
+            self._plain_keystore()
+            return
+        self._analysis_module()
+        self._config()
+        if self.tls:
+            self._certificates()
+        self._keystore()
 
     def _unpack(self) -> None:
         if (self.dist / "bin" / "elasticsearch").exists():
@@ -310,6 +312,15 @@ class Elasticsearch(Service):
             (t / "http.key").chmod(0o600)
             for name in ("http.key", "http.crt", "ca.crt"):  # the CA's key is not kept: nothing signs again
                 (t / name).replace(certs / name)
+
+    def _plain_keystore(self) -> None:
+        """The distribution's own (empty) keystore, made once at install: a node started without one
+        makes it, and two nodes of one distribution starting at once collide on its temporary file."""
+        if (self.config_dir / "elasticsearch.keystore").exists():
+            return
+        env = {**os.environ, "ES_PATH_CONF": str(self.config_dir), "ES_JAVA_HOME": self.java_home()}
+        tool = str(self.dist / "bin" / "elasticsearch-keystore")
+        _run("elasticsearch-keystore create", [tool, "create"], env=env, stdin=subprocess.DEVNULL)
 
     def _keystore(self) -> None:
         """bootstrap.password := ELASTIC_PASSWORD, through stdin (a command line is public). Set
