@@ -162,7 +162,7 @@ def bulk_answer(body: bytes) -> bytes:
                 }
             }
         )
-    return json.dumps({"took": 3, "errors": False, "items": items}, separators=(",", ":")).encode()
+    return json.dumps({"errors": False, "took": 3, "items": items}, separators=(",", ":")).encode()  # as 8.19
 
 
 def rss_kb(pid: int) -> tuple[int, int] | None:

@@ -39,9 +39,9 @@ MIGRATE_PAGE = 5000  # documents moved per request from an older flowstat's inde
 UPGRADED = {SAMPLES_INDEX: "sample", AGENTS_INDEX: "agent", RUNS_INDEX: "run"}  # index (pattern INDEX*) -> its mapping
 
 _DAY_NS = 86_400 * 10**9
-# The head of a _bulk answer that stored every document (Elasticsearch and OpenSearch write "took"
-# and "errors" before the items)
-_ALL_STORED = re.compile(rb'\s*\{\s*"took"\s*:\s*\d+\s*,\s*"errors"\s*:\s*false\s*[,}]')
+# The head of a _bulk answer that stored every document: "errors" before the items, first (Elasticsearch
+# 8.19 here) or after "took" (older Elasticsearch, OpenSearch)
+_ALL_STORED = re.compile(rb'\s*\{\s*(?:"took"\s*:\s*\d+\s*,\s*)?"errors"\s*:\s*false\s*[,}]')
 
 
 _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
