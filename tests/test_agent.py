@@ -303,3 +303,56 @@ def fnv1a(data: bytes) -> int:
     for b in data:
         h = ((h ^ b) * 0x01000193) % 2**32
     return h
+
+
+def test_the_heaps_are_trimmed_once_a_backlog_is_delivered(tmp_path, monkeypatch):
+    """Issue 28: what a sink's backlog took goes back to the system once the sink has taken it
+    (flowstat.agent.memory.trim): once per backlog, never while batches go straight through."""
+    from flowstat.agent import memory
+    from flowstat.agent.sinks import Sink, SinkDown, SinkRunner
+
+    trims: list[int] = []
+    monkeypatch.setattr(memory, "trim", lambda: trims.append(1) or True)
+
+    class Switch(Sink):
+        up = True
+        taken = 0
+
+        def encode(self, samples):
+            return b"".join(b"s\n" for _ in samples)
+
+        def send(self, payload, count):
+            if not self.up:
+                raise SinkDown("refused")
+            self.taken += count
+
+    sink = Switch("test://")
+    spool = Spool(tmp_path / "spool")
+    runner = SinkRunner(sink, spool, retry_s=0.05)
+    runner.start()
+    try:
+        for _ in range(3):
+            runner.submit([{}])
+        wait_until(lambda: sink.taken == 3, "three batches sent")
+        assert trims == []
+        sink.up = False
+        runner.submit([{}, {}])
+        wait_until(lambda: runner.failing, "the sink found down")
+        runner.submit([{}])
+        sink.up = True
+        wait_until(lambda: sink.taken == 6 and len(spool) == 0, "the backlog sent")
+        wait_until(lambda: trims == [1], "the heaps trimmed")
+        runner.submit([{}])
+        wait_until(lambda: sink.taken == 7, "one more batch sent")
+    finally:
+        runner.stop()
+        runner.join(10)
+    assert trims == [1]
+
+
+def test_glibc_mmap_threshold_is_fixed():
+    from flowstat.agent import memory
+
+    if memory._LIBC is None:
+        pytest.skip("not glibc")
+    assert memory.fix_mmap_threshold()

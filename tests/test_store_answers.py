@@ -285,3 +285,25 @@ def test_replay_settles_bulk_documents_one_by_one(tmp_path):
     assert sent.pop("node-2") == [2] * 3 and all(times == [1] * 3 for times in sent.values())
     assert sorted(store.stored) == every(set(NODES) - {"node-1"}, range(3))
     assert store.seen["r"] == 1  # the run document (its _id is the run id)
+
+
+def test_a_bulk_answer_that_stored_everything_is_known_by_its_head():
+    """Issue 28: such an answer's items are not parsed (thousands for a backlog's request); any
+    other answer is, as before."""
+    from flowstat.stores.elasticsearch import _ALL_STORED
+
+    for head in (
+        b'{"errors":false,"took":483,"items":[{"index":{"_index":"i"}}]}',  # 8.19, as it answers here
+        b'{"took":1,"errors":false,"items":[]}',  # older Elasticsearch, OpenSearch
+        b'{ "took" : 30 , "errors" : false }',
+        b'{"errors":false}',
+    ):
+        assert _ALL_STORED.match(head), head
+    for head in (
+        b'{"took":1,"errors":true,"items":[]}',
+        b'{"errors":true,"took":1,"items":[]}',
+        b'{"error":{"type":"x"},"status":400}',
+        b'{"items":[],"errors":false}',
+        b"",
+    ):
+        assert not _ALL_STORED.match(head), head

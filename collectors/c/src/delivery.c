@@ -253,8 +253,10 @@ static void note_outcome(struct sink_runner *r, const struct sink_outcome *o)
         r->trouble = o->trouble;
     }
     r->down = o->down;
-    if (o->down)
+    if (o->down) {
         r->next_retry = fs_monotonic() + RETRY_S;
+        r->backlog = 1;
+    }
 }
 
 /* A batch the sink did not take waits in the spool; with no spool (or a spool that cannot be
@@ -411,14 +413,20 @@ static void drain_at_exit(struct sink_runner *r)
     }
 }
 
-/* Nothing waits, in the spool or the queue: what goes together is send_max again (delivery.h). */
+/* Nothing waits, in the spool or the queue: what goes together is send_max again (delivery.h), and
+ * what a backlog took is given back to the system (util.h: fs_malloc_trim). */
 static void note_caught_up(struct sink_runner *r)
 {
     pthread_mutex_lock(&r->lock);
     int waiting = r->head != NULL;
     pthread_mutex_unlock(&r->lock);
-    if (!waiting && !r->down && !spool_pending(r))
-        r->send_limit = r->send_max;
+    if (waiting || r->down || spool_pending(r))
+        return;
+    r->send_limit = r->send_max;
+    if (r->backlog) {
+        r->backlog = 0;
+        fs_malloc_trim();
+    }
 }
 
 static void *run_sink(void *arg)

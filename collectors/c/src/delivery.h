@@ -46,6 +46,7 @@ struct sink_runner {
     unsigned long long forbidden_batch; /* the newest batch of documents answered 403 (forbidden_kept) */
     int forbidden_kept;
     int ahead_failing; /* the sampling thread's: the spool could not be written ahead of a send */
+    int backlog; /* the sink was found down since it last caught up: once it has, memory goes back (util.h) */
 
     /* shared with the sampling thread, under lock */
     pthread_mutex_t lock;

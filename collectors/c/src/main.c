@@ -703,6 +703,7 @@ int main(int argc, char **argv)
     enum encode_format encode = options_encode_format(argc, argv);
     if (encode != ENCODE_NONE)
         return encode_stdin(encode == ENCODE_JSON);
+    fs_malloc_setup(); /* before the first large block: see util.h */
     struct agent a;
     memset(&a, 0, sizeof a);
     int rc = options_parse(argc, argv, &a.opt);

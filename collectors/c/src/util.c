@@ -7,8 +7,27 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
+#define FS_MMAP_THRESHOLD (128 * 1024) /* glibc's default, kept from then on */
 
 int fs_quiet = 0;
+
+void fs_malloc_setup(void)
+{
+#ifdef __GLIBC__
+    mallopt(M_MMAP_THRESHOLD, FS_MMAP_THRESHOLD);
+#endif
+}
+
+void fs_malloc_trim(void)
+{
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
+}
 
 void fs_log(const char *level, const char *fmt, ...)
 {

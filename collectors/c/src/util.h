@@ -35,6 +35,17 @@ void fs_host_identity(const char *given, char *out, size_t n);
 /* Shortest text that reads back as the same double (as Python's repr). */
 void fs_format_double(char *out, size_t n, double v);
 
+/* glibc's malloc (elsewhere both do nothing). Each time a block it had mmapped is freed, glibc
+ * raises its mmap threshold to that block's size (up to 32 MiB): once a backlog has gone out in
+ * requests of up to --send-max-kb, such blocks (requests, spool reads, answers) come from the heap,
+ * which keeps them, and VmRSS steps up at each sink outage and stays there (issue 28, the soak).
+ * fs_malloc_setup, at the start, fixes the threshold (and the trim threshold with it), so that they
+ * go back to the system as they are freed; fs_malloc_trim, once a sink that was down has taken its
+ * backlog, gives back what the backlog left free in the heaps (batches queued in memory while the
+ * spool could not be written, the pieces of the larger blocks). */
+void fs_malloc_setup(void);
+void fs_malloc_trim(void);
+
 /* A growable byte buffer; on allocation failure it marks itself failed and ignores writes. */
 struct fs_buf {
     char *data;

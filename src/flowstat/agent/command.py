@@ -12,6 +12,7 @@ from pathlib import Path
 
 from flowstat import stores
 
+from . import memory
 from .spool import SEND_MAX_BYTES
 
 SEND_MAX_KB = SEND_MAX_BYTES // 1024
@@ -326,6 +327,7 @@ def main(args: argparse.Namespace) -> int:
         args.node_backoff,
         int(args.send_max_kb * 1024),
     )
+    memory.fix_mmap_threshold()  # before the sinks' first large blocks: see flowstat.agent.memory
     try:
         agent = Agent(cfg)
     except (ValueError, OSError, SinkDown) as exc:  # a bad sink URL, a spool or run file that cannot be used

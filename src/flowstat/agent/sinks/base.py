@@ -18,6 +18,7 @@ from flowstat.schema import run as run_schema
 from flowstat.schema import sample as sample_schema
 from flowstat.stores import Outcome
 
+from .. import memory
 from ..spool import SEND_MAX_BYTES, Spool
 
 log = logging.getLogger("flowstat.agent")
@@ -166,6 +167,7 @@ class SinkRunner(threading.Thread):
         # is, forever), kept while the sink catches up, send_max_bytes again once nothing waits.
         # 0: one batch.
         self._send_limit = send_max_bytes
+        self._backlog = False  # the sink was found down since it last caught up (_caught_up)
         # the item _gather took from the queue and could not add to its batch (None too: stop),
         # the next to handle: a list of at most one
         self._held: list[tuple[bytes, int] | EllipsisType | None] = []
@@ -315,7 +317,16 @@ class SinkRunner(threading.Thread):
 
     def _went_down(self) -> None:
         self.down = True
+        self._backlog = True
         self.next_retry = time.monotonic() + self.retry_s
+
+    def _caught_up(self) -> None:
+        """Nothing waits: what goes together is send_max_bytes again, and what a backlog took is
+        given back to the system (flowstat.agent.memory)."""
+        self._send_limit = self.send_max_bytes
+        if self._backlog:
+            self._backlog = False
+            memory.trim()
 
     def _waiting(self) -> bool:
         """Batches wait for the sink: it is down, or its spool is not empty."""
@@ -343,7 +354,7 @@ class SinkRunner(threading.Thread):
                     self.spool.release()
                 return False
             self.spool.pop()
-        self._send_limit = self.send_max_bytes  # caught up
+        self._caught_up()
         if self.down and time.monotonic() >= self.next_retry:
             self.down = False  # nothing waits: the next batch asks the sink again
         return True
@@ -383,7 +394,7 @@ class SinkRunner(threading.Thread):
         elif (left := self._send(payload, count)) is not None:
             self._keep(*left)
         elif not self._held and self.queue.empty():
-            self._send_limit = self.send_max_bytes  # caught up
+            self._caught_up()
 
     def _next(self, wait: float | None) -> tuple[bytes, int] | EllipsisType | None:
         """The next item: the one _gather held back, else the queue's (queue.Empty past ``wait``)."""
