@@ -366,3 +366,49 @@ def test_batches_written_by_one_thread_and_sent_by_another_are_each_counted_once
     total = sum(1 + i % 3 for i in range(pushed))
     assert sp.dropped_samples > 0 and delivered + sp.dropped_samples + sp.samples == total
     assert sp.samples == 0 and batches(tmp_path) == []
+
+
+def test_a_batch_removed_by_hand_while_batches_are_gathered_ends_the_gathering_not_the_send(tmp_path):
+    """The batches before it go together; it is met as the oldest next time, and skipped then."""
+    sp = Spool(tmp_path, max_bytes=10_000)
+    for i, c in enumerate(b"abc"):
+        sp.push(bytes([c]) * 10, count=i + 1)
+    (tmp_path / "000000000001-2.batch").unlink()
+    assert sp.peek(10_000) == (b"a" * 10, 1)
+    sp.pop()
+    assert sp.peek(10_000) == (b"c" * 10, 3) and sp.samples == 3
+
+
+def test_at_most_take_max_batches_go_together(tmp_path):
+    """They are read under the spool's lock, which a push waits for."""
+    from flowstat.agent.spool import TAKE_MAX
+
+    sp = Spool(tmp_path, max_bytes=10**9)
+    for _ in range(TAKE_MAX + 3):
+        sp.push(b"x", count=1)
+    assert sp.peek(10**9) == (b"x" * TAKE_MAX, TAKE_MAX)
+    sp.pop()
+    assert sp.peek(10**9) == (b"x" * 3, 3)
+
+
+def test_the_bound_counts_a_replaced_batch_beside_those_not_sent(tmp_path):
+    sp = Spool(tmp_path, max_bytes=100)
+    sp.push(b"a" * 40, count=4)
+    sp.push(b"b" * 40, count=4)
+    sp.push(b"c" * 10, count=1)
+    assert sp.peek(80) == (b"a" * 40 + b"b" * 40, 8)
+    sp.replace_oldest(b"r" * 30, count=3)  # 30 + 10 held
+    sp.push(b"d" * 55, count=5)  # 95: nothing dropped
+    assert sp.dropped_samples == 0
+    sp.push(b"e" * 6, count=1)  # 101: the replaced batch goes
+    assert sp.dropped_samples == 3 and sp.peek() == (b"c" * 10, 1)
+
+
+def test_settling_an_empty_spool_changes_nothing(tmp_path):
+    """pop and release with nothing handed out and nothing spooled (a sink runner's first settle)."""
+    sp = Spool(tmp_path, max_bytes=100)
+    sp.pop()
+    sp.release()
+    assert len(sp) == 0 and sp.samples == 0 and sp.peek() is None
+    sp.push(b"a", count=1)
+    assert sp.peek() == (b"a", 1)
