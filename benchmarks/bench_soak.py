@@ -798,7 +798,7 @@ def timed_queries(ctx: Soak, cross: dict | None, t_start: float, rounds: dict, m
         ctx.run_id,
         ctx.agent_tags[-1],
         nodes,
-        {f"{bv.SELECTED} nodes": bv.spread(nodes, bv.SELECTED)},
+        {"all nodes": [bv.gx.ALL], f"{bv.SELECTED} nodes": bv.spread(nodes, bv.SELECTED)},  # All: as Grafana sends it
         time_range,
         max_points,
     ) + bv.stack_view_queries(ctx.stack, time_range, max_points)

@@ -14,8 +14,9 @@ The queries.
 run view    every panel of the Grafana run view (flowstat.views.panels.RUN_VIEW): its InfluxQL
             expanded as Grafana expands it (flowstat.views.emulate_grafana) for the whole run's time range
             (first sample - 5 s to last + 5 s), $__interval for a panel of --max-points pixels, the
-            run, its agent, every role, and the node variable with all NODES nodes selected (the
-            longest multi-value regex) or 10 nodes spread over the roles; and every Lens panel of
+            run, its agent, the role variable on All, and the node variable on All (what Grafana
+            sends for it: the variable's custom all value, .*) or on 10 nodes spread over the
+            roles; and every Lens panel of
             the Kibana run view as the Elasticsearch search Lens sends (flowstat.views.emulate_kibana; the query
             bar holding run_id, agent and, for 10 nodes, the nodes; "auto" intervals as Kibana
             picks them for the time range). The run view's variable queries (agent, node) too,
@@ -337,7 +338,7 @@ def _count_held(answer: dict) -> dict:
 
 def run_view_queries(stack, run_id: str, run_dir: Path, max_points: int) -> list[Query]:
     nodes, agent, from_ms, to_ms = run_range(run_dir)
-    selections = {f"all {len(nodes)} nodes": nodes, f"{SELECTED} nodes": spread(nodes, SELECTED)}
+    selections = {f"all {len(nodes)} nodes": [gx.ALL], f"{SELECTED} nodes": spread(nodes, SELECTED)}
     return view_queries(stack, run_id, agent, nodes, selections, (from_ms, to_ms), max_points)
 
 
@@ -350,21 +351,19 @@ def view_queries(
     time_range: tuple[int, int],
     max_points: int,
 ) -> list[Query]:
-    """The run view's queries for a run of ``nodes`` (each selection of them in turn) over ``time_range`` (ms)."""
-    from flowstat.views import grafana, influxql, kibana
+    """The run view's queries for a run of ``nodes`` (each selection of them in turn: a list of node
+    ids, or [gx.ALL] for "All") over ``time_range`` (ms). The role variable is on "All"."""
+    from flowstat.views import influxql, kibana
     from flowstat.views.panels import RUN_VIEW
 
     influx, es = stack["influxdb"].url, stack["elasticsearch"].url
     from_ms, to_ms = time_range
-    every_role = [o["value"] for o in grafana._variable("role")["options"]]  # the role variable's "All"
     lenses = lens_es.by_id("lens")
     out = []
     for label, chosen in selections.items():
-        variables = {"run": [run_id], "agent": [agent], "role": every_role, "node": chosen}
+        variables = {"run": [run_id], "agent": [agent], "role": [gx.ALL], "node": chosen}
         for name in ("agent", "node"):
-            q = gx.expand(
-                gx.interpolate(influxql.variable_query(name), variables, {"role", "node"}), from_ms, to_ms, 1000
-            )
+            q = gx.expand(gx.view_interpolate(RUN_VIEW, influxql.variable_query(name), variables), from_ms, to_ms, 1000)
             out.append(influx_query(influx, "run view variables", f"${name}", label, q))
         for panel in RUN_VIEW.panels():
             q, interval = gx.panel_query(RUN_VIEW, panel, variables, from_ms, to_ms, max_points)
@@ -375,7 +374,7 @@ def view_queries(
                 SAMPLES_INDEX
             ):
                 filters.append({"term": {"agent": agent}})
-                if len(chosen) < len(nodes):
+                if chosen != [gx.ALL]:
                     filters.append({"terms": {"node_id": chosen}})
             out.append(lens_query(es, "run view", lens, label, (from_ms, to_ms), filters))
     return out

@@ -85,13 +85,28 @@ def panel(view, title):
 
 
 def run_view_query(p, run_id: str, from_ms: int, to_ms: int, node: list[str] | None = None) -> tuple[str, int]:
+    """The panel's query for the run, every role picked one by one and the nodes given (or four);
+    node [gx.ALL]: role and node on "All", as Grafana sends them (their custom all value, .*)."""
     variables = {
         "run": [run_id],
         "agent": [AGENT],
-        "role": ["producer", "merger", "viewer", "other"],
+        "role": [gx.ALL] if node == [gx.ALL] else ["producer", "merger", "viewer", "other"],
         "node": node or ["merger-0", "producers-0", "producers-1", "viewer"],
     }
     return gx.panel_query(RUN_VIEW, p, variables, from_ms, to_ms, MAX_POINTS)
+
+
+def test_all_is_sent_as_the_custom_all_value_and_only_where_a_variable_has_one():
+    """Grafana inserts a variable's custom all value as it is (scenes' CustomAllValue: never
+    escaped); the role and node variables have .*, so "All" is a short regex on any number of nodes."""
+    query = grafana._target(RUN_VIEW, panel(RUN_VIEW, "CPU clock"))["query"]
+    every = {"run": ["r.1"], "agent": ["a"], "role": [gx.ALL], "node": [gx.ALL]}
+    got = gx.view_interpolate(RUN_VIEW, query, every)
+    assert '"run_id" =~ /^r\\.1$/ AND "agent" =~ /^a$/ AND "role" =~ /^.*$/ AND "node_id" =~ /^.*$/' in got
+    picked = gx.view_interpolate(RUN_VIEW, query, {**every, "node": ["m-0~1", "m-0~2"]})
+    assert '"node_id" =~ /^(m-0~1|m-0~2)$/' in picked
+    with pytest.raises(ValueError, match="custom all value"):
+        gx.view_interpolate(RUN_VIEW, query, {**every, "agent": [gx.ALL]})
 
 
 # -- generated files ----------------------------------------------------------------------------
@@ -188,6 +203,8 @@ def test_a_per_node_panel_draws_the_first_selected_nodes_by_name_the_same_in_gra
         series = influx(stack, query)
         assert series, (p.title, query)
         drawn = {s["tags"]["node_id"] for s in series}
+        every, _ = run_view_query(p, run_id, from_ms, to_ms, node=[gx.ALL])  # "All": the same nodes
+        assert {s["tags"]["node_id"] for s in influx(stack, every)} == drawn, p.title
         have = {
             s["node_id"]
             for s in samples

@@ -3,9 +3,11 @@ generated queries can be run on the real InfluxDB without Grafana (tests and ben
 cannot run where flowstat is developed).
 
 Sources (read for Grafana 11-13): the front end's template interpolation and `escapeRegex`
-(@grafana/data), the InfluxDB back end's `Build` (pkg/tsdb/influxdb/influxql/models/query.go), and
-grafana-plugin-sdk-go `backend/gtime` (`roundInterval`, `FormatInterval`). Variable options from a
-query follow `metricNamesToVariableValues` (public/app/features/variables/utils.ts). A panel's
+(@grafana/data), a multi-value variable's "All" (grafana/scenes MultiValueVariable.getValue and
+CustomAllValue; TemplateSrv.replace before scenes), the InfluxDB back end's `Build`
+(pkg/tsdb/influxdb/influxql/models/query.go), and grafana-plugin-sdk-go `backend/gtime`
+(`roundInterval`, `FormatInterval`). Variable options from a query follow
+`metricNamesToVariableValues` (public/app/features/variables/utils.ts). A panel's
 whole request: ``panel_query`` (InfluxDB), ``elasticsearch_request`` (a terms-and-metric target on
 Elasticsearch, as the Elasticsearch datasource builds it).
 """
@@ -19,6 +21,7 @@ from collections.abc import Sequence
 from flowstat.views import grafana
 
 REGEX_SPECIALS = set("\\^$*+?.()|[]{}/")
+ALL = "$__all"  # a variable's value when "All" is selected (Grafana's ALL_VARIABLE_VALUE)
 MS = 1
 S = 1000 * MS
 # gtime.roundInterval: (upper bound, rounded), in ms.
@@ -80,13 +83,26 @@ def _is_number(value: str) -> bool:
         return False
 
 
-def interpolate(query: str, variables: dict[str, list[str]], multi: set[str]) -> str:
+def interpolate(
+    query: str, variables: dict[str, list[str]], multi: set[str], all_values: dict[str, str] | None = None
+) -> str:
     """The front end: each $name or ${name} replaced by its value(s). A multi-value variable is
     regex-formatted (one value escaped, several as (a|b) each escaped); a single-value one is
-    inserted raw, except in a regex literal after =~ or !~, where it is escaped; numbers raw."""
+    inserted raw, except in a regex literal after =~ or !~, where it is escaped; numbers raw.
+
+    "All" (the value [ALL]) is the variable's custom all value (``all_values``, its allValue)
+    inserted as it is, never escaped or formatted; a variable without one has no "All" here: Grafana
+    then formats every option's value, which the caller passes as the values."""
+    all_values = all_values or {}
 
     def value_for(name: str, in_regex: bool) -> str:
         values = variables[name]
+        if values == [ALL]:
+            if name not in all_values:
+                raise ValueError(f"${name}: All without a custom all value (pass every option's value instead)")
+            if "$" in all_values[name]:
+                raise ValueError(f"${name}: a custom all value holding variables is beyond this emulator")
+            return all_values[name]
         if name in multi:
             escaped = [v if _is_number(v) else escape_regex(v) for v in values]
             return escaped[0] if len(escaped) == 1 else "(" + "|".join(escaped) + ")"
@@ -102,6 +118,15 @@ def interpolate(query: str, variables: dict[str, list[str]], multi: set[str]) ->
         return value_for(name, in_regex)
 
     return re.sub(r"\$\{(\w+)\}|\$(\w+)", replace, query)
+
+
+def view_interpolate(view, query: str, variables: dict[str, list[str]]) -> str:
+    """``interpolate`` with the view's own variables' definitions: which are multi-value, and their
+    custom all values."""
+    defined = {v: grafana._variable(v) for v in view.variables}
+    multi = {v for v, d in defined.items() if d.get("multi")}
+    all_values = {v: d["allValue"] for v, d in defined.items() if d.get("includeAll") and d.get("allValue")}
+    return interpolate(query, variables, multi, all_values)
 
 
 def expand(query: str, from_ms: int, to_ms: int, interval: int) -> str:
@@ -157,15 +182,15 @@ def panel_query(
     view, panel, variables: dict[str, list[str]], from_ms: int, to_ms: int, max_data_points: int
 ) -> tuple[str, int]:
     """A generated panel's InfluxQL as Grafana sends it for the time range, and its $__interval in
-    ms: the view's multi-value variables regex-formatted, the others raw; $__interval from the
+    ms: the view's multi-value variables regex-formatted, the others raw, "All" ([ALL]) as the
+    variable's custom all value; $__interval from the
     panel's max data points (its width in pixels), never under the panel's own min interval or,
     without one, the datasource's timeInterval."""
     built = grafana._panel(view, panel, 1, 0, 0)
     (target,) = built["targets"]
     floor = built.get("interval") or _datasource(target["datasource"]["uid"])["jsonData"]["timeInterval"]
     interval = interval_ms(from_ms, to_ms, max_data_points, duration_ms(floor))
-    multi = {v for v in view.variables if grafana._variable(v).get("multi")}
-    return expand(interpolate(target["query"], variables, multi), from_ms, to_ms, interval), interval
+    return expand(view_interpolate(view, target["query"], variables), from_ms, to_ms, interval), interval
 
 
 def elasticsearch_request(target: dict, variables: dict[str, list[str]], from_ms: int, to_ms: int) -> tuple[str, dict]:

@@ -101,7 +101,7 @@ def _variable(name: str) -> dict:
             "includeAll": False,
         }
     if name in ("agent", "node"):
-        return {
+        out = {
             **base,
             "type": "query",
             "datasource": INFLUX,
@@ -112,6 +112,13 @@ def _variable(name: str) -> dict:
             "includeAll": name == "node",
             "label": "samples of" if name == "agent" else "nodes",
         }
+        if name == "node":
+            # All as the regex .* (sent as it is), not every node id of the run as (a|b|...): on
+            # thousands of nodes that alternation made each panel's InfluxQL tens of kB for InfluxDB to
+            # parse and match against every node id (issue 28). The other conditions ($run, $role)
+            # keep All to the run's nodes.
+            out["allValue"] = ".*"
+        return out
     if name == "role":
         # The harness's roles and the default to pick from; All is every role, any other the sample
         # schema's pattern allows included (a role not listed would be left out of an All of the list).
