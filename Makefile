@@ -100,6 +100,7 @@ compose-images: $(STAMP) $(C_STAMP)
 bench: $(STAMP) c-agent
 	$(BIN)/python benchmarks/run_benchmarks.py --full
 	cd benchmarks && ../$(BIN)/python bench_agents.py
+	cd benchmarks && ../$(BIN)/python bench_agent_mem.py
 	cd benchmarks && ../$(BIN)/python bench_ingest.py
 	cd benchmarks && ../$(BIN)/python bench_report.py
 	cd benchmarks && ../$(BIN)/python bench_views.py

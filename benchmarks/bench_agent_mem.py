@@ -250,19 +250,16 @@ def main() -> int:
 
     try:
         phase("warm-up", args.warm_s)
+        # (which sink of each pair, what starts the fault, what ends it, its name, how long)
+        faults = (("es", "down", "up", "es-down", args.down_s), ("line", "stall", "resume", "line-stall", args.stall_s))
         for _ in range(args.cycles):
-            for s in sinks.values():
-                s["es"].down()
-            phase("es-down", args.down_s)
-            for s in sinks.values():
-                s["es"].up()
-            phase("after es-down", args.gap_s)
-            for s in sinks.values():
-                s["line"].stall()
-            phase("line-stall", args.stall_s)
-            for s in sinks.values():
-                s["line"].resume()
-            phase("after line-stall", args.gap_s)
+            for which, start, end, name, seconds in faults:
+                for s in sinks.values():
+                    getattr(s[which], start)()
+                phase(name, seconds)
+                for s in sinks.values():
+                    getattr(s[which], end)()
+                phase(f"after {name}", args.gap_s)
         phase("tail", args.tail_s)
     finally:
         stop.set()
