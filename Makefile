@@ -20,7 +20,7 @@ help:
 	@echo "make demo   local InfluxDB/Elasticsearch/Telegraf + a harness run shipping into them"
 	@echo "make test   run the tests"
 	@echo "make lint   the checks that read the code: import layers, ruff, mypy, clang-format (seconds; make test runs them first)"
-	@echo "make bench  run the benchmarks and the campaigns at 20 s (about 90 minutes; JSON in benchmarks/results/)"
+	@echo "make bench  run the benchmarks and the campaigns at 20 s (about 100 minutes; JSON in benchmarks/results/)"
 	@echo "make soak   10,000 processes into both stores for an hour, faults injected (about 90 minutes; docs/soak.md)"
 	@echo "make mutate mutation testing of the code where a bug loses data (2 minutes; benchmarks/results/mutation.json)"
 	@echo "make generate  write again every generated file (src/flowstat/generate.py), the report's screenshots too (a minute)"
