@@ -175,13 +175,10 @@ def rss_kb(pid: int) -> tuple[int, int] | None:
 
 
 def slope_mb_h(series: list[tuple[float, int]]) -> float:
-    if len(series) < 2:
+    """Least squares, MB per hour (0 with fewer than two times)."""
+    if len({t for t, _ in series}) < 2:
         return 0.0
-    xs = [t for t, _ in series]
-    ys = [kb / 1024 for _, kb in series]
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx * 3600 if sxx else 0.0
+    return statistics.linear_regression([t for t, _ in series], [kb / 1024 for _, kb in series]).slope * 3600
 
 
 def main() -> int:

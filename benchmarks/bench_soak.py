@@ -387,12 +387,8 @@ def slope_mb_per_h(points: list[tuple[float, int, int]]) -> dict:
     out["max_mb"] = round(max(kb for _, kb in mine) / 1024, 1)
     if len(settled) < 3:
         return {**out, "slope_mb_per_h": None, "settled_points": len(settled)}
-    xs = [t for t, _ in settled]
-    ys = [kb / 1024 for _, kb in settled]
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    num = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
-    den = sum((x - mx) ** 2 for x in xs)
-    return {**out, "slope_mb_per_h": round(num / den * 3600, 2), "settled_points": len(settled)}
+    slope = statistics.linear_regression([t for t, _ in settled], [kb / 1024 for _, kb in settled]).slope
+    return {**out, "slope_mb_per_h": round(slope * 3600, 2), "settled_points": len(settled)}
 
 
 # -- counting what reached the stores ------------------------------------------------------------------
