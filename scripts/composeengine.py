@@ -43,7 +43,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from netns import Namespace, alive, read_pid, run_checked  # beside this file
+from netns import Namespace, pid_file_alive, run_checked  # beside this file
 
 ROOT = Path(__file__).resolve().parents[1]
 STAND_INS = ROOT / "scripts" / "compose-stand-ins"
@@ -119,8 +119,7 @@ def compose_binary() -> Path:
 # -- the engine -------------------------------------------------------------------------------------
 def _pid_alive(pid_file: Path) -> int | None:
     """The pid the file names while that process runs (a zombie child of ours is reaped: ended)."""
-    pid = read_pid(pid_file)
-    return pid if alive(pid) else None
+    return pid_file_alive(pid_file)
 
 
 NAMESPACE = Namespace(NETNS, EngineError)  # the stack's: a loopback and nothing else

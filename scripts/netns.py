@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 CLONE_NEWNET = 0x40000000
@@ -62,6 +63,23 @@ def read_pid(path: Path) -> int | None:
         return int(path.read_text().strip())
     except (OSError, ValueError):
         return None
+
+
+def pid_file_alive(path: Path) -> int | None:
+    """The pid PATH names while that process runs and is the one the file was written for. Pids wrap
+    at 32768 here and the suite starts more processes than that: a process started after the file
+    was written took the pid over and is a stranger, never to be signalled. (The daemons write some
+    of these files themselves, so the file's time is the witness; its start is known to 10 ms, the
+    2 s allow for the wall clock's slewing over a cluster's life, minutes.)"""
+    pid = read_pid(path)
+    try:
+        written = path.stat().st_mtime
+        ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, IndexError, ValueError):
+        return None
+    started = time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
+    return pid if alive(pid) and started <= written + 2.0 else None
 
 
 class Namespace:

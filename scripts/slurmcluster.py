@@ -44,7 +44,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from netns import Namespace, alive, process_state, read_pid, run_checked  # beside this file
+from netns import Namespace, alive, pid_file_alive, process_state, read_pid, run_checked  # beside this file
 
 NETNS = "flowstat-slurm"
 NETNS_PATH = Path("/run/netns") / NETNS
@@ -172,8 +172,8 @@ class Cluster:
         """The daemons whose pid file names a live process: {'slurmctld': pid, 'slurmd-n1': pid, ...}."""
         found = {}
         for f in sorted(self.run_dir.glob("*.pid")) if self.run_dir.exists() else []:
-            pid = _read_pid(f)
-            if _alive(pid):
+            pid = pid_file_alive(f)
+            if pid is not None:
                 found[f.stem] = pid
         return found
 
@@ -269,6 +269,9 @@ class Cluster:
         """A fresh state: configuration, munge key, empty controller state and spools, new logs."""
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o755)
+        if (self.root / "log").exists():  # the last cluster's logs, for a failure that restarted it
+            shutil.rmtree(self.root / "log.previous", ignore_errors=True)
+            (self.root / "log").rename(self.root / "log.previous")
         for d in ("ctld", "spool", "run", "log", "munge"):
             shutil.rmtree(self.root / d, ignore_errors=True)
             (self.root / d).mkdir(mode=0o755)
@@ -420,6 +423,16 @@ class Cluster:
                     + "\n".join(_tail(p) for p in logs)
                 )
             time.sleep(0.1)
+
+    def log_tails(self, lines: int = 30) -> str:
+        """The last LINES timestamped lines of each daemon's log, this cluster's and the one before
+        (what a failed test shows: a test that restarts the cluster would have wiped them)."""
+        parts = []
+        for d in (self.root / "log.previous", self.log_dir):
+            for log in sorted(d.glob("slurm*.log")) if d.exists() else []:
+                stamped = [ln for ln in log.read_text(errors="replace").splitlines() if ln.startswith("[")]
+                parts.append(f"--- {log} (last {lines} lines)\n" + "\n".join(stamped[-lines:]))
+        return "\n".join(parts)
 
     def node_state(self, node: str) -> str:
         """scontrol's State= of a node (e.g. IDLE, DOWN+NOT_RESPONDING)."""

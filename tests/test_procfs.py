@@ -2,10 +2,19 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from flowstat.proc.procfs import ProcessGone, start_time, status_fields, vmrss_kb
+from flowstat.proc.procfs import (
+    ProcessGone,
+    pid_file_process,
+    start_ticks,
+    start_time,
+    status_fields,
+    vmrss_kb,
+    write_pid_file,
+)
 from flowstat.units import parse_size
 
 
@@ -72,3 +81,49 @@ def test_the_machine_is_described_once_with_its_cpu_model_or_empty(tmp_path):
     here = machine.describe()
     assert set(here) == set(machine.Machine.__annotations__)
     assert 1 <= here["usable_cpus"] <= here["cpus"] and here["kernel"] and here["flowstat_version"]
+
+
+# -- pid files: a stale one must never have a stranger signalled -------------------------------------
+
+
+@pytest.fixture
+def sleeper():
+    child = subprocess.Popen(["sleep", "60"])
+    yield child
+    child.kill()
+    child.wait()
+
+
+def test_a_pid_file_names_its_process_while_it_runs_and_nothing_once_it_ended(tmp_path, sleeper):
+    f = tmp_path / "server.pid"
+    write_pid_file(f, sleeper.pid)
+    assert f.read_text() == f"{sleeper.pid} {start_ticks(sleeper.pid)}\n"
+    assert pid_file_process(f) == sleeper.pid
+    sleeper.kill()
+    sleeper.wait()
+    assert pid_file_process(f) is None
+    assert pid_file_process(tmp_path / "none.pid") is None
+
+
+def test_a_pid_file_whose_pid_a_later_process_took_names_nothing(tmp_path, sleeper):
+    """As after pids wrapped: the file's pid runs, but it started at another tick than the file says."""
+    f = tmp_path / "server.pid"
+    f.write_text(f"{sleeper.pid} {start_ticks(sleeper.pid) - 1}\n")
+    assert pid_file_process(f) is None
+    f.write_text(f"{sleeper.pid}\n")  # a file of the pid alone (flowstat before this) is taken at its word
+    assert pid_file_process(f) == sleeper.pid
+
+
+def test_the_scripts_pid_file_of_a_process_started_after_it_was_written_names_nothing(tmp_path, sleeper):
+    """scripts/netns.py: daemons write their own pid files (pid alone), so the file's time is the witness."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from netns import pid_file_alive
+
+    f = tmp_path / "slurmd.pid"
+    f.write_text(str(sleeper.pid))
+    assert pid_file_alive(f) == sleeper.pid
+    written = start_time(sleeper.pid) - 2.5  # the file is older than its process: another's pid, reused
+    os.utime(f, (written, written))
+    assert pid_file_alive(f) is None
+    os.utime(f, (written + 1, written + 1))  # within the 2 s allowed for the clock's slewing
+    assert pid_file_alive(f) == sleeper.pid

@@ -58,6 +58,30 @@ def is_alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def write_pid_file(path: Path, pid: int) -> None:
+    """PID and its start (clock ticks after boot): the pair names one process for the life of the
+    machine, where a pid alone is reused once pids wrap (32768 here; a suite starts more)."""
+    path.write_text(f"{pid} {start_ticks(pid)}\n")
+
+
+def pid_file_process(path: Path) -> int | None:
+    """The pid a file of write_pid_file names while that very process runs; None once it has ended,
+    also when a later process has taken its pid (a stale file must never have a stranger signalled).
+    A file of the pid alone (flowstat before this) is taken at its word."""
+    try:
+        words = path.read_text().split()
+        pid = int(words[0])
+        ticks = int(words[1]) if len(words) > 1 else None
+    except (OSError, ValueError, IndexError):
+        return None
+    if not is_alive(pid):
+        return None
+    try:
+        return pid if ticks is None or start_ticks(pid) == ticks else None
+    except ProcessGone:
+        return None
+
+
 def catches(pid: int, signum: int) -> bool:
     """The process has a handler for ``signum`` (SigCgt of /proc/PID/status): sending it will not
     kill a process that has not installed its handler yet. False when the process is gone."""
@@ -68,13 +92,18 @@ def catches(pid: int, signum: int) -> bool:
     return bool(caught >> (signum - 1) & 1)
 
 
-def start_time(pid: int) -> float:
-    """When the process started, in seconds since the epoch, to 10 ms: /proc/PID/stat's start (clock
-    ticks after boot) against /proc/uptime (/proc/stat's boot time is rounded to the second)."""
+def start_ticks(pid: int) -> int:
+    """When the process started, in clock ticks after boot (/proc/PID/stat's field 22, starttime)."""
     try:
-        ticks = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19])
     except (OSError, IndexError, ValueError) as exc:
         raise ProcessGone(f"/proc/{pid}/stat: process {pid} is gone") from exc
+
+
+def start_time(pid: int) -> float:
+    """When the process started, in seconds since the epoch, to 10 ms: its start ticks against
+    /proc/uptime (/proc/stat's boot time is rounded to the second)."""
+    ticks = start_ticks(pid)
     uptime = float(open("/proc/uptime").read().split()[0])
     return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
 

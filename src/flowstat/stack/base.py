@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import requests
 
-from flowstat.proc.procfs import is_alive, log_tail
+from flowstat.proc.procfs import log_tail, pid_file_process, write_pid_file
 
 if TYPE_CHECKING:
     from . import Stack
@@ -178,15 +178,15 @@ class Service:
     def pid(self) -> int | None:
         """The server's pid if it is alive; an exited server started by this process is reaped."""
         try:
-            pid = int(self.pid_path.read_text())
-        except (OSError, ValueError):
+            pid = int(self.pid_path.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
             return None
         try:
             if os.waitpid(pid, os.WNOHANG)[0] == pid:
                 return None
         except ChildProcessError:
             pass  # started by another flowstat process
-        return pid if is_alive(pid) else None
+        return pid_file_process(self.pid_path)  # not a later process that took over the pid
 
     def log_tail(self, lines: int = 15) -> str:
         return log_tail(self.log_path, lines)
@@ -224,7 +224,7 @@ class Service:
                 start_new_session=True,
                 cwd=self.home,
             )
-        self.pid_path.write_text(str(proc.pid))
+        write_pid_file(self.pid_path, proc.pid)
         deadline = time.monotonic() + self.health_timeout_s
         while time.monotonic() < deadline:
             if proc.poll() is not None:
