@@ -1,0 +1,44 @@
+"""The soak's figures (benchmarks/bench_soak.py) on made-up delays: what "back under 2 s after a
+fault" counts. The soak itself runs an hour (make soak), never in the suite."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_soak.py"
+
+
+@pytest.fixture(scope="module")
+def soak():
+    spec = importlib.util.spec_from_file_location("bench_soak_figures", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def delays(end: float, late_until: float, outlier_at: float | None = None) -> list[tuple[float, float]]:
+    """A probe sample every 50 ms from 10 s before END to 300 s after: 5 s late up to LATE_UNTIL,
+    0.5 s after it, one sample 9 s late at OUTLIER_AT."""
+    out = []
+    for i in range(int(310 / 0.05)):
+        stamp = end - 10 + i * 0.05
+        delay = 5.0 if stamp < late_until else 0.5
+        out.append((stamp, 9.0 if outlier_at is not None and abs(stamp - outlier_at) < 0.025 else delay))
+    return out
+
+
+def test_back_under_2_s_is_when_the_p99_from_then_on_is_within_target_not_the_last_late_sample(soak):
+    end = 1000.0
+    assert soak.back_within_target(delays(end, end + 20), end, end + 290) == 20.0
+    # a late sample long after, as the hour outside faults has some: not the fault's
+    assert soak.back_within_target(delays(end, end + 20, outlier_at=end + 200), end, end + 290) == 20.0
+    assert soak.back_within_target(delays(end, end - 5), end, end + 290) == 0.0
+
+
+def test_a_store_never_back_within_target_gets_the_whole_span(soak):
+    end = 1000.0
+    assert soak.back_within_target(delays(end, end + 400), end, end + 290) == 290.0
+    assert soak.back_within_target([], end, end + 290) == 290.0  # nothing seen after it: not back
