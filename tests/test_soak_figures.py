@@ -42,3 +42,20 @@ def test_a_store_never_back_within_target_gets_the_whole_span(soak):
     end = 1000.0
     assert soak.back_within_target(delays(end, end + 400), end, end + 290) == 290.0
     assert soak.back_within_target([], end, end + 290) == 290.0  # nothing seen after it: not back
+
+
+def test_a_view_asked_with_two_selections_is_judged_per_selection_against_its_view_s_target(soak):
+    faults = [{"fault": "x", "start": 100.0, "end": 110.0}]
+    at = [10.0 * i for i in range(40) if not 90 <= 10.0 * i <= 180]  # outside the fault and its minute
+    rounds = {
+        "run view | influxdb | CPU clock | all nodes": {"ms": [400.0] * len(at), "at": at, "failed_at": [105.0]},
+        "run view | influxdb | CPU clock | 10 nodes": {"ms": [50.0] * len(at), "at": at, "failed_at": []},
+        "stack view | influxdb | Samples/s | every agent": {"ms": [20.0] * len(at), "at": at, "failed_at": []},
+    }
+    judged = soak.query_verdicts(rounds, faults)
+    assert sorted(judged) == ["run view (10 nodes)", "run view (all nodes)", "stack view"]
+    assert judged["run view (all nodes)"]["influxdb"]["worst_p95_ms"] == 400.0
+    assert judged["run view (all nodes)"]["influxdb"]["met"] is False
+    assert judged["run view (all nodes)"]["influxdb"]["failed_in_faults"] == 1
+    assert judged["run view (10 nodes)"]["influxdb"]["target_ms"] == 200.0
+    assert judged["run view (10 nodes)"]["influxdb"]["met"] is True
