@@ -490,6 +490,7 @@ def test_a_host_lost_mid_run_ends_it_as_a_dead_producer_does_naming_that_host_s_
     )
     run_dir = tmp_path / "runs" / "lost"
     run = start_flowstat_run(cluster, topo, tmp_path / "runs", "lost")
+    killed: list[int] = []
     try:
         # the run is secured (it binds beyond 127.0.0.1): asked with its keys, as flowstat ctl --keys does
         wait_until(lambda: merger_has_received(cluster, run_dir, "merger-1"), "n2's producers' objects", timeout=60)
@@ -501,9 +502,16 @@ def test_a_host_lost_mid_run_ends_it_as_a_dead_producer_does_naming_that_host_s_
         assert stranger.returncode == 1 and "no reply" in stranger.stderr, stranger.stderr
         killed = kill_host(cluster, "n2")
         out, err = run.communicate(timeout=120)
+        check_host_lost(cluster, json.loads(out), err, run_dir, killed)
     finally:
         run.kill()
-    summary = json.loads(out)
+        if killed:  # n2's slurmd is gone: a fresh cluster for the tests after this one, whatever was found
+            cluster.down()
+            cluster.up(owner=os.getpid())
+    assert not [cmd for _, cmd in processes().values() if str(tmp_path) in cmd]
+
+
+def check_host_lost(cluster, summary: dict, err: str, run_dir: Path, killed: list[int]) -> None:
     c = summary["conservation"]
     assert not summary["ok"] and c["ok"] is False, err[-2000:]
     assert c["producers_not_conserved"] == [4, 5, 6, 7], err[-3000:]  # producers-1's, on n2: merger-1's
@@ -521,13 +529,14 @@ def test_a_host_lost_mid_run_ends_it_as_a_dead_producer_does_naming_that_host_s_
     # everyone else's objects are conserved and checked: n1's producers fed merger-0 alone
     assert sent["producers-0"] > 0 and merged["merger-0"]["objects_received"] == sent["producers-0"]
     assert "merger-0" not in c.get("mergers_entries_not_conserved", []), c
-    refusals = [line for line in (run_dir / "logs" / "merger-0.log").read_text().splitlines() if "refused" in line]
+    log = (run_dir / "logs" / "merger-0.log").read_text()
+    # its inputs all sent their end of stream: it ended on them, never stopped early by a signal (its
+    # step cancelled, as merger-1's is), which would leave behind what was still on its way
+    assert "CANCELLED" not in log, log[-2000:]
+    refusals = [line for line in log.splitlines() if "refused" in line]
     assert sum("further refusals are counted, not logged" in line for line in refusals) == 1, refusals
     assert jobs(cluster) == [] or "n2" in " ".join(jobs(cluster))  # what is left waits for n2 only
     assert not set(killed) & set(processes())
-    cluster.down()  # n2's slurmd is gone: a fresh cluster for the tests after this one
-    assert not [cmd for _, cmd in processes().values() if str(tmp_path) in cmd]
-    cluster.up(owner=os.getpid())
 
 
 def marked_tasks(marker: str) -> list[int]:

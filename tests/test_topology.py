@@ -271,3 +271,16 @@ def test_control_channels_are_secured_whenever_a_node_binds_beyond_loopback_unle
     assert forced.curve_on_control(["127.0.0.1"])
     off = from_dict(topology_dict(security={"control": "off"}))
     assert not off.curve_on_control(["10.1.2.3"])
+
+
+def test_inputs_of_names_who_each_merger_and_the_viewer_hear_from():
+    # 8 producers in 3 processes ([0-2], [3-4], [5-7]) over 2 mergers ([0-3], [4-7]): producers-1 feeds both
+    t = from_dict(topology_dict(producers={"count": 8, "processes": 3}, mergers=2, merger_layers=[1]))
+    assert t.producer_groups() == [[0, 1, 2], [3, 4], [5, 6, 7]]
+    assert t.inputs_of() == {
+        "merger-0": ("producers-0", "producers-1"),
+        "merger-1": ("producers-1", "producers-2"),
+        "merger-l2-0": ("merger-0", "merger-1"),
+        "viewer": ("merger-l2-0",),
+    }
+    assert from_dict(topology_dict(mergers=2)).inputs_of()["viewer"] == ("merger-0", "merger-1")

@@ -64,6 +64,7 @@ class Device:
     final: dict[str, Any] | None = None
     events: queue.Queue[dict] = field(default_factory=queue.Queue)
     signalled: bool = False
+    gave_up: bool = False  # told to stop without delivering what it holds (SIGUSR1, SIGKILL)
     cpus: list[int] | None = None  # the CPUs it may run on, read back after pinning; None: it died at once
     host: str = ""  # where it runs, as samples name the host (the launcher's placement)
 
@@ -88,6 +89,12 @@ class Device:
 
     def log_tail(self, lines: int = 12) -> str:
         return log_tail(self.log_path, lines)
+
+
+def sent_end_of_stream(dev: Device) -> bool:
+    """Whether a device that ended sent its end-of-stream markers downstream: it ended well (code 0
+    and its final report) and was not told to give up (a producer that gives up sends none)."""
+    return dev.exit_code == 0 and dev.final is not None and not dev.gave_up
 
 
 # (seconds since the start, the run's length, every node's get-metrics reply, the mergers' verdicts)
@@ -240,6 +247,7 @@ class Orchestrator:
         if dev.proc is not None and dev.proc.poll() is None:
             self.launcher.signal(dev.proc, sig)
             dev.signalled = True
+            dev.gave_up = dev.gave_up or sig in (signal.SIGUSR1, signal.SIGKILL)
 
     def kill_all(self) -> None:
         self.agents.kill()
@@ -487,21 +495,21 @@ class Orchestrator:
         """
         order = sorted({self.stage_of(d) for d in self.devices})  # producers, each layer of mergers, the viewer
         stages = [[d for d in self.devices if self.stage_of(d) == stage] for stage in order]
-        broken_upstream = force
         # With a merger or the viewer dead, producers cannot deliver everything: SIGUSR1 tells them
         # to stop retrying and report what they could not send. A dead producer takes only its own
         # objects with it: the others deliver theirs and declare them, as in a run that ends well.
         downstream_dead = any(d.role != "producer" for d in self.crashed())
         stop_signal = signal.SIGUSR1 if (force or downstream_dead) else signal.SIGTERM
         for i, stage in enumerate(stages):
-            if i > 0 and broken_upstream and not force:
-                # Some of its inputs will never send their end-of-stream marker (a device upstream
-                # died, or producers gave up on their channels): once nothing more arrives, stop it,
-                # rather than waiting STAGE_TIMEOUT_S for markers that cannot come.
-                self.wait_exit(stage, QUIET_S, while_progressing=True)
-            if i == 0 or broken_upstream:
-                for dev in stage:
-                    self.signal(dev, stop_signal)
+            hurried = stage if (i == 0 or force) else self.cut_off(stage)
+            if i > 0 and hurried and not force:
+                # Some of their inputs will never send their end-of-stream marker (a device upstream
+                # died, or producers gave up on their channels): once nothing more arrives, stop
+                # them, rather than waiting STAGE_TIMEOUT_S for markers that cannot come. The
+                # others' markers are on their way: they end on them, however long the drain.
+                self.wait_exit(hurried, QUIET_S, while_progressing=True)
+            for dev in hurried:
+                self.signal(dev, stop_signal)
             if not self.wait_exit(stage, STAGE_TIMEOUT_S, while_progressing=True):
                 for dev in stage:
                     if dev.exit_code is None:
@@ -513,14 +521,24 @@ class Orchestrator:
                     for dev in stage:
                         self.signal(dev, signal.SIGKILL)
                     self.wait_exit(stage, 10.0)
-            if i == 0 and stop_signal == signal.SIGUSR1:
-                broken_upstream = True  # the producers gave up on their channels: no markers on any
             for dev in stage:
                 if dev.exit_code != 0 or dev.final is None:
-                    broken_upstream = True
                     msg = f"{dev.name} ({dev.role}) ended with code {dev.exit_code} without its final report"
                     if dev.final is None and not any(f.startswith(dev.name) for f in self.failures):
                         self.failures.append(f"{msg}; log: {dev.log_path}")
+
+    def cut_off(self, stage: list[Device]) -> list[Device]:
+        """The devices of a stage that some input will not send its end of stream: one that ended
+        badly (a crash, a host lost, no final report) or was told to give up (SIGUSR1, SIGKILL)."""
+        by_name = {d.name: d for d in self.devices}
+        inputs = self.topo.inputs_of()
+        return [
+            dev
+            for dev in stage
+            if not all(
+                (src := by_name.get(name)) is not None and sent_end_of_stream(src) for name in inputs.get(dev.name, ())
+            )
+        ]
 
     def wait_exit(self, stage: list[Device], timeout: float, while_progressing: bool = False) -> bool:
         """Wait for every device of ``stage`` to exit, at most ``timeout`` s; ``while_progressing``:

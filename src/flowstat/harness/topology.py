@@ -144,6 +144,20 @@ class Topology:
         out.update({lower: upper for upper, inputs in self.merger_inputs().items() for lower in inputs})
         return out
 
+    def inputs_of(self) -> dict[str, tuple[str, ...]]:
+        """The processes each merger and the viewer hear from: for a first-layer merger, the producer
+        processes that host any of its producers; for an upper merger, the mergers below that feed
+        it; for the viewer, the last layer. A process ends once every one of these sent its end of
+        stream."""
+        groups = self.producer_groups()
+        out: dict[str, tuple[str, ...]] = {
+            m.node_id: tuple(producer_process_name(gi) for gi, ids in enumerate(groups) if set(ids) & set(m.producers))
+            for m in self.mergers
+        }
+        out.update(self.merger_inputs())
+        out[VIEWER_NODE] = self.layers()[-1]
+        return out
+
     def node_roles(self) -> dict[str, str]:
         """Every process a run of this topology starts, by name, and its role (agents included,
         whether or not the C agent is built)."""
