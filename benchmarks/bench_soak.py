@@ -885,14 +885,16 @@ def delays_per_minute(probe: DelayProbe, t0: float, t1: float) -> dict[str, list
 
 
 RECOVERY_STEP_S = 5.0
+RECOVERY_WINDOW_S = 60.0  # as the delay is reported: a p99 per minute
 
 
 def recovery(probe: DelayProbe, faults: list[dict], t_end: float) -> list[dict]:
     """After each fault ends: seconds until the delay is back within target, in each store: the
-    first multiple of RECOVERY_STEP_S, t, from which the p99 of the probe samples stamped in
-    [end + t, next fault) is within DELAY_TARGET_S, the target outside faults said of the rest of
-    that span. (The p99, as the target is: one late sample ten minutes on, which the hour outside
-    faults has too, is not the fault's.) A fault that overlaps another ends when the last of them
+    first multiple of RECOVERY_STEP_S, t, from which the p99 of the probe samples stamped in each
+    minute of [end + t, next fault) is within DELAY_TARGET_S, the target outside faults said of
+    every minute after it. (The p99 per minute, as the delay is reported: one late sample ten
+    minutes on, which the hour outside faults has too, is not the fault's; and a late tail right
+    after the fault is not averaged away by the quiet minutes after it.) A fault that overlaps another ends when the last of them
     does (an agent killed while its sink stalls is back once both are over); a sample stamped less
     than DELAY_TARGET_S before the next fault starts is that fault's, not this one's."""
     out = []
@@ -914,12 +916,27 @@ def back_within_target(delays: list[tuple[float, float]], end: float, until: flo
     stamps = [stamp for stamp, _ in delays]
     t = 0.0
     while end + t < until:
-        lo, hi = bisect.bisect_left(stamps, end + t), bisect.bisect_left(stamps, until)
-        p99 = pct(sorted(d for _, d in delays[lo:hi]), 0.99)
-        if p99 is not None and p99 <= DELAY_TARGET_S:  # none seen: none queryable yet
+        if _every_minute_within_target(delays, stamps, end + t, until):
             return t
         t += RECOVERY_STEP_S
     return round(until - end, 1)
+
+
+def _every_minute_within_target(delays: list[tuple[float, float]], stamps: list[float], t0: float, t1: float) -> bool:
+    """Whether the p99 of the samples stamped in each RECOVERY_WINDOW_S from t0 to t1 is within
+    target: per window, so that a late tail right after a fault is not diluted by the quiet minutes
+    after it (one p99 over the whole span would hide 1% of it), and one late sample among a minute's
+    does not count. A window with nothing seen is not within target: nothing is queryable yet."""
+    s = t0
+    while s < t1:
+        e = min(s + RECOVERY_WINDOW_S, t1)
+        if e - s >= RECOVERY_STEP_S:  # the span's short tail is too few samples for a p99
+            lo, hi = bisect.bisect_left(stamps, s), bisect.bisect_left(stamps, e)
+            p99 = pct(sorted(d for _, d in delays[lo:hi]), 0.99)
+            if p99 is None or p99 > DELAY_TARGET_S:
+                return False
+        s = e
+    return True
 
 
 # -- the page a person looks at ------------------------------------------------------------------------
