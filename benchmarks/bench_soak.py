@@ -894,9 +894,10 @@ def recovery(probe: DelayProbe, faults: list[dict], t_end: float) -> list[dict]:
     minute of [end + t, next fault) is within DELAY_TARGET_S, the target outside faults said of
     every minute after it. (The p99 per minute, as the delay is reported: one late sample ten
     minutes on, which the hour outside faults has too, is not the fault's; and a late tail right
-    after the fault is not averaged away by the quiet minutes after it.) A fault that overlaps another ends when the last of them
-    does (an agent killed while its sink stalls is back once both are over); a sample stamped less
-    than DELAY_TARGET_S before the next fault starts is that fault's, not this one's."""
+    after the fault is not averaged away by the quiet minutes after it.) A fault that overlaps
+    another ends when the last of them does (an agent killed while its sink stalls is back once both
+    are over); a sample stamped less than DELAY_TARGET_S before the next fault starts is that
+    fault's, not this one's."""
     out = []
     starts = sorted(f["start"] for f in faults)
     for f in faults:
