@@ -888,8 +888,9 @@ RECOVERY_STEP_S = 5.0
 RECOVERY_WINDOW_S = 60.0  # as the delay is reported: a p99 per minute
 
 
-def recovery(probe: DelayProbe, faults: list[dict], t_end: float) -> list[dict]:
-    """After each fault ends: seconds until the delay is back within target, in each store: the
+def recovery(delays: dict[str, list[tuple[float, float]]], faults: list[dict], t_end: float) -> list[dict]:
+    """After each fault ends: seconds until the delay is back within target, in each store (delays:
+    (stamp, delay) of every probe sample seen, by stamp, as DelayProbe.delays_by_stamp gives): the
     first multiple of RECOVERY_STEP_S, t, from which the p99 of the probe samples stamped in each
     minute of [end + t, next fault) is within DELAY_TARGET_S, the target outside faults said of
     every minute after it. (The p99 per minute, as the delay is reported: one late sample ten
@@ -905,7 +906,7 @@ def recovery(probe: DelayProbe, faults: list[dict], t_end: float) -> list[dict]:
         end = max(g["end"] for g in faults if g["start"] <= f["end"] and g["end"] >= f["start"])
         until = min([t for t in starts if t > end] + [t_end]) - DELAY_TARGET_S
         for store in ("influxdb", "elasticsearch"):
-            row[f"{store}_back_under_2s_after_s"] = back_within_target(probe.delays_by_stamp(store), end, until)
+            row[f"{store}_back_under_2s_after_s"] = back_within_target(delays[store], end, until)
         out.append(row)
     return out
 
@@ -1201,6 +1202,10 @@ def main() -> int:
     args = ap.parse_args()
     if args.render:
         results = json.loads(args.render.read_text())
+        soak = results.get("soak", {})
+        if "probe_delays" in soak:  # counted again, as this version counts
+            delays = {store: [tuple(row) for row in rows] for store, rows in soak["probe_delays"].items()}
+            soak["recovery"] = recovery(delays, soak["faults"], soak["ended"])
         results["verdicts"] = verdicts(results)
         SVG.write_text(svg_page(results))
         (ROOT / "docs" / "soak.md").write_text(soak_section(results))
@@ -1396,6 +1401,7 @@ def main() -> int:
             for store in counted
             if store in t_selves
         }
+        probed = {store: ctx.probe.delays_by_stamp(store) for store in ("influxdb", "elasticsearch")}
         outside = {}
         for store in ("influxdb", "elasticsearch"):
             d = sorted(
@@ -1417,7 +1423,9 @@ def main() -> int:
             "delay_per_minute": delays_per_minute(ctx.probe, t_start, t_stop),
             "delay_outside_faults": outside,
             "probe_errors": ctx.probe.errors,
-            "recovery": recovery(ctx.probe, ctx.faults, t_stop),
+            "recovery": recovery(probed, ctx.faults, t_stop),
+            # kept so that --render can count again from the samples themselves
+            "probe_delays": {store: [[round(t, 3), round(d, 3)] for t, d in rows] for store, rows in probed.items()},
             "memory": {name: slope_mb_per_h(pts) for name, pts in sampler.rss.items()},
             "rss_series": {
                 name: [(t, pid, kb) for t, pid, kb in pts if t >= t_start] for name, pts in sampler.rss.items()
