@@ -83,6 +83,7 @@ SVG = ROOT / "docs" / "img" / "soak.svg"
 INTERVAL_S = 1.0
 PROBES = 20  # nodes whose every sample is looked for in both stores
 POLL_S = 0.25
+ROLLUP_LAST_PASS_S = 15.0  # the live rollup rolls a window up 2 s after its end, passes every 10 s
 RSS_EVERY_S = 10.0
 QUERY_EVERY_S = 60.0
 SETTLE_S = 300.0  # memory slope: from this long after a (re)start
@@ -245,8 +246,9 @@ def cpu_tree(pid: int) -> float:
 class Components:
     """The pids to measure, looked up each time (servers and the agent are restarted by faults)."""
 
-    def __init__(self, stack, agents: dict[str, Agent]):
-        self.stack, self.agents = stack, agents
+    def __init__(self, stack, agents: dict[str, Agent], others: dict[str, Agent] | None = None):
+        """``others``: flowstat's processes beside the agents (the rollup), by name."""
+        self.stack, self.agents, self.others = stack, agents, others or {}
 
     def pids(self) -> dict[str, int]:
         out = {}
@@ -257,6 +259,9 @@ class Components:
         for key, a in self.agents.items():
             if a.proc is not None and a.proc.poll() is None:
                 out[f"agent-{key}"] = a.proc.pid
+        for name, a in self.others.items():
+            if a.proc is not None and a.proc.poll() is None:
+                out[name] = a.proc.pid
         return out
 
 
@@ -513,6 +518,28 @@ def per_minute(stack, run_id: str, t0: float, t1: float) -> dict[str, list[tuple
     return {"influxdb": influx, "elasticsearch": es}
 
 
+def rollup_completeness(stack, run_id: str) -> dict[str, dict[str, int]]:
+    """Per agent: the run's samples in Elasticsearch, and how many of them its per-node rollup averages
+    (the sum of its documents' ``samples``): equal when the rollup missed nothing, late samples included."""
+    from flowstat.stores.elasticsearch_rollup import ROLLUP_INDEX
+
+    es = stack["elasticsearch"].url
+    out: dict[str, dict[str, int]] = {}
+    for index, field_name, key in (
+        ("flowstat-samples-*", None, "samples"),
+        (f"{ROLLUP_INDEX}-*", "samples", "rolled_up"),
+    ):
+        agg = {"terms": {"field": "agent", "size": 100}}
+        if field_name:
+            agg["aggs"] = {"n": {"sum": {"field": field_name}}}
+        body = {"size": 0, "query": {"term": {"run_id": run_id}}, "aggs": {"a": agg}}
+        r = requests.post(f"{es}/{index}/_search", json=body, timeout=120)
+        r.raise_for_status()
+        for b in r.json()["aggregations"]["a"]["buckets"]:
+            out.setdefault(b["key"], {})[key] = int(b["n"]["value"]) if field_name else b["doc_count"]
+    return out
+
+
 def self_samples_stored(stack, run_id: str, agent_tag: str) -> dict[str, int]:
     """Per store, the distinct self-samples (by seq) of one agent instance. An agent's lost and
     spool_dropped count its self-samples as well as its node samples (the agent schema): what a store
@@ -715,10 +742,11 @@ class Soak:
     probe: DelayProbe = None
     faults: list[dict] = field(default_factory=list)
     agent_tags: list[str] = field(default_factory=list)
+    others: dict[str, Agent] = field(default_factory=dict)  # flowstat's processes beside the agents
 
     def __post_init__(self) -> None:
         self.c_idlers, self.py_idlers, self.t_idlers = (Idlers(self.exes[k]) for k in ("c", "py", "t"))
-        self.components = Components(self.stack, self.agents)
+        self.components = Components(self.stack, self.agents, self.others)
 
     def grow(self, n: int) -> None:
         """n processes watched, a share of them by the Python agent too (fewer than now: groups
@@ -861,7 +889,7 @@ def query_verdicts(rounds: dict, faults: list[dict]) -> dict:
             mine["worst_p95_ms"], mine["worst"] = round(p, 1), title
         if r["ms"]:
             mine["worst_p95_ms_with_faults"] = max(mine["worst_p95_ms_with_faults"], round(bv.p95(sorted(r["ms"])), 1))
-    targets = {"run view": bv.TARGET_PANEL_MS, "cross-run": bv.TARGET_CROSS_RUN_MS, "stack view": bv.TARGET_PANEL_MS}
+    targets = {**bv.TARGETS, "stack view": bv.TARGET_PANEL_MS}
     for group, stores in out.items():
         for v in stores.values():
             v["target_ms"] = targets.get(group.split(" (")[0])
@@ -1115,6 +1143,14 @@ def soak_section(results: dict) -> str:
             f"- {r['fault']}: InfluxDB {r['influxdb_back_under_2s_after_s']} s, "
             f"Elasticsearch {r['elasticsearch_back_under_2s_after_s']} s"
         )
+    if "rollup" in s:
+        lines += [
+            "",
+            "Elasticsearch's per-node rollup (flowstat rollup, live all along): samples it averages of the run's:",
+            "",
+        ]
+        for agent, c in sorted(s["rollup"].items()):
+            lines.append(f"- {agent}: {c.get('rolled_up', 0):,} of {c.get('samples', 0):,}")
     lines += ["", "| process | first MB | last MB | slope MB/h (after 5 min) | restarts |", "|---|---:|---:|---:|---:|"]
     for name, m in s["memory"].items():
         lines.append(
@@ -1162,6 +1198,10 @@ def verdicts(results: dict) -> dict:
     out["back under 2 s within 60 s of each fault"] = all(
         v <= 60 for r in s["recovery"] for k, v in r.items() if k.endswith("_after_s")
     )
+    if "rollup" in s:
+        out["rollup averages every sample stored"] = all(
+            c.get("rolled_up") == c.get("samples") for c in s["rollup"].values()
+        )
     out["VmRSS slope <= 1 MB/h"] = {n: m.get("slope_mb_per_h") for n, m in s["memory"].items()}
     out["queries p95 within target"] = {
         f"{g} {st}": v["met"] for g, stores in judged_queries(s).items() for st, v in stores.items()
@@ -1292,7 +1332,14 @@ def main() -> int:
                 spool_mb=64,
             ),
         }
-        ctx = Soak(stack, run_id, work, exes, agents, relay, relay_t, tmpfs)
+        # Elasticsearch's per-node rollup, live, as the compose stack runs it: the run view per 10 s reads it
+        rollup = Agent(
+            "rollup",
+            [PYTHON, "-m", "flowstat", "rollup", "--es", f"http://127.0.0.1:{stack['elasticsearch'].port}"],
+            work / "rollup.stats.json",
+        )
+        ctx = Soak(stack, run_id, work, exes, agents, relay, relay_t, tmpfs, others={"rollup": rollup})
+        rollup.start()
         ctx.agent_tags.append(agents["c"].tag)
         ctx.grow(ladder[0])
         ctx.t_idlers.grow_to(TMPFS_PROCESSES)
@@ -1345,6 +1392,8 @@ def main() -> int:
         settled = wait_until_settled(stack, run_id)
         ctx.probe.finish()
         sampler.finish()
+        time.sleep(ROLLUP_LAST_PASS_S)  # the rollup's pass over the last window
+        rollup.stop()
 
         windows = [(f["start"], f["end"] + 60) for f in ctx.faults]
         sampled = {
@@ -1433,6 +1482,7 @@ def main() -> int:
             "queries": query_verdicts(rounds, ctx.faults),
             "query_rounds": {k: {**v, "ms": [round(x, 1) for x in v["ms"]]} for k, v in rounds.items()},
             "stored_per_minute": per_minute(stack, run_id, t_start, t_stop),
+            "rollup": rollup_completeness(stack, run_id),
         }
         results["verdicts"] = verdicts(results)
     except BaseException as exc:  # what was measured before is kept, with what stopped it
@@ -1442,6 +1492,9 @@ def main() -> int:
         save_results(results, out_path)
         if ctx is not None:
             for a in ctx.agents.values():
+                if a.proc is not None and a.proc.poll() is None:
+                    a.proc.kill()
+            for a in ctx.others.values():
                 if a.proc is not None and a.proc.poll() is None:
                     a.proc.kill()
             for group in (ctx.c_idlers, ctx.py_idlers, ctx.t_idlers):

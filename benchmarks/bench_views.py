@@ -21,6 +21,9 @@ run view    every panel of the Grafana run view (flowstat.views.panels.RUN_VIEW)
             bar holding run_id, agent and, for 10 nodes, the nodes; "auto" intervals as Kibana
             picks them for the time range). The run view's variable queries (agent, node) too,
             reported apart: they are not panels.
+run view,   Kibana's run view per 10 s (flowstat.views.panels.RUN_VIEW_10S), the same way: the run view's
+ per 10 s   per-node panels on Elasticsearch's per-node rollup (flowstat rollup; replay rolls up what it
+            loads), its run document panels as they are.
 cross-run   the aggregate view's cross-run panels with all RUNS runs selected and the time range
             holding them: the mean and standard deviation table (InfluxDB), the steady rate against
             the parameter (Grafana's Elasticsearch request, "compared by" producers), their Kibana
@@ -352,9 +355,11 @@ def view_queries(
     max_points: int,
 ) -> list[Query]:
     """The run view's queries for a run of ``nodes`` (each selection of them in turn: a list of node
-    ids, or [gx.ALL] for "All") over ``time_range`` (ms). The role variable is on "All"."""
+    ids, or [gx.ALL] for "All") over ``time_range`` (ms), and Kibana's run view per 10 s (group "run
+    view, per 10 s": the same panels on the per-node rollup). The role variable is on "All"."""
+    from flowstat.stores.elasticsearch_rollup import ROLLUP_INDEX
     from flowstat.views import influxql, kibana
-    from flowstat.views.panels import RUN_VIEW
+    from flowstat.views.panels import RUN_VIEW, RUN_VIEW_10S
 
     influx, es = stack["influxdb"].url, stack["elasticsearch"].url
     from_ms, to_ms = time_range
@@ -368,15 +373,16 @@ def view_queries(
         for panel in RUN_VIEW.panels():
             q, interval = gx.panel_query(RUN_VIEW, panel, variables, from_ms, to_ms, max_points)
             out.append(influx_query(influx, "run view", panel.title, label, q, interval_ms=interval))
-            lens = lenses[kibana.lens_id(RUN_VIEW, panel)]
-            filters = [{"term": {"run_id": run_id}}]
-            if lens_es.data_view_of(lens, next(iter(lens_es.layers(lens))))["attributes"]["title"].startswith(
-                SAMPLES_INDEX
-            ):
-                filters.append({"term": {"agent": agent}})
-                if chosen != [gx.ALL]:
-                    filters.append({"terms": {"node_id": chosen}})
-            out.append(lens_query(es, "run view", lens, label, (from_ms, to_ms), filters))
+        for view, group in ((RUN_VIEW, "run view"), (RUN_VIEW_10S, "run view, per 10 s")):  # the latter Kibana's only
+            for panel in view.panels():
+                lens = lenses[kibana.lens_id(view, panel)]
+                filters = [{"term": {"run_id": run_id}}]
+                title = lens_es.data_view_of(lens, next(iter(lens_es.layers(lens))))["attributes"]["title"]
+                if title.startswith((SAMPLES_INDEX, ROLLUP_INDEX)):  # the nodes' documents, not the run's
+                    filters.append({"term": {"agent": agent}})
+                    if chosen != [gx.ALL]:
+                        filters.append({"terms": {"node_id": chosen}})
+                out.append(lens_query(es, group, lens, label, (from_ms, to_ms), filters))
     return out
 
 
@@ -463,7 +469,7 @@ def baselines(stack, run_id: str) -> list[Query]:
     ]
 
 
-TARGETS = {"run view": TARGET_PANEL_MS, "cross-run": TARGET_CROSS_RUN_MS}
+TARGETS = {"run view": TARGET_PANEL_MS, "run view, per 10 s": TARGET_PANEL_MS, "cross-run": TARGET_CROSS_RUN_MS}
 
 
 def measure(queries: list[Query], repeats: int) -> None:

@@ -222,12 +222,14 @@ def _file_of(body: dict) -> Path:
 
 def written_names() -> dict[str, set[str]]:
     """The index names flowstat's writers put in their _bulk requests for a document of each of
-    TIMES: the samples' (one at a time and the batch encoder's), the self-samples' and the legacy
-    move's (daily_index) -> the names."""
+    TIMES: the samples' (one at a time and the batch encoder's), the self-samples', the legacy
+    move's (daily_index) and the rollup's (of the window holding it) -> the names."""
     from flowstat.schema import sample as sample_schema
     from flowstat.stores.elasticsearch import AGENTS_INDEX, SAMPLES_INDEX, Elasticsearch, daily_index
+    from flowstat.stores.elasticsearch_rollup import Rollup, window_of
 
     writer = Elasticsearch("http://127.0.0.1:9")
+    rollup = Rollup(writer)
 
     def index_of(body: bytes) -> str:
         return json.loads(body.splitlines()[0])["index"]["_index"]
@@ -242,6 +244,7 @@ def written_names() -> dict[str, set[str]]:
                 writer.encode_self_samples([{"time": iso, "host": "h", "agent": "a", "seq": 1}]),
             ]
             out[iso] = {index_of(b) for b in bodies} | {daily_index(SAMPLES_INDEX, ns), daily_index(AGENTS_INDEX, ns)}
+            out[iso].add(rollup.index_of(window_of(ns // 1_000_000)))
         return out
     finally:
         writer.close()
@@ -350,17 +353,19 @@ def test_each_daily_index_is_dated_by_the_utc_midnight_of_its_day(ilm):
     the same day; the name takes the lifecycle, is created (ILM parses it), and is dated the UTC
     midnight its day starts at: deleted RETENTION_DAYS after that."""
     from flowstat.stores.elasticsearch import AGENTS_INDEX, SAMPLES_INDEX
+    from flowstat.stores.elasticsearch_rollup import ROLLUP_INDEX
 
+    prefixes = (SAMPLES_INDEX, AGENTS_INDEX, ROLLUP_INDEX)
     days: dict[str, date] = {}
     for iso, names in written_names().items():
         day = TIMES[iso]
         stamp = f"{day.year:04d}.{day.month:02d}.{day.day:02d}"
-        assert names == {f"{SAMPLES_INDEX}-{stamp}", f"{AGENTS_INDEX}-{stamp}"}, f"{iso}: written into {sorted(names)}"
+        assert names == {f"{p}-{stamp}" for p in prefixes}, f"{iso}: written into {sorted(names)}"
         for name in names:
             assert days.setdefault(name, day) == day
     for name, day in days.items():
         got = ilm["answer"]["indices"][name]
-        prefix = SAMPLES_INDEX if name.startswith(f"{SAMPLES_INDEX}-") else AGENTS_INDEX
+        (prefix,) = [p for p in prefixes if name.startswith(f"{p}-")]
         assert got["templates"] == [prefix], f"{name}: matched by {got['templates']}"
         assert got["lifecycle_name"] == "flowstat" and got["parse_origination_date"], name
         assert got["created"] == {"ok": True}, f"{name}: {got['created']}"
@@ -378,16 +383,17 @@ def test_a_name_that_is_not_a_day_cannot_take_the_lifecycle(ilm, name):
 
 
 def test_only_the_daily_indices_carry_the_lifecycle(ilm):
-    """The index templates composed of the lifecycle component are the samples' and the
-    self-samples' (PREFIX*, all of whose written names are days: above); the runs' index, one
+    """The index templates composed of the lifecycle component are the samples', the
+    self-samples' and the rollup's (PREFIX*, all of whose written names are days: above); the runs' index, one
     for all runs and kept, takes none."""
     from flowstat.stores.elasticsearch import AGENTS_INDEX, RUNS_INDEX, SAMPLES_INDEX
+    from flowstat.stores.elasticsearch_rollup import ROLLUP_INDEX
 
     templates = {p.split("/", 1)[1]: b for p, b in ilm["puts"].items() if p.startswith("_index_template/")}
     with_lifecycle = {
         name: t["index_patterns"] for name, t in templates.items() if "flowstat-lifecycle" in t["composed_of"]
     }
-    assert with_lifecycle == {SAMPLES_INDEX: [f"{SAMPLES_INDEX}*"], AGENTS_INDEX: [f"{AGENTS_INDEX}*"]}
+    assert with_lifecycle == {p: [f"{p}*"] for p in (SAMPLES_INDEX, AGENTS_INDEX, ROLLUP_INDEX)}
     runs = ilm["answer"]["indices"][RUNS_INDEX]
     assert runs["templates"] == [RUNS_INDEX] and runs["lifecycle_name"] == "" and not runs["parse_origination_date"]
     assert runs["created"] == {"ok": True}

@@ -98,6 +98,7 @@ def test_data_views_name_the_indices_and_their_time_fields():
         "flowstat-samples*": "time",
         "flowstat-runs*": "started",
         "flowstat-agents*": "time",
+        "flowstat-node-10s*": "time",
     }
     for title, view in views.items():
         assert template_fields(title)[view["attributes"]["timeFieldName"]] == "date"
@@ -129,7 +130,7 @@ def panel_reference(dashboard: dict, panel: dict) -> dict:
 
 
 def test_dashboards_hold_every_panel_of_their_view_on_the_48_column_grid():
-    from flowstat.views import VIEWS
+    from flowstat.views.kibana import KIBANA_VIEWS as VIEWS
 
     dashboards, lenses = by_id("dashboard"), by_id("lens")
     assert set(dashboards) == {v.uid for v in VIEWS}

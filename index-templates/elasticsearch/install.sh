@@ -17,7 +17,8 @@ put() {
     *) echo "install.sh: PUT $ES_URL/$1 failed with HTTP $code: $(cat /tmp/flowstat-es-put.out)" >&2; exit 1 ;;
   esac
 }
-for c in flowstat-settings flowstat-sample-mappings flowstat-run-mappings flowstat-agent-mappings; do
+for c in flowstat-settings flowstat-sample-mappings flowstat-run-mappings flowstat-agent-mappings \
+         flowstat-node-10s-mappings; do
   put "_component_template/$c" "component-$c.json"
 done
 ilm=""
@@ -29,6 +30,7 @@ fi
 put "_index_template/flowstat-samples" "index-template-flowstat-samples$ilm.json"
 put "_index_template/flowstat-agents" "index-template-flowstat-agents$ilm.json"
 put "_index_template/flowstat-runs" index-template-flowstat-runs.json
+put "_index_template/flowstat-node-10s" "index-template-flowstat-node-10s$ilm.json"
 for index in flowstat-samples flowstat-agents flowstat-runs; do
   put "$index*/_mapping" "mapping-$index.json" "no index yet"
 done

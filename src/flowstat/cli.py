@@ -11,7 +11,7 @@ from typing import Any
 
 from . import __version__, stores
 
-STORE_CLIENTS = ("run", "agent", "replay", "campaign", "stack")  # the commands that log in to stores
+STORE_CLIENTS = ("run", "agent", "replay", "rollup", "campaign", "stack")  # the commands that log in to stores
 
 # Every command: (name, module, the prefix of its attributes, the extra of pyproject.toml it needs
 # beyond what every install has; None: nothing more). An agent-only install has no numpy, PyYAML,
@@ -25,6 +25,7 @@ COMMANDS: tuple[tuple[str, str, str, str | None], ...] = (
     ("stack", "flowstat.stack.command", "", "stack"),
     ("provision", "flowstat.provision", "", None),
     ("replay", "flowstat.replay", "", None),
+    ("rollup", "flowstat.rollup", "", None),
     ("campaign", "flowstat.campaign.command", "", "all"),
     ("report", "flowstat.report.command", "", "report"),
     ("inbox", "flowstat.inbox.command", "", None),

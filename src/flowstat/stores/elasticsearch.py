@@ -8,11 +8,9 @@ policy that dates each index by its name, docs/ingest.md). Run documents go to o
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 from collections.abc import Iterable, Iterator
-from datetime import date
 from typing import Any
 
 import orjson
@@ -21,47 +19,27 @@ from flowstat.schema import agent as agent_schema
 from flowstat.schema import run as run_schema
 from flowstat.schema import sample as sample_schema
 
+from . import elasticsearch_rollup as rollup
 from ._base import MAX_REASONS, BatchEncoder, Outcome, StoreDown, Writer, error_reason, register
-
-SAMPLES_INDEX = "flowstat-samples"
-RUNS_INDEX = "flowstat-runs"
-AGENTS_INDEX = "flowstat-agents"  # the agents' self-samples, whatever the samples index is called (the C agent's too)
-ES_TYPES = {
-    "integer": {"type": "long"},
-    "number": {"type": "double"},
-    "boolean": {"type": "boolean"},
-    "string": {"type": "keyword", "ignore_above": 256},
-}
-DATE = {"type": "date", "format": "strict_date_optional_time||epoch_millis"}
+from ._es_common import (
+    _DAY_NS,
+    AGENTS_INDEX,
+    DATE,
+    ES_TYPES,
+    RUNS_INDEX,
+    SAMPLES_INDEX,
+    _day,
+    daily_index,
+    index_action,
+)
 
 RETENTION_DAYS = 90  # samples and self-samples; run documents are kept
 MIGRATE_PAGE = 5000  # documents moved per request from an older flowstat's index
 UPGRADED = {SAMPLES_INDEX: "sample", AGENTS_INDEX: "agent", RUNS_INDEX: "run"}  # index (pattern INDEX*) -> its mapping
 
-_DAY_NS = 86_400 * 10**9
 # The head of a _bulk answer that stored every document: "errors" before the items, first (Elasticsearch
 # 8.19 here) or after "took" (older Elasticsearch, OpenSearch)
 _ALL_STORED = re.compile(rb'\s*\{\s*(?:"took"\s*:\s*\d+\s*,\s*)?"errors"\s*:\s*false\s*[,}]')
-
-
-_EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
-
-
-@functools.lru_cache(maxsize=256)
-def _day(days_since_epoch: int) -> str:
-    """YYYY.MM.DD, the year in four digits as ILM's origination date parser takes it (the C agent pads too):
-    strftime's %Y gives 999 for the year 999 on glibc, a name ILM refuses to create an index by."""
-    d = date.fromordinal(_EPOCH_ORDINAL + days_since_epoch)
-    return f"{d.year:04d}.{d.month:02d}.{d.day:02d}"
-
-
-def daily_index(prefix: str, ns: int) -> str:
-    """The index of a document of time ``ns``: PREFIX-YYYY.MM.DD, its UTC day."""
-    return f"{prefix}-{_day(ns // _DAY_NS)}"
-
-
-def _action(index: str, doc_id: str) -> bytes:
-    return b'{"index":{"_index":' + orjson.dumps(index) + b',"_id":' + orjson.dumps(doc_id) + b"}}\n"
 
 
 class _BulkEncoder(BatchEncoder[bytes]):
@@ -143,7 +121,7 @@ class Elasticsearch(Writer):
 
     def encode(self, samples: Iterable[dict[str, Any]]) -> bytes:
         return b"".join(
-            _action(daily_index(self.target, sample_schema.time_ns(s["time"])), sample_schema.document_id(s))
+            index_action(daily_index(self.target, sample_schema.time_ns(s["time"])), sample_schema.document_id(s))
             + sample_schema.to_json(s).encode()
             + b"\n"
             for s in samples
@@ -153,11 +131,11 @@ class Elasticsearch(Writer):
         return _BulkEncoder(self.target)
 
     def encode_run(self, doc: dict[str, Any]) -> bytes:
-        return _action(RUNS_INDEX, doc["run_id"]) + orjson.dumps(doc) + b"\n"
+        return index_action(RUNS_INDEX, doc["run_id"]) + orjson.dumps(doc) + b"\n"
 
     def encode_self_samples(self, docs: Iterable[dict[str, Any]]) -> bytes:
         return b"".join(
-            _action(daily_index(AGENTS_INDEX, sample_schema.time_ns(d["time"])), agent_schema.document_id(d))
+            index_action(daily_index(AGENTS_INDEX, sample_schema.time_ns(d["time"])), agent_schema.document_id(d))
             + agent_schema.to_json(d).encode()
             + b"\n"
             for d in docs
@@ -191,6 +169,13 @@ class Elasticsearch(Writer):
             out.forbidden = self.forbidden(action, self.auth.redact(reason)[:300])
         return out
 
+    def loaded(self, start_ns: int, end_ns: int) -> None:
+        """Roll the replayed samples up (the live rollup, flowstat rollup, rolls up recent windows only)."""
+        self._http("POST", f"{self.url}/{self.target}-*/_refresh", action=f"refresh {self.target}-*")
+        rollup.Rollup(self, source=self.target, target=rollup.rollup_index(self.target)).roll(
+            start_ns // 1_000_000, end_ns // 1_000_000 + 1
+        )
+
     # -- set-up ---------------------------------------------------------------------------------
     def install(self) -> list[str]:
         """PUT every template (idempotent); the lifecycle policy only where the server has ILM."""
@@ -208,6 +193,7 @@ class Elasticsearch(Writer):
             "flowstat-sample-mappings",
             "flowstat-run-mappings",
             "flowstat-agent-mappings",
+            "flowstat-node-10s-mappings",
         ):
             put(f"_component_template/{name}", files[f"component-{name}.json"])
         ilm = ""
@@ -218,6 +204,7 @@ class Elasticsearch(Writer):
         put("_index_template/flowstat-samples", files[f"index-template-flowstat-samples{ilm}.json"])
         put("_index_template/flowstat-agents", files[f"index-template-flowstat-agents{ilm}.json"])
         put("_index_template/flowstat-runs", files["index-template-flowstat-runs.json"])
+        put("_index_template/flowstat-node-10s", files[f"index-template-flowstat-node-10s{ilm}.json"])
         done += self._upgrade_indices(files)
         done += self.migrate_legacy()
         return done
@@ -239,7 +226,7 @@ class Elasticsearch(Writer):
             total, moved = resp.json()["count"], 0
             for hits in self._scroll(legacy, page):
                 body = b"".join(
-                    _action(daily_index(legacy, sample_schema.time_ns(h["_source"]["time"])), h["_id"])
+                    index_action(daily_index(legacy, sample_schema.time_ns(h["_source"]["time"])), h["_id"])
                     + orjson.dumps(h["_source"])
                     + b"\n"
                     for h in hits
@@ -353,6 +340,10 @@ def templates() -> dict[str, dict[str, Any]]:
             "template": {"mappings": mappings["agent"]},
             "_meta": {"source": f"flowstat/schema/{agent_schema.SCHEMA_FILE}"},
         },
+        "component-flowstat-node-10s-mappings.json": {
+            "template": {"mappings": rollup.mappings()},
+            "_meta": {"source": f"flowstat/schema/{sample_schema.SCHEMA_FILE} (its tags, and the mean of each number)"},
+        },
         # The same mappings, PUT into the indices an older flowstat made (PATTERN/_mapping): a
         # template shapes only the indices created after it.
         **{f"mapping-{index}.json": mappings[kind] for index, kind in UPGRADED.items()},
@@ -373,6 +364,12 @@ def templates() -> dict[str, dict[str, Any]]:
             "priority": 200,
             "composed_of": ["flowstat-settings", "flowstat-run-mappings"],
             "_meta": {"description": "flowstat runs: one document per run"},
+        },
+        "index-template-flowstat-node-10s.json": {
+            "index_patterns": [f"{rollup.ROLLUP_INDEX}*"],
+            "priority": 200,
+            "composed_of": ["flowstat-settings", "flowstat-node-10s-mappings"],
+            "_meta": {"description": "flowstat's per-node rollup: per node and 10 s, the mean of each sample field"},
         },
         # Used where the server has ILM (the compose stack's Elasticsearch); the Maven test zip has not.
         # Delete-only: each daily index is dated by its name (the day of its documents, not the day it
@@ -397,6 +394,14 @@ def templates() -> dict[str, dict[str, Any]]:
             "priority": 200,
             "composed_of": ["flowstat-settings", "flowstat-sample-mappings", "flowstat-lifecycle"],
             "_meta": {"description": "flowstat samples, with the flowstat lifecycle policy (servers with ILM)"},
+        },
+        "index-template-flowstat-node-10s-ilm.json": {
+            "index_patterns": [f"{rollup.ROLLUP_INDEX}*"],
+            "priority": 200,
+            "composed_of": ["flowstat-settings", "flowstat-node-10s-mappings", "flowstat-lifecycle"],
+            "_meta": {
+                "description": "flowstat's per-node rollup, with the flowstat lifecycle policy (servers with ILM)"
+            },
         },
         "index-template-flowstat-agents-ilm.json": {
             "index_patterns": [f"{AGENTS_INDEX}*"],

@@ -17,8 +17,23 @@ from typing import Any
 
 from flowstat.schema import run as run_schema
 from flowstat.stores import elasticsearch as es_store
+from flowstat.stores import elasticsearch_rollup as es_rollup
 
-from .panels import AGENT, NODE, NODES_PER_PANEL, PARAMETERS, RUN, VIEWS, Metric, Panel, View, description, schema_unit
+from .panels import (
+    AGENT,
+    NODE,
+    NODE_10S,
+    NODES_PER_PANEL,
+    PARAMETERS,
+    RUN,
+    RUN_VIEW_10S,
+    VIEWS,
+    Metric,
+    Panel,
+    View,
+    description,
+    schema_unit,
+)
 
 # -- migration versions ---------------------------------------------------------------------------
 # Kibana migrates an imported object from the versions it says it is at; a version newer than the
@@ -55,7 +70,9 @@ DATA_VIEWS = {
     NODE: DataView("flowstat-samples", f"{es_store.SAMPLES_INDEX}*", "time", "flowstat samples"),
     RUN: DataView("flowstat-runs", f"{es_store.RUNS_INDEX}*", "started", "flowstat runs"),
     AGENT: DataView("flowstat-agents", f"{es_store.AGENTS_INDEX}*", "time", "flowstat agents"),
+    NODE_10S: DataView("flowstat-node-10s", f"{es_rollup.ROLLUP_INDEX}*", "time", "flowstat nodes per 10 s"),
 }
+KIBANA_VIEWS = (*VIEWS, RUN_VIEW_10S)  # the 10 s view is Kibana's only (panels.RUN_VIEW_10S says why)
 
 AGENT_MAPPINGS = "component-flowstat-agent-mappings.json"
 
@@ -85,6 +102,7 @@ def fields(source: str) -> dict[str, str]:
         NODE: "component-flowstat-sample-mappings.json",
         RUN: "component-flowstat-run-mappings.json",
         AGENT: AGENT_MAPPINGS,
+        NODE_10S: "component-flowstat-node-10s-mappings.json",
     }[source]
     return flatten(templates[name]["template"]["mappings"]["properties"])
 
@@ -107,6 +125,8 @@ def field_path(panel: Panel, name: str) -> str:
         if len(paths) > 1:
             raise ValueError(f"panel {panel.title!r}: field {name!r} is ambiguous in the run document: {paths}")
         path = paths[0]
+    if panel.source == NODE_10S and f"mean_{name}" in fields(NODE_10S):  # a field's mean; the tags as they are
+        path = f"mean_{name}"
     if path not in fields(panel.source):
         raise ValueError(
             f"panel {panel.title!r}: field {name!r} is not in the {DATA_VIEWS[panel.source].title} " f"index template"
@@ -159,9 +179,10 @@ class _Layer:
 
 def _date_histogram(layer: _Layer) -> str:
     view = DATA_VIEWS[layer.panel.source]
-    # The rollup panels sum over nodes per 10 s, as the InfluxDB rollup does; the others let Lens
-    # choose the interval from the time range.
-    interval = "10s" if layer.panel.rollup else "auto"
+    # The rollup panels sum over nodes per 10 s, as the InfluxDB rollup does, and the 10 s view's
+    # points are 10 s means (a finer bucket would be empty every other time, and a counter's rate
+    # between two buckets undefined); the others let Lens choose the interval from the time range.
+    interval = "10s" if layer.panel.rollup or layer.panel.source == NODE_10S else "auto"
     return layer.bucket(
         "time",
         {
@@ -678,8 +699,8 @@ def _description(view: View) -> str:
 def saved_objects() -> list[dict]:
     """Every object, data views first: what the NDJSON file holds, in its order."""
     out = [data_view(v) for v in DATA_VIEWS.values()]
-    out += [lens(view, panel) for view in VIEWS for panel in view.panels()]
-    return out + [dashboard(view) for view in VIEWS]
+    out += [lens(view, panel) for view in KIBANA_VIEWS for panel in view.panels()]
+    return out + [dashboard(view) for view in KIBANA_VIEWS]
 
 
 def files() -> dict[str, str]:
