@@ -21,17 +21,12 @@ from flowstat.schema import sample as sample_schema
 
 from . import elasticsearch_rollup as rollup
 from ._base import MAX_REASONS, BatchEncoder, Outcome, StoreDown, Writer, error_reason, register
-from ._es_common import (
-    _DAY_NS,
-    AGENTS_INDEX,
-    DATE,
-    ES_TYPES,
-    RUNS_INDEX,
-    SAMPLES_INDEX,
-    _day,
-    daily_index,
-    index_action,
-)
+from ._es_common import _DAY_NS, ES_TYPES, _day, index_action
+from ._es_common import AGENTS_INDEX as AGENTS_INDEX  # the names the other layers import from here
+from ._es_common import DATE as DATE
+from ._es_common import RUNS_INDEX as RUNS_INDEX
+from ._es_common import SAMPLES_INDEX as SAMPLES_INDEX
+from ._es_common import daily_index as daily_index
 
 RETENTION_DAYS = 90  # samples and self-samples; run documents are kept
 MIGRATE_PAGE = 5000  # documents moved per request from an older flowstat's index
