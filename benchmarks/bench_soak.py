@@ -939,10 +939,12 @@ def recovery(delays: dict[str, list[tuple[float, float]]], faults: list[dict], t
     return out
 
 
-def back_within_target(delays: list[tuple[float, float]], end: float, until: float) -> float:
+def back_within_target(delays: list[tuple[float, float]], end: float, until: float) -> float | None:
     """delays: (stamp, delay) of the samples seen, sorted by stamp. See recovery; the whole span
     when never (a store that shows nothing stamped after the fault is not back: the probes write
     samples all along)."""
+    if until <= end:  # the soak ended first: nothing to judge by
+        return None
     stamps = [stamp for stamp, _ in delays]
     t = 0.0
     while end + t < until:
@@ -1196,7 +1198,7 @@ def verdicts(results: dict) -> dict:
         )
     out["delay p99 outside faults <= 2 s"] = {k: v["p99"] for k, v in s["delay_outside_faults"].items()}
     out["back under 2 s within 60 s of each fault"] = all(
-        v <= 60 for r in s["recovery"] for k, v in r.items() if k.endswith("_after_s")
+        v <= 60 for r in s["recovery"] for k, v in r.items() if k.endswith("_after_s") and v is not None
     )
     if "rollup" in s:
         out["rollup averages every sample stored"] = all(

@@ -35,6 +35,7 @@ ES_USERS = {
     "flowstat_agent": "AGENT_ES_PASSWORD",
     "flowstat_grafana": "GRAFANA_ES_PASSWORD",
     "flowstat_elastalert": "ELASTALERT_ES_PASSWORD",
+    "flowstat_rollup": "ROLLUP_ES_PASSWORD",
 }
 INFLUX_WHO = ("ADMIN", "WRITER", "READER", "REPLAY")
 problems: list[str] = []

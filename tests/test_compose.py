@@ -179,7 +179,7 @@ def test_clients_of_the_stores_wait_for_the_setup():
         if long_running(svc) and stores_reached(svc) and name != "kibana":  # Kibana retries until its user is set
             waiting += 1
             assert svc["depends_on"].get("setup") == {"condition": "service_completed_successfully"}, name
-    assert waiting == 4  # telegraf, logstash, grafana, elastalert
+    assert waiting == 5  # telegraf, logstash, grafana, elastalert, rollup
     # and nothing waits for the Kibana import: a slow Kibana never holds the samples back
     assert not [n for n, svc in services().items() if "setup-kibana" in (svc.get("depends_on") or {})]
 
@@ -239,7 +239,7 @@ def test_every_client_of_elasticsearch_or_influxdb_has_credentials():
             clients += 1
             secret_refs = [v for k, v in env.items() if k.endswith("PASSWORD") and v.startswith("${")]
             assert secret_refs, f"{name} talks to {store} without a password"
-    assert clients == 8  # kibana, setup (twice), telegraf, logstash, grafana (twice), elastalert
+    assert clients == 9  # kibana, setup (twice), telegraf, logstash, grafana (twice), elastalert, rollup
 
 
 def test_the_users_compose_names_are_the_ones_the_setup_makes():

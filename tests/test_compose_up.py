@@ -223,13 +223,13 @@ def test_up_makes_every_service_healthy_and_every_one_shot_exit_0(stack):
     ps = stack.ps()
     for name in ("secrets", "setup"):
         assert (ps[name]["State"], ps[name]["ExitCode"]) == ("exited", 0), ps[name]
-    for name in ("elasticsearch", "influxdb", "telegraf", "logstash", "alerts", "elastalert"):
+    for name in ("elasticsearch", "influxdb", "telegraf", "logstash", "rollup", "alerts", "elastalert"):
         assert (ps[name]["State"], ps[name]["Health"]) == ("running", "healthy"), ps[name]
     assert not set(ps) & LEFT_OUT
     assert "flowstat provision: done" in stack("logs", "--no-color", "setup").stdout
     code, report, err = stack.check()
     assert (code, report["problems"]) == (0, []), err
-    assert all(report["users"].values()) and len(report["users"]) == 9
+    assert all(report["users"].values()) and len(report["users"]) == 10
 
 
 def test_the_harness_profiles_runs_reach_both_stores_even_with_influxdb_killed_mid_run(stack):

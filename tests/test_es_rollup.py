@@ -193,3 +193,35 @@ def test_the_command_rolls_a_run_up_and_names_what_is_wrong(es_samples):
     assert naive.returncode == 2 and "no time zone" in naive.stderr
     down = flowstat("--es", f"http://127.0.0.1:{free_port()}", "--from", "2026-11-27T10:00:00Z")
     assert down.returncode == 3 and "Elasticsearch at http://127.0.0.1:" in down.stderr
+
+
+def test_the_live_rollup_rolls_samples_up_as_they_arrive_and_stops_on_sigterm(es_samples, tmp_path):
+    import json
+    import signal
+    import time
+
+    from support.agents import wait_until
+
+    run_id, now_ms = f"r-{uuid.uuid4().hex[:8]}", int(time.time() * 1000)
+    docs = [sample(run_id, n, now_ms - 25_000 + i * 1000, i, vmrss=5) for n in NODES for i in range(24)]
+    write(es_samples, docs)
+    status = tmp_path / "status.json"
+    command = [sys.executable, "-m", "flowstat", "rollup", "--es", es_samples.url, "--index", es_samples.target]
+    proc = subprocess.Popen([*command, "--status", str(status)], stderr=subprocess.PIPE, text=True)
+    target = rollup_index(es_samples.target)
+    try:
+
+        def rolled() -> int:
+            if not status.exists():
+                return 0
+            return sum(d["samples"] for d in rollup_docs(es_samples.url, target).values() if d["run_id"] == run_id)
+
+        wait_until(lambda: rolled() == len(docs), "the live rollup to average every sample", timeout=60, poll=1)
+        said = json.loads(status.read_text())
+        assert said["rolled_up_until"] >= iso_utc_from_ms(window_of(now_ms - 1_000) + EVERY_S * 1000)
+        assert said["refused"] == 0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "flowstat rollup: stopped" in err

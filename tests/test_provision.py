@@ -70,6 +70,7 @@ SECRETS_ENV = {
     "KIBANA_SYSTEM_PASSWORD": "kibana-system-pw-1",
     "LOGSTASH_ES_PASSWORD": "logstash-pw-12345",
     "AGENT_ES_PASSWORD": "agent-es-pw-12345",
+    "ROLLUP_ES_PASSWORD": "rollup-es-pw-12345",
     "GRAFANA_ES_PASSWORD": "grafana-es-pw-123",
     "ELASTALERT_ES_PASSWORD": "elastalert-pw-123",
 }
@@ -153,6 +154,12 @@ def test_the_roles_grant_each_client_only_what_it_needs():
     assert privileges("flowstat_reader", samples) == {"read", "view_index_metadata"}
     assert privileges("flowstat_alerter", samples) == {"read", "view_index_metadata"}
     assert privileges("flowstat_alerter", provision.ELASTALERT_INDEX) == {"all"}
+    # the rollup reads the samples and writes only their means; the readers read those too
+    rollup = provision.ROLLUP_INDICES[0]
+    assert privileges("flowstat_rollup", samples) == {"read", "view_index_metadata"}
+    assert privileges("flowstat_rollup", rollup) == {"create_index", "index", "read", "view_index_metadata"}
+    assert privileges("flowstat_writer", rollup) == set()
+    assert privileges("flowstat_reader", rollup) == {"read", "view_index_metadata"}
     assert all(r["cluster"] == ["monitor"] for r in provision.ROLES.values())
     # the agents and replay write as Logstash does, as a user of their own
     roles = {u.name: u.roles for u in provision.USERS}

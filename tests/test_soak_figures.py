@@ -68,3 +68,8 @@ def test_a_late_tail_right_after_a_fault_is_not_averaged_away_by_the_quiet_minut
     end = 1000.0
     assert soak.back_within_target(delays(end, end + 2), end, end + 290) == 5.0
     assert soak.back_within_target(delays(end, end + 2, span=2000), end, end + 1990) == 5.0  # however long the span
+
+
+def test_a_fault_the_soak_ended_during_is_not_judged(soak):
+    end = 1000.0
+    assert soak.back_within_target(delays(end, end + 20), end, end - 1.5) is None

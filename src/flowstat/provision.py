@@ -40,6 +40,7 @@ import requests
 
 from flowstat.stores import StoreDown
 from flowstat.stores import elasticsearch as es_store
+from flowstat.stores import elasticsearch_rollup as es_rollup
 from flowstat.stores import influxdb as influx_store
 
 HELP = "set up users, roles, templates and dashboards on running servers (the compose stack's setup)"
@@ -47,7 +48,7 @@ PARSER = dict(
     description="Converge running servers to what flowstat needs; idempotent, run it as often as you "
     "like. Each step runs when its server's URL is given. Secrets come from the environment "
     "(see .env.example): ELASTIC_PASSWORD, KIBANA_SYSTEM_PASSWORD, LOGSTASH_ES_PASSWORD, "
-    "AGENT_ES_PASSWORD, GRAFANA_ES_PASSWORD, ELASTALERT_ES_PASSWORD, "
+    "AGENT_ES_PASSWORD, GRAFANA_ES_PASSWORD, ELASTALERT_ES_PASSWORD, ROLLUP_ES_PASSWORD, "
     "INFLUXDB_ADMIN_USER/_PASSWORD, INFLUXDB_WRITER_USER/_PASSWORD, "
     "INFLUXDB_READER_USER/_PASSWORD, INFLUXDB_REPLAY_USER/_PASSWORD. For https:// URLs, "
     "FLOWSTAT_ES_CA_FILE, FLOWSTAT_INFLUX_CA_FILE or FLOWSTAT_CA_FILE: the CA to trust.",
@@ -58,6 +59,7 @@ PLACEHOLDER = "change-me"  # what .env.example holds instead of each secret
 ELASTIC_USER = "elastic"
 INFLUX_DB = influx_store.DATABASE
 ES_INDICES = [f"{es_store.SAMPLES_INDEX}*", f"{es_store.AGENTS_INDEX}*", f"{es_store.RUNS_INDEX}*"]
+ROLLUP_INDICES = [f"{es_rollup.ROLLUP_INDEX}*"]  # the samples' per-node 10 s means (flowstat rollup)
 ELASTALERT_INDEX = "flowstat-elastalert*"  # ElastAlert's writeback index and its _status, _error... siblings
 AUTH_GRACE_S = 90.0  # how long a restarted Elasticsearch may refuse the right password (security index recovering)
 
@@ -83,6 +85,7 @@ SECRETS = [
     Secret("AGENT_ES_PASSWORD", 12, "the user the agents and replay write to Elasticsearch with"),
     Secret("GRAFANA_ES_PASSWORD", 12, "the user Grafana reads Elasticsearch with"),
     Secret("ELASTALERT_ES_PASSWORD", 12, "the user ElastAlert2 reads and keeps its state with"),
+    Secret("ROLLUP_ES_PASSWORD", 12, "the user the rollup reads the samples and writes their 10 s means with"),
     Secret("INFLUXDB_ADMIN_PASSWORD", 12, "InfluxDB's admin"),
     Secret("INFLUXDB_WRITER_PASSWORD", 12, "the InfluxDB user Telegraf writes with"),
     Secret("INFLUXDB_READER_PASSWORD", 12, "the InfluxDB user Grafana reads with"),
@@ -103,7 +106,15 @@ ROLES: dict[str, dict] = {
     # Grafana: the version (monitor), the mappings (view_index_metadata), the searches (read).
     "flowstat_reader": {
         "cluster": ["monitor"],
-        "indices": [{"names": ES_INDICES, "privileges": ["read", "view_index_metadata"]}],
+        "indices": [{"names": ES_INDICES + ROLLUP_INDICES, "privileges": ["read", "view_index_metadata"]}],
+    },
+    # flowstat rollup reads the samples and writes their per-node means, overwriting a window again.
+    "flowstat_rollup": {
+        "cluster": ["monitor"],
+        "indices": [
+            {"names": [f"{es_store.SAMPLES_INDEX}*"], "privileges": ["read", "view_index_metadata"]},
+            {"names": ROLLUP_INDICES, "privileges": ["create_index", "index", "read", "view_index_metadata"]},
+        ],
     },
     # ElastAlert2 reads the samples and keeps its state in indices of its own, which it creates.
     "flowstat_alerter": {
@@ -128,6 +139,7 @@ USERS = [
     EsUser("flowstat_agent", "AGENT_ES_PASSWORD", ("flowstat_writer",)),  # the agents, replay
     EsUser("flowstat_grafana", "GRAFANA_ES_PASSWORD", ("flowstat_reader",)),
     EsUser("flowstat_elastalert", "ELASTALERT_ES_PASSWORD", ("flowstat_alerter",)),
+    EsUser("flowstat_rollup", "ROLLUP_ES_PASSWORD", ("flowstat_rollup",)),
 ]
 BUILTIN_PASSWORDS = {"kibana_system": "KIBANA_SYSTEM_PASSWORD"}
 

@@ -4,7 +4,9 @@ kept up to date as samples arrive, or made again for a time range or a run."""
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -19,6 +21,7 @@ from .stores.elasticsearch_rollup import (
     EVERY_S,
     RESAMPLE_S,
     SETTLE_S,
+    Pass,
     Rollup,
     RollupError,
     rollup_index,
@@ -60,6 +63,12 @@ def configure(p: argparse.ArgumentParser) -> None:
         default=CATCH_UP_S,
         metavar="S",
         help=f"live: after a stop, catch up at most this far back (default {CATCH_UP_S:g} s)",
+    )
+    p.add_argument(
+        "--status",
+        metavar="FILE",
+        help="live: after each pass that reached the store, write what it did here (JSON): a health check "
+        "reads its age",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar (--from, --run)")
 
@@ -107,9 +116,25 @@ def roll_range(rollup: Rollup, start_ms: int, end_ms: int, quiet: bool) -> int:
     return documents
 
 
-def live(rollup: Rollup, catch_up_s: float, stop: threading.Event) -> None:
+def write_status(path: str, done: Pass) -> None:
+    """The last good pass, replaced whole (a reader never sees half a file)."""
+    status = {
+        "time": iso_utc_from_ms(int(time.time() * 1000)),
+        "rolled_up_until": iso_utc_from_ms(done.until_ms),
+        "windows_rolled": done.windows_rolled,
+        "documents": done.documents,
+        "refused": done.refused,
+    }
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(status, f)
+    os.replace(tmp, path)
+
+
+def live(rollup: Rollup, catch_up_s: float, stop: threading.Event, status: str | None = None) -> None:
     """Roll up as samples arrive until ``stop``; a store down is waited for, said once."""
     down: str | None = None
+    refused = ""
     resumed = False
     while not stop.is_set():
         try:
@@ -119,6 +144,8 @@ def live(rollup: Rollup, catch_up_s: float, stop: threading.Event) -> None:
                     log.info("catching up from %s", iso_utc_from_ms(since))
                 resumed = True
             done = rollup.tick()
+            if status:
+                write_status(status, done)
             if down is not None:
                 log.info("Elasticsearch answers again; rolled up %d windows since", done.windows_rolled)
                 down = None
@@ -127,7 +154,9 @@ def live(rollup: Rollup, catch_up_s: float, stop: threading.Event) -> None:
                 log.warning("%s; the windows from then on wait for it", exc)
             down = str(exc)
         except RollupError as exc:
-            log.error("%s", exc)
+            if str(exc) != refused:  # said once, not every pass
+                log.error("%s", exc)
+            refused = str(exc)
         # the next pass when the next window has settled
         now = time.time()
         period = EVERY_S
@@ -165,7 +194,7 @@ def main(args: argparse.Namespace) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
         log.info("rolling %s-* up into %s-*, every %d s", args.index, rollup.target, EVERY_S)
-        live(rollup, args.catch_up, stop)
+        live(rollup, args.catch_up, stop, args.status)
         log.info("stopped")
         return 0
     except stores.StoreDown as exc:

@@ -20,7 +20,7 @@ from flowstat.schema import run as run_schema
 from flowstat.schema import sample as sample_schema
 
 from . import elasticsearch_rollup as rollup
-from ._base import MAX_REASONS, BatchEncoder, Outcome, StoreDown, Writer, error_reason, register
+from ._base import MAX_REASONS, BatchEncoder, Outcome, StoreAuthError, StoreDown, Writer, error_reason, log, register
 from ._es_common import _DAY_NS, ES_TYPES, _day, index_action
 from ._es_common import AGENTS_INDEX as AGENTS_INDEX  # the names the other layers import from here
 from ._es_common import DATE as DATE
@@ -165,11 +165,21 @@ class Elasticsearch(Writer):
         return out
 
     def loaded(self, start_ns: int, end_ns: int) -> None:
-        """Roll the replayed samples up (the live rollup, flowstat rollup, rolls up recent windows only)."""
-        self._http("POST", f"{self.url}/{self.target}-*/_refresh", action=f"refresh {self.target}-*")
-        rollup.Rollup(self, source=self.target, target=rollup.rollup_index(self.target)).roll(
-            start_ns // 1_000_000, end_ns // 1_000_000 + 1
-        )
+        """Roll the replayed samples up (the live rollup, flowstat rollup, rolls up recent windows only).
+        A user who may write samples but not read them (the compose stack's flowstat_agent) is told
+        how to have them rolled up, and the replay goes on: the samples are stored."""
+        try:
+            self._http("POST", f"{self.url}/{self.target}-*/_refresh", action=f"refresh {self.target}-*")
+            rollup.Rollup(self, source=self.target, target=rollup.rollup_index(self.target)).roll(
+                start_ns // 1_000_000, end_ns // 1_000_000 + 1
+            )
+        except StoreAuthError as exc:
+            log.warning(
+                "%s: the samples are stored, not rolled up (%s); `flowstat rollup --from TIME --to TIME` as a "
+                "user who may read them (the compose stack's flowstat_rollup) does it",
+                self.shown_url,
+                exc,
+            )
 
     # -- set-up ---------------------------------------------------------------------------------
     def install(self) -> list[str]:

@@ -11,9 +11,9 @@ composite aggregation by the sample's tags, avg of each field), written under a 
 ``_id`` (run_id/agent/node_id/window start), so that writing a window again overwrites it.
 
 Late samples. A window is first rolled up SETTLE_S after its end. Then, for RESAMPLE_S, each pass
-counts the samples of every window (one date histogram, which Elasticsearch answers from its time
-index without reading documents) and rolls up again each window whose count changed since it was
-rolled up: an agent's spool resent after an outage, a sample a slow link delivered late. A sample
+counts the samples of every window (one date histogram of counts: no field is read) and rolls up
+again each window whose count changed since it was rolled up: an agent's spool resent after an
+outage, a sample a slow link delivered late. A sample
 stored later than that is not in the rollup until ``flowstat rollup --from`` (or a replay of its run)
 rolls its window up again. A pass that cannot reach the store leaves its windows to the next pass,
 which starts where the last complete one ended: an outage of the store, or of the rollup itself
