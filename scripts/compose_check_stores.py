@@ -7,7 +7,9 @@ environment (passed by name, never on a command line) and prints one JSON object
   password (a refusal: .env and the stores disagree; `docker compose up setup` converges them);
 - ``runs``: for the newest harness runs (runs/RUN_ID in the harness-runs volume), what the run
   file holds (node samples, self-samples, finished) beside what each store holds of that run:
-  node samples per agent, self-samples, and the run document (finished or pending);
+  node samples per agent, self-samples, and the run document (finished or pending); in
+  Elasticsearch, also the samples the rollup service averages per agent (checked once the run has
+  been over for ROLLUP_LAG_S);
 - ``alerts``: whether the alert inbox answers, the alerts it holds per run, and whether ElastAlert2
   has run its rules in the last 2 minutes (its status index, read as its own user).
 
@@ -19,6 +21,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
+from datetime import datetime
 from pathlib import Path
 
 import requests
@@ -126,8 +130,16 @@ def es_counts(run_id: str) -> dict:
     r = es("POST", "/flowstat-agents*/_count", json={"query": {"term": {"run_id": run_id}}})
     r_doc = es("GET", f"/flowstat-runs/_doc/{run_id}")
     doc = r_doc.json().get("_source") if r_doc.status_code == 200 else None
+    body["aggs"]["agents"]["aggs"] = {"n": {"sum": {"field": "samples"}}}
+    r_roll = es("POST", "/flowstat-node-10s*/_search", json=body)
+    rolled = (
+        {b["key"]: int(b["n"]["value"]) for b in r_roll.json()["aggregations"]["agents"]["buckets"]}
+        if r_roll.ok
+        else {}
+    )
     return {
         "node_samples": counts,
+        "rolled_up": rolled,  # samples the rollup service averages, per agent
         "self_samples": r.json().get("count") if r.ok else None,
         "run_document": None if doc is None else {"finished": doc.get("finished")},
     }
@@ -159,6 +171,18 @@ def influx_counts(run_id: str) -> dict:
     }
 
 
+ROLLUP_LAG_S = 30  # the rollup service rolls a window up 2 s after its end, in a pass every 10 s
+
+
+def _ended_a_while_ago(finished: str) -> bool:
+    """Whether a run ended long enough ago for the rollup service to have rolled its last window up."""
+    try:
+        end = datetime.fromisoformat(finished.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return False
+    return time.time() - end > ROLLUP_LAG_S
+
+
 def check_runs() -> dict:
     dirs = (
         sorted((d for d in RUNS.iterdir() if (d / "samples.ndjson").exists()), key=lambda d: d.stat().st_mtime)
@@ -182,6 +206,16 @@ def check_runs() -> dict:
                     f"run {d.name}: {store}'s run document is not the final one "
                     f"(finished {got['run_document']['finished']!r}, the run file's {f['finished']!r})"
                 )
+            if f and f["finished"] and store == "Elasticsearch" and _ended_a_while_ago(f["finished"]):
+                stored, rolled = (
+                    got["node_samples"].get("flowstat-agent-py", 0),
+                    got["rolled_up"].get("flowstat-agent-py", 0),
+                )
+                if rolled != stored:
+                    problems.append(
+                        f"run {d.name}: the rollup averages {rolled} of the Python agent's {stored} samples in "
+                        "Elasticsearch (`docker compose logs rollup`)"
+                    )
             if f and f["finished"]:
                 py = got["node_samples"].get("flowstat-agent-py", 0)
                 if py != f["node_samples"]:

@@ -87,7 +87,7 @@ def test_the_rollup_holds_each_nodes_mean_per_window(es_samples):
     got = rollup_docs(es_samples.url, rollup.target)
     assert len(got) == 9
     for (node, w), members in expected.items():
-        doc = got[f"{run_id}/flowstat-agent-py/{node}/{w}"]
+        doc = got[f"{run_id}/h/{node}/merger/flowstat-agent-py/{w}"]  # the series (every tag) and window
         assert doc["time"] == iso_utc_from_ms(w)
         assert (doc["node_id"], doc["role"], doc["host"], doc["samples"]) == (node, "merger", "h", len(members))
         assert doc["mean_vmrss_kb"] == pytest.approx(sum(m["vmrss_kb"] for m in members) / len(members))
@@ -113,7 +113,7 @@ def test_a_late_sample_rolls_its_window_up_again_and_no_other(es_samples):
     now[0] += EVERY_S
     again = rollup.tick()
     assert (again.windows_rolled, again.documents) == (1, 3)  # its window only
-    doc = rollup_docs(es_samples.url, rollup.target)[f"{run_id}/flowstat-agent-py/n1/{t0 + 10_000}"]
+    doc = rollup_docs(es_samples.url, rollup.target)[f"{run_id}/h/n1/merger/flowstat-agent-py/{t0 + 10_000}"]
     assert (doc["samples"], doc["mean_vmrss_kb"]) == (11, pytest.approx((10 * 100 + 1200) / 11))
     quiet = rollup.tick()
     assert (quiet.windows_rolled, quiet.documents) == (0, 0)  # nothing changed: nothing written
@@ -123,26 +123,76 @@ def test_windows_of_an_outage_are_rolled_up_when_the_store_answers_again(es_samp
     run_id, t0 = f"r-{uuid.uuid4().hex[:8]}", base_ms()
     write(es_samples, [sample(run_id, n, t0 + i * 1000, i, vmrss=100 + i) for n in NODES for i in range(20)])
     now = [t0 / 1000 + 10 + 3]
-    rollup = Rollup(
-        es_samples,
-        source=es_samples.target,
-        target=rollup_index(es_samples.target),
-        clock=lambda: now[0],
-        resample_s=30,
-    )
+    target = rollup_index(es_samples.target)
+    rollup = Rollup(es_samples, source=es_samples.target, target=target, clock=lambda: now[0], resample_s=30)
     assert rollup.tick().documents == 3  # the first window
     # The store goes away for longer than the resample span, while samples keep arriving.
     rollup.store = Elasticsearch(f"http://127.0.0.1:{free_port()}", es_samples.target, timeout_s=2)
-    write(es_samples, [sample(run_id, n, t0 + i * 1000, i, vmrss=100 + i) for n in NODES for i in range(20, 600)])
+    write(es_samples, [sample(run_id, n, t0 + i * 1000, i, vmrss=100 + i) for n in NODES for i in range(20, 300)])
     for _ in range(3):
         now[0] += 200
         with pytest.raises(StoreDown):
             rollup.tick()
     rollup.store = es_samples
     back = rollup.tick()
-    assert back.documents == 3 * 59  # every window since the first, though most are older than 30 s
-    got = rollup_docs(es_samples.url, rollup.target)
+    assert back.documents == 3 * 29  # every window since the first, though most are older than 30 s
+    # What the agents' spools deliver after the store is back, into windows minutes old, is counted
+    # again as long after the store's return as a late sample of any window.
+    write(es_samples, [sample(run_id, n, t0 + i * 1000, i, vmrss=100 + i) for n in NODES for i in range(300, 600)])
+    now[0] += 20
+    late = rollup.tick()
+    assert late.documents == 3 * 30  # the 30 windows the spools filled
+    got = rollup_docs(es_samples.url, target)
     assert sum(d["samples"] for d in got.values()) == 3 * 600
+    now[0] += 31  # the hold ends RESAMPLE_S after the store came back: old windows are left alone again
+    rollup.tick()
+    assert rollup.hold_ms is None
+
+
+def test_windows_the_store_refused_to_take_are_rolled_up_once_it_takes_them(es_samples):
+    run_id, t0 = f"r-{uuid.uuid4().hex[:8]}", base_ms()
+    target = rollup_index(es_samples.target)
+    now = [t0 / 1000 + 40 + 3]
+    rollup = Rollup(es_samples, source=es_samples.target, target=target, clock=lambda: now[0], resample_s=60)
+    if rollup.index_of(t0) != rollup.index_of(t0 + 40_000):  # the windows in one day's index
+        t0 -= 3_600_000
+        now[0] -= 3600
+    write(es_samples, [sample(run_id, n, t0 + i * 1000, i, vmrss=3) for n in NODES for i in range(40)])
+    url, blocked = es_samples.url, rollup.index_of(t0)
+    # their daily index refuses writes (403, as a user who may not write there would be refused)
+    requests.put(f"{url}/{blocked}", json={"settings": {"index.blocks.write": True}}, timeout=30).raise_for_status()
+    try:
+        with pytest.raises(StoreDown):
+            rollup.tick()
+    finally:
+        requests.put(f"{url}/{blocked}/_settings", json={"index.blocks.write": False}, timeout=30).raise_for_status()
+    now[0] += 100  # later than the resample span: the windows are held, not forgotten
+    rollup.tick()
+    assert sum(d["samples"] for d in rollup_docs(url, target).values()) == 3 * 40
+
+
+def test_a_node_whose_role_changes_within_a_window_has_a_document_per_role(es_samples):
+    """An agent's last sample of a node that is gone may know no role ("other"): a series of its own,
+    as InfluxDB's GROUP BY * keeps it, not an overwrite of the node's mean."""
+    run_id, t0 = f"r-{uuid.uuid4().hex[:8]}", base_ms()
+    docs = [sample(run_id, "n0", t0 + i * 1000, i, vmrss=10) for i in range(9)]
+    docs.append({**sample(run_id, "n0", t0 + 9_000, 9, vmrss=90), "role": "other"})
+    write(es_samples, docs)
+    target = rollup_index(es_samples.target)
+    Rollup(es_samples, source=es_samples.target, target=target).roll(t0, t0 + 10_000)
+    got = rollup_docs(es_samples.url, target)
+    assert {(d["role"], d["samples"], d["mean_vmrss_kb"]) for d in got.values()} == {
+        ("merger", 9, 10),
+        ("other", 1, 90),
+    }
+
+
+def test_no_samples_index_yet_is_nothing_to_do(stack):
+    index = f"flowstat-samples-none{uuid.uuid4().hex[:8]}"
+    rollup = Rollup(Elasticsearch(stack["elasticsearch"].url, index), source=index, target=rollup_index(index))
+    done = rollup.tick()
+    assert (done.windows_counted, done.documents) == (0, 0)
+    assert rollup.resume() is None
 
 
 def test_a_restarted_rollup_resumes_after_its_last_window(es_samples):
@@ -187,6 +237,14 @@ def test_the_command_rolls_a_run_up_and_names_what_is_wrong(es_samples):
     assert len(rollup_docs(url, rollup_index(index))) == 6
     none = flowstat("--es", url, "--index", index, "--run", "no-such-run")
     assert none.returncode == 2 and "holds no sample of run no-such-run" in none.stderr
+    nothing = flowstat("--es", url, "--index", f"{index}-absent", "--run", run_id)
+    assert nothing.returncode == 2 and f"holds no sample of run {run_id}" in nothing.stderr
+    backwards = flowstat("--es", url, "--from", "2026-11-27T10:00:00Z", "--to", "2026-11-27T09:00:00Z")
+    assert backwards.returncode == 2 and "is not after --from" in backwards.stderr
+    alone = flowstat("--es", url, "--to", "2026-11-27T09:00:00Z")
+    assert alone.returncode == 2 and "--to needs --from" in alone.stderr
+    infinite = flowstat("--es", url, "--from", "inf")
+    assert infinite.returncode == 2 and "'inf' is not a time" in infinite.stderr
     bad = flowstat("--es", url, "--index", index, "--from", "yesterday")
     assert bad.returncode == 2 and "'yesterday' is neither ISO 8601 nor epoch seconds" in bad.stderr
     naive = flowstat("--es", url, "--index", index, "--from", "2026-11-27T10:00:00")
@@ -216,10 +274,19 @@ def test_the_live_rollup_rolls_samples_up_as_they_arrive_and_stops_on_sigterm(es
                 return 0
             return sum(d["samples"] for d in rollup_docs(es_samples.url, target).values() if d["run_id"] == run_id)
 
-        wait_until(lambda: rolled() == len(docs), "the live rollup to average every sample", timeout=60, poll=1)
+        last_window_end = window_of(now_ms - 2_000) + EVERY_S * 1000  # of the last sample's window
+
+        def said_done() -> bool:
+            return status.exists() and json.loads(status.read_text())["rolled_up_until_ms"] >= last_window_end
+
+        wait_until(
+            lambda: said_done() and rolled() == len(docs),
+            "the live rollup to average every sample, and say so",
+            timeout=60,
+            poll=1,
+        )
         said = json.loads(status.read_text())
-        assert said["rolled_up_until"] >= iso_utc_from_ms(window_of(now_ms - 1_000) + EVERY_S * 1000)
-        assert said["refused"] == 0
+        assert said["rolled_up_until"] == iso_utc_from_ms(said["rolled_up_until_ms"]) and said["refused"] == 0
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)

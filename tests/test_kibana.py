@@ -454,6 +454,20 @@ def test_a_node_mean_in_one_bucket_equals_the_run_files(replayed):
     assert {r[split_column(oid)] for r in rows} == {"merger-0"}  # role : "merger" leaves the merger only
 
 
+def test_the_10_s_view_shows_each_nodes_mean_per_10_s_from_the_rollup_replay_made(replayed):
+    """Kibana's run view per 10 s reads the per-node rollup: a node's point is the mean of its
+    samples in the 10 s window, as the run file has them (replay rolled them up)."""
+    oid = "flowstat-run-10s-vmrss"
+    rows = lens_rows(replayed, oid)
+    buckets = by_bucket(replayed["samples"], 10, "vmrss_kb", node_id="merger-0")
+    assert len(buckets) >= 2
+    shown = {r[time_column(oid)]: r[column(oid, "average")] for r in rows if r[split_column(oid)] == "merger-0"}
+    for start, values in buckets.items():
+        assert math.isclose(shown[start], statistics.fmean(values), rel_tol=1e-9), start
+    assert columns_of(oid)[time_column(oid)]["params"]["interval"] == "10s"
+    assert columns_of(oid)[column(oid, "average")]["sourceField"] == "mean_vmrss_kb"
+
+
 def test_a_scaled_metric_is_the_formula_over_the_mean(replayed):
     oid = "flowstat-run-cpu-of-one-core"
     rows = lens_rows(replayed, oid)

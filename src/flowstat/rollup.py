@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -19,6 +20,7 @@ from .progress import Progress
 from .stores.elasticsearch import SAMPLES_INDEX, Elasticsearch
 from .stores.elasticsearch_rollup import (
     EVERY_S,
+    MAX_BACK_S,
     RESAMPLE_S,
     SETTLE_S,
     Pass,
@@ -29,7 +31,7 @@ from .stores.elasticsearch_rollup import (
 )
 from .timeutil import iso_utc_from_ms
 
-CATCH_UP_S = 86_400.0  # a live rollup started after a stop rolls up at most this far back
+STATUS_EVERY_S = 5.0  # a long pass (a catch-up) writes its status this often
 log = logging.getLogger("flowstat.rollup")
 
 HELP = "keep Elasticsearch's per-node 10 s rollup (flowstat-node-10s) up to date"
@@ -38,8 +40,9 @@ PARSER = dict(
     "flowstat-node-10s-YYYY.MM.DD: what InfluxDB's continuous queries keep in rollup.flowstat_node_10s, "
     'for the views that read long runs of many nodes (docs/ingest.md, "Elasticsearch\'s rollup"). '
     "Without --from or --run it runs until stopped (SIGTERM, Ctrl-C), rolling up each window "
-    f"{SETTLE_S:g} s after it ends and again, for {RESAMPLE_S} s, when late samples change it; started again, it "
-    "catches up from the last window it wrote. With --from or --run it rolls that range up once and "
+    f"{SETTLE_S:g} s after it ends and again, for {RESAMPLE_S} s (or as long after an outage), when late "
+    "samples change it; started again, it catches up from where it got to (its --status file says; else "
+    "from the last window written; --catch-up at most). With --from or --run it rolls that range up once and "
     "exits (replay does this for the runs it loads). Idempotent: a window rolled up twice is "
     "overwritten. Exit status: 0 done (or stopped), 2 bad arguments or the store refused the rollup, "
     "3 the store is down (once only; the live rollup waits).",
@@ -60,9 +63,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--catch-up",
         type=float,
-        default=CATCH_UP_S,
+        default=MAX_BACK_S,
         metavar="S",
-        help=f"live: after a stop, catch up at most this far back (default {CATCH_UP_S:g} s)",
+        help=f"live: after a stop or an outage, catch up at most this far back (default {MAX_BACK_S:g} s)",
     )
     p.add_argument(
         "--status",
@@ -75,9 +78,13 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def _epoch_ms(text: str) -> int:
     try:
-        return int(float(text) * 1000)
+        seconds = float(text)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(seconds):
+            raise ValueError(f"{text!r} is not a time")
+        return int(seconds * 1000)
     try:
         stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
@@ -94,33 +101,33 @@ def run_range(rollup: Rollup, run_id: str) -> tuple[int, int] | None:
         "query": {"term": {"run_id": run_id}},
         "aggs": {"first": {"min": {"field": "time"}}, "last": {"max": {"field": "time"}}},
     }
-    aggs = rollup._search(f"{rollup.source}-*", body)["aggregations"]
-    if aggs["first"]["value"] is None:
+    aggs = rollup.search(body).get("aggregations") or {}
+    if (aggs.get("first") or {}).get("value") is None:
         return None
     return int(aggs["first"]["value"]), int(aggs["last"]["value"]) + 1
 
 
 def roll_range(rollup: Rollup, start_ms: int, end_ms: int, quiet: bool) -> int:
-    """Roll [start_ms, end_ms) up, an hour of windows per step, with a progress bar over the windows."""
-    step = 3_600_000
+    """Roll [start_ms, end_ms) up, with a progress bar over the windows."""
     first = window_of(start_ms)
     bar = Progress((end_ms - first + EVERY_S * 1000 - 1) // (EVERY_S * 1000), "rolled up", "windows", enabled=not quiet)
-    documents = 0
+
+    def one_more(_: Pass) -> bool:
+        bar.update(1)
+        return True
+
     try:
-        for lo in range(first, end_ms, step):
-            done = rollup.roll(lo, min(lo + step, end_ms))
-            documents += done.documents
-            bar.update(done.windows_counted)
+        return rollup.roll(start_ms, end_ms, on_window=one_more).documents
     finally:
         bar.close()
-    return documents
 
 
 def write_status(path: str, done: Pass) -> None:
-    """The last good pass, replaced whole (a reader never sees half a file)."""
+    """What the rollup has done, replaced whole (a reader never sees half a file)."""
     status = {
         "time": iso_utc_from_ms(int(time.time() * 1000)),
         "rolled_up_until": iso_utc_from_ms(done.until_ms),
+        "rolled_up_until_ms": done.until_ms,
         "windows_rolled": done.windows_rolled,
         "documents": done.documents,
         "refused": done.refused,
@@ -131,24 +138,48 @@ def write_status(path: str, done: Pass) -> None:
     os.replace(tmp, path)
 
 
-def live(rollup: Rollup, catch_up_s: float, stop: threading.Event, status: str | None = None) -> None:
-    """Roll up as samples arrive until ``stop``; a store down is waited for, said once."""
+def _status_until(path: str | None) -> int | None:
+    """Where the rollup writing ``path`` had got to, when it says so."""
+    if not path:
+        return None
+    try:
+        with open(path) as f:
+            until = json.load(f).get("rolled_up_until_ms")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return until if isinstance(until, int) else None
+
+
+def live(rollup: Rollup, stop: threading.Event, status: str | None = None) -> None:
+    """Roll up as samples arrive until ``stop``; a store down is waited for, said once. A long
+    catch-up writes ``status`` as it goes (a health check sees it work) and stops when told."""
     down: str | None = None
     refused = ""
     resumed = False
+    said_at = time.monotonic()
+
+    def progress(done: Pass) -> bool:
+        nonlocal said_at
+        if status and time.monotonic() - said_at >= STATUS_EVERY_S:
+            _write(status, done)
+            said_at = time.monotonic()
+        return not stop.is_set()
+
     while not stop.is_set():
         try:
             if not resumed:
-                since = rollup.resume(catch_up_s)
+                since = rollup.resume(_status_until(status))
                 if since is not None:
                     log.info("catching up from %s", iso_utc_from_ms(since))
                 resumed = True
-            done = rollup.tick()
+            done = rollup.tick(on_window=progress)
             if status:
-                write_status(status, done)
+                _write(status, done)
+                said_at = time.monotonic()
             if down is not None:
                 log.info("Elasticsearch answers again; rolled up %d windows since", done.windows_rolled)
                 down = None
+            refused = ""
         except stores.StoreDown as exc:
             if down is None:
                 log.warning("%s; the windows from then on wait for it", exc)
@@ -157,10 +188,16 @@ def live(rollup: Rollup, catch_up_s: float, stop: threading.Event, status: str |
             if str(exc) != refused:  # said once, not every pass
                 log.error("%s", exc)
             refused = str(exc)
-        # the next pass when the next window has settled
-        now = time.time()
+        # the next pass once the next window has settled (and a little after, not just before)
         period = EVERY_S
-        stop.wait(period - (now - SETTLE_S) % period + 0.05)
+        stop.wait(period - (time.time() - SETTLE_S) % period + 0.05)
+
+
+def _write(status: str, done: Pass) -> None:
+    try:
+        write_status(status, done)
+    except OSError as exc:  # the health check will say it; the rollup goes on
+        log.error("--status %s: %s", status, exc)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -168,24 +205,32 @@ def main(args: argparse.Namespace) -> int:
     if args.run and (args.start or args.end):
         print("flowstat rollup: --run or --from/--to, not both", file=sys.stderr)
         return 2
+    if args.end and not args.start:
+        print("flowstat rollup: --to needs --from", file=sys.stderr)
+        return 2
     try:
         store = Elasticsearch(args.es, args.index)
     except stores.StoreURLError as exc:
         print(f"flowstat rollup: {exc}", file=sys.stderr)
         return 2
-    rollup = Rollup(store, source=args.index, target=rollup_index(args.index))
+    rollup = Rollup(store, source=args.index, target=rollup_index(args.index), max_back_s=args.catch_up)
     try:
         if args.run or args.start:
             if args.run:
                 span = run_range(rollup, args.run)
                 if span is None:
-                    print(f"flowstat rollup: {args.index}-* holds no sample of run {args.run}", file=sys.stderr)
+                    print(f"flowstat rollup: {args.index} holds no sample of run {args.run}", file=sys.stderr)
                     return 2
             else:
                 try:
                     span = _epoch_ms(args.start), _epoch_ms(args.end) if args.end else int(time.time() * 1000)
                 except ValueError as exc:
                     print(f"flowstat rollup: --from/--to: {exc}", file=sys.stderr)
+                    return 2
+                if span[1] <= span[0]:
+                    print(
+                        f"flowstat rollup: --to {args.end or 'now'} is not after --from {args.start}", file=sys.stderr
+                    )
                     return 2
             n = roll_range(rollup, *span, quiet=args.quiet)
             print(f"flowstat rollup: {n} rollup documents written to {rollup.target}-*")
@@ -194,7 +239,7 @@ def main(args: argparse.Namespace) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
         log.info("rolling %s-* up into %s-*, every %d s", args.index, rollup.target, EVERY_S)
-        live(rollup, args.catch_up, stop, args.status)
+        live(rollup, stop, args.status)
         log.info("stopped")
         return 0
     except stores.StoreDown as exc:

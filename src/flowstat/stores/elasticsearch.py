@@ -18,6 +18,7 @@ import orjson
 from flowstat.schema import agent as agent_schema
 from flowstat.schema import run as run_schema
 from flowstat.schema import sample as sample_schema
+from flowstat.timeutil import iso_utc_from_ms
 
 from . import elasticsearch_rollup as rollup
 from ._base import MAX_REASONS, BatchEncoder, Outcome, StoreAuthError, StoreDown, Writer, error_reason, log, register
@@ -175,10 +176,12 @@ class Elasticsearch(Writer):
             )
         except StoreAuthError as exc:
             log.warning(
-                "%s: the samples are stored, not rolled up (%s); `flowstat rollup --from TIME --to TIME` as a "
-                "user who may read them (the compose stack's flowstat_rollup) does it",
+                "%s: the samples are stored, not rolled up (%s); `flowstat rollup --from %s --to %s` as a user "
+                "who may read them (the compose stack's flowstat_rollup) does it",
                 self.shown_url,
                 exc,
+                iso_utc_from_ms(start_ns // 1_000_000),
+                iso_utc_from_ms(end_ns // 1_000_000 + 1),
             )
 
     # -- set-up ---------------------------------------------------------------------------------
