@@ -80,6 +80,8 @@ class BulkStore(Store):
         super().__init__("elasticsearch")
 
     def answer(self, path: str, body: bytes, _):
+        if path.endswith("/_refresh") or "/_search" in path:  # replay's rollup, once loaded: no index here
+            return 200, b'{"_shards":{"total":0,"successful":0,"failed":0},"hits":{"hits":[]}}'
         assert path == "/_bulk"
         lines = body.decode().splitlines()
         out = []
