@@ -208,7 +208,7 @@ class Rollup:
                 }
             },
         }
-        aggs = self._search(daily_indices(self.source), body).get("aggregations")
+        aggs = self.search(body).get("aggregations")
         if not aggs:  # no samples index yet: nothing to count
             return {}
         return {int(b["key"]): b["doc_count"] for b in aggs["w"]["buckets"]}
@@ -254,7 +254,7 @@ class Rollup:
         }
         stamp = iso_utc_from_ms(w)
         while True:
-            agg = (self._search(daily_indices(self.source), body).get("aggregations") or {}).get("nodes")
+            agg = (self.search(body).get("aggregations") or {}).get("nodes")
             if not agg:  # the index went away (retention) since it was counted
                 return
             docs = []
