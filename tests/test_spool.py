@@ -412,3 +412,53 @@ def test_settling_an_empty_spool_changes_nothing(tmp_path):
     assert len(sp) == 0 and sp.samples == 0 and sp.peek() is None
     sp.push(b"a", count=1)
     assert sp.peek() == (b"a", 1)
+
+
+# -- fresh batches before a backlog ----------------------------------------------------------------
+
+
+def test_fresh_batches_go_before_the_backlog_and_settle_in_their_place(tmp_path):
+    """peek(fresh_from=N): the batches numbered N on (written since the sink was last found down)
+    before the older ones, as long as older ones wait; taken from the middle of the index, they
+    leave it there (pop), keep their place (release), or leave what the store did not take in
+    their place (replace_oldest); the backlog goes on in its order."""
+    sp = Spool(tmp_path, max_bytes=10_000)
+    for i, c in enumerate(b"abcde"):
+        sp.push(bytes([c]) * 10, count=i + 1)
+    assert sp.next_number == 5
+    assert sp.peek(25, fresh_from=3) == (b"d" * 10 + b"e" * 10, 9) and sp.handed_out_from() == 3
+    sp.release()  # not taken: still in their place
+    assert sp.peek(15, fresh_from=3) == (b"d" * 10, 4)
+    sp.replace_oldest(b"D", count=2)  # the store took 2 of d's 4
+    assert batches(tmp_path)[3] == "000000000003-2.batch" and sp.samples == 1 + 2 + 3 + 2 + 5
+    assert sp.peek(100, fresh_from=3) == (b"D" + b"e" * 10, 7)
+    sp.pop()
+    assert batches(tmp_path) == ["000000000000-1.batch", "000000000001-2.batch", "000000000002-3.batch"]
+    assert len(sp) == 3 and sp.samples == 6
+    assert sp.peek(100, fresh_from=3) == (b"a" * 10 + b"b" * 10 + b"c" * 10, 6)  # none fresh: the oldest
+    sp.pop()
+    assert len(sp) == 0 and sp.samples == 0 and sp.peek(fresh_from=3) is None
+    sp.push(b"f", count=1)  # all of them fresh: in order
+    sp.push(b"g", count=1)
+    assert sp.peek(fresh_from=3) == (b"f", 1) and sp.handed_out_from() == 5
+
+
+def test_fresh_batches_the_bound_drops_while_they_are_sent_are_counted_once(tmp_path):
+    """The bound drops from the oldest: it reaches fresh batches being sent only once the backlog
+    is gone; settled as delivered (pop) or dropped (release), once."""
+    sp = Spool(tmp_path, max_bytes=250)
+    sp.push(b"a" * 100, count=1)
+    sp.push(b"b" * 100, count=2)
+    assert sp.peek(fresh_from=1) == (b"b" * 100, 2)
+    sp.push(b"c" * 100, count=4)  # drops a (the backlog, not being sent)
+    assert sp.dropped_samples == 1 and sp.samples == 6
+    sp.push(b"d" * 100, count=8)  # drops b, being sent
+    assert batches(tmp_path) == ["000000000002-4.batch", "000000000003-8.batch"] and sp.samples == 14
+    sp.release()
+    assert sp.dropped_samples == 1 + 2 and sp.samples == 12 and len(sp) == 2
+    assert sp.peek(fresh_from=3) == (b"d" * 100, 8)
+    sp.push(b"e" * 100, count=16)  # drops c, the backlog
+    sp.push(b"f" * 100, count=32)  # drops d, being sent
+    sp.pop()  # the sink took d: delivered
+    assert sp.dropped_samples == 1 + 2 + 4 and sp.samples == 48 and len(sp) == 2
+    assert batches(tmp_path) == ["000000000004-16.batch", "000000000005-32.batch"]

@@ -21,8 +21,10 @@ EXAMPLE = ROOT / "examples" / "python-pipeline" / "pipeline.py"
 # of 5 messages and kernel buffers of 64 kB: its sends are refused for most of the run, on any machine.
 OVERLOAD = ["--objects", "1000", "--rate", "500", "--size", "65536", "--merge-every", "5", "--sink-delay-ms", "50",
             "--hwm", "5", "--tcp-buffer-kb", "64"]  # fmt: skip
-# 200 objects/s of 64 bytes through queues of 1,000: a stage would have to stall for 5 s to fill one.
-HEALTHY = ["--objects", "1000", "--rate", "200", "--merge-every", "10"]
+# 60 objects in all, fewer than the 64 a merger reads at once (a full read is its input's overload)
+# and than the queues' 1,000: no buffer can fill, however long a stage stalls on a loaded machine
+# (at 200/s, a 0.3 s stall of the merger, or of a worker starting, was a full read). At 10/s: 6 s.
+HEALTHY = ["--objects", "60", "--rate", "10", "--merge-every", "10"]
 PIPELINES = {"user-overload": OVERLOAD, "user-healthy": HEALTHY}
 
 

@@ -256,6 +256,8 @@ static void note_outcome(struct sink_runner *r, const struct sink_outcome *o)
     if (o->down) {
         r->next_retry = fs_monotonic() + RETRY_S;
         r->backlog = 1;
+        if (r->has_spool)
+            r->fresh_from = spool_next(&r->spool);
     }
 }
 
@@ -322,10 +324,11 @@ static double exit_deadline_now(struct sink_runner *r)
     return deadline > 0 ? deadline : INFINITY;
 }
 
-/* Send the spool, oldest first, until it is empty (0) or `until` passes (-1), or, with watch_exit,
- * the exit deadline; -1 too when the sink must be left alone until next_retry (then every way out
- * sets it: the caller waits for it). A batch leaves the spool once the sink took it: a sink that
- * took it and an agent killed before it could say so get it again (the stores overwrite it). */
+/* Send the spool, the fresh batches and the backlog in turn (delivery.h), each oldest first, until
+ * it is empty (0) or `until` passes (-1), or, with watch_exit, the exit deadline; -1 too when the
+ * sink must be left alone until next_retry (then every way out sets it: the caller waits for it).
+ * A batch leaves the spool once the sink took it: a sink that took it and an agent killed before
+ * it could say so get it again (the stores overwrite it). */
 static int drain_spool(struct sink_runner *r, double until, int watch_exit)
 {
     while (spool_pending(r)) {
@@ -334,9 +337,11 @@ static int drain_spool(struct sink_runner *r, double until, int watch_exit)
             return -1;
         size_t len = 0;
         int count = 0;
-        char *data = spool_take(&r->spool, (size_t)r->send_limit, &len, &count);
+        unsigned long long from = r->fresh_turn ? 0 : r->fresh_from;
+        char *data = spool_take(&r->spool, from, (size_t)r->send_limit, &len, &count);
         if (!data && errno == 0)
             return 0;
+        r->fresh_turn = data && from && r->spool.taken_first >= from; /* taken_first: this thread's */
         if (!data) {
             LOG_ERR("spool %s: cannot read its oldest batch: %s", r->spool.dir, strerror(errno));
             r->next_retry = fs_monotonic() + RETRY_S;
@@ -491,6 +496,7 @@ static int open_spool(struct sink_runner *r, const char *spool_dir, long long ma
         return -1;
     }
     r->has_spool = 1;
+    r->fresh_from = r->spool.next; /* what an earlier agent left is a backlog */
     return 0;
 }
 

@@ -5,7 +5,8 @@
  * it sampled on disk, for the next one to send); else, or when the spool cannot be written, it
  * queues it in memory. The sink's thread sends the spool, oldest first, removing each batch once
  * the sink took it, then what is queued; while the sink is down it asks again every second. The
- * sink and its counters are that thread's own; the spool is shared (spool.h). */
+ * sink and its counters are that thread's own; the spool is shared (spool.h). After an outage, what
+ * is sampled since goes before the backlog (fresh_from below). */
 #ifndef FLOWSTAT_DELIVERY_H
 #define FLOWSTAT_DELIVERY_H
 
@@ -47,6 +48,13 @@ struct sink_runner {
     int forbidden_kept;
     int ahead_failing; /* the sampling thread's: the spool could not be written ahead of a send */
     int backlog; /* the sink was found down since it last caught up: once it has, memory goes back (util.h) */
+    /* Batches numbered from fresh_from on were written after the sink was last found down (or after
+     * the agent started, behind what an earlier one left): they go before the backlog, a request of
+     * them and a request of the backlog in turn (fresh_turn: the last was fresh), so that what is
+     * sampled after an outage is stored at once, and the backlog still moves (a batch a store
+     * answers 403 is written again at the back, fresh, as long as the trouble lasts). */
+    unsigned long long fresh_from;
+    int fresh_turn;
 
     /* shared with the sampling thread, under lock */
     pthread_mutex_t lock;

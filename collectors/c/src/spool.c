@@ -158,17 +158,48 @@ void spool_figures(struct spool *s, long long *batches, long long *samples, long
     pthread_mutex_unlock(&s->lock);
 }
 
-/* Remove the oldest entry from the index and its file from the folder. Under lock. */
+/* Remove entries i .. i+k (from the oldest) from the index and their files from the folder. Under lock. */
+static void remove_range(struct spool *s, size_t i, size_t k)
+{
+    for (size_t j = i; j < i + k; j++) {
+        char path[1024];
+        batch_path(s, &s->entries[s->off + j], path, sizeof path);
+        unlink(path);
+        s->bytes -= s->entries[s->off + j].bytes;
+    }
+    if (i == 0) { /* the front: nothing moves */
+        s->off += k;
+    } else {
+        struct spool_entry *at = s->entries + s->off + i;
+        memmove(at, at + k, (s->len - i - k) * sizeof *at);
+    }
+    s->len -= k;
+}
+
 static struct spool_entry remove_oldest(struct spool *s)
 {
     struct spool_entry old = s->entries[s->off];
-    char path[1024];
-    batch_path(s, &old, path, sizeof path);
-    unlink(path);
-    s->off++;
-    s->len--;
-    s->bytes -= old.bytes;
+    remove_range(s, 0, 1);
     return old;
+}
+
+static int is_taken(const struct spool *s, unsigned long long number)
+{
+    return s->taken && number >= s->taken_first && number <= s->taken_last;
+}
+
+/* Where the first entry numbered `number` or above is in the index (len when none is). Under lock. */
+static size_t index_from(const struct spool *s, unsigned long long number)
+{
+    size_t lo = 0, hi = s->len; /* numbered in order: a binary search */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->entries[s->off + mid].number < number)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
 }
 
 /* Past the bound the oldest batches go, never the newest one. Those the sink thread is sending
@@ -178,7 +209,7 @@ static void keep_to_bound(struct spool *s)
 {
     while (s->bytes > s->max_bytes && s->len > 1) {
         struct spool_entry old = remove_oldest(s);
-        if (s->taken && old.number <= s->taken_last) {
+        if (is_taken(s, old.number)) {
             s->taken_gone++;
             s->taken_gone_samples += old.count;
             continue;
@@ -287,18 +318,18 @@ static int append_batch(struct spool *s, const struct spool_entry *e, struct fs_
     return rc;
 }
 
-/* Read the oldest batches into out for spool_take: the first, and those after it while all fit in
- * max_bytes (a later one that cannot be read is left for next time: one file open at a time).
+/* Read batches into out for spool_take: the one at index `from`, and those after it while all fit
+ * in max_bytes (a later one that cannot be read is left for next time: one file open at a time).
  * Returns how many (0 with errno: the first cannot be read); *skipped when the first was removed by
  * hand (its entry dropped: look again). Under lock, so that the bound cannot remove them meanwhile;
  * the files are small and in the page cache, the sampling thread waits no longer than a read. */
-static size_t read_oldest(struct spool *s, size_t max_bytes, struct fs_buf *out, int *skipped)
+static size_t read_run(struct spool *s, size_t from, size_t max_bytes, struct fs_buf *out, int *skipped)
 {
     size_t n = 0;
     long long bytes = 0;
     *skipped = 0;
-    while (n < s->len && n < SPOOL_TAKE_MAX) {
-        struct spool_entry e = s->entries[s->off + n];
+    while (from + n < s->len && n < SPOOL_TAKE_MAX) {
+        struct spool_entry e = s->entries[s->off + from + n];
         if (n > 0 && bytes + e.bytes > (long long)max_bytes)
             break;
         size_t had = out->len;
@@ -307,13 +338,15 @@ static size_t read_oldest(struct spool *s, size_t max_bytes, struct fs_buf *out,
             if (n == 0 && errno == ENOENT) { /* removed by hand: it is not there to send */
                 char path[1024];
                 batch_path(s, &e, path, sizeof path);
-                remove_oldest(s);
+                remove_range(s, from, 1);
                 s->samples -= e.count;
                 LOG_ERR("spool %s: batch %s is gone (removed by hand?): skipped", s->dir, path);
                 *skipped = 1;
             }
             break;
         }
+        if (n == 0)
+            s->taken_first = e.number;
         n++;
         bytes += e.bytes;
         s->taken_last = e.number;
@@ -322,7 +355,15 @@ static size_t read_oldest(struct spool *s, size_t max_bytes, struct fs_buf *out,
     return n;
 }
 
-char *spool_take(struct spool *s, size_t max_bytes, size_t *len, int *count)
+/* Where spool_take starts: at the first fresh batch when there is one and older ones wait, else at
+ * the oldest. Under lock. */
+static size_t take_from(const struct spool *s, unsigned long long fresh_from)
+{
+    size_t i = fresh_from ? index_from(s, fresh_from) : 0;
+    return i < s->len ? i : 0;
+}
+
+char *spool_take(struct spool *s, unsigned long long fresh_from, size_t max_bytes, size_t *len, int *count)
 {
     struct fs_buf out = {0};
     int skipped;
@@ -338,7 +379,7 @@ char *spool_take(struct spool *s, size_t max_bytes, size_t *len, int *count)
         }
         out.len = 0;
         s->taken_samples = s->taken_gone = s->taken_gone_samples = 0;
-        n = read_oldest(s, max_bytes, &out, &skipped);
+        n = read_run(s, take_from(s, fresh_from), max_bytes, &out, &skipped);
         s->taken = n > 0;
         saved = errno;
         pthread_mutex_unlock(&s->lock);
@@ -357,9 +398,11 @@ void spool_ack(struct spool *s)
 {
     pthread_mutex_lock(&s->lock);
     if (s->taken) {
-        /* the taken batches left in the index: only the bound removes others from the front */
-        while (s->len > 0 && s->entries[s->off].number <= s->taken_last)
-            remove_oldest(s);
+        /* the taken batches left in the index, side by side: the bound removes only from the front */
+        size_t i = index_from(s, s->taken_first), k = 0;
+        while (i + k < s->len && s->entries[s->off + i + k].number <= s->taken_last)
+            k++;
+        remove_range(s, i, k);
         s->samples -= s->taken_samples;
         s->taken = 0;
     }
@@ -377,6 +420,14 @@ void spool_release(struct spool *s)
     }
     s->taken = 0;
     pthread_mutex_unlock(&s->lock);
+}
+
+unsigned long long spool_next(struct spool *s)
+{
+    pthread_mutex_lock(&s->lock);
+    unsigned long long next = s->next;
+    pthread_mutex_unlock(&s->lock);
+    return next;
 }
 
 void spool_sync(struct spool *s)

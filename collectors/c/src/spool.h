@@ -32,11 +32,12 @@ struct spool {
     unsigned long long tmp_seq; /* names of files being written */
     struct spool_entry *entries; /* oldest first: entries[off .. off + len) */
     size_t off, len, cap;
-    /* The batches the sink thread is sending (spool_take), the oldest up to number taken_last:
-     * the bound may drop their files meanwhile (taken_gone of them, taken_gone_samples); they are
-     * settled, as delivered or as dropped, by spool_ack or spool_release. */
+    /* The batches the sink thread is sending (spool_take), numbered taken_first to taken_last
+     * (the oldest, or the freshest: spool_take): the bound may drop their files meanwhile
+     * (taken_gone of them, taken_gone_samples); they are settled, as delivered or as dropped, by
+     * spool_ack or spool_release. */
     int taken;
-    unsigned long long taken_last;
+    unsigned long long taken_first, taken_last;
     long long taken_samples;
     long long taken_gone, taken_gone_samples;
 };
@@ -60,14 +61,20 @@ int spool_claim(struct spool *s, const char *url, char *err, size_t errlen);
  * batches are dropped and counted, never the one just written. -1 with errno when it cannot be
  * written (a full disk): nothing is left of it. */
 int spool_push(struct spool *s, const char *data, size_t len, int count, unsigned long long *number);
-/* The sink thread: the oldest batch, and those after it while all fit in max_bytes (a sink's batches
- * are lines, and run together), as one buffer (malloc'd, caller frees), their sample count; they are
- * taken until spool_ack or spool_release. NULL when empty, or with errno when it cannot be read. */
-char *spool_take(struct spool *s, size_t max_bytes, size_t *len, int *count);
+/* The sink thread: the oldest batch numbered fresh_from or above when there is one and older ones
+ * wait too (live batches go before a backlog: what was sampled after a sink came back is queryable
+ * at once, not after the outage's backlog), else the oldest; and those after it while all fit in
+ * max_bytes (a sink's batches are lines, and run together), as one buffer (malloc'd, caller frees),
+ * their sample count; they are taken until spool_ack or spool_release. NULL when empty, or with
+ * errno when it cannot be read. fresh_from 0: oldest first, always. */
+char *spool_take(struct spool *s, unsigned long long fresh_from, size_t max_bytes, size_t *len, int *count);
 /* The taken batches went to the sink: their files are removed. */
 void spool_ack(struct spool *s);
-/* The taken batches did not go: they stay the oldest (those the bound dropped meanwhile are counted). */
+/* The taken batches did not go: they keep their place in the order (those the bound dropped
+ * meanwhile are counted). */
 void spool_release(struct spool *s);
+/* The number the next batch pushed will have. */
+unsigned long long spool_next(struct spool *s);
 /* Flush to disk the batches written since the last call, and the folder (they are written without
  * it: an agent killed loses nothing in the kernel's cache; a machine that stops may). */
 void spool_sync(struct spool *s);

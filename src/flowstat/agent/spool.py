@@ -41,6 +41,11 @@ def folder_name(url: str) -> str:
     return "".join(chr(b) if chr(b).isascii() and chr(b).isalnum() else "_" for b in raw[:NAME_CHARS]) + f"-{h:08x}"
 
 
+def _number(batch: Path) -> int:
+    """A batch file's place in the order, from its name."""
+    return int(batch.name.split("-")[0])
+
+
 def _count(batch: Path) -> int:
     """The samples in a batch file, from its name (NNNNNNNNNNNN-COUNT.batch)."""
     return int(batch.stem.split("-")[1])
@@ -97,13 +102,12 @@ class Spool:
         self._batches = deque((f, f.stat().st_size, _count(f)) for f in sorted(self.folder.glob("*.batch")))
         self._bytes = sum(size for _, size, _ in self._batches)
         self._samples = sum(count for _, _, count in self._batches)  # kept up to date: self-samples read it
-        self._next = int(self._batches[-1][0].name.split("-")[0]) + 1 if self._batches else 0
+        self._next = _number(self._batches[-1][0]) + 1 if self._batches else 0
         self._synced = self._next  # batches numbered below it were flushed to disk
-        # The batches peek handed out are the oldest until pop, replace_oldest or release settles
-        # them: the first _sending_left of the index. One the bound drops meanwhile is gone:
-        # settled then as delivered (pop) or as dropped (release).
+        # The batches peek handed out (the oldest, or the fresh ones: peek), side by side in the
+        # index until pop, replace_oldest or release settles them. One the bound drops meanwhile
+        # is gone: settled then as delivered (pop) or as dropped (release).
         self._sending: list[tuple[Path, int, int]] = []
-        self._sending_left = 0
         self._gone: list[tuple[Path, int, int]] = []
 
     def __len__(self) -> int:
@@ -112,6 +116,12 @@ class Spool:
     @property
     def samples(self) -> int:
         return self._samples
+
+    @property
+    def next_number(self) -> int:
+        """The number the next batch pushed will have."""
+        with self._lock:
+            return self._next
 
     def _tmp(self) -> Path:
         """Where this thread writes a batch before it is a batch (one write at a time a thread)."""
@@ -141,8 +151,7 @@ class Spool:
             path, size, lost = oldest
             self._bytes -= size
             path.unlink(missing_ok=True)
-            if self._sending_left:  # the oldest are those being sent
-                self._sending_left -= 1
+            if oldest in self._sending:
                 self._gone.append(oldest)  # settled when its send ends
             else:
                 self._dropped(lost)
@@ -152,64 +161,98 @@ class Spool:
         self.dropped_samples += lost
         log.error("spool %s is over %d bytes: dropped its oldest batch (%d samples)", self.folder, self.max_bytes, lost)
 
-    def peek(self, max_bytes: int = 0) -> tuple[bytes, int] | None:
-        """The oldest batch, and the batches after it while all fit in ``max_bytes`` (a sink that
-        fell behind catches up a request at a time, not a batch at a time: the batches of a sink
-        are lines, and run together), with their sample count; handed out until pop,
-        replace_oldest or release."""
+    def peek(self, max_bytes: int = 0, fresh_from: int = 0) -> tuple[bytes, int] | None:
+        """The oldest batch numbered ``fresh_from`` or above when there is one and older ones wait
+        too (live batches go before a backlog: what was sampled after a sink came back is stored at
+        once, not after the outage's backlog), else the oldest (``fresh_from`` 0: the oldest,
+        always); and the batches after it while all fit in ``max_bytes`` (a sink that fell behind
+        catches up a request at a time, not a batch at a time: the batches of a sink are lines, and
+        run together), with their sample count; handed out until pop, replace_oldest or release."""
         with self._lock:
             while self._batches:
-                path, size, count = self._batches[0]
+                start = self._start(fresh_from)
+                path, size, count = self._batches[start]
                 try:
                     parts = [path.read_bytes()]
                 except FileNotFoundError:  # removed by hand: not there to send
-                    self._skip_missing()
+                    self._skip_missing(start)
                     continue
                 total = len(parts[0])
-                for later in itertools.islice(self._batches, 1, TAKE_MAX):
+                for later in itertools.islice(self._batches, start + 1, start + TAKE_MAX):
                     if total + later[1] > max_bytes:
                         break
                     try:
                         parts.append(later[0].read_bytes())
-                    except OSError:  # removed by hand, unreadable: met as the oldest, next time
+                    except OSError:  # removed by hand, unreadable: met as the first, next time
                         break
                     total, count = total + later[1], count + later[2]
-                self._sending = list(itertools.islice(self._batches, len(parts)))
-                self._sending_left, self._gone = len(parts), []
+                self._sending = list(itertools.islice(self._batches, start, start + len(parts)))
+                self._gone = []
                 return b"".join(parts), count
             return None
 
-    def _skip_missing(self) -> None:
-        path, size, count = self._batches.popleft()
+    def handed_out_from(self) -> int:
+        """The number of the first batch peek handed out last (-1: none)."""
+        with self._lock:
+            return _number(self._sending[0][0]) if self._sending else -1
+
+    def _start(self, fresh_from: int) -> int:
+        """Where peek starts: at the first batch numbered fresh_from or above when there is one and
+        older ones wait, else at the oldest. Under lock."""
+        i = len(self._batches)
+        while fresh_from and i > 0 and _number(self._batches[i - 1][0]) >= fresh_from:
+            i -= 1
+        return i if i < len(self._batches) else 0
+
+    def _skip_missing(self, i: int) -> None:
+        path, size, count = self._batches[i]
+        del self._batches[i]
         log.error("spool %s: batch %s is gone (removed by hand?): skipped", self.folder, path.name)
         self._bytes -= size
         self._samples -= count
 
-    def _handed_out(self) -> None:
-        """pop or replace_oldest with no peek before: they settle the oldest batch."""
+    def _handed_out(self) -> list[tuple[Path, int, int]]:
+        """The batches handed out still in the index (pop or replace_oldest with no peek before
+        settle the oldest batch)."""
         if not self._sending and self._batches:
-            self._sending, self._sending_left = [self._batches[0]], 1
+            self._sending = [self._batches[0]]
+        return [b for b in self._sending if b not in self._gone]
+
+    def _unlist(self, handed: list[tuple[Path, int, int]]) -> int:
+        """Take the handed-out batches still in the index out of it (side by side: one cut);
+        where they were."""
+        at = self._batches.index(handed[0])
+        if at == 0:
+            for _ in handed:
+                self._batches.popleft()
+        else:
+            rest = list(self._batches)
+            del rest[at : at + len(handed)]
+            self._batches = deque(rest)
+        for _, size, _ in handed:
+            self._bytes -= size
+        return at
 
     def _settle(self) -> int:
         """End a send: the samples of every batch handed out; the state is reset."""
         count = sum(c for _, _, c in self._sending)
-        self._sending, self._sending_left, self._gone = [], 0, []
+        self._sending, self._gone = [], []
         return count
 
     def pop(self) -> None:
         """The batches handed out went to the sink: their files are removed (those the bound
         dropped meanwhile were delivered all the same)."""
         with self._lock:
-            self._handed_out()
-            for _ in range(self._sending_left):
-                path, size, _ = self._batches.popleft()
-                self._bytes -= size
+            handed = self._handed_out()
+            if handed:
+                self._unlist(handed)
+            for path, _, _ in handed:
                 path.unlink()
             self._samples -= self._settle()
 
     def release(self) -> None:
-        """The batches handed out did not go: they stay the oldest (those the bound dropped
-        meanwhile are counted as dropped)."""
+        """The batches handed out did not go: they keep their place in the order (those the bound
+        dropped meanwhile are counted as dropped)."""
         with self._lock:
             for _, _, lost in self._gone:
                 self._dropped(lost)
@@ -220,8 +263,7 @@ class Spool:
         their place in the order. Those the bound dropped meanwhile had lost their place: with
         none left, the rest is dropped with them."""
         with self._lock:
-            self._handed_out()
-            left = list(itertools.islice(self._batches, self._sending_left))
+            left = self._handed_out()
             self._samples -= self._settle() - count
             if not left:
                 self._dropped(count)
@@ -232,12 +274,11 @@ class Spool:
             _write(tmp, payload)
             _fsync(tmp)  # it stays: the sink wants it later
             os.replace(tmp, new)
-            for path, size, _ in left:
-                self._batches.popleft()
-                self._bytes -= size
+            at = self._unlist(left)
+            for path, _, _ in left:
                 if path != new:
                     path.unlink()
-            self._batches.appendleft((new, len(payload), count))
+            self._batches.insert(at, (new, len(payload), count))
             self._bytes += len(payload)
             self._keep_to_bound()
 
@@ -247,7 +288,7 @@ class Spool:
         with self._lock:
             todo = []
             for path, _, _ in reversed(self._batches):  # the newest first: those since the last call
-                if int(path.name.split("-")[0]) < self._synced:
+                if _number(path) < self._synced:
                     break
                 todo.append(path)
             upto = self._next

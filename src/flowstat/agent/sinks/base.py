@@ -168,6 +168,13 @@ class SinkRunner(threading.Thread):
         # 0: one batch.
         self._send_limit = send_max_bytes
         self._backlog = False  # the sink was found down since it last caught up (_caught_up)
+        # Batches numbered from _fresh_from on were written after the sink was last found down (or
+        # after the agent started, behind what an earlier one left): they go before the backlog, a
+        # request of them and a request of the backlog in turn (_fresh_turn: the last was fresh),
+        # so that what is sampled after an outage is stored at once, and the backlog still moves
+        # (documents a store answers 403 are written again at the back, fresh, while that lasts).
+        self._fresh_from = spool.next_number if spool is not None else 0
+        self._fresh_turn = False
         # the item _gather took from the queue and could not add to its batch (None too: stop),
         # the next to handle: a list of at most one
         self._held: list[tuple[bytes, int] | EllipsisType | None] = []
@@ -319,6 +326,8 @@ class SinkRunner(threading.Thread):
         self.down = True
         self._backlog = True
         self.next_retry = time.monotonic() + self.retry_s
+        if self.spool is not None:
+            self._fresh_from = self.spool.next_number
 
     def _caught_up(self) -> None:
         """Nothing waits: what goes together is send_max_bytes again, and what a backlog took is
@@ -333,7 +342,8 @@ class SinkRunner(threading.Thread):
         return self.down or (self.spool is not None and len(self.spool) > 0)
 
     def _drain_spool(self, until: float | None = None) -> bool:
-        """Send spooled batches in order, until ``until`` at the latest (None: until the exit
+        """Send spooled batches, the fresh ones and the backlog in turn (each in order: see
+        __init__), until ``until`` at the latest (None: until the exit
         deadline, once stop() set it); True when nothing waits. A batch leaves the spool once the
         sink took it: a sink that took it and an agent killed before it could say so get it again
         (the stores overwrite it)."""
@@ -343,9 +353,11 @@ class SinkRunner(threading.Thread):
                 if until is None:
                     self._too_slow()
                 return False
-            item = self.spool.peek(self._send_limit)
+            fresh_from = 0 if self._fresh_turn else self._fresh_from
+            item = self.spool.peek(self._send_limit, fresh_from)
             if item is None:
                 break
+            self._fresh_turn = bool(fresh_from) and self.spool.handed_out_from() >= fresh_from
             left = self._send(*item)
             if left is not None:
                 if left != item:  # the store took part of it: keep only the rest
