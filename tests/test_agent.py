@@ -356,3 +356,36 @@ def test_glibc_mmap_threshold_is_fixed():
     if memory._LIBC is None:
         pytest.skip("not glibc")
     assert memory.fix_mmap_threshold()
+
+
+def test_a_run_document_sent_at_the_end_goes_after_the_one_still_spooled_from_the_start(tmp_path):
+    """--send-run on the spool of the run's agent, whose sink was down since the run began: the run
+    document sent then (verdict pending) still waits there, with samples. The same document id in
+    every store: the end's must arrive after it, or the store keeps the pending one. So --send-run
+    resends in order, not what was written since first (as an agent's sink back from an outage)."""
+    from flowstat.agent.spool import folder_name
+    from support.agents import ScriptedHttp
+
+    server = ScriptedHttp()
+    url = f"http://127.0.0.1:{server.port}/write"
+    sink = open_sink(url)
+    spool = Spool(tmp_path / "spool" / folder_name(url), url=url)
+    run = {"run_id": "r-send-run", "started": "2026-11-27T00:00:00Z"}
+    spool.push(sink.encode_run({**run, "label": "pending"}), 1)
+    sample = {"run_id": run["run_id"], "node_id": "n", "seq": 0, "time": "2026-11-27T00:00:01.000Z"}
+    spool.push(sink.encode([sample]), 1)
+    complete = tmp_path / "run.json"
+    complete.write_text(json.dumps({**run, "label": "complete"}))
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "flowstat.agent", "--send-run", str(complete), "--sink", url]
+            + ["--spool-dir", str(tmp_path / "spool"), "--drain-timeout", "10"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        server.close()
+    assert out.returncode == 0, out.stderr
+    labels = [line for _, body, _ in server.requests for line in body.decode().splitlines() if "label=" in line]
+    assert len(labels) == 2 and "pending" in labels[0] and "complete" in labels[1], labels

@@ -349,21 +349,23 @@ def test_a_sink_slower_than_the_rounds_catches_up_a_request_at_a_time(tmp_path, 
     assert "too slow" not in out.stderr
 
 
+@pytest.mark.parametrize("refusals", [2, 3])
 def test_after_an_outage_what_was_sampled_since_goes_before_the_backlog_and_the_backlog_still_goes(
-    tmp_path, agent_command
+    tmp_path, agent_command, refusals
 ):
-    """A sink down (503) for its first three requests, a round every 100 ms, retried every second:
-    at each refusal the batches written so far become the backlog. Once the sink takes requests,
-    the first it takes holds only samples newer than any it refused (the ones written since the
-    last refusal), not the oldest of the outage: what is sampled after an outage is stored at
-    once. The backlog follows, oldest first, a request of it between requests of live samples
-    (small requests: --send-max-kb 1), and every sample arrives once."""
-    server = ScriptedHttp(lambda path, body, n: (503 if n < 3 else 204, b""))
+    """A sink down (503) for its first requests, a round every 100 ms, retried every second: at each
+    refusal the batches written so far become the backlog. Once the sink takes requests, the first
+    it takes holds only samples newer than any it refused (the ones written since the last
+    refusal), not the oldest of the outage, however many refusals came before (an even number once
+    gave the backlog the first turn): what is sampled after an outage is stored at once. The
+    backlog follows, oldest first, a request of it between requests of live samples (small
+    requests: --send-max-kb 1), and every sample arrives once."""
+    server = ScriptedHttp(lambda path, body, n: (503 if n < refusals else 204, b""))
     out, everything = one_sleeper_into(
         server, tmp_path, agent_command, "--duration", 6, "--send-max-kb", 1, "--spool-dir", tmp_path / "spool"
     )
     bodies = [[seq_of(line) for line in body.decode().splitlines() if line] for _, body, _ in server.requests]
-    refused, taken = bodies[:3], bodies[3:]
+    refused, taken = bodies[:refusals], bodies[refusals:]
     assert max(max(b) for b in refused) < min(taken[0]), (refused, taken[:2])
     assert taken[1][0] == 0, taken[:3]  # then the backlog, from its oldest
     backlog_seen = [b for b in taken if b[0] < min(taken[0])]

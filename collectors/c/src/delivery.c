@@ -256,8 +256,10 @@ static void note_outcome(struct sink_runner *r, const struct sink_outcome *o)
     if (o->down) {
         r->next_retry = fs_monotonic() + RETRY_S;
         r->backlog = 1;
-        if (r->has_spool)
+        if (r->has_spool) { /* what comes next is fresh; the backlog's turn after the first of it */
             r->fresh_from = spool_next(&r->spool);
+            r->fresh_turn = 0;
+        }
     }
 }
 
@@ -341,7 +343,8 @@ static int drain_spool(struct sink_runner *r, double until, int watch_exit)
         char *data = spool_take(&r->spool, from, (size_t)r->send_limit, &len, &count);
         if (!data && errno == 0)
             return 0;
-        r->fresh_turn = data && from && r->spool.taken_first >= from; /* taken_first: this thread's */
+        /* taken_first: this thread's. A batch that cannot be read gives the other side its turn. */
+        r->fresh_turn = data ? from && r->spool.taken_first >= from : from != 0;
         if (!data) {
             LOG_ERR("spool %s: cannot read its oldest batch: %s", r->spool.dir, strerror(errno));
             r->next_retry = fs_monotonic() + RETRY_S;

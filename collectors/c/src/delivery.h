@@ -51,8 +51,9 @@ struct sink_runner {
     /* Batches numbered from fresh_from on were written after the sink was last found down (or after
      * the agent started, behind what an earlier one left): they go before the backlog, a request of
      * them and a request of the backlog in turn (fresh_turn: the last was fresh), so that what is
-     * sampled after an outage is stored at once, and the backlog still moves (a batch a store
-     * answers 403 is written again at the back, fresh, as long as the trouble lasts). */
+     * sampled after an outage is stored at once, and the backlog still moves (documents a store
+     * answers 403 are written again at the back, fresh, as long as the trouble lasts). Set again
+     * each time the whole sink is found down; fresh_turn then goes back to 0. */
     unsigned long long fresh_from;
     int fresh_turn;
 

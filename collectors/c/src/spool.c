@@ -77,6 +77,20 @@ static int by_number(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Where the first entry numbered `number` or above is in the index (len when none is). Under lock. */
+static size_t index_from(const struct spool *s, unsigned long long number)
+{
+    size_t lo = 0, hi = s->len; /* numbered in order: a binary search */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->entries[s->off + mid].number < number)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 int spool_open(struct spool *s, const char *dir, long long max_bytes)
 {
     memset(s, 0, sizeof *s);
@@ -144,7 +158,8 @@ int spool_empty(struct spool *s)
 int spool_holds(struct spool *s, unsigned long long number)
 {
     pthread_mutex_lock(&s->lock);
-    int held = s->len > 0 && s->entries[s->off].number <= number;
+    size_t i = index_from(s, number); /* not FIFO: a batch newer than others may have left first */
+    int held = i < s->len && s->entries[s->off + i].number == number;
     pthread_mutex_unlock(&s->lock);
     return held;
 }
@@ -186,20 +201,6 @@ static struct spool_entry remove_oldest(struct spool *s)
 static int is_taken(const struct spool *s, unsigned long long number)
 {
     return s->taken && number >= s->taken_first && number <= s->taken_last;
-}
-
-/* Where the first entry numbered `number` or above is in the index (len when none is). Under lock. */
-static size_t index_from(const struct spool *s, unsigned long long number)
-{
-    size_t lo = 0, hi = s->len; /* numbered in order: a binary search */
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (s->entries[s->off + mid].number < number)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
 }
 
 /* Past the bound the oldest batches go, never the newest one. Those the sink thread is sending

@@ -79,7 +79,7 @@ unsigned long long spool_next(struct spool *s);
  * it: an agent killed loses nothing in the kernel's cache; a machine that stops may). */
 void spool_sync(struct spool *s);
 int spool_empty(struct spool *s);
-/* Whether batch `number`, or one older, is still in the spool (the sink has not taken it). */
+/* Whether batch `number` is still in the spool (the sink has not taken it). */
 int spool_holds(struct spool *s, unsigned long long number);
 /* Batches and samples in the spool now, and samples dropped past the bound so far. */
 void spool_figures(struct spool *s, long long *batches, long long *samples, long long *dropped);

@@ -65,13 +65,15 @@ def open_runner(
     sink_timeout_s: float = SINK_TIMEOUT_S,
     node_backoff_s: float = stores.NODE_BACKOFF_S,
     send_max_bytes: int = SinkRunner.SEND_MAX_BYTES,
+    fresh_first: bool = True,
 ) -> SinkRunner:
-    """The delivery of one sink, with its spool folder under ``spool_dir`` when it can be spooled."""
+    """The delivery of one sink, with its spool folder under ``spool_dir`` when it can be spooled
+    (``fresh_first``: see SinkRunner)."""
     sink = open_sink(url, sink_timeout_s, node_backoff_s)
     spool = None
     if sink.reliable and sink.spooled and spool_dir:
         spool = Spool(Path(spool_dir) / folder_name(url), spool_max_bytes, url)
-    return SinkRunner(sink, spool, drain_s=drain_s, send_max_bytes=send_max_bytes)
+    return SinkRunner(sink, spool, drain_s=drain_s, send_max_bytes=send_max_bytes, fresh_first=fresh_first)
 
 
 class Agent:

@@ -223,12 +223,13 @@ def _send_run(args: argparse.Namespace) -> int:
             args.sink_timeout,
             args.node_backoff,
             int(args.send_max_kb * 1024),
+            fresh_first=False,  # behind the run's first document, if it still waits in the spool
         )
         for url in args.sink or ["stdout://"]
     ]
     for r in runners:
+        r.submit_run(doc)  # in the spool behind what waits there, before the runner looks at it
         r.start()
-        r.submit_run(doc)
         r.stop()
     for r in runners:
         r.join()

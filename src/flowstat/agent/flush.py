@@ -55,7 +55,7 @@ def flush(
     except ValueError as exc:
         raise FlushError(f"{folder}: {exc}") from None
     spool = Spool(folder, max_bytes=1 << 62)
-    runner = SinkRunner(sink, spool, drain_s=wait_s, send_max_bytes=send_max_bytes)
+    runner = SinkRunner(sink, spool, drain_s=wait_s, send_max_bytes=send_max_bytes, fresh_first=False)
     runner.start()
     runner.stop()
     runner.join()

@@ -199,8 +199,10 @@ class Spool:
     def _start(self, fresh_from: int) -> int:
         """Where peek starts: at the first batch numbered fresh_from or above when there is one and
         older ones wait, else at the oldest. Under lock."""
-        i = len(self._batches)
-        while fresh_from and i > 0 and _number(self._batches[i - 1][0]) >= fresh_from:
+        if not fresh_from or not self._batches or _number(self._batches[0][0]) >= fresh_from:
+            return 0  # none older waits: in order
+        i = len(self._batches)  # the fresh batches are few, at the back: walked from there
+        while i > 0 and _number(self._batches[i - 1][0]) >= fresh_from:
             i -= 1
         return i if i < len(self._batches) else 0
 
@@ -222,13 +224,8 @@ class Spool:
         """Take the handed-out batches still in the index out of it (side by side: one cut);
         where they were."""
         at = self._batches.index(handed[0])
-        if at == 0:
-            for _ in handed:
-                self._batches.popleft()
-        else:
-            rest = list(self._batches)
-            del rest[at : at + len(handed)]
-            self._batches = deque(rest)
+        for _ in handed:  # at the front, or (fresh ones) near the back: cheap either way for a deque
+            del self._batches[at]
         for _, size, _ in handed:
             self._bytes -= size
         return at

@@ -158,6 +158,7 @@ class SinkRunner(threading.Thread):
         retry_s: float = 1.0,
         drain_s: float = 0.0,
         send_max_bytes: int = SEND_MAX_BYTES,
+        fresh_first: bool = True,
     ):
         super().__init__(daemon=True, name=f"sink-{sink.scheme}")
         self.sink, self.spool, self.retry_s, self.drain_s = sink, spool, retry_s, drain_s
@@ -169,11 +170,13 @@ class SinkRunner(threading.Thread):
         self._send_limit = send_max_bytes
         self._backlog = False  # the sink was found down since it last caught up (_caught_up)
         # Batches numbered from _fresh_from on were written after the sink was last found down (or
-        # after the agent started, behind what an earlier one left): they go before the backlog, a
+        # after the runner started, behind what an earlier one left): they go before the backlog, a
         # request of them and a request of the backlog in turn (_fresh_turn: the last was fresh),
-        # so that what is sampled after an outage is stored at once, and the backlog still moves
-        # (documents a store answers 403 are written again at the back, fresh, while that lasts).
-        self._fresh_from = spool.next_number if spool is not None else 0
+        # so that what is sampled after an outage is stored at once, and the backlog still moves.
+        # fresh_first=False: in order, always (a run document sent at the end of a run must not go
+        # before the one sent at its start, still spooled: the same document id).
+        self._fresh_first = fresh_first and spool is not None
+        self._fresh_from = spool.next_number if self._fresh_first and spool is not None else 0
         self._fresh_turn = False
         # the item _gather took from the queue and could not add to its batch (None too: stop),
         # the next to handle: a list of at most one
@@ -263,6 +266,8 @@ class SinkRunner(threading.Thread):
             self.send_failures += 1
             self.failing = True
             self._went_down()
+            if self._fresh_first and self.spool is not None:  # the whole sink down: what comes next is fresh
+                self._fresh_from, self._fresh_turn = self.spool.next_number, False
             return payload, count
         except SinkRejected as exc:
             self.refused += count
@@ -326,8 +331,6 @@ class SinkRunner(threading.Thread):
         self.down = True
         self._backlog = True
         self.next_retry = time.monotonic() + self.retry_s
-        if self.spool is not None:
-            self._fresh_from = self.spool.next_number
 
     def _caught_up(self) -> None:
         """Nothing waits: what goes together is send_max_bytes again, and what a backlog took is
