@@ -256,9 +256,9 @@ static void note_outcome(struct sink_runner *r, const struct sink_outcome *o)
     if (o->down) {
         r->next_retry = fs_monotonic() + RETRY_S;
         r->backlog = 1;
-        if (r->has_spool) { /* what comes next is fresh; the backlog's turn after the first of it */
+        if (r->has_spool) { /* what comes next is fresh */
             r->fresh_from = spool_next(&r->spool);
-            r->fresh_turn = 0;
+            r->fresh_run = 0;
         }
     }
 }
@@ -326,7 +326,7 @@ static double exit_deadline_now(struct sink_runner *r)
     return deadline > 0 ? deadline : INFINITY;
 }
 
-/* Send the spool, the fresh batches and the backlog in turn (delivery.h), each oldest first, until
+/* Send the spool, the fresh batches first and the backlog after them (delivery.h), each oldest first, until
  * it is empty (0) or `until` passes (-1), or, with watch_exit, the exit deadline; -1 too when the
  * sink must be left alone until next_retry (then every way out sets it: the caller waits for it).
  * A batch leaves the spool once the sink took it: a sink that took it and an agent killed before
@@ -339,12 +339,13 @@ static int drain_spool(struct sink_runner *r, double until, int watch_exit)
             return -1;
         size_t len = 0;
         int count = 0;
-        unsigned long long from = r->fresh_turn ? 0 : r->fresh_from;
+        unsigned long long from = r->fresh_run >= BACKLOG_EVERY ? 0 : r->fresh_from;
         char *data = spool_take(&r->spool, from, (size_t)r->send_limit, &len, &count);
         if (!data && errno == 0)
             return 0;
         /* taken_first: this thread's. A batch that cannot be read gives the other side its turn. */
-        r->fresh_turn = data ? from && r->spool.taken_first >= from : from != 0;
+        int fresh = data ? from && r->spool.taken_first >= from : from != 0;
+        r->fresh_run = fresh ? (data ? r->fresh_run + 1 : BACKLOG_EVERY) : 0;
         if (!data) {
             LOG_ERR("spool %s: cannot read its oldest batch: %s", r->spool.dir, strerror(errno));
             r->next_retry = fs_monotonic() + RETRY_S;

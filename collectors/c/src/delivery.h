@@ -15,6 +15,9 @@
 #include "sinks.h"
 #include "spool.h"
 
+/* The backlog's request, at least every this many while fresh batches wait (fresh_from below). */
+#define BACKLOG_EVERY 8
+
 /* --spool-dir's longest path: each sink's folder in it is named by up to 80 characters more. */
 #define SPOOL_DIR_MAX 400
 
@@ -48,14 +51,16 @@ struct sink_runner {
     int forbidden_kept;
     int ahead_failing; /* the sampling thread's: the spool could not be written ahead of a send */
     int backlog; /* the sink was found down since it last caught up: once it has, memory goes back (util.h) */
-    /* Batches numbered from fresh_from on were written after the sink was last found down (or after
-     * the agent started, behind what an earlier one left): they go before the backlog, a request of
-     * them and a request of the backlog in turn (fresh_turn: the last was fresh), so that what is
-     * sampled after an outage is stored at once, and the backlog still moves (documents a store
-     * answers 403 are written again at the back, fresh, as long as the trouble lasts). Set again
-     * each time the whole sink is found down; fresh_turn then goes back to 0. */
+    /* Batches numbered from fresh_from on were written after the sink was last found down (or
+     * after the agent started, behind what an earlier one left): they go first, the backlog when
+     * none waits, so that what is sampled after an outage is stored at once, whatever the store
+     * can take beside it (a tick's batch may be a whole request: taking the backlog in turns would
+     * halve what the live ones get of a store that is slow to recover). The backlog gets a request
+     * at least every BACKLOG_EVERY (fresh_run: fresh requests in a row), so that live batches that
+     * never run out (documents a store answers 403, written again at the back while that lasts)
+     * cannot stop it. fresh_from is set again each time the whole sink is found down. */
     unsigned long long fresh_from;
-    int fresh_turn;
+    int fresh_run;
 
     /* shared with the sampling thread, under lock */
     pthread_mutex_t lock;

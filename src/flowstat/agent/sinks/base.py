@@ -150,6 +150,7 @@ class SinkRunner(threading.Thread):
 
     QUEUED_AT_STOP_S = 5.0  # at least this long for the queued batches at stop, however short drain_s
     SEND_MAX_BYTES = SEND_MAX_BYTES  # spooled batches sent together, at most (see spool.py)
+    BACKLOG_EVERY = 8  # the backlog's request, at least every this many while fresh batches wait
 
     def __init__(
         self,
@@ -170,14 +171,16 @@ class SinkRunner(threading.Thread):
         self._send_limit = send_max_bytes
         self._backlog = False  # the sink was found down since it last caught up (_caught_up)
         # Batches numbered from _fresh_from on were written after the sink was last found down (or
-        # after the runner started, behind what an earlier one left): they go before the backlog, a
-        # request of them and a request of the backlog in turn (_fresh_turn: the last was fresh),
-        # so that what is sampled after an outage is stored at once, and the backlog still moves.
-        # fresh_first=False: in order, always (a run document sent at the end of a run must not go
-        # before the one sent at its start, still spooled: the same document id).
+        # after the runner started, behind what an earlier one left): they go first, the backlog
+        # when none waits, so that what is sampled after an outage is stored at once, whatever the
+        # store can take beside it; the backlog gets a request at least every BACKLOG_EVERY
+        # (_fresh_run: fresh requests in a row), so that live batches that never run out cannot
+        # stop it (the C agent's delivery.h). fresh_first=False: in order, always (a run document
+        # sent at the end of a run must not go before the one sent at its start, still spooled:
+        # the same document id).
         self._fresh_first = fresh_first and spool is not None
         self._fresh_from = spool.next_number if self._fresh_first and spool is not None else 0
-        self._fresh_turn = False
+        self._fresh_run = 0
         # the item _gather took from the queue and could not add to its batch (None too: stop),
         # the next to handle: a list of at most one
         self._held: list[tuple[bytes, int] | EllipsisType | None] = []
@@ -267,7 +270,7 @@ class SinkRunner(threading.Thread):
             self.failing = True
             self._went_down()
             if self._fresh_first and self.spool is not None:  # the whole sink down: what comes next is fresh
-                self._fresh_from, self._fresh_turn = self.spool.next_number, False
+                self._fresh_from, self._fresh_run = self.spool.next_number, 0
             return payload, count
         except SinkRejected as exc:
             self.refused += count
@@ -345,8 +348,8 @@ class SinkRunner(threading.Thread):
         return self.down or (self.spool is not None and len(self.spool) > 0)
 
     def _drain_spool(self, until: float | None = None) -> bool:
-        """Send spooled batches, the fresh ones and the backlog in turn (each in order: see
-        __init__), until ``until`` at the latest (None: until the exit
+        """Send spooled batches, the fresh ones first and the backlog after them (each in order:
+        see __init__), until ``until`` at the latest (None: until the exit
         deadline, once stop() set it); True when nothing waits. A batch leaves the spool once the
         sink took it: a sink that took it and an agent killed before it could say so get it again
         (the stores overwrite it)."""
@@ -356,11 +359,12 @@ class SinkRunner(threading.Thread):
                 if until is None:
                     self._too_slow()
                 return False
-            fresh_from = 0 if self._fresh_turn else self._fresh_from
+            fresh_from = 0 if self._fresh_run >= self.BACKLOG_EVERY else self._fresh_from
             item = self.spool.peek(self._send_limit, fresh_from)
             if item is None:
                 break
-            self._fresh_turn = bool(fresh_from) and self.spool.handed_out_from() >= fresh_from
+            fresh = bool(fresh_from) and self.spool.handed_out_from() >= fresh_from
+            self._fresh_run = self._fresh_run + 1 if fresh else 0
             left = self._send(*item)
             if left is not None:
                 if left != item:  # the store took part of it: keep only the rest
