@@ -374,6 +374,33 @@ def test_after_an_outage_what_was_sampled_since_goes_before_the_backlog_and_the_
     assert delivered == list(range(everything["samples"])), delivered
 
 
+def test_live_batches_that_never_run_out_still_let_the_backlog_go(tmp_path, agent_command):
+    """Down for its first two requests, then a sink that answers each request in 0.25 s while the
+    agent writes a batch every 50 ms, a request holding about two (--send-max-kb 1): live batches
+    wait at every turn, so the backlog goes only because it gets a request at least every 8th
+    (BACKLOG_EVERY): one of the first 9 requests taken holds it, not only the end of the run."""
+
+    def answer(path, body, n):
+        if n < 2:
+            return 503, b""
+        time.sleep(0.25)  # the scenario: a sink slower than the batches come
+        return 204, b""
+
+    server = ScriptedHttp(answer)
+    out, everything = one_sleeper_into(
+        server,
+        tmp_path,
+        agent_command,
+        *("--duration", 4, "--send-max-kb", 1, "--drain-timeout", 30, "--spool-dir", tmp_path / "spool"),
+    )
+    bodies = [[seq_of(line) for line in body.decode().splitlines() if line] for _, body, _ in server.requests]
+    refused, taken = bodies[:2], bodies[2:]
+    backlog = max(max(b) for b in refused)
+    assert min(taken[0]) > backlog, taken[:2]  # live first
+    assert any(min(b) <= backlog for b in taken[:9]), taken[:9]
+    assert sorted(s for b in taken for s in b) == list(range(everything["samples"]))
+
+
 # -- the store policy ----------------------------------------------------------------------------
 
 
