@@ -167,7 +167,8 @@ def test_hung_and_garbage_control_sockets_cost_a_timeout_not_a_crash(tmp_path):
 
 def test_receiver_down_for_seconds_loses_and_duplicates_nothing(tmp_path):
     """The receiver goes down once samples flow, and comes back once more than a second of
-    sampling (20 samples) waits in the spool: every sample taken arrives once, in order."""
+    sampling (20 samples) waits in the spool: every sample taken arrives once (those taken since
+    it came back first: test_c_agent_delivery)."""
     receiver = HttpReceiver()
     proc = sleeper()
     url = f"http://127.0.0.1:{receiver.port}/write"
@@ -202,7 +203,7 @@ def test_receiver_down_for_seconds_loses_and_duplicates_nothing(tmp_path):
         proc.kill()
     assert not runner.is_alive()
     seqs = [int(line.split("seq=")[1].split("i")[0]) for line in receiver.lines()]
-    assert seqs == list(range(agent.stats()["samples"]))  # every sample taken, once, in order
+    assert sorted(seqs) == list(range(agent.stats()["samples"]))  # every sample taken, once
     stats = agent.stats()["sinks"][url]
     assert stats["delivered"] == len(seqs) and stats["spooled"] == 0 and stats["lost"] == 0
 

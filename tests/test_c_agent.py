@@ -336,7 +336,7 @@ def test_receiver_down_for_seconds_loses_and_duplicates_nothing(tmp_path):
         proc.kill()
         agent.kill()
     seqs = [int(line.split("seq=")[1].split("i")[0]) for line in receiver.lines()]
-    assert seqs == list(range(len(seqs))) and len(seqs) >= 80
+    assert sorted(seqs) == list(range(len(seqs))) and len(seqs) >= 80  # once each (live first: not in order)
     stats = json.loads((tmp_path / "stats.json").read_text())["sinks"][url]
     assert stats["delivered"] == len(seqs) and stats["spooled"] == 0 and stats["lost"] == 0
 

@@ -162,8 +162,9 @@ def test_a_store_sink_answered_not_now_sends_the_batch_again_and_it_is_stored_on
     out, sink = agent_into(store, tmp_path, "--drain-timeout", 10)
     assert out.returncode == 0, out.stderr
     writes = store.sample_writes()
-    # the first batch again, as it was, first (with the batches that waited behind it: --send-max-kb), then the rest
-    assert writes[1].startswith(writes[0]) and 2 <= len(writes) <= 4, writes
+    # the first batch again, as it was (with the batches that waited beside it: --send-max-kb; those
+    # written since the store answered not now may go before it: test_c_agent_delivery)
+    assert any(writes[0] in w for w in writes[1:]) and 2 <= len(writes) <= 4, writes
     assert sorted(store.stored) == every("abc", range(3))  # each sample stored once
     assert (sink["delivered"], sink["refused"], sink["lost"], sink["spooled"], sink["spooled_samples"]) == (
         9,
