@@ -328,7 +328,10 @@ def test_a_panel_on_an_unknown_or_unaggregatable_field_is_refused_naming_it():
 
 # -- against the real Elasticsearch: the aggregations the Lens objects stand for -----------------------
 
-RUN_SECONDS = 9  # the online verdict (and the steady rate) needs 5 readings after 3 s of start-up
+# The online verdict (and the steady rate) needs 5 readings after 3 s of start-up; the run view per
+# 10 s, two whole 10 s windows of a node's samples, wherever the run falls on the clock (a 9 s run
+# sometimes fell in one window: no rate, one point).
+RUN_SECONDS = 22
 
 
 @pytest.fixture(scope="module")
