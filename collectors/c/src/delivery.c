@@ -340,11 +340,12 @@ static int drain_spool(struct sink_runner *r, double until, int watch_exit)
         size_t len = 0;
         int count = 0;
         unsigned long long from = r->fresh_run >= BACKLOG_EVERY ? 0 : r->fresh_from;
-        char *data = spool_take(&r->spool, from, (size_t)r->send_limit, &len, &count);
+        unsigned long long first = 0;
+        char *data = spool_take(&r->spool, from, (size_t)r->send_limit, &len, &count, &first);
         if (!data && errno == 0)
             return 0;
-        /* taken_first: this thread's. A batch that cannot be read gives the other side its turn. */
-        int fresh = data ? from && r->spool.taken_first >= from : from != 0;
+        /* A batch that cannot be read gives the other side its turn. */
+        int fresh = data ? from && first >= from : from != 0;
         r->fresh_run = fresh ? (data ? r->fresh_run + 1 : BACKLOG_EVERY) : 0;
         if (!data) {
             LOG_ERR("spool %s: cannot read its oldest batch: %s", r->spool.dir, strerror(errno));

@@ -364,7 +364,8 @@ static size_t take_from(const struct spool *s, unsigned long long fresh_from)
     return i < s->len ? i : 0;
 }
 
-char *spool_take(struct spool *s, unsigned long long fresh_from, size_t max_bytes, size_t *len, int *count)
+char *spool_take(struct spool *s, unsigned long long fresh_from, size_t max_bytes, size_t *len, int *count,
+                 unsigned long long *first)
 {
     struct fs_buf out = {0};
     int skipped;
@@ -391,7 +392,8 @@ char *spool_take(struct spool *s, unsigned long long fresh_from, size_t max_byte
         return NULL;
     }
     *len = out.len;
-    *count = (int)s->taken_samples; /* only this thread changes it */
+    *count = (int)s->taken_samples; /* only this thread changes them */
+    *first = s->taken_first;
     return out.data ? out.data : calloc(1, 1);
 }
 

@@ -66,8 +66,10 @@ int spool_push(struct spool *s, const char *data, size_t len, int count, unsigne
  * at once, not after the outage's backlog), else the oldest; and those after it while all fit in
  * max_bytes (a sink's batches are lines, and run together), as one buffer (malloc'd, caller frees),
  * their sample count; they are taken until spool_ack or spool_release. NULL when empty, or with
- * errno when it cannot be read. fresh_from 0: oldest first, always. */
-char *spool_take(struct spool *s, unsigned long long fresh_from, size_t max_bytes, size_t *len, int *count);
+ * errno when it cannot be read. fresh_from 0: oldest first, always. *first: the number of the
+ * first batch taken (whether it was a fresh one). */
+char *spool_take(struct spool *s, unsigned long long fresh_from, size_t max_bytes, size_t *len, int *count,
+                 unsigned long long *first);
 /* The taken batches went to the sink: their files are removed. */
 void spool_ack(struct spool *s);
 /* The taken batches did not go: they keep their place in the order (those the bound dropped
