@@ -12,7 +12,7 @@ reported beside it. Every sample must carry the nodes' figures (objects_received
 answered would look cheaper. Target: no measurable change (the
 secured/plain ratio within the spread of the plain rounds).
 
-Usage: benchmarks/bench_curve.py [--nodes 100] [--seconds 10] [--warmup 3] [--interval 0.2] [--repeats 3]
+Usage: benchmarks/bench_curve.py [--nodes 100] [--seconds 10] [--warmup 3] [--interval 0.2] [--repeats 6]
 Writes benchmarks/results/curve.json.
 """
 
@@ -108,7 +108,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=10, help="seconds measured per round (default 10)")
     ap.add_argument("--warmup", type=float, default=3, help="seconds of a round before its window starts (default 3)")
     ap.add_argument("--interval", type=float, default=0.2, help="agents' sampling interval (default 0.2)")
-    ap.add_argument("--repeats", type=int, default=3, help="rounds per agent and channel (default 3)")
+    ap.add_argument("--repeats", type=int, default=6, help="rounds per agent and channel (default 6)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
     from flowstat.node import curve
