@@ -163,6 +163,8 @@ def test_hung_and_garbage_control_sockets_cost_a_timeout_not_a_crash(tmp_path):
     assert agent.control.errors >= 8  # 4 time-outs + 4 garbage replies
     # the hung node cost its time-out in each round, no more: no round was late enough to be skipped
     assert agent.rounds == 4 and agent.skipped_rounds == 0
+    # a request is one frame (and the ROUTER's identity): with CURVE each frame is encrypted on its own
+    assert ok.frames_per_request == {2}
 
 
 def test_receiver_down_for_seconds_loses_and_duplicates_nothing(tmp_path):

@@ -388,6 +388,8 @@ def run_scenario(binary, tmp_path, wrap=()):
             p.kill()
         for n in (hung, garbage, ok):
             n.close()
+    # a request is one frame (and the ROUTER's identity): with CURVE each frame is encrypted on its own
+    assert ok.frames_per_request == {2}
     docs = [json.loads(x) for x in open(tmp_path / "s.json")]
     return out, [d for d in docs if "node_id" in d], [d for d in docs if "node_id" not in d]
 

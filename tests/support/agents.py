@@ -182,6 +182,7 @@ class StubNode:
         self.port = self.sock.bind_to_random_port("tcp://127.0.0.1")
         self.endpoint = f"tcp://127.0.0.1:{self.port}"
         self.requests = 0
+        self.frames_per_request: set[int] = set()  # the ROUTER's identity frame included
         self.running = True
         self.thread = threading.Thread(target=self.serve, daemon=True)
         self.thread.start()
@@ -192,6 +193,7 @@ class StubNode:
                 continue
             frames = self.sock.recv_multipart()
             self.requests += 1
+            self.frames_per_request.add(len(frames))
             request = json.loads(frames[-1])
             if self.mode == "hang":
                 continue
