@@ -13,7 +13,8 @@ answered would look cheaper. Target: no measurable change (the
 secured/plain ratio within the spread of the plain rounds).
 
 Usage: benchmarks/bench_curve.py [--nodes 100] [--seconds 10] [--warmup 3] [--interval 0.2] [--repeats 6]
-Writes benchmarks/results/curve.json.
+Writes benchmarks/results/curve.json. With --serve-only it starts the nodes and prints their
+directories, for an agent started by hand under perf or strace (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -110,6 +111,11 @@ def main() -> int:
     ap.add_argument("--interval", type=float, default=0.2, help="agents' sampling interval (default 0.2)")
     ap.add_argument("--repeats", type=int, default=6, help="rounds per agent and channel (default 6)")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument(
+        "--serve-only",
+        action="store_true",
+        help="start the nodes, print their two directories and wait for Enter: for profiling an agent by hand",
+    )
     args = ap.parse_args()
     from flowstat.node import curve
     from flowstat.proc.machine import describe
@@ -138,6 +144,10 @@ def main() -> int:
         try:
             for h in hosts:
                 assert h.stdout.readline().strip() == "ready"
+            if args.serve_only:
+                print(f"in the clear: --endpoints-dir {plain}\nwith CURVE:   --endpoints-dir {secured}")
+                input("Enter stops the nodes ")
+                return 0
             rounds: dict[str, dict[str, list[dict]]] = {a: {"plain": [], "curve": []} for a in agents}
             for r in range(args.repeats):
                 for agent, command in agents.items():
