@@ -26,7 +26,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,10 +63,6 @@ def cpu_ns(pid: int) -> int:
     return total
 
 
-def _stamp_s(sample: dict) -> float:
-    return datetime.fromisoformat(sample["time"].replace("Z", "+00:00")).timestamp()
-
-
 def agent_round(command: list[str], folder: Path, out: Path, seconds: float, interval: float, warmup: float) -> dict:
     """One agent watching ``folder``: its CPU over the node samples stamped in a window of ``seconds``
     that starts ``warmup`` seconds after the agent did, so that the figure is the steady cost a sample,
@@ -85,13 +80,16 @@ def agent_round(command: list[str], folder: Path, out: Path, seconds: float, int
     t1, cpu1 = time.time(), cpu_ns(proc.pid)
     proc.terminate()
     _, err = proc.communicate(timeout=30)
+    from flowstat.schema.sample import time_ns
+
     samples = [json.loads(line) for line in out.read_text().splitlines() if '"node_id"' in line]
-    window = [s for s in samples if t0 <= _stamp_s(s) < t1]
+    stamped = [(time_ns(s["time"]) / 1e9, s) for s in samples]
+    window = [s for t, s in stamped if t0 <= t < t1]
     return {
         "cpu_s": (cpu1 - cpu0) / 1e9,
         "cpu_s_with_startup": cpu1 / 1e9,
         "samples": len(window),
-        "samples_with_startup": sum(_stamp_s(s) < t1 for s in samples),
+        "samples_with_startup": sum(t < t1 for t, _ in stamped),
         "answered": sum("objects_received" in s for s in window),
         "log_tail": err[-500:],
     }
