@@ -16,6 +16,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -485,6 +486,85 @@ def test_replay_fails_over_once_and_stores_every_sample_once(stack, tmp_path, fa
     elif failing == "503":
         asked = [(method, path.split("?")[0]) for method, path, _, _ in bad.requests]
         assert asked == [("GET", "/_cluster/health"), ("POST", "/_bulk")]
+
+
+class Pauses:
+    """Stops the real Elasticsearch (SIGSTOP to its process group) for ``seconds`` when ``when(method,
+    path)`` first holds for a request on its way to it, once per name: a node that answers nothing
+    for a while, as on a loaded machine. Every pause is ended (SIGCONT) by ``close``, whatever happened."""
+
+    def __init__(self, pid: int, seconds: float, when: dict) -> None:
+        self.pid, self.seconds, self.when = pid, seconds, when
+        self.lock = threading.Lock()
+        self.done: list[str] = []
+        self.timers: list[threading.Timer] = []
+
+    def __call__(self, method: str, path: str) -> None:
+        with self.lock:
+            name = next((n for n, test in self.when.items() if n not in self.done and test(method, path)), None)
+            if name is None:
+                return
+            self.done.append(name)
+            os.killpg(self.pid, signal.SIGSTOP)
+            timer = threading.Timer(self.seconds, os.killpg, (self.pid, signal.SIGCONT))
+            self.timers.append(timer)
+            timer.start()
+
+    def close(self) -> None:
+        for timer in self.timers:
+            timer.cancel()
+        os.killpg(self.pid, signal.SIGCONT)
+
+
+def test_replay_and_its_rollup_outlast_an_elasticsearch_that_stops_answering_for_seconds(stack, tmp_path):
+    """The real Elasticsearch stopped for 3 s (SIGSTOP, then SIGCONT) as replay sends its third batch,
+    and again at its roll-up's first search, with requests that wait 1 s for an answer: each is asked
+    again until it is answered (the store did the first one too, once it went on); replay exits 0,
+    every sample stored once and rolled up once."""
+    from flowstat.stores.elasticsearch_rollup import rollup_index
+
+    es = stack["elasticsearch"]
+    index = f"flowstat-test-replay-paused-{uuid.uuid4().hex[:8]}"
+    path = tmp_path / "samples.ndjson"
+    make_run_file(path, f"replay-paused-{uuid.uuid4().hex[:8]}", 300)
+    create_days(es, index, [RUN_FILE_T0_NS])
+    bulks = []
+    pauses = Pauses(
+        es.pid(),
+        3 * TIMEOUT_S,
+        {
+            "third batch": lambda method, path: path.startswith("/_bulk") and len(bulks) == 2,
+            "roll-up": lambda method, path: "/_search" in path and path.startswith(f"/{index}-"),
+        },
+    )
+
+    def before(method: str, path: str) -> None:
+        pauses(method, path)
+        if path.startswith("/_bulk"):
+            bulks.append(path)
+
+    proxy = ProxyNode(es.url, before=before)
+    try:
+        out = replay(path, f"http://127.0.0.1:{proxy.port}", index)
+    finally:
+        pauses.close()
+        proxy.close()
+    assert out.returncode == 0, out.stderr
+    assert pauses.done == ["third batch", "roll-up"]
+    bodies = [body for body, _ in proxy.bulks()]
+    assert bodies.count(bodies[2]) >= 2  # the paused batch went again: the store did both, one document
+    searches = [(p, body) for _, p, body, _ in proxy.requests if "/_search" in p and p.startswith(f"/{index}-")]
+    assert searches.count(searches[0]) >= 2  # and the paused search too
+    assert_each_once(es_docs(es, index), 300, nodes=10)
+    rolled = rollup_docs(es, rollup_index(index))
+    assert sum(d["samples"] for d in rolled) == 300 and len({d["node_id"] for d in rolled}) == 10
+
+
+def rollup_docs(es, index: str) -> list[dict]:
+    requests.post(f"{es.url}/{index}-*/_refresh", timeout=30).raise_for_status()
+    resp = requests.post(f"{es.url}/{index}-*/_search", json={"size": 10000}, timeout=30)
+    resp.raise_for_status()
+    return [h["_source"] for h in resp.json()["hits"]["hits"]]
 
 
 # -- the writer itself (replay's, the Python agent's) -------------------------------------------

@@ -200,6 +200,27 @@ def _write(status: str, done: Pass) -> None:
         log.error("--status %s: %s", status, exc)
 
 
+def _one_off_span(args: argparse.Namespace, rollup: Rollup, store: Elasticsearch) -> tuple[int, int] | None:
+    """What --run or --from/--to ask to roll up (ms); None once said why not. The store is checked
+    first: a wrong address fails at once, not after the roll-up's patient retries."""
+    if not args.run:
+        try:
+            span = _epoch_ms(args.start), _epoch_ms(args.end) if args.end else int(time.time() * 1000)
+        except ValueError as exc:
+            print(f"flowstat rollup: --from/--to: {exc}", file=sys.stderr)
+            return None
+        if span[1] <= span[0]:
+            print(f"flowstat rollup: --to {args.end or 'now'} is not after --from {args.start}", file=sys.stderr)
+            return None
+    store.check()
+    if args.run:
+        found = run_range(rollup, args.run)
+        if found is None:
+            print(f"flowstat rollup: {args.index} holds no sample of run {args.run}", file=sys.stderr)
+        return found
+    return span
+
+
 def main(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s flowstat rollup: %(message)s")
     if args.run and (args.start or args.end):
@@ -213,25 +234,21 @@ def main(args: argparse.Namespace) -> int:
     except stores.StoreURLError as exc:
         print(f"flowstat rollup: {exc}", file=sys.stderr)
         return 2
-    rollup = Rollup(store, source=args.index, target=rollup_index(args.index), max_back_s=args.catch_up)
+    # A one-off roll-up (--run, --from) asks again while Elasticsearch is down or slow, as a replay's
+    # writes do; the live one leaves a pass that fails to the next.
+    one_off = bool(args.run or args.start)
+    rollup = Rollup(
+        store,
+        source=args.index,
+        target=rollup_index(args.index),
+        max_back_s=args.catch_up,
+        retry=stores.DEFAULT_RETRY if one_off else None,
+    )
     try:
-        if args.run or args.start:
-            if args.run:
-                span = run_range(rollup, args.run)
-                if span is None:
-                    print(f"flowstat rollup: {args.index} holds no sample of run {args.run}", file=sys.stderr)
-                    return 2
-            else:
-                try:
-                    span = _epoch_ms(args.start), _epoch_ms(args.end) if args.end else int(time.time() * 1000)
-                except ValueError as exc:
-                    print(f"flowstat rollup: --from/--to: {exc}", file=sys.stderr)
-                    return 2
-                if span[1] <= span[0]:
-                    print(
-                        f"flowstat rollup: --to {args.end or 'now'} is not after --from {args.start}", file=sys.stderr
-                    )
-                    return 2
+        if one_off:
+            span = _one_off_span(args, rollup, store)
+            if span is None:
+                return 2
             n = roll_range(rollup, *span, quiet=args.quiet)
             print(f"flowstat rollup: {n} rollup documents written to {rollup.target}-*")
             return 0

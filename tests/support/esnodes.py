@@ -94,12 +94,18 @@ class ProxyNode(_Server):
     passed on and stored by the real node, and then no answer comes: the connection closes, as
     when a node is killed between storing a batch and answering it. ``dropped``: the bodies so
     treated. ``sock``: a bound socket to listen on (its port refused connections until now).
-    ``delay_s``: how long it holds each request before passing it on (a slow node)."""
+    ``delay_s``: how long it holds each request before passing it on (a slow node). ``before(method,
+    path)``: called as each request comes, before it is passed on (to act on the real node then)."""
 
     def __init__(
-        self, target: str, dies_after=lambda n: False, sock: socket.socket | None = None, delay_s: float = 0.0
+        self,
+        target: str,
+        dies_after=lambda n: False,
+        sock: socket.socket | None = None,
+        delay_s: float = 0.0,
+        before=lambda method, path: None,
     ) -> None:
-        self.target, self.dies_after, self.delay_s = target, dies_after, delay_s
+        self.target, self.dies_after, self.delay_s, self.before = target, dies_after, delay_s, before
         self.dropped: list[bytes] = []
         self.bulk_count = 0
         self.session = requests.Session()
@@ -107,9 +113,14 @@ class ProxyNode(_Server):
 
     def _pass_on(self, handler: BaseHTTPRequestHandler, method: str, path: str, body: bytes) -> None:
         headers = {k: v for k, v in handler.headers.items() if k.lower() in ("content-type", "authorization")}
+        self.before(method, path)
         if self.delay_s:
             time.sleep(self.delay_s)  # the slow node itself, not a wait for something
-        resp = self.session.request(method, self.target + path, data=body or None, headers=headers, timeout=30)
+        try:
+            resp = self.session.request(method, self.target + path, data=body or None, headers=headers, timeout=30)
+        except requests.RequestException:
+            handler.close_connection = True  # the real node gave no answer: nor does this one
+            return
         if path.startswith("/_bulk"):
             with self.lock:
                 n, self.bulk_count = self.bulk_count, self.bulk_count + 1

@@ -15,6 +15,7 @@ import argparse
 
 from ._auth import CREDENTIALS_VAR, CredentialsError, StoreAuth, read_credentials_file, refuse_secrets_in_url
 from ._base import (
+    DEFAULT_RETRY,
     NODE_BACKOFF_S,
     BatchEncoder,
     Outcome,
@@ -31,6 +32,7 @@ from ._registry import get, names, writers
 
 __all__ = [
     "CREDENTIALS_VAR",
+    "DEFAULT_RETRY",
     "NODE_BACKOFF_S",
     "BatchEncoder",
     "CredentialsError",

@@ -49,6 +49,7 @@ import requests
 from ._auth import StoreAuth, refuse_secrets_in_url
 
 Encoded = TypeVar("Encoded", str, bytes)  # a sample as an encoder takes it: its line protocol, its JSON document
+_T = TypeVar("_T")
 
 MAX_REASONS = 5  # refusal reasons kept per outcome: enough to say why, bounded for huge batches
 MAX_NODES = 16  # nodes a URL may list (the C agent's bound too)
@@ -225,7 +226,7 @@ class Writer:
         if self.auth.ca_file:
             self.session.verify = self.auth.ca_file
         self.requests = 0  # requests started
-        self.retries = 0  # attempts that failed and were tried again (by write())
+        self.retries = 0  # attempts that failed and were tried again (by write() and ask())
 
     def _nodes(self) -> list[Node]:
         """The nodes ``self.url`` names: itself, or each of its list with its scheme and path."""
@@ -435,8 +436,7 @@ class Writer:
         (see the module's retry policy). Raises StoreDown once ``policy.give_up_s`` have passed
         without progress."""
         total = Outcome()
-        deadline = time.monotonic() + policy.give_up_s
-        delay = policy.first_s
+        backoff = _Backoff(policy, sleep)
         while True:
             try:
                 done = self.post(body, count)
@@ -451,17 +451,67 @@ class Writer:
                 if done.forbidden:
                     raise StoreAuthError(done.forbidden, "forbidden")
                 if done.accepted or done.refused:  # progress: the store answers, item by item
-                    deadline, delay = time.monotonic() + policy.give_up_s, policy.first_s
+                    backoff.restart()
                 body, count = done.retry, done.retry_count
                 why = f"{self.title} at {self.url}: {count} items refused for now"
-            if time.monotonic() + delay > deadline:
-                raise StoreDown(f"{why} (gave up after {policy.give_up_s:.0f} s of retries)")
+            backoff.wait(why)
             self.retries += 1
-            sleep(delay)
-            delay = min(delay * 2, policy.max_s)
+
+    def ask(
+        self,
+        method: str,
+        url: str,
+        body: bytes | None = None,
+        content_type: str | None = None,
+        action: Callable[[], str] | str | None = None,
+        *,
+        policy: RetryPolicy = DEFAULT_RETRY,
+        **kw: Any,
+    ) -> requests.Response:
+        """A request that carries no batch of data (a search, a refresh, a set-up call), asked again
+        while the store cannot answer it now (see retried)."""
+        return self.retried(lambda: self._http(method, url, body, content_type, action, **kw), policy)
+
+    def retried(
+        self,
+        attempt: Callable[[], _T],
+        policy: RetryPolicy = DEFAULT_RETRY,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> _T:
+        """``attempt()`` again while it raises StoreDown, as write() waits: the store down, or slower
+        than ``timeout_s`` (a store paused by a loaded machine), until ``policy.give_up_s`` have passed.
+        Only for what may be done twice: the store may have done what it did not answer."""
+        backoff = _Backoff(policy, sleep)
+        while True:
+            try:
+                return attempt()
+            except StoreAuthError:
+                raise  # waiting will not change who we are
+            except StoreDown as exc:
+                backoff.wait(str(exc))
+            self.retries += 1
 
     def close(self) -> None:
         self.session.close()
+
+
+class _Backoff:
+    """The waits between attempts under a RetryPolicy: doubling from ``first_s`` up to ``max_s``;
+    StoreDown (saying why the last attempt failed) once the next wait would pass ``give_up_s`` since
+    the start or the last progress."""
+
+    def __init__(self, policy: RetryPolicy, sleep: Callable[[float], None]) -> None:
+        self.policy, self.sleep = policy, sleep
+        self.restart()
+
+    def restart(self) -> None:
+        self.deadline, self.delay = time.monotonic() + self.policy.give_up_s, self.policy.first_s
+
+    def wait(self, why: str) -> None:
+        if time.monotonic() + self.delay > self.deadline:
+            raise StoreDown(f"{why} (gave up after {self.policy.give_up_s:.0f} s of retries)")
+        self.sleep(self.delay)
+        self.delay = min(self.delay * 2, self.policy.max_s)
 
 
 class _NodeFailed(Exception):

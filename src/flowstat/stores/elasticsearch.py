@@ -21,7 +21,18 @@ from flowstat.schema import sample as sample_schema
 from flowstat.timeutil import iso_utc_from_ms
 
 from . import elasticsearch_rollup as rollup
-from ._base import MAX_REASONS, BatchEncoder, Outcome, StoreAuthError, StoreDown, Writer, error_reason, log, register
+from ._base import (
+    DEFAULT_RETRY,
+    MAX_REASONS,
+    BatchEncoder,
+    Outcome,
+    StoreAuthError,
+    StoreDown,
+    Writer,
+    error_reason,
+    log,
+    register,
+)
 from ._es_common import _DAY_NS, ES_TYPES, _day, index_action
 from ._es_common import AGENTS_INDEX as AGENTS_INDEX  # the names the other layers import from here
 from ._es_common import DATE as DATE
@@ -166,12 +177,13 @@ class Elasticsearch(Writer):
         return out
 
     def loaded(self, start_ns: int, end_ns: int) -> None:
-        """Roll the replayed samples up (the live rollup, flowstat rollup, rolls up recent windows only).
+        """Roll the replayed samples up (the live rollup, flowstat rollup, rolls up recent windows only),
+        each request asked again while the store is down or slow, as the samples' writes are.
         A user who may write samples but not read them (the compose stack's flowstat_agent) is told
         how to have them rolled up, and the replay goes on: the samples are stored."""
         try:
-            self._http("POST", f"{self.url}/{self.target}-*/_refresh", action=f"refresh {self.target}-*")
-            rollup.Rollup(self, source=self.target, target=rollup.rollup_index(self.target)).roll(
+            self.ask("POST", f"{self.url}/{self.target}-*/_refresh", action=f"refresh {self.target}-*")
+            rollup.Rollup(self, source=self.target, target=rollup.rollup_index(self.target), retry=DEFAULT_RETRY).roll(
                 start_ns // 1_000_000, end_ns // 1_000_000 + 1
             )
         except StoreAuthError as exc:

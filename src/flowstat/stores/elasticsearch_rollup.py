@@ -33,7 +33,7 @@ import orjson
 from flowstat.schema import sample as sample_schema
 from flowstat.timeutil import iso_utc_from_ms
 
-from ._base import Outcome, StoreAuthError, StoreDown
+from ._base import Outcome, RetryPolicy, StoreAuthError, StoreDown
 from ._es_common import DATE, SAMPLES_INDEX, daily_index, index_action
 
 if TYPE_CHECKING:
@@ -115,6 +115,10 @@ class Rollup:
     hold_ms: int | None = None
     hold_until_s: float | None = None
     next_ms: int | None = None  # where the last complete pass ended: the next one starts there at the latest
+    # None: a request the store does not answer now fails the pass (the live rollup's next pass starts
+    # there). A policy: each request is asked again while the store is down or slow, as a write is (a
+    # one-off roll-up: a replay's, `flowstat rollup --run`), every one of them idempotent.
+    retry: RetryPolicy | None = None
 
     # -- passes ---------------------------------------------------------------------------------
     def tick(self, on_window: Callable[[Pass], bool] | None = None) -> Pass:
@@ -219,7 +223,9 @@ class Rollup:
         for docs in self._pages(w):
             index = self.index_of(w)
             body = b"".join(index_action(index, doc_id) + orjson.dumps(doc) + b"\n" for doc_id, doc in docs)
-            outcome: Outcome = self.store.post(body, len(docs))
+            outcome: Outcome = (
+                self.store.write(body, len(docs), self.retry) if self.retry else self.store.post(body, len(docs))
+            )
             if outcome.forbidden:  # who we are, not the data: as a request answered 403
                 raise StoreAuthError(outcome.forbidden, "forbidden")
             if outcome.retry is not None:  # some documents not taken for now: the window again, later
@@ -274,6 +280,12 @@ class Rollup:
         return self._search(daily_indices(self.source), body)
 
     def _search(self, index: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The answer, parsed; asked again while the store cannot give it whole when ``retry`` says so."""
+        if self.retry is None:
+            return self._search_once(index, body)
+        return self.store.retried(lambda: self._search_once(index, body), self.retry)
+
+    def _search_once(self, index: str, body: dict[str, Any]) -> dict[str, Any]:
         """The answer, parsed. StoreDown also when a shard failed or the search timed out: a part of
         the answer must not pass for the whole."""
         url = f"{self.store.url}/{index}/_search?ignore_unavailable=true&allow_no_indices=true"

@@ -12,7 +12,7 @@ from flowstat.schema import run as run_schema
 from flowstat.schema import sample as sample_schema
 
 from ._auth import StoreAuth
-from ._base import NODE_BACKOFF_S, BatchEncoder, Outcome, Writer, register
+from ._base import DEFAULT_RETRY, NODE_BACKOFF_S, BatchEncoder, Outcome, RetryPolicy, Writer, register
 
 DATABASE = "flowstat"
 _DROPPED = re.compile(r"dropped=(\d+)")
@@ -92,11 +92,13 @@ class InfluxDB(Writer):
         return Outcome(refused=count, reasons=[why])
 
     # -- set-up ---------------------------------------------------------------------------------
-    def query(self, statement: str, db: str | None = None) -> dict[str, Any]:
+    def query(self, statement: str, db: str | None = None, retry: RetryPolicy | None = None) -> dict[str, Any]:
         """Run an InfluxQL statement (times in ns), in database ``db`` if given; an error answer
-        raises RuntimeError naming the statement."""
+        raises RuntimeError naming the statement. ``retry``: asked again while InfluxDB is down or
+        slow (for a statement that may run twice)."""
         params = {"q": statement, "epoch": "ns", **({"db": db} if db else {})}
-        resp = self._http("POST", f"{self.url}/query", params=params, action=f"run {statement[:60]!r}")
+        args = ("POST", f"{self.url}/query", None, None, f"run {statement[:60]!r}")
+        resp = self.ask(*args, policy=retry, params=params) if retry else self._http(*args, params=params)
         body = resp.json() if resp.headers.get("content-type", "").startswith("application/json") else {}
         errors = [r["error"] for r in body.get("results", []) if "error" in r]
         if resp.status_code >= 300 or errors:
@@ -104,9 +106,11 @@ class InfluxDB(Writer):
         return body
 
     def loaded(self, start_ns: int, end_ns: int) -> None:
-        """Roll the replayed samples up (continuous queries only roll up recent buckets)."""
+        """Roll the replayed samples up (continuous queries only roll up recent buckets), each statement
+        asked again while InfluxDB is down or slow, as the samples' writes are (SELECT INTO the same
+        points twice writes them once)."""
         for statement in backfill_statements(start_ns, end_ns, self.target):
-            self.query(statement, self.target)
+            self.query(statement, self.target, retry=DEFAULT_RETRY)
 
     def install(self) -> list[str]:
         """Create the database and retention policies; (re)create the continuous queries so that their
