@@ -6,15 +6,24 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+LAB_STAMP := $(VENV)/.lab-installed
 
 C_AGENT := collectors/c/build/flowstat-agent
-C_DEPS := libzmq3-dev libcjson-dev libcurl4-openssl-dev pkg-config clang libclang-rt-14-dev clang-format valgrind g++ cppzmq-dev \
+# Debian packages by purpose. DEMO_DEPS: what `make demo` builds and runs (the C agent and the node
+# library: ZeroMQ, cJSON, libcurl). TEST_DEPS: what only the tests and benchmarks need: clang and its
+# sanitizer runtime (fuzzers, ASan builds), clang-format, valgrind, g++ and cppzmq (the C++ example),
+# docker-compose and docker.io, mmdebstrap and iproute2 (the compose stack run for real), chromium
+# and its driver (the report in a browser), Slurm and munge (runs across hosts).
+DEMO_DEPS := libzmq3-dev libcjson-dev libcurl4-openssl-dev pkg-config
+TEST_DEPS := clang libclang-rt-14-dev clang-format valgrind g++ cppzmq-dev \
 	docker-compose chromium chromium-driver docker.io mmdebstrap iproute2 \
 	slurmctld slurmd slurm-client munge
 # Named after the list: a checkout that installed an older list installs what was added.
-C_STAMP := .cache/c-deps-$(shell echo '$(C_DEPS)' | md5sum | cut -c1-8).installed
+DEMO_DEPS_STAMP := .cache/demo-deps-$(shell echo '$(DEMO_DEPS)' | md5sum | cut -c1-8).installed
+TEST_DEPS_STAMP := .cache/test-deps-$(shell echo '$(TEST_DEPS)' | md5sum | cut -c1-8).installed
 
-.PHONY: help demo test test-ready test-stack lint bench soak mutate install clean c-agent generate compose-images screenshots
+.PHONY: help demo test test-ready test-stack lint bench soak mutate install clean c-agent c-agent-tests generate \
+	compose-images screenshots
 
 help:
 	@echo "make demo   local InfluxDB/Elasticsearch/Telegraf + a harness run shipping into them"
@@ -23,7 +32,8 @@ help:
 	@echo "make bench  run the benchmarks and the campaigns at 20 s (about 100 minutes; JSON in benchmarks/results/)"
 	@echo "make soak   10,000 processes into both stores for an hour, faults injected (about 90 minutes; docs/soak.md)"
 	@echo "make mutate mutation testing of the code where a bug loses data (2 minutes; benchmarks/results/mutation.json)"
-	@echo "make generate  write again every generated file (src/flowstat/generate.py), the report's screenshots too (a minute)"
+	@echo "make generate  write again every file made from another (src/flowstat/generate.py; seconds, deterministic)"
+	@echo "make screenshots  the report's pictures in docs/img (records two runs; a minute)"
 	@echo "make clean  remove the venv, caches and runs"
 
 $(BIN)/python:
@@ -31,73 +41,89 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || { echo "python venv missing: installing python3-venv"; \
 		apt-get update -qq && apt-get install -y -qq python3-venv && $(PYTHON) -m venv $(VENV); }
 
+# flowstat with every extra: what the demo runs.
 $(STAMP): $(BIN)/python pyproject.toml requirements.lock
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -c requirements.lock -e '.[all,test]'
+	$(BIN)/python -m pip install -q -c requirements.lock -e '.[all]'
 	touch $@
 
-# Debian packages: the C agent's build dependencies (clang-format for its format check),
-# docker-compose to validate docker-compose.yml offline, chromium with its chromedriver, in which the
-# tests open flowstat report's pages, and docker.io (dockerd, containerd, runc, the docker client),
-# mmdebstrap and iproute2 (ip netns), with which the tests run docker-compose.yml for real
-# (tests/test_compose_up.py).
-# Installed once (root, or sudo if present).
-$(C_STAMP):
+# The tests' and benchmarks' tools (pytest, linters, selenium...) and the laboratory (lab/: the engines
+# the suite starts and the query expansion of the tools that cannot run here), in development mode.
+$(LAB_STAMP): $(STAMP) lab/pyproject.toml
+	$(BIN)/python -m pip install -q -c requirements.lock -e '.[all,test]' -e lab
+	touch $@
+
+# Debian packages, installed once (root, or sudo if present).
+define apt_install
 	@mkdir -p .cache
-	@if ! dpkg -s $(C_DEPS) >/dev/null 2>&1; then \
+	@if ! dpkg -s $(1) >/dev/null 2>&1; then \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-		echo "installing $(C_DEPS)"; \
-		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(C_DEPS); \
+		echo "installing $(1)"; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(1); \
 	fi
 	touch $@
+endef
 
-# The C agent goes beside the venv's python too, where flowstat run looks for it (as pip puts
-# console scripts there).
-c-agent: $(C_STAMP) $(BIN)/python
-	$(MAKE) -C collectors/c all asan fuzz
+$(DEMO_DEPS_STAMP):
+	$(call apt_install,$(DEMO_DEPS))
+
+$(TEST_DEPS_STAMP):
+	$(call apt_install,$(TEST_DEPS))
+
+# The C agent and the node library; the agent goes beside the venv's python too, where flowstat run
+# looks for it (as pip puts console scripts there).
+c-agent: $(DEMO_DEPS_STAMP) $(BIN)/python
+	$(MAKE) -C collectors/c all
 	ln -sf ../../$(C_AGENT) $(BIN)/flowstat-agent
+
+# What only the tests and benchmarks run: the library's probe and benchmark programs, the ASan builds
+# and the fuzzers.
+c-agent-tests: c-agent $(TEST_DEPS_STAMP)
+	$(MAKE) -C collectors/c tests asan fuzz
 
 install: $(STAMP) c-agent
 
 # Every file made from another (templates, dashboards, alert rules, schema tables, the thesis
-# comparison): flowstat.generate lists them; tests/test_generated.py keeps them current.
-generate: $(STAMP) c-agent
+# comparison): flowstat.generate lists them; tests/test_generated.py keeps them current. Deterministic:
+# twice in a row, or on another machine, it changes nothing. The screenshots are `make screenshots`.
+generate: $(STAMP)
 	$(BIN)/python -m flowstat.generate .
-	$(BIN)/python -m flowstat.report.screenshots
 
 demo: $(STAMP) c-agent
 	scripts/demo
 
-# The checks that read the code (a few seconds): layers import downward only (import-linter), ruff's
-# lint and format, mypy (strict on the bottom layers, pyproject says which), clang-format on the C.
-lint: $(STAMP)
+# The checks that read the code (a few seconds): layers import downward only and flowstat never
+# imports the laboratory (import-linter), ruff's lint and format, mypy (strict on the bottom layers,
+# pyproject says which), clang-format on the C.
+lint: $(LAB_STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(MAKE) -C collectors/c format-check
 
-# The servers the tests use are downloaded and built first, on a quiet machine: the tests run on
-# three workers, and timing tests beside a Telegraf build would only measure the build. What comes
-# before the tests goes two at a time (mypy keeps one core busy for half a minute, the C builds the
-# other), its output kept together a step at a time.
+# The servers the tests use are downloaded and built first, on a quiet machine: timing tests beside a
+# Telegraf build would only measure the build. What comes before the tests goes two at a time (mypy
+# keeps one core busy for half a minute, the C builds the other), its output kept together a step at
+# a time.
 test:
 	$(MAKE) --jobs=2 --output-sync=target test-ready
 	$(BIN)/python -m pytest -q -ra -n 3
 
-test-ready: lint c-agent compose-images test-stack
+test-ready: lint c-agent-tests compose-images test-stack
 
 test-stack: $(STAMP)
 	$(BIN)/flowstat stack install --cache .cache/test-stack
 
 # The compose stack's images, built here (no image registry is reachable): Compose v2 from the Go
 # module proxy, Debian bases made with mmdebstrap, flowstat's from the Dockerfile, and the stand-ins
-# of scripts/compose-stand-ins/, each rebuilt only when its inputs change (about 6 minutes the first
-# time on a machine, a few seconds after: kept in /var/lib/flowstat/compose). Needs root.
-compose-images: $(STAMP) $(C_STAMP)
-	$(BIN)/python scripts/composeengine.py images
+# of lab/stand-ins/, each rebuilt only when its inputs change (about 6 minutes the first time on a
+# machine, a few seconds after: kept in /var/lib/flowstat/compose). Needs root.
+compose-images: $(LAB_STAMP) $(TEST_DEPS_STAMP)
+	$(BIN)/python -m flowstat_lab.compose images
 
-bench: $(STAMP) c-agent
+# Raw series go to benchmarks/results/raw/ (ignored by git); the small summaries the docs quote stay.
+bench: $(LAB_STAMP) c-agent-tests
 	$(BIN)/python benchmarks/run_benchmarks.py --full
 	cd benchmarks && ../$(BIN)/python bench_agents.py
 	cd benchmarks && ../$(BIN)/python bench_agent_mem.py
@@ -117,27 +143,27 @@ bench: $(STAMP) c-agent
 
 # The soak (issue 28): 10,000 processes watched at 1 Hz into both stores for an hour, after a scale
 # ladder, with faults (benchmarks/bench_soak.py says what and when). About 90 minutes; needs root
-# and about 6 GB of memory. Writes benchmarks/results/soak-*.json, docs/soak.md and docs/img/soak.svg.
+# and about 6 GB of memory. Writes its raw series to benchmarks/results/raw/ (not tracked), its summary
+# to benchmarks/results/soak.json, and docs/soak.md and docs/img/soak.svg from the summary.
 # `SOAK_ARGS=--quick make soak` tries it out in about 20 minutes.
-soak: $(STAMP) c-agent
+soak: $(LAB_STAMP) c-agent
 	cd benchmarks && ../$(BIN)/python bench_soak.py --doc $(SOAK_ARGS)
 
-# The report's screenshots in docs/img/, made by the code the browser tests use (flowstat.report.screenshots:
+# The report's screenshots in docs/img/, made by the code the browser tests use (flowstat_lab.screenshots:
 # records the demo's two runs, makes a 500-producer run from the first, writes and pictures their reports).
-# make generate makes them too.
-screenshots: $(STAMP) c-agent
-	$(BIN)/python -m flowstat.report.screenshots
+screenshots: $(LAB_STAMP) c-agent $(TEST_DEPS_STAMP)
+	$(BIN)/python -m flowstat_lab.screenshots
 
 # Mutation testing (mutmut, pinned in requirements.lock): not part of make test, as each of about a
-# thousand small changes to the code runs the unit tests that call it. scripts/mutate.py says what
-# is judged and writes the score; it fails below 90% caught in any part.
+# thousand small changes to the code runs the unit tests that call it. flowstat_lab.mutate says what is
+# judged and writes the score; it fails below 90% caught in any part.
 MUTATE_STAMP := $(VENV)/.mutate-installed
-$(MUTATE_STAMP): $(STAMP)
-	$(BIN)/python -m pip install -q -c requirements.lock -e '.[all,test,mutate]'
+$(MUTATE_STAMP): $(LAB_STAMP)
+	$(BIN)/python -m pip install -q -c requirements.lock -e '.[all,test,mutate]' -e lab
 	touch $@
 
-mutate: $(MUTATE_STAMP) c-agent
-	$(BIN)/python scripts/mutate.py
+mutate: $(MUTATE_STAMP) c-agent-tests
+	$(BIN)/python -m flowstat_lab.mutate
 
 clean:
 	rm -rf $(VENV) .cache runs .pytest_cache mutants

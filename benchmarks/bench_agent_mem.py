@@ -13,7 +13,7 @@ an Elasticsearch-like one (elasticsearch://127.0.0.1:PORT/flowstat: every _bulk 
   line-stall  the line endpoint accepts connections and stops reading for --stall-s;
 after --warm-s, each followed by --gap-s, the pair --cycles times, then --tail-s more.
 
-What is recorded (benchmarks/results/agent-mem[-LABEL].json): each agent's VmRSS every second, and
+What is recorded (benchmarks/results/raw/agent-mem[-LABEL].json, not tracked): each agent's VmRSS every second, and
 per agent: the median over the last 20 s of the warm-up (before), the highest, the median over
 the last 30 s (end), the step (end - before), the slope (least squares, MB per hour) from the end
 of the warm-up, the value at the end of each fault and gap, the lines each sink received and the
@@ -197,9 +197,9 @@ def main() -> int:
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     kinds = [k for k in args.agents.split(",") if k]
-    out = args.out or RESULTS / f"agent-mem{'-' + args.label if args.label else ''}.json"
+    out = args.out or RESULTS / "raw" / f"agent-mem{'-' + args.label if args.label else ''}.json"
     work = Path(tempfile.mkdtemp(prefix="agent-mem-"))
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    env = dict(os.environ)
     env.update(dict(e.split("=", 1) for e in args.env))
     idler = work / "mem-idler"
     subprocess.run(["cc", "-O2", "-Wall", "-o", str(idler), str(IDLER_SOURCE)], check=True)

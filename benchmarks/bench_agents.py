@@ -310,7 +310,7 @@ def main() -> int:
     from flowstat.timeutil import compact_utc, iso_utc_ms
 
     results = {"started": iso_utc_ms(), "machine": machine(), "command": " ".join(sys.argv), "benchmarks": {}}
-    out = args.out or ROOT / "benchmarks" / "results" / f"agents-{compact_utc()}.json"
+    out = args.out or ROOT / "benchmarks" / "results" / "raw" / f"agents-{compact_utc()}.json"
     steps = [
         (
             f"CPU per process-sample: {args.targets} processes, 1 Hz, {args.seconds:g} s",

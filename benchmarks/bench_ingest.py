@@ -401,7 +401,7 @@ def main() -> int:
 
         for sub in ("influxdb/data", "influxdb/meta", "influxdb/wal", "elasticsearch/data"):
             shutil.rmtree(cache / sub, ignore_errors=True)
-    save_results(results, args.out or ROOT / "benchmarks" / "results" / f"ingest-{compact_utc()}.json")
+    save_results(results, args.out or ROOT / "benchmarks" / "results" / "raw" / f"ingest-{compact_utc()}.json")
     return 0
 
 

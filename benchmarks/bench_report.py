@@ -11,11 +11,11 @@ work on the 2 cores slows it down), and the HTML's size; targets <= 10 s and <= 
 file holds the agent's self-sample lines between the ticks, as a real one does.
 
 Then the same report (500 nodes) is opened in headless Chromium at a laptop's screen, as the tests
-open reports (flowstat.report.screenshots), BROWSER_OPENS times: from navigation start to every plot
+open reports (flowstat_lab.screenshots), BROWSER_OPENS times: from navigation start to every plot
 drawn (polled every 20 ms), the median against a target of 3 s.
 
 Usage: benchmarks/bench_report.py [--quick] [--nodes N] [--samples S] [--out FILE]
-Prints the figures and writes JSON (default benchmarks/results/report-<UTC>.json).
+Prints the figures and writes JSON (default benchmarks/results/raw/report-<UTC>.json).
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def main() -> int:
             "nodes": args.nodes,
             **bench_browser(html, results["benchmarks"]["report"]["plots"]),
         }
-    save_results(results, args.out or ROOT / "benchmarks" / "results" / f"report-{compact_utc()}.json")
+    save_results(results, args.out or ROOT / "benchmarks" / "results" / "raw" / f"report-{compact_utc()}.json")
     return 0
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs across hosts (issue 30), on the suite's own Slurm cluster (scripts/slurmcluster.py: three
+"""Runs across hosts (issue 30), on the suite's own Slurm cluster (lab/flowstat_lab/slurm.py: three
 slurmd, n1-n3, at 127.0.0.11-13 in a network namespace of this machine).
 
 startup     `flowstat run TOPOLOGY --slurm` (the demo topology across three hosts, 1 s, agents on),
@@ -33,9 +33,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from flowstat_lab import slurm as sc
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import slurmcluster as sc  # noqa: E402
 
 C_AGENT = ROOT / "collectors" / "c" / "build" / "flowstat-agent"
 DEMO = """run_id: {run_id}
@@ -124,7 +124,7 @@ def main() -> int:
     args = ap.parse_args()
     from run_benchmarks import machine, save_results
 
-    from flowstat.timeutil import compact_utc, iso_utc_ms
+    from flowstat.timeutil import iso_utc_ms
 
     cluster = sc.Cluster()
     cluster.up(owner=None)
@@ -136,7 +136,7 @@ def main() -> int:
             results["benchmarks"]["campaign_5_4"] = bench_campaign(cluster, Path(tmp), counts, args.seconds)
     finally:
         cluster.down()
-    save_results(results, args.out or ROOT / "benchmarks" / "results" / f"slurm-{compact_utc()}.json")
+    save_results(results, args.out or ROOT / "benchmarks" / "results" / "slurm.json")
     print(
         json.dumps(
             {k: {kk: v.get(kk) for kk in ("median_s", "worst_ratio", "met")} for k, v in results["benchmarks"].items()}

@@ -23,8 +23,10 @@ The hour (--minutes, default 60). Faults, each at a time recorded in the results
   spool-full     the tmpfs agent's Telegraf path refuses connections for 120 s: its 1 MiB spool
                  fills, and the batches that no longer fit are lost, each counted (its lost).
 
-What is reported (benchmarks/results/soak-*.json, docs/img/soak.svg, `--doc` the section of
-docs/benchmarks.md):
+What is reported: every series in benchmarks/results/raw/soak-TIME.json (not tracked: megabytes); its
+summary (what the docs read: the per-sample series left out, VmRSS a point a minute) in
+benchmarks/results/soak.json with `--doc`, which also writes docs/soak.md and docs/img/soak.svg from
+that summary (beside the raw file, as soak-TIME.summary.json, without --doc):
 - lost and duplicated samples in each store per agent instance, counted by (agent, node, seq) against
   what each agent says it sampled (its --stats at exit; for the killed one, its last self-sample,
   so a sample it took after that and lost is not seen), with the samples it says it dropped apart:
@@ -68,16 +70,17 @@ from pathlib import Path
 
 import requests
 
+from flowstat_lab.netns import Forward
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from netns import Forward  # noqa: E402
 
 C_AGENT = ROOT / "collectors" / "c" / "build" / "flowstat-agent"
 PYTHON = sys.executable
 IDLER_SOURCE = ROOT / "benchmarks" / "soak" / "idler.c"
 CACHE = ROOT / ".cache" / "bench-stack"  # shared with the other benchmarks: installed once
 RESULTS = ROOT / "benchmarks" / "results"
+RAW = RESULTS / "raw"  # the series, not tracked (.gitignore)
+SUMMARY = RESULTS / "soak.json"  # what docs/soak.md and its plot are made from (tracked)
 SVG = ROOT / "docs" / "img" / "soak.svg"
 
 INTERVAL_S = 1.0
@@ -164,7 +167,7 @@ class Idlers:
         self.parents, self.count = [], 0
 
 
-# -- a relay that can stop reading, or refuse: scripts/netns.Forward ---------------------------------
+# -- a relay that can stop reading, or refuse: flowstat_lab.netns.Forward ---------------------------------
 
 
 def relay_to(port: int) -> Forward:
@@ -1178,6 +1181,50 @@ def soak_section(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+# The per-sample series a summary leaves out (megabytes for an hour): the raw file keeps them.
+SERIES = ("probe_delays", "query_rounds")
+RSS_EVERY_S = 60.0  # a summary's VmRSS series: the first point of each minute
+
+
+def summary(results: dict) -> dict:
+    """The results without the per-sample series (their verdicts, recovery and per-minute figures
+    computed from them are kept), each process's VmRSS a point a minute: what docs/soak.md and
+    docs/img/soak.svg are made from, a few tens of kB."""
+    out = {k: v for k, v in results.items() if k != "soak"}
+    if "soak" in results:
+        soak = {k: v for k, v in results["soak"].items() if k not in SERIES}
+        if "query_rounds" in results["soak"]:
+            soak["queries"] = judged_queries(results["soak"])
+        if "rss_series" in soak:
+            soak["rss_series"] = {name: thinned(pts) for name, pts in soak["rss_series"].items()}
+        out["soak"] = soak
+    return out
+
+
+def thinned(points: list, every_s: float = RSS_EVERY_S) -> list:
+    """The first point of each EVERY_S-long slot of the clock (points are [time, ...], in time order)."""
+    out, last = [], None
+    for p in points:
+        slot = int(p[0] // every_s)
+        if slot != last:
+            out.append(p)
+            last = slot
+    return out
+
+
+def write_summary_and_doc(results: dict, path: Path, doc: bool) -> dict:
+    """The summary at PATH; with DOC, docs/soak.md and docs/img/soak.svg made from it (as they will
+    be made again from the tracked file alone)."""
+    s = summary(results)
+    s["file"] = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(s, indent=1) + "\n")
+    if doc:
+        SVG.write_text(svg_page(s))
+        (ROOT / "docs" / "soak.md").write_text(soak_section(s))
+    return s
+
+
 def verdicts(results: dict) -> dict:
     s = results["soak"]
     out = {}
@@ -1233,13 +1280,17 @@ def main() -> int:
     ap.add_argument(
         "--no-views", action="store_true", help="skip the aggregate view's data (a recorded run, synthesised)"
     )
-    ap.add_argument("--out", type=Path, help="JSON output (default benchmarks/results/soak-TIME.json)")
-    ap.add_argument("--doc", action="store_true", help="also write docs/soak.md and docs/img/soak.svg")
+    ap.add_argument("--out", type=Path, help="JSON of every series (default benchmarks/results/raw/soak-TIME.json)")
+    ap.add_argument(
+        "--doc",
+        action="store_true",
+        help="also write benchmarks/results/soak.json (the summary) and docs/soak.md, docs/img/soak.svg from it",
+    )
     ap.add_argument(
         "--render",
         type=Path,
         metavar="RESULTS",
-        help="only redraw docs/soak.md and docs/img/soak.svg from a results file",
+        help="only write the summary, docs/soak.md and docs/img/soak.svg again from a results file (raw or summary)",
     )
     args = ap.parse_args()
     if args.render:
@@ -1249,8 +1300,7 @@ def main() -> int:
             delays = {store: [tuple(row) for row in rows] for store, rows in soak["probe_delays"].items()}
             soak["recovery"] = recovery(delays, soak["faults"], soak["ended"])
         results["verdicts"] = verdicts(results)
-        SVG.write_text(svg_page(results))
-        (ROOT / "docs" / "soak.md").write_text(soak_section(results))
+        write_summary_and_doc(results, SUMMARY, doc=True)
         return 0
     if args.quick:
         args.processes, args.minutes, args.ladder, args.rung_seconds = 1000, 10, "100,1000", 30
@@ -1265,13 +1315,13 @@ def main() -> int:
     from flowstat.timeutil import compact_utc, iso_utc_ms
 
     stamp = compact_utc()
-    out_path = args.out or RESULTS / f"soak-{stamp}.json"
+    out_path = args.out or RAW / f"soak-{stamp}.json"
+    summary_path = SUMMARY if args.doc else out_path.with_suffix(".summary.json")
     results: dict = {
         "started": iso_utc_ms(),
         "machine": machine(),
         "command": " ".join(["benchmarks/bench_soak.py", *sys.argv[1:]]),
     }
-    results["file"] = str(out_path.relative_to(ROOT)) if out_path.is_relative_to(ROOT) else str(out_path)
     work = Path(tempfile.mkdtemp(prefix="flowstat-soak-"))
     tmpfs = work / "tmpfs-spool"
     tmpfs.mkdir()
@@ -1508,9 +1558,8 @@ def main() -> int:
         if mounted:
             subprocess.run(["umount", str(tmpfs)], check=False)
         shutil.rmtree(work, ignore_errors=True)
-    if args.doc:
-        SVG.write_text(svg_page(results))
-        (ROOT / "docs" / "soak.md").write_text(soak_section(results))
+    write_summary_and_doc(results, summary_path, doc=args.doc)
+    print(f"raw: {out_path}; summary: {summary_path}", file=sys.stderr)
     print(json.dumps(results["verdicts"], indent=1))
     return 0
 

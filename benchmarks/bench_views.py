@@ -12,12 +12,12 @@ refreshed.
 
 The queries.
 run view    every panel of the Grafana run view (flowstat.views.panels.RUN_VIEW): its InfluxQL
-            expanded as Grafana expands it (flowstat.views.emulate_grafana) for the whole run's time range
+            expanded as Grafana expands it (flowstat_lab.grafana) for the whole run's time range
             (first sample - 5 s to last + 5 s), $__interval for a panel of --max-points pixels, the
             run, its agent, the role variable on All, and the node variable on All (what Grafana
             sends for it: the variable's custom all value, .*) or on 10 nodes spread over the
             roles; and every Lens panel of
-            the Kibana run view as the Elasticsearch search Lens sends (flowstat.views.emulate_kibana; the query
+            the Kibana run view as the Elasticsearch search Lens sends (flowstat_lab.kibana; the query
             bar holding run_id, agent and, for 10 nodes, the nodes; "auto" intervals as Kibana
             picks them for the time range). The run view's variable queries (agent, node) too,
             reported apart: they are not panels.
@@ -49,7 +49,7 @@ time; the rest of the wall time is encoding and sending the answer), Elasticsear
 Usage: benchmarks/bench_views.py [--quick] [--nodes N] [--seconds S] [--runs N] [--run-nodes N]
                                  [--run-seconds S] [--repeats R] [--max-points P] [--source RUN_DIR]
                                  [--out FILE]
-Prints the figures and writes JSON (default benchmarks/results/views-<UTC>.json).
+Prints the figures and writes JSON (default benchmarks/results/raw/views-<UTC>.json).
 """
 
 from __future__ import annotations
@@ -73,8 +73,8 @@ import requests
 
 from flowstat.replay import replay
 from flowstat.timeutil import compact_utc, iso_utc_ms
-from flowstat.views import emulate_grafana as gx
-from flowstat.views import emulate_kibana as lens_es
+from flowstat_lab import grafana as gx
+from flowstat_lab import kibana as lens_es
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -298,7 +298,7 @@ def es_search(
 def lens_query(
     url: str, group: str, lens: dict, selection: str, time_range: tuple[int, int], filters: list[dict], **shown
 ) -> Query:
-    """A Lens panel's search (flowstat.views.emulate_kibana) with the Kibana query bar's filters."""
+    """A Lens panel's search (flowstat_lab.kibana) with the Kibana query bar's filters."""
     auto = lens_es.auto_interval_s(time_range)
     search = lens_es.lens_search(lens, time_range, filters, auto)
     (layer,) = lens_es.layers(lens).values()
@@ -600,7 +600,7 @@ def main() -> int:
             wipe(cache)
     results["benchmarks"]["views"] = {"verdicts": verdicts(queries), "queries": [q.summary() for q in queries]}
     print(table(queries), flush=True)
-    save_results(results, args.out or ROOT / "benchmarks" / "results" / f"views-{stamp}.json")
+    save_results(results, args.out or ROOT / "benchmarks" / "results" / "raw" / f"views-{stamp}.json")
     return 0
 
 

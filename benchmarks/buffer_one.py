@@ -16,9 +16,11 @@ has not read). Then it measures the pipe alone (PROBE): how soon a PUSH of high-
 second message after a first.
 
 Each configuration's result is kept in .cache/buffer-one/<duration>s/ as it finishes: a rerun
-skips those already measured (--redo measures them again). At the end it writes
-benchmarks/results/buffer-one.json, docs/img/buffer-one.svg and docs/buffer-one.md from the line
-"## Results" on (what is above it is written by hand, and kept).
+skips those already measured (--redo measures them again). At the end it writes every series to
+benchmarks/results/raw/buffer-one.json (not tracked), the figures the docs read (each run's
+without its per-second and queue series) to benchmarks/results/buffer-one.json, and
+docs/img/buffer-one.svg and docs/buffer-one.md from the line "## Results" on (what is above it is
+written by hand, and kept).
 
 Usage: benchmarks/buffer_one.py [--duration S] [--rates R,R,...] [--redo]
 """
@@ -44,7 +46,9 @@ from flowstat.proc.machine import describe
 from flowstat.timeutil import iso_utc_ms
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results" / "buffer-one.json"
+RESULTS = ROOT / "benchmarks" / "results" / "buffer-one.json"  # the summary, tracked
+RAW = ROOT / "benchmarks" / "results" / "raw" / "buffer-one.json"  # every series, not tracked
+SERIES = ("per_second", "queue_series")  # a run's series, left out of the summary
 DOC = ROOT / "docs" / "buffer-one.md"
 SVG = ROOT / "docs" / "img" / "buffer-one.svg"
 RATES = [
@@ -507,6 +511,11 @@ def write_doc(results: dict) -> None:
     DOC.write_text(head + results_section(results))
 
 
+def summary(results: dict[str, Any]) -> dict[str, Any]:
+    """The results without each run's series: what the doc and the plot read."""
+    return {**results, "runs": [{k: v for k, v in r.items() if k not in SERIES} for r in results["runs"]]}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=float, default=20, help="seconds per run (default 20)")
@@ -517,7 +526,8 @@ def main() -> int:
         help="objects/s per producer, comma-separated; 0 = unlimited (default: %(default)s)",
     )
     ap.add_argument("--redo", action="store_true", help="measure again what .cache/buffer-one/ holds")
-    ap.add_argument("--out", type=Path, default=RESULTS, help="JSON output (default: %(default)s)")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="JSON summary (default: %(default)s)")
+    ap.add_argument("--raw", type=Path, default=RAW, help="JSON of every series (default: %(default)s)")
     ap.add_argument("--no-probe", action="store_true", help="skip the pipe's round trip measured alone")
     ap.add_argument("--no-doc", action="store_true", help="do not rewrite docs/buffer-one.md and its SVG")
     args = ap.parse_args()
@@ -544,9 +554,10 @@ def main() -> int:
     if not args.no_probe:
         print("the pipe's round trip, alone ...", file=sys.stderr, flush=True)
         results["pipe_probe"] = pipe_probe()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=1))
-    print(f"written: {args.out}", file=sys.stderr)
+    for path, doc in ((args.raw, results), (args.out, summary(results))):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc, indent=1))
+        print(f"written: {path}", file=sys.stderr)
     if not args.no_doc:
         SVG.parent.mkdir(parents=True, exist_ok=True)
         SVG.write_text(svg_plot(runs))

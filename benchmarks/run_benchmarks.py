@@ -15,7 +15,7 @@ Every figure is measured here, in this run, next to a baseline measured in the s
   saturation     with --full: producers x 100/s added until one pinned merger is no longer online
 
 Usage: benchmarks/run_benchmarks.py [--quick] [--full] [--out FILE]
-Prints a table and writes JSON (default benchmarks/results/harness-<UTC>.json).
+Prints a table and writes JSON (default benchmarks/results/raw/harness-<UTC>.json).
 """
 
 from __future__ import annotations
@@ -351,7 +351,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="JSON output file")
     args = ap.parse_args()
     secs = 5 if args.quick else 30
-    out = args.out or Path(__file__).parent / "results" / f"harness-{compact_utc()}.json"
+    out = args.out or Path(__file__).parent / "results" / "raw" / f"harness-{compact_utc()}.json"
     results = {"started": iso_utc_ms(), "machine": machine(), "command": " ".join(sys.argv), "benchmarks": {}}
     with tempfile.TemporaryDirectory(prefix="flowstat-bench-") as tmp:
         runs = Path(tmp)

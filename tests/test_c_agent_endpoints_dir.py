@@ -22,7 +22,7 @@ import pytest
 from flowstat.node import curve
 from flowstat.schema import sample as sample_schema
 from support.agents import StubNode, wait_until
-from support.common import C_AGENT, C_BUILD, ROOT, needs
+from support.common import C_AGENT, C_BUILD, needs
 
 pytestmark = needs(C_AGENT)
 
@@ -335,7 +335,6 @@ class SecuredNodes:
         )
         self.py = subprocess.Popen(
             [sys.executable, "-c", PY_NODE, "py-node", str(keys), str(folder)],
-            env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
             **pipes,
         )
         assert self.c.stdout.readline().startswith("endpoint tcp://127.0.0.1:")

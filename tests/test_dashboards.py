@@ -1,5 +1,5 @@
 """The generated Grafana dashboards and alert rules, run for real: every query expanded as Grafana
-expands it (src/flowstat/views/emulate_grafana.py) and run on the real InfluxDB holding harness-made runs
+expands it (lab/flowstat_lab/grafana.py) and run on the real InfluxDB holding harness-made runs
 (tests/support/fixture_runs.py), compared with what this test computes from the run files itself."""
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from flowstat import replay
 from flowstat.schema import sample as sample_schema
 from flowstat.synthetic import synthesize
 from flowstat.views import ALERTS, VIEWS, alerts, grafana, influxql, kibana, panels
-from flowstat.views import emulate_grafana as gx
-from flowstat.views import emulate_kibana as lens_es
 from flowstat.views.panels import AGGREGATE_VIEW, RUN_VIEW
+from flowstat_lab import grafana as gx
+from flowstat_lab import kibana as lens_es
 from support import fixture_runs as fx
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -348,7 +348,7 @@ def rule_results(stack, rule, end_ms: int) -> dict[str, dict[tuple, list]]:
 
 def evaluations(stack, alert, samples: list[dict]) -> tuple[list[int], dict[tuple, list[bool]], list]:
     """Evaluate the provisioned rule every 10 s across the run as Grafana would: its queries on the
-    real InfluxDB, then its reduce, math and threshold expressions (emulate_grafana.rule_values).
+    real InfluxDB, then its reduce, math and threshold expressions (flowstat_lab.grafana.rule_values).
     Returns the evaluation times, per group of this run whether its condition held at each (the
     stores hold every run: this run's groups are compared), and where the reduced values differ
     from the offline evaluation's (alerts.values_at)."""

@@ -1,7 +1,7 @@
 """docker-compose.es-cluster.yml, up for real: Elasticsearch as three nodes over docker-compose.yml,
-on the suite's own Docker engine (scripts/composeengine.py, as tests/test_compose_up.py runs the
+on the suite's own Docker engine (lab/flowstat_lab/compose.py, as tests/test_compose_up.py runs the
 whole stack) with the stand-ins override and its part for the cluster
-(scripts/compose-stand-ins/docker-compose.es-cluster.stand-ins.yml: each node on a loopback address
+(lab/stand-ins/docker-compose.es-cluster.stand-ins.yml: each node on a loopback address
 of its own, 127.0.0.1-3, the ports of a bridge).
 
 Only Elasticsearch's services start (es-certs, the three nodes, the secrets gate they wait for),

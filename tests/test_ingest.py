@@ -16,9 +16,9 @@ import requests
 
 from flowstat.schema import agent as agent_schema
 from flowstat.schema import sample as sample_schema
-from flowstat.views import emulate_grafana as gx
 from flowstat.views import influxql
 from flowstat.views.panels import RUN_VIEW
+from flowstat_lab import grafana as gx
 from support.agents import wait_until
 from support.common import TOPOLOGIES
 from support.runs import make_run_file

@@ -2,7 +2,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -115,9 +114,8 @@ def test_a_pid_file_whose_pid_a_later_process_took_names_nothing(tmp_path, sleep
 
 
 def test_the_scripts_pid_file_of_a_process_started_after_it_was_written_names_nothing(tmp_path, sleeper):
-    """scripts/netns.py: daemons write their own pid files (pid alone), so the file's time is the witness."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    from netns import pid_file_alive
+    """lab/flowstat_lab/netns.py: daemons write their own pid files (pid alone), so the file's time is the witness."""
+    from flowstat_lab.netns import pid_file_alive
 
     f = tmp_path / "slurmd.pid"
     f.write_text(str(sleeper.pid))

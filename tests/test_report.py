@@ -53,7 +53,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def browser():
-    """Headless Chromium at a laptop's screen, 1366 x 768 CSS pixels (flowstat.report.screenshots: the
+    """Headless Chromium at a laptop's screen, 1366 x 768 CSS pixels (flowstat_lab.screenshots: the
     docs' screenshots are taken by the same code)."""
     with shots.browser(shots.LAPTOP) as driver:
         yield driver

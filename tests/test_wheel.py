@@ -125,6 +125,29 @@ def test_the_installed_package_is_not_the_checkout(wheel_venv, tmp_path):
     assert flowstat(wheel_venv, tmp_path, "--version").stdout.strip() == f"flowstat {__version__}"
 
 
+def test_the_wheel_holds_flowstat_alone_and_every_command_a_user_has_answers(wheel_file, wheel_venv, tmp_path):
+    """No module of the laboratory (lab/flowstat_lab) and nothing that imports it; then every command of
+    `flowstat --help`, run from the installed wheel (what each one does: the tests of each command, and
+    the whole job below)."""
+    import zipfile
+
+    from flowstat import __version__
+    from flowstat.cli import COMMANDS
+
+    names = zipfile.ZipFile(wheel_file).namelist()
+    assert {n.split("/")[0] for n in names} == {"flowstat", f"flowstat-{__version__}.dist-info"}
+    lab = {p.stem for p in (ROOT / "lab" / "flowstat_lab").glob("*.py")} - {"__init__"}
+    assert len(lab) >= 5 and not {Path(n).stem for n in names} & (lab | {"emulate_grafana", "emulate_kibana"})
+    with zipfile.ZipFile(wheel_file) as whl:
+        assert not [n for n in names if n.endswith(".py") and b"flowstat_lab" in whl.read(n)]
+    listed = flowstat(wheel_venv, tmp_path, "--help")
+    commands = [c[0] for c in COMMANDS]
+    assert listed.returncode == 0 and all(f"    {c} " in listed.stdout for c in commands), listed.stdout
+    for command in commands:
+        out = flowstat(wheel_venv, tmp_path, command, "--help", timeout=120)
+        assert out.returncode == 0 and out.stdout.startswith(f"usage: flowstat {command}"), (command, out.stderr)
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="the acceptance runs as root (CI does)")
 def test_the_wheel_runs_the_whole_job_outside_the_checkout(wheel_venv, tmp_path):
     from flowstat.stack import SYSTEM_CACHE
@@ -152,6 +175,8 @@ def test_the_wheel_runs_the_whole_job_outside_the_checkout(wheel_venv, tmp_path)
     assert ("agent-c" in summary["agent"]) == c_agent and (not c_agent or summary["agent"]["agent-c"]["samples"] > 0)
     run_doc = json.loads((work / "runs" / "wheel" / "run.json").read_text())
     assert run_doc["verdict"]["ok"] and run_doc["parameters"]["producers"] == 4
+    out = flowstat(wheel_venv, work, "report", "runs/wheel")
+    assert out.returncode == 0 and (work / "runs" / "wheel" / "report.html").stat().st_size > 10_000, out.stderr
 
     proc = sleeper()
     try:

@@ -23,11 +23,9 @@ from pathlib import Path
 
 import pytest
 
+from flowstat_lab import compose as ce
+from flowstat_lab import netns
 from support.common import ROOT
-
-sys.path.insert(0, str(ROOT / "scripts"))
-import composeengine as ce  # noqa: E402
-import netns  # noqa: E402
 
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 LEFT_OUT = {"kibana", "setup-kibana", "grafana"}  # no source for Kibana or Grafana here

@@ -1,4 +1,4 @@
-"""The suite's Slurm cluster for a test module (scripts/slurmcluster.py, scripts/netns.py): the cluster
+"""The suite's Slurm cluster for a test module (lab/flowstat_lab/slurm.py, lab/flowstat_lab/netns.py): the cluster
 for the module, what it may not leave behind, and `flowstat run --slurm` from inside its namespace."""
 
 from __future__ import annotations
@@ -9,11 +9,9 @@ import sys
 import time
 from pathlib import Path
 
+from flowstat_lab import netns  # noqa: F401  (the namespace's port forwarding, for the tests)
+from flowstat_lab import slurm as sc
 from support.common import ROOT
-
-sys.path.insert(0, str(ROOT / "scripts"))
-import netns  # noqa: E402, F401  (the namespace's port forwarding, for the tests)
-import slurmcluster as sc  # noqa: E402
 
 MISSING = sc.missing_programs() + ([] if os.geteuid() == 0 else ["root"])
 

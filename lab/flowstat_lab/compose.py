@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The suite's own Docker engine, the images built here, and Compose v2: what `make compose-images`
 and tests/test_compose_up.py both use to run docker-compose.yml for real on a machine that reaches
 no image registry.
@@ -15,15 +14,15 @@ no image registry.
   network, which is that namespace, so nothing of the stack is on the machine's interfaces, its
   ports (9200, 8086...) collide with nothing else on the machine, and a healthcheck on
   localhost:PORT probes the stack, not another server. One engine a machine: a lock file.
-- **The images**, each tagged as the override (compose-stand-ins/docker-compose.stand-ins.yml)
+- **The images**, each tagged as the override (lab/stand-ins/docker-compose.stand-ins.yml)
   names it and labelled with the digest of its inputs: built again only when they change.
   Debian bookworm and Python 3.11 bases made with mmdebstrap (the machine's CA certificates added,
   for pip behind its TLS proxy); flowstat's from the project's Dockerfile on that Python base;
   stand-ins for Elasticsearch (the integ-test zip, security on, with flowstat's analysis module),
   InfluxDB (Debian's 1.6.7), Telegraf and ElastAlert2 at their pins, and the Logstash relay.
 
-    python scripts/composeengine.py images     build what is missing or stale (make compose-images)
-    python scripts/composeengine.py up|down    the engine in its namespace, for a person to use:
+    python -m flowstat_lab.compose images      build what is missing or stale (make compose-images)
+    python -m flowstat_lab.compose up|down     the engine in its namespace, for a person to use:
                                                DOCKER_HOST=unix:///var/lib/flowstat/compose/docker.sock
 """
 
@@ -43,10 +42,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from netns import Namespace, pid_file_alive, run_checked  # beside this file
+from flowstat_lab import ROOT, STAND_INS
+from flowstat_lab.netns import Namespace, pid_file_alive, run_checked
 
-ROOT = Path(__file__).resolve().parents[1]
-STAND_INS = ROOT / "scripts" / "compose-stand-ins"
 OVERRIDE = STAND_INS / "docker-compose.stand-ins.yml"
 ES_CLUSTER_OVERRIDE = STAND_INS / "docker-compose.es-cluster.stand-ins.yml"  # with docker-compose.es-cluster.yml
 COMPOSE_VERSION = "v2.28.1"
@@ -474,8 +472,6 @@ def _tree(top: Path, skip: tuple[str, ...] = ()) -> list[Path]:
 def images(engine: Engine) -> list[Image]:
     """Every image the override names, in build order (bases first); the versions are .env.example's,
     checked against flowstat's own pins."""
-    if str(ROOT / "src") not in sys.path:
-        sys.path.insert(0, str(ROOT / "src"))
     from flowstat.stack import elasticsearch as es
     from flowstat.stack import telegraf
 

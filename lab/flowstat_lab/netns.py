@@ -1,4 +1,4 @@
-"""What the suite's own daemons share (scripts/composeengine.py, scripts/slurmcluster.py): a network
+"""What the suite's own daemons share (flowstat_lab.compose, flowstat_lab.slurm): a network
 namespace of their own that holds only loopback addresses, commands whose failure is named, and the
 state of a process read from /proc. Root only."""
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """make mutate: mutation testing of the code where a bug loses or misreports data.
 
 mutmut (configured in pyproject.toml's [tool.mutmut]) makes small changes to the functions named
@@ -9,7 +8,7 @@ every survivor's diff, to benchmarks/results/mutation.json. A survivor that cann
 result (an equivalent mutant) is listed with the reason in tests/mutants-equivalent.toml and left
 out of the score. Exit status 1 when a part is below TARGET.
 
-    .venv/bin/python scripts/mutate.py [--only PART] [--out FILE]
+    .venv/bin/python -m flowstat_lab.mutate [--only PART] [--out FILE]
 """
 
 from __future__ import annotations
@@ -27,7 +26,8 @@ import tomllib
 from importlib.metadata import version
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from flowstat_lab import ROOT
+
 TARGET = 0.90  # of non-equivalent mutants killed, in each part
 EQUIVALENTS = ROOT / "tests" / "mutants-equivalent.toml"
 

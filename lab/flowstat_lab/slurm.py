@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The suite's own Slurm cluster: Debian's slurmctld, three slurmd and munged (Slurm 22.05, built
 with MULTIPLE_SLURMD), all on this machine, inside a network namespace of their own, NETNS, that
 holds only its loopback with the cluster's addresses: the controller at 127.0.0.10 and the compute
@@ -23,10 +22,10 @@ The state (slurm.conf, munge key and socket, controller state, spools, pid files
 /var/lib/flowstat/slurm or FLOWSTAT_SLURM_ROOT; ``up`` starts from empty controller state and
 spools, logs are kept until the next ``up``.
 
-    python scripts/slurmcluster.py up              start (or find running) and wait for 3 idle nodes
-    python scripts/slurmcluster.py status          the nodes as sinfo sees them (exit 1: not up)
-    python scripts/slurmcluster.py run -- CMD...   CMD inside the namespace with SLURM_CONF set
-    python scripts/slurmcluster.py down            stop everything; idempotent
+    python -m flowstat_lab.slurm up               start (or find running) and wait for 3 idle nodes
+    python -m flowstat_lab.slurm status           the nodes as sinfo sees them (exit 1: not up)
+    python -m flowstat_lab.slurm run -- CMD...   CMD inside the namespace with SLURM_CONF set
+    python -m flowstat_lab.slurm down             stop everything; idempotent
 """
 
 from __future__ import annotations
@@ -44,7 +43,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from netns import Namespace, alive, pid_file_alive, process_state, read_pid, run_checked  # beside this file
+from flowstat_lab.netns import Namespace, alive, pid_file_alive, process_state, read_pid, run_checked
 
 NETNS = "flowstat-slurm"
 NETNS_PATH = Path("/run/netns") / NETNS
@@ -221,7 +220,7 @@ class Cluster:
     def slurm_conf_text(self) -> str:
         r = self.root
         lines = [
-            "# made by scripts/slurmcluster.py: the suite's own cluster (../shared/STACK.md, Slurm)",
+            "# made by flowstat_lab.slurm: the suite's own cluster (../shared/STACK.md, Slurm)",
             "ClusterName=flowstat",
             f"SlurmctldHost={CONTROLLER_ADDR}",
             f"SlurmctldPort={CTLD_PORT}",
@@ -338,7 +337,7 @@ class Cluster:
                 os.close(fd)
                 raise ClusterError(
                     f"{LOCK_DIR / 'lock'} held for {wait_s:.0f} s: a cluster runs ({info}); "
-                    "`scripts/slurmcluster.py down` stops it"
+                    "`python -m flowstat_lab.slurm down` stops it"
                 )
             time.sleep(0.5)
 
