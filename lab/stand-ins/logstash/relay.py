@@ -28,6 +28,7 @@ import json
 import os
 import queue
 import re
+import signal
 import socketserver
 import sys
 import threading
@@ -39,6 +40,7 @@ import requests
 DAY = re.compile(r"^(\d{4})-(\d{2})-(\d{2})")
 BATCH = 1000
 FLUSH_S = 0.5
+STOP_FLUSH_S = 10.0  # at a stop, how long what was received may take to be written
 lines: queue.Queue[bytes] = queue.Queue(maxsize=20000)
 ready = threading.Event()
 
@@ -76,6 +78,7 @@ class Writer:
         self.session.auth = (os.environ.get("ELASTICSEARCH_USER", ""), os.environ.get("ELASTICSEARCH_PASSWORD", ""))
         self.session.headers["Content-Type"] = "application/x-ndjson"
         self.written = 0
+        self.busy = False  # a batch taken from the queue and not yet stored (or dropped)
 
     def _next_node(self) -> None:
         """The next node of the list, after one that gave no answer."""
@@ -152,6 +155,7 @@ class Writer:
         self.wait_for_credentials()
         while True:
             batch = [lines.get()]
+            self.busy = True
             deadline = time.monotonic() + FLUSH_S
             while len(batch) < BATCH:
                 try:
@@ -159,6 +163,7 @@ class Writer:
                 except queue.Empty:
                     break
             self.send(batch)
+            self.busy = False
 
 
 class Api(BaseHTTPRequestHandler):
@@ -188,8 +193,15 @@ def main() -> None:
     socketserver.ThreadingTCPServer.allow_reuse_address = True
     socketserver.ThreadingTCPServer.daemon_threads = True
     with socketserver.ThreadingTCPServer(address("RELAY_LISTEN", "127.0.0.1:5044"), Input) as server:
+        # docker stop: as PID 1 a signal without a handler is ignored; Logstash stops its input and
+        # flushes what its pipeline holds, so does this
+        signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
         log(f"json_lines on {server.server_address[0]}:{server.server_address[1]}")
         server.serve_forever()
+    deadline = time.monotonic() + STOP_FLUSH_S
+    while (writer.busy or not lines.empty()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    log(f"stopped; {lines.qsize()} documents not written")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ When it does, the version is taken from ``GET /_nodes/_local`` instead, which ev
 answers; a server with ``GET /`` is asked as usual.
 """
 
+import signal
 import sys
 from importlib.metadata import entry_points
 
@@ -41,6 +42,9 @@ def main() -> int:
     if not found:
         sys.exit(f"launch.py: {program!r} is not a program of elastalert2")
     sys.argv = [program, *sys.argv[2:]]
+    # ElastAlert ends on SIGINT only; SIGTERM (docker stop, flowstat stack down) does the same. As a
+    # container's PID 1 a signal without a handler would be ignored until the stop's time-out.
+    signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
     return found[0].load()()
 
 
