@@ -74,7 +74,9 @@ def _command_parts(module_name: str, prefix: str) -> tuple[str, dict[str, Any], 
     return module.HELP, module.PARSER, module.configure, module.main
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; ``only``: with that command's parser alone, the others' modules not
+    imported (a command's start costs its own imports, not every command's)."""
     parser = argparse.ArgumentParser(
         prog="flowstat",
         description="Monitoring and observability for streaming data-processing pipelines.",
@@ -83,6 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"flowstat {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module_name, prefix, extra in COMMANDS:
+        if only is not None and name != only:
+            continue
         absent = [m for m in EXTRAS.get(extra or "", ()) if importlib.util.find_spec(m) is None]
         if absent:
             _add_unavailable(sub, name, extra, absent[0])
@@ -97,7 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    named = argv[0] if argv and argv[0] in {c[0] for c in COMMANDS} else None
+    parser = build_parser(only=named)
     args, unknown = parser.parse_known_args(argv)
     if unknown and not getattr(args, "unavailable", False):
         args = parser.parse_args(argv)  # argparse's own error, naming what it does not know

@@ -8,6 +8,7 @@ until it goes, before sending anything newer from that producer (the thesis's no
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Any
 
@@ -188,8 +189,11 @@ class Producer(Node):
         for ch in self.channels:
             if ch.pending is not None:
                 poller.register(ch.sock, zmq.POLLOUT)
+        # Rounded up to poll()'s whole ms: cut down, a wait shorter than 1 ms would be no wait, and at
+        # a few hundred objects/s the producer would spin until each is due. An object may go up to
+        # 1 ms late; its stamp is when it goes, and send_due catches up whatever fell due meanwhile.
         timeout_ms = max(0.0, (until - time.monotonic()) * 1000)
-        poller.poll(int(timeout_ms))  # whole ms, as poll() would cut it
+        poller.poll(math.ceil(timeout_ms))
 
     def drain(self) -> None:
         """Send what the buffers refused, then an end-of-stream marker on every channel.
