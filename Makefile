@@ -23,7 +23,7 @@ DEMO_DEPS_STAMP := .cache/demo-deps-$(shell echo '$(DEMO_DEPS)' | md5sum | cut -
 TEST_DEPS_STAMP := .cache/test-deps-$(shell echo '$(TEST_DEPS)' | md5sum | cut -c1-8).installed
 
 .PHONY: help demo test test-ready test-stack lint bench soak mutate install clean c-agent c-agent-tests generate \
-	compose-images screenshots
+	compose-images screenshots bytecode
 
 help:
 	@echo "make demo   local InfluxDB/Elasticsearch/Telegraf + a harness run shipping into them"
@@ -105,12 +105,19 @@ lint: $(LAB_STAMP)
 # The servers the tests use are downloaded and built first, on a quiet machine: timing tests beside a
 # Telegraf build would only measure the build. What comes before the tests goes two at a time (mypy
 # keeps one core busy for half a minute, the C builds the other), its output kept together a step at
-# a time.
+# a time. Four workers: the suite is CPU-bound on two cores, and a fourth fills what three leave idle
+# (docs/testing.md: 84% busy with four, 73% with three; five were no faster).
+PYTEST_WORKERS ?= 4
 test:
 	$(MAKE) --jobs=2 --output-sync=target test-ready
-	$(BIN)/python -m pytest -q -ra -n 3
+	$(BIN)/python -m pytest -q -ra -n $(PYTEST_WORKERS) --durations=15
 
-test-ready: lint c-agent-tests compose-images test-stack
+test-ready: lint c-agent-tests compose-images test-stack bytecode
+
+# Every module's bytecode, written once: with PYTHONDONTWRITEBYTECODE set (as on these machines) each of
+# the suite's ~1,500 Python processes would otherwise compile what it imports of the checkout again.
+bytecode: $(LAB_STAMP)
+	$(BIN)/python -m compileall -q src lab/src tests examples > /dev/null
 
 test-stack: $(STAMP)
 	$(BIN)/flowstat stack install --cache .cache/test-stack

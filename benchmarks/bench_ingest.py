@@ -37,6 +37,7 @@ import requests
 
 from flowstat import stores
 from flowstat.proc.procfs import tree_cpu_seconds
+from flowstat_lab.figures import pct
 
 ROOT = Path(__file__).resolve().parents[1]
 C_AGENT = ROOT / "collectors" / "c" / "build" / "flowstat-agent"
@@ -357,13 +358,12 @@ def bench_latency(stack, seconds: float) -> dict:
         if not lat:
             out[store] = {"samples": 0}
             continue
-        pct = lambda q, lat=lat: round(lat[min(len(lat) - 1, int(q * len(lat)))], 3)
         out[store] = {
             "samples": len(lat),
-            "p50_s": pct(0.5),
-            "p99_s": pct(0.99),
+            "p50_s": pct(lat, 0.5),
+            "p99_s": pct(lat, 0.99),
             "max_s": round(lat[-1], 3),
-            "target_p99_le_2s": pct(0.99) <= 2.0,
+            "target_p99_le_2s": pct(lat, 0.99) <= 2.0,
         }
     return out
 

@@ -79,7 +79,7 @@ def bench_report(run_dir: Path, html: Path) -> dict:
 
 def bench_browser(html: Path, plots: int) -> dict:
     """The report opened in Chromium BROWSER_OPENS times: navigation start to every plot drawn."""
-    from flowstat.report import screenshots
+    from flowstat_lab import screenshots
 
     times = []
     load_before = os.getloadavg()[0]

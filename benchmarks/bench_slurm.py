@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs across hosts (issue 30), on the suite's own Slurm cluster (lab/flowstat_lab/slurm.py: three
+"""Runs across hosts (issue 30), on the suite's own Slurm cluster (lab/src/flowstat_lab/slurm.py: three
 slurmd, n1-n3, at 127.0.0.11-13 in a network namespace of this machine).
 
 startup     `flowstat run TOPOLOGY --slurm` (the demo topology across three hosts, 1 s, agents on),

@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import re
 import shutil
@@ -75,11 +74,11 @@ from flowstat.replay import replay
 from flowstat.timeutil import compact_utc, iso_utc_ms
 from flowstat_lab import grafana as gx
 from flowstat_lab import kibana as lens_es
+from flowstat_lab.figures import TARGETS, p95
 
 ROOT = Path(__file__).resolve().parents[1]
 
 DB, SAMPLES_INDEX = "flowstat", "flowstat-samples"
-TARGET_PANEL_MS, TARGET_CROSS_RUN_MS = 200.0, 1000.0
 SELECTED = 10  # nodes in the small selection
 
 
@@ -154,10 +153,6 @@ def _go_ms(line: str) -> float:
     """A Go duration at the end of an EXPLAIN ANALYZE line ("1.11s", "18.5ms", "950µs"), in ms."""
     value, unit = re.search(r"([\d.]+)(ns|µs|us|ms|s)\s*$", line).groups()
     return float(value) * {"ns": 1e-6, "µs": 1e-3, "us": 1e-3, "ms": 1.0, "s": 1000.0}[unit]
-
-
-def p95(sorted_ms: list[float]) -> float:
-    return sorted_ms[max(0, math.ceil(0.95 * len(sorted_ms)) - 1)]
 
 
 # -- the data -----------------------------------------------------------------------------------------
@@ -467,9 +462,6 @@ def baselines(stack, run_id: str) -> list[Query]:
             {"index": SAMPLES_INDEX},
         ),
     ]
-
-
-TARGETS = {"run view": TARGET_PANEL_MS, "run view, per 10 s": TARGET_PANEL_MS, "cross-run": TARGET_CROSS_RUN_MS}
 
 
 def measure(queries: list[Query], repeats: int) -> None:

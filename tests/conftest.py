@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from support import shared
 from support.common import (
     C_AGENT,
     ELASTALERT_RULES,
@@ -41,79 +42,141 @@ def runs_dir(tmp_path: Path) -> Path:
     return d
 
 
-# The modules that start, stop or use the real servers (the session's stack, or a stack of their own),
-# in two groups of about equal time. Each group goes whole to one worker, in order (its tests mostly
-# wait for a server to restart), and each worker has a stack of its own (worker_stack_cache). The
-# modules of the secured stack are in one group, so that one worker starts it.
-SERVER_GROUPS = {
-    "servers-a": {
-        "test_campaign_stores.py",
-        "test_dashboards.py",
-        "test_demo.py",
-        "test_elastalert.py",
-        "test_ingest.py",
-        "test_kibana.py",
-        "test_sinks_real_servers.py",
-        "test_stack.py",
-        "test_stores.py",
-    },
-    "servers-b": {
-        "test_es_failover.py",
-        "test_provision.py",
-        "test_secured_clients.py",
-        "test_secured_stack.py",
-        "test_slurm_cluster.py",
-        "test_wheel.py",
-    },
+# What the scheduler keeps on one worker, in order (pytest-xdist; make test runs three workers): each
+# group is a scope whose tests share something the others must not see changed under them, or that
+# one worker should make once. Everything else is spread test by test, but for the modules of
+# MODULE_SCOPED, which go whole to a worker (their module fixtures load the stores: made once).
+GROUPS = {
+    # the machine's one compose engine, which a lock gives to one module at a time
+    "compose-engine": {"test_compose_up.py", "test_es_cluster_up.py"},
+    # the secured stack (Elasticsearch with security and TLS, InfluxDB with authentication): started
+    # once, by the worker that runs these
+    "secured": {"test_es_failover.py", "test_provision.py", "test_secured_clients.py", "test_secured_stack.py"},
+    # the session stack's ElastAlert, restarted by test_elastalert, waited for by the demo
+    "alerting": {"test_elastalert.py", "test_demo.py"},
 }
-# Modules whose tests share a cluster of their own and run in order: each goes whole to one worker,
-# beside the others; modules of the same group go to the same worker, one after the other. (The two
-# compose modules both need the machine's one compose engine, which a lock gives to one at a time:
-# on two workers, one would only wait for the other. test_slurm_cluster.py is a server module: its
-# runs across hosts ship to the session stack.)
-ONE_WORKER_MODULES = {
-    "test_compose_up.py": "compose-engine",
-    "test_es_cluster_up.py": "compose-engine",
-    **{module: group for group, modules in SERVER_GROUPS.items() for module in modules},
+# Tests that stop, kill or pause a server, or take away what every writer relies on (the index
+# templates): they have a stack of their own (own_stack), one worker's.
+OWN_STACK = (
+    "test_ingest.py::test_a_store_down_for_ten_seconds_loses_and_duplicates_nothing",
+    "test_stores.py::test_a_server_killed_mid_batch_loses_and_duplicates_nothing",
+    "test_stores.py::test_install_gives_an_older_index_the_new_fields_and_names_one_it_cannot",
+    "test_es_failover.py::test_replay_and_its_rollup_outlast_an_elasticsearch_that_stops_answering_for_seconds",
+    "test_provision.py::test_provision_installs_the_templates_into_the_real_elasticsearch",
+    "test_provision.py::test_elasticsearch_install_script_installs_the_templates",
+)
+# Modules whose module fixtures cost (runs made, stores loaded, a wheel built, a browser): whole to a worker.
+MODULE_SCOPED = {
+    "test_dashboards.py",
+    "test_kibana.py",
+    "test_campaign_stores.py",
+    "test_slurm_cluster.py",
+    "test_report.py",
+    "test_wheel.py",
+    "test_pinning.py",
+    "test_ilm_spec.py",
+    "test_node_c.py",
 }
+# The longest scopes first, so that none starts last and ends the session alone; then the rest in
+# the order collected.
+FIRST = ("compose-engine", "secured", "test_slurm_cluster.py", "own-stack", "test_wheel.py", "alerting")
+
+
+def scope_of(nodeid: str) -> str:
+    """The scheduling scope of a test (see GROUPS)."""
+    path, _, name = nodeid.partition("::")  # a parameter's id may hold "/" and "::"
+    module = path.rsplit("/", 1)[-1]
+    if f"{module}::{name.split('[')[0]}" in OWN_STACK:
+        return "own-stack"
+    group = next((g for g, modules in GROUPS.items() if module in modules), None)
+    return group or (module if module in MODULE_SCOPED else nodeid)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """make test runs the tests on three workers (pytest-xdist; most of the suite waits on servers and
-    processes, not on the two cores): each group of server modules goes to one of them, in order;
-    each module with a cluster of its own (the compose engine, Slurm) goes whole to one worker; the
-    rest is spread test by test. (The groups have the most tests: they are handed out first.)"""
+    """make test runs the tests on several workers (pytest-xdist; much of the suite waits on servers
+    and processes): each scope of scope_of goes whole to one worker, in order."""
     from xdist.scheduler import LoadScopeScheduling
 
-    class ServersTogether(LoadScopeScheduling):
+    class Scoped(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return ONE_WORKER_MODULES.get(nodeid.split("::")[0].rsplit("/", 1)[-1], nodeid)
+            return scope_of(nodeid)
 
-    return ServersTogether(config, log)
+    config.option.loadscopereorder = False  # the order is pytest_collection_modifyitems's
+    return Scoped(config, log)
 
 
-def worker_stack_cache() -> Path:
-    """The session stack's folder: .cache/test-stack, where make test installs the servers; for a
-    pytest-xdist worker, a folder of its own beside it (its servers' data, logs, ports and pids), that
-    takes the installs from .cache/test-stack (the Elasticsearch distribution, ElastAlert's venv) when
-    they are there, so that two workers' stacks run at once."""
+def pytest_collection_modifyitems(items):
+    """FIRST's scopes first (see FIRST), each in its order; the rest as collected."""
+
+    def rank(item) -> int:
+        scope = scope_of(item.nodeid)
+        return FIRST.index(scope) if scope in FIRST else len(FIRST)
+
+    items[:] = [item for _, _, item in sorted((rank(item), i, item) for i, item in enumerate(items))]
+
+
+def pytest_configure(config):
+    shared.session_id(config)  # the controller's, before its workers start: they get it
+
+
+def pytest_sessionfinish(session):
+    """The controller (or a run without workers), once every worker is done: the shared servers stop."""
+    if hasattr(session.config, "workerinput"):
+        return
+    if shared.made(shared.session_id(session.config), "stack") is not None:
+        _stop_session_stack()
+
+
+SESSION_STACK = ROOT / ".cache" / "test-stack"  # where make test installs the servers
+STACK_OPTIONS = {
+    "elastalert": {"rules_dirs": [ELASTALERT_RULES]},
+    "influxdb": {"retention_check": "1s"},  # test_stores sees retention delete
+}
+STACK_DATA = (
+    "influxdb/data",
+    "influxdb/meta",
+    "influxdb/wal",
+    "elasticsearch/data",
+    "elastalert/alerts.log",
+    "stack.json",
+)
+
+
+def _wipe(cache: Path) -> None:
+    import shutil
+
+    for sub in STACK_DATA:
+        target = cache / sub
+        if target.is_dir():
+            shutil.rmtree(target, ignore_errors=True)
+        else:
+            target.unlink(missing_ok=True)
+
+
+def _stop_session_stack() -> None:
+    from flowstat.stack import Stack
+
+    Stack(SESSION_STACK, options=STACK_OPTIONS).down(report=lambda msg: None)
+    _wipe(SESSION_STACK)
+
+
+def own_cache(name: str) -> Path:
+    """A folder for a stack of a worker's own (its servers' data, logs, ports and pids) beside the
+    session stack's, taking the installs from there (the Elasticsearch distribution, ElastAlert's venv)."""
     from flowstat.stack.base import give_to_service_user
     from flowstat.stack.elastalert import ElastAlert
     from flowstat.stack.elasticsearch import Elasticsearch
 
-    shared = ROOT / ".cache" / "test-stack"
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if not worker:
-        return shared
-    own = ROOT / ".cache" / f"test-stack-{worker}"
-    dist, venv = Elasticsearch("elasticsearch", shared, 0).dist, ElastAlert("elastalert", shared, 0).venv
+    own = ROOT / ".cache" / f"test-stack-{name}"
+    dist = Elasticsearch("elasticsearch", SESSION_STACK, 0).dist
+    venv = ElastAlert("elastalert", SESSION_STACK, 0).venv
     if dist.exists():
         # The server runs it as the service user; `up` hands over its own home, in which the link is
         # only a link (make test installed the distribution as root).
         give_to_service_user(dist)
     for installed in (dist, venv):
-        link = own / installed.relative_to(shared)
+        link = own / installed.relative_to(SESSION_STACK)
         if installed.exists() and not link.is_symlink():
             link.parent.mkdir(parents=True, exist_ok=True)
             link.symlink_to(installed, target_is_directory=True)
@@ -126,43 +189,46 @@ def reachable_tmp() -> Path:
 
 
 @pytest.fixture(scope="session")
-def stack():
+def stack(request):
     """Real InfluxDB, Elasticsearch, Telegraf and ElastAlert (after Elasticsearch, which it watches)
-    on loopback, started by the project's own stack code; ElastAlert runs the tests' rule too.
+    on loopback, started by the project's own stack code; ElastAlert runs the tests' rule too. One for
+    the whole session, shared by every worker (tests/support/shared.py): a test that stops, kills or
+    pauses a server takes own_stack instead.
 
-    Installs are cached in .cache/test-stack (make test prepares it first: `flowstat stack
-    install`); each pytest-xdist worker's servers run from a folder of their own (worker_stack_cache);
-    data is wiped at the end so each session starts clean.
-    """
-    import shutil
-
+    Installs are cached in .cache/test-stack (make test prepares it first: `flowstat stack install`);
+    data is wiped at the end so each session starts clean."""
     from flowstat.stack import Stack
 
-    cache = worker_stack_cache()
+    def start() -> dict:
+        _stop_session_stack()  # what an interrupted session left running
+        ports = {"influxdb": free_port(), "elasticsearch": free_port(), "telegraf": free_port()}
+        s = Stack(SESSION_STACK, ports, options=STACK_OPTIONS)
+        try:
+            s.up(report=lambda msg: None)
+        except BaseException:
+            s.down(report=lambda msg: None)  # what did start must not outlive the session
+            raise
+        return {"ports": ports}
+
+    shared.once(shared.session_id(request.config), "stack", start)
+    return Stack(SESSION_STACK, options=STACK_OPTIONS)
+
+
+@pytest.fixture(scope="session")
+def own_stack():
+    """InfluxDB, Elasticsearch and Telegraf of this worker's own, for the tests that stop, kill or pause
+    a server or remove a template (OWN_STACK, all on one worker): the session stack goes on for the others."""
+    from flowstat.stack import Stack
+
+    cache = own_cache(f"own-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}")
     ports = {"influxdb": free_port(), "elasticsearch": free_port(), "telegraf": free_port()}
-    s = Stack(
-        cache, ports, options={"elastalert": {"rules_dirs": [ELASTALERT_RULES]}, "influxdb": {"retention_check": "1s"}}
-    )  # test_stores sees retention delete
+    s = Stack(cache, ports, services=("influxdb", "elasticsearch", "telegraf"), options=STACK_OPTIONS)
     try:
         s.up(report=lambda msg: None)
-    except BaseException:
-        s.down(report=lambda msg: None)  # what did start must not outlive the session
-        raise
-    yield s
-    s.down(report=lambda msg: None)
-    for sub in (
-        "influxdb/data",
-        "influxdb/meta",
-        "influxdb/wal",
-        "elasticsearch/data",
-        "elastalert/alerts.log",
-        "stack.json",
-    ):
-        target = cache / sub
-        if target.is_dir():
-            shutil.rmtree(target, ignore_errors=True)
-        else:
-            target.unlink(missing_ok=True)
+        yield s
+    finally:
+        s.down(report=lambda msg: None)
+        _wipe(cache)
 
 
 @pytest.fixture(scope="session")
@@ -177,32 +243,24 @@ def secured_stack():
     elasticsearch-secured, its data wiped at the start and end of each session."""
     from support import secured_stack as ss
 
-    with ss.started(ROOT / ".cache" / "test-stack", free_port) as s:
+    with ss.started(SESSION_STACK, free_port) as s:
         yield s
 
 
 @pytest.fixture(scope="session")
 def fixture_runs(request) -> dict[str, Path]:
     """The harness-made runs of tests/support/fixture_runs.py (healthy, overload, behind): name -> run dir."""
-    import uuid
-
     from support import fixture_runs as fx
 
-    worker = getattr(request.config, "workerinput", None)
-    session = worker["testrunuid"] if worker else uuid.uuid4().hex
-    return fx.make(ROOT / ".cache" / "test-fixture-runs", session[:12])
+    return fx.make(ROOT / ".cache" / "test-fixture-runs", shared.session_id(request.config)[:12])
 
 
 @pytest.fixture(scope="session")
 def user_runs(request) -> dict[str, Path]:
     """Runs of the example user pipeline (tests/support/user_runs.py: overloaded, healthy): name -> run dir."""
-    import uuid
-
     from support import user_runs as ur
 
-    worker = getattr(request.config, "workerinput", None)
-    session = worker["testrunuid"] if worker else uuid.uuid4().hex
-    return ur.make(ROOT / ".cache" / "test-fixture-runs", session[:12])
+    return ur.make(ROOT / ".cache" / "test-fixture-runs", shared.session_id(request.config)[:12])
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -1,7 +1,7 @@
 """docker-compose.yml, up for real: the users' file plus one override
 (lab/stand-ins/docker-compose.stand-ins.yml) that only swaps images, puts every service
 on the host network and leaves out what has no stand-in here (Kibana, Grafana), on the suite's own
-Docker engine (lab/flowstat_lab/compose.py: its own sockets and data root, no bridge, run inside a
+Docker engine (lab/src/flowstat_lab/compose.py: its own sockets and data root, no bridge, run inside a
 network namespace that holds only a loopback) with Compose v2.
 
 In order, as a person would: scripts/new-env, the secrets gate, `up` (every service healthy,

@@ -1,5 +1,5 @@
 """The generated Grafana dashboards and alert rules, run for real: every query expanded as Grafana
-expands it (lab/flowstat_lab/grafana.py) and run on the real InfluxDB holding harness-made runs
+expands it (lab/src/flowstat_lab/grafana.py) and run on the real InfluxDB holding harness-made runs
 (tests/support/fixture_runs.py), compared with what this test computes from the run files itself."""
 
 from __future__ import annotations

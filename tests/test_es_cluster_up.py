@@ -1,5 +1,5 @@
 """docker-compose.es-cluster.yml, up for real: Elasticsearch as three nodes over docker-compose.yml,
-on the suite's own Docker engine (lab/flowstat_lab/compose.py, as tests/test_compose_up.py runs the
+on the suite's own Docker engine (lab/src/flowstat_lab/compose.py, as tests/test_compose_up.py runs the
 whole stack) with the stand-ins override and its part for the cluster
 (lab/stand-ins/docker-compose.es-cluster.stand-ins.yml: each node on a loopback address
 of its own, 127.0.0.1-3, the ports of a bridge).

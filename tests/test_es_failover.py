@@ -516,14 +516,14 @@ class Pauses:
         os.killpg(self.pid, signal.SIGCONT)
 
 
-def test_replay_and_its_rollup_outlast_an_elasticsearch_that_stops_answering_for_seconds(stack, tmp_path):
+def test_replay_and_its_rollup_outlast_an_elasticsearch_that_stops_answering_for_seconds(own_stack, tmp_path):
     """The real Elasticsearch stopped for 3 s (SIGSTOP, then SIGCONT) as replay sends its third batch,
     and again at its roll-up's first search, with requests that wait 1 s for an answer: each is asked
     again until it is answered (the store did the first one too, once it went on); replay exits 0,
     every sample stored once and rolled up once."""
     from flowstat.stores.elasticsearch_rollup import rollup_index
 
-    es = stack["elasticsearch"]
+    es = own_stack["elasticsearch"]
     index = f"flowstat-test-replay-paused-{uuid.uuid4().hex[:8]}"
     path = tmp_path / "samples.ndjson"
     make_run_file(path, f"replay-paused-{uuid.uuid4().hex[:8]}", 300)

@@ -4,7 +4,7 @@ Kibana cannot run here, so the file is checked two ways. Offline, as Kibana's im
 it: every line an object, every reference and panel resolving, every field a Lens column uses in
 its data view's index template with a type that aggregates as used, the Lens state shaped as 8.19
 stores it. Against the real Elasticsearch: each Lens visualization is turned into the aggregation
-Kibana would send (lab/flowstat_lab/kibana.py: buckets nested in column order, the metric per bucket,
+Kibana would send (lab/src/flowstat_lab/kibana.py: buckets nested in column order, the metric per bucket,
 counter rates, differences and formulas computed over the buckets as Lens does) and run over a real
 harness run replayed into the stack; its values must equal what the test computes from the run file
 itself.

@@ -114,7 +114,7 @@ def test_a_pid_file_whose_pid_a_later_process_took_names_nothing(tmp_path, sleep
 
 
 def test_the_scripts_pid_file_of_a_process_started_after_it_was_written_names_nothing(tmp_path, sleeper):
-    """lab/flowstat_lab/netns.py: daemons write their own pid files (pid alone), so the file's time is the witness."""
+    """flowstat_lab.netns: daemons write their own pid files (pid alone), so the file's time is the witness."""
     from flowstat_lab.netns import pid_file_alive
 
     f = tmp_path / "slurmd.pid"

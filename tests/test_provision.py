@@ -199,8 +199,8 @@ def test_nothing_to_do_is_said():
 
 
 # -- the templates, on the real Elasticsearch -----------------------------------------------------
-def test_provision_installs_the_templates_into_the_real_elasticsearch(stack):
-    es = stack["elasticsearch"]
+def test_provision_installs_the_templates_into_the_real_elasticsearch(own_stack):
+    es = own_stack["elasticsearch"]
     requests.delete(f"{es.url}/_index_template/flowstat-runs", timeout=10).raise_for_status()
     requests.delete(f"{es.url}/_index_template/flowstat-samples", timeout=10).raise_for_status()
     for _ in range(2):  # idempotent
@@ -228,9 +228,9 @@ def test_provision_waits_for_a_server_that_does_not_answer_and_names_it():
     assert f"Elasticsearch at http://127.0.0.1:{port} not ready after 3 s: no answer" in out.stderr
 
 
-def test_elasticsearch_install_script_installs_the_templates(stack):
+def test_elasticsearch_install_script_installs_the_templates(own_stack):
     """index-templates/elasticsearch/install.sh: the same templates for who installs by hand."""
-    es = stack["elasticsearch"]
+    es = own_stack["elasticsearch"]
     requests.delete(f"{es.url}/_index_template/flowstat-agents", timeout=10).raise_for_status()
     requests.delete(f"{es.url}/_component_template/flowstat-agent-mappings", timeout=10).raise_for_status()
     # an index of self-samples as an older flowstat made it: without interval_s

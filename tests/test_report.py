@@ -18,7 +18,6 @@ from flowstat import cli
 from flowstat.harness.orchestrator import run_topology
 from flowstat.harness.topology import from_dict
 from flowstat.report import _alerts, figures, load
-from flowstat.report import screenshots as shots
 from flowstat.report.build import write_report
 from flowstat.report.load import load_run
 from flowstat.report.reduce import envelope, minmax, on_spans
@@ -27,6 +26,7 @@ from flowstat.schema import sample as sample_schema
 from flowstat.views import alerts
 from flowstat.views.labels import LABELS
 from flowstat.views.panels import RUN_VIEW
+from flowstat_lab import screenshots as shots
 from support import fixture_runs as fx
 from support.common import ROOT, topology_dict
 

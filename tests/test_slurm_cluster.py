@@ -1,4 +1,4 @@
-"""The suite's own Slurm cluster (lab/flowstat_lab/slurm.py): slurmctld at 127.0.0.10 and three slurmd,
+"""The suite's own Slurm cluster (lab/src/flowstat_lab/slurm.py): slurmctld at 127.0.0.10 and three slurmd,
 n1-n3, at 127.0.0.11-13, with munged, all in the network namespace flowstat-slurm. What later tests
 of issue 30 build on: one task per node, each knowing and binding its own node's address; ZeroMQ
 between nodes; a lost node noticed; and nothing left behind, however the cluster ended.

@@ -1,22 +1,7 @@
-"""The soak's figures (benchmarks/bench_soak.py) on made-up delays: what "back under 2 s after a
-fault" counts. The soak itself runs an hour (make soak), never in the suite."""
+"""The soak's figures (flowstat_lab.figures, which benchmarks/bench_soak.py reports) on made-up
+delays: what "back under 2 s after a fault" counts. The soak itself runs an hour (make soak), never in the suite."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
-import pytest
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_soak.py"
-
-
-@pytest.fixture(scope="module")
-def soak():
-    spec = importlib.util.spec_from_file_location("bench_soak_figures", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from flowstat_lab import figures as soak
 
 
 def delays(
@@ -32,7 +17,7 @@ def delays(
     return out
 
 
-def test_back_under_2_s_is_when_the_p99_from_then_on_is_within_target_not_the_last_late_sample(soak):
+def test_back_under_2_s_is_when_the_p99_from_then_on_is_within_target_not_the_last_late_sample():
     end = 1000.0
     assert soak.back_within_target(delays(end, end + 20), end, end + 290) == 20.0
     # a late sample long after, as the hour outside faults has some: not the fault's
@@ -40,13 +25,13 @@ def test_back_under_2_s_is_when_the_p99_from_then_on_is_within_target_not_the_la
     assert soak.back_within_target(delays(end, end - 5), end, end + 290) == 0.0
 
 
-def test_a_store_never_back_within_target_gets_the_whole_span(soak):
+def test_a_store_never_back_within_target_gets_the_whole_span():
     end = 1000.0
     assert soak.back_within_target(delays(end, end + 400), end, end + 290) == 290.0
     assert soak.back_within_target([], end, end + 290) == 290.0  # nothing seen after it: not back
 
 
-def test_a_view_asked_with_two_selections_is_judged_per_selection_against_its_view_s_target(soak):
+def test_a_view_asked_with_two_selections_is_judged_per_selection_against_its_view_s_target():
     faults = [{"fault": "x", "start": 100.0, "end": 110.0}]
     at = [10.0 * i for i in range(40) if not 90 <= 10.0 * i <= 180]  # outside the fault and its minute
     rounds = {
@@ -63,13 +48,13 @@ def test_a_view_asked_with_two_selections_is_judged_per_selection_against_its_vi
     assert judged["run view (10 nodes)"]["influxdb"]["met"] is True
 
 
-def test_a_late_tail_right_after_a_fault_is_not_averaged_away_by_the_quiet_minutes_after_it(soak):
+def test_a_late_tail_right_after_a_fault_is_not_averaged_away_by_the_quiet_minutes_after_it():
     # 5 s late for the 2 s after the fault, then prompt for 288 s: under 1% of the span, all of the first minute's 3%
     end = 1000.0
     assert soak.back_within_target(delays(end, end + 2), end, end + 290) == 5.0
     assert soak.back_within_target(delays(end, end + 2, span=2000), end, end + 1990) == 5.0  # however long the span
 
 
-def test_a_fault_the_soak_ended_during_is_not_judged(soak):
+def test_a_fault_the_soak_ended_during_is_not_judged():
     end = 1000.0
     assert soak.back_within_target(delays(end, end + 20), end, end - 1.5) is None

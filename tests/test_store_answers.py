@@ -128,7 +128,9 @@ def every(nodes, seqs) -> list[tuple]:
 
 
 def agent_into(store: Store, tmp_path, *extra) -> tuple[subprocess.CompletedProcess, dict]:
-    """Three rounds of three nodes (a, b, c) into the store: a batch of three a round."""
+    """Three rounds of three nodes (a, b, c) into the store: a batch of three a round, a request each
+    (--send-max-kb 1, less than two batches: rounds queued behind a slow delivery on a loaded
+    machine still go one by one)."""
     proc = sleeper()
     url = sink_url(store.kind, store.port)
     stats = tmp_path / "stats.json"
@@ -144,6 +146,8 @@ def agent_into(store: Store, tmp_path, *extra) -> tuple[subprocess.CompletedProc
             url,
             "--spool-dir",
             tmp_path / "spool",
+            "--send-max-kb",
+            1,
             "--stats",
             stats,
             *extra,

@@ -112,10 +112,10 @@ def test_elasticsearch_bulk_with_per_document_errors(stack):
     assert es_count(stack, index) == 18
 
 
-def test_install_gives_an_older_index_the_new_fields_and_names_one_it_cannot(stack):
+def test_install_gives_an_older_index_the_new_fields_and_names_one_it_cannot(own_stack):
     """An index made by an older flowstat (its mapping lacks a field this version writes) takes the
     field at install; an index whose field has another type is named, and install says what to do."""
-    es = stack["elasticsearch"].url
+    es = own_stack["elasticsearch"].url
     tag = uuid.uuid4().hex[:8]
     older, clashing = f"flowstat-samples-older-{tag}", f"flowstat-samples-clash-{tag}"
     writer = Elasticsearch(es, older)
@@ -181,9 +181,10 @@ def test_bulk_documents_refused_for_now_are_the_only_ones_resent():
 
 
 @pytest.mark.parametrize("store", ["influxdb", "elasticsearch"])
-def test_a_server_killed_mid_batch_loses_and_duplicates_nothing(stack, store):
+def test_a_server_killed_mid_batch_loses_and_duplicates_nothing(own_stack, store):
     """The server dies (SIGKILL) while a large batch is on its way; the writer retries until the
     restarted server takes it: every sample once."""
+    stack = own_stack
     service = stack[store]
     run_id = f"killed-{store}"
     batch = samples(100_000 if store == "influxdb" else 30_000, run_id, nodes=50)

@@ -5,7 +5,6 @@ the pytest-xdist workers through a lock) under .cache/test-fixture-runs/."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import signal
@@ -18,6 +17,8 @@ from pathlib import Path
 import yaml
 
 from flowstat.timeutil import iso_utc_ms
+
+from . import shared
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,16 +87,12 @@ def two_at_a_time(run, folder: Path, specs: dict) -> dict[str, Path]:
 
 
 def made_once(base: Path, session: str, kind: str, make_all) -> dict[str, Path]:
-    """Runs of one kind for this test session (name -> run dir), made by ``make_all(folder)`` for the
-    first of the pytest-xdist workers that asks, under a lock, and found by the others."""
+    """Runs of one kind for this test session (name -> run dir), made in ``base/session`` by
+    ``make_all(folder)`` for the first of the pytest-xdist workers that asks, and found by the others."""
     folder = base / session
     folder.mkdir(parents=True, exist_ok=True)
-    with open(base / f"{session}.{kind}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        done = folder / f"{kind}.json"
-        if not done.exists():
-            done.write_text(json.dumps({name: str(path) for name, path in make_all(folder).items()}))
-    return {k: Path(v) for k, v in json.loads(done.read_text()).items()}
+    made = shared.once(session, kind, lambda: {name: str(path) for name, path in make_all(folder).items()})
+    return {k: Path(v) for k, v in made.items()}
 
 
 def _run(folder: Path, name: str, topo: dict) -> Path:

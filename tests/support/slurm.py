@@ -1,4 +1,4 @@
-"""The suite's Slurm cluster for a test module (lab/flowstat_lab/slurm.py, lab/flowstat_lab/netns.py): the cluster
+"""The suite's Slurm cluster for a test module (flowstat_lab.slurm, flowstat_lab.netns): the cluster
 for the module, what it may not leave behind, and `flowstat run --slurm` from inside its namespace."""
 
 from __future__ import annotations

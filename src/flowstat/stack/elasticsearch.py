@@ -58,7 +58,7 @@ def m2_zip(version: str) -> Path:
 def secured_distribution(cache: Path) -> Path:
     """The unpacked zip of CACHE (downloaded and unpacked once) with the analysis module the
     .security index needs compiled into it: what a secured node runs, e.g. in the compose tests'
-    Elasticsearch image (lab/flowstat_lab/compose.py)."""
+    Elasticsearch image (lab/src/flowstat_lab/compose.py)."""
     node = Elasticsearch("elasticsearch-image", cache, Elasticsearch.default_port, extra={"security": True})
     node._unpack()
     node._analysis_module()

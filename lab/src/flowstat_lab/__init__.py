@@ -18,5 +18,5 @@ from __future__ import annotations
 
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]  # lab/flowstat_lab/ -> the checkout
+ROOT = Path(__file__).resolve().parents[3]  # lab/src/flowstat_lab/ -> the checkout
 STAND_INS = ROOT / "lab" / "stand-ins"  # the compose stack's stand-in images and their overrides
