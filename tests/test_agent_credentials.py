@@ -330,7 +330,18 @@ def test_documents_answered_403_are_kept_and_sent_again_the_rest_stored(tmp_path
     env = credential_free_env(FLOWSTAT_ES_USER="flowstat_agent", FLOWSTAT_ES_PASSWORD=PASSWORD)
     agent = Agent(
         agent_command,
-        agent_args(target, interval=0.1, self_interval=0.3, run_id="r", sink=url, spool_dir=spool, stats=stats),
+        agent_args(
+            target,
+            interval=0.1,
+            self_interval=0.3,
+            run_id="r",
+            sink=url,
+            spool_dir=spool,
+            stats=stats,
+            # The kept documents wait in the spool behind fresh batches: stop waits until all went,
+            # however slowly a loaded machine sends them (it ends as soon as nothing waits).
+            drain_timeout=50,
+        ),
         env,
         tmp_path / "agent.log",
     )

@@ -423,6 +423,7 @@ def test_fresh_batches_go_before_the_backlog_and_settle_in_their_place(tmp_path)
     leave it there (pop), keep their place (release), or leave what the store did not take in
     their place (replace_oldest); the backlog goes on in its order."""
     sp = Spool(tmp_path, max_bytes=10_000)
+    assert sp.handed_out_from() == -1  # nothing handed out yet
     for i, c in enumerate(b"abcde"):
         sp.push(bytes([c]) * 10, count=i + 1)
     assert sp.next_number == 5
@@ -438,6 +439,7 @@ def test_fresh_batches_go_before_the_backlog_and_settle_in_their_place(tmp_path)
     assert sp.peek(100, fresh_from=3) == (b"a" * 10 + b"b" * 10 + b"c" * 10, 6)  # none fresh: the oldest
     sp.pop()
     assert len(sp) == 0 and sp.samples == 0 and sp.peek(fresh_from=3) is None
+    assert sp.handed_out_from() == -1  # all of it taken: nothing handed out
     sp.push(b"f", count=1)  # all of them fresh: in order
     sp.push(b"g", count=1)
     assert sp.peek(fresh_from=3) == (b"f", 1) and sp.handed_out_from() == 5
