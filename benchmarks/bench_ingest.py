@@ -246,9 +246,9 @@ def bench_posting_contention(stack, tmp: Path, n: int) -> dict:
     batches = serialise(path, "influxdb", "bench_contention")
     parse = (
         "from pathlib import Path; from flowstat.replay import FileReport, read_batches; "
-        "from flowstat.stores.influxdb import InfluxDB; "
+        "from flowstat.stores.influxdb import InfluxDBWriter; "
         f"p = Path({str(path)!r}); r = FileReport(str(p)); "
-        "[None for _ in read_batches(p, r, [InfluxDB('http://unused').encoder()])]"
+        "[None for _ in read_batches(p, r, [InfluxDBWriter('http://unused').encoder()])]"
     )
 
     def in_a_thread():

@@ -165,12 +165,12 @@ def own_cache(name: str) -> Path:
     """A folder for a stack of a worker's own (its servers' data, logs, ports and pids) beside the
     session stack's, taking the installs from there (the Elasticsearch distribution, ElastAlert's venv)."""
     from flowstat.stack.base import give_to_service_user
-    from flowstat.stack.elastalert import ElastAlert
-    from flowstat.stack.elasticsearch import Elasticsearch
+    from flowstat.stack.elastalert import ElastAlertServer
+    from flowstat.stack.elasticsearch import ElasticsearchServer
 
     own = ROOT / ".cache" / f"test-stack-{name}"
-    dist = Elasticsearch("elasticsearch", SESSION_STACK, 0).dist
-    venv = ElastAlert("elastalert", SESSION_STACK, 0).venv
+    dist = ElasticsearchServer("elasticsearch", SESSION_STACK, 0).dist
+    venv = ElastAlertServer("elastalert", SESSION_STACK, 0).venv
     if dist.exists():
         # The server runs it as the service user; `up` hands over its own home, in which the link is
         # only a link (make test installed the distribution as root).

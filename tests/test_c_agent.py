@@ -473,7 +473,7 @@ def test_bad_arguments_are_refused_clearly(args, message):
 def test_help_names_every_option_the_agent_takes():
     out = c_agent("--help")
     assert out.returncode == 0 and out.stdout.startswith("usage: flowstat-agent") and not out.stderr
-    taken = re.findall(r'\{"([a-z-]+)", [01], ', (ROOT / "collectors" / "c" / "src" / "options.c").read_text())
+    taken = re.findall(r'\{"([a-z-]+)", [01], ', (ROOT / "collectors" / "c" / "agent" / "options.c").read_text())
     assert len(taken) >= 20 and [name for name in taken if f"--{name} " not in out.stdout] == []
 
 

@@ -25,14 +25,14 @@ def test_c_sources_are_laid_out_as_clang_format_says():
     assert out.returncode == 0, out.stdout + out.stderr
     # every source and header, the fuzzers' included
     checked = set(out.stdout.split())
-    assert {str(p.relative_to(C_DIR)) for p in (*C_DIR.glob("src/*.[ch]"), *C_DIR.glob("fuzz/*.c"))} <= checked
+    assert {str(p.relative_to(C_DIR)) for p in (*C_DIR.glob("agent/*.[ch]"), *C_DIR.glob("fuzz/*.c"))} <= checked
 
 
 @needs(CLANG_FORMAT)
 def test_the_format_check_refuses_a_source_laid_out_otherwise(tmp_path):
     for name in (".clang-format", "Makefile"):
         shutil.copy(C_DIR / name, tmp_path / name)
-    for folder in ("src", "fuzz"):
+    for folder in ("agent", "fuzz"):
         shutil.copytree(C_DIR / folder, tmp_path / folder, ignore=shutil.ignore_patterns("corpus"))
     fuzzer = tmp_path / "fuzz" / "fuzz_stat.c"
     fuzzer.write_text(fuzzer.read_text() + "static int  badly_laid_out( void ) { return 0; }\n")

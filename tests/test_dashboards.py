@@ -823,7 +823,7 @@ def _number(v):
 
 @dataclass
 class EdgeRun:
-    alert: alerts.Alert
+    alert: alerts.AlertRule
     run_id: str
     start_s: int  # the run's start (epoch s, a whole minute)
     cases: list[EdgeCase]

@@ -20,7 +20,7 @@ import yaml
 
 from flowstat.stack import Stack, StackError
 from flowstat.stack import elastalert as ea
-from flowstat.stores.elasticsearch import Elasticsearch
+from flowstat.stores.elasticsearch import ElasticsearchWriter
 from flowstat.timeutil import iso_utc_ms
 from support.common import ELASTALERT_RULES, free_port
 from support.inbox import Inbox
@@ -88,7 +88,7 @@ def written(stack, alerting) -> dict:
         "good": (f"ea-good-{uuid.uuid4().hex[:8]}", now, None),
         "bad": (f"ea-bad-{uuid.uuid4().hex[:8]}", now + 5, 3),
     }
-    writer = Elasticsearch(stack["elasticsearch"].url)
+    writer = ElasticsearchWriter(stack["elasticsearch"].url)
     try:
         for run_id, t0, overloaded in runs.values():
             assert writer.write(writer.encode(samples(run_id, t0, overloaded)), 5).accepted == 5

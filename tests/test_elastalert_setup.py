@@ -19,7 +19,7 @@ RULE = ELASTALERT_RULES / "send-buffer-overloaded.yaml"
 
 
 def test_rules_are_prepared_with_the_alerters_or_refused_by_name(tmp_path):
-    service = ea.ElastAlert(
+    service = ea.ElastAlertServer(
         "elastalert",
         tmp_path,
         0,

@@ -5,7 +5,7 @@ connections, a node that accepts and never answers, a node answering 503, and a 
 batch and dies before it answers. Every sample is stored exactly once (counted by _id, seqs
 unbroken) and counted delivered once; the failover is logged once; a node that failed is left alone
 for --node-backoff, then asked again, and takes the batches again once it answers. A 4xx is not
-failed over. The rule is flowstat.stores._base's (collectors/c/src/sinks.h says the same)."""
+failed over. The rule is flowstat.stores._base's (collectors/c/agent/sinks.h says the same)."""
 
 from __future__ import annotations
 
@@ -571,16 +571,18 @@ def rollup_docs(es, index: str) -> list[dict]:
 
 
 def test_a_writer_leaves_a_failed_node_alone_for_its_backoff_then_asks_it_again(stack, caplog):
-    """Elasticsearch(http://503,REAL, node_backoff_s=3): the first batch fails over (said once);
+    """ElasticsearchWriter(http://503,REAL, node_backoff_s=3): the first batch fails over (said once);
     the second skips the failed node; once it has rested, the third asks it first again, fails
     over again, and that is not said again."""
     from flowstat.schema import sample as sample_schema
-    from flowstat.stores.elasticsearch import Elasticsearch
+    from flowstat.stores.elasticsearch import ElasticsearchWriter
 
     es, bad = stack["elasticsearch"], StatusNode(503)
     index = f"flowstat-test-writer-failover-{uuid.uuid4().hex[:8]}"
     create_days(es, index, [sample_schema.time_ns("2026-11-26T10:00:00.000Z")])
-    writer = Elasticsearch(f"http://127.0.0.1:{bad.port},127.0.0.1:{es.port}", index, timeout_s=5, node_backoff_s=3)
+    writer = ElasticsearchWriter(
+        f"http://127.0.0.1:{bad.port},127.0.0.1:{es.port}", index, timeout_s=5, node_backoff_s=3
+    )
 
     def batch(seq: int) -> bytes:
         doc = {
@@ -630,11 +632,11 @@ def bad_reason() -> str:
 def test_a_writer_does_not_fail_over_a_4xx_a_429_or_a_500(stack, status):
     """Those are the store's answers, not a node's failure: the next node is not asked."""
     from flowstat.stores import StoreDown
-    from flowstat.stores.elasticsearch import Elasticsearch
+    from flowstat.stores.elasticsearch import ElasticsearchWriter
 
     es, node = stack["elasticsearch"], StatusNode(status)
     index = f"flowstat-test-writer-nofailover-{uuid.uuid4().hex[:8]}"
-    writer = Elasticsearch(f"http://127.0.0.1:{node.port},127.0.0.1:{es.port}", index, timeout_s=5)
+    writer = ElasticsearchWriter(f"http://127.0.0.1:{node.port},127.0.0.1:{es.port}", index, timeout_s=5)
     body = b'{"index":{"_index":"%s-2026.11.26","_id":"x"}}\n{"seq":1}\n' % index.encode()
     try:
         if status == 400:
@@ -651,10 +653,10 @@ def test_a_writer_does_not_fail_over_a_4xx_a_429_or_a_500(stack, status):
 
 def test_a_writer_whose_nodes_all_fail_is_down_naming_each():
     from flowstat.stores import StoreDown
-    from flowstat.stores.elasticsearch import Elasticsearch
+    from flowstat.stores.elasticsearch import ElasticsearchWriter
 
     refusing, busy = RefusingPort(), StatusNode(503)
-    writer = Elasticsearch(f"http://127.0.0.1:{refusing.port},127.0.0.1:{busy.port}", "i", timeout_s=5)
+    writer = ElasticsearchWriter(f"http://127.0.0.1:{refusing.port},127.0.0.1:{busy.port}", "i", timeout_s=5)
     try:
         with pytest.raises(StoreDown) as down:
             writer.post(b"{}\n{}\n", 1)
@@ -675,7 +677,7 @@ def test_a_writer_whose_nodes_all_fail_is_down_naming_each():
 
 def test_only_elasticsearch_takes_a_list_of_nodes():
     from flowstat.stores import StoreURLError
-    from flowstat.stores.influxdb import InfluxDB
+    from flowstat.stores.influxdb import InfluxDBWriter
 
     with pytest.raises(StoreURLError, match=r"^http://h1:8086,h2:8086: InfluxDB takes one node, not a list$"):
-        InfluxDB("http://h1:8086,h2:8086")
+        InfluxDBWriter("http://h1:8086,h2:8086")

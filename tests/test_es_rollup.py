@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from flowstat.stores import StoreDown
-from flowstat.stores.elasticsearch import Elasticsearch
+from flowstat.stores.elasticsearch import ElasticsearchWriter
 from flowstat.stores.elasticsearch_rollup import EVERY_S, Rollup, rollup_index, window_of
 from flowstat.timeutil import iso_utc_from_ms
 from support.common import free_port
@@ -48,7 +48,7 @@ def sample(run_id: str, node: str, t_ms: int, seq: int, vmrss: int, cpu: float |
     return doc
 
 
-def write(es: Elasticsearch, docs: list[dict]) -> None:
+def write(es: ElasticsearchWriter, docs: list[dict]) -> None:
     assert es.write(es.encode(docs), len(docs)).accepted == len(docs)
     requests.post(f"{es.url}/{es.target}-*/_refresh", timeout=30).raise_for_status()
 
@@ -64,7 +64,7 @@ def rollup_docs(url: str, target: str) -> dict[str, dict]:
 def es_samples(stack):
     """A samples index of the test's own (its rollup too: flowstat-node-10s-INDEX, under the template)."""
     index = f"flowstat-samples-t{uuid.uuid4().hex[:10]}"
-    return Elasticsearch(stack["elasticsearch"].url, index)
+    return ElasticsearchWriter(stack["elasticsearch"].url, index)
 
 
 def test_the_rollup_holds_each_nodes_mean_per_window(es_samples):
@@ -127,7 +127,7 @@ def test_windows_of_an_outage_are_rolled_up_when_the_store_answers_again(es_samp
     rollup = Rollup(es_samples, source=es_samples.target, target=target, clock=lambda: now[0], resample_s=30)
     assert rollup.tick().documents == 3  # the first window
     # The store goes away for longer than the resample span, while samples keep arriving.
-    rollup.store = Elasticsearch(f"http://127.0.0.1:{free_port()}", es_samples.target, timeout_s=2)
+    rollup.store = ElasticsearchWriter(f"http://127.0.0.1:{free_port()}", es_samples.target, timeout_s=2)
     write(es_samples, [sample(run_id, n, t0 + i * 1000, i, vmrss=100 + i) for n in NODES for i in range(20, 300)])
     for _ in range(3):
         now[0] += 200
@@ -189,7 +189,7 @@ def test_a_node_whose_role_changes_within_a_window_has_a_document_per_role(es_sa
 
 def test_no_samples_index_yet_is_nothing_to_do(stack):
     index = f"flowstat-samples-none{uuid.uuid4().hex[:8]}"
-    rollup = Rollup(Elasticsearch(stack["elasticsearch"].url, index), source=index, target=rollup_index(index))
+    rollup = Rollup(ElasticsearchWriter(stack["elasticsearch"].url, index), source=index, target=rollup_index(index))
     done = rollup.tick()
     assert (done.windows_counted, done.documents) == (0, 0)
     assert rollup.resume() is None

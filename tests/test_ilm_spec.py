@@ -5,7 +5,7 @@ The Elasticsearch the tests run (Maven's integ-test zip) has no ILM module, so t
 PUT there; but the classes that parse and check it on a server with ILM are in the zip's
 modules/x-pack-core jar. tests/ilm-check/IlmCheck.java calls them (its header says how, and what it
 answers): it is compiled once per source and Elasticsearch version (.cache/ilm-check/) and run in
-one JVM per test session on what Elasticsearch.install() PUTs on a server with ILM, on broken copies
+one JVM per test session on what ElasticsearchWriter.install() PUTs on a server with ILM, on broken copies
 (so that the check is seen to say no), on the index names flowstat writes and on names it must not.
 
 A missing JDK, zip or distribution fails the tests with what to install: nothing here is skipped.
@@ -193,9 +193,9 @@ class _Answer:
 
 def installed_on_an_ilm_server() -> dict[str, dict]:
     """What Elasticsearch.install() PUTs on a server that has ILM and no index yet: path -> body."""
-    from flowstat.stores.elasticsearch import Elasticsearch
+    from flowstat.stores.elasticsearch import ElasticsearchWriter
 
-    writer = Elasticsearch("http://127.0.0.1:9")  # never reached: every request is answered here
+    writer = ElasticsearchWriter("http://127.0.0.1:9")  # never reached: every request is answered here
     puts: dict[str, dict] = {}
 
     def http(method: str, url: str, body: bytes | None = None, *args, **kw) -> _Answer:
@@ -225,10 +225,10 @@ def written_names() -> dict[str, set[str]]:
     TIMES: the samples' (one at a time and the batch encoder's), the self-samples', the legacy
     move's (daily_index) and the rollup's (of the window holding it) -> the names."""
     from flowstat.schema import sample as sample_schema
-    from flowstat.stores.elasticsearch import AGENTS_INDEX, SAMPLES_INDEX, Elasticsearch, daily_index
+    from flowstat.stores.elasticsearch import AGENTS_INDEX, SAMPLES_INDEX, ElasticsearchWriter, daily_index
     from flowstat.stores.elasticsearch_rollup import Rollup, window_of
 
-    writer = Elasticsearch("http://127.0.0.1:9")
+    writer = ElasticsearchWriter("http://127.0.0.1:9")
     rollup = Rollup(writer)
 
     def index_of(body: bytes) -> str:

@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import requests
 
-from flowstat.inbox.alerts import Alert
+from flowstat.inbox.received import ReceivedAlert
 from flowstat.inbox.relay import Relay, Webhook
 from flowstat.views import ALERTS
 from flowstat.views.panels import RUN_VIEW
@@ -239,7 +239,7 @@ def test_bad_payloads_are_refused_saying_why_and_nothing_is_lost_across_a_restar
 
 
 def test_a_relay_retries_a_destination_that_fails_then_gives_up_saying_so_once(hook, caplog):
-    alert = Alert(
+    alert = ReceivedAlert(
         "2026-11-26T10:15:05.000Z",
         "elastalert",
         OVERLOAD.title,
@@ -280,7 +280,7 @@ def test_an_aggregation_rules_compound_key_gives_the_alert_its_run_and_node():
     generated rule's text names it, and the inbox splits it into run, node and agent."""
     import yaml
 
-    from flowstat.inbox.alerts import parse
+    from flowstat.inbox.received import parse
     from support.common import ROOT
 
     rule = yaml.safe_load((ROOT / "dashboards/elastalert/rules/flowstat-vmrss-growing.yaml").read_text())

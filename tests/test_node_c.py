@@ -1,5 +1,5 @@
 """libflowstat-node, the C library that gives a ZeroMQ process flowstat's control channel
-(collectors/c/include/flowstat/node.h), against real processes: node-probe (collectors/c/tests/
+(collectors/c/libflowstat-node/include/flowstat/node.h), against real processes: node-probe (collectors/c/tests/
 node_probe.c, a node made of library calls told what to do line by line) and the C++ example
 pipeline (examples/cpp-pipeline), asked by flowstat.node.ControlClient. What the node
 is told must come back exact; rates and latencies as flowstat/node/protocol.py and flowstat/node/latency.py

@@ -6,19 +6,19 @@ import sys
 
 import pytest
 
-from flowstat.harness.orchestrator import Device, Orchestrator
+from flowstat.harness.orchestrator import DeviceProcess, Orchestrator
 from flowstat.harness.topology import from_dict
 from support.common import topology_dict
 
 
-def ended(name: str, role: str, code: int, final: bool, gave_up: bool = False, tmp=None) -> Device:
+def ended(name: str, role: str, code: int, final: bool, gave_up: bool = False, tmp=None) -> DeviceProcess:
     proc = subprocess.Popen([sys.executable, "-c", f"raise SystemExit({code})"])
     proc.wait()
-    return Device(name, role, {}, tmp / f"{name}.log", proc=proc, final={} if final else None, gave_up=gave_up)
+    return DeviceProcess(name, role, {}, tmp / f"{name}.log", proc=proc, final={} if final else None, gave_up=gave_up)
 
 
-def running(name: str, role: str, tmp) -> Device:
-    return Device(name, role, {}, tmp / f"{name}.log")
+def running(name: str, role: str, tmp) -> DeviceProcess:
+    return DeviceProcess(name, role, {}, tmp / f"{name}.log")
 
 
 @pytest.fixture

@@ -358,10 +358,10 @@ def test_provision_converges_passwords_and_privileges_that_drifted(secured_influ
 def test_telegraf_writes_into_the_secured_influxdb_as_the_writer(secured_influx, reachable_tmp_module):
     """The compose stack's telegraf.conf, run by the real Telegraf with the writer's credentials
     from its environment, as docker-compose.yml gives them."""
-    from flowstat.stack.telegraf import Telegraf
+    from flowstat.stack.telegraf import TelegrafServer
 
     assert flowstat("provision", "--influx", secured_influx.url, env=influx_env()).returncode == 0
-    telegraf = Telegraf(
+    telegraf = TelegrafServer(
         "telegraf",
         reachable_tmp_module,
         free_port(),

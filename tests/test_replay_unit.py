@@ -11,19 +11,20 @@ import orjson
 import pytest
 
 from flowstat import replay as R
+from flowstat import stores
 from flowstat.schema import runfile
 from flowstat.schema import sample as sample_schema
 from flowstat.stores import WriterProcess
-from flowstat.stores.elasticsearch import Elasticsearch, daily_index
-from flowstat.stores.influxdb import InfluxDB
+from flowstat.stores.elasticsearch import ElasticsearchWriter, daily_index
+from flowstat.stores.influxdb import InfluxDBWriter
 
 
 def influx_only():
-    return [InfluxDB("http://unused").encoder()]
+    return [InfluxDBWriter("http://unused").encoder()]
 
 
 def both(index: str = "idx"):
-    return [InfluxDB("http://unused").encoder(), Elasticsearch("http://unused", index).encoder()]
+    return [InfluxDBWriter("http://unused").encoder(), ElasticsearchWriter("http://unused", index).encoder()]
 
 
 STRINGS = ["a", "b c", "x,y=z", "", "é", "RUNNING", 'say "hi"', "back\\slash", "tab\there"]
@@ -196,7 +197,7 @@ def test_read_batches_rebases_time_for_both_stores(tmp_path):
 
 @pytest.mark.parametrize("store", ["influxdb", "elasticsearch"])
 def test_writer_process_names_a_store_that_cannot_be_reached(store):
-    proc = WriterProcess(store, "http://127.0.0.1:9", "flowstat", give_up_s=1.0)
+    proc = WriterProcess(stores.get(store), "http://127.0.0.1:9", "flowstat", give_up_s=1.0)
     proc.put(b"flowstat_node,run_id=r seq=1i 1\n", 1)
     result = proc.close()
     name = "InfluxDB" if store == "influxdb" else "Elasticsearch"
@@ -205,7 +206,7 @@ def test_writer_process_names_a_store_that_cannot_be_reached(store):
 
 
 def test_writer_process_that_died_is_a_clear_error():
-    proc = WriterProcess("influxdb", "http://127.0.0.1:9", "flowstat")
+    proc = WriterProcess(stores.get("influxdb"), "http://127.0.0.1:9", "flowstat")
     proc.proc.kill()
     proc.proc.wait()
     with pytest.raises(RuntimeError, match="the process writing to InfluxDB ended"):
@@ -321,13 +322,13 @@ def test_samples_go_to_the_daily_index_of_their_own_utc_day_live_and_replayed(tm
         for i, t in enumerate(stamps)
     ]
     want = ["idx-2026.11.26", "idx-2026.11.27", "idx-2026.11.26"]  # 01:00+02:00 is 23:00 UTC the day before
-    live = Elasticsearch("http://unused", "idx").encode(docs).decode().splitlines()[0::2]
+    live = ElasticsearchWriter("http://unused", "idx").encode(docs).decode().splitlines()[0::2]
     assert [json.loads(x)["index"]["_index"] for x in live] == want
     batch = (
-        Elasticsearch("http://unused", "idx")
+        ElasticsearchWriter("http://unused", "idx")
         .encoder()
         .encode([b"{}"] * 3, ["a", "b", "c"], [sample_schema.time_ns(t) for t in stamps])
     )
     assert [json.loads(x)["index"]["_index"] for x in batch.decode().splitlines()[0::2]] == want
-    run = Elasticsearch("http://unused", "idx").encode_run({"run_id": "r", "started": stamps[0]})
+    run = ElasticsearchWriter("http://unused", "idx").encode_run({"run_id": "r", "started": stamps[0]})
     assert json.loads(run.splitlines()[0])["index"] == {"_index": "flowstat-runs", "_id": "r"}

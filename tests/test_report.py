@@ -17,7 +17,7 @@ import pytest
 from flowstat import cli
 from flowstat.harness.orchestrator import run_topology
 from flowstat.harness.topology import from_dict
-from flowstat.report import _alerts, figures, load
+from flowstat.report import _alert_spans, figures, load
 from flowstat.report.build import write_report
 from flowstat.report.load import load_run
 from flowstat.report.reduce import envelope, minmax, on_spans
@@ -254,11 +254,11 @@ def test_the_report_finds_the_alerts_the_run_file_s_samples_give(request, name, 
     run = load_run(run_dir)
     _, nodes, agents = fx.samples(run_dir)
     shown = [s for s in nodes if s["agent"] == run.agent]
-    assert spans_of(_alerts.evaluate(run)) == spans_of(alerts.evaluate(shown, agents))
+    assert spans_of(_alert_spans.evaluate(run)) == spans_of(alerts.evaluate(shown, agents))
     monkeypatch.setattr(alerts, "ALERTS", tuple(dataclasses.replace(a, for_s=0) for a in alerts.ALERTS))
     want = alerts.evaluate(shown, agents)
     assert want, f"no alert condition held on the {name} run"
-    assert spans_of(_alerts.evaluate(run)) == spans_of(want)
+    assert spans_of(_alert_spans.evaluate(run)) == spans_of(want)
 
 
 def steady(run_dir: Path, metric: str) -> tuple[float, float, int]:

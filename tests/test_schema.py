@@ -138,7 +138,12 @@ def test_c_field_table_and_enumerations_are_generated_from_the_package_schema(tm
     for source in packaged:
         assert (ROOT / "src" / "flowstat" / "schema" / source.name).read_bytes() == source.read_bytes()
     subprocess.run(
-        [sys.executable, str(ROOT / "collectors" / "c" / "gen_schema_header.py"), *map(str, packaged), str(out)],
+        [
+            sys.executable,
+            str(ROOT / "collectors" / "c" / "agent" / "gen_schema_header.py"),
+            *map(str, packaged),
+            str(out),
+        ],
         check=True,
     )
     text = out.read_text()

@@ -34,11 +34,11 @@ def sample(run_id: str, seq: int = 0, t: float | None = None) -> dict:
     }
 
 
-def es_writer(s, index: str, who: str | None = None, api_key: str | None = None) -> es_store.Elasticsearch:
+def es_writer(s, index: str, who: str | None = None, api_key: str | None = None) -> es_store.ElasticsearchWriter:
     """flowstat's own Elasticsearch writer (what the agents and replay write with), logged in."""
     user, password = s.es_user(who) if who else (None, None)
     auth = StoreAuth("FLOWSTAT_ES", "API_KEY", "ApiKey", user, password, api_key, str(s.ca_file))
-    return es_store.Elasticsearch(s.es_url, index, auth=auth)
+    return es_store.ElasticsearchWriter(s.es_url, index, auth=auth)
 
 
 def write_sample(s, index: str, **login) -> tuple[int, list[str]]:
@@ -260,9 +260,9 @@ def test_the_analysis_module_is_compiled_once(secured_stack):
 
 
 # -- InfluxDB ---------------------------------------------------------------------------------------
-def influx_as(s, who: str) -> influx_store.InfluxDB:
+def influx_as(s, who: str) -> influx_store.InfluxDBWriter:
     user, password = s.influx_user(who)
-    return influx_store.InfluxDB(
+    return influx_store.InfluxDBWriter(
         s.influx_url, "flowstat", auth=StoreAuth("FLOWSTAT_INFLUX", "TOKEN", "Token", user, password)
     )
 

@@ -62,10 +62,10 @@ def test_cli_rejects_unknown_services(tmp_path):
 
 
 def test_a_server_that_dies_while_starting_is_named_with_its_log(reachable_tmp):
-    from flowstat.stack.elasticsearch import Elasticsearch
+    from flowstat.stack.elasticsearch import ElasticsearchServer
 
     # A heap of 1 kB: the JVM refuses to start, as a broken server would.
-    es = Elasticsearch(
+    es = ElasticsearchServer(
         "elasticsearch", reachable_tmp, free_port(), {"java_opts": "-Xmx1k", "transport_port": free_port()}
     )
     with pytest.raises(StackError) as err:

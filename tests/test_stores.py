@@ -18,8 +18,8 @@ from flowstat import stores
 from flowstat.schema import sample as sample_schema
 from flowstat.stack.base import port_free
 from flowstat.stores import RetryPolicy
-from flowstat.stores.elasticsearch import Elasticsearch, bulk_outcome, daily_index
-from flowstat.stores.influxdb import InfluxDB
+from flowstat.stores.elasticsearch import ElasticsearchWriter, bulk_outcome, daily_index
+from flowstat.stores.influxdb import InfluxDBWriter
 from flowstat.timeutil import iso_utc_ms
 from support.agents import wait_until
 
@@ -64,7 +64,7 @@ def es_count(stack, target: str) -> int:
 
 def test_every_store_is_registered_by_name():
     assert stores.names() == ["elasticsearch", "influxdb"]
-    assert stores.get("influxdb") is InfluxDB and stores.get("elasticsearch") is Elasticsearch
+    assert stores.get("influxdb") is InfluxDBWriter and stores.get("elasticsearch") is ElasticsearchWriter
     with pytest.raises(ValueError, match="unknown store 'mongodb' \\(known: elasticsearch, influxdb\\)"):
         stores.get("mongodb")
 
@@ -73,7 +73,7 @@ def test_influxdb_partial_write_keeps_the_good_points_and_names_the_rest(stack):
     influx = stack["influxdb"]
     db = f"w_{uuid.uuid4().hex[:8]}"
     influx.query(f'CREATE DATABASE "{db}"')
-    writer = InfluxDB(influx.url, db)
+    writer = InfluxDBWriter(influx.url, db)
     batch = samples(50, "partial")
     assert writer.write(writer.encode(batch), 50).accepted == 50
     # the same series, later: vmrss_kb as a float conflicts with the integer field written above
@@ -91,14 +91,14 @@ def test_influxdb_partial_write_keeps_the_good_points_and_names_the_rest(stack):
     assert (out.accepted, out.refused) == (5, 1) and "unable to parse" in out.reasons[0]
     assert influx_count(stack, db, "parse") == 5
     # a database that does not exist: everything refused, nothing retried
-    out = InfluxDB(influx.url, f"missing_{uuid.uuid4().hex[:6]}").write(writer.encode(batch[:3]), 3)
+    out = InfluxDBWriter(influx.url, f"missing_{uuid.uuid4().hex[:6]}").write(writer.encode(batch[:3]), 3)
     assert (out.accepted, out.refused) == (0, 3) and "HTTP 404" in out.reasons[0]
 
 
 def test_elasticsearch_bulk_with_per_document_errors(stack):
     es = stack["elasticsearch"]
     index = f"flowstat-samples-w-{uuid.uuid4().hex[:8]}"  # gets the strict sample template
-    writer = Elasticsearch(es.url, index)
+    writer = ElasticsearchWriter(es.url, index)
     batch = samples(20, "bulk")
     body = writer.encode(batch).splitlines(keepends=True)
     body[3] = body[3].replace(b'"vmrss_kb":1001', b'"vmrss_kb":"a lot"')  # document 1: wrong type
@@ -118,7 +118,7 @@ def test_install_gives_an_older_index_the_new_fields_and_names_one_it_cannot(own
     es = own_stack["elasticsearch"].url
     tag = uuid.uuid4().hex[:8]
     older, clashing = f"flowstat-samples-older-{tag}", f"flowstat-samples-clash-{tag}"
-    writer = Elasticsearch(es, older)
+    writer = ElasticsearchWriter(es, older)
     current = requests.get(f"{es}/_component_template/flowstat-sample-mappings", timeout=30).json()
     props = dict(current["component_templates"][0]["component_template"]["template"]["mappings"]["properties"])
     assert props.pop("input_latency_p50_ms")
@@ -154,7 +154,7 @@ def test_install_gives_an_older_index_the_new_fields_and_names_one_it_cannot(own
 def test_bulk_documents_refused_for_now_are_the_only_ones_resent():
     """The part of the policy a real server only shows under overload (429 per document), on the
     answer's documented shape."""
-    writer = Elasticsearch("http://unused", "idx")
+    writer = ElasticsearchWriter("http://unused", "idx")
     answer = {
         "errors": True,
         "items": [
@@ -189,10 +189,10 @@ def test_a_server_killed_mid_batch_loses_and_duplicates_nothing(own_stack, store
     run_id = f"killed-{store}"
     batch = samples(100_000 if store == "influxdb" else 30_000, run_id, nodes=50)
     if store == "influxdb":
-        writer, count = InfluxDB(service.url, "flowstat"), lambda: influx_count(stack, "flowstat", run_id)
+        writer, count = InfluxDBWriter(service.url, "flowstat"), lambda: influx_count(stack, "flowstat", run_id)
     else:
         index = f"flowstat-samples-k-{uuid.uuid4().hex[:8]}"
-        writer, count = Elasticsearch(service.url, index), lambda: es_count(stack, index)
+        writer, count = ElasticsearchWriter(service.url, index), lambda: es_count(stack, index)
     body = writer.encode(batch)
     result = {}
     thread = threading.Thread(
@@ -226,7 +226,7 @@ def test_an_older_flowstat_s_single_index_is_moved_into_daily_indices_and_resend
     for i, d in enumerate(docs):  # two days: the older half a day and more earlier
         if i % 2:
             d["time"] = iso_utc_ms(sample_schema.time_ns(d["time"]) / 1e9 - 36 * 3600)
-    writer = Elasticsearch(es)
+    writer = ElasticsearchWriter(es)
     old_way = b"".join(
         b'{"index":{"_index":"flowstat-samples","_id":'
         + json.dumps(sample_schema.document_id(d)).encode()
@@ -264,7 +264,7 @@ def test_influxdb_refuses_samples_older_than_its_retention_policy_and_says_so(st
     run_id = f"retention-{uuid.uuid4().hex[:8]}"
     old, recent = samples(2, run_id, nodes=2)
     old["time"] = iso_utc_ms(time.time() - 31 * 86400)
-    writer = InfluxDB(stack["influxdb"].url, "flowstat")
+    writer = InfluxDBWriter(stack["influxdb"].url, "flowstat")
     try:
         out = writer.write(writer.encode([old, recent]), 2)
     finally:
@@ -284,7 +284,7 @@ def test_influxdb_deletes_what_a_retention_policy_no_longer_keeps(stack):
         old, recent = samples(2, "retention", nodes=2)
         old["time"] = iso_utc_ms(time.time() - 4 * 3600)  # its shard group ends 3 h ago at the latest
         recent["time"] = iso_utc_ms(time.time() - 60)
-        writer = InfluxDB(influx.url, db)
+        writer = InfluxDBWriter(influx.url, db)
         try:
             assert writer.write(writer.encode([old, recent]), 2).accepted == 2
         finally:

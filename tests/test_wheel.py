@@ -142,7 +142,7 @@ def test_the_wheel_holds_flowstat_alone_and_every_command_a_user_has_answers(whe
     with zipfile.ZipFile(wheel_file) as whl:
         assert not [n for n in names if n.endswith(".py") and lab_import.search(whl.read(n))]
     listed = flowstat(wheel_venv, tmp_path, "--help")
-    commands = [c[0] for c in COMMANDS]
+    commands = COMMANDS.names()
     assert listed.returncode == 0 and re.findall(r"(?m)^    (\S+)", listed.stdout) == commands, listed.stdout
     for command in commands:
         out = flowstat(wheel_venv, tmp_path, command, "--help", timeout=120)

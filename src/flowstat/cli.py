@@ -4,32 +4,44 @@ only puts them together."""
 from __future__ import annotations
 
 import argparse
-import importlib
 import importlib.util
 import sys
 from typing import Any
 
 from . import __version__, stores
+from .registry import Command, Registry
 
 STORE_CLIENTS = ("run", "agent", "replay", "rollup", "campaign", "stack")  # the commands that log in to stores
 
-# Every command: (name, module, the prefix of its attributes, the extra of pyproject.toml it needs
-# beyond what every install has; None: nothing more). An agent-only install has no numpy, PyYAML,
-# Bokeh, boost-histogram or uproot: a command that needs them says which extra to install.
-COMMANDS: tuple[tuple[str, str, str, str | None], ...] = (
-    ("run", "flowstat.harness.command", "RUN", "harness"),
-    ("validate", "flowstat.harness.command", "VALIDATE", "harness"),
-    ("ctl", "flowstat.harness.command", "CTL", None),
-    ("slurm-script", "flowstat.harness.slurmscript", "SLURM_SCRIPT", "harness"),
-    ("agent", "flowstat.agent.command", "", None),
-    ("stack", "flowstat.stack.command", "", "stack"),
-    ("provision", "flowstat.provision", "", None),
-    ("replay", "flowstat.replay", "", None),
-    ("rollup", "flowstat.rollup", "", None),
-    ("campaign", "flowstat.campaign.command", "", "all"),
-    ("report", "flowstat.report.command", "", "report"),
-    ("inbox", "flowstat.inbox.command", "", None),
+# Every command, where it lives (imported only when it runs: see build_parser).
+COMMANDS: Registry[Command] = Registry(
+    "command",
+    {
+        "run": "flowstat.harness.command:RUN_COMMAND",
+        "validate": "flowstat.harness.command:VALIDATE_COMMAND",
+        "ctl": "flowstat.harness.command:CTL_COMMAND",
+        "slurm-script": "flowstat.harness.slurmscript:COMMAND",
+        "agent": "flowstat.agent.command:COMMAND",
+        "stack": "flowstat.stack.command:COMMAND",
+        "provision": "flowstat.provision:COMMAND",
+        "replay": "flowstat.replay:COMMAND",
+        "rollup": "flowstat.rollup:COMMAND",
+        "campaign": "flowstat.campaign.command:COMMAND",
+        "report": "flowstat.report.command:COMMAND",
+        "inbox": "flowstat.inbox.command:COMMAND",
+    },
 )
+# The extra of pyproject.toml each command needs beyond what every install has (none: nothing
+# more). An agent-only install has no numpy, PyYAML, Bokeh, boost-histogram or uproot: a command that
+# needs them says which extra to install, without importing its module.
+NEEDS_EXTRA: dict[str, str] = {
+    "run": "harness",
+    "validate": "harness",
+    "slurm-script": "harness",
+    "stack": "stack",
+    "campaign": "all",
+    "report": "report",
+}
 # The modules each extra brings (import names), as pyproject.toml lists them (a test holds them
 # alike); only their absence is a missing extra.
 OPTIONAL_MODULES = {
@@ -60,20 +72,6 @@ def _missing(exc: ModuleNotFoundError) -> bool:
     return (exc.name or "").split(".")[0] in OPTIONAL_MODULES
 
 
-def _command_parts(module_name: str, prefix: str) -> tuple[str, dict[str, Any], Any, Any]:
-    """The command's help, its parser's keywords, the function adding its options, its work."""
-    module = importlib.import_module(module_name)
-    if prefix:
-        low = prefix.lower()
-        return (
-            getattr(module, f"{prefix}_HELP"),
-            getattr(module, f"{prefix}_PARSER", {}),
-            getattr(module, f"configure_{low}"),
-            getattr(module, low),
-        )
-    return module.HELP, module.PARSER, module.configure, module.main
-
-
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The whole command line; ``only``: with that command's parser alone, the others' modules not
     imported (a command's start costs its own imports, not every command's)."""
@@ -84,25 +82,26 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"flowstat {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, module_name, prefix, extra in COMMANDS:
+    for name in COMMANDS:
         if only is not None and name != only:
             continue
+        extra = NEEDS_EXTRA.get(name)
         absent = [m for m in EXTRAS.get(extra or "", ()) if importlib.util.find_spec(m) is None]
         if absent:
             _add_unavailable(sub, name, extra, absent[0])
             continue
-        help_text, parser_kw, configure, func = _command_parts(module_name, prefix)
-        p = sub.add_parser(name, help=help_text, **parser_kw)
-        configure(p)
+        command = COMMANDS.get(name)
+        p = sub.add_parser(name, help=command.help, **command.parser)
+        command.configure(p)
         if name in STORE_CLIENTS and name != "agent":  # the agent's own configure has it
             stores.add_credentials_option(p)
-        p.set_defaults(func=func, extra=extra)
+        p.set_defaults(func=command.main, extra=extra)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    named = argv[0] if argv and argv[0] in {c[0] for c in COMMANDS} else None
+    named = argv[0] if argv and argv[0] in COMMANDS else None
     parser = build_parser(only=named)
     args, unknown = parser.parse_known_args(argv)
     if unknown and not getattr(args, "unavailable", False):

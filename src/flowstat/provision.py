@@ -38,6 +38,7 @@ from urllib.parse import urlsplit
 
 import requests
 
+from flowstat.registry import Command
 from flowstat.stores import StoreDown
 from flowstat.stores import elasticsearch as es_store
 from flowstat.stores import elasticsearch_rollup as es_rollup
@@ -300,7 +301,7 @@ class ElasticsearchSetup:
             self.say(f"elasticsearch: {call.method} {call.path}")
 
     def templates(self) -> None:
-        writer = es_store.Elasticsearch(self.url)
+        writer = es_store.ElasticsearchWriter(self.url)
         writer.session.auth, writer.session.verify = self.session.auth, self.session.verify
         try:
             for path in writer.install():
@@ -415,7 +416,7 @@ class InfluxSetup:
         self.url = url.rstrip("/")
         self.env = env
         self.say = say
-        self.writer = influx_store.InfluxDB(self.url, INFLUX_DB)
+        self.writer = influx_store.InfluxDBWriter(self.url, INFLUX_DB)
         trust(self.writer.session, env, "FLOWSTAT_INFLUX_CA_FILE")
         self.writer.session.auth = (env["INFLUXDB_ADMIN_USER"], env["INFLUXDB_ADMIN_PASSWORD"])
 
@@ -572,3 +573,7 @@ def main(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
         return 1
     say("done")
     return 0
+
+
+# What flowstat.cli.COMMANDS names (the command line imports this module only for this command).
+COMMAND = Command(HELP, configure, main, PARSER)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from flowstat import stores
 from flowstat.progress import Progress
+from flowstat.registry import Command
 from flowstat.schema import runfile
 from flowstat.schema import sample as sample_schema
 from flowstat.schema.runfile import FileReport
@@ -129,7 +130,7 @@ def replay(
                 each.close()
             raise ReplayError(str(exc)) from None
     procs = {
-        name: WriterProcess(name, url, target, timeout_s=timeout_s, node_backoff_s=node_backoff_s)
+        name: WriterProcess(stores.get(name), url, target, timeout_s=timeout_s, node_backoff_s=node_backoff_s)
         for name, (url, target) in targets.items()
     }
     rebase_ms = int(time.time() * 1000) if rebase else None
@@ -320,3 +321,7 @@ def main(args: argparse.Namespace) -> int:
         if r.bad:
             status = 1
     return status
+
+
+# What flowstat.cli.COMMANDS names (the command line imports this module only for this command).
+COMMAND = Command(HELP, configure, main, PARSER)

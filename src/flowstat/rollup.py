@@ -15,9 +15,11 @@ import time
 from datetime import datetime
 from typing import Any
 
+from flowstat.registry import Command
+
 from . import stores
 from .progress import Progress
-from .stores.elasticsearch import SAMPLES_INDEX, Elasticsearch
+from .stores.elasticsearch import SAMPLES_INDEX, ElasticsearchWriter
 from .stores.elasticsearch_rollup import (
     EVERY_S,
     MAX_BACK_S,
@@ -200,7 +202,7 @@ def _write(status: str, done: Pass) -> None:
         log.error("--status %s: %s", status, exc)
 
 
-def _one_off_span(args: argparse.Namespace, rollup: Rollup, store: Elasticsearch) -> tuple[int, int] | None:
+def _one_off_span(args: argparse.Namespace, rollup: Rollup, store: ElasticsearchWriter) -> tuple[int, int] | None:
     """What --run or --from/--to ask to roll up (ms); None once said why not. The store is checked
     first: a wrong address fails at once, not after the roll-up's patient retries."""
     if not args.run:
@@ -230,7 +232,7 @@ def main(args: argparse.Namespace) -> int:
         print("flowstat rollup: --to needs --from", file=sys.stderr)
         return 2
     try:
-        store = Elasticsearch(args.es, args.index)
+        store = ElasticsearchWriter(args.es, args.index)
     except stores.StoreURLError as exc:
         print(f"flowstat rollup: {exc}", file=sys.stderr)
         return 2
@@ -265,3 +267,7 @@ def main(args: argparse.Namespace) -> int:
     except RollupError as exc:
         print(f"flowstat rollup: {exc}", file=sys.stderr)
         return 2
+
+
+# What flowstat.cli.COMMANDS names (the command line imports this module only for this command).
+COMMAND = Command(HELP, configure, main, PARSER)

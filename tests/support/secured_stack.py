@@ -59,9 +59,9 @@ def session_secrets() -> dict[str, str]:
 def influx_with_admin(cache: Path, name: str, port: int, admin: tuple[str, str]) -> Iterator:
     """A real InfluxDB with authentication on and its first admin made (InfluxDB takes that one
     creation without credentials, then none); stopped, and its data removed, on the way out."""
-    from flowstat.stack.influxdb import InfluxDB
+    from flowstat.stack.influxdb import InfluxDBServer
 
-    server = InfluxDB(name, cache, port, extra={"auth": True})
+    server = InfluxDBServer(name, cache, port, extra={"auth": True})
     _wipe(server.home, ("meta", "data", "wal"))
     server.up()
     try:
@@ -81,9 +81,11 @@ def influx_with_admin(cache: Path, name: str, port: int, admin: tuple[str, str])
 def secured_elasticsearch(cache: Path, port: int, transport_port: int, elastic_password: str) -> Iterator:
     """Elasticsearch with security and TLS on, elastic's password ELASTIC_PASSWORD (in this
     process's environment while it starts and stops, as the service reads it)."""
-    from flowstat.stack.elasticsearch import Elasticsearch
+    from flowstat.stack.elasticsearch import ElasticsearchServer
 
-    es = Elasticsearch(ES_NAME, cache, port, extra={"security": True, "tls": True, "transport_port": transport_port})
+    es = ElasticsearchServer(
+        ES_NAME, cache, port, extra={"security": True, "tls": True, "transport_port": transport_port}
+    )
     with _environment(ELASTIC_PASSWORD=elastic_password):
         es.down()  # one a crashed session left
         _wipe(es.home, ("data",))
@@ -108,8 +110,8 @@ class SecuredStack:
     influx_url: str
     ca_file: Path
     env: dict[str, str]  # every secret and user name provision was given, and FLOWSTAT_ES_CA_FILE
-    es_service: object = field(repr=False)  # flowstat.stack.elasticsearch.Elasticsearch
-    influx_service: object = field(repr=False)  # flowstat.stack.influxdb.InfluxDB
+    es_service: object = field(repr=False)  # flowstat.stack.elasticsearch.ElasticsearchServer
+    influx_service: object = field(repr=False)  # flowstat.stack.influxdb.InfluxDBServer
 
     # -- who is who ----------------------------------------------------------------------------
     @property

@@ -1,4 +1,4 @@
-/* libFuzzer target: a CURVE key file (lib/node_curve.c), as the node library reads its run's keys
+/* libFuzzer target: a CURVE key file (libflowstat-node/node_curve.c), as the node library reads its run's keys
  * and the agent its client key. What it takes must be a key ZeroMQ takes too. */
 #include <stddef.h>
 #include <stdint.h>

@@ -1,4 +1,4 @@
-/* libFuzzer target: a control request from the network, read by libflowstat-node (lib/node_request.c),
+/* libFuzzer target: a control request from the network, read by libflowstat-node (libflowstat-node/node_request.c),
  * and its error text and echoed id written into a reply as the control thread writes them. */
 #include <stddef.h>
 #include <stdint.h>

@@ -110,9 +110,16 @@ def main() -> int:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--only", choices=sorted(SCOPE), action="append", help="judge only this part (repeatable)")
-    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "mutation.json")
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="default benchmarks/results/mutation.json; with --only, benchmarks/results/raw/mutation-only.json "
+        "(a part judged alone does not replace the whole's figures)",
+    )
     p.add_argument("--max-children", type=int, default=os.cpu_count() or 2, help="mutants run at once")
     args = p.parse_args()
+    results = ROOT / "benchmarks" / "results"
+    args.out = args.out or (results / "raw" / "mutation-only.json" if args.only else results / "mutation.json")
     parts = {k: v for k, v in SCOPE.items() if not args.only or k in args.only}
     patterns = [pat for pats in parts.values() for pat in pats]
 

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from flowstat import stores
+from flowstat.registry import Command
 
 from . import memory
 from .spool import SEND_MAX_BYTES
@@ -355,3 +356,7 @@ def _say_notice_taken() -> None:
             Path(path).touch()
         except OSError as exc:
             logging.getLogger("flowstat.agent").warning("cannot create the ready file %s: %s", path, exc)
+
+
+# What flowstat.cli.COMMANDS names (the command line imports this module only for this command).
+COMMAND = Command(HELP, configure, main, PARSER)

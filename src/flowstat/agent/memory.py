@@ -7,7 +7,7 @@ request's traceback holds until the garbage collector frees it) come from the he
 them: VmRSS steps up at each sink outage and stays there. ``fix_mmap_threshold``, at the start,
 fixes the threshold (and the trim threshold with it), so that they go back to the system as they
 are freed; ``trim``, once a sink that was down has taken its backlog, gives back what it left free
-in the heaps. The C agent does the same (collectors/c/src/util.h). Elsewhere than glibc, nothing.
+in the heaps. The C agent does the same (collectors/c/agent/util.h). Elsewhere than glibc, nothing.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ and recorded, and the thesis-style tables and plots made from the runs (``flowst
 - ``markdown``, ``svg``, ``htmlpage``: the tables and plots; ``report``: all of them at once.
 """
 
-from .runner import Outcome, run_campaign
+from .runner import ConfigurationOutcome, run_campaign
 from .spec import Campaign, CampaignError, Configuration, load
 
-__all__ = ["Campaign", "CampaignError", "Configuration", "Outcome", "load", "run_campaign"]
+__all__ = ["Campaign", "CampaignError", "Configuration", "ConfigurationOutcome", "load", "run_campaign"]

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from flowstat import stores
+from flowstat.registry import Command
 
 HELP = "run a benchmark campaign: one topology, one parameter swept, every run recorded"
 PARSER = dict(
@@ -234,3 +235,7 @@ def main(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 1 if bad else status
+
+
+# What flowstat.cli.COMMANDS names (the command line imports this module only for this command).
+COMMAND = Command(HELP, configure, main, PARSER)

@@ -18,7 +18,7 @@ from flowstat.report import page
 from flowstat.report.figures import THESIS_METRICS
 
 from .markdown import TITLES, cells, titled
-from .results import Row
+from .results import ResultRow
 from .spec import Campaign
 
 TOOLS = "pan,wheel_zoom,reset"
@@ -28,7 +28,7 @@ def _numeric(values: list[Any]) -> bool:
     return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
 
 
-def against_parameter(campaign: Campaign, rows: list[Row], metric: str):
+def against_parameter(campaign: Campaign, rows: list[ResultRow], metric: str):
     name = TITLES[metric][0]
     # (row, mean, std) of the rows with figures (a Stat has a std when it has a mean)
     known = [
@@ -68,7 +68,7 @@ def against_parameter(campaign: Campaign, rows: list[Row], metric: str):
     return p
 
 
-def over_time(rows: list[Row], metric: str):
+def over_time(rows: list[ResultRow], metric: str):
     name = TITLES[metric][0]
     p = figure(  # type: ignore[call-arg]  # bokeh's stubs: figure takes tools and active_scroll
         title=f"{name} over time, all mergers", height=300, width=620, tools=TOOLS, active_scroll=None
@@ -84,7 +84,7 @@ def over_time(rows: list[Row], metric: str):
     return p
 
 
-def write(campaign: Campaign, rows: list[Row], out: Path, command: str, facts: Machine) -> Path:
+def write(campaign: Campaign, rows: list[ResultRow], out: Path, command: str, facts: Machine) -> Path:
     doc = page.Page(f"flowstat campaign: {campaign.title}")
     head, body = cells(campaign, rows)
     doc.html(

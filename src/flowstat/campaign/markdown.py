@@ -10,7 +10,7 @@ from flowstat.proc.machine import Machine
 from flowstat.report.figures import THESIS_METRICS, Stat
 
 from . import svg
-from .results import Row
+from .results import ResultRow
 from .spec import Campaign
 
 TITLES = {
@@ -46,7 +46,7 @@ def _yes_no(v: bool | None, yes: str, no: str) -> str:
     return "-" if v is None else yes if v else no
 
 
-def cells(campaign: Campaign, rows: list[Row]) -> tuple[list[str], list[list[str]]]:
+def cells(campaign: Campaign, rows: list[ResultRow]) -> tuple[list[str], list[list[str]]]:
     """The table's header and its rows, as text (a failed configuration: its label and why)."""
     head = [
         campaign.parameter_label,
@@ -78,7 +78,7 @@ def cells(campaign: Campaign, rows: list[Row]) -> tuple[list[str], list[list[str
     return head, body
 
 
-def table(campaign: Campaign, rows: list[Row]) -> list[str]:
+def table(campaign: Campaign, rows: list[ResultRow]) -> list[str]:
     head, body = cells(campaign, rows)
     return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(b) + " |" for b in body]
 
@@ -87,7 +87,7 @@ def _numeric(values: list[Any]) -> bool:
     return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
 
 
-def plots(campaign: Campaign, rows: list[Row], folder: Path) -> list[tuple[str, str]]:
+def plots(campaign: Campaign, rows: list[ResultRow], folder: Path) -> list[tuple[str, str]]:
     """Write the SVGs; (caption, file name relative to the Markdown) of each."""
     folder.mkdir(parents=True, exist_ok=True)
     measured = [r for r in rows if r.stats]
@@ -131,7 +131,7 @@ def plots(campaign: Campaign, rows: list[Row], folder: Path) -> list[tuple[str, 
 WRITTEN_BY = "Written by `flowstat campaign` (in the repository: make bench, benchmarks/run_campaigns.py): do not edit."
 
 
-def write(campaign: Campaign, rows: list[Row], out_dir: Path, command: str, facts: Machine) -> Path:
+def write(campaign: Campaign, rows: list[ResultRow], out_dir: Path, command: str, facts: Machine) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     md = out_dir / f"{campaign.name}.md"
     figures = plots(campaign, rows, out_dir / campaign.name)

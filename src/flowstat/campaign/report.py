@@ -8,21 +8,26 @@ from pathlib import Path
 from flowstat.proc import machine
 
 from . import markdown, results
-from .runner import Outcome
+from .runner import ConfigurationOutcome
 from .spec import Campaign
 
 RESULTS = "results.json"
 
 
 @dataclass(frozen=True)
-class Made:
+class CampaignFiles:
     files: list[Path]
-    rows: list[results.Row]
+    rows: list[results.ResultRow]
 
 
 def write(
-    campaign: Campaign, outcomes: list[Outcome], out: Path, report_dir: Path, command: str, html: bool = True
-) -> Made:
+    campaign: Campaign,
+    outcomes: list[ConfigurationOutcome],
+    out: Path,
+    report_dir: Path,
+    command: str,
+    html: bool = True,
+) -> CampaignFiles:
     """The campaign's figures into ``out``/results.json, its tables and plots into ``report_dir``."""
     rows = results.rows(campaign, outcomes, out)
     facts = machine.describe()
@@ -33,4 +38,4 @@ def write(
         from . import htmlpage  # Bokeh: only when a page is written
 
         files.append(htmlpage.write(campaign, rows, report_dir / f"{campaign.name}.html", command, facts))
-    return Made(files, rows)
+    return CampaignFiles(files, rows)

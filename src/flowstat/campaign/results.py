@@ -30,14 +30,14 @@ from flowstat.proc.machine import Machine
 from flowstat.report.figures import THESIS_METRICS, Stat, steady_window
 from flowstat.report.load import ReportError, Run, load_run
 
-from .runner import Outcome
+from .runner import ConfigurationOutcome
 from .spec import Campaign
 
 SUMMED = ("cpu_clock_hz", "vmrss_kb", "merged_objects_per_second")  # averaged: average_merge_time_ms
 
 
 @dataclass
-class Row:
+class ResultRow:
     key: str
     value: Any
     label: str
@@ -118,10 +118,10 @@ def _relative(text: str | None, base: Path) -> str | None:
     return line
 
 
-def row(campaign: Campaign, outcome: Outcome, base: Path) -> Row:
+def row(campaign: Campaign, outcome: ConfigurationOutcome, base: Path) -> ResultRow:
     """``base``: the campaign's directory."""
     c = outcome.config
-    r = Row(
+    r = ResultRow(
         c.key,
         c.value,
         c.label,
@@ -170,11 +170,11 @@ def row(campaign: Campaign, outcome: Outcome, base: Path) -> Row:
     return r
 
 
-def rows(campaign: Campaign, outcomes: list[Outcome], base: Path) -> list[Row]:
+def rows(campaign: Campaign, outcomes: list[ConfigurationOutcome], base: Path) -> list[ResultRow]:
     return [row(campaign, o, base) for o in outcomes]
 
 
-def write_json(campaign: Campaign, table: list[Row], path: Path, command: str, machine: Machine) -> None:
+def write_json(campaign: Campaign, table: list[ResultRow], path: Path, command: str, machine: Machine) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
         json.dumps(

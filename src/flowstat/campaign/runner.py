@@ -38,7 +38,7 @@ class CampaignInterrupted(Exception):
 
 
 @dataclass(frozen=True)
-class Outcome:
+class ConfigurationOutcome:
     config: Configuration
     status: str
     run_dir: Path | None
@@ -51,7 +51,7 @@ class Events(Protocol):
 
     def starting(self, index: int, total: int, config: Configuration, duration: float) -> None: ...
     def progress(self) -> ProgressCallback | None: ...
-    def finished(self, index: int, total: int, outcome: Outcome) -> None: ...
+    def finished(self, index: int, total: int, outcome: ConfigurationOutcome) -> None: ...
 
 
 def default_dir(campaign: Campaign, root: Path = Path("runs") / "campaigns") -> Path:
@@ -89,13 +89,13 @@ def _recorded(state: dict, out: Path, config: Configuration) -> dict | None:
     return rec
 
 
-def _outcome(rec: dict, config: Configuration, out: Path) -> Outcome:
-    return Outcome(
+def _outcome(rec: dict, config: Configuration, out: Path) -> ConfigurationOutcome:
+    return ConfigurationOutcome(
         config, rec["status"], out / rec["run_dir"] if rec.get("run_dir") else None, rec.get("error"), skipped=True
     )
 
 
-def recorded(campaign: Campaign, out: Path) -> list[Outcome]:
+def recorded(campaign: Campaign, out: Path) -> list[ConfigurationOutcome]:
     """The configurations of ``campaign`` finished in ``out``, as they ran (the tables show every
     finished configuration, whatever this invocation ran)."""
     state = read_state(out)
@@ -145,7 +145,7 @@ def run_campaign(
     agent: AgentOptions | None = None,
     retry_failed: bool = False,
     events: Events | None = None,
-) -> list[Outcome]:
+) -> list[ConfigurationOutcome]:
     """Run every configuration not finished yet; the outcomes of all, in the file's order."""
     out.mkdir(parents=True, exist_ok=True)
     state = read_state(out)
@@ -181,7 +181,7 @@ def run_campaign(
                 "finished": iso_utc_ms(),
             }
             _write_state(out, state)
-            outcome = Outcome(config, status, run_dir if measured else None, error, skipped=False)
+            outcome = ConfigurationOutcome(config, status, run_dir if measured else None, error, skipped=False)
         outcomes.append(outcome)
         if events:
             events.finished(i, total, outcome)

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from flowstat.registry import Command
+
 if TYPE_CHECKING:
     from .topology import Topology
 
@@ -95,7 +97,7 @@ def configure_run(p: argparse.ArgumentParser) -> None:
         "Start the devices as Slurm job steps on the hosts of an allocation: the one this command runs "
         "in (SLURM_JOB_ID, e.g. in an sbatch script), or one it asks salloc for and gives back. The "
         "topology's placement: says which hosts run what; --runs-dir must be on a filesystem every host "
-        "sees (README: Past one machine).",
+        "sees (docs/compose.md: Past one machine).",
     )
     slurm.add_argument("--slurm", action="store_true", help="run across the hosts of a Slurm allocation")
     slurm.add_argument("--partition", metavar="P", help="salloc's partition (default: Slurm's default)")
@@ -256,3 +258,9 @@ def ctl(args: argparse.Namespace) -> int:
         client.close()
     print(json.dumps(reply, indent=1))
     return 1 if "error" in reply else 0
+
+
+# What flowstat.cli.COMMANDS names (the command line imports this module only for this command).
+RUN_COMMAND = Command(RUN_HELP, configure_run, run, RUN_PARSER)
+VALIDATE_COMMAND = Command(VALIDATE_HELP, configure_validate, validate)
+CTL_COMMAND = Command(CTL_HELP, configure_ctl, ctl, CTL_PARSER)

@@ -30,7 +30,7 @@ from typing import IO, Any, Protocol
 
 from flowstat.proc.machine import host_identity
 
-# A device told to bind this resolves its host's address itself (flowstat.harness.devices.node).
+# A device told to bind this resolves its host's address itself (flowstat.harness.devices.device).
 BIND_NODE_ADDRESS = "@node"
 NODE_ADDR_ENV = "FLOWSTAT_NODE_ADDR"  # the host's address, when a site's TaskProlog exports it
 SLURM_PROGRAMS = ("srun", "salloc", "scancel", "scontrol", "sinfo", "squeue")

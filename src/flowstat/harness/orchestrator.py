@@ -54,7 +54,7 @@ class RunError(RuntimeError):
 
 
 @dataclass
-class Device:
+class DeviceProcess:
     name: str
     role: str
     config: dict[str, Any]
@@ -91,7 +91,7 @@ class Device:
         return log_tail(self.log_path, lines)
 
 
-def sent_end_of_stream(dev: Device) -> bool:
+def sent_end_of_stream(dev: DeviceProcess) -> bool:
     """Whether a device that ended sent its end-of-stream markers downstream: it ended well (code 0
     and its final report) and was not told to give up (a producer that gives up sends none)."""
     return dev.exit_code == 0 and dev.final is not None and not dev.gave_up
@@ -115,7 +115,7 @@ class Orchestrator:
         self.launcher: Launcher = launcher or LocalLauncher(topo.host)
         self.on_progress = on_progress
         self.agents = RunAgents(run_id, run_dir, agent or AgentOptions(enabled=False), self.pin, launcher)
-        self.devices: list[Device] = []
+        self.devices: list[DeviceProcess] = []
         self.wakeup = threading.Event()  # set by a device's exit or by Ctrl-C
         self.interrupts = 0
         self.failures: list[str] = []
@@ -148,13 +148,13 @@ class Orchestrator:
         # A merger may hold one object of each of its inputs' for a merge.
         return OnlineJudge(duration, {m: n * topo.obj.nbytes for m, n in inputs.items()})
 
-    def stage_of(self, dev: Device) -> tuple[int, int]:
+    def stage_of(self, dev: DeviceProcess) -> tuple[int, int]:
         """Where a device is in the pipeline: its role's place, then its layer (mergers)."""
         return PIPELINE_ROLES.index(dev.role), self.layer_of.get(dev.name, 0)
 
     # -- processes ------------------------------------------------------------------------------
-    def spawn(self, name: str, role: str, config: dict[str, Any]) -> Device:
-        dev = Device(
+    def spawn(self, name: str, role: str, config: dict[str, Any]) -> DeviceProcess:
+        dev = DeviceProcess(
             name,
             role,
             {
@@ -206,7 +206,7 @@ class Orchestrator:
             {"node_id": d.name, "role": d.role, "cpus": d.cpus} for d in self.devices if d.cpus is not None
         ] + self.agents.affinity()
 
-    def _read_events(self, dev: Device) -> None:
+    def _read_events(self, dev: DeviceProcess) -> None:
         assert dev.proc is not None and dev.proc.stdout is not None
         for line in dev.proc.stdout:
             try:
@@ -220,7 +220,7 @@ class Orchestrator:
         dev.events.put({"event": "exit", "code": dev.proc.returncode})
         self.wakeup.set()
 
-    def wait_ready(self, dev: Device) -> dict[str, Any]:
+    def wait_ready(self, dev: DeviceProcess) -> dict[str, Any]:
         deadline = time.monotonic() + self.ready_timeout_s
         while True:
             if self.interrupts:
@@ -243,7 +243,7 @@ class Orchestrator:
                     f"{dev.log_path}\n{dev.log_tail()}"
                 )
 
-    def signal(self, dev: Device, sig: int) -> None:
+    def signal(self, dev: DeviceProcess, sig: int) -> None:
         if dev.proc is not None and dev.proc.poll() is None:
             self.launcher.signal(dev.proc, sig)
             dev.signalled = True
@@ -412,7 +412,7 @@ class Orchestrator:
             self.affinity(),
         )
 
-    def crashed(self) -> list[Device]:
+    def crashed(self) -> list[DeviceProcess]:
         """The devices that ended without flowstat telling them to: dead, or stopped from outside
         (a SIGTERM from someone else, or Slurm's at scancel: a device ends well on it, code 0 and
         its final report, and no device ends on its own before the run's end)."""
@@ -527,7 +527,7 @@ class Orchestrator:
                     if dev.final is None and not any(f.startswith(dev.name) for f in self.failures):
                         self.failures.append(f"{msg}; log: {dev.log_path}")
 
-    def cut_off(self, stage: list[Device]) -> list[Device]:
+    def cut_off(self, stage: list[DeviceProcess]) -> list[DeviceProcess]:
         """The devices of a stage that some input will not send its end of stream: one that ended
         badly (a crash, a host lost, no final report) or was told to give up (SIGUSR1, SIGKILL)."""
         by_name = {d.name: d for d in self.devices}
@@ -540,7 +540,7 @@ class Orchestrator:
             )
         ]
 
-    def wait_exit(self, stage: list[Device], timeout: float, while_progressing: bool = False) -> bool:
+    def wait_exit(self, stage: list[DeviceProcess], timeout: float, while_progressing: bool = False) -> bool:
         """Wait for every device of ``stage`` to exit, at most ``timeout`` s; ``while_progressing``:
         ``timeout`` s without progress (a merger draining a long queue takes what it takes, a hung one
         is stopped: its counters tell them apart)."""
@@ -565,7 +565,7 @@ class Orchestrator:
                 dev.proc.wait()
         return True
 
-    def stage_counters(self, stage: list[Device]) -> tuple[tuple[Any, ...] | None, ...]:
+    def stage_counters(self, stage: list[DeviceProcess]) -> tuple[tuple[Any, ...] | None, ...]:
         """What a stage's running devices have taken and sent so far (None for one that does not answer)."""
         out: list[tuple[Any, ...] | None] = []
         for dev in stage:

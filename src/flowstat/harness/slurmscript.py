@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from flowstat import __version__
+from flowstat.registry import Command
 
 SLURM_SCRIPT_HELP = "write an sbatch script that runs a topology across the hosts of a Slurm job"
 
@@ -76,3 +77,7 @@ def slurm_script(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+# What flowstat.cli.COMMANDS names (the command line imports this module only for this command).
+COMMAND = Command(SLURM_SCRIPT_HELP, configure_slurm_script, slurm_script)

@@ -9,6 +9,8 @@ import signal
 import sys
 from pathlib import Path
 
+from flowstat.registry import Command
+
 HELP = "receive, show, log and forward the alerts of Grafana and ElastAlert2 (the compose stack's alerts service)"
 PARSER = dict(
     description="An HTTP server for alerts: Grafana's webhook contact point POSTs to /grafana, ElastAlert2's "
@@ -75,3 +77,7 @@ def main(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     return 0
+
+
+# What flowstat.cli.COMMANDS names (the command line imports this module only for this command).
+COMMAND = Command(HELP, configure, main, PARSER)

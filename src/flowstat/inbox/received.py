@@ -27,7 +27,7 @@ class BadAlert(ValueError):
 
 
 @dataclass(frozen=True)
-class Alert:
+class ReceivedAlert:
     received: str  # when the inbox took it (ISO-8601 UTC)
     source: str  # grafana or elastalert
     rule: str  # the rule's title, as people read it
@@ -77,7 +77,7 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else "" if value is None else str(value)
 
 
-def from_grafana(payload: dict, grafana_url: str) -> list[Alert]:
+def from_grafana(payload: dict, grafana_url: str) -> list[ReceivedAlert]:
     alerts = payload.get("alerts")
     if not isinstance(alerts, list):
         raise BadAlert("a Grafana notification holds a list `alerts`")
@@ -91,7 +91,7 @@ def from_grafana(payload: dict, grafana_url: str) -> list[Alert]:
         uid = _text(labels.get("alert"))
         run_id, node_id, at = _text(labels.get("run_id")), _text(labels.get("node_id")), _text(item.get("startsAt"))
         out.append(
-            Alert(
+            ReceivedAlert(
                 now,
                 "grafana",
                 TITLES.get(uid) or _text(labels.get("alertname")) or "Grafana alert",
@@ -121,7 +121,7 @@ def _compound_key(payload: dict) -> dict:
     return {}
 
 
-def from_elastalert(payload: dict, grafana_url: str) -> list[Alert]:
+def from_elastalert(payload: dict, grafana_url: str) -> list[ReceivedAlert]:
     if not isinstance(payload.get("rule"), str):
         raise BadAlert("an ElastAlert2 alert holds its rule's name in `rule` (see dashboards/elastalert/config.yaml)")
     uid = _text(payload.get("alert"))
@@ -129,7 +129,7 @@ def from_elastalert(payload: dict, grafana_url: str) -> list[Alert]:
     run_id, node_id, at = _text(payload.get("run_id")), _text(payload.get("node_id")), _text(payload.get("time"))
     summary = f"{payload['rule']}: {node_id or payload.get('agent') or 'a node'} of run {run_id or '?'}"
     return [
-        Alert(
+        ReceivedAlert(
             iso_utc_ms(),
             "elastalert",
             TITLES.get(uid) or payload["rule"],
@@ -149,7 +149,7 @@ def from_elastalert(payload: dict, grafana_url: str) -> list[Alert]:
 SOURCES = {"grafana": from_grafana, "elastalert": from_elastalert}
 
 
-def parse(source: str, payload: Any, grafana_url: str) -> list[Alert]:
+def parse(source: str, payload: Any, grafana_url: str) -> list[ReceivedAlert]:
     """The alerts a POST from ``source`` holds; BadAlert says what is wrong with it."""
     if not isinstance(payload, dict):
         raise BadAlert("expected a JSON object")

@@ -19,7 +19,7 @@ from email.message import EmailMessage
 
 import requests
 
-from .alerts import Alert
+from .received import ReceivedAlert
 
 log = logging.getLogger("flowstat.inbox")
 RETRY_FOR_S = 300.0
@@ -36,7 +36,7 @@ class Webhook:
 
     name = "webhook"
 
-    def send(self, alert: Alert) -> None:
+    def send(self, alert: ReceivedAlert) -> None:
         resp = requests.post(
             self.url, data=json.dumps(alert.as_dict()), timeout=10, headers={"Content-Type": "application/json"}
         )
@@ -59,7 +59,7 @@ class Email:
 
     name = "email"
 
-    def message(self, alert: Alert) -> EmailMessage:
+    def message(self, alert: ReceivedAlert) -> EmailMessage:
         msg = EmailMessage()
         state = "" if alert.status == "firing" else f" ({alert.status})"
         msg["Subject"] = f"flowstat: {alert.rule}{state}: {alert.node_id or alert.agent} of run {alert.run_id}"
@@ -68,7 +68,7 @@ class Email:
         msg.set_content("\n".join(body) + "\n")
         return msg
 
-    def send(self, alert: Alert) -> None:
+    def send(self, alert: ReceivedAlert) -> None:
         with smtplib.SMTP(self.host, self.port, timeout=15) as smtp:
             if self.starttls:
                 smtp.starttls(context=ssl.create_default_context())
@@ -115,16 +115,16 @@ class Relay(threading.Thread):
     def __init__(self, target: Webhook | Email, retry_for_s: float = RETRY_FOR_S):
         super().__init__(daemon=True, name=f"relay-{target.name}")
         self.target, self.retry_for_s = target, retry_for_s
-        self.queue: queue.Queue[Alert | None] = queue.Queue()
+        self.queue: queue.Queue[ReceivedAlert | None] = queue.Queue()
         self.sent = self.given_up = 0
 
-    def submit(self, alert: Alert) -> None:
+    def submit(self, alert: ReceivedAlert) -> None:
         self.queue.put(alert)
 
     def stop(self) -> None:
         self.queue.put(None)
 
-    def deliver(self, alert: Alert) -> bool:
+    def deliver(self, alert: ReceivedAlert) -> bool:
         deadline, delay, failing = time.monotonic() + self.retry_for_s, min(FIRST_RETRY_S, self.retry_for_s / 4), None
         while True:
             try:

@@ -23,7 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from .alerts import Alert, BadAlert, parse
+from .received import BadAlert, ReceivedAlert, parse
 from .relay import Relay
 
 log = logging.getLogger("flowstat.inbox")
@@ -46,7 +46,7 @@ class Inbox:
                     except ValueError:
                         log.error("%s, line %d: not an alert (JSON): left out", log_path, number)
 
-    def take(self, source: str, payload: object) -> list[Alert]:
+    def take(self, source: str, payload: object) -> list[ReceivedAlert]:
         got = parse(source, payload, self.grafana_url)
         with self.lock:
             if self.log_path is not None:

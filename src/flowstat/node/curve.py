@@ -10,7 +10,7 @@ A run has two key pairs, made when it starts and kept in RUN_DIR/keys (0700):
 
 The files are ZeroMQ's certificate format (ZPL, as czmq's zcert and pyzmq's ``zmq.auth`` write:
 ``public-key = "Z85"`` / ``secret-key = "Z85"`` under ``curve``); the C library and agent read the
-same files (collectors/c/lib/node_curve.c). Secret files are created 0600 and their contents are
+same files (collectors/c/libflowstat-node/node_curve.c). Secret files are created 0600 and their contents are
 never logged.
 
 A node's ``Guard`` answers ZeroMQ's authentication requests (ZAP) for its context: the run's client

@@ -7,12 +7,12 @@ from functools import partial
 from html import escape
 from pathlib import Path
 
-from . import _alerts, figures
+from . import _alert_spans, figures
 from .load import Run, load_run
 
 
 @dataclass(frozen=True)
-class Made:
+class BuiltReport:
     """What a report holds: the file, the runs (as read) and how many plots it draws."""
 
     path: Path
@@ -26,7 +26,7 @@ def _load_bokeh() -> None:
     from . import page, plots  # noqa: F401
 
 
-def write_report(paths: list[Path], out: Path) -> Made:
+def write_report(paths: list[Path], out: Path) -> BuiltReport:
     """Read the run directories ``paths`` and write their report to ``out``; ReportError names a run
     that cannot be read."""
     runs = [load_run(p, meanwhile=_load_bokeh) for p in paths]
@@ -34,7 +34,7 @@ def write_report(paths: list[Path], out: Path) -> Made:
 
     windows = [figures.steady_window(r) for r in runs]
     stats = [figures.steady_stats(r, w) for r, w in zip(runs, windows, strict=False)]
-    spans = [_alerts.evaluate(r) for r in runs]
+    spans = [_alert_spans.evaluate(r) for r in runs]
     doc = page.Page("flowstat report: " + ", ".join(r.name for r in runs))
     page.header(doc, runs)
     doc.html(
@@ -47,7 +47,7 @@ def write_report(paths: list[Path], out: Path) -> Made:
     _each_run(doc, runs, windows, spans)
     out.parent.mkdir(parents=True, exist_ok=True)
     doc.write(out)
-    return Made(out, runs, len(doc.jobs))
+    return BuiltReport(out, runs, len(doc.jobs))
 
 
 def _side_by_side(doc, runs: list[Run], windows: list[figures.Window], stats: list[dict]) -> None:

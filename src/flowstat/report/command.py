@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from flowstat.registry import Command
+
 from .load import SHOWN_BAD_LINES, ReportError
 
 DEFAULT_NAME = "report.html"
@@ -71,3 +73,7 @@ def main(args: argparse.Namespace) -> int:
         status = max(status, 1 if bad else 0)
     print(f"report: {made.path} ({made.plots} plots, {made.path.stat().st_size / 1e6:.1f} MB)")
     return status
+
+
+# What flowstat.cli.COMMANDS names (the command line imports this module only for this command).
+COMMAND = Command(HELP, configure, main, PARSER)

@@ -34,7 +34,7 @@ class ReportError(Exception):
 
 
 @dataclass(frozen=True)
-class Metric:
+class SchemaMetric:
     """A numeric field of the sample schema, as the report plots it."""
 
     name: str
@@ -43,12 +43,12 @@ class Metric:
     description: str
 
 
-def metrics() -> tuple[Metric, ...]:
+def metrics() -> tuple[SchemaMetric, ...]:
     """The sample schema's metrics: its optional numeric and boolean fields (the required ones, seq
     and pid, identify a sample; they measure nothing)."""
     props = sample_schema.schema()["properties"]
     return tuple(
-        Metric(f.name, f.type, f.unit, props[f.name]["description"])
+        SchemaMetric(f.name, f.type, f.unit, props[f.name]["description"])
         for f in sample_schema.fields()
         if not f.required and f.type in ("integer", "number", "boolean")
     )

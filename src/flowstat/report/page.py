@@ -351,7 +351,7 @@ def _reading_notes(run: Run) -> str:
 
 
 def alerts_section(page: Page, run: Run, spans: list) -> None:
-    """Which alert conditions held and when (flowstat.views.alerts; see _alerts.py)."""
+    """Which alert conditions held and when (flowstat.views.alerts; see _alert_spans.py)."""
     text = "<section class='alerts'><h3>Which alert conditions held and when</h3>"
     if not spans:
         text += "<p>No alert condition held during the run.</p>"

@@ -1,6 +1,6 @@
 """Where nodes answer (endpoints.schema.json beside this file): what flowstat run writes as
 RUN_DIR/endpoints.json and both agents read to find their targets. The C agent reads the same
-fields (collectors/c/src/targets.c; tests/test_endpoints.py holds both agents to this schema)."""
+fields (collectors/c/agent/targets.c; tests/test_endpoints.py holds both agents to this schema)."""
 
 from __future__ import annotations
 

@@ -8,22 +8,26 @@ import os
 from pathlib import Path
 
 from flowstat import stores
+from flowstat.registry import Registry
 
 from .base import Service, StackError, load_state, make_folder, save_state
-from .elastalert import ElastAlert
-from .elasticsearch import Elasticsearch
-from .influxdb import InfluxDB
-from .telegraf import Telegraf
+from .elastalert import ElastAlertServer
+from .elasticsearch import ElasticsearchServer
+from .influxdb import InfluxDBServer
+from .telegraf import TelegrafServer
 
 __all__ = ["SERVICES", "Service", "Stack", "StackError", "default_cache"]
 
-SERVICES: dict[str, type[Service]] = {
-    "influxdb": InfluxDB,
-    "elasticsearch": Elasticsearch,
-    "telegraf": Telegraf,
-    "elastalert": ElastAlert,
-}
-"""Every server, by name, in start order (a server that needs another starts after it)."""
+# Every server, by name, in start order (a server that needs another starts after it).
+SERVICES: Registry[type[Service]] = Registry(
+    "service",
+    {
+        "influxdb": InfluxDBServer,
+        "elasticsearch": ElasticsearchServer,
+        "telegraf": TelegrafServer,
+        "elastalert": ElastAlertServer,
+    },
+)
 
 SYSTEM_CACHE = Path("/var/lib/flowstat/stack")
 

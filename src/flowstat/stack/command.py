@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from flowstat.registry import Command
+
 HELP = "start, stop or check the local servers (InfluxDB, Elasticsearch, Telegraf, ElastAlert)"
 PARSER = dict(
     description="Real servers on 127.0.0.1 without Docker: InfluxDB 1.x from Debian, Elasticsearch from "
@@ -75,7 +77,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from . import SERVICES, Stack, StackError
-    from .elastalert import ElastAlert
+    from .elastalert import ElastAlertServer
 
     ports = {name: port for name in SERVICES if (port := getattr(args, f"port_{name}", None))}
     options = {"elastalert": {"webhook": args.alert_webhook, "rules_dirs": [Path(d) for d in args.alert_rules]}}
@@ -96,7 +98,7 @@ def main(args: argparse.Namespace) -> int:
             stack.down()
         elif args.action == "alerts":
             elastalert = stack["elastalert"]
-            assert isinstance(elastalert, ElastAlert)  # SERVICES["elastalert"]
+            assert isinstance(elastalert, ElastAlertServer)  # SERVICES["elastalert"]
             return _alerts(elastalert.alerts_log, args)
         else:
             rows = stack.status()
@@ -138,3 +140,7 @@ def _alerts(log: Path, args: argparse.Namespace) -> int:
         waited = f" within {args.wait:g} s" if args.wait else ""
         print(f"flowstat stack alerts: no alert{of}{waited} in {log}", file=sys.stderr)
     return 0 if found.alerts else 1
+
+
+# What flowstat.cli.COMMANDS names (the command line imports this module only for this command).
+COMMAND = Command(HELP, configure, main, PARSER)

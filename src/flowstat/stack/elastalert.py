@@ -43,7 +43,7 @@ from .base import (
     make_folder,
     run_as_prefix,
 )
-from .elasticsearch import Elasticsearch
+from .elasticsearch import ElasticsearchServer
 
 if TYPE_CHECKING:
     from . import Stack
@@ -226,7 +226,7 @@ def _write_file(path: Path, text: str, mode: int = 0o644, service_owned: bool = 
 
 
 @dataclass(frozen=True)
-class Result:
+class RuleTest:
     """What elastalert-test-rule found between start and end: the rule's name, its matches (the alerts
     it would have sent), its hits (the documents its query returned), ElastAlert's errors, its output."""
 
@@ -241,7 +241,7 @@ class Result:
         return self.matches > 0
 
 
-class ElastAlert(Service):
+class ElastAlertServer(Service):
     """ElastAlert2. Options (flowstat stack up --alert-webhook, --alert-rules): ``webhook``, a URL to
     POST each alert to; ``rules_dirs``, folders of more rules (*.yaml) to run beside flowstat's."""
 
@@ -583,15 +583,15 @@ def describe_alert(alert: dict) -> str:
     return f"{alert.get('time', '?')}  {alert['rule']}: {who}{sample}"
 
 
-def test_rule(stack: Stack | Path, rule: Path, start: datetime | str, end: datetime | str) -> Result:
+def test_rule(stack: Stack | Path, rule: Path, start: datetime | str, end: datetime | str) -> RuleTest:
     """Run ``elastalert-test-rule`` on the rule file RULE (alerter-neutral, as packaged) from START to
     END against the stack's Elasticsearch, with the stack's ElastAlert; nothing is sent. STACK is a
     Stack, or its cache folder (whose stack.json says the ports)."""
     if hasattr(stack, "services"):
-        service: ElastAlert = stack["elastalert"]  # type: ignore[index,assignment]
+        service: ElastAlertServer = stack["elastalert"]  # type: ignore[index,assignment]
     else:
-        service = ElastAlert("elastalert", Path(stack).resolve(), 0)
-        es_port = load_state(Path(stack)).get("elasticsearch", {}).get("port", Elasticsearch.default_port)
+        service = ElastAlertServer("elastalert", Path(stack).resolve(), 0)
+        es_port = load_state(Path(stack)).get("elasticsearch", {}).get("port", ElasticsearchServer.default_port)
         service.link(None, {"elasticsearch": es_port})
     service.install()
 
@@ -636,7 +636,7 @@ def test_rule(stack: Stack | Path, rule: Path, start: datetime | str, end: datet
 test_rule.__test__ = False  # type: ignore[attr-defined]  # a helper for tests, not one for pytest to collect
 
 
-def _test_result(rule: Path, out: subprocess.CompletedProcess) -> Result:
+def _test_result(rule: Path, out: subprocess.CompletedProcess) -> RuleTest:
     """elastalert-test-rule --formatted-output prints a JSON line; under "writeback" it holds the last
     status ElastAlert would have recorded (rule_name, matches, hits) and the last error, if any."""
     output = out.stdout + out.stderr
@@ -645,7 +645,7 @@ def _test_result(rule: Path, out: subprocess.CompletedProcess) -> Result:
         writeback = json.loads(found)["writeback"] if found else {}
         status = writeback["elastalert_status"]
         error = writeback.get("elastalert_error")
-        return Result(
+        return RuleTest(
             rule=status["rule_name"],
             matches=int(status["matches"]),
             hits=int(status["hits"]),

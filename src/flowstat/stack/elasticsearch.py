@@ -59,7 +59,7 @@ def secured_distribution(cache: Path) -> Path:
     """The unpacked zip of CACHE (downloaded and unpacked once) with the analysis module the
     .security index needs compiled into it: what a secured node runs, e.g. in the compose tests'
     Elasticsearch image (lab/src/flowstat_lab/compose.py)."""
-    node = Elasticsearch("elasticsearch-image", cache, Elasticsearch.default_port, extra={"security": True})
+    node = ElasticsearchServer("elasticsearch-image", cache, ElasticsearchServer.default_port, extra={"security": True})
     node._unpack()
     node._analysis_module()
     return node.dist
@@ -87,7 +87,7 @@ def _digest(password: str, salt: bytes) -> str:
     return hashlib.pbkdf2_hmac("sha256", password.encode(), salt, 200_000).hex()
 
 
-class Elasticsearch(Service):
+class ElasticsearchServer(Service):
     health_timeout_s = 120.0
     default_port = 9200
     port_option = "es-port"

@@ -12,7 +12,7 @@ from flowstat.stores import influxdb as store
 from .base import Service, StackError, apt_install
 
 
-class InfluxDB(Service):
+class InfluxDBServer(Service):
     """``extra={"auth": True}``: authentication on, as the compose stack runs it (the tests of
     flowstat provision); flowstat stack runs it without. ``options={"retention_check": "1s"}``: how
     often it deletes what its retention policies no longer keep (default InfluxDB's 30 minutes)."""
@@ -71,7 +71,7 @@ bind-address = "127.0.0.1:{self.rpc_port}"
 
     def query(self, q: str, db: str | None = None) -> dict:
         """Run an InfluxQL statement (times in ns); an error answer raises StackError naming it."""
-        writer = store.InfluxDB(self.url, db)
+        writer = store.InfluxDBWriter(self.url, db)
         try:
             return writer.query(q, db=db)
         except (RuntimeError, StoreDown) as exc:

@@ -88,7 +88,7 @@ def build(cache: Path | None = None) -> Path:
     return binary
 
 
-class Telegraf(Service):
+class TelegrafServer(Service):
     health_timeout_s = 30.0
     default_port = 8186
     port_option = "telegraf-port"

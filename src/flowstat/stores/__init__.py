@@ -1,8 +1,8 @@
 """The stores flowstat writes samples and runs to, one module each, registered by name.
 
-A store is one module here holding a ``Writer`` subclass decorated with ``@register``: how to
-encode samples and runs for it, how to send a batch (one retry policy for all: see ``_base``), and
-its set-up (templates, database, rollups). Registering it makes it, with nothing else to change,
+A store is one module here holding a ``Writer`` subclass: how to encode samples and runs for it, how
+to send a batch (one retry policy for all: see ``_base``), and its set-up (templates, database,
+rollups). Registered in STORES below, it is, with nothing else to change,
 an agent sink (``NAME://HOST:PORT/TARGET``; a store that takes several nodes,
 ``NAME://HOST:PORT,HOST:PORT/TARGET``), a ``flowstat replay --OPTION URL`` destination, a set
 of generated files under index-templates/NAME/, and what ``flowstat stack up`` installs into the
@@ -12,6 +12,8 @@ server of the same name.
 from __future__ import annotations
 
 import argparse
+
+from flowstat.registry import Registry
 
 from ._auth import CREDENTIALS_VAR, CredentialsError, StoreAuth, read_credentials_file, refuse_secrets_in_url
 from ._base import (
@@ -25,10 +27,17 @@ from ._base import (
     StoreURLError,
     Writer,
     parse_nodes,
-    register,
 )
 from ._process import WriterProcess
-from ._registry import get, names, writers
+
+# Every store, by the name its URLs and options use; where its pieces live: docs/development.md.
+STORES: Registry[type[Writer]] = Registry(
+    "store",
+    {
+        "elasticsearch": "flowstat.stores.elasticsearch:ElasticsearchWriter",
+        "influxdb": "flowstat.stores.influxdb:InfluxDBWriter",
+    },
+)
 
 __all__ = [
     "CREDENTIALS_VAR",
@@ -38,6 +47,7 @@ __all__ = [
     "CredentialsError",
     "Outcome",
     "RetryPolicy",
+    "STORES",
     "StoreAuth",
     "StoreAuthError",
     "StoreDown",
@@ -49,7 +59,6 @@ __all__ = [
     "parse_nodes",
     "read_credentials_file",
     "refuse_secrets_in_url",
-    "register",
     "add_credentials_option",
     "use_credentials_file",
     "writers",
@@ -75,3 +84,17 @@ def use_credentials_file(path: str | None) -> None:
     if path:
         read_credentials_file(path)
         os.environ[CREDENTIALS_VAR] = os.path.abspath(path)
+
+
+def writers() -> list[type[Writer]]:
+    """Every store's writer, in STORES's order."""
+    return STORES.values()
+
+
+def names() -> list[str]:
+    return STORES.names()
+
+
+def get(name: str) -> type[Writer]:
+    """The writer of a store, by name; an unknown name is an error (a ValueError) listing the known ones."""
+    return STORES.get(name)

@@ -1,6 +1,6 @@
 """How a client of a store logs in: credentials from the environment or a credentials file, never
 from a command line or a URL (docs/security.md). The C agent follows the same rules and says the
-same things (collectors/c/src/creds.c, sinks.c): tests/test_agent_credentials.py holds both to them.
+same things (collectors/c/agent/creds.c, sinks.c): tests/test_agent_credentials.py holds both to them.
 
 A store names its variables by a prefix (``FLOWSTAT_ES``): PREFIX_USER and PREFIX_PASSWORD for
 basic authentication, or PREFIX_API_KEY (Elasticsearch: ``Authorization: ApiKey``) /

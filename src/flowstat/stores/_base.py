@@ -146,7 +146,7 @@ def parse_nodes(url: str, authority: str, default_port: int | None = None) -> li
 
 
 @dataclass
-class Node:
+class StoreNode:
     """One node of a store: its base URL (requests go to URL + path) and until when it is left alone."""
 
     name: str  # HOST:PORT, for messages
@@ -216,7 +216,7 @@ class Writer:
         self.timeout_s = timeout_s
         self.node_backoff_s = node_backoff_s
         self.nodes = self._nodes()
-        self.serving: Node | None = None  # the node that took the last request
+        self.serving: StoreNode | None = None  # the node that took the last request
         self.failovers = 0  # times the requests moved to another node because one failed
         self.log_failovers = True  # each change of node logged (flowstat.stores), once
         self.auth = auth or StoreAuth.from_credentials(self.auth_prefix, *self.auth_key)
@@ -228,15 +228,15 @@ class Writer:
         self.requests = 0  # requests started
         self.retries = 0  # attempts that failed and were tried again (by write() and ask())
 
-    def _nodes(self) -> list[Node]:
+    def _nodes(self) -> list[StoreNode]:
         """The nodes ``self.url`` names: itself, or each of its list with its scheme and path."""
         parts = urlsplit(self.url)
         if "," not in parts.netloc:
-            return [Node(parts.netloc, self.url)]
+            return [StoreNode(parts.netloc, self.url)]
         if not self.multi_node:
             raise StoreURLError(f"{self.shown_url}: {self.title} takes one node, not a list")
         names = parse_nodes(self.shown_url, parts.netloc)
-        return [Node(name, f"{parts.scheme}://{name}{parts.path}") for name in names]
+        return [StoreNode(name, f"{parts.scheme}://{name}{parts.path}") for name in names]
 
     # -- to implement ---------------------------------------------------------------------------
     def encode(self, samples: Iterable[dict[str, Any]]) -> bytes:
@@ -295,7 +295,7 @@ class Writer:
                 raise _down(_said(f"{self.title} at {self.url}", str(exc)), [exc]) from exc
             return self._answer(resp, method, url, action)
         path = url[len(self.url) :]
-        failed: list[tuple[Node, _NodeFailed]] = []
+        failed: list[tuple[StoreNode, _NodeFailed]] = []
         for node in self._ask_order():
             try:
                 resp = self._once(node.url + path, method, body, content_type, kw)
@@ -315,13 +315,13 @@ class Writer:
             [exc for _, exc in failed],
         )
 
-    def _ask_order(self) -> list[Node]:
+    def _ask_order(self) -> list[StoreNode]:
         """The nodes not resting, as listed; when all rest, the one whose rest ends first, alone."""
         now = time.monotonic()
         awake = [n for n in self.nodes if n.resting_until <= now]
         return awake or [min(self.nodes, key=lambda n: n.resting_until)]
 
-    def _took(self, node: Node) -> None:
+    def _took(self, node: StoreNode) -> None:
         """``node`` answered: said once as the requests move to it — away from a node that failed,
         naming the nodes that failed since they last answered (not "those resting": a slow answer
         may outlast a short rest), and counted; or back to a node listed earlier, after its rest.
@@ -532,17 +532,6 @@ def _down(why: str, failures: list[_NodeFailed]) -> StoreDown:
 def _said(where: str, why: str) -> str:
     """ "Elasticsearch at URL cannot be reached (...)", "Elasticsearch at URL: HTTP 503 ..." """
     return f"{where}{why}" if why.startswith(":") else f"{where} {why}"
-
-
-_REGISTRY: dict[str, type[Writer]] = {}
-
-
-def register(cls: type[Writer]) -> type[Writer]:
-    """Class decorator: make a writer known by its name."""
-    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
-        raise ValueError(f"two stores named {cls.name!r}: {_REGISTRY[cls.name]} and {cls}")
-    _REGISTRY[cls.name] = cls
-    return cls
 
 
 def _reason(resp: requests.Response) -> str:

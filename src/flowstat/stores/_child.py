@@ -10,9 +10,9 @@ import logging
 import signal
 import sys
 
+from . import get
 from ._base import MAX_REASONS, RetryPolicy, StoreDown
-from ._process import FRAME, Result
-from ._registry import get
+from ._process import FRAME, WriterResult
 
 
 def serve(store: str, url: str, target: str, give_up_s: str, timeout_s: str, node_backoff_s: str) -> int:
@@ -22,7 +22,7 @@ def serve(store: str, url: str, target: str, give_up_s: str, timeout_s: str, nod
     policy = RetryPolicy(give_up_s=float(give_up_s))
     writer = get(store)(url, target, timeout_s=float(timeout_s), node_backoff_s=float(node_backoff_s))
     read = sys.stdin.buffer.read
-    total: Result = {"accepted": 0, "refused": 0, "reasons": []}
+    total: WriterResult = {"accepted": 0, "refused": 0, "reasons": []}
     error: str | None = None
     while (head := read(FRAME.size)) and len(head) == FRAME.size:
         size, count = FRAME.unpack(head)

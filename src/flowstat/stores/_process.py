@@ -19,14 +19,13 @@ import subprocess
 import sys
 from typing import TypedDict
 
-from ._base import NODE_BACKOFF_S, RetryPolicy
-from ._registry import get
+from ._base import NODE_BACKOFF_S, RetryPolicy, Writer
 
 FRAME = struct.Struct("<QQ")  # a batch: its length and item count, then its bytes; length 0 ends
 CHILD = f"{__package__}._child"  # a module the package does not import: -m runs it fresh
 
 
-class Result(TypedDict, total=False):
+class WriterResult(TypedDict, total=False):
     """The child's answer: what the store accepted and refused (and why), or the error that stopped it."""
 
     accepted: int
@@ -40,7 +39,7 @@ class WriterProcess:
 
     def __init__(
         self,
-        store: str,
+        store: type[Writer],
         url: str,
         target: str,
         give_up_s: float = RetryPolicy.give_up_s,
@@ -48,25 +47,25 @@ class WriterProcess:
         timeout_s: float = 60.0,
         node_backoff_s: float = NODE_BACKOFF_S,
     ):
-        """``timeout_s``, ``node_backoff_s``: the writer's (flowstat.stores.Writer). A failover is
-        logged on this process's stderr."""
-        self.title = get(store).title  # an unknown store fails here, before a process starts
+        """``store``: the writer's class (flowstat.stores.get(name)); ``timeout_s``,
+        ``node_backoff_s``: the writer's. A failover is logged on this process's stderr."""
+        self.title = store.title
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", CHILD, store, url, target, str(give_up_s), str(timeout_s), str(node_backoff_s)],
+            [sys.executable, "-m", CHILD, store.name, url, target, str(give_up_s), str(timeout_s), str(node_backoff_s)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
         assert self.proc.stdin is not None and self.proc.stdout is not None  # both are pipes
         self._stdin, self._stdout = self.proc.stdin, self.proc.stdout
-        self.result: Result | None = None
+        self.result: WriterResult | None = None
 
-    def _poll(self) -> Result | None:
+    def _poll(self) -> WriterResult | None:
         """The child's answer if it has come (it has stopped), without waiting."""
         if self.result is None and select.select([self._stdout], [], [], 0)[0]:
             return self._collect()
         return self.result
 
-    def _collect(self) -> Result:
+    def _collect(self) -> WriterResult:
         """The child's answer, waiting for it (its exit code when it ended without one)."""
         if self.result is None:
             line = self._stdout.readline()
@@ -91,12 +90,12 @@ class WriterProcess:
                 early = self._collect()
         raise RuntimeError(early.get("error") or f"the process writing to {self.title} ended")
 
-    def close(self, abort: bool = False) -> Result:
+    def close(self, abort: bool = False) -> WriterResult:
         """Wait until every batch handed over is written (or, aborting, stop at once). Returns
         {"accepted", "refused", "reasons"} or {"error"}."""
         if abort:
             self.proc.kill()
-            result: Result = {"error": "aborted"}
+            result: WriterResult = {"error": "aborted"}
         else:
             try:
                 self._stdin.write(FRAME.pack(0, 0))

@@ -31,7 +31,6 @@ from ._base import (
     Writer,
     error_reason,
     log,
-    register,
 )
 from ._es_common import _DAY_NS, ES_TYPES, _day, index_action
 from ._es_common import AGENTS_INDEX as AGENTS_INDEX  # the names the other layers import from here
@@ -111,8 +110,7 @@ def bulk_outcome(body: bytes, answer: dict[str, Any]) -> Outcome:
     return out
 
 
-@register
-class Elasticsearch(Writer):
+class ElasticsearchWriter(Writer):
     name = "elasticsearch"
     title = "Elasticsearch"
     default_port = 9200

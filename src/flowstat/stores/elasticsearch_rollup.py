@@ -37,7 +37,7 @@ from ._base import Outcome, RetryPolicy, StoreAuthError, StoreDown
 from ._es_common import DATE, SAMPLES_INDEX, daily_index, index_action
 
 if TYPE_CHECKING:
-    from .elasticsearch import Elasticsearch
+    from .elasticsearch import ElasticsearchWriter
 
 ROLLUP_INDEX = "flowstat-node-10s"  # not flowstat-samples-...: the samples' pattern (and views) must not see it
 EVERY_S = 10  # InfluxDB's flowstat_node_10s bucket (influxdb.ROLLUP_BUCKETS)
@@ -100,7 +100,7 @@ class Rollup:
     """Rolls ``source`` (its daily indices SOURCE-YYYY.MM.DD) up into ``target``'s, through ``store``
     (its nodes, credentials and failover)."""
 
-    store: Elasticsearch
+    store: ElasticsearchWriter
     source: str = SAMPLES_INDEX
     target: str = ROLLUP_INDEX
     resample_s: float = RESAMPLE_S

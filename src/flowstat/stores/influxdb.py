@@ -12,7 +12,7 @@ from flowstat.schema import run as run_schema
 from flowstat.schema import sample as sample_schema
 
 from ._auth import StoreAuth
-from ._base import DEFAULT_RETRY, NODE_BACKOFF_S, BatchEncoder, Outcome, RetryPolicy, Writer, register
+from ._base import DEFAULT_RETRY, NODE_BACKOFF_S, BatchEncoder, Outcome, RetryPolicy, Writer
 
 DATABASE = "flowstat"
 _DROPPED = re.compile(r"dropped=(\d+)")
@@ -25,8 +25,7 @@ class _LineEncoder(BatchEncoder[str]):
         return "".join(encoded).encode()
 
 
-@register
-class InfluxDB(Writer):
+class InfluxDBWriter(Writer):
     name = "influxdb"
     title = "InfluxDB"
     default_port = 8086

@@ -3,7 +3,7 @@ the alert conditions. Generated from them: Grafana's dashboards, provisioning an
 (``grafana``), Kibana's saved objects (``kibana``), ElastAlert2's rules (``elastalert``); the
 report and the tests apply the alert conditions to run files (``alerts.evaluate``)."""
 
-from .alerts import ALERTS, Alert, Span, evaluate
+from .alerts import ALERTS, AlertRule, Span, evaluate
 from .panels import VIEWS, Metric, Panel, Row, View
 
-__all__ = ["ALERTS", "VIEWS", "Alert", "Metric", "Panel", "Row", "Span", "View", "evaluate"]
+__all__ = ["ALERTS", "VIEWS", "AlertRule", "Metric", "Panel", "Row", "Span", "View", "evaluate"]

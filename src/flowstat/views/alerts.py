@@ -54,7 +54,7 @@ class Above:
 
 
 @dataclass(frozen=True)
-class Alert:
+class AlertRule:
     uid: str
     title: str
     summary: str  # what it means, for the notification
@@ -74,8 +74,8 @@ class Alert:
         return any(all(a.ref in values and values[a.ref] > a.threshold for a in conj) for conj in self.condition)
 
 
-ALERTS: tuple[Alert, ...] = (
-    Alert(
+ALERTS: tuple[AlertRule, ...] = (
+    AlertRule(
         "flowstat-buffer-overload",
         "Buffer overloaded",
         "{{ $labels.node_id }} of run {{ $labels.run_id }}: its send or receive buffer was overloaded "
@@ -97,7 +97,7 @@ ALERTS: tuple[Alert, ...] = (
         ),
         ((Above("A", 0),),),
     ),
-    Alert(
+    AlertRule(
         "flowstat-merger-behind",
         "Merger falling behind",
         "{{ $labels.node_id }} of run {{ $labels.run_id }} is falling behind: its input latency p99 is over "
@@ -116,7 +116,7 @@ ALERTS: tuple[Alert, ...] = (
         ),
         ((Above("A", 1000.0), Above("B", 0.0)), (Above("C", 1000.0),)),
     ),
-    Alert(
+    AlertRule(
         "flowstat-vmrss-growing",
         "Memory growing",
         "{{ $labels.node_id }} of run {{ $labels.run_id }}: VmRSS grew over 10 MB/min over the last 5 minutes",
@@ -131,7 +131,7 @@ ALERTS: tuple[Alert, ...] = (
         (Quantity("A", "slope_per_min", "vmrss_kb"), Quantity("B", "slope_buckets", "vmrss_kb")),
         ((Above("A", 10 * 1024.0), Above("B", 14)),),
     ),
-    Alert(
+    AlertRule(
         "flowstat-node-down",
         "Node gone",
         "{{ $labels.node_id }} of run {{ $labels.run_id }} is gone (DOWN) before its run ended",
@@ -144,7 +144,7 @@ ALERTS: tuple[Alert, ...] = (
         (Quantity("A", "count", "node_state", where=(("node_state", sample_schema.STATE_DOWN),)),),
         ((Above("A", 0),),),
     ),
-    Alert(
+    AlertRule(
         "flowstat-agent-spooling",
         "Agent cannot deliver",
         "agent {{ $labels.agent }} on {{ $labels.host }} cannot deliver: its spool grew in the last minute",
@@ -169,7 +169,7 @@ ALERTS: tuple[Alert, ...] = (
 class Span:
     """When an alert condition held for a group, having held ``for`` first (start and end in epoch s)."""
 
-    alert: Alert
+    alert: AlertRule
     labels: dict[str, str]
     start: float
     end: float
@@ -314,14 +314,14 @@ class _Series:
         return np.where(tail, total + (part_mean - means[prev]) / gap, total), n + tail
 
 
-def _group_series(alert: Alert, parts: Sequence[Columns]) -> dict[tuple, list[_Series]]:
+def _group_series(alert: AlertRule, parts: Sequence[Columns]) -> dict[tuple, list[_Series]]:
     by_key: dict[tuple, list[Columns]] = defaultdict(list)
     for c in parts:
         by_key[tuple(c.labels.get(k, "") for k in alert.group)].append(c)
     return {key: [_Series(q, cs) for q in alert.quantities] for key, cs in by_key.items()}
 
 
-def _holding(alert: Alert, series: list[_Series], ends: np.ndarray) -> tuple[np.ndarray, dict[str, tuple]]:
+def _holding(alert: AlertRule, series: list[_Series], ends: np.ndarray) -> tuple[np.ndarray, dict[str, tuple]]:
     """At each end, whether the condition holds for the group, and its quantities (values, has)."""
     got = {q.ref: s.values(ends, alert.window_s) for q, s in zip(alert.quantities, series, strict=False)}
     holds = np.zeros(len(ends), dtype=bool)
@@ -334,7 +334,7 @@ def _holding(alert: Alert, series: list[_Series], ends: np.ndarray) -> tuple[np.
     return holds, got
 
 
-def values_at(alert: Alert, samples: Sequence[dict], ends: Sequence[float]) -> list[dict[tuple, dict[str, float]]]:
+def values_at(alert: AlertRule, samples: Sequence[dict], ends: Sequence[float]) -> list[dict[tuple, dict[str, float]]]:
     """For each end (epoch s), each group's quantities over the window ending there; groups without
     data are left out (what Grafana's reduce step is given)."""
     at = np.asarray(ends, dtype=float)
@@ -347,7 +347,7 @@ def values_at(alert: Alert, samples: Sequence[dict], ends: Sequence[float]) -> l
     return out
 
 
-def _spans(alert: Alert, key: tuple, ends: np.ndarray, holds: np.ndarray) -> list[Span]:
+def _spans(alert: AlertRule, key: tuple, ends: np.ndarray, holds: np.ndarray) -> list[Span]:
     """Each stretch of evaluations at which the condition held, as a span from the first at which it
     had held for ``for`` to the last."""
     out = []

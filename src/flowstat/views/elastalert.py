@@ -16,7 +16,7 @@ import yaml
 
 from flowstat.stores import elasticsearch as es_store
 
-from .alerts import ALERTS, Alert
+from .alerts import ALERTS, AlertRule
 
 TIME_FIELD = "time"
 # Memory growth (spike_aggregation): the later half window's highest VmRSS at least this many times
@@ -29,7 +29,7 @@ def _span(seconds: int) -> dict:
     return {"seconds": seconds}
 
 
-def _flag_filter(alert: Alert) -> list[dict]:
+def _flag_filter(alert: AlertRule) -> list[dict]:
     q = alert.quantities[0]
     terms = [{"term": {k: v}} for k, v in q.where]
     if q.any_of:
@@ -37,7 +37,7 @@ def _flag_filter(alert: Alert) -> list[dict]:
     return [{"bool": {"filter": terms}}] if terms else []
 
 
-def rule(alert: Alert) -> dict:
+def rule(alert: AlertRule) -> dict:
     index = f"{es_store.AGENTS_INDEX if alert.source == 'agent' else es_store.SAMPLES_INDEX}*"
     base = {
         "name": alert.title,
@@ -61,7 +61,7 @@ def rule(alert: Alert) -> dict:
     return body
 
 
-def _rule_type(alert: Alert, base: dict) -> dict:
+def _rule_type(alert: AlertRule, base: dict) -> dict:
     kinds = [q.kind for q in alert.quantities]
     if kinds == ["count"]:
         return {
@@ -119,7 +119,7 @@ def _rule_type(alert: Alert, base: dict) -> dict:
     raise ValueError(f"{alert.uid}: no ElastAlert2 rule type for quantities {kinds}")
 
 
-def _text(alert: Alert) -> tuple[str, list[str]]:
+def _text(alert: AlertRule) -> tuple[str, list[str]]:
     """The summary with each {{ $labels.X }} turned into ElastAlert's {N} and its argument X."""
     text = alert.summary
     args: list[str] = []

@@ -14,7 +14,7 @@ from flowstat.stores import elasticsearch as es_store
 from flowstat.stores import influxdb
 
 from . import influxql
-from .alerts import ALERTS, Alert
+from .alerts import ALERTS, AlertRule
 from .panels import PARAMETERS, RUN, VIEWS, Panel, View, description, grafana_unit, schema_type
 
 INFLUX = {"type": "influxdb", "uid": "flowstat-influxdb"}
@@ -357,7 +357,7 @@ def _expression(ref: str, model: dict) -> dict:
     }
 
 
-def math_expression(alert: Alert) -> str:
+def math_expression(alert: AlertRule) -> str:
     """The condition in Grafana's math syntax, over the reduced quantities ($RA, $RB...)."""
 
     def one(conj) -> str:
@@ -367,7 +367,7 @@ def math_expression(alert: Alert) -> str:
     return " || ".join(one(conj) for conj in alert.condition)
 
 
-def rule(alert: Alert) -> dict:
+def rule(alert: AlertRule) -> dict:
     """Queries -> reduce (last: each query gives one value per group over the window) -> math over
     them when there are several -> threshold: the shape Grafana's rule editor makes."""
     data = [_query(q.ref, influxql.quantity_query(alert, q), alert.window_s) for q in alert.quantities]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from flowstat.schema import run as run_schema
 from flowstat.stores import influxdb
 
-from .alerts import SLOPE_BUCKET_S, Alert, Quantity
+from .alerts import SLOPE_BUCKET_S, AlertRule, Quantity
 from .panels import AGENT, NODE, NODES_PER_PANEL, RUN, Metric, Panel, View, per_node
 
 NODE_MEASUREMENT = "flowstat_node"
@@ -119,7 +119,7 @@ def _condition(q: Quantity) -> list[str]:
     return out
 
 
-def quantity_query(alert: Alert, q: Quantity) -> str:
+def quantity_query(alert: AlertRule, q: Quantity) -> str:
     """One alert quantity per group over the rule's time range ($timeFilter)."""
     table = ident(AGENT_MEASUREMENT if alert.source == AGENT else NODE_MEASUREMENT)
     where = " AND ".join(_condition(q) + ["$timeFilter"])

@@ -1,5 +1,6 @@
 """Where the agent's samples go, by URL (see collectors/README.md). One module per kind of sink,
-each class registered under its URL scheme; every store of flowstat.stores is a sink too:
+each class registered in SINKS below under its URL scheme; every store of flowstat.stores is a
+sink too:
 
     stdout://[?format=json]              file:///PATH[?format=json]
     udp://HOST:PORT                      tcp://HOST:PORT[?format=json]
@@ -15,16 +16,30 @@ from __future__ import annotations
 from urllib.parse import parse_qs, urlsplit
 
 from flowstat import stores
+from flowstat.registry import Registry
 
 from . import console, sockets, writers
-from .base import Sink, SinkDown, SinkRejected, SinkRunner, SinkURLError, registered, schemes
+from .base import Sink, SinkDown, SinkRejected, SinkRunner, SinkURLError
 
-__all__ = ["Sink", "SinkDown", "SinkRejected", "SinkRunner", "SinkURLError", "open_sink", "known_schemes"]
-_MODULES = (console, sockets, writers)  # imported for their registrations
+__all__ = ["SINKS", "Sink", "SinkDown", "SinkRejected", "SinkRunner", "SinkURLError", "open_sink", "known_schemes"]
+
+# Every sink, by its URL scheme. A store's scheme + "+https" (writers.TLS_SUFFIX) is the store over TLS.
+SINKS: Registry[type[Sink]] = Registry(
+    "sink",
+    {
+        "stdout": console.StdoutSink,
+        "file": console.FileSink,
+        "udp": sockets.UdpSink,
+        "tcp": sockets.TcpSink,
+        "http": writers.HttpLineSink,
+        "https": writers.HttpsLineSink,
+        **{name: writers.StoreSink for name in stores.names()},  # every store takes an agent's samples
+    },
+)
 
 
 def known_schemes() -> list[str]:
-    return schemes() + [s for s in stores.names() if s not in schemes()]
+    return SINKS.names()
 
 
 def open_sink(url: str, timeout_s: float | None = None, node_backoff_s: float | None = None) -> Sink:
@@ -46,9 +61,9 @@ def _open(url: str) -> Sink:
     fmt = query.get("format", "line")
     if fmt not in ("line", "json"):
         raise SinkURLError(f"{url}: format must be line or json, not {fmt!r}")
-    cls = registered(parts.scheme)
-    if cls is not None:
-        return cls.from_url(url, parts, query)
-    if parts.scheme.removesuffix(writers.TLS_SUFFIX) in stores.names():
-        return writers.StoreSink.for_store(url, parts, query)
-    raise SinkURLError(f"{url}: unknown sink ({', '.join(known_schemes())})")
+    scheme = parts.scheme
+    if scheme.endswith(writers.TLS_SUFFIX) and scheme.removesuffix(writers.TLS_SUFFIX) in stores.names():
+        scheme = scheme.removesuffix(writers.TLS_SUFFIX)  # the store over TLS: its writer says https
+    if scheme not in SINKS:
+        raise SinkURLError(f"{url}: unknown sink ({', '.join(known_schemes())})")
+    return SINKS.get(scheme).from_url(url, parts, query)

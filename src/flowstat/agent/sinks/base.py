@@ -35,7 +35,7 @@ class SinkDown(Exception):
         self.timed_out = timed_out  # the sink took the request and gave no answer in time
 
 
-# What an agent says as each trouble ends (the C agent says the same: collectors/c/src/delivery.c).
+# What an agent says as each trouble ends (the C agent says the same: collectors/c/agent/delivery.c).
 TROUBLE_OVER = {
     "auth": "the credentials work now",
     "forbidden": "it may be written now",
@@ -101,23 +101,6 @@ class Sink:
 
     def close(self) -> None:
         pass
-
-
-_SCHEMES: dict[str, type[Sink]] = {}
-
-
-def register(cls: type[Sink]) -> type[Sink]:
-    """Class decorator: the sink for URLs of its scheme."""
-    _SCHEMES[cls.scheme] = cls
-    return cls
-
-
-def registered(scheme: str) -> type[Sink] | None:
-    return _SCHEMES.get(scheme)
-
-
-def schemes() -> list[str]:
-    return list(_SCHEMES)
 
 
 ONE_NODE = "takes one HOST:PORT, not a list (elasticsearch:// takes a list of nodes)"  # as the C agent says

@@ -10,10 +10,9 @@ from pathlib import Path
 
 from flowstat.schema import agent as agent_schema
 
-from .base import Sink, SinkDown, SinkURLError, register
+from .base import Sink, SinkDown, SinkURLError
 
 
-@register
 class StdoutSink(Sink):
     scheme = "stdout"
     spooled = False
@@ -29,7 +28,6 @@ class StdoutSink(Sink):
         sys.stdout.buffer.flush()
 
 
-@register
 class FileSink(Sink):
     scheme = "file"
 

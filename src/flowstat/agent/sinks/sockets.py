@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import socket
 
-from .base import Sink, SinkDown, SinkURLError, host_port, register
+from .base import Sink, SinkDown, SinkURLError, host_port
 
 UDP_MAX = 60_000  # keep datagrams under the 64 KiB limit; lines are never split
 SEND_TIMEOUT_S = 3.0  # a receiver that stops reading: the sink is down (as the C agent's)
 
 
-@register
 class UdpSink(Sink):
     scheme = "udp"
     reliable = False  # nothing tells a sender that a datagram was dropped
@@ -43,7 +42,6 @@ class UdpSink(Sink):
         self.sock.close()
 
 
-@register
 class TcpSink(Sink):
     scheme = "tcp"
 

@@ -11,9 +11,9 @@ from collections.abc import Iterable
 
 from flowstat import stores
 from flowstat.stores import CredentialsError, Outcome, StoreDown
-from flowstat.stores.influxdb import InfluxDB
+from flowstat.stores.influxdb import InfluxDBWriter
 
-from .base import ONE_NODE, Sink, SinkDown, SinkRejected, SinkURLError, host_port, register
+from .base import ONE_NODE, Sink, SinkDown, SinkRejected, SinkURLError, host_port
 
 TIMEOUT_S = 5.0  # an agent's batch is small: a store slower than this is treated as down (--sink-timeout)
 TLS_SUFFIX = "+https"  # influxdb+https://, elasticsearch+https://: the store over TLS
@@ -27,7 +27,7 @@ class StoreSink(Sink):
         self.writer = writer
 
     @classmethod
-    def for_store(cls, url: str, parts, query) -> StoreSink:
+    def from_url(cls, url: str, parts, query) -> StoreSink:
         if "format" in query:
             raise SinkURLError(f"{url}: a store sink has its own encoding: no ?format")
         store = stores.get(parts.scheme.removesuffix(TLS_SUFFIX))
@@ -84,7 +84,6 @@ class StoreSink(Sink):
         self.writer.close()
 
 
-@register
 class HttpLineSink(StoreSink):
     """Line protocol POSTed to the URL as given (Telegraf's influxdb_listener: http://HOST:PORT/write)."""
 
@@ -97,11 +96,10 @@ class HttpLineSink(StoreSink):
         host_port(url, parts, 443 if parts.scheme == "https" else 80)
         try:
             stores.refuse_secrets_in_url(url, "FLOWSTAT_INFLUX", "TOKEN")
-            return cls(url, InfluxDB(url, endpoint=url, timeout_s=TIMEOUT_S, shown_url=url))
+            return cls(url, InfluxDBWriter(url, endpoint=url, timeout_s=TIMEOUT_S, shown_url=url))
         except (CredentialsError, stores.StoreURLError) as exc:
             raise SinkURLError(str(exc)) from None
 
 
-@register
 class HttpsLineSink(HttpLineSink):
     scheme = "https"

@@ -1,25 +1,34 @@
 """The harness's devices, one module per pipeline role (producer, merger, viewer: the roles of the
-sample schema, in pipeline order), each a process of its own started by the orchestrator as
-``python -m flowstat.harness.devices ROLE --config JSON``."""
+sample schema, in pipeline order), registered in DEVICES below, each a process of its own started
+by the orchestrator as ``python -m flowstat.harness.devices ROLE --config JSON`` (which imports
+its own module only)."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 
+from flowstat.registry import Registry
 from flowstat.schema.sample import PIPELINE_ROLES
 
-from .node import Node, configure_logging
+from .device import Device, configure_logging
 
-__all__ = ["PIPELINE_ROLES", "device_class", "run_device"]
+__all__ = ["DEVICES", "PIPELINE_ROLES", "device_class", "run_device"]
+
+# Every device, by the pipeline role it plays (the sample schema's roles: a test holds them alike).
+DEVICES: Registry[type[Device]] = Registry(
+    "device role",
+    {
+        "producer": "flowstat.harness.devices.producer:Producer",
+        "merger": "flowstat.harness.devices.merger:Merger",
+        "viewer": "flowstat.harness.devices.viewer:Viewer",
+    },
+)
 
 
-def device_class(role: str) -> type[Node]:
-    """The class of a role's device: module ROLE, class Role (producer.Producer, ...)."""
-    if role not in PIPELINE_ROLES:
-        raise ValueError(f"unknown device role {role!r} (one of {', '.join(PIPELINE_ROLES)})")
-    return getattr(importlib.import_module(f"{__name__}.{role}"), role.capitalize())
+def device_class(role: str) -> type[Device]:
+    """The class of a role's device; an unknown role is a ValueError naming the known ones."""
+    return DEVICES.get(role)
 
 
 def run_device(role: str, config_json: str) -> int:

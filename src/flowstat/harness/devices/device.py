@@ -35,7 +35,7 @@ log = logging.getLogger("flowstat.device")
 ORPHAN_GRACE_S = 5.0
 
 
-class Node:
+class Device:
     """Base of producer, merger and viewer processes: a flowstat.node Figures, answered by the
     node library's Responder from the device's own poll loop (one thread, no locks on the hot path)."""
 

@@ -36,7 +36,7 @@ from ..merging.batches import MAX_SEQ, Batch, BatchReader, Multipart
 from ..merging.sequences import Sequences
 from ..merging.slots import TTREE, Merged, Slot
 from ..qcobjects import DTYPE
-from .node import Node
+from .device import Device
 
 log = logging.getLogger("flowstat.merger")
 
@@ -47,7 +47,7 @@ MERGE_TIME_WINDOW = 10  # average_merge_time covers the last 10 merges (thesis s
 __all__ = ["MAX_SEQ", "MIN_BATCH", "Merger", "Multipart"]
 
 
-class Merger(Node):
+class Merger(Device):
     role = "merger"
 
     def __init__(self, config: dict[str, Any]):

@@ -17,7 +17,7 @@ import zmq
 from .. import wire
 from ..pool import PooledObject, build_pool
 from ..qcobjects import Kind, make_desc
-from .node import Node
+from .device import Device
 
 log = logging.getLogger("flowstat.producer")
 
@@ -40,7 +40,7 @@ class Channel:
         self.phase = phase
 
 
-class Producer(Node):
+class Producer(Device):
     role = "producer"
 
     def __init__(self, config: dict[str, Any]):

@@ -19,12 +19,12 @@ from flowstat.node.latency import CHUNK, LatencyRecorder
 from .. import wire
 from ..qcobjects import ObjectDesc, entries_of, merge
 from ..rootio import write_objects
-from .node import Node
+from .device import Device
 
 log = logging.getLogger("flowstat.viewer")
 
 
-class Viewer(Node):
+class Viewer(Device):
     role = "viewer"
 
     def __init__(self, config: dict[str, Any]):
