@@ -466,26 +466,32 @@ def test_replay_fails_over_once_and_stores_every_sample_once(stack, tmp_path, fa
     the failover said once."""
     es = stack["elasticsearch"]
     bad = {"refusing": RefusingPort, "silent": SilentNode, "503": lambda: StatusNode(503)}[failing]()
+    real = ProxyNode(es.url)  # how long the real node takes: one slower than --timeout fails too
     index = f"flowstat-test-replay-failover-{uuid.uuid4().hex[:8]}"
     path = tmp_path / "samples.ndjson"
     make_run_file(path, f"replay-failover-{uuid.uuid4().hex[:8]}", 300)
     create_days(es, index, [RUN_FILE_T0_NS])
     try:
-        out = replay(path, f"http://127.0.0.1:{bad.port},127.0.0.1:{es.port}", index)
+        out = replay(path, f"http://127.0.0.1:{bad.port},127.0.0.1:{real.port}", index)
     finally:
         bad.close()
+        real.close()
     assert out.returncode == 0, out.stderr
     assert_each_once(es_docs(es, index), 300, nodes=10)
     lines = re.findall(
-        rf"Elasticsearch at \S+: 127\.0\.0\.1:{bad.port} failed \([^\n]*\); batches go to 127\.0\.0\.1:{es.port} now",
+        rf"Elasticsearch at \S+: 127\.0\.0\.1:{bad.port} failed \([^\n]*\); batches go to 127\.0\.0\.1:{real.port} now",
         out.stderr,
     )
     assert len(lines) == 1, out.stderr
+    # The check, then the writer's first batch; then never again while the real node answers in
+    # time. A loaded machine may make the real node slower than --timeout: with both resting, the
+    # one whose rest ends first is asked alone (the failing one), once per such failure.
+    late = sum(d >= TIMEOUT_S for d in real.durations)
     if failing == "silent":
-        assert len(bad.times()) == 2  # the check, then the writer's first batch: never again
+        assert 2 <= len(bad.times()) <= 2 + late, (bad.times(), real.durations)
     elif failing == "503":
         asked = [(method, path.split("?")[0]) for method, path, _, _ in bad.requests]
-        assert asked == [("GET", "/_cluster/health"), ("POST", "/_bulk")]
+        assert asked[:2] == [("GET", "/_cluster/health"), ("POST", "/_bulk")] and len(asked) <= 2 + late, asked
 
 
 class Pauses:

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from flowstat.stack.elasticsearch import m2_repository
 from support.common import ROOT, free_port, reachable_dir
 
 REST_API_SPEC = ("org.elasticsearch", "rest-api-spec", "9.1.5")
@@ -92,12 +93,18 @@ def flowstat(*args: str, env: dict | None = None, timeout: float = 300) -> subpr
 @pytest.fixture(scope="module")
 def rest_api_spec() -> dict[str, dict]:
     group, artifact, version = REST_API_SPEC
-    jar = (
-        Path.home() / ".m2" / "repository" / group.replace(".", "/") / artifact / version / f"{artifact}-{version}.jar"
-    )
+    repository = m2_repository()
+    jar = repository / group.replace(".", "/") / artifact / version / f"{artifact}-{version}.jar"
     if not jar.exists():
         out = subprocess.run(
-            ["mvn", "-q", "dependency:get", f"-Dartifact={group}:{artifact}:{version}", "-Dtransitive=false"],
+            [
+                "mvn",
+                "-q",
+                "dependency:get",
+                f"-Dartifact={group}:{artifact}:{version}",
+                "-Dtransitive=false",
+                f"-Dmaven.repo.local={repository}",
+            ],
             capture_output=True,
             text=True,
             timeout=600,

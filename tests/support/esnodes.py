@@ -108,6 +108,7 @@ class ProxyNode(_Server):
         self.target, self.dies_after, self.delay_s, self.before = target, dies_after, delay_s, before
         self.dropped: list[bytes] = []
         self.bulk_count = 0
+        self.durations: list[float] = []  # how long the real node took to answer each request
         self.session = requests.Session()
         super().__init__(self._pass_on, sock)
 
@@ -116,11 +117,15 @@ class ProxyNode(_Server):
         self.before(method, path)
         if self.delay_s:
             time.sleep(self.delay_s)  # the slow node itself, not a wait for something
+        asked = time.monotonic()
         try:
             resp = self.session.request(method, self.target + path, data=body or None, headers=headers, timeout=30)
         except requests.RequestException:
             handler.close_connection = True  # the real node gave no answer: nor does this one
             return
+        finally:
+            with self.lock:
+                self.durations.append(time.monotonic() - asked)
         if path.startswith("/_bulk"):
             with self.lock:
                 n, self.bulk_count = self.bulk_count, self.bulk_count + 1

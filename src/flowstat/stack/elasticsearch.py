@@ -40,11 +40,15 @@ ANALYSIS_JAVA_RELEASE = "17"
 ELASTIC_USER = "elastic"
 
 
+def m2_repository() -> Path:
+    """Maven's local repository, as flowstat names it to mvn (-Dmaven.repo.local): Java's own idea of
+    home is the passwd entry's, not $HOME, and the two differ under sudo or a changed HOME."""
+    return Path.home() / ".m2" / "repository"
+
+
 def m2_zip(version: str) -> Path:
     return (
-        Path.home()
-        / ".m2"
-        / "repository"
+        m2_repository()
         / "org"
         / "elasticsearch"
         / "distribution"
@@ -153,7 +157,14 @@ class ElasticsearchServer(Service):
             if not shutil.which("mvn"):
                 raise StackError("elasticsearch: Maven (mvn) is needed to download the server from Maven Central")
             r = subprocess.run(
-                ["mvn", "-q", "dependency:get", f"-Dartifact={ARTIFACT.format(v=ES_VERSION)}", "-Dtransitive=false"],
+                [
+                    "mvn",
+                    "-q",
+                    "dependency:get",
+                    f"-Dartifact={ARTIFACT.format(v=ES_VERSION)}",
+                    "-Dtransitive=false",
+                    f"-Dmaven.repo.local={m2_repository()}",
+                ],
                 capture_output=True,
                 text=True,
             )
