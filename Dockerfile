@@ -21,7 +21,7 @@ COPY src ./src
 RUN python -m pip wheel -q --no-deps -w /dist /source
 
 # -- the C agent: collectors/c/Makefile (make's default compiler, cc: gcc on Debian), its schema
-# header generated from the package's schemas by gen_schema_header.py (python3 is this image's)
+# headers generated from the package's schemas (python3 is this image's), its version from __init__.py
 FROM ${PYTHON_IMAGE} AS agent
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
@@ -29,6 +29,7 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /build
 COPY src/flowstat/schema ./src/flowstat/schema
+COPY src/flowstat/__init__.py ./src/flowstat/__init__.py
 COPY collectors/c ./collectors/c
 RUN make -C collectors/c all
 

@@ -12,18 +12,23 @@ C_AGENT := collectors/c/build/flowstat-agent
 # Debian packages by purpose. DEMO_DEPS: what `make demo` builds and runs (the C agent and the node
 # library: ZeroMQ, cJSON, libcurl). TEST_DEPS: what only the tests and benchmarks need: clang and its
 # sanitizer runtime (fuzzers, ASan builds), clang-format, valgrind, g++ and cppzmq (the C++ example),
-# docker-compose and docker.io, mmdebstrap and iproute2 (the compose stack run for real), chromium
-# and its driver (the report in a browser), Slurm and munge (runs across hosts).
+# docker-compose and docker.io, mmdebstrap and iproute2 (the compose stack run for real; mmdebstrap
+# also makes the Debian root the packages are installed in), chromium and its driver (the report in a
+# browser), Slurm and munge (runs across hosts), debhelper, lintian, zstd and systemd's
+# systemd-analyze (the Debian packages built, checked, installed: tests/test_packages.py).
+# DEB_DEPS: what `make deb` needs beyond DEMO_DEPS.
 DEMO_DEPS := libzmq3-dev libcjson-dev libcurl4-openssl-dev pkg-config
 TEST_DEPS := clang libclang-rt-14-dev clang-format valgrind g++ cppzmq-dev \
 	docker-compose chromium chromium-driver docker.io mmdebstrap iproute2 \
-	slurmctld slurmd slurm-client munge
+	slurmctld slurmd slurm-client munge debhelper lintian zstd systemd
+DEB_DEPS := debhelper dpkg-dev
 # Named after the list: a checkout that installed an older list installs what was added.
 DEMO_DEPS_STAMP := .cache/demo-deps-$(shell echo '$(DEMO_DEPS)' | md5sum | cut -c1-8).installed
 TEST_DEPS_STAMP := .cache/test-deps-$(shell echo '$(TEST_DEPS)' | md5sum | cut -c1-8).installed
+DEB_DEPS_STAMP := .cache/deb-deps-$(shell echo '$(DEB_DEPS)' | md5sum | cut -c1-8).installed
 
 .PHONY: help demo test test-ready test-stack lint bench soak mutate install clean c-agent c-agent-tests generate \
-	compose-images screenshots bytecode
+	compose-images screenshots bytecode deb dist
 
 help:
 	@echo "make demo   local InfluxDB/Elasticsearch/Telegraf + a harness run shipping into them"
@@ -34,6 +39,8 @@ help:
 	@echo "make mutate mutation testing of the code where a bug loses data (2 minutes; benchmarks/results/mutation.json)"
 	@echo "make generate  write again every file made from another (src/flowstat/generate.py; seconds, deterministic)"
 	@echo "make screenshots  the report's pictures in docs/img (records two runs; a minute)"
+	@echo "make deb   Debian packages of the C agent and the node library in dist/ (docs/farm.md)"
+	@echo "make dist  the Python sdist and wheel in dist/"
 	@echo "make clean  remove the venv, caches and runs"
 
 $(BIN)/python:
@@ -70,6 +77,9 @@ $(DEMO_DEPS_STAMP):
 $(TEST_DEPS_STAMP):
 	$(call apt_install,$(TEST_DEPS))
 
+$(DEB_DEPS_STAMP):
+	$(call apt_install,$(DEB_DEPS))
+
 # The C agent and the node library; the agent goes beside the venv's python too, where flowstat run
 # looks for it (as pip puts console scripts there).
 c-agent: $(DEMO_DEPS_STAMP) $(BIN)/python
@@ -82,6 +92,21 @@ c-agent-tests: c-agent $(TEST_DEPS_STAMP)
 	$(MAKE) -C collectors/c tests asan fuzz
 
 install: $(STAMP) c-agent
+
+# The Debian packages for a farm (docs/farm.md): flowstat-agent (the agent, its systemd unit, the
+# default /etc/flowstat/agent.toml), libflowstat-node0 and libflowstat-node-dev, built by debhelper
+# from a copy of the sources (packaging/build-deb; packaging/debian is its debian/), then checked by
+# lintian when it is installed (make test installs it). Into dist/, with the -dbgsym packages.
+deb: $(DEMO_DEPS_STAMP) $(DEB_DEPS_STAMP)
+	packaging/build-deb dist
+	@if command -v lintian >/dev/null; then lintian --display-info --pedantic dist/flowstat_*.changes || true; fi
+
+# The Python package's sdist and wheel (the Python agent's install: docs/farm.md), into dist/, by
+# PyPA's build (pinned here) in the venv.
+BUILD_VERSION := 1.6.1
+dist: $(BIN)/python
+	$(BIN)/python -m pip install -q build==$(BUILD_VERSION)
+	$(BIN)/python -m build --outdir dist .
 
 # Every file made from another (templates, dashboards, alert rules, schema tables, the thesis
 # comparison): flowstat.generate lists them; tests/test_generated.py keeps them current. Deterministic:
@@ -134,6 +159,7 @@ bench: $(LAB_STAMP) c-agent-tests
 	$(BIN)/python benchmarks/run_benchmarks.py --full
 	cd benchmarks && ../$(BIN)/python bench_agents.py
 	cd benchmarks && ../$(BIN)/python bench_agent_mem.py
+	cd benchmarks && ../$(BIN)/python bench_topn.py
 	cd benchmarks && ../$(BIN)/python bench_ingest.py
 	cd benchmarks && ../$(BIN)/python bench_report.py
 	cd benchmarks && ../$(BIN)/python bench_views.py
@@ -144,7 +170,7 @@ bench: $(LAB_STAMP) c-agent-tests
 	$(BIN)/python benchmarks/run_campaigns.py --duration 20
 	$(BIN)/python benchmarks/thesis_comparison.py
 	@echo "long fuzzing of the C agent's parsers (5 minutes each):"
-	for f in stat reply endpoints sink_url credentials; do mkdir -p .cache/fuzz/$$f && cp collectors/c/fuzz/corpus/$$f/* .cache/fuzz/$$f/ && \
+	for f in stat reply endpoints sink_url credentials config; do mkdir -p .cache/fuzz/$$f && cp collectors/c/fuzz/corpus/$$f/* .cache/fuzz/$$f/ && \
 		collectors/c/build/fuzz_$$f -max_total_time=300 -timeout=5 .cache/fuzz/$$f || exit 1; done
 	$(BIN)/python benchmarks/buffer_one.py
 

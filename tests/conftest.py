@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from support import shared
+from support.cgroups import cgroup  # noqa: F401 (a fixture: a cgroup of the test's own)
 from support.common import (
     C_AGENT,
     ELASTALERT_RULES,

@@ -24,7 +24,7 @@ from support.common import C_BUILD as BUILD
 from support.common import ROOT, needs
 
 FUZZ_SECONDS = int(os.environ.get("FLOWSTAT_FUZZ_SECONDS", "4"))  # a smoke test: make bench fuzzes 5 minutes each
-FUZZ_TARGETS = ("stat", "reply", "endpoints", "sink_url", "credentials", "curve_key")
+FUZZ_TARGETS = ("stat", "reply", "endpoints", "sink_url", "credentials", "curve_key", "config")
 
 
 def c_agent(*args, binary=AGENT, timeout=60, **kw):

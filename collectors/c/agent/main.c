@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -21,13 +22,23 @@
 #include "options.h"
 #include "sample_json.h"
 #include "targets.h"
+#include "watch.h"
+
+#ifndef FLOWSTAT_VERSION /* the Makefile's: the package's version */
+#define FLOWSTAT_VERSION "unknown"
+#endif
 
 #define AGENT_NAME "flowstat-agent-c"
+/* The open files kept from the targets (files_for_targets): an eighth of the limit, within these. */
+#define FILES_RESERVE_MIN 16
+#define FILES_RESERVE_MAX 256
 #define STATE_DOWN "DOWN" /* node_state once the process is gone (one of the schema's states) */
 #define STATE_STOPPED "STOPPED" /* instead, after the run-ending notice, or once its endpoints file is gone */
+#define STATE_LEFT_TOP "LEFT_TOP" /* once, when it leaves the N heaviest (--top) while it still runs */
 
 static volatile sig_atomic_t stop_flag = 0;
 static volatile sig_atomic_t ending_flag = 0; /* the run-ending notice came: nodes gone now ended with their run */
+static volatile sig_atomic_t reload_flag = 0; /* SIGHUP came: the loop reads the config files again */
 
 static void on_signal(int sig)
 {
@@ -41,22 +52,27 @@ static void on_notice(int sig)
     ending_flag = 1;
 }
 
-struct retired { /* nodes that were dropped: their seq continues if they are found again */
-    char node_id[128];
-    pid_t pid;
-    long long seq;
-};
+static void on_reload(int sig)
+{
+    (void)sig;
+    reload_flag = 1;
+}
 
 struct agent {
+    int argc; /* the command line, parsed again by a reload */
+    char **argv;
     struct options opt;
     char host[256], agent_name[192];
-    struct target *targets;
-    size_t ntargets, cap;
-    struct target_notes notes; /* what was said of the endpoints directories' files */
-    struct retired *gone;
-    size_t ngone, gone_cap;
+    struct watch watch; /* the targets, the nodes gone, each node's seq */
+    struct target_notes notes; /* what was said of the endpoints directories' files, users, cgroups */
+    struct target_ranker ranker; /* --top's CPU figures between rankings */
+    unsigned long long search; /* searches for targets so far: the one that found a target last (seen) */
+    size_t left_out; /* processes not watched by this search: no open file left for them */
     struct control_pool control;
-    struct sink_runner *sinks; /* one delivery thread each */
+    struct sink_runner **sinks; /* one delivery thread each */
+    size_t nsinks;
+    struct sink_runner **retired; /* sinks a reload removed: stopped, joined at exit, counted still */
+    size_t nretired;
     struct fs_credentials creds; /* the stores' (docs/security.md): read by the sink threads */
     long long samples_taken, proc_errors;
     long long rounds, skipped_rounds; /* a round overran its interval: the rounds it ran into are skipped */
@@ -70,22 +86,6 @@ struct agent {
 };
 
 /* -- targets ----------------------------------------------------------------------------------- */
-
-static struct target *find_target(struct agent *a, pid_t pid, const char *node_id)
-{
-    for (size_t i = 0; i < a->ntargets; i++)
-        if (a->targets[i].pid == pid && strcmp(a->targets[i].node_id, node_id) == 0)
-            return &a->targets[i];
-    return NULL;
-}
-
-static struct retired *find_gone(struct agent *a, const char *node_id, pid_t pid, int any_pid)
-{
-    for (size_t i = 0; i < a->ngone; i++)
-        if (strcmp(a->gone[i].node_id, node_id) == 0 && (any_pid || a->gone[i].pid == pid))
-            return &a->gone[i];
-    return NULL;
-}
 
 static void note_run(struct agent *a, const char *run_id)
 {
@@ -111,60 +111,102 @@ static void take_client_key(struct target *t)
     t->control[0] = '\0';
 }
 
+/* The open files the agent may give its targets: its limit (RLIMIT_NOFILE) but a reserve for the
+ * rest of it (sinks' connections, spool files, the files a search reads). */
+static long long files_for_targets(long long *limit)
+{
+    struct rlimit rl;
+    *limit = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (long long)rl.rlim_cur : 1LL << 30;
+    long long reserve = *limit / 8;
+    if (reserve < FILES_RESERVE_MIN)
+        reserve = FILES_RESERVE_MIN;
+    if (reserve > FILES_RESERVE_MAX)
+        reserve = FILES_RESERVE_MAX;
+    return *limit - reserve;
+}
+
 static void on_found(void *ctx, const struct target *cand)
 {
     struct agent *a = ctx;
-    if (find_target(a, cand->pid, cand->node_id) || find_gone(a, cand->node_id, cand->pid, 0))
+    struct target *known = watch_find(&a->watch, cand->pid, cand->node_id);
+    if (known) {
+        known->seen = a->search;
+        if (known->leaving) { /* ranked back before it was reported leaving */
+            known->leaving = 0;
+            a->watch.leaving--;
+        }
         return;
+    }
+    if (watch_is_gone(&a->watch, cand->node_id, cand->pid))
+        return;
+    long long limit;
+    if (a->watch.fds + watch_fds(cand) > files_for_targets(&limit)) {
+        a->left_out++;
+        return;
+    }
     struct target t = *cand;
-    if (proc_reader_open(&t.reader, t.pid) != PROC_OK)
+    enum proc_status st = proc_reader_open(&t.reader, t.pid);
+    if (st == PROC_IO_ERROR && (errno == EMFILE || errno == ENFILE))
+        a->left_out++;
+    if (st != PROC_OK)
         return;
     if (proc_reader_read(&t.reader, &t.prev) != PROC_OK) {
         proc_reader_close(&t.reader);
         return;
     }
     t.prev_t = fs_monotonic();
-    struct retired *before = find_gone(a, t.node_id, 0, 1);
-    t.seq = before ? before->seq : 0;
-    if (a->ntargets == a->cap) {
-        size_t cap = a->cap ? a->cap * 2 : 64;
-        struct target *grown = realloc(a->targets, cap * sizeof *grown);
-        if (!grown) {
-            proc_reader_close(&t.reader);
-            return;
-        }
-        a->targets = grown;
-        a->cap = cap;
-    }
+    t.seen = a->search;
     take_client_key(&t);
-    a->targets[a->ntargets++] = t;
+    struct target *added = watch_add(&a->watch, &t);
     fsn_curve_wipe(&t.curve_client); /* this copy: the target in the list keeps its own */
-    note_run(a, t.run_id);
-    LOG_INFO("watching %s (pid %d)", t.node_id, (int)t.pid);
+    if (!added) {
+        proc_reader_close(&t.reader);
+        LOG_ERR("%s (pid %d): out of memory: not watched", t.node_id, (int)t.pid);
+        return;
+    }
+    note_run(a, added->run_id);
+    LOG_INFO("watching %s (pid %d)", added->node_id, (int)added->pid);
 }
 
-static void retire(struct agent *a, size_t i)
+/* Target i no longer watched: gone (reported so: not taken again), or not (it may be found again,
+ * its seq going on). */
+static void drop_target(struct agent *a, size_t i, int gone)
 {
-    struct target *t = &a->targets[i];
-    if (a->ngone == a->gone_cap) {
-        size_t cap = a->gone_cap ? a->gone_cap * 2 : 64;
-        struct retired *grown = realloc(a->gone, cap * sizeof *grown);
-        if (grown) {
-            a->gone = grown;
-            a->gone_cap = cap;
-        }
-    }
-    if (a->ngone < a->gone_cap) {
-        struct retired *r = &a->gone[a->ngone++];
-        fs_strlcpy(r->node_id, t->node_id, sizeof r->node_id);
-        r->pid = t->pid;
-        r->seq = t->seq;
-    }
-    proc_reader_close(&t->reader);
+    struct target *t = &a->watch.targets[i];
     if (t->control[0])
         control_forget(&a->control, t->control, t->curve_server_key);
-    fsn_curve_wipe(&t->curve_client);
-    a->targets[i] = a->targets[--a->ntargets];
+    watch_drop(&a->watch, i, gone);
+}
+
+/* The targets the configuration describes now: new ones taken. Then, with --top, one that the
+ * ranking left out is marked leaving (reported LEFT_TOP at the next round, then dropped); after a
+ * reload (first), one that the new configuration does not name is dropped. The processes left out
+ * for want of open files are said, once a search. */
+static void rescan(struct agent *a, int first, int reloading)
+{
+    a->search++;
+    a->left_out = 0;
+    targets_discover(&a->opt.spec, &a->notes, &a->ranker, first, on_found, a);
+    for (size_t i = a->watch.n; i-- > 0;) { /* from the end: a target dropped takes the last one's place */
+        struct target *t = &a->watch.targets[i];
+        if (t->seen == a->search || t->leaving) {
+            continue;
+        } else if (reloading) {
+            LOG_INFO("reload: %s (pid %d) no longer watched", t->node_id, (int)t->pid);
+            drop_target(a, i, 0);
+        } else if (t->top && a->opt.spec.top) {
+            t->leaving = 1;
+            a->watch.leaving++;
+        }
+    }
+    if (a->left_out) {
+        long long limit;
+        files_for_targets(&limit);
+        LOG_ERR("cannot watch more processes: the open files limit (%lld, RLIMIT_NOFILE) is reached: %zu watched, "
+                "%zu left out; raise LimitNOFILE (or ulimit -n): each process takes %d files, a node's control "
+                "channel %d more",
+                limit, a->watch.n, a->left_out, WATCH_FDS_PER_PROCESS, WATCH_FDS_PER_CONTROL);
+    }
 }
 
 /* -- sampling ---------------------------------------------------------------------------------- */
@@ -185,7 +227,7 @@ static void base_sample(struct agent *a, struct target *t, const char *stamp, in
     sample_set_str(s, FS_F_NODE_ID, t->node_id);
     sample_set_str(s, FS_F_ROLE, role_of(role));
     sample_set_str(s, FS_F_AGENT, a->agent_name);
-    sample_set_int(s, FS_F_SEQ, t->seq++);
+    sample_set_int(s, FS_F_SEQ, watch_next_seq(&a->watch, t));
     sample_set_int(s, FS_F_PID, t->pid);
     sample_set_str(s, FS_F_NODE_STATE, state);
 }
@@ -201,14 +243,14 @@ struct round_time {
  * (NULL: none, or no channel), to be deleted by the caller. -1 if out of memory. */
 static int ask_controls(struct agent *a, cJSON **by_target)
 {
-    size_t n = a->ntargets, nctl = 0;
+    size_t n = a->watch.n, nctl = 0;
     struct control_peer *peers = calloc(n ? n : 1, sizeof *peers);
     size_t *owner = calloc(n ? n : 1, sizeof *owner);
     cJSON **replies = calloc(n ? n : 1, sizeof *replies);
     int ok = peers && owner && replies;
     for (size_t i = 0; ok && i < n; i++) {
-        const struct target *t = &a->targets[i];
-        if (!t->control[0])
+        const struct target *t = &a->watch.targets[i];
+        if (!t->control[0] || t->leaving)
             continue;
         peers[nctl] = (struct control_peer){t->control, t->curve_server_key, &t->curve_client};
         owner[nctl++] = i;
@@ -276,7 +318,8 @@ static void sample_live(struct agent *a, struct target *t, const struct proc_rea
     t->prev_t = when->now;
 }
 
-/* One sample of the target: 1 if it is gone (its last one), else 0. */
+/* One sample of the target: 1 if it is gone (its last one), 2 if it left the top N while it runs
+ * (its last one too: LEFT_TOP, the base fields only, as a gone one's), else 0. */
 static int sample_target(struct agent *a, struct target *t, const cJSON *reply, const struct round_time *when,
                          struct fs_sample *s)
 {
@@ -285,6 +328,11 @@ static int sample_target(struct agent *a, struct target *t, const cJSON *reply, 
     if (st != PROC_OK) {
         sample_gone(a, t, st, when, s);
         return 1;
+    }
+    if (t->leaving) {
+        base_sample(a, t, when->stamp, when->ms, t->role, STATE_LEFT_TOP, s);
+        LOG_INFO("%s (pid %d) left the top %ld: no longer watched", t->node_id, (int)t->pid, a->opt.spec.top);
+        return 2;
     }
     sample_live(a, t, &cur, reply, when, s);
     return 0;
@@ -315,65 +363,103 @@ static size_t sample_all(struct agent *a, struct fs_sample **out, size_t *out_ca
     }
     a->last_round_ms = when.ms;
     when.now = fs_monotonic();
-    size_t n = a->ntargets;
+    size_t n = a->watch.n;
     if (grow_samples(out, out_cap, n) != 0)
         return 0;
     cJSON **by_target = calloc(n ? n : 1, sizeof *by_target);
-    char *gone = calloc(n ? n : 1, 1); /* the targets reported gone, dropped after the loop */
+    char *gone = calloc(n ? n : 1, 1); /* the targets reported gone or leaving, dropped after the loop */
     if (!by_target || !gone || ask_controls(a, by_target) != 0) {
         free(by_target), free(gone);
         return 0;
     }
     for (size_t i = 0; i < n; i++) {
-        gone[i] = (char)sample_target(a, &a->targets[i], by_target[i], &when, &(*out)[i]);
+        gone[i] = (char)sample_target(a, &a->watch.targets[i], by_target[i], &when, &(*out)[i]);
         cJSON_Delete(by_target[i]);
     }
-    /* drop the targets reported gone: after the loop, and from the end (retire() moves the last
-     * target into the place it frees, one already looked at) */
+    /* drop the targets reported gone or leaving: after the loop, and from the end (a target dropped
+     * takes the last one's place, one already looked at) */
     for (size_t i = n; i-- > 0;)
         if (gone[i])
-            retire(a, i);
+            drop_target(a, i, gone[i] == 1);
     free(by_target), free(gone);
     a->samples_taken += (long long)n;
     return n;
+}
+
+/* Every sink that ran: those in force, then those a reload removed, the latest first (a URL a reload
+ * removed and another added again is one sink in the statistics: the first of it here holds its
+ * spool as it is now). A malloc'd array of *n, NULL if out of memory. */
+static struct sink_runner **every_sink(struct agent *a, size_t *n)
+{
+    struct sink_runner **all = malloc((a->nsinks + a->nretired + 1) * sizeof *all);
+    *n = 0;
+    for (size_t i = 0; all && i < a->nsinks; i++)
+        all[(*n)++] = a->sinks[i];
+    for (size_t i = a->nretired; all && i-- > 0;)
+        all[(*n)++] = a->retired[i];
+    return all;
 }
 
 /* After the sink threads are joined: their counters are theirs until then. */
 static void write_stats(struct agent *a)
 {
     FILE *f = fopen(a->opt.stats_path, "w");
-    if (!f) {
-        LOG_ERR("--stats %s: %s", a->opt.stats_path, strerror(errno));
+    size_t n = 0, written = 0;
+    struct sink_runner **all = every_sink(a, &n);
+    if (!f || !all) {
+        LOG_ERR("--stats %s: %s", a->opt.stats_path, f ? strerror(ENOMEM) : strerror(errno));
+        if (f)
+            fclose(f);
+        free(all);
         return;
     }
     fprintf(f,
             "{\"samples\": %lld, \"self_samples\": %lld, \"rounds\": %lld, \"skipped_rounds\": %lld, "
             "\"targets\": %zu, \"gone\": %zu, \"control_errors\": %llu, \"proc_errors\": %lld, \"sinks\": {",
-            a->samples_taken, a->self_seq, a->rounds, a->skipped_rounds, a->ntargets, a->ngone, a->control.errors,
-            a->proc_errors);
-    for (size_t i = 0; i < a->opt.nsinks; i++) {
-        struct sink_runner *r = &a->sinks[i];
-        struct fs_buf url = {0};
-        long long batches = 0, spooled = 0, dropped = 0;
+            a->samples_taken, a->self_seq, a->rounds, a->skipped_rounds, a->watch.n - a->watch.leaving, a->watch.ngone,
+            a->control.errors, a->proc_errors);
+    for (size_t i = 0; i < n; i++) {
+        struct sink_runner *r = all[i];
+        int first = 1;
+        for (size_t k = 0; k < i && first; k++)
+            first = strcmp(all[k]->sink.url, r->sink.url) != 0;
+        if (!first)
+            continue;
+        long long batches = 0, spooled = 0, dropped = 0, delivered = 0, refused = 0, lost = 0, failovers = 0;
         if (r->has_spool)
             spool_figures(&r->spool, &batches, &spooled, &dropped);
+        dropped = 0;
+        for (size_t k = i; k < n; k++) { /* the counts of every runner the URL had */
+            long long b, sp, d = 0;
+            if (strcmp(all[k]->sink.url, r->sink.url) != 0)
+                continue;
+            if (all[k]->has_spool)
+                spool_figures(&all[k]->spool, &b, &sp, &d);
+            delivered += all[k]->delivered;
+            refused += all[k]->refused;
+            lost += runner_lost(all[k]);
+            failovers += all[k]->sink.failovers;
+            dropped += d;
+        }
+        struct fs_buf url = {0};
         fs_buf_json_string(&url, r->sink.url);
         fprintf(f,
                 "%s%s: {\"delivered\": %lld, \"refused\": %lld, \"lost\": %lld, \"spooled\": %lld, "
                 "\"spooled_samples\": %lld, \"spool_dropped\": %lld, \"failovers\": %lld}",
-                i ? ", " : "", url.data ? url.data : "\"\"", r->delivered, r->refused, runner_lost(r), batches, spooled,
-                dropped, r->sink.failovers);
+                written++ ? ", " : "", url.data ? url.data : "\"\"", delivered, refused, lost, batches, spooled,
+                dropped, failovers);
         fs_buf_free(&url);
     }
     fprintf(f, "}}\n");
     fclose(f);
+    free(all);
 }
 
 /* Each sink's batch is encoded here and queued for its thread: a slow sink cannot hold sampling. */
 static void submit_all(struct agent *a, const struct fs_sample *samples, size_t n)
 {
-    for (size_t i = 0; i < a->opt.nsinks; i++)
-        runner_submit(&a->sinks[i], samples, n);
+    for (size_t i = 0; i < a->nsinks; i++)
+        runner_submit(a->sinks[i], samples, n);
 }
 
 /* Two statements: sample_all may move the array, and the order in which a call's arguments are
@@ -386,18 +472,22 @@ static void sample_and_submit(struct agent *a, struct fs_sample **samples, size_
 
 /* -- self-samples ----------------------------------------------------------------------------- */
 
-/* Delivery summed over the sinks, as each sink thread published its figures last. */
+/* Delivery summed over the sinks, as each sink thread published its figures last: those a reload
+ * removed count in what was delivered, refused, lost so far, not in what is spooled or down now. */
 static struct runner_figures sinks_figures(struct agent *a)
 {
     struct runner_figures sum = {0}, one;
-    for (size_t i = 0; i < a->opt.nsinks; i++) {
-        runner_figures(&a->sinks[i], &one);
+    for (size_t i = 0; i < a->nsinks + a->nretired; i++) {
+        int removed = i >= a->nsinks;
+        runner_figures(removed ? a->retired[i - a->nsinks] : a->sinks[i], &one);
         sum.delivered += one.delivered;
         sum.refused += one.refused;
         sum.lost += one.lost;
         sum.send_failures += one.send_failures;
         sum.spool_dropped += one.spool_dropped;
         sum.failovers += one.failovers;
+        if (removed)
+            continue;
         sum.spooled_batches += one.spooled_batches;
         sum.spooled_samples += one.spooled_samples;
         sum.down += one.down;
@@ -441,7 +531,7 @@ static void self_sample(struct agent *a, struct fs_sample *s)
     sample_set_int(s, FS_A_LOST, sum.lost);
     sample_set_int(s, FS_A_SEND_FAILURES, sum.send_failures);
     sample_set_int(s, FS_A_SPOOL_DROPPED, sum.spool_dropped);
-    sample_set_int(s, FS_A_TARGETS, (long long)a->ntargets);
+    sample_set_int(s, FS_A_TARGETS, (long long)(a->watch.n - a->watch.leaving));
     sample_set_int(s, FS_A_SPOOLED_BATCHES, sum.spooled_batches);
     sample_set_int(s, FS_A_SPOOLED_SAMPLES, sum.spooled_samples);
     sample_set_int(s, FS_A_SINKS_DOWN, sum.down);
@@ -466,7 +556,7 @@ static void sleep_until(double deadline)
     double target = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 + left;
     ts.tv_sec = (time_t)target;
     ts.tv_nsec = (long)((target - (double)ts.tv_sec) * 1e9);
-    while (!stop_flag && clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+    while (!stop_flag && !reload_flag && clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
         ;
 }
 
@@ -499,73 +589,213 @@ static int encode_stdin(int json)
     return bad;
 }
 
+/* One sink's delivery, opened with the settings o: NULL once err said why. */
+static struct sink_runner *open_runner(struct agent *a, const struct options *o, const char *url, char *err,
+                                       size_t errlen)
+{
+    struct sink_runner *r = calloc(1, sizeof *r);
+    struct sink_waits waits = {o->sink_timeout, o->node_backoff};
+    if (!r) {
+        snprintf(err, errlen, "%s: out of memory", url);
+        return NULL;
+    }
+    if (runner_open(r, url, &a->creds, o->spool_dir, o->spool_max, o->drain_timeout, &waits, err, errlen) != 0) {
+        if (!err[0])
+            snprintf(err, errlen, "%s", url);
+        runner_close(r);
+        free(r);
+        return NULL;
+    }
+    r->send_max = r->send_limit = o->send_max;
+    return r;
+}
+
 static int open_sinks(struct agent *a)
 {
-    a->sinks = calloc(a->opt.nsinks, sizeof *a->sinks);
+    a->sinks = calloc(a->opt.nsinks ? a->opt.nsinks : 1, sizeof *a->sinks);
     if (!a->sinks)
         return -1;
     for (size_t i = 0; i < a->opt.nsinks; i++) {
         char err[900];
-        struct sink_waits waits = {a->opt.sink_timeout, a->opt.node_backoff};
-        if (runner_open(&a->sinks[i], a->opt.sinks[i], &a->creds, a->opt.spool_dir, a->opt.spool_max,
-                        a->opt.drain_timeout, &waits, err, sizeof err) != 0) {
-            fprintf(stderr, "flowstat-agent: %s\n", err[0] ? err : a->opt.sinks[i]);
-            a->opt.nsinks = i + 1; /* what close_sinks has to close */
+        if (!(a->sinks[i] = open_runner(a, &a->opt, a->opt.sinks[i], err, sizeof err))) {
+            fprintf(stderr, "flowstat-agent: %s\n", err);
             return -1;
         }
-        a->sinks[i].send_max = a->sinks[i].send_limit = a->opt.send_max;
+        a->nsinks++;
     }
     return 0;
 }
 
-/* The sink threads leave SIGINT, SIGTERM and SIGUSR1 to the sampling thread, whose sleep they
- * interrupt. */
-static int start_sinks(struct agent *a)
+/* The sink threads leave SIGINT, SIGTERM, SIGUSR1 and SIGHUP to the sampling thread, whose sleep
+ * they interrupt (and so do the threads a sink's client starts). */
+static int start_runner(struct sink_runner *r)
 {
-    sigset_t stop_signals, before;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGINT);
-    sigaddset(&stop_signals, SIGTERM);
-    sigaddset(&stop_signals, SIGUSR1);
-    pthread_sigmask(SIG_BLOCK, &stop_signals, &before);
-    int rc = 0;
-    for (size_t i = 0; i < a->opt.nsinks && rc == 0; i++)
-        if (runner_start(&a->sinks[i]) != 0) {
-            LOG_ERR("sink %s: cannot start its thread", a->opt.sinks[i]);
-            rc = -1;
-        }
+    sigset_t signals, before;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    sigaddset(&signals, SIGUSR1);
+    sigaddset(&signals, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &signals, &before);
+    int rc = runner_start(r);
     pthread_sigmask(SIG_SETMASK, &before, NULL);
+    if (rc != 0)
+        LOG_ERR("sink %s: cannot start its thread", r->sink.url);
     return rc;
 }
 
-/* All threads are told at once, so that their drain timeouts run side by side; then joined. */
+static int start_sinks(struct agent *a)
+{
+    int rc = 0;
+    for (size_t i = 0; i < a->nsinks && rc == 0; i++)
+        rc = start_runner(a->sinks[i]);
+    return rc;
+}
+
+/* All threads are told at once, so that their drain timeouts run side by side; then joined, with
+ * those of the sinks a reload removed (told then). */
 static void stop_sinks(struct agent *a)
 {
-    for (size_t i = 0; i < a->opt.nsinks; i++)
-        runner_stop(&a->sinks[i]);
-    for (size_t i = 0; i < a->opt.nsinks; i++)
-        runner_join(&a->sinks[i]);
+    for (size_t i = 0; i < a->nsinks; i++)
+        runner_stop(a->sinks[i]);
+    for (size_t i = 0; i < a->nsinks; i++)
+        runner_join(a->sinks[i]);
+    for (size_t i = 0; i < a->nretired; i++)
+        runner_join(a->retired[i]);
 }
 
 /* Lost for good: never delivered, refused or still spooled. After stop_sinks. */
 static long long lost_samples(struct agent *a)
 {
     long long lost = 0;
-    for (size_t i = 0; i < a->opt.nsinks; i++) {
+    for (size_t i = 0; i < a->nsinks + a->nretired; i++) {
+        struct sink_runner *r = i < a->nsinks ? a->sinks[i] : a->retired[i - a->nsinks];
         long long batches = 0, spooled = 0, dropped = 0;
-        if (a->sinks[i].has_spool)
-            spool_figures(&a->sinks[i].spool, &batches, &spooled, &dropped);
-        lost += runner_lost(&a->sinks[i]) + dropped;
+        if (r->has_spool)
+            spool_figures(&r->spool, &batches, &spooled, &dropped);
+        lost += runner_lost(r) + dropped;
     }
     return lost;
 }
 
 static void close_sinks(struct agent *a)
 {
-    for (size_t i = 0; a->sinks && i < a->opt.nsinks; i++)
-        runner_close(&a->sinks[i]);
+    for (size_t i = 0; i < a->nsinks + a->nretired; i++) {
+        struct sink_runner *r = i < a->nsinks ? a->sinks[i] : a->retired[i - a->nsinks];
+        runner_close(r);
+        free(r);
+    }
     free(a->sinks);
-    a->sinks = NULL;
+    free(a->retired);
+    a->sinks = a->retired = NULL;
+    a->nsinks = a->nretired = 0;
+}
+
+/* -- reload (SIGHUP) --------------------------------------------------------------------------- */
+
+static struct sink_runner *sink_of(struct sink_runner **list, size_t n, const char *url)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(list[i]->sink.url, url) == 0)
+            return list[i];
+    return NULL;
+}
+
+/* A sink a reload adds again after an earlier one removed it: that one has finished with its file
+ * and spool folder (it was told to stop then) before the new one opens them. */
+static void finish_removed(struct agent *a, const char *url)
+{
+    for (size_t i = 0; i < a->nretired; i++)
+        if (strcmp(a->retired[i]->sink.url, url) == 0)
+            runner_join(a->retired[i]);
+}
+
+/* The sinks of the new configuration o, in its order: those kept as they run (thread, queue,
+ * spool, counts), new ones opened (not started). 0, or -1 once why says what is wrong, nothing
+ * changed. */
+static int reload_sinks(struct agent *a, const struct options *o, struct sink_runner **sinks, char *why, size_t whylen)
+{
+    for (size_t i = 0; i < o->nsinks; i++) {
+        if ((sinks[i] = sink_of(a->sinks, a->nsinks, o->sinks[i])))
+            continue;
+        finish_removed(a, o->sinks[i]);
+        if ((sinks[i] = open_runner(a, o, o->sinks[i], why, whylen)))
+            continue;
+        while (i-- > 0)
+            if (!sink_of(a->sinks, a->nsinks, o->sinks[i])) {
+                runner_close(sinks[i]);
+                free(sinks[i]);
+            }
+        return -1;
+    }
+    return 0;
+}
+
+/* The sinks of the old configuration that the new one (sinks, n) does not name stopped (what they
+ * queued is delivered, or spooled for --flush-spool), kept for the statistics; new ones started. */
+static void swap_sinks(struct agent *a, struct sink_runner **sinks, size_t n)
+{
+    struct sink_runner **retired = realloc(a->retired, (a->nretired + a->nsinks + n + 1) * sizeof *retired);
+    if (!retired) { /* out of memory: the removed sinks are stopped and closed at exit, not counted */
+        LOG_ERR("reload: out of memory: the sinks removed are left out of the statistics");
+    } else {
+        a->retired = retired;
+    }
+    for (size_t i = 0; i < a->nsinks; i++) {
+        struct sink_runner *r = a->sinks[i];
+        if (sink_of(sinks, n, r->sink.url))
+            continue;
+        runner_stop(r);
+        if (retired)
+            a->retired[a->nretired++] = r;
+        LOG_INFO("reload: sink %s removed (what it held is delivered, or stays in its spool for --flush-spool)",
+                 r->sink.url);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (sink_of(a->sinks, a->nsinks, sinks[i]->sink.url))
+            continue;
+        if (start_runner(sinks[i]) == 0)
+            LOG_INFO("reload: sink %s added", sinks[i]->sink.url);
+    }
+    free(a->sinks);
+    a->sinks = sinks;
+    a->nsinks = n;
+}
+
+/* SIGHUP: the config files read again, the command line's options still winning, and applied in
+ * place: targets the new configuration does not name are no longer watched, new ones taken at
+ * once; sinks it removes are stopped, new ones opened; the timings change. A kept sink keeps its
+ * delivery, spool and counts, a node its seq. A configuration that is wrong (a file, a value, no
+ * target, a sink that cannot be opened) changes nothing, and is said. -1: refused; 0: applied; 1:
+ * applied, with other timings (interval, rescan, self_interval). As the Python agent's
+ * Agent._reload. */
+static int agent_reload(struct agent *a)
+{
+    struct options fresh;
+    char why[1400];
+    fs_refusal_capture(why, sizeof why);
+    int rc = options_parse(a->argc, a->argv, &fresh);
+    fs_refusal_capture(NULL, 0);
+    struct sink_runner **sinks = rc == 0 ? calloc(fresh.nsinks ? fresh.nsinks : 1, sizeof *sinks) : NULL;
+    if (rc == 0 && !sinks)
+        snprintf(why, sizeof why, "out of memory");
+    if (rc != 0 || !sinks || reload_sinks(a, &fresh, sinks, why, sizeof why) != 0) {
+        LOG_ERR("reload refused, the running configuration kept: %s", why[0] ? why : "the configuration is wrong");
+        free(sinks);
+        options_free(&fresh);
+        return -1;
+    }
+    swap_sinks(a, sinks, fresh.nsinks);
+    int timings = fresh.interval != a->opt.interval || fresh.rescan != a->opt.rescan ||
+        fresh.self_interval != a->opt.self_interval;
+    a->control.timeout_s = fresh.control_timeout;
+    struct options old = a->opt;
+    a->opt = fresh;
+    options_free(&old);
+    watch_forget_gone(&a->watch); /* a node the new configuration names again is taken again */
+    rescan(a, 1, 1);
+    LOG_INFO("reload: %zu targets, %zu sinks", a->watch.n - a->watch.leaving, a->nsinks);
+    return timings;
 }
 
 static void sample_until_done(struct agent *a)
@@ -577,9 +807,22 @@ static void sample_until_done(struct agent *a)
     long long tick = 0;
     int noticed = 0;
     while (!stop_flag) {
+        if (reload_flag) {
+            reload_flag = 0;
+            int reloaded = agent_reload(a);
+            double at = fs_monotonic();
+            if (reloaded > 0) { /* new timings: counted from now */
+                start = at - a->opt.interval;
+                tick = 1;
+                every = a->opt.self_interval;
+                next_self = every > 0 ? at + every : INFINITY;
+            }
+            if (reloaded >= 0)
+                next_rescan = at + a->opt.rescan;
+        }
         double now = fs_monotonic();
         if (now >= next_rescan || targets_dirs_changed(&a->opt.spec)) {
-            targets_discover(&a->opt.spec, &a->notes, tick == 0, on_found, a);
+            rescan(a, tick == 0, 0);
             next_rescan = now + a->opt.rescan;
         }
         if (tick > 0) {
@@ -597,7 +840,7 @@ static void sample_until_done(struct agent *a)
         }
         if ((a->opt.count >= 0 && a->rounds >= a->opt.count) ||
             (a->opt.duration >= 0 && now - start >= a->opt.duration) ||
-            (a->opt.exit_when_all_down && tick > 0 && a->ntargets == 0 && a->ngone > 0))
+            (a->opt.exit_when_all_down && tick > 0 && a->watch.n == 0 && a->watch.ngone > 0))
             break;
         /* tick k is due at start + k x interval: no drift; an overrun skips to the next one due */
         long long due = (long long)floor((fs_monotonic() - start) / a->opt.interval) + 1;
@@ -606,7 +849,7 @@ static void sample_until_done(struct agent *a)
         tick = due > tick + 1 ? due : tick + 1;
         sleep_until(start + (double)tick * a->opt.interval);
     }
-    if (stop_flag && a->ntargets) /* stopped from outside: one last pass reports nodes that ended */
+    if (stop_flag && a->watch.n) /* stopped from outside: one last pass reports nodes that ended */
         sample_and_submit(a, &samples, &samples_cap);
     if (every > 0)
         submit_self_sample(a); /* the last one, behind every sample */
@@ -624,13 +867,19 @@ static int parent_already_gone(void)
     return getppid() != (pid_t)atol(parent);
 }
 
-/* Before any sampling: the agent's name, the stores' credentials, its sinks and control sockets.
- * 0, or the exit status once a message said why not. */
-static int agent_open(struct agent *a)
+/* The host the samples name, and the agent. */
+static void agent_identify(struct agent *a)
 {
     fs_host_identity(a->opt.host_name, a->host, sizeof a->host);
     targets_set_host(a->host);
     snprintf(a->agent_name, sizeof a->agent_name, "%s%s%s", AGENT_NAME, a->opt.name[0] ? "/" : "", a->opt.name);
+}
+
+/* Before any sampling: the agent's name, the stores' credentials, its sinks and control sockets.
+ * 0, or the exit status once a message said why not. */
+static int agent_open(struct agent *a)
+{
+    agent_identify(a);
     char err[900];
     if (creds_load(&a->creds, a->opt.credentials, err, sizeof err) != 0) {
         fprintf(stderr, "flowstat-agent: %s\n", err);
@@ -647,11 +896,11 @@ static void agent_close(struct agent *a)
 {
     close_sinks(a);
     creds_free(&a->creds);
-    while (a->ntargets)
-        retire(a, a->ntargets - 1);
+    while (a->watch.n)
+        drop_target(a, a->watch.n - 1, 0);
+    watch_free(&a->watch);
+    targets_ranker_free(&a->ranker);
     control_pool_close(&a->control);
-    free(a->targets);
-    free(a->gone);
     curl_global_cleanup(); /* nothing, if curl_global_init was not called */
 }
 
@@ -672,9 +921,11 @@ static void say_notice_taken(void)
 static void handle_signals(void)
 {
     struct sigaction sa = {.sa_handler = on_signal}, notice = {.sa_handler = on_notice};
+    struct sigaction reload = {.sa_handler = on_reload};
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGUSR1, &notice, NULL);
+    sigaction(SIGHUP, &reload, NULL);
     signal(SIGPIPE, SIG_IGN);
     say_notice_taken();
 }
@@ -698,6 +949,44 @@ static int agent_run(struct agent *a)
     return !started ? 1 : lost ? 1 : 0;
 }
 
+/* --test: the settings in force, then one round of samples of the targets, as a run's first one
+ * (found, then sampled an interval later), in line protocol on stdout; no sink, no spool. 0, or 1
+ * if they could not be written or the control channels not set up. */
+static int agent_test(struct agent *a)
+{
+    agent_identify(a);
+    if (options_print_config(&a->opt, stdout) != 0 || control_pool_init(&a->control, a->opt.control_timeout) != 0)
+        return 1;
+    double start = fs_monotonic();
+    rescan(a, 1, 0);
+    if (!a->watch.n)
+        LOG_WARN("--test: no target found");
+    sleep_until(start + a->opt.interval);
+    struct fs_sample *samples = NULL;
+    size_t cap = 0, n = sample_all(a, &samples, &cap);
+    struct fs_buf out = {0};
+    for (size_t i = 0; i < n; i++)
+        sample_line_protocol(&samples[i], &out);
+    int ok = !out.failed && fwrite(out.data, 1, out.len, stdout) == out.len && fflush(stdout) == 0;
+    fs_buf_free(&out);
+    free(samples);
+    return ok ? 0 : 1;
+}
+
+/* What the options ask for besides a run: 1 if they ask for one of those, with its exit status in *rc. */
+static int answer_instead(struct agent *a, int *rc)
+{
+    if (a->opt.help)
+        options_usage(stdout);
+    else if (a->opt.version)
+        *rc = printf("flowstat-agent %s\n", FLOWSTAT_VERSION) < 0 || fflush(stdout) != 0;
+    else if (a->opt.print_config && !a->opt.test)
+        *rc = options_print_config(&a->opt, stdout) != 0;
+    else
+        return 0;
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
     enum encode_format encode = options_encode_format(argc, argv);
@@ -706,14 +995,20 @@ int main(int argc, char **argv)
     fs_malloc_setup(); /* before the first large block: see util.h */
     struct agent a;
     memset(&a, 0, sizeof a);
+    a.argc = argc;
+    a.argv = argv;
+    a.ranker.stat_fd = watch_stat_fd; /* a ranking reads the files of the targets watched again */
+    a.ranker.ctx = &a.watch;
     int rc = options_parse(argc, argv, &a.opt);
-    if (rc == 0 && a.opt.help)
-        options_usage(stdout);
-    if (rc == 0 && !a.opt.help) {
+    if (rc == 0 && !answer_instead(&a, &rc)) {
         fs_quiet = a.opt.quiet;
-        rc = agent_open(&a);
-        if (rc == 0)
-            rc = agent_run(&a);
+        if (a.opt.test) {
+            rc = agent_test(&a);
+        } else {
+            rc = agent_open(&a);
+            if (rc == 0)
+                rc = agent_run(&a);
+        }
         agent_close(&a);
     }
     options_free(&a.opt);

@@ -42,7 +42,12 @@ static const char *skip_token(const char *s, const char *end)
     return s;
 }
 
-enum proc_status parse_stat(const char *buf, size_t len, struct proc_reading *out)
+#define STAT_FIELDS_READ 24 /* the last field of /proc/PID/stat read (rss, for --top) */
+
+/* The numbers of /proc/PID/stat's fields 3..last (man 5 proc: 14 utime, 15 stime, 20 threads, 22
+ * starttime, 24 rss) that `wanted` has a bit for (1 << field), in values[field]. */
+static enum proc_status stat_fields(const char *buf, size_t len, int last, unsigned long wanted,
+                                    unsigned long long values[STAT_FIELDS_READ + 1])
 {
     /* The command name (field 2) may hold spaces and ')': fields are counted after the last ')'. */
     const char *end = buf + len, *close = memrchr(buf, ')', len);
@@ -53,21 +58,41 @@ enum proc_status parse_stat(const char *buf, size_t len, struct proc_reading *ou
         return PROC_BAD_FORMAT;
     if (*s == 'Z' || *s == 'X') /* a zombie has exited; only its entry is left */
         return PROC_GONE;
-    unsigned long long values[18];
-    for (int field = 3; field <= 20; field++) {
+    for (int field = 3; field <= last; field++) {
         s = skip_spaces(s, end);
         if (s >= end)
             return PROC_BAD_FORMAT;
-        if (field == 14 || field == 15 || field == 20) {
+        if (wanted & (1UL << field)) {
             const char *t = s;
-            if (parse_ull(&t, end, &values[field - 3]) != 0)
+            if (parse_ull(&t, end, &values[field]) != 0)
                 return PROC_BAD_FORMAT;
         }
         s = skip_token(s, end);
     }
-    out->utime = values[14 - 3];
-    out->stime = values[15 - 3];
-    out->threads = (long)values[20 - 3];
+    return PROC_OK;
+}
+
+enum proc_status parse_stat(const char *buf, size_t len, struct proc_reading *out)
+{
+    unsigned long long values[STAT_FIELDS_READ + 1];
+    enum proc_status st = stat_fields(buf, len, 20, 1UL << 14 | 1UL << 15 | 1UL << 20, values);
+    if (st != PROC_OK)
+        return st;
+    out->utime = values[14];
+    out->stime = values[15];
+    out->threads = (long)values[20];
+    return PROC_OK;
+}
+
+enum proc_status parse_stat_rank(const char *buf, size_t len, struct proc_rank *out)
+{
+    unsigned long long values[STAT_FIELDS_READ + 1];
+    enum proc_status st = stat_fields(buf, len, 24, 1UL << 14 | 1UL << 15 | 1UL << 22 | 1UL << 24, values);
+    if (st != PROC_OK)
+        return st;
+    out->start = values[22];
+    out->ticks = values[14] + values[15];
+    out->rss_pages = values[24];
     return PROC_OK;
 }
 
@@ -93,9 +118,10 @@ enum proc_status proc_reader_open(struct proc_reader *r, pid_t pid)
     snprintf(path, sizeof path, "/proc/%d/statm", (int)pid);
     r->statm_fd = open(path, O_RDONLY | O_CLOEXEC);
     if (r->stat_fd < 0 || r->statm_fd < 0) {
-        int gone = errno == ENOENT || errno == ESRCH;
+        int err = errno;
         proc_reader_close(r);
-        return gone ? PROC_GONE : PROC_IO_ERROR;
+        errno = err;
+        return err == ENOENT || err == ESRCH ? PROC_GONE : PROC_IO_ERROR;
     }
     return PROC_OK;
 }

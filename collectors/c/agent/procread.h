@@ -22,6 +22,14 @@ struct proc_reader {
 enum proc_status parse_stat(const char *buf, size_t len, struct proc_reading *out);
 enum proc_status parse_statm(const char *buf, size_t len, long page_kb, long long *rss_kb);
 
+/* What --top ranks a process by, from its /proc/PID/stat: when it started (clock ticks after boot),
+ * the CPU it used (utime + stime, ticks) and its resident pages. */
+struct proc_rank {
+    unsigned long long start, ticks, rss_pages;
+};
+enum proc_status parse_stat_rank(const char *buf, size_t len, struct proc_rank *out);
+
+/* PROC_IO_ERROR with errno EMFILE or ENFILE: the open files limit is reached. */
 enum proc_status proc_reader_open(struct proc_reader *r, pid_t pid);
 enum proc_status proc_reader_read(struct proc_reader *r, struct proc_reading *out);
 void proc_reader_close(struct proc_reader *r);

@@ -2,16 +2,19 @@
 
 #include "schema_fields.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cJSON.h>
@@ -71,50 +74,16 @@ static void name_from_process(struct target *t)
     snprintf(t->node_id, sizeof t->node_id, "%s-%d", comm, (int)t->pid);
 }
 
-static void found_pid(const struct target_spec *spec, pid_t pid, target_found_fn fn, void *ctx)
+static void found_pid(const struct target_spec *spec, pid_t pid, int top, target_found_fn fn, void *ctx)
 {
     struct target t;
     memset(&t, 0, sizeof t);
     t.pid = pid;
+    t.top = top;
     fs_strlcpy(t.role, FS_DEFAULT_ROLE, sizeof t.role);
     fs_strlcpy(t.run_id, spec->run_id ? spec->run_id : "", sizeof t.run_id);
     name_from_process(&t);
     fn(ctx, &t);
-}
-
-static void scan_patterns(const struct target_spec *spec, target_found_fn fn, void *ctx)
-{
-    DIR *dir = opendir("/proc");
-    if (!dir) {
-        LOG_ERR("/proc: %s", strerror(errno));
-        return;
-    }
-    pid_t self = getpid();
-    struct dirent *e;
-    while ((e = readdir(dir)) != NULL) {
-        if (!isdigit((unsigned char)e->d_name[0]))
-            continue;
-        pid_t pid = (pid_t)atoi(e->d_name);
-        if (pid == self)
-            continue;
-        char path[64];
-        size_t len = 0;
-        snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
-        char *cmd = read_file(path, 4096, &len);
-        if (!cmd)
-            continue;
-        for (size_t i = 0; i + 1 < len; i++) /* arguments are NUL-separated: match them as one line */
-            if (cmd[i] == '\0')
-                cmd[i] = ' ';
-        for (size_t p = 0; len > 0 && p < spec->npatterns; p++) {
-            if (regexec(&spec->patterns[p], cmd, 0, NULL, 0) == 0) {
-                found_pid(spec, pid, fn, ctx);
-                break;
-            }
-        }
-        free(cmd);
-    }
-    closedir(dir);
 }
 
 static const char *json_string(const cJSON *obj, const char *key, const char *fallback)
@@ -213,6 +182,8 @@ enum file_problem { /* what can be said about a file, once each */
                     PROBLEM_NOT_ENDPOINTS = 4,
                     PROBLEM_NODES_LEFT_OUT = 8,
                     PROBLEM_STALE = 16,
+                    PROBLEM_REFUSED = 32,
+                    PROBLEM_NO_SUCH = 64,
 };
 
 #define ENDPOINTS_FILE_MAX (4 << 20) /* bytes read of an endpoints file, as of --endpoints FILE */
@@ -284,19 +255,70 @@ static int process_alive(pid_t pid)
     return alive;
 }
 
-/* One file's nodes on their way to the caller's fn: those of a live process, marked with the file. */
+/* One file's nodes on their way to the caller's fn: those of a live process the file may speak
+ * for, marked with the file. */
 struct dir_file_scan {
     const char *path;
     target_found_fn fn;
     void *ctx;
     int stale; /* nodes whose process is not alive */
+    uid_t owner; /* the file's */
+    int remote_ok; /* --allow-remote-control */
+    struct fs_buf refused; /* why nodes were not believed: "; " between them */
 };
+
+/* A control endpoint a request cannot leave this host by: ipc://, or TCP to a loopback address
+ * (127.x.x.x, localhost, [::1]; a name that only starts so is not one). None is one too. */
+static int control_is_local(const char *control)
+{
+    if (!control[0] || strncmp(control, "ipc://", 6) == 0)
+        return 1;
+    if (strncmp(control, "tcp://", 6) != 0)
+        return 0;
+    const char *host = control + 6, *colon = strrchr(host, ':');
+    char name[64];
+    struct in_addr v4;
+    if (!colon || (size_t)(colon - host) >= sizeof name)
+        return 0;
+    memcpy(name, host, (size_t)(colon - host));
+    name[colon - host] = '\0';
+    if (strcmp(name, "localhost") == 0 || strcmp(name, "[::1]") == 0)
+        return 1;
+    return inet_pton(AF_INET, name, &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127;
+}
+
+/* Why a node an endpoints directory's file announces is not believed (0: it is, why untouched).
+ * The directory is shared by the host's users: a file speaks only for its owner's processes, and
+ * only of a control endpoint on this host, where a request cannot be sent elsewhere (as the Python
+ * agent's targets._untrusted). */
+static int untrusted(const struct dir_file_scan *scan, const struct target *t, char *why, size_t n)
+{
+    char proc[64];
+    struct stat st;
+    snprintf(proc, sizeof proc, "/proc/%d", (int)t->pid);
+    if (stat(proc, &st) != 0)
+        snprintf(why, n, "pid %d is gone", (int)t->pid);
+    else if (st.st_uid != scan->owner)
+        snprintf(why, n, "the file's owner (uid %u) does not own pid %d (uid %u)", (unsigned)scan->owner, (int)t->pid,
+                 (unsigned)st.st_uid);
+    else if (!scan->remote_ok && !control_is_local(t->control))
+        snprintf(why, n, "control endpoint %s is neither ipc:// nor on loopback", t->control);
+    else
+        return 0;
+    return 1;
+}
 
 static void found_in_dir_file(void *ctx, const struct target *candidate)
 {
     struct dir_file_scan *scan = ctx;
     if (!process_alive(candidate->pid)) {
         scan->stale++;
+        return;
+    }
+    char why[400];
+    if (untrusted(scan, candidate, why, sizeof why)) {
+        fs_buf_puts(&scan->refused, scan->refused.len ? "; " : "");
+        fs_buf_puts(&scan->refused, why);
         return;
     }
     struct target t = *candidate;
@@ -360,7 +382,7 @@ static void read_dir_file(const struct target_spec *spec, struct target_notes *n
         say_once(notes, IN_DIR, path, &st, PROBLEM_UNREADABLE, "cannot be read (%s)", strerror(err));
         return;
     }
-    struct dir_file_scan scan = {path, fn, ctx, 0};
+    struct dir_file_scan scan = {path, fn, ctx, 0, st.st_uid, spec->allow_remote_control, {0}};
     int left_out = 0;
     if (targets_parse_endpoints(text, len, spec->run_id, client_key, &left_out, found_in_dir_file, &scan) < 0)
         say_once(notes, IN_DIR, path, &st, PROBLEM_NOT_ENDPOINTS, "not a flowstat endpoints document");
@@ -369,6 +391,9 @@ static void read_dir_file(const struct target_spec *spec, struct target_notes *n
     if (scan.stale)
         say_once(notes, IN_DIR, path, &st, PROBLEM_STALE,
                  "%d node(s) of a process that is not running: left out (a stale file)", scan.stale);
+    if (scan.refused.len)
+        say_once(notes, IN_DIR, path, &st, PROBLEM_REFUSED, "refused: %s", scan.refused.data);
+    fs_buf_free(&scan.refused);
     free(text);
 }
 
@@ -420,27 +445,535 @@ static void read_endpoints_file(const struct target_spec *spec, struct target_no
     free(text);
 }
 
-void targets_discover(const struct target_spec *spec, struct target_notes *notes, int first, target_found_fn fn,
-                      void *ctx)
+/* -- processes as a farm chooses them: users, cgroups, units, the N heaviest -------------------- */
+
+#define CGROUP_PROCS_MAX (64 << 20) /* bytes read of a cgroup.procs */
+
+/* Pids chosen, in the order found (sorted and made unique by pids_settle). */
+struct pid_list {
+    pid_t *v;
+    size_t n, cap;
+};
+
+static void pids_add(struct pid_list *l, pid_t pid)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 256;
+        pid_t *grown = realloc(l->v, cap * sizeof *grown);
+        if (!grown)
+            return; /* out of memory: one process fewer chosen this time */
+        l->v = grown;
+        l->cap = cap;
+    }
+    l->v[l->n++] = pid;
+}
+
+static int by_pid(const void *a, const void *b)
+{
+    pid_t x = *(const pid_t *)a, y = *(const pid_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void pids_settle(struct pid_list *l)
+{
+    if (l->n)
+        qsort(l->v, l->n, sizeof *l->v, by_pid);
+    size_t kept = 0;
+    for (size_t i = 0; i < l->n; i++)
+        if (kept == 0 || l->v[kept - 1] != l->v[i])
+            l->v[kept++] = l->v[i];
+    l->n = kept;
+}
+
+/* A problem of a --user, --cgroup or --unit (about: "--user NAME"), said once. */
+__attribute__((format(printf, 4, 5))) static void say_once_about(struct target_notes *notes, const char *about,
+                                                                 enum file_problem problem, const char *fmt, ...)
+{
+    struct file_note *n = note_of(notes, about, NULL);
+    if (n->said & (unsigned)problem)
+        return;
+    n->said |= (unsigned)problem;
+    char text[PATH_MAX + 200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    LOG_WARN("%s: %s", about, text);
+}
+
+/* A whole file of any size (up to max bytes), NUL-terminated; NULL with errno on error. */
+static char *read_whole(const char *path, size_t max, size_t *len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap + 1);
+    int err = buf ? 0 : ENOMEM;
+    while (buf && !err) {
+        if (n == cap && cap < max) {
+            size_t bigger = cap * 2 < max ? cap * 2 : max;
+            char *grown = realloc(buf, bigger + 1);
+            if (!grown) {
+                err = ENOMEM;
+                break;
+            }
+            buf = grown;
+            cap = bigger;
+        }
+        if (n == cap)
+            break;
+        ssize_t r = read(fd, buf + n, cap - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            err = errno;
+        else if (r == 0)
+            break;
+        else
+            n += (size_t)r;
+    }
+    close(fd);
+    if (err) {
+        free(buf);
+        errno = err;
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+/* Where the cgroup v2 hierarchy is mounted (/proc/self/mountinfo's cgroup2 line): 0, or -1. */
+static int cgroup2_root(char *out, size_t n)
+{
+    size_t len = 0;
+    char *text = read_whole("/proc/self/mountinfo", 16 << 20, &len);
+    int rc = -1;
+    for (char *line = text, *next; rc != 0 && line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
+        char *dash = strstr(line, " - "), mount[PATH_MAX];
+        if (!dash || strncmp(dash + 3, "cgroup2 ", 8) != 0)
+            continue;
+        /* ID PARENT MAJOR:MINOR ROOT MOUNT-POINT ...: the fifth */
+        if (sscanf(line, "%*s %*s %*s %*s %4095s", mount) == 1 && strlen(mount) < n) {
+            fs_strlcpy(out, mount, n);
+            rc = 0;
+        }
+    }
+    free(text);
+    return rc;
+}
+
+/* A cgroup given as an absolute path (/sys/...), or relative to the v2 root: 0, or -1. */
+static int cgroup_dir(const char *name, const char *root, char *out, size_t n)
+{
+    if (strncmp(name, "/sys/", 5) == 0)
+        return snprintf(out, n, "%s", name) < (int)n ? 0 : -1;
+    while (*name == '/')
+        name++;
+    return root[0] && snprintf(out, n, "%s/%s", root, name) < (int)n ? 0 : -1;
+}
+
+static int is_dir_entry(const char *parent, const struct dirent *e)
+{
+    if (e->d_type != DT_UNKNOWN)
+        return e->d_type == DT_DIR;
+    char path[PATH_MAX];
+    struct stat st;
+    return snprintf(path, sizeof path, "%s/%s", parent, e->d_name) < (int)sizeof path && lstat(path, &st) == 0 &&
+        S_ISDIR(st.st_mode);
+}
+
+static int no_dots(const struct dirent *e)
+{
+    return strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+}
+
+static int by_name(const struct dirent **a, const struct dirent **b)
+{
+    return strcmp((*a)->d_name, (*b)->d_name);
+}
+
+struct path_list {
+    char **v;
+    size_t n, cap;
+};
+
+/* PARENT/NAME (NAME NULL: PARENT) added: 0, or -1 if out of memory. */
+static int paths_add(struct path_list *l, const char *parent, const char *name)
+{
+    char *path = NULL;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 16;
+        char **grown = realloc(l->v, cap * sizeof *grown);
+        if (!grown)
+            return -1;
+        l->v = grown;
+        l->cap = cap;
+    }
+    if (asprintf(&path, "%s%s%s", parent, name ? "/" : "", name ? name : "") < 0)
+        return -1;
+    l->v[l->n++] = path;
+    return 0;
+}
+
+static void paths_free(struct path_list *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->v[i]);
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+/* The cgroup of a systemd unit: the first folder named so, breadth first (each folder's in name
+ * order), at most TARGET_UNIT_DEPTH levels under the root. 0, or -1. */
+static int unit_dir(const char *unit, const char *root, char *out, size_t n)
+{
+    struct path_list level = {0}, below = {0};
+    int rc = root[0] && paths_add(&level, root, NULL) == 0 ? 1 : -1; /* 1: still looking */
+    for (int depth = 0; depth < TARGET_UNIT_DEPTH && rc == 1; depth++) {
+        for (size_t i = 0; i < level.n && rc == 1; i++) {
+            struct dirent **entries = NULL;
+            int count = scandir(level.v[i], &entries, no_dots, by_name);
+            for (int k = 0; k < count; k++) {
+                if (rc == 1 && is_dir_entry(level.v[i], entries[k])) {
+                    if (strcmp(entries[k]->d_name, unit) == 0)
+                        rc = snprintf(out, n, "%s/%s", level.v[i], unit) < (int)n ? 0 : -1;
+                    else if (paths_add(&below, level.v[i], entries[k]->d_name) != 0)
+                        rc = -1;
+                }
+                free(entries[k]);
+            }
+            free(entries);
+        }
+        paths_free(&level);
+        level = below;
+        memset(&below, 0, sizeof below);
+    }
+    paths_free(&level);
+    paths_free(&below);
+    return rc == 0 ? 0 : -1;
+}
+
+/* The processes of a cgroup's cgroup.procs, and of its descendants': 0, or -1 with errno when the
+ * cgroup itself cannot be read (a descendant removed meanwhile is left out). */
+static int cgroup_pids(const char *folder, struct pid_list *out, int depth)
+{
+    DIR *dir = opendir(folder);
+    if (!dir)
+        return -1;
+    char path[PATH_MAX];
+    size_t len = 0;
+    char *procs = snprintf(path, sizeof path, "%s/cgroup.procs", folder) < (int)sizeof path
+        ? read_whole(path, CGROUP_PROCS_MAX, &len)
+        : NULL;
+    for (char *p = procs, *end; p && *p; p = end) {
+        long pid = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        if (pid > 0 && pid <= 4194304)
+            pids_add(out, (pid_t)pid);
+    }
+    free(procs);
+    struct dirent *e;
+    while (depth < 64 && (e = readdir(dir)) != NULL) /* cgroups nest at most cgroup.max.depth */
+        if (no_dots(e) && is_dir_entry(folder, e) &&
+            snprintf(path, sizeof path, "%s/%s", folder, e->d_name) < (int)sizeof path)
+            cgroup_pids(path, out, depth + 1);
+    closedir(dir);
+    return 0;
+}
+
+/* The processes of the --cgroup and --unit options. */
+static void scan_cgroups(const struct target_spec *spec, struct target_notes *notes, struct pid_list *out)
+{
+    char root[PATH_MAX] = "", folder[PATH_MAX], about[PATH_MAX + 16];
+    if (cgroup2_root(root, sizeof root) != 0)
+        root[0] = '\0';
+    for (size_t i = 0; i < spec->ncgroups + spec->nunits; i++) {
+        int is_unit = i >= spec->ncgroups;
+        const char *name = is_unit ? spec->units[i - spec->ncgroups] : spec->cgroups[i];
+        snprintf(about, sizeof about, "%s %s", is_unit ? "--unit" : "--cgroup", name);
+        int found =
+            is_unit ? unit_dir(name, root, folder, sizeof folder) : cgroup_dir(name, root, folder, sizeof folder);
+        if (found != 0)
+            say_once_about(notes, about, PROBLEM_NO_SUCH, "no such cgroup (the v2 hierarchy: %s)",
+                           root[0] ? root : "not mounted");
+        else if (cgroup_pids(folder, out, 0) != 0)
+            say_once_about(notes, about, PROBLEM_UNREADABLE, "%s: %s", folder, strerror(errno));
+    }
+}
+
+/* The uids of the --user options (names or numbers); a name no user has said once. */
+static size_t resolve_users(const struct target_spec *spec, struct target_notes *notes, uid_t *uids)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < spec->nusers; i++) {
+        const char *user = spec->users[i];
+        char *end, buf[4096], about[300];
+        unsigned long v = strtoul(user, &end, 10);
+        struct passwd pw, *found = NULL;
+        if (user[0] >= '0' && user[0] <= '9' && !*end && v <= (uid_t)-2) {
+            uids[n++] = (uid_t)v;
+            continue;
+        }
+        if (getpwnam_r(user, &pw, buf, sizeof buf, &found) == 0 && found) {
+            uids[n++] = found->pw_uid;
+            continue;
+        }
+        snprintf(about, sizeof about, "--user %s", user);
+        say_once_about(notes, about, PROBLEM_NO_SUCH, "no such user");
+    }
+    return n;
+}
+
+static int choosers(const struct target_spec *spec)
+{
+    return spec->npatterns || spec->nusers || spec->ncgroups || spec->nunits;
+}
+
+/* A process's command line (its first 4 KiB), its arguments joined by spaces; NULL when it has
+ * none (a kernel thread) or is gone. proc_fd: /proc, open; pid_name: the process's entry there. */
+static char *command_line(int proc_fd, const char *pid_name)
+{
+    char path[64];
+    size_t len = 0;
+    snprintf(path, sizeof path, "%s/cmdline", pid_name);
+    int fd = openat(proc_fd, path, O_RDONLY | O_CLOEXEC);
+    char *cmd = fd >= 0 ? read_fd(fd, 4096, &len) : NULL;
+    if (fd >= 0)
+        close(fd);
+    for (size_t i = 0; cmd && i + 1 < len; i++) /* arguments are NUL-separated: match them as one line */
+        if (cmd[i] == '\0')
+            cmd[i] = ' ';
+    if (cmd && len == 0) {
+        free(cmd);
+        cmd = NULL;
+    }
+    return cmd;
+}
+
+static int matches(const struct target_spec *spec, const char *cmd)
+{
+    for (size_t p = 0; cmd && p < spec->npatterns; p++)
+        if (regexec(&spec->patterns[p], cmd, 0, NULL, 0) == 0)
+            return 1;
+    return 0;
+}
+
+static int owned(const uid_t *uids, size_t nuids, int proc_fd, const char *pid_name)
+{
+    struct stat st;
+    if (!nuids || fstatat(proc_fd, pid_name, &st, 0) != 0)
+        return 0;
+    for (size_t u = 0; u < nuids; u++)
+        if (st.st_uid == uids[u])
+            return 1;
+    return 0;
+}
+
+/* The processes of /proc the --pattern and --user options choose (with --top and no chooser: every
+ * process), but the agent. */
+static void scan_proc(const struct target_spec *spec, struct target_notes *notes, struct pid_list *out)
+{
+    int everyone = spec->top && !choosers(spec);
+    uid_t *uids = spec->nusers ? calloc(spec->nusers, sizeof *uids) : NULL;
+    size_t nuids = uids ? resolve_users(spec, notes, uids) : 0;
+    DIR *dir = everyone || spec->npatterns || nuids ? opendir("/proc") : NULL;
+    if (!dir && (everyone || spec->npatterns || nuids))
+        LOG_ERR("/proc: %s", strerror(errno));
+    pid_t self = getpid();
+    struct dirent *e;
+    while (dir && (e = readdir(dir)) != NULL) {
+        if (!isdigit((unsigned char)e->d_name[0]))
+            continue;
+        pid_t pid = (pid_t)atoi(e->d_name);
+        if (pid == self)
+            continue;
+        if (everyone) {
+            pids_add(out, pid);
+            continue;
+        }
+        char *cmd = spec->npatterns ? command_line(dirfd(dir), e->d_name) : NULL;
+        int taken = matches(spec, cmd);
+        if (!taken && owned(uids, nuids, dirfd(dir), e->d_name)) { /* a kernel thread has no command line */
+            if (!cmd)
+                cmd = command_line(dirfd(dir), e->d_name);
+            taken = cmd != NULL;
+        }
+        free(cmd);
+        if (taken)
+            pids_add(out, pid);
+    }
+    if (dir)
+        closedir(dir);
+    free(uids);
+}
+
+void targets_ranker_free(struct target_ranker *r)
+{
+    free(r->last);
+    r->last = NULL;
+    r->nlast = 0;
+}
+
+/* /proc/PID/stat as --top ranks by: the agent's open file when it has one, else opened. */
+static enum proc_status read_rank(const struct target_ranker *r, pid_t pid, struct proc_rank *out)
+{
+    char buf[2048], path[64];
+    int fd = r && r->stat_fd ? r->stat_fd(r->ctx, pid) : -1;
+    ssize_t n;
+    if (fd >= 0) {
+        do
+            n = pread(fd, buf, sizeof buf, 0);
+        while (n < 0 && errno == EINTR);
+    } else {
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+        if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+            return PROC_GONE;
+        do
+            n = read(fd, buf, sizeof buf);
+        while (n < 0 && errno == EINTR);
+        close(fd);
+    }
+    return n > 0 ? parse_stat_rank(buf, (size_t)n, out) : PROC_GONE;
+}
+
+struct ranked {
+    pid_t pid;
+    double weight;
+};
+
+static int heaviest_first(const void *a, const void *b)
+{
+    const struct ranked *x = a, *y = b;
+    if (x->weight != y->weight)
+        return x->weight > y->weight ? -1 : 1;
+    return (x->pid > y->pid) - (x->pid < y->pid);
+}
+
+/* Clock ticks since boot: the unit of a process's starttime. */
+static double boot_ticks(long hz)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+    return ((double)ts.tv_sec + (double)ts.tv_nsec / 1e9) * (double)hz;
+}
+
+/* Keep in `chosen` (sorted by pid) only the spec->top heaviest, heaviest first: by resident
+ * memory, or by the CPU used since the last ranking (a process not ranked then, or whose pid
+ * another process has now: since it started, over its age). Kernel threads (no memory) and
+ * processes gone are left out. As selection.Ranker. */
+static void rank(const struct target_spec *spec, struct target_ranker *r, struct pid_list *chosen)
+{
+    static long hz = 0;
+    if (hz == 0)
+        hz = sysconf(_SC_CLK_TCK);
+    if (r->by_rss != spec->top_by_rss) {
+        targets_ranker_free(r);
+        r->by_rss = spec->top_by_rss;
+    }
+    struct ranked *w = malloc((chosen->n ? chosen->n : 1) * sizeof *w);
+    struct rank_entry *seen = malloc((chosen->n ? chosen->n : 1) * sizeof *seen);
+    if (!w || !seen) {
+        free(w), free(seen);
+        chosen->n = 0;
+        return;
+    }
+    double now = fs_monotonic(), boot = boot_ticks(hz);
+    size_t nw = 0, before = 0;
+    for (size_t i = 0; i < chosen->n; i++) {
+        pid_t pid = chosen->v[i];
+        struct proc_rank pr;
+        if (read_rank(r, pid, &pr) != PROC_OK || pr.rss_pages == 0)
+            continue;
+        seen[nw] = (struct rank_entry){pid, pr.start, pr.ticks, now};
+        w[nw].pid = pid;
+        while (before < r->nlast && r->last[before].pid < pid) /* both sorted by pid */
+            before++;
+        const struct rank_entry *last = before < r->nlast && r->last[before].pid == pid ? &r->last[before] : NULL;
+        if (spec->top_by_rss)
+            w[nw].weight = (double)pr.rss_pages;
+        else if (last && last->start == pr.start && now > last->at)
+            w[nw].weight = ((double)pr.ticks - (double)last->ticks) / (now - last->at);
+        else {
+            double age = boot - (double)pr.start;
+            w[nw].weight = (double)pr.ticks / ((age > 1 ? age : 1) / (double)hz);
+        }
+        nw++;
+    }
+    free(r->last);
+    r->last = seen;
+    r->nlast = nw;
+    qsort(w, nw, sizeof *w, heaviest_first);
+    chosen->n = nw < (size_t)spec->top ? nw : (size_t)spec->top;
+    for (size_t i = 0; i < chosen->n; i++)
+        chosen->v[i] = w[i].pid;
+    free(w);
+}
+
+/* The processes the choosers name (pattern, user, cgroup, unit; with --top and none of them, every
+ * process), or with --top the N heaviest of them. */
+static void choose(const struct target_spec *spec, struct target_notes *notes, struct target_ranker *ranker,
+                   target_found_fn fn, void *ctx)
+{
+    struct pid_list chosen = {0};
+    struct target_ranker own = {0};
+    if (spec->npatterns || spec->nusers || (spec->top && !choosers(spec)))
+        scan_proc(spec, notes, &chosen);
+    if (spec->ncgroups || spec->nunits)
+        scan_cgroups(spec, notes, &chosen);
+    pids_settle(&chosen);
+    pid_t self = getpid();
+    if (spec->top)
+        rank(spec, ranker ? ranker : &own, &chosen);
+    for (size_t i = 0; i < chosen.n; i++)
+        if (chosen.v[i] != self)
+            found_pid(spec, chosen.v[i], spec->top > 0, fn, ctx);
+    targets_ranker_free(&own);
+    free(chosen.v);
+}
+
+#define HIDDEN_BY_HIDEPID                                                                                \
+    "hidden: /proc is mounted with hidepid and this agent may not see other users' processes (it needs " \
+    "CAP_SYS_PTRACE, or the group of hidepid's gid=: docs/farm.md)"
+
+/* A process that runs (kill says so, or EPERM) while its /proc entry cannot be seen: /proc is
+ * mounted with hidepid and the agent is neither privileged nor in hidepid's group. */
+static int pid_hidden(pid_t pid)
+{
+    char path[32];
+    snprintf(path, sizeof path, "/proc/%d", (int)pid);
+    struct stat st; /* stat, not access: access checks with the real ids, and without capabilities */
+    return stat(path, &st) != 0 && errno == ENOENT;
+}
+
+void targets_discover(const struct target_spec *spec, struct target_notes *notes, struct target_ranker *ranker,
+                      int first, target_found_fn fn, void *ctx)
 {
     for (size_t i = 0; first && i < spec->npids; i++) {
         if (kill(spec->pids[i], 0) != 0 && errno == ESRCH)
             LOG_WARN("--pid %d: no such process", (int)spec->pids[i]);
+        else if (pid_hidden(spec->pids[i]))
+            LOG_WARN("--pid %d: %s", (int)spec->pids[i], HIDDEN_BY_HIDEPID);
         else
-            found_pid(spec, spec->pids[i], fn, ctx);
+            found_pid(spec, spec->pids[i], 0, fn, ctx);
     }
     for (size_t i = 0; i < spec->npidfiles; i++) {
         size_t len = 0;
         char *text = read_file(spec->pidfiles[i], 64, &len);
         long pid = text ? strtol(text, NULL, 10) : 0;
         if (pid > 0 && pid <= 4194304)
-            found_pid(spec, (pid_t)pid, fn, ctx);
+            found_pid(spec, (pid_t)pid, 0, fn, ctx);
         else
             LOG_WARN("pid file %s: %s", spec->pidfiles[i], text ? "no process id in it" : strerror(errno));
         free(text);
     }
-    if (spec->npatterns)
-        scan_patterns(spec, fn, ctx);
+    if (choosers(spec) || spec->top)
+        choose(spec, notes, ranker, fn, ctx);
     for (size_t i = 0; i < spec->nendpoints; i++)
         read_endpoints_file(spec, notes, spec->endpoints[i], fn, ctx);
     for (size_t i = 0; i < spec->nendpoint_dirs; i++)

@@ -1,5 +1,7 @@
 /* What the agent watches: PIDs, pid files, command-line patterns, a harness run's endpoints.json,
- * the endpoints files nodes write in a directory. */
+ * the endpoints files nodes write in a directory; and processes as a farm chooses them (as the
+ * Python agent's flowstat.agent.selection): every process of a user, of a cgroup (v2, with its
+ * descendants) or of a systemd unit (its cgroup), and the N heaviest of those chosen (--top). */
 #ifndef FLOWSTAT_TARGETS_H
 #define FLOWSTAT_TARGETS_H
 
@@ -30,7 +32,10 @@ struct target {
     struct proc_reader reader;
     struct proc_reading prev;
     double prev_t;
-    long long seq;
+    size_t seq_slot; /* the agent's: where its node's seq is counted (it goes on when the node is found again) */
+    int top; /* chosen by --top: no longer watched (reported LEFT_TOP) once a ranking leaves it out */
+    int leaving; /* the agent's: left the top N at the last rescan, reported LEFT_TOP at the next round */
+    unsigned long long seen; /* the agent's: the search that last found it */
 };
 
 struct target_spec {
@@ -47,7 +52,37 @@ struct target_spec {
     long long *endpoint_dirs_mtime_ns; /* each directory's last modification seen (targets_dirs_changed) */
     const char *run_id;
     const char *curve_client_key; /* --curve-client-key; NULL: keys/client.key_secret of each file's folder */
+    const char **users; /* --user: names or uids */
+    size_t nusers;
+    const char **cgroups; /* --cgroup: paths under the v2 mount, or absolute (/sys/...) */
+    size_t ncgroups;
+    const char **units; /* --unit: systemd units' names */
+    size_t nunits;
+    long top; /* --top N: only the N heaviest of the processes chosen; 0: all of them */
+    int top_by_rss; /* --top-by rss; else cpu */
+    int allow_remote_control; /* --allow-remote-control: an --endpoints-dir file's control endpoint may be elsewhere */
 };
+
+/* How deep under the cgroup v2 mount a unit's cgroup is looked for (selection.UNIT_DEPTH). */
+#define TARGET_UNIT_DEPTH 4
+
+/* --top's memory between two rankings: each process ranked the last time (by pid), with the CPU it
+ * had used then, so that the next one ranks by the CPU used since. */
+struct rank_entry {
+    pid_t pid;
+    unsigned long long start, ticks; /* /proc/PID/stat's starttime, utime + stime */
+    double at; /* fs_monotonic() */
+};
+struct target_ranker {
+    int by_rss; /* what `last` was ranked by */
+    struct rank_entry *last; /* sorted by pid */
+    size_t nlast;
+    /* An open /proc/PID/stat of pid to read again (the agent's reader of a target), or -1: a
+     * ranking opens only the files of the processes not watched. NULL: none. */
+    int (*stat_fd)(void *ctx, pid_t pid);
+    void *ctx;
+};
+void targets_ranker_free(struct target_ranker *r);
 
 /* What was said about the files of the endpoints directories, so that each problem of a file is
  * said once per (path, size, modification time), not at every search: a small table, its oldest
@@ -66,10 +101,13 @@ struct target_notes {
 typedef void (*target_found_fn)(void *ctx, const struct target *candidate);
 
 /* Call fn for every target the spec describes now. Problems are logged, never fatal (those of the
- * endpoints directories' files once each, as `notes` remembers). Explicit PIDs are looked at only
- * when first is set: a PID cannot become another process we were asked for. */
-void targets_discover(const struct target_spec *spec, struct target_notes *notes, int first, target_found_fn fn,
-                      void *ctx);
+ * endpoints directories' files, of users, cgroups and units once each, as `notes` remembers).
+ * Explicit PIDs are looked at only when first is set: a PID cannot become another process we were
+ * asked for. With spec->top, the processes chosen (by pattern, user, cgroup, unit; without them
+ * every process) are ranked with ranker (NULL: a ranking of its own, as a first one), and only the
+ * N heaviest are given, marked top. */
+void targets_discover(const struct target_spec *spec, struct target_notes *notes, struct target_ranker *ranker,
+                      int first, target_found_fn fn, void *ctx);
 /* Parse an endpoints.json document: the number of nodes found, -1 if malformed. The nodes that do
  * not conform to endpoints.schema.json are left out, and counted in *left_out (if not NULL). Nodes
  * with a curve_server_key are to be asked with the key file client_key. */

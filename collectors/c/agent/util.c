@@ -43,6 +43,33 @@ void fs_log(const char *level, const char *fmt, ...)
     funlockfile(stderr);
 }
 
+static char *refusal; /* fs_refusal_capture's buffer; NULL: stderr */
+static size_t refusal_size;
+
+void fs_refusal_capture(char *buf, size_t n)
+{
+    refusal = n ? buf : NULL;
+    refusal_size = n;
+    if (refusal)
+        refusal[0] = '\0';
+}
+
+void fs_refuse(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (!refusal) {
+        flockfile(stderr);
+        fputs("flowstat-agent: ", stderr);
+        vfprintf(stderr, fmt, ap);
+        fputc('\n', stderr);
+        funlockfile(stderr);
+    } else if (!refusal[0]) { /* the first reason: what follows it may only repeat it */
+        vsnprintf(refusal, refusal_size, fmt, ap);
+    }
+    va_end(ap);
+}
+
 double fs_monotonic(void)
 {
     struct timespec ts;

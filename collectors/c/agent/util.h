@@ -17,6 +17,13 @@ void fs_log(const char *level, const char *fmt, ...) __attribute__((format(print
 #define LOG_WARN(...) fs_log("WARNING", __VA_ARGS__)
 #define LOG_ERR(...) fs_log("ERROR", __VA_ARGS__)
 
+/* What refuses a command line or a config file (options.c, config.c): "flowstat-agent: " and the
+ * message on stderr, as a line; or, between fs_refusal_capture(buf, n) and fs_refusal_capture(NULL,
+ * 0), the first such message kept in buf instead (a reload says it in its own log line). The
+ * sampling thread's only. */
+void fs_refuse(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void fs_refusal_capture(char *buf, size_t n);
+
 /* A macro's value as a string literal (for messages naming a limit). */
 #define FS_STR_(x) #x
 #define FS_STR(x) FS_STR_(x)

@@ -10,27 +10,33 @@ from __future__ import annotations
 import logging
 import math
 import os
+import resource
+import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from flowstat import stores
 from flowstat.node import curve
 from flowstat.proc.machine import host_identity
+from flowstat.proc.procfs import set_from_signal
 from flowstat.proc.reader import ProcessGone, ProcFormatError, cpu_rates
 from flowstat.schema import sample as sample_schema
 from flowstat.timeutil import iso_utc_from_ms, iso_utc_ms
 
 from . import AGENT_NAME
 from .control import ControlPool
-from .sinks import SinkRunner, SinkURLError, open_sink
+from .selection import Ranker
+from .sinks import SinkDown, SinkRunner, SinkURLError, open_sink
 from .sinks.console import RunFileSink
 from .spool import Spool, folder_name
 from .targets import Target, TargetSpec, discover, open_reader
 
 log = logging.getLogger("flowstat.agent")
 RUN_FIELDS_IN_HEADER = ("run_id", "description", "topology", "started", "host", "machine", "parameters")
+FDS_PER_TARGET = 2  # /proc/PID/stat and statm, held open (flowstat.proc.reader)
 SEND_TIMEOUT_MAX_S = 10.0  # the longest one send may block (the HTTP sinks' 5 s, TCP's 3 s), with margin
 SINK_TIMEOUT_S = 5.0  # --sink-timeout: an HTTP sink's request time-out (each node's, for a list of nodes)
 
@@ -86,6 +92,7 @@ class Agent:
         self.seqs: dict[str, int] = {}  # per node: survives the node being re-found
         self.control = ControlPool(cfg.control_timeout_s)
         self.stop_event = threading.Event()
+        self.wake = threading.Event()  # what the loop's wait between rounds ends on: a stop, a reload
         self.samples_taken = 0
         self.proc_errors = 0
         self.rounds = 0
@@ -97,7 +104,19 @@ class Agent:
         self.said: set[tuple[str, ...]] = set()  # endpoint files' problems, told once each
         self.dirs_mtime_ns: list[int] = []  # the endpoints directories as last seen (dirs_changed)
         self.ending = False  # the run-ending notice came: nodes that vanish now ended with their run
-        self.runners = [
+        self.reload_requested = False  # SIGHUP came: the loop asks self.reloader for the new configuration
+        self.reloader: Callable[[], AgentConfig] | None = None  # raises ValueError for a bad configuration
+        self.retired: list[SinkRunner] = []  # sinks a reload removed: stopped, counted in stats still
+        self.ranker = Ranker(cfg.spec.top_by)  # --top: CPU rates between rankings
+        self.leaving: list[Target] = []  # left the top-N at the last rescan: reported LEFT_TOP once
+        self.runners = self._open_runners(cfg, cfg.sinks)
+        self.sink_runners = list(self.runners)  # what the self-samples' delivery figures sum over
+        if cfg.run_file:
+            self.runners.append(SinkRunner(RunFileSink(cfg.run_file, self._run_header()), None))
+
+    @staticmethod
+    def _open_runners(cfg: AgentConfig, urls: list[str]) -> list[SinkRunner]:
+        runners = [
             open_runner(
                 url,
                 cfg.spool_dir,
@@ -107,14 +126,69 @@ class Agent:
                 cfg.node_backoff_s,
                 cfg.send_max_bytes,
             )
-            for url in cfg.sinks
+            for url in urls
         ]
         twice = sorted({url for url in cfg.sinks if cfg.sinks.count(url) > 1})  # checked after each URL: none
         if twice:  # two deliveries would share one spool folder                   # names a password now
             raise SinkURLError(f"{twice[0]}: --sink given twice")
-        self.sink_runners = list(self.runners)  # what the self-samples' delivery figures sum over
-        if cfg.run_file:
-            self.runners.append(SinkRunner(RunFileSink(cfg.run_file, self._run_header()), None))
+        return runners
+
+    # -- reload (SIGHUP) ------------------------------------------------------------------------
+    def request_reload(self) -> None:
+        """SIGHUP: the loop reloads before its next round. Safe in a signal handler."""
+        self.reload_requested = True
+        set_from_signal(self.wake)
+
+    def request_stop(self) -> None:
+        """SIGTERM, SIGINT: one last round, then delivery. Safe in a signal handler."""
+        set_from_signal(self.stop_event)
+        set_from_signal(self.wake)
+
+    def _reload(self) -> bool:
+        """The configuration read again and applied in place: targets the new one does not name
+        are no longer watched, new ones are taken at once; sinks it removes are stopped (what they
+        queued is delivered, or spooled for --flush-spool), new ones opened; the timings change.
+        A sink kept keeps its delivery, spool and counts, a node its seq: nothing is sent twice or
+        skipped. A bad configuration changes nothing and is said. True when the timings changed."""
+        self.reload_requested = False
+        try:
+            assert self.reloader is not None
+            new = self.reloader()
+            kept = [r for r in self.sink_runners if r.sink.url in new.sinks]
+            urls = {r.sink.url for r in kept}
+            added = self._open_runners(new, [u for u in new.sinks if u not in urls])
+        except (ValueError, OSError, SinkDown) as exc:  # a bad file, a bad sink URL, a spool that cannot be used
+            log.error("reload refused, the running configuration kept: %s", exc)
+            return False
+        for r in self.sink_runners:
+            if r not in kept:
+                r.stop()
+                self.retired.append(r)
+                log.info("reload: sink %s removed (what it held is delivered or stays in its spool)", r.sink.url)
+        for r in added:
+            r.start()
+            log.info("reload: sink %s added", r.sink.url)
+        others = [r for r in self.runners if r not in self.sink_runners]  # the run file's
+        self.sink_runners = kept + added
+        self.runners = self.sink_runners + others
+        timings = (new.interval_s, new.rescan_s, new.self_interval_s) != (
+            self.cfg.interval_s,
+            self.cfg.rescan_s,
+            self.cfg.self_interval_s,
+        )
+        self.cfg = replace(new, run_file=self.cfg.run_file, run_doc=self.cfg.run_doc)
+        self.control.timeout_s = new.control_timeout_s
+        if new.spec.top_by != self.ranker.by:
+            self.ranker = Ranker(new.spec.top_by)
+        wanted = {t.key for t in discover(new.spec, True, self.said, self.ranker)}
+        for key in [k for k in self.targets if k not in wanted]:
+            t = self.targets.pop(key)
+            t.close()
+            log.info("reload: %s (pid %d) no longer watched", t.node_id, t.pid)
+        self.gone.clear()  # a node the new configuration names again is taken again
+        self.rescan(first=True)
+        log.info("reload: %d targets, %d sinks", len(self.targets), len(self.sink_runners))
+        return timings
 
     def _run_header(self) -> dict:
         """The run file's first line: the run document's description of the run (run id, topology,
@@ -137,8 +211,19 @@ class Agent:
 
     # -- targets --------------------------------------------------------------------------------
     def rescan(self, first: bool = False) -> None:
-        for t in discover(self.cfg.spec, first, self.said):
+        found = discover(self.cfg.spec, first, self.said, self.ranker)
+        if self.cfg.spec.top:
+            ranked = {t.key for t in found}
+            for key, t in list(self.targets.items()):
+                # still running and no longer among the heaviest; one that died is reported DOWN
+                if t.source.startswith("--top") and key not in ranked and os.path.exists(f"/proc/{t.pid}"):
+                    self.leaving.append(self.targets.pop(key))
+        room, left_out = self._fd_room(), 0
+        for t in found:
             if t.key in self.targets or t.key in self.gone:
+                continue
+            if len(self.targets) >= room:
+                left_out += 1
                 continue
             if open_reader(t):
                 try:
@@ -150,6 +235,24 @@ class Agent:
                 self.targets[t.key] = t
                 self._note_run(t.run_id)
                 log.info("watching %s (pid %d, %s)", t.node_id, t.pid, t.source)
+        if left_out:
+            log.error(
+                "cannot watch more processes: the open files limit (%d, RLIMIT_NOFILE) is reached: %d watched, "
+                "%d left out; raise LimitNOFILE (2 files a process)",
+                resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+                len(self.targets),
+                left_out,
+            )
+
+    @staticmethod
+    def _fd_room() -> int:
+        """How many processes may be watched (each holds FDS_PER_TARGET files open) while files stay
+        free for the sinks, spools and control sockets: an eighth of the limit, 16 to 256, as the
+        C agent keeps."""
+        limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if limit == resource.RLIM_INFINITY:
+            return sys.maxsize
+        return max(0, (limit - min(256, max(16, limit // 8))) // FDS_PER_TARGET)
 
     def _secure(self, t: Target) -> None:
         """A node whose channel takes CURVE clients only is asked with the run's client key; without
@@ -218,6 +321,10 @@ class Agent:
         endpoints = [t.control for t in self.targets.values() if t.control]
         replies = self.control.query(endpoints) if endpoints else {}
         samples = []
+        for t in self.leaving:  # still running, no longer among the heaviest: said once, not gone
+            samples.append(self._base(t, stamp, t.role, sample_schema.STATE_LEFT_TOP))
+            t.close()
+        self.leaving = []
         for key, t in list(self.targets.items()):
             try:
                 reading = t.read()
@@ -273,7 +380,8 @@ class Agent:
     def self_sample(self) -> dict:
         """The agent's figures now (flowstat.schema.agent); delivery summed over its --sink sinks.
         Their counters belong to the sink threads: read unlocked, each is a moment's value."""
-        sinks, spools = self.sink_runners, [r.spool for r in self.sink_runners if r.spool is not None]
+        sinks = self.sink_runners + self.retired  # cumulative figures: a sink a reload removed still counts
+        spools = [r.spool for r in self.sink_runners if r.spool is not None]
         # InfluxDB keeps one point per series and time: the last self-sample, taken at exit, may fall
         # in the millisecond of the one before, and would replace it.
         self.last_self_ms = max(int(time.time() * 1000), self.last_self_ms + 1)
@@ -295,9 +403,10 @@ class Agent:
             "send_failures": sum(r.send_failures for r in sinks),
             "spool_dropped": sum(s.dropped_samples for s in spools),
             "targets": len(self.targets),
-            "spooled_batches": sum(r.spooled[0] for r in sinks),  # as each sink thread settled its last batch
-            "spooled_samples": sum(r.spooled[1] for r in sinks),
-            "sinks_down": sum(1 for r in sinks if r.failing),
+            # the sinks of now (as each sink thread settled its last batch), as the C agent counts them
+            "spooled_batches": sum(r.spooled[0] for r in self.sink_runners),
+            "spooled_samples": sum(r.spooled[1] for r in self.sink_runners),
+            "sinks_down": sum(1 for r in self.sink_runners if r.failing),
             "failovers": sum(r.failovers() for r in sinks),
         }
         if not doc["run_id"]:
@@ -326,6 +435,13 @@ class Agent:
         noticed = False
         try:
             while not self.stop_event.is_set():
+                self.wake.clear()
+                if self.reload_requested:
+                    if self._reload():  # new timings: counted from now
+                        start, tick = time.monotonic() - self.cfg.interval_s, 1
+                        every = self.cfg.self_interval_s
+                        next_self = time.monotonic() + every if every > 0 else math.inf
+                    next_rescan = time.monotonic() + self.cfg.rescan_s
                 now = time.monotonic()
                 if now >= next_rescan or self.dirs_changed():
                     self.rescan()
@@ -350,7 +466,7 @@ class Agent:
                 due = math.floor((time.monotonic() - start) / self.cfg.interval_s) + 1
                 self.skipped_rounds += max(0, due - tick - 1)
                 tick = max(tick + 1, due)
-                self.stop_event.wait(max(0.0, start + tick * self.cfg.interval_s - time.monotonic()))
+                self.wake.wait(max(0.0, start + tick * self.cfg.interval_s - time.monotonic()))
             if self.stop_event.is_set() and self.targets:
                 # Stopped from outside: one last pass, so that nodes which ended are reported (DOWN,
                 # or STOPPED after the run-ending notice).
@@ -367,6 +483,8 @@ class Agent:
         for r in self.runners:
             if r.is_alive():
                 r.stop()
+        self.runners += self.retired  # stopped by a reload: their drain, and its deadline, with the others'
+        self.retired = []
         # Queued batches get max(drain, 5 s), a send in progress its time-out (each node's, for a
         # list of nodes), the spool drain_s.
         deadline = (

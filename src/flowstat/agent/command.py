@@ -10,10 +10,10 @@ import signal
 import sys
 from pathlib import Path
 
-from flowstat import stores
+from flowstat import __version__, stores
 from flowstat.registry import Command
 
-from . import memory
+from . import config, memory
 from .spool import SEND_MAX_BYTES
 
 SEND_MAX_KB = SEND_MAX_BYTES // 1024
@@ -44,6 +44,33 @@ def configure(p: argparse.ArgumentParser) -> None:
     t.add_argument("--pid", type=int, action="append", metavar="PID", help="a process id")
     t.add_argument("--pidfile", action="append", metavar="FILE", help="a file holding a process id (re-read)")
     t.add_argument("--pattern", action="append", metavar="REGEX", help="processes whose command line matches")
+    t.add_argument("--user", action="append", metavar="USER", help="every process of this user (a name or a uid)")
+    t.add_argument(
+        "--cgroup",
+        action="append",
+        metavar="PATH",
+        help="every process of this cgroup and its descendants (cgroup v2: a path under its mount, or absolute)",
+    )
+    t.add_argument("--unit", action="append", metavar="NAME", help="every process of this systemd unit (its cgroup)")
+    t.add_argument(
+        "--top",
+        type=int,
+        metavar="N",
+        help="only the N heaviest of the processes chosen (--pattern, --user, --cgroup, --unit; without them, "
+        "of every process), re-ranked at each rescan; one that leaves them is reported LEFT_TOP once",
+    )
+    t.add_argument(
+        "--allow-remote-control",
+        action="store_true",
+        default=None,
+        help="believe --endpoints-dir files whose control endpoint is not on this host (default: only ipc:// "
+        "and loopback TCP, the directory being writable by the host's users)",
+    )
+    t.add_argument(
+        "--top-by",
+        choices=("cpu", "rss"),
+        help="what --top ranks by: CPU since the last rescan, or VmRSS (default cpu)",
+    )
     t.add_argument(
         "--endpoints",
         action="append",
@@ -66,25 +93,19 @@ def configure(p: argparse.ArgumentParser) -> None:
         "file, or inside the endpoints directory (a harness run's RUN_DIR/keys)",
     )
     p.add_argument("--sink", action="append", metavar="URL", help="where samples go (default stdout://)")
-    p.add_argument(
-        "--interval", type=float, default=1.0, metavar="S", help="seconds between samples (default 1, min 0.01)"
-    )
-    p.add_argument("--rescan", type=float, default=5.0, metavar="S", help="seconds between target searches (default 5)")
+    p.add_argument("--interval", type=float, metavar="S", help="seconds between samples (default 1, min 0.01)")
+    p.add_argument("--rescan", type=float, metavar="S", help="seconds between target searches (default 5)")
     p.add_argument(
         "--self-interval",
         type=float,
-        default=5.0,
         metavar="S",
         help="seconds between the agent's self-samples (measurement flowstat_agent: rounds, samples, "
         "sink errors, spool depth...), after a round, and one at exit (default 5; 0: none)",
     )
-    p.add_argument(
-        "--control-timeout", type=float, default=0.25, metavar="S", help="control reply time-out (default 0.25)"
-    )
+    p.add_argument("--control-timeout", type=float, metavar="S", help="control reply time-out (default 0.25)")
     p.add_argument(
         "--sink-timeout",
         type=float,
-        default=5.0,
         metavar="S",
         help="time-out of a request to an HTTP sink (http, influxdb, elasticsearch; each node's, for a "
         "list of nodes) (default 5)",
@@ -92,17 +113,15 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--node-backoff",
         type=float,
-        default=stores.NODE_BACKOFF_S,
         metavar="S",
         help="how long a node of an elasticsearch:// list that failed is left alone before it is asked "
         f"again (default {stores.NODE_BACKOFF_S:g})",
     )
     p.add_argument("--spool-dir", metavar="DIR", help="keep batches here while a sink is down (default: none)")
-    p.add_argument("--spool-max-mb", type=float, default=64, metavar="MB", help="spool bound per sink (default 64)")
+    p.add_argument("--spool-max-mb", type=float, metavar="MB", help="spool bound per sink (default 64)")
     p.add_argument(
         "--send-max-kb",
         type=float,
-        default=SEND_MAX_KB,
         metavar="KB",
         help="batches waiting in the spool (a sink that fell behind) go together, up to KB kibibytes a "
         f"request; a larger batch goes alone (default {SEND_MAX_KB:g}; 1 or more)",
@@ -131,7 +150,6 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--drain-timeout",
         type=float,
-        default=5.0,
         metavar="S",
         help="at exit, keep resending what is spooled for a sink that is down, up to S seconds (default 5); "
         "with --flush-spool, how long to wait for a sink that is down",
@@ -150,7 +168,26 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--stats", metavar="FILE", help="write delivery statistics here at exit")
     stores.add_credentials_option(p)
-    p.add_argument("--quiet", action="store_true", help="log warnings and errors only")
+    p.add_argument("--quiet", action="store_true", default=None, help="log warnings and errors only")
+    c = p.add_argument_group(
+        "configuration (a file's keys are the options above: docs/farm.md; a flag wins over every file)"
+    )
+    c.add_argument(
+        "--config",
+        metavar="FILE",
+        help=f"read settings from this TOML file (the service's: {config.SERVICE_FILE}), then from "
+        f"{config.DROP_INS}/*.toml beside it; default: none",
+    )
+    c.add_argument(
+        "--config-dir", metavar="DIR", help=f"the drop-in folder (default: {config.DROP_INS} beside --config)"
+    )
+    c.add_argument("--print-config", action="store_true", help="print the resolved settings (JSON) and exit")
+    c.add_argument(
+        "--test",
+        action="store_true",
+        help="print the resolved settings, then one round of samples (line protocol), and exit",
+    )
+    c.add_argument("--version", action="version", version=f"flowstat agent {__version__}")
 
 
 def _flush_spools(args: argparse.Namespace) -> int:
@@ -249,13 +286,33 @@ def _send_run(args: argparse.Namespace) -> int:
     return 1 if late else 0
 
 
+def _resolve(args: argparse.Namespace) -> dict:
+    """The settings of the files (--config), under the flags given: set on ``args`` and returned."""
+    settings = config.resolve(vars(args), config.read(args.config, args.config_dir))
+    for key, value in settings.items():
+        setattr(args, config.dest(key), value)
+    if settings["credentials"]:  # from a file: as the command line's --credentials is (flowstat.cli)
+        stores.use_credentials_file(settings["credentials"])
+    return settings
+
+
 def main(args: argparse.Namespace) -> int:
-    from flowstat.proc.procfs import die_with_parent, set_from_signal
+    from flowstat.proc.procfs import die_with_parent
 
-    from .agent import Agent, AgentConfig
+    from .agent import Agent
     from .sinks import SinkDown
-    from .targets import TargetSpec
 
+    flags = dict(vars(args))  # as given: a reload resolves the files again under the same flags
+    try:
+        settings = _resolve(args)
+    except (config.ConfigError, stores.CredentialsError) as exc:
+        print(f"flowstat agent: {exc}", file=sys.stderr)
+        return 2
+    if args.print_config or args.test:
+        print(json.dumps(settings))
+        if args.print_config:
+            return 0
+        sys.stdout.flush()
     logging.basicConfig(
         level=logging.WARNING if args.quiet else logging.INFO,
         stream=sys.stderr,
@@ -283,19 +340,11 @@ def main(args: argparse.Namespace) -> int:
             "the run that started this agent (pid %s) is gone: stopping", parent
         )
         return 0
-    spec = TargetSpec(
-        args.pid or [],
-        args.pidfile or [],
-        args.pattern or [],
-        args.endpoints or [],
-        args.run_id or "",
-        args.endpoints_dir or [],
-        args.host_name or "",
-        args.curve_client_key or "",
-    )
+    spec = _spec(args)
     if spec.empty():
         print(
-            "flowstat agent: give at least one target: --pid, --pidfile, --pattern, --endpoints or --endpoints-dir",
+            "flowstat agent: give at least one target: --pid, --pidfile, --pattern, --user, --cgroup, --unit, --top, "
+            "--endpoints or --endpoints-dir",
             file=sys.stderr,
         )
         return 2
@@ -305,11 +354,70 @@ def main(args: argparse.Namespace) -> int:
     if not 0 <= args.self_interval <= 86400:
         print("flowstat agent: --self-interval must be between 0 (none) and 86400 s", file=sys.stderr)
         return 2
+    if args.test:  # one round, on stdout only: no sink, spool or file of the configuration touched
+        args.sink, args.count, args.self_interval = ["stdout://"], 1, 0.0
+        args.spool_dir = args.stats = args.run_file = None
     run_doc = _read_run_doc(args.run_doc, "--run-doc") if args.run_doc else None
     if isinstance(run_doc, str):
         print(f"flowstat agent: {run_doc}", file=sys.stderr)
         return 2
-    cfg = AgentConfig(
+    cfg = _agent_config(args, spec, run_doc)
+    memory.fix_mmap_threshold()  # before the sinks' first large blocks: see flowstat.agent.memory
+    try:
+        agent = Agent(cfg)
+    except (ValueError, OSError, SinkDown) as exc:  # a bad sink URL, a spool or run file that cannot be used
+        print(f"flowstat agent: {exc}", file=sys.stderr)
+        return 2
+    agent.reloader = lambda: _reloaded(flags, run_doc)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: agent.request_stop())
+    signal.signal(signal.SIGUSR1, lambda *_: agent.notice_run_ending())
+    signal.signal(signal.SIGHUP, lambda *_: agent.request_reload())
+    _say_notice_taken()
+    agent.run()
+    stats = agent.stats()
+    if args.stats:
+        Path(args.stats).write_text(json.dumps(stats, indent=1))
+    lost = sum(s["lost"] + s["spool_dropped"] for s in stats["sinks"].values())
+    return 1 if lost else 0
+
+
+def _spec(args: argparse.Namespace):
+    from .targets import TargetSpec
+
+    return TargetSpec(
+        args.pid or [],
+        args.pidfile or [],
+        args.pattern or [],
+        args.endpoints or [],
+        args.run_id or "",
+        args.endpoints_dir or [],
+        args.host_name or "",
+        args.curve_client_key or "",
+        args.user or [],
+        args.cgroup or [],
+        args.unit or [],
+        args.top or 0,
+        args.top_by or "cpu",
+        bool(args.allow_remote_control),
+    )
+
+
+def _reloaded(flags: dict, run_doc: dict | None):
+    """SIGHUP: the configuration files read again under the command line's flags (ValueError:
+    what is wrong, the running configuration kept)."""
+    args = argparse.Namespace(**flags)
+    _resolve(args)
+    spec = _spec(args)
+    if spec.empty():
+        raise ValueError("no target left: give at least one (pid, pidfile, pattern, endpoints, endpoints_dir)")
+    return _agent_config(args, spec, run_doc)
+
+
+def _agent_config(args: argparse.Namespace, spec, run_doc: dict | None):
+    from .agent import AgentConfig
+
+    return AgentConfig(
         spec,
         args.sink or ["stdout://"],
         args.interval,
@@ -329,22 +437,6 @@ def main(args: argparse.Namespace) -> int:
         args.node_backoff,
         int(args.send_max_kb * 1024),
     )
-    memory.fix_mmap_threshold()  # before the sinks' first large blocks: see flowstat.agent.memory
-    try:
-        agent = Agent(cfg)
-    except (ValueError, OSError, SinkDown) as exc:  # a bad sink URL, a spool or run file that cannot be used
-        print(f"flowstat agent: {exc}", file=sys.stderr)
-        return 2
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: set_from_signal(agent.stop_event))
-    signal.signal(signal.SIGUSR1, lambda *_: agent.notice_run_ending())
-    _say_notice_taken()
-    agent.run()
-    stats = agent.stats()
-    if args.stats:
-        Path(args.stats).write_text(json.dumps(stats, indent=1))
-    lost = sum(s["lost"] + s["spool_dropped"] for s in stats["sinks"].values())
-    return 1 if lost else 0
 
 
 def _say_notice_taken() -> None:

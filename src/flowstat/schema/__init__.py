@@ -3,7 +3,8 @@
 - ``flowstat.schema.sample``: the sample, one observation of one node by one agent;
 - ``flowstat.schema.run``: the run document, what a run was;
 - ``flowstat.schema.agent``: an agent's self-sample, how the agent itself is doing;
-- ``flowstat.schema.endpoints``: endpoints.json, the nodes a harness run tells its agents to watch.
+- ``flowstat.schema.endpoints``: endpoints.json, the nodes a harness run tells its agents to watch;
+- ``flowstat.schema.agent_config``: the agents' configuration file (/etc/flowstat/agent.toml).
 
 The JSON Schema files are the one definition; everything else (both agents, the stores' templates
 and rollups, replay, the dashboards) derives from them or is tested against them. Import the
@@ -14,7 +15,7 @@ re-exports nothing, so that a name says which document it belongs to.
 
 def markdown_tables() -> str:
     """The documentation of every schema, a table each (docs/schema.md ends with it)."""
-    from . import agent, run, sample
+    from . import agent, agent_config, run, sample
 
     return (
         "## Sample\n\n"
@@ -23,6 +24,8 @@ def markdown_tables() -> str:
         + run.markdown_table()
         + "\n## Agent\n\n"
         + agent.markdown_table()
+        + "\n## Agent configuration\n\n"
+        + agent_config.markdown_table()
     )
 
 

@@ -59,7 +59,10 @@ def role_or_default(role: object) -> str:
 NODE_STATES, STATE_UP = _enum("node_state")  # UP: a process without a control channel
 STATE_DOWN = "DOWN"  # reported once, when the process is gone
 STATE_STOPPED = "STOPPED"  # reported once instead, when it is gone after the agent's run-ending notice
-assert {STATE_DOWN, STATE_STOPPED} <= set(NODE_STATES), "sample.schema.json: node_state must list DOWN and STOPPED"
+STATE_LEFT_TOP = "LEFT_TOP"  # reported once when it leaves an agent's top-N (--top) while still running
+assert {STATE_DOWN, STATE_STOPPED, STATE_LEFT_TOP} <= set(
+    NODE_STATES
+), "sample.schema.json: node_state must list DOWN, STOPPED and LEFT_TOP"
 
 
 def from_control_reply(reply: dict[str, Any]) -> dict[str, Any]:
