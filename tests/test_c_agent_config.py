@@ -1,7 +1,7 @@
 """The C agent's config files (--config FILE, --config-dir DIR: src/flowstat/schema/agent-config.schema.json):
 the TOML it takes and the TOML it refuses, how files and flags merge, the settings --print-config
-shows, --test, --version, and its reader fuzzed. The agent runs in the test's folder, so that the
-files are named as given (relative) in what it says."""
+shows, --test, --version (its reader is fuzzed with the others: test_c_agent.py). The agent runs
+in the test's folder, so that the files are named as given (relative) in what it says."""
 
 from __future__ import annotations
 
@@ -17,11 +17,9 @@ import flowstat
 from support.agents import sleeper
 from support.common import C_AGENT as AGENT
 from support.common import C_ASAN as ASAN
-from support.common import C_BUILD as BUILD
 from support.common import ROOT, needs
 
 SCHEMA = json.loads((ROOT / "src" / "flowstat" / "schema" / "agent-config.schema.json").read_text())["properties"]
-FUZZ_SECONDS = int(os.environ.get("FLOWSTAT_FUZZ_SECONDS", "4"))  # a smoke test, as test_c_agent.py's fuzzers
 
 
 def c_agent(folder: Path, *args: str, binary: Path = ASAN, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -577,26 +575,3 @@ def test_test_needs_a_target_as_a_run_does(tmp_path):
     write(tmp_path, {"agent.toml": "interval = 0.05\n"})
     out = c_agent(tmp_path, *CONFIG, "--test", binary=AGENT)
     assert out.returncode == 2 and "give at least one target" in out.stderr and not out.stdout
-
-
-@pytest.mark.parametrize("fuzzer", [pytest.param("config", marks=needs(BUILD / "fuzz_config"))])
-def test_the_config_reader_fuzzed_briefly(tmp_path, fuzzer):
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    for seed in (ROOT / "collectors" / "c" / "fuzz" / "corpus" / fuzzer).iterdir():
-        (corpus / seed.name).write_bytes(seed.read_bytes())
-    out = subprocess.run(
-        [
-            str(BUILD / f"fuzz_{fuzzer}"),
-            f"-max_total_time={FUZZ_SECONDS}",
-            "-timeout=5",
-            "-rss_limit_mb=1024",
-            str(corpus),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=FUZZ_SECONDS + 120,
-        cwd=tmp_path,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "Done" in out.stderr

@@ -42,6 +42,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from flowstat.stack.telegraf import go_build_env
 from flowstat_lab import ROOT, STAND_INS
 from flowstat_lab.netns import Namespace, pid_file_alive, run_checked
 
@@ -89,15 +90,7 @@ def compose_binary() -> Path:
     if binary.exists():
         return binary
     binary.parent.mkdir(parents=True, exist_ok=True)
-    env = dict(
-        os.environ,
-        GOBIN=str(binary.parent),
-        GOMODCACHE=str(top / "mod"),
-        GOCACHE=str(top / "build"),
-        GOPATH=str(top),
-        GOFLAGS="-modcacherw",
-        CGO_ENABLED="0",
-    )
+    env = go_build_env(top, binary.parent)
     say(f"building Compose {COMPOSE_VERSION} from the Go module proxy (about 2 minutes, once)")
     _run(
         [

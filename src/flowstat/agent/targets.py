@@ -194,9 +194,10 @@ def _chosen(spec: TargetSpec, said: set[tuple[str, ...]]) -> dict[int, str]:
     it; with none of them and --top, every process."""
     me = os.getpid()
     chosen: dict[int, str] = {}
+    running = selection.all_pids() if spec.patterns or spec.users or (spec.top and not spec.choosers()) else []
     if spec.patterns or (spec.top and not spec.choosers()):
         regexes = [re.compile(p) for p in spec.patterns]
-        for pid in selection.all_pids():
+        for pid in running:
             if pid == me:
                 continue
             if not regexes:
@@ -210,7 +211,7 @@ def _chosen(spec: TargetSpec, said: set[tuple[str, ...]]) -> dict[int, str]:
                 uids[selection.user_uid(user)] = user
             except KeyError:
                 _say_once(said, ("user", user), "--user %s: no such user", user)
-        for pid in selection.all_pids():
+        for pid in running:
             uid = selection.process_uid(pid)
             if pid != me and uid in uids and _cmdline(pid):  # a kernel thread has no command line
                 chosen.setdefault(pid, f"--user {uids[uid]}")

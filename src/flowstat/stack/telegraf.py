@@ -51,6 +51,20 @@ def _go() -> str:
     return found
 
 
+def go_build_env(top: Path, bin_dir: Path) -> dict[str, str]:
+    """The environment of a `go install` whose module and build caches live under ``top`` (kept
+    between builds, removable: -modcacherw) and whose binary lands in ``bin_dir``; static (no cgo)."""
+    return dict(
+        os.environ,
+        GOBIN=str(bin_dir),
+        GOMODCACHE=str(top / "mod"),
+        GOCACHE=str(top / "build"),
+        GOPATH=str(top),
+        GOFLAGS="-modcacherw",
+        CGO_ENABLED="0",
+    )
+
+
 def build(cache: Path | None = None) -> Path:
     """The pinned Telegraf, built once (1-2 minutes cold) into CACHE/go/telegraf-VERSION-PLUGINS/telegraf."""
     top = (cache or downloads()) / "go"
@@ -58,15 +72,7 @@ def build(cache: Path | None = None) -> Path:
     binary = top / f"telegraf-{VERSION}-{plugins}" / "telegraf"
     if binary.exists():
         return binary
-    env = dict(
-        os.environ,
-        GOBIN=str(binary.parent),
-        GOMODCACHE=str(top / "mod"),
-        GOCACHE=str(top / "build"),
-        GOPATH=str(top),
-        GOFLAGS="-modcacherw",
-        CGO_ENABLED="0",
-    )
+    env = go_build_env(top, binary.parent)
     ldflags = f"-s -w -X github.com/influxdata/telegraf/internal.Version={VERSION.lstrip('v')}"
     tags = ",".join(("custom", *PLUGINS))
     r = subprocess.run(
