@@ -6,7 +6,8 @@ topn_cpu      K idle processes (default 10,000, `sleep 86399.4`); each agent wat
               twice: `--top 50` of them (ranked by CPU at each rescan), then all K. Figures: the
               agent's CPU seconds per round over the window (sum of its threads' schedstat run
               time) and the samples a round that reached its sink (a file): 50 for top-N, K for all.
-              Target: top-N costs no more CPU per round than all K.
+              Target: top-N costs no more CPU per round than all K. The CPU of each second of the
+              window is kept too (cpu_ms_each_second): a rescan's ranking shows as a peak.
 first_sample  The C agent started on one process: wall time from exec to its first sample in its
               sink, median of 10 starts.
 
@@ -56,8 +57,13 @@ def watch(agent: list[str], out: Path, seconds: float, top: int | None) -> dict:
     try:
         time.sleep(SETTLE_S)  # the measurement waits out the start: a timed window, not a sync
         cpu0, lines0, t0 = cpu_seconds(proc.pid), lines(out), time.monotonic()
-        time.sleep(seconds)
-        cpu1, lines1, elapsed = cpu_seconds(proc.pid), lines(out), time.monotonic() - t0
+        each, last = [], cpu0
+        for _ in range(round(seconds)):  # the series: where a round's CPU goes (rescans show as peaks)
+            time.sleep(1)
+            now = cpu_seconds(proc.pid)
+            each.append(round((now - last) * 1000, 1))
+            last = now
+        cpu1, lines1, elapsed = last, lines(out), time.monotonic() - t0
     finally:
         proc.terminate()
         proc.wait()
@@ -66,6 +72,7 @@ def watch(agent: list[str], out: Path, seconds: float, top: int | None) -> dict:
         "window_s": round(elapsed, 2),
         "cpu_s_per_round": round((cpu1 - cpu0) / rounds, 6),
         "samples_per_round": round((lines1 - lines0) / rounds, 1),
+        "cpu_ms_each_second": each,
     }
 
 
