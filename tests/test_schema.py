@@ -161,9 +161,12 @@ def test_c_field_table_and_enumerations_are_generated_from_the_package_schema(tm
     ) in text
     assert f'#define FS_DEFAULT_ROLE "{sample_schema.DEFAULT_ROLE}"' in text
     assert f'#define FS_DEFAULT_NODE_STATE "{sample_schema.STATE_UP}"' in text
-    assert f'{{"role", FS_T_STRING, FS_I_TAG, NULL, 1, NULL, 0, "{sample_schema.ROLE_PATTERN}"}}' in text
+    keys = '"\\"role\\":", 7, "role=", 5'  # each encoding's key, written once here
+    assert f'{{"role", FS_T_STRING, FS_I_TAG, NULL, 1, NULL, 0, "{sample_schema.ROLE_PATTERN}", {keys}}}' in text
     states = len(sample_schema.NODE_STATES)
-    assert f'{{"node_state", FS_T_STRING, FS_I_FIELD, "node_state", 1, FS_ENUM_NODE_STATE, {states}, NULL}}' in text
+    keys = '"\\"node_state\\":", 13, "node_state=", 11'
+    row = f'{{"node_state", FS_T_STRING, FS_I_FIELD, "node_state", 1, FS_ENUM_NODE_STATE, {states}, NULL, {keys}}}'
+    assert row in text
 
 
 def test_enumerations_come_from_the_schema():

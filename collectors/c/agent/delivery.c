@@ -11,6 +11,10 @@
 #define EXIT_SEND_MIN_S 5.0 /* at exit, what is queued gets at least one HTTP time-out to go out */
 #define SPOOL_NAME_CHARS 64 /* bytes of the URL in its spool folder's name, then "-" and a hash of it all */
 #define SPOOL_NAME_MAX (SPOOL_NAME_CHARS + 9)
+/* Room kept for the next batch read from the spool, and for the next one encoded: a round's batch
+ * at thousands of processes (about 600 bytes a sample), reused rather than mapped and faulted in
+ * again each time; a larger one (a backlog sent together) is freed after use. */
+#define TAKEN_KEPT_MAX (8u << 20)
 
 struct batch {
     struct batch *next;
@@ -56,27 +60,43 @@ static long long trim_queue(struct sink_runner *r)
     return dropped;
 }
 
-static struct batch *new_batch(const struct sink *s, const struct fs_sample *samples, size_t n)
+/* The batch built so far, handed over (NULL if out of memory); the runner starts an empty one. */
+static struct batch *take_built(struct sink_runner *r)
 {
-    struct fs_buf out = {0};
-    sink_encode(s, samples, n, &out);
+    struct fs_buf out = r->building;
+    int count = r->building_count;
+    memset(&r->building, 0, sizeof r->building);
+    r->building_count = 0;
     struct batch *b = out.failed ? NULL : calloc(1, sizeof *b);
     if (!b) {
         fs_buf_free(&out);
         return NULL;
     }
+    r->sample_bytes = out.len / (size_t)count;
     b->data = out.data;
     b->len = out.len;
-    b->count = (int)n;
+    b->count = count;
     return b;
+}
+
+void runner_begin(struct sink_runner *r, size_t expected)
+{
+    sink_encoding_reset(&r->encoding);
+    fs_buf_reserve(&r->building, expected * (r->sample_bytes + r->sample_bytes / 8));
+}
+
+void runner_add(struct sink_runner *r, const struct fs_sample *s)
+{
+    sink_encode(&r->sink, s, &r->encoding, &r->building);
+    r->building_count++;
 }
 
 /* Sampling thread: the batch goes to the spool before it is sent (1), so that an agent killed
  * while its sink is slow or hangs leaves it for the next one; or it cannot be written (a full
  * disk: 0), and waits in memory as a sink without a spool's do. Either is said once as it begins. */
-static int write_ahead(struct sink_runner *r, const struct batch *b)
+static int write_ahead(struct sink_runner *r, const struct fs_buf *built, int count)
 {
-    if (spool_push(&r->spool, b->data, b->len, b->count, NULL) == 0) {
+    if (spool_push(&r->spool, built->data, built->len, count, NULL) == 0) {
         if (r->ahead_failing)
             LOG_WARN("spool %s can be written again: batches go to it before they are sent", r->spool.dir);
         r->ahead_failing = 0;
@@ -91,16 +111,29 @@ static int write_ahead(struct sink_runner *r, const struct batch *b)
 
 void runner_submit(struct sink_runner *r, const struct fs_sample *samples, size_t n)
 {
+    runner_begin(r, n);
+    for (size_t i = 0; i < n; i++)
+        runner_add(r, &samples[i]);
+    runner_submit_built(r);
+}
+
+void runner_submit_built(struct sink_runner *r)
+{
+    int n = r->building_count;
     if (n == 0)
         return;
-    struct batch *b = new_batch(&r->sink, samples, n);
-    if (b && r->has_spool && write_ahead(r, b)) {
-        free_batch(b);
+    if (!r->building.failed && r->has_spool && write_ahead(r, &r->building, n)) {
+        r->sample_bytes = r->building.len / (size_t)n;
+        r->building.len = 0; /* its room kept for the next round's */
+        r->building_count = 0;
+        if (r->building.cap > TAKEN_KEPT_MAX)
+            fs_buf_free(&r->building);
         pthread_mutex_lock(&r->lock);
         pthread_cond_signal(&r->wake);
         pthread_mutex_unlock(&r->lock);
         return;
     }
+    struct batch *b = take_built(r);
     long long dropped = 0;
     pthread_mutex_lock(&r->lock);
     if (b) {
@@ -117,7 +150,7 @@ void runner_submit(struct sink_runner *r, const struct fs_sample *samples, size_
     }
     pthread_mutex_unlock(&r->lock);
     if (!b)
-        LOG_ERR("sink %s: out of memory encoding %zu samples: they are lost", r->sink.url, n);
+        LOG_ERR("sink %s: out of memory encoding %d samples: they are lost", r->sink.url, n);
     if (dropped)
         LOG_ERR("sink %s has not taken a batch for a while and its queue is over %lld bytes: dropped the oldest "
                 "queued batch (%lld samples)",
@@ -337,13 +370,13 @@ static int drain_spool(struct sink_runner *r, double until, int watch_exit)
         double now = fs_monotonic();
         if (now >= until || (watch_exit && now >= exit_deadline_now(r)))
             return -1;
-        size_t len = 0;
         int count = 0;
         unsigned long long from = r->fresh_run >= BACKLOG_EVERY ? 0 : r->fresh_from;
         unsigned long long first = 0;
-        char *data = spool_take(&r->spool, from, (size_t)r->send_limit, &len, &count, &first);
-        if (!data && errno == 0)
+        int taken = spool_take(&r->spool, from, (size_t)r->send_limit, &r->taken, &count, &first) == 0;
+        if (!taken && errno == 0)
             return 0;
+        const char *data = taken ? (r->taken.data ? r->taken.data : "") : NULL;
         /* A batch that cannot be read gives the other side its turn. */
         int fresh = data ? from && first >= from : from != 0;
         r->fresh_run = fresh ? (data ? r->fresh_run + 1 : BACKLOG_EVERY) : 0;
@@ -352,8 +385,9 @@ static int drain_spool(struct sink_runner *r, double until, int watch_exit)
             r->next_retry = fs_monotonic() + RETRY_S;
             return -1;
         }
-        int rc = deliver(r, data, len, count);
-        free(data);
+        int rc = deliver(r, data, r->taken.len, count);
+        if (r->taken.cap > TAKEN_KEPT_MAX) /* a backlog's request: its room goes back (util.h) */
+            fs_buf_free(&r->taken);
         if (rc != 0) {
             spool_release(&r->spool);
             return -1;
@@ -569,6 +603,8 @@ void runner_close(struct sink_runner *r)
         free_batch(b);
     }
     r->tail = NULL;
+    fs_buf_free(&r->building);
+    fs_buf_free(&r->taken);
     if (r->has_spool)
         spool_close(&r->spool);
     r->has_spool = 0;

@@ -44,6 +44,12 @@ def main(sample_src: str, agent_src: str, dst: str) -> None:
         "    const char *const *values; /* the values a string may take, or NULL: any */",
         "    int nvalues;",
         "    const char *pattern; /* a regular expression a string must match (whole), or NULL */",
+        "    /* The name as each encoding writes it before a value, escaped once here rather than at",
+        "     * every sample: JSON's \"name\": and line protocol's name= */",
+        "    const char *json_key;",
+        "    unsigned char json_key_len;",
+        "    const char *lp_key;",
+        "    unsigned char lp_key_len;",
         "};",
         "",
     ]
@@ -78,9 +84,10 @@ def table(
         control = f'"{p["x-control"]}"' if "x-control" in p else "NULL"
         values = f"{enum_prefix}{n.upper()}, {len(p['enum'])}" if "enum" in p else "NULL, 0"
         pattern = c_string(anchored(p["pattern"])) if "pattern" in p else "NULL"
+        json_key, lp_key = json.dumps(n) + ":", line_protocol_key(n) + "="
         out.append(
             f'    {{"{n}", {TYPES[p["type"]]}, {ROLES[p["x-influx"]]}, {control}, {int(n in required)}, {values}, '
-            f"{pattern}}},"
+            f"{pattern}, {c_string(json_key)}, {len(json_key)}, {c_string(lp_key)}, {len(lp_key)}}},"
         )
     tags = sorted(n for n in names if schema["properties"][n]["x-influx"] == "tag")
     out += [
@@ -110,6 +117,11 @@ def anchored(pattern: str) -> str:
     if not (pattern.startswith("^") and pattern.endswith("$")):
         raise ValueError(f"pattern {pattern!r}: anchor it (^...$), so that every reader matches it whole")
     return pattern
+
+
+def line_protocol_key(name: str) -> str:
+    """A tag or field key in line protocol: comma, equals sign, space and backslash escaped."""
+    return "".join("\\" + c if c in ",= \\" else c for c in name)
 
 
 def c_string(text: str) -> str:

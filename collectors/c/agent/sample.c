@@ -19,8 +19,7 @@ const struct fs_schema FS_AGENT_SCHEMA = {FS_AGENT_MEASUREMENT,
 void sample_clear_as(struct fs_sample *s, const struct fs_schema *schema)
 {
     s->schema = schema;
-    for (int f = 0; f < schema->nfields; f++) /* not a memset of every string buffer: this runs per sample */
-        s->v[f].set = 0;
+    s->set = 0;
     s->time_ms = 0;
 }
 
@@ -32,25 +31,25 @@ void sample_clear(struct fs_sample *s)
 void sample_set_str(struct fs_sample *s, int f, const char *value)
 {
     fs_strlcpy(s->v[f].s, value, sizeof s->v[f].s);
-    s->v[f].set = 1;
+    s->set |= UINT64_C(1) << f;
 }
 
 void sample_set_int(struct fs_sample *s, int f, long long value)
 {
     s->v[f].i = value;
-    s->v[f].set = 1;
+    s->set |= UINT64_C(1) << f;
 }
 
 void sample_set_num(struct fs_sample *s, int f, double value)
 {
     s->v[f].d = value;
-    s->v[f].set = 1;
+    s->set |= UINT64_C(1) << f;
 }
 
 void sample_set_bool(struct fs_sample *s, int f, int value)
 {
     s->v[f].i = value ? 1 : 0;
-    s->v[f].set = 1;
+    s->set |= UINT64_C(1) << f;
 }
 
 /* The schemas' patterns, each compiled once (a table's pattern is a string constant: known by its
@@ -140,23 +139,22 @@ void sample_line_protocol(const struct fs_sample *s, struct fs_buf *out)
     const struct fs_schema *schema = s->schema;
     fs_buf_escaped(out, schema->measurement, LP_KEY_ESCAPES);
     for (int t = 0; t < schema->ntags; t++) {
-        const struct fs_value *v = &s->v[schema->tags[t]];
-        if (!v->set || !v->s[0])
+        int f = schema->tags[t];
+        if (!sample_has(s, f) || !s->v[f].s[0])
             continue;
         fs_buf_append(out, ",", 1);
-        fs_buf_escaped(out, schema->fields[schema->tags[t]].name, LP_KEY_ESCAPES);
-        fs_buf_append(out, "=", 1);
-        fs_buf_escaped(out, v->s, LP_KEY_ESCAPES);
+        fs_buf_append(out, schema->fields[f].lp_key, schema->fields[f].lp_key_len);
+        fs_buf_escaped(out, s->v[f].s, LP_KEY_ESCAPES);
     }
     int first = 1;
-    for (int f = 0; f < schema->nfields; f++) {
+    for (uint64_t left = s->set; left; left &= left - 1) {
+        int f = __builtin_ctzll(left);
         const struct fs_field_def *def = &schema->fields[f];
-        if (def->influx != FS_I_FIELD || !s->v[f].set)
+        if (def->influx != FS_I_FIELD)
             continue;
         fs_buf_append(out, first ? " " : ",", 1);
         first = 0;
-        fs_buf_escaped(out, def->name, LP_KEY_ESCAPES);
-        fs_buf_append(out, "=", 1);
+        fs_buf_append(out, def->lp_key, def->lp_key_len);
         put_value(out, &s->v[f], def->type, 0);
     }
     fs_buf_append(out, " ", 1);
@@ -167,26 +165,34 @@ void sample_line_protocol(const struct fs_sample *s, struct fs_buf *out)
 void sample_json(const struct fs_sample *s, struct fs_buf *out)
 {
     const struct fs_schema *schema = s->schema;
-    int first = 1;
     fs_buf_append(out, "{", 1);
-    for (int f = 0; f < schema->nfields; f++) {
-        if (!s->v[f].set)
-            continue;
-        if (!first)
+    for (uint64_t left = s->set; left; left &= left - 1) {
+        int f = __builtin_ctzll(left);
+        if (left != s->set)
             fs_buf_append(out, ",", 1);
-        first = 0;
-        fs_buf_json_string(out, schema->fields[f].name);
-        fs_buf_append(out, ":", 1);
+        fs_buf_append(out, schema->fields[f].json_key, schema->fields[f].json_key_len);
         put_value(out, &s->v[f], schema->fields[f].type, 1);
     }
     fs_buf_append(out, "}\n", 2);
 }
 
-void sample_document_id(const struct fs_sample *s, char *out, size_t n)
+/* The parts of an _id, '/' between them; each escaped as a JSON string's inside. */
+static void put_id(struct fs_buf *out, const char *a, const char *b, const char *c, long long seq)
+{
+    fs_buf_append(out, "\"", 1);
+    const char *parts[] = {a, b, c};
+    for (int k = 0; k < 3; k++) {
+        fs_buf_json_inner(out, parts[k]);
+        fs_buf_append(out, "/", 1);
+    }
+    fs_buf_int(out, seq);
+    fs_buf_append(out, "\"", 1);
+}
+
+void sample_document_id(const struct fs_sample *s, struct fs_buf *out)
 {
     if (s->schema->agent) /* the time keeps apart namesakes without a run id, and restarts (flowstat.schema.agent) */
-        snprintf(out, n, "%s/%s/%s/%lld", s->v[FS_A_HOST].s, s->v[FS_A_AGENT].s, s->v[FS_A_TIME].s, s->v[FS_A_SEQ].i);
+        put_id(out, s->v[FS_A_HOST].s, s->v[FS_A_AGENT].s, s->v[FS_A_TIME].s, s->v[FS_A_SEQ].i);
     else
-        snprintf(out, n, "%s/%s/%s/%lld", s->v[FS_F_RUN_ID].s, s->v[FS_F_AGENT].s, s->v[FS_F_NODE_ID].s,
-                 s->v[FS_F_SEQ].i);
+        put_id(out, s->v[FS_F_RUN_ID].s, s->v[FS_F_AGENT].s, s->v[FS_F_NODE_ID].s, s->v[FS_F_SEQ].i);
 }

@@ -69,7 +69,7 @@ static int fill_fields(const cJSON *obj, struct fs_sample *s, char *err, size_t 
             return fail(err, errlen, item->string, "wrong type");
     }
     for (int f = 0; f < schema->nfields; f++)
-        if (fields[f].required && !s->v[f].set)
+        if (fields[f].required && !sample_has(s, f))
             return fail(err, errlen, fields[f].name, "required field is missing");
     if ((s->time_ms = parse_iso_ms(s->v[schema->time_field].s)) < 0)
         return fail(err, errlen, fields[schema->time_field].name, "not YYYY-MM-DDTHH:MM:SS.mmmZ");

@@ -887,35 +887,43 @@ void sink_send(struct sink *s, const char *data, size_t len, int count, struct s
     }
 }
 
-/* INDEX-YYYY.MM.DD, the UTC day of the document's own time: retention deletes whole days. */
-static void put_daily_index(struct fs_buf *out, const char *index, int64_t ms)
+void sink_encoding_reset(struct sink_encoding *e)
 {
-    char name[sizeof((struct sink *)0)->path + 64];
-    struct tm tm;
-    time_t secs = (time_t)(ms >= 0 ? ms / 1000 : -((999 - ms) / 1000)); /* the second it falls in */
-    if (!gmtime_r(&secs, &tm))
-        memset(&tm, 0, sizeof tm);
-    snprintf(name, sizeof name, "%s-%04d.%02d.%02d", index, tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday);
-    fs_buf_json_string(out, name);
+    e->day = INT64_MIN;
+    e->index = NULL;
 }
 
-void sink_encode(const struct sink *s, const struct fs_sample *samples, size_t n, struct fs_buf *out)
+static const char *bulk_action(struct sink_encoding *e, const char *index, int64_t ms)
 {
-    for (size_t i = 0; i < n; i++) {
-        if (s->kind == SINK_ES) {
-            char id[600];
-            sample_document_id(&samples[i], id, sizeof id);
-            fs_buf_puts(out, "{\"index\":{\"_index\":");
-            put_daily_index(out, samples[i].schema->agent ? FS_AGENTS_INDEX : s->path, samples[i].time_ms);
-            fs_buf_puts(out, ",\"_id\":");
-            fs_buf_json_string(out, id);
-            fs_buf_puts(out, "}}\n");
-        }
-        if (s->json)
-            sample_json(&samples[i], out);
-        else
-            sample_line_protocol(&samples[i], out);
+    int64_t day = (ms >= 0 ? ms : ms - 86399999) / 86400000; /* floor: a time before 1970 too */
+    if (day == e->day && index == e->index)
+        return e->action;
+    struct tm tm;
+    time_t secs = (time_t)(day * 86400);
+    if (!gmtime_r(&secs, &tm))
+        memset(&tm, 0, sizeof tm);
+    char name[sizeof e->action];
+    snprintf(name, sizeof name, "%s-%04d.%02d.%02d", index, tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday);
+    struct fs_buf quoted = {0};
+    fs_buf_json_string(&quoted, name);
+    snprintf(e->action, sizeof e->action, "{\"index\":{\"_index\":%s,\"_id\":", quoted.data ? quoted.data : "\"\"");
+    fs_buf_free(&quoted);
+    e->day = day;
+    e->index = index;
+    return e->action;
+}
+
+void sink_encode(const struct sink *s, const struct fs_sample *sample, struct sink_encoding *e, struct fs_buf *out)
+{
+    if (s->kind == SINK_ES) {
+        fs_buf_puts(out, bulk_action(e, sample->schema->agent ? FS_AGENTS_INDEX : s->path, sample->time_ms));
+        sample_document_id(sample, out);
+        fs_buf_append(out, "}}\n", 3);
     }
+    if (s->json)
+        sample_json(sample, out);
+    else
+        sample_line_protocol(sample, out);
 }
 
 void sink_close(struct sink *s)

@@ -102,8 +102,17 @@ int sink_is_reliable(const struct sink *s);
  * NULL). -1 with a message in err when they do not fit together (a user and a key, a user without
  * a password, a CA file that cannot be read) or the client cannot be made. */
 int sink_open(struct sink *s, const struct fs_credentials *creds, char *err, size_t errlen);
-/* Append the sink's encoding of the samples to out. */
-void sink_encode(const struct sink *s, const struct fs_sample *samples, size_t n, struct fs_buf *out);
+/* What an encoding keeps from one sample to the next of a batch: an Elasticsearch bulk action names
+ * INDEX-YYYY.MM.DD, the UTC day of the document's own time (retention deletes whole days), and a
+ * batch's documents mostly share their day: its action is written once per day seen. */
+struct sink_encoding {
+    int64_t day; /* days since the epoch; INT64_MIN: none yet */
+    const char *index;
+    char action[2 * sizeof((struct sink *)0)->path + 128]; /* {"index":{"_index":"INDEX-YYYY.MM.DD","_id": */
+};
+void sink_encoding_reset(struct sink_encoding *e);
+/* Append the sink's encoding of one sample to out. */
+void sink_encode(const struct sink *s, const struct fs_sample *sample, struct sink_encoding *e, struct fs_buf *out);
 /* Send one encoded batch of `count` samples; the caller frees o->again (fs_buf_free). */
 void sink_send(struct sink *s, const char *data, size_t len, int count, struct sink_outcome *o);
 void sink_close(struct sink *s);

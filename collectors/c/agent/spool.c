@@ -284,23 +284,27 @@ int spool_push(struct spool *s, const char *data, size_t len, int count, unsigne
     return 0;
 }
 
-/* The whole of an open file, appended to out; -1 with errno when it cannot be read. */
-static int append_file(int fd, struct fs_buf *out)
+/* The whole of an open file of about `expected` bytes, read straight into out's room: 0; -1 with
+ * errno when it cannot be read. */
+static int append_file(int fd, size_t expected, struct fs_buf *out)
 {
-    char chunk[65536];
+    fs_buf_reserve(out, expected + 1); /* one more: the end is seen without growing */
     for (;;) {
-        ssize_t n = read(fd, chunk, sizeof chunk);
+        if (out->cap - out->len < 4096)
+            fs_buf_reserve(out, out->cap);
+        if (out->failed) {
+            errno = ENOMEM;
+            return -1;
+        }
+        ssize_t n = read(fd, out->data + out->len, out->cap - out->len - 1);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
             return -1;
         if (n == 0)
             return 0;
-        fs_buf_append(out, chunk, (size_t)n);
-        if (out->failed) {
-            errno = ENOMEM;
-            return -1;
-        }
+        out->len += (size_t)n;
+        out->data[out->len] = '\0';
     }
 }
 
@@ -312,7 +316,7 @@ static int append_batch(struct spool *s, const struct spool_entry *e, struct fs_
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -1;
-    int rc = append_file(fd, out);
+    int rc = append_file(fd, (size_t)e->bytes, out);
     int saved = errno;
     close(fd);
     errno = saved;
@@ -364,37 +368,35 @@ static size_t take_from(const struct spool *s, unsigned long long fresh_from)
     return i < s->len ? i : 0;
 }
 
-char *spool_take(struct spool *s, unsigned long long fresh_from, size_t max_bytes, size_t *len, int *count,
-                 unsigned long long *first)
+int spool_take(struct spool *s, unsigned long long fresh_from, size_t max_bytes, struct fs_buf *out, int *count,
+               unsigned long long *first)
 {
-    struct fs_buf out = {0};
     int skipped;
     size_t n;
     int saved;
+    if (out->failed) /* out of memory last time: a fresh start */
+        fs_buf_free(out);
     do {
         pthread_mutex_lock(&s->lock);
         if (s->len == 0) {
             pthread_mutex_unlock(&s->lock);
-            fs_buf_free(&out);
             errno = 0;
-            return NULL;
+            return -1;
         }
-        out.len = 0;
+        out->len = 0;
         s->taken_samples = s->taken_gone = s->taken_gone_samples = 0;
-        n = read_run(s, take_from(s, fresh_from), max_bytes, &out, &skipped);
+        n = read_run(s, take_from(s, fresh_from), max_bytes, out, &skipped);
         s->taken = n > 0;
         saved = errno;
         pthread_mutex_unlock(&s->lock);
     } while (skipped);
     if (n == 0) {
-        fs_buf_free(&out);
         errno = saved ? saved : EIO;
-        return NULL;
+        return -1;
     }
-    *len = out.len;
     *count = (int)s->taken_samples; /* only this thread changes them */
     *first = s->taken_first;
-    return out.data ? out.data : calloc(1, 1);
+    return 0;
 }
 
 void spool_ack(struct spool *s)

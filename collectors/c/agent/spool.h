@@ -13,6 +13,8 @@
 #include <pthread.h>
 #include <stddef.h>
 
+#include "util.h"
+
 struct spool_entry {
     unsigned long long number; /* its place in the order: the file's name */
     long long bytes;
@@ -64,12 +66,13 @@ int spool_push(struct spool *s, const char *data, size_t len, int count, unsigne
 /* The sink thread: the oldest batch numbered fresh_from or above when there is one and older ones
  * wait too (live batches go before a backlog: what was sampled after a sink came back is queryable
  * at once, not after the outage's backlog), else the oldest; and those after it while all fit in
- * max_bytes (a sink's batches are lines, and run together), as one buffer (malloc'd, caller frees),
- * their sample count; they are taken until spool_ack or spool_release. NULL when empty, or with
- * errno when it cannot be read. fresh_from 0: oldest first, always. *first: the number of the
+ * max_bytes (a sink's batches are lines, and run together), read into out (emptied first: the
+ * caller's, kept from one take to the next so that its room is not mapped again each time), their
+ * sample count; they are taken until spool_ack or spool_release. 0; -1 with errno 0 when empty, or
+ * with errno when it cannot be read. fresh_from 0: oldest first, always. *first: the number of the
  * first batch taken (whether it was a fresh one). */
-char *spool_take(struct spool *s, unsigned long long fresh_from, size_t max_bytes, size_t *len, int *count,
-                 unsigned long long *first);
+int spool_take(struct spool *s, unsigned long long fresh_from, size_t max_bytes, struct fs_buf *out, int *count,
+               unsigned long long *first);
 /* The taken batches went to the sink: their files are removed. */
 void spool_ack(struct spool *s);
 /* The taken batches did not go: they keep their place in the order (those the bound dropped

@@ -74,12 +74,13 @@ static void name_from_process(struct target *t)
     snprintf(t->node_id, sizeof t->node_id, "%s-%d", comm, (int)t->pid);
 }
 
-static void found_pid(const struct target_spec *spec, pid_t pid, int top, target_found_fn fn, void *ctx)
+static void found_pid(const struct target_spec *spec, pid_t pid, int chosen, target_found_fn fn, void *ctx)
 {
     struct target t;
     memset(&t, 0, sizeof t);
     t.pid = pid;
-    t.top = top;
+    t.chosen = chosen;
+    t.top = chosen && spec->top > 0;
     fs_strlcpy(t.role, FS_DEFAULT_ROLE, sizeof t.role);
     fs_strlcpy(t.run_id, spec->run_id ? spec->run_id : "", sizeof t.run_id);
     name_from_process(&t);
@@ -777,7 +778,8 @@ static int owned(const uid_t *uids, size_t nuids, int proc_fd, const char *pid_n
 
 /* The processes of /proc the --pattern and --user options choose (with --top and no chooser: every
  * process), but the agent. */
-static void scan_proc(const struct target_spec *spec, struct target_notes *notes, struct pid_list *out)
+static void scan_proc(const struct target_spec *spec, struct target_notes *notes, target_known_fn known, void *ctx,
+                      struct pid_list *out)
 {
     int everyone = spec->top && !choosers(spec);
     uid_t *uids = spec->nusers ? calloc(spec->nusers, sizeof *uids) : NULL;
@@ -797,6 +799,8 @@ static void scan_proc(const struct target_spec *spec, struct target_notes *notes
             pids_add(out, pid);
             continue;
         }
+        if (known && known(ctx, pid))
+            continue;
         char *cmd = spec->npatterns ? command_line(dirfd(dir), e->d_name) : NULL;
         int taken = matches(spec, cmd);
         if (!taken && owned(uids, nuids, dirfd(dir), e->d_name)) { /* a kernel thread has no command line */
@@ -918,12 +922,14 @@ static void rank(const struct target_spec *spec, struct target_ranker *r, struct
 /* The processes the choosers name (pattern, user, cgroup, unit; with --top and none of them, every
  * process), or with --top the N heaviest of them. */
 static void choose(const struct target_spec *spec, struct target_notes *notes, struct target_ranker *ranker,
-                   target_found_fn fn, void *ctx)
+                   target_known_fn known, target_found_fn fn, void *ctx)
 {
     struct pid_list chosen = {0};
     struct target_ranker own = {0};
+    if (spec->top)
+        known = NULL; /* every one is ranked again */
     if (spec->npatterns || spec->nusers || (spec->top && !choosers(spec)))
-        scan_proc(spec, notes, &chosen);
+        scan_proc(spec, notes, known, ctx, &chosen);
     if (spec->ncgroups || spec->nunits)
         scan_cgroups(spec, notes, &chosen);
     pids_settle(&chosen);
@@ -931,8 +937,8 @@ static void choose(const struct target_spec *spec, struct target_notes *notes, s
     if (spec->top)
         rank(spec, ranker ? ranker : &own, &chosen);
     for (size_t i = 0; i < chosen.n; i++)
-        if (chosen.v[i] != self)
-            found_pid(spec, chosen.v[i], spec->top > 0, fn, ctx);
+        if (chosen.v[i] != self && !(known && known(ctx, chosen.v[i])))
+            found_pid(spec, chosen.v[i], 1, fn, ctx);
     targets_ranker_free(&own);
     free(chosen.v);
 }
@@ -952,7 +958,7 @@ static int pid_hidden(pid_t pid)
 }
 
 void targets_discover(const struct target_spec *spec, struct target_notes *notes, struct target_ranker *ranker,
-                      int first, target_found_fn fn, void *ctx)
+                      int first, target_known_fn known, target_found_fn fn, void *ctx)
 {
     for (size_t i = 0; first && i < spec->npids; i++) {
         if (kill(spec->pids[i], 0) != 0 && errno == ESRCH)
@@ -973,7 +979,7 @@ void targets_discover(const struct target_spec *spec, struct target_notes *notes
         free(text);
     }
     if (choosers(spec) || spec->top)
-        choose(spec, notes, ranker, fn, ctx);
+        choose(spec, notes, ranker, known, fn, ctx);
     for (size_t i = 0; i < spec->nendpoints; i++)
         read_endpoints_file(spec, notes, spec->endpoints[i], fn, ctx);
     for (size_t i = 0; i < spec->nendpoint_dirs; i++)

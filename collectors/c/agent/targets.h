@@ -34,8 +34,11 @@ struct target {
     double prev_t;
     size_t seq_slot; /* the agent's: where its node's seq is counted (it goes on when the node is found again) */
     int top; /* chosen by --top: no longer watched (reported LEFT_TOP) once a ranking leaves it out */
+    int chosen; /* found by --pattern, --user, --cgroup or --unit: found again by its pid alone */
     int leaving; /* the agent's: left the top N at the last rescan, reported LEFT_TOP at the next round */
     unsigned long long seen; /* the agent's: the search that last found it */
+    char role_checked[TARGET_ROLE_MAX + 1]; /* the agent's: the role last checked against the schema, */
+    int role_allowed; /* and whether it may be recorded */
 };
 
 struct target_spec {
@@ -99,15 +102,20 @@ struct target_notes {
 };
 
 typedef void (*target_found_fn)(void *ctx, const struct target *candidate);
+/* Whether a process the choosers found is watched already, as a target they found: the caller
+ * marks it found again, and its command line and name are not read again (at every search, they
+ * were a twentieth of the agent's CPU at 1,000 processes watched by --pattern). */
+typedef int (*target_known_fn)(void *ctx, pid_t pid);
 
 /* Call fn for every target the spec describes now. Problems are logged, never fatal (those of the
  * endpoints directories' files, of users, cgroups and units once each, as `notes` remembers).
  * Explicit PIDs are looked at only when first is set: a PID cannot become another process we were
  * asked for. With spec->top, the processes chosen (by pattern, user, cgroup, unit; without them
  * every process) are ranked with ranker (NULL: a ranking of its own, as a first one), and only the
- * N heaviest are given, marked top. */
+ * N heaviest are given, marked top. Without spec->top, a chosen process known() says is watched is
+ * not given (known may be NULL: each one given, as after a reload). */
 void targets_discover(const struct target_spec *spec, struct target_notes *notes, struct target_ranker *ranker,
-                      int first, target_found_fn fn, void *ctx);
+                      int first, target_known_fn known, target_found_fn fn, void *ctx);
 /* Parse an endpoints.json document: the number of nodes found, -1 if malformed. The nodes that do
  * not conform to endpoints.schema.json are left out, and counted in *left_out (if not NULL). Nodes
  * with a curve_server_key are to be asked with the key file client_key. */

@@ -236,21 +236,47 @@ void fs_buf_free(struct fs_buf *b)
     memset(b, 0, sizeof *b);
 }
 
-void fs_buf_json_string(struct fs_buf *b, const char *text)
+void fs_buf_json_inner(struct fs_buf *b, const char *text)
 {
     static const char short_escapes[] = {['\b'] = 'b', ['\f'] = 'f', ['\n'] = 'n', ['\r'] = 'r', ['\t'] = 't'};
-    fs_buf_append(b, "\"", 1);
-    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
+    const unsigned char *c = (const unsigned char *)text;
+    for (;;) { /* whole runs of plain characters at a time: this is on every document's path */
+        const unsigned char *run = c;
+        while (*c >= 0x20 && *c != '"' && *c != '\\')
+            c++;
+        fs_buf_append(b, (const char *)run, (size_t)(c - run));
+        if (!*c)
+            return;
+        char esc[8];
         if (*c == '"' || *c == '\\')
-            fs_buf_printf(b, "\\%c", *c);
-        else if (*c < 0x20 && *c < sizeof short_escapes && short_escapes[*c])
-            fs_buf_printf(b, "\\%c", short_escapes[*c]);
-        else if (*c < 0x20)
-            fs_buf_printf(b, "\\u%04x", *c);
+            snprintf(esc, sizeof esc, "\\%c", *c);
+        else if (*c < sizeof short_escapes && short_escapes[*c])
+            snprintf(esc, sizeof esc, "\\%c", short_escapes[*c]);
         else
-            fs_buf_append(b, (const char *)c, 1);
+            snprintf(esc, sizeof esc, "\\u%04x", *c);
+        fs_buf_puts(b, esc);
+        c++;
     }
+}
+
+void fs_buf_json_string(struct fs_buf *b, const char *text)
+{
     fs_buf_append(b, "\"", 1);
+    fs_buf_json_inner(b, text);
+    fs_buf_append(b, "\"", 1);
+}
+
+void fs_buf_reserve(struct fs_buf *b, size_t n)
+{
+    if (b->failed || b->len + n + 1 <= b->cap)
+        return;
+    char *p = realloc(b->data, b->len + n + 1);
+    if (!p) {
+        b->failed = 1;
+        return;
+    }
+    b->data = p;
+    b->cap = b->len + n + 1;
 }
 
 void fs_host_identity(const char *given, char *out, size_t n)

@@ -78,7 +78,11 @@ void fs_buf_int(struct fs_buf *b, long long v);
 void fs_buf_double(struct fs_buf *b, double v);
 void fs_buf_printf(struct fs_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void fs_buf_free(struct fs_buf *b);
+/* Room for n more bytes at once (a batch whose size the last one told): no doubling and copying. */
+void fs_buf_reserve(struct fs_buf *b, size_t n);
 /* A JSON string literal, escaped as Python's json.dumps(ensure_ascii=False) does. */
 void fs_buf_json_string(struct fs_buf *b, const char *text);
+/* The same without its quotes: a part of a longer string. */
+void fs_buf_json_inner(struct fs_buf *b, const char *text);
 
 #endif

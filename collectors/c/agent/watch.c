@@ -19,6 +19,18 @@ struct target *watch_find(struct watch *w, pid_t pid, const char *node_id)
     return NULL;
 }
 
+int watch_found_again(struct watch *w, pid_t pid, unsigned long long search)
+{
+    int found = 0;
+    size_t cursor = 0, i;
+    while ((i = fs_index_next(&w->by_pid, fs_hash_pid(pid), &cursor)) != FS_INDEX_NONE)
+        if (w->targets[i].pid == pid && w->targets[i].chosen) {
+            w->targets[i].seen = search;
+            found = 1;
+        }
+    return found;
+}
+
 int watch_stat_fd(void *watch, pid_t pid)
 {
     struct watch *w = watch;

@@ -43,6 +43,10 @@ struct watch {
 /* The open files a target holds while watched. */
 int watch_fds(const struct target *t);
 struct target *watch_find(struct watch *w, pid_t pid, const char *node_id);
+/* The targets of this pid the choosers found (target.chosen) marked seen at `search`: 1 if any. A
+ * pid that a new process took since the last round is its old target's until that round reports it
+ * gone: the new one is found at the next search. */
+int watch_found_again(struct watch *w, pid_t pid, unsigned long long search);
 /* A watched target of this pid with its /proc/PID/stat open (a ranking reads it again), or -1. */
 int watch_stat_fd(void *watch, pid_t pid);
 /* Whether the node was reported gone with this pid. */

@@ -64,6 +64,10 @@ class ControlClient:
         if self._sock is None:
             self._sock = self._ctx.socket(zmq.REQ)
             self._sock.setsockopt(zmq.LINGER, 0)
+            # A REQ socket's send waits for a connection to take the message, and one whose
+            # handshake failed (a stranger to a CURVE node) is gone until the next reconnect: the
+            # timeout holds for the send too, never an endless wait.
+            self._sock.setsockopt(zmq.SNDTIMEO, self.timeout_ms)
             if self._curve is not None:
                 secure_client(self._sock, *self._curve)
             self._sock.connect(self.endpoint)
@@ -71,7 +75,11 @@ class ControlClient:
 
     def request_raw(self, payload: bytes) -> bytes:
         sock = self._socket()
-        sock.send(payload)
+        try:
+            sock.send(payload)
+        except zmq.Again:
+            self.close()
+            raise ControlError(f"{self.endpoint}: could not send within {self.timeout_ms} ms") from None
         if sock.poll(self.timeout_ms, zmq.POLLIN):
             return sock.recv()
         self.close()
