@@ -526,6 +526,35 @@ def test_both_agents_keep_roles_and_states_to_the_schemas_lists(tmp_path):
         assert {(d["role"], d["node_state"], d["objects_received"]) for d in docs} == {("other", "UP", 10)}
 
 
+def test_a_role_that_changes_is_checked_as_it_changes(tmp_path):
+    """The C agent checks a node's role once per role it says, not per sample: a node that says
+    merger, then a role outside the schema, by turns, is recorded merger, other, merger, other."""
+    node, proc = StubNode("roles"), sleeper()
+    endpoints = tmp_path / "endpoints.json"
+    nodes = [{"node_id": "turns", "role": sample_schema.DEFAULT_ROLE, "pid": proc.pid, "control": node.endpoint}]
+    endpoints.write_text(json.dumps({"run_id": "r", "nodes": nodes}))
+    try:
+        out = c_agent(
+            "--endpoints",
+            endpoints,
+            "--count",
+            4,
+            "--interval",
+            0.05,
+            "--self-interval",
+            0,
+            "--sink",
+            f"file://{tmp_path}/c.json?format=json",
+            "--quiet",
+        )
+        assert out.returncode == 0, out.stderr
+    finally:
+        proc.kill()
+        node.close()
+    docs = [json.loads(x) for x in open(tmp_path / "c.json")]
+    assert [d["role"] for d in docs] == ["merger", "other", "merger", "other"]
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far (/proc/PID/stat fields 14 and 15, in clock ticks).
     Parsed here, not by flowstat.proc's parser: that one is under test."""

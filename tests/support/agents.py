@@ -172,8 +172,9 @@ FULL_REPLY = {
 
 class StubNode:
     """A control socket that answers like a node ("ok"), hangs ("hang"), answers garbage
-    ("garbage"), answers with a role and state outside the schema ("unknown"), or answers every
-    control field of the schema ("full": FULL_REPLY)."""
+    ("garbage"), answers with a role and state outside the schema ("unknown"), with a role in it
+    and one outside it by turns ("roles": merger first), or answers every control field of the
+    schema ("full": FULL_REPLY)."""
 
     def __init__(self, mode: str = "ok"):
         self.mode = mode
@@ -221,7 +222,7 @@ class StubNode:
                         "id": request.get("id"),
                         "node_id": "stub",
                         "node_state": "RUNNING",
-                        "role": "merger",
+                        "role": "Bad Role!" if self.mode == "roles" and self.requests % 2 == 0 else "merger",
                         "average_merge_time": 0.25,
                         "objects_received": 10,
                         "send_buffer_overloaded": True,
