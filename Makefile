@@ -20,7 +20,7 @@ C_AGENT := collectors/c/build/flowstat-agent
 DEMO_DEPS := libzmq3-dev libcjson-dev libcurl4-openssl-dev pkg-config
 TEST_DEPS := clang libclang-rt-14-dev clang-format valgrind g++ cppzmq-dev \
 	docker-compose chromium chromium-driver docker.io mmdebstrap iproute2 \
-	slurmctld slurmd slurm-client munge debhelper lintian zstd systemd
+	slurmctld slurmd slurm-client munge debhelper lintian zstd systemd prometheus
 DEB_DEPS := debhelper dpkg-dev
 # Named after the list: a checkout that installed an older list installs what was added.
 DEMO_DEPS_STAMP := .cache/demo-deps-$(shell echo '$(DEMO_DEPS)' | md5sum | cut -c1-8).installed

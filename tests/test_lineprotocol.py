@@ -27,6 +27,8 @@ EVERY_FIELD = {
     "cpu_clock_hz": 412000.0,
     "cpu_user_hz": 400000.5,
     "cpu_system_hz": 11999.5,
+    "cpu_user_seconds": 81.37,
+    "cpu_system_seconds": 2.5,
     "threads": 3,
     "average_merge_time_ms": 0.25,
     "merged_objects_per_second": 1234.5,
@@ -55,7 +57,7 @@ EVERY_FIELD = {
 EVERY_FIELD_LINE = (
     "flowstat_node,agent=flowstat-agent-py,host=vm-1,node_id=merger-0,role=merger,run_id=r1 "
     'seq=7i,pid=4242i,node_state="RUNNING",vmrss_kb=35752i,cpu_clock_hz=412000.0,cpu_user_hz=400000.5,'
-    "cpu_system_hz=11999.5,threads=3i,average_merge_time_ms=0.25,merged_objects_per_second=1234.5,"
+    "cpu_system_hz=11999.5,cpu_user_seconds=81.37,cpu_system_seconds=2.5,threads=3i,average_merge_time_ms=0.25,merged_objects_per_second=1234.5,"
     "objects_sent=100i,objects_received=400i,objects_merged=401i,bytes_sent=409600i,bytes_received=1638400i,"
     "objects_held=2i,objects_in_flight=5i,input_latency_p50_ms=1.5,input_latency_p99_ms=9.75,"
     "input_latency_max_ms=12.0,input_latency_objects=398i,receive_buffer_size=100i,send_buffer_size=101i,"

@@ -78,7 +78,7 @@ def test_field_types_are_the_schemas_python_types():
         (str,),
         (bool,),
     )
-    assert len(types) == 36
+    assert len(types) == 38
     assert required == ["time", "run_id", "host", "node_id", "role", "agent", "seq", "pid", "node_state"]
 
 

@@ -327,6 +327,8 @@ static void sample_live(struct agent *a, struct target *t, const struct proc_rea
     sample_set_num(s, FS_F_CPU_CLOCK_HZ, total);
     sample_set_num(s, FS_F_CPU_USER_HZ, user);
     sample_set_num(s, FS_F_CPU_SYSTEM_HZ, sys);
+    sample_set_num(s, FS_F_CPU_USER_SECONDS, proc_cpu_seconds(cur->utime));
+    sample_set_num(s, FS_F_CPU_SYSTEM_SECONDS, proc_cpu_seconds(cur->stime));
     sample_set_int(s, FS_F_THREADS, cur->threads);
     if (reply)
         control_fill_sample(reply, s);

@@ -172,12 +172,23 @@ static double round1(double v)
     return round(v * 10.0) / 10.0;
 }
 
-void proc_cpu_rates(const struct proc_reading *prev, const struct proc_reading *cur, double elapsed, double *total,
-                    double *user, double *sys)
+static long clock_ticks_per_second(void)
 {
     static long clk_tck = 0;
     if (clk_tck == 0)
         clk_tck = sysconf(_SC_CLK_TCK);
+    return clk_tck;
+}
+
+double proc_cpu_seconds(unsigned long long ticks)
+{
+    return (double)ticks / (double)clock_ticks_per_second();
+}
+
+void proc_cpu_rates(const struct proc_reading *prev, const struct proc_reading *cur, double elapsed, double *total,
+                    double *user, double *sys)
+{
+    long clk_tck = clock_ticks_per_second();
     if (elapsed <= 0) {
         *total = *user = *sys = 0.0;
         return;

@@ -35,6 +35,8 @@ enum proc_status proc_reader_read(struct proc_reader *r, struct proc_reading *ou
 void proc_reader_close(struct proc_reader *r);
 
 /* Thesis Hz (10^6 = one core) for user, system and both, rounded to 0.1, over elapsed seconds. */
+/* CPU time in seconds from clock ticks (utime, stime): the same double the Python agent writes. */
+double proc_cpu_seconds(unsigned long long ticks);
 void proc_cpu_rates(const struct proc_reading *prev, const struct proc_reading *cur, double elapsed, double *total,
                     double *user, double *sys);
 

@@ -22,7 +22,7 @@ from flowstat import stores
 from flowstat.node import curve
 from flowstat.proc.machine import host_identity
 from flowstat.proc.procfs import set_from_signal
-from flowstat.proc.reader import ProcessGone, ProcFormatError, cpu_rates
+from flowstat.proc.reader import ProcessGone, ProcFormatError, cpu_rates, cpu_seconds
 from flowstat.schema import sample as sample_schema
 from flowstat.timeutil import iso_utc_from_ms, iso_utc_ms
 
@@ -368,6 +368,8 @@ class Agent:
                 cpu_clock_hz=total,
                 cpu_user_hz=user,
                 cpu_system_hz=system,
+                cpu_user_seconds=cpu_seconds(reading.utime_ticks),
+                cpu_system_seconds=cpu_seconds(reading.stime_ticks),
                 threads=reading.threads,
             )
             sample.update(metrics)

@@ -31,6 +31,8 @@ PARSER = dict(
     "  influxdb://HOST:PORT/DATABASE   elasticsearch://HOST:PORT/INDEX\n"
     "  elasticsearch://HOST:PORT,HOST:PORT,.../INDEX  (every node of a cluster: a batch a node cannot take\n"
     "    now, no answer or 502/503/504, goes to the next; a node that failed rests --node-backoff S)\n"
+    "  prometheus://127.0.0.1:PORT     serves /metrics for a Prometheus to scrape (loopback only;\n"
+    "    port 9464 by default; docs/prometheus.md)\n"
     "Samples follow the sample schema, self-samples (--self-interval) the agent schema (docs/schema.md).\n"
     "signals: SIGTERM, SIGINT stop (one last round, then delivery); SIGUSR1 is the run-ending notice:\n"
     "  a node that exits after it is reported once as STOPPED (it ended with its run) instead of DOWN.\n"

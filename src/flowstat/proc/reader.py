@@ -98,6 +98,11 @@ class ProcReader:
         self._stat = self._statm = -1
 
 
+def cpu_seconds(ticks: int) -> float:
+    """CPU time in seconds from clock ticks (utime, stime): the same double the C agent writes."""
+    return ticks / CLK_TCK
+
+
 def cpu_rates(prev: ProcReading, cur: ProcReading, elapsed_s: float) -> tuple[float, float, float]:
     """(total, user, system) in thesis Hz: CPU seconds per wall second x 10^6."""
     if elapsed_s <= 0:

@@ -7,6 +7,7 @@ sink too:
     http://HOST:PORT/write               influxdb://HOST:PORT/DATABASE
     elasticsearch://HOST:PORT/INDEX      (a store's scheme + "+https": over TLS)
     elasticsearch://HOST:PORT,HOST:PORT,.../INDEX   (every node of a cluster: failed over)
+    prometheus://127.0.0.1:PORT          (serves /metrics for a Prometheus to scrape; port 9464 by default)
 
 Credentials come from the environment or a credentials file, never from the URL (docs/security.md).
 """
@@ -18,7 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 from flowstat import stores
 from flowstat.registry import Registry
 
-from . import console, sockets, writers
+from . import console, exposition, sockets, writers
 from .base import Sink, SinkDown, SinkRejected, SinkRunner, SinkURLError
 
 __all__ = ["SINKS", "Sink", "SinkDown", "SinkRejected", "SinkRunner", "SinkURLError", "open_sink", "known_schemes"]
@@ -33,6 +34,7 @@ SINKS: Registry[type[Sink]] = Registry(
         "tcp": sockets.TcpSink,
         "http": writers.HttpLineSink,
         "https": writers.HttpsLineSink,
+        "prometheus": exposition.PrometheusSink,
         **{name: writers.StoreSink for name in stores.names()},  # every store takes an agent's samples
     },
 )

@@ -1,0 +1,162 @@
+"""The samples as Prometheus metrics: one family per field marked ``x-prometheus`` in the sample
+and agent schemas, and the exposition an agent's ``/metrics`` serves, in OpenMetrics 1.0 or in
+the text format 0.0.4.
+
+A family is named ``flowstat_node_NAME`` (a sample's field) or ``flowstat_agent_NAME`` (a
+self-sample's), NAME being the field's own unless ``x-prometheus`` gives one; a family with a unit
+ends with it (``flowstat_node_sent_bytes``), a counter's sample with ``_total``. Values are in the
+family's base unit: the field's value times ``scale``. The schema's tags are every family's labels
+(``run_id``, ``host``, ``node_id``, ``role``, ``agent``; an empty one left out). The node state is a
+stateset (one sample per state, 1 for the node's). HELP is the field's description.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from . import agent as agent_schema
+from . import sample as sample_schema
+
+OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+TEXT_0_0_4 = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str  # OpenMetrics family name (a counter's samples add _total)
+    type: str  # counter, gauge or stateset
+    unit: str  # base unit ("" if none): the name's last word
+    help: str
+    field: str  # the sample field it shows
+    scale: float  # the family's value = the field's value x scale
+    states: tuple[str, ...] = ()  # a stateset's states
+
+    def sample_name(self, openmetrics: bool) -> str:
+        return self.name + "_total" if self.type == "counter" else self.name
+
+
+def _families(schema: dict[str, Any], prefix: str) -> tuple[Family, ...]:
+    out = []
+    for field, p in schema["properties"].items():
+        spec = p.get("x-prometheus")
+        if spec is None:
+            continue
+        name = f"{prefix}_{spec.get('name', field)}"
+        unit = spec.get("unit", "")
+        if unit and not name.endswith("_" + unit):
+            raise ValueError(f"{field}: x-prometheus family {name} must end with its unit {unit}")
+        out.append(
+            Family(
+                name,
+                spec["type"],
+                unit,
+                p["description"],
+                field,
+                float(spec.get("scale", 1)),
+                tuple(p.get("enum", ())) if spec["type"] == "stateset" else (),
+            )
+        )
+    return tuple(out)
+
+
+NODE_FAMILIES: tuple[Family, ...] = _families(sample_schema.schema(), "flowstat_node")
+AGENT_FAMILIES: tuple[Family, ...] = _families(agent_schema.schema(), "flowstat_agent")
+NODE_LABELS: tuple[str, ...] = tuple(f.name for f in sample_schema.fields() if f.influx == "tag")
+AGENT_LABELS: tuple[str, ...] = tuple(f.name for f in agent_schema.fields() if f.influx == "tag")
+
+
+def _escape_label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _labels(doc: dict[str, Any], names: tuple[str, ...], extra: str = "") -> str:
+    parts = [f'{n}="{_escape_label(str(doc[n]))}"' for n in names if doc.get(n) not in (None, "")]
+    if extra:
+        parts.append(extra)
+    return "{" + ",".join(parts) + "}" if parts else ""
+
+
+def _number(value: float) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(float(value))
+
+
+def _family_lines(family: Family, docs: list[dict[str, Any]], labels: tuple[str, ...], openmetrics: bool) -> list[str]:
+    lines: list[str] = []
+    for doc in docs:
+        value = doc.get(family.field)
+        if value is None:
+            continue
+        if family.type == "stateset":
+            for state in family.states:
+                extra = f'{family.name}="{_escape_label(state)}"'
+                lines.append(f"{family.name}{_labels(doc, labels, extra)} {1 if value == state else 0}")
+        else:
+            scaled = value
+            if family.scale != 1 and not isinstance(value, bool):
+                scaled = value * family.scale
+                if isinstance(value, int) and family.scale.is_integer():
+                    scaled = int(scaled)  # kB to bytes stays a whole number
+            lines.append(f"{family.sample_name(openmetrics)}{_labels(doc, labels)} {_number(scaled)}")
+    if not lines:
+        return []
+    # 0.0.4 knows no stateset, and names a counter's family with its _total
+    kind = family.type if openmetrics or family.type != "stateset" else "gauge"
+    name = family.name if openmetrics or family.type != "counter" else family.sample_name(False)
+    head = [f"# HELP {name} {_escape_help(family.help)}", f"# TYPE {name} {kind}"]
+    if openmetrics and family.unit:
+        head.append(f"# UNIT {name} {family.unit}")
+    return head + lines
+
+
+# The standard process_* metrics of an exporter, as Prometheus's client libraries name them and
+# word them: (name, type, unit, help), each shown from the field of the process document that is
+# its name without process_.
+_PROCESS = (
+    ("process_cpu_seconds", "counter", "seconds", "Total user and system CPU time spent in seconds."),
+    ("process_resident_memory_bytes", "gauge", "bytes", "Resident memory size in bytes."),
+    ("process_virtual_memory_bytes", "gauge", "bytes", "Virtual memory size in bytes."),
+    ("process_start_time_seconds", "gauge", "seconds", "Start time of the process since unix epoch in seconds."),
+    ("process_open_fds", "gauge", "", "Number of open file descriptors."),
+    ("process_max_fds", "gauge", "", "Maximum number of open file descriptors."),
+)
+PROCESS_FAMILIES: tuple[Family, ...] = tuple(
+    Family(name, kind, unit, text, name.removeprefix("process_"), 1.0) for name, kind, unit, text in _PROCESS
+)
+
+
+def exposition(
+    samples: Iterable[dict[str, Any]],
+    self_samples: Iterable[dict[str, Any]] = (),
+    openmetrics: bool = True,
+    process: dict[str, Any] | None = None,
+) -> str:
+    """The families of the latest ``samples`` (one per node), ``self_samples`` (one per agent) and
+    ``process`` (the exporter's own process_* figures, PROCESS_FAMILIES' fields), in OpenMetrics
+    1.0 (ending with ``# EOF``) or the text format 0.0.4."""
+    nodes, agents = list(samples), list(self_samples)
+    lines: list[str] = []
+    for family in NODE_FAMILIES:
+        lines += _family_lines(family, nodes, NODE_LABELS, openmetrics)
+    for family in AGENT_FAMILIES:
+        lines += _family_lines(family, agents, AGENT_LABELS, openmetrics)
+    if process is not None:
+        for family in PROCESS_FAMILIES:
+            lines += _family_lines(family, [process], (), openmetrics)
+    if openmetrics:
+        lines.append("# EOF")
+    return "\n".join(lines) + "\n"

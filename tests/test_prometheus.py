@@ -1,0 +1,177 @@
+"""Prometheus users scrape flowstat (issue 45): the families the schema defines, the Python agent's
+/metrics in both formats (promtool, and a real Prometheus scraping it), its counters those of the
+samples it took."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+import requests
+
+from flowstat.schema import agent as agent_schema
+from flowstat.schema import prometheus
+from flowstat.schema import sample as sample_schema
+from flowstat_lab.prometheus import PrometheusServer
+from support.agents import spinner, wait_until
+from support.common import free_port
+
+NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
+SAMPLE = {
+    "time": "2026-11-29T03:00:00.000Z",
+    "run_id": "",
+    "host": "h",
+    "node_id": 'odd "node"\\1',
+    "role": "merger",
+    "agent": "flowstat-agent-py",
+    "seq": 4,
+    "pid": 7,
+    "node_state": "RUNNING",
+    "vmrss_kb": 100,
+    "cpu_user_seconds": 1.25,
+    "average_merge_time_ms": 2.5,
+    "send_buffer_overloaded": True,
+}
+
+
+def test_every_family_follows_the_schema_and_prometheus_naming():
+    """One family per field marked x-prometheus, named for the schema it comes from and ending with
+    its base unit; counters only for the fields that count from the node's start; the tags labels."""
+    for families, schema, prefix in (
+        (prometheus.NODE_FAMILIES, sample_schema, "flowstat_node_"),
+        (prometheus.AGENT_FAMILIES, agent_schema, "flowstat_agent_"),
+    ):
+        marked = [n for n, p in schema.schema()["properties"].items() if "x-prometheus" in p]
+        assert [f.field for f in families] == marked
+        assert len({f.name for f in families}) == len(families)
+        for f in families:
+            assert NAME.match(f.name) and f.name.startswith(prefix), f.name
+            assert not f.unit or f.name.endswith("_" + f.unit), f.name
+            assert f.type in ("counter", "gauge", "stateset")
+            text = schema.schema()["properties"][f.field]["description"]
+            if f.type == "counter":  # cumulative by the schema's own words
+                assert re.search(r"since (the node|it) started|Cumulative", text), f.field
+            elif f.type == "gauge":
+                assert not re.search(r"since (the node|it) started|^Cumulative", text), f.field
+    assert prometheus.NODE_LABELS == ("run_id", "host", "node_id", "role", "agent")
+    assert {f.field: f.type for f in prometheus.NODE_FAMILIES}["cpu_user_seconds"] == "counter"
+
+
+def test_the_exposition_of_a_sample_in_both_formats():
+    om = prometheus.exposition([SAMPLE], openmetrics=True).splitlines()
+    labels = 'host="h",node_id="odd \\"node\\"\\\\1",role="merger",agent="flowstat-agent-py"'  # run_id empty: left out
+    assert f"flowstat_node_resident_memory_bytes{{{labels}}} 102400" in om  # kB to bytes
+    assert f"flowstat_node_cpu_user_seconds_total{{{labels}}} 1.25" in om
+    assert f"flowstat_node_average_merge_time_seconds{{{labels}}} 0.0025" in om  # ms to s
+    assert f"flowstat_node_send_buffer_overloaded{{{labels}}} 1" in om
+    assert f'flowstat_node_state{{{labels},flowstat_node_state="RUNNING"}} 1' in om
+    assert f'flowstat_node_state{{{labels},flowstat_node_state="DOWN"}} 0' in om
+    assert "# TYPE flowstat_node_state stateset" in om and "# UNIT flowstat_node_sent_bytes bytes" not in om
+    assert "# TYPE flowstat_node_cpu_user_seconds counter" in om
+    assert "# UNIT flowstat_node_cpu_user_seconds seconds" in om
+    assert om[-1] == "# EOF" and not any(line.startswith("flowstat_node_pid") for line in om)
+    text = prometheus.exposition([SAMPLE], openmetrics=False).splitlines()
+    assert "# TYPE flowstat_node_cpu_user_seconds_total counter" in text
+    assert "# TYPE flowstat_node_state gauge" in text  # 0.0.4 has no stateset
+    assert not any(line.startswith(("# UNIT", "# EOF")) for line in text)
+
+
+def python_agent(tmp_path, port: int, pid: int, seconds: float) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "flowstat.agent", "--pid", str(pid), "--interval", "0.5", "--self-interval", "1"]
+        + ["--duration", str(seconds), "--sink", f"prometheus://127.0.0.1:{port}"]
+        + ["--sink", f"file://{tmp_path}/samples.json?format=json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def metrics(port: int, openmetrics: bool) -> requests.Response:
+    accept = {"Accept": "application/openmetrics-text; version=1.0.0"} if openmetrics else {}
+    return requests.get(f"http://127.0.0.1:{port}/metrics", headers=accept, timeout=10)
+
+
+def test_the_python_agent_serves_both_formats_promtool_accepts(tmp_path):
+    port, busy = free_port(), spinner(60)
+    agent = python_agent(tmp_path, port, busy.pid, 60)
+    try:
+        wait_until(lambda: (tmp_path / "samples.json").exists(), "the agent's first sample")
+        wait_until(lambda: "flowstat_agent_rounds" in metrics(port, False).text, "a self-sample on /metrics")
+        text = metrics(port, False)
+        assert text.headers["Content-Type"] == prometheus.TEXT_0_0_4
+        lint = subprocess.run(["promtool", "check", "metrics"], input=text.text, capture_output=True, text=True)
+        assert lint.returncode == 0 and not lint.stdout.strip(), lint.stdout + lint.stderr
+        om = metrics(port, True)
+        assert om.headers["Content-Type"] == prometheus.OPENMETRICS and om.text.endswith("# EOF\n")
+        assert f'node_id="python3-{busy.pid}"' in om.text or f'-{busy.pid}"' in om.text
+        assert "process_cpu_seconds_total " in om.text and "flowstat_agent_rounds_total{" in om.text
+        assert requests.get(f"http://127.0.0.1:{port}/other", timeout=10).status_code == 404
+    finally:
+        agent.terminate()
+        busy.kill()
+        agent.wait(30)
+        busy.wait()
+
+
+def test_metrics_are_served_on_loopback_only(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "flowstat.agent", "--pid", "1", "--count", "1", "--sink", "prometheus://0.0.0.0:9464"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode != 0 and "prometheus://0.0.0.0:9464: /metrics is served on loopback only" in out.stderr
+
+
+def test_a_prometheus_scraping_the_agent_stores_the_samples_counters_exactly(tmp_path):
+    """Debian's Prometheus scrapes the Python agent every second (OpenMetrics, as it asks first)
+    while it samples a busy process every 0.5 s: every CPU counter value Prometheus stored is one
+    the agent sampled, exactly; after the process dies, the scrapes hold its last one and DOWN."""
+    port, busy = free_port(), spinner(8)
+    agent = python_agent(tmp_path, port, busy.pid, 40)
+    try:
+        with PrometheusServer(tmp_path / "prom", free_port(), {"agent": [f"127.0.0.1:{port}"]}, 1.0) as prom:
+            prom.wait_for_scrapes("agent", 4)
+            busy.wait(30)  # its 8 s of spinning are over: the agent reports it DOWN
+            node = f'node_id=~".*-{busy.pid}"'
+            series = f"flowstat_node_cpu_user_seconds_total{{{node}}}"
+            state = f'flowstat_node_state{{{node},flowstat_node_state="DOWN"}}'
+
+            def down_scraped() -> bool:
+                rows = prom.query(state)
+                return bool(rows) and rows[0]["value"][1] == "1"
+
+            wait_until(down_scraped, "a scrape of the node reported DOWN", timeout=30, poll=0.2)
+            scraped_at = float(prom.query(f"timestamp({state})")[0]["value"][1])
+            final = prom.query(series, at=scraped_at)  # in the scrape that said DOWN: its final count
+            stored = [float(v) for _, v in prom.query(f"{series}[5m]")[0]["values"]]
+    finally:
+        agent.terminate()
+        agent.wait(30)
+        busy.kill()
+        busy.wait()
+    sampled = [
+        d["cpu_user_seconds"]
+        for d in map(json.loads, open(tmp_path / "samples.json"))
+        if d.get("pid") == busy.pid and "cpu_user_seconds" in d
+    ]
+    assert len(set(stored)) >= 3, stored  # it spun: the counter moved between scrapes
+    assert set(stored) <= set(sampled), (stored, sampled)  # no value Prometheus made up or rounded
+    assert stored == sorted(stored)  # a counter never goes back
+    assert stored[-1] == sampled[-1]  # the final count, after the node was gone
+    assert final and float(final[0]["value"][1]) == sampled[-1]
+
+
+@pytest.mark.parametrize("url", ["prometheus://127.0.0.1:notaport"])
+def test_a_bad_prometheus_url_is_refused_naming_it(url):
+    out = subprocess.run(
+        [sys.executable, "-m", "flowstat.agent", "--pid", "1", "--count", "1", "--sink", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode != 0 and url in out.stderr
