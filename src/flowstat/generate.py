@@ -59,7 +59,7 @@ def _store_setup(root: Path) -> dict[Path, str]:
 def _views(root: Path) -> dict[Path, str]:
     from flowstat.stack import elastalert as elastalert_service
     from flowstat.stack import telegraf
-    from flowstat.views import grafana, kibana
+    from flowstat.views import grafana, kibana, promrules
 
     out = {Path("pipelines") / "telegraf" / telegraf.CONFIG: telegraf.generated_config_text()}
     out.update({Path("dashboards") / "grafana" / name: text for name, text in grafana.files().items()})
@@ -71,6 +71,7 @@ def _views(root: Path) -> dict[Path, str]:
         }
     )
     out[Path("dashboards") / "elastalert" / "config.yaml"] = elastalert_service.compose_config_text()
+    out[Path("dashboards") / "prometheus" / "rules.yml"] = promrules.rules_text()
     return out
 
 
