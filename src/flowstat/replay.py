@@ -215,6 +215,13 @@ def configure(p: argparse.ArgumentParser) -> None:
             help=f"{w.title} {w.target_kind} (default {w.default_target})",
         )
     p.add_argument(
+        "--prometheus",
+        metavar="DIR",
+        type=Path,
+        help="Prometheus: write the runs as TSDB blocks into DIR (a server's --storage.tsdb.path, or a folder "
+        "to move them from; needs promtool: docs/prometheus.md)",
+    )
+    p.add_argument(
         "--rebase-time",
         action="store_true",
         help="shift each run to start now (a new copy in InfluxDB each time: not idempotent)",
@@ -260,8 +267,8 @@ def main(args: argparse.Namespace) -> int:
         for w in stores.writers()
         if getattr(args, w.option)
     }
-    if not targets:
-        options = " and/or ".join(f"--{w.option} URL" for w in stores.writers())
+    if not targets and not args.prometheus:
+        options = " and/or ".join([*(f"--{w.option} URL" for w in stores.writers()), "--prometheus DIR"])
         print(f"flowstat replay: say where to load: {options}", file=sys.stderr)
         return 2
     paths = []
@@ -279,6 +286,13 @@ def main(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.prometheus:
+        if args.rebase_time:
+            print("flowstat replay: --rebase-time applies to the stores, not to --prometheus", file=sys.stderr)
+            return 2
+        status = _to_prometheus(paths, args.prometheus, args.quiet)
+        if status or not targets:
+            return status
     bar = Progress(sum(p.stat().st_size for p in paths), "replayed", "bytes", enabled=not args.quiet)
     try:
         reports = replay(
@@ -306,11 +320,31 @@ def main(args: argparse.Namespace) -> int:
         )
         return 130
     bar.close()
+    return _said(reports)
+
+
+def _to_prometheus(paths: list[Path], folder: Path, quiet: bool) -> int:
+    from flowstat import promblocks
+
+    bar = Progress(sum(p.stat().st_size for p in paths), "written as blocks", "bytes", enabled=not quiet)
+    try:
+        reports = promblocks.create_blocks(paths, folder, bar.update)
+    except (promblocks.BlocksError, OSError) as exc:
+        bar.close()
+        print(f"flowstat replay: --prometheus {folder}: {exc}", file=sys.stderr)
+        return 2
+    bar.close()
+    status = _said(reports, f"as Prometheus blocks in {folder}")
+    return status
+
+
+def _said(reports: list[FileReport], where: str = "") -> int:
+    """Each run file's report on stdout, its bad lines on stderr: 1 if there were any."""
     status = 0
     for r in reports:
         print(
-            f"{r.path}: {r.good:,} samples loaded (run {r.run_id}), {len(r.self_samples):,} agent self-samples, "
-            f"{len(r.bad)} bad lines skipped"
+            f"{r.path}: {r.good:,} samples loaded{' ' + where if where else ''} (run {r.run_id}), "
+            f"{len(r.self_samples):,} agent self-samples, {len(r.bad)} bad lines skipped"
         )
         for note in r.notes:
             print(f"  note: {note}", file=sys.stderr)

@@ -18,7 +18,15 @@ import requests
 
 
 class PrometheusServer:
-    def __init__(self, home: Path, port: int, jobs: dict[str, list[str]], scrape_interval_s: float = 1.0):
+    def __init__(
+        self,
+        home: Path,
+        port: int,
+        jobs: dict[str, list[str]],
+        scrape_interval_s: float = 1.0,
+        storage: Path | None = None,
+    ):
+        """``storage``: the TSDB folder (default HOME/data), e.g. blocks flowstat replay wrote."""
         if not shutil.which("prometheus"):
             raise RuntimeError("prometheus is not installed (Debian's prometheus package: make test installs it)")
         self.home, self.port = home, port
@@ -31,6 +39,7 @@ class PrometheusServer:
         }
         (home / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
         self.proc: subprocess.Popen[bytes] | None = None
+        self.storage = storage or home / "data"
 
     def __enter__(self) -> PrometheusServer:
         self.log = open(self.home / "prometheus.log", "wb")
@@ -39,7 +48,7 @@ class PrometheusServer:
                 "prometheus",
                 f"--config.file={self.home / 'prometheus.yml'}",
                 f"--web.listen-address=127.0.0.1:{self.port}",
-                f"--storage.tsdb.path={self.home / 'data'}",
+                f"--storage.tsdb.path={self.storage}",
                 "--web.enable-lifecycle",
             ],
             stdout=self.log,

@@ -34,7 +34,7 @@ class Family:
     scale: float  # the family's value = the field's value x scale
     states: tuple[str, ...] = ()  # a stateset's states
 
-    def sample_name(self, openmetrics: bool) -> str:
+    def sample_name(self, openmetrics: bool = True) -> str:
         return self.name + "_total" if self.type == "counter" else self.name
 
 
@@ -95,32 +95,44 @@ def _number(value: float) -> str:
     return repr(float(value))
 
 
-def _family_lines(family: Family, docs: list[dict[str, Any]], labels: tuple[str, ...], openmetrics: bool) -> list[str]:
-    lines: list[str] = []
-    for doc in docs:
-        value = doc.get(family.field)
-        if value is None:
-            continue
-        if family.type == "stateset":
-            for state in family.states:
-                extra = f'{family.name}="{_escape_label(state)}"'
-                lines.append(f"{family.name}{_labels(doc, labels, extra)} {1 if value == state else 0}")
-        else:
-            scaled = value
-            if family.scale != 1 and not isinstance(value, bool):
-                scaled = value * family.scale
-                if isinstance(value, int) and family.scale.is_integer():
-                    scaled = int(scaled)  # kB to bytes stays a whole number
-            lines.append(f"{family.sample_name(openmetrics)}{_labels(doc, labels)} {_number(scaled)}")
-    if not lines:
+def sample_lines(family: Family, doc: dict[str, Any], labels: tuple[str, ...], stamp: str = "") -> list[str]:
+    """One document's samples of a family (none if it lacks the field), each ending with ``stamp``
+    (" SECONDS": a timestamp, OpenMetrics only; "": none). A counter's sample is NAME_total in both
+    formats."""
+    value = doc.get(family.field)
+    if value is None:
         return []
+    if family.type == "stateset":
+        out = []
+        for state in family.states:
+            extra = f'{family.name}="{_escape_label(state)}"'
+            out.append(f"{family.name}{_labels(doc, labels, extra)} {1 if value == state else 0}{stamp}")
+        return out
+    return [f"{family.sample_name(True)}{_labels(doc, labels)} {_number(_scaled(family, value))}{stamp}"]
+
+
+def _scaled(family: Family, value: Any) -> Any:
+    if family.scale == 1 or isinstance(value, bool):
+        return value
+    if isinstance(value, int) and family.scale.is_integer():
+        return int(value * family.scale)  # kB to bytes stays a whole number
+    return value * family.scale
+
+
+def family_head(family: Family, openmetrics: bool) -> list[str]:
+    """A family's HELP, TYPE and (OpenMetrics) UNIT lines."""
     # 0.0.4 knows no stateset, and names a counter's family with its _total
     kind = family.type if openmetrics or family.type != "stateset" else "gauge"
     name = family.name if openmetrics or family.type != "counter" else family.sample_name(False)
     head = [f"# HELP {name} {_escape_help(family.help)}", f"# TYPE {name} {kind}"]
     if openmetrics and family.unit:
         head.append(f"# UNIT {name} {family.unit}")
-    return head + lines
+    return head
+
+
+def _family_lines(family: Family, docs: list[dict[str, Any]], labels: tuple[str, ...], openmetrics: bool) -> list[str]:
+    lines = [line for doc in docs for line in sample_lines(family, doc, labels)]
+    return family_head(family, openmetrics) + lines if lines else []
 
 
 # The standard process_* metrics of an exporter, as Prometheus's client libraries name them and
