@@ -19,7 +19,8 @@ import os
 import resource
 import threading
 from collections.abc import Iterable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 from flowstat.proc.procfs import start_time
@@ -34,6 +35,8 @@ log = logging.getLogger("flowstat.agent")
 DEFAULT_PORT = 9464
 GONE_STATES = (sample_schema.STATE_STOPPED, sample_schema.STATE_DOWN, "LEFT_TOP")
 SCRAPES_KEPT_GONE = 2  # a node gone is shown this many more scrapes with its final figures
+SERVING_THREADS = 4
+CLIENT_TIMEOUT_S = 5.0  # a scraper that sends nothing (or reads nothing) is let go after it
 
 
 class _Latest:
@@ -44,9 +47,27 @@ class _Latest:
         self.nodes: dict[tuple[str, ...], dict[str, Any]] = {}
         self.gone: dict[tuple[str, ...], int] = {}  # a gone node's key: scrapes it was shown in since
         self.agents: dict[tuple[str, ...], dict[str, Any]] = {}
+        self.version = 0  # +1 at each sample put
+        # One rendering at a time, kept per format until a sample comes: a thousand scrapes between
+        # two rounds cost one rendering, not a thousand turns of the interpreter taken from sampling.
+        self._render_lock = threading.Lock()
+        self._rendered: dict[bool, tuple[int, bytes]] = {}
+
+    def rendered(self, openmetrics: bool) -> bytes:
+        with self._render_lock:
+            with self.lock:
+                version = self.version
+            kept = self._rendered.get(openmetrics)
+            if kept is not None and kept[0] == version:
+                return kept[1]
+            nodes, agents = self.scrape()
+            body = prometheus.exposition(nodes, agents, openmetrics=openmetrics, process=_process_figures()).encode()
+            self._rendered[openmetrics] = (version, body)
+            return body
 
     def put(self, kind: str, doc: dict[str, Any]) -> None:
         with self.lock:
+            self.version += 1
             if kind == "agent":
                 self.agents[tuple(str(doc.get(n, "")) for n in prometheus.AGENT_LABELS)] = doc
                 return
@@ -93,15 +114,15 @@ _STARTED = start_time(os.getpid())
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+    timeout = CLIENT_TIMEOUT_S
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         if self.path.split("?", 1)[0] != "/metrics":
             self._answer(404, "text/plain; charset=utf-8", b"flowstat agent: /metrics only\n")
             return
         openmetrics = "application/openmetrics-text" in (self.headers.get("Accept") or "")
-        nodes, agents = self.server.latest.scrape()
-        text = prometheus.exposition(nodes, agents, openmetrics=openmetrics, process=_process_figures())
-        self._answer(200, prometheus.OPENMETRICS if openmetrics else prometheus.TEXT_0_0_4, text.encode())
+        body = self.server.latest.rendered(openmetrics)
+        self._answer(200, prometheus.OPENMETRICS if openmetrics else prometheus.TEXT_0_0_4, body)
 
     def _answer(self, status: int, content_type: str, body: bytes) -> None:
         self.send_response(status)
@@ -114,9 +135,34 @@ class _Handler(BaseHTTPRequestHandler):
         pass  # a line per scrape would fill the agent's log
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+class _Server(HTTPServer):
+    """Connections served by a few threads: many scrapers at once queue, they do not each take a
+    thread (and the interpreter) from sampling."""
+
+    request_queue_size = 1024
     latest: _Latest
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]):
+        super().__init__(address, handler)
+        self.pool = ThreadPoolExecutor(SERVING_THREADS, thread_name_prefix="metrics")
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        self.pool.submit(self._serve_one, request, client_address)
+
+    def _serve_one(self, request: Any, client_address: Any) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except Exception:  # a client gone mid-answer: its connection closed, the next served
+            self.handle_error(request, client_address)
+        finally:
+            self.shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # socketserver prints a traceback on stderr: a scraper that hung up is no error of ours
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
 
 class PrometheusSink(Sink):
