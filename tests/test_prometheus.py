@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 
-import pytest
 import requests
 
 from flowstat.schema import agent as agent_schema
@@ -19,6 +18,7 @@ from flowstat.timeutil import iso_utc_from_ms
 from flowstat_lab.prometheus import PrometheusServer
 from support.agents import spinner, wait_until
 from support.common import free_port
+from support.scraping import assert_scraped_exactly, scrape_until_down
 
 NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
 SAMPLE = {
@@ -135,47 +135,13 @@ def test_a_prometheus_scraping_the_agent_stores_the_samples_counters_exactly(tmp
     port, busy = free_port(), spinner(8)
     agent = python_agent(tmp_path, port, busy.pid, 40)
     try:
-        with PrometheusServer(tmp_path / "prom", free_port(), {"agent": [f"127.0.0.1:{port}"]}, 1.0) as prom:
-            prom.wait_for_scrapes("agent", 4)
-            busy.wait(30)  # its 8 s of spinning are over: the agent reports it DOWN
-            node = f'node_id=~".*-{busy.pid}"'
-            series = f"flowstat_node_cpu_user_seconds_total{{{node}}}"
-            state = f'flowstat_node_state{{{node},flowstat_node_state="DOWN"}}'
-
-            def down_scraped() -> bool:
-                rows = prom.query(state)
-                return bool(rows) and rows[0]["value"][1] == "1"
-
-            wait_until(down_scraped, "a scrape of the node reported DOWN", timeout=30, poll=0.2)
-            scraped_at = float(prom.query(f"timestamp({state})")[0]["value"][1])
-            final = prom.query(series, at=scraped_at)  # in the scrape that said DOWN: its final count
-            stored = [float(v) for _, v in prom.query(f"{series}[5m]")[0]["values"]]
+        stored, final = scrape_until_down(tmp_path, port, busy)
     finally:
         agent.terminate()
         agent.wait(30)
         busy.kill()
         busy.wait()
-    sampled = [
-        d["cpu_user_seconds"]
-        for d in map(json.loads, open(tmp_path / "samples.json"))
-        if d.get("pid") == busy.pid and "cpu_user_seconds" in d
-    ]
-    assert len(set(stored)) >= 3, stored  # it spun: the counter moved between scrapes
-    assert set(stored) <= set(sampled), (stored, sampled)  # no value Prometheus made up or rounded
-    assert stored == sorted(stored)  # a counter never goes back
-    assert stored[-1] == sampled[-1]  # the final count, after the node was gone
-    assert final and float(final[0]["value"][1]) == sampled[-1]
-
-
-@pytest.mark.parametrize("url", ["prometheus://127.0.0.1:notaport"])
-def test_a_bad_prometheus_url_is_refused_naming_it(url):
-    out = subprocess.run(
-        [sys.executable, "-m", "flowstat.agent", "--pid", "1", "--count", "1", "--sink", url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.returncode != 0 and url in out.stderr
+    assert_scraped_exactly(stored, final, tmp_path / "samples.json", busy.pid)
 
 
 def test_a_run_replayed_as_blocks_reads_back_from_prometheus_sample_for_sample(tmp_path):

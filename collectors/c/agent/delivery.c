@@ -81,12 +81,19 @@ static struct batch *take_built(struct sink_runner *r)
 
 void runner_begin(struct sink_runner *r, size_t expected)
 {
+    if (r->sink.expo)
+        return;
     sink_encoding_reset(&r->encoding);
     fs_buf_reserve(&r->building, expected * (r->sample_bytes + r->sample_bytes / 8));
 }
 
 void runner_add(struct sink_runner *r, const struct fs_sample *s)
 {
+    if (r->sink.expo) { /* prometheus://: kept for the scrapes, under a short lock; nothing to encode */
+        expo_put(r->sink.expo, s);
+        r->building_count++;
+        return;
+    }
     sink_encode(&r->sink, s, &r->encoding, &r->building);
     r->building_count++;
 }
@@ -117,11 +124,25 @@ void runner_submit(struct sink_runner *r, const struct fs_sample *samples, size_
     runner_submit_built(r);
 }
 
+/* prometheus://: what was kept is delivered (a scrape shows it), and nothing is queued. */
+static void kept_for_scrapes(struct sink_runner *r)
+{
+    pthread_mutex_lock(&r->lock);
+    r->delivered += r->building_count;
+    r->published.delivered = r->delivered;
+    pthread_mutex_unlock(&r->lock);
+    r->building_count = 0;
+}
+
 void runner_submit_built(struct sink_runner *r)
 {
     int n = r->building_count;
     if (n == 0)
         return;
+    if (r->sink.expo) {
+        kept_for_scrapes(r);
+        return;
+    }
     if (!r->building.failed && r->has_spool && write_ahead(r, &r->building, n)) {
         r->sample_bytes = r->building.len / (size_t)n;
         r->building.len = 0; /* its room kept for the next round's */
@@ -567,6 +588,8 @@ int runner_open(struct sink_runner *r, const char *url, const struct fs_credenti
 
 int runner_start(struct sink_runner *r)
 {
+    if (r->sink.expo) /* its thread serves /metrics: no batch to deliver */
+        return expo_start(r->sink.expo);
     if (pthread_create(&r->thread, NULL, run_sink, r) != 0)
         return -1;
     r->started = 1;
@@ -575,6 +598,10 @@ int runner_start(struct sink_runner *r)
 
 void runner_stop(struct sink_runner *r)
 {
+    if (r->sink.expo) {
+        expo_stop(r->sink.expo);
+        return;
+    }
     double grace = r->drain_timeout > EXIT_SEND_MIN_S ? r->drain_timeout : EXIT_SEND_MIN_S;
     pthread_mutex_lock(&r->lock);
     r->stopping = 1;
@@ -585,6 +612,8 @@ void runner_stop(struct sink_runner *r)
 
 void runner_join(struct sink_runner *r)
 {
+    if (r->sink.expo)
+        expo_join(r->sink.expo);
     if (r->started)
         pthread_join(r->thread, NULL);
     r->started = 0;

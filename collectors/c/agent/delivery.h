@@ -6,7 +6,8 @@
  * queues it in memory. The sink's thread sends the spool, oldest first, removing each batch once
  * the sink took it, then what is queued; while the sink is down it asks again every second. The
  * sink and its counters are that thread's own; the spool is shared (spool.h). After an outage, what
- * is sampled since goes before the backlog (fresh_from below). */
+ * is sampled since goes before the backlog (fresh_from below). A prometheus:// sink (exposition.h)
+ * is pulled, not sent to: runner_add keeps each sample for the scrapes, and its thread serves them. */
 #ifndef FLOWSTAT_DELIVERY_H
 #define FLOWSTAT_DELIVERY_H
 

@@ -3,7 +3,9 @@
 the sample's (sample.schema.json) and the agent self-sample's (agent.schema.json). For each, the C
 agent's field table, its tags in line protocol order, its enumerations and its strings' patterns
 (POSIX extended regular expressions in C: a schema's pattern must mean the same in both, which
-tests/test_c_agent_endpoints_dir.py checks for the role's).
+tests/test_c_agent_endpoints_dir.py checks for the role's); and its Prometheus families (the fields
+marked x-prometheus, as flowstat.schema.prometheus names them: name, type, unit, scale, HELP text
+escaped) and labels (its tags, in schema order), for the prometheus:// sink (exposition.c).
 
     gen_schema_header.py SAMPLE_SCHEMA AGENT_SCHEMA OUT
 
@@ -52,9 +54,25 @@ def main(sample_src: str, agent_src: str, dst: str) -> None:
         "    unsigned char lp_key_len;",
         "};",
         "",
+        "enum fs_prom_type { FS_PROM_COUNTER, FS_PROM_GAUGE, FS_PROM_STATESET };",
+        "",
+        "/* A Prometheus family: the field it shows, as flowstat.schema.prometheus.Family. */",
+        "struct fs_prom_family {",
+        "    int field;",
+        "    const char *name; /* OpenMetrics family name (a counter's samples add _total) */",
+        "    enum fs_prom_type type;",
+        '    const char *unit; /* base unit, "" if none */',
+        "    double scale; /* the family's value = the field's value x scale */",
+        "    int scaled; /* scale != 1 */",
+        "    int whole_scale; /* scale is a whole number: an integer field's value stays one */",
+        "    const char *help; /* the field's description, escaped for a HELP line */",
+        "};",
+        "",
     ]
     for schema, names in schemas:
         out += table(schema, *names)
+    for (schema, names), family_prefix in zip(schemas, ("flowstat_node", "flowstat_agent"), strict=True):
+        out += prometheus(schema, names[0], names[3], family_prefix)
     most = max(len(schema["properties"]) for schema, _ in schemas)
     out += [
         "/* Value slots a sample needs, whichever schema it follows. */",
@@ -97,6 +115,42 @@ def table(
         "",
     ]
     return out
+
+
+PROM_TYPES = {"counter": "FS_PROM_COUNTER", "gauge": "FS_PROM_GAUGE", "stateset": "FS_PROM_STATESET"}
+
+
+def prometheus(schema: dict, prefix: str, table_name: str, family_prefix: str) -> list[str]:
+    """A schema's Prometheus families TABLE_PROM (TABLE_NPROM of them), in schema order, and its
+    labels TABLE_LABELS (its tags, in schema order: TABLE_NLABELS)."""
+    rows = []
+    for n, p in schema["properties"].items():
+        spec = p.get("x-prometheus")
+        if spec is None:
+            continue
+        name, unit = f"{family_prefix}_{spec.get('name', n)}", spec.get("unit", "")
+        if unit and not name.endswith("_" + unit):
+            raise ValueError(f"{n}: x-prometheus family {name} must end with its unit {unit}")
+        scale = float(spec.get("scale", 1))
+        rows.append(
+            f"    {{{prefix}{n.upper()}, {c_string(name)}, {PROM_TYPES[spec['type']]}, {c_string(unit)}, {scale!r}, "
+            f"{int(scale != 1)}, {int(scale.is_integer())}, {c_string(help_text(p['description']))}}},"
+        )
+    labels = [prefix + n.upper() for n, p in schema["properties"].items() if p["x-influx"] == "tag"]
+    return [
+        f"#define {table_name}_NPROM {len(rows)}",
+        f"static const struct fs_prom_family {table_name}_PROM[{len(rows)}] = {{",
+        *rows,
+        "};",
+        f"#define {table_name}_NLABELS {len(labels)}",
+        f"static const int {table_name}_LABELS[{len(labels)}] = {{{', '.join(labels)}}};",
+        "",
+    ]
+
+
+def help_text(text: str) -> str:
+    """A HELP line's text: backslash and newline escaped (flowstat.schema.prometheus._escape_help)."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
 
 
 def enumeration(prefix: str, name: str, prop: dict) -> list[str]:

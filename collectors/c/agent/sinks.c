@@ -205,14 +205,15 @@ int sink_parse_url(const char *url, struct sink *s, char *err, size_t errlen)
                  {"influxdb", SINK_INFLUX, 8086, 0},
                  {"influxdb+https", SINK_INFLUX, 8086, 1},
                  {"elasticsearch", SINK_ES, 9200, 0},
-                 {"elasticsearch+https", SINK_ES, 9200, 1}};
+                 {"elasticsearch+https", SINK_ES, 9200, 1},
+                 {"prometheus", SINK_PROMETHEUS, EXPO_DEFAULT_PORT, 0}};
     size_t k;
     for (k = 0; k < sizeof kinds / sizeof kinds[0] && strcmp(scheme, kinds[k].name) != 0; k++)
         ;
     if (k == sizeof kinds / sizeof kinds[0])
         return set_err(err, errlen, url,
                        "unknown sink (stdout, file, udp, tcp, http, https, influxdb, "
-                       "influxdb+https, elasticsearch, elasticsearch+https)");
+                       "influxdb+https, elasticsearch, elasticsearch+https, prometheus)");
     s->kind = kinds[k].kind;
     s->tls = kinds[k].tls;
     char *slash = strchr(rest, '/');
@@ -226,6 +227,8 @@ int sink_parse_url(const char *url, struct sink *s, char *err, size_t errlen)
         return -1;
     fs_strlcpy(s->host, s->nodes[0].host, sizeof s->host);
     s->port = s->nodes[0].port;
+    if (s->kind == SINK_PROMETHEUS && !expo_host_is_loopback(s->host))
+        return set_err(err, errlen, url, "/metrics is served on loopback only (127.0.0.1, ::1)");
     if (s->kind == SINK_UDP && s->json)
         return set_err(err, errlen, url, "UDP carries line protocol only");
     if ((s->kind == SINK_INFLUX || s->kind == SINK_ES) && !s->path[0])
@@ -281,7 +284,7 @@ static int connect_socket(struct sink *s, int type, const char **why)
 
 int sink_is_reliable(const struct sink *s)
 {
-    return s->kind != SINK_STDOUT && s->kind != SINK_UDP;
+    return s->kind != SINK_STDOUT && s->kind != SINK_UDP && s->kind != SINK_PROMETHEUS;
 }
 
 static int creds_err(char *err, size_t n, const struct sink *s, const char *fmt, ...)
@@ -342,6 +345,8 @@ static void use_node(struct sink *s, int i)
 
 int sink_open(struct sink *s, const struct fs_credentials *creds, char *err, size_t errlen)
 {
+    if (s->kind == SINK_PROMETHEUS)
+        return (s->expo = expo_open(s->url, s->host, s->port, err, errlen)) ? 0 : -1;
     if (s->kind != SINK_HTTP && s->kind != SINK_INFLUX && s->kind != SINK_ES)
         return 0;
     if (take_credentials(s, creds, err, errlen) != 0)
@@ -881,6 +886,8 @@ void sink_send(struct sink *s, const char *data, size_t len, int count, struct s
     case SINK_ES:
         send_to_nodes(s, data, len, count, o);
         return;
+    case SINK_PROMETHEUS: /* a pull sink: its runner keeps the samples (delivery.c), nothing is sent */
+        return;
     default:
         send_http(s, data, len, count, o);
         return;
@@ -936,6 +943,8 @@ void sink_close(struct sink *s)
         curl_easy_cleanup(s->curl);
     if (s->auth_header)
         explicit_bzero(s->auth_header, strlen(s->auth_header));
+    expo_close(s->expo);
+    s->expo = NULL;
     free(s->auth_header);
     s->fd = -1;
     s->file = NULL;

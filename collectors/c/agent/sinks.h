@@ -1,6 +1,8 @@
 /* Where samples go. Same URLs as the Python agent:
  *   stdout://[?format=json]   file:///PATH[?format=json]   udp://HOST:PORT   tcp://HOST:PORT[?format=json]
  *   http(s)://HOST:PORT/PATH  influxdb[+https]://HOST:PORT/DB  elasticsearch[+https]://HOST:PORT/INDEX
+ *   prometheus://HOST[:PORT] (loopback only; port 9464 by default): /metrics served for a
+ *   Prometheus to scrape (exposition.h): a pull sink, its runner keeps the latest samples
  *   elasticsearch[+https]://HOST:PORT,HOST:PORT,.../INDEX: every node of a cluster (up to
  *   SINK_NODES_MAX), the same scheme, credentials and CA for each. A batch goes to the first node
  *   listed that has not failed lately; a node that cannot be reached, times out or answers 502, 503
@@ -19,6 +21,7 @@
 #include <stdio.h>
 
 #include "creds.h"
+#include "exposition.h"
 #include "sample.h"
 #include "util.h"
 
@@ -35,7 +38,7 @@ struct sink_node {
     int failing; /* failed since it last answered: named when the batches move on, however long that took */
 };
 
-enum sink_kind { SINK_STDOUT, SINK_FILE, SINK_UDP, SINK_TCP, SINK_HTTP, SINK_INFLUX, SINK_ES };
+enum sink_kind { SINK_STDOUT, SINK_FILE, SINK_UDP, SINK_TCP, SINK_HTTP, SINK_INFLUX, SINK_ES, SINK_PROMETHEUS };
 
 struct sink {
     enum sink_kind kind;
@@ -59,6 +62,7 @@ struct sink {
     const struct fs_credentials *creds;
     const char *user, *password, *ca_file;
     char *auth_header;
+    struct expo *expo; /* prometheus://: what /metrics is answered from, and its HTTP server */
 };
 
 /* Why a sink did not take a batch, or some of its documents: each is logged once as it begins

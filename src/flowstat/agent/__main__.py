@@ -5,9 +5,15 @@ import sys
 
 from flowstat import stores
 
-from .command import configure, main
+from .command import PARSER, configure, main
 
-parser = argparse.ArgumentParser(prog="flowstat agent")
+# the same --help as flowstat agent's
+parser = argparse.ArgumentParser(
+    prog="flowstat agent",
+    formatter_class=argparse.RawDescriptionHelpFormatter,
+    description=str(PARSER["description"]),
+    epilog=str(PARSER["epilog"]),
+)
 configure(parser)
 args = parser.parse_args()
 try:

@@ -1,0 +1,815 @@
+#include "exposition.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define OPENMETRICS_TYPE "application/openmetrics-text; version=1.0.0; charset=utf-8"
+#define TEXT_0_0_4_TYPE "text/plain; version=0.0.4; charset=utf-8"
+
+/* -- rendering: flowstat.schema.prometheus.exposition, byte for byte ---------------------------- */
+
+static const char *const PROM_TYPE_NAMES[] = {
+    [FS_PROM_COUNTER] = "counter", [FS_PROM_GAUGE] = "gauge", [FS_PROM_STATESET] = "stateset"};
+
+/* A label's value: backslash, double quote and newline escaped. */
+static void label_value(struct fs_buf *out, const char *v)
+{
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"')
+            fs_buf_append(out, "\\", 1);
+        if (*v == '\n')
+            fs_buf_append(out, "\\n", 2);
+        else
+            fs_buf_append(out, v, 1);
+    }
+}
+
+/* A sample's labels, its tags that hold a value, name="value" joined by commas (no braces). */
+static void doc_labels(const struct fs_sample *s, const int *labels, int nlabels, struct fs_buf *out)
+{
+    for (int i = 0; i < nlabels; i++) {
+        int f = labels[i];
+        if (!sample_has(s, f) || !s->v[f].s[0])
+            continue;
+        if (out->len)
+            fs_buf_append(out, ",", 1);
+        fs_buf_puts(out, s->schema->fields[f].name);
+        fs_buf_append(out, "=\"", 2);
+        label_value(out, s->v[f].s);
+        fs_buf_append(out, "\"", 1);
+    }
+}
+
+/* NAME{LABELS,EXTRA} or NAME when both are empty. */
+static void sample_head(struct fs_buf *out, const char *name, const char *suffix, const struct fs_buf *labels,
+                        const char *extra_name, const char *extra_value)
+{
+    fs_buf_puts(out, name);
+    fs_buf_puts(out, suffix);
+    if (!labels->len && !extra_name)
+        return;
+    fs_buf_append(out, "{", 1);
+    if (labels->len)
+        fs_buf_append(out, labels->data, labels->len);
+    if (extra_name) {
+        fs_buf_puts(out, labels->len ? "," : "");
+        fs_buf_puts(out, extra_name);
+        fs_buf_append(out, "=\"", 2);
+        label_value(out, extra_value);
+        fs_buf_append(out, "\"", 1);
+    }
+    fs_buf_append(out, "}", 1);
+}
+
+/* A double as Python's _number writes a float. */
+static void number(struct fs_buf *out, double v)
+{
+    if (isnan(v))
+        fs_buf_puts(out, "NaN");
+    else if (isinf(v))
+        fs_buf_puts(out, v > 0 ? "+Inf" : "-Inf");
+    else
+        fs_buf_double(out, v);
+}
+
+/* A field's value in the family's base unit: an integer stays one when the scale is whole. */
+static void field_value(struct fs_buf *out, const struct fs_prom_family *fam, const struct fs_sample *s)
+{
+    const struct fs_value *v = &s->v[fam->field];
+    switch (s->schema->fields[fam->field].type) {
+    case FS_T_BOOLEAN:
+        fs_buf_puts(out, v->i ? "1" : "0");
+        return;
+    case FS_T_INTEGER:
+        if (!fam->scaled)
+            fs_buf_int(out, v->i);
+        else if (fam->whole_scale)
+            fs_buf_int(out, (long long)((double)v->i * fam->scale));
+        else
+            number(out, (double)v->i * fam->scale);
+        return;
+    default:
+        number(out, fam->scaled ? v->d * fam->scale : v->d);
+        return;
+    }
+}
+
+/* # HELP, # TYPE and (OpenMetrics) # UNIT: 0.0.4 names a counter's family with its _total and
+ * knows no stateset. */
+static void family_head(struct fs_buf *out, const char *name, enum fs_prom_type type, const char *unit,
+                        const char *help, int openmetrics)
+{
+    const char *suffix = !openmetrics && type == FS_PROM_COUNTER ? "_total" : "";
+    const char *kind = !openmetrics && type == FS_PROM_STATESET ? "gauge" : PROM_TYPE_NAMES[type];
+    fs_buf_printf(out, "# HELP %s%s ", name, suffix);
+    fs_buf_puts(out, help);
+    fs_buf_printf(out, "\n# TYPE %s%s %s\n", name, suffix, kind);
+    if (openmetrics && unit[0])
+        fs_buf_printf(out, "# UNIT %s %s\n", name, unit);
+}
+
+static void family_lines(struct fs_buf *out, const struct fs_prom_family *fam, const struct fs_sample *const *docs,
+                         const struct fs_buf *labels, size_t n, int openmetrics)
+{
+    size_t shown = 0;
+    for (size_t i = 0; i < n; i++)
+        shown += (size_t)sample_has(docs[i], fam->field);
+    if (!shown)
+        return;
+    family_head(out, fam->name, fam->type, fam->unit, fam->help, openmetrics);
+    for (size_t i = 0; i < n; i++) {
+        const struct fs_sample *s = docs[i];
+        if (!sample_has(s, fam->field))
+            continue;
+        if (fam->type == FS_PROM_STATESET) {
+            const struct fs_field_def *def = &s->schema->fields[fam->field];
+            for (int k = 0; k < def->nvalues; k++) {
+                sample_head(out, fam->name, "", &labels[i], fam->name, def->values[k]);
+                fs_buf_puts(out, strcmp(s->v[fam->field].s, def->values[k]) == 0 ? " 1\n" : " 0\n");
+            }
+            continue;
+        }
+        sample_head(out, fam->name, fam->type == FS_PROM_COUNTER ? "_total" : "", &labels[i], NULL, NULL);
+        fs_buf_append(out, " ", 1);
+        field_value(out, fam, s);
+        fs_buf_append(out, "\n", 1);
+    }
+}
+
+/* One schema's families over its samples. */
+static void schema_families(struct fs_buf *out, const struct fs_sample *const *docs, size_t n,
+                            const struct fs_prom_family *families, int nfamilies, const int *label_fields, int nlabels,
+                            int openmetrics)
+{
+    if (!n)
+        return;
+    struct fs_buf *labels = calloc(n, sizeof *labels);
+    if (!labels) {
+        out->failed = 1;
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        doc_labels(docs[i], label_fields, nlabels, &labels[i]);
+    for (int f = 0; f < nfamilies; f++)
+        family_lines(out, &families[f], docs, labels, n, openmetrics);
+    for (size_t i = 0; i < n; i++)
+        fs_buf_free(&labels[i]);
+    free(labels);
+}
+
+/* The standard process_* families, as Prometheus's client libraries name and word them. */
+static void process_family(struct fs_buf *out, const char *name, enum fs_prom_type type, const char *unit,
+                           const char *help, int openmetrics)
+{
+    family_head(out, name, type, unit, help, openmetrics);
+    fs_buf_puts(out, name);
+    fs_buf_puts(out, type == FS_PROM_COUNTER ? "_total " : " ");
+}
+
+static void process_families(struct fs_buf *out, const struct expo_process *p, int om)
+{
+    const struct {
+        const char *name;
+        enum fs_prom_type type;
+        const char *unit, *help;
+        double value;
+        int whole; /* a count: written as an integer */
+    } rows[] = {
+        {"process_cpu_seconds", FS_PROM_COUNTER, "seconds", "Total user and system CPU time spent in seconds.",
+         p->cpu_seconds, 0},
+        {"process_resident_memory_bytes", FS_PROM_GAUGE, "bytes", "Resident memory size in bytes.",
+         (double)p->resident_memory_bytes, 1},
+        {"process_virtual_memory_bytes", FS_PROM_GAUGE, "bytes", "Virtual memory size in bytes.",
+         (double)p->virtual_memory_bytes, 1},
+        {"process_start_time_seconds", FS_PROM_GAUGE, "seconds",
+         "Start time of the process since unix epoch in seconds.", p->start_time_seconds, 0},
+        {"process_open_fds", FS_PROM_GAUGE, "", "Number of open file descriptors.", (double)p->open_fds, 1},
+        {"process_max_fds", FS_PROM_GAUGE, "", "Maximum number of open file descriptors.", (double)p->max_fds, 1},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        process_family(out, rows[i].name, rows[i].type, rows[i].unit, rows[i].help, om);
+        if (rows[i].whole)
+            fs_buf_int(out, (long long)rows[i].value);
+        else
+            number(out, rows[i].value);
+        fs_buf_append(out, "\n", 1);
+    }
+}
+
+void expo_render(const struct fs_sample *const *nodes, size_t nnodes, const struct fs_sample *const *agents,
+                 size_t nagents, const struct expo_process *process, int openmetrics, struct fs_buf *out)
+{
+    schema_families(out, nodes, nnodes, FS_FIELDS_PROM, FS_FIELDS_NPROM, FS_FIELDS_LABELS, FS_FIELDS_NLABELS,
+                    openmetrics);
+    schema_families(out, agents, nagents, FS_AGENT_FIELDS_PROM, FS_AGENT_FIELDS_NPROM, FS_AGENT_FIELDS_LABELS,
+                    FS_AGENT_FIELDS_NLABELS, openmetrics);
+    if (process)
+        process_families(out, process, openmetrics);
+    if (openmetrics)
+        fs_buf_puts(out, "# EOF\n");
+}
+
+/* -- what the scrapes are answered from: the latest sample of each node, of each agent ---------- */
+
+static const int NODE_KEY[] = {FS_F_RUN_ID, FS_F_HOST, FS_F_NODE_ID, FS_F_AGENT};
+
+struct entry {
+    uint64_t hash; /* of its key's values */
+    int gone; /* -1; or, reported gone, the scrapes it was shown in since */
+    struct fs_sample s;
+};
+
+struct latest {
+    struct entry *v;
+    size_t n, cap;
+};
+
+struct client {
+    int fd; /* -1: a free slot */
+    double deadline;
+    size_t got;
+    char head[EXPO_HEAD_MAX + 1];
+    struct fs_buf reply;
+    size_t sent;
+};
+
+struct expo {
+    char url[512];
+    pthread_mutex_t lock; /* over nodes and agents: the sampling thread puts, the HTTP thread copies */
+    struct latest nodes, agents;
+    /* the HTTP thread's own */
+    struct latest shown_nodes, shown_agents;
+    struct client clients[EXPO_CLIENTS_MAX];
+    double start_time;
+    int listen_fd, wake[2];
+    pthread_t thread;
+    int started;
+};
+
+static const char *key_value(const struct fs_sample *s, int f)
+{
+    return sample_has(s, f) ? s->v[f].s : "";
+}
+
+static uint64_t key_hash(const struct fs_sample *s, const int *key, int nkey)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (int k = 0; k < nkey; k++)
+        for (const unsigned char *c = (const unsigned char *)key_value(s, key[k]);; c++) {
+            h = (h ^ *c) * 1099511628211ull; /* its NUL too: ("ab", "c") is not ("a", "bc") */
+            if (!*c)
+                break;
+        }
+    return h;
+}
+
+static struct entry *find(struct latest *l, const struct fs_sample *s, uint64_t hash, const int *key, int nkey)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        int same = l->v[i].hash == hash;
+        for (int k = 0; k < nkey && same; k++)
+            same = strcmp(key_value(&l->v[i].s, key[k]), key_value(s, key[k])) == 0;
+        if (same)
+            return &l->v[i];
+    }
+    return NULL;
+}
+
+static struct entry *append(struct latest *l)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 16;
+        struct entry *v = realloc(l->v, cap * sizeof *v);
+        if (!v)
+            return NULL;
+        l->v = v;
+        l->cap = cap;
+    }
+    return &l->v[l->n++];
+}
+
+static int is_gone(const struct fs_sample *s)
+{
+    const char *state = key_value(s, FS_F_NODE_STATE);
+    return strcmp(state, "STOPPED") == 0 || strcmp(state, "DOWN") == 0 || strcmp(state, "LEFT_TOP") == 0;
+}
+
+/* A gone node's report holds no figures: laid over its last sample, whose are its final counters. */
+static void merge(struct fs_sample *into, const struct fs_sample *s)
+{
+    for (int f = 0; f < s->schema->nfields; f++)
+        if (sample_has(s, f))
+            into->v[f] = s->v[f];
+    into->set |= s->set;
+    into->time_ms = s->time_ms;
+}
+
+/* Under lock. Out of memory, a new node or agent is not shown until it can be. */
+static void put(struct latest *l, const struct fs_sample *s, const int *key, int nkey, int gone)
+{
+    uint64_t hash = key_hash(s, key, nkey);
+    struct entry *e = find(l, s, hash, key, nkey);
+    int known = e != NULL;
+    if (!e && !(e = append(l)))
+        return;
+    if (gone && known)
+        merge(&e->s, s);
+    else
+        e->s = *s;
+    e->hash = hash;
+    e->gone = gone ? 0 : -1;
+}
+
+void expo_put(struct expo *e, const struct fs_sample *s)
+{
+    pthread_mutex_lock(&e->lock);
+    if (s->schema->agent)
+        put(&e->agents, s, FS_AGENT_FIELDS_LABELS, FS_AGENT_FIELDS_NLABELS, 0);
+    else
+        put(&e->nodes, s, NODE_KEY, (int)(sizeof NODE_KEY / sizeof NODE_KEY[0]), is_gone(s));
+    pthread_mutex_unlock(&e->lock);
+}
+
+static int copy_latest(struct latest *to, const struct latest *from)
+{
+    if (to->cap < from->n) {
+        struct entry *v = realloc(to->v, from->n * sizeof *v);
+        if (!v)
+            return -1;
+        to->v = v;
+        to->cap = from->n;
+    }
+    if (from->n)
+        memcpy(to->v, from->v, from->n * sizeof *to->v);
+    to->n = from->n;
+    return 0;
+}
+
+/* The gone nodes shown long enough leave (in order: the others keep their places). Under lock. */
+static void count_scrape(struct latest *l)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        if (l->v[i].gone >= 0 && ++l->v[i].gone >= EXPO_SCRAPES_KEPT_GONE)
+            continue;
+        if (kept != i)
+            l->v[kept] = l->v[i];
+        kept++;
+    }
+    l->n = kept;
+}
+
+/* The HTTP thread's copy of what to show now; the scrape counted. -1 out of memory. */
+static int snapshot(struct expo *e)
+{
+    pthread_mutex_lock(&e->lock);
+    int rc = copy_latest(&e->shown_nodes, &e->nodes) == 0 && copy_latest(&e->shown_agents, &e->agents) == 0 ? 0 : -1;
+    if (rc == 0)
+        count_scrape(&e->nodes);
+    pthread_mutex_unlock(&e->lock);
+    return rc;
+}
+
+/* -- the agent's own process_* figures, from /proc/self ----------------------------------------- */
+
+/* /proc/self/stat's fields after the command's closing parenthesis: field N is fields[N - 3]. */
+static int self_stat(unsigned long long *fields, int nfields)
+{
+    char text[2048];
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    text[n] = '\0';
+    char *p = strrchr(text, ')');
+    if (!p)
+        return -1;
+    p += 2;
+    for (int i = 0; i < nfields; i++) {
+        char *end = NULL;
+        fields[i] = i == 0 ? 0 : strtoull(p, &end, 10);
+        if (i == 0)
+            end = p + strcspn(p, " "); /* the state letter */
+        if (end == p || (*end != ' ' && *end != '\n'))
+            return -1;
+        p = end + 1;
+    }
+    return 0;
+}
+
+static long long open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    long long n = 0;
+    for (struct dirent *de; (de = readdir(d));)
+        n += de->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* A small /proc file's text (cut to n - 1 bytes): 0, or -1 when it cannot be read. */
+static int read_small(const char *path, char *buf, size_t n)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t got = fd >= 0 ? read(fd, buf, n - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (got < 0)
+        return -1;
+    buf[got] = '\0';
+    return 0;
+}
+
+static int process_figures(const struct expo *e, struct expo_process *p)
+{
+    unsigned long long f[21];
+    long pages = 0;
+    char text[128];
+    int got = read_small("/proc/self/statm", text, sizeof text) == 0 && sscanf(text, "%*s %ld", &pages) == 1;
+    struct rlimit lim;
+    if (!got || self_stat(f, 21) != 0 || getrlimit(RLIMIT_NOFILE, &lim) != 0)
+        return -1;
+    p->cpu_seconds = (double)(f[11] + f[12]) / (double)sysconf(_SC_CLK_TCK); /* utime, stime */
+    p->resident_memory_bytes = (long long)pages * sysconf(_SC_PAGESIZE);
+    p->virtual_memory_bytes = (long long)f[20]; /* vsize */
+    p->start_time_seconds = e->start_time;
+    p->open_fds = open_fds();
+    p->max_fds = (long long)lim.rlim_cur; /* RLIM_INFINITY: -1, as Python's resource */
+    return 0;
+}
+
+/* When the agent started, in seconds since the epoch: its start ticks against /proc/uptime
+ * (flowstat.proc.procfs.start_time). */
+static double start_time(void)
+{
+    unsigned long long f[20];
+    double uptime = 0;
+    char text[128];
+    int got = read_small("/proc/uptime", text, sizeof text) == 0 && sscanf(text, "%lf", &uptime) == 1;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    if (!got || self_stat(f, 20) != 0)
+        return 0;
+    return (double)now.tv_sec + (double)now.tv_nsec / 1e9 - uptime + (double)f[19] / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* -- the HTTP server: GET /metrics, HTTP/1.0 and 1.1, one request per connection ----------------- */
+
+static void drop(struct client *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    c->got = c->sent = 0;
+    c->reply.len = 0;
+    if (c->reply.cap > (1u << 20))
+        fs_buf_free(&c->reply);
+}
+
+static void respond(struct client *c, const char *status, const char *type, const char *body, size_t len)
+{
+    c->reply.len = 0;
+    c->reply.failed = 0;
+    fs_buf_printf(&c->reply, "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n%s\r\n",
+                  status, type, len, strncmp(status, "405", 3) == 0 ? "Allow: GET\r\n" : "");
+    fs_buf_append(&c->reply, body, len);
+    if (c->reply.failed)
+        drop(c);
+}
+
+static void respond_text(struct client *c, const char *status, const char *text)
+{
+    respond(c, status, "text/plain; charset=utf-8", text, strlen(text));
+}
+
+/* "METHOD /TARGET HTTP/1.x": 0 with the method's and the target's lengths, or -1. */
+static int request_line(const char *line, size_t len, size_t *method, size_t *target)
+{
+    *method = strcspn(line, " ");
+    if (*method == 0 || *method >= len || line[*method + 1] != '/')
+        return -1;
+    const char *t = line + *method + 1;
+    *target = strcspn(t, " \r\n");
+    const char *version = t + *target;
+    size_t rest = len - (size_t)(version - line);
+    if (rest < 9 || (strncmp(version, " HTTP/1.0", 9) != 0 && strncmp(version, " HTTP/1.1", 9) != 0))
+        return -1;
+    return rest == 9 || (rest == 10 && version[9] == '\r') ? 0 : -1;
+}
+
+/* Whether a header of the head (after its request line) named `name` holds `word`. */
+static int header_holds(const char *head, const char *name, const char *word)
+{
+    size_t n = strlen(name);
+    for (const char *line = strchr(head, '\n'); line; line = strchr(line, '\n')) {
+        line++;
+        if (strncasecmp(line, name, n) != 0 || line[n] != ':')
+            continue;
+        size_t end = strcspn(line, "\r\n");
+        if (memmem(line + n + 1, end - n - 1, word, strlen(word)))
+            return 1;
+    }
+    return 0;
+}
+
+static void scrape(struct expo *e, struct client *c, int openmetrics)
+{
+    struct fs_buf body = {0};
+    if (snapshot(e) != 0) {
+        respond_text(c, "500 Internal Server Error", "flowstat agent: out of memory\n");
+        return;
+    }
+    const struct fs_sample **nodes = calloc(e->shown_nodes.n + e->shown_agents.n + 1, sizeof *nodes);
+    if (!nodes) {
+        respond_text(c, "500 Internal Server Error", "flowstat agent: out of memory\n");
+        return;
+    }
+    const struct fs_sample **agents = nodes + e->shown_nodes.n;
+    for (size_t i = 0; i < e->shown_nodes.n; i++)
+        nodes[i] = &e->shown_nodes.v[i].s;
+    for (size_t i = 0; i < e->shown_agents.n; i++)
+        agents[i] = &e->shown_agents.v[i].s;
+    struct expo_process p;
+    int has_process = process_figures(e, &p) == 0;
+    expo_render(nodes, e->shown_nodes.n, agents, e->shown_agents.n, has_process ? &p : NULL, openmetrics, &body);
+    free(nodes);
+    if (body.failed)
+        respond_text(c, "500 Internal Server Error", "flowstat agent: out of memory\n");
+    else
+        respond(c, "200 OK", openmetrics ? OPENMETRICS_TYPE : TEXT_0_0_4_TYPE, body.data ? body.data : "", body.len);
+    fs_buf_free(&body);
+}
+
+/* The request line is read: a bad one is answered 400 at once; a whole head, what it asks. */
+static void answer(struct expo *e, struct client *c)
+{
+    size_t method = 0, target = 0;
+    size_t line = strcspn(c->head, "\n");
+    if (c->head[line] != '\n' && c->got < EXPO_HEAD_MAX)
+        return; /* more to come */
+    if (request_line(c->head, line, &method, &target) != 0) {
+        respond_text(c, "400 Bad Request", "flowstat agent: not an HTTP request\n");
+        return;
+    }
+    int whole = strstr(c->head, "\r\n\r\n") || strstr(c->head, "\n\n");
+    if (!whole) {
+        if (c->got >= EXPO_HEAD_MAX)
+            respond_text(c, "400 Bad Request", "flowstat agent: request head too long\n");
+        return;
+    }
+    const char *t = c->head + method + 1;
+    size_t path = strcspn(t, "? \r\n");
+    if (method != 3 || strncmp(c->head, "GET", 3) != 0)
+        respond_text(c, "405 Method Not Allowed", "flowstat agent: GET only\n");
+    else if (path != 8 || strncmp(t, "/metrics", 8) != 0)
+        respond_text(c, "404 Not Found", "flowstat agent: /metrics only\n");
+    else
+        scrape(e, c, header_holds(c->head, "Accept", "application/openmetrics-text"));
+}
+
+static void client_read(struct expo *e, struct client *c)
+{
+    ssize_t n = recv(c->fd, c->head + c->got, EXPO_HEAD_MAX - c->got, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    if (n <= 0) { /* gone before its request was whole */
+        drop(c);
+        return;
+    }
+    c->got += (size_t)n;
+    c->head[c->got] = '\0';
+    if (memchr(c->head, '\0', c->got)) {
+        respond_text(c, "400 Bad Request", "flowstat agent: not an HTTP request\n");
+        return;
+    }
+    answer(e, c);
+}
+
+static void client_write(struct client *c)
+{
+    ssize_t n = send(c->fd, c->reply.data + c->sent, c->reply.len - c->sent, MSG_NOSIGNAL);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    if (n <= 0) {
+        drop(c);
+        return;
+    }
+    c->sent += (size_t)n;
+    if (c->sent == c->reply.len) {
+        shutdown(c->fd, SHUT_WR);
+        drop(c);
+    }
+}
+
+static void accept_client(struct expo *e)
+{
+    int fd = accept4(e->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0)
+        return;
+    for (int i = 0; i < EXPO_CLIENTS_MAX; i++)
+        if (e->clients[i].fd < 0) {
+            e->clients[i].fd = fd;
+            e->clients[i].deadline = fs_monotonic() + EXPO_CLIENT_TIMEOUT_S;
+            return;
+        }
+    close(fd);
+}
+
+/* The poll set: the wake pipe, the listening socket (while a slot is free), each client; the
+ * time-out: the nearest client's deadline (ms, -1: none). */
+static int poll_set(struct expo *e, struct pollfd *p, int *who, int *n)
+{
+    int free_slot = 0, timeout = -1;
+    double now = fs_monotonic();
+    *n = 2;
+    p[0] = (struct pollfd){.fd = e->wake[0], .events = POLLIN};
+    for (int i = 0; i < EXPO_CLIENTS_MAX; i++) {
+        struct client *c = &e->clients[i];
+        if (c->fd < 0) {
+            free_slot = 1;
+            continue;
+        }
+        int ms = c->deadline <= now ? 0 : (int)((c->deadline - now) * 1000) + 1;
+        timeout = timeout < 0 || ms < timeout ? ms : timeout;
+        p[*n] = (struct pollfd){.fd = c->fd, .events = c->reply.len ? POLLOUT : POLLIN};
+        who[(*n)++] = i;
+    }
+    p[1] = (struct pollfd){.fd = e->listen_fd, .events = free_slot ? POLLIN : 0};
+    return timeout;
+}
+
+static void *serve(void *arg)
+{
+    struct expo *e = arg;
+    struct pollfd p[2 + EXPO_CLIENTS_MAX];
+    int who[2 + EXPO_CLIENTS_MAX];
+    for (;;) {
+        int n = 0;
+        int timeout = poll_set(e, p, who, &n);
+        if (poll(p, (nfds_t)n, timeout) < 0 && errno != EINTR) {
+            LOG_ERR("sink %s: poll: %s: /metrics is no longer served", e->url, strerror(errno));
+            break;
+        }
+        if (p[0].revents)
+            break;
+        if (p[1].revents & POLLIN)
+            accept_client(e);
+        for (int k = 2; k < n; k++) {
+            struct client *c = &e->clients[who[k]];
+            if (p[k].revents & POLLOUT)
+                client_write(c);
+            else if (p[k].revents)
+                client_read(e, c);
+        }
+        double now = fs_monotonic();
+        for (int i = 0; i < EXPO_CLIENTS_MAX; i++)
+            if (e->clients[i].fd >= 0 && e->clients[i].deadline <= now)
+                drop(&e->clients[i]); /* silent, or too slow to read its answer */
+    }
+    return NULL;
+}
+
+/* -- life cycle -------------------------------------------------------------------------------- */
+
+int expo_host_is_loopback(const char *host)
+{
+    char bare[256];
+    size_t len = strlen(host);
+    if (len >= 2 && host[0] == '[' && host[len - 1] == ']' && len - 2 < sizeof bare) {
+        memcpy(bare, host + 1, len - 2);
+        bare[len - 2] = '\0';
+        host = bare;
+    }
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (inet_pton(AF_INET, host, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, host, &a6) == 1)
+        return IN6_IS_ADDR_LOOPBACK(&a6);
+    return strcasecmp(host, "localhost") == 0;
+}
+
+static int listen_on(const char *host, int port, const char **why)
+{
+    char bare[256], service[8];
+    size_t len = strlen(host);
+    fs_strlcpy(bare, host[0] == '[' ? host + 1 : host, sizeof bare);
+    if (host[0] == '[' && len >= 2)
+        bare[len - 2] = '\0';
+    snprintf(service, sizeof service, "%d", port);
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *res = NULL;
+    int rc = getaddrinfo(bare, service, &hints, &res);
+    if (rc != 0) {
+        *why = rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc);
+        return -1;
+    }
+    int fd = -1, err = EADDRNOTAVAIL, one = 1;
+    for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0) {
+            err = errno;
+            continue;
+        }
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 64) != 0) {
+            err = errno;
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        *why = strerror(err);
+    return fd;
+}
+
+struct expo *expo_open(const char *url, const char *host, int port, char *err, size_t errlen)
+{
+    const char *why = "out of memory";
+    struct expo *e = calloc(1, sizeof *e);
+    if (e) {
+        e->wake[0] = e->wake[1] = -1;
+        for (int i = 0; i < EXPO_CLIENTS_MAX; i++)
+            e->clients[i].fd = -1;
+        e->listen_fd = listen_on(host, port, &why);
+    }
+    if (!e || e->listen_fd < 0 || pipe2(e->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+        if (e && e->listen_fd >= 0)
+            why = strerror(errno);
+        snprintf(err, errlen, "%s: cannot listen on %s:%d: %s", url, host, port, why);
+        if (e)
+            expo_close(e);
+        return NULL;
+    }
+    fs_strlcpy(e->url, url, sizeof e->url);
+    pthread_mutex_init(&e->lock, NULL);
+    e->start_time = start_time();
+    LOG_INFO("serving /metrics on http://%s:%d/metrics", host, port);
+    return e;
+}
+
+int expo_start(struct expo *e)
+{
+    if (pthread_create(&e->thread, NULL, serve, e) != 0)
+        return -1;
+    e->started = 1;
+    return 0;
+}
+
+void expo_stop(struct expo *e)
+{
+    if (e->wake[1] >= 0 && write(e->wake[1], "x", 1) < 0)
+        LOG_ERR("sink %s: cannot tell its HTTP thread to stop: %s", e->url, strerror(errno));
+}
+
+void expo_join(struct expo *e)
+{
+    if (e->started)
+        pthread_join(e->thread, NULL);
+    e->started = 0;
+}
+
+void expo_close(struct expo *e)
+{
+    if (!e)
+        return;
+    if (e->started) /* never left running: a close without a stop stops it */
+        expo_stop(e);
+    expo_join(e);
+    for (int i = 0; i < EXPO_CLIENTS_MAX; i++) {
+        drop(&e->clients[i]);
+        fs_buf_free(&e->clients[i].reply);
+    }
+    if (e->listen_fd >= 0)
+        close(e->listen_fd);
+    for (int i = 0; i < 2; i++)
+        if (e->wake[i] >= 0)
+            close(e->wake[i]);
+    if (e->url[0]) /* set once the lock was */
+        pthread_mutex_destroy(&e->lock);
+    free(e->nodes.v);
+    free(e->agents.v);
+    free(e->shown_nodes.v);
+    free(e->shown_agents.v);
+    free(e);
+}

@@ -1,0 +1,52 @@
+/* prometheus://HOST:PORT: the agent serves /metrics for a Prometheus to scrape, as the Python
+ * agent's sink (src/flowstat/agent/sinks/exposition.py) and in the same bytes
+ * (flowstat.schema.prometheus: the families the schemas mark x-prometheus, schema_fields.h).
+ *
+ * A pull sink: what the agent submits is kept, the latest sample of each node (by run_id, host,
+ * node_id and agent) and of each agent, and each scrape is answered from it, in OpenMetrics 1.0 when
+ * the scraper's Accept header asks for it (application/openmetrics-text), else in the text format
+ * 0.0.4, with the agent's own process_* metrics. A node reported gone (STOPPED, DOWN, LEFT_TOP)
+ * keeps its last figures (its report, holding only base fields, is laid over them) for two more
+ * scrapes, then goes. The sampling thread hands each sample over under a short lock; the HTTP
+ * thread copies what it shows under it, and renders and answers outside it. Loopback only. */
+#ifndef FLOWSTAT_EXPOSITION_H
+#define FLOWSTAT_EXPOSITION_H
+
+#include <stddef.h>
+
+#include "sample.h"
+#include "util.h"
+
+#define EXPO_DEFAULT_PORT 9464
+#define EXPO_SCRAPES_KEPT_GONE 2 /* a node gone is shown this many more scrapes with its final figures */
+#define EXPO_HEAD_MAX 8192 /* a request's head, at most: a longer one is answered 400 */
+#define EXPO_CLIENT_TIMEOUT_S 5.0 /* a client that has not sent its request and read the answer by then is dropped */
+#define EXPO_CLIENTS_MAX 16 /* connections served at once; more wait in the listen queue */
+
+struct expo;
+
+/* Whether host (a URL's, an IPv6 address in brackets or not) is a loopback one: 127.x.x.x, ::1 or
+ * localhost. */
+int expo_host_is_loopback(const char *host);
+/* Listen on host:port; NULL with a message naming url in err when it cannot. */
+struct expo *expo_open(const char *url, const char *host, int port, char *err, size_t errlen);
+/* The HTTP thread: 0, or -1 when it cannot be started. */
+int expo_start(struct expo *e);
+/* Sampling thread: the latest sample of its node (a self-sample: of its agent), kept for the scrapes. */
+void expo_put(struct expo *e, const struct fs_sample *s);
+/* The HTTP thread stops serving and ends (expo_join waits for it); expo_close frees it all. */
+void expo_stop(struct expo *e);
+void expo_join(struct expo *e);
+void expo_close(struct expo *e);
+
+/* The agent's own process_* figures (flowstat.schema.prometheus.PROCESS_FAMILIES). */
+struct expo_process {
+    double cpu_seconds, start_time_seconds;
+    long long resident_memory_bytes, virtual_memory_bytes, open_fds, max_fds;
+};
+/* The exposition of these nodes' and agents' samples and of process (NULL: none), in OpenMetrics
+ * 1.0 (ending with # EOF) or the text format 0.0.4: flowstat.schema.prometheus.exposition. */
+void expo_render(const struct fs_sample *const *nodes, size_t nnodes, const struct fs_sample *const *agents,
+                 size_t nagents, const struct expo_process *process, int openmetrics, struct fs_buf *out);
+
+#endif
