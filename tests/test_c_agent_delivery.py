@@ -14,7 +14,6 @@ import socket
 import subprocess
 import threading
 import time
-from datetime import datetime
 
 import pytest
 
@@ -25,6 +24,7 @@ from support.agents import (
     HttpReceiver,
     ScriptedHttp,
     agent_cmd,
+    assert_on_schedule,
     endpoints_file,
     run_agent,
     sink_stats,
@@ -70,25 +70,6 @@ class TcpNeverReads:
 
 def seq_of(line: str) -> int:
     return int(line.split("seq=")[1].split("i")[0])
-
-
-def stamps_by_node(path) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {}
-    for line in open(path):
-        doc = json.loads(line)
-        t = datetime.fromisoformat(doc["time"].replace("Z", "+00:00")).timestamp()
-        out.setdefault(doc["node_id"], []).append(t)
-    return out
-
-
-def assert_on_schedule(path, interval: float) -> int:
-    """Consecutive samples of each node at most about two intervals apart; returns their number."""
-    nodes = stamps_by_node(path)
-    assert nodes
-    for node, stamps in nodes.items():
-        gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
-        assert max(gaps) <= 2 * interval + 0.02, (node, max(gaps))
-    return sum(len(s) for s in nodes.values())
 
 
 def lines_written(path) -> int:

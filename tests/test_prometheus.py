@@ -16,7 +16,7 @@ from flowstat.schema import prometheus
 from flowstat.schema import sample as sample_schema
 from flowstat.timeutil import iso_utc_from_ms
 from flowstat_lab.prometheus import PrometheusServer
-from support.agents import spinner, wait_until
+from support.agents import assert_on_schedule, spinner, wait_until
 from support.common import free_port
 from support.scraping import assert_scraped_exactly, scrape_until_down
 
@@ -232,8 +232,6 @@ def test_a_thousand_scrapes_at_once_do_not_delay_sampling(tmp_path):
     0.25 s: each gets the whole exposition, and no round is skipped or late (gaps at most two
     intervals, as a sink that hangs must not delay sampling either). A thread per scrape, each
     rendering 200 nodes, failed it: scrapes reset, the interpreter taken from sampling."""
-    from test_c_agent_delivery import assert_on_schedule
-
     port, targets = free_port(), [subprocess.Popen(["sleep", "60"]) for _ in range(200)]
     samples, stats = tmp_path / "samples.json", tmp_path / "stats.json"
     agent = subprocess.Popen(

@@ -17,6 +17,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime as _datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -523,3 +524,22 @@ def endpoints_file(tmp_path, pid: int, nodes=("a", "b", "c")):
 
 def sink_stats(stats_path, url: str) -> dict:
     return json.loads(stats_path.read_text())["sinks"][url]
+
+
+def stamps_by_node(path) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for line in open(path):
+        doc = json.loads(line)
+        t = _datetime.fromisoformat(doc["time"].replace("Z", "+00:00")).timestamp()
+        out.setdefault(doc["node_id"], []).append(t)
+    return out
+
+
+def assert_on_schedule(path, interval: float) -> int:
+    """Consecutive samples of each node at most about two intervals apart; returns their number."""
+    nodes = stamps_by_node(path)
+    assert nodes
+    for node, stamps in nodes.items():
+        gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+        assert max(gaps) <= 2 * interval + 0.02, (node, max(gaps))
+    return sum(len(s) for s in nodes.values())

@@ -380,7 +380,8 @@ class Orchestrator:
             for d in self.devices
         ]
         doc = endpoints_schema.document(self.run_id, nodes)
-        (self.run_dir / "endpoints.json").write_text(json.dumps(doc, indent=1))
+        # Whole or absent: the agents, and whoever waits for it, read it as soon as it is there.
+        _replace_whole(self.run_dir / "endpoints.json", json.dumps(doc, indent=1))
 
     def write_run_document(self, summary: dict[str, Any] | None = None) -> None:
         """RUN_DIR/run.json: at the start what is run, at the end how it went (flowstat.schema.run)."""
@@ -394,9 +395,7 @@ class Orchestrator:
             self.clocks,
         )
         # Replaced whole, never rewritten in place: the Python agent may be reading it as it starts.
-        tmp = self.run_dir / "run.json.tmp"
-        tmp.write_text(json.dumps(doc, indent=1))
-        os.replace(tmp, self.run_dir / "run.json")
+        _replace_whole(self.run_dir / "run.json", json.dumps(doc, indent=1))
 
     def outcome(self) -> RunOutcome:
         """What the run ended with, for its summary."""
@@ -658,3 +657,10 @@ def run_topology(
     if problem:
         print(f"flowstat: {problem}", file=sys.stderr)
     return summary
+
+
+def _replace_whole(path: Path, text: str) -> None:
+    """Write a file a reader may open at any moment: under another name, then renamed over it."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

@@ -76,10 +76,15 @@ def _escape_help(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n")
 
 
-def _labels(doc: dict[str, Any], names: tuple[str, ...], extra: str = "") -> str:
-    parts = [f'{n}="{_escape_label(str(doc[n]))}"' for n in names if doc.get(n) not in (None, "")]
+def label_parts(doc: dict[str, Any], names: tuple[str, ...]) -> list[str]:
+    """A document's labels, each NAME="VALUE" (an empty one left out): made once per document and
+    scrape, not once per family (they were two thirds of a rendering)."""
+    return [f'{n}="{_escape_label(str(doc[n]))}"' for n in names if doc.get(n) not in (None, "")]
+
+
+def _braced(parts: list[str], extra: str = "") -> str:
     if extra:
-        parts.append(extra)
+        parts = [*parts, extra]
     return "{" + ",".join(parts) + "}" if parts else ""
 
 
@@ -95,20 +100,24 @@ def _number(value: float) -> str:
     return repr(float(value))
 
 
-def sample_lines(family: Family, doc: dict[str, Any], labels: tuple[str, ...], stamp: str = "") -> list[str]:
+def sample_lines(
+    family: Family, doc: dict[str, Any], labels: tuple[str, ...], stamp: str = "", parts: list[str] | None = None
+) -> list[str]:
     """One document's samples of a family (none if it lacks the field), each ending with ``stamp``
     (" SECONDS": a timestamp, OpenMetrics only; "": none). A counter's sample is NAME_total in both
-    formats."""
+    formats. ``parts``: the document's label_parts, when the caller has them already."""
     value = doc.get(family.field)
     if value is None:
         return []
+    if parts is None:
+        parts = label_parts(doc, labels)
     if family.type == "stateset":
         out = []
         for state in family.states:
             extra = f'{family.name}="{_escape_label(state)}"'
-            out.append(f"{family.name}{_labels(doc, labels, extra)} {1 if value == state else 0}{stamp}")
+            out.append(f"{family.name}{_braced(parts, extra)} {1 if value == state else 0}{stamp}")
         return out
-    return [f"{family.sample_name(True)}{_labels(doc, labels)} {_number(_scaled(family, value))}{stamp}"]
+    return [f"{family.sample_name(True)}{_braced(parts)} {_number(_scaled(family, value))}{stamp}"]
 
 
 def _scaled(family: Family, value: Any) -> Any:
@@ -130,8 +139,10 @@ def family_head(family: Family, openmetrics: bool) -> list[str]:
     return head
 
 
-def _family_lines(family: Family, docs: list[dict[str, Any]], labels: tuple[str, ...], openmetrics: bool) -> list[str]:
-    lines = [line for doc in docs for line in sample_lines(family, doc, labels)]
+def _family_lines(
+    family: Family, docs: list[tuple[dict[str, Any], list[str]]], labels: tuple[str, ...], openmetrics: bool
+) -> list[str]:
+    lines = [line for doc, parts in docs for line in sample_lines(family, doc, labels, parts=parts)]
     return family_head(family, openmetrics) + lines if lines else []
 
 
@@ -160,7 +171,8 @@ def exposition(
     """The families of the latest ``samples`` (one per node), ``self_samples`` (one per agent) and
     ``process`` (the exporter's own process_* figures, PROCESS_FAMILIES' fields), in OpenMetrics
     1.0 (ending with ``# EOF``) or the text format 0.0.4."""
-    nodes, agents = list(samples), list(self_samples)
+    nodes = [(doc, label_parts(doc, NODE_LABELS)) for doc in samples]
+    agents = [(doc, label_parts(doc, AGENT_LABELS)) for doc in self_samples]
     lines: list[str] = []
     for family in NODE_FAMILIES:
         lines += _family_lines(family, nodes, NODE_LABELS, openmetrics)
@@ -168,7 +180,7 @@ def exposition(
         lines += _family_lines(family, agents, AGENT_LABELS, openmetrics)
     if process is not None:
         for family in PROCESS_FAMILIES:
-            lines += _family_lines(family, [process], (), openmetrics)
+            lines += _family_lines(family, [(process, [])], (), openmetrics)
     if openmetrics:
         lines.append("# EOF")
     return "\n".join(lines) + "\n"
