@@ -254,6 +254,7 @@ struct expo {
     struct latest nodes, agents;
     /* the HTTP thread's own */
     struct latest shown_nodes, shown_agents;
+    struct fs_buf body; /* the last scrape's rendering: its room kept for the next (no page faulted in again) */
     struct client clients[EXPO_CLIENTS_MAX];
     double start_time;
     int listen_fd, wake[2];
@@ -482,7 +483,7 @@ static void drop(struct client *c)
     c->fd = -1;
     c->got = c->sent = 0;
     c->reply.len = 0;
-    if (c->reply.cap > (1u << 20))
+    if (c->reply.cap > EXPO_KEPT_MAX)
         fs_buf_free(&c->reply);
 }
 
@@ -490,6 +491,7 @@ static void respond(struct client *c, const char *status, const char *type, cons
 {
     c->reply.len = 0;
     c->reply.failed = 0;
+    fs_buf_reserve(&c->reply, len + 256); /* at once: not doubled and copied up to a large answer */
     fs_buf_printf(&c->reply, "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n%s\r\n",
                   status, type, len, strncmp(status, "405", 3) == 0 ? "Allow: GET\r\n" : "");
     fs_buf_append(&c->reply, body, len);
@@ -534,7 +536,10 @@ static int header_holds(const char *head, const char *name, const char *word)
 
 static void scrape(struct expo *e, struct client *c, int openmetrics)
 {
-    struct fs_buf body = {0};
+    struct fs_buf *body = &e->body;
+    if (body->failed || body->cap > EXPO_KEPT_MAX)
+        fs_buf_free(body);
+    body->len = 0;
     if (snapshot(e) != 0) {
         respond_text(c, "500 Internal Server Error", "flowstat agent: out of memory\n");
         return;
@@ -551,13 +556,12 @@ static void scrape(struct expo *e, struct client *c, int openmetrics)
         agents[i] = &e->shown_agents.v[i].s;
     struct expo_process p;
     int has_process = process_figures(e, &p) == 0;
-    expo_render(nodes, e->shown_nodes.n, agents, e->shown_agents.n, has_process ? &p : NULL, openmetrics, &body);
+    expo_render(nodes, e->shown_nodes.n, agents, e->shown_agents.n, has_process ? &p : NULL, openmetrics, body);
     free(nodes);
-    if (body.failed)
+    if (body->failed)
         respond_text(c, "500 Internal Server Error", "flowstat agent: out of memory\n");
     else
-        respond(c, "200 OK", openmetrics ? OPENMETRICS_TYPE : TEXT_0_0_4_TYPE, body.data ? body.data : "", body.len);
-    fs_buf_free(&body);
+        respond(c, "200 OK", openmetrics ? OPENMETRICS_TYPE : TEXT_0_0_4_TYPE, body->data ? body->data : "", body->len);
 }
 
 /* The request line is read: a bad one is answered 400 at once; a whole head, what it asks. */
@@ -800,6 +804,7 @@ void expo_close(struct expo *e)
         drop(&e->clients[i]);
         fs_buf_free(&e->clients[i].reply);
     }
+    fs_buf_free(&e->body);
     if (e->listen_fd >= 0)
         close(e->listen_fd);
     for (int i = 0; i < 2; i++)
