@@ -49,6 +49,10 @@ PROGRESS_EVERY_S = 2.0  # how often a stopping stage's counters are read
 QUIET_S = 4.0  # a stage whose inputs cannot all end it is stopped once it took nothing for this long
 
 
+# How long the devices that end after one that ended on its own get to be seen ending too.
+ENDS_SETTLE_S = 2.0
+
+
 class RunError(RuntimeError):
     """The run could not start or was broken; the message says which node and where its log is."""
 
@@ -417,6 +421,16 @@ class Orchestrator:
         its final report, and no device ends on its own before the run's end)."""
         return [d for d in self.devices if d.exit_code is not None and not d.signalled]
 
+    def ends_settled(self, broken: list[DeviceProcess]) -> list[DeviceProcess]:
+        """Every device that ended on its own, upstream first. A device stopped from outside ends
+        those downstream of it too (a merger's end reaches the viewer), and the viewer may be seen
+        to exit first: the others get ENDS_SETTLE_S to be seen, so that the run names its cause."""
+        deadline = time.monotonic() + ENDS_SETTLE_S
+        while time.monotonic() < deadline and len(self.crashed()) < len(self.devices):
+            self.wakeup.wait(deadline - time.monotonic())  # set at each device's exit
+            self.wakeup.clear()
+        return sorted(self.crashed() or broken, key=self.stage_of)
+
     def poll_metrics(self) -> list[dict]:
         """Every running node's get-metrics reply. Producers are read first, then the mergers layer
         by layer, and each merger is told what its inputs sent it (upstream_sent), so that it
@@ -465,7 +479,7 @@ class Orchestrator:
                 break
             broken = self.crashed()
             if broken:
-                for dev in broken:
+                for dev in self.ends_settled(broken):
                     tail = dev.log_tail()
                     lost = host_lost(tail)
                     if lost:
