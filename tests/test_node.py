@@ -307,6 +307,42 @@ def test_an_agent_takes_late_nodes_and_reports_a_kill_down_a_clean_stop_stopped(
     assert any(s.get("input_latency_objects") for s in running)
 
 
+FINAL_COUNTS_PROGRAM = textwrap.dedent(
+    """
+    import sys, time
+    from flowstat.node import Node
+    node = Node("ending", "sink", endpoints_dir=sys.argv[1])
+    print(node.endpoint, flush=True)
+    while not node.stop_requested:
+        node.sent(1, 10)
+        time.sleep(0.01)
+    node.sent(1000, 10_000)  # counted after the last request the agent made while it ran
+    node.close()
+    print(node.counters()["objects_sent"], flush=True)
+    """
+)
+
+
+def test_a_node_that_closes_tells_an_agent_its_final_counts_with_its_stopped_state(agent_command, tmp_path):
+    folder, out = tmp_path / "endpoints", tmp_path / "samples.ndjson"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", FINAL_COUNTS_PROGRAM, str(folder)], stdout=subprocess.PIPE, text=True
+    )
+    STARTED.append(proc)
+    control = proc.stdout.readline().strip()
+    agent = start_agent(agent_command, folder, out)
+    try:
+        wait_until(lambda: sum(s["node_id"] == "ending" for s in agent_samples(out)) >= 3, "the node sampled")
+        ControlClient(control).request("stop")
+        final = int(proc.stdout.readline())
+        assert proc.wait(10) == 0
+        wait_until(lambda: any(s["node_state"] == "STOPPED" for s in agent_samples(out)), "the end reported")
+    finally:
+        err = stop_agent(agent)
+    counted = [s for s in agent_samples(out) if "objects_sent" in s]
+    assert counted[-1]["objects_sent"] == final and counted[-1]["node_state"] == "STOPPED", (final, counted[-1], err)
+
+
 def test_junk_stale_and_unreadable_files_are_said_once_and_the_good_nodes_taken(agent_command, tmp_path):
     folder, out = tmp_path / "endpoints", tmp_path / "samples.ndjson"
     folder.mkdir()

@@ -717,6 +717,22 @@ def test_the_endpoints_file_is_written_atomically_and_removed_on_close(probes, t
     p.finish()
 
 
+def test_a_node_that_closes_tells_an_agent_its_final_counts_with_its_stopped_state(probes, tmp_path, agent_command):
+    folder, out = tmp_path / "endpoints", tmp_path / "samples.ndjson"
+    p = probes("--node-id", "ending", "--role", "sink", "--endpoints-dir", str(folder))
+    agent = watching_agent(agent_command, folder, out)
+    try:
+        wait_until(lambda: sum(s["node_id"] == "ending" for s in agent_samples(out)) >= 3, "the node sampled")
+        p("sent 1000 10000")  # counted after the last request the agent made while it ran
+        p("close")  # returns once an agent took the final counts (or two of its intervals passed)
+        p.finish()
+        wait_until(lambda: any(s["node_state"] == "STOPPED" for s in agent_samples(out)), "the end reported")
+    finally:
+        err = stop_agent(agent)
+    counted = [s for s in agent_samples(out) if "objects_sent" in s]
+    assert counted[-1]["objects_sent"] == 1000 and counted[-1]["node_state"] == "STOPPED", (counted[-1], err)
+
+
 def test_the_endpoints_file_stays_after_a_crash(probes, tmp_path):
     p = probes("--node-id", "viewer", "--endpoints-dir", str(tmp_path))
     (f,) = endpoint_files(tmp_path)

@@ -501,6 +501,7 @@ FS_API void fs_node_close(fs_node *n)
     if (!n)
         return;
     atomic_store_explicit(&n->state, FS_NODE_STOPPED, memory_order_relaxed);
+    fsn_control_wait_to_tell_the_end(n);
     if (n->endpoints_file && unlink(n->endpoints_file) != 0 && errno != ENOENT)
         fprintf(stderr, "flowstat-node %s: cannot remove the endpoints file %s: %s\n", n->node_id, n->endpoints_file,
                 strerror(errno));

@@ -39,6 +39,11 @@ struct fsn_control {
     uint64_t errors; /* control_errors */
     double latency_max; /* the longest wait since the node started */
     uint64_t counts[FSN_LATENCY_BUCKETS], interval[FSN_LATENCY_BUCKETS];
+    /* How the node's end is told: fs_node_close reads these from the node's thread. */
+    pthread_mutex_t end_lock;
+    pthread_cond_t end_told; /* on CLOCK_MONOTONIC */
+    double asked_at[2]; /* the last two get-metrics (CLOCK_MONOTONIC, s) */
+    int asks, told_stopped;
 };
 
 /* What a get-metrics client's interval says. */
@@ -225,6 +230,19 @@ static void metric_fields(fs_node *n, struct fsn_control *c, struct fsn_json *j,
     fsn_json_uint(j, "input_latency_objects", since->latency.objects);
 }
 
+static void note_asked(struct fsn_control *c, int stopped)
+{
+    pthread_mutex_lock(&c->end_lock);
+    c->asked_at[0] = c->asked_at[1];
+    c->asked_at[1] = fsn_clock(CLOCK_MONOTONIC);
+    c->asks++;
+    if (stopped) {
+        c->told_stopped = 1;
+        pthread_cond_broadcast(&c->end_told);
+    }
+    pthread_mutex_unlock(&c->end_lock);
+}
+
 /* The command's effect, and its reply's fields; received_s: the wall clock when the request came. */
 static void answer(fs_node *n, struct fsn_control *c, const zmq_msg_t *identity, const struct fsn_request *r,
                    struct fsn_json *j, double received_s)
@@ -236,11 +254,14 @@ static void answer(fs_node *n, struct fsn_control *c, const zmq_msg_t *identity,
         fsn_json_num(j, "received_s", received_s, 6);
         fsn_json_num(j, "sent_s", fsn_clock(CLOCK_REALTIME), 6);
         return;
-    case FSN_GET_METRICS:
+    case FSN_GET_METRICS: {
+        int stopped = LOAD(n->state) == FS_NODE_STOPPED; /* read before the reply: it says at least this */
         client_interval(n, c, identity, &since);
         state_fields(n, j, &since);
         metric_fields(n, c, j, &since);
+        note_asked(c, stopped);
         return;
+    }
     case FSN_START: {
         int ready = FS_NODE_READY;
         atomic_store_explicit(&n->start_requested, 1, memory_order_relaxed);
@@ -393,6 +414,12 @@ int fsn_control_start(fs_node *n)
         fprintf(stderr, "flowstat-node %s: no memory for the control thread; running unmonitored\n", n->node_id);
         return -1;
     }
+    pthread_condattr_t monotonic;
+    pthread_condattr_init(&monotonic);
+    pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
+    pthread_mutex_init(&n->control->end_lock, NULL);
+    pthread_cond_init(&n->control->end_told, &monotonic);
+    pthread_condattr_destroy(&monotonic);
     n->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     /* The node's signals are for its own threads: this one blocks them all. */
     sigset_t all, before;
@@ -403,6 +430,8 @@ int fsn_control_start(fs_node *n)
     if (rc != 0) {
         fprintf(stderr, "flowstat-node %s: cannot start the control thread: %s; running unmonitored\n", n->node_id,
                 strerror(rc));
+        pthread_cond_destroy(&n->control->end_told);
+        pthread_mutex_destroy(&n->control->end_lock);
         free(n->control);
         n->control = NULL;
         if (n->wake_fd >= 0)
@@ -431,7 +460,28 @@ void fsn_control_stop(fs_node *n)
     if (n->control) {
         for (size_t i = 0; i < MAX_CLIENTS; i++)
             free(n->control->clients[i].latency_then);
+        pthread_cond_destroy(&n->control->end_told);
+        pthread_mutex_destroy(&n->control->end_lock);
         free(n->control);
         n->control = NULL;
     }
+}
+
+void fsn_control_wait_to_tell_the_end(fs_node *n)
+{
+    struct fsn_control *c = n->control;
+    if (!n->thread_running || !c)
+        return;
+    pthread_mutex_lock(&c->end_lock);
+    if (c->asks >= 2) { /* asked at an interval: an agent will ask again within it */
+        double deadline = c->asked_at[1] + 2 * (c->asked_at[1] - c->asked_at[0]);
+        double latest = fsn_clock(CLOCK_MONOTONIC) + FSN_FINAL_REPORT_MAX_S;
+        if (deadline > latest)
+            deadline = latest;
+        struct timespec until = {.tv_sec = (time_t)deadline,
+                                 .tv_nsec = (long)((deadline - (double)(time_t)deadline) * 1e9)};
+        while (!c->told_stopped && pthread_cond_timedwait(&c->end_told, &c->end_lock, &until) == 0)
+            ;
+    }
+    pthread_mutex_unlock(&c->end_lock);
 }

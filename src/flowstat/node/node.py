@@ -47,6 +47,7 @@ from .responder import Responder
 log = logging.getLogger("flowstat.node")
 
 STATES = ("STARTING", "READY", "RUNNING", "DRAINING", "STOPPED")
+FINAL_REPORT_MAX_S = 5.0  # the longest close() waits for an agent to take the final counters
 MERGES_AVERAGED = 10  # average_merge_time: the mean of the last this many merges (thesis section 4.2.3)
 _ONE_STAMP = (float, int)  # numpy's float64 is a float
 # Waits kept before they are bucketed: bucketing costs a few numpy calls per chunk whatever its size
@@ -184,6 +185,8 @@ class Node:
         self.endpoint: str | None = None
         self.endpoint_file: Path | None = None
         self._closing = threading.Event()
+        self._asked_at: list[float] = []  # the last two get-metrics requests (monotonic s)
+        self._told_stopped = threading.Event()  # a get-metrics answered once the node was STOPPED
         self._wake: zmq.Socket[bytes] | None = None  # close()'s end of an inproc pair: ends the control thread
         self._thread: threading.Thread | None = None
         self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
@@ -297,6 +300,12 @@ class Node:
         if command == "get-metrics":
             for t in self._tallies:
                 t.record_waits()
+            self._asked_at = [*self._asked_at[-1:], time.monotonic()]
+            stopped = self._state == "STOPPED"  # read before the reply: the reply says at least this
+            reply = self.responder.answer(client, command, request, error)
+            if stopped:
+                self._told_stopped.set()
+            return reply
         return self.responder.answer(client, command, request, error)
 
     # -- Figures (flowstat.node.responder) -------------------------------------------------------
@@ -354,9 +363,14 @@ class Node:
 
     # -- the end ---------------------------------------------------------------------------------
     def close(self) -> None:
-        """A clean stop: STOPPED, the endpoint file withdrawn (an agent reports the node STOPPED, not
-        DOWN), the control thread ended."""
+        """A clean stop: STOPPED, its final counters told, the endpoint file withdrawn (an agent reports
+        the node STOPPED, not DOWN), the control thread ended.
+
+        A node an agent has been asking waits for one more request, so that its STOPPED sample carries
+        its final counts rather than those of up to an interval before: at most two of the intervals
+        it was asked at (FINAL_REPORT_MAX_S at most; a node not asked twice does not wait)."""
         self._state = "STOPPED"
+        self._wait_to_tell_the_end()
         withdraw(self.endpoint_file)
         self.endpoint_file = None
         self._closing.set()
@@ -368,6 +382,14 @@ class Node:
             self._wake = None
         self._thread = None
         self._close_context()
+
+    def _wait_to_tell_the_end(self) -> None:
+        asked = self._asked_at
+        if self._thread is None or len(asked) < 2:  # not asked at an interval: nobody to wait for
+            return
+        period = asked[-1] - asked[0]
+        deadline = asked[-1] + 2 * period  # the next request, with room for one late round
+        self._told_stopped.wait(max(0.0, min(deadline - time.monotonic(), FINAL_REPORT_MAX_S)))
 
     def _close_context(self) -> None:
         if self._guard is not None:
