@@ -18,8 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from flowstat.proc.procfs import catches
+from flowstat.schema import prometheus
 
 from .launch import Launcher
 from .topology import AGENT_NODES
@@ -51,6 +53,31 @@ def find_c_agent() -> Path | None:
         return beside
     found = shutil.which(C_AGENT)
     return Path(found) if found else None
+
+
+PULL_SCHEMES = ("prometheus",)  # sinks that serve samples to whoever asks and keep none
+
+
+def agent_sinks(sinks: list[str], index: int, run_file: Path) -> list[str]:
+    """The sinks of the run's INDEX-th agent (0: the Python one, 1: the C one). A /metrics endpoint
+    given once serves each agent on a port of its own: the Python agent on the port given, the C
+    agent on the next (``prometheus://127.0.0.1:9464`` -> 9464 and 9465). When every sink given only
+    serves what is scraped, the agent also writes the run's line-protocol file (RUN_DIR/samples-NAME.lp):
+    a scrape keeps only the samples it saw, the run keeps them all."""
+    out = []
+    for url in sinks:
+        parts = urlsplit(url)
+        if parts.scheme in PULL_SCHEMES and index:
+            port = (parts.port or prometheus.DEFAULT_PORT) + index
+            url = urlunsplit(parts._replace(netloc=f"{_bracketed(parts.hostname or '127.0.0.1')}:{port}"))
+        out.append(url)
+    if all(urlsplit(url).scheme in PULL_SCHEMES for url in out):
+        out.append(f"file://{run_file}")
+    return out
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 class RunAgents:
@@ -119,9 +146,9 @@ class RunAgents:
         c_agent = find_c_agent()
         if c_agent is not None and opts.c_agent:
             agents.append((c_agent_name, [str(c_agent), *common]))
-        for name, cmd in agents:
+        for index, (name, cmd) in enumerate(agents):
             cmd += ["--stats", str(rd / f"{name}-stats.json"), "--spool-dir", str(rd / "spool" / name)]
-            for url in opts.sinks or [f"file://{rd / f'samples-{name}.lp'}"]:
+            for url in agent_sinks(opts.sinks, index, rd / f"samples-{name}.lp"):
                 cmd += ["--sink", url]
         return agents
 

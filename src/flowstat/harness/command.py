@@ -90,7 +90,9 @@ def configure_run(p: argparse.ArgumentParser) -> None:
         "--sink",
         action="append",
         metavar="URL",
-        help="also ship the agent's samples here (see flowstat agent --help; default: RUN_DIR/samples.lp)",
+        help="ship the agents' samples here instead of RUN_DIR/samples-AGENT.lp (see flowstat agent --help); "
+        "prometheus://HOST:PORT serves the Python agent's /metrics on PORT and the C agent's on PORT+1, and "
+        "the run's files are still written when every sink only serves scrapes",
     )
     slurm = p.add_argument_group(
         "across hosts (Slurm)",

@@ -21,6 +21,7 @@ from . import agent as agent_schema
 from . import sample as sample_schema
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+DEFAULT_PORT = 9464  # prometheus:// without a port: where both agents serve /metrics
 TEXT_0_0_4 = "text/plain; version=0.0.4; charset=utf-8"
 
 
