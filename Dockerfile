@@ -25,7 +25,7 @@ RUN python -m pip wheel -q --no-deps -w /dist /source
 FROM ${PYTHON_IMAGE} AS agent
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-       gcc libc6-dev make pkg-config libzmq3-dev libcjson-dev libcurl4-openssl-dev \
+       gcc libc6-dev make pkg-config libzmq3-dev libcjson-dev libcurl4-openssl-dev libssl-dev libyaml-dev libcrypt-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /build
 COPY src/flowstat/schema ./src/flowstat/schema
@@ -38,7 +38,7 @@ RUN make -C collectors/c all
 FROM ${PYTHON_IMAGE}
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore
 RUN apt-get update \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libzmq5 libcjson1 libcurl4 \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libzmq5 libcjson1 libcurl4 libssl3 libyaml-0-2 libcrypt1 \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --system --gid 10001 flowstat \
     && useradd --system --uid 10001 --gid flowstat --home-dir /var/lib/flowstat --shell /usr/sbin/nologin flowstat \

@@ -17,7 +17,7 @@ C_AGENT := collectors/c/build/flowstat-agent
 # browser), Slurm and munge (runs across hosts), debhelper, lintian, zstd and systemd's
 # systemd-analyze (the Debian packages built, checked, installed: tests/test_packages.py).
 # DEB_DEPS: what `make deb` needs beyond DEMO_DEPS.
-DEMO_DEPS := libzmq3-dev libcjson-dev libcurl4-openssl-dev pkg-config
+DEMO_DEPS := libzmq3-dev libcjson-dev libcurl4-openssl-dev libssl-dev libyaml-dev libcrypt-dev pkg-config
 TEST_DEPS := clang libclang-rt-14-dev clang-format valgrind g++ cppzmq-dev \
 	docker-compose chromium chromium-driver docker.io mmdebstrap iproute2 \
 	slurmctld slurmd slurm-client munge debhelper lintian zstd systemd prometheus

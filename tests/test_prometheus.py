@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import subprocess
 import sys
 
@@ -257,3 +258,17 @@ def test_a_thousand_scrapes_at_once_do_not_delay_sampling(tmp_path):
             t.wait()
     assert json.loads(stats.read_text())["skipped_rounds"] == 0
     assert assert_on_schedule(samples, 0.25) >= 25 * 200
+
+
+def test_a_port_already_taken_stops_the_agent_naming_the_sink(agent_command):
+    """Both agents alike (a harness run once gave both one port: the Python agent crashed)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        url = f"prometheus://127.0.0.1:{taken.getsockname()[1]}"
+        out = subprocess.run(
+            [*agent_command, "--pid", "1", "--count", "1", "--sink", url], capture_output=True, text=True, timeout=60
+        )
+    assert (
+        out.returncode == 2 and f"{url}: cannot listen on" in out.stderr and "Traceback" not in out.stderr
+    ), out.stderr

@@ -6,6 +6,8 @@
 #include <fcntl.h>
 #include <math.h>
 #include <netdb.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -20,6 +22,11 @@
 
 #define OPENMETRICS_TYPE "application/openmetrics-text; version=1.0.0; charset=utf-8"
 #define TEXT_0_0_4_TYPE "text/plain; version=0.0.4; charset=utf-8"
+#define TLS_HANDSHAKE 0x16 /* the first byte a TLS client sends */
+/* exporter-toolkit's (Go's) answer to plain HTTP on a TLS port */
+#define NOT_TLS                                                                                        \
+    "HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n" \
+    "Client sent an HTTP request to an HTTPS server.\n"
 
 /* -- rendering: flowstat.schema.prometheus.exposition, byte for byte ---------------------------- */
 
@@ -239,9 +246,19 @@ struct latest {
     size_t n, cap;
 };
 
+enum client_tls {
+    CLIENT_PLAIN, /* no TLS on this port, or plain HTTP sent to it (answered 400 in plain) */
+    CLIENT_FIRST_BYTE, /* TLS: its first byte tells a TLS client from a plain one */
+    CLIENT_HANDSHAKE, /* SSL_accept under way */
+    CLIENT_TLS /* the handshake done: requests and answers through ssl */
+};
+
 struct client {
     int fd; /* -1: a free slot */
     double deadline;
+    enum client_tls tls;
+    SSL *ssl;
+    short want; /* TLS: what the last SSL call waits for (POLLIN, POLLOUT); 0: as the state says */
     size_t got;
     char head[EXPO_HEAD_MAX + 1];
     struct fs_buf reply;
@@ -250,6 +267,7 @@ struct client {
 
 struct expo {
     char url[512];
+    struct webconfig web; /* ?web_config=: TLS (web.tls) and basic authentication (web.nusers) */
     pthread_mutex_t lock; /* over nodes and agents: the sampling thread puts, the HTTP thread copies */
     struct latest nodes, agents;
     /* the HTTP thread's own */
@@ -478,6 +496,11 @@ static double start_time(void)
 
 static void drop(struct client *c)
 {
+    if (c->ssl)
+        SSL_free(c->ssl);
+    c->ssl = NULL;
+    c->want = 0;
+    c->tls = CLIENT_PLAIN;
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
@@ -492,8 +515,11 @@ static void respond(struct client *c, const char *status, const char *type, cons
     c->reply.len = 0;
     c->reply.failed = 0;
     fs_buf_reserve(&c->reply, len + 256); /* at once: not doubled and copied up to a large answer */
+    const char *extra = strncmp(status, "405", 3) == 0 ? "Allow: GET\r\n"
+        : strncmp(status, "401", 3) == 0               ? "WWW-Authenticate: Basic realm=\"" WEBCONFIG_REALM "\"\r\n"
+                                                       : "";
     fs_buf_printf(&c->reply, "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n%s\r\n",
-                  status, type, len, strncmp(status, "405", 3) == 0 ? "Allow: GET\r\n" : "");
+                  status, type, len, extra);
     fs_buf_append(&c->reply, body, len);
     if (c->reply.failed)
         drop(c);
@@ -517,6 +543,24 @@ static int request_line(const char *line, size_t len, size_t *method, size_t *ta
     if (rest < 9 || (strncmp(version, " HTTP/1.0", 9) != 0 && strncmp(version, " HTTP/1.1", 9) != 0))
         return -1;
     return rest == 9 || (rest == 10 && version[9] == '\r') ? 0 : -1;
+}
+
+/* The value of the head's first header named `name` (after its request line), spaces before it
+ * skipped, up to the end of its line, in out (cut to n - 1 bytes): 0, or -1 when there is none. */
+static int header_value(const char *head, const char *name, char *out, size_t n)
+{
+    size_t len = strlen(name);
+    for (const char *line = strchr(head, '\n'); line; line = strchr(line, '\n')) {
+        line++;
+        if (strncasecmp(line, name, len) != 0 || line[len] != ':')
+            continue;
+        const char *v = line + len + 1;
+        v += strspn(v, " \t");
+        size_t end = strcspn(v, "\r\n");
+        snprintf(out, n, "%.*s", (int)end, v);
+        return 0;
+    }
+    return -1;
 }
 
 /* Whether a header of the head (after its request line) named `name` holds `word`. */
@@ -583,6 +627,16 @@ static void answer(struct expo *e, struct client *c)
     }
     const char *t = c->head + method + 1;
     size_t path = strcspn(t, "? \r\n");
+    if (e->web.nusers) { /* before anything is read: a scrape refused changes nothing */
+        char authorization[1200];
+        int given = header_value(c->head, "Authorization", authorization, sizeof authorization) == 0;
+        int allowed = given && webconfig_allows(&e->web, authorization);
+        OPENSSL_cleanse(authorization, sizeof authorization);
+        if (!allowed) {
+            respond_text(c, "401 Unauthorized", "Unauthorized\n");
+            return;
+        }
+    }
     if (method != 3 || strncmp(c->head, "GET", 3) != 0)
         respond_text(c, "405 Method Not Allowed", "flowstat agent: GET only\n");
     else if (path != 8 || strncmp(t, "/metrics", 8) != 0)
@@ -591,38 +645,141 @@ static void answer(struct expo *e, struct client *c)
         scrape(e, c, header_holds(c->head, "Accept", "application/openmetrics-text"));
 }
 
+/* An SSL call's outcome: > 0 done (bytes), 0 to be called again when c->want is ready, -1 failed
+ * (the connection is to be dropped). */
+static int ssl_outcome(struct client *c, int rc)
+{
+    if (rc > 0) {
+        c->want = 0;
+        return rc;
+    }
+    int err = SSL_get_error(c->ssl, rc);
+    ERR_clear_error(); /* a failed handshake leaves its reasons: none is kept for the next client */
+    if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+        c->want = err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
+        return 0;
+    }
+    return -1;
+}
+
+/* Bytes read into buf: > 0, 0 for none yet (would block), -1 when the client is gone or failed. */
+static ssize_t client_recv(struct client *c, char *buf, size_t n)
+{
+    if (c->ssl) {
+        return ssl_outcome(c, SSL_read(c->ssl, buf, (int)n));
+    }
+    ssize_t got = recv(c->fd, buf, n, 0);
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return 0;
+    return got > 0 ? got : -1;
+}
+
 static void client_read(struct expo *e, struct client *c)
 {
-    ssize_t n = recv(c->fd, c->head + c->got, EXPO_HEAD_MAX - c->got, 0);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-        return;
-    if (n <= 0) { /* gone before its request was whole */
-        drop(c);
-        return;
-    }
-    c->got += (size_t)n;
-    c->head[c->got] = '\0';
-    if (memchr(c->head, '\0', c->got)) {
-        respond_text(c, "400 Bad Request", "flowstat agent: not an HTTP request\n");
-        return;
-    }
-    answer(e, c);
+    /* TLS: what the client sent may wait in the SSL object's buffers, where poll() does not see
+     * it: read until it would block, or the request is answered */
+    do {
+        ssize_t n = client_recv(c, c->head + c->got, EXPO_HEAD_MAX - c->got);
+        if (n == 0)
+            return;
+        if (n < 0) { /* gone before its request was whole */
+            drop(c);
+            return;
+        }
+        c->got += (size_t)n;
+        c->head[c->got] = '\0';
+        if (memchr(c->head, '\0', c->got)) {
+            respond_text(c, "400 Bad Request", "flowstat agent: not an HTTP request\n");
+            return;
+        }
+        answer(e, c);
+    } while (c->ssl && c->fd >= 0 && !c->reply.len && c->got < EXPO_HEAD_MAX);
 }
 
 static void client_write(struct client *c)
 {
-    ssize_t n = send(c->fd, c->reply.data + c->sent, c->reply.len - c->sent, MSG_NOSIGNAL);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-        return;
+    ssize_t n;
+    if (c->ssl) {
+        n = ssl_outcome(c, SSL_write(c->ssl, c->reply.data + c->sent, (int)(c->reply.len - c->sent)));
+        if (n == 0)
+            return;
+    } else {
+        n = send(c->fd, c->reply.data + c->sent, c->reply.len - c->sent, MSG_NOSIGNAL);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            return;
+    }
     if (n <= 0) {
         drop(c);
         return;
     }
     c->sent += (size_t)n;
     if (c->sent == c->reply.len) {
+        if (c->ssl) {
+            SSL_shutdown(c->ssl); /* its close_notify, once: no wait for the client's */
+            ERR_clear_error();
+        }
         shutdown(c->fd, SHUT_WR);
         drop(c);
     }
+}
+
+static void client_handshake(struct expo *e, struct client *c)
+{
+    int rc = ssl_outcome(c, SSL_accept(c->ssl));
+    if (rc < 0) {
+        drop(c); /* not silent for long, nor a stall: the next client is served */
+        return;
+    }
+    if (rc > 0) {
+        c->tls = CLIENT_TLS;
+        client_read(e, c); /* its request may have come with the handshake's last flight */
+    }
+}
+
+/* TLS port: a TLS client's first byte begins a handshake record; anything else is a plain HTTP
+ * client, told in plain HTTP where it is (as exporter-toolkit does). */
+static void client_first_byte(struct expo *e, struct client *c)
+{
+    unsigned char first;
+    ssize_t n = recv(c->fd, &first, 1, MSG_PEEK);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    if (n <= 0) {
+        drop(c);
+        return;
+    }
+    if (first != TLS_HANDSHAKE) {
+        char sink[4096]; /* what it sent so far, read: its close is then no reset that could lose the answer */
+        for (int i = 0; i < 16 && recv(c->fd, sink, sizeof sink, 0) > 0; i++)
+            ;
+        c->tls = CLIENT_PLAIN;
+        c->reply.len = 0;
+        fs_buf_puts(&c->reply, NOT_TLS);
+        if (c->reply.failed)
+            drop(c);
+        return;
+    }
+    if (!(c->ssl = SSL_new(e->web.tls)) || SSL_set_fd(c->ssl, c->fd) != 1) {
+        ERR_clear_error();
+        drop(c);
+        return;
+    }
+    SSL_set_accept_state(c->ssl);
+    c->tls = CLIENT_HANDSHAKE;
+    client_handshake(e, c);
+}
+
+/* What the client's socket is ready for is what its state waits for. */
+static void client_step(struct expo *e, struct client *c)
+{
+    if (c->tls == CLIENT_FIRST_BYTE)
+        client_first_byte(e, c);
+    else if (c->tls == CLIENT_HANDSHAKE)
+        client_handshake(e, c);
+    else if (c->reply.len)
+        client_write(c);
+    else
+        client_read(e, c);
 }
 
 static void accept_client(struct expo *e)
@@ -633,7 +790,8 @@ static void accept_client(struct expo *e)
     for (int i = 0; i < EXPO_CLIENTS_MAX; i++)
         if (e->clients[i].fd < 0) {
             e->clients[i].fd = fd;
-            e->clients[i].deadline = fs_monotonic() + EXPO_CLIENT_TIMEOUT_S;
+            e->clients[i].deadline = fs_monotonic() + EXPO_CLIENT_TIMEOUT_S; /* its handshake included */
+            e->clients[i].tls = e->web.tls ? CLIENT_FIRST_BYTE : CLIENT_PLAIN;
             return;
         }
     close(fd);
@@ -655,7 +813,8 @@ static int poll_set(struct expo *e, struct pollfd *p, int *who, int *n)
         }
         int ms = c->deadline <= now ? 0 : (int)((c->deadline - now) * 1000) + 1;
         timeout = timeout < 0 || ms < timeout ? ms : timeout;
-        p[*n] = (struct pollfd){.fd = c->fd, .events = c->reply.len ? POLLOUT : POLLIN};
+        short events = c->want ? c->want : c->reply.len ? POLLOUT : POLLIN;
+        p[*n] = (struct pollfd){.fd = c->fd, .events = events};
         who[(*n)++] = i;
     }
     p[1] = (struct pollfd){.fd = e->listen_fd, .events = free_slot ? POLLIN : 0};
@@ -678,13 +837,9 @@ static void *serve(void *arg)
             break;
         if (p[1].revents & POLLIN)
             accept_client(e);
-        for (int k = 2; k < n; k++) {
-            struct client *c = &e->clients[who[k]];
-            if (p[k].revents & POLLOUT)
-                client_write(c);
-            else if (p[k].revents)
-                client_read(e, c);
-        }
+        for (int k = 2; k < n; k++)
+            if (p[k].revents)
+                client_step(e, &e->clients[who[k]]);
         double now = fs_monotonic();
         for (int i = 0; i < EXPO_CLIENTS_MAX; i++)
             if (e->clients[i].fd >= 0 && e->clients[i].deadline <= now)
@@ -747,16 +902,31 @@ static int listen_on(const char *host, int port, const char **why)
     return fd;
 }
 
-struct expo *expo_open(const char *url, const char *host, int port, char *err, size_t errlen)
+struct expo *expo_open(const char *url, const char *host, int port, const char *web_config, char *err, size_t errlen)
 {
     const char *why = "out of memory";
     struct expo *e = calloc(1, sizeof *e);
     if (e) {
         e->wake[0] = e->wake[1] = -1;
+        e->listen_fd = -1;
         for (int i = 0; i < EXPO_CLIENTS_MAX; i++)
             e->clients[i].fd = -1;
-        e->listen_fd = listen_on(host, port, &why);
     }
+    if (e && web_config) {
+        char text[900];
+        if (webconfig_load(web_config, &e->web, text, sizeof text) != 0) {
+            snprintf(err, errlen, "%s: web_config %s", url, text);
+            expo_close(e);
+            return NULL;
+        }
+    }
+    if (e && !expo_host_is_loopback(host) && !(e->web.tls && e->web.nusers)) { /* before any bind */
+        snprintf(err, errlen, "%s: %s", url, EXPO_BEYOND_LOOPBACK);
+        expo_close(e);
+        return NULL;
+    }
+    if (e)
+        e->listen_fd = listen_on(host, port, &why);
     if (!e || e->listen_fd < 0 || pipe2(e->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
         if (e && e->listen_fd >= 0)
             why = strerror(errno);
@@ -768,7 +938,10 @@ struct expo *expo_open(const char *url, const char *host, int port, char *err, s
     fs_strlcpy(e->url, url, sizeof e->url);
     pthread_mutex_init(&e->lock, NULL);
     e->start_time = start_time();
-    LOG_INFO("serving /metrics on http://%s:%d/metrics", host, port);
+    char users[64] = "";
+    if (e->web.nusers)
+        snprintf(users, sizeof users, ", basic authentication (%zu users)", e->web.nusers);
+    LOG_INFO("serving /metrics on %s://%s:%d/metrics%s", e->web.tls ? "https" : "http", host, port, users);
     return e;
 }
 
@@ -812,6 +985,7 @@ void expo_close(struct expo *e)
             close(e->wake[i]);
     if (e->url[0]) /* set once the lock was */
         pthread_mutex_destroy(&e->lock);
+    webconfig_free(&e->web);
     free(e->nodes.v);
     free(e->agents.v);
     free(e->shown_nodes.v);

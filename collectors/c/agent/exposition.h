@@ -8,7 +8,11 @@
  * 0.0.4, with the agent's own process_* metrics. A node reported gone (STOPPED, DOWN, LEFT_TOP)
  * keeps its last figures (its report, holding only base fields, is laid over them) for two more
  * scrapes, then goes. The sampling thread hands each sample over under a short lock; the HTTP
- * thread copies what it shows under it, and renders and answers outside it. Loopback only. */
+ * thread copies what it shows under it, and renders and answers outside it. Loopback only, unless
+ * ?web_config= gives TLS and basic authentication (webconfig.h): then the handshake is one more
+ * state of a client in the poll loop (SSL_accept on a non-blocking socket, within the same
+ * client time-out), and a request without a user's password is answered 401 before anything is
+ * read for it (a scrape refused changes nothing). */
 #ifndef FLOWSTAT_EXPOSITION_H
 #define FLOWSTAT_EXPOSITION_H
 
@@ -16,6 +20,7 @@
 
 #include "sample.h"
 #include "util.h"
+#include "webconfig.h"
 
 #define EXPO_DEFAULT_PORT 9464
 #define EXPO_SCRAPES_KEPT_GONE 2 /* a node gone is shown this many more scrapes with its final figures */
@@ -31,8 +36,14 @@ struct expo;
 /* Whether host (a URL's, an IPv6 address in brackets or not) is a loopback one: 127.x.x.x, ::1 or
  * localhost. */
 int expo_host_is_loopback(const char *host);
-/* Listen on host:port; NULL with a message naming url in err when it cannot. */
-struct expo *expo_open(const char *url, const char *host, int port, char *err, size_t errlen);
+/* Why another address is refused (after the URL): the Python agent's words too. */
+#define EXPO_BEYOND_LOOPBACK                                                                                      \
+    "/metrics is served on loopback only (127.0.0.1, ::1) unless a web_config gives it TLS and basic_auth_users " \
+    "(?web_config=PATH: docs/prometheus.md)"
+/* Listen on host:port, with TLS and basic authentication as the web-config file at web_config
+ * (NULL: none) says (webconfig.h); a host that is not a loopback one only with both. NULL with a
+ * message naming url in err when it cannot (before any bind when the file or the host is refused). */
+struct expo *expo_open(const char *url, const char *host, int port, const char *web_config, char *err, size_t errlen);
 /* The HTTP thread: 0, or -1 when it cannot be started. */
 int expo_start(struct expo *e);
 /* Sampling thread: the latest sample of its node (a self-sample: of its agent), kept for the scrapes. */

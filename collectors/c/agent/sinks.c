@@ -148,6 +148,49 @@ static int parse_nodes(const char *url, char *authority, int default_port, struc
     return 0;
 }
 
+/* %XX and + (a space) decoded in place, as Python's parse_qs does: 0, or -1 for a bad %. */
+static int unquote(char *v)
+{
+    char *out = v;
+    for (const char *in = v; *in; in++) {
+        if (*in == '%') {
+            unsigned x;
+            if (!isxdigit((unsigned char)in[1]) || !isxdigit((unsigned char)in[2]) || sscanf(in + 1, "%2x", &x) != 1 ||
+                x == 0)
+                return -1;
+            *out++ = (char)x;
+            in += 2;
+        } else {
+            *out++ = *in == '+' ? ' ' : *in;
+        }
+    }
+    *out = '\0';
+    return 0;
+}
+
+/* The query's options, NAME=VALUE joined by &: format=line|json; web_config=PATH (prometheus://;
+ * its scheme is checked after). The last of one name given twice holds, as in the Python agent. */
+static int parse_query(const char *url, char *query, struct sink *s, char *err, size_t errlen)
+{
+    for (char *save = NULL, *opt = strtok_r(query, "&", &save); opt; opt = strtok_r(NULL, "&", &save)) {
+        char *value = strchr(opt, '=');
+        if (!value || unquote(value + 1) != 0)
+            return set_err(err, errlen, url, "options are NAME=VALUE joined by & (format, web_config)");
+        *value++ = '\0';
+        if (strcmp(opt, "format") == 0 && (strcmp(value, "json") == 0 || strcmp(value, "line") == 0))
+            s->json = strcmp(value, "json") == 0;
+        else if (strcmp(opt, "format") == 0)
+            return set_err(err, errlen, url, "format must be line or json");
+        else if (strcmp(opt, "web_config") == 0 && value[0])
+            fs_strlcpy(s->web_config, value, sizeof s->web_config);
+        else if (strcmp(opt, "web_config") == 0)
+            return set_err(err, errlen, url, "web_config needs a file (?web_config=PATH)");
+        else
+            return set_err(err, errlen, url, "unknown option (format, web_config)");
+    }
+    return 0;
+}
+
 int sink_parse_url(const char *url, struct sink *s, char *err, size_t errlen)
 {
     memset(s, 0, sizeof *s);
@@ -178,11 +221,11 @@ int sink_parse_url(const char *url, struct sink *s, char *err, size_t errlen)
     char *query = strchr(rest, '?');
     if (query) {
         *query++ = '\0';
-        if (strcmp(query, "format=json") == 0)
-            s->json = 1;
-        else if (strcmp(query, "format=line") != 0)
-            return set_err(err, errlen, url, "format must be line or json");
+        if (parse_query(url, query, s, err, errlen) != 0)
+            return -1;
     }
+    if (s->web_config[0] && strcmp(scheme, "prometheus") != 0)
+        return set_err(err, errlen, url, "web_config is for prometheus:// only");
     if (strcmp(scheme, "stdout") == 0) {
         s->kind = SINK_STDOUT;
         return 0;
@@ -227,8 +270,9 @@ int sink_parse_url(const char *url, struct sink *s, char *err, size_t errlen)
         return -1;
     fs_strlcpy(s->host, s->nodes[0].host, sizeof s->host);
     s->port = s->nodes[0].port;
-    if (s->kind == SINK_PROMETHEUS && !expo_host_is_loopback(s->host))
-        return set_err(err, errlen, url, "/metrics is served on loopback only (127.0.0.1, ::1)");
+    /* with a web_config, the file says (expo_open: before any bind) */
+    if (s->kind == SINK_PROMETHEUS && !expo_host_is_loopback(s->host) && !s->web_config[0])
+        return set_err(err, errlen, url, EXPO_BEYOND_LOOPBACK);
     if (s->kind == SINK_UDP && s->json)
         return set_err(err, errlen, url, "UDP carries line protocol only");
     if ((s->kind == SINK_INFLUX || s->kind == SINK_ES) && !s->path[0])
@@ -346,7 +390,9 @@ static void use_node(struct sink *s, int i)
 int sink_open(struct sink *s, const struct fs_credentials *creds, char *err, size_t errlen)
 {
     if (s->kind == SINK_PROMETHEUS)
-        return (s->expo = expo_open(s->url, s->host, s->port, err, errlen)) ? 0 : -1;
+        return (s->expo = expo_open(s->url, s->host, s->port, s->web_config[0] ? s->web_config : NULL, err, errlen))
+            ? 0
+            : -1;
     if (s->kind != SINK_HTTP && s->kind != SINK_INFLUX && s->kind != SINK_ES)
         return 0;
     if (take_credentials(s, creds, err, errlen) != 0)

@@ -1,8 +1,10 @@
 /* Where samples go. Same URLs as the Python agent:
  *   stdout://[?format=json]   file:///PATH[?format=json]   udp://HOST:PORT   tcp://HOST:PORT[?format=json]
  *   http(s)://HOST:PORT/PATH  influxdb[+https]://HOST:PORT/DB  elasticsearch[+https]://HOST:PORT/INDEX
- *   prometheus://HOST[:PORT] (loopback only; port 9464 by default): /metrics served for a
- *   Prometheus to scrape (exposition.h): a pull sink, its runner keeps the latest samples
+ *   prometheus://HOST[:PORT][?web_config=PATH] (port 9464 by default): /metrics served for a
+ *   Prometheus to scrape (exposition.h): a pull sink, its runner keeps the latest samples; with TLS
+ *   and basic authentication from an exporter-toolkit web-config.yml (webconfig.h), and beyond
+ *   loopback only with both
  *   elasticsearch[+https]://HOST:PORT,HOST:PORT,.../INDEX: every node of a cluster (up to
  *   SINK_NODES_MAX), the same scheme, credentials and CA for each. A batch goes to the first node
  *   listed that has not failed lately; a node that cannot be reached, times out or answers 502, 503
@@ -63,6 +65,7 @@ struct sink {
     const char *user, *password, *ca_file;
     char *auth_header;
     struct expo *expo; /* prometheus://: what /metrics is answered from, and its HTTP server */
+    char web_config[SINK_URL_MAX + 1]; /* prometheus://...?web_config=PATH: its TLS and users; "": none */
 };
 
 /* Why a sink did not take a batch, or some of its documents: each is logged once as it begins

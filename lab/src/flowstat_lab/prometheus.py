@@ -3,6 +3,10 @@
 with PrometheusServer(tmp_path, PORT, {"agent": ["127.0.0.1:9464"]}, scrape_interval_s=1) as prom:
     prom.wait_for_scrapes("agent", 3)
     prom.query('flowstat_node_cpu_user_seconds_total[1m]')
+
+A job is its targets, or a mapping of its targets and more of Prometheus' scrape_config keys, e.g.
+over TLS with a password: {"agent": {"targets": ["127.0.0.1:9464"], "scheme": "https",
+"tls_config": {"ca_file": "ca.crt"}, "basic_auth": {"username": "u", "password": "p"}}}.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import json
 import shutil
 import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +27,7 @@ class PrometheusServer:
         self,
         home: Path,
         port: int,
-        jobs: dict[str, list[str]],
+        jobs: Mapping[str, list[str] | dict[str, Any]],
         scrape_interval_s: float = 1.0,
         storage: Path | None = None,
     ):
@@ -35,7 +40,7 @@ class PrometheusServer:
         interval = f"{int(scrape_interval_s * 1000)}ms"
         config = {
             "global": {"scrape_interval": interval, "scrape_timeout": interval, "evaluation_interval": interval},
-            "scrape_configs": [{"job_name": job, "static_configs": [{"targets": t}]} for job, t in jobs.items()],
+            "scrape_configs": [_scrape_config(job, t) for job, t in jobs.items()],
         }
         (home / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
         self.proc: subprocess.Popen[bytes] | None = None
@@ -104,3 +109,11 @@ class PrometheusServer:
                     f"prometheus: {job} not scraped {scrapes} times in {timeout_s:g} s: {self.targets()}"
                 )
             time.sleep(0.2)  # polling the server's own record of its scrapes
+
+
+def _scrape_config(job: str, spec: list[str] | dict[str, Any]) -> dict[str, Any]:
+    """A job's scrape_config: its targets, and the other keys given with them."""
+    if isinstance(spec, list):
+        return {"job_name": job, "static_configs": [{"targets": spec}]}
+    rest = {k: v for k, v in spec.items() if k != "targets"}
+    return {"job_name": job, "static_configs": [{"targets": spec["targets"]}], **rest}

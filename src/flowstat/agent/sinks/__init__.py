@@ -8,6 +8,8 @@ sink too:
     elasticsearch://HOST:PORT/INDEX      (a store's scheme + "+https": over TLS)
     elasticsearch://HOST:PORT,HOST:PORT,.../INDEX   (every node of a cluster: failed over)
     prometheus://127.0.0.1:PORT          (serves /metrics for a Prometheus to scrape; port 9464 by default)
+    prometheus://HOST:PORT?web_config=/etc/flowstat/web-config.yml   (TLS and basic auth from an
+        exporter-toolkit web-config.yml; beyond loopback only with both: exposition.py, webconfig.py)
 
 Credentials come from the environment or a credentials file, never from the URL (docs/security.md).
 """
@@ -64,6 +66,8 @@ def _open(url: str) -> Sink:
     if fmt not in ("line", "json"):
         raise SinkURLError(f"{url}: format must be line or json, not {fmt!r}")
     scheme = parts.scheme
+    if "web_config" in query and scheme != "prometheus":
+        raise SinkURLError(f"{url}: web_config is for prometheus:// only")
     if scheme.endswith(writers.TLS_SUFFIX) and scheme.removesuffix(writers.TLS_SUFFIX) in stores.names():
         scheme = scheme.removesuffix(writers.TLS_SUFFIX)  # the store over TLS: its writer says https
     if scheme not in SINKS:

@@ -6,8 +6,11 @@ in OpenMetrics 1.0 when the scraper's Accept header asks for it, else the text f
 with the agent's own process_* metrics. A node reported gone (STOPPED, DOWN, LEFT_TOP) stays with
 its last figures for two scrapes, then goes: a scraper sees its final counters once at least.
 
-It listens on loopback only: a /metrics beyond it would need TLS and a password, which this sink
-does not do yet (a URL naming another address is refused).
+``?web_config=PATH``: TLS and basic authentication from an exporter-toolkit web-config.yml
+(webconfig.py). The sink listens on loopback only (127.0.0.0/8, ::1, localhost) unless that file
+gives both TLS and at least one user: a URL naming another address without them is refused. A
+scrape without the right credentials is answered 401 and changes nothing (a gone node's count of
+scrapes included).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import json
 import logging
 import os
 import resource
+import socket
+import ssl
 import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +33,7 @@ from flowstat.proc.reader import CLK_TCK
 from flowstat.schema import prometheus
 from flowstat.schema import sample as sample_schema
 
+from . import webconfig
 from .base import Sink, SinkURLError, host_port
 
 log = logging.getLogger("flowstat.agent")
@@ -37,6 +43,14 @@ GONE_STATES = (sample_schema.STATE_STOPPED, sample_schema.STATE_DOWN, "LEFT_TOP"
 SCRAPES_KEPT_GONE = 2  # a node gone is shown this many more scrapes with its final figures
 SERVING_THREADS = 4
 CLIENT_TIMEOUT_S = 5.0  # a scraper that sends nothing (or reads nothing) is let go after it
+TLS_HANDSHAKE = 0x16  # the first byte a TLS client sends
+NOT_TLS = b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n" + (
+    b"Client sent an HTTP request to an HTTPS server.\n"
+)  # exporter-toolkit's (Go's) answer
+BEYOND_LOOPBACK = (
+    "/metrics is served on loopback only (127.0.0.1, ::1) unless a web_config gives it TLS and basic_auth_users"
+    " (?web_config=PATH: docs/prometheus.md)"
+)
 
 
 class _Latest:
@@ -117,6 +131,10 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = CLIENT_TIMEOUT_S
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        auth = self.server.auth
+        if auth is not None and not auth.allows(self.headers.get("Authorization")):
+            self._answer(401, "text/plain; charset=utf-8", b"Unauthorized\n", f'Basic realm="{webconfig.REALM}"')
+            return  # before anything is read: the scrape changes nothing
         if self.path.split("?", 1)[0] != "/metrics":
             self._answer(404, "text/plain; charset=utf-8", b"flowstat agent: /metrics only\n")
             return
@@ -124,8 +142,10 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.server.latest.rendered(openmetrics)
         self._answer(200, prometheus.OPENMETRICS if openmetrics else prometheus.TEXT_0_0_4, body)
 
-    def _answer(self, status: int, content_type: str, body: bytes) -> None:
+    def _answer(self, status: int, content_type: str, body: bytes, authenticate: str = "") -> None:
         self.send_response(status)
+        if authenticate:
+            self.send_header("WWW-Authenticate", authenticate)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -141,21 +161,51 @@ class _Server(HTTPServer):
 
     request_queue_size = 1024
     latest: _Latest
+    address_family = socket.AF_INET
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]):
-        super().__init__(address, handler)
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], web: webconfig.WebConfig):
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        self.tls, self.auth = web.context, web.auth
+        # made before the bind: a port taken makes HTTPServer close the server, which shuts the pool
         self.pool = ThreadPoolExecutor(SERVING_THREADS, thread_name_prefix="metrics")
+        super().__init__(address, handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         self.pool.submit(self._serve_one, request, client_address)
 
     def _serve_one(self, request: Any, client_address: Any) -> None:
+        conn = request
         try:
-            self.finish_request(request, client_address)
+            conn = self._tls_accept(request) if self.tls is not None else request
+            if conn is not None:
+                self.finish_request(conn, client_address)
         except Exception:  # a client gone mid-answer: its connection closed, the next served
             self.handle_error(request, client_address)
         finally:
-            self.shutdown_request(request)
+            self.shutdown_request(conn if conn is not None else request)
+
+    def _tls_accept(self, request: socket.socket) -> ssl.SSLSocket | None:
+        """The TLS connection, its handshake done on this serving thread within the client time-out
+        (a client that stalls in it is let go as a silent one); None when there is none: plain HTTP
+        is answered 400 as exporter-toolkit does, a failed handshake is only closed."""
+        assert self.tls is not None
+        request.settimeout(CLIENT_TIMEOUT_S)
+        try:
+            first = request.recv(1, socket.MSG_PEEK)
+            if first and first[0] != TLS_HANDSHAKE:
+                request.setblocking(False)
+                try:  # what it sent so far, read: its close is then no reset that could lose the answer
+                    request.recv(65536)
+                except BlockingIOError:
+                    pass
+                request.setblocking(True)
+                request.settimeout(CLIENT_TIMEOUT_S)
+                request.sendall(NOT_TLS)
+                return None
+            return self.tls.wrap_socket(request, server_side=True) if first else None
+        except (OSError, ValueError):  # ssl.SSLError, a time-out, a reset: the wrapped socket is closed
+            return None
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # socketserver prints a traceback on stderr: a scraper that hung up is no error of ours
@@ -170,18 +220,22 @@ class PrometheusSink(Sink):
     format = "json"
     spooled = False  # a scrape shows the latest figures: nothing to keep for later
 
-    def __init__(self, url: str, host: str, port: int):
+    def __init__(self, url: str, host: str, port: int, web: webconfig.WebConfig | None = None):
         super().__init__(url)
         self.latest = _Latest()
+        web = web or webconfig.WebConfig("")
         try:
-            self.server = _Server((host, port), _Handler)
+            self.server = _Server((host, port), _Handler, web)
         except OSError as exc:
             raise SinkURLError(f"{url}: cannot listen on {host}:{port}: {exc.strerror}") from None
         self.server.latest = self.latest
         self.port = self.server.server_address[1]
         self._thread = threading.Thread(target=self.server.serve_forever, name="prometheus", daemon=True)
         self._thread.start()
-        log.info("serving /metrics on http://%s:%d/metrics", host, self.port)
+        shown = f"[{host}]" if ":" in host else host
+        users = f", basic authentication ({len(web.users)} users)" if web.users else ""
+        scheme = "https" if web.context is not None else "http"
+        log.info("serving /metrics on %s://%s:%d/metrics%s", scheme, shown, self.port, users)
 
     @classmethod
     def from_url(cls, url, parts, query):
@@ -190,9 +244,18 @@ class PrometheusSink(Sink):
             loopback = ipaddress.ip_address(host).is_loopback
         except ValueError:
             loopback = host == "localhost"
-        if not loopback:
-            raise SinkURLError(f"{url}: /metrics is served on loopback only (127.0.0.1, ::1)")
-        return cls(url, host, port)
+        path = query.get("web_config")
+        if path == "":
+            raise SinkURLError(f"{url}: web_config needs a file (?web_config=PATH)")
+        if not loopback and path is None:
+            raise SinkURLError(f"{url}: {BEYOND_LOOPBACK}")
+        try:
+            web = webconfig.load(path) if path is not None else None
+        except webconfig.WebConfigError as exc:
+            raise SinkURLError(f"{url}: web_config {exc}") from None
+        if not loopback and (web is None or web.context is None or not web.users):
+            raise SinkURLError(f"{url}: {BEYOND_LOOPBACK}")
+        return cls(url, host, port, web)
 
     def longest_send_s(self) -> float:
         return 0.1  # a send is a dictionary update
