@@ -211,7 +211,8 @@ def test_ports_are_published_on_loopback_by_default():
 def test_every_image_is_pinned_by_a_version_variable():
     example = env_example()
     for name, svc in services().items():
-        m = re.fullmatch(r"[\w./-]+:\$\{(\w+_VERSION):\?[^}]*\}", svc["image"])
+        # (a literal `v` before the version where upstream tags so: prom/prometheus:v2.53.5)
+        m = re.fullmatch(r"[\w./-]+:v?\$\{(\w+_VERSION):\?[^}]*\}", svc["image"])
         assert m, f"{name}: image {svc['image']} is not pinned through a *_VERSION variable"
         assert re.fullmatch(r"\d+\.\d+\.\d+", example[m.group(1)]), f"{m.group(1)}: a full version, not a tag"
 
@@ -229,6 +230,7 @@ def test_pinned_versions_agree_with_flowstat():
     assert example["ELASTALERT_VERSION"] == ELASTALERT_VERSION
     assert example["FLOWSTAT_VERSION"] == __version__
     assert example["INFLUXDB_VERSION"].startswith("1.")  # the v1 API the stores and Grafana's InfluxQL use
+    assert example["PROMETHEUS_VERSION"].startswith("2.")  # the 2.x rule files dashboards/prometheus holds
 
 
 def test_every_client_of_elasticsearch_or_influxdb_has_credentials():
@@ -362,3 +364,37 @@ def test_new_env_writes_random_secrets_that_pass_the_check(tmp_path):
         )
         == made
     )
+
+
+def test_prometheus_is_an_optional_profile_on_loopback_with_its_config_and_rules_read_only():
+    """The `prometheus` profile: not started by a plain `up`; the official image pinned by .env,
+    run as nobody; its scrape jobs and every rule file of dashboards/prometheus mounted read-only
+    where the configuration and its rule_files glob read them; its TSDB in a named volume."""
+    svc = services()["prometheus"]
+    assert svc["profiles"] == ["prometheus"]
+    assert svc["image"] == "prom/prometheus:v${PROMETHEUS_VERSION:?set PROMETHEUS_VERSION in .env (see .env.example)}"
+    assert re.fullmatch(r"2\.\d+\.\d+", env_example()["PROMETHEUS_VERSION"])
+    assert svc["user"] == "65534:65534"  # nobody, as the official image runs; never root
+    assert svc["ports"] == ["${BIND_ADDRESS:-127.0.0.1}:9090:9090"]
+    flags = dict(c.removeprefix("--").split("=", 1) for c in svc["command"])
+    assert flags["web.listen-address"] == "0.0.0.0:9090"  # inside its container; published on loopback
+    mounts = bind_mounts(svc)
+    assert mounts == {
+        "./pipelines/prometheus/prometheus.yml": flags["config.file"],
+        "./dashboards/prometheus": "/etc/prometheus/rules",
+    }
+    assert all(v.endswith(":ro,Z") for v in svc["volumes"] if v.startswith("./"))
+    (data,) = [v for v in svc["volumes"] if not v.startswith("./")]
+    assert data == f"prometheus-data:{flags['storage.tsdb.path']}" and "prometheus-data" in compose()["volumes"]
+    assert "/-/ready" in " ".join(svc["healthcheck"]["test"]) and svc.get("mem_limit")
+    config = yaml.safe_load((ROOT / "pipelines/prometheus/prometheus.yml").read_text())
+    # every *.yml of dashboards/prometheus is a rule file (none other is there), and the glob loads them all
+    assert config["rule_files"] == ["/etc/prometheus/rules/*.yml"]
+    rule_files = sorted((ROOT / "dashboards/prometheus").glob("*.yml"))
+    assert rule_files and all(yaml.safe_load(f.read_text())["groups"] for f in rule_files)
+    assert "rules.yml" in [f.name for f in rule_files]
+    jobs = {j["job_name"]: j for j in config["scrape_configs"]}
+    assert jobs["prometheus"]["static_configs"] == [{"targets": ["127.0.0.1:9090"]}]
+    # nothing waits for it, and it waits for nothing: the stack runs the same with or without it
+    assert not svc.get("depends_on")
+    assert not [n for n, other in services().items() if "prometheus" in (other.get("depends_on") or {})]

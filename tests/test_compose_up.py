@@ -4,8 +4,9 @@ on the host network and leaves out what has no stand-in here (Kibana, Grafana), 
 Docker engine (lab/src/flowstat_lab/compose.py: its own sockets and data root, no bridge, run inside a
 network namespace that holds only a loopback) with Compose v2.
 
-In order, as a person would: scripts/new-env, the secrets gate, `up` (every service healthy,
-every one-shot exited 0, scripts/compose-check all well), the harness profile's runs in both
+In order, as a person would: scripts/new-env, the secrets gate, `up` with the prometheus profile
+(every service healthy, every one-shot exited 0, scripts/compose-check all well, Prometheus's rule
+groups loaded from dashboards/prometheus), the harness profile's runs in both
 stores (with InfluxDB killed mid-run and restarted by its policy), an overload run's alert in the
 inbox, replay from the host and from the harness container, down then up keeping the data, and
 compose-check naming a stopped store. The images are built before (make compose-images); with
@@ -22,6 +23,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -37,6 +39,7 @@ from support.compose import (
     ce,
     compose_config,
     engine_up,
+    in_namespace,
     loopback_only,
     needs_engine,
     override_differences,
@@ -47,6 +50,8 @@ PROJECT = "flowstat-compose-test"
 PY_AGENT, C_AGENT = "flowstat-agent-py", "flowstat-agent-c"
 TOPOLOGIES = "/usr/local/share/flowstat/topologies"
 SINKS = ["--sink", "http://telegraf:8186/write", "--sink", "tcp://logstash:5044?format=json"]  # the harness's own
+PROFILES = ("harness", "prometheus")  # every optional profile of docker-compose.yml
+PROMETHEUS = "http://127.0.0.1:9090"  # the prometheus profile's, on the stack's network
 
 pytestmark = needs_engine
 
@@ -58,8 +63,9 @@ def compose_v2() -> Path:
 
 def test_the_override_only_swaps_images_sets_host_networking_and_leaves_out_what_has_no_stand_in(compose_v2):
     env = ROOT / ".env.example"
-    base = compose_config(COMPOSE_FILE, env_file=env)
-    merged = compose_config(COMPOSE_FILE, ce.OVERRIDE, env_file=env)
+    base = compose_config(COMPOSE_FILE, env_file=env, profiles=PROFILES)
+    merged = compose_config(COMPOSE_FILE, ce.OVERRIDE, env_file=env, profiles=PROFILES)
+    assert {"harness", "prometheus"} <= set(merged["services"])
     assert override_differences(base, merged) == []
     # the default network, which a service without network_mode would join, is the host's: compose
     # can never make a bridge for one
@@ -71,12 +77,21 @@ def test_the_override_only_swaps_images_sets_host_networking_and_leaves_out_what
     broken["services"]["influxdb"]["mem_limit"] = 99
     broken["services"]["telegraf"]["environment"]["FLOWSTAT_TELEGRAF_BUFFER"] = "1"
     broken["services"]["alerts"]["command"][2] = "127.0.0.1:9096"
+    broken["services"]["prometheus"]["profiles"] = []  # started by a plain `up`
+    broken["services"]["prometheus"]["volumes"] = [  # without its rule files
+        v for v in broken["services"]["prometheus"]["volumes"] if v["target"] != "/etc/prometheus/rules"
+    ]
     assert override_differences(base, broken) == [
         "alerts.command: "
         + json.dumps(base["services"]["alerts"]["command"])[:120]
         + " -> "
         + json.dumps(broken["services"]["alerts"]["command"])[:120],
         "influxdb.mem_limit: " + json.dumps(base["services"]["influxdb"]["mem_limit"]) + " -> 99",
+        'prometheus.profiles: ["prometheus"] -> []',
+        "prometheus.volumes: "
+        + json.dumps(base["services"]["prometheus"]["volumes"])[:120]
+        + " -> "
+        + json.dumps(broken["services"]["prometheus"]["volumes"])[:120],
         "telegraf.environment.FLOWSTAT_TELEGRAF_BUFFER: '200000' -> '1'",
     ]
     # every server the stack runs listens on loopback: none binds 0.0.0.0 any longer
@@ -164,6 +179,25 @@ def c_agent_samples(run_dir: Path) -> int:
     return stats["samples"]
 
 
+def profile_args(*profiles: str) -> list[str]:
+    return [a for p in profiles or PROFILES for a in ("--profile", p)]
+
+
+def prometheus_api(path: str) -> dict:
+    """GET Prometheus's HTTP API from inside the stack's network (the engine's namespace), with no
+    proxy of this machine's environment; its `data`."""
+
+    def get() -> dict:
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(PROMETHEUS + path, timeout=10) as answer:
+            doc = json.load(answer)
+        assert doc["status"] == "success", doc
+        return doc["data"]
+
+    with in_namespace(1) as ns:
+        return ns.submit(get).result()
+
+
 @pytest.fixture(scope="module")
 def engine():
     """The suite's engine, images ready, started in its namespace; stopped by its pid at the end,
@@ -184,10 +218,10 @@ def test_the_engine_makes_no_network_and_no_address_outside_loopback(engine):
 def stack(engine, tmp_path_factory):
     env_file = tmp_path_factory.mktemp("compose") / ".env"
     s = Stack(engine, env_file)
-    s("down", "-v", "--remove-orphans", check=False)  # what an interrupted run left
+    s(*profile_args(), "down", "-v", "--remove-orphans", check=False)  # what an interrupted run left
     yield s
     # the volumes go too: nothing to save, no reason to give a container more than 5 s
-    s("--profile", "harness", "down", "-v", "--remove-orphans", "--timeout", "5", check=False)
+    s(*profile_args(), "down", "-v", "--remove-orphans", "--timeout", "5", check=False)
 
 
 def test_the_secrets_gate_refuses_placeholders_and_a_short_secret_naming_each(stack):
@@ -217,15 +251,34 @@ def test_the_secrets_gate_refuses_placeholders_and_a_short_secret_naming_each(st
 
 
 def test_up_makes_every_service_healthy_and_every_one_shot_exit_0(stack):
+    """With the optional `prometheus` profile too: it is healthy beside the rest, and has loaded
+    every rule group of dashboards/prometheus from its read-only mount."""
     t0 = time.monotonic()
-    stack("up", "-d", "--wait", timeout=600)
+    stack(*profile_args("prometheus"), "up", "-d", "--wait", timeout=600)
     print(f"up: {time.monotonic() - t0:.0f} s", file=sys.stderr)
     ps = stack.ps()
     for name in ("secrets", "setup"):
         assert (ps[name]["State"], ps[name]["ExitCode"]) == ("exited", 0), ps[name]
-    for name in ("elasticsearch", "influxdb", "telegraf", "logstash", "rollup", "alerts", "elastalert"):
+    for name in ("elasticsearch", "influxdb", "telegraf", "logstash", "rollup", "alerts", "elastalert", "prometheus"):
         assert (ps[name]["State"], ps[name]["Health"]) == ("running", "healthy"), ps[name]
     assert not set(ps) & LEFT_OUT
+    # Prometheus: flowstat's rule groups, each from its file in the mounted folder, every rule loaded
+    want = {}
+    for path in sorted((ROOT / "dashboards" / "prometheus").glob("*.yml")):
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            names = [r.get("alert") or r.get("record") for r in group["rules"]]
+            want[group["name"]] = (f"/etc/prometheus/rules/{path.name}", names)
+    got = {g["name"]: (g["file"], [r["name"] for r in g["rules"]]) for g in prometheus_api("/api/v1/rules")["groups"]}
+    assert want and got == want
+    assert [t["labels"]["job"] for t in prometheus_api("/api/v1/targets")["activeTargets"]] == ["prometheus"]
+    # on the stack's loopback only
+    listening = subprocess.run(
+        ["nsenter", f"--net={ce.NAMESPACE.path}", "--", "ss", "-Hltn", "sport = :9090"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert [a for a in listening if a.endswith(":9090")] == ["127.0.0.1:9090"], listening
     assert "flowstat provision: done" in stack("logs", "--no-color", "setup").stdout
     code, report, err = stack.check()
     assert (code, report["problems"]) == (0, []), err
@@ -442,7 +495,7 @@ def test_replay_from_the_harness_container_and_from_the_host_with_envs_credentia
 
 def test_down_then_up_keeps_the_data_and_the_setup_converges_again(stack):
     _, before, _ = stack.check()
-    stack("--profile", "harness", "down", "--timeout", "30")
+    stack(*profile_args(), "down", "--timeout", "30")
     assert not stack.ps()
     stack("up", "-d", "--wait", timeout=600)
     assert "flowstat provision: done" in stack("logs", "--no-color", "setup").stdout

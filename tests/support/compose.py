@@ -74,8 +74,8 @@ def compose_v2() -> Path:
     return ce.compose_binary()
 
 
-def compose_config(*files: Path, env_file: Path) -> dict:
-    """The merged configuration, as Compose v2 reads it (with the harness profile)."""
+def compose_config(*files: Path, env_file: Path, profiles: tuple[str, ...] = ("harness",)) -> dict:
+    """The merged configuration, as Compose v2 reads it (with the harness profile, or ``profiles``)."""
     out = subprocess.run(
         [
             str(ce.compose_binary()),
@@ -84,8 +84,7 @@ def compose_config(*files: Path, env_file: Path) -> dict:
             "--env-file",
             str(env_file),
             *(a for f in files for a in ("-f", str(f))),
-            "--profile",
-            "harness",
+            *(a for p in profiles for a in ("--profile", p)),
             "config",
             "--format",
             "json",

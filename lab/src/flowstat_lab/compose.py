@@ -19,7 +19,8 @@ no image registry.
   Debian bookworm and Python 3.11 bases made with mmdebstrap (the machine's CA certificates added,
   for pip behind its TLS proxy); flowstat's from the project's Dockerfile on that Python base;
   stand-ins for Elasticsearch (the integ-test zip, security on, with flowstat's analysis module),
-  InfluxDB (Debian's 1.6.7), Telegraf and ElastAlert2 at their pins, and the Logstash relay.
+  InfluxDB (Debian's 1.6.7), Telegraf and ElastAlert2 at their pins, the Logstash relay, and
+  Prometheus (Debian's 2.42.0, for the `prometheus` profile's pinned 2.53).
 
     python -m flowstat_lab.compose images      build what is missing or stale (make compose-images)
     python -m flowstat_lab.compose up|down     the engine in its namespace, for a person to use:
@@ -445,6 +446,7 @@ STANDIN = {
     "telegraf": "flowstat-standin/telegraf:1.37.2",
     "elastalert": "flowstat-standin/elastalert2:2.19.0",
     "logstash": "flowstat-standin/logstash-relay:0.1.0",
+    "prometheus": "flowstat-standin/prometheus:2.42.0",
 }
 BASES = {"debian": "flowstat-local/debian:bookworm", "python": "flowstat-local/python:3.11-bookworm"}
 
@@ -569,6 +571,11 @@ def images(engine: Engine) -> list[Image]:
                 {"PYTHON_IMAGE": BASES["python"], "ELASTALERT_VERSION": av},
                 lambda: {"constraints.txt": constraints, "launch.py": launcher},
             ),
+        ),
+        Image(
+            STANDIN["prometheus"],
+            lambda: digest(base("debian"), STAND_INS / "prometheus"),
+            build(STANDIN["prometheus"], "prometheus", {"DEBIAN_IMAGE": BASES["debian"]}),
         ),
         Image(
             STANDIN["logstash"],
