@@ -111,11 +111,17 @@ CASES = {
 
 def test_the_committed_rules_are_the_generated_ones_and_promtool_checks_them():
     assert RULES.read_text() == promrules.rules_text()
+    recorded = promrules.recording_rules()
     out = subprocess.run(["promtool", "check", "rules", str(RULES)], capture_output=True, text=True)
-    assert out.returncode == 0 and "SUCCESS: 5 rules found" in out.stdout, out.stdout + out.stderr
-    assert [r["labels"]["flowstat_alert"] for r in yaml.safe_load(RULES.read_text())["groups"][0]["rules"]] == [
-        a.uid for a in alerts.ALERTS
-    ]
+    total = len(alerts.ALERTS) + len(recorded)
+    assert out.returncode == 0 and f"SUCCESS: {total} rules found" in out.stdout, out.stdout + out.stderr
+    groups = {g["name"]: g["rules"] for g in yaml.safe_load(RULES.read_text())["groups"]}
+    assert [r["labels"]["flowstat_alert"] for r in groups[promrules.GROUP]] == [a.uid for a in alerts.ALERTS]
+    # recorded: level:metric:operations, one per name, the alerts' quantities among them
+    names = [r["record"] for r in groups[promrules.RECORDING_GROUP]]
+    assert len(set(names)) == len(names) and all(n.count(":") == 2 for n in names)
+    assert "run_node_agent:flowstat_node_resident_memory_bytes:deriv300s_per_min" in names
+    assert "run_role:flowstat_node_objects_sent:rate1m" in names
 
 
 def run_cases(tmp_path: Path, rules: Path, cases: dict[str, dict]) -> subprocess.CompletedProcess:
@@ -131,11 +137,48 @@ def test_each_rule_fires_at_its_edge_and_not_one_step_below(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+def test_the_recorded_series_are_the_alerts_quantities_and_the_panels_sums(tmp_path):
+    """promtool's promql_expr_test on a few recorded series: a rate per role summed over two nodes,
+    a rise over the alert's window, a sum of flagged scrapes, a slope per minute."""
+    sender = {**NODE, "node_id": "p0", "role": "producer"}
+    inputs = [
+        series("flowstat_node_objects_sent_total", sender, "0+100x20"),  # 10/s each
+        series("flowstat_node_objects_sent_total", {**sender, "node_id": "p1"}, "0+200x20"),  # 20/s
+        series("flowstat_node_objects_in_flight", NODE, "0+100x20"),
+        *overload("0x5 1 1 0x5"),
+        *vmrss(12 * MiB, 40),
+    ]
+    run_role = {"run_id": NODE["run_id"], "role": "producer"}
+    node = {k: NODE[k] for k in ("run_id", "node_id", "agent")}
+
+    def expect(expr: str, labels: dict[str, str], value: float) -> dict:
+        return {
+            "expr": expr,
+            "eval_time": "3m",
+            "exp_samples": [{"labels": series(expr, labels, "")["series"], "value": value}],
+        }
+
+    test = {
+        "interval": "10s",
+        "input_series": inputs,
+        "promql_expr_test": [
+            expect("run_role:flowstat_node_objects_sent:rate1m", run_role, 30),
+            expect("run_node_agent:flowstat_node_objects_in_flight:rise30s", node, 300),
+            expect("run_node_agent:flowstat_node_send_buffer_overloaded:sum_over_time60s", node, 0),
+            expect("run_node_agent:flowstat_node_resident_memory_bytes:deriv300s_per_min", node, 12 * MiB),
+        ],
+    }
+    tests = tmp_path / "recorded.yml"
+    tests.write_text(yaml.safe_dump({"rule_files": [str(RULES)], "evaluation_interval": "10s", "tests": [test]}))
+    out = subprocess.run(["promtool", "test", "rules", str(tests)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
 @pytest.mark.parametrize("uid", [a.uid for a in alerts.ALERTS])
 def test_a_threshold_moved_turns_a_case_red(tmp_path, uid):
     """Each rule's threshold moved (doubled, or a count's 0 to 1): one of its cases fails."""
     rules = yaml.safe_load(RULES.read_text())
-    for r in rules["groups"][0]["rules"]:
+    for r in next(g for g in rules["groups"] if g["name"] == promrules.GROUP)["rules"]:
         if r["labels"]["flowstat_alert"] == uid:
             r["expr"] = r["expr"].replace("> 0\n", "> 1\n").replace(") > 0", ") > 1").replace("> 1 ", "> 2 ")
             r["expr"] = r["expr"].replace("> 1000", "> 1010").replace("> 10485760", "> 10800000")

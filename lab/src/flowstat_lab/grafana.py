@@ -403,3 +403,90 @@ def alerting(rule: dict, ends_ms: Sequence[int], held: Sequence[bool]) -> list[b
         since = (since if since is not None else end) if now else None
         out.append(since is not None and end - since >= for_ms)
     return out
+
+
+# -- the Prometheus data source ---------------------------------------------------------------------
+# Read for Grafana 11-13: @grafana/prometheus's datasource (interpolateQueryExpr,
+# prometheusRegularEscape, prometheusSpecialRegexEscape), its query's step (the interval, never under
+# the data source's timeInterval, start and end aligned to it) and $__rate_interval
+# (max($__interval + scrape interval, 4 x scrape interval)); a label_values(selector, label) variable
+# is the label's values of the selector's series over the time range (/api/v1/label/LABEL/values).
+
+
+def prometheus_escape(value: str) -> str:
+    """A single-value variable without All: backslashes and single quotes escaped, nothing else."""
+    return value.replace("\\", "\\\\").replace("'", "\\\\'")
+
+
+def prometheus_regex_escape(value: str) -> str:
+    """A value of a multi-value variable (or one with All): regex specials escaped, for a PromQL string."""
+    return re.sub(r"[$^*{}\[\]'+?.()|]", lambda m: "\\\\" + m.group(0), value.replace("\\", "\\\\\\\\"))
+
+
+def prometheus_interpolate(view, query: str, variables: dict[str, list[str]]) -> str:
+    """The front end's replacement of the view's variables in a PromQL expression (or a
+    label_values query), as the Prometheus data source formats them; built-ins ($__interval...)
+    left for ``prometheus_expand``."""
+    defined = {v: grafana._prometheus_variable(v) for v in view.variables}
+
+    def replace(m: re.Match) -> str:
+        name = m.group(1) or m.group(2)
+        if name not in variables or name not in defined:
+            return m.group(0)
+        d, values = defined[name], variables[name]
+        if values == [ALL]:
+            if not d.get("allValue"):
+                raise ValueError(f"${name}: All without a custom all value (pass every option's value instead)")
+            return d["allValue"]
+        if not d.get("multi") and not d.get("includeAll"):
+            (value,) = values
+            return prometheus_escape(value)
+        escaped = [prometheus_regex_escape(v) for v in values]
+        return escaped[0] if len(escaped) == 1 else "(" + "|".join(escaped) + ")"
+
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", replace, query)
+
+
+def prometheus_expand(expr: str, interval: int, scrape_ms: int) -> str:
+    """The built-ins: $__interval, $__interval_ms and $__rate_interval (whole names only)."""
+    rate = max(interval + scrape_ms, 4 * scrape_ms)
+    values = {
+        "__interval": format_interval(interval),
+        "__interval_ms": str(interval),
+        "__rate_interval": format_interval(rate),
+    }
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: values.get(m.group(1) or m.group(2), m.group(0)), expr)
+
+
+def prometheus_panel_queries(
+    view,
+    panel: dict,
+    variables: dict[str, list[str]],
+    from_ms: int,
+    to_ms: int,
+    max_data_points: int,
+    scrape_interval_ms: int | None = None,
+) -> list[tuple[str, dict]]:
+    """A generated Prometheus dashboard panel's range queries as Grafana sends them: (refId, the
+    /api/v1/query_range parameters). ``scrape_interval_ms``: the data source's timeInterval (the
+    provisioned one unless given)."""
+    scrape = scrape_interval_ms or duration_ms(_datasource(grafana.PROMETHEUS["uid"])["jsonData"]["timeInterval"])
+    interval = interval_ms(from_ms, to_ms, max_data_points, scrape)
+    step_s = interval / 1000
+    start = math.floor(from_ms / interval) * interval / 1000
+    end = math.ceil(to_ms / interval) * interval / 1000
+    out = []
+    for target in panel["targets"]:
+        expr = prometheus_expand(prometheus_interpolate(view, target["expr"], variables), interval, scrape)
+        out.append(
+            (target["refId"], {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step_s:g}"})
+        )
+    return out
+
+
+def label_values(query: str) -> tuple[str | None, str]:
+    """label_values(SELECTOR, LABEL) or label_values(LABEL): (the selector or None, the label)."""
+    m = re.fullmatch(r"\s*label_values\((?:(.*),)?\s*(\w+)\s*\)\s*", query)
+    if not m:
+        raise ValueError(f"{query!r}: not a label_values query")
+    return (m.group(1).strip() if m.group(1) else None), m.group(2)

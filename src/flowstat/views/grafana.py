@@ -13,13 +13,14 @@ from flowstat.schema import sample as sample_schema
 from flowstat.stores import elasticsearch as es_store
 from flowstat.stores import influxdb
 
-from . import influxql
+from . import influxql, promql
 from .alerts import ALERTS, AlertRule
-from .panels import PARAMETERS, RUN, VIEWS, Panel, View, description, grafana_unit, schema_type
+from .panels import PARAMETERS, RUN, VIEWS, Panel, View, description, grafana_unit, per_node, schema_type
 
 INFLUX = {"type": "influxdb", "uid": "flowstat-influxdb"}
 ES_RUNS = {"type": "elasticsearch", "uid": "flowstat-es-runs"}
 ES_SAMPLES = {"type": "elasticsearch", "uid": "flowstat-es-samples"}
+PROMETHEUS = promql.DATASOURCE
 EXPRESSION = "__expr__"
 FOLDER = "flowstat"
 CONTACT_POINT = "flowstat-webhook"
@@ -60,6 +61,15 @@ def datasources() -> dict:
             influx,
             elastic(ES_SAMPLES, "flowstat Elasticsearch samples", f"{es_store.SAMPLES_INDEX}*", "time"),
             elastic(ES_RUNS, "flowstat Elasticsearch runs", f"{es_store.RUNS_INDEX}*", "started"),
+            {
+                "name": "flowstat Prometheus",
+                **PROMETHEUS,
+                "access": "proxy",
+                "url": "${FLOWSTAT_PROMETHEUS_URL}",
+                # the scrape interval: $__interval's floor and $__rate_interval's base (docs/prometheus.md)
+                "jsonData": {"httpMethod": "POST", "timeInterval": promql.SCRAPE_INTERVAL},
+                "editable": False,
+            },
         ],
     }
 
@@ -328,6 +338,132 @@ def dashboard(view: View) -> dict:
     }
 
 
+# -- dashboards for a Prometheus data source ------------------------------------------------------
+
+
+def _prometheus_variable(name: str) -> dict:
+    if name == "role":
+        return _variable(name)  # a custom list: the same
+    query = promql.variable_query(name)
+    out = {
+        **_variable(name),
+        "datasource": PROMETHEUS,
+        "query": {"qryType": 1, "query": query, "refId": "PrometheusVariableQueryEditor-VariableQuery"},
+        "definition": query,
+        "refresh": 2,  # on a time range change: label_values asks for the series of the range
+        "sort": 1 if name != "run" else 0,
+    }
+    out.pop("regex", None)
+    if name == "run":
+        out["label"] = "run"
+    return out
+
+
+def _prometheus_field_config(panel: Panel) -> dict:
+    out = _field_config(panel)
+    if len(panel.metrics) > 1:
+        # one target per metric: each matched by its query (the series are named by the legend)
+        out["overrides"] = [
+            {
+                "matcher": {"id": "byFrameRefID", "options": chr(ord("A") + i)},
+                "properties": [{"id": "unit", "value": grafana_unit(panel, m)}],
+            }
+            for i, m in enumerate(panel.metrics)
+        ]
+    if "mappings" in out["defaults"]:
+        options = (
+            promql.state_mappings()
+            if any(m.field == "node_state" for m in panel.metrics)
+            else {
+                "1": {"text": "yes", "color": "green", "index": 0},
+                "0": {"text": "NO", "color": "red", "index": 1},
+            }
+        )
+        out["defaults"]["mappings"] = [{"type": "value", "options": options}]
+    return out
+
+
+def _prometheus_description(panel: Panel) -> str:
+    if not per_node(panel):
+        return panel.description
+    every = "Every selected node (PromQL has no first-N-by-name: pick nodes to see fewer)."
+    return f"{panel.description} {every}".lstrip()
+
+
+def _prometheus_panel(view: View, panel: Panel, pid: int, x: int, y: int) -> dict:
+    targets = [
+        {
+            "refId": chr(ord("A") + i),
+            "datasource": PROMETHEUS,
+            "expr": expr,
+            "legendFormat": legend,
+            "range": True,
+            "instant": False,
+            "editorMode": "code",
+        }
+        for i, (expr, legend) in enumerate(promql.queries(view, panel))
+    ]
+    return {
+        "id": pid,
+        "type": panel.kind,
+        "title": panel.title,
+        "description": _prometheus_description(panel),
+        "gridPos": {"h": 8, "w": panel.width, "x": x, "y": y},
+        "datasource": PROMETHEUS,
+        "targets": targets,
+        "fieldConfig": _prometheus_field_config(panel),
+        "options": _options(panel),
+    }
+
+
+def prometheus_dashboard(view: View) -> dict:
+    """The view's panels that PromQL can draw (promql.left_out says which it cannot), on the
+    Prometheus data source, with the same variables as the InfluxDB dashboard."""
+    kept = set(map(id, promql.panels(view)))
+    panels, pid, y = [], 1, 0
+    for row in view.rows:
+        shown = [p for p in row.panels if id(p) in kept]
+        if not shown:
+            continue
+        panels.append(
+            {
+                "id": pid,
+                "type": "row",
+                "title": row.title,
+                "collapsed": False,
+                "panels": [],
+                "gridPos": {"h": 1, "w": 24, "x": 0, "y": y},
+            }
+        )
+        pid, y, x, height = pid + 1, y + 1, 0, 0
+        for panel in shown:
+            if x + panel.width > 24:
+                x, y = 0, y + height
+            built = _prometheus_panel(view, panel, pid, x, y)
+            panels.append(built)
+            pid, x, height = pid + 1, x + panel.width, max(height, built["gridPos"]["h"])
+        y += height
+    gone = promql.left_out(view)
+    note = f" Left out (not in Prometheus): {', '.join(gone)}." if gone else ""
+    return {
+        "uid": promql.uid(view),
+        "title": f"{view.title} (Prometheus)",
+        "description": f"{view.description}{note}",
+        "tags": ["flowstat", "prometheus"],
+        "timezone": "utc",
+        "editable": False,
+        "schemaVersion": SCHEMA_VERSION,
+        "version": 1,
+        "time": {"from": "now-1h", "to": "now"},
+        "refresh": "30s",
+        "graphTooltip": 1,
+        "templating": {"list": [_prometheus_variable(v) for v in view.variables]},
+        "annotations": {"list": _annotations(view)[:1]},  # Grafana's own; the run's span is Elasticsearch's
+        "panels": panels,
+        "links": [{"title": "flowstat", "type": "dashboards", "tags": ["flowstat"], "asDropdown": True}],
+    }
+
+
 # -- alerting -----------------------------------------------------------------------------------
 
 
@@ -481,4 +617,6 @@ def files() -> dict[str, str]:
     }
     for view in VIEWS:
         out[f"dashboards/{view.uid}.json"] = json.dumps(dashboard(view), indent=1) + "\n"
+    for view in promql.VIEWS:
+        out[f"dashboards/{promql.uid(view)}.json"] = json.dumps(prometheus_dashboard(view), indent=1) + "\n"
     return out

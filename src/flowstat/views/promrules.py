@@ -14,6 +14,13 @@ of the window (docs/prometheus.md says what that changes):
 
 Each is taken ``max by`` the rule's group, and thresholds are scaled to the family's base unit (a
 latency in ms to seconds, VmRSS in kB to bytes).
+
+A second group records (``record:``, named ``level:metric:operations`` as Prometheus's practice
+has it) the alerts' quantities, each per the rule's group, and what the heavier panels sum over
+nodes: each counter a panel rates, per run and role, and the aggregate view's totals per run and
+role. The alerts and the dashboards keep their own expressions: a recorded series exists only from
+when a server began evaluating the rules, not for runs replayed as blocks (flowstat replay
+--prometheus), nor back over a window at the rules' start.
 """
 
 from __future__ import annotations
@@ -23,9 +30,11 @@ import yaml
 from flowstat.schema import prometheus
 
 from .alerts import ALERTS, SLOPE_BUCKET_S, AlertRule, Quantity
-from .panels import AGENT
+from .panels import AGENT, AGGREGATE_VIEW, NODE, RUN_VIEW, STACK_VIEW
 
 GROUP = "flowstat"
+RECORDING_GROUP = "flowstat-recording"
+RATE_WINDOW = "1m"  # the recorded rates' window: four scrapes at 15 s
 _FAMILIES = {f.field: f for f in prometheus.NODE_FAMILIES}
 _AGENT_FAMILIES = {f.field: f for f in prometheus.AGENT_FAMILIES}
 
@@ -106,8 +115,65 @@ def rule(alert: AlertRule) -> dict:
     return body
 
 
+def _level(group: tuple[str, ...]) -> str:
+    """A recorded series' level: the labels it is per (run_id, node_id, agent: run_node_agent)."""
+    return "_".join(g.removesuffix("_id") for g in group)
+
+
+def _operations(alert: AlertRule, q: Quantity, expr: str) -> str:
+    w = _window(alert)
+    if q.kind == "count":
+        return f"{'count' if expr.startswith('count') else 'sum'}_over_time{w}"
+    return {"last": "max", "rise": f"rise{w}", "slope_per_min": f"deriv{w}_per_min"}[q.kind]
+
+
+def _recorded_metric(alert: AlertRule, q: Quantity, expr: str) -> str:
+    """The quantity's family, the state's value or the flag's family as the metric part of the name."""
+    states = [v for k, v in q.where if k == "node_state"]
+    if states:
+        return f"{_family(alert, 'node_state').name}_{str(states[0]).lower()}"
+    families = _AGENT_FAMILIES if alert.source == AGENT else _FAMILIES
+    used = [f for f in families.values() if f.sample_name() in expr and f.type != "stateset"]
+    return max(used, key=lambda f: len(f.name)).name  # the longest: a name may hold a shorter one
+
+
+def recording_rules() -> list[dict]:
+    """record: rules, deduplicated by name, in the order the alerts and views name them."""
+    out: dict[str, str] = {}
+    for alert in ALERTS:
+        by = f"max by ({', '.join(alert.group)})"
+        for q in alert.quantities:
+            if q.kind == "slope_buckets":
+                continue  # the series' age: an offset, nothing to record
+            for e in _quantity(alert, q):
+                name = f"{_level(alert.group)}:{_recorded_metric(alert, q, e)}:{_operations(alert, q, e)}"
+                out.setdefault(name, f"{by} ({e})")
+    for view, source, group in ((RUN_VIEW, NODE, ("run_id", "role")), (STACK_VIEW, AGENT, ("host", "agent"))):
+        families = _AGENT_FAMILIES if source == AGENT else _FAMILIES
+        for panel in view.panels():
+            for m in panel.metrics:
+                if panel.source != source or m.agg not in ("rate", "increase") or m.field not in families:
+                    continue
+                f = families[m.field]
+                out.setdefault(
+                    f"{_level(group)}:{f.name}:rate{RATE_WINDOW}",
+                    f"sum by ({', '.join(group)}) (rate({f.sample_name()}[{RATE_WINDOW}]))",
+                )
+    for panel in AGGREGATE_VIEW.panels():
+        if panel.rollup:
+            (m,) = panel.metrics
+            f = _FAMILIES[m.field]
+            out.setdefault(f"run_role:{f.name}:sum", f"sum by (run_id, role) ({f.sample_name()})")
+    return [{"record": name, "expr": expr} for name, expr in out.items()]
+
+
 def rules() -> dict:
-    return {"groups": [{"name": GROUP, "interval": "10s", "rules": [rule(a) for a in ALERTS]}]}
+    return {
+        "groups": [
+            {"name": GROUP, "interval": "10s", "rules": [rule(a) for a in ALERTS]},
+            {"name": RECORDING_GROUP, "interval": "10s", "rules": recording_rules()},
+        ]
+    }
 
 
 def rules_text() -> str:
