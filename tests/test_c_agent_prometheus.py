@@ -10,6 +10,7 @@ import re
 import socket
 import subprocess
 import time
+from urllib.parse import parse_qs
 
 import pytest
 import requests
@@ -25,12 +26,15 @@ pytestmark = needs(C_AGENT)
 PROCESS_LINE = re.compile(r"(process_[a-z_]+) \S+\Z")
 
 
-def c_agent(tmp_path, port: int, pids, seconds: float, interval: float = 0.5, host: str = "127.0.0.1"):
+def c_agent(
+    tmp_path, port: int, pids, seconds: float, interval: float = 0.5, host: str = "127.0.0.1", options: str = ""
+):
+    """``options``: the prometheus:// URL's query (``?families=...``), "" none."""
     args = [str(C_AGENT)]
     for pid in pids:
         args += ["--pid", str(pid)]
     args += ["--interval", str(interval), "--self-interval", str(interval), "--duration", str(seconds)]
-    args += ["--sink", f"prometheus://{host}:{port}", "--sink", f"file://{tmp_path}/samples.json?format=json"]
+    args += ["--sink", f"prometheus://{host}:{port}{options}", "--sink", f"file://{tmp_path}/samples.json?format=json"]
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -60,14 +64,17 @@ def written(tmp_path) -> list[dict]:
     return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
 
 
-def python_exposition(docs: list[dict], openmetrics: bool) -> str:
-    """What the Python agent's sink serves for these documents, in this order (its own store)."""
-    latest = _Latest()
+def python_exposition(docs: list[dict], openmetrics: bool, options: str = "") -> str:
+    """What the Python agent's sink serves for these documents, in this order (its own store), with
+    the sink URL's options (a query: ?families=...&drop_labels=...)."""
+    query = {k: v[-1] for k, v in parse_qs(options.lstrip("?"), keep_blank_values=True).items()}
+    select = prometheus.selection(query.get("families"), query.get("drop_labels"))
+    latest = _Latest(select)
     for doc in docs:
         latest.put("agent" if "rounds" in doc else "node", doc)
     nodes, agents = latest.scrape()
     process = {f.field: 0 for f in prometheus.PROCESS_FAMILIES}
-    return prometheus.exposition(nodes, agents, openmetrics=openmetrics, process=process)
+    return prometheus.exposition(nodes, agents, openmetrics=openmetrics, process=process, select=select)
 
 
 def masked(text: str) -> str:
@@ -112,13 +119,18 @@ def test_the_c_agent_answers_openmetrics_when_asked(tmp_path):
         stop(agent, idle)
 
 
+SELECTED = "?families=cpu_user_seconds,flowstat_node_resident_memory_bytes,node_state&drop_labels=role,host"
+
+
+@pytest.mark.parametrize("options", ["", SELECTED], ids=["all", "selected"])
 @pytest.mark.parametrize("openmetrics", [False, True])
-def test_the_same_samples_give_the_python_agents_exposition_byte_for_byte(tmp_path, openmetrics):
+def test_the_same_samples_give_the_python_agents_exposition_byte_for_byte(tmp_path, openmetrics, options):
     """Two nodes (one busy: figures that change) and the agent's self-samples, as the file sink wrote
-    them: the Python sink fed the same documents serves the same bytes, process_* values aside. A
-    round may fall between the scrape and the file's reading: asked again until both are of one."""
+    them: the Python sink fed the same documents serves the same bytes, process_* values aside, with
+    every family or those the URL selects (families=, drop_labels=). A round may fall between the
+    scrape and the file's reading: asked again until both are of one."""
     port, busy, idle = free_port(), spinner(60), sleeper(60)
-    agent = c_agent(tmp_path, port, [busy.pid, idle.pid], 60, interval=1.0)
+    agent = c_agent(tmp_path, port, [busy.pid, idle.pid], 60, interval=1.0, options=options)
     try:
         wait_until(lambda: "flowstat_agent_rounds" in served(port, openmetrics), "a self-sample on /metrics")
         attempts = []
@@ -126,7 +138,7 @@ def test_the_same_samples_give_the_python_agents_exposition_byte_for_byte(tmp_pa
             before = written(tmp_path)
             got = metrics(port, openmetrics).text
             if written(tmp_path) == before:  # no round in between
-                expected = python_exposition(before, openmetrics)
+                expected = python_exposition(before, openmetrics, options)
                 if masked(got) == masked(expected):
                     break
                 attempts.append((got, expected))
@@ -135,6 +147,8 @@ def test_the_same_samples_give_the_python_agents_exposition_byte_for_byte(tmp_pa
             got, expected = attempts[-1] if attempts else ("", "no quiet moment")
             assert masked(got) == masked(expected)
         assert "flowstat_node_cpu_user_seconds_total{" in got and f"-{idle.pid}" in got
+        if options:
+            assert "flowstat_node_threads" not in got and 'role="' not in got and "flowstat_agent_rounds" in got
     finally:
         stop(agent, busy, idle)
 

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import socket
 import subprocess
 import sys
+import time
 
+import pytest
 import requests
 
 from flowstat.schema import agent as agent_schema
@@ -17,9 +20,9 @@ from flowstat.schema import prometheus
 from flowstat.schema import sample as sample_schema
 from flowstat.timeutil import iso_utc_from_ms
 from flowstat_lab.prometheus import PrometheusServer
-from support.agents import assert_on_schedule, spinner, wait_until
+from support.agents import assert_on_schedule, sleeper, spinner, wait_until
 from support.common import free_port
-from support.scraping import assert_scraped_exactly, scrape_until_down
+from support.scraping import assert_scraped_exactly, last_sampled, scrape_until_down, stored_values
 
 NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
 SAMPLE = {
@@ -272,3 +275,179 @@ def test_a_port_already_taken_stops_the_agent_naming_the_sink(agent_command):
     assert (
         out.returncode == 2 and f"{url}: cannot listen on" in out.stderr and "Traceback" not in out.stderr
     ), out.stderr
+
+
+# -- which families and labels (?families=, ?drop_labels=): both agents alike ---------------------
+
+NODE_LINE = re.compile(r"^(flowstat_node_[a-z0-9_]+)\{([^}]*)\} \S+$", re.M)
+LABEL = re.compile(r'([a-z_]+)="')
+
+
+def served(port: int, openmetrics: bool = False) -> str:
+    try:
+        return metrics(port, openmetrics).text
+    except requests.ConnectionError:
+        return ""  # not listening yet
+
+
+def test_only_the_families_and_labels_the_url_asks_for_are_exposed(tmp_path, agent_command):
+    """families= by field and by family name, drop_labels=run_id,role,host: the node lines read back
+    hold those families only, labelled node_id and agent only; the agent's own families and
+    process_* stay (run_id with them); promtool still finds nothing to say."""
+    port, busy = free_port(), spinner(60)
+    options = "families=cpu_user_seconds,flowstat_node_resident_memory_bytes,node_state&drop_labels=run_id,role,host"
+    agent = subprocess.Popen(
+        [*agent_command, "--pid", str(busy.pid), "--interval", "0.2", "--self-interval", "0.2", "--run-id", "r1"]
+        + ["--duration", "60", "--sink", f"prometheus://127.0.0.1:{port}?{options}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(lambda: f"-{busy.pid}" in served(port) and "flowstat_agent_rounds" in served(port), "a scrape")
+        for openmetrics in (False, True):
+            text = metrics(port, openmetrics).text
+            lines = NODE_LINE.findall(text)
+            assert {name for name, _ in lines} == {
+                "flowstat_node_cpu_user_seconds_total",
+                "flowstat_node_resident_memory_bytes",
+                "flowstat_node_state",
+            }, text
+            for name, labels in lines:
+                extra = {"flowstat_node_state"} if name == "flowstat_node_state" else set()
+                assert set(LABEL.findall(labels)) == {"node_id", "agent", *extra}, (name, labels)
+            assert len([n for n, _ in lines if n == "flowstat_node_state"]) == 8  # the stateset, whole
+            assert re.search(r'^flowstat_agent_rounds_total\{run_id="r1",', text, re.M)
+            assert "process_cpu_seconds_total " in text and "flowstat_node_threads" not in text
+        lint = subprocess.run(
+            ["promtool", "check", "metrics"], input=metrics(port, False).text, capture_output=True, text=True
+        )
+        assert lint.returncode == 0 and not lint.stdout.strip(), lint.stdout + lint.stderr
+    finally:
+        agent.terminate()
+        busy.kill()
+        agent.wait(30)
+        busy.wait()
+
+
+@pytest.mark.parametrize(
+    "options, says",
+    [
+        ("families=cpu_user_seconds,cpu_usr_seconds", "families: no node family cpu_usr_seconds"),
+        ("families=flowstat_agent_rounds", "families: no node family flowstat_agent_rounds"),
+        ("drop_labels=run_id,node_id", "drop_labels: node_id cannot be dropped: it tells the nodes' series apart"),
+        ("drop_labels=pid", "drop_labels: no node label pid (run_id, host, role, agent)"),
+    ],
+)
+def test_an_unknown_family_or_node_id_dropped_stops_the_agent_naming_them(agent_command, options, says):
+    url = f"prometheus://127.0.0.1:{free_port()}?{options}"
+    out = subprocess.run(
+        [*agent_command, "--pid", "1", "--count", "1", "--sink", url], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 2 and f"{url}: {says}" in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+# -- the final samples scraped before the agent exits (--drain-timeout): both agents alike ---------
+
+DRAIN_SAYS = "the final samples may not have been scraped"
+
+
+def agent_watching(
+    agent_command, tmp_path, pid: int, port: int, drain_s: float, interval: float = 0.2
+) -> subprocess.Popen:
+    return subprocess.Popen(
+        [*agent_command, "--pid", str(pid), "--interval", str(interval), "--self-interval", "1", "--duration", "90"]
+        + ["--drain-timeout", str(drain_s), "--sink", f"prometheus://127.0.0.1:{port}"]
+        + ["--sink", f"file://{tmp_path}/samples.json?format=json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_the_final_counters_are_scraped_before_the_agent_exits(tmp_path, agent_command):
+    """A Prometheus scrapes the agent every second while it samples a busy process every 0.1 s; the
+    process ends 0.3 s after a scrape, and the agent is stopped (SIGTERM) at once: it serves on
+    until Prometheus scraped once more, so the last CPU count Prometheus stored is the last the
+    agent sampled (without the drain, the last scrape is of samples 0.3 s older than the last)."""
+    port, busy = free_port(), spinner(120)
+    agent = agent_watching(agent_command, tmp_path, busy.pid, port, 20, interval=0.1)
+    series = f'flowstat_node_cpu_user_seconds_total{{node_id=~".*-{busy.pid}"}}'
+    try:
+        with PrometheusServer(tmp_path / "prom", free_port(), {"agent": [f"127.0.0.1:{port}"]}, 1.0) as prom:
+            prom.wait_for_scrapes("agent", 2)
+            wait_until(lambda: len(set(stored_values(prom, series))) >= 3, "the count moving", timeout=30, poll=0.2)
+            last = prom.targets()[0]["lastScrape"]
+            wait_until(lambda: prom.targets()[0]["lastScrape"] != last, "the next scrape", timeout=10)
+            time.sleep(0.3)  # within the next second's samples, before the next scrape
+            busy.kill()
+            busy.wait()
+            stopped = time.monotonic()
+            agent.send_signal(signal.SIGTERM)
+            agent.wait(30)
+            took = time.monotonic() - stopped
+            final = last_sampled(tmp_path / "samples.json", busy.pid)
+            try:  # the last scrape's answer is whole at the agent's exit; Prometheus stores it just after
+                wait_until(lambda: stored_values(prom, series)[-1:] == [final], "the final count stored", timeout=5)
+            except AssertionError:
+                pass  # said below, with the values
+            stored = stored_values(prom, series)
+    finally:
+        agent.kill()
+        busy.kill()
+        busy.wait()
+    stderr = agent.stderr.read()
+    assert agent.returncode == 0, stderr
+    assert stored[-1] == final, (stored, final)
+    assert took < 15 and DRAIN_SAYS not in stderr, (took, stderr)
+
+
+def test_an_agent_nobody_scrapes_exits_at_once(tmp_path, agent_command):
+    port, idle = free_port(), sleeper(60)
+    agent = agent_watching(agent_command, tmp_path, idle.pid, port, 30)
+    try:
+        wait_until(lambda: (tmp_path / "samples.json").exists(), "the agent's first sample")
+        time.sleep(0.5)
+        stopped = time.monotonic()
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(30)
+        took = time.monotonic() - stopped
+    finally:
+        agent.kill()
+        idle.kill()
+        idle.wait()
+    stderr = agent.stderr.read()
+    assert agent.returncode == 0 and took < 5 and DRAIN_SAYS not in stderr, (took, stderr)
+
+
+def test_an_agent_scraped_once_waits_the_drain_timeout_for_a_scrape_then_says_so(tmp_path, agent_command):
+    """Scraped once, then never again: at SIGTERM it serves on for --drain-timeout (its last
+    self-sample is no scrape's yet), then exits saying so in one line; a scrape during that time
+    ends the wait at once."""
+    port, idle = free_port(), sleeper(60)
+    agent = agent_watching(agent_command, tmp_path, idle.pid, port, 3)
+    try:
+        wait_until(lambda: "flowstat_agent_rounds" in served(port), "a scrape")
+        stopped = time.monotonic()
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(30)
+        took = time.monotonic() - stopped
+    finally:
+        agent.kill()
+    stderr = agent.stderr.read()
+    assert agent.returncode == 0 and 2.5 <= took < 10, (took, stderr)
+    assert stderr.count(DRAIN_SAYS) == 1 and f"prometheus://127.0.0.1:{port}" in stderr, stderr
+    port = free_port()
+    agent = agent_watching(agent_command, tmp_path, idle.pid, port, 30)
+    try:
+        wait_until(lambda: "flowstat_agent_rounds" in served(port), "a scrape")
+        stopped = time.monotonic()
+        agent.send_signal(signal.SIGTERM)
+        wait_until(lambda: not served(port), "the agent gone after a scrape", timeout=20, poll=0.2)
+        agent.wait(30)
+        took = time.monotonic() - stopped
+    finally:
+        agent.kill()
+        idle.kill()
+        idle.wait()
+    assert agent.returncode == 0 and took < 10 and DRAIN_SAYS not in agent.stderr.read(), took

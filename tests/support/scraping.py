@@ -42,3 +42,16 @@ def assert_scraped_exactly(stored: list[float], final: list[dict], samples: Path
     assert stored == sorted(stored)  # a counter never goes back
     assert stored[-1] == sampled[-1]  # the final count, after the node was gone
     assert final and float(final[0]["value"][1]) == sampled[-1]
+
+
+def last_sampled(samples: Path, pid: int, field: str = "cpu_user_seconds") -> float:
+    """The last value of a field the agent's file sink (JSON) holds for PID."""
+    values = [d[field] for d in map(json.loads, open(samples)) if d.get("pid") == pid and field in d]
+    assert values, f"no {field} sampled for pid {pid}"
+    return values[-1]
+
+
+def stored_values(prom: PrometheusServer, series: str) -> list[float]:
+    """Every value Prometheus stored for a series in the last 5 minutes (none: [])."""
+    rows = prom.query(f"{series}[5m]")
+    return [float(v) for _, v in rows[0]["values"]] if rows else []

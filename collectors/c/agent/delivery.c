@@ -599,7 +599,7 @@ int runner_start(struct sink_runner *r)
 void runner_stop(struct sink_runner *r)
 {
     if (r->sink.expo) {
-        expo_stop(r->sink.expo);
+        expo_stop(r->sink.expo, r->drain_timeout); /* its final samples scraped, within the same bound */
         return;
     }
     double grace = r->drain_timeout > EXIT_SEND_MIN_S ? r->drain_timeout : EXIT_SEND_MIN_S;

@@ -46,12 +46,14 @@ static void label_value(struct fs_buf *out, const char *v)
     }
 }
 
-/* A sample's labels, its tags that hold a value, name="value" joined by commas (no braces). */
-static void doc_labels(const struct fs_sample *s, const int *labels, int nlabels, struct fs_buf *out)
+/* A sample's labels, its tags that hold a value (and are shown: shown NULL, all), name="value"
+ * joined by commas (no braces). */
+static void doc_labels(const struct fs_sample *s, const int *labels, const unsigned char *shown, int nlabels,
+                       struct fs_buf *out)
 {
     for (int i = 0; i < nlabels; i++) {
         int f = labels[i];
-        if (!sample_has(s, f) || !s->v[f].s[0])
+        if ((shown && !shown[i]) || !sample_has(s, f) || !s->v[f].s[0])
             continue;
         if (out->len)
             fs_buf_append(out, ",", 1);
@@ -158,10 +160,10 @@ static void family_lines(struct fs_buf *out, const struct fs_prom_family *fam, c
     }
 }
 
-/* One schema's families over its samples. */
+/* One schema's families over its samples: those shown (NULL: all), with the labels shown (NULL: all). */
 static void schema_families(struct fs_buf *out, const struct fs_sample *const *docs, size_t n,
-                            const struct fs_prom_family *families, int nfamilies, const int *label_fields, int nlabels,
-                            int openmetrics)
+                            const struct fs_prom_family *families, const unsigned char *families_shown, int nfamilies,
+                            const int *label_fields, const unsigned char *labels_shown, int nlabels, int openmetrics)
 {
     if (!n)
         return;
@@ -171,9 +173,10 @@ static void schema_families(struct fs_buf *out, const struct fs_sample *const *d
         return;
     }
     for (size_t i = 0; i < n; i++)
-        doc_labels(docs[i], label_fields, nlabels, &labels[i]);
+        doc_labels(docs[i], label_fields, labels_shown, nlabels, &labels[i]);
     for (int f = 0; f < nfamilies; f++)
-        family_lines(out, &families[f], docs, labels, n, openmetrics);
+        if (!families_shown || families_shown[f])
+            family_lines(out, &families[f], docs, labels, n, openmetrics);
     for (size_t i = 0; i < n; i++)
         fs_buf_free(&labels[i]);
     free(labels);
@@ -219,16 +222,78 @@ static void process_families(struct fs_buf *out, const struct expo_process *p, i
 }
 
 void expo_render(const struct fs_sample *const *nodes, size_t nnodes, const struct fs_sample *const *agents,
-                 size_t nagents, const struct expo_process *process, int openmetrics, struct fs_buf *out)
+                 size_t nagents, const struct expo_process *process, const struct expo_select *sel, int openmetrics,
+                 struct fs_buf *out)
 {
-    schema_families(out, nodes, nnodes, FS_FIELDS_PROM, FS_FIELDS_NPROM, FS_FIELDS_LABELS, FS_FIELDS_NLABELS,
-                    openmetrics);
-    schema_families(out, agents, nagents, FS_AGENT_FIELDS_PROM, FS_AGENT_FIELDS_NPROM, FS_AGENT_FIELDS_LABELS,
-                    FS_AGENT_FIELDS_NLABELS, openmetrics);
+    schema_families(out, nodes, nnodes, FS_FIELDS_PROM, sel ? sel->family : NULL, FS_FIELDS_NPROM, FS_FIELDS_LABELS,
+                    sel ? sel->label : NULL, FS_FIELDS_NLABELS, openmetrics);
+    schema_families(out, agents, nagents, FS_AGENT_FIELDS_PROM, NULL, FS_AGENT_FIELDS_NPROM, FS_AGENT_FIELDS_LABELS,
+                    NULL, FS_AGENT_FIELDS_NLABELS, openmetrics);
     if (process)
         process_families(out, process, openmetrics);
     if (openmetrics)
         fs_buf_puts(out, "# EOF\n");
+}
+
+/* -- which node families and labels are shown: ?families=, ?drop_labels= ------------------------ */
+
+void expo_select_all(struct expo_select *sel)
+{
+    memset(sel->family, 1, sizeof sel->family);
+    memset(sel->label, 1, sizeof sel->label);
+}
+
+int expo_select_parse(const char *families, const char *drop_labels, struct expo_select *sel, char *why, size_t n)
+{
+    char list[1024];
+    expo_select_all(sel);
+    if (families) {
+        memset(sel->family, 0, sizeof sel->family);
+        fs_strlcpy(list, families, sizeof list);
+        int named = 0;
+        for (char *save = NULL, *name = strtok_r(list, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
+            int f = 0;
+            while (f < FS_FIELDS_NPROM && strcmp(name, FS_FIELDS[FS_FIELDS_PROM[f].field].name) != 0 &&
+                   strcmp(name, FS_FIELDS_PROM[f].name) != 0)
+                f++;
+            if (f == FS_FIELDS_NPROM) {
+                snprintf(why, n,
+                         "families: no node family %s (a sample field marked x-prometheus, e.g. vmrss_kb, or its "
+                         "family's name, e.g. flowstat_node_resident_memory_bytes)",
+                         name);
+                return -1;
+            }
+            sel->family[f] = 1;
+            named = 1;
+        }
+        if (!named) {
+            snprintf(why, n, "families needs at least one name (a sample field, or its flowstat_node_ family)");
+            return -1;
+        }
+    }
+    if (drop_labels) {
+        fs_strlcpy(list, drop_labels, sizeof list);
+        for (char *save = NULL, *name = strtok_r(list, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
+            if (strcmp(name, FS_FIELDS[FS_F_NODE_ID].name) == 0) {
+                snprintf(why, n, "drop_labels: %s cannot be dropped: it tells the nodes' series apart", name);
+                return -1;
+            }
+            int l = 0;
+            while (l < FS_FIELDS_NLABELS && strcmp(name, FS_FIELDS[FS_FIELDS_LABELS[l]].name) != 0)
+                l++;
+            if (l == FS_FIELDS_NLABELS) {
+                char can[256] = "";
+                for (int k = 0; k < FS_FIELDS_NLABELS; k++)
+                    if (FS_FIELDS_LABELS[k] != FS_F_NODE_ID)
+                        snprintf(can + strlen(can), sizeof can - strlen(can), "%s%s", can[0] ? ", " : "",
+                                 FS_FIELDS[FS_FIELDS_LABELS[k]].name);
+                snprintf(why, n, "drop_labels: no node label %s (%s)", name, can);
+                return -1;
+            }
+            sel->label[l] = 0;
+        }
+    }
+    return 0;
 }
 
 /* -- what the scrapes are answered from: the latest sample of each node, of each agent ---------- */
@@ -263,18 +328,27 @@ struct client {
     char head[EXPO_HEAD_MAX + 1];
     struct fs_buf reply;
     size_t sent;
+    int scrape; /* the reply is a scrape's 200, showing the samples up to version */
+    unsigned long long version;
 };
 
 struct expo {
     char url[512];
     struct webconfig web; /* ?web_config=: TLS (web.tls) and basic authentication (web.nusers) */
-    pthread_mutex_t lock; /* over nodes and agents: the sampling thread puts, the HTTP thread copies */
+    /* over nodes, agents, version and drain_s: the sampling thread puts, the HTTP thread copies */
+    pthread_mutex_t lock;
     struct latest nodes, agents;
+    unsigned long long version; /* +1 at each sample put */
+    double drain_s; /* expo_stop's */
+    struct expo_select select;
     /* the HTTP thread's own */
     struct latest shown_nodes, shown_agents;
     struct fs_buf body; /* the last scrape's rendering: its room kept for the next (no page faulted in again) */
     struct client clients[EXPO_CLIENTS_MAX];
     double start_time;
+    int asked; /* a scrape ever came */
+    int answered; /* a scrape's 200 was answered whole; answered_version: the samples the last one showed */
+    unsigned long long answered_version;
     int listen_fd, wake[2];
     pthread_t thread;
     int started;
@@ -357,6 +431,7 @@ static void put(struct latest *l, const struct fs_sample *s, const int *key, int
 void expo_put(struct expo *e, const struct fs_sample *s)
 {
     pthread_mutex_lock(&e->lock);
+    e->version++;
     if (s->schema->agent)
         put(&e->agents, s, FS_AGENT_FIELDS_LABELS, FS_AGENT_FIELDS_NLABELS, 0);
     else
@@ -393,10 +468,12 @@ static void count_scrape(struct latest *l)
     l->n = kept;
 }
 
-/* The HTTP thread's copy of what to show now; the scrape counted. -1 out of memory. */
-static int snapshot(struct expo *e)
+/* The HTTP thread's copy of what to show now (the samples up to *version); the scrape counted. -1
+ * out of memory. */
+static int snapshot(struct expo *e, unsigned long long *version)
 {
     pthread_mutex_lock(&e->lock);
+    *version = e->version;
     int rc = copy_latest(&e->shown_nodes, &e->nodes) == 0 && copy_latest(&e->shown_agents, &e->agents) == 0 ? 0 : -1;
     if (rc == 0)
         count_scrape(&e->nodes);
@@ -505,6 +582,7 @@ static void drop(struct client *c)
         close(c->fd);
     c->fd = -1;
     c->got = c->sent = 0;
+    c->scrape = 0;
     c->reply.len = 0;
     if (c->reply.cap > EXPO_KEPT_MAX)
         fs_buf_free(&c->reply);
@@ -584,7 +662,9 @@ static void scrape(struct expo *e, struct client *c, int openmetrics)
     if (body->failed || body->cap > EXPO_KEPT_MAX)
         fs_buf_free(body);
     body->len = 0;
-    if (snapshot(e) != 0) {
+    e->asked = 1;
+    unsigned long long version = 0;
+    if (snapshot(e, &version) != 0) {
         respond_text(c, "500 Internal Server Error", "flowstat agent: out of memory\n");
         return;
     }
@@ -600,12 +680,18 @@ static void scrape(struct expo *e, struct client *c, int openmetrics)
         agents[i] = &e->shown_agents.v[i].s;
     struct expo_process p;
     int has_process = process_figures(e, &p) == 0;
-    expo_render(nodes, e->shown_nodes.n, agents, e->shown_agents.n, has_process ? &p : NULL, openmetrics, body);
+    expo_render(nodes, e->shown_nodes.n, agents, e->shown_agents.n, has_process ? &p : NULL, &e->select, openmetrics,
+                body);
     free(nodes);
-    if (body->failed)
+    if (body->failed) {
         respond_text(c, "500 Internal Server Error", "flowstat agent: out of memory\n");
-    else
-        respond(c, "200 OK", openmetrics ? OPENMETRICS_TYPE : TEXT_0_0_4_TYPE, body->data ? body->data : "", body->len);
+        return;
+    }
+    respond(c, "200 OK", openmetrics ? OPENMETRICS_TYPE : TEXT_0_0_4_TYPE, body->data ? body->data : "", body->len);
+    if (c->fd >= 0) {
+        c->scrape = 1;
+        c->version = version;
+    }
 }
 
 /* The request line is read: a bad one is answered 400 at once; a whole head, what it asks. */
@@ -696,7 +782,7 @@ static void client_read(struct expo *e, struct client *c)
     } while (c->ssl && c->fd >= 0 && !c->reply.len && c->got < EXPO_HEAD_MAX);
 }
 
-static void client_write(struct client *c)
+static void client_write(struct expo *e, struct client *c)
 {
     ssize_t n;
     if (c->ssl) {
@@ -714,6 +800,10 @@ static void client_write(struct client *c)
     }
     c->sent += (size_t)n;
     if (c->sent == c->reply.len) {
+        if (c->scrape && (!e->answered || c->version > e->answered_version)) { /* answered whole */
+            e->answered = 1;
+            e->answered_version = c->version;
+        }
         if (c->ssl) {
             SSL_shutdown(c->ssl); /* its close_notify, once: no wait for the client's */
             ERR_clear_error();
@@ -777,7 +867,7 @@ static void client_step(struct expo *e, struct client *c)
     else if (c->tls == CLIENT_HANDSHAKE)
         client_handshake(e, c);
     else if (c->reply.len)
-        client_write(c);
+        client_write(e, c);
     else
         client_read(e, c);
 }
@@ -821,20 +911,49 @@ static int poll_set(struct expo *e, struct pollfd *p, int *who, int *n)
     return timeout;
 }
 
+/* Told to stop: whether to serve on (1), until *until, for a scrape of the final samples (*final);
+ * not when no scrape ever came, one already showed them, or drain_s < 0. */
+static int drain_begins(struct expo *e, double *until, unsigned long long *final)
+{
+    char x[16];
+    while (read(e->wake[0], x, sizeof x) > 0)
+        ;
+    pthread_mutex_lock(&e->lock);
+    double drain_s = e->drain_s;
+    *final = e->version;
+    pthread_mutex_unlock(&e->lock);
+    *until = fs_monotonic() + (drain_s > 0 ? drain_s : 0);
+    return drain_s >= 0 && e->asked && !(e->answered && e->answered_version >= *final);
+}
+
 static void *serve(void *arg)
 {
     struct expo *e = arg;
     struct pollfd p[2 + EXPO_CLIENTS_MAX];
     int who[2 + EXPO_CLIENTS_MAX];
+    int draining = 0;
+    double until = 0;
+    unsigned long long final = 0;
     for (;;) {
         int n = 0;
         int timeout = poll_set(e, p, who, &n);
+        if (draining) {
+            double left = until - fs_monotonic();
+            int ms = left <= 0 ? 0 : (int)(left * 1000) + 1;
+            timeout = timeout < 0 || ms < timeout ? ms : timeout;
+        }
         if (poll(p, (nfds_t)n, timeout) < 0 && errno != EINTR) {
             LOG_ERR("sink %s: poll: %s: /metrics is no longer served", e->url, strerror(errno));
             break;
         }
-        if (p[0].revents)
-            break;
+        if (p[0].revents) {
+            double first_until = until;
+            if (!drain_begins(e, &until, &final))
+                break;
+            if (draining) /* told again: the drain does not begin anew */
+                until = first_until;
+            draining = 1;
+        }
         if (p[1].revents & POLLIN)
             accept_client(e);
         for (int k = 2; k < n; k++)
@@ -844,6 +963,14 @@ static void *serve(void *arg)
         for (int i = 0; i < EXPO_CLIENTS_MAX; i++)
             if (e->clients[i].fd >= 0 && e->clients[i].deadline <= now)
                 drop(&e->clients[i]); /* silent, or too slow to read its answer */
+        if (draining && e->answered && e->answered_version >= final)
+            break; /* the final samples were scraped */
+        if (draining && now >= until) {
+            LOG_WARN("sink %s: no scrape came within the drain time-out (--drain-timeout) after the last samples: "
+                     "the final samples may not have been scraped",
+                     e->url);
+            break;
+        }
     }
     return NULL;
 }
@@ -902,13 +1029,18 @@ static int listen_on(const char *host, int port, const char **why)
     return fd;
 }
 
-struct expo *expo_open(const char *url, const char *host, int port, const char *web_config, char *err, size_t errlen)
+struct expo *expo_open(const char *url, const char *host, int port, const char *web_config,
+                       const struct expo_select *sel, char *err, size_t errlen)
 {
     const char *why = "out of memory";
     struct expo *e = calloc(1, sizeof *e);
     if (e) {
         e->wake[0] = e->wake[1] = -1;
         e->listen_fd = -1;
+        if (sel)
+            e->select = *sel;
+        else
+            expo_select_all(&e->select);
         for (int i = 0; i < EXPO_CLIENTS_MAX; i++)
             e->clients[i].fd = -1;
     }
@@ -953,8 +1085,13 @@ int expo_start(struct expo *e)
     return 0;
 }
 
-void expo_stop(struct expo *e)
+void expo_stop(struct expo *e, double drain_s)
 {
+    if (e->url[0]) { /* the lock is made */
+        pthread_mutex_lock(&e->lock);
+        e->drain_s = drain_s;
+        pthread_mutex_unlock(&e->lock);
+    }
     if (e->wake[1] >= 0 && write(e->wake[1], "x", 1) < 0)
         LOG_ERR("sink %s: cannot tell its HTTP thread to stop: %s", e->url, strerror(errno));
 }
@@ -970,8 +1107,8 @@ void expo_close(struct expo *e)
 {
     if (!e)
         return;
-    if (e->started) /* never left running: a close without a stop stops it */
-        expo_stop(e);
+    if (e->started) /* never left running: a close without a stop stops it, at once */
+        expo_stop(e, -1);
     expo_join(e);
     for (int i = 0; i < EXPO_CLIENTS_MAX; i++) {
         drop(&e->clients[i]);

@@ -12,7 +12,10 @@
  * ?web_config= gives TLS and basic authentication (webconfig.h): then the handshake is one more
  * state of a client in the poll loop (SSL_accept on a non-blocking socket, within the same
  * client time-out), and a request without a user's password is answered 401 before anything is
- * read for it (a scrape refused changes nothing). */
+ * read for it (a scrape refused changes nothing). ?families= and ?drop_labels= choose the node
+ * families and labels shown (expo_select_parse). At exit (expo_stop), a sink that was scraped keeps
+ * serving until one scrape showing every sample put was answered whole (200), or the drain time-out
+ * passed (said in one line); one never scraped stops at once. */
 #ifndef FLOWSTAT_EXPOSITION_H
 #define FLOWSTAT_EXPOSITION_H
 
@@ -33,6 +36,19 @@
 
 struct expo;
 
+/* Which node families and labels /metrics shows (the sink URL's ?families= and ?drop_labels=); the
+ * agent's own families and process_* are always shown. */
+struct expo_select {
+    unsigned char family[FS_FIELDS_NPROM]; /* FS_FIELDS_PROM's: 1 shown */
+    unsigned char label[FS_FIELDS_NLABELS]; /* FS_FIELDS_LABELS': 1 shown */
+};
+/* Every family and label. */
+void expo_select_all(struct expo_select *sel);
+/* The selection of families (comma-separated names, each a sample field marked x-prometheus or its
+ * family's name; NULL: all) and drop_labels (comma-separated node labels left out, node_id never;
+ * NULL: none): 0, or -1 with why (the Python agent's words: flowstat.schema.prometheus.selection). */
+int expo_select_parse(const char *families, const char *drop_labels, struct expo_select *sel, char *why, size_t n);
+
 /* Whether host (a URL's, an IPv6 address in brackets or not) is a loopback one: 127.x.x.x, ::1 or
  * localhost. */
 int expo_host_is_loopback(const char *host);
@@ -41,15 +57,20 @@ int expo_host_is_loopback(const char *host);
     "/metrics is served on loopback only (127.0.0.1, ::1) unless a web_config gives it TLS and basic_auth_users " \
     "(?web_config=PATH: docs/prometheus.md)"
 /* Listen on host:port, with TLS and basic authentication as the web-config file at web_config
- * (NULL: none) says (webconfig.h); a host that is not a loopback one only with both. NULL with a
- * message naming url in err when it cannot (before any bind when the file or the host is refused). */
-struct expo *expo_open(const char *url, const char *host, int port, const char *web_config, char *err, size_t errlen);
+ * (NULL: none) says (webconfig.h); a host that is not a loopback one only with both; showing what
+ * sel selects (NULL: all). NULL with a message naming url in err when it cannot (before any bind
+ * when the file or the host is refused). */
+struct expo *expo_open(const char *url, const char *host, int port, const char *web_config,
+                       const struct expo_select *sel, char *err, size_t errlen);
 /* The HTTP thread: 0, or -1 when it cannot be started. */
 int expo_start(struct expo *e);
 /* Sampling thread: the latest sample of its node (a self-sample: of its agent), kept for the scrapes. */
 void expo_put(struct expo *e, const struct fs_sample *s);
-/* The HTTP thread stops serving and ends (expo_join waits for it); expo_close frees it all. */
-void expo_stop(struct expo *e);
+/* The HTTP thread stops serving and ends (expo_join waits for it); expo_close frees it all. Called
+ * after the last expo_put: when a scrape ever came, it serves on until one showing every sample put
+ * was answered whole, for drain_s at most (then it says the final samples may not have been scraped);
+ * drain_s < 0: at once, silently. */
+void expo_stop(struct expo *e, double drain_s);
 void expo_join(struct expo *e);
 void expo_close(struct expo *e);
 
@@ -59,8 +80,10 @@ struct expo_process {
     long long resident_memory_bytes, virtual_memory_bytes, open_fds, max_fds;
 };
 /* The exposition of these nodes' and agents' samples and of process (NULL: none), in OpenMetrics
- * 1.0 (ending with # EOF) or the text format 0.0.4: flowstat.schema.prometheus.exposition. */
+ * 1.0 (ending with # EOF) or the text format 0.0.4, the node families and labels sel selects (NULL:
+ * all): flowstat.schema.prometheus.exposition. */
 void expo_render(const struct fs_sample *const *nodes, size_t nnodes, const struct fs_sample *const *agents,
-                 size_t nagents, const struct expo_process *process, int openmetrics, struct fs_buf *out);
+                 size_t nagents, const struct expo_process *process, const struct expo_select *sel, int openmetrics,
+                 struct fs_buf *out);
 
 #endif

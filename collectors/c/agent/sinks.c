@@ -168,14 +168,17 @@ static int unquote(char *v)
     return 0;
 }
 
-/* The query's options, NAME=VALUE joined by &: format=line|json; web_config=PATH (prometheus://;
- * its scheme is checked after). The last of one name given twice holds, as in the Python agent. */
+/* The query's options, NAME=VALUE joined by &: format=line|json; web_config=PATH, families=A,B,
+ * drop_labels=L,M (prometheus://; its scheme is checked after, and the names). The last of one
+ * name given twice holds, as in the Python agent. */
+#define SINK_OPTIONS "format, web_config, families, drop_labels"
+
 static int parse_query(const char *url, char *query, struct sink *s, char *err, size_t errlen)
 {
     for (char *save = NULL, *opt = strtok_r(query, "&", &save); opt; opt = strtok_r(NULL, "&", &save)) {
         char *value = strchr(opt, '=');
         if (!value || unquote(value + 1) != 0)
-            return set_err(err, errlen, url, "options are NAME=VALUE joined by & (format, web_config)");
+            return set_err(err, errlen, url, "options are NAME=VALUE joined by & (" SINK_OPTIONS ")");
         *value++ = '\0';
         if (strcmp(opt, "format") == 0 && (strcmp(value, "json") == 0 || strcmp(value, "line") == 0))
             s->json = strcmp(value, "json") == 0;
@@ -185,8 +188,14 @@ static int parse_query(const char *url, char *query, struct sink *s, char *err, 
             fs_strlcpy(s->web_config, value, sizeof s->web_config);
         else if (strcmp(opt, "web_config") == 0)
             return set_err(err, errlen, url, "web_config needs a file (?web_config=PATH)");
-        else
-            return set_err(err, errlen, url, "unknown option (format, web_config)");
+        else if (strcmp(opt, "families") == 0) {
+            fs_strlcpy(s->families, value, sizeof s->families);
+            s->has_families = 1;
+        } else if (strcmp(opt, "drop_labels") == 0) {
+            fs_strlcpy(s->drop_labels, value, sizeof s->drop_labels);
+            s->has_drop_labels = 1;
+        } else
+            return set_err(err, errlen, url, "unknown option (" SINK_OPTIONS ")");
     }
     return 0;
 }
@@ -224,8 +233,19 @@ int sink_parse_url(const char *url, struct sink *s, char *err, size_t errlen)
         if (parse_query(url, query, s, err, errlen) != 0)
             return -1;
     }
-    if (s->web_config[0] && strcmp(scheme, "prometheus") != 0)
+    int prometheus = strcmp(scheme, "prometheus") == 0;
+    if (s->web_config[0] && !prometheus)
         return set_err(err, errlen, url, "web_config is for prometheus:// only");
+    if (s->has_families && !prometheus)
+        return set_err(err, errlen, url, "families is for prometheus:// only");
+    if (s->has_drop_labels && !prometheus)
+        return set_err(err, errlen, url, "drop_labels is for prometheus:// only");
+    if (prometheus) {
+        char why[900];
+        if (expo_select_parse(s->has_families ? s->families : NULL, s->has_drop_labels ? s->drop_labels : NULL,
+                              &s->select, why, sizeof why) != 0)
+            return set_err(err, errlen, url, why);
+    }
     if (strcmp(scheme, "stdout") == 0) {
         s->kind = SINK_STDOUT;
         return 0;
@@ -390,7 +410,8 @@ static void use_node(struct sink *s, int i)
 int sink_open(struct sink *s, const struct fs_credentials *creds, char *err, size_t errlen)
 {
     if (s->kind == SINK_PROMETHEUS)
-        return (s->expo = expo_open(s->url, s->host, s->port, s->web_config[0] ? s->web_config : NULL, err, errlen))
+        return (s->expo = expo_open(s->url, s->host, s->port, s->web_config[0] ? s->web_config : NULL, &s->select, err,
+                                    errlen))
             ? 0
             : -1;
     if (s->kind != SINK_HTTP && s->kind != SINK_INFLUX && s->kind != SINK_ES)

@@ -1,8 +1,9 @@
 /* Where samples go. Same URLs as the Python agent:
  *   stdout://[?format=json]   file:///PATH[?format=json]   udp://HOST:PORT   tcp://HOST:PORT[?format=json]
  *   http(s)://HOST:PORT/PATH  influxdb[+https]://HOST:PORT/DB  elasticsearch[+https]://HOST:PORT/INDEX
- *   prometheus://HOST[:PORT][?web_config=PATH] (port 9464 by default): /metrics served for a
- *   Prometheus to scrape (exposition.h): a pull sink, its runner keeps the latest samples; with TLS
+ *   prometheus://HOST[:PORT][?web_config=PATH&families=A,B&drop_labels=L] (port 9464 by default):
+ *   /metrics served for a Prometheus to scrape (exposition.h): a pull sink, its runner keeps the
+ *   latest samples, the node families and labels the options choose; with TLS
  *   and basic authentication from an exporter-toolkit web-config.yml (webconfig.h), and beyond
  *   loopback only with both
  *   elasticsearch[+https]://HOST:PORT,HOST:PORT,.../INDEX: every node of a cluster (up to
@@ -66,6 +67,10 @@ struct sink {
     char *auth_header;
     struct expo *expo; /* prometheus://: what /metrics is answered from, and its HTTP server */
     char web_config[SINK_URL_MAX + 1]; /* prometheus://...?web_config=PATH: its TLS and users; "": none */
+    /* prometheus://...?families=A,B&drop_labels=L,M: as given (has_*: given), and what they select */
+    char families[SINK_URL_MAX + 1], drop_labels[SINK_URL_MAX + 1];
+    int has_families, has_drop_labels;
+    struct expo_select select;
 };
 
 /* Why a sink did not take a batch, or some of its documents: each is logged once as it begins

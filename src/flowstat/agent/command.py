@@ -33,7 +33,11 @@ PARSER = dict(
     "    now, no answer or 502/503/504, goes to the next; a node that failed rests --node-backoff S)\n"
     "  prometheus://127.0.0.1:PORT     serves /metrics for a Prometheus to scrape (port 9464 by default;\n"
     "    docs/prometheus.md); ?web_config=PATH: TLS and basic auth from an exporter-toolkit\n"
-    "    web-config.yml (tls_server_config, basic_auth_users); loopback only without both\n"
+    "    web-config.yml (tls_server_config, basic_auth_users); loopback only without both;\n"
+    "    ?families=A,B,...: only these node families, each a sample field (vmrss_kb) or its family's\n"
+    "    name (flowstat_node_resident_memory_bytes); ?drop_labels=run_id,...: node labels left out\n"
+    "    (run_id, host, role, agent; never node_id); options joined by &. At exit it keeps serving\n"
+    "    until a scrape took the final samples, at most --drain-timeout (none if never scraped)\n"
     "Samples follow the sample schema, self-samples (--self-interval) the agent schema (docs/schema.md).\n"
     "signals: SIGTERM, SIGINT stop (one last round, then delivery); SIGUSR1 is the run-ending notice:\n"
     "  a node that exits after it is reported once as STOPPED (it ended with its run) instead of DOWN.\n"
@@ -154,7 +158,8 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--drain-timeout",
         type=float,
         metavar="S",
-        help="at exit, keep resending what is spooled for a sink that is down, up to S seconds (default 5); "
+        help="at exit, keep resending what is spooled for a sink that is down, up to S seconds (default 5), "
+        "and keep serving a prometheus:// sink that was scraped until a scrape took the final samples; "
         "with --flush-spool, how long to wait for a sink that is down",
     )
     p.add_argument(

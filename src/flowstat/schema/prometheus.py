@@ -8,6 +8,9 @@ ends with it (``flowstat_node_sent_bytes``), a counter's sample with ``_total``.
 family's base unit: the field's value times ``scale``. The schema's tags are every family's labels
 (``run_id``, ``host``, ``node_id``, ``role``, ``agent``; an empty one left out). The node state is a
 stateset (one sample per state, 1 for the node's). HELP is the field's description.
+
+Which node families and labels are shown is a Selection (the sink URL's ``families=`` and
+``drop_labels=``: ``selection``); the agent's own families and the process_* ones are always shown.
 """
 
 from __future__ import annotations
@@ -67,6 +70,51 @@ NODE_FAMILIES: tuple[Family, ...] = _families(sample_schema.schema(), "flowstat_
 AGENT_FAMILIES: tuple[Family, ...] = _families(agent_schema.schema(), "flowstat_agent")
 NODE_LABELS: tuple[str, ...] = tuple(f.name for f in sample_schema.fields() if f.influx == "tag")
 AGENT_LABELS: tuple[str, ...] = tuple(f.name for f in agent_schema.fields() if f.influx == "tag")
+
+
+KEPT_LABELS = ("node_id",)  # tells the nodes' series apart: never dropped
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The node families (in schema order) and node labels (in schema order) an exposition shows."""
+
+    families: tuple[Family, ...] = NODE_FAMILIES
+    labels: tuple[str, ...] = NODE_LABELS
+
+
+ALL = Selection()
+
+
+def selection(families: str | None = None, drop_labels: str | None = None) -> Selection:
+    """The Selection of a sink URL's options: ``families`` (comma-separated names, each a sample
+    field marked x-prometheus, e.g. ``vmrss_kb``, or its family's name, e.g.
+    ``flowstat_node_resident_memory_bytes``; None: all) and ``drop_labels`` (comma-separated node
+    labels left out; None: none). ValueError names the option and the name it does not take, in the
+    C agent's words too (collectors/c/agent/exposition.c: expo_select_parse)."""
+    shown = NODE_FAMILIES
+    if families is not None:
+        names = [n for n in families.split(",") if n]
+        if not names:
+            raise ValueError("families needs at least one name (a sample field, or its flowstat_node_ family)")
+        for name in names:
+            if not any(name in (f.field, f.name) for f in NODE_FAMILIES):
+                raise ValueError(
+                    f"families: no node family {name} (a sample field marked x-prometheus, e.g. vmrss_kb,"
+                    " or its family's name, e.g. flowstat_node_resident_memory_bytes)"
+                )
+        shown = tuple(f for f in NODE_FAMILIES if f.field in names or f.name in names)
+    labels = NODE_LABELS
+    if drop_labels is not None:
+        dropped = [n for n in drop_labels.split(",") if n]
+        for name in dropped:
+            if name in KEPT_LABELS:
+                raise ValueError(f"drop_labels: {name} cannot be dropped: it tells the nodes' series apart")
+            if name not in NODE_LABELS:
+                can = ", ".join(n for n in NODE_LABELS if n not in KEPT_LABELS)
+                raise ValueError(f"drop_labels: no node label {name} ({can})")
+        labels = tuple(n for n in NODE_LABELS if n not in dropped)
+    return Selection(shown, labels)
 
 
 def _escape_label(value: str) -> str:
@@ -168,15 +216,17 @@ def exposition(
     self_samples: Iterable[dict[str, Any]] = (),
     openmetrics: bool = True,
     process: dict[str, Any] | None = None,
+    select: Selection = ALL,
 ) -> str:
     """The families of the latest ``samples`` (one per node), ``self_samples`` (one per agent) and
     ``process`` (the exporter's own process_* figures, PROCESS_FAMILIES' fields), in OpenMetrics
-    1.0 (ending with ``# EOF``) or the text format 0.0.4."""
-    nodes = [(doc, label_parts(doc, NODE_LABELS)) for doc in samples]
+    1.0 (ending with ``# EOF``) or the text format 0.0.4; of the nodes', those ``select`` shows,
+    with its labels."""
+    nodes = [(doc, label_parts(doc, select.labels)) for doc in samples]
     agents = [(doc, label_parts(doc, AGENT_LABELS)) for doc in self_samples]
     lines: list[str] = []
-    for family in NODE_FAMILIES:
-        lines += _family_lines(family, nodes, NODE_LABELS, openmetrics)
+    for family in select.families:
+        lines += _family_lines(family, nodes, select.labels, openmetrics)
     for family in AGENT_FAMILIES:
         lines += _family_lines(family, agents, AGENT_LABELS, openmetrics)
     if process is not None:

@@ -10,6 +10,12 @@ sink too:
     prometheus://127.0.0.1:PORT          (serves /metrics for a Prometheus to scrape; port 9464 by default)
     prometheus://HOST:PORT?web_config=/etc/flowstat/web-config.yml   (TLS and basic auth from an
         exporter-toolkit web-config.yml; beyond loopback only with both: exposition.py, webconfig.py)
+    prometheus://127.0.0.1:PORT?families=cpu_user_seconds,vmrss_kb,node_state&drop_labels=run_id
+        (only these node families: sample fields or their family names, e.g. vmrss_kb or
+        flowstat_node_resident_memory_bytes; node labels left out: run_id, host, role, agent,
+        never node_id; options joined by &)
+    At exit, a prometheus:// sink that was scraped keeps serving until one scrape took the final
+    samples, or --drain-timeout passed.
 
 Credentials come from the environment or a credentials file, never from the URL (docs/security.md).
 """
@@ -42,6 +48,9 @@ SINKS: Registry[type[Sink]] = Registry(
 )
 
 
+PROMETHEUS_OPTIONS = ("web_config", "families", "drop_labels")  # options of prometheus:// only
+
+
 def known_schemes() -> list[str]:
     return SINKS.names()
 
@@ -61,13 +70,14 @@ def _open(url: str) -> Sink:
         stores.refuse_secrets_in_url(url, "FLOWSTAT_ES" if es else "FLOWSTAT_INFLUX", "API_KEY" if es else "TOKEN")
     except stores.CredentialsError as exc:
         raise SinkURLError(str(exc)) from None
-    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
     fmt = query.get("format", "line")
     if fmt not in ("line", "json"):
         raise SinkURLError(f"{url}: format must be line or json, not {fmt!r}")
     scheme = parts.scheme
-    if "web_config" in query and scheme != "prometheus":
-        raise SinkURLError(f"{url}: web_config is for prometheus:// only")
+    for option in PROMETHEUS_OPTIONS:
+        if option in query and scheme != "prometheus":
+            raise SinkURLError(f"{url}: {option} is for prometheus:// only")
     if scheme.endswith(writers.TLS_SUFFIX) and scheme.removesuffix(writers.TLS_SUFFIX) in stores.names():
         scheme = scheme.removesuffix(writers.TLS_SUFFIX)  # the store over TLS: its writer says https
     if scheme not in SINKS:

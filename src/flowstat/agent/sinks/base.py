@@ -99,6 +99,10 @@ class Sink:
         """Times the sink moved its requests to another of its nodes (a store with a list of nodes)."""
         return 0
 
+    def drain(self, deadline: float) -> None:
+        """At exit, after the last batch was sent: a pull sink (prometheus://) waits here, until
+        ``deadline`` (time.monotonic()) at the latest, for its final samples to be taken."""
+
     def close(self) -> None:
         pass
 
@@ -445,6 +449,7 @@ class SinkRunner(threading.Thread):
         deadline = time.monotonic() + self.drain_s
         while not self._drain_spool(deadline) and time.monotonic() < deadline:
             time.sleep(min(self.retry_s, max(0.0, deadline - time.monotonic())))
+        self.sink.drain(deadline)  # a pull sink's final samples: scraped within the same drain_s
         if self.spool is not None:
             self.spool.sync()
         self._publish()

@@ -11,6 +11,13 @@ its last figures for two scrapes, then goes: a scraper sees its final counters o
 gives both TLS and at least one user: a URL naming another address without them is refused. A
 scrape without the right credentials is answered 401 and changes nothing (a gone node's count of
 scrapes included).
+
+``?families=A,B``: only these node families (sample fields, or their family names); ``?drop_labels=
+run_id,...``: labels left out of every node series (node_id cannot be): prometheus.selection.
+
+At exit (``drain``, after the last samples were put), the sink keeps serving until one scrape was
+answered whole (200) with them, or the agent's --drain-timeout passed (said in one line); a sink
+nobody ever scraped does not wait.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import resource
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -56,28 +64,53 @@ BEYOND_LOOPBACK = (
 class _Latest:
     """What the scrapes are answered from: the latest sample of each node, of each agent."""
 
-    def __init__(self) -> None:
+    def __init__(self, select: prometheus.Selection = prometheus.ALL) -> None:
+        self.select = select
         self.lock = threading.Lock()
         self.nodes: dict[tuple[str, ...], dict[str, Any]] = {}
         self.gone: dict[tuple[str, ...], int] = {}  # a gone node's key: scrapes it was shown in since
         self.agents: dict[tuple[str, ...], dict[str, Any]] = {}
         self.version = 0  # +1 at each sample put
+        # the drain at exit: a scrape came (ever); the version of the last one answered whole (200)
+        self.asked = False
+        self.answered = -1
+        self.answers = threading.Condition(self.lock)
         # One rendering at a time, kept per format until a sample comes: a thousand scrapes between
         # two rounds cost one rendering, not a thousand turns of the interpreter taken from sampling.
         self._render_lock = threading.Lock()
         self._rendered: dict[bool, tuple[int, bytes]] = {}
 
-    def rendered(self, openmetrics: bool) -> bytes:
+    def rendered(self, openmetrics: bool) -> tuple[int, bytes]:
+        """The exposition, and the version of the samples it shows."""
         with self._render_lock:
             with self.lock:
                 version = self.version
+                self.asked = True
             kept = self._rendered.get(openmetrics)
             if kept is not None and kept[0] == version:
-                return kept[1]
+                return kept
             nodes, agents = self.scrape()
-            body = prometheus.exposition(nodes, agents, openmetrics=openmetrics, process=_process_figures()).encode()
+            body = prometheus.exposition(
+                nodes, agents, openmetrics=openmetrics, process=_process_figures(), select=self.select
+            ).encode()
             self._rendered[openmetrics] = (version, body)
-            return body
+            return version, body
+
+    def answered_whole(self, version: int) -> None:
+        """A scrape showing the samples up to ``version`` was answered whole (200)."""
+        with self.answers:
+            if version > self.answered:
+                self.answered = version
+                self.answers.notify_all()
+
+    def drain(self, deadline: float) -> bool:
+        """Until a scrape showing every sample put so far was answered whole, or ``deadline``
+        (time.monotonic()); at once when no scrape ever came. False: the deadline passed first."""
+        with self.answers:
+            final = self.version
+            return not self.asked or self.answers.wait_for(
+                lambda: self.answered >= final, max(0.0, deadline - time.monotonic())
+            )
 
     def put(self, kind: str, doc: dict[str, Any]) -> None:
         with self.lock:
@@ -139,8 +172,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(404, "text/plain; charset=utf-8", b"flowstat agent: /metrics only\n")
             return
         openmetrics = "application/openmetrics-text" in (self.headers.get("Accept") or "")
-        body = self.server.latest.rendered(openmetrics)
+        version, body = self.server.latest.rendered(openmetrics)
         self._answer(200, prometheus.OPENMETRICS if openmetrics else prometheus.TEXT_0_0_4, body)
+        self.wfile.flush()
+        self.server.latest.answered_whole(version)  # written: a client gone mid-answer raised before
 
     def _answer(self, status: int, content_type: str, body: bytes, authenticate: str = "") -> None:
         self.send_response(status)
@@ -220,9 +255,16 @@ class PrometheusSink(Sink):
     format = "json"
     spooled = False  # a scrape shows the latest figures: nothing to keep for later
 
-    def __init__(self, url: str, host: str, port: int, web: webconfig.WebConfig | None = None):
+    def __init__(
+        self,
+        url: str,
+        host: str,
+        port: int,
+        web: webconfig.WebConfig | None = None,
+        select: prometheus.Selection = prometheus.ALL,
+    ):
         super().__init__(url)
-        self.latest = _Latest()
+        self.latest = _Latest(select)
         web = web or webconfig.WebConfig("")
         try:
             self.server = _Server((host, port), _Handler, web)
@@ -244,6 +286,10 @@ class PrometheusSink(Sink):
             loopback = ipaddress.ip_address(host).is_loopback
         except ValueError:
             loopback = host == "localhost"
+        try:
+            select = prometheus.selection(query.get("families"), query.get("drop_labels"))
+        except ValueError as exc:
+            raise SinkURLError(f"{url}: {exc}") from None
         path = query.get("web_config")
         if path == "":
             raise SinkURLError(f"{url}: web_config needs a file (?web_config=PATH)")
@@ -255,7 +301,7 @@ class PrometheusSink(Sink):
             raise SinkURLError(f"{url}: web_config {exc}") from None
         if not loopback and (web is None or web.context is None or not web.users):
             raise SinkURLError(f"{url}: {BEYOND_LOOPBACK}")
-        return cls(url, host, port, web)
+        return cls(url, host, port, web, select)
 
     def longest_send_s(self) -> float:
         return 0.1  # a send is a dictionary update
@@ -273,6 +319,14 @@ class PrometheusSink(Sink):
         for line in payload.splitlines():  # what encode wrote, in this process: never a stranger's
             ((kind, doc),) = json.loads(line).items()
             self.latest.put(kind, doc)
+
+    def drain(self, deadline: float) -> None:
+        if not self.latest.drain(deadline):
+            log.warning(
+                "sink %s: no scrape came within the drain time-out (--drain-timeout) after the last samples:"
+                " the final samples may not have been scraped",
+                self.url,
+            )
 
     def close(self) -> None:
         self.server.shutdown()
