@@ -28,7 +28,7 @@ TEST_DEPS_STAMP := .cache/test-deps-$(shell echo '$(TEST_DEPS)' | md5sum | cut -
 DEB_DEPS_STAMP := .cache/deb-deps-$(shell echo '$(DEB_DEPS)' | md5sum | cut -c1-8).installed
 
 .PHONY: help demo test test-ready test-stack lint bench soak mutate install clean c-agent c-agent-tests generate \
-	compose-images screenshots bytecode deb dist
+	compose-images screenshots bytecode deb dist test-cpu
 
 help:
 	@echo "make demo   local InfluxDB/Elasticsearch/Telegraf + a harness run shipping into them"
@@ -36,6 +36,7 @@ help:
 	@echo "make lint   the checks that read the code: import layers, ruff, mypy, clang-format (seconds; make test runs them first)"
 	@echo "make bench  run the benchmarks and the campaigns at 20 s (about 100 minutes; JSON in benchmarks/results/)"
 	@echo "make soak   10,000 processes into both stores for an hour, faults injected (about 90 minutes; docs/soak.md)"
+	@echo "make test-cpu  the suite run as make test does, its CPU charged to each test (root; .cache/test-cpu/)"
 	@echo "make mutate mutation testing of the code where a bug loses data (2 minutes; benchmarks/results/mutation.json)"
 	@echo "make generate  write again every file made from another (src/flowstat/generate.py; seconds, deterministic)"
 	@echo "make screenshots  the report's pictures in docs/img (records two runs; a minute)"
@@ -195,6 +196,11 @@ MUTATE_STAMP := $(VENV)/.mutate-installed
 $(MUTATE_STAMP): $(LAB_STAMP)
 	$(BIN)/python -m pip install -q -c requirements.lock -e '.[all,test,mutate]' -e lab
 	touch $@
+
+# The suite as make test runs it, with the kernel's process accounting on: the CPU of every process
+# it started, charged to the test that started it (docs/testing.md, "Where the CPU goes").
+test-cpu: test-ready
+	$(BIN)/python -m flowstat_lab.suite_cpu --out .cache/test-cpu -- -q -n $(PYTEST_WORKERS)
 
 mutate: $(MUTATE_STAMP) c-agent-tests
 	$(BIN)/python -m flowstat_lab.mutate

@@ -8,7 +8,8 @@ from importing this package).
 - ``grafana``, ``kibana``: the query expansion of the tools that cannot run here, so that every panel's
   query runs against the real stores;
 - ``screenshots``: the report's pictures in docs/img (make screenshots);
-- ``mutate``: mutation testing of the code where a bug loses data (make mutate).
+- ``mutate``: mutation testing of the code where a bug loses data (make mutate);
+- ``suite_cpu``: where the suite's CPU goes, by test, from the kernel's process accounting (make test-cpu).
 
 Installed in development mode by ``make test`` and ``make bench`` (``pip install -e lab``): it
 works on the checkout it sits in (``ROOT``).
