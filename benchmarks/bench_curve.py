@@ -13,7 +13,8 @@ answered would look cheaper. Target: no measurable change (the
 secured/plain ratio within the spread of the plain rounds).
 
 Usage: benchmarks/bench_curve.py [--nodes 100] [--seconds 10] [--warmup 3] [--interval 0.2] [--repeats 6]
-Writes benchmarks/results/curve.json. With --serve-only it starts the nodes and prints their
+Writes benchmarks/results/curve.json (each round's whole figures: results/raw/curve-rounds.json, out
+of git). With --serve-only it starts the nodes and prints their
 directories, for an agent started by hand under perf or strace (docs/benchmarks.md).
 """
 
@@ -181,7 +182,7 @@ def main() -> int:
             },
             "curve_over_plain": med["curve"] / med["plain"],
             "plain_spread": [min(plain_spread) / med["plain"], max(plain_spread) / med["plain"]],
-            "rounds": by,
+            "rounds_us_per_sample": {ch: [x["us_per_sample"] for x in runs] for ch, runs in by.items()},
         }
         print(
             f"{agent}: {med['plain']:.1f} us a sample in the clear, {med['curve']:.1f} with CURVE "
@@ -192,6 +193,9 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     result["out"] = str(args.out.relative_to(ROOT)) if args.out.is_relative_to(ROOT) else str(args.out)
     args.out.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    raw = ROOT / "benchmarks" / "results" / "raw" / "curve-rounds.json"  # every round whole, outside git
+    raw.parent.mkdir(parents=True, exist_ok=True)
+    raw.write_text(json.dumps(rounds, indent=1, default=str) + "\n")
     return 0
 
 

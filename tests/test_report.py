@@ -66,7 +66,7 @@ def open_report(driver, path: Path, plots: int, deadline_s: float = 60) -> dict:
 
 
 def screenshot(driver, name: str, scroll_to: str | None = None) -> Path:
-    path = shots.screenshot(driver, ARTIFACTS / f"{name}.png", scroll_to)
+    path = shots.screenshot(driver, ARTIFACTS / f"{name}.webp", scroll_to)
     print(f"screenshot: {path}")
     return path
 

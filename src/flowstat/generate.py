@@ -34,7 +34,7 @@ SCHEMA_DOC_TAIL = "<!-- " + MARK + " from src/flowstat/schema: do not edit below
 
 # Written by `make screenshots` (recording a run and picturing it), never by `make generate`: they differ
 # from one making to the next, so no test compares them.
-RECORDED: tuple[str, ...] = ("docs/img/report-*.png",)
+RECORDED: tuple[str, ...] = ("docs/img/report-*.webp",)
 
 # Written by `make bench` (the benchmark that measures what they show), not by `make generate`.
 MEASURED: tuple[str, ...] = (

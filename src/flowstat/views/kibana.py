@@ -674,14 +674,14 @@ def dashboard(view: View) -> dict:
         {
             "title": view.title,
             "description": _description(view),
-            "panelsJSON": json.dumps(panels),
-            "optionsJSON": json.dumps(options),
+            "panelsJSON": _json(panels),
+            "optionsJSON": _json(options),
             "timeRestore": True,
             "timeFrom": "now-1h",
             "timeTo": "now",
             "refreshInterval": {"pause": False, "value": 10000},
             "version": 1,
-            "kibanaSavedObjectMeta": {"searchSourceJSON": json.dumps(search)},
+            "kibanaSavedObjectMeta": {"searchSourceJSON": _json(search)},
         },
         references,
     )
@@ -705,4 +705,9 @@ def saved_objects() -> list[dict]:
 
 def files() -> dict[str, str]:
     """dashboards/kibana/...: path -> content."""
-    return {"flowstat.ndjson": "".join(json.dumps(o, sort_keys=True) + "\n" for o in saved_objects())}
+    return {"flowstat.ndjson": "".join(_json(o, sort_keys=True) + "\n" for o in saved_objects())}
+
+
+def _json(value: object, sort_keys: bool = False) -> str:
+    """Compact, as Kibana's own export writes saved objects (JSON.stringify)."""
+    return json.dumps(value, sort_keys=sort_keys, separators=(",", ":"))
