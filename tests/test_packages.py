@@ -54,6 +54,8 @@ ROOT_PACKAGES = (
     "libzmq5",
     "libcjson1",
     "libcurl4",
+    "libssl3",  # the C agent's /metrics over TLS, its web-config read with libyaml
+    "libyaml-0-2",
     "g++",
     "make",
     "pkg-config",
