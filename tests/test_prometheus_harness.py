@@ -3,7 +3,8 @@ both agents' /metrics (the Python agent on the port given, the C agent on the ne
 Prometheus stored is what the run's own files hold at the same time: not `rate()`, which extrapolates,
 but each stored value against the file's latest sample at the scrape's timestamp: exactly that
 value, or the one before it when the scrape came while the agent was taking the next round (over a
-run of seconds that one interval's lag is more than 2% of a counter's increase: no looser bound holds)."""
+run of seconds that one interval's lag is more than 2% of a counter's increase: no looser bound holds),
+and the last value stored is the last the agent took."""
 
 from __future__ import annotations
 
@@ -100,6 +101,8 @@ def test_a_run_scraped_by_prometheus_stores_each_agents_counters_as_the_run_file
             assert values == sorted(values), (agent, node, name)  # a counter never goes back
             for t, v in points:  # each value the file's at the scrape's time (or the sample before)
                 assert v in _at(series, field, t), (agent, node, name, t, v, _at(series, field, t))
+            # exact at the end: the last value stored is the last the agent took of that counter
+            assert values[-1] == [x[field] for _, x in series if field in x][-1], (agent, node, name)
             checked[agent] += len(points)
     # both agents scraped through the run, every device of the topology
     nodes = {r["metric"]["node_id"] for r in stored[COUNTERS["cpu_user_seconds"]]}
