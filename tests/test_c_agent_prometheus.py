@@ -29,11 +29,12 @@ PROCESS_LINE = re.compile(r"(process_[a-z_]+) \S+\Z")
 def c_agent(
     tmp_path, port: int, pids, seconds: float, interval: float = 0.5, host: str = "127.0.0.1", options: str = ""
 ):
-    """``options``: the prometheus:// URL's query (``?families=...``), "" none."""
+    """``options``: the prometheus:// URL's query (``?families=...``), "" none. No drain at exit."""
     args = [str(C_AGENT)]
     for pid in pids:
         args += ["--pid", str(pid)]
     args += ["--interval", str(interval), "--self-interval", str(interval), "--duration", str(seconds)]
+    args += ["--drain-timeout", "0"]  # stopped at once: the drain is tested in test_prometheus.py
     args += ["--sink", f"prometheus://{host}:{port}{options}", "--sink", f"file://{tmp_path}/samples.json?format=json"]
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

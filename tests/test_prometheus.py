@@ -87,7 +87,7 @@ def test_the_exposition_of_a_sample_in_both_formats():
 def python_agent(tmp_path, port: int, pid: int, seconds: float) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "flowstat.agent", "--pid", str(pid), "--interval", "0.5", "--self-interval", "1"]
-        + ["--duration", str(seconds), "--sink", f"prometheus://127.0.0.1:{port}"]
+        + ["--duration", str(seconds), "--drain-timeout", "0", "--sink", f"prometheus://127.0.0.1:{port}"]
         + ["--sink", f"file://{tmp_path}/samples.json?format=json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -40,19 +40,19 @@ def openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
 
 
-@pytest.fixture
-def pki(tmp_path: Path) -> Path:
-    """tmp_path/pki: a CA (ca.crt) and the server's certificate for 127.0.0.1 it signed
-    (server.crt, server.key); a client's certificate signed by another CA (clients-ca.crt,
-    client.crt, client.key)."""
-    d = tmp_path / "pki"
-    d.mkdir()
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory) -> Path:
+    """A folder: a CA (ca.crt) and the server's certificate for 127.0.0.1 it signed (server.crt,
+    server.key); a client's certificate signed by another CA (clients-ca.crt, client.crt, client.key).
+    Made once a module (a worker's tests write their web.yml in it one after the other); P-256 keys,
+    made in milliseconds where RSA's took a second of CPU a test."""
+    d = tmp_path_factory.mktemp("pki")
     (d / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
     for ca, leaf, cn in (("ca", "server", "127.0.0.1"), ("clients-ca", "client", "scraper")):
-        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{ca}.key", "-out", f"{ca}.crt",
+        openssl("req", "-x509", *key, "-keyout", f"{ca}.key", "-out", f"{ca}.crt",
                 "-days", "2", "-subj", f"/CN=flowstat test {ca}", cwd=d)  # fmt: skip
-        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{leaf}.key", "-out", f"{leaf}.csr",
-                "-subj", f"/CN={cn}", cwd=d)  # fmt: skip
+        openssl("req", *key, "-keyout", f"{leaf}.key", "-out", f"{leaf}.csr", "-subj", f"/CN={cn}", cwd=d)
         openssl("x509", "-req", "-in", f"{leaf}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key", "-CAcreateserial",
                 "-out", f"{leaf}.crt", "-days", "2", "-extfile", "san.cnf", cwd=d)  # fmt: skip
     return d
@@ -74,7 +74,8 @@ def start(agent_command, tmp_path: Path, port: int, config: Path, pid: int, inte
     """The agent sampling pid, serving /metrics with config, and writing its samples to a file;
     run from / (the config's relative paths are its folder's, not the agent's)."""
     args = [*agent_command, "--pid", str(pid), "--interval", str(interval), "--self-interval", str(interval)]
-    args += ["--duration", "60", "--sink", f"prometheus://127.0.0.1:{port}?web_config={config}"]
+    args += ["--duration", "60", "--drain-timeout", "0"]  # stopped at once: test_prometheus.py tests the drain
+    args += ["--sink", f"prometheus://127.0.0.1:{port}?web_config={config}"]
     args += ["--sink", f"file://{tmp_path}/samples.json?format=json"]
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")
 
