@@ -5,6 +5,7 @@ contact point and a notification policy. ``files()`` is what dashboards/grafana/
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -298,27 +299,35 @@ def _annotations(view: View) -> list[dict]:
     ]
 
 
-def dashboard(view: View) -> dict:
-    panels, pid, y = [], 1, 0
-    for row in view.rows:
+def _laid_out(rows: list[tuple[str, list[Panel]]], build: Callable[[Panel, int, int, int], dict]) -> list[dict]:
+    """Grafana's grid (24 wide): a row header, then the row's panels left to right, wrapping under the
+    tallest of the line; ``build(panel, id, x, y)`` makes each panel."""
+    panels: list[dict] = []
+    pid, y = 1, 0
+    for title, row_panels in rows:
         panels.append(
             {
                 "id": pid,
                 "type": "row",
-                "title": row.title,
+                "title": title,
                 "collapsed": False,
                 "panels": [],
                 "gridPos": {"h": 1, "w": 24, "x": 0, "y": y},
             }
         )
         pid, y, x, height = pid + 1, y + 1, 0, 0
-        for panel in row.panels:
+        for panel in row_panels:
             if x + panel.width > 24:
                 x, y = 0, y + height
-            built = _panel(view, panel, pid, x, y)
+            built = build(panel, pid, x, y)
             panels.append(built)
             pid, x, height = pid + 1, x + panel.width, max(height, built["gridPos"]["h"])
         y += height
+    return panels
+
+
+def dashboard(view: View) -> dict:
+    panels = _laid_out([(r.title, list(r.panels)) for r in view.rows], lambda p, i, x, y: _panel(view, p, i, x, y))
     return {
         "uid": view.uid,
         "title": view.title,
@@ -420,29 +429,10 @@ def prometheus_dashboard(view: View) -> dict:
     """The view's panels that PromQL can draw (promql.left_out says which it cannot), on the
     Prometheus data source, with the same variables as the InfluxDB dashboard."""
     kept = set(map(id, promql.panels(view)))
-    panels, pid, y = [], 1, 0
-    for row in view.rows:
-        shown = [p for p in row.panels if id(p) in kept]
-        if not shown:
-            continue
-        panels.append(
-            {
-                "id": pid,
-                "type": "row",
-                "title": row.title,
-                "collapsed": False,
-                "panels": [],
-                "gridPos": {"h": 1, "w": 24, "x": 0, "y": y},
-            }
-        )
-        pid, y, x, height = pid + 1, y + 1, 0, 0
-        for panel in shown:
-            if x + panel.width > 24:
-                x, y = 0, y + height
-            built = _prometheus_panel(view, panel, pid, x, y)
-            panels.append(built)
-            pid, x, height = pid + 1, x + panel.width, max(height, built["gridPos"]["h"])
-        y += height
+    rows = [(r.title, [p for p in r.panels if id(p) in kept]) for r in view.rows]
+    panels = _laid_out(
+        [(title, shown) for title, shown in rows if shown], lambda p, i, x, y: _prometheus_panel(view, p, i, x, y)
+    )
     gone = promql.left_out(view)
     note = f" Left out (not in Prometheus): {', '.join(gone)}." if gone else ""
     return {
