@@ -228,3 +228,39 @@ def test_garbage_or_silence_on_the_socket_never_stops_sampling(tmp_path):
     finally:
         stop(agent, idle)
     assert agent.returncode == 0, agent.stderr.read()
+
+
+def rounds(port: int) -> float:
+    """The agent's rounds so far, as its latest self-sample on /metrics says."""
+    line = next(x for x in served(port, False).splitlines() if x.startswith("flowstat_agent_rounds"))
+    return float(line.rsplit(" ", 1)[1])
+
+
+def test_each_of_many_nodes_is_one_series_however_often_they_are_put(tmp_path):
+    """300 nodes put every 0.1 s: each found again by its key (the store's index grows past 64, 128
+    and 256 entries as they come), none shown twice, none lost; a node gone leaves after its two
+    scrapes and the others are still found (the index made again after they moved)."""
+    port = free_port()
+    idle = [sleeper(60) for _ in range(300)]
+    agent = c_agent(tmp_path, port, [p.pid for p in idle], 60, interval=0.1)
+    series = "flowstat_node_resident_memory_bytes{"
+    try:
+
+        def pids() -> list[int]:
+            return [
+                int(m)
+                for m in re.findall(r"^" + re.escape(series) + r'[^}]*node_id="[^"]*-(\d+)"', served(port, False), re.M)
+            ]
+
+        wait_until(lambda: len(set(pids())) == 300, "every node on /metrics", timeout=30)
+        first = rounds(port)
+        wait_until(lambda: rounds(port) >= first + 5, "five more rounds: every node put again", timeout=30)
+        shown = pids()
+        assert sorted(shown) == sorted(p.pid for p in idle), "a node shown twice or lost"
+        gone = idle.pop()
+        gone.kill()
+        gone.wait()
+        wait_until(lambda: gone.pid not in pids(), "the gone node left after its scrapes", timeout=30)
+        assert sorted(pids()) == sorted(p.pid for p in idle)
+    finally:
+        stop(agent, *idle)

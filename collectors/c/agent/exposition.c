@@ -309,6 +309,9 @@ struct entry {
 struct latest {
     struct entry *v;
     size_t n, cap;
+    /* an index by key hash, open addressing: each slot an entry's index + 1, 0 empty; nslot a power
+     * of two at least twice n (a round puts every node: a linear search was O(n^2) a round) */
+    size_t *slot, nslot;
 };
 
 enum client_tls {
@@ -371,19 +374,56 @@ static uint64_t key_hash(const struct fs_sample *s, const int *key, int nkey)
     return h;
 }
 
+static int same_key(const struct entry *e, const struct fs_sample *s, uint64_t hash, const int *key, int nkey)
+{
+    int same = e->hash == hash;
+    for (int k = 0; k < nkey && same; k++)
+        same = strcmp(key_value(&e->s, key[k]), key_value(s, key[k])) == 0;
+    return same;
+}
+
 static struct entry *find(struct latest *l, const struct fs_sample *s, uint64_t hash, const int *key, int nkey)
 {
-    for (size_t i = 0; i < l->n; i++) {
-        int same = l->v[i].hash == hash;
-        for (int k = 0; k < nkey && same; k++)
-            same = strcmp(key_value(&l->v[i].s, key[k]), key_value(s, key[k])) == 0;
-        if (same)
-            return &l->v[i];
+    if (!l->nslot) { /* no index (it could not be made): every entry looked at */
+        for (size_t i = 0; i < l->n; i++)
+            if (same_key(&l->v[i], s, hash, key, nkey))
+                return &l->v[i];
+        return NULL;
     }
+    for (size_t at = hash & (l->nslot - 1); l->slot[at]; at = (at + 1) & (l->nslot - 1))
+        if (same_key(&l->v[l->slot[at] - 1], s, hash, key, nkey))
+            return &l->v[l->slot[at] - 1];
     return NULL;
 }
 
-static struct entry *append(struct latest *l)
+static void index_entry(struct latest *l, size_t i)
+{
+    size_t at = l->v[i].hash & (l->nslot - 1);
+    while (l->slot[at])
+        at = (at + 1) & (l->nslot - 1);
+    l->slot[at] = i + 1;
+}
+
+/* The index made again for the entries there are, room for one more; -1 out of memory (then the index
+ * is dropped, and find looks at every entry). */
+static int reindex(struct latest *l)
+{
+    size_t nslot = 64;
+    while (nslot < 2 * (l->n + 1))
+        nslot *= 2;
+    size_t *slot = calloc(nslot, sizeof *slot);
+    free(l->slot);
+    l->slot = slot;
+    l->nslot = slot ? nslot : 0;
+    if (!slot)
+        return -1;
+    for (size_t i = 0; i < l->n; i++)
+        index_entry(l, i);
+    return 0;
+}
+
+/* A new entry, its hash set and indexed. */
+static struct entry *append(struct latest *l, uint64_t hash)
 {
     if (l->n == l->cap) {
         size_t cap = l->cap ? 2 * l->cap : 16;
@@ -393,6 +433,11 @@ static struct entry *append(struct latest *l)
         l->v = v;
         l->cap = cap;
     }
+    l->v[l->n].hash = hash;
+    if (2 * (l->n + 1) > l->nslot)
+        reindex(l); /* out of memory: no index, found by looking at every entry */
+    if (l->nslot)
+        index_entry(l, l->n);
     return &l->v[l->n++];
 }
 
@@ -418,7 +463,7 @@ static void put(struct latest *l, const struct fs_sample *s, const int *key, int
     uint64_t hash = key_hash(s, key, nkey);
     struct entry *e = find(l, s, hash, key, nkey);
     int known = e != NULL;
-    if (!e && !(e = append(l)))
+    if (!e && !(e = append(l, hash)))
         return;
     if (gone && known)
         merge(&e->s, s);
@@ -465,7 +510,10 @@ static void count_scrape(struct latest *l)
             l->v[kept] = l->v[i];
         kept++;
     }
-    l->n = kept;
+    if (kept != l->n) { /* entries moved: their index made again */
+        l->n = kept;
+        reindex(l);
+    }
 }
 
 /* The HTTP thread's copy of what to show now (the samples up to *version); the scrape counted. -1
@@ -1124,7 +1172,9 @@ void expo_close(struct expo *e)
         pthread_mutex_destroy(&e->lock);
     webconfig_free(&e->web);
     free(e->nodes.v);
+    free(e->nodes.slot);
     free(e->agents.v);
+    free(e->agents.slot);
     free(e->shown_nodes.v);
     free(e->shown_agents.v);
     free(e);
