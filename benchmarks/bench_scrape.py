@@ -7,8 +7,9 @@ scrape  K idle processes (default 10,000, `sleep 86399.6`); each agent that has 
         a scrape's wall time (request to last byte), the agent's CPU over each scrape (the sum of
         its threads' schedstat run time, from just before the request to just after the answer,
         less the CPU of the rounds that fell inside: the second before and after are measured
-        without a scrape), the answer's size and series, and one sampling round's CPU (the
-        median second without a scrape). Target: a scrape costs less CPU than a round.
+        without a scrape), the answer's size, series and nodes (nodes_shown: fewer than K when
+        the agent's open files limit, 2 a process, left some out), and one sampling round's CPU
+        (the median second without a scrape). Target: a scrape costs less CPU than a round.
 
 Usage: benchmarks/bench_scrape.py [--quick] [--targets K] [--scrapes S] [--out FILE]
 """
@@ -16,6 +17,7 @@ Usage: benchmarks/bench_scrape.py [--quick] [--targets K] [--scrapes S] [--out F
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import subprocess
 import sys
@@ -42,17 +44,34 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def room_for(targets: int):
+    """The agent's open files limit raised to watch every target (2 descriptors each) where it may
+    be (root): at 20,000 an agent would leave 128 of 10,000 out, and the scrape would be smaller."""
+    need = 2 * targets + 1024
+
+    def raise_limit() -> None:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < need:
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (need, max(hard, need)))
+            except (ValueError, OSError):
+                pass  # not allowed: the agent says how many it left out
+
+    return raise_limit
+
+
 def has_prometheus_sink(agent: list[str]) -> bool:
     out = subprocess.run([*agent, "--help"], capture_output=True, text=True)
     return "prometheus://" in out.stdout
 
 
-def one_agent(agent: list[str], scrapes: int) -> dict:
+def one_agent(agent: list[str], scrapes: int, targets: int) -> dict:
     port = free_port()
     proc = subprocess.Popen(
         [*agent, "--pattern", f"^sleep {MARK}$", "--interval", "1", "--rescan", "3600", "--self-interval", "0"]
         + ["--quiet", "--sink", f"prometheus://127.0.0.1:{port}"],
         stderr=subprocess.DEVNULL,
+        preexec_fn=room_for(targets),
     )
     url = f"http://127.0.0.1:{port}/metrics"
     try:
@@ -63,7 +82,7 @@ def one_agent(agent: list[str], scrapes: int) -> dict:
             time.sleep(1.0)
             quiet.append(cpu_seconds(proc.pid) - c0)
         round_cpu = statistics.median(quiet)
-        walls, cpus, size, series = [], [], 0, 0
+        walls, cpus, size, series, nodes = [], [], 0, 0, 0
         for _ in range(scrapes):
             c0, t0 = cpu_seconds(proc.pid), time.monotonic()
             answer = requests.get(url, headers=ACCEPT, timeout=120)
@@ -72,7 +91,9 @@ def one_agent(agent: list[str], scrapes: int) -> dict:
             walls.append(wall)
             cpus.append(max(0.0, (c1 - c0) - round_cpu * wall))  # less the rounds' share of that time
             size = len(answer.content)
-            series = sum(1 for line in answer.text.splitlines() if line and not line.startswith("#"))
+            lines = answer.text.splitlines()
+            series = sum(1 for line in lines if line and not line.startswith("#"))
+            nodes = sum(1 for line in lines if line.startswith("flowstat_node_threads{"))
             time.sleep(1.5)
     finally:
         proc.terminate()
@@ -81,6 +102,7 @@ def one_agent(agent: list[str], scrapes: int) -> dict:
         "round_cpu_ms": round(round_cpu * 1000, 2),
         "scrape_cpu_ms": {"median": round(statistics.median(cpus) * 1000, 2), "max": round(max(cpus) * 1000, 2)},
         "scrape_wall_ms": {"median": round(statistics.median(walls) * 1000, 2), "max": round(max(walls) * 1000, 2)},
+        "nodes_shown": nodes,
         "answer_bytes": size,
         "series": series,
         "scrape_over_round_cpu": round(statistics.median(cpus) / round_cpu, 3) if round_cpu else None,
@@ -112,7 +134,7 @@ def main() -> int:
                 print(f"{name}: no prometheus:// sink: left out", flush=True)
                 continue
             print(f"{name}: {args.targets} processes, {args.scrapes} scrapes ...", flush=True)
-            results["benchmarks"][name] = {"targets": args.targets, **one_agent(agent, args.scrapes)}
+            results["benchmarks"][name] = {"targets": args.targets, **one_agent(agent, args.scrapes, args.targets)}
             save_results(results, out, quiet=True)
     finally:
         for p in targets:

@@ -30,9 +30,11 @@
 #define EXPO_HEAD_MAX 8192 /* a request's head, at most: a longer one is answered 400 */
 #define EXPO_CLIENT_TIMEOUT_S 5.0 /* a client that has not sent its request and read the answer by then is dropped */
 #define EXPO_CLIENTS_MAX 16 /* connections served at once; more wait in the listen queue */
-/* A rendering's and a client's answer buffer are kept for the next scrape up to this size (a few
- * thousand nodes); a larger one goes back after use. */
+/* A client's answer buffer is kept for its slot's next client up to this size (a few thousand
+ * nodes); a larger one goes back after use, but for the largest scrape answer, kept for the next
+ * scrape up to EXPO_SPARE_MAX (10,000 nodes: 17 MB). */
 #define EXPO_KEPT_MAX (8u << 20)
+#define EXPO_SPARE_MAX (64u << 20)
 
 struct expo;
 
