@@ -11,7 +11,11 @@ Modes of the same receiver loop (each reads the message and its sender's stamp, 
 - per-batch: the same and node.received(n, nbytes, sent_at=stamps) once per batch;
 - per-batch-counts: the same without the stamps, node.received(n, nbytes) once per batch;
 - per-batch-1-in-16: per-batch with Node(latency_every=16): the library measures the stamps of one
-  call in 16 (each object measured with a chance of one in 16), the percentiles from that sample.
+  call in 16 (each object measured with a chance of one in 16), the percentiles from that sample;
+- per-batch-phases: per-batch, and node.waiting() before each blocking read: the node's time is
+  accounted busy/idle (issue 46), two phase changes (two clock reads) per batch. Its cost is
+  against per-batch (the library without the accounting): accounting_share_of_a_core, the CPU the
+  accounting adds per second of the run (target: at most 1% of a core).
 A figure is the receiver's CPU time (user + system of all its threads, CLOCK_PROCESS_CPUTIME_ID) over
 a fixed number of messages after a warm-up; each mode runs REPEATS times, interleaved, and the median
 is kept. The cost of a mode is its CPU time over that of the same loop without the library (bare or
@@ -48,6 +52,7 @@ MODES = (
     "per-batch",
     "per-batch-counts",
     "per-batch-1-in-16",
+    "per-batch-phases",
 )
 LATENCY_EVERY = {"per-batch-1-in-16": 16}
 BASELINE = {
@@ -56,6 +61,7 @@ BASELINE = {
     "per-batch": "bare-batch",
     "per-batch-counts": "bare-batch",
     "per-batch-1-in-16": "bare-batch",
+    "per-batch-phases": "bare-batch",
 }
 BATCH = 256
 REPLAYED = 2000  # calls kept for timing one
@@ -82,6 +88,8 @@ def receive(mode: str, port: int, count: int, warmup: int) -> dict:
             t0, c0, counted, calls = time.monotonic(), cpu_s(), taken, 0
         calls += 1
         if mode.endswith("-batch") or mode.startswith("per-batch"):
+            if mode == "per-batch-phases":
+                node.waiting()
             batch = [sock.recv()]
             try:
                 while len(batch) < BATCH:
@@ -93,7 +101,7 @@ def receive(mode: str, port: int, count: int, warmup: int) -> dict:
             for m in batch:
                 size += len(m)
                 stamps.append(unpack(m)[1])
-            if mode in ("per-batch", "per-batch-1-in-16"):
+            if mode in ("per-batch", "per-batch-1-in-16", "per-batch-phases"):
                 node.received(len(batch), size, sent_at=stamps)
                 told.append((len(batch), size, stamps))
             elif node is not None:
@@ -117,19 +125,22 @@ def receive(mode: str, port: int, count: int, warmup: int) -> dict:
     out = {"mode": mode, "messages": taken - counted, "cpu_s": cpu_s() - c0, "wall_s": time.monotonic() - t0}
     out["calls"] = calls
     if node is not None:
-        out["library_s"] = calls * time_a_call(node, told[-REPLAYED:])
+        out["library_s"] = calls * time_a_call(node, told[-REPLAYED:], waits=mode == "per-batch-phases")
         out["direct_cost"] = out["library_s"] / (out["cpu_s"] - out["library_s"])
         node.close()
     ctx.destroy(linger=0)
     return out
 
 
-def time_a_call(node: Node, told: list[tuple]) -> float:
+def time_a_call(node: Node, told: list[tuple], waits: bool = False) -> float:
     """CPU seconds one of the run's calls costs: its last calls told again, the same arguments, until
-    a quarter second has gone (latency bucketing included, as it comes every 4,096 waits)."""
+    a quarter second has gone (latency bucketing included, as it comes every 4,096 waits); with
+    ``waits``, each preceded by node.waiting() as in the run (two phase changes a call)."""
     replayed, c0 = 0, cpu_s()
     while cpu_s() - c0 < 0.25:
         for n, size, stamps in told:
+            if waits:
+                node.waiting()
             if stamps is None:
                 node.received(n, size)
             else:
@@ -207,10 +218,16 @@ def main() -> int:
         "library_cost_direct": {m: statistics.median(x["direct_cost"] for x in runs[m]) for m in BASELINE},
         "calls_per_message": {m: statistics.median(x["calls"] / x["messages"] for x in runs[m]) for m in BASELINE},
         "target_cost": 0.01,
+        # issue 46: what accounting busy/idle adds, CPU seconds per second of the run (a share of a
+        # core): the calls' CPU with node.waiting() before each read, less without (both measured in
+        # their runs); target at most 0.01
+        "accounting_share_of_a_core": statistics.median(x["library_s"] for x in runs["per-batch-phases"]) / args.seconds
+        - statistics.median(x["library_s"] for x in runs["per-batch"]) / args.seconds,
+        "accounting_cost_vs_per_batch": cpu["per-batch-phases"] / cpu["per-batch"] - 1,
         "runs": runs,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    args.out.write_text(json.dumps(result, separators=(",", ":")) + "\n")  # compact: git keeps it
     for m, c in result["library_cost_vs_bare"].items():
         print(
             f"{m:20s} {c * 100:+.1f}% CPU against {BASELINE[m]}, "

@@ -26,6 +26,13 @@ def test_a_run_s_endpoints_file_conforms_and_names_every_node(runs_dir):
     assert doc["run_id"] == summary["run_id"]
     assert {n["node_id"] for n in doc["nodes"]} == {n["node_id"] for n in summary["nodes"]}
     assert all(n["control"].startswith("tcp://127.0.0.1:") for n in doc["nodes"])
+    # issue 46: the edges, from the sources to the viewer: a tree of the run's own nodes
+    feeds = {n["node_id"]: n["upstream"] for n in doc["nodes"] if n["role"] != "agent"}
+    roles = {n["node_id"]: n["role"] for n in doc["nodes"]}
+    assert all(feeds[p] == [] for p in feeds if roles[p] == "producer")
+    assert feeds["viewer"] and all(roles[m] == "merger" for m in feeds["viewer"])
+    fed_by = [u for ups in feeds.values() for u in ups]
+    assert sorted(fed_by) == sorted(n for n in feeds if n != "viewer")  # each node feeds exactly one
 
 
 @pytest.fixture
@@ -54,11 +61,14 @@ def test_both_agents_take_exactly_the_nodes_that_conform(tmp_path, agent_command
         {"node_id": "control-null", "pid": ok, "control": None},
         {"node_id": "curve-key-number", "pid": ok, "curve_server_key": 7},  # issue 30
         {"node_id": "curve-key-short", "pid": ok, "curve_server_key": "short"},
+        {"node_id": "fed", "pid": ok, "upstream": ["good", "here"]},  # issue 46: the pipeline's edges
+        {"node_id": "upstream-text", "pid": ok, "upstream": "good"},
+        {"node_id": "upstream-numbers", "pid": ok, "upstream": ["good", 3]},
         "not a node",
     ]
     doc = {"run_id": "ends", "nodes": nodes}
     conforming = {n["node_id"] for n in nodes if isinstance(n, dict) and not endpoints.validate({"nodes": [n]})}
-    assert conforming == {"good", "extra-field", "here", "elsewhere"}  # the schema's own verdict, node by node
+    assert conforming == {"good", "extra-field", "here", "elsewhere", "fed"}  # the schema's own verdict, node by node
     path = tmp_path / "endpoints.json"
     path.write_text(json.dumps(doc))
     out = subprocess.run(

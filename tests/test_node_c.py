@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import calendar
 import fcntl
+import itertools
 import json
 import os
 import random
@@ -31,7 +32,7 @@ from flowstat.node.latency import LatencyRecorder
 from flowstat.node.protocol import ControlClient, ControlError, parse_request
 from flowstat.schema import endpoints as endpoints_schema
 from support.agents import wait_until
-from support.common import C_BUILD, ROOT
+from support.common import C_AGENT, C_BUILD, ROOT
 from support.nodes import agent_samples, stop_agent, watching_agent
 
 C_DIR = ROOT / "collectors" / "c"
@@ -66,6 +67,12 @@ METRIC_FIELDS = {
     "role": (str,),
     "run_id": (str, None),
     "uptime_s": (float,),
+    "busy_seconds": (float,),
+    "backpressured_seconds": (float,),
+    "idle_seconds": (float,),
+    "busy_ratio": (float, None),
+    "backpressured_ratio": (float, None),
+    "idle_ratio": (float, None),
     **{
         name: (int,)
         for name in (
@@ -314,6 +321,165 @@ def test_cpu_clock_is_cpu_time_over_wall_time_since_the_clients_previous_request
     assert 0.4e6 / (second[2] - first[0]) * 0.97 <= cpu <= 0.5e6 / (second[0] - first[2]), cpu
     time.sleep(0.3)
     assert timed(c)[1]["cpu_clock"] < 0.2e6  # idle since: the interval is the client's last
+
+
+# -- where the time goes (issue 46) ----------------------------------------------------------------
+
+PHASES = ("busy", "backpressured", "idle")
+
+
+def seconds_of(reply: dict) -> dict:
+    return {ph: reply[f"{ph}_seconds"] for ph in PHASES}
+
+
+def increases(first: dict, second: dict) -> dict:
+    return {ph: second[f"{ph}_seconds"] - first[f"{ph}_seconds"] for ph in PHASES}
+
+
+def check_ratios(reply: dict, increase: dict) -> None:
+    """The ratios of a reply: each phase's increase over the three's (seconds rounded to 6 decimals,
+    ratios to 4), summing to 1."""
+    total = sum(increase.values())
+    ratios = [reply[f"{ph}_ratio"] for ph in PHASES]
+    assert abs(sum(ratios) - 1) <= 1e-3 and all(0 <= r <= 1 for r in ratios), reply
+    for ph in PHASES:
+        assert abs(reply[f"{ph}_ratio"] - increase[ph] / total) <= 1e-4 + 3e-6 / total, (ph, reply, increase)
+
+
+def test_time_goes_to_the_phase_the_last_call_set(probes, clients):
+    """Busy from fs_node_open, idle from waiting(), backpressured from sending() (a blocking send held
+    by its downstream), busy again at sent(): each phase gets at least what the probe slept in it,
+    and at most that and the time outside the sleeps (the commands' round trips, however slow)."""
+    p = probes("--node-id", "n")
+    c = clients(p.endpoint)
+    first = timed(c)
+    r0 = first[1]
+    assert (r0["backpressured_seconds"], r0["idle_seconds"]) == (0.0, 0.0)  # the first thread: busy from the open
+    assert abs(r0["busy_seconds"] - r0["uptime_s"]) < 0.002 and r0["busy_ratio"] == 1.0
+    p("sleep 300")
+    p("waiting")
+    p("sleep 600")
+    p("sending")
+    p("sleep 100")
+    p("sent 1 10")
+    second = timed(c)
+    r1 = second[1]
+    d = increases(r0, r1)
+    outside = (second[2] - first[0]) - 1.0
+    for ph, slept in (("busy", 0.3), ("idle", 0.6), ("backpressured", 0.1)):
+        assert slept <= d[ph] + 2e-6 <= slept + outside + 4e-6, (ph, d, outside)
+    assert second[0] - first[2] - 2e-6 <= sum(d.values()) <= second[2] - first[0] + 2e-6  # one thread: wall time
+    assert abs(sum(seconds_of(r1).values()) - r1["uptime_s"]) < 0.002
+    check_ratios(r1, d)
+
+
+def test_refused_sends_hold_the_node_until_one_goes_through_and_other_calls_keep_the_phase(probes, clients):
+    """refused: backpressured until a sent(); waiting: idle until a received() (backlog and latency
+    change nothing); merged: busy."""
+    p = probes("--node-id", "merger-0", "--role", "merger")
+    c = clients(p.endpoint)
+    first = timed(c)
+    script = [
+        ("refused", "backpressured", 150),
+        ("backlog 1", "backpressured", 100),  # the phase stays the refusal's
+        ("sent 1 1", "busy", 100),
+        ("waiting", "idle", 100),
+        ("latency 3 0.01", "idle", 100),
+        ("backlog 0", "idle", 100),
+        ("received 1 1", "busy", 100),
+        ("refused", "backpressured", 100),
+        ("merged 1 0.001", "busy", 100),
+        ("waiting", "idle", 50),
+        ("merged 1 0.001", "busy", 100),
+    ]
+    slept = dict.fromkeys(PHASES, 0.0)
+    for command, phase, ms in script:
+        p(command)
+        p(f"sleep {ms}")
+        slept[phase] += ms / 1e3
+    second = timed(c)
+    d = increases(first[1], second[1])
+    outside = (second[2] - first[0]) - sum(slept.values())
+    for ph in PHASES:
+        assert slept[ph] <= d[ph] + 2e-6 <= slept[ph] + outside + 4e-6, (ph, d, slept, outside)
+    check_ratios(second[1], d)
+
+
+def test_each_client_gets_the_shares_of_its_own_interval(probes, clients):
+    """A asks, the node is busy 0.3 s, B asks (its first: since the node started, all busy), the node
+    waits 0.6 s, both ask: A's interval holds the busy time, B's hardly any."""
+    p = probes("--node-id", "n")
+    a, b = clients(p.endpoint), clients(p.endpoint)
+    a0 = timed(a)
+    p("sleep 300")
+    b0 = timed(b)
+    assert (b0[1]["busy_ratio"], b0[1]["backpressured_ratio"], b0[1]["idle_ratio"]) == (1.0, 0.0, 0.0)
+    p("waiting")
+    p("sleep 600")
+    a1, b1 = timed(a), timed(b)
+    check_ratios(a1[1], increases(a0[1], a1[1]))
+    check_ratios(b1[1], increases(b0[1], b1[1]))
+    assert a1[1]["busy_ratio"] >= 0.3 / (a1[2] - a0[0]) - 1e-4  # at least the sleep's share of A's interval
+    assert b1[1]["busy_ratio"] <= (b1[2] - b0[0] - 0.6) / (b1[0] - b0[2]) + 1e-4  # B's: all but the 0.6 s idle
+    assert b1[1]["idle_ratio"] >= 0.6 / (b1[2] - b0[0]) - 1e-4
+    assert b1[1]["idle_ratio"] > a1[1]["idle_ratio"]
+    assert a.request("get-metrics")["idle_ratio"] == 1.0  # A again: idle since its previous request
+
+
+def test_threads_past_the_seventh_count_as_one_timeline(probes, clients):
+    """The main thread (the first counter set) waits; 16 threads count and end busy: 6 take the sets
+    left, 10 share the eighth, which counts as one thread. 8 timelines: the seconds grow 8 times as
+    fast as the wall clock, 1/8 of them idle."""
+    p = probes("--node-id", "n")
+    c = clients(p.endpoint)
+    p("waiting")
+    p("threads 16 1000")
+    first = timed(c)
+    time.sleep(0.4)
+    second = timed(c)
+    d = increases(first[1], second[1])
+    assert 8 * (second[0] - first[2]) - 1e-5 <= sum(d.values()) <= 8 * (second[2] - first[0]) + 1e-5, d
+    assert (second[1]["idle_ratio"], second[1]["busy_ratio"], second[1]["backpressured_ratio"]) == (0.125, 0.875, 0.0)
+
+
+def test_time_totals_never_go_back_while_threads_change_phase(probes, clients):
+    """10 threads go round the phases (millions of changes, 4 of them sharing the eighth counter set;
+    on a machine of few cores, threads are often preempted in the middle of one) while a client asks
+    as fast as it can: no total ever goes back, the shares add up to 1, and the seconds never
+    exceed the timelines' wall time (no slice counted twice): the main thread's since the node
+    opened, 7 more since the threads began. A reading may miss a slice that is ending; the next
+    one has it, so one interval may show more than its own time, the totals never."""
+    p = probes("--node-id", "n")
+    c = clients(p.endpoint)
+    p("waiting")
+    began = time.monotonic()
+    p.proc.stdin.write("phases 10 1500\n")
+    p.proc.stdin.flush()
+    seen = [timed(c)]
+    stop = time.monotonic() + 1.3
+    while time.monotonic() < stop:
+        seen.append(timed(c))
+    assert int(p.line(timeout=30).split()[1]) > 1000
+    seen.append(timed(c))
+    assert len(seen) > 50
+    for before, after in itertools.pairwise(seen):
+        d = increases(before[1], after[1])
+        assert min(d.values()) >= 0, (before[1], after[1])
+        check_ratios(after[1], d)
+        timelines = after[1]["uptime_s"] + 0.0005 + 7 * (after[2] - began)
+        assert sum(seconds_of(after[1]).values()) <= timelines + 1e-5, (after[1], timelines)
+    assert min(seconds_of(seen[-1][1]).values()) > 0.1  # every phase had its share
+    again = c.request("get-metrics")  # the threads ended waiting: the node's 8 timelines are idle
+    assert again["idle_ratio"] == 1.0
+
+
+def test_calls_on_a_null_node_do_nothing(probes):
+    p = probes("--node-id", "n")
+    p("close")  # the probe's node is NULL from here on
+    for command in ("waiting", "sending", "refused", "received 1 1", "merged 1 0.1", "sent 1 1", "backlog 1"):
+        p(command)
+    assert int(p("phases 3 20")) > 0
+    assert p.finish() == ""
 
 
 # -- input latency ---------------------------------------------------------------------------------
@@ -679,6 +845,9 @@ def test_a_control_socket_that_cannot_bind_leaves_the_node_running_unmonitored(p
         (("--node-id", "n", "--role", "r" * 33), "does not match"),
         (("--node-id", "n", "--bind", ""), "bind is empty"),
         (("--node-id", "n", "--curve-keys", ""), "curve_keys is empty"),
+        (("--node-id", "n", "--upstream", "a,,b"), 'upstream "a,,b": node ids joined by commas, none empty'),
+        (("--node-id", "n", "--upstream", ",a"), "none empty"),
+        (("--node-id", "n", "--upstream", "a,"), "none empty"),
     ],
 )
 def test_invalid_options_are_refused_saying_why(built, args, why):
@@ -717,6 +886,14 @@ def test_the_endpoints_file_is_written_atomically_and_removed_on_close(probes, t
     p.finish()
 
 
+def test_a_node_says_who_feeds_it_in_its_endpoints_file(probes, tmp_path):
+    p = probes("--node-id", "merger-0", "--upstream", 'worker-0,wörker "1"', "--endpoints-dir", str(tmp_path))
+    (f,) = endpoint_files(tmp_path)
+    _, nodes, bad = endpoints_schema.read(f)
+    assert bad == [] and nodes[0]["upstream"] == ["worker-0", 'wörker "1"']  # issue 46: the graph's edges
+    p.finish()
+
+
 def test_a_node_that_closes_tells_an_agent_its_final_counts_with_its_stopped_state(probes, tmp_path, agent_command):
     folder, out = tmp_path / "endpoints", tmp_path / "samples.ndjson"
     p = probes("--node-id", "ending", "--role", "sink", "--endpoints-dir", str(folder))
@@ -724,6 +901,7 @@ def test_a_node_that_closes_tells_an_agent_its_final_counts_with_its_stopped_sta
     try:
         wait_until(lambda: sum(s["node_id"] == "ending" for s in agent_samples(out)) >= 3, "the node sampled")
         p("sent 1000 10000")  # counted after the last request the agent made while it ran
+        p("waiting")
         p("close")  # returns once an agent took the final counts (or two of its intervals passed)
         p.finish()
         wait_until(lambda: any(s["node_state"] == "STOPPED" for s in agent_samples(out)), "the end reported")
@@ -731,6 +909,9 @@ def test_a_node_that_closes_tells_an_agent_its_final_counts_with_its_stopped_sta
         err = stop_agent(agent)
     counted = [s for s in agent_samples(out) if "objects_sent" in s]
     assert counted[-1]["objects_sent"] == 1000 and counted[-1]["node_state"] == "STOPPED", (counted[-1], err)
+    last, before = counted[-1], counted[-2]  # where the time went, to the end: idle since waiting()
+    assert last["idle_seconds"] > before["idle_seconds"] and last["idle_ratio"] > 0, (last, before)
+    assert abs(sum(last[f"{ph}_ratio"] for ph in PHASES) - 1) <= 1e-3
 
 
 def test_the_endpoints_file_stays_after_a_crash(probes, tmp_path):
@@ -864,10 +1045,12 @@ def test_clean_under_address_sanitizer(built, tmp_path):
         c = ControlClient(p.endpoint, timeout_s=5)
         for payload in GARBAGE + [b"x" * 100_000] + mutations(random.Random(1), 300):
             json.loads(c.request_raw(payload))
-        for command in ("received 5 10", "merged 2 0.001", "latency 100 0.2", "refused", "backlog 1"):
+        for command in ("received 5 10", "merged 2 0.001", "latency 100 0.2", "refused", "backlog 1", "sending"):
             p(command)
         for _ in range(3):
             assert c.request("get-metrics")["objects_received"] == 5
+        p("phases 3 50")  # the time accounting's shared counter set, raced by the control thread
+        assert c.request("get-metrics")["backpressured_seconds"] > 0
         c.close()
         p("close")
         err = p.finish()
@@ -1115,3 +1298,48 @@ def test_both_agents_watch_the_cpp_pipeline_through_its_endpoints_directory(pipe
 
 
 CPP_STAGES = {"source": "producer", "worker-0": "worker", "worker-1": "worker", "merger-0": "merger", "sink": "sink"}
+
+
+def test_the_verdict_names_the_cpp_pipelines_slow_stage_whose_senders_block(pipeline, tmp_path):
+    """Issue 46: `pipeline run --slow merger-0` makes the merger cost 2 ms of CPU an object (500/s)
+    under a source offering 2,000/s, and every send blocking: the workers wait in their sends
+    (backpressured, not refused), the merger is busy. From the C agent's samples and the edges the
+    stages say (--upstream, written by run), the verdict names the merger and nothing else."""
+    from flowstat.flow import held_back_by, points_from_samples
+
+    eps, out = tmp_path / "eps", tmp_path / "samples.ndjson"
+    eps.mkdir()
+    run = subprocess.Popen(
+        [str(pipeline), "run", "--dir", str(tmp_path / "ipc"), "--count", "10000000", "--rate", "2000"]
+        + ["--slow", "merger-0", "--slow-us", "2000", "--batch", "2", "--sndhwm", "50", "--rcvhwm", "50"],
+        env={**os.environ, "FLOWSTAT_ENDPOINTS_DIR": str(eps)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    agent = watching_agent([str(C_AGENT)], eps, out)
+    verdicts = []
+
+    def named() -> bool:
+        upstream = {}
+        for f in eps.glob("*.json"):
+            for node in json.loads(f.read_text())["nodes"]:
+                upstream[node["node_id"]] = node.get("upstream", [])
+        samples = [s for s in agent_samples(out) if s["node_id"] in upstream]
+        if not samples:
+            return False
+        series = points_from_samples(samples)
+        verdicts.append(held_back_by(series, upstream, max(p.t for ps in series.values() for p in ps)))
+        return verdicts[-1].kind == "held_back"
+
+    try:
+        wait_until(named, "a verdict naming a node", timeout=60, poll=0.5)
+        workers = [s for s in agent_samples(out) if s["node_id"].startswith("worker") and "backpressured_ratio" in s]
+    finally:
+        os.killpg(run.pid, signal.SIGTERM)
+        run.wait(timeout=30)
+        err = stop_agent(agent)
+    assert verdicts[-1].nodes == ("merger-0",), (verdicts[-1], err[-1000:])
+    # the symptom upstream: the workers wait in blocking sends (no send of theirs is refused)
+    assert max(s["backpressured_ratio"] for s in workers[-5:]) > 0.5, workers[-5:]
+    assert not any(s.get("send_overload_events") for s in workers), "blocking sends, never refused"

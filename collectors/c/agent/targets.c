@@ -101,9 +101,26 @@ static int server_key_conforms(const cJSON *node)
         (cJSON_IsString(key) && key->valuestring && fsn_curve_key_valid(key->valuestring, strlen(key->valuestring)));
 }
 
+/* upstream, when there is one, is a list of node ids (the agent does not use it: the pipeline
+ * graph's readers do; a node that says it wrongly is left out as the Python agent leaves it). */
+static int upstream_conforms(const cJSON *node)
+{
+    const cJSON *up = cJSON_GetObjectItemCaseSensitive(node, "upstream");
+    if (!up)
+        return 1;
+    if (!cJSON_IsArray(up))
+        return 0;
+    const cJSON *id = NULL;
+    cJSON_ArrayForEach(id, up) {
+        if (!cJSON_IsString(id))
+            return 0;
+    }
+    return 1;
+}
+
 /* A node of endpoints.schema.json: node_id a string, pid an integer of a process (1 to PID_MAX_LIMIT),
- * role, control and host, when present, strings, curve_server_key a CURVE key. Any other node is
- * left out, as the Python agent does. */
+ * role, control and host, when present, strings, curve_server_key a CURVE key, upstream a list of
+ * strings. Any other node is left out, as the Python agent does. */
 static int node_conforms(const cJSON *node, const cJSON *pid, const char *node_id)
 {
     const cJSON *role = cJSON_GetObjectItemCaseSensitive(node, "role");
@@ -113,7 +130,7 @@ static int node_conforms(const cJSON *node, const cJSON *pid, const char *node_i
         return 0;
     const cJSON *host = cJSON_GetObjectItemCaseSensitive(node, "host");
     return (!role || cJSON_IsString(role)) && (!control || cJSON_IsString(control)) &&
-        (!host || cJSON_IsString(host)) && server_key_conforms(node);
+        (!host || cJSON_IsString(host)) && server_key_conforms(node) && upstream_conforms(node);
 }
 
 /* Whether a node lives on this host: its "host", when it names one, is ours (a pid is a process of
@@ -193,7 +210,7 @@ enum file_problem { /* what can be said about a file, once each */
 #define CLIENT_KEY_FILE "keys/client.key_secret" /* a run's client key, in its folder (flowstat.node.curve) */
 #define NODES_LEFT_OUT                                                                                      \
     "%d node(s) left out: not as endpoints.schema.json says (node_id a string, pid an integer 1..4194304, " \
-    "role and control strings, curve_server_key a Z85 key of 40 characters)"
+    "role and control strings, curve_server_key a Z85 key of 40 characters, upstream a list of node ids)"
 
 /* FNV-1a, 64 bits: a file's path in the notes. */
 static uint64_t path_hash(const char *path)

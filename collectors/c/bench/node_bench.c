@@ -3,14 +3,16 @@
  *   node-bench send ENDPOINT RATE SECONDS SIZE
  *       connects a PUSH socket and sends RATE messages of SIZE bytes a second, paced every
  *       millisecond, each stamped with its send time (a double, first 8 bytes), then an empty one.
- *   node-bench receive ENDPOINT plain|monitored
+ *   node-bench receive ENDPOINT plain|monitored|accounted
  *       binds a PULL socket and takes messages until the empty one; monitored, it opens a node
  *       (its control endpoint on the first line of stdout) and tells it of each message
- *       (fs_node_received, fs_node_latencies, once per read cycle); plain, it makes no library call.
- *       Last line: the count.
- *   node-bench calls BATCHES
- *       the library's calls alone, as the monitored receiver makes them for BATCHES cycles of 256
- *       objects: the CPU nanoseconds they take per object.
+ *       (fs_node_received, fs_node_latencies, once per read cycle); accounted, it also tells it
+ *       when it waits (fs_node_waiting before each cycle's blocking receive: the time accounting's
+ *       two phase changes a cycle, idle then busy); plain, it makes no library call.
+ *       Last line: the count of messages and of read cycles.
+ *   node-bench calls BATCHES [accounted]
+ *       the library's calls alone, as the monitored (accounted) receiver makes them for BATCHES
+ *       cycles of 256 objects: the CPU nanoseconds they take per object.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -68,13 +70,15 @@ static int send_paced(void *sock, long rate, double seconds, size_t size)
 
 /* Read cycles: wait for a message, then take what else is queued, up to 256; the node (monitored)
  * is told once per cycle, as a node that cares for its CPU would tell it. */
-static int receive_all(void *sock, fs_node *node)
+static int receive_all(void *sock, fs_node *node, int accounted)
 {
     static char buf[256][128];
     double stamps[256];
-    unsigned long long count = 0;
-    for (int ended = 0; !ended;) {
+    unsigned long long count = 0, cycles = 0;
+    for (int ended = 0; !ended; cycles++) {
         size_t taken = 0, bytes = 0;
+        if (accounted)
+            fs_node_waiting(node); /* idle until the next message: the blocking receive below */
         for (int flags = 0; taken < 256; flags = ZMQ_DONTWAIT) {
             int len = zmq_recv(sock, buf[taken], sizeof buf[taken], flags);
             if (len < 0 && errno == EINTR)
@@ -99,11 +103,11 @@ static int receive_all(void *sock, fs_node *node)
             fs_node_latencies(node, stamps, taken);
         }
     }
-    printf("%llu\n", count);
+    printf("%llu %llu\n", count, cycles);
     return 0;
 }
 
-static int receive(void *ctx, const char *endpoint, int monitored)
+static int receive(void *ctx, const char *endpoint, int monitored, int accounted)
 {
     void *sock = zmq_socket(ctx, ZMQ_PULL);
     int hwm = 100000;
@@ -126,7 +130,7 @@ static int receive(void *ctx, const char *endpoint, int monitored)
     }
     printf("%s\n", fs_node_endpoint(node) ? fs_node_endpoint(node) : "plain");
     fflush(stdout);
-    int rc = receive_all(sock, node);
+    int rc = receive_all(sock, node, accounted);
     fs_node_close(node);
     zmq_close(sock);
     return rc;
@@ -139,7 +143,7 @@ static double thread_cpu(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static int time_calls(long batches)
+static int time_calls(long batches, int accounted)
 {
     struct fs_node_options o = FS_NODE_OPTIONS_INIT;
     char why[256];
@@ -154,6 +158,8 @@ static int time_calls(long batches)
         double sent = wall_now() - 1e-4; /* waits of 100 us and up, 10 us apart: as at 100,000/s */
         for (int i = 0; i < 256; i++)
             stamps[i] = sent - i * 1e-5;
+        if (accounted)
+            fs_node_waiting(node);
         fs_node_received(node, 256, 256 * 64);
         fs_node_latencies(node, stamps, 256);
     }
@@ -181,13 +187,15 @@ int main(int argc, char **argv)
         rc =
             zmq_connect(sock, argv[2]) == 0 ? send_paced(sock, atol(argv[3]), atof(argv[4]), (size_t)atol(argv[5])) : 1;
         zmq_close(sock);
-    } else if (argc == 3 && strcmp(argv[1], "calls") == 0) {
-        rc = time_calls(atol(argv[2]));
+    } else if ((argc == 3 || argc == 4) && strcmp(argv[1], "calls") == 0) {
+        rc = time_calls(atol(argv[2]), argc == 4 && strcmp(argv[3], "accounted") == 0);
     } else if (argc == 4 && strcmp(argv[1], "receive") == 0) {
-        rc = receive(ctx, argv[2], strcmp(argv[3], "monitored") == 0);
+        int accounted = strcmp(argv[3], "accounted") == 0;
+        rc = receive(ctx, argv[2], accounted || strcmp(argv[3], "monitored") == 0, accounted);
     } else {
         fprintf(stderr,
-                "usage: node-bench send ENDPOINT RATE SECONDS SIZE | receive ENDPOINT plain|monitored | calls N\n");
+                "usage: node-bench send ENDPOINT RATE SECONDS SIZE | receive ENDPOINT plain|monitored|accounted "
+                "| calls N [accounted]\n");
     }
     zmq_ctx_term(ctx);
     return rc;

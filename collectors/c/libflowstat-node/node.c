@@ -30,6 +30,13 @@ double fsn_clock(clockid_t clock)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+uint64_t fsn_monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts); /* the vDSO: no system call */
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 void fsn_iso_now(char *out, size_t n)
 {
     struct timespec ts;
@@ -57,6 +64,19 @@ static int role_allowed(const char *role)
               role[i] == '-'))
             return 0;
     return 1;
+}
+
+/* Node ids joined by commas: none empty (no leading, trailing or doubled comma). */
+static int upstream_allowed(const char *up)
+{
+    if (!fsn_utf8_valid(up, strlen(up)))
+        return 0;
+    for (const char *c = up;; c++) {
+        if ((*c == ',' || !*c) && (c == up || c[-1] == ','))
+            return 0; /* an empty id */
+        if (!*c)
+            return 1;
+    }
 }
 
 static int options_valid(const struct fs_node_options *o, char *why, size_t why_len)
@@ -89,6 +109,10 @@ static int options_valid(const struct fs_node_options *o, char *why, size_t why_
         fsn_say(why, why_len, "curve_keys is empty (NULL: $FLOWSTAT_CURVE_KEYS, else none)");
         return 0;
     }
+    if (o->upstream && !upstream_allowed(o->upstream)) {
+        fsn_say(why, why_len, "upstream \"%.64s\": node ids joined by commas, none empty, in UTF-8", o->upstream);
+        return 0;
+    }
     return 1;
 }
 
@@ -108,6 +132,7 @@ static void node_free(fs_node *n)
     free(n->role);
     free(n->run_id);
     free(n->bind);
+    free(n->upstream);
     free(n->endpoints_file);
     free(n);
 }
@@ -127,6 +152,7 @@ static fs_node *node_new(const struct fs_node_options *o)
     n->role = copy_or_null(o->role ? o->role : "other", &failed);
     n->run_id = copy_or_null(o->run_id, &failed);
     n->bind = copy_or_null(o->bind ? o->bind : FSN_DEFAULT_BIND, &failed);
+    n->upstream = copy_or_null(o->upstream, &failed);
     if (failed) {
         node_free(n);
         return NULL;
@@ -134,7 +160,10 @@ static fs_node *node_new(const struct fs_node_options *o)
     n->receive_buffer_size = o->receive_buffer_size;
     n->send_buffer_size = o->send_buffer_size;
     n->pid = getpid();
-    n->started_wall = fsn_clock(CLOCK_MONOTONIC);
+    n->started_ns = fsn_monotonic_ns();
+    n->started_wall = (double)n->started_ns / 1e9;
+    /* The first thread that counts is busy from now on (it takes the first shard). */
+    atomic_init(&n->shards[0].phase, FSN_PHASE_WORD(n->started_ns, FSN_BUSY));
     n->started_cpu = fsn_clock(CLOCK_PROCESS_CPUTIME_ID);
     atomic_init(&n->state, FS_NODE_RUNNING);
     return n;
@@ -239,6 +268,26 @@ static void file_name(const fs_node *n, char *out, size_t size)
     snprintf(out, size, "%s.%ld.json", id, (long)n->pid);
 }
 
+/* "upstream": ["a", "b"] from "a,b". */
+static void upstream_array(struct fsn_json *node, const char *up)
+{
+    struct fsn_buf list = {0};
+    fsn_buf_puts(&list, "[");
+    for (const char *c = up; *c;) {
+        size_t len = strcspn(c, ",");
+        if (c != up)
+            fsn_buf_puts(&list, ", ");
+        fsn_json_string(&list, c, len);
+        c += len + (c[len] == ',');
+    }
+    fsn_buf_puts(&list, "]");
+    if (list.failed)
+        node->buf.failed = 1;
+    else
+        fsn_json_raw(node, "upstream", list.data);
+    fsn_buf_free(&list);
+}
+
 static void endpoints_document(const fs_node *n, struct fsn_buf *doc)
 {
     struct fsn_json node;
@@ -254,6 +303,8 @@ static void endpoints_document(const fs_node *n, struct fsn_buf *doc)
     fsn_json_str(&node, "control", n->endpoint);
     if (n->curve_server_key[0]) /* the key a client needs: the channel takes CURVE clients only */
         fsn_json_str(&node, "curve_server_key", n->curve_server_key);
+    if (n->upstream)
+        upstream_array(&node, n->upstream);
     fsn_json_close(&node);
     fsn_buf_puts(doc, "{");
     if (n->run_id) {
@@ -364,6 +415,15 @@ static _Thread_local struct {
     struct fsn_shard *shard;
 } my_shards[REMEMBERED_SHARDS] __attribute__((tls_model("initial-exec")));
 
+/* A shard's timeline begins busy, when its first thread takes it (the shared one: its first). */
+static void begin_timeline(struct fsn_shard *shard)
+{
+    uint64_t unused = 0;
+    if (!atomic_load_explicit(&shard->phase, memory_order_relaxed))
+        atomic_compare_exchange_strong_explicit(&shard->phase, &unused, FSN_PHASE_WORD(fsn_monotonic_ns(), FSN_BUSY),
+                                                memory_order_relaxed, memory_order_relaxed);
+}
+
 /* This thread's shard of the node: one it had, or a new one (the shared last one when all are taken). */
 static __attribute__((noinline)) struct fsn_shard *claim_shard(fs_node *n)
 {
@@ -376,6 +436,7 @@ static __attribute__((noinline)) struct fsn_shard *claim_shard(fs_node *n)
     } else {
         unsigned taken = atomic_fetch_add_explicit(&n->shards_claimed, 1, memory_order_relaxed);
         shard = &n->shards[taken < FSN_SHARDS - 1 ? taken : FSN_SHARDS - 1];
+        begin_timeline(shard);
         k = REMEMBERED_SHARDS - 1;
     }
     memmove(&my_shards[1], &my_shards[0], (size_t)k * sizeof my_shards[0]);
@@ -405,6 +466,48 @@ uint64_t fsn_total(const fs_node *n, size_t offset)
     return sum;
 }
 
+void fsn_phase_totals(const fs_node *n, uint64_t now_ns, uint64_t totals[FSN_PHASES])
+{
+    for (int p = 0; p < FSN_PHASES; p++)
+        totals[p] = 0;
+    for (int i = 0; i < FSN_SHARDS; i++) {
+        const struct fsn_shard *s = &n->shards[i];
+        for (int p = 0; p < FSN_PHASES; p++) /* before the word (see struct fsn_shard) */
+            totals[p] += atomic_load_explicit(&s->phase_ns[p], memory_order_acquire);
+        uint64_t word = atomic_load_explicit(&s->phase, memory_order_relaxed);
+        if (word && !(word & FSN_PHASE_CHANGING) && now_ns > FSN_PHASE_SINCE(word))
+            totals[FSN_PHASE_OF(word)] += now_ns - FSN_PHASE_SINCE(word);
+    }
+}
+
+/* The phase changes: the word marked changing, the clock read once, the slice that ended added to
+ * its phase, the new word (see struct fsn_shard). While the word is marked, its marker is the one
+ * thread that writes the shard's time. */
+static __attribute__((noinline)) void change_phase(struct fsn_shard *s, uint64_t word, enum fsn_phase phase)
+{
+    if (!s->shared) { /* the only writer */
+        atomic_store_explicit(&s->phase, word | FSN_PHASE_CHANGING, memory_order_relaxed);
+    } else { /* the first thread to mark it changes it; the others leave it to that one */
+        while (!atomic_compare_exchange_weak_explicit(&s->phase, &word, word | FSN_PHASE_CHANGING, memory_order_acquire,
+                                                      memory_order_relaxed))
+            if ((word & FSN_PHASE_CHANGING) || FSN_PHASE_OF(word) == (int)phase)
+                return;
+    }
+    uint64_t now = fsn_monotonic_ns(), since = FSN_PHASE_SINCE(word);
+    _Atomic uint64_t *spent = &s->phase_ns[FSN_PHASE_OF(word)];
+    uint64_t before = atomic_load_explicit(spent, memory_order_relaxed);
+    atomic_store_explicit(spent, before + (now > since ? now - since : 0), memory_order_release); /* after the mark */
+    atomic_store_explicit(&s->phase, FSN_PHASE_WORD(now, phase), memory_order_release); /* after the time */
+}
+
+/* The calling thread is in phase from now on: without a clock read when it already was. */
+static inline void enter(struct fsn_shard *s, enum fsn_phase phase)
+{
+    uint64_t word = atomic_load_explicit(&s->phase, memory_order_relaxed);
+    if (FSN_PHASE_OF(word) != (int)phase && !(word & FSN_PHASE_CHANGING)) /* marked: another thread's change */
+        change_phase(s, word, phase);
+}
+
 FS_API void fs_node_received(fs_node *n, uint64_t objects, uint64_t bytes)
 {
     if (!n)
@@ -412,6 +515,7 @@ FS_API void fs_node_received(fs_node *n, uint64_t objects, uint64_t bytes)
     struct fsn_shard *s = my_shard(n);
     add(&s->objects_received, objects, s->shared);
     add(&s->bytes_received, bytes, s->shared);
+    enter(s, FSN_BUSY);
 }
 
 FS_API void fs_node_sent(fs_node *n, uint64_t objects, uint64_t bytes)
@@ -423,6 +527,7 @@ FS_API void fs_node_sent(fs_node *n, uint64_t objects, uint64_t bytes)
     add(&s->bytes_sent, bytes, s->shared);
     if (atomic_load_explicit(&n->send_overloaded, memory_order_relaxed)) /* a read costs less than a write */
         atomic_store_explicit(&n->send_overloaded, 0, memory_order_relaxed);
+    enter(s, FSN_BUSY);
 }
 
 static uint64_t bits_of(double v)
@@ -441,12 +546,28 @@ FS_API void fs_node_merged(fs_node *n, uint64_t objects, double seconds)
     atomic_store_explicit(&n->merge_ms_bits[slot], bits_of(ms), memory_order_relaxed);
     ADD(n->objects_merged, objects);
     atomic_fetch_add_explicit(&n->merges, 1, memory_order_release); /* its duration is in place */
+    enter(my_shard(n), FSN_BUSY);
 }
 
 FS_API void fs_node_send_refused(fs_node *n)
 {
-    if (n && !atomic_exchange_explicit(&n->send_overloaded, 1, memory_order_relaxed))
+    if (!n)
+        return;
+    if (!atomic_exchange_explicit(&n->send_overloaded, 1, memory_order_relaxed))
         ADD(n->send_overload_events, 1);
+    enter(my_shard(n), FSN_BACKPRESSURED);
+}
+
+FS_API void fs_node_waiting(fs_node *n)
+{
+    if (n)
+        enter(my_shard(n), FSN_IDLE);
+}
+
+FS_API void fs_node_sending(fs_node *n)
+{
+    if (n)
+        enter(my_shard(n), FSN_BACKPRESSURED);
 }
 
 FS_API void fs_node_input_backlog(fs_node *n, int backlogged)

@@ -29,6 +29,7 @@ struct client {
     uint64_t last_used; /* 0: a free slot */
     double wall, cpu; /* at its previous get-metrics */
     uint64_t merged, send_events, receive_events;
+    uint64_t phase_ns[FSN_PHASES]; /* the phases' totals then */
     uint64_t *latency_then; /* the latency counts then (NULL: none kept) */
     double latency_max; /* the longest wait since then */
 };
@@ -38,6 +39,7 @@ struct fsn_control {
     uint64_t uses;
     uint64_t errors; /* control_errors */
     double latency_max; /* the longest wait since the node started */
+    uint64_t phase_ns[FSN_PHASES]; /* the phases' totals last reported: none ever goes back */
     uint64_t counts[FSN_LATENCY_BUCKETS], interval[FSN_LATENCY_BUCKETS];
     /* How the node's end is told: fs_node_close reads these from the node's thread. */
     pthread_mutex_t end_lock;
@@ -48,6 +50,8 @@ struct fsn_control {
 
 /* What a get-metrics client's interval says. */
 struct interval {
+    double phase_s[FSN_PHASES]; /* since the node started */
+    double phase_ratio[FSN_PHASES]; /* of the interval's time (NaN: none) */
     double cpu_hz, merged_per_second;
     int send_overloaded, receive_overloaded;
     struct fsn_latency_figures latency;
@@ -115,13 +119,35 @@ static void latency_interval(fs_node *n, struct fsn_control *c, struct client *k
     k->latency_max = 0;
 }
 
+/* The node's time in each phase to now (a reading that missed a slice just ended may be below the
+ * last reported: the last reported then stands), and each one's share of the time since k's previous
+ * request (its first: since the node started). */
+static void time_interval(fs_node *n, struct fsn_control *c, struct client *k, uint64_t now_ns, struct interval *out)
+{
+    uint64_t now[FSN_PHASES], interval = 0;
+    fsn_phase_totals(n, now_ns, now);
+    for (int p = 0; p < FSN_PHASES; p++) {
+        if (now[p] < c->phase_ns[p])
+            now[p] = c->phase_ns[p];
+        c->phase_ns[p] = now[p];
+        interval += now[p] - k->phase_ns[p];
+    }
+    for (int p = 0; p < FSN_PHASES; p++) {
+        out->phase_s[p] = (double)now[p] / 1e9;
+        out->phase_ratio[p] = interval ? (double)(now[p] - k->phase_ns[p]) / (double)interval : NAN;
+        k->phase_ns[p] = now[p];
+    }
+}
+
 /* This client's interval since its previous get-metrics (its first: since the node started); its
  * baselines move to now. */
 static void client_interval(fs_node *n, struct fsn_control *c, const zmq_msg_t *identity, struct interval *out)
 {
     int is_new;
     struct client *k = find_client(c, identity, &is_new);
-    double wall = fsn_clock(CLOCK_MONOTONIC), cpu = fsn_clock(CLOCK_PROCESS_CPUTIME_ID);
+    uint64_t wall_ns = fsn_monotonic_ns();
+    double wall = (double)wall_ns / 1e9, cpu = fsn_clock(CLOCK_PROCESS_CPUTIME_ID);
+    time_interval(n, c, k, wall_ns, out);
     uint64_t merged = LOAD(n->objects_merged), send = LOAD(n->send_overload_events);
     uint64_t receive = LOAD(n->receive_overload_events);
     double wall0 = is_new ? n->started_wall : k->wall, cpu0 = is_new ? n->started_cpu : k->cpu;
@@ -228,6 +254,16 @@ static void metric_fields(fs_node *n, struct fsn_control *c, struct fsn_json *j,
     fsn_json_num(j, "input_latency_p99_ms", since->latency.p99_ms, 3);
     fsn_json_num(j, "input_latency_max_ms", since->latency.max_ms, 3);
     fsn_json_uint(j, "input_latency_objects", since->latency.objects);
+    static const char *const phases[FSN_PHASES] = {"busy", "backpressured", "idle"};
+    char key[32];
+    for (int p = 0; p < FSN_PHASES; p++) {
+        snprintf(key, sizeof key, "%s_seconds", phases[p]);
+        fsn_json_num(j, key, since->phase_s[p], 6);
+    }
+    for (int p = 0; p < FSN_PHASES; p++) {
+        snprintf(key, sizeof key, "%s_ratio", phases[p]);
+        fsn_json_num(j, key, since->phase_ratio[p], 4);
+    }
 }
 
 static void note_asked(struct fsn_control *c, int stopped)

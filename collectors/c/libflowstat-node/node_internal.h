@@ -29,23 +29,48 @@ struct fsn_guard {
     uint64_t refused; /* clients refused: the control thread's, until it is joined */
 };
 
+/* Where a counting thread's time goes (fs_node_waiting in flowstat/node.h): at any moment in one phase. */
+enum fsn_phase { FSN_BUSY = 0, FSN_BACKPRESSURED = 1, FSN_IDLE = 2, FSN_PHASES = 3 };
+/* A thread's phase and since when (CLOCK_MONOTONIC ns) in one word, read by the control thread in
+ * one load; 0: no thread has counted into the shard yet. FSN_PHASE_CHANGING: the phase is being
+ * changed, the clock read (or about to be) for the time it ends. */
+#define FSN_PHASE_WORD(since_ns, phase) ((uint64_t)(since_ns) << 3 | (uint64_t)(phase))
+#define FSN_PHASE_OF(word) ((int)((word)&3))
+#define FSN_PHASE_CHANGING 4u
+#define FSN_PHASE_SINCE(word) ((word) >> 3)
+
 /* What the node tells most often (for each object), counted by one thread into a shard of its own
  * with plain loads and stores: no locked instruction, no cache line shared with another writer. The
  * last shard is shared by the threads past the first FSN_SHARDS - 1 (atomic read-modify-writes).
- * The control thread sums the shards. */
+ * The control thread sums the shards.
+ *
+ * Time: a shard is one timeline, its thread's: the phase word, then the time of each phase's
+ * ended slices (phase_ns). A change marks the word changing, reads the clock, adds the slice that
+ * ended to its phase (release), then stores the new word (release). The control thread reads its
+ * clock, loads the times (acquire), then the word, and counts the running slice of a word not
+ * marked (a marked one's ending time is not known yet): a reading may miss a slice that is ending
+ * (the next has it), and never gives a slice to the old phase past the moment its end was read
+ * (which, read later, would count time twice: once there, once in the new phase), but for the
+ * moment the mark takes to reach the control thread's core (nanoseconds). The shared shard is one
+ * timeline for all its threads, in the phase the last change set: the thread that marks the word
+ * changes it, alone; one that finds it marked leaves the change to that one. */
 struct fsn_shard {
     _Alignas(64) _Atomic uint64_t objects_received;
     _Atomic uint64_t bytes_received, objects_sent, bytes_sent;
+    _Atomic uint64_t phase; /* FSN_PHASE_WORD */
     int shared;
+    _Atomic uint64_t phase_ns[FSN_PHASES];
     struct fsn_latency latency;
 };
 
 struct fs_node {
     /* Fixed at open. */
     char *node_id, *role, *run_id, *bind;
+    char *upstream; /* the options' upstream: node ids joined by commas; NULL: not said */
     long receive_buffer_size, send_buffer_size; /* < 0: none */
     pid_t pid;
-    double started_wall, started_cpu; /* CLOCK_MONOTONIC and CLOCK_PROCESS_CPUTIME_ID, s */
+    uint64_t started_ns; /* CLOCK_MONOTONIC */
+    double started_wall, started_cpu; /* CLOCK_MONOTONIC (started_ns) and CLOCK_PROCESS_CPUTIME_ID, s */
     char endpoint[256]; /* "" when unmonitored */
     char curve_server_key[FSN_CURVE_KEY_LEN + 1]; /* its CURVE public key, announced; "": in the clear */
     char *endpoints_file; /* the announcement, NULL when none */
@@ -81,12 +106,17 @@ int fsn_message_receive(void *sock, struct fsn_message *m);
 void fsn_message_close(struct fsn_message *m);
 
 double fsn_clock(clockid_t clock);
+uint64_t fsn_monotonic_ns(void);
 /* ISO-8601 UTC with milliseconds ("2026-11-22T10:51:14.123Z") of the wall time now. */
 void fsn_iso_now(char *out, size_t n);
 const char *fsn_state_name(int state);
 /* The sum of one counter over the shards. */
 uint64_t fsn_total(const fs_node *node, size_t offset);
 #define FSN_TOTAL(node, field) fsn_total((node), offsetof(struct fsn_shard, field))
+/* The time of each phase (ns) over the shards, their running slices counted to now_ns. A slice that
+ * ended while they were read may be missed (not counted twice): the control thread keeps the
+ * totals it reported from going back. */
+void fsn_phase_totals(const fs_node *node, uint64_t now_ns, uint64_t totals[FSN_PHASES]);
 
 /* Start the control thread on the bound router socket; 0, or -1 (said on stderr). */
 int fsn_control_start(fs_node *node);

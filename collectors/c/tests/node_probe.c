@@ -2,10 +2,14 @@
  * node (--curve-keys DIR: a run's keys, a secured channel); each line on stdin is one call (or a
  * few), answered by one line on stdout:
  *
- *   received N BYTES | sent N BYTES | merged N SECONDS | refused | backlog 0|1
+ *   received N BYTES | sent N BYTES | merged N SECONDS | refused | backlog 0|1 | waiting | sending
  *   latency COUNT AGE_S      COUNT objects stamped AGE_S seconds ago, taken now
  *   state NAME | stop? | start? | endpoint
  *   busy MS                  burn MS ms of CPU
+ *   sleep MS                 sleep MS ms (the node's phase stays what the last call set)
+ *   phases T MS              T threads each go round the phases for MS ms (waiting, received,
+ *                            merged, sending, sent, refused, sent: one change a call), then call
+ *                            waiting and end: "ok ROUNDS" (all threads')
  *   flood MS                 count as fast as it can for MS ms: "ok CALLS"
  *   threads T N              T threads each tell N times: received 1 object of 2 bytes, sent 1 of
  *                            3, one latency; then they end
@@ -46,6 +50,8 @@ static int parse_options(int argc, char **argv, struct fs_node_options *o)
             o->send_buffer_size = atol(value);
         else if (strcmp(name, "--curve-keys") == 0)
             o->curve_keys = value;
+        else if (strcmp(name, "--upstream") == 0)
+            o->upstream = value;
         else
             return -1;
     }
@@ -101,6 +107,60 @@ static void *count_in_a_thread(void *arg)
     return NULL;
 }
 
+struct phasing {
+    fs_node *node;
+    double ms;
+    unsigned long long rounds;
+};
+
+static void *go_round_the_phases(void *arg)
+{
+    struct phasing *p = arg;
+    double end = now(CLOCK_MONOTONIC) + p->ms / 1e3;
+    unsigned long long rounds = 0;
+    while (now(CLOCK_MONOTONIC) < end) {
+        for (int i = 0; i < 100; i++, rounds++) {
+            fs_node_waiting(p->node);
+            fs_node_received(p->node, 1, 1);
+            fs_node_merged(p->node, 1, 0);
+            fs_node_sending(p->node);
+            fs_node_sent(p->node, 1, 1);
+            fs_node_send_refused(p->node);
+            fs_node_sent(p->node, 0, 0);
+        }
+    }
+    fs_node_waiting(p->node);
+    p->rounds = rounds;
+    return NULL;
+}
+
+static long long phases_in_threads(fs_node *node, unsigned long long threads, double ms)
+{
+    pthread_t ids[64];
+    struct phasing each[64];
+    long long rounds = 0;
+    if (threads > 64)
+        return -1;
+    for (unsigned long long t = 0; t < threads; t++) {
+        each[t] = (struct phasing){node, ms, 0};
+        if (pthread_create(&ids[t], NULL, go_round_the_phases, &each[t]) != 0)
+            return -1;
+    }
+    for (unsigned long long t = 0; t < threads; t++) {
+        pthread_join(ids[t], NULL);
+        rounds += (long long)each[t].rounds;
+    }
+    return rounds;
+}
+
+static void sleep_ms(double ms)
+{
+    struct timespec ts = {.tv_sec = (time_t)(ms / 1e3),
+                          .tv_nsec = (long)((ms - 1e3 * (double)(time_t)(ms / 1e3)) * 1e6)};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
 static int count_in_threads(fs_node *node, unsigned long long threads, unsigned long long times)
 {
     pthread_t ids[64];
@@ -131,6 +191,12 @@ static int run(fs_node **node, const char *line)
         fs_node_merged(*node, a, x);
     else if (strcmp(word, "refused") == 0)
         fs_node_send_refused(*node);
+    else if (strcmp(word, "waiting") == 0)
+        fs_node_waiting(*node);
+    else if (strcmp(word, "sending") == 0)
+        fs_node_sending(*node);
+    else if (strcmp(word, "sleep") == 0 && sscanf(line, "%*s %lf", &x) == 1 && x >= 0)
+        sleep_ms(x);
     else if (strcmp(word, "backlog") == 0 && sscanf(line, "%*s %llu", &a) == 1)
         fs_node_input_backlog(*node, (int)a);
     else if (strcmp(word, "latency") == 0 && sscanf(line, "%*s %llu %lf", &a, &x) == 2)
@@ -150,7 +216,10 @@ static int run(fs_node **node, const char *line)
         return printf("ok %llu\n", flood(*node, x)) < 0 ? -1 : 1;
     else if (strcmp(word, "threads") == 0 && sscanf(line, "%*s %llu %llu", &a, &b) == 2)
         return count_in_threads(*node, a, b);
-    else if (strcmp(word, "close") == 0) {
+    else if (strcmp(word, "phases") == 0 && sscanf(line, "%*s %llu %lf", &a, &x) == 2) {
+        long long rounds = phases_in_threads(*node, a, x);
+        return rounds < 0 ? -1 : printf("ok %lld\n", rounds) < 0 ? -1 : 1;
+    } else if (strcmp(word, "close") == 0) {
         fs_node_close(*node);
         *node = NULL;
     } else
@@ -165,7 +234,7 @@ int main(int argc, char **argv)
     if (parse_options(argc, argv, &options) != 0) {
         fprintf(stderr,
                 "usage: node-probe --node-id ID [--role R] [--run-id R] [--bind A] [--endpoints-dir D] "
-                "[--receive-buffer-size N] [--send-buffer-size N] [--curve-keys DIR]\n");
+                "[--receive-buffer-size N] [--send-buffer-size N] [--curve-keys DIR] [--upstream IDS]\n");
         return 2;
     }
     fs_node *node = fs_node_open(&options, why, sizeof why);

@@ -4,14 +4,17 @@
 
     node = Node("merger-0", "merger", run_id="night-7")   # answers on its own thread
     ...
+    node.waiting(); frame = sock.recv()                   # idle until the input comes
     node.received(1, len(frame), sent_at=stamp)           # an object taken, stamped by its sender
     t0 = time.perf_counter(); merge(); node.merged(n, time.perf_counter() - t0)
+    node.sending()                                        # a send that waits is backpressure
     try: sock.send(out, zmq.NOBLOCK); node.sent(1, len(out))
     except zmq.Again: node.send_refused()                 # the buffer is full: an overload episode
     ...
     node.close()                                          # STOPPED; its endpoint file withdrawn
 
-Counting is a few attribute updates on the caller's thread; a thread of the library's answers
+Counting is a few attribute updates on the caller's thread, and each thread's time is accounted as
+busy, backpressured or idle (flowstat.node.phases); a thread of the library's answers
 check-state and get-metrics (docs/control-protocol.md) with the same fields, units and per-client
 rates as flowstat's harness nodes, so agents, stores, dashboards, alerts and reports treat the node
 as one of theirs. Each thread that counts uses its own Tally (``node.tally()``; the node's methods
@@ -41,6 +44,7 @@ except ImportError:  # pragma: no cover - the harness extra installs numpy
 from . import curve
 from .announce import announce, directory, withdraw
 from .latency import LatencyRecorder
+from .phases import BACKPRESSURED, BUSY, IDLE, PhaseClock, PhaseTotals
 from .protocol import serve_requests
 from .responder import Responder
 
@@ -55,11 +59,13 @@ _ONE_STAMP = (float, int)  # numpy's float64 is a float
 WAITS_CHUNK = 4096
 
 
-class Tally:
-    """What one thread of a node tells: counts, merges, overload episodes, waits. Written only by
-    that thread; read by the control thread (ints and floats: no torn reads in CPython)."""
+class Tally(PhaseClock):
+    """What one thread of a node tells: counts, merges, overload episodes, waits, and where its
+    time goes (a PhaseClock: each call below that changes the phase reads the clock once). Written
+    only by that thread; read by the control thread (ints and floats: no torn reads in CPython)."""
 
     def __init__(self, latency_every: int = 1) -> None:
+        super().__init__()
         self.latency_every = latency_every  # the stamps of one call in this many are measured (Node's)
         self._calls_to_skip = 0  # stamped calls to pass over before the next one measured
         self.objects_received = 0
@@ -82,7 +88,10 @@ class Tally:
         the pipeline carries one (one stamp, or a batch's: a sequence or a numpy array): the input
         latency is now minus that, for the stamps of one such call in ``latency_every`` (Node's).
         Every object is then measured with the same chance, one in ``latency_every``, whatever
-        the size of its read: the percentiles are the stream's, from a sample."""
+        the size of its read: the percentiles are the stream's, from a sample. The node is busy
+        from here."""
+        if self.phase:
+            self.enter(BUSY)
         self.objects_received += objects
         self.bytes_received += nbytes
         if sent_at is None:
@@ -105,23 +114,43 @@ class Tally:
             self.record_waits()
 
     def sent(self, objects: int = 1, nbytes: int = 0) -> None:
-        """Objects sent downstream (a send that went through ends an overload episode)."""
+        """Objects sent downstream (a send that went through ends an overload episode, and
+        backpressure: the node is busy from here)."""
+        if self.phase:
+            self.enter(BUSY)
         self.objects_sent += objects
         self.bytes_sent += nbytes
         self.send_blocked = False
 
     def merged(self, objects: int, seconds: float) -> None:
-        """A merge of ``objects`` objects that took ``seconds``."""
+        """A merge of ``objects`` objects that took ``seconds`` (the node is busy from here)."""
+        if self.phase:
+            self.enter(BUSY)
         self.merges += 1
         self.objects_merged += objects
         self.merge_ms.append(seconds * 1e3)
 
     def send_refused(self) -> None:
         """A send refused because the buffer is full: an overload episode begins (once, however
-        many retries), until the next send that goes through."""
+        many retries), until the next send that goes through. The node is backpressured from here:
+        held by its downstream."""
+        if self.phase != BACKPRESSURED:
+            self.enter(BACKPRESSURED)
         if not self.send_blocked:
             self.send_blocked = True
             self.send_overload_events += 1
+
+    def waiting(self) -> None:
+        """The node begins to wait for input (before a blocking receive, or a poll): idle until the
+        next ``received``. Only the node knows when it starts to wait, hence this call."""
+        if self.phase != IDLE:
+            self.enter(IDLE)
+
+    def sending(self) -> None:
+        """A send begins: backpressured until ``sent`` (a blocking send that waits is held by the
+        downstream as a refused one is; the library sees only its end, hence this call)."""
+        if self.phase != BACKPRESSURED:
+            self.enter(BACKPRESSURED)
 
     def input_backlog(self, backlogged: bool) -> None:
         """Whether the input had work waiting after a read cycle; an episode begins on each change
@@ -163,12 +192,16 @@ class Node:
         on_start: Callable[[], None] | None = None,
         curve_keys: str | os.PathLike[str] | None = None,
         latency_every: int = 1,
+        upstream: Sequence[str] = (),
     ):
         if not node_id:
             raise ValueError("a node needs an id (its samples' node_id)")
         if not isinstance(latency_every, int) or latency_every < 1:
             raise ValueError(f"latency_every: a whole number of calls, 1 or more, not {latency_every!r}")
         self.latency_every = latency_every
+        if isinstance(upstream, str) or not all(isinstance(u, str) and u for u in upstream):
+            raise ValueError(f"upstream: the node ids that feed this node, a list of strings, not {upstream!r}")
+        self.upstream = tuple(upstream)
         self.node_id, self.role, self.run_id = node_id, role, run_id
         self.receive_buffer_size, self.send_buffer_size = receive_buffer_size, send_buffer_size
         self.started_at = time.monotonic()
@@ -181,6 +214,8 @@ class Node:
         # the first thread's counting is the node's own: bound methods, no extra call
         self.received, self.sent, self.merged = first.received, first.sent, first.merged
         self.send_refused, self.input_backlog = first.send_refused, first.input_backlog
+        self.waiting, self.sending = first.waiting, first.sending
+        self._phase_totals = PhaseTotals()
         self.responder = Responder(self)
         self.endpoint: str | None = None
         self.endpoint_file: Path | None = None
@@ -268,6 +303,8 @@ class Node:
             }
             if self.curve_server_key is not None:
                 node["curve_server_key"] = self.curve_server_key
+            if self.upstream:
+                node["upstream"] = list(self.upstream)
             try:
                 self.endpoint_file = announce(folder, node, self.run_id)
             except (OSError, ValueError) as exc:
@@ -325,6 +362,9 @@ class Node:
 
     def merged_total(self) -> int:
         return sum(t.objects_merged for t in self._tallies)
+
+    def phase_seconds(self) -> tuple[float, float, float] | None:
+        return self._phase_totals.read(self._tallies)
 
     def average_merge_time(self) -> float | None:
         times = [ms for t in self._tallies for ms in list(t.merge_ms)]

@@ -6,6 +6,10 @@ import time
 from collections import OrderedDict
 from typing import NamedTuple
 
+from .phases import shares
+
+Phases = tuple[float, float, float]
+
 
 class Interval(NamedTuple):
     """What happened since a client's previous get-metrics (or since the node started)."""
@@ -14,6 +18,7 @@ class Interval(NamedTuple):
     merged_per_second: float
     send_overloads: int  # overload episodes begun on the node's sends ...
     receive_overloads: int  # ... and on its input
+    phase_shares: tuple[float, float, float] | None = None  # busy, backpressured, idle; None: not accounted
 
 
 class RateTracker:
@@ -28,15 +33,21 @@ class RateTracker:
     """
 
     def __init__(self, max_clients: int = 256):
-        self._last: OrderedDict[bytes, tuple[float, float, int, int, int]] = OrderedDict()
+        self._last: OrderedDict[bytes, tuple[float, float, int, int, int, Phases]] = OrderedDict()
         self._max = max_clients
-        self._start = (time.monotonic(), time.process_time(), 0, 0, 0)
+        self._start = (time.monotonic(), time.process_time(), 0, 0, 0, (0.0, 0.0, 0.0))
 
-    def interval(self, client: bytes, merged_total: int, overload_events: tuple[int, int] = (0, 0)) -> Interval:
+    def interval(
+        self,
+        client: bytes,
+        merged_total: int,
+        overload_events: tuple[int, int] = (0, 0),
+        phase_seconds: Phases | None = None,
+    ) -> Interval:
         """The figures of ``client``'s interval, given the node's totals now (merged objects, send
-        and receive overload episodes)."""
-        now = (time.monotonic(), time.process_time(), merged_total, *overload_events)
-        wall0, cpu0, merged0, send0, receive0 = self._last.pop(client, self._start)
+        and receive overload episodes, busy/backpressured/idle seconds when it accounts them)."""
+        now = (time.monotonic(), time.process_time(), merged_total, *overload_events, phase_seconds or (0.0, 0.0, 0.0))
+        wall0, cpu0, merged0, send0, receive0, phases0 = self._last.pop(client, self._start)
         self._last[client] = now
         while len(self._last) > self._max:
             self._last.popitem(last=False)
@@ -44,4 +55,5 @@ class RateTracker:
         cpu_hz, merged_rate = (
             ((now[1] - cpu0) * 1e6 / elapsed, (now[2] - merged0) / elapsed) if elapsed > 0 else (0.0, 0.0)
         )
-        return Interval(cpu_hz, merged_rate, now[3] - send0, now[4] - receive0)
+        phase_part = shares(phases0, phase_seconds) if phase_seconds is not None else None
+        return Interval(cpu_hz, merged_rate, now[3] - send0, now[4] - receive0, phase_part)

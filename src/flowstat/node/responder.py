@@ -16,6 +16,7 @@ from flowstat.proc.procfs import vmrss_kb
 from flowstat.timeutil import iso_utc_ms
 
 from .latency import LatencyRecorder
+from .phases import phase_fields
 from .rates import Interval, RateTracker
 
 log = logging.getLogger("flowstat.node")
@@ -35,6 +36,7 @@ class Figures(Protocol):
 
     def counters(self) -> dict[str, Any]: ...
     def merged_total(self) -> int: ...
+    def phase_seconds(self) -> tuple[float, float, float] | None: ...  # busy, backpressured, idle; None: not accounted
     def average_merge_time(self) -> float | None: ...
     def merges_apply(self) -> bool: ...  # merged_objects_per_second is a number (else null)
     def send_overloaded(self) -> bool: ...
@@ -91,7 +93,8 @@ class Responder:
     def metrics(self, client: bytes, request: dict[str, Any]) -> dict[str, Any]:
         f = self.figures
         f.on_metrics_request(request)
-        since = self.rates.interval(client, f.merged_total(), f.overload_events())
+        phases = f.phase_seconds()
+        since = self.rates.interval(client, f.merged_total(), f.overload_events(), phases)
         reply = self.state_fields(since)
         try:
             rss: int | None = vmrss_kb()
@@ -110,6 +113,8 @@ class Responder:
                 **f.counters(),
             }
         )
+        if phases is not None:
+            reply.update(phase_fields(phases, since.phase_shares))
         if f.latency is not None:
             reply.update(f.latency.interval(client))
         return reply

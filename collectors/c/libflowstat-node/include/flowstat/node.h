@@ -4,7 +4,9 @@
  *     o.node_id = "merger-0";
  *     o.role = "merger";
  *     fs_node *node = fs_node_open(&o, why, sizeof why);
- *     ... fs_node_received(node, 1, len); fs_node_latency(node, t_sent); fs_node_merged(node, n, s); ...
+ *     ... fs_node_waiting(node); zmq_recv(...);                  (idle until something comes)
+ *     fs_node_received(node, 1, len); fs_node_latency(node, t_sent); fs_node_merged(node, n, s);
+ *     fs_node_sending(node); zmq_send(...); fs_node_sent(node, 1, len); ...
  *     fs_node_close(node);
  *
  * A thread of the library's own answers check-state, get-metrics, start and stop on a ZeroMQ ROUTER
@@ -57,12 +59,16 @@ struct fs_node_options {
     long receive_buffer_size; /* the input's ZeroMQ high-water mark in messages; < 0: none (null) */
     long send_buffer_size; /* the output's; < 0: none (null) */
     const char *curve_keys; /* the run's keys folder; NULL: $FLOWSTAT_CURVE_KEYS, else none (in the clear) */
+    /* The node ids that feed this node, joined by commas ("worker-0,worker-1"): the pipeline's edges,
+     * written in its endpoints file (flowstat top, the verdict and the report draw and judge the
+     * graph from them). NULL: not said. Ids holding a comma cannot be named here. */
+    const char *upstream;
 };
 
 /* Every option unset; C++ can write `fs_node_options o = FS_NODE_OPTIONS_INIT;` too. */
-#define FS_NODE_OPTIONS_INIT                       \
-    {                                              \
-        NULL, NULL, NULL, NULL, NULL, -1, -1, NULL \
+#define FS_NODE_OPTIONS_INIT                             \
+    {                                                    \
+        NULL, NULL, NULL, NULL, NULL, -1, -1, NULL, NULL \
     }
 
 /* A node, RUNNING. NULL only for invalid options (why says which, when why_len > 0) or no memory.
@@ -74,15 +80,40 @@ fs_node *fs_node_open(const struct fs_node_options *options, char *why, size_t w
 /* The bound control endpoint ("tcp://127.0.0.1:40123"); NULL when the node runs unmonitored. */
 const char *fs_node_endpoint(const fs_node *node);
 
-/* What the node did: objects (and their bytes) taken from its input, sent downstream. A sent()
- * ends a send overload episode. */
+/* Where the time goes (busy_seconds, backpressured_seconds, idle_seconds since the node opened, and
+ * their shares since each client's previous get-metrics: busy_ratio, ...; docs/node-library.md).
+ * Each thread that counts is at any moment in one phase, busy, backpressured or idle: busy from its
+ * first call (the first such thread: from fs_node_open) until a call sets another; the time between
+ * two calls belongs to the phase the earlier one set. received, merged and sent set busy;
+ * send_refused and sending set backpressured; waiting sets idle; input_backlog, latency and
+ * latencies leave the phase as it is. A call that keeps the phase reads no clock; one that changes
+ * it reads CLOCK_MONOTONIC once (the vDSO: some 25 ns). The node's seconds are the sums over its
+ * threads; the threads past the first 7 (which share a set of counters) count as one, in the phase
+ * the last of them set (a change made while another of them changes the phase gives way to that
+ * one). A thread that ends stays in its last phase, its time counting on there: end it with
+ * fs_node_waiting. */
+
+/* What the node did: objects (and their bytes) taken from its input (busy: it has work), sent
+ * downstream (busy: a send that went through ends backpressure). A sent() ends a send overload
+ * episode. */
 void fs_node_received(fs_node *node, uint64_t objects, uint64_t bytes);
 void fs_node_sent(fs_node *node, uint64_t objects, uint64_t bytes);
-/* A merge of `objects` objects that took `seconds`. */
+/* A merge of `objects` objects that took `seconds` (busy). */
 void fs_node_merged(fs_node *node, uint64_t objects, double seconds);
 /* A send found the output buffer full: the first refusal since the last sent() begins an episode
- * (send_overload_events counts episodes). */
+ * (send_overload_events counts episodes). Backpressured until the next call that sets another
+ * phase: a node that retries a refused send is held by its downstream. */
 void fs_node_send_refused(fs_node *node);
+/* From now until the next received(), the calling thread waits for input (idle): call it just
+ * before a blocking receive or poll. The library sees the end of a receive (received), not its
+ * beginning: without this call a node is busy all the time it is not refused a send. */
+void fs_node_waiting(fs_node *node);
+/* A send begins (backpressured until the next sent(), or another call that sets a phase): call it
+ * just before a send that may block. The library sees the end of a send (sent), not its beginning,
+ * and a blocking send that waits for room is held by its downstream. Each change of phase reads the
+ * clock: a node that makes many small sends in a row may call it once before them and sent() once
+ * after them. */
+void fs_node_sending(fs_node *node);
 /* Whether the last read cycle left input waiting; an episode begins at each change to true. */
 void fs_node_input_backlog(fs_node *node, int backlogged);
 /* An object stamped by its sender at sent_unix_s (Unix seconds, CLOCK_REALTIME) was taken now. */
