@@ -162,6 +162,7 @@ bench: $(LAB_STAMP) c-agent-tests
 	cd benchmarks && ../$(BIN)/python bench_agent_mem.py
 	cd benchmarks && ../$(BIN)/python bench_topn.py
 	cd benchmarks && ../$(BIN)/python bench_scrape.py
+	cd benchmarks && ../$(BIN)/python bench_flow.py
 	cd benchmarks && ../$(BIN)/python bench_ingest.py
 	cd benchmarks && ../$(BIN)/python bench_report.py
 	cd benchmarks && ../$(BIN)/python bench_views.py

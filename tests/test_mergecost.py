@@ -1,16 +1,24 @@
-"""The topology's merge_cost: CPU time a merger spends on each merge beyond its own work, so that a
-merger's capacity is known on any machine (harness/mergecost.py)."""
+"""The topology's merge_cost: CPU time a merger (or, given one of its own, the viewer) spends on each
+object beyond its own work, so that its capacity is known on any machine (harness/mergecost.py)."""
 
+import json
 import time
+from datetime import datetime
 
 import numpy as np
 import pytest
 import zmq
 
 from flowstat.harness import wire
+from flowstat.harness.agents import AgentOptions
 from flowstat.harness.devices.merger import MIN_BATCH, Merger
 from flowstat.harness.mergecost import MergeCost, burn_cpu_ns
+from flowstat.harness.orchestrator import run_topology
 from flowstat.harness.qcobjects import Kind, make_desc
+from flowstat.harness.topology import from_dict
+from flowstat.node.latency import CHUNK
+from support.common import topology_dict
+from support.runs import assert_no_loss
 
 H1 = make_desc("TH1F_0", Kind.TH1F, (250,))  # 1,000 bytes of payload
 TREE = make_desc("tree", Kind.TTree, (2, 125))
@@ -147,3 +155,177 @@ def test_a_turn_of_a_dear_merger_ends_after_one_batch_and_the_control_socket_get
         assert m.objects_received == 5 and m.receive_overloaded()
     finally:
         push.close(0)
+
+
+@pytest.mark.parametrize(
+    "cost,mean_nbytes,want",
+    [
+        (MergeCost(factor=3.0), None, 256),
+        (MergeCost(per_object_s=2e-3), None, 5),
+        (MergeCost(per_object_s=20e-3), 1000, 1),
+        (MergeCost(per_byte_s=1e-3 / 1e6), None, 1),
+        (MergeCost(per_byte_s=1e-3 / 1e6), 1_000_000, 10),
+    ],
+)
+def test_a_dear_node_takes_as_many_objects_at_once_as_cost_a_turn(cost, mean_nbytes, want):
+    assert cost.objects_per_turn(256, 0.01, mean_nbytes) == want
+
+
+@pytest.fixture
+def viewer_with_cost():
+    from flowstat.harness.devices.viewer import Viewer
+
+    made = []
+
+    def make(cost: MergeCost | None):
+        v = Viewer({"node_id": "viewer", "mergers": 1, "merge_cost": cost.config() if cost else None})
+        made.append(v)
+        return v
+
+    yield make
+    for v in made:
+        v.data.close(0)
+        v.close()
+
+
+def merged(desc, n: int) -> list[list]:
+    """A merger's first ``n`` merged objects, as the frames of their messages."""
+    data = np.ones(desc.shape, np.float32)
+    return [
+        wire.encode(desc, data, source=0, seq=s, entries=float(data.size), flags=wire.FLAG_MERGED, t_sent=time.time())
+        for s in range(n)
+    ]
+
+
+def test_a_dear_viewer_spends_its_cost_on_every_object_it_takes(viewer_with_cost):
+    """merge_cost.nodes.viewer: CPU time per object taken (and per MB of its payload), so that the viewer
+    takes at most 1 / per_object objects/s on any machine; an end of stream costs nothing."""
+    per_object_s, per_byte_s = 5e-3, 1e-3 / 1e6
+    v = viewer_with_cost(MergeCost(per_object_s, per_byte_s))
+    cpu0 = time.thread_time_ns()
+    for frames in merged(H1, 10):
+        v.on_message(frames)
+    v.on_message([wire.encode_eos(0, 10)])
+    spent_ns = time.thread_time_ns() - cpu0
+    assert v.objects_received == 10 and all(v.eos) and v.content_mismatches == 0
+    assert spent_ns >= 10 * (per_object_s + H1.nbytes * per_byte_s) * 1e9
+    cheap = viewer_with_cost(None)
+    cpu0 = time.thread_time_ns()
+    for frames in merged(H1, 10):
+        cheap.on_message(frames)
+    assert time.thread_time_ns() - cpu0 < 10 * per_object_s * 1e9 / 5  # without a cost: far less
+    assert v.batch_size() == 1 and cheap.batch_size() == CHUNK  # 2 x (5 ms + 1 ms/MB of 1 kB): over a turn's 10 ms
+
+
+def test_a_turn_of_a_dear_viewer_reads_one_batch_and_the_control_socket_gets_its_turn(viewer_with_cost):
+    v = viewer_with_cost(MergeCost(per_object_s=20e-3))
+    push = v.ctx.socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 0)
+    push.connect(v.data_endpoint)
+    try:
+        for frames in merged(H1, 5):
+            push.send(frames[0])
+        deadline = time.monotonic() + 10
+        while v.objects_received < 5 and time.monotonic() < deadline:
+            if v.data.poll(100):
+                before = v.objects_received
+                v.read_batch()  # 20 ms an object: one a turn
+                assert v.objects_received == before + 1
+        assert v.objects_received == 5
+    finally:
+        push.close(0)
+
+
+# -- real runs: a cost of its own for one node (merge_cost.nodes) ----------------------------------
+
+
+@pytest.mark.integration
+def test_a_merger_with_a_cost_of_its_own_is_slow_and_the_other_is_not(runs_dir):
+    """Two mergers, merger-1 at 20 ms an object, merger-0 at none: each one's merge time says so
+    (40 objects/s offered to each: below merger-1's 50/s, so the run ends when its producers do)."""
+    topo = from_dict(
+        topology_dict(
+            duration=2,
+            producers={"count": 4, "rate": 20},
+            mergers=2,
+            merge_cost={"nodes": {"merger-1": {"per_object": "20ms"}}},
+        )
+    )
+    s = run_topology(topo, runs_dir=runs_dir, agent=AgentOptions(enabled=False))
+    assert_no_loss(s)
+    nodes = {n["node_id"]: n for n in s["nodes"]}
+
+    def ms_per_object(n: dict) -> float:
+        """Merge time per object merged, over the whole run."""
+        return n["mean_merge_time"] * n["merges"] / n["objects_merged"]
+
+    slow, fast = nodes["merger-1"], nodes["merger-0"]
+    assert slow["objects_merged"] >= 40 and fast["objects_merged"] >= 40
+    # every merge holds an object at least (the last ones, at the end, may hold fewer than 2)
+    assert ms_per_object(slow) >= 20.0 and slow["average_merge_time"] >= 20.0
+    # a 1 kB TH1F merges in microseconds (a busy machine may stretch a merge or two)
+    assert ms_per_object(fast) < 5.0 and fast["average_merge_time"] < 5.0
+    run_doc = json.loads((runs_dir / s["run_id"] / "run.json").read_text())
+    assert run_doc["parameters"]["merge_cost_nodes"] == "merger-1 +20 ms/object"
+    assert "merge_cost_per_object_ms" not in run_doc["parameters"]
+    assert run_doc["label"].endswith(", node costs: merger-1 +20 ms/object")
+
+
+def stamp(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+@pytest.mark.integration
+def test_a_viewer_with_a_cost_takes_no_more_than_its_cost_allows(runs_dir):
+    """The viewer at 20 ms an object takes at most 50 objects/s, whatever it is offered (100 merged
+    objects/s here): its samples say so, one after another, and its CPU time holds the cost."""
+    topo = from_dict(
+        topology_dict(
+            duration=1.5,
+            producers={"count": 2, "rate": 100},
+            mergers=1,
+            merge_cost={"nodes": {"viewer": {"per_object": "20ms"}}},
+        )
+    )
+    s = run_topology(topo, runs_dir=runs_dir, agent=AgentOptions(interval_s=0.5, c_agent=False))
+    assert_no_loss(s)
+    received = next(n for n in s["nodes"] if n["node_id"] == "viewer")["objects_received"]
+    assert received >= 100
+    lines = (runs_dir / s["run_id"] / "samples.ndjson").read_text().splitlines()[1:]
+    samples = [d for d in map(json.loads, lines) if d.get("node_id") == "viewer" and "objects_received" in d]
+    rates = [
+        (b["objects_received"] - a["objects_received"])
+        / (stamp(b["response_timestamp"]) - stamp(a["response_timestamp"]))
+        for a, b in zip(samples, samples[1:], strict=False)
+    ]
+    busy = [r for r in rates if r > 0]
+    assert busy and max(busy) <= 55.0, rates  # 1 / 20 ms, and an object either side of each sample
+    assert len(busy) >= 2, rates  # 100 objects/s offered for 1.5 s: 3 s to take them at 50/s
+    # CPU time, not a sleep: by its last sample the viewer had spent 20 ms of it on each object (ticks of 10 ms)
+    last = samples[-1]
+    assert last["cpu_user_seconds"] + last["cpu_system_seconds"] >= 0.9 * last["objects_received"] * 0.02
+    assert json.loads((runs_dir / s["run_id"] / "run.json").read_text())["parameters"]["merge_cost_nodes"] == (
+        "viewer +20 ms/object"
+    )
+
+
+def test_a_node_cost_that_starts_later_spends_nothing_before():
+    from flowstat.harness.mergecost import NodeCost
+
+    late = NodeCost(MergeCost(per_object_s=0.02, after_s=0.2))
+    late.spend(1, 0, 0)  # not begun: no first object yet
+    t0 = time.monotonic()
+    late.begin(t0)
+    c0 = time.thread_time()
+    late.spend(1, 0, 0)  # within the delay
+    assert time.thread_time() - c0 < 0.01
+    while time.monotonic() < t0 + 0.2:
+        time.sleep(0.01)  # the delay itself is what is tested
+    late.begin(time.monotonic())  # a later first object does not move it
+    c0 = time.thread_time()
+    late.spend(1, 0, 0)
+    assert time.thread_time() - c0 >= 0.02
+    now = NodeCost(MergeCost(per_object_s=0.02))  # no delay: spends before begin too
+    c0 = time.thread_time()
+    now.spend(1, 0, 0)
+    assert time.thread_time() - c0 >= 0.02

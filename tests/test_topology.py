@@ -3,6 +3,7 @@ import os
 import pytest
 import yaml
 
+from flowstat.harness.mergecost import MergeCost
 from flowstat.harness.topology import TopologyError, from_dict, load
 from flowstat.units import parse_size
 from support.common import TOPOLOGIES, topology_dict
@@ -149,6 +150,16 @@ def test_even_split_and_explicit_assignment():
         ({"merge_cost": {"factor": 0.5}}, "merge_cost.factor"),
         ({"merge_cost": {"factor": "3"}}, "merge_cost.factor"),
         ({"merge_cost": {"per_merge": "1ms"}}, "merge_cost.per_merge"),
+        ({"mergers": 2, "merge_cost": {"nodes": {"merger-9": {"per_object": "1ms"}}}}, "merge_cost.nodes.merger-9"),
+        ({"merge_cost": {"nodes": {"merger-l2-0": {"per_object": "1ms"}}}}, "merge_cost.nodes.merger-l2-0"),
+        ({"merge_cost": {"nodes": {"producers-0": {"per_object": "1ms"}}}}, "merge_cost.nodes.producers-0"),
+        ({"merge_cost": {"nodes": {"merger": {"per_object": "1ms"}}}}, "merge_cost.nodes.merger"),  # a role
+        ({"merge_cost": {"nodes": {"viewer": {"per_object": "1 parsec"}}}}, "merge_cost.nodes.viewer.per_object"),
+        ({"merge_cost": {"nodes": {"merger-0": {"per_MB": -1}}}}, "merge_cost.nodes.merger-0.per_MB"),
+        ({"merge_cost": {"nodes": {"viewer": {"factor": 0.5}}}}, "merge_cost.nodes.viewer.factor"),
+        ({"merge_cost": {"nodes": {"viewer": {"per_merge": "1ms"}}}}, "merge_cost.nodes.viewer.per_merge"),
+        ({"merge_cost": {"nodes": {"viewer": "20ms"}}}, "merge_cost.nodes.viewer"),
+        ({"merge_cost": {"nodes": ["viewer"]}}, "merge_cost.nodes"),
         ({"security": {"control": "on"}}, "security.control"),
         ({"security": {"data": "auto"}}, "security.data"),
         ({"security": {"transport": "curve"}}, "security.transport"),
@@ -260,6 +271,105 @@ def test_a_merge_cost_that_adds_nothing_is_none():
     assert from_dict(topology_dict(merge_cost={"per_object": 0, "factor": 1})).merge_cost is None
 
 
+def test_an_unknown_merge_cost_node_is_named_with_the_nodes_that_are():
+    with pytest.raises(TopologyError) as err:
+        from_dict(topology_dict(mergers=2, merge_cost={"nodes": {"merger-9": {"per_object": "5ms"}}}), "t.yaml")
+    assert str(err.value) == "t.yaml: merge_cost.nodes.merger-9: no such merger or viewer (merger-0, merger-1, viewer)"
+
+
+MS = MergeCost(per_object_s=1e-3)
+
+
+@pytest.mark.parametrize(
+    "given,default,nodes",
+    [
+        ({"per_object": "1ms"}, MS, {}),  # every merger alike, as before
+        ({"nodes": {"merger-1": {"per_object": "5ms"}}}, None, {"merger-1": MergeCost(5e-3)}),
+        (
+            {"per_object": "1ms", "nodes": {"merger-1": {"per_object": "5ms"}, "viewer": {"per_object": "20ms"}}},
+            MS,
+            {"merger-1": MergeCost(5e-3), "viewer": MergeCost(20e-3)},
+        ),
+        (
+            {"nodes": {"merger-l2-0": {"per_MB": "2ms", "factor": 3}}},  # a merger of an upper layer
+            None,
+            {"merger-l2-0": MergeCost(0.0, 2e-3 / 1e6, 3.0)},
+        ),
+        ({"per_object": "1ms", "nodes": {"merger-0": {"per_object": 0}}}, MS, {"merger-0": MergeCost()}),  # exempt
+        ({"per_object": "1ms", "nodes": None}, MS, {}),
+    ],
+)
+def test_merge_cost_nodes_are_read_beside_every_merger_s(given, default, nodes):
+    t = from_dict(topology_dict(mergers=2, merger_layers=[1], merge_cost=given))
+    assert t.merge_cost == default
+    assert t.merge_cost_nodes.keys() == nodes.keys()
+    for name, cost in nodes.items():
+        got = t.merge_cost_nodes[name]
+        assert (got.per_object_s, got.per_byte_s, got.factor) == pytest.approx(
+            (cost.per_object_s, cost.per_byte_s, cost.factor), rel=1e-12
+        )
+
+
+def test_cost_of_a_node_is_its_own_else_every_merger_s_and_the_viewer_has_none_by_default():
+    five, twenty = MergeCost(5e-3), MergeCost(20e-3)
+    t = from_dict(
+        topology_dict(
+            mergers=3,
+            merger_layers=[1],
+            merge_cost={
+                "per_object": "1ms",
+                "nodes": {
+                    "merger-1": {"per_object": "5ms"},
+                    "merger-2": {"per_object": 0},
+                    "viewer": {"per_object": "20ms"},
+                },
+            },
+        )
+    )
+    assert {n: t.cost_of(n) for n in [*t.all_mergers(), "viewer", "producers-0"]} == {
+        "merger-0": MS,
+        "merger-1": five,
+        "merger-2": None,  # its entry adds nothing: exempt from every merger's
+        "merger-l2-0": MS,  # every layer's mergers take the default
+        "viewer": twenty,
+        "producers-0": None,
+    }
+    alone = from_dict(topology_dict(mergers=2, merge_cost={"nodes": {"merger-1": {"per_object": "5ms"}}}))
+    assert [alone.cost_of(n) for n in ("merger-0", "merger-1", "viewer")] == [None, five, None]
+    every = from_dict(topology_dict(mergers=2, merge_cost={"per_object": "1ms"}))
+    assert [every.cost_of(n) for n in ("merger-0", "merger-1", "viewer")] == [MS, MS, None]
+    assert from_dict(topology_dict()).cost_of("merger-0") is None
+
+
+def test_merge_cost_nodes_are_recorded_in_pipeline_order_and_shown_in_the_label():
+    from flowstat.harness.summary import parameters
+    from flowstat.schema.run import label, merge_cost_text, validate
+
+    t = from_dict(
+        topology_dict(
+            mergers=2,
+            merge_cost={
+                "per_object": "1ms",
+                "nodes": {
+                    "viewer": {"per_object": "20ms"},
+                    "merger-1": {"per_object": "5ms", "factor": 2},
+                    "merger-0": {},
+                },
+            },
+        )
+    )
+    p = parameters(t)
+    assert p["merge_cost_per_object_ms"] == 1.0
+    assert p["merge_cost_nodes"] == "merger-0 none; merger-1 +5 ms/object x2; viewer +20 ms/object"
+    assert merge_cost_text(p) == "merges +1 ms/object, node costs: " + p["merge_cost_nodes"]
+    doc = {"run_id": "r", "started": "2026-01-01T00:00:00.000Z", "parameters": p}
+    assert label(doc).endswith(", 2 mergers, merges +1 ms/object, node costs: " + p["merge_cost_nodes"])
+    assert validate({**doc, "label": label(doc)}) == []
+    only = parameters(from_dict(topology_dict(merge_cost={"nodes": {"viewer": {"per_MB": "3ms"}}})))
+    assert "merge_cost_per_object_ms" not in only and merge_cost_text(only) == "node costs: viewer +3 ms/MB"
+    assert "merge_cost_nodes" not in parameters(from_dict(topology_dict(merge_cost={"per_object": "1ms"})))
+
+
 def test_control_channels_are_secured_whenever_a_node_binds_beyond_loopback_unless_told():
     auto = from_dict(topology_dict())
     assert (auto.control_security, auto.data_security) == ("auto", "off")
@@ -284,3 +394,18 @@ def test_inputs_of_names_who_each_merger_and_the_viewer_hear_from():
         "viewer": ("merger-l2-0",),
     }
     assert from_dict(topology_dict(mergers=2)).inputs_of()["viewer"] == ("merger-0", "merger-1")
+
+
+def test_a_node_s_cost_may_start_later_and_only_a_node_s():
+    """merge_cost.nodes.NODE.after: a node that slows down during a run (issue 46: how soon the
+    verdict names it); every merger's cost has no delay."""
+    from flowstat.harness.summary import merge_cost_nodes_text
+
+    t = from_dict(topology_dict(mergers=2, merge_cost={"nodes": {"merger-1": {"per_object": "10ms", "after": "5s"}}}))
+    assert t.cost_of("merger-1") == MergeCost(10e-3, 0.0, 1.0, 5.0)
+    assert merge_cost_nodes_text(t) == "merger-1 +10 ms/object after 5 s"
+    assert MergeCost.from_config(t.cost_of("merger-1").config()) == t.cost_of("merger-1")
+    with pytest.raises(TopologyError, match="after"):
+        from_dict(topology_dict(merge_cost={"per_object": "1ms", "after": "5s"}))
+    with pytest.raises(TopologyError, match=r"merge_cost\.nodes\.merger-0\.after"):
+        from_dict(topology_dict(merge_cost={"nodes": {"merger-0": {"per_object": "1ms", "after": "soon"}}}))

@@ -14,12 +14,18 @@ if TYPE_CHECKING:
     from .topology import Topology
 
 
-def _progress_printer(stream=sys.stderr):
-    """A one-line live status: a bar on a terminal, a line every 5 s otherwise."""
+def _progress_printer(topo: Topology, stream=sys.stderr):
+    """A one-line live status: a bar on a terminal, a line every 5 s otherwise; with which node holds
+    the flow back, judged from the same readings over the topology's edges."""
     tty = stream.isatty()
     state = {"last": -5.0}
 
+    from .flowwatch import FlowWatch
+    from .flowwatch import short as flow_word
     from .online import short
+
+    inputs = topo.inputs_of()
+    flow = FlowWatch({n: inputs.get(n, ()) for n, r in topo.node_roles().items() if r != "agent"}, 0.0)
 
     def show(elapsed: float, duration: float, metrics: list[dict], verdicts: dict[str, dict]) -> None:
         mergers = [m for m in metrics if m.get("role") == "merger"]
@@ -31,6 +37,7 @@ def _progress_printer(stream=sys.stderr):
         cpu = sum(m.get("cpu_clock") or 0 for m in metrics) / 1e6
         frac = min(1.0, elapsed / duration) if duration > 0 else 1.0
         judged = "; ".join(f"{m} {short(v)}" if len(verdicts) > 1 else short(v) for m, v in verdicts.items())
+        judged += f"  {flow_word(flow.add(elapsed, metrics))}"
         text = (
             f"{elapsed:5.1f}/{duration:.0f} s  merged {merged:,.0f}/s  in flight {in_flight:,}  "
             f"latency p99 {p99:,.1f} ms  overloads {overloads:,}  cpu {cpu:.2f} cores  {judged}"
@@ -149,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"flowstat run: {exc}", file=sys.stderr)
             launcher.close()
             return 2
-    progress = None if args.json or args.quiet else _progress_printer()
+    progress = None if args.json or args.quiet else _progress_printer(topo)
     try:
         summary = run_topology(
             topo,

@@ -33,11 +33,13 @@ from flowstat.node import curve
 from flowstat.node.protocol import ControlClient, ControlError
 from flowstat.proc.procfs import format_cpu_list, log_tail, pin_threads, set_from_signal
 from flowstat.schema import endpoints as endpoints_schema
+from flowstat.schema import run as run_schema
 from flowstat.schema.sample import PIPELINE_ROLES
 from flowstat.timeutil import compact_utc
 
 from . import clocks
 from .agents import AgentOptions, RunAgents
+from .flowwatch import FlowWatch
 from .launch import Launcher, LaunchError, LocalLauncher, host_lost
 from .online import OnlineJudge, reading
 from .summary import RunOutcome, build_summary, run_document
@@ -130,6 +132,7 @@ class Orchestrator:
         self.layer_of = topo.layer_of()
         self.ready_timeout_s = READY_TIMEOUT_S
         self.judge = self.new_judge(topo.duration)
+        self.flow = self.new_flow_watch(topo.duration)
         # CURVE: the run's keys, made before any node starts (flowstat.node.curve)
         binds = {self.launcher.bind_host(n) for n, r in topo.node_roles().items() if r != "agent"}
         self.keys: Path | None = None
@@ -151,6 +154,12 @@ class Orchestrator:
         }
         # A merger may hold one object of each of its inputs' for a merge.
         return OnlineJudge(duration, {m: n * topo.obj.nbytes for m, n in inputs.items()})
+
+    def new_flow_watch(self, duration: float) -> FlowWatch:
+        """Which node holds the flow back, judged at each reading over the topology's edges."""
+        inputs = self.topo.inputs_of()
+        nodes = [n for n, role in self.topo.node_roles().items() if role != "agent"]
+        return FlowWatch({n: inputs.get(n, ()) for n in nodes}, run_schema.startup_s(duration))
 
     def stage_of(self, dev: DeviceProcess) -> tuple[int, int]:
         """Where a device is in the pipeline: its role's place, then its layer (mergers)."""
@@ -277,6 +286,7 @@ class Orchestrator:
                 "buffer_size": topo.merger_send_buffer,
                 "output": str(self.run_dir / "viewer.root"),
                 "write_interval": topo.viewer_write_interval,
+                "merge_cost": _cost_config(topo, VIEWER_NODE),
             },
         )
         endpoints = {VIEWER_NODE: self.wait_ready(viewer)["data"]}
@@ -361,7 +371,7 @@ class Orchestrator:
                         "buffer_size": buffer_size,
                         "send_buffer": topo.merger_send_buffer,
                         "downstream_endpoint": endpoints[downstream[name]],
-                        "merge_cost": topo.merge_cost.config() if topo.merge_cost else None,
+                        "merge_cost": _cost_config(topo, name),
                         **extra,
                     },
                 )
@@ -370,7 +380,9 @@ class Orchestrator:
                 endpoints[dev.name] = self.wait_ready(dev)["data"]
 
     def write_endpoints(self) -> None:
-        """Where each node's control socket is, for monitors (the agents) to find them."""
+        """Where each node's control socket is, for monitors (the agents) to find them, and who feeds
+        each (the pipeline's edges, from the topology: producers are fed by none)."""
+        inputs = self.topo.inputs_of()
         nodes = [
             {
                 "node_id": d.name,
@@ -379,6 +391,7 @@ class Orchestrator:
                 "host": d.host,
                 "control": d.ready_event()["control"],
                 "data": d.ready_event().get("data"),
+                "upstream": list(inputs.get(d.name, ())),
                 **({"curve_server_key": self.curve[0].decode()} if self.curve else {}),
             }
             for d in self.devices
@@ -413,6 +426,7 @@ class Orchestrator:
             self.failures + ["interrupted by the user"] * bool(self.interrupts),
             self.judge.verdicts(),
             self.affinity(),
+            self.flow.run_verdict(),
         )
 
     def crashed(self) -> list[DeviceProcess]:
@@ -461,6 +475,7 @@ class Orchestrator:
                     )
                 if dev.name in sent:
                     self.judge.add(dev.name, reading(reply, time.monotonic() - self.started_at, *sent[dev.name]))
+        self.flow.add(time.monotonic() - self.started_at, replies)
         return replies
 
     @staticmethod
@@ -472,6 +487,7 @@ class Orchestrator:
     def run_for(self, duration: float) -> None:
         deadline = self.started_at + duration
         self.judge = self.new_judge(duration)
+        self.flow = self.new_flow_watch(duration)
         next_progress = self.started_at + 1.0  # a first sample would measure start-up, not the run
         while not self.interrupts:
             now = time.monotonic()
@@ -600,6 +616,12 @@ class Orchestrator:
 def device_names(topo: Topology) -> list[str]:
     """Every device a run of ``topo`` starts (its agents aside)."""
     return [name for name, role in topo.node_roles().items() if role != "agent"]
+
+
+def _cost_config(topo: Topology, node: str) -> dict[str, float] | None:
+    """The merge cost a merger or the viewer is configured with (Topology.cost_of); None: none."""
+    cost = topo.cost_of(node)
+    return cost.config() if cost else None
 
 
 def run_topology(

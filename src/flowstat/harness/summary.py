@@ -4,7 +4,7 @@ document (flowstat.schema.run) that describes the run to the stores and dashboar
 from __future__ import annotations
 
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +15,7 @@ from flowstat.timeutil import iso_utc_ms
 from flowstat.units import format_size
 
 from .conservation import check_conservation
+from .topology import VIEWER_NODE
 
 if TYPE_CHECKING:
     from .topology import Topology
@@ -32,6 +33,8 @@ class RunOutcome:
     failures: list[str]
     verdicts: dict[str, dict[str, Any]]  # each merger's online verdict
     affinity: list[dict[str, Any]]  # every process's CPUs (the run document's affinity)
+    # which node held the flow back in the steady state (harness.flowwatch.FlowWatch.run_verdict)
+    flow: dict[str, Any] = field(default_factory=dict)
 
 
 def _node_row(fin: dict, seconds: float) -> dict[str, Any]:
@@ -98,6 +101,7 @@ def build_summary(topo: Topology, run: RunOutcome, started_epoch: float) -> dict
         "affinity": run.affinity,
         "nodes": nodes,
         "online": verdicts,
+        "flow": run.flow,
         "conservation": conservation,
         "viewer_output": (viewer or {}).get("output"),
         "failures": failures,
@@ -130,7 +134,22 @@ def parameters(topo: Topology) -> dict[str, Any]:
             merge_cost_per_mb_ms=round(c.per_byte_s * 1e9, 6),
             merge_cost_factor=c.factor,
         )
+    if topo.merge_cost_nodes:
+        out["merge_cost_nodes"] = merge_cost_nodes_text(topo)
     return out
+
+
+def merge_cost_nodes_text(topo: Topology) -> str:
+    """merge_cost.nodes in one canonical line, in pipeline order (the mergers layer by layer, then
+    the viewer), so that runs costed alike compare equal: "merger-1 +5 ms/object; viewer +20
+    ms/object"; a node its entry exempts from merge_cost: "merger-0 none"."""
+    order = [*topo.all_mergers(), VIEWER_NODE]
+    costs = sorted(topo.merge_cost_nodes.items(), key=lambda item: order.index(item[0]))
+    return "; ".join(
+        f"{node} {run_schema.cost_text(c.per_object_s * 1e3, c.per_byte_s * 1e9, c.factor) or 'none'}"
+        + (f" after {c.after_s:g} s" if c.after_s else "")
+        for node, c in costs
+    )
 
 
 def run_machine() -> dict[str, Any]:
@@ -166,6 +185,7 @@ def run_document(
         doc["nodes"] = nodes
     if affinity:
         doc["affinity"] = affinity
+    doc["edges"] = [{"from": up, "to": node} for node, ups in topo.inputs_of().items() for up in ups]
     if clocks:
         doc["clocks"] = [{"node_id": name, **c} for name, c in clocks.items()]
     if summary is not None:
@@ -185,6 +205,7 @@ def run_document(
             "failed_checks": sorted(c.get("failed_checks", {})),
             "failures": summary["failures"],
             **_online_verdict(summary.get("online") or {}),
+            **{k: v for k, v in (summary.get("flow") or {}).items() if k in ("flow", "held_back_by", "flow_evidence")},
         }
         doc["summary"] = {
             "seconds": summary["seconds"],
@@ -264,6 +285,16 @@ def _by_layer(c: dict[str, Any]) -> str:
     return f" (by layer: {', '.join(f'{n:,}' for n in by_layer)})" if len(by_layer) > 1 else ""
 
 
+def format_flow(flow: dict[str, Any]) -> str:
+    """The steady state's "held back by" verdict, in one line."""
+    if flow["flow"] == "held_back":
+        shares = ", ".join(f"{n} {flow['held_back_share'][n]:.0%} of the time" for n in flow["held_back_by"])
+        return f"flow: held back by {shares}: {flow['flow_evidence']}"
+    if flow["flow"] == "none":
+        return f"flow: {flow['flow_evidence']}"
+    return f"flow: unknown: {flow['flow_evidence']}"
+
+
 def format_summary(s: dict[str, Any]) -> str:
     p = s["parameters"]
     lines = [
@@ -290,6 +321,8 @@ def format_summary(s: dict[str, Any]) -> str:
     )
     for merger, v in (s.get("online") or {}).items():
         lines.append(format_verdict(merger, v))
+    if s.get("flow"):
+        lines.append(format_flow(s["flow"]))
     c = s["conservation"]
     lines.append("")
     if "checks" in c:

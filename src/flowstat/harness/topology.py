@@ -97,8 +97,12 @@ class Topology:
     kernel_buffer_size: int | None = None
     # Mergers in each layer above the first (merger_layers:); () for one layer.
     merger_layers: tuple[int, ...] = ()
-    # CPU time every merger spends on each merge beyond its own (merge_cost:); None: none added.
+    # CPU time every merger spends on each merge beyond its own (merge_cost:), but those with an
+    # entry of their own in merge_cost_nodes; None: none added.
     merge_cost: MergeCost | None = None
+    # Per node (merge_cost.nodes:, a merger or the viewer): its cost instead of merge_cost; an entry
+    # that adds nothing exempts its node. See cost_of.
+    merge_cost_nodes: dict[str, MergeCost] = field(default_factory=dict, hash=False)  # a dict: kept out of the hash
     # Where each role runs when the run spans hosts (flowstat run --slurm): host names, or a count
     # of hosts (placement:); empty: the launcher's default (flowstat.harness.launch.assign).
     placement: dict[str, list[str] | int] = field(default_factory=dict, hash=False)
@@ -167,6 +171,13 @@ class Topology:
             **{producer_process_name(i): "producer" for i in range(self.producer_processes)},
             **{name: "agent" for name in AGENT_NODES},
         }
+
+    def cost_of(self, node: str) -> MergeCost | None:
+        """The CPU time ``node`` adds to what it takes: its own merge_cost.nodes entry, else, for a
+        merger, merge_cost (the viewer has none by default); None: none added."""
+        if node in self.merge_cost_nodes:
+            return self.merge_cost_nodes[node] or None
+        return self.merge_cost if node in self.all_mergers() else None
 
     def cpus_for(self, node: str, role: str) -> frozenset[int] | None:
         """The CPUs to pin a process to: its node's entry, else its role's; None: not pinned."""
@@ -291,19 +302,45 @@ def _kernel_buffer(source: str, data: Any) -> int | None:
     return size
 
 
-def _merge_cost(source: str, data: Any) -> MergeCost | None:
-    """merge_cost: CPU time added to every merge (see mergecost); absent or all zero: None."""
-    if data is None:
-        return None
-    f = _Fields(source, "merge_cost", data, {"per_object", "per_MB", "factor"})
+COST_FIELDS = {"per_object", "per_MB", "factor"}
+NODE_COST_FIELDS = {*COST_FIELDS, "after"}  # a node's own may start later: a node that slows down
+
+
+def _cost(f: _Fields) -> MergeCost:
+    """One merge cost's fields (per_object, per_MB, after: durations; factor >= 1), read from ``f``."""
     times = {}
-    for key in ("per_object", "per_MB"):
+    for key in ("per_object", "per_MB", "after"):
         try:
             times[key] = parse_duration(f.get(key, 0))
         except ValueError as exc:
-            f.fail(f"merge_cost.{key}", str(exc))
+            f.fail(f.where(key), str(exc))
     factor = float(f.number("factor", 1, minimum=1))
-    return MergeCost(times["per_object"], times["per_MB"] / 1e6, factor) or None
+    return MergeCost(times["per_object"], times["per_MB"] / 1e6, factor, times["after"])
+
+
+def _merge_cost(source: str, data: Any) -> MergeCost | None:
+    """merge_cost: CPU time added to every merge (see mergecost); absent or all zero: None. Its
+    nodes: are read by _merge_cost_nodes, once the topology's node names are known."""
+    if data is None:
+        return None
+    return _cost(_Fields(source, "merge_cost", data, {*COST_FIELDS, "nodes"})) or None
+
+
+def _merge_cost_nodes(source: str, data: Any, names: list[str]) -> dict[str, MergeCost]:
+    """merge_cost.nodes: {node: {per_object, per_MB, factor}} for mergers (of any layer) and the
+    viewer (``names``): each replaces merge_cost for its node; one that adds nothing exempts it."""
+    nodes = data.get("nodes") if isinstance(data, dict) else None
+    if nodes is None:
+        return {}
+    nf = _Fields(source, "merge_cost.nodes", nodes, set(map(str, nodes)) if isinstance(nodes, dict) else set())
+    out = {}
+    for key, value in nf.data.items():
+        name, where = str(key), nf.where(str(key))
+        if name not in names:
+            shown = ", ".join(names[:8]) + (f", ... ({len(names)} nodes)" if len(names) > 8 else "")
+            nf.fail(where, f"no such merger or viewer ({shown})")
+        out[name] = _cost(_Fields(source, where, value, NODE_COST_FIELDS))
+    return out
 
 
 def _merger_specs(source: str, data: Any, n_producers: int) -> tuple[MergerSpec, ...]:
@@ -552,9 +589,10 @@ def from_dict(data: Any, source: str = IN_CODE) -> Topology:
         control_security=security["control"],
         data_security=security["data"],
     )
-    # The node names a cpus: key may use depend on everything above: it is read last.
+    # The node names a cpus: key or merge_cost.nodes may use depend on everything above: they are read last.
+    costs = _merge_cost_nodes(source, top.get("merge_cost", None), [*topo.all_mergers(), VIEWER_NODE])
     pins = _cpu_pins(source, top.get("cpus", None), topo.node_roles())
-    return replace(topo, cpus=pins) if pins else topo
+    return replace(topo, cpus=pins, merge_cost_nodes=costs) if pins or costs else topo
 
 
 def read_yaml(path: Path, error: type[Exception] = TopologyError) -> Any:

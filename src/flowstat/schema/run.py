@@ -111,16 +111,24 @@ def mergers_text(p: dict[str, Any]) -> str:
     return f"{p['mergers']} merger{'s' if p['mergers'] != 1 else ''}"
 
 
+def cost_text(per_object_ms: float = 0, per_mb_ms: float = 0, factor: float = 1) -> str:
+    """One merge cost, "" when it adds nothing: "+1 ms/object +2 ms/MB x3"."""
+    parts = [f"+{ms:g} ms/{unit}" for ms, unit in ((per_object_ms, "object"), (per_mb_ms, "MB")) if ms]
+    if factor != 1:
+        parts.append(f"x{factor:g}")
+    return " ".join(parts)
+
+
 def merge_cost_text(p: dict[str, Any]) -> str:
-    """The run's added merge cost, "" when none: "merges +1 ms/object +2 ms/MB x3"."""
-    parts = [
-        f"+{p[key]:g} ms/{unit}"
-        for key, unit in (("merge_cost_per_object_ms", "object"), ("merge_cost_per_mb_ms", "MB"))
-        if p.get(key)
-    ]
-    if p.get("merge_cost_factor", 1) != 1:
-        parts.append(f"x{p['merge_cost_factor']:g}")
-    return f"merges {' '.join(parts)}" if parts else ""
+    """The run's added merge cost, "" when none: every merger's, then the nodes' own:
+    "merges +1 ms/object +2 ms/MB x3, node costs: merger-1 +5 ms/object; viewer +20 ms/object"."""
+    every = cost_text(
+        p.get("merge_cost_per_object_ms", 0), p.get("merge_cost_per_mb_ms", 0), p.get("merge_cost_factor", 1)
+    )
+    parts = [f"merges {every}"] if every else []
+    if p.get("merge_cost_nodes"):
+        parts.append(f"node costs: {p['merge_cost_nodes']}")
+    return ", ".join(parts)
 
 
 def label(doc: dict[str, Any]) -> str:

@@ -135,6 +135,7 @@ PARAMETER_LABELS = {
     "merge_cost_per_object_ms": "merge cost per object",
     "merge_cost_per_mb_ms": "merge cost per MB",
     "merge_cost_factor": "merge cost factor",
+    "merge_cost_nodes": "merge cost per node",
     "kernel_buffer_bytes": "kernel buffers",
 }
 

@@ -29,9 +29,10 @@ import numpy as np
 import zmq
 
 from flowstat.node.latency import CHUNK, LatencyRecorder
+from flowstat.node.phases import BACKPRESSURED, BUSY
 
 from .. import wire
-from ..mergecost import MergeCost
+from ..mergecost import node_cost
 from ..merging.batches import MAX_SEQ, Batch, BatchReader, Multipart
 from ..merging.sequences import Sequences
 from ..merging.slots import TTREE, Merged, Slot
@@ -59,7 +60,7 @@ class Merger(Device):
         self.local = {p: i for i, p in enumerate(self.producers)}
         n = len(self.producers)
         self.required = n  # merge when holding as many objects as producers
-        self.merge_cost = MergeCost.from_config(config.get("merge_cost"))
+        self.merge_cost = node_cost(config.get("merge_cost"))  # this merger's (Topology.cost_of)
         self.receive_buffer_size: int = config["buffer_size"]
         self.send_buffer_size: int = config["send_buffer"]
         self.data = self.ctx.socket(zmq.PULL)
@@ -156,6 +157,8 @@ class Merger(Device):
         now = time.monotonic()
         if self.first_receive is None:
             self.first_receive = now
+            if self.merge_cost is not None:
+                self.merge_cost.begin(now)  # a cost that starts later counts from here
         deadline = now + TURN_S
         for _ in range(RECV_CHUNKS):
             batch, unusual, emptied = self.receive_batch()
@@ -173,13 +176,8 @@ class Merger(Device):
         """How many messages to read at once: CHUNK, or, when merges are made dearer (merge_cost), as
         many as cost at most TURN_S of added CPU time (at least one), so that the control socket
         still gets its turn several times a second however dear a merge is."""
-        cost = self.merge_cost
-        if cost is None:
-            return CHUNK
-        if cost.per_byte_s and not self.objects_received:
-            return 1  # the objects' size is not known yet
-        each_ns = cost.extra_ns(1, self.bytes_received // max(1, self.objects_received), 0)
-        return CHUNK if each_ns <= 0 else max(1, min(CHUNK, int(TURN_S * 1e9) // each_ns))
+        cost, n = self.merge_cost, self.objects_received
+        return CHUNK if cost is None else cost.objects_per_turn(CHUNK, TURN_S, self.bytes_received // n if n else None)
 
     def receive_batch(self) -> tuple[list[bytes | Multipart], list[int], bool]:
         """Up to batch_size() messages, the positions of those not of the common length (or saying a
@@ -401,8 +399,10 @@ class Merger(Device):
                 else:
                     self.out.send_multipart(frames, zmq.NOBLOCK, copy=False)
                 self.send_is_overloaded = False
+                self.enter(BUSY)
                 return
             except zmq.Again:
+                self.enter(BACKPRESSURED)  # held by the downstream until the send goes
                 if not self.send_is_overloaded:
                     self.send_is_overloaded = True
                     self.send_overload_events += 1

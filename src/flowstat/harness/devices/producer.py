@@ -14,6 +14,8 @@ from typing import Any
 
 import zmq
 
+from flowstat.node.phases import BACKPRESSURED, BUSY, IDLE
+
 from .. import wire
 from ..pool import PooledObject, build_pool
 from ..qcobjects import Kind, make_desc
@@ -193,7 +195,10 @@ class Producer(Device):
         # a few hundred objects/s the producer would spin until each is due. An object may go up to
         # 1 ms late; its stamp is when it goes, and send_due catches up whatever fell due meanwhile.
         timeout_ms = max(0.0, (until - time.monotonic()) * 1000)
+        # held by a merger while an object waits to go; else waiting for the next one's due time
+        self.enter(BACKPRESSURED if any(ch.pending is not None for ch in self.channels) else IDLE)
         poller.poll(math.ceil(timeout_ms))
+        self.enter(BUSY)
 
     def drain(self) -> None:
         """Send what the buffers refused, then an end-of-stream marker on every channel.

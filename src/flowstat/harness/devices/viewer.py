@@ -3,6 +3,10 @@
 It keeps the latest object of each name from each merger and writes, every few seconds and at the
 end, their sum over mergers (the whole picture of one cycle) to a ROOT file. It also checks every
 object it receives: its cells must add up to the entries its inputs declared.
+
+A topology may make it dear (merge_cost.nodes.viewer): it then spends that CPU time on each object
+it takes, in its handling of the object, so that it takes at most 1 / per_object objects/s on any
+machine; the wait it causes is in the input latency of the objects behind.
 """
 
 from __future__ import annotations
@@ -15,13 +19,17 @@ import numpy as np
 import zmq
 
 from flowstat.node.latency import CHUNK, LatencyRecorder
+from flowstat.node.phases import BUSY
 
 from .. import wire
+from ..mergecost import node_cost
 from ..qcobjects import ObjectDesc, entries_of, merge
 from ..rootio import write_objects
 from .device import Device
 
 log = logging.getLogger("flowstat.viewer")
+
+TURN_S = 0.01  # a dear viewer reads at most this much added cost at once: then the control socket gets its turn
 
 
 class Viewer(Device):
@@ -37,6 +45,7 @@ class Viewer(Device):
         self.data_endpoint = self.bind(self.data, config.get("data_port", 0))
         self.output = config.get("output")
         self.write_interval: float = config.get("write_interval", 5.0)
+        self.cost = node_cost(config.get("merge_cost"))  # CPU time added per object taken
         self.latest: dict[tuple[bytes, int], tuple[ObjectDesc, np.ndarray, float]] = {}
         self.descs: dict[bytes, ObjectDesc] = {}
         self.expected = [0] * self.n_mergers
@@ -69,6 +78,7 @@ class Viewer(Device):
 
     def on_message(self, frames: list) -> None:
         """One merged object (``frames``: its frames, bytes or buffers)."""
+        t0 = time.perf_counter_ns()
         try:
             h = wire.decode_header(frames[0])
             if not 0 <= h.source < self.n_mergers:
@@ -102,6 +112,8 @@ class Viewer(Device):
                 h.entries,
             )
         self.latest[(h.desc_key, h.source)] = (desc, data, h.entries)
+        if self.cost is not None:  # a dear viewer: taking an object costs this much more
+            self.cost.spend(1, data.nbytes, time.perf_counter_ns() - t0)
 
     def snapshot(self) -> list[tuple[ObjectDesc, np.ndarray, float]]:
         by_key: dict[bytes, list[tuple[ObjectDesc, np.ndarray, float]]] = {}
@@ -115,6 +127,7 @@ class Viewer(Device):
     def write(self) -> None:
         if not self.output or not self.latest:
             return
+        self.enter(BUSY)  # writing the objects out is the viewer's work
         try:
             write_objects(self.output, self.snapshot())
             self.files_written += 1
@@ -122,9 +135,17 @@ class Viewer(Device):
             self.write_errors += 1
             log.error("%s: cannot write %s: %s", self.node_id, self.output, exc)
 
+    def batch_size(self) -> int:
+        """How many messages to read at once: CHUNK, or, for a dear viewer, as many as cost at most
+        TURN_S of added CPU time (at least one): it still answers its control socket in time."""
+        cost, n = self.cost, self.objects_received
+        return CHUNK if cost is None else cost.objects_per_turn(CHUNK, TURN_S, self.bytes_received // n if n else None)
+
     def read_batch(self) -> None:
+        if self.cost is not None:
+            self.cost.begin(time.monotonic())  # its first read: a cost that starts later counts from here
         recv, flag = self.data.recv, wire.FLAG_PAYLOAD_FRAME
-        for _ in range(CHUNK):
+        for _ in range(self.batch_size()):
             try:
                 buf = recv(zmq.NOBLOCK)
             except zmq.Again:

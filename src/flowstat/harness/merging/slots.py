@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import wire
-from ..mergecost import MergeCost
+from ..mergecost import MergeCost, NodeCost
 from ..qcobjects import DTYPE, Kind, merge
 
 TTREE = int(Kind.TTree)
@@ -62,9 +62,9 @@ class Slot:
         "cost",
     )
 
-    def __init__(self, desc, producers: int, cost: MergeCost | None = None):
+    def __init__(self, desc, producers: int, cost: MergeCost | NodeCost | None = None):
         self.desc = desc
-        self.cost = cost  # CPU time added to every merge step (the topology's merge_cost)
+        self.cost = cost  # CPU time added to every merge step (its merger's: Topology.cost_of)
         self.kind, self.ndim, self.nbytes = int(desc.kind), len(desc.shape), desc.nbytes
         self.is_tree = desc.kind is Kind.TTree
         self.descriptor = wire.descriptor_bytes(desc)  # packed once: every merged object carries it
