@@ -45,9 +45,14 @@ struct Header {
 
 struct Options {
     std::string role, id, pull, push, run_id, bind, dir = "/tmp/flowstat-pipeline";
+    std::string upstream;  // the stages that feed this one (run says it): the pipeline's edges
+    std::string slow;      // --slow STAGE: that stage (its id, or its role) costs --slow-us of CPU an object
     long count = 10000, rate = 1000, size = 256, workers = 2, batch = 2;
-    long merge_cost_us = 0, work_us = 0, sndhwm = 1000, rcvhwm = 1000;
+    long merge_cost_us = 0, work_us = 0, sndhwm = 1000, rcvhwm = 1000, slow_us = 1000;
+    bool blocking() const { return !slow.empty(); }  // a slow stage holds its senders: they block
 };
+
+constexpr int SEND_TIMEOUT_MS = 100;  // a blocking send looks at a stop request this often
 
 double unix_now() {
     return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -59,16 +64,30 @@ void busy_for(long us) {
     }
 }
 
+// CPU time of this thread, spent on purpose: as slow on any machine (a wall-clock wait would not be).
+void burn_cpu_us(long us) {
+    timespec now{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+    long long end = now.tv_sec * 1000000000LL + now.tv_nsec + us * 1000LL;
+    do clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+    while (now.tv_sec * 1000000000LL + now.tv_nsec < end);
+}
+
+// What each object costs this stage beyond its own work: --slow-us when --slow names it.
+long slow_cost_us(const Options &o) { return o.slow == o.id || o.slow == o.role ? o.slow_us : 0; }
+
 bool parse(int argc, char **argv, Options &o) {
     if (argc < 2) return false;
     o.role = argv[1];
     std::map<std::string, std::string *> texts = {{"--id", &o.id},         {"--pull", &o.pull},
                                                   {"--push", &o.push},     {"--run-id", &o.run_id},
-                                                  {"--control", &o.bind},  {"--dir", &o.dir}};
+                                                  {"--control", &o.bind},  {"--dir", &o.dir},
+                                                  {"--upstream", &o.upstream}, {"--slow", &o.slow}};
     std::map<std::string, long *> numbers = {
         {"--count", &o.count},   {"--rate", &o.rate},          {"--size", &o.size},
         {"--workers", &o.workers}, {"--batch", &o.batch},      {"--merge-cost-us", &o.merge_cost_us},
-        {"--work-us", &o.work_us}, {"--sndhwm", &o.sndhwm},    {"--rcvhwm", &o.rcvhwm}};
+        {"--work-us", &o.work_us}, {"--sndhwm", &o.sndhwm},    {"--rcvhwm", &o.rcvhwm},
+        {"--slow-us", &o.slow_us}};
     for (int i = 2; i + 1 < argc; i += 2) {
         if (texts.count(argv[i]))
             *texts[argv[i]] = argv[i + 1];
@@ -92,6 +111,7 @@ fs_node *open_node(const Options &o, const char *role, bool has_input, bool has_
     options.bind = o.bind.empty() ? nullptr : o.bind.c_str();
     options.receive_buffer_size = has_input ? o.rcvhwm : -1;
     options.send_buffer_size = has_output ? o.sndhwm : -1;
+    options.upstream = o.upstream.empty() ? nullptr : o.upstream.c_str();  // flowstat: who feeds it
     char why[256];
     fs_node *node = fs_node_open(&options, why, sizeof why);
     if (!node) std::fprintf(stderr, "%s: %s\n", o.id.c_str(), why);
@@ -115,13 +135,19 @@ zmq::message_t make_object(const Options &o, uint64_t seq, uint32_t objects, boo
 }
 
 // Send without blocking; a full buffer is told to the node (an overload episode) and the send
-// retried until it goes or the node is stopped.
-bool send_object(zmq::socket_t &out, zmq::message_t msg, fs_node *node) {
+// retried until it goes or the node is stopped. With --slow, sends block (as a plain zmq send
+// does): the node is backpressured while one waits (SNDTIMEO: it looks at a stop request).
+bool send_object(zmq::socket_t &out, zmq::message_t msg, fs_node *node, bool blocking = false) {
     size_t size = msg.size();
     for (;;) {
-        if (out.send(msg, zmq::send_flags::dontwait)) {
+        if (blocking) fs_node_sending(node);  // flowstat: a send that may wait
+        if (out.send(msg, blocking ? zmq::send_flags::none : zmq::send_flags::dontwait)) {
             fs_node_sent(node, 1, size);
             return true;
+        }
+        if (blocking) {
+            if (stopping(node)) return false;
+            continue;
         }
         fs_node_send_refused(node);
         zmq::pollitem_t item{out.handle(), 0, ZMQ_POLLOUT, 0};
@@ -135,6 +161,7 @@ zmq::socket_t socket(zmq::context_t &ctx, zmq::socket_type type, const Options &
     s.set(zmq::sockopt::sndhwm, static_cast<int>(o.sndhwm));
     s.set(zmq::sockopt::rcvhwm, static_cast<int>(o.rcvhwm));
     s.set(zmq::sockopt::linger, 2000);
+    if (o.blocking()) s.set(zmq::sockopt::sndtimeo, SEND_TIMEOUT_MS);
     return s;
 }
 
@@ -144,7 +171,10 @@ zmq::socket_t socket(zmq::context_t &ctx, zmq::socket_type type, const Options &
 template <typename Take>
 bool read_cycle(zmq::socket_t &in, fs_node *node, Take take) {
     zmq::pollitem_t item{in.handle(), 0, ZMQ_POLLIN, 0};
-    if (poll_for(&item, 1, 100) <= 0) return true;
+    if (poll_for(&item, 1, 0) <= 0) {  // nothing waiting: the node waits for its input
+        fs_node_waiting(node);          // flowstat: idle until the next fs_node_received
+        if (poll_for(&item, 1, 100) <= 0) return true;
+    }
     int taken = 0;
     uint64_t bytes = 0;
     std::vector<double> stamps;
@@ -177,7 +207,13 @@ std::vector<std::string> split(const std::string &list) {
 
 // The source deals its objects to its workers itself, one PUSH socket each (to the first that takes
 // it, in turn), so that each worker gets an end-of-stream marker of its own.
-bool send_to_any(std::vector<zmq::socket_t> &outs, size_t &next, zmq::message_t msg, fs_node *node) {
+bool send_to_any(std::vector<zmq::socket_t> &outs, size_t &next, zmq::message_t msg, fs_node *node,
+                 bool blocking) {
+    if (blocking) {  // in turn, each send waiting for its worker (--slow)
+        bool sent = send_object(outs[next], std::move(msg), node, true);
+        next = (next + 1) % outs.size();
+        return sent;
+    }
     size_t size = msg.size();
     for (;;) {
         for (size_t k = 0; k < outs.size(); k++) {
@@ -207,9 +243,9 @@ int run_source(const Options &o, zmq::context_t &ctx) {
     auto start = Clock::now();
     for (long seq = 0; seq < o.count && !stopping(node); seq++) {
         if (o.rate > 0) std::this_thread::sleep_until(start + std::chrono::microseconds(seq * 1000000 / o.rate));
-        if (!send_to_any(outs, next, make_object(o, seq, 1), node)) break;
+        if (!send_to_any(outs, next, make_object(o, seq, 1), node, o.blocking())) break;
     }
-    for (auto &out : outs) send_object(out, make_object(o, 0, 0, true), node);
+    for (auto &out : outs) send_object(out, make_object(o, 0, 0, true), node, o.blocking());
     fs_node_close(node);
     return 0;
 }
@@ -224,13 +260,14 @@ int run_worker(const Options &o, zmq::context_t &ctx) {
         read_cycle(in, node, [&](const Header &h, zmq::message_t &msg) {
             if (h.eos) {
                 ended = true;
-                return send_object(out, make_object(o, 0, 0, true), node);
+                return send_object(out, make_object(o, 0, 0, true), node, o.blocking());
             }
             busy_for(o.work_us);
+            burn_cpu_us(slow_cost_us(o));
             Header forwarded = h;
             forwarded.t_sent = unix_now();  // this hop's send
             std::memcpy(msg.data(), &forwarded, sizeof forwarded);
-            return send_object(out, std::move(msg), node);
+            return send_object(out, std::move(msg), node, o.blocking());
         });
     }
     fs_node_close(node);
@@ -247,10 +284,11 @@ int run_merger(const Options &o, zmq::context_t &ctx) {
     auto merge = [&]() {
         auto t0 = Clock::now();
         busy_for(o.merge_cost_us);  // the merge's work: what --merge-cost-us makes dearer
+        burn_cpu_us(held * slow_cost_us(o));
         fs_node_merged(node, held, std::chrono::duration<double>(Clock::now() - t0).count());
         auto objects = static_cast<uint32_t>(held);
         held = 0;
-        return send_object(out, make_object(o, merged_seq++, objects), node);
+        return send_object(out, make_object(o, merged_seq++, objects), node, o.blocking());
     };
     bool ok = true;
     while (ok && ends < o.workers && !stopping(node)) {
@@ -265,7 +303,7 @@ int run_merger(const Options &o, zmq::context_t &ctx) {
     }
     fs_node_set_state(node, FS_NODE_DRAINING);
     if (ok && held) merge();
-    send_object(out, make_object(o, 0, 0, true), node);
+    send_object(out, make_object(o, 0, 0, true), node, o.blocking());
     fs_node_close(node);
     return checksum == 0 ? 0 : 1;  // the padding is zeros: anything else came garbled
 }
@@ -280,6 +318,7 @@ int run_sink(const Options &o, zmq::context_t &ctx) {
         read_cycle(in, node, [&](const Header &h, zmq::message_t &) {
             ended = h.eos != 0;
             if (!ended) busy_for(o.work_us);
+            if (!ended) burn_cpu_us(slow_cost_us(o));
             objects += h.objects;
             return !ended;
         });
@@ -309,10 +348,11 @@ int run_all(const Options &o, int argc, char **argv) {
         return spawn(args);
     };
     std::vector<pid_t> pids = {
-        stage({"sink", "--pull", at + "merged"}),
-        stage({"merger", "--id", "merger-0", "--pull", at + "worked", "--push", at + "merged"}),
-        stage({"worker", "--id", "worker-0", "--pull", at + "work-0", "--push", at + "worked"}),
-        stage({"worker", "--id", "worker-1", "--pull", at + "work-1", "--push", at + "worked"}),
+        stage({"sink", "--pull", at + "merged", "--upstream", "merger-0"}),
+        stage({"merger", "--id", "merger-0", "--pull", at + "worked", "--push", at + "merged", "--upstream",
+               "worker-0,worker-1"}),
+        stage({"worker", "--id", "worker-0", "--pull", at + "work-0", "--push", at + "worked", "--upstream", "source"}),
+        stage({"worker", "--id", "worker-1", "--pull", at + "work-1", "--push", at + "worked", "--upstream", "source"}),
         stage({"source", "--push", at + "work-0," + at + "work-1"}),
     };
     int failed = 0;
@@ -331,7 +371,8 @@ int main(int argc, char **argv) {
         std::fprintf(stderr,
                      "usage: pipeline run|source|worker|merger|sink [--id ID] [--pull EP] [--push EP] [--count N]\n"
                      "       [--rate PER_S] [--size BYTES] [--workers N] [--batch N] [--merge-cost-us US]\n"
-                     "       [--work-us US] [--sndhwm N] [--rcvhwm N] [--run-id R] [--control EP] [--dir D]\n");
+                     "       [--work-us US] [--sndhwm N] [--rcvhwm N] [--run-id R] [--control EP] [--dir D]\n"
+                     "       [--upstream IDS] [--slow STAGE [--slow-us US]]\n");
         return 2;
     }
     struct sigaction sa {};

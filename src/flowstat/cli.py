@@ -11,7 +11,8 @@ from typing import Any
 from . import __version__, stores
 from .registry import Command, Registry
 
-STORE_CLIENTS = ("run", "agent", "replay", "rollup", "campaign", "stack")  # the commands that log in to stores
+# the commands that log in to stores
+STORE_CLIENTS = ("run", "agent", "replay", "rollup", "verdict", "campaign", "stack")
 
 # Every command, where it lives (imported only when it runs: see build_parser).
 COMMANDS: Registry[Command] = Registry(
@@ -26,9 +27,11 @@ COMMANDS: Registry[Command] = Registry(
         "provision": "flowstat.provision:COMMAND",
         "replay": "flowstat.replay:COMMAND",
         "rollup": "flowstat.rollup:COMMAND",
+        "verdict": "flowstat.verdicts:COMMAND",
         "campaign": "flowstat.campaign.command:COMMAND",
         "report": "flowstat.report.command:COMMAND",
         "inbox": "flowstat.inbox.command:COMMAND",
+        "top": "flowstat.top.command:COMMAND",
     },
 )
 # The extra of pyproject.toml each command needs beyond what every install has (none: nothing
