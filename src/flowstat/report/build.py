@@ -7,7 +7,7 @@ from functools import partial
 from html import escape
 from pathlib import Path
 
-from . import _alert_spans, figures
+from . import _alert_spans, figures, graph
 from .load import Run, load_run
 
 
@@ -37,11 +37,9 @@ def write_report(paths: list[Path], out: Path) -> BuiltReport:
     spans = [_alert_spans.evaluate(r) for r in runs]
     doc = page.Page("flowstat report: " + ", ".join(r.name for r in runs))
     page.header(doc, runs)
-    doc.html(
-        glance.first_screen(
-            runs, windows, [figures.key_figures(r, w) for r, w in zip(runs, windows, strict=False)], spans
-        )
-    )
+    keys = [figures.key_figures(r, w) for r, w in zip(runs, windows, strict=False)]
+    graphs = [graph.section(i, r, w) for i, (r, w) in enumerate(zip(runs, windows, strict=False))]
+    doc.html(glance.first_screen(runs, windows, keys, spans, graphs))
     if len(runs) > 1:
         _side_by_side(doc, runs, windows, stats)
     _each_run(doc, runs, windows, spans)

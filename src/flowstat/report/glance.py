@@ -1,4 +1,5 @@
-"""The report's first screen: per run, the verdicts (no loss, online, alerts), the key figures
+"""The report's first screen: per run, the verdicts (no loss, online, alerts), the pipeline graph
+(graph.py: who feeds whom, where each node's time went, objects/s along the edges), the key figures
 (figures.KEYS: merged/s, merge time, input latency p99, CPU and memory per role, buffer overloads)
 each with a sparkline of its course over the run and the worst node; the detail follows below.
 
@@ -111,8 +112,8 @@ def _value(k: KeyValue) -> str:
     return f'<td class="num">{value} <span class="unit">{escape(unit + extra)}</span></td>'
 
 
-def card(i: int, run: Run, window: Window, keys: list[KeyValue], spans: list) -> str:
-    """One run's first-screen card."""
+def card(i: int, run: Run, window: Window, keys: list[KeyValue], spans: list, graph: str = "") -> str:
+    """One run's first-screen card (``graph``: its pipeline graph's HTML, under the verdicts)."""
     label = run.doc.get("label") or ""
     label = label.split(" | ", 1)[-1] if " | " in label else label
     rows = []
@@ -132,7 +133,7 @@ def card(i: int, run: Run, window: Window, keys: list[KeyValue], spans: list) ->
     return (
         f'<section class="card" id="glance-{i}"><h2 class="run-name"><a href="#run-{i}">{escape(run.name)}</a>'
         f'</h2><p class="what">{escape(label)}; steady state {escape(window.text())} s</p>'
-        f'<p class="verdicts">{verdicts(run, spans)}</p>'
+        f'<p class="verdicts">{verdicts(run, spans)}</p>{graph}'
         '<table class="keys"><tr><th>figure</th><th>value</th><th>over the run</th><th>worst node</th></tr>'
         + "".join(rows)
         + '</table><p class="note small">Values: the steady state (overloads: the whole run); '
@@ -140,9 +141,19 @@ def card(i: int, run: Run, window: Window, keys: list[KeyValue], spans: list) ->
     )
 
 
-def first_screen(runs: list[Run], windows: list[Window], keys: list[list[KeyValue]], spans: list[list]) -> str:
+def first_screen(
+    runs: list[Run],
+    windows: list[Window],
+    keys: list[list[KeyValue]],
+    spans: list[list],
+    graphs: list[str] | None = None,
+) -> str:
+    graphs = graphs or [""] * len(runs)
     return (
         '<div class="glance">'
-        + "".join(card(i, r, w, k, s) for i, (r, w, k, s) in enumerate(zip(runs, windows, keys, spans, strict=False)))
+        + "".join(
+            card(i, r, w, k, s, g)
+            for i, (r, w, k, s, g) in enumerate(zip(runs, windows, keys, spans, graphs, strict=False))
+        )
         + "</div>"
     )

@@ -50,6 +50,8 @@ table.keys { width: 100%; margin: .3em 0 0; } table.keys td, table.keys th { pad
 table.keys td { vertical-align: middle; } table.keys .big { font-weight: bold; font-size: 1.05em; }
 table.keys .role, table.keys .unit { color: #666; font-size: .88em; }
 svg.spark { display: block; } p.small { font-size: .85em; }
+figure.pipeline { margin: .3em 0 .2em; } figure.pipeline figcaption { color: #555; font-size: .88em; }
+svg.pipeline { display: block; max-width: 100%; height: auto; }
 table.thesis { width: 100%; }
 """
 
@@ -132,8 +134,8 @@ class Page:
 def header(page: Page, runs: list[Run]) -> None:
     page.html(
         f"<h1>{escape(page.title)}</h1><p class='lead'>{len(runs)} run(s), written {escape(iso_utc_ms())} by "
-        f"flowstat {escape(__version__)}. At a glance first (each run's verdicts and key figures over its "
-        f"steady state, shaded green in the sparklines); the detail below.</p>"
+        f"flowstat {escape(__version__)}. At a glance first (each run's verdicts, its pipeline and key "
+        f"figures over its steady state, shaded green in the sparklines); the detail below.</p>"
     )
 
 
