@@ -192,7 +192,7 @@ def main() -> int:
         )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     result["out"] = str(args.out.relative_to(ROOT)) if args.out.is_relative_to(ROOT) else str(args.out)
-    args.out.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    args.out.write_text(json.dumps(result, separators=(",", ":"), default=str) + "\n")  # compact: tracked
     raw = ROOT / "benchmarks" / "results" / "raw" / "curve-rounds.json"  # every round whole, outside git
     raw.parent.mkdir(parents=True, exist_ok=True)
     raw.write_text(json.dumps(rounds, indent=1, default=str) + "\n")

@@ -69,6 +69,7 @@ from pathlib import Path
 
 import requests
 
+from flowstat.campaign.svg import path as svg_path
 from flowstat_lab.figures import DELAY_TARGET_S, pct, query_verdicts, recovery
 from flowstat_lab.netns import Forward
 
@@ -940,9 +941,10 @@ def svg_page(results: dict) -> str:
             parts.append(f'<text x="{left - 6}" y="{y0 + ph - frac * ph + 4:.1f}" text-anchor="end">{label}</text>')
         for k, (name, pts) in enumerate(sorted(series.items())):
             colour = COLOURS[k % len(COLOURS)]
-            line = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in pts if v is not None)
+            # whole pixels, each point relative to the one before (flowstat.campaign.svg.path): the file is tracked
+            line = svg_path((round(x(t)), round(y(v))) for t, v in pts if v is not None)
             if line:
-                parts.append(f'<polyline points="{line}" fill="none" stroke="{colour}" stroke-width="1.5"/>')
+                parts.append(f'<path d="{line}" fill="none" stroke="{colour}" stroke-width="1.5"/>')
             parts.append(f'<text x="{w - right + 8}" y="{y0 + 14 + 16 * k}" fill="{colour}">{name}</text>')
         if i == len(panels) - 1:
             for m in range(0, int(minutes) + 1, max(1, int(minutes) // 6)):
@@ -1109,7 +1111,7 @@ def write_summary_and_doc(results: dict, path: Path, doc: bool) -> dict:
     s = summary(results)
     s["file"] = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(s, indent=1) + "\n")
+    path.write_text(json.dumps(s, separators=(",", ":")) + "\n")  # compact, as tracked
     if doc:
         SVG.write_text(svg_page(s))
         (ROOT / "docs" / "soak.md").write_text(soak_section(s))

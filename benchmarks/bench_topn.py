@@ -132,7 +132,7 @@ def main() -> int:
         for p in targets:
             p.wait()
     res["targets_met"] = {f"{n}_top_le_all": res[n]["top_to_all_cpu"] <= 1.0 for n in AGENTS}
-    args.out.write_text(json.dumps(res, indent=1) + "\n")
+    args.out.write_text(json.dumps(res, separators=(",", ":")) + "\n")  # compact: a tracked summary
     print(json.dumps({k: v for k, v in res.items() if k != "machine"}, indent=1))
     return 0 if all(res["targets_met"].values()) else 1
 

@@ -556,7 +556,7 @@ def main() -> int:
         results["pipe_probe"] = pipe_probe()
     for path, doc in ((args.raw, results), (args.out, summary(results))):
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(doc, indent=1))
+        path.write_text(json.dumps(doc, separators=(",", ":")) + "\n")  # compact: the summary is tracked
         print(f"written: {path}", file=sys.stderr)
     if not args.no_doc:
         SVG.parent.mkdir(parents=True, exist_ok=True)

@@ -50,12 +50,18 @@ def machine() -> dict:
     return {**describe(), "numpy": np.__version__}
 
 
+def compact_json(doc: dict) -> str:
+    """A results file's text: JSON without whitespace (the tracked summaries are read by tools and
+    quoted by docs, not read whole; indented, a fifth of their bytes was spaces), a newline at the end."""
+    return json.dumps(doc, separators=(",", ":")) + "\n"
+
+
 def save_results(results: dict, out: Path, quiet: bool = False) -> None:
-    """Stamp, write and print a benchmark's results (every benchmark script ends this way; quiet:
-    only write, to keep what is measured so far)."""
+    """Stamp, write (compact_json) and print a benchmark's results (every benchmark script ends this
+    way; quiet: only write, to keep what is measured so far)."""
     results["finished"] = iso_utc_ms()
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=1))
+    out.write_text(compact_json(results))
     if not quiet:
         print(json.dumps(results, indent=1))
         print(f"\nwritten: {out}")

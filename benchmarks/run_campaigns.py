@@ -105,7 +105,7 @@ def main() -> int:
             print(f"wrote {p}", file=sys.stderr)
     combined["duration_s"] = args.duration
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(combined, indent=1))
+    out.write_text(json.dumps(combined, separators=(",", ":")) + "\n")  # compact: tracked, read by tools
     print(f"wrote {out}", file=sys.stderr)
     return status
 

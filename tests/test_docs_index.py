@@ -75,7 +75,8 @@ def resolve(page: Path, target: str) -> tuple[Path, str]:
 
 
 def doc_pages() -> list[Path]:
-    return sorted(DOCS.rglob("*.md"))
+    # docs/campaigns/: make bench's pages, not tracked (docs/campaigns.md says so)
+    return sorted(p for p in DOCS.rglob("*.md") if p.relative_to(DOCS).parts[0] != "campaigns")
 
 
 def test_every_doc_is_reachable_from_the_index():

@@ -1,9 +1,15 @@
 """Plain SVG line plots for the Markdown tables: a file anyone's browser (and GitHub) shows, with
-no JavaScript and no plotting library."""
+no JavaScript and no plotting library.
+
+Written small (they are committed, a hundred of them): the grid, the whiskers and each line one
+``<path>``, a line's points in whole pixels and relative to the one before (``l``, ``h``, ``v``; a
+straight run of points is one step), what elements share (a colour, an anchor) said once on a ``<g>``.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from html import escape
 
@@ -41,6 +47,44 @@ def _label(v: float) -> str:
     return f"{v:g}"
 
 
+def num(v: float) -> str:
+    """A coordinate to a tenth of a pixel, without a trailing .0 (78, not 78.0)."""
+    text = f"{v:.1f}"
+    return text[:-2] if text.endswith(".0") else text
+
+
+def path(points: Iterable[tuple[int, int]]) -> str:
+    """The ``d`` of a line through whole-pixel ``points``: M at the first, then each step relative
+    (h or v when level or upright, l otherwise; the letter once for steps of one kind in a row).
+    Steps further along the same level or upright run are one; a step of nothing is left out."""
+    it = iter(points)
+    first = next(it, None)
+    if first is None:
+        return ""
+    steps: list[tuple[str, list[int]]] = []
+    x0, y0 = first
+    for x, y in it:
+        dx, dy = x - x0, y - y0
+        x0, y0 = x, y
+        if dx == dy == 0:
+            continue
+        cmd, args = ("h", [dx]) if dy == 0 else ("v", [dy]) if dx == 0 else ("l", [dx, dy])
+        if steps and cmd != "l" and steps[-1][0] == cmd and (steps[-1][1][0] > 0) == (args[0] > 0):
+            steps[-1][1][0] += args[0]
+        else:
+            steps.append((cmd, args))
+    d, last = f"M{first[0]} {first[1]}", ""
+    for cmd, args in steps:
+        for n in args:
+            if cmd != last:
+                d += cmd
+                last = cmd
+            elif n >= 0:
+                d += " "  # no space before a minus sign: it starts a new number
+            d += str(n)
+    return d
+
+
 def plot(
     title: str,
     x_label: str,
@@ -67,18 +111,7 @@ def plot(
     def py(v: float) -> float:
         return TOP + ph - v / y_hi * ph
 
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
-        f'font-family="sans-serif" font-size="11">',
-        *([f"<!-- {escape(note)} -->"] if note else []),
-        f'<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>',
-        f'<text x="{LEFT}" y="18" font-size="13" font-weight="bold">{escape(title)}</text>',
-    ]
-    for t in _ticks(0, y_hi):
-        out.append(
-            f'<line x1="{LEFT}" x2="{LEFT + pw}" y1="{py(t):.1f}" y2="{py(t):.1f}" stroke="#e5e5e5"/>'
-            f'<text x="{LEFT - 6}" y="{py(t) + 4:.1f}" text-anchor="end">{_label(t)}</text>'
-        )
+    y_ticks = _ticks(0, y_hi)
     x_ticks: list[tuple[float, str]]  # position, label
     if categories:
         x_ticks = [(i, c) for i, c in enumerate(categories)]
@@ -88,31 +121,42 @@ def plot(
         ] or [(v, _label(v)) for v in sorted({v for ln in lines for v in ln.x})]
     else:
         x_ticks = [(t, _label(t)) for t in _ticks(x_lo, x_hi, 8)]
-    for v, text in x_ticks:
-        out.append(f'<text x="{px(v):.1f}" y="{TOP + ph + 16}" text-anchor="middle">{escape(str(text))}</text>')
-    out.append(f'<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="none" stroke="#888"/>')
-    out.append(f'<text x="{LEFT + pw / 2}" y="{HEIGHT - 10}" text-anchor="middle">{escape(x_label)}</text>')
-    out.append(
-        f'<text transform="translate(14,{TOP + ph / 2}) rotate(-90)" text-anchor="middle">' f"{escape(y_label)}</text>"
-    )
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
+        f'font-family="sans-serif" font-size="11">',
+        *([f"<!-- {escape(note)} -->"] if note else []),
+        f'<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>',
+        f'<text x="{LEFT}" y="18" font-size="13" font-weight="bold">{escape(title)}</text>',
+        '<path d="' + "".join(f"M{LEFT} {num(py(t))}H{LEFT + pw}" for t in y_ticks) + '" stroke="#e5e5e5"/>',
+        '<g text-anchor="end">'
+        + "".join(f'<text x="{LEFT - 6}" y="{num(py(t) + 4)}">{_label(t)}</text>' for t in y_ticks)
+        + "</g>",
+        '<g text-anchor="middle">'
+        + "".join(f'<text x="{num(px(v))}" y="{TOP + ph + 16}">{escape(str(text))}</text>' for v, text in x_ticks)
+        + f'<text x="{num(LEFT + pw / 2)}" y="{HEIGHT - 10}">{escape(x_label)}</text>'
+        + f'<text transform="translate(14,{num(TOP + ph / 2)}) rotate(-90)">{escape(y_label)}</text></g>',
+        f'<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="none" stroke="#888"/>',
+    ]
     for i, ln in enumerate(lines):
         colour = COLOURS[i % len(COLOURS)]
         # whole pixels: a tenth of one is invisible at 640 x 320, and a 300 s series is a third smaller
-        pts = " ".join(f"{px(x):.0f},{py(y):.0f}" for x, y in zip(ln.x, ln.y, strict=False))
-        out.append(f'<polyline points="{pts}" fill="none" stroke="{colour}" stroke-width="1.6"/>')
+        pts = [(round(px(x)), round(py(y))) for x, y in zip(ln.x, ln.y, strict=False)]
+        out.append(f'<path d="{path(pts)}" fill="none" stroke="{colour}" stroke-width="1.6"/>')
         if ln.err is not None or len(ln.x) <= 12:
-            for x, y in zip(ln.x, ln.y, strict=False):
-                out.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{colour}"/>')
-        for x, y, e in zip(ln.x, ln.y, ln.err or [], strict=False):
-            out.append(
-                f'<line x1="{px(x):.1f}" x2="{px(x):.1f}" y1="{py(max(0.0, y - e)):.1f}" '
-                f'y2="{py(y + e):.1f}" stroke="{colour}"/>'
+            dots = "".join(
+                f'<circle cx="{num(px(x))}" cy="{num(py(y))}" r="3"/>' for x, y in zip(ln.x, ln.y, strict=False)
             )
+            out.append(f'<g fill="{colour}">{dots}</g>')
+        whiskers = "".join(
+            f"M{num(px(x))} {num(py(max(0.0, y - e)))}V{num(py(y + e))}"
+            for x, y, e in zip(ln.x, ln.y, ln.err or [], strict=False)
+        )
+        if whiskers:
+            out.append(f'<path d="{whiskers}" stroke="{colour}"/>')
         ly = TOP + 12 + i * 16
         out.append(
-            f'<line x1="{LEFT + pw + 10}" x2="{LEFT + pw + 28}" y1="{ly - 4}" y2="{ly - 4}" '
-            f'stroke="{colour}" stroke-width="2"/><text x="{LEFT + pw + 32}" y="{ly}">'
-            f"{escape(ln.name[:22])}</text>"
+            f'<path d="M{LEFT + pw + 10} {ly - 4}h18" stroke="{colour}" stroke-width="2"/>'
+            f'<text x="{LEFT + pw + 32}" y="{ly}">{escape(ln.name[:22])}</text>'
         )
     out.append("</svg>")
     return "\n".join(out) + "\n"
