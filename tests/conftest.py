@@ -77,6 +77,7 @@ MODULE_SCOPED = {
     "test_pinning.py",
     "test_ilm_spec.py",
     "test_node_c.py",
+    "test_verdict_stores.py",
 }
 # The longest scopes first, so that none starts last and ends the session alone; then the rest in
 # the order collected.

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
+import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,17 +21,21 @@ import requests
 import yaml
 
 from flowstat import replay
+from flowstat.schema import flow as flow_schema
 from flowstat.schema import sample as sample_schema
 from flowstat.synthetic import synthesize
+from flowstat.timeutil import iso_utc_ms
 from flowstat.views import ALERTS, VIEWS, alerts, grafana, influxql, kibana, panels
 from flowstat.views.panels import AGGREGATE_VIEW, RUN_VIEW
 from flowstat_lab import grafana as gx
 from flowstat_lab import kibana as lens_es
 from support import fixture_runs as fx
+from support import verdicts as vx
 
 ROOT = Path(__file__).resolve().parents[1]
 AGENT = "flowstat-agent-py"  # the agent whose samples the run file holds
 MAX_POINTS = 1000
+SAMPLE_ALERTS = [a for a in ALERTS if a.source != panels.VERDICT]  # the alerts on samples (the fixture runs')
 
 
 @pytest.fixture(scope="module")
@@ -165,6 +171,8 @@ def test_every_run_view_panel_returns_data_for_the_run(stack, loaded):
     from_ms, to_ms = span_ms(samples)
     empty = []
     for p in RUN_VIEW.panels():
+        if p.source in panels.FLOW_SOURCES:
+            continue  # flowstat verdict's series: test_the_flow_panels_show_the_runs_verdicts_and_edges
         query, _ = run_view_query(p, run_id, from_ms, to_ms)
         if not influx(stack, query):
             empty.append((p.title, query))
@@ -358,26 +366,32 @@ def evaluations(stack, alert, samples: list[dict]) -> tuple[list[int], dict[tupl
     ends = list(range(first - first % 10_000, last + alert.window_s * 1000, 10_000))
     offline = alerts.values_at(alert, samples, [end / 1000 for end in ends])
     assert alert.group[0] == "run_id"
-    run_id = samples[0]["run_id"]
+    runs = {s["run_id"] for s in samples}
+    per = {q.ref: q.per or alert.group for q in alert.quantities}  # the labels each quantity is per
 
-    def group(label_set: tuple) -> tuple:
-        return tuple(dict(label_set)[k] for k in alert.group)
+    def group(label_set: tuple, labels: tuple[str, ...] = alert.group) -> tuple:
+        return tuple(dict(label_set).get(k, "") for k in labels)
 
     held: dict[tuple, list[bool]] = defaultdict(lambda: [False] * len(ends))
     mismatches = []
-    for i, (end, want) in enumerate(zip(ends, offline, strict=False)):
+    for i, (end, by_group) in enumerate(zip(ends, offline, strict=False)):
         values = gx.rule_values(rule, rule_results(stack, rule, end))
         got: dict[tuple, dict[str, float]] = defaultdict(dict)
         for reduce_ref, query_ref in reduces.items():
             for label_set, v in values[reduce_ref].items():
-                if group(label_set)[0] == run_id:
-                    got[group(label_set)][query_ref] = v
+                if group(label_set)[0] in runs:
+                    got[(query_ref, group(label_set, per[query_ref]))][query_ref] = v
+        want: dict[tuple, dict[str, float]] = defaultdict(dict)  # each quantity per its own labels
+        for key, quantities in by_group.items():
+            labels = dict(zip(alert.group, key, strict=True))
+            for ref, v in quantities.items():
+                want[(ref, tuple(labels[k] for k in per[ref]))][ref] = v
         for key in set(got) | set(want):
             g, w = got.get(key, {}), want.get(key, {})
             if g.keys() != w.keys() or any(not math.isclose(g[k], w[k], rel_tol=1e-6, abs_tol=1e-6) for k in g):
                 mismatches.append((end, key, g, w))
         for label_set, now in gx.firing(rule, values).items():
-            if now and group(label_set)[0] == run_id:
+            if now and group(label_set)[0] in runs:
                 held[group(label_set)][i] = True
     return ends, dict(held), mismatches
 
@@ -409,7 +423,7 @@ def runs(loaded, memory):
     return {**loaded, "memory": memory}
 
 
-@pytest.mark.parametrize("alert", ALERTS, ids=lambda a: a.uid)
+@pytest.mark.parametrize("alert", SAMPLE_ALERTS, ids=lambda a: a.uid)
 def test_each_rule_crosses_its_threshold_on_the_bad_run_and_not_on_the_healthy_one(stack, runs, alert):
     bad, mismatches = crossed(stack, alert, rule_samples(alert, runs[BAD_RUN[alert.uid]]))
     assert not mismatches, mismatches[:3]
@@ -485,7 +499,7 @@ def elastalert_test_rule(stack, alert, run, folder: Path, node: str | None = Non
     )
 
 
-@pytest.mark.parametrize("alert", ALERTS, ids=lambda a: a.uid)
+@pytest.mark.parametrize("alert", SAMPLE_ALERTS, ids=lambda a: a.uid)
 def test_each_elastalert_rule_matches_on_the_bad_run_and_not_on_the_healthy_one(stack, runs, alert, tmp_path):
     bad = elastalert_test_rule(stack, alert, runs[BAD_RUN[alert.uid]], tmp_path)
     assert bad.fired and not bad.errors, bad.output[-3000:]
@@ -854,7 +868,7 @@ def edges(stack, fixture_runs) -> dict[str, EdgeRun]:
         "flowstat-vmrss-growing": lambda a: _edges_vmrss_growing(a, node_template["vmrss_kb"]),
     }
     out, paths = {}, []
-    for alert in ALERTS:
+    for alert in SAMPLE_ALERTS:
         name = alert.uid.removeprefix("flowstat-")
         run_id = head["flowstat_run"]["run_id"].replace("fx-healthy-", f"fx-edge-{name}-")
         cases = build[alert.uid](alert)
@@ -929,7 +943,7 @@ def offline_fired(alert, run: EdgeRun) -> set[tuple]:
     return {tuple(sp.labels[k] for k in alert.group) for sp in alerts.evaluate(*given) if sp.alert.uid == alert.uid}
 
 
-@pytest.mark.parametrize("alert", ALERTS, ids=lambda a: a.uid)
+@pytest.mark.parametrize("alert", SAMPLE_ALERTS, ids=lambda a: a.uid)
 def test_each_grafana_rule_fires_at_its_edge_and_not_one_step_below(stack, edges, alert):
     run = edges[alert.uid]
     cases = [c for c in run.cases if c.grafana is not None]
@@ -954,7 +968,7 @@ def elastalert_alerted(result, rule_name: str) -> set[tuple]:
     return {tuple(part.strip() for part in key.split(",")) for key in found}
 
 
-@pytest.mark.parametrize("alert", ALERTS, ids=lambda a: a.uid)
+@pytest.mark.parametrize("alert", SAMPLE_ALERTS, ids=lambda a: a.uid)
 def test_each_elastalert_rule_fires_at_its_edge_and_not_one_step_below(stack, edges, alert, tmp_path):
     run = edges[alert.uid]
     name = yaml.safe_load((ROOT / "dashboards" / "elastalert" / "rules" / f"{alert.uid}.yaml").read_text())["name"]
@@ -972,3 +986,253 @@ def test_each_elastalert_rule_fires_at_its_edge_and_not_one_step_below(stack, ed
         if (run.key(c) in alerted) != c.elastalert
     ]
     assert not wrong, (wrong, result.output[-3000:])
+
+
+# -- flowstat verdict's series: the run view's flow panels and the held-back alert ------------------
+#
+# flowstat verdict writes a verdict per run every VERDICT_EVERY_S and the rates on the run's edges; these
+# tests write such points themselves (support/verdicts.py), straight into both stores.
+
+HELD_BACK = next(a for a in ALERTS if a.source == panels.VERDICT)
+M0, M1, BOTH = "merger-0", "merger-1", "merger-0,merger-1"
+
+
+def test_the_flow_panels_show_the_runs_verdicts_and_edges(stack):
+    """The verdict over time (the last per bucket), each set of nodes named with its last verdict's
+    evidence (and the last verdict naming none), each edge's last rate: as written."""
+    run_id = f"fx-flow-panels-{uuid.uuid4().hex[:8]}"
+    start = (int(time.time()) - 3600) // 600 * 600 * 1000
+    flows = [""] * 4 + [M0] * 6 + [""] * 2  # none for 20 s, merger-0 for 30 s, none again
+    docs = [vx.verdict(run_id, start + 5000 * k, nodes) for k, nodes in enumerate(flows)]
+    vx.write(stack, "verdict", docs)
+    rates = [
+        ("producers-0", M0, 100.0, 90.0, False),
+        ("producers-1", M0, 100.0, 80.0, True),
+        (M0, "viewer", 170.0, 170.0, False),
+    ]
+    vx.write(
+        stack,
+        "edge",
+        [
+            vx.edge(run_id, start + t, a, b, r, est)
+            for a, b, *rs, est in rates
+            for t, r in zip((10_000, 50_000), rs, strict=True)
+        ],
+    )
+    from_ms, to_ms = start - 60_000, start + 120_000
+
+    def rows(title: str) -> list[dict]:
+        query, _ = run_view_query(panel(RUN_VIEW, title), run_id, from_ms, to_ms)
+        return [
+            {**s.get("tags", {}), **dict(zip(s["columns"], row, strict=True))}
+            for s in influx(stack, query)
+            for row in s["values"]
+        ]
+
+    query, interval = run_view_query(panel(RUN_VIEW, "Flow verdict"), run_id, from_ms, to_ms)
+    last: dict[int, str] = {}
+    for d in docs:
+        t = ms(d["time"])
+        last[t - t % interval] = d["flow"]  # in time order: the bucket's last
+    assert {r["time"]: r["flow"] for r in rows("Flow verdict")} == last and "held_back" in last.values()
+    held = {r["held_back_by"]: (r["nodes"], r["evidence"]) for r in rows("Held back by")}
+    assert held == {M0: (1, docs[9]["evidence"]), "": (0, docs[-1]["evidence"])}
+    edges = {(r["from"], r["to"]): (r["objects_per_second"], r["estimated"]) for r in rows("Edges")}
+    assert edges == {(a, b): (r, est) for a, b, _, r, est in rates}
+
+
+@dataclass(frozen=True)
+class HeldCase:
+    name: str  # a run of its own: the alert's B counts a run's verdicts
+    verdicts: list[tuple[int, str]]  # (ms from the evaluation E, the nodes named: "" for none)
+    grafana: dict[str, bool]  # nodes named -> must the Grafana rule (and the definition) fire for them
+    elastalert: dict[str, bool]  # ... and the ElastAlert rule
+    why: str
+
+
+def _held_cases() -> list[HeldCase]:
+    """Each edge of the held-back alert, in verdicts VERDICT_EVERY_S apart, relative to one
+    evaluation E; a millisecond is the smallest step (the stores' and $timeFilter's)."""
+    every, window = alerts.VERDICT_EVERY_S * 1000, HELD_BACK.window_s * 1000
+    full = HELD_BACK.window_s // alerts.VERDICT_EVERY_S  # the verdicts of a window: 12
+    (least, none_else) = HELD_BACK.condition[0]
+    assert (least.minus, none_else.minus, none_else.threshold) == (None, "B", -1)
+    fewest = int(least.threshold) + 1  # at least 10 verdicts naming the nodes
+
+    def beats(first: int, count: int, nodes: str = "") -> list[tuple[int, str]]:
+        return [(first + every * k, nodes) for k in range(count)]
+
+    early = -window - 1  # the last other verdict just out of the window
+    return [
+        HeldCase(
+            "over-window",
+            [(early, ""), *beats(early + every, full, M0), (every - 1, "")],
+            {M0: True},
+            {M0: True},
+            "the run's last verdict naming anything else 60.001 s back: the window's 12 all name merger-0",
+        ),
+        HeldCase(
+            "at-window",
+            [(-window, ""), *beats(-window + every, full, M0), (every, "")],
+            {M0: False},
+            {M0: True},
+            "the last other verdict exactly 60 s back: in the window ($timeFilter takes both ends)",
+        ),
+        HeldCase(
+            "interrupted",
+            [
+                (early, ""),
+                *beats(early + every, 5, M0),
+                (early + 6 * every, ""),
+                *beats(early + 7 * every, 7, M0),
+                (early + 14 * every, ""),
+            ],
+            {M0: False},
+            {M0: False},
+            "12 verdicts naming merger-0 in 65 s, one naming none among them",
+        ),
+        HeldCase(
+            "changed",
+            [
+                (early, ""),
+                *beats(early + every, 5, M0),
+                (early + 6 * every, M1),
+                *beats(early + 7 * every, full, M0),
+                (early + (7 + full) * every, ""),
+            ],
+            {M0: True, M1: False},
+            {M0: True, M1: False},
+            "one verdict naming merger-1: merger-0's 60 s start again after it (it fires at E + 30 s)",
+        ),
+        HeldCase(
+            "fewest",
+            [*beats(-(fewest - 1) * every - 1, fewest, BOTH), (every - 1, "")],
+            {BOTH: True},
+            {BOTH: False},
+            f"the run's first verdicts: {fewest} naming both mergers",
+        ),
+        HeldCase(
+            "one-fewer",
+            [*beats(-(fewest - 2) * every - 1, fewest - 1, M0), (every - 1, "")],
+            {M0: False},
+            {M0: False},
+            f"the run's first verdicts: {fewest - 1}",
+        ),
+        HeldCase(
+            "elastalert-one-fewer",
+            [*beats(-(full - 2) * every - 1, full - 1, M0), (every - 1, "")],
+            {M0: True},
+            {M0: False},
+            f"{full - 1} in a row: ElastAlert's frequency needs {full} within the window",
+        ),
+        HeldCase("none", beats(early, full + 1), {"": False}, {"": False}, "every node keeps up"),
+    ]
+
+
+@dataclass
+class HeldRuns:
+    base: str  # each case's run is base-CASE
+    e_ms: int  # the evaluation the cases are built around (a whole 10 s)
+    cases: list[HeldCase]
+    docs: list[dict]
+
+    def key(self, case: HeldCase, nodes: str) -> tuple[str, str]:
+        return (f"{self.base}-{case.name}", nodes)
+
+    def expected(self, rule: str) -> dict[tuple[str, str], tuple[bool, str]]:
+        """(run, nodes) -> (must the rule ("grafana", "elastalert") fire, why)."""
+        return {self.key(c, n): (must, c.why) for c in self.cases for n, must in getattr(c, rule).items()}
+
+
+@pytest.fixture(scope="module")
+def held_back(stack) -> HeldRuns:
+    """The cases' verdicts, an hour before now, in both stores."""
+    base = f"fx-held-{uuid.uuid4().hex[:8]}"
+    e_ms = ((int(time.time()) - 3600) // 600 * 600 + 120) * 1000
+    cases = _held_cases()
+    docs = [vx.verdict(f"{base}-{c.name}", e_ms + t, nodes) for c in cases for t, nodes in c.verdicts]
+    vx.write(stack, "verdict", docs)
+    return HeldRuns(base, e_ms, cases, docs)
+
+
+def test_the_held_back_rule_fires_once_every_verdict_of_60_s_names_the_nodes(stack, held_back):
+    """The definition (alerts.evaluate on the verdicts) and the provisioned Grafana rule, on the real
+    InfluxDB, fire for exactly the cases that must; a change of the nodes named starts the 60 s again."""
+    run = held_back
+    spans = [sp for sp in alerts.evaluate((), verdicts=run.docs) if sp.alert.uid == HELD_BACK.uid]
+    oracle = {(sp.labels["run_id"], sp.labels["held_back_by"]): sp.start for sp in spans}
+    expected = run.expected("grafana")
+    assert {k for k, (must, _) in expected.items() if must} == set(oracle), "not at the edge by the definition"
+    ends, held, mismatches = evaluations(stack, HELD_BACK, run.docs)
+    assert not mismatches, mismatches[:3]
+    rule = provisioned_rule(HELD_BACK)
+    first = {
+        key: next((e for e, on in zip(ends, gx.alerting(rule, ends, h), strict=True) if on), None)
+        for key, h in held.items()
+    }
+    wrong = [
+        (key, why, "stayed quiet" if must else "fired")
+        for key, (must, why) in expected.items()
+        if (first.get(key) is not None) != must
+    ]
+    assert not wrong, wrong
+    changed = run.key(next(c for c in run.cases if c.name == "changed"), M0)
+    assert first[changed] == run.e_ms + 30_000 == oracle[changed] * 1000  # 60 s after the verdict naming merger-1
+    assert all(
+        first[run.key(c, M0)] == run.e_ms for c in run.cases if c.name in ("over-window", "elastalert-one-fewer")
+    )
+
+
+def test_the_held_back_elastalert_rule_fires_on_a_full_window_of_the_same_nodes(stack, held_back, tmp_path):
+    from flowstat.stack import elastalert as ea
+
+    run = held_back
+    rule = yaml.safe_load((ROOT / "dashboards" / "elastalert" / "rules" / f"{HELD_BACK.uid}.yaml").read_text())
+    rule["filter"] = [*rule["filter"], {"prefix": {"run_id": f"{run.base}-"}}]
+    path = tmp_path / f"{HELD_BACK.uid}.yaml"
+    path.write_text(yaml.safe_dump(rule))
+    start, end = (datetime.fromtimestamp(run.e_ms / 1000 + s, UTC) for s in (-180, 120))
+    result = ea.test_rule(stack, path, start, end)
+    assert not result.errors, result.output[-3000:]
+    alerted = {
+        tuple(key.split(", ", 1))
+        for key, _ in re.findall(rf"Alert for {re.escape(rule['name'])}, (.+) at (\S+):$", result.output, re.M)
+    }
+    wrong = [
+        (key, why, "stayed quiet" if must else "fired")
+        for key, (must, why) in run.expected("elastalert").items()
+        if (key in alerted) != must
+    ]
+    assert not wrong, (wrong, result.output[-3000:])
+
+
+def test_evaluate_judges_a_run_file_only_when_given_verdicts(tmp_path):
+    """A run file holds samples: evaluate leaves the held-back alert out without verdicts, and
+    verdicts_from_samples makes them from its samples and edges (flowstat.flow), which it fires on."""
+    t0 = 1_800_000_000
+    samples = []
+    for t in range(t0, t0 + 90):
+        for node, busy, bp, latency in (
+            ("producers-0", 0.3, 0.65, None),
+            (M0, 0.97, 0.0, 40.0),
+            ("viewer", 0.2, 0.0, 2.0),
+        ):
+            samples.append(
+                {
+                    "time": iso_utc_ms(t),
+                    "run_id": "r",
+                    "node_id": node,
+                    "busy_ratio": busy,
+                    "backpressured_ratio": bp,
+                    "idle_ratio": round(1 - busy - bp, 9),
+                    "node_state": "RUNNING",
+                    **({"input_latency_p50_ms": latency} if latency else {}),
+                }
+            )
+    edges = [{"from": "producers-0", "to": M0}, {"from": M0, "to": "viewer"}]
+    assert not [sp for sp in alerts.evaluate(samples) if sp.alert.source == panels.VERDICT]
+    made = alerts.verdicts_from_samples(samples, edges)
+    assert made and all(not flow_schema.validate("verdict", d) for d in made)
+    assert made[0]["flow"] == "unknown" and {d.get("held_back_by") for d in made[1:]} == {M0}  # at first: 1 sample
+    (span,) = [sp for sp in alerts.evaluate(samples, verdicts=made) if sp.alert.source == panels.VERDICT]
+    assert span.labels == {"run_id": "r", "held_back_by": M0}

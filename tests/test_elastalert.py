@@ -105,7 +105,7 @@ def alert_lines(service) -> list[dict]:
 def test_up_returns_once_elastalert_has_run_its_rules(alerting):
     service, _ = alerting
     names = {RULE_NAME} | {yaml.safe_load(text)["name"] for text in ea.packaged_rules().values()}
-    assert len(names) == 1 + len(ea.packaged_rules()) == 6
+    assert len(names) == 1 + len(ea.packaged_rules()) == 7
     assert (
         service.ran_at_up and service.ran_at_up <= names
     )  # recorded in its writeback index by the process `up` started

@@ -223,7 +223,8 @@ def _file_of(body: dict) -> Path:
 def written_names() -> dict[str, set[str]]:
     """The index names flowstat's writers put in their _bulk requests for a document of each of
     TIMES: the samples' (one at a time and the batch encoder's), the self-samples', the legacy
-    move's (daily_index) and the rollup's (of the window holding it) -> the names."""
+    move's (daily_index), the rollup's (of the window holding it) and flowstat verdict's (a verdict,
+    an edge rate) -> the names."""
     from flowstat.schema import sample as sample_schema
     from flowstat.stores.elasticsearch import AGENTS_INDEX, SAMPLES_INDEX, ElasticsearchWriter, daily_index
     from flowstat.stores.elasticsearch_rollup import Rollup, window_of
@@ -242,6 +243,8 @@ def written_names() -> dict[str, set[str]]:
                 writer.encode([{"time": iso, "run_id": "r", "agent": "a", "node_id": "n", "seq": 1}]),
                 writer.encoder().encode([b"{}"], ["r/a/n/1"], [ns]),
                 writer.encode_self_samples([{"time": iso, "host": "h", "agent": "a", "seq": 1}]),
+                writer.encode_flow("verdict", [{"time": iso, "run_id": "r", "flow": "none"}]),
+                writer.encode_flow("edge", [{"time": iso, "run_id": "r", "from": "a", "to": "b"}]),
             ]
             out[iso] = {index_of(b) for b in bodies} | {daily_index(SAMPLES_INDEX, ns), daily_index(AGENTS_INDEX, ns)}
             out[iso].add(rollup.index_of(window_of(ns // 1_000_000)))
@@ -352,10 +355,10 @@ def test_each_daily_index_is_dated_by_the_utc_midnight_of_its_day(ilm):
     """Every writer names a document's index PREFIX-YYYY.MM.DD by its UTC day, the same name for
     the same day; the name takes the lifecycle, is created (ILM parses it), and is dated the UTC
     midnight its day starts at: deleted RETENTION_DAYS after that."""
-    from flowstat.stores.elasticsearch import AGENTS_INDEX, SAMPLES_INDEX
+    from flowstat.stores.elasticsearch import AGENTS_INDEX, EDGES_INDEX, SAMPLES_INDEX, VERDICTS_INDEX
     from flowstat.stores.elasticsearch_rollup import ROLLUP_INDEX
 
-    prefixes = (SAMPLES_INDEX, AGENTS_INDEX, ROLLUP_INDEX)
+    prefixes = (SAMPLES_INDEX, AGENTS_INDEX, ROLLUP_INDEX, VERDICTS_INDEX, EDGES_INDEX)
     days: dict[str, date] = {}
     for iso, names in written_names().items():
         day = TIMES[iso]
@@ -384,16 +387,17 @@ def test_a_name_that_is_not_a_day_cannot_take_the_lifecycle(ilm, name):
 
 def test_only_the_daily_indices_carry_the_lifecycle(ilm):
     """The index templates composed of the lifecycle component are the samples', the
-    self-samples' and the rollup's (PREFIX*, all of whose written names are days: above); the runs' index, one
-    for all runs and kept, takes none."""
-    from flowstat.stores.elasticsearch import AGENTS_INDEX, RUNS_INDEX, SAMPLES_INDEX
+    self-samples', the rollup's and flowstat verdict's verdicts and edge rates (PREFIX*, all of whose written
+    names are days: above); the runs' index, one for all runs and kept, takes none."""
+    from flowstat.stores.elasticsearch import AGENTS_INDEX, EDGES_INDEX, RUNS_INDEX, SAMPLES_INDEX, VERDICTS_INDEX
     from flowstat.stores.elasticsearch_rollup import ROLLUP_INDEX
 
     templates = {p.split("/", 1)[1]: b for p, b in ilm["puts"].items() if p.startswith("_index_template/")}
     with_lifecycle = {
         name: t["index_patterns"] for name, t in templates.items() if "flowstat-lifecycle" in t["composed_of"]
     }
-    assert with_lifecycle == {p: [f"{p}*"] for p in (SAMPLES_INDEX, AGENTS_INDEX, ROLLUP_INDEX)}
+    daily = (SAMPLES_INDEX, AGENTS_INDEX, ROLLUP_INDEX, VERDICTS_INDEX, EDGES_INDEX)
+    assert with_lifecycle == {p: [f"{p}*"] for p in daily}
     runs = ilm["answer"]["indices"][RUNS_INDEX]
     assert runs["templates"] == [RUNS_INDEX] and runs["lifecycle_name"] == "" and not runs["parse_origination_date"]
     assert runs["created"] == {"ok": True}

@@ -38,6 +38,7 @@ from flowstat_lab.kibana import (
     shown,
 )
 from support import fixture_runs
+from support import verdicts as vx
 from support.common import ROOT, topology_dict
 
 TEMPLATES = ROOT / "index-templates" / "elasticsearch"
@@ -99,6 +100,8 @@ def test_data_views_name_the_indices_and_their_time_fields():
         "flowstat-runs*": "started",
         "flowstat-agents*": "time",
         "flowstat-node-10s*": "time",
+        "flowstat-verdicts*": "time",
+        "flowstat-edges*": "time",
     }
     for title, view in views.items():
         assert template_fields(title)[view["attributes"]["timeFieldName"]] == "date"
@@ -382,14 +385,25 @@ def replayed(stack, tmp_path_factory):
     assert agents, "the run file holds no agent self-samples"
     run = json.loads((run_dir / "run.json").read_text())
     times = [ms(s["time"]) for s in samples] + [ms(a["time"]) for a in agents]
+    # flowstat verdict's verdicts and edge rates for the run, as it would write them every 5 s
+    first = min(times) // 1000 * 1000
+    verdicts = [vx.verdict(run_id, first + 5000 * k, nodes) for k, nodes in enumerate(VERDICTS)]
+    edges = [vx.edge(run_id, first + 5000 * k, a, b, r, est) for a, b, est, rates in EDGES for k, r in enumerate(rates)]
+    vx.write(stack, "verdict", verdicts)
+    vx.write(stack, "edge", edges)
     return {
         "es": es.url,
         "run_id": run_id,
         "samples": samples,
         "run": run,
         "agents": agents,
+        "verdicts": verdicts,
         "range": (min(times) - 60_000, max(times) + 60_000),
     }
+
+
+VERDICTS = ["", "merger-0", "merger-0", "merger-0,producers-1", ""]  # the nodes each verdict names, 5 s apart
+EDGES = [("producers-0", "merger-0", False, [50.0, 48.5]), ("producers-1", "merger-0", True, [50.0, 51.0])]
 
 
 def ms(stamp: str) -> int:
@@ -592,3 +606,28 @@ def test_overload_flags_are_counted_where_set(replayed):
             for node in counted
         }
         assert counted == expected and set(counted) == {s["node_id"] for s in replayed["samples"]}
+
+
+def test_the_flow_verdicts_are_counted_per_value_and_the_nodes_named_show_their_last_evidence(replayed):
+    oid = "flowstat-run-flow-verdict"
+    counted: dict[str, int] = defaultdict(int)
+    for r in lens_rows(replayed, oid):
+        counted[r[split_column(oid)]] += r[column(oid, "count")] or 0
+    assert counted == {"held_back": 3, "none": 2}
+    oid = "flowstat-run-held-back-by"
+    rows = {r[split_column(oid)]: r for r in lens_rows(replayed, oid)}
+    last = {d["held_back_by"]: d for d in replayed["verdicts"] if "held_back_by" in d}  # in time order
+    assert set(rows) == set(last) == {"merger-0", "merger-0,producers-1"}  # none is no set of nodes in Lens
+    for nodes, row in rows.items():
+        values = {columns_of(oid)[c]["sourceField"]: v for c, v in row.items() if c != split_column(oid)}
+        assert values == {"held": last[nodes]["held"], "evidence": last[nodes]["evidence"]}
+
+
+def test_the_edges_table_shows_each_edges_last_rate(replayed):
+    oid = "flowstat-run-edges"
+    cols = columns_of(oid)
+    got = {}
+    for row in lens_rows(replayed, oid):
+        by_field = {cols[c]["sourceField"]: v for c, v in row.items()}
+        got[(by_field["from"], by_field["to"])] = (by_field["objects_per_second"], by_field["estimated"])
+    assert got == {(a, b): (rates[-1], est) for a, b, est, rates in EDGES}

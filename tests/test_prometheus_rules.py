@@ -113,10 +113,10 @@ def test_the_committed_rules_are_the_generated_ones_and_promtool_checks_them():
     assert RULES.read_text() == promrules.rules_text()
     recorded = promrules.recording_rules()
     out = subprocess.run(["promtool", "check", "rules", str(RULES)], capture_output=True, text=True)
-    total = len(alerts.ALERTS) + len(recorded)
+    total = len(promrules.RULED) + len(recorded)
     assert out.returncode == 0 and f"SUCCESS: {total} rules found" in out.stdout, out.stdout + out.stderr
     groups = {g["name"]: g["rules"] for g in yaml.safe_load(RULES.read_text())["groups"]}
-    assert [r["labels"]["flowstat_alert"] for r in groups[promrules.GROUP]] == [a.uid for a in alerts.ALERTS]
+    assert [r["labels"]["flowstat_alert"] for r in groups[promrules.GROUP]] == [a.uid for a in promrules.RULED]
     # recorded: level:metric:operations, one per name, the alerts' quantities among them
     names = [r["record"] for r in groups[promrules.RECORDING_GROUP]]
     assert len(set(names)) == len(names) and all(n.count(":") == 2 for n in names)
@@ -174,7 +174,21 @@ def test_the_recorded_series_are_the_alerts_quantities_and_the_panels_sums(tmp_p
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-@pytest.mark.parametrize("uid", [a.uid for a in alerts.ALERTS])
+def test_the_alerts_on_verdicts_have_no_rule_and_the_file_says_why():
+    """flowstat verdict's verdicts are not in Prometheus: a rule on them would never see a series, so
+    there is none, and the rules file names the alert and the reason instead."""
+    on_verdicts = [a.uid for a in alerts.ALERTS if a.source == "verdict"]
+    assert on_verdicts and set(promrules.LEFT_OUT) == set(on_verdicts)
+    assert not {a.uid for a in promrules.RULED} & set(on_verdicts)
+    assert {a.uid for a in promrules.RULED} | set(on_verdicts) == {a.uid for a in alerts.ALERTS}
+    head = RULES.read_text().split("groups:", 1)[0]
+    assert all(f"# No rule for {uid}: " in head and "no series" in head for uid in on_verdicts)
+    assert not any(
+        uid in r["record"] or "verdict" in r["expr"] for uid in on_verdicts for r in promrules.recording_rules()
+    )
+
+
+@pytest.mark.parametrize("uid", [a.uid for a in promrules.RULED])
 def test_a_threshold_moved_turns_a_case_red(tmp_path, uid):
     """Each rule's threshold moved (doubled, or a count's 0 to 1): one of its cases fails."""
     rules = yaml.safe_load(RULES.read_text())

@@ -167,6 +167,11 @@ def test_the_roles_grant_each_client_only_what_it_needs():
     assert privileges("flowstat_rollup", rollup) == {"create_index", "index", "read", "view_index_metadata"}
     assert privileges("flowstat_writer", rollup) == set()
     assert privileges("flowstat_reader", rollup) == {"read", "view_index_metadata"}
+    # flowstat verdict's verdicts and edge rates: read by the views and the held-back alert, written by no client
+    for verdicts in provision.VERDICT_INDICES:
+        assert privileges("flowstat_reader", verdicts) == privileges("flowstat_alerter", verdicts)
+        assert privileges("flowstat_reader", verdicts) == {"read", "view_index_metadata"}
+        assert privileges("flowstat_writer", verdicts) == privileges("flowstat_rollup", verdicts) == set()
     assert all(r["cluster"] == ["monitor"] for r in provision.ROLES.values())
     # the agents and replay write as Logstash does, as a user of their own
     roles = {u.name: u.roles for u in provision.USERS}

@@ -18,7 +18,7 @@ put() {
   esac
 }
 for c in flowstat-settings flowstat-sample-mappings flowstat-run-mappings flowstat-agent-mappings \
-         flowstat-node-10s-mappings; do
+         flowstat-node-10s-mappings flowstat-verdict-mappings flowstat-edge-mappings; do
   put "_component_template/$c" "component-$c.json"
 done
 ilm=""
@@ -31,6 +31,8 @@ put "_index_template/flowstat-samples" "index-template-flowstat-samples$ilm.json
 put "_index_template/flowstat-agents" "index-template-flowstat-agents$ilm.json"
 put "_index_template/flowstat-runs" index-template-flowstat-runs.json
 put "_index_template/flowstat-node-10s" "index-template-flowstat-node-10s$ilm.json"
-for index in flowstat-samples flowstat-agents flowstat-runs; do
+put "_index_template/flowstat-verdicts" "index-template-flowstat-verdicts$ilm.json"
+put "_index_template/flowstat-edges" "index-template-flowstat-edges$ilm.json"
+for index in flowstat-samples flowstat-agents flowstat-runs flowstat-verdicts flowstat-edges; do
   put "$index*/_mapping" "mapping-$index.json" "no index yet"
 done

@@ -61,6 +61,7 @@ ELASTIC_USER = "elastic"
 INFLUX_DB = influx_store.DATABASE
 ES_INDICES = [f"{es_store.SAMPLES_INDEX}*", f"{es_store.AGENTS_INDEX}*", f"{es_store.RUNS_INDEX}*"]
 ROLLUP_INDICES = [f"{es_rollup.ROLLUP_INDEX}*"]  # the samples' per-node 10 s means (flowstat rollup)
+VERDICT_INDICES = [f"{es_store.VERDICTS_INDEX}*", f"{es_store.EDGES_INDEX}*"]  # flowstat verdict's (read by the views)
 ELASTALERT_INDEX = "flowstat-elastalert*"  # ElastAlert's writeback index and its _status, _error... siblings
 AUTH_GRACE_S = 90.0  # how long a restarted Elasticsearch may refuse the right password (security index recovering)
 
@@ -107,7 +108,9 @@ ROLES: dict[str, dict] = {
     # Grafana: the version (monitor), the mappings (view_index_metadata), the searches (read).
     "flowstat_reader": {
         "cluster": ["monitor"],
-        "indices": [{"names": ES_INDICES + ROLLUP_INDICES, "privileges": ["read", "view_index_metadata"]}],
+        "indices": [
+            {"names": ES_INDICES + ROLLUP_INDICES + VERDICT_INDICES, "privileges": ["read", "view_index_metadata"]}
+        ],
     },
     # flowstat rollup reads the samples and writes their per-node means, overwriting a window again.
     "flowstat_rollup": {
@@ -117,11 +120,12 @@ ROLES: dict[str, dict] = {
             {"names": ROLLUP_INDICES, "privileges": ["create_index", "index", "read", "view_index_metadata"]},
         ],
     },
-    # ElastAlert2 reads the samples and keeps its state in indices of its own, which it creates.
+    # ElastAlert2 reads the samples (and the verdicts: "pipeline held back") and keeps its state in
+    # indices of its own, which it creates.
     "flowstat_alerter": {
         "cluster": ["monitor"],
         "indices": [
-            {"names": ES_INDICES, "privileges": ["read", "view_index_metadata"]},
+            {"names": ES_INDICES + VERDICT_INDICES, "privileges": ["read", "view_index_metadata"]},
             {"names": [ELASTALERT_INDEX], "privileges": ["all"]},
         ],
     },

@@ -353,11 +353,29 @@ def _threshold(model: dict, value: float) -> float:
     raise ValueError(f"threshold {kind}: beyond this emulator")
 
 
+def unions(inputs: dict[str, dict[Labels, float]]) -> dict[Labels, dict[str, float]]:
+    """Which numbers of a math expression's inputs go together, as Grafana's union pairs them
+    (pkg/expr/mathexp/exp.go): labels equal, or one set contains the other (the result takes the
+    larger; empty labels go with any). A label set an input has no match for drops out."""
+    out: dict[Labels, dict[str, float]] = {}
+    for candidate in {k for series in inputs.values() for k in series}:
+        picked = {}
+        for name, series in inputs.items():
+            within = [k for k in series if set(k) <= set(candidate)]
+            if len(within) != 1:
+                break
+            picked[name] = series[within[0]]
+        else:
+            out[candidate] = picked
+    return {k: v for k, v in out.items() if not any(set(k) < set(other) for other in out)}
+
+
 def rule_values(rule: dict, results: dict[str, dict[Labels, list]]) -> dict[str, dict[Labels, float]]:
     """Every expression of an alert rule (its provisioned form), given what each of its queries
     returned (refId -> label set -> the series' values in time order): refId -> label set -> number.
-    Series are matched by their label sets (all of a rule's queries group by the same tags); a label
-    set that an expression's input lacks drops out of it, as Grafana's math drops an unmatched series."""
+    Series are matched by their label sets (``unions``: equal, or one containing the other, as a
+    quantity per run goes with each of the run's groups); a label set that an expression's input
+    lacks drops out of it, as Grafana's math drops an unmatched series."""
     data = {d["refId"]: d for d in rule["data"]}
     out: dict[str, dict[Labels, float]] = {}
 
@@ -372,9 +390,7 @@ def rule_values(rule: dict, results: dict[str, dict[Labels, list]]) -> dict[str,
             got = {k: v for k, v in reduced.items() if v is not None}
         elif model["type"] == "math":
             refs = {name for kind, name in _tokens(model["expression"]) if kind == "ref"}
-            inputs = {name: value(name) for name in refs}
-            keys = set.intersection(*(set(v) for v in inputs.values())) if inputs else set()
-            got = {k: math_expression(model["expression"], {n: inputs[n][k] for n in refs}) for k in keys}
+            got = {k: math_expression(model["expression"], v) for k, v in unions({n: value(n) for n in refs}).items()}
         elif model["type"] == "threshold":
             got = {k: _threshold(model, v) for k, v in value(model["expression"]).items()}
         else:

@@ -255,6 +255,12 @@ class Writer:
         """A request body holding agents' self-samples (agent.schema.json)."""
         raise NotImplementedError
 
+    def encode_flow(self, kind: str, docs: Iterable[dict[str, Any]]) -> bytes:
+        """A request body holding verdicts (``kind`` "verdict", verdict.schema.json) or edge points
+        ("edge", edge.schema.json), as flowstat verdict writes them: each under an identity of its
+        own, so that writing one again overwrites it."""
+        raise NotImplementedError
+
     def post(self, body: bytes, count: int) -> Outcome:
         """Send one body of ``count`` items, once. Raises StoreDown when the store cannot take it now."""
         raise NotImplementedError

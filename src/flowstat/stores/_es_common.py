@@ -11,6 +11,9 @@ import orjson
 SAMPLES_INDEX = "flowstat-samples"
 RUNS_INDEX = "flowstat-runs"
 AGENTS_INDEX = "flowstat-agents"  # the agents' self-samples, whatever the samples index is called (the C agent's too)
+VERDICTS_INDEX = "flowstat-verdicts"  # flowstat verdict's verdicts (schema/verdict.schema.json), daily
+EDGES_INDEX = "flowstat-edges"  # ... and the objects/s on each edge (schema/edge.schema.json), daily
+FLOW_INDICES = {"verdict": VERDICTS_INDEX, "edge": EDGES_INDEX}  # flowstat.schema.flow's kinds -> their indices
 ES_TYPES = {
     "integer": {"type": "long"},
     "number": {"type": "double"},

@@ -4,7 +4,8 @@ instead of duplicating; index templates derived from the schemas as its set-up.
 Samples and self-samples go to daily indices named by the UTC day of each document's own time
 (flowstat-samples-2026.11.26): a sample resent, even weeks later, lands in the index it went to the
 first time and overwrites itself there, and retention deletes whole days (a delete-only lifecycle
-policy that dates each index by its name, docs/ingest.md). Run documents go to one index."""
+policy that dates each index by its name, docs/ingest.md). Run documents go to one index. flowstat
+verdict's verdicts and edge rates go to daily indices of their own (flowstat-verdicts-..., flowstat-edges-...)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any
 import orjson
 
 from flowstat.schema import agent as agent_schema
+from flowstat.schema import flow as flow_schema
 from flowstat.schema import run as run_schema
 from flowstat.schema import sample as sample_schema
 from flowstat.timeutil import iso_utc_from_ms
@@ -35,13 +37,22 @@ from ._base import (
 from ._es_common import _DAY_NS, ES_TYPES, _day, index_action
 from ._es_common import AGENTS_INDEX as AGENTS_INDEX  # the names the other layers import from here
 from ._es_common import DATE as DATE
+from ._es_common import EDGES_INDEX as EDGES_INDEX
+from ._es_common import FLOW_INDICES as FLOW_INDICES
 from ._es_common import RUNS_INDEX as RUNS_INDEX
 from ._es_common import SAMPLES_INDEX as SAMPLES_INDEX
+from ._es_common import VERDICTS_INDEX as VERDICTS_INDEX
 from ._es_common import daily_index as daily_index
 
-RETENTION_DAYS = 90  # samples and self-samples; run documents are kept
+RETENTION_DAYS = 90  # samples, self-samples, the rollup, verdicts and edge rates; run documents are kept
 MIGRATE_PAGE = 5000  # documents moved per request from an older flowstat's index
-UPGRADED = {SAMPLES_INDEX: "sample", AGENTS_INDEX: "agent", RUNS_INDEX: "run"}  # index (pattern INDEX*) -> its mapping
+UPGRADED = {  # index (pattern INDEX*) -> its mapping
+    SAMPLES_INDEX: "sample",
+    AGENTS_INDEX: "agent",
+    RUNS_INDEX: "run",
+    VERDICTS_INDEX: "verdict",
+    EDGES_INDEX: "edge",
+}
 
 # The head of a _bulk answer that stored every document: "errors" before the items, first (Elasticsearch
 # 8.19 here) or after "took" (older Elasticsearch, OpenSearch)
@@ -146,6 +157,15 @@ class ElasticsearchWriter(Writer):
             for d in docs
         )
 
+    def encode_flow(self, kind: str, docs: Iterable[dict[str, Any]]) -> bytes:
+        index = FLOW_INDICES[kind]
+        return b"".join(
+            index_action(daily_index(index, sample_schema.time_ns(d["time"])), flow_schema.document_id(kind, d))
+            + flow_schema.to_json(kind, d).encode()
+            + b"\n"
+            for d in docs
+        )
+
     def post(self, body: bytes, count: int) -> Outcome:
         resp = self._http("POST", f"{self.url}/_bulk", body, action=lambda: f"write {_first_index(body)}")
         if resp.status_code >= 300:
@@ -212,6 +232,8 @@ class ElasticsearchWriter(Writer):
             "flowstat-run-mappings",
             "flowstat-agent-mappings",
             "flowstat-node-10s-mappings",
+            "flowstat-verdict-mappings",
+            "flowstat-edge-mappings",
         ):
             put(f"_component_template/{name}", files[f"component-{name}.json"])
         ilm = ""
@@ -223,6 +245,8 @@ class ElasticsearchWriter(Writer):
         put("_index_template/flowstat-agents", files[f"index-template-flowstat-agents{ilm}.json"])
         put("_index_template/flowstat-runs", files["index-template-flowstat-runs.json"])
         put("_index_template/flowstat-node-10s", files[f"index-template-flowstat-node-10s{ilm}.json"])
+        put("_index_template/flowstat-verdicts", files[f"index-template-flowstat-verdicts{ilm}.json"])
+        put("_index_template/flowstat-edges", files[f"index-template-flowstat-edges{ilm}.json"])
         done += self._upgrade_indices(files)
         done += self.migrate_legacy()
         return done
@@ -315,7 +339,9 @@ class ElasticsearchWriter(Writer):
 
     @classmethod
     def setup_files(cls) -> dict[str, str]:
-        return {name: json.dumps(doc, indent=2) + "\n" for name, doc in templates().items()}
+        # Compact: sent as they are (install.sh, flowstat provision), never edited (the schemas are the
+        # source, docs/schema.md their tables).
+        return {name: json.dumps(doc, separators=(",", ":")) + "\n" for name, doc in templates().items()}
 
 
 def mapping(props: dict[str, Any]) -> dict[str, Any]:
@@ -344,6 +370,13 @@ def templates() -> dict[str, dict[str, Any]]:
         name: {"dynamic": "strict", "properties": mapping(module.schema()["properties"])}
         for name, module in (("sample", sample_schema), ("run", run_schema), ("agent", agent_schema))
     }
+    for kind in FLOW_INDICES:
+        mappings[kind] = {"dynamic": "strict", "properties": mapping(flow_schema.schema(kind)["properties"])}
+    flow_files = {"verdict": flow_schema.VERDICT_FILE, "edge": flow_schema.EDGE_FILE}
+    flow_what = {
+        "verdict": "flowstat verdict's verdicts: which node holds a run's flow back, one per run and evaluation",
+        "edge": "flowstat verdict's edge rates: the objects/s on each edge of a run, one per edge and evaluation",
+    }
     return {
         "component-flowstat-settings.json": settings,
         "component-flowstat-sample-mappings.json": {
@@ -361,6 +394,13 @@ def templates() -> dict[str, dict[str, Any]]:
         "component-flowstat-node-10s-mappings.json": {
             "template": {"mappings": rollup.mappings()},
             "_meta": {"source": f"flowstat/schema/{sample_schema.SCHEMA_FILE} (its tags, and the mean of each number)"},
+        },
+        **{
+            f"component-flowstat-{kind}-mappings.json": {
+                "template": {"mappings": mappings[kind]},
+                "_meta": {"source": f"flowstat/schema/{flow_files[kind]}"},
+            }
+            for kind in FLOW_INDICES
         },
         # The same mappings, PUT into the indices an older flowstat made (PATTERN/_mapping): a
         # template shapes only the indices created after it.
@@ -388,6 +428,15 @@ def templates() -> dict[str, dict[str, Any]]:
             "priority": 200,
             "composed_of": ["flowstat-settings", "flowstat-node-10s-mappings"],
             "_meta": {"description": "flowstat's per-node rollup: per node and 10 s, the mean of each sample field"},
+        },
+        **{
+            f"index-template-{index}.json": {
+                "index_patterns": [f"{index}*"],
+                "priority": 200,
+                "composed_of": ["flowstat-settings", f"flowstat-{kind}-mappings"],
+                "_meta": {"description": flow_what[kind]},
+            }
+            for kind, index in FLOW_INDICES.items()
         },
         # Used where the server has ILM (the compose stack's Elasticsearch); the Maven test zip has not.
         # Delete-only: each daily index is dated by its name (the day of its documents, not the day it
@@ -428,5 +477,14 @@ def templates() -> dict[str, dict[str, Any]]:
             "_meta": {
                 "description": "flowstat agents' self-samples, with the flowstat lifecycle policy (servers with ILM)"
             },
+        },
+        **{
+            f"index-template-{index}-ilm.json": {
+                "index_patterns": [f"{index}*"],
+                "priority": 200,
+                "composed_of": ["flowstat-settings", f"flowstat-{kind}-mappings", "flowstat-lifecycle"],
+                "_meta": {"description": f"{flow_what[kind]}, with the flowstat lifecycle policy (servers with ILM)"},
+            }
+            for kind, index in FLOW_INDICES.items()
         },
     }

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from flowstat.schema import agent as agent_schema
+from flowstat.schema import flow as flow_schema
 from flowstat.schema import run as run_schema
 from flowstat.schema import sample as sample_schema
 
@@ -66,7 +67,15 @@ class InfluxDBWriter(Writer):
         return _LineEncoder()
 
     def encode_run(self, doc: dict[str, Any]) -> bytes:
-        return (run_schema.to_line_protocol(doc) + "\n").encode()
+        """The flowstat_run point, and one flowstat_edge topology point per edge of the run (a point
+        cannot hold a list), at the run's start: written again with the run document, each
+        overwrites itself."""
+        lines = [run_schema.to_line_protocol(doc)]
+        lines += [flow_schema.to_line_protocol("edge", point) for point in topology_points(doc)]
+        return "".join(line + "\n" for line in lines).encode()
+
+    def encode_flow(self, kind: str, docs: Iterable[dict[str, Any]]) -> bytes:
+        return "".join(flow_schema.to_line_protocol(kind, d) + "\n" for d in docs).encode()
 
     def encode_self_samples(self, docs: Iterable[dict[str, Any]]) -> bytes:
         return "".join(agent_schema.to_line_protocol(d) + "\n" for d in docs).encode()
@@ -139,6 +148,21 @@ class InfluxDBWriter(Writer):
                 # ';' between statements, none after the last: influx -execute would read an empty statement
             )
         }
+
+
+def topology_points(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """A run document's edges as flowstat_edge topology points (edge.schema.json): at its start,
+    no rate, each edge once."""
+    seen: set[tuple[str, str]] = set()
+    out: list[dict[str, Any]] = []
+    for edge in doc.get("edges") or []:
+        key = (edge["from"], edge["to"])
+        if key not in seen:
+            seen.add(key)
+            out.append(
+                {"time": doc["started"], "run_id": doc["run_id"], "from": key[0], "to": key[1], "topology": True}
+            )
+    return out
 
 
 def rollup_fields() -> list[str]:

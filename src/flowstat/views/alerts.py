@@ -1,9 +1,10 @@
-"""The five alert conditions, defined once: Grafana's provisioned rules and ElastAlert2's rules are
+"""The six alert conditions, defined once: Grafana's provisioned rules and ElastAlert2's rules are
 generated from them, and ``evaluate`` applies them to a run file (the report, the tests' oracle).
 
-Each condition is computed per group (a node, or an agent) over a window that ends at the time of
-evaluation, as a few quantities (``Quantity``) combined by a condition in disjunctive normal form:
-any of (all of (quantity > threshold)).
+Each condition is computed per group (a node, an agent, or a run and the nodes holding it back) over
+a window that ends at the time of evaluation, as a few quantities (``Quantity``) combined by a
+condition in disjunctive normal form: any of (all of (quantity > threshold)), a quantity possibly
+less another (``Above.minus``).
 """
 
 from __future__ import annotations
@@ -16,34 +17,44 @@ from typing import Any, cast
 
 import numpy as np
 
+from flowstat.flow import WINDOW_S, held_back_by, points_from_samples
 from flowstat.schema import sample as sample_schema
+from flowstat.timeutil import iso_utc_from_ms
 
-from .panels import AGENT, NODE
+from .panels import AGENT, NODE, VERDICT
 
 QUANTITIES = ("count", "last", "rise", "slope_per_min", "slope_buckets")
 SLOPE_BUCKET_S = 10  # the slope is taken between 10 s means (GROUP BY time(10s) in InfluxQL)
 EVALUATE_EVERY_S = 10  # Grafana's group interval, and how often ``evaluate`` looks
+# How often flowstat verdict writes a verdict per run (issue 46): the held-back alert's counts, and its
+# ElastAlert rule, rest on it; verdicts_from_samples judges a run file as often.
+VERDICT_EVERY_S = 5
 
 
 @dataclass(frozen=True)
 class Quantity:
     """A number per group over the window: ``count`` of samples, ``last`` value, ``rise`` (last
     minus first), ``slope_per_min`` (the mean of the per-minute derivative of 10 s means), or
-    ``slope_buckets`` (how many 10 s buckets that mean is over: how much of the window it covers)."""
+    ``slope_buckets`` (how many 10 s buckets that mean is over: how much of the window it covers).
+    Per the alert's group, or per ``per`` (a part of it: the run of a group of a run and its nodes)."""
 
     ref: str
     kind: str
     field: str
     where: tuple[tuple[str, object], ...] = ()  # samples with field == value (all of them)
     any_of: tuple[tuple[str, object], ...] = ()  # ... and with at least one of these field == value
+    at_least: tuple[tuple[str, float], ...] = ()  # ... and with field >= value (all of them)
+    per: tuple[str, ...] = ()  # taken per these labels of the alert's group instead of per the group
 
     def __post_init__(self) -> None:
         if self.kind not in QUANTITIES:
             raise ValueError(f"quantity {self.ref}: kind {self.kind!r} is not one of {QUANTITIES}")
 
     def matches(self, sample: dict) -> bool:
-        return all(sample.get(k) == v for k, v in self.where) and (
-            not self.any_of or any(sample.get(k) == v for k, v in self.any_of)
+        return (
+            all(sample.get(k) == v for k, v in self.where)
+            and (not self.any_of or any(sample.get(k) == v for k, v in self.any_of))
+            and all(isinstance(sample.get(k), int | float) and sample[k] >= v for k, v in self.at_least)
         )
 
 
@@ -51,6 +62,7 @@ class Quantity:
 class Above:
     ref: str
     threshold: float
+    minus: str | None = None  # a quantity subtracted first: ref - minus > threshold
 
 
 @dataclass(frozen=True)
@@ -59,7 +71,7 @@ class AlertRule:
     title: str
     summary: str  # what it means, for the notification
     why: str  # why this threshold (docs/dashboards.md)
-    source: str  # NODE or AGENT
+    source: str  # NODE, AGENT or VERDICT
     group: tuple[str, ...]
     window_s: int
     for_s: int
@@ -71,7 +83,13 @@ class AlertRule:
 
     def holds(self, values: dict[str, float]) -> bool:
         """The condition on one group's quantities (a missing one is no data: never above)."""
-        return any(all(a.ref in values and values[a.ref] > a.threshold for a in conj) for conj in self.condition)
+
+        def above(a: Above) -> bool:
+            if a.ref not in values or (a.minus is not None and a.minus not in values):
+                return False
+            return values[a.ref] - (values[a.minus] if a.minus else 0.0) > a.threshold
+
+        return any(all(above(a) for a in conj) for conj in self.condition)
 
 
 ALERTS: tuple[AlertRule, ...] = (
@@ -159,6 +177,25 @@ ALERTS: tuple[AlertRule, ...] = (
         (Quantity("A", "last", "spooled_samples"), Quantity("B", "rise", "spooled_samples")),
         ((Above("A", 0), Above("B", 0)),),
     ),
+    AlertRule(
+        "flowstat-held-back",
+        "Pipeline held back",
+        "run {{ $labels.run_id }} is held back by {{ $labels.held_back_by }}: every verdict of the last 60 s "
+        "named them",
+        "flowstat verdict's judgement (issue 46): busy all the time while their input waits longer or their "
+        "feeders are blocked. For 60 s: a few seconds of it (a GC pause) is no limit. Every verdict of the run "
+        "in the window names them (one that does not restarts the 60 s), at least 10: 12 at the service's 5 s, "
+        "two may be missing.",
+        VERDICT,
+        ("run_id", "held_back_by"),
+        60,
+        0,
+        (
+            Quantity("A", "count", "held", at_least=(("held", 1),)),  # the group's: verdicts naming its nodes
+            Quantity("B", "count", "held", per=("run_id",)),  # every verdict of the run
+        ),
+        ((Above("A", 60 // VERDICT_EVERY_S - 3), Above("A", -1, minus="B")),),  # A >= 10, A - B >= 0
+    ),
 )
 
 
@@ -176,6 +213,11 @@ class Span:
 
 
 LABELS = ("run_id", "host", "agent", "node_id", "role")  # one value for a whole series of samples
+VERDICT_LABELS = ("run_id", "held_back_by")  # ... of verdicts (verdict.schema.json's tags)
+
+
+def labels_of(source: str) -> tuple[str, ...]:
+    return VERDICT_LABELS if source == VERDICT else LABELS
 
 
 @dataclass(frozen=True)
@@ -191,22 +233,24 @@ class Columns:
 
 
 def needed_fields(source: str) -> set[str]:
-    """The per-sample fields the alerts on ``source`` (NODE or AGENT) read."""
+    """The per-sample fields the alerts on ``source`` (NODE, AGENT or VERDICT) read."""
     return {
         k
         for a in ALERTS
         if a.source == source
         for q in a.quantities
-        for k in (q.field, *(k for k, _ in q.where + q.any_of))
-        if k not in LABELS
+        for k in (q.field, *(k for k, _ in q.where + q.any_of + q.at_least))
+        if k not in labels_of(source)
     }
 
 
 def columns(samples: Sequence[dict], source: str) -> list[Columns]:
-    """Sample documents (of NODE or AGENT) as series of arrays, one per distinct set of labels."""
+    """Sample documents (of NODE or AGENT; or verdicts, VERDICT) as series of arrays, one per
+    distinct set of labels."""
+    labels = labels_of(source)
     rows: dict[tuple, list[dict]] = defaultdict(list)
     for s in samples:
-        rows[tuple(s.get(k) for k in LABELS)].append(s)
+        rows[tuple(s.get(k) for k in labels)].append(s)
     wanted = needed_fields(source)
     out = []
     for key, docs in rows.items():
@@ -222,7 +266,7 @@ def columns(samples: Sequence[dict], source: str) -> list[Columns]:
                 fields[f] = np.array([np.nan if x is None else float(x) for x in got], dtype=float)
         out.append(
             Columns(
-                {k: str(v) for k, v in zip(LABELS, key, strict=False) if v is not None},
+                {k: str(v) for k, v in zip(labels, key, strict=False) if v is not None},
                 np.array([n / 1e9 for n in ns], dtype=float),
                 fields,
             )
@@ -231,7 +275,7 @@ def columns(samples: Sequence[dict], source: str) -> list[Columns]:
 
 
 def _equal(c: Columns, field_: str, value: object) -> np.ndarray | bool:
-    if field_ in LABELS:
+    if field_ in LABELS or field_ in VERDICT_LABELS:
         return c.labels.get(field_) == value
     col = c.fields.get(field_)
     return np.zeros(len(c.t), dtype=bool) if col is None else np.asarray(col == value, dtype=bool)
@@ -248,6 +292,9 @@ def _picked(q: Quantity, c: Columns) -> tuple[np.ndarray, np.ndarray]:
         keep &= _equal(c, k, v)
     if q.any_of:
         keep &= np.logical_or.reduce([np.broadcast_to(_equal(c, k, v), keep.shape) for k, v in q.any_of])
+    for k, v in q.at_least:
+        got = c.fields.get(k)
+        keep &= np.zeros(len(c.t), dtype=bool) if got is None else np.asarray(got >= v, dtype=bool)
     t = c.t[keep]
     return t, (t if q.kind == "count" else col[keep].astype(float))
 
@@ -315,10 +362,24 @@ class _Series:
 
 
 def _group_series(alert: AlertRule, parts: Sequence[Columns]) -> dict[tuple, list[_Series]]:
+    """Each group's series of each quantity; a quantity taken ``per`` fewer labels is the same
+    series for every group that shares them (the run's verdicts, for each set of nodes named)."""
+
+    def key_of(c: Columns, labels: tuple[str, ...]) -> tuple:
+        return tuple(c.labels.get(k, "") for k in labels)
+
     by_key: dict[tuple, list[Columns]] = defaultdict(list)
     for c in parts:
-        by_key[tuple(c.labels.get(k, "") for k in alert.group)].append(c)
-    return {key: [_Series(q, cs) for q in alert.quantities] for key, cs in by_key.items()}
+        by_key[key_of(c, alert.group)].append(c)
+    shared: dict[tuple, _Series] = {}
+
+    def coarse(q: Quantity, key: tuple) -> _Series:
+        mine = tuple(dict(zip(alert.group, key, strict=True))[k] for k in q.per)
+        if (q.ref, mine) not in shared:
+            shared[(q.ref, mine)] = _Series(q, [c for c in parts if key_of(c, q.per) == mine])
+        return shared[(q.ref, mine)]
+
+    return {key: [coarse(q, key) if q.per else _Series(q, cs) for q in alert.quantities] for key, cs in by_key.items()}
 
 
 def _holding(alert: AlertRule, series: list[_Series], ends: np.ndarray) -> tuple[np.ndarray, dict[str, tuple]]:
@@ -329,6 +390,9 @@ def _holding(alert: AlertRule, series: list[_Series], ends: np.ndarray) -> tuple
         both = np.ones(len(ends), dtype=bool)
         for a in conj:
             v, has = got[a.ref]
+            if a.minus is not None:
+                less, has_less = got[a.minus]
+                v, has = v - less, has & has_less
             both &= has & (v > a.threshold)
         holds |= both
     return holds, got
@@ -372,16 +436,24 @@ def evaluate(
     node_samples: Sequence[dict] | Sequence[Columns],
     self_samples: Sequence[dict] | Sequence[Columns] = (),
     *,
+    verdicts: Sequence[dict] | Sequence[Columns] | None = None,
     every_s: float = EVALUATE_EVERY_S,
 ) -> list[Span]:
     """Where each alert would have fired over these samples (documents, or series of arrays from
     ``columns``): evaluated every ``every_s`` (at whole multiples of it) from the first sample to one
     window past the last, as Grafana evaluates a rule group; a span starts once its condition has
-    held for the alert's ``for``. In the order of ALERTS, then of their start."""
-    given = {NODE: node_samples, AGENT: self_samples}
+    held for the alert's ``for``. In the order of ALERTS, then of their start.
+
+    The alerts on verdicts (held back) read ``verdicts``: verdict documents (verdict.schema.json) as
+    flowstat verdict wrote them to a store, or as ``verdicts_from_samples`` judges a run file's samples
+    over the run's edges. Without them those alerts are skipped: a run file holds samples, not verdicts,
+    and its samples alone do not say who feeds whom."""
+    given = {NODE: node_samples, AGENT: self_samples, VERDICT: verdicts or ()}
     parts = {src: _as_columns(s, src) for src, s in given.items()}
     spans: list[Span] = []
     for alert in ALERTS:
+        if alert.source == VERDICT and verdicts is None:
+            continue
         series = [c for c in parts[alert.source] if len(c.t)]
         if not series:
             continue
@@ -393,3 +465,29 @@ def evaluate(
             found += _spans(alert, key, ends, _holding(alert, group, ends)[0])
         spans += sorted(found, key=lambda sp: (sp.start, sorted(sp.labels.items())))
     return spans
+
+
+def verdicts_from_samples(
+    samples: Sequence[dict], edges: Sequence[dict], *, every_s: float = VERDICT_EVERY_S
+) -> list[dict]:
+    """The verdicts flowstat verdict would have written over a run's node samples (one agent's: a
+    run file's) and its edges (the run document's ``edges``, each {"from", "to"}): flowstat.flow's
+    held_back_by at each whole multiple of ``every_s`` from the first sample to the last, as verdict
+    documents (verdict.schema.json), for ``evaluate``."""
+    series = points_from_samples(samples)
+    times = [p.t for points in series.values() for p in points]
+    if not times:
+        return []
+    run_id = next(str(s["run_id"]) for s in samples if s.get("run_id"))
+    upstream: dict[str, list[str]] = defaultdict(list)
+    for edge in edges:
+        upstream[edge["to"]].append(edge["from"])
+    out = []
+    for k in range(math.ceil(min(times) / every_s), math.floor(max(times) / every_s) + 1):
+        verdict = held_back_by(series, upstream, k * every_s)
+        doc: dict[str, Any] = {"time": iso_utc_from_ms(round(k * every_s * 1000)), "run_id": run_id}
+        if verdict.nodes:
+            doc["held_back_by"] = ",".join(verdict.nodes)
+        doc |= {"flow": verdict.kind, "held": len(verdict.nodes), "evidence": verdict.evidence, "window_s": WINDOW_S}
+        out.append(doc)
+    return out

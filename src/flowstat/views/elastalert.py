@@ -1,4 +1,4 @@
-"""ElastAlert2 rules for the five alert conditions (flowstat.views.alerts), against the
+"""ElastAlert2 rules for the six alert conditions (flowstat.views.alerts), against the
 Elasticsearch indices. A rule names no alerter: the compose stack's config.yaml gives every rule
 its default, an HTTP POST to flowstat's alert inbox (the `alerts` service, docs/alerts.md), with the
 rule's name and flowstat id (``http_post2_payload``) beside the matching document's fields;
@@ -7,7 +7,9 @@ flowstat stack adds its alert log and webhook.
 ElastAlert2's rule types cannot take "last minus first" or a slope, so two conditions are
 expressed with its nearest types (docs/dashboards.md says how they differ from Grafana's):
 falling behind is the window's highest input-latency p99 over the threshold, and memory growth is
-a rise of the highest VmRSS between two consecutive windows (spike_aggregation).
+a rise of the highest VmRSS between two consecutive windows (spike_aggregation). A frequency rule
+counts a key's documents only, not the others': held back is a full window of verdicts naming the
+same nodes (at flowstat verdict's interval) within less than the window.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import yaml
 
 from flowstat.stores import elasticsearch as es_store
 
-from .alerts import ALERTS, AlertRule
+from .alerts import ALERTS, VERDICT_EVERY_S, AlertRule
+from .panels import AGENT, VERDICT
 
 TIME_FIELD = "time"
 # Memory growth (spike_aggregation): the later half window's highest VmRSS at least this many times
@@ -38,11 +41,12 @@ def _flag_filter(alert: AlertRule) -> list[dict]:
 
 
 def rule(alert: AlertRule) -> dict:
-    index = f"{es_store.AGENTS_INDEX if alert.source == 'agent' else es_store.SAMPLES_INDEX}*"
+    indices = {AGENT: es_store.AGENTS_INDEX, VERDICT: es_store.FLOW_INDICES[VERDICT]}
+    index = indices.get(alert.source, es_store.SAMPLES_INDEX)
     base = {
         "name": alert.title,
         "description": alert.why,
-        "index": index,
+        "index": f"{index}*",
         "timestamp_field": TIME_FIELD,
         "query_key": list(alert.group),
         "realert": {"minutes": 1},
@@ -63,6 +67,19 @@ def rule(alert: AlertRule) -> dict:
 
 def _rule_type(alert: AlertRule, base: dict) -> dict:
     kinds = [q.kind for q in alert.quantities]
+    if alert.source == VERDICT:
+        # The verdicts naming the group's nodes: as many as a window holds at flowstat verdict's interval
+        # (12 at 5 s), within less than the window (ElastAlert's frequency window is shorter than its
+        # timeframe). A verdict of another kind between them leaves one fewer: the run's other verdicts,
+        # which Grafana's rule counts (B), are seen that way only.
+        (named,) = [q for q in alert.quantities if not q.per]
+        return {
+            **base,
+            "type": "frequency",
+            "num_events": alert.window_s // VERDICT_EVERY_S,
+            "timeframe": _span(alert.window_s),
+            "filter": [{"range": {k: {"gte": v}}} for k, v in named.at_least],
+        }
     if kinds == ["count"]:
         return {
             **base,

@@ -10,13 +10,14 @@ from typing import Any
 
 import yaml
 
+from flowstat.schema import flow as flow_schema
 from flowstat.schema import sample as sample_schema
 from flowstat.stores import elasticsearch as es_store
 from flowstat.stores import influxdb
 
 from . import influxql, promql
 from .alerts import ALERTS, AlertRule
-from .panels import PARAMETERS, RUN, VIEWS, Panel, View, description, grafana_unit, per_node, schema_type
+from .panels import PARAMETERS, RUN, VERDICT, VIEWS, Panel, View, description, grafana_unit, per_node, schema_type
 
 INFLUX = {"type": "influxdb", "uid": "flowstat-influxdb"}
 ES_RUNS = {"type": "elasticsearch", "uid": "flowstat-es-runs"}
@@ -27,6 +28,8 @@ FOLDER = "flowstat"
 CONTACT_POINT = "flowstat-webhook"
 SCHEMA_VERSION = 39  # Grafana 11's dashboard schema; 12 and 13 migrate it on load
 ALERT_GROUP_INTERVAL = "10s"
+# The flow verdict's values (verdict.schema.json's flow), as its state timeline colours them.
+FLOW_COLORS = {"held_back": "red", "none": "green", "unknown": "text"}
 
 
 def datasources() -> dict:
@@ -182,6 +185,10 @@ def _field_config(panel: Panel) -> dict:
         ]
         defaults["color"] = {"mode": "thresholds"}
         defaults["thresholds"] = {"mode": "absolute", "steps": [{"color": "green", "value": None}]}
+    if panel.source == VERDICT and panel.kind == "state-timeline":
+        flows = flow_schema.schema(VERDICT)["properties"]["flow"]["enum"]
+        options = {v: {"text": v.replace("_", " "), "color": FLOW_COLORS[v], "index": i} for i, v in enumerate(flows)}
+        defaults["mappings"] = [{"type": "value", "options": options}]
     return {"defaults": defaults, "overrides": overrides}
 
 
@@ -487,7 +494,7 @@ def math_expression(alert: AlertRule) -> str:
     """The condition in Grafana's math syntax, over the reduced quantities ($RA, $RB...)."""
 
     def one(conj) -> str:
-        text = " && ".join(f"$R{a.ref} > {a.threshold:g}" for a in conj)
+        text = " && ".join(f"$R{a.ref}{f' - $R{a.minus}' if a.minus else ''} > {a.threshold:g}" for a in conj)
         return f"({text})" if len(conj) > 1 and len(alert.condition) > 1 else text
 
     return " || ".join(one(conj) for conj in alert.condition)
@@ -596,6 +603,9 @@ def _yaml(doc: dict, what: str) -> str:
     )
 
 
+COMPACT = (",", ":")  # json.dumps separators without spaces
+
+
 def files() -> dict[str, str]:
     """dashboards/grafana/...: path -> content."""
     out = {
@@ -605,8 +615,10 @@ def files() -> dict[str, str]:
         "provisioning/alerting/contact-points.yaml": _yaml(contact_points(), "the webhook contact point"),
         "provisioning/alerting/policies.yaml": _yaml(notification_policies(), "the notification policy"),
     }
+    # Compact: Grafana reads them and nobody edits them (the views are the source); indented, a
+    # quarter of their bytes was whitespace.
     for view in VIEWS:
-        out[f"dashboards/{view.uid}.json"] = json.dumps(dashboard(view), indent=1) + "\n"
+        out[f"dashboards/{view.uid}.json"] = json.dumps(dashboard(view), separators=COMPACT) + "\n"
     for view in promql.VIEWS:
-        out[f"dashboards/{promql.uid(view)}.json"] = json.dumps(prometheus_dashboard(view), indent=1) + "\n"
+        out[f"dashboards/{promql.uid(view)}.json"] = json.dumps(prometheus_dashboard(view), separators=COMPACT) + "\n"
     return out

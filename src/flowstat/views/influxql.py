@@ -4,15 +4,23 @@ to expand (docs/dashboards.md says how it does)."""
 
 from __future__ import annotations
 
+from flowstat.schema import flow as flow_schema
 from flowstat.schema import run as run_schema
 from flowstat.stores import influxdb
 
 from .alerts import SLOPE_BUCKET_S, AlertRule, Quantity
-from .panels import AGENT, NODE, NODES_PER_PANEL, RUN, Metric, Panel, View, per_node
+from .panels import AGENT, EDGE, FLOW_SOURCES, NODE, NODES_PER_PANEL, RUN, VERDICT, Metric, Panel, View, per_node
 
 NODE_MEASUREMENT = "flowstat_node"
 AGENT_MEASUREMENT = "flowstat_agent"
 RUN_MEASUREMENT = run_schema.measurement()
+MEASUREMENTS = {
+    NODE: NODE_MEASUREMENT,
+    AGENT: AGENT_MEASUREMENT,
+    RUN: RUN_MEASUREMENT,
+    VERDICT: flow_schema.measurement(VERDICT),
+    EDGE: flow_schema.measurement(EDGE),
+}
 TOTALS_EVERY = influxdb.ROLLUP_BUCKETS[0][0]  # the finest rollup: the aggregate view's sums over nodes
 TOTALS = f'"{influxdb.ROLLUP_POLICY}"."{influxdb.totals_measurement(TOTALS_EVERY)}"'
 RUN_LABEL_REGEX = r"/^(?<text>(?<value>[^ ]+) \| .*)$/"  # the run id before " | " (schema.run.label)
@@ -37,7 +45,7 @@ def literal(value: object) -> str:
 def _measurement(panel: Panel) -> str:
     if panel.rollup:
         return TOTALS
-    return ident({NODE: NODE_MEASUREMENT, AGENT: AGENT_MEASUREMENT, RUN: RUN_MEASUREMENT}[panel.source])
+    return ident(MEASUREMENTS[panel.source])
 
 
 def _variable_conditions(view: View, panel: Panel) -> list[str]:
@@ -45,7 +53,7 @@ def _variable_conditions(view: View, panel: Panel) -> list[str]:
         return []
     wanted = (
         ("run",)
-        if panel.source == RUN
+        if panel.source == RUN or panel.source in FLOW_SOURCES  # a run's series, not a node's or an agent's
         else ("run", "agent")
         if panel.rollup
         else ("runs", "agent")
@@ -72,16 +80,22 @@ def _selector(m: Metric) -> str:
     return expr
 
 
+def _table_columns(m: Metric) -> str:
+    """A table's columns of one metric: a mean with its standard deviation (the thesis's tables),
+    another aggregation as it is."""
+    if m.agg == "mean":
+        return ", ".join(f"{fn}({ident(m.field)}) AS {ident(f'{m.field} {fn}')}" for fn in ("mean", "stddev"))
+    return f"{_selector(m)} AS {ident(m.label or m.field)}"
+
+
 def panel_query(view: View, panel: Panel) -> str:
     """The panel's one InfluxQL statement (all its metrics as columns)."""
     where = _variable_conditions(view, panel) + [f"{ident(k)} = {literal(v)}" for k, v in panel.where]
     timed = panel.kind in ("timeseries", "state-timeline")
-    if timed:
+    if timed or panel.source in FLOW_SOURCES:  # a flow table too: over the dashboard's time range
         where.append("$timeFilter")
     if panel.kind == "table":
-        cols = ", ".join(
-            f"{fn}({ident(m.field)}) AS {ident(f'{m.field} {fn}')}" for m in panel.metrics for fn in ("mean", "stddev")
-        )
+        cols = ", ".join(_table_columns(m) for m in panel.metrics)
     else:
         cols = ", ".join(f"{_selector(m)} AS {ident(m.label or m.field)}" for m in panel.metrics)
     q = f"SELECT {cols} FROM {_measurement(panel)}"
@@ -113,17 +127,17 @@ def variable_query(name: str) -> str:
 
 
 def _condition(q: Quantity) -> list[str]:
-    out = [f"{ident(k)} = {literal(v)}" for k, v in q.where]
+    out = [f"{ident(k)} = {literal(v)}" for k, v in q.where] + [f"{ident(k)} >= {literal(v)}" for k, v in q.at_least]
     if q.any_of:
         out.append("(" + " OR ".join(f"{ident(k)} = {literal(v)}" for k, v in q.any_of) + ")")
     return out
 
 
 def quantity_query(alert: AlertRule, q: Quantity) -> str:
-    """One alert quantity per group over the rule's time range ($timeFilter)."""
-    table = ident(AGENT_MEASUREMENT if alert.source == AGENT else NODE_MEASUREMENT)
+    """One alert quantity per group (the alert's, or the quantity's own) over the rule's time range ($timeFilter)."""
+    table = ident(MEASUREMENTS[alert.source])
     where = " AND ".join(_condition(q) + ["$timeFilter"])
-    groups = ", ".join(ident(g) for g in alert.group)
+    groups = ", ".join(ident(g) for g in q.per or alert.group)
     f = ident(q.field)
     if q.kind in ("slope_per_min", "slope_buckets"):
         outer = "mean" if q.kind == "slope_per_min" else "count"

@@ -15,18 +15,22 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+from flowstat.schema import flow as flow_schema
 from flowstat.schema import run as run_schema
 from flowstat.stores import elasticsearch as es_store
 from flowstat.stores import elasticsearch_rollup as es_rollup
 
 from .panels import (
     AGENT,
+    EDGE,
+    FLOW_SOURCES,
     NODE,
     NODE_10S,
     NODES_PER_PANEL,
     PARAMETERS,
     RUN,
     RUN_VIEW_10S,
+    VERDICT,
     VIEWS,
     Metric,
     Panel,
@@ -55,7 +59,7 @@ TYPE_MIGRATION_VERSIONS = {"index-pattern": "8.0.0", "lens": "8.9.0", "dashboard
 GRID_COLUMNS = 48  # Kibana's dashboard grid; the views' widths are on Grafana's 24
 LAYER_REFERENCE = "indexpattern-datasource-layer-"  # + the layer id: the data view a Lens layer reads
 COUNT_FIELD = "___records___"  # Lens's "count of records" pseudo-field
-TERMS_SIZE = {"node_id": NODES_PER_PANEL, "run_id": 100}  # how many values a split shows (default 20)
+TERMS_SIZE = {"node_id": NODES_PER_PANEL, "run_id": 100, "from": 1000}  # how many values a split shows (default 20)
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,8 @@ DATA_VIEWS = {
     RUN: DataView("flowstat-runs", f"{es_store.RUNS_INDEX}*", "started", "flowstat runs"),
     AGENT: DataView("flowstat-agents", f"{es_store.AGENTS_INDEX}*", "time", "flowstat agents"),
     NODE_10S: DataView("flowstat-node-10s", f"{es_rollup.ROLLUP_INDEX}*", "time", "flowstat nodes per 10 s"),
+    VERDICT: DataView("flowstat-verdicts", f"{es_store.FLOW_INDICES[VERDICT]}*", "time", "flowstat verdicts"),
+    EDGE: DataView("flowstat-edges", f"{es_store.FLOW_INDICES[EDGE]}*", "time", "flowstat edge rates"),
 }
 KIBANA_VIEWS = (*VIEWS, RUN_VIEW_10S)  # the 10 s view is Kibana's only (panels.RUN_VIEW_10S says why)
 
@@ -96,7 +102,10 @@ def flatten(props: dict, prefix: str = "") -> dict[str, str]:
 
 @cache
 def fields(source: str) -> dict[str, str]:
-    """Field path -> Elasticsearch type, from the index template behind the source's data view."""
+    """Field path -> Elasticsearch type, from the index template behind the source's data view (for
+    the flow series, the mapping their templates are made of: es_store.mapping of their schemas)."""
+    if source in FLOW_SOURCES:
+        return flatten(es_store.mapping(flow_schema.schema(source)["properties"]))
     templates = es_store.templates()
     name = {
         NODE: "component-flowstat-sample-mappings.json",
@@ -154,13 +163,15 @@ class _Layer:
     metrics: dict[str, dict] = field(default_factory=dict)
     shown: list[str] = field(default_factory=list)  # the metric columns the chart draws (not their parts)
 
+    # A column's id need only be unique in its layer (Kibana makes UUIDs): the key alone, not the
+    # layer's id again in each of the many places a column is named (a tenth of the export's bytes)
     def bucket(self, key: str, column: dict) -> str:
-        cid = f"{self.id}-{key}"
+        cid = key
         self.buckets[cid] = column
         return cid
 
     def metric(self, key: str, column: dict, shown: bool = True) -> str:
-        cid = f"{self.id}-{key}"
+        cid = key
         self.metrics[cid] = column
         if shown:
             self.shown.append(cid)
@@ -502,13 +513,14 @@ def _xy_visualization(series: str, data_layer: dict) -> dict:
 
 
 def _table(layer: _Layer) -> dict:
-    """A row per group (per run for the run document's panels); mean and standard deviation per
-    metric for the views' tables, the metric itself for stat panels Lens's metric cannot show."""
+    """A row per group (per run for the run document's panels); mean and standard deviation of a
+    table's mean, the metric itself otherwise (another aggregation of a table; the stat panels Lens's
+    metric cannot show)."""
     panel = layer.panel
     groups = [field_path(panel, g) for g in panel.group] or ["run_id"]
     rows = [_terms(layer, f"row{i}", [g]) for i, g in enumerate(groups)]
     for i, m in enumerate(panel.metrics):
-        if panel.kind == "table":
+        if panel.kind == "table" and m.agg == "mean":
             path = field_path(panel, m.field)
             layer.metric(f"m{i}mean", _simple(layer, "average", path, f"{m.field} mean{_unit(panel, m)}"))
             _require(panel, path, NUMERIC, "standard deviation")
@@ -570,7 +582,7 @@ def lens_id(view: View, panel: Panel) -> str:
 def lens(view: View, panel: Panel) -> dict:
     """The Lens saved object of one panel."""
     oid = lens_id(view, panel)
-    layer = _Layer(f"{oid}-layer", panel)
+    layer = _Layer("layer", panel)  # the one layer of its Lens: the id need only be unique in it
     if panel.kind in ("timeseries", "state-timeline"):
         vis_type, vis = "lnsXY", _xy(layer, "line" if panel.kind == "timeseries" else "bar_stacked")
     elif panel.kind == "stat" and _metric_fits(panel):

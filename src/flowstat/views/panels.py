@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from flowstat.schema import agent as agent_schema
+from flowstat.schema import flow as flow_schema
 from flowstat.schema import run as run_schema
 from flowstat.schema import sample as sample_schema
 
@@ -25,6 +26,9 @@ NODE = "node"  # the sample schema's measurement (flowstat_node)
 RUN = "run"  # the run document (flowstat_run, flowstat-runs)
 AGENT = "agent"  # the agents' self-samples (flowstat_agent)
 NODE_10S = "node_10s"  # the samples' per-node rollup: per node and 10 s, each numeric field's mean (mean_FIELD)
+VERDICT = "verdict"  # flowstat verdict's verdicts: which node holds a run's flow back (verdict.schema.json)
+EDGE = "edge"  # ... and the objects/s on each edge of the run (edge.schema.json)
+FLOW_SOURCES = (VERDICT, EDGE)  # flowstat.schema.flow's kinds, named alike
 
 ONE_CORE_HZ = 1e6  # cpu_clock_hz of one fully busy core (the sample schema's unit says so)
 
@@ -68,7 +72,7 @@ class Panel:
     title: str
     metrics: tuple[Metric, ...]
     kind: str = "timeseries"
-    source: str = NODE  # node, node_10s, run or agent
+    source: str = NODE  # node, node_10s, run, agent, verdict or edge
     group: tuple[str, ...] = ("node_id",)  # the tags a series is per
     description: str = ""
     width: int = 12  # of Grafana's 24 columns
@@ -125,6 +129,8 @@ def _schema_field(source: str, name: str) -> tuple[str, str | None] | None:
     """A field's (type, unit) in the schema of ``source``; None when it has no such field."""
     if source == RUN:
         return next(((leaf.type, leaf.unit) for leaf in run_schema.leaves() if leaf.name == name), None)
+    if source in FLOW_SOURCES:
+        return next(((f.type, f.unit) for f in flow_schema.fields(source) if f.name == name), None)
     fields = self_sample_fields() if source == AGENT else {f.name: (f.type, f.unit) for f in sample_schema.fields()}
     return fields.get(name)
 
@@ -212,6 +218,42 @@ RUN_VIEW = View(
                     group=(),
                     width=6,
                     description="lost: objects sent minus objects received; merged/s in the steady state.",
+                ),
+            ),
+        ),
+        Row(
+            "Which node holds the flow back",
+            (
+                Panel(
+                    "Flow verdict",
+                    (Metric("flow", "last"),),
+                    kind="state-timeline",
+                    source=VERDICT,
+                    group=(),
+                    width=24,
+                    in_report=False,
+                    description="flowstat verdict's judgement every few seconds over the last 10 s: held_back "
+                    "(the table names the nodes), none (every node keeps up) or unknown (evidence missing).",
+                ),
+                Panel(
+                    "Held back by",
+                    (Metric("held", "last", label="nodes"), Metric("evidence", "last")),
+                    kind="table",
+                    source=VERDICT,
+                    group=("held_back_by",),
+                    in_report=False,
+                    description="Each set of nodes named in the time range and the last verdict's evidence "
+                    "(an empty set: the last verdict naming none).",
+                ),
+                Panel(
+                    "Edges",
+                    (Metric("objects_per_second", "last"), Metric("estimated", "last")),
+                    kind="table",
+                    source=EDGE,
+                    group=("from", "to"),
+                    in_report=False,
+                    description="Objects/s on each edge, the last value in the time range (estimated: the "
+                    "downstream's intake split over its feeders).",
                 ),
             ),
         ),
@@ -370,7 +412,10 @@ STACK_VIEW = View(
 def _per_10s(panel: Panel) -> Panel | None:
     """A run view panel as the 10 s view shows it: a per-node panel of numbers read from the rollup,
     a run document panel as it is; None for a panel of strings or flags, which the rollup does not
-    average (node state, buffer overloaded)."""
+    average (node state, buffer overloaded), and for the flow verdicts (their own series, in the run
+    view)."""
+    if panel.source in FLOW_SOURCES:
+        return None
     if panel.source != NODE:
         return panel
     names = [name for m in panel.metrics for name in (m.field, m.minus) if name]
@@ -385,7 +430,7 @@ RUN_VIEW_10S = View(
     "The run view read from the per-node 10 s rollup (flowstat rollup): a tenth of the documents of a run "
     "sampled every second, for runs of many nodes over long times (Elasticsearch reads every sample in the "
     "time range; over an hour of 3,000 nodes the run view takes half a second). Its points are 10 s means; "
-    "node states and overload flags are in the run view.",
+    "node states, overload flags and the flow verdicts are in the run view.",
     tuple(
         Row(row.title, kept)
         for row in RUN_VIEW.rows

@@ -25,7 +25,7 @@ from __future__ import annotations
 from flowstat.schema import prometheus
 from flowstat.schema import sample as sample_schema
 
-from .panels import AGENT, NODE, RUN, RUN_VIEW, STACK_VIEW, Metric, Panel, View
+from .panels import AGENT, FLOW_SOURCES, NODE, RUN, RUN_VIEW, STACK_VIEW, Metric, Panel, View
 
 DATASOURCE = {"type": "prometheus", "uid": "flowstat-prometheus"}
 SCRAPE_INTERVAL = "15s"  # the data source's: $__interval's floor, and $__rate_interval's base
@@ -60,6 +60,9 @@ def left_out(view: View) -> dict[str, str]:
     for panel in view.panels():
         if panel.source == RUN:
             out[panel.title] = "the run document (parameters, verdicts, summary) is not exposed to Prometheus"
+            continue
+        if panel.source in FLOW_SOURCES:
+            out[panel.title] = "flowstat verdict writes its verdicts and edge rates to InfluxDB and Elasticsearch only"
             continue
         if panel.rollup:
             out[panel.title] = "read from InfluxDB's rollup, which Prometheus has no counterpart of"

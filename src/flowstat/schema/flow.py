@@ -1,0 +1,80 @@
+"""The flow series (verdict.schema.json and edge.schema.json, beside this file): which node holds a
+run's flow back, judged over what a store holds, and the objects per second on each of its edges.
+`flowstat verdict` writes them back beside the samples; the run and stack dashboards and the alerts
+"pipeline held back by NODE for 60 s" read them.
+
+Flat schemas like the self-sample's: encoded as a sample is (measurement x-measurement, tags
+sorted, fields in schema order), checked field by field.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from . import _files
+from ._flat import Field, problems, read_fields
+from ._flat import markdown_table as _markdown_table
+from ._flat import to_json as _to_json
+from .lineprotocol import point
+from .sample import time_ns
+
+VERDICT_FILE = "verdict.schema.json"
+EDGE_FILE = "edge.schema.json"
+
+
+def schema(kind: str) -> dict[str, Any]:
+    """``kind``: "verdict" or "edge"."""
+    return _files.load(VERDICT_FILE if kind == "verdict" else EDGE_FILE)
+
+
+@lru_cache(maxsize=2)
+def fields(kind: str) -> tuple[Field, ...]:
+    return read_fields(schema(kind))
+
+
+def measurement(kind: str) -> str:
+    name: str = schema(kind)["x-measurement"]
+    return name
+
+
+def validate(kind: str, doc: dict[str, Any]) -> list[str]:
+    """Everything wrong with a verdict or edge point, naming the field; [] when it conforms."""
+    errors = problems(doc, fields(kind))
+    if not errors:
+        try:
+            time_ns(doc["time"])
+        except ValueError:
+            errors.append(f"time: not an ISO-8601 UTC time ({str(doc['time'])[:40]!r})")
+    return errors
+
+
+def document_id(kind: str, doc: dict[str, Any]) -> str:
+    """The Elasticsearch ``_id`` of a verdict (run_id/time) or an edge's rate (run_id/from/to/time),
+    the time in epoch milliseconds: the same evaluation written again overwrites itself."""
+    ms = time_ns(doc["time"]) // 1_000_000
+    if kind == "verdict":
+        return f"{doc['run_id']}/{ms}"
+    return f"{doc['run_id']}/{doc['from']}/{doc['to']}/{ms}"
+
+
+def to_json(kind: str, doc: dict[str, Any]) -> str:
+    """The JSON document (what Elasticsearch stores): the fields present, in schema order."""
+    return _to_json(doc, fields(kind))
+
+
+def markdown_table(kind: str) -> str:
+    """The field-by-field documentation of the verdict or the edge point (docs/schema.md embeds it)."""
+    return _markdown_table(fields(kind), schema(kind)["properties"], control=False)
+
+
+def to_line_protocol(kind: str, doc: dict[str, Any]) -> str:
+    """InfluxDB line protocol, without its newline: tags sorted by key, fields in schema order, ns
+    time; numbers as floats (InfluxDB fixes a field's type at its first write)."""
+    tags = {f.name: doc[f.name] for f in fields(kind) if f.influx == "tag" and f.name in doc}
+    values = {
+        f.name: float(doc[f.name]) if f.type == "number" else doc[f.name]
+        for f in fields(kind)
+        if f.influx == "field" and f.name in doc
+    }
+    return point(measurement(kind), tags, values, time_ns(doc["time"]))
