@@ -71,8 +71,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from run_benchmarks import machine, save_results
+    from run_benchmarks import machine, save_results  # run from benchmarks/, as make bench does
 
     out = args.out or ROOT / "benchmarks" / "results" / "raw" / f"flow-{compact_utc()}.json"
     results: dict = {"started": iso_utc_ms(), "machine": machine(), "command": " ".join(sys.argv)}

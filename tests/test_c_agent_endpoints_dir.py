@@ -197,7 +197,8 @@ def test_every_problem_of_a_file_is_said_once_while_the_other_nodes_are_sampled(
             f"{d}/dangling.json: cannot be read (No such file or directory)",
             f"{d}/fifo.json: not a regular file: left alone",
             f"{d}/partly.json: 1 node(s) left out: not as endpoints.schema.json says (node_id a string, pid an "
-            "integer 1..4194304, role and control strings, curve_server_key a Z85 key of 40 characters)",
+            "integer 1..4194304, role and control strings, curve_server_key a Z85 key of 40 characters, upstream a "
+            "list of node ids)",
             f"{d}/dead.{dead.pid}.json: 1 node(s) of a process that is not running: left out (a stale file)",
         ]
     ), log

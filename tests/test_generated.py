@@ -29,7 +29,7 @@ def test_every_generated_file_says_so_where_its_format_allows():
     files = tracked()
     derived = [str(p) for p in generate.derived(ROOT)]
     measured = [f for f in files if any(fnmatch.fnmatch(f, g) for g in generate.MEASURED)]
-    assert len(derived) > 30 and len(measured) > 30
+    assert len(derived) > 30 and len(measured) > 20  # measured: the results files (docs/campaigns/ not tracked)
     for path in derived + measured:
         if path.endswith(COMMENTABLE) and path != str(generate.SCHEMA_DOC):
             head = "\n".join((ROOT / path).read_text().splitlines()[:3])

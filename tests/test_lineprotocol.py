@@ -50,6 +50,12 @@ EVERY_FIELD = {
     "send_overload_events": 3,
     "receive_overload_events": 0,
     "sequence_gaps": 1,
+    "busy_seconds": 12.5,
+    "backpressured_seconds": 0.25,
+    "idle_seconds": 30.0,
+    "busy_ratio": 0.3,
+    "backpressured_ratio": 0.0,
+    "idle_ratio": 0.7,
     "request_timestamp": "2026-11-22T10:51:14.100Z",
     "response_timestamp": "2026-11-22T10:51:14.101Z",
 }
@@ -62,7 +68,8 @@ EVERY_FIELD_LINE = (
     "objects_held=2i,objects_in_flight=5i,input_latency_p50_ms=1.5,input_latency_p99_ms=9.75,"
     "input_latency_max_ms=12.0,input_latency_objects=398i,receive_buffer_size=100i,send_buffer_size=101i,"
     "receive_buffer_overloaded=false,send_buffer_overloaded=true,send_overload_events=3i,"
-    'receive_overload_events=0i,sequence_gaps=1i,request_timestamp="2026-11-22T10:51:14.100Z",'
+    "receive_overload_events=0i,sequence_gaps=1i,busy_seconds=12.5,backpressured_seconds=0.25,idle_seconds=30.0,"
+    'busy_ratio=0.3,backpressured_ratio=0.0,idle_ratio=0.7,request_timestamp="2026-11-22T10:51:14.100Z",'
     'response_timestamp="2026-11-22T10:51:14.101Z" 1795344674123000000'
 )
 

@@ -55,7 +55,7 @@ from urllib.parse import quote
 import orjson
 
 from flowstat import stores
-from flowstat.flow import WINDOW_S, Point, Verdict, held_back_by, points_from_samples
+from flowstat.flow import VERDICT_EVERY_S, WINDOW_S, Point, Verdict, held_back_by, points_from_samples
 from flowstat.progress import Progress
 from flowstat.registry import Command
 from flowstat.schema import sample as sample_schema
@@ -63,7 +63,6 @@ from flowstat.stores.elasticsearch import RUNS_INDEX, SAMPLES_INDEX, Elasticsear
 from flowstat.stores.elasticsearch_rollup import daily_indices
 from flowstat.stores.influxdb import DATABASE, InfluxDBWriter
 from flowstat.timeutil import iso_utc_from_ms
-from flowstat.views.alerts import VERDICT_EVERY_S
 
 # between evaluations: the alert "pipeline held back" counts on this many a minute (views.alerts)
 EVERY_S = float(VERDICT_EVERY_S)

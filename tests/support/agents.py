@@ -166,6 +166,12 @@ FULL_REPLY = {
     "send_overload_events": 3,
     "receive_overload_events": 4,
     "sequence_gaps": 6,
+    "busy_seconds": 123.456789,
+    "backpressured_seconds": 0.000001,
+    "idle_seconds": 98765.4321,
+    "busy_ratio": 0.3333,
+    "backpressured_ratio": 0.0,
+    "idle_ratio": 0.6667,
     "request_timestamp": "2026-11-23T10:00:00.123Z",
     "response_timestamp": "2026-11-23T10:00:00.456Z",
 }

@@ -38,6 +38,10 @@ BACKPRESSURE_OK: Final = 0.10
 LATENCY_GROWTH: Final = 1.5
 # ...and by at least 10 ms: sub-millisecond latencies double on noise alone (0.2 -> 0.4 ms says nothing).
 LATENCY_GROWTH_MIN_MS: Final = 10.0
+# How often a store's runs are judged (flowstat verdict's default interval): the alert "pipeline
+# held back" counts on this many verdicts a minute (flowstat.views.alerts).
+VERDICT_EVERY_S: Final = 5
+
 # At least three accounted samples in the shares' window: fewer show a single interval, not a share
 # (and no trend); its 5 s hold 3 at a sampling interval of up to 2 s.
 MIN_POINTS: Final = 3

@@ -17,6 +17,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from flowstat.flow import VERDICT_EVERY_S as FLOW_VERDICT_EVERY_S
 from flowstat.flow import WINDOW_S, held_back_by, points_from_samples
 from flowstat.schema import sample as sample_schema
 from flowstat.timeutil import iso_utc_from_ms
@@ -28,7 +29,7 @@ SLOPE_BUCKET_S = 10  # the slope is taken between 10 s means (GROUP BY time(10s)
 EVALUATE_EVERY_S = 10  # Grafana's group interval, and how often ``evaluate`` looks
 # How often flowstat verdict writes a verdict per run (issue 46): the held-back alert's counts, and its
 # ElastAlert rule, rest on it; verdicts_from_samples judges a run file as often.
-VERDICT_EVERY_S = 5
+VERDICT_EVERY_S = FLOW_VERDICT_EVERY_S
 
 
 @dataclass(frozen=True)
