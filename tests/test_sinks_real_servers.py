@@ -183,6 +183,7 @@ def test_self_samples_reach_both_stores_and_show_a_sink_that_is_down(stack, agen
     for hit in hits:
         assert agent_schema.validate(hit["_source"]) == [] and set(hit["_source"]) == names
         assert hit["_id"] == agent_schema.document_id(hit["_source"])
+    requests.post(f"{es.url}/flowstat-test-self-{tag}*/_refresh", timeout=10).raise_for_status()
     assert requests.get(f"{es.url}/flowstat-test-self-{tag}*/_count", timeout=10).json()["count"] > 0  # node samples
 
 
