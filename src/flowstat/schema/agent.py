@@ -14,11 +14,11 @@ from functools import lru_cache
 from typing import Any
 
 from . import _files
-from ._flat import Field, problems, read_fields
+from ._flat import Field, read_fields
 from ._flat import markdown_table as _markdown_table
 from ._flat import to_json as _to_json
 from .lineprotocol import point
-from .sample import time_ns
+from .sample import problems_with_time, time_ns
 
 SCHEMA_FILE = "agent.schema.json"
 
@@ -55,13 +55,7 @@ def upgraded(doc: dict[str, Any]) -> dict[str, Any]:
 
 def validate(doc: dict[str, Any]) -> list[str]:
     """Everything wrong with a self-sample, as texts naming the field; [] when it conforms."""
-    errors = problems(doc, fields())
-    if not errors:
-        try:
-            time_ns(doc["time"])
-        except ValueError:
-            errors.append(f"time: not an ISO-8601 UTC time ({doc['time'][:40]!r})")
-    return errors
+    return problems_with_time(doc, fields())
 
 
 def _as_written(doc: dict[str, Any]) -> dict[str, Any]:

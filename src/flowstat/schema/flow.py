@@ -13,11 +13,11 @@ from functools import lru_cache
 from typing import Any
 
 from . import _files
-from ._flat import Field, problems, read_fields
+from ._flat import Field, read_fields
 from ._flat import markdown_table as _markdown_table
 from ._flat import to_json as _to_json
 from .lineprotocol import point
-from .sample import time_ns
+from .sample import problems_with_time, time_ns
 
 VERDICT_FILE = "verdict.schema.json"
 EDGE_FILE = "edge.schema.json"
@@ -40,13 +40,7 @@ def measurement(kind: str) -> str:
 
 def validate(kind: str, doc: dict[str, Any]) -> list[str]:
     """Everything wrong with a verdict or edge point, naming the field; [] when it conforms."""
-    errors = problems(doc, fields(kind))
-    if not errors:
-        try:
-            time_ns(doc["time"])
-        except ValueError:
-            errors.append(f"time: not an ISO-8601 UTC time ({str(doc['time'])[:40]!r})")
-    return errors
+    return problems_with_time(doc, fields(kind))
 
 
 def document_id(kind: str, doc: dict[str, Any]) -> str:

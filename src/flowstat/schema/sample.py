@@ -94,6 +94,18 @@ def validate(sample: dict[str, Any]) -> list[str]:
     return problems(sample, fields())
 
 
+def problems_with_time(doc: dict[str, Any], flat: tuple[Any, ...]) -> list[str]:
+    """A flat document's problems (the self-sample's, a verdict's, an edge's) and, when it has none,
+    whether its time reads as an ISO-8601 UTC time."""
+    errors = problems(doc, flat)
+    if not errors:
+        try:
+            time_ns(doc["time"])
+        except ValueError:
+            errors.append(f"time: not an ISO-8601 UTC time ({str(doc['time'])[:40]!r})")
+    return errors
+
+
 _TIME_CACHE: dict[str, int] = {}
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MILLISECOND = timedelta(milliseconds=1)
