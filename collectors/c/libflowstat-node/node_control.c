@@ -510,7 +510,9 @@ void fsn_control_wait_to_tell_the_end(fs_node *n)
         return;
     pthread_mutex_lock(&c->end_lock);
     if (c->asks >= 2) { /* asked at an interval: an agent will ask again within it */
-        double deadline = c->asked_at[1] + 2 * (c->asked_at[1] - c->asked_at[0]);
+        double period = c->asked_at[1] - c->asked_at[0];
+        double deadline =
+            c->asked_at[1] + period + (period > FSN_FINAL_REPORT_SLACK_S ? period : FSN_FINAL_REPORT_SLACK_S);
         double latest = fsn_clock(CLOCK_MONOTONIC) + FSN_FINAL_REPORT_MAX_S;
         if (deadline > latest)
             deadline = latest;

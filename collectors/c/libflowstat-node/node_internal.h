@@ -123,9 +123,11 @@ int fsn_control_start(fs_node *node);
 /* Stop it and free what it held (the socket is closed by the caller). */
 void fsn_control_stop(fs_node *node);
 /* Once the node is STOPPED: a node an agent has been asking waits for one more get-metrics, so that
- * the agent's STOPPED sample carries its final counts (at most two of the intervals it was asked at,
+ * the agent's STOPPED sample carries its final counts (one interval after the last request and one
+ * more, or FSN_FINAL_REPORT_SLACK_S if longer, for an agent a loaded host makes late;
  * FSN_FINAL_REPORT_MAX_S at most; a node not asked twice does not wait). */
 #define FSN_FINAL_REPORT_MAX_S 5.0
+#define FSN_FINAL_REPORT_SLACK_S 1.0
 void fsn_control_wait_to_tell_the_end(fs_node *node);
 
 /* CURVE (node_guard.c). The keys folder a node was given, else $FLOWSTAT_CURVE_KEYS; NULL: none. */

@@ -52,6 +52,7 @@ log = logging.getLogger("flowstat.node")
 
 STATES = ("STARTING", "READY", "RUNNING", "DRAINING", "STOPPED")
 FINAL_REPORT_MAX_S = 5.0  # the longest close() waits for an agent to take the final counters
+FINAL_REPORT_SLACK_S = 1.0  # how late past its interval an agent's next request may be: a loaded host
 MERGES_AVERAGED = 10  # average_merge_time: the mean of the last this many merges (thesis section 4.2.3)
 _ONE_STAMP = (float, int)  # numpy's float64 is a float
 # Waits kept before they are bucketed: bucketing costs a few numpy calls per chunk whatever its size
@@ -407,8 +408,9 @@ class Node:
         the node STOPPED, not DOWN), the control thread ended.
 
         A node an agent has been asking waits for one more request, so that its STOPPED sample carries
-        its final counts rather than those of up to an interval before: at most two of the intervals
-        it was asked at (FINAL_REPORT_MAX_S at most; a node not asked twice does not wait)."""
+        its final counts rather than those of up to an interval before: one interval after the last
+        request and one more, or a second (FINAL_REPORT_SLACK_S) if that is longer, for an agent
+        a loaded host makes late (FINAL_REPORT_MAX_S at most; a node not asked twice does not wait)."""
         self._state = "STOPPED"
         self._wait_to_tell_the_end()
         withdraw(self.endpoint_file)
@@ -428,7 +430,7 @@ class Node:
         if self._thread is None or len(asked) < 2:  # not asked at an interval: nobody to wait for
             return
         period = asked[-1] - asked[0]
-        deadline = asked[-1] + 2 * period  # the next request, with room for one late round
+        deadline = asked[-1] + period + max(period, FINAL_REPORT_SLACK_S)  # the next request, or a late one
         self._told_stopped.wait(max(0.0, min(deadline - time.monotonic(), FINAL_REPORT_MAX_S)))
 
     def _close_context(self) -> None:

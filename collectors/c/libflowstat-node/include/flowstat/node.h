@@ -130,7 +130,8 @@ int fs_node_start_requested(const fs_node *node);
 
 /* STOPPED, the endpoints file removed, the control thread joined, its socket closed, memory freed.
  * A node an agent has been asking first waits for its next get-metrics (two of the intervals it was
- * asked at, 5 s at most), so that the agent's STOPPED sample carries the final counts. NULL is allowed. */
+ * asked at, or one and a second; 5 s at most), so that the agent's STOPPED sample carries the final
+ * counts. NULL is allowed. */
 void fs_node_close(fs_node *node);
 
 #ifdef __cplusplus
