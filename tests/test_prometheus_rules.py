@@ -11,12 +11,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from flowstat.schema import prometheus
 from flowstat.views import alerts, promrules
 from support.common import ROOT
 
 RULES = ROOT / "dashboards" / "prometheus" / "rules.yml"
 NODE = {"run_id": "r1", "host": "h1", "node_id": "m0", "role": "merger", "agent": "flowstat-agent-c"}
 AGENT = {"run_id": "r1", "host": "h1", "agent": "flowstat-agent-c"}
+HELD = {"run_id": "r1", "held_back_by": "merger-1"}  # what flowstat verdict --listen labels a verdict with
 MiB = 1024 * 1024
 
 
@@ -58,6 +60,15 @@ def latency(values: str, in_flight: str = "0x40") -> list[dict]:
     return [
         series("flowstat_node_input_latency_p99_seconds", NODE, values),
         series("flowstat_node_objects_in_flight", NODE, in_flight),
+    ]
+
+
+def held(values: str, by: str = "merger-1") -> list[dict]:
+    """The run's latest verdict each 10 s: held back by ``by`` while the values say 1, and a verdict
+    "none" throughout (its held_nodes 0, no held_back_by), as the service serves them."""
+    return [
+        series("flowstat_verdict_held_nodes", {**HELD, "held_back_by": by}, values),
+        series("flowstat_verdict_held_nodes", {"run_id": "r1"}, "0x12"),
     ]
 
 
@@ -106,6 +117,11 @@ CASES = {
     "spooling: spool grew by one in a minute": case(
         "flowstat-agent-spooling", [series("flowstat_agent_spooled_samples", AGENT, "5x6 6x6")], "2m", True, AGENT
     ),
+    "held: named for 50 s": case("flowstat-held-back", held("1x5"), "50s", False, HELD),
+    "held: named for 60 s": case("flowstat-held-back", held("1x6"), "60s", True, HELD),
+    # a verdict that does not name it (the series ends: stale) restarts the 60 s
+    "held: named 60 s with a gap at 30 s": case("flowstat-held-back", held("1x2 stale 1x3"), "60s", False, HELD),
+    "held: named 60 s since the gap": case("flowstat-held-back", held("1x2 stale 1x9"), "100s", True, HELD),
 }
 
 
@@ -174,18 +190,18 @@ def test_the_recorded_series_are_the_alerts_quantities_and_the_panels_sums(tmp_p
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-def test_the_alerts_on_verdicts_have_no_rule_and_the_file_says_why():
-    """flowstat verdict's verdicts are not in Prometheus: a rule on them would never see a series, so
-    there is none, and the rules file names the alert and the reason instead."""
-    on_verdicts = [a.uid for a in alerts.ALERTS if a.source == "verdict"]
-    assert on_verdicts and set(promrules.LEFT_OUT) == set(on_verdicts)
-    assert not {a.uid for a in promrules.RULED} & set(on_verdicts)
-    assert {a.uid for a in promrules.RULED} | set(on_verdicts) == {a.uid for a in alerts.ALERTS}
-    head = RULES.read_text().split("groups:", 1)[0]
-    assert all(f"# No rule for {uid}: " in head and "no series" in head for uid in on_verdicts)
-    assert not any(
-        uid in r["record"] or "verdict" in r["expr"] for uid in on_verdicts for r in promrules.recording_rules()
-    )
+def test_the_held_back_rule_reads_what_flowstat_verdict_serves():
+    """The rule's family and labels are those of the verdict service's /metrics (the verdict schema's
+    held field and tags), so a served verdict is one the rule sees; the other engines' count over the
+    window is Prometheus's ``for``."""
+    (rule,) = [
+        r for r in promrules.rules()["groups"][0]["rules"] if r["labels"]["flowstat_alert"] == "flowstat-held-back"
+    ]
+    served = next(f for f in prometheus.VERDICT_FAMILIES if f.field == "held")
+    assert rule["expr"] == f"max by ({', '.join(prometheus.VERDICT_LABELS)}) ({served.name}) >= 1"
+    alert = next(a for a in alerts.ALERTS if a.uid == "flowstat-held-back")
+    assert rule["for"] == f"{alert.window_s}s" and alert.group == prometheus.VERDICT_LABELS
+    assert not any("verdict" in r["expr"] for r in promrules.recording_rules())
 
 
 @pytest.mark.parametrize("uid", [a.uid for a in promrules.RULED])
@@ -196,7 +212,7 @@ def test_a_threshold_moved_turns_a_case_red(tmp_path, uid):
         if r["labels"]["flowstat_alert"] == uid:
             r["expr"] = r["expr"].replace("> 0\n", "> 1\n").replace(") > 0", ") > 1").replace("> 1 ", "> 2 ")
             r["expr"] = r["expr"].replace("> 1000", "> 1010").replace("> 10485760", "> 10800000")
-            r["expr"] = r["expr"].replace("offset 150s", "offset 160s")
+            r["expr"] = r["expr"].replace("offset 150s", "offset 160s").replace(") >= 1", ") >= 2")
     moved = tmp_path / "moved.yml"
     moved.write_text(yaml.safe_dump(rules))
     mine = {

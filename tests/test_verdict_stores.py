@@ -7,7 +7,9 @@ Elasticsearch (a database and a samples index of this module's own), one with a 
 The run documents' edges reach both stores (InfluxDB: flowstat_edge topology points); `flowstat
 verdict` judges each run live while it runs and once after (--run) on each store; the stored
 verdicts name exactly the slow merger, or none; judged again, nothing is added; a store down is
-named. Then the parts that need no server: the edge rates, a bad sample, the evaluation grid.
+named. The live judge of InfluxDB also serves its verdicts on /metrics (--listen), scraped by a
+Prometheus evaluating flowstat's rules: the held-back alert goes pending on the slow merger.
+Then the parts that need no server: the edge rates, a bad sample, the evaluation grid.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from flowstat.schema import flow as flow_schema
 from flowstat.schema import run as run_schema
 from flowstat.schema.sample import time_ns
 from flowstat.stores.influxdb import InfluxDBWriter
+from flowstat.views import promrules
+from flowstat_lab.prometheus import PrometheusServer
 from support.common import free_port, topology_dict
 
 pytestmark = pytest.mark.integration
@@ -82,22 +86,37 @@ def judged(stack, tmp_path_factory):
     runs_dir = tmp_path_factory.mktemp("verdict-runs")
     command = [sys.executable, "-m", "flowstat", "verdict", "--every", EVERY]
     logs = {name: runs_dir / f"verdict-live-{name}.log" for name in stores}
+    served = free_port()  # the InfluxDB judge's /metrics
+    listen = {"influxdb": ["--listen", f"127.0.0.1:{served}"], "elasticsearch": []}
     lives = {}
     for name, options in stores.items():
         with logs[name].open("w") as log:
-            lives[name] = subprocess.Popen([*command, *options], stderr=log)
-    try:
-        slow = run(
-            {"producers": {"count": 8, "rate": 30}, "mergers": 2, "merger_layers": [1]},
-            ["merger-1"],
-            runs_dir,
-            sinks,
-            duration=10,
-        )
-    finally:
-        for proc in lives.values():
-            proc.send_signal(signal.SIGTERM)
-        live = {name: (proc.wait(30), logs[name].read_text()) for name, proc in lives.items()}
+            lives[name] = subprocess.Popen([*command, *options, *listen[name]], stderr=log)
+    prom_home = tmp_path_factory.mktemp("verdict-prometheus")
+    with PrometheusServer(
+        prom_home, free_port(), {"verdict": [f"127.0.0.1:{served}"]}, 1.0, rule_files=[rules_each_second(prom_home)]
+    ) as prom:
+        try:
+            slow = run(
+                {"producers": {"count": 8, "rate": 30}, "mergers": 2, "merger_layers": [1]},
+                ["merger-1"],
+                runs_dir,
+                sinks,
+                duration=10,
+            )
+            scraped = requests.get(f"http://127.0.0.1:{served}/metrics", timeout=10).text
+        finally:
+            for proc in lives.values():
+                proc.send_signal(signal.SIGTERM)
+            live = {name: (proc.wait(30), logs[name].read_text()) for name, proc in lives.items()}
+        span = (time_ns(slow["started"]) / 1e9, time_ns(slow["finished"]) / 1e9 + 10)
+        prometheus = {
+            "scraped": scraped,
+            "alerts": prom.query_range(
+                f'ALERTS{{alertname="FlowstatPipelineHeldBack",run_id="{slow["run_id"]}"}}', *span
+            ),
+            "held": prom.query_range(f'flowstat_verdict_held_nodes{{run_id="{slow["run_id"]}"}}', *span),
+        }
     none = run({"producers": {"count": 4, "rate": 50}, "mergers": 2}, [], runs_dir, sinks, duration=7)
     procs = {
         (doc["run_id"], name): subprocess.Popen(
@@ -113,9 +132,29 @@ def judged(stack, tmp_path_factory):
     for key, p in procs.items():
         out, err = p.communicate(timeout=120)
         once[key] = subprocess.CompletedProcess(p.args, p.returncode, out, err)
-    yield {"slow": slow, "none": none, "stores": stores, "live": live, "once": once, "es": es, "influx": influx}
+    yield {
+        "slow": slow,
+        "none": none,
+        "stores": stores,
+        "live": live,
+        "once": once,
+        "es": es,
+        "influx": influx,
+        "prometheus": prometheus,
+    }
     influx.query(f'DROP DATABASE "{DB}"')
     requests.delete(f"{es.url}/{INDEX}-*", timeout=30)
+
+
+def rules_each_second(home: Path) -> Path:
+    """flowstat's rules as generated, their groups evaluated each second (not each 10 s): a 10 s
+    run is judged held back for a few seconds only."""
+    rules = promrules.rules()
+    for group in rules["groups"]:
+        group["interval"] = "1s"
+    path = home / "rules.yml"
+    path.write_text(json.dumps(rules))  # JSON is YAML
+    return path
 
 
 def verdicts(judged: dict, store: str, run_id: str) -> list[dict]:
@@ -252,6 +291,20 @@ def test_the_live_verdict_named_the_slow_merger_as_it_ran_and_stopped_on_sigterm
     said = [line for line in stderr.splitlines() if f"run {run_id}: held back by" in line]
     assert said and all(f"run {run_id}: held back by merger-1 (" in line for line in said), stderr
     assert "stopped" in stderr.splitlines()[-1]
+
+
+def test_the_served_verdict_takes_prometheus_s_held_back_alert_to_pending_on_the_slow_merger(judged):
+    """What Prometheus scraped of `flowstat verdict --listen` as the slow run ran: the verdict held
+    back by merger-1, which its alert rule (as generated, evaluated each second) saw: pending, the
+    60 s of its ``for`` longer than the run. promtool checks the exposition."""
+    got = judged["prometheus"]
+    named = {s["metric"].get("held_back_by") for s in got["held"] if any(float(v) >= 1 for _, v in s["values"])}
+    assert named == {"merger-1"}, got["held"]
+    states = {(s["metric"]["held_back_by"], s["metric"]["alertstate"]) for s in got["alerts"]}
+    assert states == {("merger-1", "pending")}, got["alerts"]
+    assert "# TYPE flowstat_verdict_held_nodes gauge" in got["scraped"]
+    check = subprocess.run(["promtool", "check", "metrics"], input=got["scraped"], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
 
 
 @pytest.mark.parametrize("store", ["influxdb", "elasticsearch"])
@@ -420,3 +473,31 @@ def test_point_is_what_held_back_by_takes():
 
     s = parse_sample(sample("m", 5.0, 0.4, input_latency_p50_ms=3.0, node_state="STOPPED"))
     assert s.point == Point(5.0, 0.4, 0.0, 0.6, 3.0, "STOPPED") and (s.node, s.agent) == ("m", "a")
+
+
+def test_the_served_board_shows_the_latest_verdicts_and_nothing_once_emptied():
+    from flowstat.verdicts import Board
+
+    board = Board()
+    held = {"time": "2026-01-01T00:00:05.000Z", "run_id": "r", "held_back_by": "m1", "flow": "held_back", "held": 1}
+    edge = {"time": held["time"], "run_id": "r", "from": "p0", "to": "m1", "objects_per_second": 2.5, "estimated": True}
+    board.show({"r": (held, [edge])})
+    version, body = board.rendered(openmetrics=True)
+    text = body.decode()
+    assert 'flowstat_verdict_held_nodes{run_id="r",held_back_by="m1"} 1\n' in text
+    assert 'flowstat_edge_objects_per_second{run_id="r",from="p0",to="m1"} 2.5\n' in text
+    assert 'flowstat_edge_estimated{run_id="r",from="p0",to="m1"} 1\n' in text and text.endswith("# EOF\n")
+    assert board.rendered(openmetrics=True) == (version, body)  # kept until the next pass
+    board.show({})  # the store down: nothing current to show
+    later, emptied = board.rendered(openmetrics=False)
+    assert later > version and "flowstat_verdict" not in emptied.decode() and b"process_cpu_seconds_total" in emptied
+
+
+def test_listen_is_refused_with_a_past_run_beyond_loopback_or_without_a_port():
+    store = ["--influx", "http://127.0.0.1:1"]
+    got = flowstat(*store, "--run", "r", "--listen", "9466")
+    assert got.returncode == 2 and "--listen serves live verdicts: not with --run" in got.stderr
+    got = flowstat(*store, "--listen", "192.0.2.1:9466")
+    assert got.returncode == 2 and "--listen 192.0.2.1:9466: /metrics is served on loopback only" in got.stderr
+    got = flowstat(*store, "--listen", "127.0.0.1:port")
+    assert got.returncode == 2 and "a port (0 to 65535) is needed" in got.stderr

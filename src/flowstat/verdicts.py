@@ -55,9 +55,11 @@ from urllib.parse import quote
 import orjson
 
 from flowstat import stores
+from flowstat.agent.sinks import exposition
 from flowstat.flow import VERDICT_EVERY_S, WINDOW_S, Point, Verdict, held_back_by, points_from_samples
 from flowstat.progress import Progress
 from flowstat.registry import Command
+from flowstat.schema import prometheus
 from flowstat.schema import sample as sample_schema
 from flowstat.stores.elasticsearch import RUNS_INDEX, SAMPLES_INDEX, ElasticsearchWriter
 from flowstat.stores.elasticsearch_rollup import daily_indices
@@ -470,6 +472,8 @@ class Judging:
     bad: list[str] = field(default_factory=list)  # the first few, why
     kinds: Counter[str] = field(default_factory=Counter)  # held back by NODES / none / unknown -> evaluations
     latest: dict[str, Verdict] = field(default_factory=dict)  # each run's last verdict
+    # each run's last verdict and edge rate documents: what --listen serves
+    shown: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = field(default_factory=dict)
 
     def take(self, outcome: stores.Outcome) -> None:
         self.documents += outcome.accepted
@@ -524,11 +528,49 @@ def judge(
             tally.evaluations += 1
             tally.kinds["held back by " + doc["held_back_by"] if "held_back_by" in doc else verdict.kind] += 1
             tally.latest[run_id] = verdict
+            tally.shown[run_id] = (doc, edge_docs)
             if len(verdicts) >= BATCH:
                 flush()
         if on_evaluation is not None:
             on_evaluation()
     flush()
+
+
+# -- served to Prometheus ----------------------------------------------------------------------------
+class Board:
+    """What ``--listen``'s /metrics shows: each live run's latest verdict and edge rates, as the last
+    pass left them (none while the store is down: a verdict the service cannot renew is not shown
+    as current, so an alert's ``for`` starts again when it answers)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._shown: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
+        self._version = 0
+        self._rendered: dict[bool, tuple[int, bytes]] = {}
+
+    def show(self, shown: Mapping[str, tuple[dict[str, Any], list[dict[str, Any]]]]) -> None:
+        with self._lock:
+            self._shown = dict(shown)
+            self._version += 1
+
+    def rendered(self, openmetrics: bool) -> tuple[int, bytes]:
+        with self._lock:
+            version, shown = self._version, list(self._shown.values())
+            kept = self._rendered.get(openmetrics)
+        if kept is not None and kept[0] == version:
+            return kept
+        body = prometheus.verdict_exposition(
+            [doc for doc, _ in shown],
+            [e for _, edges in shown for e in edges],
+            openmetrics=openmetrics,
+            process=exposition.process_figures(),
+        ).encode()
+        with self._lock:
+            self._rendered[openmetrics] = (version, body)
+        return version, body
+
+    def answered_whole(self, version: int) -> None:
+        pass  # nothing waits for a scrape: the service's verdicts are in its store too
 
 
 # -- the command -----------------------------------------------------------------------------------
@@ -582,6 +624,20 @@ def configure(p: argparse.ArgumentParser) -> None:
         "reads its age",
     )
     p.add_argument("--quiet", action="store_true", help="--run: no progress bar")
+    served = p.add_argument_group("for Prometheus (live)")
+    served.add_argument(
+        "--listen",
+        metavar="[HOST:]PORT",
+        help="serve each live run's latest verdict and edge rates on http://HOST:PORT/metrics (host 127.0.0.1 "
+        f"unless given; {prometheus.VERDICT_FAMILIES[0].name}, ..., docs/prometheus.md), what the "
+        'Prometheus rule "pipeline held back" reads',
+    )
+    served.add_argument(
+        "--web-config",
+        metavar="FILE",
+        help="an exporter-toolkit web-config.yml for --listen: TLS and basic authentication (required beyond "
+        "loopback)",
+    )
 
 
 def _source(args: argparse.Namespace, retry: stores.RetryPolicy | None) -> Source:
@@ -630,7 +686,9 @@ def one_run(source: Source, run_id: str, every_ms: int, quiet: bool) -> int:
     return 1 if tally.skipped else 0
 
 
-def live(source: Source, every_ms: int, stop: threading.Event, status: str | None = None) -> None:
+def live(
+    source: Source, every_ms: int, stop: threading.Event, status: str | None = None, board: Board | None = None
+) -> None:
     """Judge every run with samples in the last window, every ``every_ms``, until ``stop``; a store
     down is said once and waited for, the evaluations it made us miss judged once it answers
     (CATCH_UP_S at most)."""
@@ -658,6 +716,9 @@ def live(source: Source, every_ms: int, stop: threading.Event, status: str | Non
                     del edges[run_id]
                     said.pop(run_id, None)
                     totals.latest.pop(run_id, None)
+                    totals.shown.pop(run_id, None)
+                if board is not None:
+                    board.show(totals.shown)
                 last = at
                 if down is not None:
                     log.info("%s answers again", source.said)
@@ -674,6 +735,8 @@ def live(source: Source, every_ms: int, stop: threading.Event, status: str | Non
                 if down is None:
                     log.warning("%s; the evaluations wait for it", exc)
                 down = str(exc)
+                if board is not None:
+                    board.show({})
             except VerdictError as exc:
                 if str(exc) != refused:
                     log.error("%s", exc)
@@ -723,11 +786,23 @@ def main(args: argparse.Namespace) -> int:
         print("flowstat verdict: --every must be between 0.5 and 3600 s", file=sys.stderr)
         return 2
     every_ms = int(round(args.every * 1000))
+    if args.run and (args.listen or args.web_config):
+        print("flowstat verdict: --listen serves live verdicts: not with --run", file=sys.stderr)
+        return 2
     try:
         source = _source(args, stores.DEFAULT_RETRY if args.run else None)
     except stores.StoreURLError as exc:
         print(f"flowstat verdict: {exc}", file=sys.stderr)
         return 2
+    board, served = None, None
+    if args.listen:
+        try:
+            board = Board()
+            served = _serve(args.listen, args.web_config, board)
+        except ValueError as exc:
+            print(f"flowstat verdict: --listen {args.listen}: {exc}", file=sys.stderr)
+            source.writer.close()
+            return 2
     try:
         if args.run:
             return one_run(source, args.run, every_ms, args.quiet)
@@ -740,7 +815,9 @@ def main(args: argparse.Namespace) -> int:
             args.every,
             source.where,
         )
-        live(source, every_ms, stop, args.status)
+        if served is not None:
+            log.info("serving the latest verdicts on %s", served.said)
+        live(source, every_ms, stop, args.status, board)
         log.info("stopped")
         return 0
     except stores.StoreDown as exc:
@@ -750,7 +827,22 @@ def main(args: argparse.Namespace) -> int:
         print(f"flowstat verdict: {exc}", file=sys.stderr)
         return 2
     finally:
+        if served is not None:
+            served.close()
         source.writer.close()
+
+
+def _serve(listen: str, web_config: str | None, board: Board) -> exposition.MetricsServer:
+    """The /metrics server of --listen [HOST:]PORT (ValueError: what is wrong with it)."""
+    host, _, port_text = listen.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError("a port (0 to 65535) is needed, as [HOST:]PORT")
+    web = exposition.web_config_for(host, web_config)
+    try:
+        return exposition.MetricsServer(board, host, int(port_text), web)
+    except OSError as exc:
+        raise ValueError(f"cannot listen: {exc.strerror}") from None
 
 
 # What flowstat.cli.COMMANDS names (the command line imports this module only for this command).

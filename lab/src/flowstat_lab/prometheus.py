@@ -15,7 +15,7 @@ import json
 import shutil
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +30,10 @@ class PrometheusServer:
         jobs: Mapping[str, list[str] | dict[str, Any]],
         scrape_interval_s: float = 1.0,
         storage: Path | None = None,
+        rule_files: Sequence[Path] = (),
     ):
-        """``storage``: the TSDB folder (default HOME/data), e.g. blocks flowstat replay wrote."""
+        """``storage``: the TSDB folder (default HOME/data), e.g. blocks flowstat replay wrote;
+        ``rule_files``: rules it evaluates (each group at its own interval)."""
         if not shutil.which("prometheus"):
             raise RuntimeError("prometheus is not installed (Debian's prometheus package: make test installs it)")
         self.home, self.port = home, port
@@ -41,6 +43,7 @@ class PrometheusServer:
         config = {
             "global": {"scrape_interval": interval, "scrape_timeout": interval, "evaluation_interval": interval},
             "scrape_configs": [_scrape_config(job, t) for job, t in jobs.items()],
+            **({"rule_files": [str(f) for f in rule_files]} if rule_files else {}),
         }
         (home / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
         self.proc: subprocess.Popen[bytes] | None = None
@@ -85,6 +88,14 @@ class PrometheusServer:
         """The result of an instant query (at a time, or now); an error answer raises, naming it."""
         params = {"query": promql, **({"time": f"{at:.3f}"} if at is not None else {})}
         answer = requests.get(f"{self.url}/api/v1/query", params=params, timeout=30).json()
+        if answer.get("status") != "success":
+            raise RuntimeError(f"prometheus: {promql}: {answer.get('error')}")
+        return answer["data"]["result"]
+
+    def query_range(self, promql: str, start: float, end: float, step_s: float = 1.0) -> list[dict[str, Any]]:
+        """The series of a range query over [start, end] (epoch s), one point each ``step_s``."""
+        params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step_s:g}"}
+        answer = requests.get(f"{self.url}/api/v1/query_range", params=params, timeout=30).json()
         if answer.get("status") != "success":
             raise RuntimeError(f"prometheus: {promql}: {answer.get('error')}")
         return answer["data"]["result"]

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import agent as agent_schema
+from . import flow as flow_schema
 from . import sample as sample_schema
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -70,6 +71,11 @@ NODE_FAMILIES: tuple[Family, ...] = _families(sample_schema.schema(), "flowstat_
 AGENT_FAMILIES: tuple[Family, ...] = _families(agent_schema.schema(), "flowstat_agent")
 NODE_LABELS: tuple[str, ...] = tuple(f.name for f in sample_schema.fields() if f.influx == "tag")
 AGENT_LABELS: tuple[str, ...] = tuple(f.name for f in agent_schema.fields() if f.influx == "tag")
+# flowstat verdict --listen: each run's latest verdict and edge rates (issue 46's alert, for Prometheus)
+VERDICT_FAMILIES: tuple[Family, ...] = _families(flow_schema.schema("verdict"), "flowstat_verdict")
+EDGE_FAMILIES: tuple[Family, ...] = _families(flow_schema.schema("edge"), "flowstat_edge")
+VERDICT_LABELS: tuple[str, ...] = tuple(f.name for f in flow_schema.fields("verdict") if f.influx == "tag")
+EDGE_LABELS: tuple[str, ...] = tuple(f.name for f in flow_schema.fields("edge") if f.influx == "tag")
 
 
 KEPT_LABELS = ("node_id",)  # tells the nodes' series apart: never dropped
@@ -229,9 +235,34 @@ def exposition(
         lines += _family_lines(family, nodes, select.labels, openmetrics)
     for family in AGENT_FAMILIES:
         lines += _family_lines(family, agents, AGENT_LABELS, openmetrics)
+    return _ended(lines, process, openmetrics)
+
+
+def _ended(lines: list[str], process: dict[str, Any] | None, openmetrics: bool) -> str:
+    """The exposition's text: ``lines``, then the process_* families, then (OpenMetrics) # EOF."""
     if process is not None:
         for family in PROCESS_FAMILIES:
             lines += _family_lines(family, [(process, [])], (), openmetrics)
     if openmetrics:
         lines.append("# EOF")
     return "\n".join(lines) + "\n"
+
+
+def verdict_exposition(
+    verdicts: Iterable[dict[str, Any]],
+    edges: Iterable[dict[str, Any]],
+    openmetrics: bool = True,
+    process: dict[str, Any] | None = None,
+) -> str:
+    """What ``flowstat verdict --listen`` serves: the families of ``verdicts`` (verdict documents,
+    one per run: its latest) and ``edges`` (edge rate documents of those evaluations), with the
+    service's own process_* figures, in OpenMetrics 1.0 or the text format 0.0.4."""
+    lines: list[str] = []
+    for families, docs, labels in (
+        (VERDICT_FAMILIES, list(verdicts), VERDICT_LABELS),
+        (EDGE_FAMILIES, list(edges), EDGE_LABELS),
+    ):
+        parted = [(doc, label_parts(doc, labels)) for doc in docs]
+        for family in families:
+            lines += _family_lines(family, parted, labels, openmetrics)
+    return _ended(lines, process, openmetrics)

@@ -34,7 +34,7 @@ import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, HTTPServer
-from typing import Any
+from typing import Any, Protocol
 
 from flowstat.proc.procfs import start_time
 from flowstat.proc.reader import CLK_TCK
@@ -91,7 +91,7 @@ class _Latest:
                 return kept
             nodes, agents = self.scrape()
             body = prometheus.exposition(
-                nodes, agents, openmetrics=openmetrics, process=_process_figures(), select=self.select
+                nodes, agents, openmetrics=openmetrics, process=process_figures(), select=self.select
             ).encode()
             self._rendered[openmetrics] = (version, body)
             return version, body
@@ -139,8 +139,8 @@ class _Latest:
         return nodes, agents
 
 
-def _process_figures() -> dict[str, Any]:
-    """The agent's own process_* figures, from /proc/self."""
+def process_figures() -> dict[str, Any]:
+    """This process's own process_* figures (an agent's, flowstat verdict's), from /proc/self."""
     with open("/proc/self/stat", "rb") as f:
         fields = f.read().rsplit(b")", 1)[1].split()
     with open("/proc/self/statm", "rb") as f:
@@ -159,6 +159,18 @@ def _process_figures() -> dict[str, Any]:
 _STARTED = start_time(os.getpid())
 
 
+class Board(Protocol):
+    """What a /metrics server answers from (the agent's latest samples, flowstat verdict's verdicts)."""
+
+    def rendered(self, openmetrics: bool) -> tuple[int, bytes]:
+        """The exposition, and a version of what it shows (growing)."""
+        ...
+
+    def answered_whole(self, version: int) -> None:
+        """A scrape showing ``version`` was answered whole (200)."""
+        ...
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     timeout = CLIENT_TIMEOUT_S
@@ -169,7 +181,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(401, "text/plain; charset=utf-8", b"Unauthorized\n", f'Basic realm="{webconfig.REALM}"')
             return  # before anything is read: the scrape changes nothing
         if self.path.split("?", 1)[0] != "/metrics":
-            self._answer(404, "text/plain; charset=utf-8", b"flowstat agent: /metrics only\n")
+            self._answer(404, "text/plain; charset=utf-8", b"flowstat: /metrics only\n")
             return
         openmetrics = "application/openmetrics-text" in (self.headers.get("Accept") or "")
         version, body = self.server.latest.rendered(openmetrics)
@@ -195,7 +207,7 @@ class _Server(HTTPServer):
     thread (and the interpreter) from sampling."""
 
     request_queue_size = 1024
-    latest: _Latest
+    latest: Board
     address_family = socket.AF_INET
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], web: webconfig.WebConfig):
@@ -250,6 +262,48 @@ class _Server(HTTPServer):
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
+class MetricsServer:
+    """/metrics served from ``board`` on HOST:PORT by a thread of its own (OSError: cannot listen)."""
+
+    def __init__(self, board: Board, host: str, port: int, web: webconfig.WebConfig | None = None) -> None:
+        web = web or webconfig.WebConfig("")
+        self.server = _Server((host, port), _Handler, web)
+        self.server.latest = board
+        self.port: int = self.server.server_address[1]
+        shown = f"[{host}]" if ":" in host else host
+        users = f", basic authentication ({len(web.users)} users)" if web.users else ""
+        scheme = "https" if web.context is not None else "http"
+        self.said = f"{scheme}://{shown}:{self.port}/metrics{users}"
+        self._thread = threading.Thread(target=self.server.serve_forever, name="prometheus", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(timeout=5)
+
+
+def web_config_for(host: str, path: str | None) -> webconfig.WebConfig | None:
+    """The web-config a /metrics server on ``host`` is to use (None: plain HTTP, anyone). ValueError
+    when ``path`` is empty or unreadable, or when ``host`` is beyond loopback without TLS and users
+    (BEYOND_LOOPBACK)."""
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if path == "":
+        raise ValueError("web_config needs a file (?web_config=PATH)")
+    if not loopback and path is None:
+        raise ValueError(BEYOND_LOOPBACK)
+    try:
+        web = webconfig.load(path) if path is not None else None
+    except webconfig.WebConfigError as exc:
+        raise ValueError(f"web_config {exc}") from None
+    if not loopback and (web is None or web.context is None or not web.users):
+        raise ValueError(BEYOND_LOOPBACK)
+    return web
+
+
 class PrometheusSink(Sink):
     scheme = "prometheus"
     format = "json"
@@ -265,42 +319,21 @@ class PrometheusSink(Sink):
     ):
         super().__init__(url)
         self.latest = _Latest(select)
-        web = web or webconfig.WebConfig("")
         try:
-            self.server = _Server((host, port), _Handler, web)
+            self.metrics = MetricsServer(self.latest, host, port, web)
         except OSError as exc:
             raise SinkURLError(f"{url}: cannot listen on {host}:{port}: {exc.strerror}") from None
-        self.server.latest = self.latest
-        self.port = self.server.server_address[1]
-        self._thread = threading.Thread(target=self.server.serve_forever, name="prometheus", daemon=True)
-        self._thread.start()
-        shown = f"[{host}]" if ":" in host else host
-        users = f", basic authentication ({len(web.users)} users)" if web.users else ""
-        scheme = "https" if web.context is not None else "http"
-        log.info("serving /metrics on %s://%s:%d/metrics%s", scheme, shown, self.port, users)
+        self.port = self.metrics.port
+        log.info("serving /metrics on %s", self.metrics.said)
 
     @classmethod
     def from_url(cls, url, parts, query):
         host, port = host_port(url, parts, DEFAULT_PORT)
         try:
-            loopback = ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            loopback = host == "localhost"
-        try:
             select = prometheus.selection(query.get("families"), query.get("drop_labels"))
+            web = web_config_for(host, query.get("web_config"))
         except ValueError as exc:
             raise SinkURLError(f"{url}: {exc}") from None
-        path = query.get("web_config")
-        if path == "":
-            raise SinkURLError(f"{url}: web_config needs a file (?web_config=PATH)")
-        if not loopback and path is None:
-            raise SinkURLError(f"{url}: {BEYOND_LOOPBACK}")
-        try:
-            web = webconfig.load(path) if path is not None else None
-        except webconfig.WebConfigError as exc:
-            raise SinkURLError(f"{url}: web_config {exc}") from None
-        if not loopback and (web is None or web.context is None or not web.users):
-            raise SinkURLError(f"{url}: {BEYOND_LOOPBACK}")
         return cls(url, host, port, web, select)
 
     def longest_send_s(self) -> float:
@@ -329,6 +362,4 @@ class PrometheusSink(Sink):
             )
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self._thread.join(timeout=5)
+        self.metrics.close()
