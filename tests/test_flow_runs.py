@@ -20,58 +20,21 @@ from flowstat.harness.orchestrator import run_topology
 from flowstat.harness.summary import format_summary
 from flowstat.harness.topology import from_dict
 from support.common import topology_dict
+from support.flowcases import CASES, costs, pins
 
 pytestmark = pytest.mark.integration
-
-# 100 objects/s at most: offered 4 producers x 30 = 120/s, it is the limit (a small excess: the queue
-# left at the end drains in a second or two)
-SLOW = {"per_object": "10ms"}
-
-
-def pins(slow: list[str], nodes: list[str]) -> dict[str, int]:
-    return {**{n: 0 for n in slow}, **{n: 1 for n in nodes if n not in slow}}
-
-
-CASES = {
-    # one slow merger of the first layer, under an upper one (2 layers)
-    "slow merger in layer 1 of 2": (
-        {"producers": {"count": 8, "rate": 30}, "mergers": 2, "merger_layers": [1]},
-        ["merger-1"],
-        ["merger-0", "merger-l2-0", "viewer", "producer"],
-    ),
-    # the viewer at 20 ms an object takes 50/s of the 60 merged objects/s offered: a queue builds
-    # in front of it (a small excess: the queue left at the end drains in seconds)
-    # (its input queue holds 200 in the process: a viewer sharing its CPU with other busy nodes finds
-    # input there, not waiting for its ZeroMQ thread to move it from the kernel's buffers)
-    "slow viewer": (
-        {"producers": {"count": 2, "rate": 60}, "mergers": 1, "buffer_size": 200},
-        ["viewer"],
-        ["merger-0", "producer"],
-    ),
-    "two slow mergers of four": (
-        {"producers": {"count": 16, "rate": 30}, "mergers": 4},
-        ["merger-1", "merger-3"],
-        ["merger-0", "merger-2", "viewer", "producer"],
-    ),
-    "none slow": (
-        {"producers": {"count": 4, "rate": 50}, "mergers": 2},
-        [],
-        ["merger-0", "merger-1", "viewer", "producer"],
-    ),
-}
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_the_verdict_names_exactly_the_slow_nodes(case, runs_dir):
     shape, slow, others = CASES[case]
-    costs = {n: ({"per_object": "20ms"} if n == "viewer" else SLOW) for n in slow}
     small = {"buffer_size": 20, "kernel_buffer_size": "16kB"}  # a short drain
     topo = from_dict(topology_dict(duration=10, **{**small, **shape}))
     topo = from_dict(
         topology_dict(
             duration=10,
             **{**small, **shape},
-            merge_cost={"nodes": costs} if costs else None,
+            merge_cost={"nodes": costs(slow)} if slow else None,
             cpus=pins(slow, [n for n, r in topo.node_roles().items() if r != "agent"]),
         )
     )

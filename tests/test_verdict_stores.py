@@ -1,9 +1,10 @@
 """`flowstat verdict` (flowstat.verdicts): which node holds a run's flow back, judged over what a store
 holds and written back to it (issue 46).
 
-Against the real servers: two harness runs watched by both agents, shipping into InfluxDB and
-Elasticsearch (a database and a samples index of this module's own), one with a merger made slow
-(a CPU cost per object, pinned apart from the others as in test_flow_runs.py), one with none slow.
+Against the real servers: harness runs of test_flow_runs.py's four topologies (support.flowcases)
+watched by both agents, shipping into InfluxDB and Elasticsearch (a database and a samples index of
+this module's own): a slow merger in layer 1 of 2, a slow viewer, two slow mergers of four (a CPU
+cost per object, pinned apart from the others), none slow.
 The run documents' edges reach both stores (InfluxDB: flowstat_edge topology points); `flowstat
 verdict` judges each run live while it runs and once after (--run) on each store; the stored
 verdicts name exactly the slow merger, or none; judged again, nothing is added; a store down is
@@ -35,6 +36,7 @@ from flowstat.stores.influxdb import InfluxDBWriter
 from flowstat.views import promrules
 from flowstat_lab.prometheus import PrometheusServer
 from support.common import free_port, topology_dict
+from support.flowcases import CASES, costs, pins
 
 pytestmark = pytest.mark.integration
 
@@ -50,9 +52,10 @@ def flowstat(*args: str, **kw) -> subprocess.CompletedProcess:
     )
 
 
-def run(shape: dict, slow: list[str], runs_dir: Path, sinks: list[str], duration: float) -> dict:
-    """A harness run (as test_flow_runs.py makes them): the slow nodes cost 10 ms an object and are
-    pinned to CPU 0, the others to CPU 1; both agents ship to ``sinks``."""
+def run(case: str, runs_dir: Path, sinks: list[str], duration: float) -> dict:
+    """A harness run of one of support.flowcases' topologies (as test_flow_runs.py makes them): the
+    slow nodes' cost set, pinned apart; both agents ship to ``sinks``."""
+    shape, slow, _ = CASES[case]
     small = {"buffer_size": 20, "kernel_buffer_size": "16kB", "run_id": f"verdict-{TAG}"}
     topo = from_dict(topology_dict(duration=duration, **{**small, **shape}))
     nodes = [n for n, r in topo.node_roles().items() if r != "agent"]
@@ -60,8 +63,8 @@ def run(shape: dict, slow: list[str], runs_dir: Path, sinks: list[str], duration
         topology_dict(
             duration=duration,
             **{**small, **shape},
-            merge_cost={"nodes": {n: {"per_object": "10ms"} for n in slow}} if slow else None,
-            cpus={**{n: 0 for n in slow}, **{n: 1 for n in nodes if n not in slow}},
+            merge_cost={"nodes": costs(slow)} if slow else None,
+            cpus=pins(slow, nodes),
         )
     )
     s = run_topology(topo, runs_dir=runs_dir, agent=AgentOptions(sinks=sinks, c_agent=True))
@@ -97,13 +100,7 @@ def judged(stack, tmp_path_factory):
         prom_home, free_port(), {"verdict": [f"127.0.0.1:{served}"]}, 1.0, rule_files=[rules_each_second(prom_home)]
     ) as prom:
         try:
-            slow = run(
-                {"producers": {"count": 8, "rate": 30}, "mergers": 2, "merger_layers": [1]},
-                ["merger-1"],
-                runs_dir,
-                sinks,
-                duration=10,
-            )
+            slow = run("slow merger in layer 1 of 2", runs_dir, sinks, duration=10)
             scraped = requests.get(f"http://127.0.0.1:{served}/metrics", timeout=10).text
         finally:
             for proc in lives.values():
@@ -117,7 +114,8 @@ def judged(stack, tmp_path_factory):
             ),
             "held": prom.query_range(f'flowstat_verdict_held_nodes{{run_id="{slow["run_id"]}"}}', *span),
         }
-    none = run({"producers": {"count": 4, "rate": 50}, "mergers": 2}, [], runs_dir, sinks, duration=7)
+    none = run("none slow", runs_dir, sinks, duration=7)
+    more = {case: run(case, runs_dir, sinks, duration=10) for case in ("slow viewer", "two slow mergers of four")}
     procs = {
         (doc["run_id"], name): subprocess.Popen(
             [*command, *options, "--run", doc["run_id"], "--quiet"],
@@ -125,7 +123,7 @@ def judged(stack, tmp_path_factory):
             stderr=subprocess.PIPE,
             text=True,
         )
-        for doc in (slow, none)
+        for doc in (slow, none, *more.values())
         for name, options in stores.items()
     }
     once = {}
@@ -141,6 +139,7 @@ def judged(stack, tmp_path_factory):
         "es": es,
         "influx": influx,
         "prometheus": prometheus,
+        "more": more,
     }
     influx.query(f'DROP DATABASE "{DB}"')
     requests.delete(f"{es.url}/{INDEX}-*", timeout=30)
@@ -239,6 +238,25 @@ def test_the_stored_verdict_names_exactly_the_slow_merger(judged, store):
     assert all(time_ns(doc["started"]) < v["time"] for v in got)
     times = [v["time"] for v in got]
     assert all(b - a == 1_000_000_000 for a, b in zip(times, times[1:], strict=False)), "an evaluation a second"
+
+
+@pytest.mark.parametrize("case", ["slow viewer", "two slow mergers of four"])
+@pytest.mark.parametrize("store", ["influxdb", "elasticsearch"])
+def test_the_other_topologies_stored_verdicts_name_exactly_their_slow_nodes(judged, store, case):
+    """Judged from the stores (--run), as the harness judged them itself (test_flow_runs.py): the
+    steady state's verdicts name the slow nodes (both, of two: each of them, and most evaluations
+    held back by some of them), never another node."""
+    doc, slow = judged["more"][case], set(CASES[case][1])
+    once = judged["once"][(doc["run_id"], store)]
+    assert once.returncode == 0, once.stderr
+    lo, hi = steady(doc)
+    got = verdicts(judged, store, doc["run_id"])
+    in_steady = [v for v in got if lo <= v["time"] <= hi]
+    named = [set(v["held_back_by"].split(",")) for v in in_steady if "held_back_by" in v]
+    summary = [(v["time"], v["flow"], v.get("held_back_by"), v["evidence"][:80]) for v in got]
+    assert len(in_steady) >= 5 and len(named) >= 0.5 * len(in_steady), summary
+    assert set().union(*named) == slow, summary
+    assert all(nodes <= slow for v in got if "held_back_by" in v for nodes in [set(v["held_back_by"].split(","))])
 
 
 @pytest.mark.parametrize("store", ["influxdb", "elasticsearch"])
