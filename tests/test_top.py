@@ -1,14 +1,17 @@
 """``flowstat top`` (issue 46): a live terminal view of a running pipeline, read from its agents'
-/metrics. For real: the example pipeline with its merger made slow, a Python agent serving /metrics,
-and top in tmux at 80x24 naming the merger as the stage that holds the flow back, then quitting on q
-with the terminal given back. Its user errors, said without a traceback. And from fixed inputs: the
-parsing of /metrics, the history and rates, and the frame (500 siblings folded into one line, 80
-columns, rows cut with "… N more")."""
+/metrics or from the samples an agent writes. For real: the example pipeline with its merger made
+slow, a Python agent serving /metrics, and top in tmux at 80x24 naming the merger as the stage that
+holds the flow back, then quitting on q with the terminal given back; a harness run followed
+through its run directory's samples.ndjson (--samples). Its user errors, said without a traceback.
+And from fixed inputs: the parsing of /metrics, a samples file followed (bad lines, a line written
+in two parts, two agents of one node, a file replaced), the history and rates, and the frame (500
+siblings folded into one line, 80 columns, rows cut with "… N more")."""
 
 from __future__ import annotations
 
 import http.server
 import io
+import json
 import os
 import shlex
 import shutil
@@ -19,16 +22,19 @@ import threading
 from pathlib import Path
 
 import pytest
+import yaml
 from rich.cells import cell_len
 
 from flowstat.flow import Verdict
 from flowstat.schema import prometheus
+from flowstat.timeutil import iso_utc_ms
 from flowstat.top.command import _Keys
 from flowstat.top.frame import COLLAPSE_OVER, Frame, render, rows
 from flowstat.top.scrape import MetricsError, NodeSample, Scrape, node_samples
+from flowstat.top.tail import STALE_S, Tail
 from flowstat.top.watch import NodeView, Watch
 from support.agents import wait_until
-from support.common import PYTHON_AGENT, ROOT, free_port
+from support.common import PYTHON_AGENT, ROOT, free_port, topology_dict
 from support.user_runs import free_port_block
 
 EXAMPLE = ROOT / "examples" / "python-pipeline" / "pipeline.py"
@@ -120,6 +126,55 @@ def _top(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*TOP, *args], capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.integration
+def test_top_follows_a_running_harness_runs_samples_through_its_run_directory(tmp_path):
+    """A harness run going (producers -> merger -> viewer), its Python agent writing the run's
+    samples.ndjson: top --samples RUN_DIR --once --after 3 (edges from the run's endpoints.json)
+    lists every node of the run, the merger and the viewer with the objects they receive a second,
+    under a verdict drawn from the samples (not WAITING, not UNKNOWN for want of edges or samples)."""
+    topology = tmp_path / "chain.yaml"
+    topology.write_text(yaml.safe_dump(topology_dict(run_id="top", producers={"count": 2, "rate": 200})))
+    run_dir = tmp_path / "runs" / "top-samples"
+    run = subprocess.Popen(
+        [sys.executable, "-m", "flowstat", "run", str(topology), "--run-id", run_dir.name, "--runs-dir",
+         str(run_dir.parent), "--duration", "60", "--quiet", "--no-c-agent", "--agent-interval", "0.5"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        nodes: list[str] = []
+
+        def sampled() -> bool:
+            assert run.poll() is None, run.communicate()
+            if not nodes and (run_dir / "endpoints.json").exists():
+                nodes[:] = [n["node_id"] for n in json.loads((run_dir / "endpoints.json").read_text())["nodes"]]
+            samples = run_dir / "samples.ndjson"
+            text = samples.read_text() if nodes and samples.exists() else ""
+            return bool(nodes) and all(f'"node_id":"{n}"' in text for n in nodes)
+
+        wait_until(sampled, "the run's agent writing a sample of every node", timeout=30, poll=0.1)
+        out = subprocess.run(
+            [*TOP, "--samples", str(run_dir), "--once", "--after", "3", "--interval", "0.5"],
+            capture_output=True, text=True, timeout=60, env=dict(os.environ, COLUMNS="250"),  # the path, whole
+        )  # fmt: skip
+        text = out.stdout.splitlines()
+        assert out.returncode == 0 and not out.stderr, out
+        assert text[0].startswith(("FLOWING — ", "HELD BACK by ")), text  # the verdict, from 3 s of samples
+        assert f"samples of {run_dir / 'samples.ndjson'}" in text[1], text
+        header = next(k for k, line in enumerate(text) if line.startswith(" NODE"))
+        rows_ = {cells[0]: cells for cells in (line.lstrip("▶└ ").split() for line in text[header + 1 :])}
+        assert set(rows_) == set(nodes) and len(nodes) >= 3, text
+        for node in ("merger-0", "viewer"):
+            _, _, state, rate, *_ = rows_[node]  # NODE ROLE STATE IN/s ...
+            assert state == "RUNNING" and float(rate.rstrip("k")) > 0, text
+    finally:
+        run.send_signal(signal.SIGTERM)
+        try:
+            run.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            run.kill()
+            run.communicate()
+
+
 def test_once_against_an_agent_that_is_not_there_says_so_naming_it():
     url = f"http://127.0.0.1:{free_port()}/metrics"
     out = _top("--metrics", url, "--once")
@@ -131,6 +186,8 @@ def test_once_against_an_agent_that_is_not_there_says_so_naming_it():
 
 
 def test_user_errors_are_one_line_without_a_traceback(tmp_path):
+    run_dir = tmp_path / "run"  # a run directory whose agent has not written its samples yet
+    run_dir.mkdir()
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Exposition)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
@@ -142,11 +199,16 @@ def test_user_errors_are_one_line_without_a_traceback(tmp_path):
             (("--metrics", "ftp://127.0.0.1/x", "--once"), 2, "not an http:// or https:// URL"),
             (("--metrics", "127.0.0.1:9",), 2, "the live view needs a terminal"),
             (("--metrics", "127.0.0.1:9", "--interval", "0"), 2, "--interval 0: at least 0.1 s"),
+            (("--metrics", "127.0.0.1:9", "--samples", str(tmp_path), "--once"), 2, "--metrics or --samples: one"),
+            (("--once",), 2, "--metrics URL (an agent's /metrics) or --samples PATH"),
+            (("--samples", str(tmp_path / "gone.ndjson"), "--once"), 2, "gone.ndjson: no such file or directory"),
+            (("--samples", str(run_dir), "--once"), 1, f"top: waiting for {run_dir / 'samples.ndjson'}\n"),
         ]  # fmt: skip
         for args, status, said in cases:
             out = _top(*args)
             assert out.returncode == status and said in out.stderr, (args, out)
             assert "Traceback" not in out.stderr, (args, out.stderr)
+            assert status != 2 or len(out.stderr.splitlines()) == 1, (args, out.stderr)
     finally:
         server.shutdown()
         server.server_close()
@@ -235,6 +297,109 @@ def test_watch_rates_the_counters_skips_a_sample_seen_twice_and_judges_the_windo
     assert next(v for v in watch.views() if v.node_id == "m").busy == 0.98
     watch.update([_scrape("a", w=w, m={"role": "merger", "threads": 3})], 1009.0)
     assert next(v for v in watch.views() if v.node_id == "m").busy is None
+
+
+# -- a samples file, followed --------------------------------------------------------------------------
+NOW = 1_795_000_000.0
+
+
+def _line(node_id: str, role: str, at: float = NOW, agent: str = "flowstat-agent-py", **fields) -> str:
+    """A sample as an agent writes it (sample.schema.json's shape), one line."""
+    doc = {"time": iso_utc_ms(at), **_sample(node_id, role, **fields), "seq": 0, "pid": 1, "node_state": "RUNNING"}
+    return json.dumps(dict(doc, agent=agent), separators=(",", ":")) + "\n"
+
+
+def _write(path: Path, *lines: str) -> None:
+    with open(path, "a") as f:
+        f.write("".join(lines))
+
+
+def test_a_samples_file_gives_the_latest_sample_a_node_one_agent_each_and_counts_its_bad_lines(tmp_path):
+    """A run file's header and self-sample are no samples; a line not JSON and one with a field of the
+    wrong type are skipped, counted and the latest named with its line number; a line written in
+    two parts is read once whole; the C agent's samples of the merger, after the Python agent's,
+    are not taken. Then the Watch, over rounds of both agents writing: the merger's rate, one point
+    a round (not two), and the verdict HELD BACK by it."""
+    path = tmp_path / "samples.ndjson"
+    src = {"busy_ratio": 0.2, "backpressured_ratio": 0.8, "idle_ratio": 0.0, "objects_sent": 0}
+    m = {"busy_ratio": 0.98, "backpressured_ratio": 0.0, "idle_ratio": 0.02, "input_latency_p50_ms": 5.0}
+    whole = _line("m", "merger", **m, objects_received=50)
+    _write(
+        path,
+        json.dumps({"flowstat_run": {"run_id": "r"}}) + "\n",  # 1: the header
+        _line("source", "producer", **src),  # 2
+        _line("m", "merger", **m, objects_received=0),  # 3
+        _line("m", "merger", agent="flowstat-agent-c", **dict(m, busy_ratio=0.0), objects_received=0),  # 4
+        "flowstat_node,node_id=m busy_ratio=0.5 1\n",  # 5: line protocol
+        json.dumps({"flowstat_agent": {"agent": "flowstat-agent-py"}}) + "\n",  # 6: a self-sample
+        _line("m", "merger", **dict(m, busy_ratio="high")),  # 7: a wrong type
+        whole[:40],  # 8, its first part
+    )
+    tail = Tail(path)
+    [scrape] = tail.round(NOW)
+    assert scrape.url == str(path) and set(scrape.nodes) == {"source", "m"}
+    merger = scrape.nodes["m"]
+    assert (merger.role, merger.host, merger.agent, merger.state) == ("merger", "h", "flowstat-agent-py", "RUNNING")
+    assert merger.values == {**m, "objects_received": 0.0}  # the sample's own fields and units
+    assert scrape.nodes["source"].get("objects_received") is None  # not in the sample: None, not 0
+    assert scrape.error == f"{path}: line 7: busy_ratio: not a number (2 bad lines skipped)"
+    _write(path, whole[40:])  # the rest of line 8
+    [scrape] = tail.round(NOW + 1)
+    assert scrape.nodes["m"].get("objects_received") == 50 and tail.bad == 2 and tail.lineno == 8
+
+    watch = Watch([tail.url])
+    watch.edges.take([{"node_id": "source", "upstream": []}, {"node_id": "m", "upstream": ["source"]}])
+    watch.update([scrape], NOW + 1)
+    for k in range(2, 7):
+        _write(  # the seconds counters move at every sample: each is a new one
+            path,
+            _line("source", "producer", **src, busy_seconds=k),
+            _line("m", "merger", **m, busy_seconds=k, objects_received=50 + 100 * (k - 1)),
+            _line("m", "merger", agent="flowstat-agent-c", **dict(m, busy_ratio=0.1), busy_seconds=k + 0.5),
+        )
+        watch.update(tail.round(NOW + k), NOW + k)
+    views = {v.node_id: v for v in watch.views()}
+    assert views["m"].in_rate == pytest.approx(100.0) and views["m"].busy == 0.98
+    assert len(watch.series()["m"]) == 6  # a point a round: the C agent's samples of m add none
+    verdict = watch.verdict()
+    assert verdict is not None and verdict.kind == "held_back" and verdict.nodes == ("m",), verdict
+    # the frame names the file and the bad line, not an "agent"
+    text = [line.plain for line in render(_frame_of(watch), 300)[0]]
+    assert f"{path}: line 7: busy_ratio: not a number (2 bad lines skipped)" in text, text
+    assert text[1].startswith(f"2 nodes · samples of {path} · every 1 s"), text
+
+
+def _frame_of(watch: Watch) -> Frame:
+    agents = [(u, watch.errors.get(u)) for u in watch.urls]
+    return Frame(watch.verdict(), watch.views(), dict(watch.edges.upstream), agents, at=watch.at, samples=True)
+
+
+def test_a_samples_file_read_first_skips_samples_older_than_the_window_and_starts_over_when_replaced(tmp_path):
+    """A finished run is not shown as going: the first read skips what was sampled more than the
+    window before; lines written later are taken whatever their time, until none comes for
+    STALE_S. A file replaced, or truncated, is read again from its start; one gone is waited for."""
+    path = tmp_path / "samples.ndjson"
+    _write(path, _line("old", "merger", at=NOW - 60), _line("new", "merger", at=NOW - 5))
+    tail = Tail(path)
+    [scrape] = tail.round(NOW)
+    assert set(scrape.nodes) == {"new"} and scrape.error is None
+    _write(path, _line("old", "merger", at=NOW - 60))  # followed: taken
+    assert set(tail.round(NOW + 1)[0].nodes) == {"new", "old"}
+    [scrape] = tail.round(NOW + 1 + STALE_S + 0.5)  # nothing written since
+    assert scrape.nodes == {} and scrape.error == f"{path}: no sample in the last {STALE_S:g} s: has the run ended?"
+
+    replacement = tmp_path / "next.ndjson"
+    _write(replacement, _line("other", "viewer", at=NOW + 20), "{not json\n")
+    os.replace(replacement, path)
+    [scrape] = tail.round(NOW + 20)
+    assert set(scrape.nodes) == {"other"} and scrape.error == f"{path}: line 2: not JSON"  # counted from 1 again
+    path.write_text(_line("again", "viewer", at=NOW + 21))  # truncated, then written
+    assert set(tail.round(NOW + 21)[0].nodes) == {"again"}
+    path.unlink()
+    assert tail.round(NOW + 22)[0].error == f"waiting for {path}"
+    path.write_text("")
+    assert tail.round(NOW + 23)[0].error == f"{path}: no sample yet"
+    tail.close()
 
 
 # -- the frame ---------------------------------------------------------------------------------------------

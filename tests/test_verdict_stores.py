@@ -494,9 +494,9 @@ def test_point_is_what_held_back_by_takes():
 
 
 def test_the_served_board_shows_the_latest_verdicts_and_nothing_once_emptied():
-    from flowstat.verdicts import Board
+    from flowstat.verdicts import VerdictBoard
 
-    board = Board()
+    board = VerdictBoard()
     held = {"time": "2026-01-01T00:00:05.000Z", "run_id": "r", "held_back_by": "m1", "flow": "held_back", "held": 1}
     edge = {"time": held["time"], "run_id": "r", "from": "p0", "to": "m1", "objects_per_second": 2.5, "estimated": True}
     board.show({"r": (held, [edge])})

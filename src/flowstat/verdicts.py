@@ -537,7 +537,7 @@ def judge(
 
 
 # -- served to Prometheus ----------------------------------------------------------------------------
-class Board:
+class VerdictBoard:
     """What ``--listen``'s /metrics shows: each live run's latest verdict and edge rates, as the last
     pass left them (none while the store is down: a verdict the service cannot renew is not shown
     as current, so an alert's ``for`` starts again when it answers)."""
@@ -687,7 +687,7 @@ def one_run(source: Source, run_id: str, every_ms: int, quiet: bool) -> int:
 
 
 def live(
-    source: Source, every_ms: int, stop: threading.Event, status: str | None = None, board: Board | None = None
+    source: Source, every_ms: int, stop: threading.Event, status: str | None = None, board: VerdictBoard | None = None
 ) -> None:
     """Judge every run with samples in the last window, every ``every_ms``, until ``stop``; a store
     down is said once and waited for, the evaluations it made us miss judged once it answers
@@ -797,7 +797,7 @@ def main(args: argparse.Namespace) -> int:
     board, served = None, None
     if args.listen:
         try:
-            board = Board()
+            board = VerdictBoard()
             served = _serve(args.listen, args.web_config, board)
         except ValueError as exc:
             print(f"flowstat verdict: --listen {args.listen}: {exc}", file=sys.stderr)
@@ -832,7 +832,7 @@ def main(args: argparse.Namespace) -> int:
         source.writer.close()
 
 
-def _serve(listen: str, web_config: str | None, board: Board) -> exposition.MetricsServer:
+def _serve(listen: str, web_config: str | None, board: VerdictBoard) -> exposition.MetricsServer:
     """The /metrics server of --listen [HOST:]PORT (ValueError: what is wrong with it)."""
     host, _, port_text = listen.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"

@@ -1,4 +1,5 @@
-"""``flowstat top --metrics URL [--endpoints PATH]``: the command's options, its scrape loop and its
+"""``flowstat top --metrics URL | --samples PATH [--endpoints PATH]``: the command's options, its
+scrape loop (the agents' /metrics: Scraper; or the samples an agent writes: tail.Tail) and its
 terminal (keys read in cbreak mode, the view drawn by rich's Live on the alternate screen, the
 terminal given back as it was on q, Ctrl-C or SIGTERM)."""
 
@@ -15,7 +16,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 from flowstat.flow import WINDOW_S
@@ -28,21 +29,26 @@ if TYPE_CHECKING:  # imported when the command runs: `flowstat --help` needs nei
 
 HELP = "a live terminal view of a running pipeline: which node holds the flow back"
 DESCRIPTION = (
-    "Watch a running pipeline from its agents' /metrics: every --interval, scrape them, keep each node's "
-    f"last {WINDOW_S:g} s and redraw. On top, the verdict in one line: HELD BACK by the nodes that hold the "
-    "flow back (red), FLOWING (green) or UNKNOWN and why (yellow), with its evidence. Below, the pipeline "
-    "from its sources down, a line a node: id, role, state, objects received per second, the shares of "
-    "time busy, backpressured and idle (Flink's levels: OK up to 10%, LOW up to 50%, HIGH above) and the "
-    "median input latency. The edges come from the nodes' endpoints (--endpoints). Keys: q quits (Ctrl-C "
-    "too); arrows, j/k, PgUp/PgDn scroll. See docs/top.md."
+    "Watch a running pipeline from its agents' /metrics (--metrics), or from the samples an agent writes "
+    "(--samples: a JSON-lines file, or a run directory's samples.ndjson, followed as it grows): every "
+    f"--interval, read them, keep each node's last {WINDOW_S:g} s and redraw. On top, the verdict in one "
+    "line: HELD BACK by the nodes that hold the flow back (red), FLOWING (green) or UNKNOWN and why "
+    "(yellow), with its evidence. Below, the pipeline from its sources down, a line a node: id, role, "
+    "state, objects received per second, the shares of time busy, backpressured and idle (Flink's levels: "
+    "OK up to 10%, LOW up to 50%, HIGH above) and the median input latency. The edges come from the "
+    "nodes' endpoints (--endpoints). Keys: q quits (Ctrl-C too); arrows, j/k, PgUp/PgDn scroll. See "
+    "docs/top.md."
 )
-EPILOG = """examples:
+EPILOG = f"""examples:
   flowstat top --metrics 127.0.0.1:9464 --endpoints $FLOWSTAT_ENDPOINTS_DIR
   flowstat top --metrics 127.0.0.1:9464 --metrics 127.0.0.1:9465 --endpoints runs/RUN_ID
   flowstat top --metrics 127.0.0.1:9464 --endpoints DIR --once --after 3   # one frame, plain text
+  flowstat top --samples runs/RUN_ID     # what the run's agent writes (--endpoints: the run's)
 
-exit status: 0 (q, Ctrl-C; --once: every agent answered), 1 (--once: an agent did not
-answer, or served no flowstat metrics), 2 (a user error: an option, an endpoints path)"""
+exit status: 0 (q, Ctrl-C; --once: every agent answered, or the samples file was read), 1
+(--once: an agent did not answer, or served no flowstat metrics; the samples file had a bad
+line, or no sample in the last {WINDOW_S:g} s), 2 (a user error: an option, an endpoints or
+samples path)"""
 PARSER = dict(
     description=textwrap.fill(DESCRIPTION, 78),
     epilog=EPILOG,
@@ -56,12 +62,20 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--metrics",
         action="append",
-        required=True,
         metavar="URL",
         help="an agent's /metrics (flowstat agent or flowstat-agent with --sink prometheus://...); "
         "HOST:PORT means http://HOST:PORT/metrics. Several: one per host, or a run's Python and C agents "
         "(flowstat run --sink prometheus://127.0.0.1:P serves them on P and P+1); a node several report is "
         "taken from the first given",
+    )
+    p.add_argument(
+        "--samples",
+        type=Path,
+        metavar="PATH",
+        help="instead of --metrics: the samples an agent writes, one JSON object a line (flowstat agent "
+        "--sink file:///PATH?format=json, or --run-file), read whole, then followed; or a run directory "
+        "(flowstat run's RUN_DIR: its samples.ndjson, and --endpoints defaults to it). A node two agents "
+        "write is taken from the first seen",
     )
     p.add_argument(
         "--endpoints",
@@ -126,7 +140,16 @@ def main(args: argparse.Namespace) -> int:
 def _main(args: argparse.Namespace) -> int:
     from .watch import Edges, EndpointsError, Watch
 
-    urls = list(dict.fromkeys(metrics_url(u) for u in args.metrics))
+    if args.metrics and args.samples is not None:
+        raise UserError("--metrics or --samples: one of them, not both")
+    if not args.metrics and args.samples is None:
+        raise UserError("which pipeline? --metrics URL (an agent's /metrics) or --samples PATH (what it writes)")
+    if args.samples is not None:
+        path, run_dir = samples_file(args.samples)
+        if run_dir and args.endpoints is None:
+            args.endpoints = args.samples
+    else:
+        urls = list(dict.fromkeys(metrics_url(u) for u in args.metrics))
     if args.interval < MIN_INTERVAL_S:
         raise UserError(f"--interval {args.interval:g}: at least {MIN_INTERVAL_S:g} s")
     if args.timeout <= 0:
@@ -137,14 +160,42 @@ def _main(args: argparse.Namespace) -> int:
         edges = Edges(args.endpoints)
     except EndpointsError as exc:
         raise UserError(f"--endpoints {exc}") from None
-    watch = Watch(urls, edges)
-    scraper = Scraper(urls, args.timeout)
+    source: Feed
+    if args.samples is not None:
+        from .tail import Tail
+
+        source = Tail(path)
+        watch = Watch([source.url], edges)
+    else:
+        source = Scraper(urls, args.timeout)
+        watch = Watch(urls, edges)
     hint = "" if args.endpoints else "--endpoints PATH gives them"
     if args.once:
-        return _once(args, watch, scraper, hint)
+        return _once(args, watch, source, hint)
     if not sys.stdout.isatty():
         raise UserError("the live view needs a terminal: --once prints one frame as plain text")
-    return _live(args, watch, scraper, hint)
+    return _live(args, watch, source, hint)
+
+
+def samples_file(path: Path) -> tuple[Path, bool]:
+    """The samples file --samples PATH names, and whether PATH is a run directory (whose samples.ndjson
+    may not be there yet: the view waits for it). A file that is not there is a UserError."""
+    from .tail import RUN_FILE
+
+    if path.is_dir():
+        return path / RUN_FILE, True
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise UserError(f"--samples {path}: {(exc.strerror or str(exc)).lower()}") from None
+    return path, False
+
+
+class Feed(Protocol):
+    """What a round reads: the agents' /metrics (Scraper), or a samples file (tail.Tail)."""
+
+    def round(self) -> list[Scrape]: ...
 
 
 class Scraper:
@@ -166,7 +217,7 @@ class Scraper:
         return [f.result() for f in futures]
 
 
-def _frame(watch: Watch, interval_s: float, hint: str, keys: bool) -> Frame:
+def _frame(watch: Watch, interval_s: float, hint: str, keys: bool, samples: bool) -> Frame:
     from .frame import Frame
 
     return Frame(
@@ -179,10 +230,11 @@ def _frame(watch: Watch, interval_s: float, hint: str, keys: bool) -> Frame:
         notes=[f"endpoints: {p}" for p in watch.edges.problems],
         hint=hint,
         keys=keys,
+        samples=samples,
     )
 
 
-def _once(args: argparse.Namespace, watch: Watch, scraper: Scraper, hint: str) -> int:
+def _once(args: argparse.Namespace, watch: Watch, source: Feed, hint: str) -> int:
     from rich.console import Console
 
     from .frame import render
@@ -190,18 +242,19 @@ def _once(args: argparse.Namespace, watch: Watch, scraper: Scraper, hint: str) -
     start = time.monotonic()
     rounds = 0
     while True:
-        watch.update(scraper.round(), time.time())
+        watch.update(source.round(), time.time())
         rounds += 1
         due = start + rounds * args.interval
         if due - start > args.after:
             break
         time.sleep(max(0.0, due - time.monotonic()))  # the next scrape's time
     console = Console(highlight=False, soft_wrap=False)
-    lines, _ = render(_frame(watch, args.interval, hint, keys=False), console.width)
+    samples = args.samples is not None
+    lines, _ = render(_frame(watch, args.interval, hint, keys=False, samples=samples), console.width)
     for line in lines:
         console.print(line, no_wrap=True, overflow="ellipsis", crop=True)
     for url, error in watch.errors.items():
-        print(f"flowstat top: agent {url}: {error}", file=sys.stderr)
+        print(f"flowstat top: {error if samples else f'agent {url}: {error}'}", file=sys.stderr)
     return 1 if watch.errors else 0
 
 
@@ -209,7 +262,7 @@ class _Stop(Exception):
     """SIGTERM: end as q does, the terminal given back."""
 
 
-def _live(args: argparse.Namespace, watch: Watch, scraper: Scraper, hint: str) -> int:
+def _live(args: argparse.Namespace, watch: Watch, source: Feed, hint: str) -> int:
     from rich.console import Console, Group
     from rich.live import Live
 
@@ -221,7 +274,7 @@ def _live(args: argparse.Namespace, watch: Watch, scraper: Scraper, hint: str) -
     def scrape_loop() -> None:
         due = time.monotonic()
         while not stop.is_set():
-            results = scraper.round()
+            results = source.round()
             with lock:
                 watch.update(results, time.time())
             changed.set()
@@ -248,7 +301,7 @@ def _live(args: argparse.Namespace, watch: Watch, scraper: Scraper, hint: str) -
                     changed.clear()
                     size = console.size
                     with lock:
-                        frame = _frame(watch, args.interval, hint, keys=True)
+                        frame = _frame(watch, args.interval, hint, keys=True, samples=args.samples is not None)
                     lines, offset = render(frame, size.width, size.height, offset)
                     live.update(Group(*lines), refresh=True)
                 pressed = keys.read(TICK_S)

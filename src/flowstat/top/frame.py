@@ -60,7 +60,8 @@ class TreeRow:
 @dataclass
 class Frame:
     """What one frame shows. ``agents``: each agent's URL and what went wrong with it (None: it
-    answered); ``upstream``: who feeds whom; ``at``: the latest scrape (Unix s; None: none yet)."""
+    answered); ``upstream``: who feeds whom; ``at``: the latest scrape (Unix s; None: none yet).
+    ``samples``: the one "agent" is a samples file (--samples; its errors name it), not an agent."""
 
     verdict: Verdict | None
     views: Sequence[NodeView]
@@ -71,6 +72,7 @@ class Frame:
     notes: Sequence[str] = field(default_factory=list)  # the endpoints' problems
     hint: str = ""  # said after an "unknown" verdict's evidence (what would help)
     keys: bool = True  # say which keys work (a live view)
+    samples: bool = False
 
 
 # -- the rows -----------------------------------------------------------------------------------------
@@ -327,10 +329,12 @@ def _line(row: TreeRow, c: _Columns) -> Text:
     return out
 
 
-def verdict_lines(verdict: Verdict | None, width: int, waiting_for: int = 1, hint: str = "") -> list[Text]:
-    """The verdict, in its colour, then its evidence: wrapped to at most VERDICT_LINES lines."""
+def verdict_lines(verdict: Verdict | None, width: int, waiting_for: int | str = 1, hint: str = "") -> list[Text]:
+    """The verdict, in its colour, then its evidence: wrapped to at most VERDICT_LINES lines.
+    ``waiting_for``: how many agents, or what (before the first round)."""
     if verdict is None:
-        word, kind, rest = "WAITING", "unknown", f"for the first scrape of {waiting_for} agent(s)"
+        what = waiting_for if isinstance(waiting_for, str) else f"the first scrape of {waiting_for} agent(s)"
+        word, kind, rest = "WAITING", "unknown", f"for {what}"
     else:
         word, kind = KIND_WORD[verdict.kind], verdict.kind
         if verdict.kind == "held_back":
@@ -353,18 +357,21 @@ def render(frame: Frame, width: int, height: int | None = None, offset: int = 0)
     """The frame's lines, each at most ``width`` cells; ``height``: the screen's lines (None: as
     many as it takes, every node shown). Returns the lines and the offset used (the scroll,
     clamped to what there is to show)."""
-    top = verdict_lines(frame.verdict, width, len(frame.agents), frame.hint)
+    waiting = "the first read of the samples" if frame.samples else len(frame.agents)
+    top = verdict_lines(frame.verdict, width, waiting, frame.hint)
     answering = sum(1 for _, error in frame.agents if error is None)
     clock = time.strftime("%H:%M:%S", time.localtime(frame.at)) if frame.at is not None else "--:--:--"
-    status = (
-        f"{len(frame.views)} nodes · {answering}/{len(frame.agents)} agents answering · every {frame.interval_s:g} s "
-        f"· {clock}"
+    source = (
+        f"samples of {', '.join(url for url, _ in frame.agents)}"
+        if frame.samples
+        else f"{answering}/{len(frame.agents)} agents answering"
     )
+    status = f"{len(frame.views)} nodes · {source} · every {frame.interval_s:g} s · {clock}"
     gap = width - cell_len(status) - len("q quits")
     top.append(Text(status + " " * gap + "q quits" if frame.keys and gap >= 1 else status, style="dim"))
     failed = [(url, error) for url, error in frame.agents if error is not None]
     for url, error in failed[:PROBLEM_LINES]:
-        top.append(Text(f"agent {url}: {error}", style="bold red"))
+        top.append(Text(error if frame.samples else f"agent {url}: {error}", style="bold red"))
     if len(failed) > PROBLEM_LINES:
         top.append(Text(f"… {len(failed) - PROBLEM_LINES} more agents not answering", style="bold red"))
     for note in frame.notes[:2]:

@@ -159,7 +159,7 @@ def process_figures() -> dict[str, Any]:
 _STARTED = start_time(os.getpid())
 
 
-class Board(Protocol):
+class MetricsBoard(Protocol):
     """What a /metrics server answers from (the agent's latest samples, flowstat verdict's verdicts)."""
 
     def rendered(self, openmetrics: bool) -> tuple[int, bytes]:
@@ -207,7 +207,7 @@ class _Server(HTTPServer):
     thread (and the interpreter) from sampling."""
 
     request_queue_size = 1024
-    latest: Board
+    latest: MetricsBoard
     address_family = socket.AF_INET
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], web: webconfig.WebConfig):
@@ -265,7 +265,7 @@ class _Server(HTTPServer):
 class MetricsServer:
     """/metrics served from ``board`` on HOST:PORT by a thread of its own (OSError: cannot listen)."""
 
-    def __init__(self, board: Board, host: str, port: int, web: webconfig.WebConfig | None = None) -> None:
+    def __init__(self, board: MetricsBoard, host: str, port: int, web: webconfig.WebConfig | None = None) -> None:
         web = web or webconfig.WebConfig("")
         self.server = _Server((host, port), _Handler, web)
         self.server.latest = board
