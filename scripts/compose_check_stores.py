@@ -40,8 +40,9 @@ ES_USERS = {
     "flowstat_grafana": "GRAFANA_ES_PASSWORD",
     "flowstat_elastalert": "ELASTALERT_ES_PASSWORD",
     "flowstat_rollup": "ROLLUP_ES_PASSWORD",
+    "flowstat_verdict": "VERDICT_ES_PASSWORD",
 }
-INFLUX_WHO = ("ADMIN", "WRITER", "READER", "REPLAY")
+INFLUX_WHO = ("ADMIN", "WRITER", "READER", "REPLAY", "VERDICT")
 problems: list[str] = []
 
 

@@ -179,9 +179,33 @@ def test_clients_of_the_stores_wait_for_the_setup():
         if long_running(svc) and stores_reached(svc) and name != "kibana":  # Kibana retries until its user is set
             waiting += 1
             assert svc["depends_on"].get("setup") == {"condition": "service_completed_successfully"}, name
-    assert waiting == 5  # telegraf, logstash, grafana, elastalert, rollup
+    assert waiting == 7  # telegraf, logstash, grafana, elastalert, rollup, verdict, verdict-influxdb
     # and nothing waits for the Kibana import: a slow Kibana never holds the samples back
     assert not [n for n, svc in services().items() if "setup-kibana" in (svc.get("depends_on") or {})]
+
+
+def test_flowstats_services_of_the_stores_are_healthy_while_their_passes_reach_the_store():
+    """The rollup and the two verdict services (one a store: each judges what its store holds, for
+    the alert on that store) write --status FILE after each pass that reached their store; their
+    healthcheck is that file's age. Their commands are ones flowstat's own parser takes."""
+    import argparse
+
+    from flowstat import rollup, verdicts
+
+    svcs = services()
+    parsers = {"rollup": rollup.configure, "verdict": verdicts.configure}
+    judged = {}
+    for name in ("rollup", "verdict", "verdict-influxdb"):
+        svc = svcs[name]
+        command, parser = svc["command"], argparse.ArgumentParser()
+        parsers[command[0]](parser)
+        args = parser.parse_args(command[1:])
+        assert svc["healthcheck"]["test"] == ["CMD-SHELL", f"find {args.status} -mmin -1 | grep -q ."], name
+        assert svc["image"] == svcs["setup"]["image"] and svc["depends_on"] == svcs["rollup"]["depends_on"], name
+        if command[0] == "verdict":
+            assert not args.run, f"{name} judges live, not one run"
+            judged[name] = stores_reached(svc)
+    assert judged == {"verdict": ["Elasticsearch"], "verdict-influxdb": ["InfluxDB"]}
 
 
 def test_every_mounted_file_exists_and_is_read_only():
@@ -241,7 +265,8 @@ def test_every_client_of_elasticsearch_or_influxdb_has_credentials():
             clients += 1
             secret_refs = [v for k, v in env.items() if k.endswith("PASSWORD") and v.startswith("${")]
             assert secret_refs, f"{name} talks to {store} without a password"
-    assert clients == 9  # kibana, setup (twice), telegraf, logstash, grafana (twice), elastalert, rollup
+    # kibana, setup (twice), telegraf, logstash, grafana (twice), elastalert, rollup, verdict, verdict-influxdb
+    assert clients == 11
 
 
 def test_the_users_compose_names_are_the_ones_the_setup_makes():
@@ -258,6 +283,15 @@ def test_the_users_compose_names_are_the_ones_the_setup_makes():
     assert by_user["flowstat_logstash"] in environment(svcs["logstash"])["ELASTICSEARCH_PASSWORD"]
     assert by_user["flowstat_grafana"] in environment(svcs["grafana"])["FLOWSTAT_ES_READER_PASSWORD"]
     assert by_user["flowstat_elastalert"] in environment(svcs["elastalert"])["ES_PASSWORD"]
+    # flowstat's own services log in as the stores' clients do (FLOWSTAT_ES_*, FLOWSTAT_INFLUX_*)
+    for name, user in (("rollup", "flowstat_rollup"), ("verdict", "flowstat_verdict")):
+        env = environment(svcs[name])
+        assert env["FLOWSTAT_ES_USER"] == user and made[user] == {user}, name
+        assert env["FLOWSTAT_ES_PASSWORD"] == f"${{{by_user[user]}:?set {by_user[user]} in .env (see .env.example)}}"
+    influx = environment(svcs["verdict-influxdb"])
+    assert "VERDICT" in provision.INFLUX_USERS
+    assert influx["FLOWSTAT_INFLUX_USER"].startswith("${INFLUXDB_VERDICT_USER:?")
+    assert influx["FLOWSTAT_INFLUX_PASSWORD"].startswith("${INFLUXDB_VERDICT_PASSWORD:?")
     steps_run = set()
     flags = {"--es": "elasticsearch", "--kibana": "kibana", "--influx": "influxdb"}
     for name, svc in svcs.items():

@@ -291,12 +291,23 @@ def test_the_certificate_script_makes_what_the_nodes_read_once(merged, tmp_path)
 
 
 def test_the_stacks_long_running_clients_are_given_every_node(merged):
-    """Kibana, Logstash and ElastAlert2 go on when a node is lost: each is given all three, in the
-    form it reads (Kibana a JSON list, Logstash whitespace-separated URLs that its pipeline's
-    `hosts` expands, ElastAlert2 HOST:PORT,HOST:PORT); Grafana's data source takes one URL."""
+    """Kibana, Logstash, ElastAlert2, the rollup and the verdict service go on when a node is lost:
+    each is given all three, in the form it reads (Kibana a JSON list, Logstash whitespace-separated
+    URLs that its pipeline's `hosts` expands, ElastAlert2 HOST:PORT,HOST:PORT, flowstat's own
+    clients one --es URL of every node); Grafana's data source takes one URL."""
+    from urllib.parse import urlsplit
+
+    from flowstat.stores._base import parse_nodes
+
     services = merged["services"]
     urls = [f"http://{n}:9200" for n in NODES]
     assert json.loads(services["kibana"]["environment"]["ELASTICSEARCH_HOSTS"]) == urls
     assert services["logstash"]["environment"]["ELASTICSEARCH_URL"].split() == urls
     assert 'hosts => ["${ELASTICSEARCH_URL}"]' in (ROOT / "pipelines/logstash/pipeline/flowstat.conf").read_text()
     assert env_list(services["elastalert"]["environment"]["ES_HOSTS"]) == [f"{n}:9200" for n in NODES]
+    for name in ("rollup", "verdict"):
+        command = services[name]["command"]
+        es = command[command.index("--es") + 1]
+        assert parse_nodes(es, urlsplit(es).netloc, 9200) == [f"{n}:9200" for n in NODES], name
+        # and the rest of the command is the single node's: only the list of nodes differs
+        assert command[: command.index("--es")] == [name] and "--status" in command, name

@@ -7,7 +7,8 @@ network namespace that holds only a loopback) with Compose v2.
 In order, as a person would: scripts/new-env, the secrets gate, `up` with the prometheus profile
 (every service healthy, every one-shot exited 0, scripts/compose-check all well, Prometheus's rule
 groups loaded from dashboards/prometheus), the harness profile's runs in both
-stores (with InfluxDB killed mid-run and restarted by its policy), an overload run's alert in the
+stores (with InfluxDB killed mid-run and restarted by its policy) and judged there by the verdict
+services, an overload run's alert in the
 inbox, replay from the host and from the harness container, down then up keeping the data, and
 compose-check naming a stopped store. The images are built before (make compose-images); with
 CI set, a missing engine fails instead of skipping.
@@ -24,11 +25,15 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections import Counter
 from pathlib import Path
 
 import pytest
+import requests
 import yaml
 
+from flowstat.provision import influx_string
+from support.agents import wait_until
 from support.common import ROOT, with_test_jvm
 from support.compose import (
     COMPOSE_FILE,
@@ -179,6 +184,43 @@ def c_agent_samples(run_dir: Path) -> int:
     return stats["samples"]
 
 
+def stored_verdicts(run_id: str, values: dict) -> dict[str, Counter]:
+    """The run's verdicts each store holds, counted by flow (held_back, none, unknown), read as the
+    alert "pipeline held back" reads them (ElastAlert2's user: flowstat-verdicts-*; Grafana's
+    InfluxDB reader: flowstat_verdict), from inside the stack's network (the engine's namespace), with
+    no proxy of this machine's environment."""
+
+    def count() -> dict[str, Counter]:
+        with requests.Session() as s:
+            s.trust_env = False
+            es = s.post(
+                "http://127.0.0.1:9200/flowstat-verdicts-*/_search",
+                json={"size": 0, "query": {"term": {"run_id": run_id}}, "aggs": {"flow": {"terms": {"field": "flow"}}}},
+                auth=("flowstat_elastalert", values["ELASTALERT_ES_PASSWORD"]),
+                timeout=10,
+            )
+            es.raise_for_status()
+            influx = s.post(
+                "http://127.0.0.1:8086/query",
+                params={
+                    "db": "flowstat",
+                    "q": f'SELECT "flow" FROM "flowstat_verdict" WHERE "run_id" = {influx_string(run_id)}',
+                },
+                auth=(values["INFLUXDB_READER_USER"], values["INFLUXDB_READER_PASSWORD"]),
+                timeout=10,
+            )
+            influx.raise_for_status()
+        buckets = es.json().get("aggregations", {}).get("flow", {}).get("buckets", [])  # none before an index
+        series = influx.json()["results"][0].get("series") or [{"values": []}]
+        return {
+            "elasticsearch": Counter({b["key"]: b["doc_count"] for b in buckets}),
+            "influxdb": Counter(row[1] for row in series[0]["values"]),
+        }
+
+    with in_namespace(1) as ns:
+        return ns.submit(count).result()
+
+
 def profile_args(*profiles: str) -> list[str]:
     return [a for p in profiles or PROFILES for a in ("--profile", p)]
 
@@ -259,7 +301,18 @@ def test_up_makes_every_service_healthy_and_every_one_shot_exit_0(stack):
     ps = stack.ps()
     for name in ("secrets", "setup"):
         assert (ps[name]["State"], ps[name]["ExitCode"]) == ("exited", 0), ps[name]
-    for name in ("elasticsearch", "influxdb", "telegraf", "logstash", "rollup", "alerts", "elastalert", "prometheus"):
+    for name in (
+        "elasticsearch",
+        "influxdb",
+        "telegraf",
+        "logstash",
+        "rollup",
+        "verdict",
+        "verdict-influxdb",
+        "alerts",
+        "elastalert",
+        "prometheus",
+    ):
         assert (ps[name]["State"], ps[name]["Health"]) == ("running", "healthy"), ps[name]
     assert not set(ps) & LEFT_OUT
     # Prometheus: flowstat's rule groups, each from its file in the mounted folder, every rule loaded
@@ -282,7 +335,7 @@ def test_up_makes_every_service_healthy_and_every_one_shot_exit_0(stack):
     assert "flowstat provision: done" in stack("logs", "--no-color", "setup").stdout
     code, report, err = stack.check()
     assert (code, report["problems"]) == (0, []), err
-    assert all(report["users"].values()) and len(report["users"]) == 10
+    assert all(report["users"].values()) and len(report["users"]) == 12
 
 
 def test_the_harness_profiles_runs_reach_both_stores_even_with_influxdb_killed_mid_run(stack):
@@ -326,6 +379,21 @@ def test_the_harness_profiles_runs_reach_both_stores_even_with_influxdb_killed_m
         assert got[store]["run_document"] == {"finished": counts["run"]["finished"]}, (store, got)
         assert got[store]["self_samples"] >= counts["selfs"] > 0, (store, got)
     assert code == 0 and report["problems"] == [], report["problems"]
+    # judged live by the verdict services, each in its own store (InfluxDB's restart included): the
+    # verdicts the alert "pipeline held back" reads, Grafana's in InfluxDB and ElastAlert2's in
+    # Elasticsearch; some judged along the run's edges (none or held_back: without the run's
+    # document, or before a window holds enough samples, a verdict is unknown)
+    verdicts: dict[str, Counter] = {}
+
+    def judged() -> bool:
+        verdicts.update(stored_verdicts(run.name, stack.values))
+        return all(v["none"] + v["held_back"] for v in verdicts.values())
+
+    try:
+        wait_until(judged, f"verdicts of run {run.name} judged along its edges in both stores", timeout=60, poll=2)
+    except AssertionError as exc:
+        logs = stack("logs", "--no-color", "--tail", "20", "verdict", "verdict-influxdb", check=False).stdout
+        raise AssertionError(f"{exc}: {verdicts}\n{logs}") from None
     stack.__dict__["harness_run"] = run
 
 

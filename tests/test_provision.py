@@ -72,6 +72,7 @@ SECRETS_ENV = {
     "LOGSTASH_ES_PASSWORD": "logstash-pw-12345",
     "AGENT_ES_PASSWORD": "agent-es-pw-12345",
     "ROLLUP_ES_PASSWORD": "rollup-es-pw-12345",
+    "VERDICT_ES_PASSWORD": "verdict-es-pw-1234",
     "GRAFANA_ES_PASSWORD": "grafana-es-pw-123",
     "ELASTALERT_ES_PASSWORD": "elastalert-pw-123",
 }
@@ -167,15 +168,25 @@ def test_the_roles_grant_each_client_only_what_it_needs():
     assert privileges("flowstat_rollup", rollup) == {"create_index", "index", "read", "view_index_metadata"}
     assert privileges("flowstat_writer", rollup) == set()
     assert privileges("flowstat_reader", rollup) == {"read", "view_index_metadata"}
-    # flowstat verdict's verdicts and edge rates: read by the views and the held-back alert, written by no client
+    # flowstat verdict's verdicts and edge rates: read by the views and the held-back alert, written
+    # by the verdict service alone, which overwrites a verdict by its _id and deletes nothing
     for verdicts in provision.VERDICT_INDICES:
         assert privileges("flowstat_reader", verdicts) == privileges("flowstat_alerter", verdicts)
         assert privileges("flowstat_reader", verdicts) == {"read", "view_index_metadata"}
         assert privileges("flowstat_writer", verdicts) == privileges("flowstat_rollup", verdicts) == set()
+        assert privileges("flowstat_verdict", verdicts) == {"create_index", "index", "read"}
+    # it reads the samples and the run documents (their edges), and writes nothing else
+    runs = provision.ES_INDICES[2]
+    assert runs.startswith("flowstat-runs")
+    assert privileges("flowstat_verdict", samples) == privileges("flowstat_verdict", runs) == {"read"}
+    for other in (provision.ES_INDICES[1], rollup, provision.ELASTALERT_INDEX):
+        assert privileges("flowstat_verdict", other) == set(), other
     assert all(r["cluster"] == ["monitor"] for r in provision.ROLES.values())
     # the agents and replay write as Logstash does, as a user of their own
     roles = {u.name: u.roles for u in provision.USERS}
     assert roles["flowstat_agent"] == roles["flowstat_logstash"] == ("flowstat_writer",)
+    # the compose stack's services of flowstat, each a user and a role of its own
+    assert roles["flowstat_rollup"] == ("flowstat_rollup",) and roles["flowstat_verdict"] == ("flowstat_verdict",)
     # passwords are the environment's, and JSON-encoded (a quote in one cannot break the body)
     env = {**SECRETS_ENV, "LOGSTASH_ES_PASSWORD": 'a"b\\c-pw-123456'}
     body = next(c.body for c in provision.security_calls(env) if c.path.endswith("flowstat_logstash"))
@@ -301,6 +312,8 @@ def influx_env(writer_pw="writer-pw-123456", reader_pw="reader-pw-123456") -> di
         "INFLUXDB_READER_PASSWORD": reader_pw,
         "INFLUXDB_REPLAY_USER": "replay",
         "INFLUXDB_REPLAY_PASSWORD": "replay-pw-123456",
+        "INFLUXDB_VERDICT_USER": "verdict",
+        "INFLUXDB_VERDICT_PASSWORD": "verdict-pw-123456",
     }
 
 
@@ -322,24 +335,29 @@ def test_provision_makes_the_database_and_least_privileged_users_on_a_secured_in
         out = flowstat("provision", "--influx", url, "--timeout", "30", env=influx_env())
         assert out.returncode == 0, out.stderr
     writer, reader = ("telegraf", "writer-pw-123456"), ("grafana", "reader-pw-123456")
+    verdict = ("verdict", "verdict-pw-123456")
     assert write(url, None) == 401  # authentication is on
     assert write(url, writer) == 204
     assert write(url, reader) == 403
     assert read(url, writer).status_code == 403
     assert read(url, reader).json()["results"][0]["series"][0]["values"][0][-1] == 1
+    # the verdict service reads the samples and writes its verdicts beside them
+    assert read(url, verdict).json()["results"][0]["series"][0]["values"][0][-1] == 1
+    assert write(url, verdict) == 204
     users = requests.post(f"{url}/query", params={"q": "SHOW USERS"}, auth=ADMIN, timeout=10).json()
     admin_flags = {row[0]: row[1] for row in users["results"][0]["series"][0]["values"]}
-    assert admin_flags == {"admin": True, "telegraf": False, "grafana": False, "replay": False}
+    assert admin_flags == {"admin": True, "telegraf": False, "grafana": False, "replay": False, "verdict": False}
     grants = {
         who: requests.post(f"{url}/query", params={"q": f'SHOW GRANTS FOR "{who}"'}, auth=ADMIN, timeout=10).json()[
             "results"
         ][0]["series"][0]["values"]
-        for who in ("telegraf", "grafana", "replay")
+        for who in ("telegraf", "grafana", "replay", "verdict")
     }
     assert grants == {
         "telegraf": [["flowstat", "WRITE"]],
         "grafana": [["flowstat", "READ"]],
         "replay": [["flowstat", "ALL PRIVILEGES"]],
+        "verdict": [["flowstat", "ALL PRIVILEGES"]],
     }
     rps = requests.post(
         f"{url}/query", params={"q": 'SHOW RETENTION POLICIES ON "flowstat"'}, auth=ADMIN, timeout=10
@@ -423,8 +441,19 @@ def test_the_influxdb_users_must_be_distinct_and_not_the_admin(secured_influx):
     env = {**influx_env(), "INFLUXDB_REPLAY_USER": "telegraf"}  # one GRANT would replace the other
     out = flowstat("provision", "--influx", secured_influx.url, "--timeout", "10", env=env)
     assert out.returncode == 1
-    assert "must be three users, none of them the admin" in out.stderr
+    assert "the writer, reader, replay and verdict users must be distinct users, none of them the admin" in out.stderr
     assert "INFLUXDB_REPLAY_USER=telegraf" in out.stderr
+    # the verdict service's user too: it may be neither another client's nor the admin
+    for name in ("grafana", ADMIN[0]):
+        out = flowstat(
+            "provision",
+            "--influx",
+            secured_influx.url,
+            "--timeout",
+            "10",
+            env={**influx_env(), "INFLUXDB_VERDICT_USER": name},
+        )
+        assert out.returncode == 1 and f"INFLUXDB_VERDICT_USER={name}" in out.stderr, out.stderr
 
 
 # -- Kibana: the request, recorded; the answer, judged ------------------------------------------------

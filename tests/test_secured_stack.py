@@ -6,8 +6,12 @@ HTTPS is verified against the stack's CA."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 import uuid
+from urllib.parse import quote
 
 import pytest
 import requests
@@ -95,8 +99,9 @@ def test_provision_converges_and_a_second_run_changes_nothing(secured_stack):
         "telegraf": [["flowstat", "WRITE"]],
         "grafana": [["flowstat", "READ"]],
         "replay": [["flowstat", "ALL PRIVILEGES"]],
+        "verdict": [["flowstat", "ALL PRIVILEGES"]],
     }
-    for who in ("logstash", "agent", "grafana", "elastalert"):  # each logs in with its password, again
+    for who in ("logstash", "agent", "grafana", "elastalert", "rollup", "verdict"):  # each logs in, again
         assert s.es("GET", "/_security/_authenticate", who).status_code == 200, who
 
 
@@ -165,6 +170,121 @@ def test_the_readers_read_and_write_nothing_of_flowstats(secured_stack, who):
     # ElastAlert2 keeps its state in indices of its own; Grafana may not write them either
     state = s.es("PUT", f"/flowstat-elastalert_status-{uuid.uuid4().hex[:8]}/_doc/1", who, json={"rule_name": "r"})
     assert state.status_code == (201 if who == "elastalert" else 403), state.text[:300]
+
+
+# -- the verdict service's users: the real `flowstat verdict`, logged in as compose logs it in --------
+def verdict_samples(run_id: str, t0: float) -> list[dict]:
+    """20 s of a producer feeding a merger, a sample a second each: what a verdict is judged on."""
+    out = []
+    for seq in range(20):
+        for node, role, busy in (("producer-0", "producer", 0.3), ("merger-0", "merger", 0.5)):
+            out.append(
+                {
+                    **sample(run_id, seq, t0),
+                    "node_id": node,
+                    "role": role,
+                    "busy_ratio": busy,
+                    "backpressured_ratio": 0.0,
+                    "idle_ratio": 1 - busy,
+                    "input_latency_p50_ms": 1.0,
+                    "objects_sent": 50 * seq,
+                    "objects_received": 50 * seq,
+                }
+            )
+    return out
+
+
+def verdict_run_document(run_id: str, started: float) -> dict:
+    """The run's document, holding its one edge: what the verdicts are judged along."""
+    return {
+        "run_id": run_id,
+        "label": f"{run_id} | recorded on h",
+        "started": iso_utc_ms(started),
+        "edges": [{"from": "producer-0", "to": "merger-0"}],
+    }
+
+
+def judge_run(s, store: str, run_id: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    """`flowstat verdict --run RUN_ID` on one store, with ``env``'s credentials and nothing else of
+    this process's environment."""
+    url = {"--es": s.es_url, "--influx": s.influx_url}[store]
+    return subprocess.run(
+        [sys.executable, "-m", "flowstat.cli", "verdict", store, url, *args, "--run", run_id, "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={
+            "PATH": os.environ["PATH"],
+            "HOME": os.environ.get("HOME", "/root"),
+            **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}),
+            **env,
+        },
+    )
+
+
+def write_judged_run(writer, run: str, documents: int) -> None:
+    """A run of a minute ago to judge, its samples and run document, written (``documents``: what the
+    store counts of them) and the writer closed."""
+    try:
+        body = writer.encode(verdict_samples(run, time.time() - 60))
+        body += writer.encode_run(verdict_run_document(run, time.time() - 61))
+        assert writer.post(body, documents).accepted == documents
+    finally:
+        writer.close()
+
+
+def test_the_verdict_user_judges_a_run_in_elasticsearch_and_may_do_nothing_else(secured_stack):
+    """flowstat_verdict, as the compose stack's `verdict` service logs in (FLOWSTAT_ES_USER and
+    _PASSWORD): it reads a run's samples and its run document, and writes the verdicts and edge
+    rates; it writes no sample or run, deletes no verdict, reads nothing else."""
+    s = secured_stack
+    run = f"sec-verdict-{uuid.uuid4().hex[:8]}"
+    target = f"flowstat-samples-{run}"  # a samples index of this test's own, beside flowstat-samples
+    write_judged_run(es_writer(s, target, who="agent"), run, 41)
+    s.es("POST", f"/{target}*,flowstat-runs/_refresh", "elastic").raise_for_status()
+    user, password = s.es_user("verdict")
+    assert s.es("GET", "/_security/_authenticate", "verdict").json()["roles"] == ["flowstat_verdict"]
+    env = {"FLOWSTAT_ES_USER": user, "FLOWSTAT_ES_PASSWORD": password, "FLOWSTAT_ES_CA_FILE": str(s.ca_file)}
+    out = judge_run(s, "--es", run, env, "--index", target)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    s.es("POST", "/flowstat-verdicts*,flowstat-edges*/_refresh", "elastic").raise_for_status()
+    count = {"query": {"term": {"run_id": run}}}
+    verdicts = s.es("POST", "/flowstat-verdicts*/_search", "elastic", json={**count, "size": 100}).json()
+    flows = {h["_source"]["flow"] for h in verdicts["hits"]["hits"]}
+    # judged along the run's edges, read from its run document (without them every verdict is unknown)
+    assert flows & {"none", "held_back"} and "holds no edges" not in out.stderr, (flows, out.stderr)
+    assert s.es("POST", "/flowstat-edges*/_count", "elastic", json=count).json()["count"] > 0
+    # and nothing more than that
+    first = verdicts["hits"]["hits"][0]
+    verdict_index, verdict_id = first["_index"], quote(first["_id"], safe="")  # run_id/time: a / in it
+    refused = {
+        "write a sample": s.es("PUT", f"/{target}-2000.01.01/_doc/x", "verdict", json=sample(run)),
+        "write a run": s.es("PUT", f"/flowstat-runs/_doc/{run}-x", "verdict", json={"run_id": run}),
+        "delete a verdict": s.es("DELETE", f"/{verdict_index}/_doc/{verdict_id}", "verdict"),
+        "read elsewhere": s.es("GET", f"/{index_of_elastic(s, 'other')}/_search", "verdict"),
+        "make a user": s.es("PUT", "/_security/user/intruder", "verdict", json={"password": "x" * 12, "roles": []}),
+    }
+    for what, resp in refused.items():
+        assert resp.status_code == 403 and f"for user [{user}]" in resp.text, (what, resp.status_code, resp.text[:300])
+
+
+def test_the_verdict_user_judges_a_run_in_influxdb(secured_stack):
+    """The InfluxDB verdict user, as the compose stack's `verdict-influxdb` service logs in: --run
+    reads the samples and the run's topology points, deletes the run's verdicts over its span (a
+    write, to InfluxDB 1.x) and writes them again; it is not an admin."""
+    s = secured_stack
+    run = f"sec-verdict-{uuid.uuid4().hex[:8]}"
+    write_judged_run(influx_as(s, "writer"), run, 42)  # as Telegraf and the agents write
+    user, password = s.influx_user("verdict")
+    env = {"FLOWSTAT_INFLUX_USER": user, "FLOWSTAT_INFLUX_PASSWORD": password}
+    for _ in range(2):  # again: the delete of the first run's verdicts is allowed too
+        out = judge_run(s, "--influx", run, env)
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    got = s.influx_query(f'SELECT "flow" FROM "flowstat_verdict" WHERE "run_id" = \'{run}\'', who="reader").json()
+    flows = {row[1] for row in got["results"][0]["series"][0]["values"]}
+    assert flows & {"none", "held_back"} and "holds no edges" not in out.stderr, (flows, out.stderr)
+    refused = s.influx_query('DROP MEASUREMENT "flowstat_verdict"', who="verdict")
+    assert refused.status_code == 403 and "requires admin privilege" in refused.text, refused.text
 
 
 # -- API keys ---------------------------------------------------------------------------------------

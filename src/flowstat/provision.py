@@ -4,15 +4,18 @@ It is the compose stack's one-shot ``setup`` service, and what a site with its o
 Kibana or InfluxDB runs against them. Each step runs when its server's URL is given:
 
 - ``elasticsearch``: waits for it; sets ``kibana_system``'s password; puts flowstat's roles and
-  the users of Logstash, the agents (and replay), Grafana and ElastAlert2 (each the least it needs:
-  write, write, read, read plus its own state); installs the index templates (the same code as
-  ``flowstat stack up``).
+  the users of Logstash, the agents (and replay), Grafana, ElastAlert2, the rollup and the verdict
+  service (each the least it needs: write, write, read, read plus its own state, read the samples
+  and write their means, read the samples and runs and write the verdicts); installs the index
+  templates (the same code as ``flowstat stack up``).
 - ``kibana``: waits for ``/api/status`` to say available; imports the saved objects with
   ``overwrite=true`` and fails unless every object was imported.
 - ``influxdb``: as the admin, the database, retention policies and rollups (as ``flowstat stack
-  up``); the writer (Telegraf, the agents), reader (Grafana) and replay users, their passwords
-  and grants. Replay needs ALL on the database: its rollup backfill (SELECT ... INTO) needs READ
-  and WRITE, and a second GRANT on a database replaces the first instead of adding to it.
+  up``); the writer (Telegraf, the agents), reader (Grafana), replay and verdict users, their
+  passwords and grants. Replay needs ALL on the database: its rollup backfill (SELECT ... INTO)
+  needs READ and WRITE, and a second GRANT on a database replaces the first instead of adding to
+  it. The verdict service reads the samples and writes its verdicts (and ``--run`` deletes a run's
+  verdicts before writing them again): ALL too.
 
 ``https://`` URLs are verified against the CA in FLOWSTAT_ES_CA_FILE / FLOWSTAT_INFLUX_CA_FILE
 (default FLOWSTAT_CA_FILE, else the system's CAs).
@@ -50,8 +53,9 @@ PARSER = dict(
     "like. Each step runs when its server's URL is given. Secrets come from the environment "
     "(see .env.example): ELASTIC_PASSWORD, KIBANA_SYSTEM_PASSWORD, LOGSTASH_ES_PASSWORD, "
     "AGENT_ES_PASSWORD, GRAFANA_ES_PASSWORD, ELASTALERT_ES_PASSWORD, ROLLUP_ES_PASSWORD, "
-    "INFLUXDB_ADMIN_USER/_PASSWORD, INFLUXDB_WRITER_USER/_PASSWORD, "
-    "INFLUXDB_READER_USER/_PASSWORD, INFLUXDB_REPLAY_USER/_PASSWORD. For https:// URLs, "
+    "VERDICT_ES_PASSWORD, INFLUXDB_ADMIN_USER/_PASSWORD, INFLUXDB_WRITER_USER/_PASSWORD, "
+    "INFLUXDB_READER_USER/_PASSWORD, INFLUXDB_REPLAY_USER/_PASSWORD, "
+    "INFLUXDB_VERDICT_USER/_PASSWORD. For https:// URLs, "
     "FLOWSTAT_ES_CA_FILE, FLOWSTAT_INFLUX_CA_FILE or FLOWSTAT_CA_FILE: the CA to trust.",
     epilog="Exit status: 0 done, 1 a step failed (it is named), 2 a secret is missing or unusable.",
 )
@@ -88,10 +92,12 @@ SECRETS = [
     Secret("GRAFANA_ES_PASSWORD", 12, "the user Grafana reads Elasticsearch with"),
     Secret("ELASTALERT_ES_PASSWORD", 12, "the user ElastAlert2 reads and keeps its state with"),
     Secret("ROLLUP_ES_PASSWORD", 12, "the user the rollup reads the samples and writes their 10 s means with"),
+    Secret("VERDICT_ES_PASSWORD", 12, "the user the verdict service reads the samples and writes its verdicts with"),
     Secret("INFLUXDB_ADMIN_PASSWORD", 12, "InfluxDB's admin"),
     Secret("INFLUXDB_WRITER_PASSWORD", 12, "the InfluxDB user Telegraf writes with"),
     Secret("INFLUXDB_READER_PASSWORD", 12, "the InfluxDB user Grafana reads with"),
     Secret("INFLUXDB_REPLAY_PASSWORD", 12, "the InfluxDB user replay writes and rolls up with"),
+    Secret("INFLUXDB_VERDICT_PASSWORD", 12, "the InfluxDB user the verdict service reads and writes its verdicts with"),
     Secret("GRAFANA_ADMIN_PASSWORD", 12, "Grafana's admin (used at Grafana's first start)"),
 ]
 
@@ -120,6 +126,16 @@ ROLES: dict[str, dict] = {
             {"names": ROLLUP_INDICES, "privileges": ["create_index", "index", "read", "view_index_metadata"]},
         ],
     },
+    # flowstat verdict reads the samples and the run documents (their edges) and writes the verdicts
+    # and edge rates, each under its own _id, overwriting itself when a run is judged again: `index`,
+    # not `write` (no delete: --run clears nothing in Elasticsearch).
+    "flowstat_verdict": {
+        "cluster": ["monitor"],
+        "indices": [
+            {"names": [f"{es_store.SAMPLES_INDEX}*", f"{es_store.RUNS_INDEX}*"], "privileges": ["read"]},
+            {"names": VERDICT_INDICES, "privileges": ["create_index", "index", "read"]},
+        ],
+    },
     # ElastAlert2 reads the samples (and the verdicts: "pipeline held back") and keeps its state in
     # indices of its own, which it creates.
     "flowstat_alerter": {
@@ -145,6 +161,7 @@ USERS = [
     EsUser("flowstat_grafana", "GRAFANA_ES_PASSWORD", ("flowstat_reader",)),
     EsUser("flowstat_elastalert", "ELASTALERT_ES_PASSWORD", ("flowstat_alerter",)),
     EsUser("flowstat_rollup", "ROLLUP_ES_PASSWORD", ("flowstat_rollup",)),
+    EsUser("flowstat_verdict", "VERDICT_ES_PASSWORD", ("flowstat_verdict",)),
 ]
 BUILTIN_PASSWORDS = {"kibana_system": "KIBANA_SYSTEM_PASSWORD"}
 
@@ -411,8 +428,9 @@ def influx_user_statements(
 
 # InfluxDB's users besides the admin, and their privilege on the flowstat database. Replay's
 # rollup backfill (SELECT ... INTO) answers 403 "requires READ" with WRITE alone and "requires
-# WRITE" with READ alone; a second GRANT replaces the first, so both is ALL on the database.
-INFLUX_USERS = {"WRITER": "WRITE", "READER": "READ", "REPLAY": "ALL"}
+# WRITE" with READ alone; a second GRANT replaces the first, so both is ALL on the database. The
+# verdict service reads the samples and writes the verdicts: ALL as well.
+INFLUX_USERS = {"WRITER": "WRITE", "READER": "READ", "REPLAY": "ALL", "VERDICT": "ALL"}
 
 
 class InfluxSetup:
@@ -455,8 +473,9 @@ class InfluxSetup:
     def users(self) -> None:
         names = [self.env[f"INFLUXDB_{who}_USER"] for who in INFLUX_USERS]
         if len(set(names)) < len(names) or self.env["INFLUXDB_ADMIN_USER"] in names:
+            whos = [who.lower() for who in INFLUX_USERS]
             raise ProvisionError(
-                "InfluxDB: the writer, the reader and the replay user must be three users, "
+                f"InfluxDB: the {', '.join(whos[:-1])} and {whos[-1]} users must be distinct users, "
                 "none of them the admin ("
                 + ", ".join(f"INFLUXDB_{who}_USER={name}" for who, name in zip(INFLUX_USERS, names, strict=False))
                 + ")"

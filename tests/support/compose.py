@@ -30,7 +30,7 @@ from support.common import ROOT
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 LEFT_OUT = {"kibana", "setup-kibana", "grafana"}  # no source for Kibana or Grafana here
 LEFT_OUT_VOLUMES = {"kibana-data", "grafana-data"}
-FLOWSTAT_SERVICES = {"secrets", "setup", "setup-kibana", "rollup", "alerts", "harness"}
+FLOWSTAT_SERVICES = {"secrets", "setup", "setup-kibana", "rollup", "verdict", "verdict-influxdb", "alerts", "harness"}
 HOSTNAME = {"FLOWSTAT_HOSTNAME": socket.gethostname()}  # the overrides resolve it (extra_hosts)
 BIND_KEYS = {
     "elasticsearch": {"network.host": "127.0.0.1"},

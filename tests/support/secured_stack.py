@@ -29,8 +29,10 @@ ES_USERS = {
     "agent": "flowstat_agent",
     "grafana": "flowstat_grafana",
     "elastalert": "flowstat_elastalert",
+    "rollup": "flowstat_rollup",
+    "verdict": "flowstat_verdict",
 }
-INFLUX_WHO = ("ADMIN", "WRITER", "READER", "REPLAY")
+INFLUX_WHO = ("ADMIN", "WRITER", "READER", "REPLAY", "VERDICT")
 
 
 def random_secret() -> str:
@@ -50,6 +52,7 @@ def session_secrets() -> dict[str, str]:
             "INFLUXDB_WRITER_USER": "telegraf",
             "INFLUXDB_READER_USER": "grafana",
             "INFLUXDB_REPLAY_USER": "replay",
+            "INFLUXDB_VERDICT_USER": "verdict",
         }
     )
     return env
@@ -119,7 +122,7 @@ class SecuredStack:
         return ("elastic", self.env["ELASTIC_PASSWORD"])
 
     def es_user(self, who: str) -> tuple[str, str]:
-        """``who``: logstash, agent, grafana, elastalert (or elastic): (user, password)."""
+        """``who``: logstash, agent, grafana, elastalert, rollup, verdict (or elastic): (user, password)."""
         if who == "elastic":
             return self.elastic
         from flowstat import provision
@@ -128,7 +131,7 @@ class SecuredStack:
         return user.name, self.env[user.password_env]
 
     def influx_user(self, who: str) -> tuple[str, str]:
-        """``who``: admin, writer, reader, replay: (user, password)."""
+        """``who``: admin, writer, reader, replay, verdict: (user, password)."""
         return self.env[f"INFLUXDB_{who.upper()}_USER"], self.env[f"INFLUXDB_{who.upper()}_PASSWORD"]
 
     # -- acting as someone ---------------------------------------------------------------------
