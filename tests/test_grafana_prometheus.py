@@ -83,7 +83,7 @@ def test_the_panels_left_out_are_the_run_documents_and_the_dashboards_have_every
     documents = {"Parameters", "Verdicts", "Lost and steady rate"}
     assert set(gone) == documents | {"Flow verdict", "Held back by", "Edges"}
     assert all("run document" in why for title, why in gone.items() if title in documents)
-    assert all("InfluxDB and Elasticsearch only" in why for title, why in gone.items() if title not in documents)
+    assert all("only each live run's latest" in why for title, why in gone.items() if title not in documents)
     assert promql.left_out(STACK_VIEW) == {}
     for view in promql.VIEWS:
         titles = [p["title"] for p in dashboard(view)["panels"] if p["type"] != "row"]

@@ -62,7 +62,10 @@ def left_out(view: View) -> dict[str, str]:
             out[panel.title] = "the run document (parameters, verdicts, summary) is not exposed to Prometheus"
             continue
         if panel.source in FLOW_SOURCES:
-            out[panel.title] = "flowstat verdict writes its verdicts and edge rates to InfluxDB and Elasticsearch only"
+            out[panel.title] = (
+                "flowstat verdict writes its verdicts and edge rates to InfluxDB and Elasticsearch; to "
+                "Prometheus it serves only each live run's latest (--listen), for the held-back alert"
+            )
             continue
         if panel.rollup:
             out[panel.title] = "read from InfluxDB's rollup, which Prometheus has no counterpart of"
