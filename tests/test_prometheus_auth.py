@@ -3,14 +3,19 @@ exporter-toolkit web-config.yml (TLS, basic authentication), alike. A scrape wit
 over TLS is answered; a wrong or missing one is 401 and changes nothing; plain HTTP, a stalled or a
 failed handshake never keep the others waiting; a real Prometheus scrapes it with basic_auth and a CA
 file; a file that cannot be used, or another address without TLS and a user, is refused before the
-agent starts (and before anything is bound: nothing here listens beyond 127.0.0.0/8)."""
+agent starts (and before anything is bound: nothing here listens beyond 127.0.0.0/8). After the
+start, the file (and the certificate it names) changed applies to the next connection, as
+exporter-toolkit's does; a file broken after the start refuses scrapes until fixed, said once."""
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import hashlib
 import json
+import os
 import re
+import shutil
 import socket
 import ssl
 import subprocess
@@ -340,3 +345,187 @@ def test_web_config_is_for_prometheus_only_and_named_in_help(agent_command, pki)
     assert out.returncode != 0 and f"{url}: web_config is for prometheus:// only" in out.stderr, out.stderr
     help_text = subprocess.run([*agent_command, "--help"], capture_output=True, text=True, timeout=60).stdout
     assert "?web_config=PATH" in help_text and "exporter-toolkit" in help_text
+
+
+# -- the file changed after the start: read again at the next connection (webconfig.Watched, webconfig_reload)
+
+TLS = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
+
+
+def users(**passwords: str) -> str:
+    return "basic_auth_users:\n" + "".join(f"  {u}: '{bcrypt(p)}'\n" for u, p in passwords.items())
+
+
+def atomically(path: Path, text: str) -> None:
+    """As an editor saving to a new file then `mv` does: the path gets another inode."""
+    tmp = path.with_name(path.name + ".new")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def own_pki(pki: Path, tmp_path: Path) -> Path:
+    """A copy of the module's CA and server certificate, for a test to rewrite (its web.yml, its certificate)."""
+    d = tmp_path / "pki"
+    d.mkdir()
+    for name in ("ca.crt", "ca.key", "server.crt", "server.key", "san.cnf"):
+        shutil.copy(pki / name, d / name)
+    return d
+
+
+def new_server_certificate(d: Path, name: str) -> None:
+    """d/NAME.crt and d/NAME.key: another certificate of the server's, from the same CA."""
+    openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", f"{name}.key",
+            "-out", f"{name}.csr", "-subj", "/CN=127.0.0.1", cwd=d)  # fmt: skip
+    openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+            "-out", f"{name}.crt", "-days", "2", "-extfile", "san.cnf", cwd=d)  # fmt: skip
+
+
+def fingerprint(cert: Path) -> str:
+    return hashlib.sha256(ssl.PEM_cert_to_DER_cert(cert.read_text())).hexdigest()
+
+
+def presented(port: int, ca: Path) -> str:
+    """The fingerprint of the certificate the agent presents in a handshake (then closed: no request)."""
+    context = ssl.create_default_context(cafile=str(ca))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return hashlib.sha256(der).hexdigest()
+
+
+def lines(log: str, *parts: str) -> list[str]:
+    return [line for line in log.splitlines() if all(p in line for p in parts)]
+
+
+def test_users_changed_in_the_file_apply_to_the_next_scrape_without_a_restart(agent_command, tmp_path, pki):
+    """Rewritten as `mv` does (a new inode), then in place (the same inode, another size): each time
+    the next scrape goes by the new users; a password the agent remembered for a user is forgotten
+    with the file it was checked against."""
+    d = own_pki(pki, tmp_path)
+    path = web_config(d, TLS + users(**{USER: PASSWORD}))
+    port, idle = free_port(), sleeper(60)
+    agent = start(agent_command, tmp_path, port, path, idle.pid)
+    ca = d / "ca.crt"
+    try:
+        wait_until(lambda: served(port, ca), "a self-sample on /metrics over TLS")
+        assert scrape(port, ca).status_code == 200  # USER's password checked, and remembered
+        atomically(path, TLS + users(bob="bob's password"))
+        assert scrape(port, ca, auth=("bob", "bob's password")).status_code == 200
+        assert scrape(port, ca).status_code == 401
+        before = path.stat()
+        path.write_text(TLS + users(**{USER: "a new password"}))  # in place: only its size and mtime tell
+        assert path.stat().st_ino == before.st_ino and path.stat().st_size != before.st_size
+        assert scrape(port, ca).status_code == 401  # its old password, remembered before: forgotten
+        assert scrape(port, ca, auth=(USER, "a new password")).status_code == 200
+        assert scrape(port, ca, auth=("bob", "bob's password")).status_code == 401
+    finally:
+        log = stop(agent, idle)
+    assert len(lines(log, f"web_config {path}: read again (1 users)")) == 2, log
+    assert "bob's password" not in log and "a new password" not in log
+
+
+def test_a_certificate_changed_is_presented_at_the_next_handshake(agent_command, tmp_path, pki):
+    """Its files replaced under the same names (the web-config untouched, as a certificate renewal
+    does), then the web-config naming others: the next handshake presents the new one."""
+    d = own_pki(pki, tmp_path)
+    path = web_config(d, TLS + users(**{USER: PASSWORD}))
+    new_server_certificate(d, "renewed")
+    new_server_certificate(d, "other")
+    port, idle = free_port(), sleeper(60)
+    agent = start(agent_command, tmp_path, port, path, idle.pid)
+    ca = d / "ca.crt"
+    try:
+        wait_until(lambda: served(port, ca), "a self-sample on /metrics over TLS")
+        first = fingerprint(d / "server.crt")
+        assert presented(port, ca) == first
+        shutil.copy(d / "renewed.key", d / "server.key.new")
+        shutil.copy(d / "renewed.crt", d / "server.crt.new")
+        os.replace(d / "server.key.new", d / "server.key")
+        os.replace(d / "server.crt.new", d / "server.crt")
+        assert presented(port, ca) == fingerprint(d / "renewed.crt") != first
+        assert scrape(port, ca).status_code == 200
+        atomically(path, TLS.replace("server.", "other.") + users(**{USER: PASSWORD}))
+        assert presented(port, ca) == fingerprint(d / "other.crt")
+        assert scrape(port, ca).status_code == 200
+    finally:
+        log = stop(agent, idle)
+    assert len(lines(log, f"web_config {path}: read again (1 users)")) == 2, log
+
+
+def refused_over_tls(port: int, ca: Path) -> bool:
+    try:
+        scrape(port, ca)
+    except requests.ConnectionError:  # its handshake refused (an SSLError is one)
+        return True
+    return False
+
+
+def test_a_file_broken_after_the_start_refuses_handshakes_until_fixed_said_once(agent_command, tmp_path, pki):
+    """exporter-toolkit's choice (its GetConfigForClient fails the handshake), not the last good
+    config kept: a file broken while a user was being removed must not leave that user in. Said in
+    one line a change, not one a scrape. TLS or not is the start's: a file without
+    tls_server_config is one that cannot be used."""
+    d = own_pki(pki, tmp_path)
+    good = TLS + users(**{USER: PASSWORD})
+    path = web_config(d, good)
+    port, idle = free_port(), sleeper(60)
+    agent = start(agent_command, tmp_path, port, path, idle.pid)
+    ca = d / "ca.crt"
+    try:
+        wait_until(lambda: served(port, ca), "a self-sample on /metrics over TLS")
+        atomically(path, "tls_server_config: [unclosed\n")
+        assert all(refused_over_tls(port, ca) for _ in range(3))
+        atomically(path, good)
+        assert scrape(port, ca).status_code == 200
+        atomically(path, users(**{USER: PASSWORD}))  # TLS gone
+        assert all(refused_over_tls(port, ca) for _ in range(3))
+        atomically(path, TLS.replace("server.key", "gone.key") + users(**{USER: PASSWORD}))
+        assert refused_over_tls(port, ca)
+        (d / "gone.key").write_bytes((d / "server.key").read_bytes())  # a file it names appears: read again
+        assert scrape(port, ca).status_code == 200
+    finally:
+        log = stop(agent, idle)
+    refused_until = "/metrics refused until the file is fixed"
+    assert len(lines(log, f"web_config {path}: not YAML: ", refused_until)) == 1, log
+    assert len(lines(log, f"web_config {path}: tls_server_config: gone since the start", refused_until)) == 1, log
+    assert len(lines(log, f"web_config {path}: tls_server_config.key_file: cannot read {d}/gone.key")) == 1, log
+    assert len(lines(log, refused_until)) == 3, log
+    assert len(lines(log, f"web_config {path}: read again (1 users)")) == 2, log
+
+
+def test_without_tls_a_file_broken_after_the_start_is_answered_500(agent_command, tmp_path, pki):
+    """On loopback without TLS (users only): a broken file, or one that gained tls_server_config
+    (TLS begins at a restart only), is answered 500 as exporter-toolkit's handler answers it; a file
+    left with no user serves anyone (the file says so; on loopback only)."""
+    d = own_pki(pki, tmp_path)
+    path = web_config(d, users(**{USER: PASSWORD}))
+    port, idle = free_port(), sleeper(60)
+    agent = start(agent_command, tmp_path, port, path, idle.pid)
+
+    def plain(auth: tuple[str, str] | None = (USER, PASSWORD)) -> requests.Response:
+        return requests.get(f"http://127.0.0.1:{port}/metrics", auth=auth, timeout=10)
+
+    def up() -> bool:
+        try:
+            return "flowstat_agent_rounds" in plain().text
+        except requests.ConnectionError:
+            return False
+
+    try:
+        wait_until(up, "a self-sample on /metrics")
+        atomically(path, "basic_auth_users: [unclosed\n")
+        broken = [plain() for _ in range(3)]
+        atomically(path, TLS + users(**{USER: PASSWORD}))
+        tls_new = plain()
+        atomically(path, users(**{USER: PASSWORD}))
+        assert plain().status_code == 200 and plain(auth=None).status_code == 401
+        atomically(path, "")
+        assert plain(auth=None).status_code == 200
+    finally:
+        log = stop(agent, idle)
+    for r in [*broken, tls_new]:
+        assert r.status_code == 500 and r.text == "Internal Server Error\n" and "flowstat_" not in r.text
+    assert len(lines(log, f"web_config {path}: not YAML: ")) == 1, log
+    assert len(lines(log, f"web_config {path}: tls_server_config: new since the start")) == 1, log
+    assert len(lines(log, f"web_config {path}: read again")) == 2, log

@@ -842,6 +842,10 @@ static void answer(struct expo *e, struct client *c)
     }
     const char *t = c->head + method + 1;
     size_t path = strcspn(t, "? \r\n");
+    if (e->web.unusable) { /* as exporter-toolkit answers a request when its file cannot be used */
+        respond_text(c, "500 Internal Server Error", "Internal Server Error\n");
+        return;
+    }
     if (e->web.nusers) { /* before anything is read: a scrape refused changes nothing */
         char authorization[1200];
         int given = header_value(c->head, "Authorization", authorization, sizeof authorization) == 0;
@@ -980,7 +984,7 @@ static void client_first_byte(struct expo *e, struct client *c)
             drop(c);
         return;
     }
-    if (!(c->ssl = SSL_new(e->web.tls)) || SSL_set_fd(c->ssl, c->fd) != 1) {
+    if (!e->web.tls || !(c->ssl = SSL_new(e->web.tls)) || SSL_set_fd(c->ssl, c->fd) != 1) {
         ERR_clear_error();
         drop(c);
         return;
@@ -1003,16 +1007,32 @@ static void client_step(struct expo *e, struct client *c)
         client_read(e, c);
 }
 
+/* The web-config read again if it changed (webconfig_reload), said in one line when it was. */
+static void web_reload(struct expo *e)
+{
+    char text[900];
+    int rc = webconfig_reload(&e->web, text, sizeof text);
+    if (rc < 0)
+        LOG_WARN("sink %s: web_config %s: /metrics refused until the file is fixed", e->url, text);
+    else if (rc > 0)
+        LOG_INFO("sink %s: web_config %s: read again (%zu users)", e->url, e->web.files[0], e->web.nusers);
+}
+
 static void accept_client(struct expo *e)
 {
     int fd = accept4(e->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0)
         return;
+    web_reload(e);
+    if (e->web.unusable && e->web.tls_fixed) { /* no handshake, as exporter-toolkit's fails */
+        close(fd);
+        return;
+    }
     for (int i = 0; i < EXPO_CLIENTS_MAX; i++)
         if (e->clients[i].fd < 0) {
             e->clients[i].fd = fd;
             e->clients[i].deadline = fs_monotonic() + EXPO_CLIENT_TIMEOUT_S; /* its handshake included */
-            e->clients[i].tls = e->web.tls ? CLIENT_FIRST_BYTE : CLIENT_PLAIN;
+            e->clients[i].tls = e->web.tls_fixed ? CLIENT_FIRST_BYTE : CLIENT_PLAIN;
             return;
         }
     close(fd);
@@ -1183,6 +1203,8 @@ struct expo *expo_open(const char *url, const char *host, int port, const char *
             return NULL;
         }
     }
+    if (e)
+        e->web.users_needed = !expo_host_is_loopback(host); /* a reload leaving none: refused */
     if (e && !expo_host_is_loopback(host) && !(e->web.tls && e->web.nusers)) { /* before any bind */
         snprintf(err, errlen, "%s: %s", url, EXPO_BEYOND_LOOPBACK);
         expo_close(e);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <yaml.h>
 
 #include "util.h"
@@ -39,6 +40,7 @@ struct reader {
     yaml_document_t doc;
     char *err;
     size_t errlen;
+    struct webconfig *w;
 };
 
 static int fail(struct reader *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -136,6 +138,40 @@ static const char *string_of(struct reader *r, const yaml_node_t *map, const cha
     return s;
 }
 
+static void stamp_of(const char *name, struct webconfig_stamp *s)
+{
+    struct stat st;
+    memset(s, 0, sizeof *s);
+    if (stat(name, &st) != 0) {
+        s->err = errno ? errno : EIO;
+        return;
+    }
+    s->dev = st.st_dev;
+    s->ino = st.st_ino;
+    s->size = st.st_size;
+    s->mtime = st.st_mtim;
+    s->ctime = st.st_ctim;
+}
+
+static int same_stamp(const struct webconfig_stamp *a, const struct webconfig_stamp *b)
+{
+    return a->err == b->err && a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+        a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec &&
+        a->ctime.tv_sec == b->ctime.tv_sec && a->ctime.tv_nsec == b->ctime.tv_nsec;
+}
+
+/* A file about to be read, named and stamped in w (what webconfig_reload compares): 0, or -1. */
+static int record(struct reader *r, const char *name)
+{
+    struct webconfig *w = r->w;
+    if (w->nfiles == WEBCONFIG_FILES)
+        return fail(r, "more than %d files", WEBCONFIG_FILES);
+    if (!(w->files[w->nfiles] = strdup(name)))
+        return fail(r, "out of memory");
+    stamp_of(name, &w->stamps[w->nfiles++]);
+    return 0;
+}
+
 /* A file the config names, from the config's folder when relative, readable: 0 with its name in out. */
 static int file_of(struct reader *r, const char *key, const char *value, char *out, size_t n)
 {
@@ -144,6 +180,8 @@ static int file_of(struct reader *r, const char *key, const char *value, char *o
         snprintf(out, n, "%s", value);
     else
         snprintf(out, n, "%.*s/%s", (int)(slash - r->path), r->path, value);
+    if (record(r, out) != 0)
+        return -1;
     FILE *f = fopen(out, "rb");
     if (!f)
         return fail(r, TLS_WHERE ".%s: cannot read %s: %s", key, out, strerror(errno));
@@ -284,7 +322,9 @@ static int load_users(struct reader *r, const yaml_node_t *n, struct webconfig *
 int webconfig_load(const char *path, struct webconfig *w, char *err, size_t errlen)
 {
     memset(w, 0, sizeof *w);
-    struct reader r = {.path = path, .err = err, .errlen = errlen};
+    struct reader r = {.path = path, .err = err, .errlen = errlen, .w = w};
+    if (record(&r, path) != 0)
+        return -1;
     FILE *f = fopen(path, "rb");
     if (!f)
         return fail(&r, "cannot read it: %s", strerror(errno));
@@ -320,7 +360,79 @@ int webconfig_load(const char *path, struct webconfig *w, char *err, size_t errl
             rc = load_users(&r, users, w);
     }
     yaml_document_delete(&r.doc);
+    w->tls_fixed = w->tls != NULL;
     return rc;
+}
+
+/* Whether any file w read changed since (a stat of each). */
+static int changed(const struct webconfig *w)
+{
+    for (size_t i = 0; i < w->nfiles; i++) {
+        struct webconfig_stamp now;
+        stamp_of(w->files[i], &now);
+        if (!same_stamp(&now, &w->stamps[i]))
+            return 1;
+    }
+    return 0;
+}
+
+/* Whether fresh keeps what the start decided, w its config until now: 0, or -1 with err set. */
+static int keeps_the_start(const struct webconfig *w, const struct webconfig *fresh, char *err, size_t errlen)
+{
+    if (!fresh->tls != !w->tls_fixed) {
+        snprintf(err, errlen,
+                 "%s: tls_server_config: %s since the start: TLS or not is decided at the start (restart to change it)",
+                 w->files[0], fresh->tls ? "new" : "gone");
+        return -1;
+    }
+    if (w->users_needed && !fresh->nusers) {
+        snprintf(err, errlen, "%s: basic_auth_users: none left, and /metrics is served beyond loopback", w->files[0]);
+        return -1;
+    }
+    return 0;
+}
+
+/* What w serves with, freed: its TLS and its users (and their remembered passwords). */
+static void release_served(struct webconfig *w)
+{
+    if (w->tls)
+        SSL_CTX_free(w->tls);
+    w->tls = NULL;
+    for (size_t i = 0; i < w->nusers; i++) {
+        free(w->users[i].name);
+        free(w->users[i].hash);
+    }
+    free(w->users);
+    w->users = NULL;
+    w->nusers = 0;
+    free(w->crypt_data);
+    w->crypt_data = NULL;
+    OPENSSL_cleanse(w->key, sizeof w->key);
+}
+
+int webconfig_reload(struct webconfig *w, char *err, size_t errlen)
+{
+    if (!w->nfiles || !changed(w))
+        return 0;
+    struct webconfig fresh;
+    int rc = webconfig_load(w->files[0], &fresh, err, errlen);
+    if (rc == 0)
+        rc = keeps_the_start(w, &fresh, err, errlen);
+    if (rc != 0 && !fresh.nfiles) { /* out of memory before the file was stamped: tried again next time */
+        webconfig_free(&fresh);
+        release_served(w);
+        w->unusable = 1;
+        return -1;
+    }
+    fresh.tls_fixed = w->tls_fixed;
+    fresh.users_needed = w->users_needed;
+    if (rc != 0) { /* its files' stamps kept: not read again until one changes */
+        release_served(&fresh);
+        fresh.unusable = 1;
+    }
+    webconfig_free(w);
+    *w = fresh;
+    return rc == 0 ? 1 : -1;
 }
 
 /* Standard base64 with its padding, strictly: the decoded length, or -1. */
@@ -401,13 +513,8 @@ int webconfig_allows(struct webconfig *w, const char *authorization)
 
 void webconfig_free(struct webconfig *w)
 {
-    if (w->tls)
-        SSL_CTX_free(w->tls);
-    for (size_t i = 0; i < w->nusers; i++) {
-        free(w->users[i].name);
-        free(w->users[i].hash);
-    }
-    free(w->users);
-    free(w->crypt_data);
+    release_served(w);
+    for (size_t i = 0; i < w->nfiles; i++)
+        free(w->files[i]);
     memset(w, 0, sizeof *w);
 }

@@ -10,7 +10,8 @@ its last figures for two scrapes, then goes: a scraper sees its final counters o
 (webconfig.py). The sink listens on loopback only (127.0.0.0/8, ::1, localhost) unless that file
 gives both TLS and at least one user: a URL naming another address without them is refused. A
 scrape without the right credentials is answered 401 and changes nothing (a gone node's count of
-scrapes included).
+scrapes included). The file is read again at a connection when it changed (webconfig.Watched): one
+that became unusable refuses the connections (no TLS handshake; plain HTTP answered 500) until fixed.
 
 ``?families=A,B``: only these node families (sample fields, or their family names); ``?drop_labels=
 run_id,...``: labels left out of every node series (node_id cannot be): prometheus.selection.
@@ -175,8 +176,15 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
     timeout = CLIENT_TIMEOUT_S
 
+    def __init__(self, request: Any, client_address: Any, server: _Server, web: webconfig.WebConfig | None) -> None:
+        self.web = web  # the web-config as it was at the connection; None: the file cannot be used
+        super().__init__(request, client_address, server)
+
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-        auth = self.server.auth
+        if self.web is None:  # as exporter-toolkit answers a request when its file cannot be used
+            self._answer(500, "text/plain; charset=utf-8", b"Internal Server Error\n")
+            return
+        auth = self.web.auth
         if auth is not None and not auth.allows(self.headers.get("Authorization")):
             self._answer(401, "text/plain; charset=utf-8", b"Unauthorized\n", f'Basic realm="{webconfig.REALM}"')
             return  # before anything is read: the scrape changes nothing
@@ -210,10 +218,10 @@ class _Server(HTTPServer):
     latest: MetricsBoard
     address_family = socket.AF_INET
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], web: webconfig.WebConfig):
+    def __init__(self, address: tuple[str, int], handler: type[_Handler], web: webconfig.Watched):
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
-        self.tls, self.auth = web.context, web.auth
+        self.web, self.handler = web, handler
         # made before the bind: a port taken makes HTTPServer close the server, which shuts the pool
         self.pool = ThreadPoolExecutor(SERVING_THREADS, thread_name_prefix="metrics")
         super().__init__(address, handler)
@@ -224,19 +232,20 @@ class _Server(HTTPServer):
     def _serve_one(self, request: Any, client_address: Any) -> None:
         conn = request
         try:
-            conn = self._tls_accept(request) if self.tls is not None else request
+            web = self.web.current()  # the file read again if it changed
+            if self.web.tls:  # no handshake when the file cannot be used (exporter-toolkit's fails)
+                conn = self._tls_accept(request, web.context) if web and web.context is not None else None
             if conn is not None:
-                self.finish_request(conn, client_address)
+                self.handler(conn, client_address, self, web)
         except Exception:  # a client gone mid-answer: its connection closed, the next served
             self.handle_error(request, client_address)
         finally:
             self.shutdown_request(conn if conn is not None else request)
 
-    def _tls_accept(self, request: socket.socket) -> ssl.SSLSocket | None:
+    def _tls_accept(self, request: socket.socket, tls: ssl.SSLContext) -> ssl.SSLSocket | None:
         """The TLS connection, its handshake done on this serving thread within the client time-out
         (a client that stalls in it is let go as a silent one); None when there is none: plain HTTP
         is answered 400 as exporter-toolkit does, a failed handshake is only closed."""
-        assert self.tls is not None
         request.settimeout(CLIENT_TIMEOUT_S)
         try:
             first = request.recv(1, socket.MSG_PEEK)
@@ -250,7 +259,7 @@ class _Server(HTTPServer):
                 request.settimeout(CLIENT_TIMEOUT_S)
                 request.sendall(NOT_TLS)
                 return None
-            return self.tls.wrap_socket(request, server_side=True) if first else None
+            return tls.wrap_socket(request, server_side=True) if first else None
         except (OSError, ValueError):  # ssl.SSLError, a time-out, a reset: the wrapped socket is closed
             return None
 
@@ -265,9 +274,12 @@ class _Server(HTTPServer):
 class MetricsServer:
     """/metrics served from ``board`` on HOST:PORT by a thread of its own (OSError: cannot listen)."""
 
-    def __init__(self, board: MetricsBoard, host: str, port: int, web: webconfig.WebConfig | None = None) -> None:
+    def __init__(
+        self, board: MetricsBoard, host: str, port: int, web: webconfig.WebConfig | None = None, where: str = ""
+    ) -> None:
         web = web or webconfig.WebConfig("")
-        self.server = _Server((host, port), _Handler, web)
+        watched = webconfig.Watched(web, beyond_loopback=not is_loopback(host), where=where)
+        self.server = _Server((host, port), _Handler, watched)
         self.server.latest = board
         self.port: int = self.server.server_address[1]
         shown = f"[{host}]" if ":" in host else host
@@ -283,14 +295,19 @@ class MetricsServer:
         self._thread.join(timeout=5)
 
 
+def is_loopback(host: str) -> bool:
+    """Whether host is 127.0.0.0/8, ::1 or localhost."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 def web_config_for(host: str, path: str | None) -> webconfig.WebConfig | None:
     """The web-config a /metrics server on ``host`` is to use (None: plain HTTP, anyone). ValueError
     when ``path`` is empty or unreadable, or when ``host`` is beyond loopback without TLS and users
     (BEYOND_LOOPBACK)."""
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = host == "localhost"
+    loopback = is_loopback(host)
     if path == "":
         raise ValueError("web_config needs a file (?web_config=PATH)")
     if not loopback and path is None:
@@ -320,7 +337,7 @@ class PrometheusSink(Sink):
         super().__init__(url)
         self.latest = _Latest(select)
         try:
-            self.metrics = MetricsServer(self.latest, host, port, web)
+            self.metrics = MetricsServer(self.latest, host, port, web, where=f"sink {url}: ")
         except OSError as exc:
             raise SinkURLError(f"{url}: cannot listen on {host}:{port}: {exc.strerror}") from None
         self.port = self.metrics.port
