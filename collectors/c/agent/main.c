@@ -289,9 +289,10 @@ static int announcement_removed(const struct target *t)
 
 /* The last sample of a target whose process is gone (or unreadable): DOWN, or STOPPED after the
  * run-ending notice or when the endpoints file that announced it is gone. Reported once, then
- * dropped. */
-static void sample_gone(struct agent *a, struct target *t, enum proc_status st, const struct round_time *when,
-                        struct fs_sample *s)
+ * dropped. A reply taken this round carries its counts: a node that closes answers its final ones
+ * and may exit before /proc is read. */
+static void sample_gone(struct agent *a, struct target *t, enum proc_status st, const cJSON *reply,
+                        const struct round_time *when, struct fs_sample *s)
 {
     if (st != PROC_GONE) {
         a->proc_errors++;
@@ -301,7 +302,12 @@ static void sample_gone(struct agent *a, struct target *t, enum proc_status st, 
     /* Both are looked at after the read that found the node gone: a notice sent before the node was
      * stopped has been handled by then, and a node removes its file before it exits. */
     int with_run = ending_flag, closed = !with_run && announcement_removed(t);
-    base_sample(a, t, when->stamp, when->ms, t->role, with_run || closed ? STATE_STOPPED : STATE_DOWN, s);
+    const char *state = with_run || closed ? STATE_STOPPED : STATE_DOWN;
+    base_sample(a, t, when->stamp, when->ms, t->role, state, s);
+    if (reply) {
+        control_fill_sample(reply, s);
+        sample_set_str(s, FS_F_NODE_STATE, state); /* what became of the process, not what it said */
+    }
     if (with_run)
         LOG_INFO("%s (pid %d) is gone (stopped with its run)", t->node_id, (int)t->pid);
     else if (closed)
@@ -344,7 +350,7 @@ static int sample_target(struct agent *a, struct target *t, const cJSON *reply, 
     struct proc_reading cur;
     enum proc_status st = proc_reader_read(&t->reader, &cur);
     if (st != PROC_OK) {
-        sample_gone(a, t, st, when, s);
+        sample_gone(a, t, st, reply, when, s);
         return 1;
     }
     if (t->leaving) {

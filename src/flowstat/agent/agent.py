@@ -337,9 +337,13 @@ class Agent:
                 # A node that announced itself in a directory withdraws its file when it stops
                 # cleanly: the file gone, it stopped; left behind, it died.
                 ended = self.ending or (t.announced_by is not None and not t.announced_by.exists())
-                samples.append(
-                    self._base(t, stamp, t.role, sample_schema.STATE_STOPPED if ended else sample_schema.STATE_DOWN)
-                )
+                gone = self._base(t, stamp, t.role, sample_schema.STATE_STOPPED if ended else sample_schema.STATE_DOWN)
+                # a reply taken this round carries its counts: a node that closes answers its final
+                # ones and may exit before /proc is read (its state is what became of the process)
+                reply = replies.get(t.control) if t.control else None
+                final = sample_schema.from_control_reply(reply) if reply else {}
+                final.pop("node_state", None)
+                samples.append({**gone, **final})
                 log.log(
                     logging.INFO if ended else logging.WARNING,
                     "%s (pid %d) is gone%s",
