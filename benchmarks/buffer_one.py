@@ -166,7 +166,7 @@ def measure(rate: int, kbuf: int | None, duration: float, runs_dir: Path) -> dic
     shutil.rmtree(runs_dir / run_id, ignore_errors=True)  # a run interrupted before its result was kept
     ended, queues, seconds, start = threading.Event(), [], [], []
 
-    def on_progress(elapsed: float, _duration: float, metrics: list[dict], _verdicts: dict) -> None:
+    def on_progress(elapsed: float, _duration: float, metrics: list[dict], _verdicts: dict, _flow: object) -> None:
         if not start:
             start.append(time.monotonic() - elapsed)  # the start command, on this process's clock
         seconds.append(per_second(elapsed, metrics))

@@ -103,3 +103,19 @@ def test_a_node_named_less_than_half_the_steady_time_is_not_the_run_s_verdict():
     run = watch.run_verdict()
     assert run["flow"] == "none" and run["held_back_by"] == [], run
     assert FlowWatch({"m": ()}, startup_s=5.0).run_verdict()["flow"] == "unknown"  # too short a run
+
+
+def test_the_progress_line_shows_the_verdict_the_orchestrator_gives_it():
+    """`flowstat run`'s progress line judges nothing itself: it shows the orchestrator's verdict of
+    the same reading (one FlowWatch a run)."""
+    import io
+
+    from flowstat.flow import Verdict
+    from flowstat.harness.command import _progress_printer
+
+    out = io.StringIO()
+    show = _progress_printer(out)
+    show(6.0, 10.0, [], {}, Verdict("held_back", ("merger-1",), "merger-1: busy 97%", 6.0))
+    assert "held back by merger-1" in out.getvalue()
+    show(12.0, 20.0, [], {}, None)  # 6 s later: a line every 5 s when not on a terminal
+    assert out.getvalue().splitlines()[-1].endswith("flow: judging")

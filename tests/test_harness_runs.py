@@ -509,7 +509,7 @@ def test_a_run_whose_producer_was_killed_is_not_conserved_and_names_its_producer
     victim, survivor = topo.producer_groups()
     killed = []
 
-    def kill_producers_0(elapsed, duration, metrics, verdicts):
+    def kill_producers_0(elapsed, duration, metrics, verdicts, flow):
         merger = next(r for r in metrics if r["node_id"] == "merger-0")
         if not killed and merger["objects_received"] > 0:  # mid-stream: the merger holds some of its objects
             pid = next(r["PID"] for r in metrics if r["node_id"] == "producers-0")
@@ -547,7 +547,7 @@ def test_a_merger_stopped_from_outside_ends_the_run_then_not_at_its_duration(run
     topo = from_dict(topology_dict(duration=120))
     stopped = []
 
-    def stop_merger(elapsed, duration, metrics, verdicts):
+    def stop_merger(elapsed, duration, metrics, verdicts, flow):
         merger = next((r for r in metrics if r["node_id"] == "merger-0"), None)  # None once it ended
         if not stopped and merger and merger["objects_received"] > 0:
             os.kill(merger["PID"], signal.SIGTERM)

@@ -198,7 +198,7 @@ def pinned_run(tmp_path_factory):
     run_dir = runs_dir / "pinned"
     seen: list[dict[str, dict[str, set[int]]]] = []
 
-    def on_progress(elapsed, duration, metrics, verdicts):
+    def on_progress(elapsed, duration, metrics, verdicts, flow):
         nodes = json.loads((run_dir / "endpoints.json").read_text())["nodes"]
         pids = {n["node_id"]: n["pid"] for n in nodes} | agent_pids()
         seen.append({name: allowed_cpus(pid) for name, pid in pids.items()})

@@ -471,9 +471,8 @@ class Judging:
     skipped: int = 0  # bad samples
     bad: list[str] = field(default_factory=list)  # the first few, why
     kinds: Counter[str] = field(default_factory=Counter)  # held back by NODES / none / unknown -> evaluations
-    latest: dict[str, Verdict] = field(default_factory=dict)  # each run's last verdict
-    # each run's last verdict and edge rate documents: what --listen serves
-    shown: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = field(default_factory=dict)
+    # each run's last verdict, its document and its edge rates' (what --listen serves)
+    latest: dict[str, tuple[Verdict, dict[str, Any], list[dict[str, Any]]]] = field(default_factory=dict)
 
     def take(self, outcome: stores.Outcome) -> None:
         self.documents += outcome.accepted
@@ -527,8 +526,7 @@ def judge(
             rates += edge_docs
             tally.evaluations += 1
             tally.kinds["held back by " + doc["held_back_by"] if "held_back_by" in doc else verdict.kind] += 1
-            tally.latest[run_id] = verdict
-            tally.shown[run_id] = (doc, edge_docs)
+            tally.latest[run_id] = (verdict, doc, edge_docs)
             if len(verdicts) >= BATCH:
                 flush()
         if on_evaluation is not None:
@@ -711,14 +709,14 @@ def live(
                     if not edges.get(run_id):  # its run document may come later than its first samples
                         edges[run_id] = source.edges(run_id)
                     judge(source, run_id, times, edges[run_id], totals)
-                    _say_change(run_id, totals.latest.get(run_id), said)
+                    latest = totals.latest.get(run_id)
+                    _say_change(run_id, latest[0] if latest else None, said)
                 for run_id in set(edges) - set(runs):  # no sample in the last window: ended
                     del edges[run_id]
                     said.pop(run_id, None)
                     totals.latest.pop(run_id, None)
-                    totals.shown.pop(run_id, None)
                 if board is not None:
-                    board.show(totals.shown)
+                    board.show({run_id: (doc, edges) for run_id, (_, doc, edges) in totals.latest.items()})
                 last = at
                 if down is not None:
                     log.info("%s answers again", source.said)

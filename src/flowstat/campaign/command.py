@@ -95,7 +95,7 @@ class Bar:
             self.stream.flush()
 
     def progress(self):
-        def show(elapsed: float, duration: float, metrics: list[dict], verdicts: dict) -> None:
+        def show(elapsed: float, duration: float, metrics: list[dict], verdicts: dict, flow: object) -> None:
             merged = sum(m.get("merged_objects_per_second") or 0 for m in metrics if m.get("role") == "merger")
             self.draw(
                 self.done_s + min(elapsed, duration),

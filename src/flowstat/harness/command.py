@@ -11,23 +11,23 @@ from typing import TYPE_CHECKING
 from flowstat.registry import Command
 
 if TYPE_CHECKING:
+    from flowstat.flow import Verdict
+
     from .topology import Topology
 
 
-def _progress_printer(topo: Topology, stream=sys.stderr):
+def _progress_printer(stream=sys.stderr):
     """A one-line live status: a bar on a terminal, a line every 5 s otherwise; with which node holds
-    the flow back, judged from the same readings over the topology's edges."""
+    the flow back (the orchestrator's verdict of the same reading)."""
     tty = stream.isatty()
     state = {"last": -5.0}
 
-    from .flowwatch import FlowWatch
     from .flowwatch import short as flow_word
     from .online import short
 
-    inputs = topo.inputs_of()
-    flow = FlowWatch({n: inputs.get(n, ()) for n, r in topo.node_roles().items() if r != "agent"}, 0.0)
-
-    def show(elapsed: float, duration: float, metrics: list[dict], verdicts: dict[str, dict]) -> None:
+    def show(
+        elapsed: float, duration: float, metrics: list[dict], verdicts: dict[str, dict], flow: Verdict | None
+    ) -> None:
         mergers = [m for m in metrics if m.get("role") == "merger"]
         producers = [m for m in metrics if m.get("role") == "producer"]
         merged = sum(m.get("merged_objects_per_second") or 0 for m in mergers)
@@ -37,7 +37,7 @@ def _progress_printer(topo: Topology, stream=sys.stderr):
         cpu = sum(m.get("cpu_clock") or 0 for m in metrics) / 1e6
         frac = min(1.0, elapsed / duration) if duration > 0 else 1.0
         judged = "; ".join(f"{m} {short(v)}" if len(verdicts) > 1 else short(v) for m, v in verdicts.items())
-        judged += f"  {flow_word(flow.add(elapsed, metrics))}"
+        judged += f"  {flow_word(flow)}"
         text = (
             f"{elapsed:5.1f}/{duration:.0f} s  merged {merged:,.0f}/s  in flight {in_flight:,}  "
             f"latency p99 {p99:,.1f} ms  overloads {overloads:,}  cpu {cpu:.2f} cores  {judged}"
@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"flowstat run: {exc}", file=sys.stderr)
             launcher.close()
             return 2
-    progress = None if args.json or args.quiet else _progress_printer(topo)
+    progress = None if args.json or args.quiet else _progress_printer()
     try:
         summary = run_topology(
             topo,

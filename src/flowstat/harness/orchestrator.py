@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flowstat.node import curve
 from flowstat.node.protocol import ControlClient, ControlError
@@ -44,6 +44,9 @@ from .launch import Launcher, LaunchError, LocalLauncher, host_lost
 from .online import OnlineJudge, reading
 from .summary import RunOutcome, build_summary, run_document
 from .topology import VIEWER_NODE, Topology, producer_process_name
+
+if TYPE_CHECKING:
+    from flowstat.flow import Verdict
 
 READY_TIMEOUT_S = 60.0  # building a producer's pool of 50 MB objects takes a while
 STAGE_TIMEOUT_S = 60.0  # a stage stopping with nothing taken nor sent for this long is stopped
@@ -103,8 +106,9 @@ def sent_end_of_stream(dev: DeviceProcess) -> bool:
     return dev.exit_code == 0 and dev.final is not None and not dev.gave_up
 
 
-# (seconds since the start, the run's length, every node's get-metrics reply, the mergers' verdicts)
-ProgressCallback = Callable[[float, float, list[dict], dict[str, dict]], None]
+# (seconds since the start, the run's length, every node's get-metrics reply, the mergers' verdicts,
+# which node holds the flow back as of this reading: the orchestrator's own FlowWatch, judged once)
+ProgressCallback = Callable[[float, float, list[dict], dict[str, dict], "Verdict | None"], None]
 
 
 class Orchestrator:
@@ -511,7 +515,9 @@ class Orchestrator:
             if now >= next_progress:
                 metrics = self.poll_metrics()
                 if self.on_progress is not None:
-                    self.on_progress(now - self.started_at, duration, metrics, self.judge.verdicts())
+                    self.on_progress(
+                        now - self.started_at, duration, metrics, self.judge.verdicts(), self.flow.latest()
+                    )
                 next_progress = now + 1.0
             self.wakeup.wait(max(0.0, min(next_progress, deadline) - time.monotonic()))
             self.wakeup.clear()
