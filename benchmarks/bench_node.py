@@ -16,6 +16,10 @@ Modes of the same receiver loop (each reads the message and its sender's stamp, 
   accounted busy/idle (issue 46), two phase changes (two clock reads) per batch. Its cost is
   against per-batch (the library without the accounting): accounting_share_of_a_core, the CPU the
   accounting adds per second of the run (target: at most 1% of a core).
+- per-message-source: per-message, and the edge it came by: node.received(1, nbytes, sent_at=stamp,
+  source="sender-0"), as a PULL fed by several nodes counts each (issue 46). Its cost is against
+  per-message: source_ns_per_call, the CPU one call gains by naming its source (both measured in
+  their runs, by replaying their calls).
 A figure is the receiver's CPU time (user + system of all its threads, CLOCK_PROCESS_CPUTIME_ID) over
 a fixed number of messages after a warm-up; each mode runs REPEATS times, interleaved, and the median
 is kept. The cost of a mode is its CPU time over that of the same loop without the library (bare or
@@ -53,7 +57,9 @@ MODES = (
     "per-batch-counts",
     "per-batch-1-in-16",
     "per-batch-phases",
+    "per-message-source",
 )
+SOURCE = "sender-0"
 LATENCY_EVERY = {"per-batch-1-in-16": 16}
 BASELINE = {
     "per-message": "bare",
@@ -62,6 +68,7 @@ BASELINE = {
     "per-batch-counts": "bare-batch",
     "per-batch-1-in-16": "bare-batch",
     "per-batch-phases": "bare-batch",
+    "per-message-source": "bare",
 }
 BATCH = 256
 REPLAYED = 2000  # calls kept for timing one
@@ -103,10 +110,10 @@ def receive(mode: str, port: int, count: int, warmup: int) -> dict:
                 stamps.append(unpack(m)[1])
             if mode in ("per-batch", "per-batch-1-in-16", "per-batch-phases"):
                 node.received(len(batch), size, sent_at=stamps)
-                told.append((len(batch), size, stamps))
+                told.append((len(batch), size, stamps, None))
             elif node is not None:
                 node.received(len(batch), size)
-                told.append((len(batch), size, None))
+                told.append((len(batch), size, None, None))
             taken += len(batch)
             continue
         m = sock.recv()
@@ -115,10 +122,13 @@ def receive(mode: str, port: int, count: int, warmup: int) -> dict:
             nbytes += len(m)
         elif mode == "per-message":
             node.received(1, len(m), sent_at=stamp)
-            told.append((1, len(m), stamp))
+            told.append((1, len(m), stamp, None))
+        elif mode == "per-message-source":
+            node.received(1, len(m), sent_at=stamp, source=SOURCE)
+            told.append((1, len(m), stamp, SOURCE))
         else:
             node.received(1, len(m))
-            told.append((1, len(m), None))
+            told.append((1, len(m), None, None))
         taken += 1
         if len(told) > 2 * REPLAYED:
             del told[:REPLAYED]
@@ -138,13 +148,15 @@ def time_a_call(node: Node, told: list[tuple], waits: bool = False) -> float:
     ``waits``, each preceded by node.waiting() as in the run (two phase changes a call)."""
     replayed, c0 = 0, cpu_s()
     while cpu_s() - c0 < 0.25:
-        for n, size, stamps in told:
+        for n, size, stamps, source in told:
             if waits:
                 node.waiting()
             if stamps is None:
                 node.received(n, size)
-            else:
+            elif source is None:
                 node.received(n, size, sent_at=stamps)
+            else:
+                node.received(n, size, sent_at=stamps, source=source)
         replayed += len(told)
     return (cpu_s() - c0) / replayed
 
@@ -224,6 +236,13 @@ def main() -> int:
         "accounting_share_of_a_core": statistics.median(x["library_s"] for x in runs["per-batch-phases"]) / args.seconds
         - statistics.median(x["library_s"] for x in runs["per-batch"]) / args.seconds,
         "accounting_cost_vs_per_batch": cpu["per-batch-phases"] / cpu["per-batch"] - 1,
+        # issue 46: what naming a message's source costs a call (received(source=...)), ns, from the
+        # calls replayed in each run: per-message-source's less per-message's
+        "source_ns_per_call": 1e9
+        * (
+            statistics.median(x["library_s"] / x["calls"] for x in runs["per-message-source"])
+            - statistics.median(x["library_s"] / x["calls"] for x in runs["per-message"])
+        ),
         "runs": runs,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -24,6 +24,9 @@ object, the least of 5 tries) and set against the plain receiver's CPU per messa
 calls_extra_percent_of_plain, the precise figure. The accounting likewise: the calls with and
 without fs_node_waiting, their difference a read cycle (accounting_ns_per_cycle) times the
 accounted receiver's read cycles a second: accounting_percent_of_a_core (the issue's target: under 1%).
+Counting by source (issue 46): fs_node_received_from against fs_node_received, one call per object
+(received_ns_per_call, received_from_ns_per_call), and what the difference comes to for a node told
+of every one of RATE messages a second: source_percent_of_a_core_at_rate.
 
 Usage: benchmarks/bench_node_c.py [--rate N] [--seconds S] [--rounds R] [--size BYTES] [--out FILE]
 """
@@ -65,10 +68,11 @@ def poll_metrics(endpoint: str, stop: threading.Event, replies: list[dict]) -> N
         client.close()
 
 
-def calls_ns_per_object(batches: int = 20000, tries: int = 5, accounted: bool = False) -> float:
+def calls_ns_per_object(batches: int = 20000, tries: int = 5, accounted: bool = False, how: str = "") -> float:
     """The library's calls alone, in CPU ns per object (node-bench calls): the least of a few tries,
-    the one least disturbed by the machine's other work."""
-    extra = ["accounted"] if accounted else []
+    the one least disturbed by the machine's other work. ``how``: each or each-source, one call per
+    object (ns per call)."""
+    extra = ["accounted"] if accounted else [how] if how else []
     runs = [
         subprocess.run([str(BENCH), "calls", str(batches), *extra], capture_output=True, text=True, check=True)
         for _ in range(tries)
@@ -201,6 +205,12 @@ def main() -> int:
     per_cycle = (accounted_ns - calls_ns) * 256  # node-bench calls: 256 objects a cycle
     summary_["accounting_ns_per_cycle"] = round(per_cycle, 1)
     summary_["accounting_percent_of_a_core"] = round(per_cycle * summary_["accounted_read_cycles_per_s"] / 1e9 * 100, 4)
+    # issue 46: what counting a call's source costs (fs_node_received_from against fs_node_received,
+    # one call per object), and so a node telling each of 100,000 messages a second, in % of a core
+    each_ns, each_source_ns = calls_ns_per_object(how="each"), calls_ns_per_object(how="each-source")
+    summary_["received_ns_per_call"] = round(each_ns, 2)
+    summary_["received_from_ns_per_call"] = round(each_source_ns, 2)
+    summary_["source_percent_of_a_core_at_rate"] = round((each_source_ns - each_ns) * args.rate / 1e9 * 100, 4)
     result = {
         "benchmark": "bench_node_c",
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -153,6 +153,37 @@ def test_threads_count_on_their_own_tallies_and_the_node_sums_them():
     assert (reply["objects_received"], reply["bytes_received"]) == (40_005, 120_005)
 
 
+def test_objects_are_counted_by_the_upstream_node_that_sent_them_across_threads(caplog):
+    """received(source=...): a PULL taking from several nodes counts each edge apart (get-metrics'
+    received_from, summed over the threads' tallies); past MAX_SOURCES, in the totals only."""
+    from flowstat.node import node as node_module
+
+    with Node("sink", "worker", upstream=["w-0", "w-1"]) as node:
+        other = node.tally()
+        node.received(3, 30, source="w-0")
+        other.received(2, 20, source="w-0")
+        other.received(7, 70, source="w-1")
+        node.received(4, 40)  # no source said: the totals only
+        first = ControlClient(node.endpoint).request("get-metrics")
+        with pytest.raises(ValueError, match="upstream node"):
+            node.received(1, source="")
+        for i in range(node_module.MAX_SOURCES):
+            other.received(1, source=f"s{i}")
+        reply = ControlClient(node.endpoint).request("get-metrics")
+    assert first["received_from"] == {"w-0": 5, "w-1": 7}
+    assert first["objects_received"] == 16
+    got = reply["received_from"]
+    assert len(got) == node_module.MAX_SOURCES and got["w-1"] == 7  # w-0, w-1 and the first 254 new ones
+    assert reply["objects_received"] == 16 + 1 + node_module.MAX_SOURCES  # the refused ones still count
+    assert sum(1 for r in caplog.records if "past 256 sources" in r.getMessage()) == 1
+
+
+def test_a_node_told_no_source_sends_no_received_from():
+    with Node("n", "worker") as node:
+        node.received(1, 1)
+        assert "received_from" not in ControlClient(node.endpoint).request("get-metrics")
+
+
 def test_bad_requests_get_errors_are_counted_and_a_client_that_never_reads_stalls_nothing():
     with Node("n", "worker") as node:
         ctx = zmq.Context.instance()
@@ -314,6 +345,7 @@ FINAL_COUNTS_PROGRAM = textwrap.dedent(
     node = Node("ending", "sink", endpoints_dir=sys.argv[1])
     print(node.endpoint, flush=True)
     while not node.stop_requested:
+        node.received(1, 10, source="up-0")  # its replies carry received_from: the agents take the rest
         node.sent(1, 10)
         time.sleep(0.01)
     node.sent(1000, 10_000)  # counted after the last request the agent made while it ran
@@ -341,6 +373,7 @@ def test_a_node_that_closes_tells_an_agent_its_final_counts_with_its_stopped_sta
         err = stop_agent(agent)
     counted = [s for s in agent_samples(out) if "objects_sent" in s]
     assert counted[-1]["objects_sent"] == final and counted[-1]["node_state"] == "STOPPED", (final, counted[-1], err)
+    assert counted[-1]["objects_received"] == final - 1000
 
 
 def test_junk_stale_and_unreadable_files_are_said_once_and_the_good_nodes_taken(agent_command, tmp_path):

@@ -271,6 +271,39 @@ def test_counts_from_many_threads_add_up(probes, clients):
     assert r["input_latency_objects"] == n and 0.98 <= r["input_latency_p50_ms"] < 1.1
 
 
+def test_objects_are_counted_by_source_from_many_threads(probes, clients):
+    """fs_node_source/fs_node_received_from: each source's objects apart (received_from), the same
+    handle for the same id, atomically across threads; bad ids and handles count in the totals only."""
+    p = probes("--node-id", "sink", "--upstream", "up-0,up-1")
+    c = clients(p.endpoint)
+    assert "received_from" not in c.request("get-metrics")
+    assert p("source up-0") == "0" and p("source up-1") == "1" and p("source up-0") == "0"
+    assert p("source " + "x" * 256) == "-1"
+    p("from 0 5 50")
+    p("from 1 2 20")
+    p("from 7 3 30")  # no such handle: the totals only
+    p("from -1 4 40")
+    r = c.request("get-metrics")
+    assert r["received_from"] == {"up-0": 5, "up-1": 2}
+    assert (r["objects_received"], r["bytes_received"]) == (14, 140)
+    p("fanin 12 100000", timeout=120)
+    r = c.request("get-metrics")
+    assert r["received_from"]["up-all"] == 12 * 100000
+    assert r["received_from"]["up-0"] == 5 + 100000 and r["received_from"]["up-11"] == 100000
+    assert len(r["received_from"]) == 2 + 1 + 10  # up-0, up-1, up-all, up-2 ... up-11
+    assert r["objects_received"] == 14 + 2 * 12 * 100000
+
+
+def test_sources_past_the_limit_count_in_the_totals_only(probes, clients):
+    p = probes("--node-id", "sink")
+    c = clients(p.endpoint)
+    handles = [p(f"source s{i}") for i in range(257)]
+    assert handles[:256] == [str(i) for i in range(256)] and handles[256] == "-1"
+    p("from 255 1 1")
+    r = c.request("get-metrics")
+    assert len(r["received_from"]) == 256 and r["received_from"]["s255"] == 1
+
+
 def test_merges_average_the_last_ten(probes, clients):
     p = probes("--node-id", "merger-0", "--role", "merger")
     c = clients(p.endpoint)

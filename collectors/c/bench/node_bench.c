@@ -13,6 +13,9 @@
  *   node-bench calls BATCHES [accounted]
  *       the library's calls alone, as the monitored (accounted) receiver makes them for BATCHES
  *       cycles of 256 objects: the CPU nanoseconds they take per object.
+ *   node-bench calls BATCHES each|each-source
+ *       fs_node_received once per object (each), or fs_node_received_from with a source's handle
+ *       (each-source: a PULL fed by several nodes counting each edge): CPU ns per call.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -143,8 +146,26 @@ static double thread_cpu(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static int time_calls(long batches, int accounted)
+/* One call per object, with a source's handle or without: CPU ns per call. */
+static int time_each_call(fs_node *node, long batches, int by_source)
 {
+    int source = by_source ? fs_node_source(node, "sender-0") : -1;
+    double start = thread_cpu();
+    for (long b = 0; b < batches; b++)
+        for (int i = 0; i < 256; i++) {
+            if (by_source)
+                fs_node_received_from(node, source, 1, 64);
+            else
+                fs_node_received(node, 1, 64);
+        }
+    printf("%.3f\n", (thread_cpu() - start) / ((double)batches * 256) * 1e9);
+    fs_node_close(node);
+    return 0;
+}
+
+static int time_calls(long batches, const char *how)
+{
+    int accounted = strcmp(how, "accounted") == 0;
     struct fs_node_options o = FS_NODE_OPTIONS_INIT;
     char why[256];
     o.node_id = "bench-calls";
@@ -153,6 +174,8 @@ static int time_calls(long batches, int accounted)
         fprintf(stderr, "fs_node_open: %s\n", why);
         return 1;
     }
+    if (strncmp(how, "each", 4) == 0)
+        return time_each_call(node, batches, strcmp(how, "each-source") == 0);
     double stamps[256], start = thread_cpu();
     for (long b = 0; b < batches; b++) {
         double sent = wall_now() - 1e-4; /* waits of 100 us and up, 10 us apart: as at 100,000/s */
@@ -188,14 +211,14 @@ int main(int argc, char **argv)
             zmq_connect(sock, argv[2]) == 0 ? send_paced(sock, atol(argv[3]), atof(argv[4]), (size_t)atol(argv[5])) : 1;
         zmq_close(sock);
     } else if ((argc == 3 || argc == 4) && strcmp(argv[1], "calls") == 0) {
-        rc = time_calls(atol(argv[2]), argc == 4 && strcmp(argv[3], "accounted") == 0);
+        rc = time_calls(atol(argv[2]), argc == 4 ? argv[3] : "");
     } else if (argc == 4 && strcmp(argv[1], "receive") == 0) {
         int accounted = strcmp(argv[3], "accounted") == 0;
         rc = receive(ctx, argv[2], accounted || strcmp(argv[3], "monitored") == 0, accounted);
     } else {
         fprintf(stderr,
                 "usage: node-bench send ENDPOINT RATE SECONDS SIZE | receive ENDPOINT plain|monitored|accounted "
-                "| calls N [accounted]\n");
+                "| calls N [accounted|each|each-source]\n");
     }
     zmq_ctx_term(ctx);
     return rc;

@@ -134,6 +134,9 @@ static void node_free(fs_node *n)
     free(n->bind);
     free(n->upstream);
     free(n->endpoints_file);
+    for (int i = 0; i < atomic_load(&n->nsources); i++)
+        free(n->source_id[i]);
+    pthread_mutex_destroy(&n->sources_lock);
     free(n);
 }
 
@@ -147,6 +150,7 @@ static fs_node *node_new(const struct fs_node_options *o)
     n->serial = atomic_fetch_add(&serials, 1);
     n->shards[FSN_SHARDS - 1].shared = 1;
     n->wake_fd = -1;
+    pthread_mutex_init(&n->sources_lock, NULL);
     int failed = 0;
     n->node_id = copy_or_null(o->node_id, &failed);
     n->role = copy_or_null(o->role ? o->role : "other", &failed);
@@ -516,6 +520,32 @@ FS_API void fs_node_received(fs_node *n, uint64_t objects, uint64_t bytes)
     add(&s->objects_received, objects, s->shared);
     add(&s->bytes_received, bytes, s->shared);
     enter(s, FSN_BUSY);
+}
+
+FS_API int fs_node_source(fs_node *n, const char *id)
+{
+    if (!n || !id || !*id || strlen(id) > FS_NODE_SOURCE_MAX || !fsn_utf8_valid(id, strlen(id)))
+        return -1;
+    pthread_mutex_lock(&n->sources_lock);
+    int count = atomic_load_explicit(&n->nsources, memory_order_relaxed), found = -1;
+    for (int i = 0; i < count && found < 0; i++)
+        if (strcmp(n->source_id[i], id) == 0)
+            found = i;
+    if (found < 0 && count < FS_NODE_MAX_SOURCES && (n->source_id[count] = strdup(id)) != NULL) {
+        found = count;
+        atomic_store_explicit(&n->nsources, count + 1, memory_order_release); /* its id is in place */
+    }
+    pthread_mutex_unlock(&n->sources_lock);
+    return found;
+}
+
+FS_API void fs_node_received_from(fs_node *n, int source, uint64_t objects, uint64_t bytes)
+{
+    if (!n)
+        return;
+    fs_node_received(n, objects, bytes);
+    if (source >= 0 && source < atomic_load_explicit(&n->nsources, memory_order_relaxed))
+        ADD(n->source_objects[source], objects); /* shared by the threads taking from it: an atomic add */
 }
 
 FS_API void fs_node_sent(fs_node *n, uint64_t objects, uint64_t bytes)

@@ -222,6 +222,24 @@ static void state_fields(fs_node *n, struct fsn_json *j, const struct interval *
     fsn_json_bool(j, "send_buffer_overloaded", LOAD(n->send_overloaded) || (since && since->send_overloaded));
 }
 
+/* "received_from": {"a": 12, ...}, the objects of each source fs_node_source named (none: left out). */
+static void received_from(fs_node *n, struct fsn_json *j)
+{
+    int count = atomic_load_explicit(&n->nsources, memory_order_acquire);
+    if (count == 0)
+        return;
+    struct fsn_json by_source = {0};
+    fsn_json_open(&by_source);
+    for (int i = 0; i < count; i++)
+        fsn_json_uint(&by_source, n->source_id[i], LOAD(n->source_objects[i]));
+    fsn_json_close(&by_source);
+    if (by_source.buf.failed)
+        j->buf.failed = 1;
+    else
+        fsn_json_raw(j, "received_from", by_source.buf.data);
+    fsn_buf_free(&by_source.buf);
+}
+
 static void counters(fs_node *n, struct fsn_control *c, struct fsn_json *j)
 {
     fsn_json_str(j, "role", n->role);
@@ -236,6 +254,7 @@ static void counters(fs_node *n, struct fsn_control *c, struct fsn_json *j)
     fsn_json_uint(j, "merges", LOAD(n->merges));
     fsn_json_uint(j, "send_overload_events", LOAD(n->send_overload_events));
     fsn_json_uint(j, "receive_overload_events", LOAD(n->receive_overload_events));
+    received_from(n, j);
 }
 
 static void metric_fields(fs_node *n, struct fsn_control *c, struct fsn_json *j, const struct interval *since)

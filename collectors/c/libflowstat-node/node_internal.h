@@ -84,6 +84,11 @@ struct fs_node {
     _Atomic uint64_t send_overload_events, receive_overload_events;
     atomic_int send_overloaded, receive_overloaded;
     atomic_int state, stop_requested, start_requested;
+    /* fs_node_source's: an id is written before nsources counts it (release), never changed after. */
+    pthread_mutex_t sources_lock;
+    char *source_id[FS_NODE_MAX_SOURCES];
+    _Atomic uint64_t source_objects[FS_NODE_MAX_SOURCES];
+    atomic_int nsources;
 
     /* The control thread. */
     atomic_int quit;

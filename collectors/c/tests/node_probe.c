@@ -13,6 +13,10 @@
  *   flood MS                 count as fast as it can for MS ms: "ok CALLS"
  *   threads T N              T threads each tell N times: received 1 object of 2 bytes, sent 1 of
  *                            3, one latency; then they end
+ *   source ID                fs_node_source: "ok HANDLE" (-1: refused)
+ *   from H N BYTES           fs_node_received_from handle H
+ *   fanin T N                T threads each take N objects of 1 byte from source "up-T" (its own,
+ *                            asked for by the thread) and N from the shared "up-all"
  *   close                    fs_node_close (the process goes on until stdin ends)
  */
 #include <pthread.h>
@@ -107,6 +111,35 @@ static void *count_in_a_thread(void *arg)
     return NULL;
 }
 
+static void *take_from_sources(void *arg)
+{
+    const struct counting *c = arg;
+    char id[32];
+    snprintf(id, sizeof id, "up-%llu", c->times >> 40); /* the thread's number, in the high bits */
+    int own = fs_node_source(c->node, id), all = fs_node_source(c->node, "up-all");
+    for (unsigned long long i = 0; i < (c->times & ((1ULL << 40) - 1)); i++) {
+        fs_node_received_from(c->node, own, 1, 1);
+        fs_node_received_from(c->node, all, 1, 1);
+    }
+    return NULL;
+}
+
+static int fan_in(fs_node *node, unsigned long long threads, unsigned long long times)
+{
+    pthread_t ids[64];
+    struct counting each[64];
+    if (threads > 64 || times >= (1ULL << 40))
+        return -1;
+    for (unsigned long long t = 0; t < threads; t++) {
+        each[t] = (struct counting){node, (t << 40) | times};
+        if (pthread_create(&ids[t], NULL, take_from_sources, &each[t]) != 0)
+            return -1;
+    }
+    for (unsigned long long t = 0; t < threads; t++)
+        pthread_join(ids[t], NULL);
+    return 0;
+}
+
 struct phasing {
     fs_node *node;
     double ms;
@@ -178,7 +211,7 @@ static int count_in_threads(fs_node *node, unsigned long long threads, unsigned 
 /* One command; 0, or -1 for one it does not know. */
 static int run(fs_node **node, const char *line)
 {
-    char word[32], text[64];
+    char word[32], text[64], id[512];
     unsigned long long a = 0, b = 0;
     double x = 0;
     if (sscanf(line, "%31s", word) != 1)
@@ -216,6 +249,12 @@ static int run(fs_node **node, const char *line)
         return printf("ok %llu\n", flood(*node, x)) < 0 ? -1 : 1;
     else if (strcmp(word, "threads") == 0 && sscanf(line, "%*s %llu %llu", &a, &b) == 2)
         return count_in_threads(*node, a, b);
+    else if (strcmp(word, "source") == 0 && sscanf(line, "%*s %511s", id) == 1)
+        return printf("ok %d\n", fs_node_source(*node, id)) < 0 ? -1 : 1;
+    else if (strcmp(word, "from") == 0 && sscanf(line, "%*s %lf %llu %llu", &x, &a, &b) == 3)
+        fs_node_received_from(*node, (int)x, a, b);
+    else if (strcmp(word, "fanin") == 0 && sscanf(line, "%*s %llu %llu", &a, &b) == 2)
+        return fan_in(*node, a, b);
     else if (strcmp(word, "phases") == 0 && sscanf(line, "%*s %llu %lf", &a, &x) == 2) {
         long long rounds = phases_in_threads(*node, a, x);
         return rounds < 0 ? -1 : printf("ok %lld\n", rounds) < 0 ? -1 : 1;
@@ -230,7 +269,7 @@ static int run(fs_node **node, const char *line)
 int main(int argc, char **argv)
 {
     struct fs_node_options options = FS_NODE_OPTIONS_INIT;
-    char why[256] = "", line[256];
+    char why[256] = "", line[1024];
     if (parse_options(argc, argv, &options) != 0) {
         fprintf(stderr,
                 "usage: node-probe --node-id ID [--role R] [--run-id R] [--bind A] [--endpoints-dir D] "

@@ -58,6 +58,10 @@ _ONE_STAMP = (float, int)  # numpy's float64 is a float
 # Waits kept before they are bucketed: bucketing costs a few numpy calls per chunk whatever its size
 # (about 10 us), and the control thread records what is left whenever a monitor asks.
 WAITS_CHUNK = 4096
+# The most upstream nodes one node counts apart (received(source=...)): a reply and a store hold a
+# counter per source, and a source id made per message (an address with its port, say) would grow
+# them without end. Past this many, a new source's objects count in the totals only.
+MAX_SOURCES = 256
 
 
 class Tally(PhaseClock):
@@ -83,18 +87,35 @@ class Tally(PhaseClock):
         self.waits: list[float] = []  # told one by one, recorded WAITS_CHUNK at a time (record_waits)
         self._drain = threading.Lock()  # never taken by the counting thread but once per chunk
         self.latency: LatencyRecorder | None = None  # the node's, set by Node
+        self.received_from: dict[str, int] = {}  # objects by the upstream node that sent them
+        self.sources_refused = 0  # calls whose source was past MAX_SOURCES (counted in the totals only)
 
-    def received(self, objects: int = 1, nbytes: int = 0, sent_at: float | Sequence[float] | None = None) -> None:
+    def received(
+        self,
+        objects: int = 1,
+        nbytes: int = 0,
+        sent_at: float | Sequence[float] | None = None,
+        source: str | None = None,
+    ) -> None:
         """Objects taken from the input; ``sent_at`` the Unix time their sender stamped on them, when
         the pipeline carries one (one stamp, or a batch's: a sequence or a numpy array): the input
         latency is now minus that, for the stamps of one such call in ``latency_every`` (Node's).
         Every object is then measured with the same chance, one in ``latency_every``, whatever
-        the size of its read: the percentiles are the stream's, from a sample. The node is busy
-        from here."""
+        the size of its read: the percentiles are the stream's, from a sample. ``source``: the id of
+        the upstream node that sent them, where a PULL socket takes from several and the rate of
+        each edge matters (a PUSH cannot tell which peer took a message, so edges are counted
+        where objects arrive; get-metrics' received_from). The node is busy from here."""
         if self.phase:
             self.enter(BUSY)
         self.objects_received += objects
         self.bytes_received += nbytes
+        if source is not None:
+            counts = self.received_from
+            got = counts.get(source)
+            if got is not None:
+                counts[source] = got + objects
+            else:
+                self._first_from(source, objects)
         if sent_at is None:
             return
         if self._calls_to_skip:  # passing over a call costs one test; measuring one, 65 ns a stamp
@@ -113,6 +134,17 @@ class Tally(PhaseClock):
             waits.extend([now - s for s in sent_at])
         if len(waits) >= WAITS_CHUNK:
             self.record_waits()
+
+    def _first_from(self, source: str, objects: int) -> None:
+        """A source not seen before (checked here, once, not on every call)."""
+        if not isinstance(source, str) or not source:
+            raise ValueError(f"received(source=...): the id of the upstream node, a non-empty string, not {source!r}")
+        if len(self.received_from) >= MAX_SOURCES:
+            if not self.sources_refused:
+                log.warning("received(source=%r): past %d sources, counted in the totals only", source, MAX_SOURCES)
+            self.sources_refused += 1
+            return
+        self.received_from = {**self.received_from, source: objects}  # replaced: the control thread iterates
 
     def sent(self, objects: int = 1, nbytes: int = 0) -> None:
         """Objects sent downstream (a send that went through ends an overload episode, and
@@ -359,7 +391,13 @@ class Node:
             "send_overload_events",
             "receive_overload_events",
         )
-        return {n: sum(getattr(t, n) for t in tallies) for n in names}
+        out: dict[str, Any] = {n: sum(getattr(t, n) for t in tallies) for n in names}
+        if any(t.received_from for t in tallies):
+            by_source: collections.Counter[str] = collections.Counter()
+            for t in tallies:
+                by_source.update(dict(t.received_from))  # a copy: its thread goes on counting
+            out["received_from"] = dict(sorted(by_source.items()))
+        return out
 
     def merged_total(self) -> int:
         return sum(t.objects_merged for t in self._tallies)

@@ -98,6 +98,19 @@ const char *fs_node_endpoint(const fs_node *node);
  * episode. */
 void fs_node_received(fs_node *node, uint64_t objects, uint64_t bytes);
 void fs_node_sent(fs_node *node, uint64_t objects, uint64_t bytes);
+/* Where one input takes from several upstream nodes (a PULL fanned in) and each edge's rate matters:
+ * a handle for the upstream node `id` (the same id, the same handle), then
+ * fs_node_received_from() in place of fs_node_received(). A PUSH cannot tell which peer took a
+ * message, so edges are counted where objects arrive (get-metrics' received_from: objects by
+ * source). -1 for a NULL node, an id NULL, empty or over FS_NODE_SOURCE_MAX bytes, or past
+ * FS_NODE_MAX_SOURCES sources (its objects then count in the totals only). Thread-safe, and takes a
+ * lock: ask once per source, not per message. */
+#define FS_NODE_MAX_SOURCES 256
+#define FS_NODE_SOURCE_MAX 255
+int fs_node_source(fs_node *node, const char *id);
+/* fs_node_received(), and `objects` counted for `source` (a handle of fs_node_source; any other
+ * value: the totals only). One more relaxed atomic add than fs_node_received, no string compared. */
+void fs_node_received_from(fs_node *node, int source, uint64_t objects, uint64_t bytes);
 /* A merge of `objects` objects that took `seconds` (busy). */
 void fs_node_merged(fs_node *node, uint64_t objects, double seconds);
 /* A send found the output buffer full: the first refusal since the last sent() begins an episode
