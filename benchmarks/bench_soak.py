@@ -908,7 +908,7 @@ def svg_page(results: dict) -> str:
         (
             "VmRSS (MB, log scale)",
             True,
-            {name: [(t, kb / 1024) for t, _, kb in pts] for name, pts in soak["rss_series"].items()},
+            {name: [(p[0], p[-1] / 1024) for p in pts] for name, pts in soak["rss_series"].items()},
         ),
     ]
     for i, (title, log, series) in enumerate(panels):
@@ -1074,9 +1074,11 @@ def soak_section(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-# The per-sample series a summary leaves out (megabytes for an hour): the raw file keeps them.
+# The per-sample series a summary leaves out (megabytes for an hour), and the figures that neither
+# docs/soak.md, its plot nor the verdicts read: the raw file keeps them.
 SERIES = ("probe_delays", "query_rounds")
-RSS_EVERY_S = 60.0  # a summary's VmRSS series: the first point of each minute
+UNREAD = ("agents_stats", "settled", "probe_errors")
+RSS_EVERY_S = 60.0  # a summary's VmRSS series: the first point of each minute, [whole second, kB]
 
 
 def summary(results: dict) -> dict:
@@ -1085,11 +1087,13 @@ def summary(results: dict) -> dict:
     docs/img/soak.svg are made from, a few tens of kB."""
     out = {k: v for k, v in results.items() if k != "soak"}
     if "soak" in results:
-        soak = {k: v for k, v in results["soak"].items() if k not in SERIES}
+        soak = {k: v for k, v in results["soak"].items() if k not in SERIES + UNREAD}
         if "query_rounds" in results["soak"]:
             soak["queries"] = judged_queries(results["soak"])
-        if "rss_series" in soak:
-            soak["rss_series"] = {name: thinned(pts) for name, pts in soak["rss_series"].items()}
+        if "rss_series" in soak:  # a raw point is [time, pid, kB]; a summary's [time, kB]
+            soak["rss_series"] = {
+                name: [[round(p[0]), p[-1]] for p in thinned(pts)] for name, pts in soak["rss_series"].items()
+            }
         out["soak"] = soak
     return out
 

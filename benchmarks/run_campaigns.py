@@ -52,6 +52,26 @@ def places(duration: float) -> tuple[Path, Path, Path]:
     return Path(".cache") / "campaigns" / tag, docs, Path("benchmarks") / "results" / name
 
 
+# What each configuration's results keep in git: not where its run lay on this machine (the runs
+# stay in .cache), nor an empty error or a label that is its value written out.
+MACHINE_LOCAL = ("run_id", "run_dir")
+
+
+def tracked(results: dict) -> dict:
+    """A campaign's results.json as benchmarks/results keeps it (the thesis comparison's input)."""
+    rows = [
+        {
+            k: v
+            for k, v in row.items()
+            if k not in MACHINE_LOCAL
+            and not (k == "error" and v is None)
+            and not (k == "label" and v == str(row.get("value")))
+        }
+        for row in results.get("configurations", [])
+    ]
+    return {**results, "configurations": rows}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=float, default=20.0, metavar="S", help="seconds per configuration (default 20)")
@@ -99,7 +119,7 @@ def main() -> int:
 
         results = json.loads((runs / campaign.name / campaign_report.RESULTS).read_text())
         htmlpage.write(campaign, made.rows, runs / campaign.name / f"{campaign.name}.html", command, results["machine"])
-        combined["campaigns"][campaign.name] = results
+        combined["campaigns"][campaign.name] = tracked(results)
         status = max(status, int(any(o.status != "ok" for o in outcomes)))
         for p in made.files[1:]:
             print(f"wrote {p}", file=sys.stderr)

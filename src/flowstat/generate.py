@@ -113,10 +113,21 @@ def is_generated(path: str, root: Path) -> bool:
 
 
 def gitattributes(root: Path) -> str:
-    """.gitattributes: every generated file marked linguist-generated (reviews fold them)."""
+    """.gitattributes: every generated file marked linguist-generated (reviews fold them); a folder's
+    files of one suffix as one pattern (DIR/*.json) when every such file there is generated."""
     lines = [f"# {MARK}: the generated files (flowstat.generate's two lists). Do not edit."]
-    whole = [p for p in sorted(map(str, derived(root))) if Path(p) != SCHEMA_DOC]  # schema.md is half people's
-    lines += [f"{p} linguist-generated=true" for p in whole]
+    whole = [Path(p) for p in sorted(map(str, derived(root))) if Path(p) != SCHEMA_DOC]  # schema.md is half people's
+    groups: dict[tuple[Path, str], list[Path]] = {}
+    for path in whole:
+        groups.setdefault((path.parent, path.suffix), []).append(path)
+    marked = set()
+    for (folder, suffix), paths in groups.items():
+        present = {f.relative_to(root) for f in (root / folder).glob(f"*{suffix}") if f.is_file()}
+        if suffix and len(paths) > 1 and present == set(paths):
+            marked.add(f"{folder}/*{suffix}")
+        else:
+            marked.update(map(str, paths))
+    lines += [f"{p} linguist-generated=true" for p in sorted(marked)]
     lines += [f"{g} linguist-generated=true" for g in RECORDED + MEASURED]
     return "\n".join(lines) + "\n"
 

@@ -182,7 +182,8 @@ def screenshot(driver, path: Path, scroll_to: str | None = None) -> Path:
 
 
 PALETTE = 32  # colours: a page of flat colours and a colour scale or two looks the same with 32 as with all
-# (the four pictures of docs/img re-quantized from 64 to 32: 120 -> 110 kB, the heat maps alike to the eye)
+# (the four pictures of docs/img re-quantized from 64 to 32: 120 -> 110 kB, the heat maps alike to the eye;
+# an octree's palette instead of median cut's: 102 kB, and the graph's hues kept, which 16 or 24 lose)
 
 
 def save_picture(png: bytes, path: Path) -> None:
@@ -192,7 +193,7 @@ def save_picture(png: bytes, path: Path) -> None:
 
     from PIL import Image
 
-    paletted = Image.open(io.BytesIO(png)).convert("RGB").quantize(PALETTE, method=Image.Quantize.MEDIANCUT)
+    paletted = Image.open(io.BytesIO(png)).convert("RGB").quantize(PALETTE, method=Image.Quantize.FASTOCTREE)
     paletted.save(path, "WEBP", lossless=True, method=6)
 
 
