@@ -16,6 +16,7 @@ import pytest
 from flowstat.agent.agent import Agent, AgentConfig
 from flowstat.agent.targets import TargetSpec
 from flowstat.schema import agent as agent_schema
+from flowstat.schema import flow as flow_schema
 from flowstat.schema import sample as sample_schema
 from support.agents import HttpReceiver, StubNode, sleeper, spinner, wait_until
 from support.common import C_AGENT as AGENT
@@ -123,6 +124,33 @@ def test_both_agents_encode_every_self_sample_byte_for_byte_alike():
         "stdin line 1: sinks_down: wrong type" in out.stderr
         and "stdin line 2: flowstat_agent: not a JSON object" in out.stderr
     )
+
+
+@needs(AGENT)
+def test_both_agents_encode_every_edge_counter_byte_for_byte_alike():
+    """Edge counters (a node's received_from, flowstat.schema.flow.counter_points), as the C agent's
+    --encode reads a run file's lines: the same line protocol and JSON as the Python agent writes,
+    names with line protocol's and JSON's special characters included."""
+    rng = random.Random(12)
+    names = ["w-0", "a b", "x,y=z", 'q"uote', "back\\slash", "ünï", "tab\tx"]
+    docs = [
+        {
+            "time": f"2026-11-29T10:{rng.randrange(60):02d}:{rng.randrange(60):02d}.{rng.randrange(1000):03d}Z",
+            "run_id": rng.choice(["r1", "run two"]),
+            "from": rng.choice(names),
+            "to": rng.choice(names),
+            "agent": rng.choice(["flowstat-agent-c", "flowstat-agent-py/p"]),
+            "objects_received": rng.choice([0, 1, rng.randrange(2**53)]),
+        }
+        for _ in range(300)
+    ]
+    assert all(flow_schema.validate("edge", d) == [] for d in docs)
+    stdin = "".join(json.dumps({flow_schema.EDGE_RUN_FILE_KEY: d}) + "\n" for d in docs)
+    line = c_agent("--encode", "line", input=stdin)
+    assert line.returncode == 0, line.stderr
+    assert line.stdout.splitlines() == [flow_schema.to_line_protocol("edge", d) for d in docs]
+    js = c_agent("--encode", "json", input=stdin)
+    assert js.stdout.splitlines() == [flow_schema.to_json("edge", d) for d in docs]
 
 
 def both_agents_on_a_stopped_process(tmp_path, *, count: int, interval_s: float, self_interval_s: float) -> None:

@@ -413,6 +413,37 @@ def test_replay_loads_the_self_samples_and_what_is_good_of_a_truncated_file(stac
         check_as_recorded(stack, "replay-self", samples, list(want.values()))
 
 
+def test_replay_loads_the_edge_counters_an_agent_wrote_in_its_run_file(stack, tmp_path):
+    """A run file's edge counter lines ({"flowstat_edge": ...}, a node that counts by source) go to
+    flowstat_edge and flowstat-edges-*, each under its own id: twice, the same."""
+    path = tmp_path / "samples.ndjson"
+    make_run_file(path, "replay-edges", 20)  # two ticks of ten nodes
+    stamps = sorted({json.loads(x)["time"] for x in path.read_text().splitlines()[1:]})[:2]  # two ticks
+    counters = [
+        {"time": t, "run_id": "replay-edges", "from": f"w-{k}", "to": "m", "agent": "flowstat-agent-py"}
+        | {"objects_received": 10 * i + k}
+        for i, t in enumerate(stamps)
+        for k in range(2)
+    ]
+    with path.open("a") as f:
+        f.writelines(json.dumps({"flowstat_edge": c}) + "\n" for c in counters)
+    es = stack["elasticsearch"].url
+    for _ in range(2):
+        out = replay(path, "--influx", stack["influxdb"].url, "--es", es)
+        assert out.returncode == 0 and "4 edge counters" in out.stdout, out.stdout + out.stderr
+        body = stack["influxdb"].query(
+            'SELECT "objects_received" FROM "flowstat_edge" WHERE "run_id" = \'replay-edges\' GROUP BY "from"',
+            "flowstat",
+        )
+        got = {s["tags"]["from"]: [v for _, v in s["values"]] for s in body["results"][0]["series"]}
+        assert got == {"w-0": [0, 10], "w-1": [1, 11]}
+        requests.post(f"{es}/flowstat-edges-*/_refresh", timeout=30)
+        hits = requests.post(
+            f"{es}/flowstat-edges-*/_search", json={"query": {"term": {"run_id": "replay-edges"}}}, timeout=30
+        ).json()["hits"]["hits"]
+        assert sorted(h["_source"]["objects_received"] for h in hits) == [0, 1, 10, 11]
+
+
 def test_replay_of_a_large_run(stack, tmp_path):
     path = tmp_path / "samples.ndjson"
     make_run_file(path, "replay-large", 100_000, nodes=50)

@@ -24,7 +24,7 @@ from flowstat.node.protocol import ControlError
 from flowstat.schema import endpoints
 from support.agents import wait_until
 from support.common import ROOT
-from support.nodes import agent_samples, stop_agent, watching_agent
+from support.nodes import agent_edge_counts, agent_samples, stop_agent, watching_agent
 from support.user_runs import free_port_block
 
 EXAMPLE = ROOT / "examples" / "python-pipeline" / "pipeline.py"
@@ -495,6 +495,17 @@ def test_both_agents_see_the_example_pipelines_merges_rates_latency_and_overload
         + max(s["objects_received"] for s in by_node["worker-1"] if s["node_state"] == "RUNNING")
         == 600
     )
+    # each edge into a PULL fed by several, counted where it arrives (received(source=...))
+    edges = agent_edge_counts(out)
+    assert set(edges) == {
+        ("source-0", "worker-0"),
+        ("source-0", "worker-1"),
+        ("worker-0", "merger"),
+        ("worker-1", "merger"),
+    }
+    assert edges[("worker-0", "merger")] + edges[("worker-1", "merger")] == 600
+    for w in ("worker-0", "worker-1"):
+        assert edges[("source-0", w)] == max(s.get("objects_received", 0) for s in by_node[w]) > 0
 
 
 STAGES = {"source-0": "producer", "worker-0": "worker", "worker-1": "worker", "merger": "merger", "sink": "sink"}

@@ -173,8 +173,12 @@ def test_the_roles_grant_each_client_only_what_it_needs():
     for verdicts in provision.VERDICT_INDICES:
         assert privileges("flowstat_reader", verdicts) == privileges("flowstat_alerter", verdicts)
         assert privileges("flowstat_reader", verdicts) == {"read", "view_index_metadata"}
-        assert privileges("flowstat_writer", verdicts) == privileges("flowstat_rollup", verdicts) == set()
+        assert privileges("flowstat_rollup", verdicts) == set()
         assert privileges("flowstat_verdict", verdicts) == {"create_index", "index", "read"}
+    # the agents write their edge counters beside the verdict's edge rates, and no verdict
+    verdicts_index, edges_index = provision.VERDICT_INDICES
+    assert privileges("flowstat_writer", verdicts_index) == set()
+    assert privileges("flowstat_writer", edges_index) == {"create_index", "index"}
     # it reads the samples and the run documents (their edges), and writes nothing else
     runs = provision.ES_INDICES[2]
     assert runs.startswith("flowstat-runs")

@@ -180,6 +180,25 @@ def test_self_samples_are_kept_or_named(tmp_path):
     ]
 
 
+def test_edge_counters_are_kept_or_named(tmp_path):
+    key = "flowstat_edge"
+    counter = {"time": "2026-11-29T10:00:00.000Z", "run_id": "r", "from": "w-0", "to": "m", "agent": "a"}
+    counter["objects_received"] = 12
+    lines = [
+        node(1),
+        {key: counter},
+        {key: counter, "seq": 1},
+        {key: {**counter, "objects_received": -1}},
+        {key: {k: v for k, v in counter.items() if k != "agent"}},  # a rate or topology point: no counter
+        node(2),
+    ]
+    report, _ = read(run_file(tmp_path, lines))
+    assert report.edge_counts == [counter] and report.good == 2
+    assert [n for n, _ in report.bad] == [3, 4, 5]
+    assert report.bad[0][1] == f"{key}: not an edge counter (one object alone on its line)"
+    assert report.bad[1][1].startswith(f"{key}.objects_received") and "agent and objects_received" in report.bad[2][1]
+
+
 def test_a_self_sample_written_under_a_field_s_old_name_is_read_under_its_new_one(tmp_path):
     """Run files recorded before issue 24 count a sink's refusals as "rejected": still replayable."""
     old = {("rejected" if k == "refused" else k): v for k, v in self_sample(refused=4).items()}

@@ -127,14 +127,17 @@ def test_c_field_table_and_enumerations_are_generated_from_the_package_schema(tm
     from importlib.resources import files
 
     from flowstat.schema import agent as agent_schema
+    from flowstat.schema import flow as flow_schema
     from support.common import ROOT
 
     out = tmp_path / "fields.h"
-    packaged = [files("flowstat.schema") / name for name in (sample_schema.SCHEMA_FILE, agent_schema.SCHEMA_FILE)]
+    names = (sample_schema.SCHEMA_FILE, agent_schema.SCHEMA_FILE, flow_schema.EDGE_FILE)
+    packaged = [files("flowstat.schema") / name for name in names]
     makefile = (ROOT / "collectors" / "c" / "Makefile").read_text()
     # the C build reads the same files
     assert "SCHEMA := ../../src/flowstat/schema/sample.schema.json" in makefile
     assert "AGENT_SCHEMA := ../../src/flowstat/schema/agent.schema.json" in makefile
+    assert "EDGE_SCHEMA := ../../src/flowstat/schema/edge.schema.json" in makefile
     for source in packaged:
         assert (ROOT / "src" / "flowstat" / "schema" / source.name).read_bytes() == source.read_bytes()
     subprocess.run(
@@ -153,6 +156,11 @@ def test_c_field_table_and_enumerations_are_generated_from_the_package_schema(tm
     assert [line.split('"')[1] for line in agent_table.strip().splitlines()] == [f.name for f in agent_schema.fields()]
     assert f'#define FS_AGENT_MEASUREMENT "{agent_schema.measurement()}"' in text
     assert "FS_AGENT_FIELDS_TAGS[3] = {FS_A_AGENT, FS_A_HOST, FS_A_RUN_ID}" in text  # line protocol's order
+    edge_table = text.split("FS_EDGE_FIELDS[FS_NEDGE_FIELDS] = {")[1].split("};")[0]
+    assert [line.split('"')[1] for line in edge_table.strip().splitlines()] == [
+        f.name for f in flow_schema.fields("edge")
+    ]
+    assert "FS_EDGE_FIELDS_TAGS[4] = {FS_E_AGENT, FS_E_FROM, FS_E_RUN_ID, FS_E_TO}" in text
     assert "FS_ENUM_ROLE" not in text  # a pattern, no list
     assert (
         f"FS_ENUM_NODE_STATE[{len(sample_schema.NODE_STATES)}] = {{"

@@ -35,8 +35,9 @@ from flowstat.schema.sample import time_ns
 from flowstat.stores.influxdb import InfluxDBWriter
 from flowstat.views import promrules
 from flowstat_lab.prometheus import PrometheusServer
-from support.common import free_port, topology_dict
+from support.common import C_AGENT, PYTHON_AGENT, free_port, topology_dict
 from support.flowcases import CASES, costs, pins
+from support.user_runs import EXAMPLE, free_port_block
 
 pytestmark = pytest.mark.integration
 
@@ -134,6 +135,7 @@ def judged(stack, tmp_path_factory):
         "slow": slow,
         "none": none,
         "stores": stores,
+        "stores_sinks": sinks,
         "live": live,
         "once": once,
         "es": es,
@@ -143,6 +145,82 @@ def judged(stack, tmp_path_factory):
     }
     influx.query(f'DROP DATABASE "{DB}"')
     requests.delete(f"{es.url}/{INDEX}-*", timeout=30)
+
+
+FAN_RATE = 200  # objects/s each source of the fanned pipeline offers, paced: its edges' total
+
+
+@pytest.fixture(scope="module")
+def fanned(judged, tmp_path_factory):
+    """The example pipeline with two sources dealing to two workers (PUSH fanned out, PULLs fanned
+    in: no node count tells an edge's share), each receiver counting by source; both agents ship
+    to both stores, then --run judges it on each: {"run_id", "once": {store: CompletedProcess}}."""
+    folder = tmp_path_factory.mktemp("fanned-endpoints")
+    run_id = f"fanned-{TAG}"
+    sinks = judged["stores_sinks"]
+    agents = [
+        subprocess.Popen(
+            [*command, "--endpoints-dir", str(folder), "--interval", "0.5", "--rescan", "0.2", "--run-id", run_id]
+            + [a for url in sinks for a in ("--sink", url)],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for command in (PYTHON_AGENT, [str(C_AGENT)])
+    ]
+    example = subprocess.run(
+        [sys.executable, str(EXAMPLE), "all", "--endpoints-dir", str(folder), "--base-port", str(free_port_block())]
+        + ["--run-id", run_id, "--sources", "2", "--workers", "2", "--objects", str(FAN_RATE * 16)]
+        + ["--rate", str(FAN_RATE), "--merge-every", "10"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    for a in agents:
+        a.send_signal(signal.SIGTERM)
+    errs = [a.communicate(timeout=60)[1] for a in agents]
+    assert example.returncode == 0 and all(a.returncode == 0 for a in agents), (example.stderr[-2000:], errs)
+    once = {
+        name: flowstat(*options, "--run", run_id, "--every", EVERY, "--quiet")
+        for name, options in judged["stores"].items()
+    }
+    return {"run_id": run_id, "once": once}
+
+
+@pytest.mark.parametrize("store", ["influxdb", "elasticsearch"])
+def test_edge_counters_reach_the_store_and_make_fanned_edges_exact(judged, fanned, store):
+    run_id = fanned["run_id"]
+    assert fanned["once"][store].returncode == 0, fanned["once"][store].stderr
+    if store == "influxdb":
+        points = edge_points(judged, run_id)
+    else:
+        points = [
+            {**d, "iso": d["time"], "time": time_ns(d["time"])} for d in es_docs(judged, "flowstat-edges", run_id)
+        ]
+    counters = [p for p in points if "objects_received" in p]
+    if store == "elasticsearch":  # each agent's _id as flowstat.schema.flow's: the C agent's too
+        assert all(c["_id"] == flow_schema.document_id("edge", {**c, "time": c["iso"]}) for c in counters)
+    # each agent's last counter of each edge: every object a source sent reached a worker, counted once
+    last: dict[tuple[str, str, str], int] = {}
+    for c in sorted(counters, key=lambda c: c["time"]):
+        last[(c["agent"], c["from"], c["to"])] = c["objects_received"]
+    assert {a for a, _, _ in last} == {"flowstat-agent-py", "flowstat-agent-c"}
+    for agent in ("flowstat-agent-py", "flowstat-agent-c"):
+        for k in range(2):
+            assert sum(n for (a, f, _), n in last.items() if a == agent and f == f"source-{k}") == FAN_RATE * 16
+    # the verdict's rates: from the counters (not estimated), each source's edges adding up to its pace
+    rates = [p for p in points if "window_s" in p and "objects_per_second" in p]
+    fanned_in = [r for r in rates if r["from"].startswith("source-")]
+    assert fanned_in and all(r["estimated"] is False for r in fanned_in)
+    by_time: dict[int, dict[str, float]] = {}
+    for r in fanned_in:
+        by_time.setdefault(r["time"], {}).setdefault(r["from"], 0.0)
+        by_time[r["time"]][r["from"]] += r["objects_per_second"]
+    full = [t for t, per in by_time.items() if len(per) == 2]
+    middle = sorted(full)[len(full) // 2]  # a window inside the paced run
+    assert by_time[middle] == {
+        "source-0": pytest.approx(FAN_RATE, rel=0.2),
+        "source-1": pytest.approx(FAN_RATE, rel=0.2),
+    }
 
 
 def rules_each_second(home: Path) -> Path:
@@ -404,6 +482,46 @@ def test_edge_rates_from_the_sender_or_split_from_the_receiver():
     for r in rates:
         assert flow_schema.validate("edge", r) == []
     assert flow_schema.validate("verdict", doc) == []
+
+
+def test_edge_counters_come_before_the_split_and_name_edges_no_run_document_gave():
+    """A PULL fed by three (w0 w1 w2 -> sink) counting by source, and a PUSH fanning out (vent -> w0
+    w1 w2) whose receivers count it: each edge's rate is its counter's, exact, from the agent with
+    the most points; a restart is skipped; an edge only the counters name is judged too."""
+    from flowstat.verdicts import EdgeCount, evaluate, parse_edge_count, parse_sample
+
+    at = 1_800_000_000.0
+    edges = [("vent", "w0"), ("vent", "w1"), ("vent", "w2"), ("w0", "sink"), ("w1", "sink")]  # w2 -> sink unsaid
+    docs, counts = [], []
+    for i in range(10):
+        t = at - 9 + i
+        docs += [sample("vent", t, 0.1, sent=60 * i)] + [sample(f"w{k}", t, 0.3, sent=20 * i) for k in range(3)]
+        docs.append(sample("sink", t, 0.2, received=60 * i))
+        for k, per_s in enumerate((10, 20, 30)):  # what each worker took from vent, and gave the sink
+            counts.append(EdgeCount("vent", f"w{k}", "a", t, per_s * i))
+            counts.append(EdgeCount(f"w{k}", "sink", "a", t, (5 + k) * i if i != 4 else 0))  # a restart at 4
+        counts.append(EdgeCount("vent", "w0", "b", t, 1000 * i) if i < 3 else EdgeCount("x", "y", "b", t, i))
+    window = [parse_sample(d) for d in docs]
+    _, _, rates = evaluate("r", window, edges, int(at * 1000), counts=counts)
+    by = {(r["from"], r["to"]): r for r in rates}
+    for k, per_s in enumerate((10, 20, 30)):
+        assert by[("vent", f"w{k}")]["objects_per_second"] == pytest.approx(per_s)  # agent a: more points
+        assert by[("vent", f"w{k}")]["estimated"] is False
+        # the restart's fall is skipped, what it counted since (5 x (5+k) at i=5) is kept: 12 steps of 9 s
+        assert by[(f"w{k}", "sink")]["objects_per_second"] == pytest.approx((5 + k) * 12 / 9)
+    assert ("w2", "sink") in by and ("x", "y") in by  # named by counters alone
+    _, _, split = evaluate("r", window, edges, int(at * 1000))  # without counters: the old split
+    assert {(r["from"], r["to"]) for r in split} == set(edges)
+    # vent feeds three and the workers count no intake: unknown; w0 and w1 feed the sink alone: their sends
+    assert all("objects_per_second" not in r for r in split if r["from"] == "vent")
+    assert [r["objects_per_second"] for r in split if r["to"] == "sink"] == [pytest.approx(20)] * 2
+    assert parse_edge_count({"time": at, "from": "a", "to": "b", "objects_received": 3}).count == 3
+    for bad in (
+        {"time": at, "from": "a", "objects_received": 3},
+        {"time": at, "from": "a", "to": "b", "objects_received": -1},
+    ):
+        with pytest.raises(ValueError):
+            parse_edge_count(bad)
 
 
 def test_one_agent_a_node_and_a_slow_node_named():

@@ -28,7 +28,9 @@ import zmq
 
 from flowstat.node import Node  # flowstat
 
-HEADER = struct.Struct("<Qd")  # sequence number, Unix time the source sent it
+# sequence number, Unix time the source sent it, the index of the stage that sent it on (a source's or
+# a worker's): what a PULL fed by several needs to count each edge (flowstat's received(source=...))
+HEADER = struct.Struct("<QdH")
 BATCH = 64  # messages a merger reads at once: a full batch means its input had work waiting
 PORTS = {"merger": 0, "sink": 1, "worker": 10}  # offsets from --base-port (workers: 10 + index)
 SEND_TIMEOUT_MS = 100  # a blocking send looks at a stop request this often
@@ -107,7 +109,7 @@ def source(args: argparse.Namespace) -> None:
         if period:
             node.waiting()  # flowstat: idle until the next object is due
             time.sleep(max(0.0, t0 + seq * period - time.monotonic()))
-        if not send(out, node, HEADER.pack(seq, time.time()) + payload, args.blocking_sends):
+        if not send(out, node, HEADER.pack(seq, time.time(), args.index) + payload, args.blocking_sends):
             break
     ctx.destroy(linger=0 if node.stop_requested else 10_000)  # what is queued still goes, unless told to stop
     node.close()  # flowstat
@@ -126,10 +128,10 @@ def worker(args: argparse.Namespace) -> None:
         if not inp.poll(100):
             continue
         frame = inp.recv()
-        seq, sent_at = HEADER.unpack_from(frame)
-        node.received(1, len(frame), sent_at=sent_at)  # flowstat
+        seq, sent_at, by = HEADER.unpack_from(frame)
+        node.received(1, len(frame), sent_at=sent_at, source=f"source-{by}")  # flowstat: the edge it came by
         burn(cost_us)
-        send(out, node, frame, args.blocking_sends)
+        send(out, node, HEADER.pack(seq, sent_at, args.index) + frame[HEADER.size :], args.blocking_sends)
     finish(node, ctx)
 
 
@@ -149,7 +151,8 @@ def merger(args: argparse.Namespace) -> None:
         batch = read_batch(inp)
         node.input_backlog(len(batch) == BATCH)  # flowstat: a full batch read, more was waiting
         for frame in batch:
-            node.received(1, len(frame), sent_at=HEADER.unpack_from(frame)[1])  # flowstat
+            _, sent_at, by = HEADER.unpack_from(frame)
+            node.received(1, len(frame), sent_at=sent_at, source=f"worker-{by}")  # flowstat: the edge it came by
             burn(cost_us)
             held.append(frame)
             if len(held) == args.merge_every:
@@ -178,7 +181,7 @@ def merge(frames: list[bytes], cost_us: float) -> bytes:
     burn(cost_us, len(frames))
     total = sum(f[HEADER.size] if len(f) > HEADER.size else 0 for f in frames) % 256
     size = len(frames[-1]) - HEADER.size
-    return HEADER.pack(HEADER.unpack_from(frames[-1])[0], time.time()) + bytes([total]) * size
+    return HEADER.pack(HEADER.unpack_from(frames[-1])[0], time.time(), 0) + bytes([total]) * size
 
 
 def sink(args: argparse.Namespace) -> None:

@@ -106,10 +106,10 @@ SECRETS = [
 ROLES: dict[str, dict] = {
     # Logstash, the agents and replay index each document with its own id (a resent sample
     # overwrites itself): `index`, not only `create_doc`; the first document of a day's index
-    # creates it from the template.
+    # creates it from the template. The edges' indices too: the agents' edge counters go there.
     "flowstat_writer": {
         "cluster": ["monitor"],
-        "indices": [{"names": ES_INDICES, "privileges": ["create_index", "index"]}],
+        "indices": [{"names": ES_INDICES + [f"{es_store.EDGES_INDEX}*"], "privileges": ["create_index", "index"]}],
     },
     # Grafana: the version (monitor), the mappings (view_index_metadata), the searches (read).
     "flowstat_reader": {

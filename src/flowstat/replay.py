@@ -84,14 +84,19 @@ def _rebased(docs: list[dict], report: FileReport, rebase_ms: int) -> list[dict]
     return [{**d, "time": iso_utc_ms((sample_schema.time_ns(d["time"]) + report.shift_ns) / 1e9)} for d in docs]
 
 
-def self_sample_batches(
+def wrapped_batches(
     report: FileReport, writers: dict, *, rebase_ms: int | None = None, batch: int = BATCH
 ) -> Iterator[tuple[list[bytes], int]]:
-    """The run file's self-samples as batches ready to write: one body per writer, and their number."""
-    docs = report.self_samples if rebase_ms is None else _rebased(report.self_samples, report, rebase_ms)
-    for start in range(0, len(docs), batch):
-        chunk = docs[start : start + batch]
-        yield [w.encode_self_samples(chunk) for w in writers.values()], len(chunk)
+    """The run file's self-samples, then its edge counters, as batches ready to write (moved in time
+    as its samples were): one body per writer, and their number."""
+    for docs, encode in (
+        (report.self_samples, lambda w, chunk: w.encode_self_samples(chunk)),
+        (report.edge_counts, lambda w, chunk: w.encode_flow("edge", chunk)),
+    ):
+        docs = docs if rebase_ms is None else _rebased(docs, report, rebase_ms)
+        for start in range(0, len(docs), batch):
+            chunk = docs[start : start + batch]
+            yield [encode(w, chunk) for w in writers.values()], len(chunk)
 
 
 def run_document(report: FileReport) -> dict:
@@ -150,7 +155,7 @@ def replay(
                     shown = report.bytes_read
             if progress:  # what follows the last batch (bad lines, or a file that ends on a batch)
                 progress(report.bytes_read - shown)
-            for bodies, count in self_sample_batches(report, writers, rebase_ms=rebase_ms, batch=batch):
+            for bodies, count in wrapped_batches(report, writers, rebase_ms=rebase_ms, batch=batch):
                 for proc, body in zip(procs.values(), bodies, strict=False):
                     proc.put(body, count)
             if report.good and report.run_id:
@@ -344,7 +349,9 @@ def _said(reports: list[FileReport], where: str = "") -> int:
     for r in reports:
         print(
             f"{r.path}: {r.good:,} samples loaded{' ' + where if where else ''} (run {r.run_id}), "
-            f"{len(r.self_samples):,} agent self-samples, {len(r.bad)} bad lines skipped"
+            f"{len(r.self_samples):,} agent self-samples, "
+            + (f"{len(r.edge_counts):,} edge counters, " if r.edge_counts else "")
+            + f"{len(r.bad)} bad lines skipped"
         )
         for note in r.notes:
             print(f"  note: {note}", file=sys.stderr)

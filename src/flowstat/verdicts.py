@@ -20,12 +20,15 @@ rate per edge (flowstat_edge, schema/edge.schema.json): the objects per second o
 - **One agent a node.** Two agents watching the same node (flowstat run starts both) would count
   its intervals twice: each node is judged from the agent with the most accounted samples in the
   window (then the most samples, then the first name).
-- **Edge rates.** From a node that feeds one node only: its objects_sent's rate (all it sent went
-  there). Otherwise (a node feeding several, or one without objects_sent): the downstream node's
-  objects_received rate, less what feeders of the first kind bring it, split evenly among its
-  other feeders (``estimated`` when there are several: nodes count per node, not per edge). A
-  counter's rate: its increases from sample to sample in the window (a decrease, a restart,
-  skipped) over the time they span. (The report's graph draws the same rule over the steady window.)
+- **Edge rates.** From the edge's own counter first: the agents' edge counters (a node that counts
+  what it receives by source, edge.schema.json's counter points), from one agent an edge (the one
+  with the most points). Else from a node that feeds one node only: its objects_sent's rate (all
+  it sent went there). Otherwise (a node feeding several, or one without objects_sent): the
+  downstream node's objects_received rate, less what the edges known so far bring it, split evenly
+  among its other feeders (``estimated`` when there are several: nodes count per node, not per
+  edge). A counter's rate: its increases from point to point in the window (a decrease, a restart,
+  skipped) over the time they span. An edge that only counters name is an edge of the run too.
+  (The report's graph draws the same rule over the steady window.)
 - **Bad samples** (a time or a share that is not one) are skipped and counted, never a crash. An
   evaluation whose window holds no sample of the run writes nothing.
 - **A store down.** --run checks the store first (a wrong address fails at once), then reads and
@@ -49,7 +52,7 @@ from bisect import bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import orjson
@@ -61,7 +64,7 @@ from flowstat.progress import Progress
 from flowstat.registry import Command
 from flowstat.schema import prometheus
 from flowstat.schema import sample as sample_schema
-from flowstat.stores.elasticsearch import RUNS_INDEX, SAMPLES_INDEX, ElasticsearchWriter
+from flowstat.stores.elasticsearch import EDGES_INDEX, RUNS_INDEX, SAMPLES_INDEX, ElasticsearchWriter
 from flowstat.stores.elasticsearch_rollup import daily_indices
 from flowstat.stores.influxdb import DATABASE, InfluxDBWriter
 from flowstat.timeutil import iso_utc_from_ms
@@ -87,6 +90,7 @@ FIELDS = (
 )
 
 log = logging.getLogger("flowstat.verdict")
+Parsed = TypeVar("Parsed")
 
 
 class VerdictError(RuntimeError):
@@ -120,6 +124,47 @@ def parse_sample(doc: Mapping[str, Any]) -> Sample:
         _counter(doc, "objects_sent", node),
         _counter(doc, "objects_received", node),
     )
+
+
+@dataclass(frozen=True)
+class EdgeCount:
+    """An agent's edge counter point: the objects ``to`` has received from ``frm`` by time ``t``."""
+
+    frm: str
+    to: str
+    agent: str
+    t: float  # Unix seconds
+    count: float
+
+
+def parse_edge_count(doc: Mapping[str, Any]) -> EdgeCount:
+    """A stored edge counter (time: ISO 8601 or Unix seconds); ValueError naming what is wrong."""
+    frm, to, count = doc.get("from"), doc.get("to"), doc.get("objects_received")
+    if not isinstance(frm, str) or not isinstance(to, str) or not frm or not to:
+        raise ValueError(f"edge counter at {doc.get('time')!r}: no from or to")
+    if not isinstance(count, int | float) or isinstance(count, bool) or not math.isfinite(count) or count < 0:
+        raise ValueError(f"edge counter {frm} -> {to} at {doc.get('time')!r}: objects_received {count!r}")
+    t = doc.get("time")
+    seconds = t if isinstance(t, int | float) and not isinstance(t, bool) else sample_schema.time_ns(str(t)) / 1e9
+    return EdgeCount(frm, to, str(doc.get("agent") or ""), float(seconds), float(count))
+
+
+def counted_rates(counts: Iterable[EdgeCount]) -> dict[tuple[str, str], float]:
+    """Each counted edge's objects/s: from one agent (the most points, then the first name), its
+    counter's increases (a decrease skipped: a restart) over the time they span; an edge with
+    fewer than two points of that agent has none."""
+    by: dict[tuple[str, str], dict[str, list[EdgeCount]]] = defaultdict(lambda: defaultdict(list))
+    for c in counts:
+        by[(c.frm, c.to)][c.agent].append(c)
+    out: dict[tuple[str, str], float] = {}
+    for edge, agents in by.items():
+        _, points = min(agents.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+        points = sorted(points, key=lambda c: c.t)
+        if len(points) < 2 or points[-1].t <= points[0].t:
+            continue
+        increase = math.fsum(b.count - a.count for a, b in zip(points, points[1:], strict=False) if b.count >= a.count)
+        out[edge] = increase / (points[-1].t - points[0].t)
+    return out
 
 
 def _counter(doc: Mapping[str, Any], key: str, node: str) -> float | None:
@@ -166,21 +211,28 @@ def counter_rate(samples: Sequence[Sample], which: str) -> float | None:
 
 
 def edge_rates(
-    edges: Iterable[tuple[str, str]], sent: Mapping[str, float | None], received: Mapping[str, float | None]
+    edges: Iterable[tuple[str, str]],
+    sent: Mapping[str, float | None],
+    received: Mapping[str, float | None],
+    counted: Mapping[tuple[str, str], float] | None = None,
 ) -> dict[tuple[str, str], tuple[float | None, bool]]:
     """Each edge's objects/s and whether it is estimated (see the module): (rate, False) from the
-    upstream's objects_sent or all the downstream's intake (its one feeder left), (rate, True) the
-    downstream's intake split among several feeders, (None, False) unknown."""
+    edge's own counters (``counted``), the upstream's objects_sent or all the downstream's intake
+    (its one feeder left), (rate, True) the downstream's intake split among several feeders,
+    (None, False) unknown."""
     edges = sorted(set(edges))
     downs: dict[str, set[str]] = defaultdict(set)
     ups: dict[str, set[str]] = defaultdict(set)
     for u, d in edges:
         downs[u].add(d)
         ups[d].add(u)
-    out: dict[tuple[str, str], tuple[float | None, bool]] = {}
+    edge_set = set(edges)
+    out: dict[tuple[str, str], tuple[float | None, bool]] = {
+        e: (rate, False) for e, rate in (counted or {}).items() if e in edge_set
+    }
     for u, d in edges:
         rate = sent.get(u)
-        if len(downs[u]) == 1 and rate is not None:
+        if (u, d) not in out and len(downs[u]) == 1 and rate is not None:
             out[(u, d)] = (rate, False)
     for d, feeders in ups.items():
         rest = sorted(u for u in feeders if (u, d) not in out)
@@ -202,10 +254,14 @@ def evaluate(
     edges: Sequence[tuple[str, str]],
     at_ms: int,
     window_s: float = WINDOW_S,
+    counts: Sequence[EdgeCount] = (),
 ) -> tuple[Verdict, dict[str, Any], list[dict[str, Any]]]:
-    """One evaluation at ``at_ms`` of a run's samples in the window ``at - window_s < t <= at``:
-    the verdict, its document (verdict.schema.json) and a rate document per edge (edge.schema.json)."""
+    """One evaluation at ``at_ms`` of a run's samples (and its agents' edge counters, ``counts``)
+    in the window ``at - window_s < t <= at``: the verdict, its document (verdict.schema.json) and a
+    rate document per edge (edge.schema.json)."""
     at = at_ms / 1000
+    counted = counted_rates(c for c in counts if at - window_s < c.t <= at)
+    edges = sorted(set(edges) | set(counted))
     inside = [s for s in window if at - window_s < s.t <= at]
     chosen = one_agent_each(inside)
     upstream = upstream_of(edges)
@@ -225,7 +281,7 @@ def evaluate(
     sent = {node: counter_rate(got, "sent") for node, got in chosen.items()}
     received = {node: counter_rate(got, "received") for node, got in chosen.items()}
     rate_docs = []
-    for (u, d), (rate, estimated) in sorted(edge_rates(edges, sent, received).items()):
+    for (u, d), (rate, estimated) in sorted(edge_rates(edges, sent, received, counted).items()):
         edge: dict[str, Any] = {"time": stamp, "run_id": run_id, "from": u, "to": d}
         if rate is not None:
             edge["objects_per_second"] = float(rate)
@@ -274,6 +330,11 @@ class Source:
         """The run's edges, as its run document says them."""
         raise NotImplementedError
 
+    def edge_counts(self, run_id: str, lo_ms: int, hi_ms: int) -> list[dict[str, Any]]:
+        """The agents' edge counters of the run in (lo, hi]: time, from, to, agent, objects_received
+        (a store that keeps none: none)."""
+        return []
+
     def clear(self, run_id: str, lo_ms: int, hi_ms: int) -> None:
         """Before --run writes the run's verdicts over [lo, hi] again: remove what would not be
         overwritten."""
@@ -298,9 +359,10 @@ class ElasticsearchSource(Source):
     def where(self) -> str:
         return f"{self.said} (flowstat-verdicts-*, flowstat-edges-*)"
 
-    def _search(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _search(self, body: dict[str, Any], index: str | None = None) -> dict[str, Any]:
+        index = index or self.samples_index
+
         def once() -> dict[str, Any]:
-            index = self.samples_index
             url = f"{self.writer.url}/{index}/_search?ignore_unavailable=true&allow_no_indices=true"
             resp = self.writer._http("POST", url, orjson.dumps(body), "application/json", action=f"read {index}")
             if resp.status_code >= 300:
@@ -338,6 +400,21 @@ class ElasticsearchSource(Source):
         return sorted(b["key"] for b in (aggs.get("runs") or {}).get("buckets", []))
 
     def samples(self, run_id: str, lo_ms: int, hi_ms: int) -> list[dict[str, Any]]:
+        # unique: a sample's _id is run_id/agent/node_id/seq
+        keys = ["node_id", "agent", "seq"]
+        return self._run_docs(self.samples_index, run_id, lo_ms, hi_ms, ["time", "node_id", "agent", *FIELDS], keys)
+
+    def edge_counts(self, run_id: str, lo_ms: int, hi_ms: int) -> list[dict[str, Any]]:
+        # unique: a counter's _id is run_id/from/to/agent/time
+        fields = ["time", "from", "to", "agent", "objects_received"]
+        index = daily_indices(EDGES_INDEX)  # beside the verdict's rates: only the counters hold objects_received
+        return self._run_docs(index, run_id, lo_ms, hi_ms, fields, ["from", "to", "agent"], "objects_received")
+
+    def _run_docs(
+        self, index: str, run_id: str, lo_ms: int, hi_ms: int, fields: list[str], keys: list[str], has: str = ""
+    ) -> list[dict[str, Any]]:
+        """The run's documents in (lo, hi] (those holding ``has``, if given), their ``fields``, page
+        by page, sorted by time then ``keys`` (which make each unique)."""
         body: dict[str, Any] = {
             "size": PAGE,
             "query": {
@@ -345,17 +422,17 @@ class ElasticsearchSource(Source):
                     "filter": [
                         {"term": {"run_id": run_id}},
                         {"range": {"time": {"gt": lo_ms, "lte": hi_ms, "format": "epoch_millis"}}},
+                        *([{"exists": {"field": has}}] if has else []),
                     ]
                 }
             },
-            "_source": ["time", "node_id", "agent", *FIELDS],
-            # unique: a sample's _id is run_id/agent/node_id/seq
-            "sort": [{"time": "asc"}, {"node_id": "asc"}, {"agent": "asc"}, {"seq": "asc"}],
+            "_source": fields,
+            "sort": [{"time": "asc"}, *({k: "asc"} for k in keys)],
             "track_total_hits": False,
         }
         out: list[dict[str, Any]] = []
         while True:
-            hits = (self._search(body).get("hits") or {}).get("hits") or []
+            hits = (self._search(body, index).get("hits") or {}).get("hits") or []
             out += [h["_source"] for h in hits]
             if len(hits) < PAGE:
                 return out
@@ -430,6 +507,19 @@ class InfluxDBSource(Source):
         statement = f'SELECT "topology" FROM "flowstat_edge" WHERE "run_id" = {_string(run_id)} GROUP BY "from", "to"'
         return _edges([s.get("tags") for s in self._series(statement)])
 
+    def edge_counts(self, run_id: str, lo_ms: int, hi_ms: int) -> list[dict[str, Any]]:
+        statement = (
+            f'SELECT "objects_received" FROM "flowstat_edge" WHERE "run_id" = {_string(run_id)} AND '
+            f'{_span(lo_ms, hi_ms)} GROUP BY "from", "to", "agent"'
+        )
+        out: list[dict[str, Any]] = []
+        for s in self._series(statement):
+            tags = s.get("tags") or {}
+            for row in s.get("values") or []:
+                if row[1] is not None:
+                    out.append({"time": row[0] / 1e9, **tags, "objects_received": row[1]})
+        return out
+
     def clear(self, run_id: str, lo_ms: int, hi_ms: int) -> None:
         self._query(
             f'DELETE FROM "flowstat_verdict" WHERE "run_id" = {_string(run_id)} AND '
@@ -495,6 +585,7 @@ def judge(
         return
     window_ms = int(round(window_s * 1000))
     buffer: list[Sample] = []
+    counts: list[EdgeCount] = []  # the agents' edge counters, read with the samples
     loaded = times_ms[0] - window_ms  # the samples up to here are read
     verdicts: list[dict[str, Any]] = []
     rates: list[dict[str, Any]] = []
@@ -508,20 +599,18 @@ def judge(
     for at in times_ms:
         if at > loaded:
             hi = max(at, min(loaded + CHUNK_MS, times_ms[-1]))
-            new = []
-            for raw in source.samples(run_id, loaded, hi):
-                try:
-                    new.append(parse_sample(raw))
-                except ValueError as exc:
-                    tally.skipped += 1
-                    if len(tally.bad) < 5:
-                        tally.bad.append(f"run {run_id}: {exc}")
-            buffer += sorted(new, key=lambda s: s.t)
+            buffer += sorted(
+                _parsed(parse_sample, source.samples(run_id, loaded, hi), run_id, tally), key=lambda s: s.t
+            )
+            counts += sorted(
+                _parsed(parse_edge_count, source.edge_counts(run_id, loaded, hi), run_id, tally), key=lambda c: c.t
+            )
             loaded = hi
         del buffer[: bisect_right([s.t for s in buffer], (at - window_ms) / 1000)]
+        del counts[: bisect_right([c.t for c in counts], (at - window_ms) / 1000)]
         window = buffer[: bisect_right([s.t for s in buffer], at / 1000)]
         if window:  # no sample of the run in the window: nothing to say
-            verdict, doc, edge_docs = evaluate(run_id, window, edges, at, window_s)
+            verdict, doc, edge_docs = evaluate(run_id, window, edges, at, window_s, counts)
             verdicts.append(doc)
             rates += edge_docs
             tally.evaluations += 1
@@ -532,6 +621,21 @@ def judge(
         if on_evaluation is not None:
             on_evaluation()
     flush()
+
+
+def _parsed(
+    parse: Callable[[Mapping[str, Any]], Parsed], raws: Iterable[Mapping[str, Any]], run_id: str, tally: Judging
+) -> list[Parsed]:
+    """The stored documents (samples, edge counters) that parse; the others skipped and counted."""
+    out = []
+    for raw in raws:
+        try:
+            out.append(parse(raw))
+        except ValueError as exc:
+            tally.skipped += 1
+            if len(tally.bad) < 5:
+                tally.bad.append(f"run {run_id}: {exc}")
+    return out
 
 
 # -- served to Prometheus ----------------------------------------------------------------------------

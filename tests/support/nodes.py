@@ -23,6 +23,19 @@ def agent_samples(out: Path) -> list[dict]:
     return docs
 
 
+def agent_edge_counts(out: Path) -> dict[tuple[str, str], int]:
+    """The last edge counter an agent wrote for each edge (from, to) so far."""
+    last: dict[tuple[str, str], int] = {}
+    for line in out.read_text().splitlines():
+        try:
+            doc = json.loads(line)
+        except ValueError:  # the agent is writing this line
+            continue
+        if "objects_received" in doc and "from" in doc and "node_id" not in doc:
+            last[(doc["from"], doc["to"])] = doc["objects_received"]
+    return last
+
+
 def watching_agent(
     agent_command: list[str], folder: Path, out: Path, *extra: str, rescan: str = "0.2"
 ) -> subprocess.Popen:

@@ -177,6 +177,13 @@ void control_query(struct control_pool *p, const struct control_peer *peers, siz
     free(index);
 }
 
+/* A JSON number that is a whole count: 0 to 2^53 (what a double holds exactly). */
+static int whole_count(const cJSON *item)
+{
+    return cJSON_IsNumber(item) && item->valuedouble >= 0 && item->valuedouble <= 9.007199254740992e15 &&
+        item->valuedouble == floor(item->valuedouble);
+}
+
 void control_fill_sample(const cJSON *reply, struct fs_sample *s)
 {
     for (int f = 0; f < FS_NFIELDS; f++) {
@@ -192,8 +199,7 @@ void control_fill_sample(const cJSON *reply, struct fs_sample *s)
                 sample_set_num(s, (enum fs_field)f, item->valuedouble);
             break;
         case FS_T_INTEGER:
-            if (cJSON_IsNumber(item) && item->valuedouble >= 0 && item->valuedouble <= 9.007199254740992e15 &&
-                item->valuedouble == floor(item->valuedouble))
+            if (whole_count(item))
                 sample_set_int(s, (enum fs_field)f, (long long)item->valuedouble);
             break;
         case FS_T_BOOLEAN:
@@ -206,6 +212,22 @@ void control_fill_sample(const cJSON *reply, struct fs_sample *s)
             break;
         }
     }
+}
+
+int control_edge_count(const cJSON *item, const struct fs_sample *node, struct fs_sample *edge)
+{
+    const char *source = item->string;
+    if (!source || !*source || strlen(source) >= FS_STR_MAX || !whole_count(item) || !node->v[FS_F_RUN_ID].s[0])
+        return 0;
+    sample_clear_as(edge, &FS_EDGE_SCHEMA);
+    edge->time_ms = node->time_ms;
+    sample_set_str(edge, FS_E_TIME, node->v[FS_F_TIME].s);
+    sample_set_str(edge, FS_E_RUN_ID, node->v[FS_F_RUN_ID].s);
+    sample_set_str(edge, FS_E_FROM, source);
+    sample_set_str(edge, FS_E_TO, node->v[FS_F_NODE_ID].s);
+    sample_set_str(edge, FS_E_AGENT, node->v[FS_F_AGENT].s);
+    sample_set_int(edge, FS_E_OBJECTS_RECEIVED, (long long)item->valuedouble);
+    return 1;
 }
 
 void control_forget(struct control_pool *p, const char *endpoint, const char *server_key)

@@ -48,5 +48,10 @@ void control_pool_close(struct control_pool *p);
 cJSON *control_parse_reply(const char *data, size_t len, unsigned long long rid);
 /* Copy the fields the schema maps from the reply (x-control) into the sample; wrong types are skipped. */
 void control_fill_sample(const cJSON *reply, struct fs_sample *s);
+/* One member of a reply's received_from ({"worker-3": 1200}) as an edge counter of the node's
+ * sample (edge.schema.json: its time, run, node as `to` and agent): 1, or 0 for a member that is
+ * not a source id (non-empty, under FS_STR_MAX bytes) with a whole count from 0 to 2^53, or a
+ * sample without a run. */
+int control_edge_count(const cJSON *item, const struct fs_sample *node, struct fs_sample *edge);
 
 #endif

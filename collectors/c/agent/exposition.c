@@ -492,9 +492,11 @@ static void put(struct latest *l, const struct fs_sample *s, const int *key, int
 
 void expo_put(struct expo *e, const struct fs_sample *s)
 {
+    if (s->schema->kind == FS_DOC_EDGE) /* flowstat verdict reads edge counters from the stores */
+        return;
     pthread_mutex_lock(&e->lock);
     e->version++;
-    if (s->schema->agent)
+    if (s->schema->kind == FS_DOC_AGENT)
         put(&e->agents, s, FS_AGENT_FIELDS_LABELS, FS_AGENT_FIELDS_NLABELS, 0);
     else
         put(&e->nodes, s, NODE_KEY, (int)(sizeof NODE_KEY / sizeof NODE_KEY[0]), is_gone(s));

@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Generate schema_fields.h from the flat schemas the Python package reads (src/flowstat/schema/):
-the sample's (sample.schema.json) and the agent self-sample's (agent.schema.json). For each, the C
+the sample's (sample.schema.json), the agent self-sample's (agent.schema.json) and the edge's
+(edge.schema.json: the agent writes its counter points). For each, the C
 agent's field table, its tags in line protocol order, its enumerations and its strings' patterns
 (POSIX extended regular expressions in C: a schema's pattern must mean the same in both, which
 tests/test_c_agent_endpoints_dir.py checks for the role's); and its Prometheus families (the fields
 marked x-prometheus, as flowstat.schema.prometheus names them: name, type, unit, scale, HELP text
-escaped) and labels (its tags, in schema order), for the prometheus:// sink (exposition.c).
+escaped) and labels (its tags, in schema order), for the prometheus:// sink (exposition.c); not the
+edge's (edge counters are not served on /metrics).
 
-    gen_schema_header.py SAMPLE_SCHEMA AGENT_SCHEMA OUT
+    gen_schema_header.py SAMPLE_SCHEMA AGENT_SCHEMA EDGE_SCHEMA OUT
 
 Run by the Makefile; the header is a build product, never edited by hand.
 """
@@ -22,13 +24,15 @@ ROLES = {"tag": "FS_I_TAG", "field": "FS_I_FIELD", "time": "FS_I_TIME"}
 # field count), its table, the prefix of its enumerated values' arrays, its measurement's macro).
 SAMPLE = ("FS_F_", "fs_field", "FS_NFIELDS", "FS_FIELDS", "FS_ENUM_", "FS_MEASUREMENT")
 AGENT = ("FS_A_", "fs_agent_field", "FS_NAGENT_FIELDS", "FS_AGENT_FIELDS", "FS_AGENT_ENUM_", "FS_AGENT_MEASUREMENT")
+EDGE = ("FS_E_", "fs_edge_field", "FS_NEDGE_FIELDS", "FS_EDGE_FIELDS", "FS_EDGE_ENUM_", "FS_EDGE_MEASUREMENT")
 
 
-def main(sample_src: str, agent_src: str, dst: str) -> None:
-    schemas = [(json.loads(Path(src).read_text()), names) for src, names in ((sample_src, SAMPLE), (agent_src, AGENT))]
+def main(sample_src: str, agent_src: str, edge_src: str, dst: str) -> None:
+    sources = ((sample_src, SAMPLE), (agent_src, AGENT), (edge_src, EDGE))
+    schemas = [(json.loads(Path(src).read_text()), names) for src, names in sources]
     out = [
-        "/* Generated from src/flowstat/schema/sample.schema.json and agent.schema.json by gen_schema_header.py.",
-        " * Do not edit. */",
+        "/* Generated from src/flowstat/schema/sample.schema.json, agent.schema.json and edge.schema.json by",
+        " * gen_schema_header.py. Do not edit. */",
         "#ifndef FLOWSTAT_SCHEMA_FIELDS_H",
         "#define FLOWSTAT_SCHEMA_FIELDS_H",
         "",
@@ -71,7 +75,7 @@ def main(sample_src: str, agent_src: str, dst: str) -> None:
     ]
     for schema, names in schemas:
         out += table(schema, *names)
-    for (schema, names), family_prefix in zip(schemas, ("flowstat_node", "flowstat_agent"), strict=True):
+    for (schema, names), family_prefix in zip(schemas[:2], ("flowstat_node", "flowstat_agent"), strict=True):
         out += prometheus(schema, names[0], names[3], family_prefix)
     most = max(len(schema["properties"]) for schema, _ in schemas)
     out += [
@@ -186,6 +190,6 @@ def c_string(text: str) -> str:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4:
-        sys.exit("usage: gen_schema_header.py SAMPLE_SCHEMA AGENT_SCHEMA OUT")
+    if len(sys.argv) != 5:
+        sys.exit("usage: gen_schema_header.py SAMPLE_SCHEMA AGENT_SCHEMA EDGE_SCHEMA OUT")
     main(*sys.argv[1:])

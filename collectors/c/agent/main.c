@@ -365,6 +365,21 @@ static int sample_target(struct agent *a, struct target *t, const cJSON *reply, 
 /* What becomes of each sample as it is taken: encoded for every sink, or printed (--test). */
 typedef void (*sample_taken_fn)(struct agent *a, const struct fs_sample *s, void *ctx);
 
+/* The node's edge counters (its reply's received_from), each handed to taken() as it is made. */
+static void take_edge_counts(struct agent *a, const struct fs_sample *node, const cJSON *reply, sample_taken_fn taken,
+                             void *ctx)
+{
+    const cJSON *from = cJSON_GetObjectItemCaseSensitive(reply, "received_from");
+    const cJSON *item;
+    struct fs_sample edge;
+    if (!cJSON_IsObject(from))
+        return;
+    cJSON_ArrayForEach(item, from) {
+        if (control_edge_count(item, node, &edge))
+            taken(a, &edge, ctx);
+    }
+}
+
 /* A sample of every target, each handed to taken() as it is taken (one sample's slots, reused: a
  * round's samples kept until the end of it were 5 MB at 1,000 processes, read again to encode
  * them): how many, 0 if out of memory. */
@@ -391,6 +406,8 @@ static size_t sample_all(struct agent *a, sample_taken_fn taken, void *ctx)
     for (size_t i = 0; i < n; i++) {
         gone[i] = (char)sample_target(a, &a->watch.targets[i], by_target[i], &when, &s);
         taken(a, &s, ctx);
+        if (by_target[i] && gone[i] != 2) /* one that left the top N: its base fields only */
+            take_edge_counts(a, &s, by_target[i], taken, ctx);
         cJSON_Delete(by_target[i]);
     }
     /* drop the targets reported gone or leaving: after the loop, and from the end (a target dropped

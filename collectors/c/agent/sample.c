@@ -5,16 +5,17 @@
 #include <stdio.h>
 #include <string.h>
 
-const struct fs_schema FS_SAMPLE_SCHEMA = {
-    FS_MEASUREMENT, FS_FIELDS, FS_NFIELDS, FS_FIELDS_TAGS, (int)(sizeof FS_FIELDS_TAGS / sizeof FS_FIELDS_TAGS[0]),
-    FS_F_TIME,      0};
-const struct fs_schema FS_AGENT_SCHEMA = {FS_AGENT_MEASUREMENT,
-                                          FS_AGENT_FIELDS,
-                                          FS_NAGENT_FIELDS,
-                                          FS_AGENT_FIELDS_TAGS,
-                                          (int)(sizeof FS_AGENT_FIELDS_TAGS / sizeof FS_AGENT_FIELDS_TAGS[0]),
-                                          FS_A_TIME,
-                                          1};
+/* A generated table's schema: NAME is its table (NAME_TAGS its tags), as gen_schema_header.py names them. */
+#define FLAT_SCHEMA(measurement, name, count, time_field, kind)                                                    \
+    {                                                                                                              \
+        measurement, name, count, name##_TAGS, (int)(sizeof name##_TAGS / sizeof name##_TAGS[0]), time_field, kind \
+    }
+
+const struct fs_schema FS_SAMPLE_SCHEMA = FLAT_SCHEMA(FS_MEASUREMENT, FS_FIELDS, FS_NFIELDS, FS_F_TIME, FS_DOC_NODE);
+const struct fs_schema FS_AGENT_SCHEMA =
+    FLAT_SCHEMA(FS_AGENT_MEASUREMENT, FS_AGENT_FIELDS, FS_NAGENT_FIELDS, FS_A_TIME, FS_DOC_AGENT);
+const struct fs_schema FS_EDGE_SCHEMA =
+    FLAT_SCHEMA(FS_EDGE_MEASUREMENT, FS_EDGE_FIELDS, FS_NEDGE_FIELDS, FS_E_TIME, FS_DOC_EDGE);
 
 void sample_clear_as(struct fs_sample *s, const struct fs_schema *schema)
 {
@@ -189,9 +190,24 @@ static void put_id(struct fs_buf *out, const char *a, const char *b, const char 
     fs_buf_append(out, "\"", 1);
 }
 
+/* An edge counter's _id, run_id/from/to/agent/time (flowstat.schema.flow.document_id). */
+static void put_edge_id(struct fs_buf *out, const struct fs_sample *s)
+{
+    static const int parts[] = {FS_E_RUN_ID, FS_E_FROM, FS_E_TO, FS_E_AGENT, FS_E_TIME};
+    fs_buf_append(out, "\"", 1);
+    for (int k = 0; k < 5; k++) {
+        if (k)
+            fs_buf_append(out, "/", 1);
+        fs_buf_json_inner(out, s->v[parts[k]].s);
+    }
+    fs_buf_append(out, "\"", 1);
+}
+
 void sample_document_id(const struct fs_sample *s, struct fs_buf *out)
 {
-    if (s->schema->agent) /* the time keeps apart namesakes without a run id, and restarts (flowstat.schema.agent) */
+    if (s->schema->kind == FS_DOC_EDGE)
+        put_edge_id(out, s);
+    else if (s->schema->kind == FS_DOC_AGENT) /* the time keeps apart namesakes without a run id, and restarts */
         put_id(out, s->v[FS_A_HOST].s, s->v[FS_A_AGENT].s, s->v[FS_A_TIME].s, s->v[FS_A_SEQ].i);
     else
         put_id(out, s->v[FS_F_RUN_ID].s, s->v[FS_F_AGENT].s, s->v[FS_F_NODE_ID].s, s->v[FS_F_SEQ].i);

@@ -1,6 +1,7 @@
 /* A sample: one value slot per schema field (src/flowstat/schema/sample.schema.json, via the
  * generated schema_fields.h), and its two encodings. An agent's self-sample (agent.schema.json) is
- * a sample of the agent schema: the same slots and encoders, its own fields, measurement and _id. */
+ * a sample of the agent schema, and an edge counter (edge.schema.json) one of the edge schema: the
+ * same slots and encoders, their own fields, measurement, index and _id. */
 #ifndef FLOWSTAT_SAMPLE_H
 #define FLOWSTAT_SAMPLE_H
 
@@ -17,6 +18,9 @@ struct fs_value {
     char s[FS_STR_MAX];
 };
 
+/* What a sample is a sample of: it says where Elasticsearch keeps it and its _id. */
+enum fs_doc_kind { FS_DOC_NODE, FS_DOC_AGENT, FS_DOC_EDGE };
+
 /* A flat schema: its fields (the slots of a sample that follows it), and how it is stored. */
 struct fs_schema {
     const char *measurement;
@@ -25,15 +29,19 @@ struct fs_schema {
     const int *tags; /* its tag fields, sorted by key: line protocol's order */
     int ntags;
     int time_field;
-    int agent; /* a self-sample: its own _id, and the Elasticsearch index FS_AGENTS_INDEX */
+    enum fs_doc_kind kind; /* a self-sample's index is FS_AGENTS_INDEX, an edge counter's FS_EDGES_INDEX */
 };
-extern const struct fs_schema FS_SAMPLE_SCHEMA, FS_AGENT_SCHEMA;
+extern const struct fs_schema FS_SAMPLE_SCHEMA, FS_AGENT_SCHEMA, FS_EDGE_SCHEMA;
 
 /* Where the Elasticsearch sink puts self-samples, beside the samples index its URL names (as
  * flowstat.stores.elasticsearch.AGENTS_INDEX). */
 #define FS_AGENTS_INDEX "flowstat-agents"
+/* ... and edge counters, in the edges' daily indices (as flowstat.stores.elasticsearch.EDGES_INDEX). */
+#define FS_EDGES_INDEX "flowstat-edges"
 /* A run file's line {"flowstat_agent": {...}} holds one self-sample (flowstat.schema.agent). */
 #define FS_RUN_FILE_AGENT_KEY FS_AGENT_MEASUREMENT
+/* ... and {"flowstat_edge": {...}} one edge counter (flowstat.schema.flow.EDGE_RUN_FILE_KEY). */
+#define FS_RUN_FILE_EDGE_KEY FS_EDGE_MEASUREMENT
 
 struct fs_sample {
     const struct fs_schema *schema;
@@ -66,8 +74,8 @@ int sample_value_allowed(enum fs_field f, const char *value); /* a field of the 
 /* Append one line (with its newline) to out. */
 void sample_line_protocol(const struct fs_sample *s, struct fs_buf *out);
 void sample_json(const struct fs_sample *s, struct fs_buf *out);
-/* Deterministic Elasticsearch _id: run_id/agent/node_id/seq; a self-sample's host/agent/time/seq.
- * Appended to out as a JSON string. */
+/* Deterministic Elasticsearch _id: run_id/agent/node_id/seq; a self-sample's host/agent/time/seq; an
+ * edge counter's run_id/from/to/agent/time. Appended to out as a JSON string. */
 void sample_document_id(const struct fs_sample *s, struct fs_buf *out);
 
 #endif

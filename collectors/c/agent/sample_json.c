@@ -76,11 +76,17 @@ static int fill_fields(const cJSON *obj, struct fs_sample *s, char *err, size_t 
     return 0;
 }
 
-/* A run file's self-sample: an object whose one member is FS_RUN_FILE_AGENT_KEY. */
-static const cJSON *wrapped_self_sample(const cJSON *doc)
+/* A run file's self-sample or edge counter: an object whose one member is FS_RUN_FILE_AGENT_KEY or
+ * FS_RUN_FILE_EDGE_KEY; its schema in *schema. */
+static const cJSON *wrapped(const cJSON *doc, const struct fs_schema **schema)
 {
     const cJSON *only = doc->child;
-    return only && !only->next && strcmp(only->string, FS_RUN_FILE_AGENT_KEY) == 0 ? only : NULL;
+    if (!only || only->next)
+        return NULL;
+    *schema = strcmp(only->string, FS_RUN_FILE_AGENT_KEY) == 0 ? &FS_AGENT_SCHEMA
+        : strcmp(only->string, FS_RUN_FILE_EDGE_KEY) == 0      ? &FS_EDGE_SCHEMA
+                                                               : NULL;
+    return *schema ? only : NULL;
 }
 
 int sample_from_json(const char *text, size_t len, struct fs_sample *s, char *err, size_t errlen)
@@ -91,13 +97,14 @@ int sample_from_json(const char *text, size_t len, struct fs_sample *s, char *er
         cJSON_Delete(doc);
         return fail(err, errlen, "sample", "not a JSON object");
     }
-    const cJSON *obj = doc, *inner = wrapped_self_sample(doc);
+    const struct fs_schema *schema = NULL;
+    const cJSON *obj = doc, *inner = wrapped(doc, &schema);
     int rc = 0;
     if (inner && !cJSON_IsObject(inner)) {
-        rc = fail(err, errlen, FS_RUN_FILE_AGENT_KEY, "not a JSON object");
+        rc = fail(err, errlen, inner->string, "not a JSON object");
     } else {
         if (inner) {
-            sample_clear_as(s, &FS_AGENT_SCHEMA);
+            sample_clear_as(s, schema);
             obj = inner;
         }
         rc = fill_fields(obj, s, err, errlen);

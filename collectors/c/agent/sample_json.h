@@ -6,8 +6,9 @@
 
 #include "sample.h"
 
-/* A sample's JSON document, or a run file's self-sample line ({"flowstat_agent": {...}}: then s
- * follows the agent schema). 0 on success; -1 with a message naming the field in err. */
+/* A sample's JSON document, or a run file's self-sample or edge counter line ({"flowstat_agent":
+ * {...}}, {"flowstat_edge": {...}}: then s follows the agent or the edge schema). 0 on success; -1
+ * with a message naming the field in err. */
 int sample_from_json(const char *text, size_t len, struct fs_sample *s, char *err, size_t errlen);
 /* Epoch milliseconds of "YYYY-MM-DDTHH:MM:SS.mmmZ"; -1 if it is not that. */
 long long parse_iso_ms(const char *text);

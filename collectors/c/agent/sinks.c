@@ -990,7 +990,9 @@ static const char *bulk_action(struct sink_encoding *e, const char *index, int64
 void sink_encode(const struct sink *s, const struct fs_sample *sample, struct sink_encoding *e, struct fs_buf *out)
 {
     if (s->kind == SINK_ES) {
-        fs_buf_puts(out, bulk_action(e, sample->schema->agent ? FS_AGENTS_INDEX : s->path, sample->time_ms));
+        static const char *const index_of[] = {[FS_DOC_AGENT] = FS_AGENTS_INDEX, [FS_DOC_EDGE] = FS_EDGES_INDEX};
+        const char *index = sample->schema->kind == FS_DOC_NODE ? s->path : index_of[sample->schema->kind];
+        fs_buf_puts(out, bulk_action(e, index, sample->time_ms));
         sample_document_id(sample, out);
         fs_buf_append(out, "}}\n", 3);
     }

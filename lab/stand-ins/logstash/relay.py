@@ -6,6 +6,8 @@ number of connections. Each document goes where the pipeline's filter sends it:
 
 - with ``node_id``: a sample, into ``flowstat-samples-YYYY.MM.DD`` (the UTC day of its ``time``),
   id ``run_id/agent/node_id/seq``;
+- else with ``from`` and ``to``: an agent's edge counter, into ``flowstat-edges-YYYY.MM.DD``, id
+  ``run_id/from/to/agent/time``;
 - else with ``agent``: an agent's self-sample, into ``flowstat-agents-YYYY.MM.DD``, id
   ``host/agent/time/seq``;
 - else: a run document, into ``flowstat-runs``, id ``run_id``;
@@ -53,6 +55,11 @@ def route(doc: dict) -> tuple[str, str]:
     """The index and id pipelines/logstash/pipeline/flowstat.conf gives a document."""
     if doc.get("node_id"):
         index, doc_id = "flowstat-samples", f"{doc.get('run_id')}/{doc.get('agent')}/{doc['node_id']}/{doc.get('seq')}"
+    elif doc.get("from") and doc.get("to"):
+        index, doc_id = (
+            "flowstat-edges",
+            f"{doc.get('run_id')}/{doc['from']}/{doc['to']}/{doc.get('agent')}/{doc.get('time')}",
+        )
     elif doc.get("agent"):
         index, doc_id = "flowstat-agents", f"{doc.get('host')}/{doc['agent']}/{doc.get('time')}/{doc.get('seq')}"
     else:

@@ -23,6 +23,7 @@ from flowstat.node import curve
 from flowstat.proc.machine import host_identity
 from flowstat.proc.procfs import set_from_signal
 from flowstat.proc.reader import ProcessGone, ProcFormatError, cpu_rates, cpu_seconds
+from flowstat.schema import flow as flow_schema
 from flowstat.schema import sample as sample_schema
 from flowstat.timeutil import iso_utc_from_ms, iso_utc_ms
 
@@ -109,6 +110,7 @@ class Agent:
         self.retired: list[SinkRunner] = []  # sinks a reload removed: stopped, counted in stats still
         self.ranker = Ranker(cfg.spec.top_by)  # --top: CPU rates between rankings
         self.leaving: list[Target] = []  # left the top-N at the last rescan: reported LEFT_TOP once
+        self.edges: list[dict] = []  # the last round's edge counters (sample_all)
         self.runners = self._open_runners(cfg, cfg.sinks)
         self.sink_runners = list(self.runners)  # what the self-samples' delivery figures sum over
         if cfg.run_file:
@@ -321,6 +323,7 @@ class Agent:
         endpoints = [t.control for t in self.targets.values() if t.control]
         replies = self.control.query(endpoints) if endpoints else {}
         samples = []
+        self.edges = []  # the round's edge counters (flow_schema.counter_points), sent behind its samples
         for t in self.leaving:  # still running, no longer among the heaviest: said once, not gone
             samples.append(self._base(t, stamp, t.role, sample_schema.STATE_LEFT_TOP))
             t.close()
@@ -344,6 +347,8 @@ class Agent:
                 final = sample_schema.from_control_reply(reply) if reply else {}
                 final.pop("node_state", None)
                 samples.append({**gone, **final})
+                if reply:
+                    self.edges += flow_schema.counter_points(gone, reply.get("received_from"))
                 log.log(
                     logging.INFO if ended else logging.WARNING,
                     "%s (pid %d) is gone%s",
@@ -379,6 +384,8 @@ class Agent:
             sample.update(metrics)
             t.prev, t.prev_t = reading, now
             samples.append(sample)
+            if reply:
+                self.edges += flow_schema.counter_points(sample, reply.get("received_from"))
         self.samples_taken += len(samples)
         return samples
 
@@ -420,6 +427,11 @@ class Agent:
         self.self_seq += 1
         return doc
 
+    def _submit_round(self, samples: list[dict]) -> None:
+        for r in self.runners:
+            r.submit(samples)
+            r.submit_edges(self.edges)
+
     def _submit_self_sample(self) -> None:
         doc = self.self_sample()
         for r in self.runners:
@@ -453,9 +465,7 @@ class Agent:
                     self.rescan()
                     next_rescan = now + self.cfg.rescan_s
                 if tick > 0:
-                    samples = self.sample_all()
-                    for r in self.runners:
-                        r.submit(samples)
+                    self._submit_round(self.sample_all())
                     self.rounds += 1
                     if time.monotonic() >= next_self:
                         self._submit_self_sample()
@@ -476,9 +486,7 @@ class Agent:
             if self.stop_event.is_set() and self.targets:
                 # Stopped from outside: one last pass, so that nodes which ended are reported (DOWN,
                 # or STOPPED after the run-ending notice).
-                samples = self.sample_all()
-                for r in self.runners:
-                    r.submit(samples)
+                self._submit_round(self.sample_all())
             if every > 0:
                 self._submit_self_sample()  # the last one, behind every sample
         finally:

@@ -21,6 +21,7 @@ from .sample import problems_with_time, time_ns
 
 VERDICT_FILE = "verdict.schema.json"
 EDGE_FILE = "edge.schema.json"
+EDGE_RUN_FILE_KEY = "flowstat_edge"  # a run file's line {"flowstat_edge": {...}} holds an agent's edge counter
 
 
 def schema(kind: str) -> dict[str, Any]:
@@ -45,11 +46,45 @@ def validate(kind: str, doc: dict[str, Any]) -> list[str]:
 
 def document_id(kind: str, doc: dict[str, Any]) -> str:
     """The Elasticsearch ``_id`` of a verdict (run_id/time) or an edge's rate (run_id/from/to/time),
-    the time in epoch milliseconds: the same evaluation written again overwrites itself."""
+    the time in epoch milliseconds: the same evaluation written again overwrites itself. An edge's
+    counter: run_id/from/to/agent/time, the time as written (as Logstash's pipeline and the C agent
+    make it, neither of which parses a time)."""
+    if kind == "edge" and "agent" in doc:
+        return f"{doc['run_id']}/{doc['from']}/{doc['to']}/{doc['agent']}/{doc['time']}"
     ms = time_ns(doc["time"]) // 1_000_000
     if kind == "verdict":
         return f"{doc['run_id']}/{ms}"
     return f"{doc['run_id']}/{doc['from']}/{doc['to']}/{ms}"
+
+
+# The most a counter may hold: JSON's exact integers (what both agents take from a reply).
+_COUNT_MAX = 2**53
+SOURCE_MAX_BYTES = 127  # the longest source id an agent takes (the C agent's strings hold 127 bytes)
+
+
+def _whole(count: Any) -> bool:
+    return (
+        isinstance(count, int | float)
+        and not isinstance(count, bool)
+        and 0 <= count <= _COUNT_MAX
+        and count == int(count)
+    )
+
+
+def counter_points(sample: dict[str, Any], received_from: Any) -> list[dict[str, Any]]:
+    """An agent's edge counters for one node sample: a point per upstream node of the reply's
+    received_from ({source: objects}), from the sample's time, run, node and agent. A source that is
+    not a non-empty id of at most SOURCE_MAX_BYTES, a count that is not a whole number from 0 to
+    2^53, or a sample without a run, is passed over (a node's reply is not trusted): as the C agent
+    does (control_edge_count)."""
+    if not isinstance(received_from, dict) or not sample.get("run_id"):
+        return []
+    base = {"time": sample["time"], "run_id": sample["run_id"]}
+    return [
+        {**base, "from": source, "to": sample["node_id"], "agent": sample["agent"], "objects_received": int(count)}
+        for source, count in received_from.items()
+        if isinstance(source, str) and 0 < len(source.encode(errors="replace")) <= SOURCE_MAX_BYTES and _whole(count)
+    ]
 
 
 def to_json(kind: str, doc: dict[str, Any]) -> str:

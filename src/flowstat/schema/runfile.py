@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from . import agent as agent_schema
+from . import flow as flow_schema
 from . import run as run_schema
 from ._check import INT64_MAX
 from .sample import PY_TYPES, Layout, Values, fields, layout, time_ns
@@ -45,6 +46,7 @@ class FileReport:
     bytes_read: int = 0  # for a progress bar: the file is read once, its size comes from stat()
     shift_ns: int = 0  # replay --rebase-time: how far the samples were moved
     self_samples: list[dict[str, Any]] = field(default_factory=list)  # the agent's self-samples (a few a minute)
+    edge_counts: list[dict[str, Any]] = field(default_factory=list)  # the agent's edge counters (flow_schema)
 
 
 def field_types() -> tuple[dict[str, tuple[type, ...]], list[str]]:
@@ -148,6 +150,9 @@ def samples(path: Path, report: FileReport, span: tuple[int, int] | None = None)
                 if agent_schema.RUN_FILE_KEY in doc:
                     _keep_self_sample(doc, lineno, report)
                     continue
+                if flow_schema.EDGE_RUN_FILE_KEY in doc:
+                    _keep_edge_count(doc, lineno, report)
+                    continue
                 wrong = bad_field(doc, types, required)
                 if wrong:
                     bad((lineno, wrong))
@@ -191,6 +196,23 @@ def _keep_self_sample(line: dict[str, Any], lineno: int, report: FileReport) -> 
         report.bad.append((lineno, f"{agent_schema.RUN_FILE_KEY}.{errors[0]}"[:160]))
     else:
         report.self_samples.append(doc)
+
+
+def _keep_edge_count(line: dict[str, Any], lineno: int, report: FileReport) -> None:
+    """A run file's edge counter line ({"flowstat_edge": {...}}): kept when it is an edge counter,
+    else reported by its line number and the field."""
+    key = flow_schema.EDGE_RUN_FILE_KEY
+    doc = line[key]
+    if len(line) != 1 or not isinstance(doc, dict):
+        report.bad.append((lineno, f"{key}: not an edge counter (one object alone on its line)"))
+        return
+    errors = flow_schema.validate("edge", doc)
+    if not errors and ("agent" not in doc or "objects_received" not in doc):
+        errors = ["an edge counter has agent and objects_received"]
+    if errors:
+        report.bad.append((lineno, f"{key}.{errors[0]}"[:160]))
+    else:
+        report.edge_counts.append(doc)
 
 
 def _conforming(doc: dict[str, Any], report: FileReport, source: str) -> dict[str, Any]:

@@ -28,6 +28,7 @@ import orjson
 
 from flowstat.flow import WINDOW_S
 from flowstat.schema.agent import RUN_FILE_KEY
+from flowstat.schema.flow import EDGE_RUN_FILE_KEY
 from flowstat.schema.sample import time_ns
 
 from .scrape import FIELDS, NodeSample, Scrape
@@ -39,7 +40,7 @@ MAX_LINE = 1 << 20  # a sample is about 1 kB: a "line" longer than this is none 
 # writing, or the run ended): the Watch dims its row, then forgets it, as for an agent that stopped
 # serving it. Top's own clock, not the sample's: the file may come from another host's agent.
 STALE_S = WINDOW_S
-_NOT_SAMPLES = frozenset({"flowstat_run", RUN_FILE_KEY})  # a run file's header, an agent's self-sample
+_NOT_SAMPLES = frozenset({"flowstat_run", RUN_FILE_KEY, EDGE_RUN_FILE_KEY})  # a header, self-samples, edge counters
 _NUMBERS = tuple(f for f in FIELDS if f != "node_state")
 _LABELS = ("role", "host", "agent")
 _MISSING = "no such file"  # what _read says of a file not there (yet)

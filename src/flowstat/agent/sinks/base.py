@@ -14,6 +14,7 @@ from typing import ClassVar
 from urllib.parse import SplitResult
 
 from flowstat.schema import agent as agent_schema
+from flowstat.schema import flow as flow_schema
 from flowstat.schema import run as run_schema
 from flowstat.schema import sample as sample_schema
 from flowstat.stores import Outcome
@@ -83,6 +84,14 @@ class Sink:
         """The agent's self-samples (flowstat.schema.agent), as ``encode`` does samples."""
         encode = agent_schema.to_line_protocol if self.format == "line" else agent_schema.to_json
         return "".join(encode(d) + "\n" for d in docs).encode()
+
+    def encode_edges(self, docs: Iterable[dict]) -> bytes:
+        """Edge counters (flowstat.schema.flow's counter points), as ``encode`` does samples."""
+        return "".join(
+            (flow_schema.to_line_protocol("edge", d) if self.format == "line" else flow_schema.to_json("edge", d))
+            + "\n"
+            for d in docs
+        ).encode()
 
     def encode_run(self, doc: dict) -> bytes:
         """A run document (flowstat.schema.run): its flowstat_run point, or the document itself in
@@ -194,6 +203,11 @@ class SinkRunner(threading.Thread):
     def submit_self_sample(self, doc: dict) -> None:
         """The agent's self-sample, queued behind the samples before it (a batch of one)."""
         self._queue(self.sink.encode_self_samples([doc]), 1)
+
+    def submit_edges(self, docs: list[dict]) -> None:
+        """A round's edge counters, queued behind its samples (a batch)."""
+        if docs:
+            self._queue(self.sink.encode_edges(docs), len(docs))
 
     def submit_run(self, doc: dict) -> None:
         """A run document (a batch of one); sent again later, it replaces itself in every store."""

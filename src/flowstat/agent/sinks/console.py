@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from flowstat.schema import agent as agent_schema
+from flowstat.schema import flow as flow_schema
 
 from .base import Sink, SinkDown, SinkURLError
 
@@ -61,14 +62,20 @@ class FileSink(Sink):
 
 class RunFileSink(FileSink):
     """The run file (``flowstat agent --run-file``): NDJSON, a header line describing the run, then
-    one sample a line, and the agent's self-samples, each wrapped ({"flowstat_agent": {...}}) so
-    that it is never taken for a sample. flowstat replay loads it."""
+    one sample a line, and the agent's self-samples and edge counters, each wrapped
+    ({"flowstat_agent": {...}}, {"flowstat_edge": {...}}) so that it is never taken for a sample.
+    flowstat replay loads it."""
 
     scheme = "runfile"
     format = "json"
 
     def encode_self_samples(self, docs: Iterable[dict]) -> bytes:
         return "".join(f'{{"{agent_schema.RUN_FILE_KEY}":{agent_schema.to_json(d)}}}\n' for d in docs).encode()
+
+    def encode_edges(self, docs: Iterable[dict]) -> bytes:
+        return "".join(
+            f'{{"{flow_schema.EDGE_RUN_FILE_KEY}":{flow_schema.to_json("edge", d)}}}\n' for d in docs
+        ).encode()
 
     def __init__(self, path: str, header: dict):
         super().__init__(f"file://{path}", path)

@@ -68,6 +68,9 @@ class StoreSink(Sink):
     def encode_run(self, doc: dict) -> bytes:
         return self.writer.encode_run(doc)
 
+    def encode_edges(self, docs: Iterable[dict]) -> bytes:
+        return self.writer.encode_flow("edge", docs)
+
     def send(self, payload: bytes, count: int) -> Outcome:
         try:
             outcome = self.writer.post(payload, count)
