@@ -51,23 +51,32 @@ def test_logstash_pipeline_parses_and_matches_the_agents():
     from logstash_pipeline_parser import Pipeline
 
     from flowstat.schema import agent as agent_schema
+    from flowstat.schema import flow as flow_schema
     from flowstat.schema import run as run_schema
-    from flowstat.stores.elasticsearch import AGENTS_INDEX, RUNS_INDEX, SAMPLES_INDEX, daily_index
+    from flowstat.stores.elasticsearch import AGENTS_INDEX, EDGES_INDEX, RUNS_INDEX, SAMPLES_INDEX, daily_index
 
     tree = Pipeline(LOGSTASH.read_text()).parse()
     tcp = plugin(tree, "input", "tcp")
     assert tcp["codec"] == "json_lines" and tcp["port"] == 5044
     routes = branches(tree, "filter")
-    # a node sample has a node_id (required), a self-sample has none but an agent (required), a run
-    # document neither: that is what tells them apart
-    assert set(routes) == {"[node_id]", "[agent]", "else", "[node_id] or [agent]"}
+    # a node sample has a node_id (required), an edge counter none but a from and a to (required), a
+    # self-sample neither but an agent (required), a run document none of them: what tells them apart
+    assert set(routes) == {"[node_id]", "[from] and [to]", "[agent]", "else", "[node_id] or [agent] or [from]"}
     assert "node_id" in sample_schema.schema()["required"] and "node_id" not in agent_schema.schema()["properties"]
+    assert {"from", "to"} <= set(flow_schema.schema("edge")["required"]) and "node_id" not in flow_schema.schema(
+        "edge"
+    )["properties"]
+    assert not {"from", "to"} & (set(sample_schema.schema()["properties"]) | set(agent_schema.schema()["properties"]))
     assert "agent" in agent_schema.schema()["required"]
-    assert not {"node_id", "agent"} & set(run_schema.schema()["properties"])
+    assert not {"node_id", "agent", "from", "to"} & set(run_schema.schema()["properties"])
     node, agent, run = (dict(settings(routes[k][0][1])["add_field"]) for k in ("[node_id]", "[agent]", "else"))
     sample = {"run_id": "r", "agent": "a", "node_id": "n", "seq": 7}
     assert render(node["[@metadata][doc_id]"][0], sample) == sample_schema.document_id(sample)  # the agents' _bulk _id
     assert node["[@metadata][index]"] == [SAMPLES_INDEX]
+    edge = dict(settings(routes["[from] and [to]"][0][1])["add_field"])
+    counter = {"run_id": "r", "from": "w-1", "to": "m", "agent": "a", "time": "2026-11-22T10:51:14.123Z"}
+    assert render(edge["[@metadata][doc_id]"][0], counter) == flow_schema.document_id("edge", counter)
+    assert edge["[@metadata][index]"] == [EDGES_INDEX]
     self_sample = {"host": "h", "agent": "a", "time": "2026-11-22T10:51:14.123Z", "seq": 3}
     assert render(agent["[@metadata][doc_id]"][0], self_sample) == agent_schema.document_id(self_sample)
     assert agent["[@metadata][index]"] == [AGENTS_INDEX]
@@ -75,7 +84,7 @@ def test_logstash_pipeline_parses_and_matches_the_agents():
         RUNS_INDEX
     ]
     # samples and self-samples: the daily index of their own day, as the agents' sinks choose it
-    steps = [settings(parsed) for _, parsed in routes["[node_id] or [agent]"]]
+    steps = [settings(parsed) for _, parsed in routes["[node_id] or [agent] or [from]"]]
     assert steps[0]["copy"] == [["time", ["[@metadata][day]"]]]
     pattern, replacement = re.search(
         r'gsub => \["\[@metadata\]\[day\]", "([^"]+)", "([^"]+)"\]', LOGSTASH.read_text()
