@@ -10,7 +10,7 @@ detect  A harness run of 8 producers x 30 objects/s into two mergers (120/s each
         out); the figure is the time of the first verdict naming merger-1, less AFTER_S (its first
         object comes within milliseconds of the run's start: the slowdown's start is AFTER_S into
         the run). Any other node named is counted (false_names: must be 0). Slow nodes pinned to
-        CPU 0, the others to CPU 1, as in tests/test_flow_runs.py.
+        CPU 0, the others to CPU 1, as in tests/test_verdict_stores.py.
 
 Usage: benchmarks/bench_flow.py [--repeats N] [--out FILE]
 Writes JSON (default benchmarks/results/raw/flow-<UTC>.json).

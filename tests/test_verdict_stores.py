@@ -1,14 +1,15 @@
 """`flowstat verdict` (flowstat.verdicts): which node holds a run's flow back, judged over what a store
 holds and written back to it (issue 46).
 
-Against the real servers: harness runs of test_flow_runs.py's four topologies (support.flowcases)
+Against the real servers: harness runs of four topologies of known limit (support.flowcases)
 watched by both agents, shipping into InfluxDB and Elasticsearch (a database and a samples index of
 this module's own): a slow merger in layer 1 of 2, a slow viewer, two slow mergers of four (a CPU
 cost per object, pinned apart from the others), none slow.
 The run documents' edges reach both stores (InfluxDB: flowstat_edge topology points); `flowstat
 verdict` judges each run live while it runs and once after (--run) on each store; the stored
 verdicts name exactly the slow merger, or none; judged again, nothing is added; a store down is
-named. The live judge of InfluxDB also serves its verdicts on /metrics (--listen), scraped by a
+named; the runs' own verdicts (flowstat run's summary) name the same nodes. The live judge of
+InfluxDB also serves its verdicts on /metrics (--listen), scraped by a
 Prometheus evaluating flowstat's rules: the held-back alert goes pending on the slow merger.
 Then the parts that need no server: the edge rates, a bad sample, the evaluation grid.
 """
@@ -16,6 +17,7 @@ Then the parts that need no server: the edge rates, a bad sample, the evaluation
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -28,6 +30,7 @@ import requests
 from flowstat.flow import WINDOW_S, Point
 from flowstat.harness.agents import AgentOptions
 from flowstat.harness.orchestrator import run_topology
+from flowstat.harness.summary import format_summary
 from flowstat.harness.topology import from_dict
 from flowstat.schema import flow as flow_schema
 from flowstat.schema import run as run_schema
@@ -53,9 +56,12 @@ def flowstat(*args: str, **kw) -> subprocess.CompletedProcess:
     )
 
 
+SUMMARIES: dict[str, dict] = {}  # each case's run summary (flowstat run's own verdict), by case
+
+
 def run(case: str, runs_dir: Path, sinks: list[str], duration: float) -> dict:
-    """A harness run of one of support.flowcases' topologies (as test_flow_runs.py makes them): the
-    slow nodes' cost set, pinned apart; both agents ship to ``sinks``."""
+    """A harness run of one of support.flowcases' topologies: the slow nodes' cost set, pinned
+    apart; both agents ship to ``sinks``. Its run document; its summary kept in SUMMARIES."""
     shape, slow, _ = CASES[case]
     small = {"buffer_size": 20, "kernel_buffer_size": "16kB", "run_id": f"verdict-{TAG}"}
     topo = from_dict(topology_dict(duration=duration, **{**small, **shape}))
@@ -70,6 +76,7 @@ def run(case: str, runs_dir: Path, sinks: list[str], duration: float) -> dict:
     )
     s = run_topology(topo, runs_dir=runs_dir, agent=AgentOptions(sinks=sinks, c_agent=True))
     assert s["ok"], s
+    SUMMARIES[case] = s
     return json.loads((runs_dir / s["run_id"] / "run.json").read_text())
 
 
@@ -115,7 +122,7 @@ def judged(stack, tmp_path_factory):
             ),
             "held": prom.query_range(f'flowstat_verdict_held_nodes{{run_id="{slow["run_id"]}"}}', *span),
         }
-    none = run("none slow", runs_dir, sinks, duration=7)
+    none = run("none slow", runs_dir, sinks, duration=10)
     more = {case: run(case, runs_dir, sinks, duration=10) for case in ("slow viewer", "two slow mergers of four")}
     procs = {
         (doc["run_id"], name): subprocess.Popen(
@@ -273,6 +280,32 @@ def steady(doc: dict) -> tuple[int, int]:
     return started + int(run_schema.startup_s(duration_s) * 1e9), finished
 
 
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_run_s_own_verdict_names_exactly_the_slow_nodes(judged, case):
+    """flowstat run's verdict (judged live by the orchestrator, every second, over the topology's
+    edges) of the same runs: in its summary and its run document, exactly the slow nodes, or none."""
+    shape, slow, others = CASES[case]
+    s = SUMMARIES[case]
+    flow, text = s["flow"], format_summary(s)
+    if slow:
+        assert flow["flow"] == "held_back" and sorted(flow["held_back_by"]) == sorted(slow), text
+        assert "flow: held back by " + slow[0] in text or "flow: held back by " + slow[-1] in text
+        for node in slow:
+            # named before the run ends (10 s): the slowdown is there from the start
+            assert flow["first_named_s"][node] <= 10.0, flow
+        if case == "two slow mergers of four":  # its producers' sends are refused: the symptom upstream
+            assert "upstream producers-0 backpressured" in flow["flow_evidence"], flow
+    else:
+        assert flow["flow"] == "none" and flow["held_back_by"] == [], text
+        busiest = re.search(r"busiest: \S+ busy (\d+)%", flow["flow_evidence"])
+        assert busiest and int(busiest.group(1)) < 50, flow  # nodes that keep up wait for input
+    doc = {"slow merger in layer 1 of 2": judged["slow"], "none slow": judged["none"], **judged["more"]}[case]
+    assert doc["verdict"]["flow"] == flow["flow"] and doc["verdict"]["held_back_by"] == flow["held_back_by"]
+    edges = {(e["from"], e["to"]) for e in doc["edges"]}
+    assert {to for _, to in edges} >= {n for n in slow if n.startswith("merger")} | {"viewer"}
+    assert not any(o in flow["held_back_by"] for o in others)
+
+
 @pytest.mark.parametrize("store", ["influxdb", "elasticsearch"])
 def test_the_run_s_edges_reach_the_store(judged, store):
     doc = judged["slow"]
@@ -321,7 +354,7 @@ def test_the_stored_verdict_names_exactly_the_slow_merger(judged, store):
 @pytest.mark.parametrize("case", ["slow viewer", "two slow mergers of four"])
 @pytest.mark.parametrize("store", ["influxdb", "elasticsearch"])
 def test_the_other_topologies_stored_verdicts_name_exactly_their_slow_nodes(judged, store, case):
-    """Judged from the stores (--run), as the harness judged them itself (test_flow_runs.py): the
+    """Judged from the stores (--run), as the harness judged them itself: the
     steady state's verdicts name the slow nodes (both, of two: each of them, and most evaluations
     held back by some of them), never another node."""
     doc, slow = judged["more"][case], set(CASES[case][1])

@@ -1,6 +1,6 @@
 """Harness topologies whose limit is known (issue 46), made so by a CPU cost per object on one node
-or two (merge_cost.nodes), never by this machine's speed: run by test_flow_runs.py (the harness's
-own verdict) and test_verdict_stores.py (the verdict from the stores)."""
+or two (merge_cost.nodes), never by this machine's speed: run once by test_verdict_stores.py, which
+checks both the harness's own verdict and the stores'."""
 
 from __future__ import annotations
 
