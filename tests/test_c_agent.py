@@ -18,11 +18,11 @@ from flowstat.agent.targets import TargetSpec
 from flowstat.schema import agent as agent_schema
 from flowstat.schema import flow as flow_schema
 from flowstat.schema import sample as sample_schema
-from support.agents import HttpReceiver, StubNode, sleeper, spinner, wait_until
+from support.agents import SOURCES_KEPT, HttpReceiver, StubNode, sleeper, spinner, wait_until
 from support.common import C_AGENT as AGENT
 from support.common import C_ASAN as ASAN
 from support.common import C_BUILD as BUILD
-from support.common import ROOT, needs
+from support.common import PYTHON_AGENT, ROOT, free_port, needs
 
 FUZZ_SECONDS = int(os.environ.get("FLOWSTAT_FUZZ_SECONDS", "4"))  # a smoke test: make bench fuzzes 5 minutes each
 FUZZ_TARGETS = ("stat", "reply", "endpoints", "sink_url", "credentials", "curve_key", "config")
@@ -552,6 +552,64 @@ def test_both_agents_keep_roles_and_states_to_the_schemas_lists(tmp_path):
         docs = [json.loads(x) for x in open(tmp_path / name)]
         assert len(docs) == 2 and all(sample_schema.validate(d) == [] for d in docs)
         assert {(d["role"], d["node_state"], d["objects_received"]) for d in docs} == {("other", "UP", 10)}
+
+
+@needs(AGENT)
+def test_both_agents_write_a_node_s_good_sources_only_and_no_edge_counter_to_prometheus(tmp_path):
+    """A reply's received_from: both agents write an edge counter for each good source, alike, and
+    pass over the bad ones; a prometheus:// sink serves none, nor counts them as delivered."""
+    node, proc = StubNode("sources"), sleeper()
+    endpoints = tmp_path / "endpoints.json"
+    endpoints.write_text(
+        json.dumps({"run_id": "r", "nodes": [{"node_id": "sink", "pid": proc.pid, "control": node.endpoint}]})
+    )
+    sinks = {
+        name: [f"file://{tmp_path}/{name}.json?format=json", f"prometheus://127.0.0.1:{free_port()}"]
+        for name in ("c", "py")
+    }
+    common = ["--count", 2, "--interval", 0.05, "--self-interval", 0, "--drain-timeout", 0]
+    try:
+        out = c_agent(
+            "--endpoints",
+            endpoints,
+            *common,
+            *(a for u in sinks["c"] for a in ("--sink", u)),
+            "--stats",
+            tmp_path / "c-stats.json",
+            "--quiet",
+        )
+        assert out.returncode == 0, out.stderr
+        py = subprocess.run(
+            [
+                *PYTHON_AGENT,
+                "--endpoints",
+                str(endpoints),
+                *map(str, common),
+                *(a for u in sinks["py"] for a in ("--sink", u)),
+                "--stats",
+                str(tmp_path / "py-stats.json"),
+                "--quiet",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert py.returncode == 0, py.stderr
+    finally:
+        proc.kill()
+        node.close()
+    for name in ("c", "py"):
+        docs = [json.loads(x) for x in open(tmp_path / f"{name}.json")]
+        edges = [d for d in docs if "node_id" not in d]
+        assert {(d["from"], d["to"], d["objects_received"]) for d in edges} == {
+            (source, "sink", n) for source, n in SOURCES_KEPT.items()
+        }
+        assert len(edges) == 2 * len(SOURCES_KEPT) and all(flow_schema.validate("edge", d) == [] for d in edges)
+        delivered = {
+            url.split(":")[0]: v["delivered"]
+            for url, v in json.loads((tmp_path / f"{name}-stats.json").read_text())["sinks"].items()
+        }
+        assert delivered == {"file": 2 + len(edges), "prometheus": 2}, delivered
 
 
 def test_a_role_that_changes_is_checked_as_it_changes(tmp_path):

@@ -59,7 +59,7 @@ import orjson
 
 from flowstat import stores
 from flowstat.agent.sinks import exposition
-from flowstat.flow import VERDICT_EVERY_S, WINDOW_S, Point, Verdict, held_back_by, points_from_samples
+from flowstat.flow import VERDICT_EVERY_S, WINDOW_S, Point, Verdict, epoch_seconds, held_back_by, points_from_samples
 from flowstat.progress import Progress
 from flowstat.registry import Command
 from flowstat.schema import prometheus
@@ -144,9 +144,8 @@ def parse_edge_count(doc: Mapping[str, Any]) -> EdgeCount:
         raise ValueError(f"edge counter at {doc.get('time')!r}: no from or to")
     if not isinstance(count, int | float) or isinstance(count, bool) or not math.isfinite(count) or count < 0:
         raise ValueError(f"edge counter {frm} -> {to} at {doc.get('time')!r}: objects_received {count!r}")
-    t = doc.get("time")
-    seconds = t if isinstance(t, int | float) and not isinstance(t, bool) else sample_schema.time_ns(str(t)) / 1e9
-    return EdgeCount(frm, to, str(doc.get("agent") or ""), float(seconds), float(count))
+    t = epoch_seconds(doc.get("time"), f"edge counter {frm} -> {to}")
+    return EdgeCount(frm, to, str(doc.get("agent") or ""), t, float(count))
 
 
 def counted_rates(counts: Iterable[EdgeCount]) -> dict[tuple[str, str], float]:
@@ -159,11 +158,9 @@ def counted_rates(counts: Iterable[EdgeCount]) -> dict[tuple[str, str], float]:
     out: dict[tuple[str, str], float] = {}
     for edge, agents in by.items():
         _, points = min(agents.items(), key=lambda kv: (-len(kv[1]), kv[0]))
-        points = sorted(points, key=lambda c: c.t)
-        if len(points) < 2 or points[-1].t <= points[0].t:
-            continue
-        increase = math.fsum(b.count - a.count for a, b in zip(points, points[1:], strict=False) if b.count >= a.count)
-        out[edge] = increase / (points[-1].t - points[0].t)
+        rate = increase_rate(sorted((c.t, c.count) for c in points))
+        if rate is not None:
+            out[edge] = rate
     return out
 
 
@@ -203,7 +200,12 @@ def one_agent_each(samples: Iterable[Sample]) -> dict[str, list[Sample]]:
 def counter_rate(samples: Sequence[Sample], which: str) -> float | None:
     """Per second: a counter's increases from sample to sample (a decrease skipped) over the time
     they span; None for fewer than two values."""
-    values = [(s.t, v) for s in samples if (v := getattr(s, which)) is not None]
+    return increase_rate([(s.t, v) for s in samples if (v := getattr(s, which)) is not None])
+
+
+def increase_rate(values: Sequence[tuple[float, float]]) -> float | None:
+    """Per second: a counter's increases from value to value (``values``: (time, value) in time
+    order; a decrease, a restart, skipped) over the time they span; None for fewer than two."""
     if len(values) < 2 or values[-1][0] <= values[0][0]:
         return None
     increase = math.fsum(b - a for (_, a), (_, b) in zip(values, values[1:], strict=False) if b >= a)

@@ -177,6 +177,12 @@ FULL_REPLY = {
 }
 
 
+# A received_from with what both agents keep (w-0, and w-3's whole count written as a float) and what
+# they pass over: an empty id, one over 127 bytes, a fraction, a negative count, a string, a bool.
+SOURCES_REPLY = {"w-0": 5, "": 3, "x" * 128: 1, "w-1": 2.5, "w-2": -1, "w-3": 7.0, "w-4": "9", "w-5": True}
+SOURCES_KEPT = {"w-0": 5, "w-3": 7}
+
+
 class StubNode:
     """A control socket that answers like a node ("ok"), hangs ("hang"), answers garbage
     ("garbage"), answers with a role and state outside the schema ("unknown"), with a role in it
@@ -210,6 +216,17 @@ class StubNode:
             elif self.mode == "full":
                 reply = json.dumps(
                     {"command": "get-metrics", "id": request.get("id"), "node_id": "stub", **FULL_REPLY}
+                ).encode()
+            elif self.mode == "sources":  # a node counting by source: good, and bad, sources and counts
+                reply = json.dumps(
+                    {
+                        "command": "get-metrics",
+                        "id": request.get("id"),
+                        "node_id": "stub",
+                        "node_state": "RUNNING",
+                        "objects_received": 12,
+                        "received_from": SOURCES_REPLY,
+                    }
                 ).encode()
             elif self.mode == "unknown":  # a role and a state outside the schema's lists
                 reply = json.dumps(

@@ -492,8 +492,6 @@ static void put(struct latest *l, const struct fs_sample *s, const int *key, int
 
 void expo_put(struct expo *e, const struct fs_sample *s)
 {
-    if (s->schema->kind == FS_DOC_EDGE) /* flowstat verdict reads edge counters from the stores */
-        return;
     pthread_mutex_lock(&e->lock);
     e->version++;
     if (s->schema->kind == FS_DOC_AGENT)

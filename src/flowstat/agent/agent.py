@@ -22,7 +22,7 @@ from flowstat import stores
 from flowstat.node import curve
 from flowstat.proc.machine import host_identity
 from flowstat.proc.procfs import set_from_signal
-from flowstat.proc.reader import ProcessGone, ProcFormatError, cpu_rates, cpu_seconds
+from flowstat.proc.reader import ProcessGone, ProcFormatError, ProcReading, cpu_rates, cpu_seconds
 from flowstat.schema import flow as flow_schema
 from flowstat.schema import sample as sample_schema
 from flowstat.timeutil import iso_utc_from_ms, iso_utc_ms
@@ -110,7 +110,6 @@ class Agent:
         self.retired: list[SinkRunner] = []  # sinks a reload removed: stopped, counted in stats still
         self.ranker = Ranker(cfg.spec.top_by)  # --top: CPU rates between rankings
         self.leaving: list[Target] = []  # left the top-N at the last rescan: reported LEFT_TOP once
-        self.edges: list[dict] = []  # the last round's edge counters (sample_all)
         self.runners = self._open_runners(cfg, cfg.sinks)
         self.sink_runners = list(self.runners)  # what the self-samples' delivery figures sum over
         if cfg.run_file:
@@ -314,7 +313,9 @@ class Agent:
         from now on a node that vanishes is reported STOPPED, not DOWN. Safe in a signal handler."""
         self.ending = True
 
-    def sample_all(self) -> list[dict]:
+    def sample_all(self) -> tuple[list[dict], list[dict]]:
+        """A round: a sample of every target, and the edge counters of their replies
+        (flow_schema.counter_points), sent behind the samples."""
         # Each round a later millisecond than the last: a round woken late and the next one due right
         # after it could share one, and InfluxDB keeps one point per series and time (the other is lost).
         self.last_round_ms = max(int(time.time() * 1000), self.last_round_ms + 1)
@@ -322,72 +323,74 @@ class Agent:
         now = time.monotonic()
         endpoints = [t.control for t in self.targets.values() if t.control]
         replies = self.control.query(endpoints) if endpoints else {}
-        samples = []
-        self.edges = []  # the round's edge counters (flow_schema.counter_points), sent behind its samples
+        samples: list[dict] = []
+        edges: list[dict] = []
         for t in self.leaving:  # still running, no longer among the heaviest: said once, not gone
             samples.append(self._base(t, stamp, t.role, sample_schema.STATE_LEFT_TOP))
             t.close()
         self.leaving = []
         for key, t in list(self.targets.items()):
+            reply = replies.get(t.control) if t.control else None
             try:
                 reading = t.read()
             except (ProcessGone, ProcFormatError, OSError) as exc:
-                if not isinstance(exc, ProcessGone):
-                    self.proc_errors += 1
-                    log.error("%s (pid %d): %s", t.node_id, t.pid, exc)
-                # Reported once, then dropped. Read ``ending`` after the read that found it gone: a
-                # notice sent before the node was stopped has been handled by then.
-                # A node that announced itself in a directory withdraws its file when it stops
-                # cleanly: the file gone, it stopped; left behind, it died.
-                ended = self.ending or (t.announced_by is not None and not t.announced_by.exists())
-                gone = self._base(t, stamp, t.role, sample_schema.STATE_STOPPED if ended else sample_schema.STATE_DOWN)
-                # a reply taken this round carries its counts: a node that closes answers its final
-                # ones and may exit before /proc is read (its state is what became of the process)
-                reply = replies.get(t.control) if t.control else None
-                final = sample_schema.from_control_reply(reply) if reply else {}
-                final.pop("node_state", None)
-                samples.append({**gone, **final})
-                if reply:
-                    self.edges += flow_schema.counter_points(gone, reply.get("received_from"))
-                log.log(
-                    logging.INFO if ended else logging.WARNING,
-                    "%s (pid %d) is gone%s",
-                    t.node_id,
-                    t.pid,
-                    (" (stopped)" if not self.ending else " (stopped with its run)") if ended else "",
-                )
-                t.close()
-                del self.targets[key]
-                self.gone.add(key)
-                if t.control:
-                    self.control.forget(t.control)
-                continue
-            reply = replies.get(t.control) if t.control else None
-            metrics = sample_schema.from_control_reply(reply) if reply else {}
-            role = (
-                t.role
-                if t.role != sample_schema.DEFAULT_ROLE
-                else (reply or {}).get("role", sample_schema.DEFAULT_ROLE)
-            )
-            sample = self._base(t, stamp, role, metrics.pop("node_state", sample_schema.STATE_UP))
-            assert t.prev is not None  # read when the target was found (rescan)
-            total, user, system = cpu_rates(t.prev, reading, now - t.prev_t)
-            sample.update(
-                vmrss_kb=reading.rss_kb,
-                cpu_clock_hz=total,
-                cpu_user_hz=user,
-                cpu_system_hz=system,
-                cpu_user_seconds=cpu_seconds(reading.utime_ticks),
-                cpu_system_seconds=cpu_seconds(reading.stime_ticks),
-                threads=reading.threads,
-            )
-            sample.update(metrics)
-            t.prev, t.prev_t = reading, now
+                sample = self._gone(key, t, stamp, reply, exc)
+            else:
+                sample = self._live(t, stamp, now, reading, reply)
             samples.append(sample)
             if reply:
-                self.edges += flow_schema.counter_points(sample, reply.get("received_from"))
+                edges += flow_schema.counter_points(sample, reply.get("received_from"))
         self.samples_taken += len(samples)
-        return samples
+        return samples, edges
+
+    def _gone(self, key: tuple[int, str], t: Target, stamp: str, reply: dict | None, exc: Exception) -> dict:
+        """The last sample of a target whose process is gone (or unreadable); the target dropped."""
+        if not isinstance(exc, ProcessGone):
+            self.proc_errors += 1
+            log.error("%s (pid %d): %s", t.node_id, t.pid, exc)
+        # Reported once, then dropped. Read ``ending`` after the read that found it gone: a
+        # notice sent before the node was stopped has been handled by then.
+        # A node that announced itself in a directory withdraws its file when it stops
+        # cleanly: the file gone, it stopped; left behind, it died.
+        ended = self.ending or (t.announced_by is not None and not t.announced_by.exists())
+        gone = self._base(t, stamp, t.role, sample_schema.STATE_STOPPED if ended else sample_schema.STATE_DOWN)
+        # a reply taken this round carries its counts: a node that closes answers its final
+        # ones and may exit before /proc is read (its state is what became of the process)
+        final = sample_schema.from_control_reply(reply) if reply else {}
+        final.pop("node_state", None)
+        log.log(
+            logging.INFO if ended else logging.WARNING,
+            "%s (pid %d) is gone%s",
+            t.node_id,
+            t.pid,
+            (" (stopped)" if not self.ending else " (stopped with its run)") if ended else "",
+        )
+        t.close()
+        del self.targets[key]
+        self.gone.add(key)
+        if t.control:
+            self.control.forget(t.control)
+        return {**gone, **final}
+
+    def _live(self, t: Target, stamp: str, now: float, reading: ProcReading, reply: dict | None) -> dict:
+        """A live target's sample: /proc's reading, and its control reply's role, state and metrics."""
+        metrics = sample_schema.from_control_reply(reply) if reply else {}
+        role = t.role if t.role != sample_schema.DEFAULT_ROLE else (reply or {}).get("role", sample_schema.DEFAULT_ROLE)
+        sample = self._base(t, stamp, role, metrics.pop("node_state", sample_schema.STATE_UP))
+        assert t.prev is not None  # read when the target was found (rescan)
+        total, user, system = cpu_rates(t.prev, reading, now - t.prev_t)
+        sample.update(
+            vmrss_kb=reading.rss_kb,
+            cpu_clock_hz=total,
+            cpu_user_hz=user,
+            cpu_system_hz=system,
+            cpu_user_seconds=cpu_seconds(reading.utime_ticks),
+            cpu_system_seconds=cpu_seconds(reading.stime_ticks),
+            threads=reading.threads,
+        )
+        sample.update(metrics)
+        t.prev, t.prev_t = reading, now
+        return sample
 
     # -- self-samples ---------------------------------------------------------------------------
     def self_sample(self) -> dict:
@@ -427,10 +430,11 @@ class Agent:
         self.self_seq += 1
         return doc
 
-    def _submit_round(self, samples: list[dict]) -> None:
+    def _submit_round(self, round_: tuple[list[dict], list[dict]]) -> None:
+        samples, edges = round_
         for r in self.runners:
             r.submit(samples)
-            r.submit_edges(self.edges)
+            r.submit_edges(edges)
 
     def _submit_self_sample(self) -> None:
         doc = self.self_sample()

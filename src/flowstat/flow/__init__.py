@@ -20,6 +20,7 @@ from flowstat.flow.verdict import (
     Kind,
     Point,
     Verdict,
+    epoch_seconds,
     held_back_by,
     points_from_samples,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "Kind",
     "Point",
     "Verdict",
+    "epoch_seconds",
     "held_back_by",
     "points_from_samples",
 ]

@@ -185,7 +185,7 @@ def points_from_samples(samples: Iterable[Mapping[str, Any]]) -> dict[str, list[
         if node_id is None or node_id == "":
             continue
         node = str(node_id)
-        t = _epoch_s(sample.get("time"), node)
+        t = epoch_seconds(sample.get("time"), f"sample of {node}")
         found.setdefault(node, []).append(
             Point(
                 t=t,
@@ -272,8 +272,9 @@ def _ms(value: float) -> str:
     return f"{value:.0f}" if value >= 10 else f"{value:.2g}"
 
 
-def _epoch_s(value: object, node: str) -> float:
-    """Unix seconds from a sample's time: a number, a string of one, or ISO 8601 with a zone."""
+def epoch_seconds(value: object, what: str) -> float:
+    """Unix seconds from a stored document's time: a number, a string of one, or ISO 8601 with a
+    zone; ValueError naming ``what`` (e.g. "sample of merger-0") and the time otherwise."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         seconds = float(value)
     elif isinstance(value, str):
@@ -283,11 +284,11 @@ def _epoch_s(value: object, node: str) -> float:
             try:
                 return time_ns(value) / 1e9
             except ValueError as e:
-                raise ValueError(f"sample of {node}: bad time {value!r} ({e})") from None
+                raise ValueError(f"{what}: bad time {value!r} ({e})") from None
     else:
-        raise ValueError(f"sample of {node}: bad time {value!r} (ISO 8601 with a zone, or Unix seconds)")
+        raise ValueError(f"{what}: bad time {value!r} (ISO 8601 with a zone, or Unix seconds)")
     if not math.isfinite(seconds):
-        raise ValueError(f"sample of {node}: bad time {value!r} (not finite)")
+        raise ValueError(f"{what}: bad time {value!r} (not finite)")
     return seconds
 
 

@@ -205,9 +205,11 @@ class SinkRunner(threading.Thread):
         self._queue(self.sink.encode_self_samples([doc]), 1)
 
     def submit_edges(self, docs: list[dict]) -> None:
-        """A round's edge counters, queued behind its samples (a batch)."""
-        if docs:
-            self._queue(self.sink.encode_edges(docs), len(docs))
+        """A round's edge counters, queued behind its samples (a batch); none for a sink that does
+        not take them (prometheus://): neither queued nor counted as delivered."""
+        payload = self.sink.encode_edges(docs) if docs else b""
+        if payload:
+            self._queue(payload, len(docs))
 
     def submit_run(self, doc: dict) -> None:
         """A run document (a batch of one); sent again later, it replaces itself in every store."""
