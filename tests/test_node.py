@@ -239,6 +239,19 @@ def test_stop_from_a_monitor_reaches_the_node():
     assert node.stop_requested and stopped == [True]
 
 
+def test_close_after_the_control_thread_ended_first():
+    """close() sets _closing, then wakes the thread: a thread awake for a request in between sees
+    _closing and closes its end of the wake pair first. close() has then nothing to wake (it once
+    raised zmq.Again there: test_stop_from_a_monitor_reaches_the_node, one run in many)."""
+    node = Node("n")
+    node._closing.set()  # the moment inside close(), held open
+    assert ControlClient(node.endpoint).request("check-state")["node_state"] == "RUNNING"
+    node._thread.join(5)
+    assert not node._thread.is_alive()
+    node.close()
+    assert node._wake is None and node._thread is None
+
+
 # -- endpoint files ----------------------------------------------------------------------------------
 NODE_PROGRAM = textwrap.dedent(
     """

@@ -455,7 +455,10 @@ class Node:
         self.endpoint_file = None
         self._closing.set()
         if self._wake is not None:
-            self._wake.send(b"", zmq.NOBLOCK)  # never blocks: the pair's pipe holds it
+            try:
+                self._wake.send(b"", zmq.NOBLOCK)  # never blocks: the pair's pipe holds it
+            except zmq.Again:  # the thread, awake, saw _closing and closed its end first: none to wake
+                pass
             if self._thread is not None:
                 self._thread.join()
             self._wake.close(0)
