@@ -78,6 +78,9 @@ def lines_written(path) -> int:
 
 
 # -- a sink that hangs does not delay sampling ---------------------------------------------------
+# How long a loaded machine (the other workers' harness runs, two cores) may hold a sampling round
+# back: 0.3 s was seen. A sampler that waited on its sink would stop for the whole hold, 2.5-3 s here.
+LOADED_STALL_S = 0.5
 
 
 def test_an_http_sink_that_never_answers_does_not_delay_sampling(tmp_path, agent_command):
@@ -121,9 +124,9 @@ def test_an_http_sink_that_never_answers_does_not_delay_sampling(tmp_path, agent
         proc.kill()
         agent.kill()
         server.close()
-    assert_on_schedule(samples, 0.1)
+    assert_on_schedule(samples, 0.1, 0.1 + LOADED_STALL_S)
     everything = json.loads(stats.read_text())
-    assert everything["skipped_rounds"] == 0
+    assert everything["skipped_rounds"] <= LOADED_STALL_S / 0.1
     seqs = sorted(seq_of(line) for line in server.lines())
     assert seqs == list(range(everything["samples"]))  # each sample once: no gap, no duplicate
     sink = everything["sinks"][url]
@@ -188,11 +191,10 @@ def test_a_tcp_sink_that_never_reads_does_not_delay_sampling(tmp_path):
             p.wait()
         receiver.close()
     reader.join(10)
-    assert_on_schedule(samples, 0.1)  # through the 3 s the sink thread waited in send()
+    assert_on_schedule(samples, 0.1, 0.1 + LOADED_STALL_S)  # through the 3 s the sink thread waited in send()
     everything = json.loads(stats.read_text())
-    # a sampling loop blocked in the 3 s send would skip 30 rounds; a busy machine (the other test
-    # worker) may cost one or two
-    assert everything["skipped_rounds"] <= 2 and everything["rounds"] >= 40
+    # a sampling loop blocked in the 3 s send would skip 30 rounds
+    assert everything["skipped_rounds"] <= LOADED_STALL_S / 0.1 and everything["rounds"] >= 40
     sink = everything["sinks"][url]
     # every sample is accounted for: sent, or still waiting on disk (none lost: the spool is large enough)
     assert sink["lost"] == 0 and sink["spool_dropped"] == 0 and sink["spooled_samples"] > 0
