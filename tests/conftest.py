@@ -43,10 +43,12 @@ def runs_dir(tmp_path: Path) -> Path:
     return d
 
 
-# What the scheduler keeps on one worker, in order (pytest-xdist; make test runs three workers): each
+# What the scheduler keeps on one worker, in order (pytest-xdist; make test runs four workers): each
 # group is a scope whose tests share something the others must not see changed under them, or that
-# one worker should make once. Everything else is spread test by test, but for the modules of
-# MODULE_SCOPED, which go whole to a worker (their module fixtures load the stores: made once).
+# one worker should make once. Every other module goes whole to a worker: its module fixtures are made
+# once, and the four workers run four modules, one waiting on time-outs beside one that computes. (Spread
+# test by test, the workers ran the same module at once: four modules of waits left the cores 20% busy
+# for 30 s, four of harness runs fought for them.)
 GROUPS = {
     # the machine's one compose engine, which a lock gives to one module at a time
     "compose-engine": {"test_compose_up.py", "test_es_cluster_up.py"},
@@ -66,22 +68,31 @@ OWN_STACK = (
     "test_provision.py::test_provision_installs_the_templates_into_the_real_elasticsearch",
     "test_provision.py::test_elasticsearch_install_script_installs_the_templates",
 )
-# Modules whose module fixtures cost (runs made, stores loaded, a wheel built, a browser): whole to a worker.
-MODULE_SCOPED = {
-    "test_dashboards.py",
-    "test_kibana.py",
-    "test_campaign_stores.py",
+# The longest scopes first, so that none starts last and ends the session alone and the last are
+# short (seconds of a worker's time each took on two cores, 2026-11-29: from 316 for the compose engine
+# down to 40); then the rest in the order collected.
+FIRST = (
+    "compose-engine",
+    "secured",
+    "test_campaign.py",
+    "test_c_agent_delivery.py",
     "test_slurm_cluster.py",
-    "test_report.py",
+    "test_dashboards.py",
+    "test_agent_credentials.py",
+    "test_harness_runs.py",
+    "own-stack",
     "test_wheel.py",
-    "test_pinning.py",
-    "test_ilm_spec.py",
-    "test_node_c.py",
+    "alerting",
     "test_verdict_stores.py",
-}
-# The longest scopes first, so that none starts last and ends the session alone; then the rest in
-# the order collected.
-FIRST = ("compose-engine", "secured", "test_slurm_cluster.py", "own-stack", "test_wheel.py", "alerting")
+    "test_prometheus.py",
+    "test_c_agent.py",
+    "test_grafana_prometheus.py",
+    "test_report.py",
+    "test_prometheus_auth.py",
+    "test_node.py",
+    "test_node_c.py",
+    "test_kibana.py",
+)
 
 
 def scope_of(nodeid: str) -> str:
@@ -91,7 +102,7 @@ def scope_of(nodeid: str) -> str:
     if f"{module}::{name.split('[')[0]}" in OWN_STACK:
         return "own-stack"
     group = next((g for g, modules in GROUPS.items() if module in modules), None)
-    return group or (module if module in MODULE_SCOPED else nodeid)
+    return group or module
 
 
 @pytest.hookimpl(optionalhook=True)
