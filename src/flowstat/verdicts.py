@@ -28,7 +28,7 @@ rate per edge (flowstat_edge, schema/edge.schema.json): the objects per second o
   among its other feeders (``estimated`` when there are several: nodes count per node, not per
   edge). A counter's rate: its increases from point to point in the window (a decrease, a restart,
   skipped) over the time they span. An edge that only counters name is an edge of the run too.
-  (The report's graph draws the same rule over the steady window.)
+  (The report's graph draws the sender and split rules over the steady window; it reads no counters.)
 - **Bad samples** (a time or a share that is not one) are skipped and counted, never a crash. An
   evaluation whose window holds no sample of the run writes nothing.
 - **A store down.** --run checks the store first (a wrong address fails at once), then reads and

@@ -433,8 +433,7 @@ class Agent:
     def _submit_round(self, round_: tuple[list[dict], list[dict]]) -> None:
         samples, edges = round_
         for r in self.runners:
-            r.submit(samples)
-            r.submit_edges(edges)
+            r.submit(samples, edges)
 
     def _submit_self_sample(self) -> None:
         doc = self.self_sample()

@@ -8,7 +8,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from types import EllipsisType
 from typing import ClassVar
 from urllib.parse import SplitResult
@@ -196,20 +196,20 @@ class SinkRunner(threading.Thread):
         self.spooled = (len(spool), spool.samples) if spool is not None else (0, 0)
         self.done = threading.Event()
 
-    def submit(self, samples: list[dict]) -> None:
-        if samples:
-            self._queue(self.sink.encode(samples), len(samples))
+    def submit(self, samples: list[dict], edges: Sequence[dict] = ()) -> None:
+        """A round's samples and its edge counters behind them, as one batch (one spool file, one
+        send). A sink that takes no edge counters (prometheus://) encodes them as nothing: neither
+        sent nor counted as delivered."""
+        payload, count = (self.sink.encode(samples), len(samples)) if samples else (b"", 0)
+        edge_payload = self.sink.encode_edges(edges) if edges else b""
+        if edge_payload:
+            payload, count = payload + edge_payload, count + len(edges)
+        if payload:
+            self._queue(payload, count)
 
     def submit_self_sample(self, doc: dict) -> None:
         """The agent's self-sample, queued behind the samples before it (a batch of one)."""
         self._queue(self.sink.encode_self_samples([doc]), 1)
-
-    def submit_edges(self, docs: list[dict]) -> None:
-        """A round's edge counters, queued behind its samples (a batch); none for a sink that does
-        not take them (prometheus://): neither queued nor counted as delivered."""
-        payload = self.sink.encode_edges(docs) if docs else b""
-        if payload:
-            self._queue(payload, len(docs))
 
     def submit_run(self, doc: dict) -> None:
         """A run document (a batch of one); sent again later, it replaces itself in every store."""
