@@ -901,7 +901,7 @@ def svg_page(results: dict) -> str:
             "sample->queryable delay, p99 per minute (s)",
             False,
             {
-                s: [(r["minute_start"] + 30, r["p99_s"]) for r in v if r["p99_s"] is not None]
+                s: [(m + 30, p99) for m, p99 in map(minute_p99, v) if p99 is not None]
                 for s, v in soak["delay_per_minute"].items()
             },
         ),
@@ -1083,8 +1083,8 @@ RSS_EVERY_S = 60.0  # a summary's VmRSS series: the first point of each minute, 
 
 def summary(results: dict) -> dict:
     """The results without the per-sample series (their verdicts, recovery and per-minute figures
-    computed from them are kept), each process's VmRSS a point a minute: what docs/soak.md and
-    docs/img/soak.svg are made from, a few tens of kB."""
+    computed from them are kept: of the delays, each minute's p99), each process's VmRSS a point a
+    minute: what docs/soak.md and docs/img/soak.svg are made from, a few tens of kB."""
     out = {k: v for k, v in results.items() if k != "soak"}
     if "soak" in results:
         soak = {k: v for k, v in results["soak"].items() if k not in SERIES + UNREAD}
@@ -1094,8 +1094,17 @@ def summary(results: dict) -> dict:
             soak["rss_series"] = {
                 name: [[round(p[0]), p[-1]] for p in thinned(pts)] for name, pts in soak["rss_series"].items()
             }
+        if "delay_per_minute" in soak:  # what the plot reads of each minute: [start, p99 s]
+            soak["delay_per_minute"] = {
+                store: [list(minute_p99(r)) for r in rows] for store, rows in soak["delay_per_minute"].items()
+            }
         out["soak"] = soak
     return out
+
+
+def minute_p99(row: dict | list) -> tuple[float, float | None]:
+    """A minute's start and p99 delay: a raw row is a dict, a summary's [start, p99 s]."""
+    return (row["minute_start"], row["p99_s"]) if isinstance(row, dict) else (row[0], row[1])
 
 
 def thinned(points: list, every_s: float = RSS_EVERY_S) -> list:
