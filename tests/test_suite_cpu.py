@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
+import subprocess
+import sys
+import threading
 
 from flowstat_lab import suite_cpu
 
@@ -46,3 +50,39 @@ def test_a_process_is_charged_to_the_test_its_worker_ran_when_it_started(tmp_pat
 
 def test_comp_t_has_a_base_8_exponent():
     assert suite_cpu._comp_t(0x1FFF) == 8191 and suite_cpu._comp_t((1 << 13) | 5) == 40
+
+
+def test_the_busy_share_is_summed_by_bucket_and_sampled_between_0_and_1(tmp_path):
+    busy = tmp_path / "busy.tsv"
+    busy.write_text("1.0\t1.000\n2.0\t0.500\n31.0\t0.200\n")
+    assert suite_cpu.busy_summary(busy) == {"share": 0.567, "seconds": 3, "by_30s": {"0": 0.75, "30": 0.2}}
+    stop, busy = threading.Event(), tmp_path / "sampled.tsv"
+    thread = threading.Thread(target=suite_cpu._sample_busy, args=(busy, stop))
+    thread.start()
+    while not busy.exists() or not busy.read_text():
+        stop.wait(0.1)  # its first line comes a second after it starts
+    stop.set()
+    thread.join()
+    t, share = (float(x) for x in busy.read_text().splitlines()[0].split("\t"))
+    assert t >= 1.0 and 0.0 <= share <= 1.0
+
+
+def test_interpreters_are_named_by_what_they_ran_and_summed(tmp_path):
+    name = suite_cpu.python_command
+    assert (
+        name(["py", "-m", "flowstat.harness.devices", "merger", "--config", "{}"])
+        == "-m flowstat.harness.devices merger"
+    )
+    assert name(["py", "-X", "importtime", "-m", "flowstat.agent", "--pid", "1"]) == "-m flowstat.agent"
+    assert name(["py", "/v/bin/flowstat", "verdict", "--run"]) == "flowstat verdict" and name(["py", "a.py"]) == "a.py"
+    for pid, argv, cpu in ((1, ["p", "-m", "m", "a"], 0.5), (2, ["p", "-m", "m", "a"], 0.25), (3, ["p", "s.py"], 1.0)):
+        (tmp_path / f"{pid}.json").write_text(json.dumps({"argv": argv, "cpu_s": cpu}))
+    (tmp_path / "4.json").write_text('{"argv": ["p", "-m"')  # cut short by a kill
+    assert suite_cpu.python_by_command(tmp_path) == [
+        {"command": "s.py", "processes": 1, "cpu_s": 1.0, "each_s": 1.0},
+        {"command": "-m m a", "processes": 2, "cpu_s": 0.8, "each_s": 0.38},
+    ]
+    env = {**os.environ, **suite_cpu._python_hook(tmp_path)}  # the hook, in a real interpreter
+    subprocess.run([sys.executable, "-c", "sum(range(10))"], env=env, check=True)
+    (logged,) = [json.loads(f.read_text()) for f in (tmp_path / "python").glob("*.json")]
+    assert logged["argv"][1:] == ["-c", "sum(range(10))"] and logged["cpu_s"] > 0

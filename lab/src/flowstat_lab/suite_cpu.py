@@ -11,6 +11,10 @@ what the suite's servers did after they were detached from a worker (the session
 Elasticsearch, say) is charged to nobody, by command. Figures in CPU-seconds, from the records'
 clock ticks (AHZ: 100 a second).
 
+Also: how busy the cores were each second (/proc/stat; `busy`, by 30 s, and busy.tsv), and the
+Python interpreters by what they ran (to the accounting each is "python"): a sitecustomize first on
+PYTHONPATH logs each one's argv and CPU as it exits (not one killed, or given a clean environment).
+
 Needs root (acct(2) takes CAP_SYS_PACCT) and a kernel with BSD process accounting; accounting is
 switched off whatever happens.
 """
@@ -22,10 +26,12 @@ import collections
 import ctypes
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -157,6 +163,102 @@ def _sum_by_command(processes: list[Process]) -> dict[str, float]:
     return out
 
 
+# -- how busy the cores were ---------------------------------------------------------------------------
+def _cpu_times() -> tuple[int, int]:
+    """All the cores' clock ticks since boot, and those idle or waiting on I/O (/proc/stat's first line)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return sum(ticks), ticks[3] + ticks[4]
+
+
+def _sample_busy(path: Path, stop: threading.Event) -> None:
+    """Each second until ``stop``: seconds since the start and the share of the cores busy, a line each."""
+    start, before = time.monotonic(), _cpu_times()
+    with open(path, "w", buffering=1) as out:
+        while not stop.wait(1.0):
+            now = _cpu_times()
+            total, idle = now[0] - before[0], now[1] - before[1]
+            if total > 0:
+                out.write(f"{time.monotonic() - start:.1f}\t{1 - idle / total:.3f}\n")
+            before = now
+
+
+def busy_summary(path: Path, bucket_s: int = 30) -> dict[str, Any]:
+    """The busy share over the run, and its mean in each ``bucket_s`` (from the start of each)."""
+    rows = [line.split("\t") for line in path.read_text().splitlines()] if path.exists() else []
+    points = [(float(t), float(b)) for t, b in rows]
+    buckets: dict[int, list[float]] = collections.defaultdict(list)
+    for t, b in points:
+        buckets[int(t // bucket_s) * bucket_s].append(b)
+    return {
+        "share": round(sum(b for _, b in points) / len(points), 3) if points else None,
+        "seconds": len(points),
+        f"by_{bucket_s}s": {str(k): round(sum(v) / len(v), 2) for k, v in sorted(buckets.items())},
+    }
+
+
+# -- which Python interpreters -------------------------------------------------------------------------
+_PYTHON_LOG = "python"  # the folder each interpreter writes its line to
+_SITECUSTOMIZE = """\
+import atexit, json, os, resource, sys
+
+def _flowstat_suite_cpu_python():
+    folder = os.environ.get("FLOWSTAT_SUITE_CPU_PYTHON")
+    if folder:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        with open(os.path.join(folder, f"{os.getpid()}.json"), "w") as f:
+            json.dump({"argv": list(getattr(sys, "orig_argv", sys.argv))[:6], "cpu_s": r.ru_utime + r.ru_stime}, f)
+
+atexit.register(_flowstat_suite_cpu_python)
+"""
+
+
+def _python_hook(folder: Path) -> dict[str, str]:
+    """The environment that has every interpreter of the run write its argv and CPU as it exits."""
+    hook, log = folder / "python-hook", folder / _PYTHON_LOG
+    for d in (hook, log):
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir()
+    (hook / "sitecustomize.py").write_text(_SITECUSTOMIZE)
+    path = os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH", "")) if p)
+    return {"PYTHONPATH": path, "FLOWSTAT_SUITE_CPU_PYTHON": str(log)}
+
+
+def python_command(argv: list[str]) -> str:
+    """What an interpreter ran, by name: the module and its first word (a device's role, a CLI's
+    command), or the script (flowstat's with its command)."""
+    args = argv[1:]
+    while args and args[0].startswith("-") and args[0] not in ("-m", "-c"):  # the interpreter's options
+        args = args[2:] if args[0] in ("-X", "-W") else args[1:]
+    if len(args) >= 2 and args[0] == "-m":
+        word = args[2] if len(args) > 2 and not args[2].startswith("-") else ""
+        return f"-m {args[1]} {word}".rstrip()
+    if args and args[0] == "-c":
+        return "-c (a program given inline)"
+    if args:
+        name = Path(args[0]).name
+        return f"{name} {args[1]}" if name == "flowstat" and len(args) > 1 else name
+    return "(interactive)"
+
+
+def python_by_command(folder: Path, n: int = 15) -> list[dict[str, Any]]:
+    """The interpreters seen, by what they ran: how many, their CPU in all and each on average."""
+    count: collections.Counter[str] = collections.Counter()
+    cpu: dict[str, float] = collections.defaultdict(float)
+    for f in folder.glob("*.json") if folder.exists() else ():
+        try:
+            doc = json.loads(f.read_text())
+        except ValueError:  # cut short as its interpreter was killed mid-write
+            continue
+        key = python_command(doc["argv"])
+        count[key] += 1
+        cpu[key] += doc["cpu_s"]
+    return [
+        {"command": k, "processes": count[k], "cpu_s": round(c, 1), "each_s": round(c / count[k], 2)}
+        for k, c in _top(cpu, n)
+    ]
+
+
 def _top(cpu: dict[str, float], n: int = 15) -> list[tuple[str, float]]:
     return sorted(cpu.items(), key=lambda kv: -kv[1])[:n]
 
@@ -173,15 +275,22 @@ def main(argv: list[str] | None = None) -> int:
     folder = args.out or Path(tempfile.mkdtemp(prefix="suite-cpu-"))
     folder.mkdir(parents=True, exist_ok=True)
     pytest_args = [a for a in args.pytest_args if a != "--"]
-    env = {**os.environ, _DIR_VAR: str(folder)}
+    env = {**os.environ, _DIR_VAR: str(folder), **_python_hook(folder)}
     pacct = folder / "pacct"
     pacct.write_bytes(b"")
+    stop = threading.Event()
+    sampler = threading.Thread(target=_sample_busy, args=(folder / "busy.tsv", stop), daemon=True)
     _accounting(pacct)
+    sampler.start()
     try:
         rc = subprocess.call([sys.executable, "-m", "pytest", "-p", "flowstat_lab.suite_cpu", *pytest_args], env=env)
     finally:
         _accounting(None)
+        stop.set()
+        sampler.join()
     report = attribute(list(records(pacct)), _test_intervals(folder))
+    report["busy"] = busy_summary(folder / "busy.tsv")
+    report["python_by_command"] = python_by_command(folder / _PYTHON_LOG)
     (folder / "suite-cpu.json").write_text(json.dumps(report, indent=1))
     print(json.dumps(report, indent=1))
     print(f"suite_cpu: {folder / 'suite-cpu.json'}", file=sys.stderr)
