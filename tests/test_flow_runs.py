@@ -33,8 +33,23 @@ def test_start_up_s_points_are_left_out_of_the_run_s_verdict_not_of_the_live_one
     assert [v.kind for v in lives] == ["unknown", "none", "none", "none", "held_back", "held_back", "held_back"]
     run = watch.run_verdict()
     assert run["flow"] == "held_back" and run["held_back_by"] == ["m"], run
-    # without it: 3 and 4 s have too few points, 5 to 8 s name m (4 of 6)
-    assert run["first_named_s"] == {"m": 5.0} and run["held_back_share"] == {"m": round(4 / 6, 3)}
+    # without it: 3 and 4 s cannot have MIN_POINTS points and are no evaluations, 5 to 8 s name m
+    assert run["first_named_s"] == {"m": 5.0} and run["held_back_share"] == {"m": 1.0}
+
+
+def test_the_steady_state_s_first_readings_do_not_count_against_a_node_named():
+    """A 10 s run's 7 steady readings: the first two cannot judge (1 and 2 of MIN_POINTS points), m
+    is named in 3 of the 5 others. Counted in, they made the run's verdict "unknown: too few samples"
+    (3 of 7 named, 2 of 7 none) though m held the flow back in most of what could be judged."""
+    from flowstat.harness.flowwatch import FlowWatch
+
+    watch = FlowWatch({"source": (), "m": ("source",)}, startup_s=3.0)
+    for t in range(3, 10):
+        slow = t < 8  # at 8 and 9 s its mean busy share falls under 0.9: "none"
+        watch.add(float(t), replies(0.95 if slow else 0.3, 10 * t if slow else 10, float(t)))
+    assert [v.kind for _, v in watch.steady] == ["held_back"] * 3 + ["none"] * 2
+    run = watch.run_verdict()
+    assert run["flow"] == "held_back" and run["held_back_share"] == {"m": 0.6}, run
 
 
 def test_a_node_named_less_than_half_the_steady_time_is_not_the_run_s_verdict():

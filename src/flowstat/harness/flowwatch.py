@@ -6,7 +6,9 @@ The live verdict judges every point of the last 10 s. The run's verdict is the s
 judged again with start-up's points left out (a node idle while the pipeline started would make
 the first windows' shares those of start-up, as harness.online excludes it; the final drain is
 never read), the nodes named in at least half of its evaluations, or "none" when at least half
-found every node keeping up, else "unknown" with the most frequent reason.
+found every node keeping up, else "unknown" with the most frequent reason. Its evaluations begin
+at the steady state's MIN_POINTS-th reading: before it no node can have the points a share needs,
+and counting them would hold back a short run's verdict for want of time, not of evidence.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from flowstat.flow import WINDOW_S, Point, Verdict, held_back_by
+from flowstat.flow import MIN_POINTS, WINDOW_S, Point, Verdict, held_back_by
 
 MAJORITY = 0.5  # of the steady state's evaluations: a node named in at least this share holds the run back
 
@@ -30,6 +32,7 @@ class FlowWatch:
         self.points: dict[str, list[Point]] = {}
         self.history: list[tuple[float, Verdict]] = []  # (seconds since the start, live verdict)
         self.steady: list[tuple[float, Verdict]] = []  # the steady state's, start-up's points left out
+        self.steady_readings = 0
 
     def add(self, t: float, replies: Iterable[Mapping[str, Any]]) -> Verdict:
         """The nodes' replies read at ``t`` (seconds since the start); the verdict at ``t``."""
@@ -53,6 +56,8 @@ class FlowWatch:
         verdict = held_back_by(self.points, self.upstream, t)
         self.history.append((t, verdict))
         if t >= self.startup_s:
+            self.steady_readings += 1
+        if self.steady_readings >= MIN_POINTS:
             steady = {node: [p for p in series if p.t >= self.startup_s] for node, series in self.points.items()}
             self.steady.append((t, held_back_by(steady, self.upstream, t)))
         return verdict
@@ -68,7 +73,10 @@ class FlowWatch:
         first verdict naming it)."""
         steady = [v for _, v in self.steady]
         if not steady:
-            why = f"no verdict after the first {self.startup_s:.0f} s of start-up (the run was too short)"
+            why = (
+                f"no verdict: fewer than {MIN_POINTS} readings after the first {self.startup_s:.0f} s of start-up"
+                " (the run was too short)"
+            )
             return {"flow": "unknown", "held_back_by": [], "flow_evidence": why}
         named = Counter(n for v in steady if v.kind == "held_back" for n in v.nodes)
         # every node ever named, for the record (how soon a slowdown was seen: benchmarks/bench_flow.py)
