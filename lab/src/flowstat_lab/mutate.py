@@ -93,9 +93,12 @@ def statuses() -> dict[str, str]:
 
 
 def diff(name: str) -> str:
-    return "\n".join(
+    """The mutant's changed lines, their common indentation taken out (after the + or -)."""
+    lines = [
         line for line in mutmut("show", name).splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---"))
-    )
+    ]
+    indent = min((len(x) - 1 - len(x[1:].lstrip()) for x in lines if x[1:].strip()), default=0)
+    return "\n".join(x[:1] + x[1 + indent :] for x in lines)
 
 
 def equivalents() -> dict[str, str]:
@@ -136,7 +139,7 @@ def main() -> int:
         "target": TARGET,
         "parts": {},
         "survivors": [],
-        "equivalent": [],
+        "equivalent": {},  # by part: {mutant: diff}
         "seconds": round(time.monotonic() - started, 1),
     }
     failed = []
@@ -153,7 +156,7 @@ def main() -> int:
                 report["survivors"].append({"part": part, "mutant": n, "diff": diff(n)})
             elif status == "equivalent":
                 # why: tests/mutants-equivalent.toml, under the same name (not copied: the file is committed too)
-                report["equivalent"].append({"part": part, "mutant": n, "diff": diff(n)})
+                report["equivalent"].setdefault(part, {})[n] = diff(n)
         judged = len(names) - counts.get("equivalent", 0)
         caught = counts.get("killed", 0) + counts.get("timeout", 0)
         score = caught / judged if judged else 1.0
@@ -166,7 +169,7 @@ def main() -> int:
         if score < TARGET:
             failed.append(part)
     in_scope = {n for n in known if any(fnmatch.fnmatch(n, pat) for pat in patterns)}
-    stale = sorted(in_scope - {e["mutant"] for e in report["equivalent"]})
+    stale = sorted(in_scope - {n for found_in in report["equivalent"].values() for n in found_in})
     if stale:  # listed as equivalent, but now killed or gone: the list must be kept true
         report["stale_equivalents"] = stale
         print(f"  {len(stale)} mutants listed in {EQUIVALENTS.name} are no longer survivors: {', '.join(stale[:5])}")
