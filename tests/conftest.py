@@ -55,15 +55,17 @@ GROUPS = {
     # the secured stack (Elasticsearch with security and TLS, InfluxDB with authentication): started
     # once, by the worker that runs these
     "secured": {"test_es_failover.py", "test_provision.py", "test_secured_clients.py", "test_secured_stack.py"},
-    # the session stack's ElastAlert, restarted by test_elastalert, waited for by the demo
-    "alerting": {"test_elastalert.py", "test_demo.py"},
+    # the session stack's ElastAlert, restarted by test_elastalert, waited for by the demo; `flowstat
+    # stack up` of the session stack (the demo's, test_stack's) would restart it without the tests' webhook
+    "alerting": {"test_elastalert.py", "test_demo.py", "test_stack.py"},
 }
-# Tests that stop, kill or pause a server, or take away what every writer relies on (the index
-# templates): they have a stack of their own (own_stack), one worker's.
+# Tests that stop, kill or pause a server, take away what every writer relies on (the index
+# templates) or need what `stack up` changes (a pre-daily index): a stack of their own (own_stack).
 OWN_STACK = (
     "test_ingest.py::test_a_store_down_for_ten_seconds_loses_and_duplicates_nothing",
     "test_stores.py::test_a_server_killed_mid_batch_loses_and_duplicates_nothing",
     "test_stores.py::test_install_gives_an_older_index_the_new_fields_and_names_one_it_cannot",
+    "test_stores.py::test_an_older_flowstat_s_single_index_is_moved_into_daily_indices_and_resends_stay_single",
     "test_es_failover.py::test_replay_and_its_rollup_outlast_an_elasticsearch_that_stops_answering_for_seconds",
     "test_provision.py::test_provision_installs_the_templates_into_the_real_elasticsearch",
     "test_provision.py::test_elasticsearch_install_script_installs_the_templates",

@@ -216,11 +216,12 @@ def test_a_server_killed_mid_batch_loses_and_duplicates_nothing(own_stack, store
     assert count() == len(batch)
 
 
-def test_an_older_flowstat_s_single_index_is_moved_into_daily_indices_and_resends_stay_single(stack):
+def test_an_older_flowstat_s_single_index_is_moved_into_daily_indices_and_resends_stay_single(own_stack):
     """flowstat before daily indices wrote every sample into flowstat-samples: install moves them
     into the daily index of each one's own day under the same id, deletes the old index, and a
-    sample resent afterwards overwrites its moved copy."""
-    es = stack["elasticsearch"].url
+    sample resent afterwards overwrites its moved copy. (On a stack of its own: an install elsewhere,
+    a `flowstat stack up` of the session's, would move them first.)"""
+    es = own_stack["elasticsearch"].url
     run_id = f"legacy-{uuid.uuid4().hex[:8]}"
     docs = samples(40, run_id)
     for i, d in enumerate(docs):  # two days: the older half a day and more earlier
