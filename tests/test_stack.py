@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,22 @@ def test_up_is_idempotent_and_status_says_healthy(stack):
     assert len(starts) == 4 and all("already running" in m for m in starts)
     after = stack.status()
     assert all(s["healthy"] for s in after) and {s["service"]: s["pid"] for s in after} == before
+
+
+def test_up_waits_for_a_server_that_runs_but_answers_late(own_stack):
+    """A server that runs but is slow to answer (a GC pause, a loaded machine; here InfluxDB stopped
+    for 3 s) is waited for, not restarted: `up` again leaves it, and what it holds, alone."""
+    service = own_stack["influxdb"]
+    pid = service.pid()
+    os.killpg(pid, signal.SIGSTOP)
+    resume = threading.Timer(3.0, os.killpg, (pid, signal.SIGCONT))
+    resume.start()
+    try:
+        assert service.up() == "already running"
+    finally:
+        resume.cancel()
+        os.killpg(pid, signal.SIGCONT)
+    assert service.pid() == pid
 
 
 def test_servers_do_not_run_as_root(stack):

@@ -133,6 +133,9 @@ class Service:
     options: dict = field(default_factory=dict)  # what this `up` was told beyond ports; not saved
 
     health_timeout_s: ClassVar[float] = 60.0
+    # how long `up` waits for a server that runs but does not answer before it restarts it: one that
+    # is slow for a while (a GC pause, a loaded machine, a rule's first run) keeps its pid and its work
+    busy_grace_s: ClassVar[float] = 20.0
     default_port: ClassVar[int]
     port_option: ClassVar[str | None]  # flowstat stack up --PORT_OPTION P; None: a server without a port
     port_help: ClassVar[str] = ""  # what else the port decides, for --help
@@ -175,6 +178,15 @@ class Service:
         return [self.home]
 
     # -- shared ---------------------------------------------------------------------------------
+    def _answers_within(self, seconds: float) -> bool:
+        """Whether the running server answers within ``seconds`` (False at once if it exits)."""
+        deadline = time.monotonic() + seconds
+        while not self.healthy():
+            if self.pid() is None or time.monotonic() >= deadline:
+                return False
+            time.sleep(0.5)  # between health probes, each of which has its own time-out
+        return True
+
     def pid(self) -> int | None:
         """The server's pid if it is alive; an exited server started by this process is reaped."""
         try:
@@ -192,8 +204,8 @@ class Service:
         return log_tail(self.log_path, lines)
 
     def up(self) -> str:
-        """Start the server unless it already runs and answers; return what was done."""
-        if self.pid() is not None and self.healthy():
+        """Start the server unless it already runs and answers (within busy_grace_s); return what was done."""
+        if self.pid() is not None and self._answers_within(self.busy_grace_s):
             return "already running"
         self.down()
         for p in self.ports():
