@@ -498,7 +498,7 @@ def test_a_run_whose_merger_got_garbage_says_why_it_failed(tmp_path):
         "failures": summary["failures"],
         "flow": "unknown",  # issue 46: which node held the flow back: a run too short to say
         "held_back_by": [],
-        "flow_evidence": "no verdict after the first 3 s of start-up (the run was too short)",
+        "flow_evidence": "no verdict: fewer than 3 readings after the first 3 s of start-up (the run was too short)",
     }
 
 
