@@ -392,3 +392,14 @@ def test_a_run_document_sent_at_the_end_goes_after_the_one_still_spooled_from_th
     assert out.returncode == 0, out.stderr
     labels = [line for _, body, _ in server.requests for line in body.decode().splitlines() if "label=" in line]
     assert len(labels) == 2 and "pending" in labels[0] and "complete" in labels[1], labels
+
+
+def test_the_agent_imports_no_numpy_and_a_node_does():
+    """numpy was about half an agent process's start-up CPU (it came with flowstat.node, whose curve
+    keys the agent reads), and the agent uses none of it: only a node's latency recorder imports it."""
+    code = (
+        "import sys, flowstat.agent.agent, flowstat.agent.sinks; print('numpy' in sys.modules); "
+        "from flowstat.node.latency import LatencyRecorder; LatencyRecorder(); print('numpy' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["False", "True"], out.stderr

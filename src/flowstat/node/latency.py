@@ -25,10 +25,10 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-try:  # the harness reads objects in batches and records them with numpy; a user's node needs none
-    import numpy as np
-except ImportError:  # pragma: no cover - the harness extra installs numpy
-    np = None  # type: ignore[assignment]
+# numpy, imported by the first recorder (_numpy): the harness reads objects in batches and records
+# them with numpy, a user's node needs none, and the agent, which imports this package for its curve
+# keys, records nothing (numpy cost each of its processes about half its start-up CPU)
+np: Any = None
 
 CHUNK = 256  # objects read between two readings of the clock
 _LOW_S = 1e-6  # waits at or below this go to bucket 0
@@ -80,6 +80,18 @@ def _percentile_buckets(counts: Sequence[int], ranks: tuple[float, float]) -> tu
     return found[0], found[1]
 
 
+def _numpy() -> Any:
+    """numpy, imported once; None without it."""
+    global np
+    if np is None:
+        try:
+            import numpy
+        except ImportError:  # pragma: no cover - the harness extra installs numpy
+            return None
+        np = numpy
+    return np
+
+
 class LatencyRecorder:
     """Distribution of input latencies: whole-run and per asking client.
 
@@ -93,6 +105,7 @@ class LatencyRecorder:
         self._clients: OrderedDict[bytes, tuple[list[int] | None, float]] = OrderedDict()  # counts then, max since
         self._max_clients = max_clients
         self._lock = threading.Lock()
+        _numpy()
 
     def record(self, sent_s: Any, taken_s: float) -> None:
         """Objects stamped ``sent_s`` (Unix s: a sequence or a numpy array) were all taken by ``taken_s``."""

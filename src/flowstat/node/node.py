@@ -28,6 +28,7 @@ import collections
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -35,11 +36,6 @@ from pathlib import Path
 from typing import Any
 
 import zmq
-
-try:  # optional: a node that hands its stamps as a numpy array has numpy
-    import numpy as _np
-except ImportError:  # pragma: no cover - the harness extra installs numpy
-    _np = None  # type: ignore[assignment]
 
 from . import curve
 from .announce import announce, directory, withdraw
@@ -125,10 +121,10 @@ class Tally(PhaseClock):
         waits = self.waits
         if isinstance(sent_at, _ONE_STAMP):  # tested, not caught: a raised exception costs a microsecond
             waits.append(time.time() - sent_at)
-        elif _np is not None and isinstance(sent_at, _np.ndarray):
-            # a vectorised node's batch: its waits in one subtraction, kept with the others (bucketing
-            # a small batch at once costs some ten numpy calls, about 12 us)
-            waits.extend((time.time() - sent_at.astype(_np.float64, copy=False)).tolist())
+        elif (np := sys.modules.get("numpy")) is not None and isinstance(sent_at, np.ndarray):
+            # a vectorised node's batch (its program imported numpy): its waits in one subtraction, kept
+            # with the others (bucketing a small batch at once costs some ten numpy calls, about 12 us)
+            waits.extend((time.time() - sent_at.astype(np.float64, copy=False)).tolist())
         else:  # a batch's stamps, taken now
             now = time.time()
             waits.extend([now - s for s in sent_at])
