@@ -84,8 +84,8 @@ def masked(text: str) -> str:
 
 
 def test_the_c_agent_serves_0_0_4_that_promtool_accepts_and_404_elsewhere(tmp_path):
-    port, busy = free_port(), spinner(60)
-    agent = c_agent(tmp_path, port, [busy.pid], 60)
+    port, node = free_port(), sleeper(60)  # a node to watch: the format is looked at, not its figures
+    agent = c_agent(tmp_path, port, [node.pid], 60)
     try:
         wait_until(lambda: (tmp_path / "samples.json").exists(), "the agent's first sample")
         wait_until(lambda: "flowstat_agent_rounds" in served(port, False), "a self-sample on /metrics")
@@ -93,7 +93,7 @@ def test_the_c_agent_serves_0_0_4_that_promtool_accepts_and_404_elsewhere(tmp_pa
         assert text.status_code == 200 and text.headers["Content-Type"] == prometheus.TEXT_0_0_4
         lint = subprocess.run(["promtool", "check", "metrics"], input=text.text, capture_output=True, text=True)
         assert lint.returncode == 0 and not lint.stdout.strip(), lint.stdout + lint.stderr
-        assert f'node_id="python3-{busy.pid}"' in text.text or f'-{busy.pid}"' in text.text
+        assert f'node_id="python3-{node.pid}"' in text.text or f'-{node.pid}"' in text.text
         assert "# TYPE flowstat_node_cpu_user_seconds_total counter" in text.text
         assert "# TYPE flowstat_node_state gauge" in text.text and "# EOF" not in text.text
         for name in ("cpu_seconds_total", "resident_memory_bytes", "virtual_memory_bytes", "start_time_seconds"):
@@ -103,7 +103,7 @@ def test_the_c_agent_serves_0_0_4_that_promtool_accepts_and_404_elsewhere(tmp_pa
         assert metrics(port, False, "/other").status_code == 404
         assert metrics(port, False, "/metricsx").status_code == 404
     finally:
-        stop(agent, busy)
+        stop(agent, node)
 
 
 def test_the_c_agent_answers_openmetrics_when_asked(tmp_path):

@@ -101,8 +101,8 @@ def metrics(port: int, openmetrics: bool) -> requests.Response:
 
 
 def test_the_python_agent_serves_both_formats_promtool_accepts(tmp_path):
-    port, busy = free_port(), spinner(60)
-    agent = python_agent(tmp_path, port, busy.pid, 60)
+    port, node = free_port(), sleeper(60)  # a node to watch: the formats are looked at, not its figures
+    agent = python_agent(tmp_path, port, node.pid, 60)
     try:
         wait_until(lambda: (tmp_path / "samples.json").exists(), "the agent's first sample")
         wait_until(lambda: "flowstat_agent_rounds" in metrics(port, False).text, "a self-sample on /metrics")
@@ -112,14 +112,14 @@ def test_the_python_agent_serves_both_formats_promtool_accepts(tmp_path):
         assert lint.returncode == 0 and not lint.stdout.strip(), lint.stdout + lint.stderr
         om = metrics(port, True)
         assert om.headers["Content-Type"] == prometheus.OPENMETRICS and om.text.endswith("# EOF\n")
-        assert f'node_id="python3-{busy.pid}"' in om.text or f'-{busy.pid}"' in om.text
+        assert f'node_id="python3-{node.pid}"' in om.text or f'-{node.pid}"' in om.text
         assert "process_cpu_seconds_total " in om.text and "flowstat_agent_rounds_total{" in om.text
         assert requests.get(f"http://127.0.0.1:{port}/other", timeout=10).status_code == 404
     finally:
         agent.terminate()
-        busy.kill()
+        node.kill()
         agent.wait(30)
-        busy.wait()
+        node.wait()
 
 
 def test_metrics_are_served_on_loopback_only(tmp_path):
@@ -294,17 +294,17 @@ def test_only_the_families_and_labels_the_url_asks_for_are_exposed(tmp_path, age
     """families= by field and by family name, drop_labels=run_id,role,host: the node lines read back
     hold those families only, labelled node_id and agent only; the agent's own families and
     process_* stay (run_id with them); promtool still finds nothing to say."""
-    port, busy = free_port(), spinner(60)
+    port, node = free_port(), sleeper(60)
     options = "families=cpu_user_seconds,flowstat_node_resident_memory_bytes,node_state&drop_labels=run_id,role,host"
     agent = subprocess.Popen(
-        [*agent_command, "--pid", str(busy.pid), "--interval", "0.2", "--self-interval", "0.2", "--run-id", "r1"]
+        [*agent_command, "--pid", str(node.pid), "--interval", "0.2", "--self-interval", "0.2", "--run-id", "r1"]
         + ["--duration", "60", "--sink", f"prometheus://127.0.0.1:{port}?{options}"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
-        wait_until(lambda: f"-{busy.pid}" in served(port) and "flowstat_agent_rounds" in served(port), "a scrape")
+        wait_until(lambda: f"-{node.pid}" in served(port) and "flowstat_agent_rounds" in served(port), "a scrape")
         for openmetrics in (False, True):
             text = metrics(port, openmetrics).text
             lines = NODE_LINE.findall(text)
@@ -325,9 +325,9 @@ def test_only_the_families_and_labels_the_url_asks_for_are_exposed(tmp_path, age
         assert lint.returncode == 0 and not lint.stdout.strip(), lint.stdout + lint.stderr
     finally:
         agent.terminate()
-        busy.kill()
+        node.kill()
         agent.wait(30)
-        busy.wait()
+        node.wait()
 
 
 @pytest.mark.parametrize(
