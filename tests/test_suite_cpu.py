@@ -86,3 +86,30 @@ def test_interpreters_are_named_by_what_they_ran_and_summed(tmp_path):
     subprocess.run([sys.executable, "-c", "sum(range(10))"], env=env, check=True)
     (logged,) = [json.loads(f.read_text()) for f in (tmp_path / "python").glob("*.json")]
     assert logged["argv"][1:] == ["-c", "sum(range(10))"] and logged["cpu_s"] > 0
+
+
+def test_only_the_workers_log_their_tests_not_the_controller(tmp_path):
+    """Under pytest-xdist each test is logged once, by the worker that ran it: the controller, which
+    hears of them all, logs none (its spans overlap every worker's, and a worker's processes would be
+    charged to them)."""
+    (tmp_path / "test_few.py").write_text(
+        "import pytest\n\n@pytest.mark.parametrize('i', range(6))\ndef test_x(i):\n    pass\n"
+    )
+    env = {**os.environ, "FLOWSTAT_SUITE_CPU_DIR": str(tmp_path)}
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "flowstat_lab.suite_cpu",
+        "-p",
+        "no:cacheprovider",
+        "-n",
+        "2",
+    ]
+    out = subprocess.run([*command, "test_few.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    logs = sorted(tmp_path.glob("tests.*.jsonl"))
+    ids = [json.loads(line)["id"] for f in logs for line in f.read_text().splitlines() if '"start"' in line]
+    assert len(logs) == 2 and sorted(ids) == [f"test_few.py::test_x[{i}]" for i in range(6)], ids

@@ -54,13 +54,23 @@ def _write(doc: dict[str, Any]) -> None:
     _log.write(json.dumps({"pid": os.getpid(), **doc}) + "\n")
 
 
+_runs_tests = True  # False in pytest-xdist's controller, which hears of every worker's tests
+
+
+def pytest_configure(config: Any) -> None:
+    global _runs_tests
+    # the controller's spans overlap all the workers': charged by them, a worker's process went to
+    # whichever test of any worker was running as it started
+    _runs_tests = hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None)
+
+
 def pytest_runtest_logstart(nodeid: str, location: object) -> None:
-    if _DIR_VAR in os.environ:
+    if _DIR_VAR in os.environ and _runs_tests:
         _write({"id": nodeid, "start": time.time()})
 
 
 def pytest_runtest_logfinish(nodeid: str, location: object) -> None:
-    if _DIR_VAR in os.environ:
+    if _DIR_VAR in os.environ and _runs_tests:
         _write({"id": nodeid, "end": time.time()})
 
 
@@ -274,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     folder = args.out or Path(tempfile.mkdtemp(prefix="suite-cpu-"))
     folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob("tests.*.jsonl"):  # a previous run's workers: their spans would be read too
+        stale.unlink()
     pytest_args = [a for a in args.pytest_args if a != "--"]
     env = {**os.environ, _DIR_VAR: str(folder), **_python_hook(folder)}
     pacct = folder / "pacct"
