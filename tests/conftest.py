@@ -65,6 +65,7 @@ OWN_STACK = (
     "test_ingest.py::test_a_store_down_for_ten_seconds_loses_and_duplicates_nothing",
     "test_stores.py::test_a_server_killed_mid_batch_loses_and_duplicates_nothing",
     "test_stack.py::test_up_waits_for_a_server_that_runs_but_answers_late",
+    "test_stack.py::test_up_on_other_ports_restarts_a_running_server_without_waiting_for_it",
     "test_stores.py::test_install_gives_an_older_index_the_new_fields_and_names_one_it_cannot",
     "test_stores.py::test_an_older_flowstat_s_single_index_is_moved_into_daily_indices_and_resends_stay_single",
     "test_es_failover.py::test_replay_and_its_rollup_outlast_an_elasticsearch_that_stops_answering_for_seconds",

@@ -35,11 +35,33 @@ def test_up_waits_for_a_server_that_runs_but_answers_late(own_stack):
     resume = threading.Timer(3.0, os.killpg, (pid, signal.SIGCONT))
     resume.start()
     try:
-        assert service.up() == "already running"
+        answer = service.up()
     finally:
         resume.cancel()
-        os.killpg(pid, signal.SIGCONT)
-    assert service.pid() == pid
+        if service.pid() == pid:
+            os.killpg(pid, signal.SIGCONT)
+    assert answer == "already running" and service.pid() == pid
+
+
+def test_up_on_other_ports_restarts_a_running_server_without_waiting_for_it(own_stack, monkeypatch):
+    """A server started on other ports never answers on the ones asked for: no grace for it (were
+    there one, this `up` would wait two minutes), it is restarted there at once."""
+    service = own_stack["influxdb"]
+    old_port, pid = service.port, service.pid()
+    monkeypatch.setattr(type(service), "busy_grace_s", 120.0)
+    service.port = free_port()
+    try:
+        done: list[str] = []
+        up = threading.Thread(target=lambda: done.append(service.up()), daemon=True)
+        up.start()
+        up.join(60)  # a restart takes seconds
+        assert done and done[0].startswith("started on") and service.pid() != pid, done
+        assert service.healthy()
+    finally:
+        up.join()
+        service.port = old_port
+        service.up()
+    assert service.healthy()
 
 
 def test_servers_do_not_run_as_root(stack):

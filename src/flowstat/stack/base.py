@@ -154,6 +154,10 @@ class Service:
         return self.home / "server.pid"
 
     @property
+    def ports_path(self) -> Path:
+        return self.home / "server.ports"  # what the running server was started on
+
+    @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
@@ -178,6 +182,14 @@ class Service:
         return [self.home]
 
     # -- shared ---------------------------------------------------------------------------------
+    def _ports_changed(self) -> bool:
+        """The running server was started on other ports than this `up` asks for: it never will answer
+        on these, and is restarted at once (a server of a flowstat before server.ports: as it says)."""
+        try:
+            return self.ports_path.read_text().split() != [str(p) for p in self.ports()]
+        except OSError:
+            return False
+
     def _answers_within(self, seconds: float) -> bool:
         """Whether the running server answers within ``seconds`` (False at once if it exits)."""
         deadline = time.monotonic() + seconds
@@ -205,7 +217,7 @@ class Service:
 
     def up(self) -> str:
         """Start the server unless it already runs and answers (within busy_grace_s); return what was done."""
-        if self.pid() is not None and self._answers_within(self.busy_grace_s):
+        if self.pid() is not None and self._answers_within(0.0 if self._ports_changed() else self.busy_grace_s):
             return "already running"
         self.down()
         for p in self.ports():
@@ -237,6 +249,7 @@ class Service:
                 cwd=self.home,
             )
         write_pid_file(self.pid_path, proc.pid)
+        self.ports_path.write_text(" ".join(map(str, self.ports())) + "\n")
         deadline = time.monotonic() + self.health_timeout_s
         while time.monotonic() < deadline:
             if proc.poll() is not None:
