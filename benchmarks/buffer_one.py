@@ -18,7 +18,8 @@ second message after a first.
 Each configuration's result is kept in .cache/buffer-one/<duration>s/ as it finishes: a rerun
 skips those already measured (--redo measures them again). At the end it writes every series to
 benchmarks/results/raw/buffer-one.json (not tracked), the figures the docs read (each run's
-without its per-second and queue series) to benchmarks/results/buffer-one.json, and
+without its per-second and queue series and its whole-run queues) to
+benchmarks/results/buffer-one.json, and
 docs/img/buffer-one.svg and docs/buffer-one.md from the line "## Results" on (what is above it is
 written by hand, and kept).
 

@@ -31,7 +31,8 @@ class FlowWatch:
         self.startup_s = startup_s
         self.points: dict[str, list[Point]] = {}
         self.history: list[tuple[float, Verdict]] = []  # (seconds since the start, live verdict)
-        self.steady: list[tuple[float, Verdict]] = []  # the steady state's, start-up's points left out
+        # the steady state's (start-up's points left out), from its MIN_POINTS-th reading on
+        self.steady: list[tuple[float, Verdict]] = []
         self.steady_readings = 0
 
     def add(self, t: float, replies: Iterable[Mapping[str, Any]]) -> Verdict:

@@ -288,7 +288,7 @@ def _by_layer(c: dict[str, Any]) -> str:
 def format_flow(flow: dict[str, Any]) -> str:
     """The steady state's "held back by" verdict, in one line."""
     if flow["flow"] == "held_back":
-        shares = ", ".join(f"{n} {flow['held_back_share'][n]:.0%} of the time" for n in flow["held_back_by"])
+        shares = ", ".join(f"{n} {flow['held_back_share'][n]:.0%} of the time judged" for n in flow["held_back_by"])
         return f"flow: held back by {shares}: {flow['flow_evidence']}"
     if flow["flow"] == "none":
         return f"flow: {flow['flow_evidence']}"
