@@ -1078,7 +1078,7 @@ def soak_section(results: dict) -> str:
 # docs/soak.md, its plot nor the verdicts read: the raw file keeps them.
 SERIES = ("probe_delays", "query_rounds")
 UNREAD = ("agents_stats", "settled", "probe_errors")
-RSS_EVERY_S = 60.0  # a summary's VmRSS series: the first point of each minute, [whole second, kB]
+SUMMARY_RSS_EVERY_S = 60.0  # a summary's VmRSS series: the first point of each minute, [whole second, kB]
 
 
 def summary(results: dict) -> dict:
@@ -1107,7 +1107,7 @@ def minute_p99(row: dict | list) -> tuple[float, float | None]:
     return (row["minute_start"], row["p99_s"]) if isinstance(row, dict) else (row[0], row[1])
 
 
-def thinned(points: list, every_s: float = RSS_EVERY_S) -> list:
+def thinned(points: list, every_s: float = SUMMARY_RSS_EVERY_S) -> list:
     """The first point of each EVERY_S-long slot of the clock (points are [time, ...], in time order)."""
     out, last = [], None
     for p in points:

@@ -3,6 +3,8 @@ lint-imports, from pyproject.toml, which make test runs)."""
 
 from __future__ import annotations
 
+import ast
+
 import grimp
 
 
@@ -53,8 +55,6 @@ def test_the_cycle_finder_finds_a_cycle():
 
 # -- the tests' own hallway -------------------------------------------------------------------------
 def imported_modules(path) -> set[str]:
-    import ast
-
     found = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
@@ -79,3 +79,31 @@ def test_no_test_module_imports_another_or_conftest_and_benchmarks_do_not_reach_
         text = p.read_text()
         assert not {"support", "conftest"} & imported_modules(p), p.name
         assert '"tests"' not in text and "'tests'" not in text, f"{p.name} puts tests/ on its path"
+
+
+def constants_set_twice(text: str) -> list[str]:
+    """Module-level UPPER_CASE names assigned more than once: the last value wins everywhere, also in
+    the functions above it that meant the first."""
+    seen: set[str] = set()
+    twice = []
+    for node in ast.parse(text).body:
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
+        for name in (t.id for t in targets if isinstance(t, ast.Name) and t.id.isupper()):
+            if name in seen:
+                twice.append(name)
+            seen.add(name)
+    return twice
+
+
+def test_no_module_sets_a_constant_twice():
+    """(bench_soak.py set RSS_EVERY_S to 10 s for its sampler, and 500 lines down to 60 s for its
+    summary: the soak's sampler then read VmRSS once a minute.)"""
+    from support.common import ROOT
+
+    assert constants_set_twice("A = 1\ndef f():\n    return A\nB: int = 2\nB += 1\nA = 3\n") == ["A"]
+    files = [p for d in ("src", "lab/src", "benchmarks", "tests") for p in sorted((ROOT / d).rglob("*.py"))]
+    assert len(files) > 200
+    twice = {f"{p.relative_to(ROOT)}: {name}" for p in files for name in constants_set_twice(p.read_text())}
+    assert not twice, sorted(twice)
