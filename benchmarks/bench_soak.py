@@ -908,7 +908,7 @@ def svg_page(results: dict) -> str:
         (
             "VmRSS (MB, log scale)",
             True,
-            {name: [(p[0], p[-1] / 1024) for p in pts] for name, pts in soak["rss_series"].items()},
+            {name: rss_points(soak, pts) for name, pts in soak["rss_series"].items()},
         ),
     ]
     for i, (title, log, series) in enumerate(panels):
@@ -1078,7 +1078,7 @@ def soak_section(results: dict) -> str:
 # docs/soak.md, its plot nor the verdicts read: the raw file keeps them.
 SERIES = ("probe_delays", "query_rounds")
 UNREAD = ("agents_stats", "settled", "probe_errors")
-SUMMARY_RSS_EVERY_S = 60.0  # a summary's VmRSS series: the first point of each minute, [whole second, kB]
+SUMMARY_RSS_EVERY_S = 60.0  # a summary's VmRSS series: the first point of each minute, [whole s from the start, kB]
 
 
 def summary(results: dict) -> dict:
@@ -1090,9 +1090,11 @@ def summary(results: dict) -> dict:
         soak = {k: v for k, v in results["soak"].items() if k not in SERIES + UNREAD}
         if "query_rounds" in results["soak"]:
             soak["queries"] = judged_queries(results["soak"])
-        if "rss_series" in soak:  # a raw point is [time, pid, kB]; a summary's [time, kB]
+        if "rss_series" in soak:  # a raw point is [time, pid, kB]; a summary's [whole s from rss_base, kB]
+            base = rss_base(soak)
             soak["rss_series"] = {
-                name: [[round(p[0]), p[-1]] for p in thinned(pts)] for name, pts in soak["rss_series"].items()
+                name: [[round(p[0]) - base, p[-1]] for p in thinned(pts)] if pts and len(pts[0]) == 3 else pts
+                for name, pts in soak["rss_series"].items()
             }
         if "delay_per_minute" in soak:  # what the plot reads of each minute: [start, p99 s]
             soak["delay_per_minute"] = {
@@ -1105,6 +1107,18 @@ def summary(results: dict) -> dict:
 def minute_p99(row: dict | list) -> tuple[float, float | None]:
     """A minute's start and p99 delay: a raw row is a dict, a summary's [start, p99 s]."""
     return (row["minute_start"], row["p99_s"]) if isinstance(row, dict) else (row[0], row[1])
+
+
+def rss_base(soak: dict) -> int:
+    """The whole second a summary's VmRSS times count from (the soak's start): integers both ways,
+    so the plot's times are the raw file's to the bit."""
+    return int(soak["started"])
+
+
+def rss_points(soak: dict, points: list) -> list[tuple[float, float]]:
+    """A VmRSS series as (time, MB), from a raw file's [time, pid, kB] or a summary's [s, kB]."""
+    base = rss_base(soak)
+    return [(p[0] if len(p) == 3 else base + p[0], p[-1] / 1024) for p in points]
 
 
 def thinned(points: list, every_s: float = SUMMARY_RSS_EVERY_S) -> list:
