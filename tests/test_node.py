@@ -552,7 +552,9 @@ def test_a_secured_node_answers_the_runs_key_only_and_says_its_first_refusal_onc
                 "another run's node key": (zmq.curve_keypair()[0], client),
             }
             for why, keyed in strangers.items():
-                with pytest.raises(ControlError, match="no reply"):
+                # refused in the handshake: the request goes unanswered, or (the handshake failed
+                # before it was sent, as a loaded machine may order them) never leaves the client
+                with pytest.raises(ControlError, match="no reply|could not send"):
                     ControlClient(node.endpoint, timeout_s=0.3, curve=keyed).request("stop")
                 assert not stopped and node.state == "RUNNING", why
             assert ControlClient(node.endpoint, curve=(server, client)).request("check-state")["node_id"] == "n"
