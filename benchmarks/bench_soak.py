@@ -873,7 +873,7 @@ COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#1
 
 def svg_page(results: dict) -> str:
     """Three panels over the soak's minutes, fault windows shaded: samples stored per second, the
-    sample->queryable delay (p99 per minute), and each process's VmRSS (log scale)."""
+    sample->queryable delay (p99 per minute), and each process's VmRSS (log scale). From a summary."""
     soak = results["soak"]
     t0, t1 = soak["started"], soak["ended"]
     minutes = max(1e-9, (t1 - t0) / 60)
@@ -901,7 +901,7 @@ def svg_page(results: dict) -> str:
             "sample->queryable delay, p99 per minute (s)",
             False,
             {
-                s: [(m + 30, p99) for m, p99 in map(minute_p99, v) if p99 is not None]
+                s: [(m + 30, p99) for m, p99 in v if p99 is not None]  # a summary's [start, p99 s]
                 for s, v in soak["delay_per_minute"].items()
             },
         ),
@@ -1116,9 +1116,9 @@ def rss_base(soak: dict) -> int:
 
 
 def rss_points(soak: dict, points: list) -> list[tuple[float, float]]:
-    """A VmRSS series as (time, MB), from a raw file's [time, pid, kB] or a summary's [s, kB]."""
+    """A summary's VmRSS series ([s, kB]) as (time, MB)."""
     base = rss_base(soak)
-    return [(p[0] if len(p) == 3 else base + p[0], p[-1] / 1024) for p in points]
+    return [(base + s, kb / 1024) for s, kb in points]
 
 
 def thinned(points: list, every_s: float = SUMMARY_RSS_EVERY_S) -> list:

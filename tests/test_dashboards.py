@@ -31,8 +31,8 @@ from flowstat_lab import grafana as gx
 from flowstat_lab import kibana as lens_es
 from support import fixture_runs as fx
 from support import verdicts as vx
+from support.common import ROOT, narrowed_rule
 
-ROOT = Path(__file__).resolve().parents[1]
 AGENT = "flowstat-agent-py"  # the agent whose samples the run file holds
 MAX_POINTS = 1000
 SAMPLE_ALERTS = [a for a in ALERTS if a.source != panels.VERDICT]  # the alerts on samples (the fixture runs')
@@ -477,10 +477,12 @@ def elastalert_rule_run(
     end_s (epoch s), scoped to the run (and to terms) by a filter: the stores hold every run."""
     from flowstat.stack import elastalert as ea
 
-    rule = yaml.safe_load((ROOT / "dashboards" / "elastalert" / "rules" / f"{alert.uid}.yaml").read_text())
-    rule["filter"] = [*rule.get("filter", []), {"term": {"run_id": run_id}}, *({"term": {k: v}} for k, v in terms)]
-    path = folder / f"{alert.uid}-{run_id}-{'-'.join(v for _, v in terms) or None}.yaml"
-    path.write_text(yaml.safe_dump(rule))
+    path = narrowed_rule(
+        ROOT / "dashboards" / "elastalert" / "rules" / f"{alert.uid}.yaml",
+        folder / f"{alert.uid}-{run_id}-{'-'.join(v for _, v in terms) or None}.yaml",
+        {"term": {"run_id": run_id}},
+        *({"term": {k: v}} for k, v in terms),
+    )
     return ea.test_rule(stack, path, *(datetime.fromtimestamp(t, UTC) for t in (start_s, end_s)))
 
 
@@ -1187,10 +1189,12 @@ def test_the_held_back_elastalert_rule_fires_on_a_full_window_of_the_same_nodes(
     from flowstat.stack import elastalert as ea
 
     run = held_back
-    rule = yaml.safe_load((ROOT / "dashboards" / "elastalert" / "rules" / f"{HELD_BACK.uid}.yaml").read_text())
-    rule["filter"] = [*rule["filter"], {"prefix": {"run_id": f"{run.base}-"}}]
-    path = tmp_path / f"{HELD_BACK.uid}.yaml"
-    path.write_text(yaml.safe_dump(rule))
+    path = narrowed_rule(
+        ROOT / "dashboards" / "elastalert" / "rules" / f"{HELD_BACK.uid}.yaml",
+        tmp_path / f"{HELD_BACK.uid}.yaml",
+        {"prefix": {"run_id": f"{run.base}-"}},
+    )
+    rule = yaml.safe_load(path.read_text())
     start, end = (datetime.fromtimestamp(run.e_ms / 1000 + s, UTC) for s in (-180, 120))
     result = ea.test_rule(stack, path, start, end)
     assert not result.errors, result.output[-3000:]

@@ -23,7 +23,7 @@ from flowstat.stack import Stack, StackError
 from flowstat.stack import elastalert as ea
 from flowstat.stores.elasticsearch import ElasticsearchWriter
 from flowstat.timeutil import iso_utc_ms
-from support.common import ELASTALERT_RULES, free_port
+from support.common import ELASTALERT_RULES, free_port, narrowed_rule
 from support.inbox import Inbox
 
 pytestmark = pytest.mark.integration
@@ -206,10 +206,7 @@ def window(written: dict, run: str) -> tuple[datetime, datetime]:
 def rule_of(written: dict, run: str, folder: Path) -> Path:
     """The tests' rule narrowed to one of the written runs: flowstat-samples* is the session's, and
     other modules' runs overload their producers in the same seconds."""
-    rule = yaml.safe_load(RULE.read_text())
-    rule["filter"].append({"term": {"run_id": written[run][0]}})
-    (folder / RULE.name).write_text(yaml.safe_dump(rule))
-    return folder / RULE.name
+    return narrowed_rule(RULE, folder / RULE.name, {"term": {"run_id": written[run][0]}})
 
 
 def test_test_rule_matches_the_bad_samples_and_not_the_good(stack, written, tmp_path):

@@ -10,6 +10,7 @@ import sys
 import threading
 
 from flowstat_lab import suite_cpu
+from support.agents import wait_until
 
 WORKER = 100
 
@@ -59,8 +60,7 @@ def test_the_busy_share_is_summed_by_bucket_and_sampled_between_0_and_1(tmp_path
     stop, busy = threading.Event(), tmp_path / "sampled.tsv"
     thread = threading.Thread(target=suite_cpu._sample_busy, args=(busy, stop))
     thread.start()
-    while not busy.exists() or not busy.read_text():
-        stop.wait(0.1)  # its first line comes a second after it starts
+    wait_until(lambda: busy.exists() and busy.read_text(), "the sampler's first line (a second after it starts)", 10)
     stop.set()
     thread.join()
     t, share = (float(x) for x in busy.read_text().splitlines()[0].split("\t"))

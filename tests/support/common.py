@@ -98,3 +98,14 @@ def free_port() -> int:
         if all(port_free(port + d) for d in (0, 1, 2, 100)):
             return port
     raise RuntimeError(f"no free port below {top}")
+
+
+def narrowed_rule(rule: Path, path: Path, *filters: dict) -> Path:
+    """The ElastAlert rule file RULE written to PATH with FILTERS added to its own: the session's
+    stores hold every module's runs, and a test looks at its own."""
+    import yaml
+
+    doc = yaml.safe_load(rule.read_text())
+    doc["filter"] = [*doc.get("filter", []), *filters]
+    path.write_text(yaml.safe_dump(doc))
+    return path

@@ -28,7 +28,6 @@ import collections
 import logging
 import os
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -39,7 +38,7 @@ import zmq
 
 from . import curve
 from .announce import announce, directory, withdraw
-from .latency import LatencyRecorder
+from .latency import LatencyRecorder, _numpy
 from .phases import BACKPRESSURED, BUSY, IDLE, PhaseClock, PhaseTotals
 from .protocol import serve_requests
 from .responder import Responder
@@ -121,9 +120,9 @@ class Tally(PhaseClock):
         waits = self.waits
         if isinstance(sent_at, _ONE_STAMP):  # tested, not caught: a raised exception costs a microsecond
             waits.append(time.time() - sent_at)
-        elif (np := sys.modules.get("numpy")) is not None and isinstance(sent_at, np.ndarray):
-            # a vectorised node's batch (its program imported numpy): its waits in one subtraction, kept
-            # with the others (bucketing a small batch at once costs some ten numpy calls, about 12 us)
+        elif (np := _numpy()) is not None and isinstance(sent_at, np.ndarray):
+            # a vectorised node's batch: its waits in one subtraction, kept with the others (bucketing
+            # a small batch at once costs some ten numpy calls, about 12 us)
             waits.extend((time.time() - sent_at.astype(np.float64, copy=False)).tolist())
         else:  # a batch's stamps, taken now
             now = time.time()

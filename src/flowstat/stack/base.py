@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
@@ -190,14 +191,17 @@ class Service:
         except OSError:
             return False
 
-    def _answers_within(self, seconds: float) -> bool:
-        """Whether the running server answers within ``seconds`` (False at once if it exits)."""
+    def _answers_within(self, seconds: float, running: Callable[[], bool]) -> bool:
+        """Whether the server answers within ``seconds``; False at once when ``running`` says it has
+        ended (polling its health endpoint: each probe has its own time-out)."""
         deadline = time.monotonic() + seconds
-        while not self.healthy():
-            if self.pid() is None or time.monotonic() >= deadline:
+        while running():
+            if self.healthy():
+                return True
+            if time.monotonic() >= deadline:
                 return False
-            time.sleep(0.5)  # between health probes, each of which has its own time-out
-        return True
+            time.sleep(0.25)
+        return False
 
     def pid(self) -> int | None:
         """The server's pid if it is alive; an exited server started by this process is reaped."""
@@ -217,7 +221,8 @@ class Service:
 
     def up(self) -> str:
         """Start the server unless it already runs and answers (within busy_grace_s); return what was done."""
-        if self.pid() is not None and self._answers_within(0.0 if self._ports_changed() else self.busy_grace_s):
+        grace = 0.0 if self._ports_changed() else self.busy_grace_s
+        if self._answers_within(grace, lambda: self.pid() is not None):
             return "already running"
         self.down()
         for p in self.ports():
@@ -250,16 +255,13 @@ class Service:
             )
         write_pid_file(self.pid_path, proc.pid)
         self.ports_path.write_text(" ".join(map(str, self.ports())) + "\n")
-        deadline = time.monotonic() + self.health_timeout_s
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise StackError(
-                    f"{self.name} died while starting (exit code {proc.returncode}); "
-                    f"log: {self.log_path}\n{self.log_tail()}"
-                )
-            if self.healthy():
-                return f"started{f' on 127.0.0.1:{self.port}' if self.ports() else ''} (pid {proc.pid})"
-            time.sleep(0.25)  # polling a server's health endpoint until it answers
+        if self._answers_within(self.health_timeout_s, lambda: proc.poll() is None):
+            return f"started{f' on 127.0.0.1:{self.port}' if self.ports() else ''} (pid {proc.pid})"
+        if proc.poll() is not None:
+            raise StackError(
+                f"{self.name} died while starting (exit code {proc.returncode}); "
+                f"log: {self.log_path}\n{self.log_tail()}"
+            )
         self.down()
         raise StackError(
             f"{self.name} did not answer at {self.url} within {self.health_timeout_s:.0f} s; "
