@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -90,12 +91,24 @@ def test_cli_takes_the_webhook_from_the_environment(reachable_tmp):
     assert out.returncode == 1 and "webhook 'ftp://from-env' is not an http:// or https:// URL" in out.stderr
 
 
-def test_the_venv_is_installed_once_and_again_when_the_pins_change(tmp_path):
+def test_the_venv_is_installed_once_and_again_when_the_pins_change(tmp_path, monkeypatch):
     # a small stand-in for the pins: pytz alone
     venv, small = tmp_path / "venv", "pytz==2026.6\n"
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")  # as here and in CI: the check compiles all the same
+
+    def compiled() -> list[Path]:
+        return list(venv.glob("lib/python3*/site-packages/pytz/__pycache__/__init__.*.pyc"))
+
     ea.install_venv(venv, small, ("pytz",), "pytz")
+    assert compiled()
     (venv / "marker").touch()
     ea.install_venv(venv, small, ("pytz",), "pytz")
     assert (venv / "marker").exists()
+    # a venv an older flowstat left without bytecode is compiled, not installed again
+    (venv / ea.COMPILED).unlink()
+    for pyc in compiled():
+        pyc.unlink()
+    ea.install_venv(venv, small, ("pytz",), "pytz")
+    assert compiled() and (venv / "marker").exists()
     ea.install_venv(venv, "# changed\n" + small, ("pytz",), "pytz")
     assert not (venv / "marker").exists() and (venv / "flowstat-constraints.txt").read_text() == "# changed\n" + small
