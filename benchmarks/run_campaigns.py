@@ -53,8 +53,12 @@ def places(duration: float) -> tuple[Path, Path, Path]:
 
 
 # What each configuration's results keep in git: not where its run lay on this machine (the runs
-# stay in .cache), nor an empty error or a label that is its value written out.
+# stay in .cache), nor an empty error, a label that is its value written out, or what the rest says
+# (online: online_state is "online"; seconds: the window's end).
 MACHINE_LOCAL = ("run_id", "run_dir")
+DERIVED = ("online", "seconds")
+# Of a campaign, what its name (the key) says: benchmark-harness/campaigns/NAME.yaml, run with duration_s.
+NAMED = ("campaign", "source", "command")
 
 
 def tracked(results: dict) -> dict:
@@ -63,13 +67,13 @@ def tracked(results: dict) -> dict:
         {
             k: v
             for k, v in row.items()
-            if k not in MACHINE_LOCAL
+            if k not in MACHINE_LOCAL + DERIVED
             and not (k == "error" and v is None)
             and not (k == "label" and v == str(row.get("value")))
         }
         for row in results.get("configurations", [])
     ]
-    return {**results, "configurations": rows}
+    return {**{k: v for k, v in results.items() if k not in NAMED}, "configurations": rows}
 
 
 def main() -> int:
