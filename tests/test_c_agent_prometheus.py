@@ -130,7 +130,7 @@ def test_the_same_samples_give_the_python_agents_exposition_byte_for_byte(tmp_pa
     them: the Python sink fed the same documents serves the same bytes, process_* values aside, with
     every family or those the URL selects (families=, drop_labels=). A round may fall between the
     scrape and the file's reading: asked again until both are of one."""
-    port, busy, idle = free_port(), spinner(60), sleeper(60)
+    port, busy, idle = free_port(), spinner(60, share=0.2), sleeper(60)
     agent = c_agent(tmp_path, port, [busy.pid, idle.pid], 60, interval=1.0, options=options)
     try:
         wait_until(lambda: "flowstat_agent_rounds" in served(port, openmetrics), "a self-sample on /metrics")
@@ -158,7 +158,7 @@ def test_a_prometheus_scraping_the_c_agent_stores_the_samples_counters_exactly(t
     """Debian's Prometheus scrapes the C agent every second while it samples a busy process every
     0.5 s: every CPU counter value Prometheus stored is one the agent sampled, exactly; after the
     process dies, the scrape that says DOWN holds its last one."""
-    port, busy = free_port(), spinner(8)
+    port, busy = free_port(), spinner(8, share=0.2)
     agent = c_agent(tmp_path, port, [busy.pid], 40)
     try:
         stored, final = scrape_until_down(tmp_path, port, busy)
@@ -170,7 +170,7 @@ def test_a_prometheus_scraping_the_c_agent_stores_the_samples_counters_exactly(t
 
 
 def test_a_gone_node_is_shown_two_more_scrapes_with_its_final_figures(tmp_path):
-    port, busy = free_port(), spinner(3)
+    port, busy = free_port(), spinner(3, share=0.2)
     agent = c_agent(tmp_path, port, [busy.pid], 60, interval=0.3)
     try:
         busy.wait(30)

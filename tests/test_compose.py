@@ -23,6 +23,7 @@ VARIABLE = re.compile(r"\$\{(\w+)(:?[?-])?([^}]*)\}")
 # Not secrets, with a default where .env does not say: where the ports are published.
 OPTIONAL = {
     "BIND_ADDRESS",
+    "CLI_JAVA_OPTS",
     "ALERT_WEBHOOK_URL",
     "ALERT_EMAIL_TO",
     "SMTP_HOST",

@@ -136,7 +136,7 @@ def test_a_prometheus_scraping_the_agent_stores_the_samples_counters_exactly(tmp
     """Debian's Prometheus scrapes the Python agent every second (OpenMetrics, as it asks first)
     while it samples a busy process every 0.5 s: every CPU counter value Prometheus stored is one
     the agent sampled, exactly; after the process dies, the scrapes hold its last one and DOWN."""
-    port, busy = free_port(), spinner(8)
+    port, busy = free_port(), spinner(8, share=0.2)
     agent = python_agent(tmp_path, port, busy.pid, 40)
     try:
         stored, final = scrape_until_down(tmp_path, port, busy)
@@ -370,7 +370,7 @@ def test_the_final_counters_are_scraped_before_the_agent_exits(tmp_path, agent_c
     process ends 0.3 s after a scrape, and the agent is stopped (SIGTERM) at once: it serves on
     until Prometheus scraped once more, so the last CPU count Prometheus stored is the last the
     agent sampled (without the drain, the last scrape is of samples 0.3 s older than the last)."""
-    port, busy = free_port(), spinner(120)
+    port, busy = free_port(), spinner(120, share=0.2)
     agent = agent_watching(agent_command, tmp_path, busy.pid, port, 20, interval=0.1)
     series = f'flowstat_node_cpu_user_seconds_total{{node_id=~".*-{busy.pid}"}}'
     try:

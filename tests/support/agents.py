@@ -329,9 +329,16 @@ def sleeper(seconds: float = 120) -> subprocess.Popen:
     return _python_child(f"time.sleep({seconds})")
 
 
-def spinner(seconds: float = 120) -> subprocess.Popen:
-    """A process that keeps one core busy (a loop that never waits) for `seconds`."""
-    return _python_child(f"end = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass")
+def spinner(seconds: float = 120, share: float = 1.0) -> subprocess.Popen:
+    """A process that keeps one core busy (a loop that never waits) for `seconds`; with a `share` below
+    1, busy for that share of each 10 ms and asleep for the rest: CPU counts that move all along, at a
+    fifth of the cost to the suite with 0.2."""
+    if share >= 1:
+        return _python_child(f"end = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass")
+    return _python_child(
+        f"end = time.monotonic() + {seconds}\nwhile (now := time.monotonic()) < end:\n"
+        f"    while time.monotonic() < now + {share * 0.01}:\n        pass\n    time.sleep({(1 - share) * 0.01})"
+    )
 
 
 def wait_until(predicate, what: str, timeout: float = 20, poll: float = 0.02) -> None:

@@ -27,9 +27,10 @@ TEST_CLI_JAVA_OPTS = "-XX:TieredStopAtLevel=1"  # Elasticsearch's launcher, a JV
 
 
 def with_test_jvm(env_text: str) -> str:
-    """A compose .env's text with ES_JAVA_OPTS set to TEST_ES_JAVA_OPTS."""
+    """A compose .env's text with ES_JAVA_OPTS and CLI_JAVA_OPTS set to the tests' (C1 alone)."""
+    test = {"ES_JAVA_OPTS": TEST_ES_JAVA_OPTS, "CLI_JAVA_OPTS": TEST_CLI_JAVA_OPTS}
     return "".join(
-        f"ES_JAVA_OPTS={TEST_ES_JAVA_OPTS}\n" if line.startswith("ES_JAVA_OPTS=") else line + "\n"
+        f"{name}={test[name]}\n" if (name := line.partition("=")[0]) in test else line + "\n"
         for line in env_text.splitlines()
     )
 
