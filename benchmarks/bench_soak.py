@@ -875,7 +875,7 @@ def svg_page(results: dict) -> str:
     """Three panels over the soak's minutes, fault windows shaded: samples stored per second, the
     sample->queryable delay (p99 per minute), and each process's VmRSS (log scale). From a summary."""
     soak = results["soak"]
-    t0, t1 = soak["started"], soak["ended"]
+    t0, t1, base = soak["started"], soak["ended"], time_base(soak)
     minutes = max(1e-9, (t1 - t0) / 60)
     w, left, right, ph, gap, top = 960, 70, 170, 200, 60, 40
     height = top + 3 * (ph + gap)
@@ -895,15 +895,12 @@ def svg_page(results: dict) -> str:
         (
             "samples stored per second",
             False,
-            {s: [(t + 30, n / 60) for t, n in v] for s, v in soak["stored_per_minute"].items()},
+            {s: [(base + t + 30, n / 60) for t, n in v] for s, v in soak["minute_stored"].items()},
         ),
         (
             "sample->queryable delay, p99 per minute (s)",
             False,
-            {
-                s: [(m + 30, p99) for m, p99 in v if p99 is not None]  # a summary's [start, p99 s]
-                for s, v in soak["delay_per_minute"].items()
-            },
+            {s: [(base + m + 30, p99) for m, p99 in v if p99 is not None] for s, v in soak["minute_delay_p99"].items()},
         ),
         (
             "VmRSS (MB, log scale)",
@@ -1090,15 +1087,22 @@ def summary(results: dict) -> dict:
         soak = {k: v for k, v in results["soak"].items() if k not in SERIES + UNREAD}
         if "query_rounds" in results["soak"]:
             soak["queries"] = judged_queries(results["soak"])
-        if "rss_series" in soak:  # a raw point is [time, pid, kB]; a summary's [whole s from rss_base, kB]
-            base = rss_base(soak)
+        base = time_base(soak)
+        if "rss_series" in soak:  # a raw point is [time, pid, kB]; a summary's [whole s from time_base, kB]
             soak["rss_series"] = {
                 name: [[round(p[0]) - base, p[-1]] for p in thinned(pts)] if pts and len(pts[0]) == 3 else pts
                 for name, pts in soak["rss_series"].items()
             }
-        if "delay_per_minute" in soak:  # what the plot reads of each minute: [start, p99 s]
-            soak["delay_per_minute"] = {
-                store: [list(minute_p99(r)) for r in rows] for store, rows in soak["delay_per_minute"].items()
+        # Of each minute, what the plot reads, its start in seconds from time_base (a raw one is a Unix time):
+        # the samples stored, [s, count] (minutes are whole), and the delay's p99, [s to 0.1, p99 s].
+        if "stored_per_minute" in soak:
+            soak["minute_stored"] = {
+                store: [[round(t) - base, n] for t, n in rows] for store, rows in soak.pop("stored_per_minute").items()
+            }
+        if "delay_per_minute" in soak:
+            soak["minute_delay_p99"] = {
+                store: [[round(m - base, 1), p99] for m, p99 in map(minute_p99, rows)]
+                for store, rows in soak.pop("delay_per_minute").items()
             }
         out["soak"] = soak
     return out
@@ -1109,15 +1113,15 @@ def minute_p99(row: dict | list) -> tuple[float, float | None]:
     return (row["minute_start"], row["p99_s"]) if isinstance(row, dict) else (row[0], row[1])
 
 
-def rss_base(soak: dict) -> int:
-    """The whole second a summary's VmRSS times count from (the soak's start): integers both ways,
+def time_base(soak: dict) -> int:
+    """The whole second a summary's times count from (the soak's start): whole seconds stay integers,
     so the plot's times are the raw file's to the bit."""
     return int(soak["started"])
 
 
 def rss_points(soak: dict, points: list) -> list[tuple[float, float]]:
     """A summary's VmRSS series ([s, kB]) as (time, MB)."""
-    base = rss_base(soak)
+    base = time_base(soak)
     return [(base + s, kb / 1024) for s, kb in points]
 
 
