@@ -120,8 +120,7 @@ demo: $(STAMP) c-agent
 
 # The checks that read the code (a few seconds): layers import downward only and flowstat never
 # imports the laboratory (import-linter), ruff's lint and format, mypy (strict on the bottom layers,
-# pyproject says which), clang-format on the C (a test package: without it, a fresh machine's lint failed
-# unless the C builds had installed it first).
+# pyproject says which), clang-format on the C (in TEST_DEPS).
 lint: $(LAB_STAMP) $(TEST_DEPS_STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/ruff check .

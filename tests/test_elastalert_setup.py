@@ -94,7 +94,7 @@ def test_cli_takes_the_webhook_from_the_environment(reachable_tmp):
 def test_the_venv_is_installed_once_and_again_when_the_pins_change(tmp_path, monkeypatch):
     # a small stand-in for the pins: pytz alone
     venv, small = tmp_path / "venv", "pytz==2026.6\n"
-    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")  # as here and in CI: the check compiles all the same
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")  # as here and in CI
 
     def compiled() -> list[Path]:
         return list(venv.glob("lib/python3*/site-packages/pytz/__pycache__/__init__.*.pyc"))

@@ -331,8 +331,7 @@ def sleeper(seconds: float = 120) -> subprocess.Popen:
 
 def spinner(seconds: float = 120, share: float = 1.0) -> subprocess.Popen:
     """A process that keeps one core busy (a loop that never waits) for `seconds`; with a `share` below
-    1, busy for that share of each 10 ms and asleep for the rest: CPU counts that move all along, at a
-    fifth of the cost to the suite with 0.2."""
+    1, busy for that share of each 10 ms: CPU counts that move, for less of the suite's CPU."""
     if share >= 1:
         return _python_child(f"end = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass")
     return _python_child(

@@ -45,7 +45,7 @@ OVERLOAD = {
 
 # Half as much again as its merger can take, whatever the machine: on one twice as fast its merges
 # still cost 2 ms each; on one twice as slow they cost more, and its producers still offer 760/s with
-# ease. (Twice as much made a backlog whose drain, after the run, burnt a core for as long as the run.)
+# ease. (With twice as much, the backlog's drain after the run took a core as long as the run.)
 BEHIND = {
     "duration": 12,
     "buffer_size": 100000,

@@ -213,14 +213,12 @@ def install_venv(
     pending.rename(stamp)
 
 
-COMPILED = "flowstat-bytecode"  # in the venv once _import_compiling has written the bytecode
+COMPILED = "flowstat-bytecode"  # in the venv once its bytecode is written
 
 
 def _import_compiling(python: str, imports: str, venv: Path) -> None:
-    """IMPORTS imported by the venv's PYTHON with their bytecode written, even where the environment
-    says not to (PYTHONDONTWRITEBYTECODE, set in many a container and CI machine): the service user
-    cannot write it into root's venv, so each ElastAlert start and each elastalert-test-rule would
-    compile them again (0.7 of its 1.1 CPU-s)."""
+    """IMPORTS imported with their bytecode written, PYTHONDONTWRITEBYTECODE or not: the service user
+    cannot write it, and each ElastAlert start would compile them (0.7 of its 1.1 CPU-s)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     _run([python, "-c", f"import {imports}"], f"importing {imports} from {venv}", env=env)
     (venv / COMPILED).touch()
