@@ -343,13 +343,17 @@ def test_batches_written_by_one_thread_and_sent_by_another_are_each_counted_once
 
     sp = Spool(tmp_path, max_bytes=250)  # two batches
     pushed = 3000
+    ten_pushed = threading.Event()  # the sink starts behind, so the bound drops some on any machine
 
     def write():
         for i in range(pushed):
             sp.push(b"x" * 100, count=1 + i % 3)
+            if i == 9:
+                ten_pushed.set()
 
     writer = threading.Thread(target=write)
     writer.start()
+    assert ten_pushed.wait(30)
     delivered = 0
     turn = 0
     while writer.is_alive() or len(sp):
