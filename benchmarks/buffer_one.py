@@ -50,9 +50,13 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "buffer-one.json"  # the summary, tracked
 RAW = ROOT / "benchmarks" / "results" / "raw" / "buffer-one.json"  # every series, not tracked
 SERIES = ("per_second", "queue_series")  # a run's series, left out of the summary
-# a run's figures that neither the doc nor the plot reads (the whole run's queues: start-up and
-# drain in), also left out: the raw file keeps them
-UNREAD = ("queues_whole_run",)
+# a run's figures that neither the doc nor the plot reads (the whole run's queues and overloads:
+# start-up and drain in), also left out: the raw file keeps them
+UNREAD = ("queues_whole_run", "overload_events_whole_run", "run_id", "seconds", "window_s", "failures")
+# Of a run's steady queues, what the doc reads (the raw file has the rest: readings, a connection's maxima).
+QUEUE_FIGURES = tuple(
+    f"{q}_queue_{f}" for q in ("send", "receive") for f in ("max_bytes", "mean_bytes", "empty_fraction")
+)
 DOC = ROOT / "docs" / "buffer-one.md"
 SVG = ROOT / "docs" / "img" / "buffer-one.svg"
 RATES = [
@@ -517,7 +521,13 @@ def write_doc(results: dict) -> None:
 
 def summary(results: dict[str, Any]) -> dict[str, Any]:
     """The results without each run's series: what the doc and the plot read."""
-    return {**results, "runs": [{k: v for k, v in r.items() if k not in SERIES + UNREAD} for r in results["runs"]]}
+    return {**results, "runs": [_summary_run(r) for r in results["runs"]]}
+
+
+def _summary_run(run: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in run.items() if k not in SERIES + UNREAD}
+    out["queues_steady"] = {k: v for k, v in run["queues_steady"].items() if k in QUEUE_FIGURES}
+    return out
 
 
 def main() -> int:
