@@ -208,12 +208,14 @@ def test_a_restarted_rollup_resumes_after_its_last_window(es_samples):
     assert sum(d["samples"] for d in got.values()) == 3 * 100  # windows 3-9 caught up, none twice
 
 
-def test_replay_rolls_up_what_it_loads(es_samples):
+def test_replay_rolls_up_what_it_loads_of_its_run_alone(es_samples):
+    """Another run's samples in its windows are left to their own rollup."""
     run_id, t0 = f"r-{uuid.uuid4().hex[:8]}", base_ms() + 3_000
     docs = [sample(run_id, n, t0 + i * 1000, i, vmrss=7) for n in NODES for i in range(15)]
-    es_samples.write(es_samples.encode(docs), len(docs))
-    es_samples.loaded(t0 * 1_000_000, (t0 + 14_000) * 1_000_000)  # what replay calls once a run is loaded
+    es_samples.write(es_samples.encode(docs + [sample("other", "n0", t0, 0, vmrss=9)]), len(docs) + 1)
+    es_samples.loaded(t0 * 1_000_000, (t0 + 14_000) * 1_000_000, run_id)  # what replay calls once a run is loaded
     got = rollup_docs(es_samples.url, rollup_index(es_samples.target))
+    assert {d["run_id"] for d in got.values()} == {run_id}
     assert sum(d["samples"] for d in got.values()) == len(docs)
     assert {d["time"] for d in got.values()} == {
         iso_utc_from_ms(window_of(t0)),

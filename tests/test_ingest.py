@@ -539,3 +539,28 @@ def test_replay_names_an_elasticsearch_that_is_down(tmp_path):
     out = replay(path, "--es", "http://127.0.0.1:9")
     assert out.returncode == 2 and "Elasticsearch at http://127.0.0.1:9 cannot be reached" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_replay_rolls_up_its_own_run_and_no_other_of_the_same_minutes(stack):
+    """As replay calls it: the run's series alone (its id quoted as an InfluxQL string)."""
+    from flowstat.stores.influxdb import ROLLUP_POLICY, InfluxDBWriter
+
+    influx, db, mine = stack["influxdb"], "flowstat_rollup_scope", "o'brien"
+    writer = InfluxDBWriter(influx.url, db)
+    base = (int(time.time()) // 60 * 60 - 3600) * 10**9  # an hour ago, on a minute
+    lines = [
+        f"flowstat_node,run_id={run},role=merger,node_id=a,agent=x,host=h merged_objects_per_second=1,seq={i}i "
+        f"{base + i * 10**9}"
+        for run in (mine, "other")
+        for i in range(10)
+    ]
+    try:
+        writer.install()
+        requests.post(f"{influx.url}/write", params={"db": db}, data="\n".join(lines), timeout=10).raise_for_status()
+        writer.loaded(base, base + 9 * 10**9, mine)
+        for measurement in ("flowstat_node_10s", "flowstat_total_10s"):
+            got = influx.query(f'SELECT count(*) FROM "{ROLLUP_POLICY}"."{measurement}" GROUP BY "run_id"', db)
+            assert [s["tags"]["run_id"] for s in got["results"][0]["series"]] == [mine], (measurement, got)
+    finally:
+        writer.close()
+        influx.query(f'DROP DATABASE "{db}"')

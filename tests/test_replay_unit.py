@@ -332,3 +332,20 @@ def test_samples_go_to_the_daily_index_of_their_own_utc_day_live_and_replayed(tm
     assert [json.loads(x)["index"]["_index"] for x in batch.decode().splitlines()[0::2]] == want
     run = ElasticsearchWriter("http://unused", "idx").encode_run({"run_id": "r", "started": stamps[0]})
     assert json.loads(run.splitlines()[0])["index"] == {"_index": "flowstat-runs", "_id": "r"}
+
+
+def test_each_store_rolls_up_a_file_s_one_run_alone_and_a_file_of_several_whole():
+    calls = []
+
+    class Store:
+        title = "store"
+
+        def loaded(self, start_ns: int, end_ns: int, run_id: str | None = None) -> None:
+            calls.append((start_ns, end_ns, run_id))
+
+    t = "2026-11-29T00:00:00.000Z"
+    one = runfile.FileReport("one", run_id="r", good=1, first_time=t, last_time=t, run_ids={"r"})
+    two = runfile.FileReport("two", run_id="r", good=2, first_time=t, last_time=t, run_ids={"r", "s"})
+    R._loaded([one, two], {"store": Store()})
+    ns = sample_schema.time_ns(t)
+    assert calls == [(ns, ns, "r"), (ns, ns, None)]

@@ -229,6 +229,7 @@ def test_the_report_holds_the_first_and_last_sample_as_the_caller_left_them(tmp_
     assert [s[3] for s in seen] == [1795344674123000000, 1795344675000000000, 1795344675000000000]
     assert (report.first_time, report.last_time, report.run_id, report.host) == ("moved 1", "moved 3", "r", "h")
     assert report.nodes == {"a", "b"} and report.lines == 4 and report.bytes_read == sum(sizes)
+    assert report.run_ids == {"r", "r2"}  # replay rolls each run of a file of several up whole
 
 
 def test_an_empty_file_reads_nothing(tmp_path):

@@ -403,9 +403,7 @@ class KibanaSetup:
 
 
 # -- InfluxDB ---------------------------------------------------------------------------------------
-def influx_string(value: str) -> str:
-    """An InfluxQL string literal."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+influx_string = influx_store.string_literal  # an InfluxQL string literal
 
 
 def influx_user_statements(

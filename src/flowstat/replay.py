@@ -251,7 +251,8 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def _loaded(reports: list[FileReport], writers: dict) -> None:
-    """Tell each store which runs it now holds (InfluxDB rolls them up)."""
+    """Tell each store which runs it now holds (both roll them up: a file's one run alone, as
+    another run of the same minutes may still be arriving; a file of several runs, all there)."""
     for report in reports:
         if not report.good or report.first_time is None or report.last_time is None:  # None: no good sample
             continue
@@ -259,7 +260,7 @@ def _loaded(reports: list[FileReport], writers: dict) -> None:
         end = sample_schema.time_ns(report.last_time)
         for w in writers.values():
             try:
-                w.loaded(start, end)
+                w.loaded(start, end, report.run_id if len(report.run_ids) == 1 else None)
             except (RuntimeError, stores.StoreDown, OSError) as exc:
                 raise ReplayError(
                     f"{report.path}: the samples are stored, but {w.title} could not roll them " f"up: {exc}"

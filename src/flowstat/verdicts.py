@@ -66,7 +66,7 @@ from flowstat.schema import prometheus
 from flowstat.schema import sample as sample_schema
 from flowstat.stores.elasticsearch import EDGES_INDEX, RUNS_INDEX, SAMPLES_INDEX, ElasticsearchWriter
 from flowstat.stores.elasticsearch_rollup import daily_indices
-from flowstat.stores.influxdb import DATABASE, InfluxDBWriter
+from flowstat.stores.influxdb import DATABASE, InfluxDBWriter, string_literal
 from flowstat.timeutil import iso_utc_from_ms
 
 # between evaluations: the alert "pipeline held back" counts on this many a minute (views.alerts)
@@ -479,7 +479,7 @@ class InfluxDBSource(Source):
         return None
 
     def span(self, run_id: str) -> tuple[int, int] | None:
-        node, run = _ident(sample_schema.measurement()), _string(run_id)
+        node, run = _ident(sample_schema.measurement()), string_literal(run_id)
         first = self._first(f'SELECT first("seq") FROM {node} WHERE "run_id" = {run}')
         last = self._first(f'SELECT last("seq") FROM {node} WHERE "run_id" = {run}')
         return None if first is None or last is None else (first, last)
@@ -492,7 +492,7 @@ class InfluxDBSource(Source):
     def samples(self, run_id: str, lo_ms: int, hi_ms: int) -> list[dict[str, Any]]:
         node = _ident(sample_schema.measurement())
         statement = (
-            f"SELECT {', '.join(map(_ident, FIELDS))} FROM {node} WHERE \"run_id\" = {_string(run_id)} AND "
+            f"SELECT {', '.join(map(_ident, FIELDS))} FROM {node} WHERE \"run_id\" = {string_literal(run_id)} AND "
             f'{_span(lo_ms, hi_ms)} GROUP BY "node_id", "agent"'
         )
         out: list[dict[str, Any]] = []
@@ -506,12 +506,13 @@ class InfluxDBSource(Source):
         return out
 
     def edges(self, run_id: str) -> list[tuple[str, str]]:
-        statement = f'SELECT "topology" FROM "flowstat_edge" WHERE "run_id" = {_string(run_id)} GROUP BY "from", "to"'
+        run = string_literal(run_id)
+        statement = f'SELECT "topology" FROM "flowstat_edge" WHERE "run_id" = {run} GROUP BY "from", "to"'
         return _edges([s.get("tags") for s in self._series(statement)])
 
     def edge_counts(self, run_id: str, lo_ms: int, hi_ms: int) -> list[dict[str, Any]]:
         statement = (
-            f'SELECT "objects_received" FROM "flowstat_edge" WHERE "run_id" = {_string(run_id)} AND '
+            f'SELECT "objects_received" FROM "flowstat_edge" WHERE "run_id" = {string_literal(run_id)} AND '
             f'{_span(lo_ms, hi_ms)} GROUP BY "from", "to", "agent"'
         )
         out: list[dict[str, Any]] = []
@@ -524,7 +525,7 @@ class InfluxDBSource(Source):
 
     def clear(self, run_id: str, lo_ms: int, hi_ms: int) -> None:
         self._query(
-            f'DELETE FROM "flowstat_verdict" WHERE "run_id" = {_string(run_id)} AND '
+            f'DELETE FROM "flowstat_verdict" WHERE "run_id" = {string_literal(run_id)} AND '
             f"time >= {lo_ms * 1_000_000} AND time <= {hi_ms * 1_000_000}"
         )
 
@@ -541,10 +542,6 @@ def _edges(items: object) -> list[tuple[str, str]]:
 
 def _ident(name: str) -> str:
     return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _string(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _span(lo_ms: int, hi_ms: int) -> str:

@@ -42,6 +42,7 @@ class FileReport:
     first_time: str | None = None
     last_time: str | None = None
     nodes: set[str] = field(default_factory=set)
+    run_ids: set[str] = field(default_factory=set)  # of the samples: one, unless files were put together
     host: str | None = None
     bytes_read: int = 0  # for a progress bar: the file is read once, its size comes from stat()
     shift_ns: int = 0  # replay --rebase-time: how far the samples were moved
@@ -107,7 +108,7 @@ def samples(path: Path, report: FileReport, span: tuple[int, int] | None = None)
     layouts: dict[tuple[str, ...], tuple[tuple[type, ...], Layout]] = {}
     stamps: dict[str, int] = {}  # time string -> ns: every node sampled in one tick shares it
     first = last = None
-    nodes, loads, bad = report.nodes, orjson.loads, report.bad.append
+    nodes, runs, loads, bad = report.nodes, report.run_ids, orjson.loads, report.bad.append
     base, read, lineno = report.bytes_read, 0, 0
     with open(path, "rb") as f:
         f.seek(start)
@@ -171,6 +172,7 @@ def samples(path: Path, report: FileReport, span: tuple[int, int] | None = None)
             if first is None:
                 first = doc
             nodes.add(doc["node_id"])
+            runs.add(doc["run_id"])
             report.good += 1
             report.bytes_read = base + read  # as of this sample: a caller may show progress
             yield doc, values, keys, lay, raw, ns

@@ -265,9 +265,10 @@ class Writer:
         """Send one body of ``count`` items, once. Raises StoreDown when the store cannot take it now."""
         raise NotImplementedError
 
-    def loaded(self, start_ns: int, end_ns: int) -> None:
+    def loaded(self, start_ns: int, end_ns: int, run_id: str | None = None) -> None:
         """A run's samples from ``start_ns`` to ``end_ns`` were loaded after the fact (replay): do
-        what the store would have done had they arrived live. Nothing, unless a store says."""
+        what the store would have done had they arrived live (for ``run_id`` alone if given). Nothing,
+        unless a store says."""
 
     def install(self) -> list[str]:
         """Create what the store needs before data arrives (templates, database, rollups);

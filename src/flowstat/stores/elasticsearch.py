@@ -194,16 +194,16 @@ class ElasticsearchWriter(Writer):
             out.forbidden = self.forbidden(action, self.auth.redact(reason)[:300])
         return out
 
-    def loaded(self, start_ns: int, end_ns: int) -> None:
+    def loaded(self, start_ns: int, end_ns: int, run_id: str | None = None) -> None:
         """Roll the replayed samples up (the live rollup, flowstat rollup, rolls up recent windows only),
         each request asked again while the store is down or slow, as the samples' writes are.
         A user who may write samples but not read them (the compose stack's flowstat_agent) is told
         how to have them rolled up, and the replay goes on: the samples are stored."""
         try:
             self.ask("POST", f"{self.url}/{self.target}-*/_refresh", action=f"refresh {self.target}-*")
-            rollup.Rollup(self, source=self.target, target=rollup.rollup_index(self.target), retry=DEFAULT_RETRY).roll(
-                start_ns // 1_000_000, end_ns // 1_000_000 + 1
-            )
+            rollup.Rollup(
+                self, source=self.target, target=rollup.rollup_index(self.target), retry=DEFAULT_RETRY, run_id=run_id
+            ).roll(start_ns // 1_000_000, end_ns // 1_000_000 + 1)
         except StoreAuthError as exc:
             log.warning(
                 "%s: the samples are stored, not rolled up (%s); `flowstat rollup --from %s --to %s` as a user "

@@ -119,6 +119,7 @@ class Rollup:
     # there). A policy: each request is asked again while the store is down or slow, as a write is (a
     # one-off roll-up: a replay's, `flowstat rollup --run`), every one of them idempotent.
     retry: RetryPolicy | None = None
+    run_id: str | None = None  # one run's samples alone (a replay's)
 
     # -- passes ---------------------------------------------------------------------------------
     def tick(self, on_window: Callable[[Pass], bool] | None = None) -> Pass:
@@ -200,7 +201,7 @@ class Rollup:
             return {}
         body = {
             "size": 0,
-            "query": {"range": {"time": {"gte": from_ms, "lt": to_ms, "format": "epoch_millis"}}},
+            "query": self._samples_between(from_ms, to_ms),
             "aggs": {
                 "w": {
                     "date_histogram": {
@@ -250,7 +251,7 @@ class Rollup:
         names, fields = tags(), rolled_fields()
         body: dict[str, Any] = {
             "size": 0,
-            "query": {"range": {"time": {"gte": w, "lt": w + EVERY_S * 1000, "format": "epoch_millis"}}},
+            "query": self._samples_between(w, w + EVERY_S * 1000),
             "aggs": {
                 "nodes": {
                     "composite": {"size": PAGE, "sources": [{t: {"terms": {"field": t}}} for t in names]},
@@ -274,6 +275,11 @@ class Rollup:
             if "after_key" not in agg or len(agg["buckets"]) < PAGE:
                 return
             body["aggs"]["nodes"]["composite"]["after"] = agg["after_key"]
+
+    def _samples_between(self, from_ms: int, to_ms: int) -> dict[str, Any]:
+        """The query of the samples in [from_ms, to_ms) (of run_id alone, if set)."""
+        span: dict[str, Any] = {"range": {"time": {"gte": from_ms, "lt": to_ms, "format": "epoch_millis"}}}
+        return span if self.run_id is None else {"bool": {"filter": [span, {"term": {"run_id": self.run_id}}]}}
 
     def search(self, body: dict[str, Any]) -> dict[str, Any]:
         """A search of the source's daily indices (the answer, parsed)."""

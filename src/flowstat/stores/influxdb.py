@@ -113,11 +113,11 @@ class InfluxDBWriter(Writer):
             raise RuntimeError(f"influxdb {statement[:60]!r}: {errors[0] if errors else resp.text[:300]}")
         return body
 
-    def loaded(self, start_ns: int, end_ns: int) -> None:
+    def loaded(self, start_ns: int, end_ns: int, run_id: str | None = None) -> None:
         """Roll the replayed samples up (continuous queries only roll up recent buckets), each statement
         asked again while InfluxDB is down or slow, as the samples' writes are (SELECT INTO the same
         points twice writes them once)."""
-        for statement in backfill_statements(start_ns, end_ns, self.target):
+        for statement in backfill_statements(start_ns, end_ns, self.target, run_id):
             self.query(statement, self.target, retry=DEFAULT_RETRY)
 
     def install(self) -> list[str]:
@@ -230,8 +230,16 @@ def statements(db: str = DATABASE) -> list[str]:
     ]
 
 
-def backfill_statements(start_ns: int, end_ns: int, db: str = DATABASE) -> list[str]:
-    """The rollups' queries over [start, end], whole buckets: continuous queries only ever roll up
-    the last buckets, so replayed (past) samples are rolled up by running these once."""
+def string_literal(value: str) -> str:
+    """An InfluxQL string literal."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def backfill_statements(start_ns: int, end_ns: int, db: str = DATABASE, run_id: str | None = None) -> list[str]:
+    """The rollups' queries over [start, end], whole buckets, of the run ``run_id`` alone if given:
+    continuous queries only ever roll up the last buckets, so replayed (past) samples are rolled up
+    by running these once."""
     span = f"time >= {start_ns - start_ns % _MINUTE_NS} AND time < {end_ns - end_ns % _MINUTE_NS + _MINUTE_NS}"
+    if run_id is not None:
+        span += f' AND "run_id" = {string_literal(run_id)}'
     return [select for _, _, select in rollup_queries(db, span)]
