@@ -349,3 +349,12 @@ def test_each_store_rolls_up_a_file_s_one_run_alone_and_a_file_of_several_whole(
     R._loaded([one, two], {"store": Store()})
     ns = sample_schema.time_ns(t)
     assert calls == [(ns, ns, "r"), (ns, ns, None)]
+
+
+def test_a_long_refusal_keeps_what_was_refused_and_why():
+    from flowstat.stores._base import shortened
+
+    said = "error authorizing query: w on SELECT mean(*) INTO x FROM y WHERE " + "z" * 400 + ", requires READ on db"
+    got = shortened(said)
+    assert len(got) == 300 and got.startswith("error authorizing query: w on SELECT") and got.endswith("READ on db")
+    assert shortened("short") == "short"

@@ -403,7 +403,7 @@ class Writer:
 
     def _login_problem(self, resp: requests.Response, action: str) -> str:
         """What to say of a 401 or 403, as docs/security.md (and the C agent) say it."""
-        reason = self.auth.redact(_reason(resp))[:300]  # redacted whole, then cut: a cut secret would show
+        reason = shortened(self.auth.redact(_reason(resp)))  # redacted whole, then cut: a cut secret would show
         if not self.auth.given():
             return (
                 f"{self.shown_url} needs credentials: set {self.auth.variables()} (HTTP {resp.status_code}: {reason})"
@@ -539,6 +539,12 @@ def _down(why: str, failures: list[_NodeFailed]) -> StoreDown:
 def _said(where: str, why: str) -> str:
     """ "Elasticsearch at URL cannot be reached (...)", "Elasticsearch at URL: HTTP 503 ..." """
     return f"{where}{why}" if why.startswith(":") else f"{where} {why}"
+
+
+def shortened(text: str, at_most: int = 300, tail: int = 100) -> str:
+    """TEXT, its middle left out past AT_MOST characters: a store says what was refused first and
+    why last (InfluxDB: "error authorizing query: USER on STATEMENT, requires READ on DB")."""
+    return text if len(text) <= at_most else f"{text[: at_most - tail - 5]} ... {text[-tail:]}"
 
 
 def _reason(resp: requests.Response) -> str:
