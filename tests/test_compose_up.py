@@ -32,7 +32,7 @@ import pytest
 import requests
 import yaml
 
-from flowstat.provision import influx_string
+from flowstat.stores.influxdb import string_literal
 from support.agents import wait_until
 from support.common import ROOT, with_test_jvm
 from support.compose import (
@@ -204,7 +204,7 @@ def stored_verdicts(run_id: str, values: dict) -> dict[str, Counter]:
                 "http://127.0.0.1:8086/query",
                 params={
                     "db": "flowstat",
-                    "q": f'SELECT "flow" FROM "flowstat_verdict" WHERE "run_id" = {influx_string(run_id)}',
+                    "q": f'SELECT "flow" FROM "flowstat_verdict" WHERE "run_id" = {string_literal(run_id)}',
                 },
                 auth=(values["INFLUXDB_READER_USER"], values["INFLUXDB_READER_PASSWORD"]),
                 timeout=10,

@@ -431,9 +431,10 @@ def test_a_wrong_influxdb_admin_password_is_named(secured_influx):
 
 
 def test_the_influxql_string_escapes_what_would_end_it():
-    from flowstat.provision import influx_string, influx_user_statements
+    from flowstat.provision import influx_user_statements
+    from flowstat.stores.influxdb import string_literal
 
-    assert influx_string("a'b\\c") == "'a\\'b\\\\c'"
+    assert string_literal("a'b\\c") == "'a\\'b\\\\c'"
     made = influx_user_statements({"u": ("p", "WRITE")}, {})
     assert made == ["CREATE USER \"u\" WITH PASSWORD 'p'", 'GRANT WRITE ON "flowstat" TO "u"']
     assert influx_user_statements({"u": ("p", "READ")}, {"u": True})[1] == 'REVOKE ALL PRIVILEGES FROM "u"'

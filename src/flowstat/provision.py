@@ -403,9 +403,6 @@ class KibanaSetup:
 
 
 # -- InfluxDB ---------------------------------------------------------------------------------------
-influx_string = influx_store.string_literal  # an InfluxQL string literal
-
-
 def influx_user_statements(
     users: dict[str, tuple[str, str]], existing: dict[str, bool], db: str = INFLUX_DB
 ) -> list[str]:
@@ -415,9 +412,9 @@ def influx_user_statements(
     out = []
     for name, (password, privilege) in users.items():
         if name not in existing:
-            out.append(f'CREATE USER "{name}" WITH PASSWORD {influx_string(password)}')
+            out.append(f'CREATE USER "{name}" WITH PASSWORD {influx_store.string_literal(password)}')
         else:
-            out.append(f'SET PASSWORD FOR "{name}" = {influx_string(password)}')
+            out.append(f'SET PASSWORD FOR "{name}" = {influx_store.string_literal(password)}')
             if existing[name]:
                 out.append(f'REVOKE ALL PRIVILEGES FROM "{name}"')
         out.append(f'GRANT {privilege} ON "{db}" TO "{name}"')

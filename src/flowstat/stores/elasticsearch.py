@@ -33,6 +33,7 @@ from ._base import (
     Writer,
     error_reason,
     log,
+    shortened,
 )
 from ._es_common import _DAY_NS, ES_TYPES, _day, index_action
 from ._es_common import AGENTS_INDEX as AGENTS_INDEX  # the names the other layers import from here
@@ -112,7 +113,7 @@ def bulk_outcome(body: bytes, answer: dict[str, Any]) -> Outcome:
             if len(out.reasons) < MAX_REASONS:
                 error = result.get("error") or {}
                 why = f"{error.get('type')}: {error.get('reason')}" if isinstance(error, dict) else str(error)
-                out.reasons.append(f"document {result.get('_id')}: HTTP {status}: {why[:300]}")
+                out.reasons.append(f"document {result.get('_id')}: HTTP {status}: {shortened(why)}")
     missing = lines[2 * len(items) :]  # documents the answer says nothing of: not known to be stored
     again += missing
     out.retry_count += len(missing) // 2
@@ -191,7 +192,7 @@ class ElasticsearchWriter(Writer):
         out.reasons = [self.auth.redact(r) for r in out.reasons]  # a store may echo what it was sent
         if out.forbidden:  # documents answered 403: kept, as a batch answered 403 is; who may not write where
             action, reason = out.forbidden.split("\n", 1)
-            out.forbidden = self.forbidden(action, self.auth.redact(reason)[:300])
+            out.forbidden = self.forbidden(action, shortened(self.auth.redact(reason)))
         return out
 
     def loaded(self, start_ns: int, end_ns: int, run_id: str | None = None) -> None:

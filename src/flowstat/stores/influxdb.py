@@ -13,7 +13,7 @@ from flowstat.schema import run as run_schema
 from flowstat.schema import sample as sample_schema
 
 from ._auth import StoreAuth
-from ._base import DEFAULT_RETRY, NODE_BACKOFF_S, BatchEncoder, Outcome, RetryPolicy, Writer
+from ._base import DEFAULT_RETRY, NODE_BACKOFF_S, BatchEncoder, Outcome, RetryPolicy, Writer, shortened
 
 DATABASE = "flowstat"
 _DROPPED = re.compile(r"dropped=(\d+)")
@@ -91,7 +91,7 @@ class InfluxDBWriter(Writer):
     def refusal(self, status: int, text: str, count: int) -> Outcome:
         """A 4xx answer. A partial write stored every point but those it could not write (dropped=N)
         and the lines it could not parse (one 'unable to parse' each: they are not in N)."""
-        why = f"{self.title} {self.endpoint}: HTTP {status}: {self.auth.redact(text.strip())[:300]}"
+        why = f"{self.title} {self.endpoint}: HTTP {status}: {shortened(self.auth.redact(text.strip()))}"
         if "partial write" in text:
             found = _DROPPED.search(text)
             dropped = (int(found.group(1)) if found else 0) + text.count("unable to parse")
