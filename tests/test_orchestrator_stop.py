@@ -3,6 +3,7 @@ Devices here are real processes that already ended with the code a scenario need
 
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -60,3 +61,16 @@ def test_the_viewer_waits_for_mergers_that_ended_well_and_is_hurried_after_a_dea
     assert orch.cut_off([viewer]) == []
     orch.devices[1] = ended("merger-1", "merger", 1, final=False, tmp=tmp_path)
     assert orch.cut_off([viewer]) == [viewer]
+
+
+def test_a_stage_has_ended_once_its_final_reports_are_read_not_when_its_processes_exit(orch, tmp_path):
+    """The reader, held back here, takes the final report after the process exited (CI saw it)."""
+    merger = running("merger-0", "merger", tmp_path)
+    merger.proc = subprocess.Popen(
+        [sys.executable, "-c", 'print(\'{"event": "final", "objects_merged": 7}\')'], stdout=subprocess.PIPE, text=True
+    )
+    merger.proc.wait()
+    merger.reader = threading.Timer(0.5, orch._read_events, (merger,))
+    merger.reader.start()
+    assert orch.wait_exit([merger], timeout=5)
+    assert merger.final == {"event": "final", "objects_merged": 7}

@@ -23,7 +23,7 @@ def small(**changes) -> dict:
 def assert_no_loss(summary):
     c = summary["conservation"]
     assert c["ok"], (c, summary["failures"])
-    assert summary["ok"] and not summary["failures"]
+    assert summary["ok"] and not summary["failures"], summary["failures"]
     assert c["objects_sent"] == c["objects_received"] == c["objects_merged_in"] > 0
     assert c["sequence_gaps"] == 0 and c["reordered_objects"] == 0
     assert c["entries_sent"] == c["entries_at_viewer"]

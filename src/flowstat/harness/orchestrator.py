@@ -52,6 +52,7 @@ READY_TIMEOUT_S = 60.0  # building a producer's pool of 50 MB objects takes a wh
 STAGE_TIMEOUT_S = 60.0  # a stage stopping with nothing taken nor sent for this long is stopped
 PROGRESS_EVERY_S = 2.0  # how often a stopping stage's counters are read
 QUIET_S = 4.0  # a stage whose inputs cannot all end it is stopped once it took nothing for this long
+READ_END_S = 10.0  # for an exited device's last lines to be read (at once, unless a child holds its pipe)
 
 
 # How long the devices that end after one that ended on its own get to be seen ending too.
@@ -76,10 +77,16 @@ class DeviceProcess:
     gave_up: bool = False  # told to stop without delivering what it holds (SIGUSR1, SIGKILL)
     cpus: list[int] | None = None  # the CPUs it may run on, read back after pinning; None: it died at once
     host: str = ""  # where it runs, as samples name the host (the launcher's placement)
+    reader: threading.Thread | None = None  # takes its stdout's events
 
     @property
     def exit_code(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
+
+    def read_to_end(self, timeout: float = READ_END_S) -> None:
+        """Wait for its reader to take its last line: its final report may still be in the pipe."""
+        if self.reader is not None:
+            self.reader.join(timeout)
 
     @property
     def pid(self) -> int:
@@ -187,7 +194,8 @@ class Orchestrator:
         cmd = [sys.executable, "-m", "flowstat.harness.devices", role, "--config", json.dumps(dev.config)]
         with open(dev.log_path, "ab") as log:
             dev.proc = self.launcher.start(name, cmd, log)
-        threading.Thread(target=self._read_events, args=(dev,), daemon=True, name=f"read-{name}").start()
+        dev.reader = threading.Thread(target=self._read_events, args=(dev,), daemon=True, name=f"read-{name}")
+        dev.reader.start()
         self.devices.append(dev)  # before pinning: a device that cannot be pinned is still stopped
         if self.launcher.kind == "local":  # pinned where it runs: a Slurm site pins with its own options
             dev.cpus = self.pin(name, role, dev.proc.pid)
@@ -447,7 +455,10 @@ class Orchestrator:
         while time.monotonic() < deadline and len(self.crashed()) < len(self.devices):
             self.wakeup.wait(deadline - time.monotonic())  # set at each device's exit
             self.wakeup.clear()
-        return sorted(self.crashed() or broken, key=self.stage_of)
+        ended = sorted(self.crashed() or broken, key=self.stage_of)
+        for dev in ended:  # whether it ended well is in its final report
+            dev.read_to_end()
+        return ended
 
     def poll_metrics(self) -> list[dict]:
         """Every running node's get-metrics reply. Producers are read first, then the mergers layer
@@ -595,9 +606,8 @@ class Orchestrator:
                 return False
             self.wakeup.wait(min(remaining, 0.5))
             self.wakeup.clear()
-        for dev in stage:  # the reader thread may still be handing over the final line
-            if dev.proc is not None:
-                dev.proc.wait()
+        for dev in stage:
+            dev.read_to_end()
         return True
 
     def stage_counters(self, stage: list[DeviceProcess]) -> tuple[tuple[Any, ...] | None, ...]:
