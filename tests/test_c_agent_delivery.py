@@ -81,6 +81,8 @@ def lines_written(path) -> int:
 # How long a loaded machine (the other workers' harness runs, two cores) may hold a sampling round
 # back: 0.3 s was seen. A sampler that waited on its sink would stop for the whole hold, 2.5-3 s here.
 LOADED_STALL_S = 0.5
+# Skipped rounds in the whole run: load spreads a few (6 seen in CI); a wait on the sink skips 25-30.
+SKIPPED_MOST = 12
 
 
 def test_an_http_sink_that_never_answers_does_not_delay_sampling(tmp_path, agent_command):
@@ -126,7 +128,7 @@ def test_an_http_sink_that_never_answers_does_not_delay_sampling(tmp_path, agent
         server.close()
     assert_on_schedule(samples, 0.1, 0.1 + LOADED_STALL_S)
     everything = json.loads(stats.read_text())
-    assert everything["skipped_rounds"] <= LOADED_STALL_S / 0.1
+    assert everything["skipped_rounds"] <= SKIPPED_MOST
     seqs = sorted(seq_of(line) for line in server.lines())
     assert seqs == list(range(everything["samples"]))  # each sample once: no gap, no duplicate
     sink = everything["sinks"][url]
@@ -194,7 +196,7 @@ def test_a_tcp_sink_that_never_reads_does_not_delay_sampling(tmp_path):
     assert_on_schedule(samples, 0.1, 0.1 + LOADED_STALL_S)  # through the 3 s the sink thread waited in send()
     everything = json.loads(stats.read_text())
     # a sampling loop blocked in the 3 s send would skip 30 rounds
-    assert everything["skipped_rounds"] <= LOADED_STALL_S / 0.1 and everything["rounds"] >= 40
+    assert everything["skipped_rounds"] <= SKIPPED_MOST and everything["rounds"] >= 40
     sink = everything["sinks"][url]
     # every sample is accounted for: sent, or still waiting on disk (none lost: the spool is large enough)
     assert sink["lost"] == 0 and sink["spool_dropped"] == 0 and sink["spooled_samples"] > 0
