@@ -394,12 +394,14 @@ def test_a_run_document_sent_at_the_end_goes_after_the_one_still_spooled_from_th
     assert len(labels) == 2 and "pending" in labels[0] and "complete" in labels[1], labels
 
 
-def test_the_agent_imports_no_numpy_and_a_node_does():
-    """numpy was about half an agent process's start-up CPU (it came with flowstat.node, whose curve
-    keys the agent reads), and the agent uses none of it: only a node's latency recorder imports it."""
+def test_the_agent_imports_no_numpy_nor_requests_until_a_node_or_a_store_needs_it():
+    """Each was about half an agent's start-up CPU, though an agent whose sinks are files uses neither."""
     code = (
-        "import sys, flowstat.agent.agent, flowstat.agent.sinks; print('numpy' in sys.modules); "
-        "from flowstat.node.latency import LatencyRecorder; LatencyRecorder(); print('numpy' in sys.modules)"
+        "import sys, flowstat.agent.agent, flowstat.agent.sinks, flowstat.agent.command\n"
+        "seen = lambda: print('numpy' in sys.modules, 'requests' in sys.modules)\n"
+        "seen()\n"
+        "from flowstat.node.latency import LatencyRecorder; LatencyRecorder(); seen()\n"
+        "from flowstat import stores; stores.get('influxdb')('http://127.0.0.1:9', 'db'); seen()"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.stdout.split() == ["False", "True"], out.stderr
+    assert out.stdout.split() == ["False", "False", "True", "False", "True", "True"], out.stderr
