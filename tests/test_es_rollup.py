@@ -231,11 +231,13 @@ def flowstat(*args: str) -> subprocess.CompletedProcess:
 
 def test_the_command_rolls_a_run_up_and_names_what_is_wrong(es_samples):
     run_id, t0 = f"r-{uuid.uuid4().hex[:8]}", base_ms()
-    write(es_samples, [sample(run_id, n, t0 + i * 1000, i, vmrss=1) for n in NODES for i in range(20)])
+    other = sample("other", "n0", t0, 0, vmrss=9)  # another run of the same minutes: left to its own rollup
+    write(es_samples, [sample(run_id, n, t0 + i * 1000, i, vmrss=1) for n in NODES for i in range(20)] + [other])
     url, index = es_samples.url, es_samples.target
     done = flowstat("--es", url, "--index", index, "--run", run_id, "--quiet")
     assert done.returncode == 0, done.stderr
     assert "6 rollup documents written" in done.stdout
+    assert {d["run_id"] for d in rollup_docs(url, rollup_index(index)).values()} == {run_id}
     assert len(rollup_docs(url, rollup_index(index))) == 6
     none = flowstat("--es", url, "--index", index, "--run", "no-such-run")
     assert none.returncode == 2 and "holds no sample of run no-such-run" in none.stderr

@@ -61,7 +61,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--index", default=SAMPLES_INDEX, help=f"the samples' index, rolled up (default {SAMPLES_INDEX})")
     p.add_argument("--from", dest="start", metavar="TIME", help="roll up once from TIME (ISO 8601, or epoch seconds)")
     p.add_argument("--to", dest="end", metavar="TIME", help="... to TIME (default now)")
-    p.add_argument("--run", metavar="RUN_ID", help="roll up once the time range of this run's samples")
+    p.add_argument(
+        "--run",
+        metavar="RUN_ID",
+        help="roll up once this run's samples, over their time range (other runs' windows are left as they are)",
+    )
     p.add_argument(
         "--catch-up",
         type=float,
@@ -246,6 +250,7 @@ def main(args: argparse.Namespace) -> int:
         max_back_s=args.catch_up,
         retry=stores.DEFAULT_RETRY if one_off else None,
     )
+    rollup.run_id = args.run  # --run: that run's samples alone; another run of the same minutes keeps its own
     try:
         if one_off:
             span = _one_off_span(args, rollup, store)
