@@ -61,8 +61,9 @@ DERIVED = ("online", "seconds")
 NAMED = ("campaign", "source", "command")
 
 
-def tracked(results: dict) -> dict:
-    """A campaign's results.json as benchmarks/results keeps it (the thesis comparison's input)."""
+def tracked(results: dict, machine: dict) -> dict:
+    """A campaign's results.json as benchmarks/results keeps it (the thesis comparison's input); its
+    machine only where it is not the file's ``machine``."""
     rows = [
         {
             k: v
@@ -73,7 +74,8 @@ def tracked(results: dict) -> dict:
         }
         for row in results.get("configurations", [])
     ]
-    return {**{k: v for k, v in results.items() if k not in NAMED}, "configurations": rows}
+    same = ("machine",) if results.get("machine") == machine else ()
+    return {**{k: v for k, v in results.items() if k not in NAMED + same}, "configurations": rows}
 
 
 def main() -> int:
@@ -123,7 +125,8 @@ def main() -> int:
 
         results = json.loads((runs / campaign.name / campaign_report.RESULTS).read_text())
         htmlpage.write(campaign, made.rows, runs / campaign.name / f"{campaign.name}.html", command, results["machine"])
-        combined["campaigns"][campaign.name] = tracked(results)
+        combined.setdefault("machine", results["machine"])
+        combined["campaigns"][campaign.name] = tracked(results, combined["machine"])
         status = max(status, int(any(o.status != "ok" for o in outcomes)))
         for p in made.files[1:]:
             print(f"wrote {p}", file=sys.stderr)

@@ -140,7 +140,7 @@ def render(root: Path) -> dict[Path, str]:
     for label, rel in RESULTS.items():
         if (root / rel).exists():
             data = json.loads((root / rel).read_text())
-            machine = next(iter(data["campaigns"].values()))["machine"]
+            machine = data["machine"]
             text.append(
                 f"- flowstat {label}: `{rel}`, {machine['cpus']} CPUs ({machine['cpu_model']}), Linux "
                 f"{machine['kernel']}, campaigns: {', '.join(data['campaigns'])}"
