@@ -92,21 +92,8 @@ def test_an_http_sink_that_never_answers_does_not_delay_sampling(tmp_path, agent
     samples, stats = tmp_path / "s.json", tmp_path / "stats.json"
     agent = subprocess.Popen(
         agent_cmd(
-            "--pid",
-            proc.pid,
-            "--interval",
-            0.1,
-            "--duration",
-            5,
-            "--quiet",
-            "--sink",
-            url,
-            "--sink",
-            f"file://{samples}?format=json",
-            "--spool-dir",
-            tmp_path / "spool",
-            "--stats",
-            stats,
+            *("--pid", proc.pid, "--interval", 0.1, "--duration", 5, "--quiet", "--sink", url),
+            *("--sink", f"file://{samples}?format=json", "--spool-dir", tmp_path / "spool", "--stats", stats),
             command=agent_command,
         ),
         stderr=subprocess.PIPE,
@@ -260,23 +247,8 @@ def test_a_slow_sink_cannot_hold_the_exit(tmp_path, agent_command):
     stats = tmp_path / "stats.json"
     try:
         out = run_agent(
-            "--pid",
-            proc.pid,
-            "--interval",
-            0.05,
-            "--duration",
-            2,
-            "--sink",
-            url,
-            "--quiet",
-            "--spool-dir",
-            tmp_path / "spool",
-            "--drain-timeout",
-            0,
-            "--send-max-kb",
-            1,
-            "--stats",
-            stats,
+            *("--pid", proc.pid, "--interval", 0.05, "--duration", 2, "--sink", url, "--quiet"),
+            *("--spool-dir", tmp_path / "spool", "--drain-timeout", 0, "--send-max-kb", 1, "--stats", stats),
             command=agent_command,
         )
     finally:
@@ -531,21 +503,8 @@ def test_http_statuses_follow_the_store_policy(tmp_path, status, down, agent_com
     stats = tmp_path / "stats.json"
     try:
         out = run_agent(
-            "--pid",
-            proc.pid,
-            "--count",
-            3,
-            "--interval",
-            0.1,
-            "--sink",
-            url,
-            "--quiet",
-            "--spool-dir",
-            tmp_path / "spool",
-            "--drain-timeout",
-            10,
-            "--stats",
-            stats,
+            *("--pid", proc.pid, "--count", 3, "--interval", 0.1, "--sink", url, "--quiet"),
+            *("--spool-dir", tmp_path / "spool", "--drain-timeout", 10, "--stats", stats),
             command=agent_command,
         )
     finally:
@@ -673,6 +632,18 @@ def sample_key(line: str) -> tuple[str, str, int]:
     return tags["agent"], tags.get("node_id", ""), seq_of(line)
 
 
+def first_agent(common: tuple, rounds: int, seen, agent_command, stderr) -> subprocess.Popen:
+    """The agent to be killed, named k1: a second sink, a file, shows what it sampled."""
+    more = ("--name", "k1", "--count", rounds, "--drain-timeout", 60, "--sink", f"file://{seen}?format=json")
+    return subprocess.Popen(agent_cmd(*common, *more, command=agent_command), stderr=stderr)
+
+
+def killed_and_next(agent_command, rounds: int) -> list[tuple[str, str, int]]:
+    """The samples of k1's ``rounds`` and of k2's two, on nodes a, b and c."""
+    name = "flowstat-agent-c" if agent_command[0].endswith("flowstat-agent") else "flowstat-agent-py"
+    return [(f"{name}/{k}", node, seq) for k, n in (("k1", rounds), ("k2", 2)) for node in "abc" for seq in range(n)]
+
+
 def test_an_agent_killed_while_its_sink_hangs_loses_nothing_once_restarted_on_its_spool(tmp_path, agent_command):
     """The soak's agent-kill (issue 28): the sink accepts the agent's first post and never answers,
     so its thread waits out the 5 s time-out while the agent samples on; the agent is killed with
@@ -687,22 +658,7 @@ def test_an_agent_killed_while_its_sink_hangs_loses_nothing_once_restarted_on_it
     common = ("--endpoints", endpoints, "--interval", 0.05, "--sink", url, "--spool-dir", spool)
     try:
         with open(log, "w") as log_file:
-            # a second sink, a file, shows what the first agent sampled
-            first = subprocess.Popen(
-                agent_cmd(
-                    *common,
-                    "--name",
-                    "k1",
-                    "--count",
-                    rounds,
-                    "--drain-timeout",
-                    60,
-                    "--sink",
-                    f"file://{seen}?format=json",
-                    command=agent_command,
-                ),
-                stderr=log_file,
-            )
+            first = first_agent(common, rounds, seen, agent_command, log_file)
         try:
             wait_until(lambda: hung.conns, "the first agent's post, which the sink never answers")
             wait_until(lambda: lines_written(seen) == 3 * rounds, f"the first agent's {rounds} rounds sampled")
@@ -722,11 +678,8 @@ def test_an_agent_killed_while_its_sink_hangs_loses_nothing_once_restarted_on_it
     finally:
         proc.kill()
     assert second.returncode == 0, second.stderr
-    name = "flowstat-agent-c" if agent_command[0].endswith("flowstat-agent") else "flowstat-agent-py"
     taken = sorted(sample_key(line) for line in receiver.lines())
-    expected = [
-        (f"{name}/{k}", node, seq) for k, n in (("k1", rounds), ("k2", 2)) for node in "abc" for seq in range(n)
-    ]
+    expected = killed_and_next(agent_command, rounds)
     assert taken == sorted(expected), log.read_text()  # each once: none lost, none sent twice
     assert sink_stats(stats, url) == {
         "delivered": len(expected),  # the spool the first agent left, then its own
@@ -753,21 +706,7 @@ def test_an_agent_killed_after_its_post_reached_the_sink_resends_it_identical(tm
     rounds = 4
     common = ("--endpoints", endpoints, "--interval", 0.05, "--sink", url, "--spool-dir", spool)
     try:
-        first = subprocess.Popen(
-            agent_cmd(
-                *common,
-                "--name",
-                "k1",
-                "--count",
-                rounds,
-                "--drain-timeout",
-                60,
-                "--sink",
-                f"file://{seen}?format=json",
-                command=agent_command,
-            ),
-            stderr=subprocess.DEVNULL,
-        )
+        first = first_agent(common, rounds, seen, agent_command, subprocess.DEVNULL)
         try:
             wait_until(lambda: server.requests, "the first agent's post, which the sink holds")
             wait_until(lambda: lines_written(seen) == 3 * rounds, f"the first agent's {rounds} rounds sampled")
@@ -789,11 +728,7 @@ def test_an_agent_killed_after_its_post_reached_the_sink_resends_it_identical(tm
     twice = sorted(k for k in set(taken) if taken.count(k) > 1)
     assert twice == sorted(sample_key(line) for line in bodies[0].decode().splitlines())
     assert all(taken.count(k) == 2 for k in twice)
-    name = "flowstat-agent-c" if agent_command[0].endswith("flowstat-agent") else "flowstat-agent-py"
-    expected = [
-        (f"{name}/{k}", node, seq) for k, n in (("k1", rounds), ("k2", 2)) for node in "abc" for seq in range(n)
-    ]
-    assert sorted(set(taken)) == sorted(expected)  # nothing lost
+    assert sorted(set(taken)) == sorted(killed_and_next(agent_command, rounds))  # nothing lost
 
 
 @pytest.fixture
@@ -908,24 +843,9 @@ def test_batches_the_bound_drops_while_they_are_sent_are_counted_once(tmp_path, 
         out = run_agent(
             "--endpoints",
             endpoints_file(tmp_path, proc.pid),
-            "--interval",
-            0.02,
-            "--duration",
-            3,
-            "--self-interval",
-            0.02,
-            "--sink",
-            url,
-            "--spool-dir",
-            tmp_path / "spool",
-            "--spool-max-mb",
-            0.002,
-            "--send-max-kb",
-            1,
-            "--drain-timeout",
-            10,
-            "--stats",
-            stats,
+            *("--interval", 0.02, "--duration", 3, "--self-interval", 0.02, "--sink", url),
+            *("--spool-dir", tmp_path / "spool", "--spool-max-mb", 0.002, "--send-max-kb", 1, "--drain-timeout", 10),
+            *("--stats", stats),
             command=agent_command,
         )
     finally:
@@ -961,27 +881,9 @@ def test_a_spool_past_its_bound_keeps_the_newest_batches_and_counts_the_dropped(
     try:
         # self-samples too (a later --self-interval wins over agent_cmd's): they report spool_dropped
         out = run_agent(
-            "--pid",
-            proc.pid,
-            "--count",
-            60,
-            "--interval",
-            0.05,
-            "--self-interval",
-            0.5,
-            "--sink",
-            url,
-            "--sink",
-            f"file://{samples}?format=json",
-            "--spool-dir",
-            spool,
-            "--spool-max-mb",
-            0.002,
-            "--drain-timeout",
-            0,
-            "--stats",
-            stats,
-            "--quiet",
+            *("--pid", proc.pid, "--count", 60, "--interval", 0.05, "--self-interval", 0.5, "--sink", url),
+            *("--sink", f"file://{samples}?format=json", "--spool-dir", spool, "--spool-max-mb", 0.002),
+            *("--drain-timeout", 0, "--stats", stats, "--quiet"),
             command=agent_command,
         )
     finally:

@@ -450,23 +450,8 @@ def test_both_agents_see_the_example_pipelines_merges_rates_latency_and_overload
     agent = start_agent(agent_command, folder, out)
     example = start_example(
         folder,
-        "--objects",
-        "600",
-        "--rate",
-        "1000",
-        "--size",
-        "65536",
-        "--merge-every",
-        "10",
-        "--merge-cost-us",
-        "2000",
-        "--sink-delay-ms",
-        "200",
-        "--hwm",
-        "5",
-        "--tcp-buffer-kb",
-        "64",
-        "--keep-running",
+        *("--objects", "600", "--rate", "1000", "--size", "65536", "--merge-every", "10", "--merge-cost-us", "2000"),
+        *("--sink-delay-ms", "200", "--hwm", "5", "--tcp-buffer-kb", "64", "--keep-running"),
     )
     try:
         assert example.stdout.readline().strip() == "sink: 60 merged objects", example.stderr.read()[-3000:]
