@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -478,6 +479,39 @@ def test_replay_says_when_the_rollup_fails_and_keeps_the_samples(stack, tmp_path
         assert out.returncode == 0, out.stderr
         assert influx.query(stored, db)["results"][0]["series"][0]["values"][0][1] == 40
         assert influx.query(rolled, db)["results"][0]["series"]
+    finally:
+        writer.close()
+        influx.query(f'DROP DATABASE "{db}"')
+
+
+def test_install_replaces_a_continuous_query_of_another_definition_and_leaves_one_in_place(stack):
+    """Dropped and made again at each install, a continuous query would miss the window due meanwhile
+    (flowstat stack up again while samples flow); one of an older definition must still follow."""
+    from flowstat.stores.influxdb import InfluxDBWriter as InfluxWriter
+    from flowstat.stores.influxdb import as_shown, statements
+
+    influx, db = stack["influxdb"], f"flowstat_cq_{uuid.uuid4().hex[:8]}"
+    writer = InfluxWriter(influx.url, db)
+
+    def shown() -> dict[str, str]:
+        series = influx.query("SHOW CONTINUOUS QUERIES")["results"][0]["series"]
+        return {row[0]: row[1] for s in series if s["name"] == db for row in s.get("values", [])}
+
+    wanted = {st.split('"')[1]: as_shown(st) for st in statements(db) if st.startswith("CREATE CONTINUOUS")}
+    try:
+        writer.install()
+        assert shown() == wanted
+        influx.query(f'DROP CONTINUOUS QUERY "flowstat_node_1m" ON "{db}"')
+        old = wanted["flowstat_node_1m"].replace("time(1m)", "time(2m)")
+        influx.query(old)
+        assert shown()["flowstat_node_1m"] == old
+        before = writer.requests
+        writer.install()
+        assert shown() == wanted
+        assert writer.requests - before == 1 + 3 + 2  # SHOW, database and policies, the one CQ dropped and made
+        before = writer.requests
+        writer.install()
+        assert writer.requests - before == 1 + 3
     finally:
         writer.close()
         influx.query(f'DROP DATABASE "{db}"')

@@ -121,20 +121,22 @@ class InfluxDBWriter(Writer):
             self.query(statement, self.target, retry=DEFAULT_RETRY)
 
     def install(self) -> list[str]:
-        """Create the database and retention policies; (re)create the continuous queries so that their
-        definitions follow this version."""
-        existing: set[str] = set()
+        """Create the database and retention policies; (re)create the continuous queries whose
+        definitions are not this version's. One already in place is left alone: dropped, even for a
+        moment, it would skip the window it was due to roll up (stack up again while samples flow)."""
+        existing: dict[str, str] = {}
         for series in self.query("SHOW CONTINUOUS QUERIES")["results"][0].get("series", []):
             if series.get("name") == self.target:
-                existing |= {row[0] for row in series.get("values", [])}
+                existing |= {row[0]: row[1] for row in series.get("values", [])}
         done: list[str] = []
         for statement in statements(self.target):
-            if statement.startswith("CREATE CONTINUOUS QUERY"):
-                name = statement.split('"')[1]
-                if name in existing:
-                    self.query(f'DROP CONTINUOUS QUERY "{name}" ON "{self.target}"')
-            self.query(statement)
             done.append(statement.split(" BEGIN")[0])
+            name = statement.split('"')[1] if statement.startswith("CREATE CONTINUOUS QUERY") else ""
+            if existing.get(name) == as_shown(statement):
+                continue
+            if name in existing:
+                self.query(f'DROP CONTINUOUS QUERY "{name}" ON "{self.target}"')
+            self.query(statement)
         return done
 
     @classmethod
@@ -228,6 +230,11 @@ def statements(db: str = DATABASE) -> list[str]:
             for name, resample, select in rollup_queries(db)
         ),
     ]
+
+
+def as_shown(statement: str) -> str:
+    """A statement as InfluxDB's SHOW gives it back: a plain identifier without its double quotes."""
+    return re.sub(r'"([A-Za-z_][A-Za-z0-9_]*)"', r"\1", statement)
 
 
 def string_literal(value: str) -> str:
