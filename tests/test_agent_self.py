@@ -45,16 +45,8 @@ def test_a_node_gone_before_the_run_ending_notice_is_down_one_gone_after_it_stop
     proc = start(
         agent,
         log,
-        "--pid",
-        early.pid,
-        "--pid",
-        late.pid,
-        "--interval",
-        0.05,
-        "--self-interval",
-        0,
-        "--sink",
-        f"file://{out}?format=json",
+        *("--pid", early.pid, "--pid", late.pid, "--interval", 0.05, "--self-interval", 0),
+        *("--sink", f"file://{out}?format=json"),
     )
     try:
         wait_until(lambda: states(out, early.pid) and states(out, late.pid), "the first samples")
@@ -106,18 +98,8 @@ def test_a_sink_that_is_down_shows_in_the_self_samples_the_other_sink_gets(agent
     proc = start(
         agent,
         tmp_path / "agent.log",
-        "--pid",
-        target.pid,
-        "--interval",
-        0.05,
-        "--self-interval",
-        0.2,
-        "--sink",
-        url,
-        "--sink",
-        f"http://127.0.0.1:{up.port}/write",
-        "--spool-dir",
-        tmp_path / "spool",
+        *("--pid", target.pid, "--interval", 0.05, "--self-interval", 0.2, "--sink", url),
+        *("--sink", f"http://127.0.0.1:{up.port}/write", "--spool-dir", tmp_path / "spool"),
         "--quiet",
     )
     try:
@@ -161,16 +143,8 @@ def test_self_samples_have_strictly_increasing_times_even_at_exit(agent, tmp_pat
         proc = start(
             agent,
             tmp_path / "log",
-            "--pid",
-            target.pid,
-            "--interval",
-            0.01,
-            "--count",
-            30,
-            "--self-interval",
-            0.01,
-            "--sink",
-            f"file://{out}?format=json",
+            *("--pid", target.pid, "--interval", 0.01, "--count", 30, "--self-interval", 0.01),
+            *("--sink", f"file://{out}?format=json"),
             "--quiet",
         )
         assert proc.wait(60) == 0, (tmp_path / "log").read_text()

@@ -160,18 +160,8 @@ def both_agents_on_a_stopped_process(tmp_path, *, count: int, interval_s: float,
     os.kill(proc.pid, signal.SIGSTOP)
     try:
         out = c_agent(
-            "--pid",
-            proc.pid,
-            "--count",
-            count,
-            "--interval",
-            interval_s,
-            "--run-id",
-            "conf",
-            "--self-interval",
-            self_interval_s,
-            "--sink",
-            f"file://{tmp_path}/c.json?format=json",
+            *("--pid", proc.pid, "--count", count, "--interval", interval_s, "--run-id", "conf"),
+            *("--self-interval", self_interval_s, "--sink", f"file://{tmp_path}/c.json?format=json"),
             "--quiet",
         )
         assert out.returncode == 0, out.stderr
@@ -394,16 +384,8 @@ def run_scenario(binary, tmp_path, wrap=()):
                 str(binary),
                 "--endpoints",
                 str(endpoints),
-                "--count",
-                "12",
-                "--interval",
-                "0.2",
-                "--control-timeout",
-                "0.1",
-                "--self-interval",
-                "0.5",
-                "--sink",
-                f"file://{tmp_path}/s.json?format=json",
+                *("--count", "12", "--interval", "0.2", "--control-timeout", "0.1", "--self-interval", "0.5"),
+                *("--sink", f"file://{tmp_path}/s.json?format=json"),
                 "--stats",
                 str(tmp_path / "stats.json"),
             ],
@@ -523,16 +505,8 @@ def test_both_agents_keep_roles_and_states_to_the_schemas_lists(tmp_path):
     )
     try:
         out = c_agent(
-            "--endpoints",
-            endpoints,
-            "--count",
-            2,
-            "--interval",
-            0.05,
-            "--self-interval",
-            0,
-            "--sink",
-            f"file://{tmp_path}/c.json?format=json",
+            *("--endpoints", endpoints, "--count", 2, "--interval", 0.05, "--self-interval", 0),
+            *("--sink", f"file://{tmp_path}/c.json?format=json"),
             "--quiet",
         )
         assert out.returncode == 0, out.stderr
@@ -621,16 +595,8 @@ def test_a_role_that_changes_is_checked_as_it_changes(tmp_path):
     endpoints.write_text(json.dumps({"run_id": "r", "nodes": nodes}))
     try:
         out = c_agent(
-            "--endpoints",
-            endpoints,
-            "--count",
-            4,
-            "--interval",
-            0.05,
-            "--self-interval",
-            0,
-            "--sink",
-            f"file://{tmp_path}/c.json?format=json",
+            *("--endpoints", endpoints, "--count", 4, "--interval", 0.05, "--self-interval", 0),
+            *("--sink", f"file://{tmp_path}/c.json?format=json"),
             "--quiet",
         )
         assert out.returncode == 0, out.stderr
@@ -669,18 +635,8 @@ def test_cpu_clock_is_a_million_hz_for_a_busy_core_and_near_zero_for_an_idle_pro
                 *map(
                     str,
                     (
-                        "--pid",
-                        busy.pid,
-                        "--pid",
-                        idle.pid,
-                        "--count",
-                        6,
-                        "--interval",
-                        0.25,
-                        "--self-interval",
-                        0,
-                        "--sink",
-                        f"file://{tmp_path}/s.json?format=json",
+                        *("--pid", busy.pid, "--pid", idle.pid, "--count", 6, "--interval", 0.25),
+                        *("--self-interval", 0, "--sink", f"file://{tmp_path}/s.json?format=json"),
                         "--quiet",
                     ),
                 ),

@@ -464,16 +464,8 @@ def test_replay_from_the_harness_container_and_from_the_host_with_envs_credentia
     # a run in the volume that no store has seen (no sinks), replayed by docs/compose.md's recipe
     before = {d.name for d in stack.runs_dir().iterdir()}
     stack(
-        "--profile",
-        "harness",
-        "run",
-        "--rm",
-        "--no-deps",
-        "harness",
-        "run",
-        f"{TOPOLOGIES}/smoke.yaml",
-        "--duration",
-        "3",
+        *("--profile", "harness", "run", "--rm", "--no-deps", "harness", "run", f"{TOPOLOGIES}/smoke.yaml"),
+        *("--duration", "3"),
         timeout=120,
     )
     in_volume = stack.new_run(before)

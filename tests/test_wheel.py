@@ -235,19 +235,9 @@ def test_the_slim_install_samples_and_ships_with_the_agent_and_replays(slim_venv
             slim_venv,
             tmp_path,
             "agent",
-            "--pid",
-            proc.pid,
-            "--count",
-            2,
-            "--interval",
-            0.05,
-            "--quiet",
-            "--run-id",
-            "slim",
-            "--sink",
-            f"{stack['influxdb'].url.replace('http', 'influxdb', 1)}/flowstat",
-            "--run-file",
-            "run.ndjson",
+            *("--pid", proc.pid, "--count", 2, "--interval", 0.05, "--quiet", "--run-id", "slim"),
+            *("--sink", f"{stack['influxdb'].url.replace('http', 'influxdb', 1)}/flowstat"),
+            *("--run-file", "run.ndjson"),
         )
     assert out.returncode == 0, out.stderr
     lines = [json.loads(line) for line in (tmp_path / "run.ndjson").read_text().splitlines()]
