@@ -249,8 +249,8 @@ def main(args: argparse.Namespace) -> int:
         target=rollup_index(args.index),
         max_back_s=args.catch_up,
         retry=stores.DEFAULT_RETRY if one_off else None,
+        run_id=args.run,  # --run: that run's samples alone; another run of the same minutes keeps its own
     )
-    rollup.run_id = args.run  # --run: that run's samples alone; another run of the same minutes keeps its own
     try:
         if one_off:
             span = _one_off_span(args, rollup, store)
