@@ -470,11 +470,17 @@ def test_a_node_killed_mid_ingest_queries_answer_green_again_and_every_sample_on
         said = {a: log.read_text() for a, log in agent_logs.items()}
         return said if all(serving_said(log, first) == first for log in said.values()) else None
 
+    def counted_on_victim() -> tuple[dict[str, str], dict[str, int]] | None:
+        """The agents' logs and the _bulk counts, with no failover said between the two reads."""
+        said = on_victim()
+        bulk, again = (cluster.bulk_requests(query_node), on_victim()) if said else (None, None)
+        still = again and all(failovers_said(again[a]) == failovers_said(said[a]) for a in said)
+        return (said, bulk) if still else None
+
     queries = Queries(cluster, query_node, run_id)
     try:
         container = cluster.container(victim)
-        said_before = wait_for(f"both agents' batches going to {victim}", on_victim, 90)  # their logs then
-        bulk_before = cluster.bulk_requests(query_node)
+        said_before, bulk_before = wait_for(f"both agents' batches going to {victim}", counted_on_victim, 90)
         assert bulk_before[victim] > 0, bulk_before
         if not any(failovers_said(log) for log in said_before.values()):
             assert not any(bulk_before[n] for n in survivors), bulk_before
