@@ -561,7 +561,7 @@ def test_a_node_killed_mid_ingest_queries_answer_green_again_and_every_sample_on
         log = agent_logs[agent].read_text()
         assert log.startswith(said_before[agent]), agent  # one log, written on
         moves = failovers_said(log[len(said_before[agent]) :])  # since the kill
-        assert any(f"{victim}:9200" in failed and to in (f"{n}:9200" for n in survivors) for failed, to in moves), (
+        assert any(first in failed and to in (f"{n}:9200" for n in survivors) for failed, to in moves), (
             agent,
             moves,
             log[-2000:],
