@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from importlib.resources import files
 from pathlib import Path
 
@@ -215,6 +215,26 @@ def test_test_rule_matches_the_bad_samples_and_not_the_good(stack, written, tmp_
     # by the stack's cache folder, as a script would
     good = ea.test_rule(stack.cache, rule_of(written, "good", tmp_path), *window(written, "good"))
     assert (good.rule, good.matches, good.fired) == (RULE_NAME, 0, False), good.output
+
+
+def test_test_rule_asks_again_past_a_shard_not_started_then_names_it(stack, monkeypatch, tmp_path):
+    """An index of the rule's pattern whose one shard can be placed nowhere: a search fails on it
+    as on a daily index being made, or one being deleted (CI saw another module's), but for good.
+    test_rule asks TEST_RULE_ATTEMPTS times, then says so and why. (Named out of flowstat-*: other
+    modules refresh and search the session's flowstat-* meanwhile.)"""
+    es, index = stack["elasticsearch"], f"unplaced-{uuid.uuid4().hex[:8]}"
+    nowhere = {"number_of_replicas": 0, "index.routing.allocation.require._name": "nowhere"}
+    made = requests.put(f"{es.url}/{index}?wait_for_active_shards=0", json={"settings": nowhere}, timeout=30)
+    assert made.status_code == 200, made.text
+    rule = tmp_path / RULE.name
+    rule.write_text(yaml.safe_dump({**yaml.safe_load(RULE.read_text()), "index": f"{index}*"}))
+    monkeypatch.setattr(ea, "TEST_RULE_RETRY_S", 0.1)
+    now = datetime.now(UTC)
+    try:
+        with pytest.raises(StackError, match=rf"last of {ea.TEST_RULE_ATTEMPTS} attempts.*{ea.UNAVAILABLE_SHARD}"):
+            ea.test_rule(stack, rule, now - timedelta(seconds=5), now)
+    finally:
+        requests.delete(f"{es.url}/{index}", timeout=30)
 
 
 def test_given_every_node_of_a_cluster_it_goes_on_past_one_that_is_down(stack, written, monkeypatch, tmp_path):

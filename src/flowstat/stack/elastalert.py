@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from importlib.resources import files
@@ -596,6 +597,14 @@ def describe_alert(alert: dict) -> str:
     return f"{alert.get('time', '?')}  {alert['rule']}: {who}{sample}"
 
 
+# A search over an index pattern gets a shard failure from an index of the pattern whose shard is not
+# started yet, or is being deleted (a new daily index, another client's cleanup): ElastAlert gives up
+# that run. Its service runs the rule again at the next run_every; a one-off test asks again.
+UNAVAILABLE_SHARD = "no_shard_available_action_exception"
+TEST_RULE_ATTEMPTS = 3
+TEST_RULE_RETRY_S = 2.0
+
+
 def test_rule(stack: Stack | Path, rule: Path, start: datetime | str, end: datetime | str) -> RuleTest:
     """Run ``elastalert-test-rule`` on the rule file RULE (alerter-neutral, as packaged) from START to
     END against the stack's Elasticsearch, with the stack's ElastAlert; nothing is sent. STACK is a
@@ -626,32 +635,23 @@ def test_rule(stack: Stack | Path, rule: Path, start: datetime | str, end: datet
         (rules_dir / rule.name).write_text(text, encoding="utf-8")
         # one query over the whole window (ElastAlert would split it into buffer_time pieces)
         Path(tmp, "config.yaml").write_text(service.config_text(rules_dir, max(window_s, 1.0)), encoding="utf-8")
-        out = subprocess.run(
-            [
-                *service._program("elastalert-test-rule"),
-                "--config",
-                str(Path(tmp, "config.yaml")),
-                "--start",
-                start,
-                "--end",
-                end,
-                "--formatted-output",
-                str(rules_dir / rule.name),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            stdin=subprocess.DEVNULL,
-        )
-    return _test_result(rule, out)
+        command = [*service._program("elastalert-test-rule"), "--config", str(Path(tmp, "config.yaml"))]
+        command += ["--start", start, "--end", end, "--formatted-output", str(rules_dir / rule.name)]
+        for attempt in range(1, TEST_RULE_ATTEMPTS + 1):
+            out = subprocess.run(command, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+            if UNAVAILABLE_SHARD not in out.stdout + out.stderr or attempt == TEST_RULE_ATTEMPTS:
+                break
+            time.sleep(TEST_RULE_RETRY_S)
+    return _test_result(rule, out, attempt)
 
 
 test_rule.__test__ = False  # type: ignore[attr-defined]  # a helper for tests, not one for pytest to collect
 
 
-def _test_result(rule: Path, out: subprocess.CompletedProcess) -> RuleTest:
+def _test_result(rule: Path, out: subprocess.CompletedProcess, attempts: int = 1) -> RuleTest:
     """elastalert-test-rule --formatted-output prints a JSON line; under "writeback" it holds the last
-    status ElastAlert would have recorded (rule_name, matches, hits) and the last error, if any."""
+    status ElastAlert would have recorded (rule_name, matches, hits) and the last error, if any.
+    ``attempts``: how many runs it took (the last is OUT), said when it fails."""
     output = out.stdout + out.stderr
     found = next((line for line in reversed(out.stdout.splitlines()) if line.startswith("{")), None)
     try:
@@ -670,6 +670,7 @@ def _test_result(rule: Path, out: subprocess.CompletedProcess) -> RuleTest:
         # the schema ElastAlert prints after them
         why = [line for line in output.splitlines() if re.match(r"[\w.]+(Error|Exception): ", line)]
         raise StackError(
-            f"elastalert-test-rule {rule}: no result (exit code {out.returncode}): "
+            f"elastalert-test-rule {rule}: no result (exit code {out.returncode}"
+            f"{f', the last of {attempts} attempts' if attempts > 1 else ''}): "
             f"{'; '.join(why) or output.strip()[-1500:]}"
         ) from exc
