@@ -12,10 +12,9 @@ while IFS= read -r -d '' pair; do
     settings+=("-E" "$pair")
   fi
 done < <(env -0)
+# One run of the keystore tool (a JVM of 1-2 CPU-s), not the image's create, list and add: -f makes
+# the keystore when there is none and sets the password whether it was there or not.
 if [[ -n "${ELASTIC_PASSWORD:-}" ]]; then
-  [[ -f config/elasticsearch.keystore ]] || bin/elasticsearch-keystore create
-  if ! bin/elasticsearch-keystore list | grep -qx 'bootstrap.password'; then
-    printf '%s' "$ELASTIC_PASSWORD" | bin/elasticsearch-keystore add -x bootstrap.password
-  fi
+  printf '%s' "$ELASTIC_PASSWORD" | bin/elasticsearch-keystore add -f -x bootstrap.password
 fi
 exec bin/elasticsearch "${settings[@]}" "$@"

@@ -354,10 +354,9 @@ class ElasticsearchServer(Service):
         env = {**os.environ, "ES_PATH_CONF": str(self.config_dir), "ES_JAVA_HOME": self.java_home()}
         stamp.unlink(missing_ok=True)
         keystore.unlink(missing_ok=True)  # made anew: the tool, as root, will not rewrite the service user's
-        _run("elasticsearch-keystore create", [tool, "create"], env=env, stdin=subprocess.DEVNULL)
-        _run(
+        _run(  # -f makes the keystore too: one JVM, not two (create, then add)
             "elasticsearch-keystore add bootstrap.password",
-            [tool, "add", "-x", "bootstrap.password"],
+            [tool, "add", "-f", "-x", "bootstrap.password"],
             env=env,
             input=password,
         )
