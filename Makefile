@@ -146,7 +146,7 @@ test-ready: lint c-agent-tests compose-images test-stack bytecode
 # not write): each of the five pytest processes took 4.4 CPU-s to collect, 1.3 with them written.
 bytecode: $(LAB_STAMP)
 	$(BIN)/python -m compileall -q src lab/src tests examples > /dev/null
-	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest --collect-only -q -p no:cacheprovider \
+	mkdir -p .cache && env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest --collect-only -q -p no:cacheprovider \
 	  > .cache/collect.log || { tail -40 .cache/collect.log; exit 1; }
 
 test-stack: $(STAMP)
