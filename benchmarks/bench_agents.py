@@ -342,13 +342,13 @@ def perf_profile(tmp: Path, n: int, seconds: float) -> dict:
             p.pop()
         children, self_share, dso, symbol = float(p[0].rstrip("%")), float(p[1].rstrip("%")), p[2], " ".join(p[4:])
         if dso == "flowstat-agent" or self_share >= 1.0:
-            functions.append([symbol, dso, children, self_share])
-    # rows under their columns' names: the file is tracked, and 40 objects would spell the keys 40 times
-    columns = ["function", "dso", "with_callees_pct", "self_pct"]
+            functions.append({"function": symbol, "dso": dso, "with_callees_pct": children, "self_pct": self_share})
+    from run_benchmarks import table  # run from benchmarks/, as make bench does
+
     return {
         "command": "perf record -F 10000 --call-graph dwarf",
         "by_library_pct": by_dso,
-        "functions": {"columns": columns, "rows": functions[:40]},
+        "functions": table(functions[:40], ["function", "dso", "with_callees_pct", "self_pct"]),
     }
 
 

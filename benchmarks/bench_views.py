@@ -605,11 +605,13 @@ SUMMARY_KEYS = ["group", "store", "title", "selection", "p50_ms", "p95_ms", "max
 
 
 def without_requests(results: dict) -> dict:
-    """RESULTS with each query's times alone (SUMMARY_KEYS): the figures the docs quote, a row a query
-    under the columns' names (tracked: 75 objects would spell the keys 75 times); its text (InfluxQL
-    "query", Elasticsearch "body"), sizes and counts stay in the raw file."""
+    """RESULTS with each query's times alone (SUMMARY_KEYS), a row a query (run_benchmarks.table): the
+    figures the docs quote; its text (InfluxQL "query", Elasticsearch "body"), sizes and counts stay in
+    the raw file."""
+    from run_benchmarks import table
+
     views = results["benchmarks"]["views"]
-    queries = {"columns": SUMMARY_KEYS, "rows": [[q.get(k) for k in SUMMARY_KEYS] for q in views["queries"]]}
+    queries = table(views["queries"], SUMMARY_KEYS)
     return {**results, "benchmarks": {**results["benchmarks"], "views": {**views, "queries": queries}}}
 
 

@@ -65,6 +65,12 @@ def rounded(value: Any) -> Any:
     return value
 
 
+def table(rows: list[dict], columns: list[str]) -> dict:
+    """Many objects of the same keys as {"columns": [...], "rows": [[...], ...]}: a tracked summary
+    of 40 or 75 of them would spell every key 40 or 75 times (a missing value: null)."""
+    return {"columns": columns, "rows": [[row.get(c) for c in columns] for row in rows]}
+
+
 def compact_json(doc: dict) -> str:
     """A results file's text: JSON without whitespace (the tracked summaries are read by tools and
     quoted by docs, not read whole; indented, a fifth of their bytes was spaces), floats rounded,
