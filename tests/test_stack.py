@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 import signal
 import socket
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from flowstat.stack import Stack, StackError
+from flowstat.stack.base import SERVICE_USER
 from support.common import free_port
 
 
@@ -72,6 +74,35 @@ def test_servers_do_not_run_as_root(stack):
             for child in children or [pid]:
                 uid = int(open(f"/proc/{child}/status").read().split("Uid:")[1].split()[0])
                 assert uid != 0 or os.geteuid() != 0
+
+
+def test_elasticsearch_and_its_launcher_keep_their_temporary_files_in_the_node_s_own_folder(stack):
+    """ES_TMPDIR and the launcher's java.io.tmpdir are the node's tmp/, private to the service user:
+    left to /tmp, each start of a node left three folders there for good."""
+    es = stack["elasticsearch"]
+    pgid = os.getpgid(es.pid())
+    javas = subprocess.run(["pgrep", "-g", str(pgid), "-x", "java"], capture_output=True, text=True).stdout.split()
+    assert len(javas) == 2, javas  # the launcher, and the server it started
+    for pid in javas:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        assert [a for a in argv if a.startswith(b"-Djava.io.tmpdir=")] == [f"-Djava.io.tmpdir={es.tmp_dir}".encode()]
+    info = es.tmp_dir.stat()
+    assert info.st_mode & 0o777 == 0o700
+    assert os.geteuid() != 0 or pwd.getpwuid(info.st_uid).pw_name == SERVICE_USER
+
+
+def test_each_start_of_elasticsearch_empties_its_temporary_folder(reachable_tmp, stack):
+    """What an earlier start left (the launcher's folders are never removed) goes at the next."""
+    from flowstat.stack.elasticsearch import ElasticsearchServer
+
+    es = ElasticsearchServer("elasticsearch", reachable_tmp, free_port())
+    es.dist.parent.mkdir(parents=True)
+    es.dist.symlink_to(stack["elasticsearch"].dist, target_is_directory=True)  # installed: no unpacking
+    left = es.tmp_dir / "final-flags123"
+    left.mkdir(parents=True)
+    (left / "gc.log").write_text("an earlier start's\n")
+    es.install()
+    assert list(es.tmp_dir.iterdir()) == [] and es.tmp_dir.stat().st_mode & 0o777 == 0o700
 
 
 def test_a_taken_port_is_named(tmp_path):

@@ -132,6 +132,14 @@ class ElasticsearchServer(Service):
         """The PEM file of the CA that signed the node's HTTPS certificate (None without TLS)."""
         return self.config_dir / "certs" / "ca.crt" if self.tls else None
 
+    @property
+    def tmp_dir(self) -> Path:
+        """ES_TMPDIR, and the launcher's java.io.tmpdir: the node's own, emptied at each start. Left
+        to /tmp, each start leaves three folders there (the node's, and two of the launcher's), and a
+        system that clears old files from /tmp can take the folder of a node that runs for weeks
+        (Elasticsearch's docs ask the archive installs for a private ES_TMPDIR)."""
+        return self.home / "tmp"
+
     def owned_paths(self) -> list[Path]:
         return [self.home, self.dist] if self.dist.parent != self.home else [self.home]
 
@@ -139,6 +147,8 @@ class ElasticsearchServer(Service):
     def install(self) -> None:
         (self.home / "data").mkdir(exist_ok=True)
         (self.home / "logs").mkdir(exist_ok=True)
+        shutil.rmtree(self.tmp_dir, ignore_errors=True)  # the server is down: `up` stopped it first
+        self.tmp_dir.mkdir(mode=0o700)
         self._unpack()
         if not self.secured:
             self._plain_keystore()
@@ -391,7 +401,10 @@ class ElasticsearchServer(Service):
         ]
         # ES_JAVA_OPTS in the environment is honoured as Elasticsearch's own scripts honour it
         java_opts = self.extra.get("java_opts") or os.environ.get("ES_JAVA_OPTS") or "-Xms512m -Xmx512m"
-        env = {"ES_JAVA_HOME": self.java_home(), "ES_JAVA_OPTS": java_opts}
+        env = {"ES_JAVA_HOME": self.java_home(), "ES_JAVA_OPTS": java_opts, "ES_TMPDIR": str(self.tmp_dir)}
+        if not any(c.isspace() for c in str(self.tmp_dir)):  # the launcher's script splits its options on spaces
+            launcher = os.environ.get("CLI_JAVA_OPTS", "")
+            env["CLI_JAVA_OPTS"] = f"{launcher} -Djava.io.tmpdir={self.tmp_dir}".strip()
         if not self.secured:
             return cmd + ["-E", "xpack.security.enabled=false"], env
         cmd += [
