@@ -97,10 +97,12 @@ install: $(STAMP) c-agent
 # The Debian packages for a farm (docs/farm.md): flowstat-agent (the agent, its systemd unit, the
 # default /etc/flowstat/agent.toml), libflowstat-node0 and libflowstat-node-dev, built by debhelper
 # from a copy of the sources (packaging/build-deb; packaging/debian is its debian/), then checked by
-# lintian when it is installed (make test installs it). Into dist/, with the -dbgsym packages.
+# lintian when it is installed (make test installs it; in a TMPDIR of its own: it leaves files there).
+# Into dist/, with the -dbgsym packages.
 deb: $(DEMO_DEPS_STAMP) $(DEB_DEPS_STAMP)
 	packaging/build-deb dist
-	@if command -v lintian >/dev/null; then lintian --display-info --pedantic dist/flowstat_*.changes || true; fi
+	@if command -v lintian >/dev/null; then t=$$(mktemp -d) && \
+		{ TMPDIR=$$t lintian --display-info --pedantic dist/flowstat_*.changes || true; rm -rf $$t; }; fi
 
 # The Python package's sdist and wheel (the Python agent's install: docs/farm.md), into dist/, by
 # PyPA's build (pinned here) in the venv.

@@ -341,7 +341,7 @@ def samples_of(stdout: str) -> tuple[int, list[str], list[str]]:
 # -- the tests -------------------------------------------------------------------------------------------
 
 
-def test_make_deb_builds_the_three_packages_and_lintian_finds_only_what_farm_md_explains(built):
+def test_make_deb_builds_the_three_packages_and_lintian_finds_only_what_farm_md_explains(built, tmp_path):
     """`make deb` runs packaging/build-deb into dist/; the packages' version is the changelog's,
     whose upstream part is flowstat's; each lintian tag (warnings, info, pedantic) is one farm.md
     explains."""
@@ -362,6 +362,7 @@ def test_make_deb_builds_the_three_packages_and_lintian_finds_only_what_farm_md_
         capture_output=True,
         text=True,
         timeout=300,
+        env={**os.environ, "TMPDIR": str(tmp_path)},  # lintian leaves two files in its TMPDIR at each run
     )
     tags = sorted(set(re.findall(r"^[EWIPX]: \S+: (\S+)", lint.stdout, re.M)))
     assert not re.search(r"^E: ", lint.stdout, re.M), lint.stdout
