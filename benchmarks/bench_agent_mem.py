@@ -182,6 +182,8 @@ def slope_mb_h(series: list[tuple[float, int]]) -> float:
 
 
 def main() -> int:
+    from run_benchmarks import command_line  # beside this script, on its path when it runs
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--agents", default="c,t,py")
     ap.add_argument("--processes", type=int, default=150)
@@ -270,7 +272,7 @@ def main() -> int:
             subprocess.run(["umount", str(tmpfs)], check=False)
     warm_end = marks[0]["end_s"]
     report: dict = {
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "command": command_line([Path(sys.argv[0]).name, *sys.argv[1:]]),
         "env": dict(e.split("=", 1) for e in args.env),
         "processes": args.processes,
         "interval_s": args.interval,

@@ -529,11 +529,11 @@ def main() -> int:
         from flowstat.stack.telegraf import build
 
         telegraf = str(build())
-    from run_benchmarks import machine, save_results  # shared with the harness benchmarks
+    from run_benchmarks import command_line, machine, save_results  # shared with the harness benchmarks
 
     from flowstat.timeutil import compact_utc, iso_utc_ms
 
-    results = {"started": iso_utc_ms(), "machine": machine(), "command": " ".join(sys.argv), "benchmarks": {}}
+    results = {"started": iso_utc_ms(), "machine": machine(), "command": command_line(), "benchmarks": {}}
     out = args.out or ROOT / "benchmarks" / "results" / "raw" / f"agents-{compact_utc()}.json"
     steps = []
     if args.ratio_rounds:

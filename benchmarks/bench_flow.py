@@ -71,10 +71,10 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    from run_benchmarks import machine, save_results  # run from benchmarks/, as make bench does
+    from run_benchmarks import command_line, machine, save_results  # run from benchmarks/, as make bench does
 
     out = args.out or ROOT / "benchmarks" / "results" / "raw" / f"flow-{compact_utc()}.json"
-    results: dict = {"started": iso_utc_ms(), "machine": machine(), "command": " ".join(sys.argv)}
+    results: dict = {"started": iso_utc_ms(), "machine": machine(), "command": command_line()}
     results["parameters"] = {"after_s": AFTER_S, "duration_s": DURATION_S, "readings_per_s": 1.0}
     runs = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -378,7 +378,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.quick:
         args.samples, args.latency_seconds, args.rounds = 50_000, 10, 1
-    from run_benchmarks import machine, save_results
+    from run_benchmarks import command_line, machine, save_results
 
     from flowstat.stack import Stack
     from flowstat.timeutil import compact_utc, iso_utc_ms
@@ -386,7 +386,7 @@ def main() -> int:
     cache = ROOT / ".cache" / "bench-stack"
     stack = Stack(cache, {"influxdb": free_port(), "elasticsearch": free_port(), "telegraf": free_port()})
     stack.up()
-    results = {"started": iso_utc_ms(), "machine": machine(), "command": " ".join(sys.argv), "benchmarks": {}}
+    results = {"started": iso_utc_ms(), "machine": machine(), "command": command_line(), "benchmarks": {}}
     try:
         with tempfile.TemporaryDirectory(prefix="flowstat-ingest-") as tmp:
             print(f"replay of {args.samples:,} samples ...", flush=True)

@@ -110,9 +110,9 @@ def main() -> int:
     args = ap.parse_args()
     if args.quick:
         args.nodes, args.samples = 50, 200
-    from run_benchmarks import machine, save_results
+    from run_benchmarks import command_line, machine, save_results
 
-    results = {"started": iso_utc_ms(), "machine": machine(), "command": " ".join(sys.argv), "benchmarks": {}}
+    results = {"started": iso_utc_ms(), "machine": machine(), "command": command_line(), "benchmarks": {}}
     with tempfile.TemporaryDirectory(prefix="flowstat-report-") as tmp:
         source = args.source or record_run(Path(tmp) / "runs", 10.0)
         print(f"synthesising {args.nodes} nodes x {args.samples:,} samples from {source} ...", flush=True)

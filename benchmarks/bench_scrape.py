@@ -121,11 +121,11 @@ def main() -> int:
         args.targets, args.scrapes = 1000, 3
     if args.targets < 1 or args.scrapes < 1:
         ap.error("--targets and --scrapes must be positive")
-    from run_benchmarks import machine, save_results
+    from run_benchmarks import command_line, machine, save_results
 
     from flowstat.timeutil import compact_utc, iso_utc_ms
 
-    results = {"started": iso_utc_ms(), "machine": machine(), "command": " ".join(sys.argv), "benchmarks": {}}
+    results = {"started": iso_utc_ms(), "machine": machine(), "command": command_line(), "benchmarks": {}}
     out = args.out or ROOT / "benchmarks" / "results" / "raw" / f"scrape-{compact_utc()}.json"
     targets = [subprocess.Popen(["sleep", MARK]) for _ in range(args.targets)]
     try:

@@ -122,13 +122,13 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=20, help="length of each 5.4 run (default 20)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    from run_benchmarks import machine, save_results
+    from run_benchmarks import command_line, machine, save_results
 
     from flowstat.timeutil import iso_utc_ms
 
     cluster = sc.Cluster()
     cluster.up(owner=None)
-    results = {"started": iso_utc_ms(), "machine": machine(), "command": " ".join(sys.argv), "benchmarks": {}}
+    results = {"started": iso_utc_ms(), "machine": machine(), "command": command_line(), "benchmarks": {}}
     try:
         with tempfile.TemporaryDirectory(prefix="flowstat-slurm-") as tmp:
             results["benchmarks"]["startup"] = bench_startup(cluster, Path(tmp), args.repeats)

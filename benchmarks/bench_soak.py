@@ -1233,7 +1233,7 @@ def main() -> int:
     if not C_AGENT.exists():
         ap.error(f"{C_AGENT} is missing: run `make c-agent`")
     ladder = [int(x) for x in args.ladder.split(",") if x]
-    from run_benchmarks import save_results
+    from run_benchmarks import command_line, save_results
 
     from flowstat.stack import Stack
     from flowstat.timeutil import compact_utc, iso_utc_ms
@@ -1244,7 +1244,7 @@ def main() -> int:
     results: dict = {
         "started": iso_utc_ms(),
         "machine": machine(),
-        "command": " ".join(["benchmarks/bench_soak.py", *sys.argv[1:]]),
+        "command": command_line(["benchmarks/bench_soak.py", *sys.argv[1:]]),
     }
     work = Path(tempfile.mkdtemp(prefix="flowstat-soak-"))
     tmpfs = work / "tmpfs-spool"

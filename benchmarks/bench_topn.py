@@ -111,11 +111,11 @@ def main() -> int:
     if not C_AGENT.exists():
         print("bench_topn: build the C agent first (make c-agent)", file=sys.stderr)
         return 2
-    from run_benchmarks import machine
+    from run_benchmarks import command_line, machine
 
     from flowstat.timeutil import iso_utc_ms
 
-    res: dict = {"started": iso_utc_ms(), "machine": machine(), "command": " ".join(sys.argv), "targets": args.targets}
+    res: dict = {"started": iso_utc_ms(), "machine": machine(), "command": command_line(), "targets": args.targets}
     targets = spawn(args.targets)
     try:
         with tempfile.TemporaryDirectory() as tmp:

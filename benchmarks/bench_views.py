@@ -555,7 +555,7 @@ def main() -> int:
         args.nodes, args.seconds, args.runs, args.run_nodes, args.run_seconds, args.repeats = 40, 60, 5, 8, 20, 3
     from bench_ingest import free_port
     from bench_report import record_run
-    from run_benchmarks import machine, save_results
+    from run_benchmarks import command_line, machine, save_results
 
     from flowstat.stack import Stack
 
@@ -563,7 +563,7 @@ def main() -> int:
     results = {
         "started": iso_utc_ms(),
         "machine": machine(),
-        "command": " ".join(sys.argv),
+        "command": command_line(),
         "parameters": {k: v for k, v in vars(args).items() if k not in ("out", "source")},
         "benchmarks": {},
     }

@@ -531,6 +531,8 @@ def _summary_run(run: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> int:
+    from run_benchmarks import command_line  # beside this script, on its path when it runs
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=float, default=20, help="seconds per run (default 20)")
     ap.add_argument(
@@ -556,7 +558,7 @@ def main() -> int:
         "started": started,
         "finished": iso_utc_ms(),
         "machine": machine(),
-        "command": "benchmarks/buffer_one.py " + " ".join(sys.argv[1:]) if sys.argv[1:] else "benchmarks/buffer_one.py",
+        "command": command_line(["benchmarks/buffer_one.py", *sys.argv[1:]]),
         "duration_s": args.duration,
         "producers": PRODUCERS,
         "object": "TH1F 1 kB",

@@ -52,6 +52,21 @@ def machine() -> dict:
     return {**describe(), "numpy": np.__version__}
 
 
+def command_line(argv: list[str] | None = None) -> str:
+    """How the benchmark was run, for its results file: a path in it relative to the checkout, or
+    its name alone when it is outside (a tracked summary names no folder of the machine it ran on)."""
+    checkout = Path(__file__).resolve().parents[1]
+
+    def portable(arg: str) -> str:
+        option, eq, value = arg.partition("=") if arg.startswith("-") and "=" in arg else ("", "", arg)
+        if not value.startswith("/"):
+            return arg
+        path = Path(value)
+        return option + eq + (str(path.relative_to(checkout)) if path.is_relative_to(checkout) else path.name)
+
+    return " ".join(portable(a) for a in (sys.argv if argv is None else argv))
+
+
 def rounded(value: Any) -> Any:
     """Floats to what a figure means: 3 decimals at or above 1 (an epoch stamp to the ms), 6
     significant digits below (the documents quote 3 or 4); 17 digits of noise were a tenth of the
@@ -380,7 +395,7 @@ def main() -> int:
     args = ap.parse_args()
     secs = 5 if args.quick else 30
     out = args.out or Path(__file__).parent / "results" / "raw" / f"harness-{compact_utc()}.json"
-    results = {"started": iso_utc_ms(), "machine": machine(), "command": " ".join(sys.argv), "benchmarks": {}}
+    results = {"started": iso_utc_ms(), "machine": machine(), "command": command_line(), "benchmarks": {}}
     with tempfile.TemporaryDirectory(prefix="flowstat-bench-") as tmp:
         runs = Path(tmp)
         b = results["benchmarks"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 from types import ModuleType
 
@@ -37,3 +38,13 @@ def test_the_soak_s_page_and_plot_are_its_tracked_summary_s():
     assert json.dumps(summary, separators=(",", ":")) + "\n" == s.SUMMARY.read_text()
     assert (ROOT / "docs" / "soak.md").read_text() == s.soak_section(summary)
     assert s.SVG.read_text() == s.svg_page(summary)
+
+
+def test_a_results_file_names_no_folder_of_the_machine_it_ran_on():
+    """A path on a benchmark's command line is kept relative to the checkout, or by its name alone
+    when outside it; every tracked summary's command is so."""
+    command_line = benchmark("run_benchmarks").command_line
+    argv = [str(ROOT / "benchmarks" / "bench_x.py"), "--out=/tmp/a/x.json", "--out", "/srv/y.json", "-n", "3"]
+    assert command_line(argv) == "benchmarks/bench_x.py --out=x.json --out y.json -n 3"
+    commands = {p.name: json.loads(p.read_text()).get("command", "") for p in ROOT.glob("benchmarks/results/*.json")}
+    assert {name: c for name, c in commands.items() if re.search(r"(^|[ =])/", c)} == {}
