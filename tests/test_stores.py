@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 import requests
@@ -199,15 +201,19 @@ def test_a_server_killed_mid_batch_loses_and_duplicates_nothing(own_stack, store
         target=lambda: result.update(out=writer.write(body, len(batch), RetryPolicy(give_up_s=180)))
     )
     thread.start()
+    group = service.pid()
+    killed = subprocess.run(["pgrep", "-g", str(group)], capture_output=True, text=True).stdout.split()
     try:
         while writer.requests == 0:
             time.sleep(0.001)  # the first request has started: kill the server under it
-        os.killpg(service.pid(), signal.SIGKILL)
+        os.killpg(group, signal.SIGKILL)
         deadline = time.monotonic() + 30
         while service.pid() is not None or not all(port_free(p) for p in service.ports()):
             assert time.monotonic() < deadline, f"{store} still holds its ports 30 s after SIGKILL"
             time.sleep(0.05)  # the JVM's last threads take a moment to go
     finally:
+        for pid in killed:  # the socket Elasticsearch opens to attach to itself: only a clean exit removes it
+            Path(f"/tmp/.java_pid{pid}").unlink(missing_ok=True)
         service.up()
     thread.join(240)
     out = result["out"]
