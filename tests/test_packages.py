@@ -362,7 +362,7 @@ def test_make_deb_builds_the_three_packages_and_lintian_finds_only_what_farm_md_
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "TMPDIR": str(tmp_path)},  # lintian leaves two files in its TMPDIR at each run
+        env={**os.environ, "TMPDIR": str(tmp_path)},  # lintian leaves files in its TMPDIR (mldbm-elf-*) at each run
     )
     tags = sorted(set(re.findall(r"^[EWIPX]: \S+: (\S+)", lint.stdout, re.M)))
     assert not re.search(r"^E: ", lint.stdout, re.M), lint.stdout
