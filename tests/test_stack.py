@@ -105,6 +105,19 @@ def test_each_start_of_elasticsearch_empties_its_temporary_folder(reachable_tmp,
     assert list(es.tmp_dir.iterdir()) == [] and es.tmp_dir.stat().st_mode & 0o777 == 0o700
 
 
+def test_an_install_beside_a_running_elasticsearch_leaves_its_temporary_folder_alone(stack):
+    """`flowstat stack install` while the stack is up: emptied (and made again as root's), the folder
+    would be lost to the running node."""
+    es = stack["elasticsearch"]
+    mine = es.tmp_dir / f"install-beside-{os.getpid()}"
+    mine.write_text("the running node's\n")
+    try:
+        es.install()
+        assert mine.exists() and es.healthy()
+    finally:
+        mine.unlink(missing_ok=True)
+
+
 def test_a_taken_port_is_named(tmp_path):
     with socket.socket() as blocker:
         blocker.bind(("127.0.0.1", 0))

@@ -147,8 +147,9 @@ class ElasticsearchServer(Service):
     def install(self) -> None:
         (self.home / "data").mkdir(exist_ok=True)
         (self.home / "logs").mkdir(exist_ok=True)
-        shutil.rmtree(self.tmp_dir, ignore_errors=True)  # the server is down: `up` stopped it first
-        self.tmp_dir.mkdir(mode=0o700)
+        if self.pid() is None:  # `up` stopped it first; `flowstat stack install` may run beside it
+            shutil.rmtree(self.tmp_dir, ignore_errors=True)
+        self.tmp_dir.mkdir(mode=0o700, exist_ok=True)
         self._unpack()
         if not self.secured:
             self._plain_keystore()
