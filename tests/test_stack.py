@@ -118,6 +118,18 @@ def test_an_install_beside_a_running_elasticsearch_leaves_its_temporary_folder_a
         mine.unlink(missing_ok=True)
 
 
+def test_a_cache_path_with_a_space_keeps_the_launcher_s_options_whole(monkeypatch):
+    """The launcher's script splits CLI_JAVA_OPTS on spaces: such a folder is not put there (the
+    launcher's files go to /tmp again; the environment's options are left as they are), ES_TMPDIR is."""
+    from flowstat.stack.elasticsearch import ElasticsearchServer
+
+    monkeypatch.setenv("CLI_JAVA_OPTS", "-XX:TieredStopAtLevel=1")
+    _, spaced = ElasticsearchServer("elasticsearch", Path("/var/lib/my stack"), free_port()).command()
+    _, plain = ElasticsearchServer("elasticsearch", Path("/var/lib/stack"), free_port()).command()
+    assert "CLI_JAVA_OPTS" not in spaced and spaced["ES_TMPDIR"] == "/var/lib/my stack/elasticsearch/tmp"
+    assert plain["CLI_JAVA_OPTS"] == "-XX:TieredStopAtLevel=1 -Djava.io.tmpdir=/var/lib/stack/elasticsearch/tmp"
+
+
 def test_a_taken_port_is_named(tmp_path):
     with socket.socket() as blocker:
         blocker.bind(("127.0.0.1", 0))
