@@ -33,7 +33,7 @@ from flowstat.node.protocol import ControlClient, ControlError, parse_request
 from flowstat.schema import endpoints as endpoints_schema
 from support.agents import wait_until
 from support.common import C_AGENT, C_BUILD, ROOT
-from support.nodes import agent_samples, stop_agent, watching_agent
+from support.nodes import agent_samples, assert_rate_within, stop_agent, timed, watching_agent
 
 C_DIR = ROOT / "collectors" / "c"
 PROBE = C_BUILD / "node-probe"
@@ -189,13 +189,6 @@ def clients():
         c.close()
 
 
-def timed(client: ControlClient, command: str = "get-metrics", **fields) -> tuple[float, dict, float]:
-    """(monotonic before, reply, monotonic after)."""
-    before = time.monotonic()
-    reply = client.request(command, **fields)
-    return before, reply, time.monotonic()
-
-
 # -- state fields and commands -------------------------------------------------------------------
 
 
@@ -333,14 +326,8 @@ def test_merged_objects_per_second_is_each_clients_own(probes, clients):
     a1 = timed(a)
     time.sleep(0.3)
     b1 = timed(b)
-
-    def within(first, second, objects):
-        rate = second[1]["merged_objects_per_second"]
-        low, high = objects / (second[2] - first[0]), objects / (second[0] - first[2])
-        assert low * 0.999 <= rate <= high * 1.001, (rate, low, high)
-
-    within(a0, a1, 1600)
-    within(b0, b1, 600)
+    assert_rate_within(a0, a1, 1600)
+    assert_rate_within(b0, b1, 600)
     assert b0[1]["merged_objects_per_second"] >= 1001 / (b0[2] - a0[0] + 1)  # since start: all 1001
 
 

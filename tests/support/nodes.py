@@ -1,13 +1,34 @@
-"""Agents watching an endpoints directory (--endpoints-dir), for the tests of the node libraries
-(flowstat.node, libflowstat-node): started writing their samples as JSON lines to a file, read back
-while they run, stopped with SIGTERM."""
+"""For the tests of the node libraries (flowstat.node, libflowstat-node): agents watching an
+endpoints directory (--endpoints-dir), started writing their samples as JSON lines to a file, read
+back while they run, stopped with SIGTERM; and control requests timed, for the figures of an
+interval between two of them."""
 
 from __future__ import annotations
 
 import json
 import signal
 import subprocess
+import time
 from pathlib import Path
+from typing import Any
+
+from flowstat.node.protocol import ControlClient
+
+
+def timed(client: ControlClient, command: str = "get-metrics", **fields: Any) -> tuple[float, dict, float]:
+    """(monotonic before, reply, monotonic after): the node answered between the two."""
+    before = time.monotonic()
+    reply = client.request(command, **fields)
+    return before, reply, time.monotonic()
+
+
+def assert_rate_within(first: tuple, second: tuple, objects: int, field: str = "merged_objects_per_second") -> None:
+    """A rate over a client's interval between two timed requests: `objects` over at most first's
+    send to second's reply, at least first's reply to second's send. Bracketed by the round trips,
+    not by the sleeps between them, it holds however late a loaded machine answers."""
+    rate = second[1][field]
+    low, high = objects / (second[2] - first[0]), objects / (second[0] - first[2])
+    assert low * 0.999 <= rate <= high * 1.001, (field, rate, low, high)
 
 
 def agent_samples(out: Path) -> list[dict]:
