@@ -6,6 +6,7 @@ die before it answers). Each records what came to it, with the time (time.monoto
 
 from __future__ import annotations
 
+import select
 import socket
 import threading
 import time
@@ -34,6 +35,7 @@ def _handler(owner, respond):
 
     class Handler(BaseHTTPRequestHandler):
         def _any(self) -> None:
+            self.came = time.monotonic()  # its head read, its body not yet
             body = self.rfile.read(int(self.headers.get("Content-Length", 0) or 0))
             owner.record(self.command, self.path, body)
             respond(self, self.command, self.path, body)
@@ -53,6 +55,18 @@ def _reply(handler: BaseHTTPRequestHandler, status: int, body: bytes, content_ty
     handler.end_headers()
     if handler.command != "HEAD":
         handler.wfile.write(body)
+
+
+def _client_gone(conn: socket.socket) -> bool:
+    """The client closed its end: it sent its whole request (HTTP/1.0, one a connection), so
+    anything readable now is the end of the stream."""
+    readable, _, _ = select.select([conn], [], [], 0)
+    if not readable:
+        return False
+    try:
+        return conn.recv(1, socket.MSG_PEEK) == b""
+    except OSError:  # reset: gone too
+        return True
 
 
 class _Server(_Recorded):
@@ -95,7 +109,10 @@ class ProxyNode(_Server):
     when a node is killed between storing a batch and answering it. ``dropped``: the bodies so
     treated. ``sock``: a bound socket to listen on (its port refused connections until now).
     ``delay_s``: how long it holds each request before passing it on (a slow node). ``before(method,
-    path)``: called as each request comes, before it is passed on (to act on the real node then)."""
+    path)``: called as each request comes, before it is passed on (to act on the real node then).
+    ``late``: the requests whose answer came after their client had given up on them (closed its
+    connection), or ``client_timeout_s`` or more after their head came; ``in_flight()``: the
+    requests still waiting for the real node (one a client gave up on may be)."""
 
     def __init__(
         self,
@@ -104,28 +121,46 @@ class ProxyNode(_Server):
         sock: socket.socket | None = None,
         delay_s: float = 0.0,
         before=lambda method, path: None,
+        client_timeout_s: float = 30.0,
     ) -> None:
         self.target, self.dies_after, self.delay_s, self.before = target, dies_after, delay_s, before
+        self.client_timeout_s = client_timeout_s
         self.dropped: list[bytes] = []
         self.bulk_count = 0
-        self.durations: list[float] = []  # how long the real node took to answer each request
+        self.late = 0
+        self._in_flight = 0
         self.session = requests.Session()
         super().__init__(self._pass_on, sock)
 
+    def in_flight(self) -> int:
+        with self.lock:
+            return self._in_flight
+
     def _pass_on(self, handler: BaseHTTPRequestHandler, method: str, path: str, body: bytes) -> None:
+        with self.lock:
+            self._in_flight += 1
+        try:
+            self._pass_on_once(handler, method, path, body)
+        finally:
+            with self.lock:
+                self._in_flight -= 1
+
+    def _pass_on_once(self, handler: BaseHTTPRequestHandler, method: str, path: str, body: bytes) -> None:
         headers = {k: v for k, v in handler.headers.items() if k.lower() in ("content-type", "authorization")}
         self.before(method, path)
         if self.delay_s:
             time.sleep(self.delay_s)  # the slow node itself, not a wait for something
-        asked = time.monotonic()
         try:
             resp = self.session.request(method, self.target + path, data=body or None, headers=headers, timeout=30)
         except requests.RequestException:
             handler.close_connection = True  # the real node gave no answer: nor does this one
             return
         finally:
-            with self.lock:
-                self.durations.append(time.monotonic() - asked)
+            # Late as its client saw it: its time-out may have begun before this proxy took the
+            # request from the kernel, so a connection it closed tells what a duration cannot.
+            if _client_gone(handler.connection) or time.monotonic() - handler.came >= self.client_timeout_s:
+                with self.lock:
+                    self.late += 1
         if path.startswith("/_bulk"):
             with self.lock:
                 n, self.bulk_count = self.bulk_count, self.bulk_count + 1
