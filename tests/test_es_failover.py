@@ -473,11 +473,11 @@ def test_replay_fails_over_once_and_stores_every_sample_once(stack, tmp_path, fa
     create_days(es, index, [RUN_FILE_T0_NS])
     try:
         out = replay(path, f"http://127.0.0.1:{bad.port},127.0.0.1:{real.port}", index)
+        assert out.returncode == 0, out.stderr
         wait_until(lambda: real.in_flight() == 0, "the answers replay gave up on", timeout=40)  # counted in late
     finally:
         bad.close()
         real.close()
-    assert out.returncode == 0, out.stderr
     assert_each_once(es_docs(es, index), 300, nodes=10)
     lines = re.findall(
         rf"Elasticsearch at \S+: 127\.0\.0\.1:{bad.port} failed \([^\n]*\); batches go to 127\.0\.0\.1:{real.port} now",
@@ -492,7 +492,7 @@ def test_replay_fails_over_once_and_stores_every_sample_once(stack, tmp_path, fa
         assert 2 <= len(bad.times()) <= 2 + late, (bad.times(), late)
     elif failing == "503":
         asked = [(method, path.split("?")[0]) for method, path, _, _ in bad.requests]
-        assert asked[:2] == [("GET", "/_cluster/health"), ("POST", "/_bulk")] and len(asked) <= 2 + late, asked
+        assert asked[:2] == [("GET", "/_cluster/health"), ("POST", "/_bulk")] and len(asked) <= 2 + late, (asked, late)
 
 
 class Pauses:

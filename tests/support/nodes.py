@@ -22,10 +22,16 @@ def timed(client: ControlClient, command: str = "get-metrics", **fields: Any) ->
     return before, reply, time.monotonic()
 
 
-def assert_rate_within(first: tuple, second: tuple, objects: int, field: str = "merged_objects_per_second") -> None:
+def assert_rate_within(
+    first: tuple[float, dict, float],
+    second: tuple[float, dict, float],
+    objects: int,
+    field: str = "merged_objects_per_second",
+) -> None:
     """A rate over a client's interval between two timed requests: `objects` over at most first's
     send to second's reply, at least first's reply to second's send. Bracketed by the round trips,
     not by the sleeps between them, it holds however late a loaded machine answers."""
+    assert second[0] > first[2], "the second request sent before the first's reply: no interval"
     rate = second[1][field]
     low, high = objects / (second[2] - first[0]), objects / (second[0] - first[2])
     assert low * 0.999 <= rate <= high * 1.001, (field, rate, low, high)
