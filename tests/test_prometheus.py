@@ -11,10 +11,12 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import requests
 
+from flowstat.agent.sinks.exposition import SERVING_THREADS
 from flowstat.schema import agent as agent_schema
 from flowstat.schema import prometheus
 from flowstat.schema import sample as sample_schema
@@ -231,11 +233,25 @@ def serving(port: int) -> bool:
         return False  # not listening yet
 
 
+def _threads(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(x for x in status.splitlines() if x.startswith("Threads:")).split()[1])
+
+
+# What a loaded machine (two cores, the other workers' runs) may do to rounds, scrapes or none: a
+# round was skipped in a suite beside two busy loops. A thread per scrape, each rendering, skipped
+# 0-3 rounds too, so the rounds cannot tell it apart: the agent's threads do (16-18 at once, where
+# the serving pool adds 4 at most).
+LOADED_STALL_S = 0.5
+SKIPPED_MOST = 2
+
+
 def test_a_thousand_scrapes_at_once_do_not_delay_sampling(tmp_path):
     """1,000 scrapers connect and ask at once while the Python agent samples 200 processes every
-    0.25 s: each gets the whole exposition, and no round is skipped or late (gaps at most two
-    intervals, as a sink that hangs must not delay sampling either). A thread per scrape, each
-    rendering 200 nodes, failed it: scrapes reset, the interpreter taken from sampling."""
+    0.25 s: each gets the whole exposition, served by the agent's few serving threads, and no round
+    is late beyond what machine load alone does (as a sink that hangs must not delay sampling
+    either). A thread per scrape, each rendering 200 nodes, failed it: scrapes reset, the
+    interpreter taken from sampling."""
     port, targets = free_port(), [subprocess.Popen(["sleep", "60"]) for _ in range(200)]
     samples, stats = tmp_path / "samples.json", tmp_path / "stats.json"
     agent = subprocess.Popen(
@@ -246,21 +262,36 @@ def test_a_thousand_scrapes_at_once_do_not_delay_sampling(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
+    scrapers = None
     try:
         wait_until(lambda: serving(port) and samples.exists(), "the agent serving /metrics")
-        scrapes = subprocess.run(
-            [sys.executable, "-c", SCRAPERS, str(port), "1000"], capture_output=True, text=True, timeout=120
+        before = most = _threads(agent.pid)
+        scrapers = subprocess.Popen(
+            [sys.executable, "-c", SCRAPERS, str(port), "1000"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
-        assert scrapes.returncode == 0, scrapes.stderr
-        assert scrapes.stdout.strip() == "1000"
+        deadline = time.monotonic() + 120
+        while scrapers.poll() is None:  # the agent's threads while the scrapes are served
+            assert time.monotonic() < deadline, "the scrapes not all answered in 120 s"
+            most = max(most, _threads(agent.pid))
+            time.sleep(0.005)  # a thread per scrape piles them up
+        out, err = scrapers.communicate()
+        assert scrapers.returncode == 0, err
+        assert out.strip() == "1000"
         assert agent.wait(60) == 0, agent.stderr.read()
     finally:
+        if scrapers is not None:
+            scrapers.kill()
+            scrapers.wait()
         agent.kill()
         for t in targets:
             t.kill()
             t.wait()
-    assert json.loads(stats.read_text())["skipped_rounds"] == 0
-    assert assert_on_schedule(samples, 0.25) >= 25 * 200
+    assert most <= before + SERVING_THREADS, (before, most)
+    assert json.loads(stats.read_text())["skipped_rounds"] <= SKIPPED_MOST
+    assert assert_on_schedule(samples, 0.25, 0.25 + LOADED_STALL_S) >= 25 * 200
 
 
 def test_a_port_already_taken_stops_the_agent_naming_the_sink(agent_command):
