@@ -272,7 +272,7 @@ def main() -> int:
             subprocess.run(["umount", str(tmpfs)], check=False)
     warm_end = marks[0]["end_s"]
     report: dict = {
-        "command": command_line([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "command": command_line(),
         "env": dict(e.split("=", 1) for e in args.env),
         "processes": args.processes,
         "interval_s": args.interval,

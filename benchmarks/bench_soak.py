@@ -1244,7 +1244,7 @@ def main() -> int:
     results: dict = {
         "started": iso_utc_ms(),
         "machine": machine(),
-        "command": command_line(["benchmarks/bench_soak.py", *sys.argv[1:]]),
+        "command": command_line(),
     }
     work = Path(tempfile.mkdtemp(prefix="flowstat-soak-"))
     tmpfs = work / "tmpfs-spool"

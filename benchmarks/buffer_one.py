@@ -558,7 +558,7 @@ def main() -> int:
         "started": started,
         "finished": iso_utc_ms(),
         "machine": machine(),
-        "command": command_line(["benchmarks/buffer_one.py", *sys.argv[1:]]),
+        "command": command_line(),
         "duration_s": args.duration,
         "producers": PRODUCERS,
         "object": "TH1F 1 kB",

@@ -53,18 +53,20 @@ def machine() -> dict:
 
 
 def command_line(argv: list[str] | None = None) -> str:
-    """How the benchmark was run, for its results file: a path in it relative to the checkout, or
-    its name alone when it is outside (a tracked summary names no folder of the machine it ran on)."""
+    """How the benchmark was run, for its results file: the script named from the checkout, however
+    it was started; a path in its arguments relative to the checkout, or its name alone when it is
+    outside (a tracked summary names no folder of the machine it ran on)."""
     checkout = Path(__file__).resolve().parents[1]
 
-    def portable(arg: str) -> str:
-        option, eq, value = arg.partition("=") if arg.startswith("-") and "=" in arg else ("", "", arg)
-        if not value.startswith("/"):
-            return arg
-        path = Path(value)
-        return option + eq + (str(path.relative_to(checkout)) if path.is_relative_to(checkout) else path.name)
+    def portable(path: Path) -> str:
+        return str(path.relative_to(checkout)) if path.is_relative_to(checkout) else path.name
 
-    return " ".join(portable(a) for a in (sys.argv if argv is None else argv))
+    def argument(arg: str) -> str:
+        option, eq, value = arg.partition("=") if arg.startswith("-") and "=" in arg else ("", "", arg)
+        return option + eq + portable(Path(value)) if value.startswith("/") else arg
+
+    script, *args = sys.argv if argv is None else argv
+    return " ".join([portable(Path(script).resolve()), *map(argument, args)])
 
 
 def rounded(value: Any) -> Any:

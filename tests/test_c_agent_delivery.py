@@ -21,6 +21,7 @@ from flowstat.agent.spool import folder_name
 from flowstat.schema import agent as agent_schema
 from flowstat.schema import sample as sample_schema
 from support.agents import (
+    LOADED_STALL_S,
     HttpReceiver,
     ScriptedHttp,
     agent_cmd,
@@ -78,9 +79,7 @@ def lines_written(path) -> int:
 
 
 # -- a sink that hangs does not delay sampling ---------------------------------------------------
-# How long a loaded machine (the other workers' harness runs, two cores) may hold a sampling round
-# back: 0.3 s was seen. A sampler that waited on its sink would stop for the whole hold, 2.5-3 s here.
-LOADED_STALL_S = 0.5
+# A sampler that waited on its sink would stop for the whole hold, 2.5-3 s here (LOADED_STALL_S: 0.5).
 # Skipped rounds in the whole run: load spreads a few (6 seen in CI); a wait on the sink skips 25-30.
 SKIPPED_MOST = 12
 

@@ -22,6 +22,7 @@ import zmq
 from flowstat.node import ControlClient, Node, curve
 from flowstat.node.announce import file_name
 from flowstat.node.protocol import ControlError
+from flowstat.proc.procfs import status_fields
 from flowstat.schema import endpoints
 from support.agents import wait_until
 from support.common import ROOT
@@ -81,8 +82,7 @@ def test_latency_every_measures_the_stamps_of_one_stamped_call_in_n_however_told
 
 
 def _voluntary_switches(tid: int) -> int:
-    status = Path(f"/proc/self/task/{tid}/status").read_text()
-    return int(next(x for x in status.splitlines() if x.startswith("voluntary_ctxt_switches")).split()[1])
+    return int(status_fields(f"self/task/{tid}")["voluntary_ctxt_switches"])
 
 
 def _once_asleep(threads: list[threading.Thread], quiet: float = 0.5, timeout: float = 10.0) -> list[int]:

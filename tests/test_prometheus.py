@@ -11,18 +11,18 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import requests
 
 from flowstat.agent.sinks.exposition import SERVING_THREADS
+from flowstat.proc.procfs import status_fields
 from flowstat.schema import agent as agent_schema
 from flowstat.schema import prometheus
 from flowstat.schema import sample as sample_schema
 from flowstat.timeutil import iso_utc_from_ms
 from flowstat_lab.prometheus import PrometheusServer
-from support.agents import assert_on_schedule, sleeper, spinner, wait_until
+from support.agents import LOADED_STALL_S, assert_on_schedule, sleeper, spinner, wait_until
 from support.common import free_port
 from support.scraping import assert_scraped_exactly, last_sampled, scrape_until_down, stored_values
 
@@ -234,15 +234,13 @@ def serving(port: int) -> bool:
 
 
 def _threads(pid: int) -> int:
-    status = Path(f"/proc/{pid}/status").read_text()
-    return int(next(x for x in status.splitlines() if x.startswith("Threads:")).split()[1])
+    return int(status_fields(pid)["Threads"])
 
 
-# What a loaded machine (two cores, the other workers' runs) may do to rounds, scrapes or none: a
-# round was skipped in a suite beside two busy loops. A thread per scrape, each rendering, skipped
-# 0-3 rounds too, so the rounds cannot tell it apart: the agent's threads do (16-18 at once, where
-# the serving pool adds 4 at most).
-LOADED_STALL_S = 0.5
+# What a loaded machine may do to rounds, scrapes or none (LOADED_STALL_S): a round was skipped in a
+# suite beside two busy loops. A thread per scrape, each rendering, skipped 0-3 rounds too, so the
+# rounds cannot tell it apart: the agent's threads do (16-18 at once, where the serving pool adds 4
+# at most).
 SKIPPED_MOST = 2
 
 
